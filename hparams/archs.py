@@ -1,0 +1,117 @@
+"""The llama.cpp architectures rsplan sizes, as a table of facts (llama.cpp 0c1e57098).
+
+For each arch string (``general.architecture``): whether its memory is purely recurrent or hybrid, how its
+loader marks recurrent layers (``layer_rule``), which layers its KV filter keeps, which hyper-parameter sections
+its loader reads (``sections``) and which of their keys it requires, whether it supports recurrent rollback
+(``llm_arch_supports_rs_rollback``), and its default ``full_attention_interval``.
+Sources: src/llama-arch.cpp, src/models/<arch>.cpp ``load_arch_hparams``, src/llama-model.cpp ``create_memory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rsplan.errors import UnsupportedArchError
+
+#: How the loader marks layer il (< n_layer, the trunk) as recurrent.
+#: all: every trunk layer (pure recurrent archs and Falcon-H1's parallel hybrid);
+#: kv_zero: ``head_count_kv[il] == 0``; nemotron: ``head_count_kv[il] == 0 and feed_forward_length[il] == 0``;
+#: interval: ``attention.recurrent_layers`` if present, else ``(il + 1) % full_attention_interval != 0``.
+LayerRule = Literal["all", "kv_zero", "nemotron", "interval"]
+
+#: Which layers carry a KV cache. none: pure recurrent; all: every layer incl. MTP (Falcon-H1);
+#: not_recurrent: ``not is_recr(il)`` over all layers incl. MTP (the default hybrid filter);
+#: nemotron: ``not is_recr(il) and feed_forward_length[il] == 0`` over all layers;
+#: trunk_not_recurrent: ``il < n_layer and not is_recr(il)`` (Qwen3-Next, Qwen3.5, MiniMax-01).
+KVFilter = Literal["none", "all", "not_recurrent", "nemotron", "trunk_not_recurrent"]
+
+#: The recurrent families, named by the hparams branch llama.cpp takes for n_embd_r / n_embd_s.
+Family = Literal["mamba", "mamba2", "gated_delta_net", "rwkv", "shortconv", "kda", "lightning"]
+
+
+@dataclass(frozen=True)
+class ArchInfo:
+    name: str
+    family: Family
+    memory: Literal["recurrent", "hybrid"]
+    layer_rule: LayerRule
+    kv_filter: KVFilter
+    #: hyper-parameter sections the loader reads; each maps to the keys it requires
+    sections: dict[str, tuple[str, ...]]
+    full_attention_interval: int | None = None
+    #: the loader reads attention.sliding_window (LFM2 only among these archs)
+    reads_sliding_window: bool = False
+    #: the attention layers are MLA (K-only cache): attention.key_length_mla / value_length_mla required
+    mla: bool = False
+
+    @property
+    def rollback(self) -> bool:
+        """Whether llama.cpp keeps n_rs_seq rollback planes for this arch (else it clamps n_rs_seq to 0)."""
+        return self.name in ROLLBACK_ARCHS
+
+
+_SSM_MAMBA1 = ("conv_kernel", "inner_size", "state_size", "time_step_rank")
+_SSM_MAMBA2 = (*_SSM_MAMBA1, "group_count")
+
+ARCHS: dict[str, ArchInfo] = {
+    a.name: a
+    for a in (
+        ArchInfo("mamba", "mamba", "recurrent", "all", "none", {"ssm": _SSM_MAMBA1}),
+        ArchInfo("mamba2", "mamba2", "recurrent", "all", "none", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("rwkv6", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
+        ArchInfo("rwkv6qwen2", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
+        ArchInfo("rwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
+        ArchInfo("arwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
+        ArchInfo("jamba", "mamba", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA1}),
+        ArchInfo("falcon-h1", "mamba2", "hybrid", "all", "all", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("plamo2", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("granitehybrid", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("nemotron_h", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("nemotron_h_moe", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2}),
+        ArchInfo(
+            "lfm2", "shortconv", "hybrid", "kv_zero", "not_recurrent", {"shortconv": ("l_cache",)},
+            reads_sliding_window=True,
+        ),
+        ArchInfo("lfm2moe", "shortconv", "hybrid", "kv_zero", "not_recurrent", {"shortconv": ("l_cache",)}),
+        ArchInfo(
+            "qwen3next", "gated_delta_net", "hybrid", "interval", "trunk_not_recurrent",
+            {"ssm": _SSM_MAMBA2}, full_attention_interval=4,
+        ),
+        ArchInfo(
+            "qwen35", "gated_delta_net", "hybrid", "interval", "trunk_not_recurrent",
+            {"ssm": _SSM_MAMBA2}, full_attention_interval=4,
+        ),
+        ArchInfo(
+            "qwen35moe", "gated_delta_net", "hybrid", "interval", "trunk_not_recurrent",
+            {"ssm": _SSM_MAMBA2}, full_attention_interval=4,
+        ),
+        ArchInfo(
+            "kimi-linear", "kda", "hybrid", "kv_zero", "not_recurrent",
+            {"ssm": ("conv_kernel",), "kda": ("head_dim",)}, mla=True,
+        ),
+        ArchInfo(
+            "minimax-01", "lightning", "hybrid", "interval", "trunk_not_recurrent", {},
+            full_attention_interval=8,
+        ),
+    )
+}
+
+#: Architectures llama.cpp lets keep rollback snapshots (llm_arch_supports_rs_rollback). Only the ones in
+#: ARCHS can be sized by rsplan; the rest are listed so the clamp rule reads like its source.
+ROLLBACK_ARCHS: frozenset[str] = frozenset(
+    {
+        "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next",
+        "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
+    }
+)
+
+
+def arch_info(name: str) -> ArchInfo:
+    """The facts for arch ``name``; an UnsupportedArchError naming it when rsplan cannot size it exactly."""
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise UnsupportedArchError(
+            f"architecture '{name}' is not supported (supported: {', '.join(sorted(ARCHS))})"
+        ) from None

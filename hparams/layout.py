@@ -1,0 +1,170 @@
+"""Which layer carries which cache, and the row widths of each: llama.cpp's llama_hparams, derived.
+
+``cache_layout(spec)`` is computed once per model; the planner sizes any context from it with integer
+arithmetic only. Rules: llama.cpp 0c1e57098 src/llama-hparams.cpp (n_embd_r, n_embd_s, n_embd_k_gqa, ...),
+src/models/<arch>.cpp (which layers are recurrent / sliding-window) and src/llama-model.cpp ``create_memory``
+(which layers each cache keeps). docs/sizing.md explains each rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsplan.hparams.archs import ArchInfo
+from rsplan.hparams.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class KVLayer:
+    """One attention layer's KV cache rows (elements per cell)."""
+
+    il: int
+    n_embd_k_gqa: int  # K row: head_dim_k(il) * n_head_kv(il)
+    n_embd_v_gqa: int  # V row: head_dim_v(il) * n_head_kv(il) (before V padding without flash attention)
+    is_swa: bool
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Everything about a model that its cache sizes depend on, independent of the context parameters.
+
+    Attributes:
+        n_layer_all: block_count (trunk + MTP layers).
+        n_layer: trunk layers (block_count - nextn_predict_layers).
+        recurrent_layers: indices of the layers with R/S state (all < n_layer).
+        kv_layers: the layers with a KV cache, in layer order.
+        n_embd_r: conv-state row width, elements (the same for every recurrent layer).
+        n_embd_s: recurrent-state row width, elements.
+        n_embd_v_gqa_max: the widest V row over ALL layers (V padding without flash attention).
+        has_v: False for MLA (K-only cache).
+        head_dim_k / head_dim_v: per trunk layer, for llama.cpp's quantized-cache block checks.
+        n_swa: sliding window, tokens (0 = none).
+    """
+
+    arch: ArchInfo
+    n_layer_all: int
+    n_layer: int
+    recurrent_layers: tuple[int, ...]
+    kv_layers: tuple[KVLayer, ...]
+    n_embd_r: int
+    n_embd_s: int
+    n_embd_v_gqa_max: int
+    has_v: bool
+    head_dim_k: tuple[int, ...]
+    head_dim_v: tuple[int, ...]
+    n_swa: int
+    n_ctx_train: int
+
+    @property
+    def family(self) -> str:
+        return self.arch.family
+
+
+def _is_recurrent(spec: ModelSpec, info: ArchInfo, il: int) -> bool:
+    """llama_hparams::is_recr(il) as each arch's loader sets it (trunk layers only, except pure recurrent)."""
+    if il >= spec.n_layer:
+        # MTP layers are never recurrent; for pure recurrent and Falcon-H1 the filter stops at n_layer anyway.
+        return False
+    rule = info.layer_rule
+    if rule == "all":
+        return True
+    if rule == "kv_zero":
+        return spec.head_count_kv(il) == 0
+    if rule == "nemotron":
+        return spec.head_count_kv(il) == 0 and spec.feed_forward(il) == 0
+    # interval: attention.recurrent_layers if given, else every full_attention_interval-th layer is attention
+    flags = spec.attention.recurrent_layers
+    if flags is not None:
+        return flags[il]
+    interval = spec.full_attention_interval or info.full_attention_interval
+    return (il + 1) % interval != 0
+
+
+def _has_kv(spec: ModelSpec, info: ArchInfo, il: int, recr: bool) -> bool:
+    """The KV layer filter of create_memory for this arch."""
+    f = info.kv_filter
+    if f == "none":
+        return False
+    if f == "all":
+        return True
+    if f == "not_recurrent":
+        return not recr
+    if f == "nemotron":
+        return not recr and spec.feed_forward(il) == 0
+    return il < spec.n_layer and not recr  # trunk_not_recurrent
+
+
+def _row_widths(spec: ModelSpec, info: ArchInfo, head_k_full: int) -> tuple[int, int]:
+    """(n_embd_r, n_embd_s): llama_hparams::n_embd_r / n_embd_s; the first matching branch wins."""
+    n_embd = spec.embedding_length
+    n_head0 = spec.head_count(0)
+    ssm = spec.ssm
+    d_conv = ssm.conv_kernel if ssm and ssm.conv_kernel else 0
+    if spec.wkv is not None and spec.wkv.head_size:
+        return spec.wkv.token_shift_count * n_embd, n_embd * spec.wkv.head_size
+    if spec.shortconv is not None and spec.shortconv.l_cache:
+        # n_embd_s falls through to ssm_d_state * ssm_d_inner, which LFM2 leaves at 0
+        return n_embd * (spec.shortconv.l_cache - 1), 0
+    if spec.kda is not None and spec.kda.head_dim:
+        head_dim = spec.kda.head_dim
+        return 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head0 * head_dim, head_dim * head_dim * n_head0
+    d_inner = ssm.inner_size if ssm and ssm.inner_size else 0
+    d_state = ssm.state_size if ssm and ssm.state_size else 0
+    n_group = ssm.group_count if ssm and ssm.group_count else 0  # Mamba-1 and Jamba never set it
+    n_embd_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+    if info.family == "lightning":
+        # MiniMax-01: n_embd_head_la = n_embd_head_k_full, the attention key head dim; no conv state
+        return n_embd_r, head_k_full * head_k_full * n_head0
+    return n_embd_r, d_state * d_inner
+
+
+def cache_layout(spec: ModelSpec) -> CacheLayout:
+    """Derive the per-layer cache map of ``spec`` exactly as llama.cpp's loader and create_memory do."""
+    info = spec.info
+    att = spec.attention
+    n_head0 = spec.head_count(0)
+    if n_head0 > 0:
+        head_k_full = att.key_length or spec.embedding_length // n_head0
+        head_v_full = att.value_length or spec.embedding_length // n_head0
+    else:  # non-transformer models: llama.cpp ignores key_length / value_length
+        head_k_full = head_v_full = 0
+    head_k_swa = att.key_length_swa or head_k_full
+    head_v_swa = att.value_length_swa or head_v_full
+    n_swa = att.sliding_window if info.reads_sliding_window else 0
+
+    recurrent: list[int] = []
+    kv_layers: list[KVLayer] = []
+    head_dim_k: list[int] = []
+    head_dim_v: list[int] = []
+    v_max = 0
+    for il in range(spec.block_count):
+        recr = _is_recurrent(spec, info, il)
+        is_swa = n_swa > 0 and il < spec.n_layer and not recr
+        hk = head_k_swa if is_swa else head_k_full
+        hv = head_v_swa if is_swa else head_v_full
+        n_kv = spec.head_count_kv(il)
+        v_max = max(v_max, hv * n_kv)
+        if il < spec.n_layer:
+            head_dim_k.append(hk)
+            head_dim_v.append(hv)
+            if recr:
+                recurrent.append(il)
+        if _has_kv(spec, info, il, recr):
+            kv_layers.append(KVLayer(il, hk * n_kv, hv * n_kv, is_swa))
+
+    n_embd_r, n_embd_s = _row_widths(spec, info, head_k_full)
+    return CacheLayout(
+        arch=info,
+        n_layer_all=spec.block_count,
+        n_layer=spec.n_layer,
+        recurrent_layers=tuple(recurrent),
+        kv_layers=tuple(kv_layers),
+        n_embd_r=n_embd_r,
+        n_embd_s=n_embd_s,
+        n_embd_v_gqa_max=v_max,
+        has_v=not info.mla,
+        head_dim_k=tuple(head_dim_k),
+        head_dim_v=tuple(head_dim_v),
+        n_swa=n_swa,
+        n_ctx_train=spec.context_length,
+    )

@@ -1,0 +1,90 @@
+"""Preset YAML files -> ModelSpec, defensively.
+
+A preset is a small YAML mapping (docs/preset-schema.md). Before it is parsed into Python objects the event
+stream is checked: aliases are refused (no alias bombs), nesting is bounded, and the file must be UTF-8 text of
+at most ``MAX_PRESET_BYTES``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from rsplan.errors import ModelFileError
+from rsplan.hparams.archs import arch_info
+from rsplan.hparams.model import ModelSpec
+
+MAX_PRESET_BYTES = 1 << 20
+MAX_DEPTH = 8
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _parse_yaml(text: str, where: str) -> object:
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise ModelFileError(f"{where}: YAML aliases are not allowed in presets")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ModelFileError(f"{where}: YAML nested deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ModelFileError(f"{where}: invalid YAML{at}: {problem}") from None
+
+
+def validation_message(exc: ValidationError) -> str:
+    """The first pydantic error as ``field.path: message`` on one line."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    return f"{loc}: {msg}" if loc else msg
+
+
+def spec_from_mapping(data: object, where: str) -> ModelSpec:
+    """Validate a parsed mapping as a ModelSpec; errors name ``where`` and the field."""
+    if not isinstance(data, dict):
+        raise ModelFileError(f"{where}: expected a mapping of keys to values, got {type(data).__name__}")
+    arch = data.get("arch")
+    if isinstance(arch, str):
+        arch_info(arch)  # an unknown arch is its own clear error, not a field error
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ModelFileError(f"{where}: {validation_message(exc)}") from None
+
+
+def read_text_file(path: Path, limit: int) -> str:
+    """Read a small UTF-8 text file, refusing binary content and oversized files."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ModelFileError(f"{path}: file is {size} bytes, more than the {limit} allowed")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read file: {exc.strerror or exc}") from None
+    if b"\x00" in raw:
+        raise ModelFileError(f"{path}: binary file, not YAML/JSON text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def load_preset_text(text: str, where: str) -> ModelSpec:
+    return spec_from_mapping(_parse_yaml(text, where), where)
+
+
+def load_preset_file(path: Path) -> ModelSpec:
+    return load_preset_text(read_text_file(path, MAX_PRESET_BYTES), str(path))

@@ -1,0 +1,201 @@
+"""Context parameters, and how llama.cpp resolves them (src/llama-context.cpp, llama 0c1e57098).
+
+``ContextParams`` holds what the user asks for, with llama.cpp's flag names in the field docs;
+``resolve_context`` applies llama.cpp's rules and returns the ``EffectiveContext`` the caches are built with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rsplan.errors import ContextError
+from rsplan.hparams.ggml_types import GGMLType, ggml_type
+from rsplan.hparams.layout import CacheLayout
+
+#: llama.cpp's LLAMA_MAX_SEQ
+MAX_SEQ = 256
+#: llama.cpp pads n_ctx (and each stream's n_ctx_seq) to a multiple of this.
+CTX_PAD = 256
+#: The largest -c / draft length rsplan accepts (llama.cpp stores them as uint32).
+MAX_CTX = (1 << 32) - 1
+#: The largest rollback depth rsplan accepts; llama.cpp's drafts are a handful of tokens.
+MAX_RS_SEQ = 1024
+
+SpecType = Literal["none", "mtp", "eagle3", "dflash", "dspark"]
+#: Speculative types for which the command-line tools set n_rs_seq to the draft length.
+SPEC_TYPES_WITH_ROLLBACK: frozenset[str] = frozenset({"mtp", "eagle3", "dflash", "dspark"})
+#: llama.cpp's default draft length (common_params_speculative::n_max).
+DEFAULT_DRAFT_MAX = 3
+
+
+class ContextParams(BaseModel):
+    """What the user asks llama.cpp for (llama.cpp flag in brackets)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_ctx: Annotated[int, Field(ge=0, le=MAX_CTX)] = 4096  # -c, total over all sequences; 0 = training ctx
+    n_seq_max: Annotated[int, Field(ge=1, le=MAX_SEQ)] = 1  # -np
+    kv_unified: bool = False  # -kvu
+    type_k: str = "f16"  # -ctk
+    type_v: str = "f16"  # -ctv
+    type_r: str = "f32"  # conv state type (always f32 in llama.cpp)
+    type_s: str = "f32"  # recurrent state type (always f32 in llama.cpp)
+    n_rs_seq: Annotated[int, Field(ge=0, le=MAX_RS_SEQ)] = 0  # --n-rs-seq (or draft max, see below)
+    flash_attn: Literal["on", "off", "auto"] = "auto"  # -fa
+    swa_full: bool = False  # --swa-full
+    n_batch: Annotated[int, Field(ge=1, le=MAX_CTX)] = 2048  # -b
+    n_ubatch: Annotated[int, Field(ge=1, le=MAX_CTX)] = 512  # -ub
+
+
+def n_rs_seq_for(spec_type: str, draft_max: int | None, n_rs_seq: int | None) -> int:
+    """The n_rs_seq the command-line tools request: ``--n-rs-seq`` if given, else the draft length for
+    MTP / EAGLE3 / DFLASH / DSPARK speculative decoding (default 3), else 0."""
+    if n_rs_seq is not None:
+        return n_rs_seq
+    if spec_type in SPEC_TYPES_WITH_ROLLBACK:
+        return DEFAULT_DRAFT_MAX if draft_max is None else draft_max
+    return 0
+
+
+@dataclass(frozen=True)
+class EffectiveContext:
+    """The parameters llama.cpp builds the caches with, after its rules.
+
+    Attributes:
+        n_ctx: padded total KV cells (= n_ctx_seq * n_stream).
+        n_ctx_seq: KV cells per stream.
+        n_stream: 1 when unified, else n_seq_max.
+        n_rs_seq: effective rollback planes per sequence (0 unless the arch supports rollback).
+        n_rs_seq_requested: what was asked for.
+        v_trans: V stored transposed (flash attention off): V rows padded to the widest layer.
+        n_swa_cells: KV cells of each sliding-window layer (0 when the model has none).
+        warnings: what llama.cpp would log about the adjustments.
+    """
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+    n_seq_max: int
+    n_rs_seq: int
+    n_rs_seq_requested: int
+    n_rs_seq_clamp_reason: str | None
+    flash_attn: bool
+    v_trans: bool
+    n_batch: int
+    n_ubatch: int
+    n_swa_cells: int
+    kv_unified: bool
+    type_k: GGMLType
+    type_v: GGMLType
+    type_r: GGMLType
+    type_s: GGMLType
+    warnings: tuple[str, ...]
+
+    @property
+    def rs_rows(self) -> int:
+        """Rows of each recurrent tensor: max(1, n_seq_max) * (1 + n_rs_seq)."""
+        return self.n_seq_max * (1 + self.n_rs_seq)
+
+
+def _pad(x: int, n: int) -> int:
+    return (x + n - 1) // n * n
+
+
+def _check_block_sizes(layout: CacheLayout, t: GGMLType, dims: tuple[int, ...], which: str) -> None:
+    if not t.is_quantized:
+        return
+    for hd in dims:
+        if hd % t.block_size:
+            raise ContextError(
+                f"{which} cache type {t.name} with block size {t.block_size} does not divide "
+                f"n_embd_head_{which.lower()}={hd}"
+            )
+
+
+def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveContext:
+    """Apply llama.cpp's context rules (llama_init_from_model + llama_context constructor)."""
+    type_k, type_v = ggml_type(params.type_k), ggml_type(params.type_v)
+    type_r, type_s = ggml_type(params.type_r), ggml_type(params.type_s)
+    warnings: list[str] = []
+    info = layout.arch
+
+    if info.mla and type_k.name != type_v.name:
+        raise ContextError(
+            f"model does not support different K ({type_k.name}) and V ({type_v.name}) cache types"
+        )
+    flash = params.flash_attn
+    if type_v.is_quantized and flash != "on":
+        if flash == "off":
+            raise ContextError("quantized V cache requires flash_attn to be enabled (-fa on or auto)")
+        flash = "on"  # llama.cpp: "enabling flash_attn since it is required for quantized V cache"
+    flash_on = flash != "off"  # auto counts as ON when the memory is created
+    if flash_on:
+        _check_block_sizes(layout, type_k, layout.head_dim_k, "K")
+        _check_block_sizes(layout, type_v, layout.head_dim_v, "V")
+
+    n_ctx = params.n_ctx or layout.n_ctx_train
+    n_ctx_unpadded = n_ctx
+    n_seq_max = params.n_seq_max
+    n_ctx = _pad(n_ctx, CTX_PAD)
+    if params.kv_unified:
+        n_stream, n_ctx_seq = 1, n_ctx
+    else:
+        n_stream = n_seq_max
+        n_ctx_seq = _pad(n_ctx // n_seq_max, CTX_PAD)
+        if n_ctx_seq == 0:
+            raise ContextError(f"n_ctx_seq == 0: -c {n_ctx} is too small for -np {n_seq_max}")
+        if n_ctx != n_ctx_seq * n_seq_max:
+            n_ctx = n_ctx_seq * n_seq_max
+            warnings.append(f"n_ctx is not divisible by n_seq_max - rounding down to {n_ctx}")
+    if n_ctx > MAX_CTX:
+        raise ContextError(f"n_ctx {n_ctx} (after padding) does not fit llama.cpp's uint32")
+    if n_ctx_seq < layout.n_ctx_train:
+        warnings.append(
+            f"n_ctx_seq ({n_ctx_seq}) < n_ctx_train ({layout.n_ctx_train}) -- "
+            "the full capacity of the model will not be utilized"
+        )
+    elif n_ctx_seq > layout.n_ctx_train:
+        warnings.append(
+            f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({layout.n_ctx_train}) -- possible training context overflow"
+        )
+
+    n_batch = min(n_ctx_unpadded, params.n_batch)
+    n_ubatch = min(n_batch, params.n_ubatch)
+
+    n_rs_seq = params.n_rs_seq
+    reason = None
+    if n_rs_seq > 0 and not info.rollback:
+        reason = f"arch '{info.name}' does not support recurrent partial rollback"
+        n_rs_seq = 0
+
+    n_swa_cells = 0
+    if layout.n_swa > 0:
+        if params.swa_full:
+            n_swa_cells = n_ctx_seq
+        else:
+            per = n_seq_max if params.kv_unified else 1
+            n_swa_cells = _pad(min(n_ctx_seq, layout.n_swa * per + n_ubatch), CTX_PAD)
+
+    return EffectiveContext(
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx_seq,
+        n_stream=n_stream,
+        n_seq_max=n_seq_max,
+        n_rs_seq=n_rs_seq,
+        n_rs_seq_requested=params.n_rs_seq,
+        n_rs_seq_clamp_reason=reason if params.n_rs_seq > 0 and n_rs_seq == 0 else None,
+        flash_attn=flash_on,
+        v_trans=not flash_on,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_swa_cells=n_swa_cells,
+        kv_unified=params.kv_unified,
+        type_k=type_k,
+        type_v=type_v,
+        type_r=type_r,
+        type_s=type_s,
+        warnings=tuple(warnings),
+    )

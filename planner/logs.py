@@ -1,0 +1,85 @@
+"""The cache lines llama.cpp prints when it creates its memory, predicted from a MemoryPlan.
+
+Same format strings as llama.cpp 0c1e57098 (src/llama-kv-cache.cpp, src/llama-memory-recurrent.cpp), so a user
+can diff them against a real run. The ``size =`` lines divide single-precision floats, as llama.cpp does; the
+``buffer size`` lines use padded buffer sizes divided in double precision.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from rsplan.planner.plan import MemoryPlan, TensorPlan, alloc_nbytes
+
+MIB = 1024 * 1024
+
+
+def _f32(x: float) -> float:
+    """Round to IEEE single precision, as the C code's ``(float)`` casts do."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _mib_f32(n_bytes: int) -> float:
+    return _f32(_f32(float(n_bytes)) / _f32(float(MIB)))
+
+
+def _c_fmt(fmt: str, *args: object) -> str:
+    """printf-style formatting (Python's % matches C for the %u/%d/%s/%f conversions used here)."""
+    return fmt.replace("%u", "%d") % args
+
+
+def _kv_caches(plan: MemoryPlan) -> list[tuple[int, list[TensorPlan]]]:
+    """(cells, tensors) of each llama_kv_cache llama.cpp creates: one, or a non-SWA and an SWA one."""
+    base = [t for t in plan.tensors if t.cache == "kv"]
+    if plan.kv.swa_cells == 0:
+        return [(plan.kv.cells, base)]
+    return [(plan.kv.cells, base), (plan.kv.swa_cells, [t for t in plan.tensors if t.cache == "kv_swa"])]
+
+
+def log_lines(plan: MemoryPlan, backend: str = "CPU", has_kv_cache: bool = True) -> list[str]:
+    """The ``llama_kv_cache`` and ``llama_memory_recurrent`` lines of a run with every cache on ``backend``.
+
+    Args:
+        plan: the plan to print.
+        backend: buffer name llama.cpp prints (``CPU`` or e.g. ``CUDA0``); alignment follows its kind.
+        has_kv_cache: False for pure recurrent archs, which create no KV cache at all.
+    """
+    lines: list[str] = []
+    kind = "CUDA" if backend.startswith("CUDA") else "CPU"
+    ctx = plan.context
+    if has_kv_cache:
+        for cells, tensors in _kv_caches(plan):
+            k = sum(t.bytes for t in tensors if t.kind == "k")
+            v = sum(t.bytes for t in tensors if t.kind == "v")
+            if tensors:
+                buf = _padded(tensors, kind)
+                lines.append(_c_fmt("llama_kv_cache: %10s KV buffer size = %8.2f MiB", backend, buf / 1024.0 / 1024.0))
+            n_layers = len({t.layer for t in tensors})
+            lines.append(
+                _c_fmt(
+                    "llama_kv_cache: size = %7.2f MiB (%6u cells, %3d layers, %2u/%u seqs), K (%s): %7.2f MiB, "
+                    "V (%s): %7.2f MiB",
+                    _mib_f32(k + v), cells, n_layers, ctx.n_seq_max, ctx.n_stream,
+                    plan.kv.type_k, _mib_f32(k), plan.kv.type_v, _mib_f32(v),
+                )
+            )
+    rs = [t for t in plan.tensors if t.kind in ("r", "s")]
+    rec = plan.recurrent
+    if rs:
+        buf = _padded(rs, kind)
+        lines.append(
+            _c_fmt("llama_memory_recurrent: %10s RS buffer size = %8.2f MiB", backend, buf / 1024.0 / 1024.0)
+        )
+    lines.append(
+        _c_fmt(
+            "llama_memory_recurrent: size = %7.2f MiB (%6u cells, %3d layers, %2u seqs %2u rs_seq), "
+            "R (%s): %7.2f MiB, S (%s): %7.2f MiB, P (%s): %7.2f MiB",
+            _mib_f32(rec.r_bytes + rec.s_bytes), rec.cells, rec.layers, ctx.n_seq_max, ctx.n_rs_seq,
+            rec.type_r, _mib_f32(rec.r_bytes), rec.type_s, _mib_f32(rec.s_bytes), rec.type_r, _mib_f32(0),
+        )
+    )
+    return lines
+
+
+def _padded(tensors: list[TensorPlan], kind: str) -> int:
+    return sum(alloc_nbytes(kind, t) for t in tensors)

@@ -1,0 +1,271 @@
+"""ContextParams -> MemoryPlan: every cache tensor llama.cpp allocates, with exact bytes.
+
+Two entry points share one arithmetic:
+- ``plan_totals(layout, ctx)``: the byte totals only, plain integer arithmetic (the hot path of capacity
+  searches and heat maps);
+- ``build_plan(spec, params)``: the full plan, with one ``TensorPlan`` per tensor, buffer sizes and the
+  effective parameters.
+Rules: llama.cpp 0c1e57098, src/llama-kv-cache.cpp, src/llama-kv-cache-iswa.cpp,
+src/llama-memory-recurrent.cpp (see docs/sizing.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from rsplan.hparams.ggml_types import ggml_type, row_nbytes
+from rsplan.hparams.layout import CacheLayout, KVLayer, cache_layout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
+
+TensorKind = Literal["k", "v", "r", "s"]
+#: Which llama.cpp memory a tensor belongs to: the KV cache, the sliding-window KV cache, or the recurrent one.
+CacheName = Literal["kv", "kv_swa", "recurrent"]
+
+#: Per-tensor alignment of a backend buffer, bytes (ggml CPU: TENSOR_ALIGNMENT; CUDA: 128).
+BUFFER_ALIGNMENT = {"CPU": 32, "CUDA": 128}
+#: CUDA pads quantized rows to a multiple of this many elements (MATRIX_ROW_PADDING).
+CUDA_MATRIX_ROW_PADDING = 512
+
+
+class TensorPlan(BaseModel):
+    """One cache tensor as llama.cpp creates it.
+
+    ``shape`` is ggml's ne order (innermost first): ``[row, cells, streams]`` for K/V,
+    ``[row, rows]`` for R/S.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    layer: int
+    kind: TensorKind
+    cache: CacheName
+    shape: tuple[int, ...]
+    type: str
+    bytes: int
+    row_bytes: int
+
+
+class ContextSummary(BaseModel):
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+    n_seq_max: int
+    n_rs_seq: int
+    n_rs_seq_requested: int
+    n_rs_seq_clamp_reason: str | None
+    n_batch: int
+    n_ubatch: int
+    flash_attn: bool
+    v_trans: bool
+    kv_unified: bool
+    n_swa_cells: int
+
+
+class KVSummary(BaseModel):
+    k_bytes: int
+    v_bytes: int
+    cells: int  # n_ctx_seq, as in the log line (SWA layers have their own cache: see swa_cells)
+    swa_cells: int
+    layers: int
+    type_k: str
+    type_v: str
+
+
+class RecurrentSummary(BaseModel):
+    r_bytes: int
+    s_bytes: int
+    cells: int  # max(1, n_seq_max), as in the log line
+    rows: int  # rows of each tensor: cells * (1 + n_rs_seq)
+    layers: int  # ALL trunk layers (what llama.cpp's log line prints)
+    recurrent_layers: int  # layers that actually carry R/S
+    n_embd_r: int
+    n_embd_s: int
+    type_r: str
+    type_s: str
+    snapshot_bytes: int  # the part of r_bytes + s_bytes that holds rollback planes
+
+
+class MemoryPlan(BaseModel):
+    """Everything llama.cpp would allocate for the caches of one model and one set of context parameters."""
+
+    model: str
+    arch: str
+    context: ContextSummary
+    kv: KVSummary
+    recurrent: RecurrentSummary
+    tensors: list[TensorPlan]
+    total_bytes: int
+    buffer_bytes: dict[str, dict[str, int]]  # backend -> {"kv": bytes, "recurrent": bytes}, padded
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class PlanTotals:
+    """Byte totals of a plan, without the per-tensor list."""
+
+    k_bytes: int
+    v_bytes: int
+    r_bytes: int
+    s_bytes: int
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+    @property
+    def recurrent_bytes(self) -> int:
+        return self.r_bytes + self.s_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes + self.r_bytes + self.s_bytes
+
+
+def _v_row(layout: CacheLayout, ctx: EffectiveContext, layer: KVLayer) -> int:
+    # [TAG_V_CACHE_VARIABLE]: without flash attention V is transposed and every row is the widest one
+    return layout.n_embd_v_gqa_max if ctx.v_trans else layer.n_embd_v_gqa
+
+
+def _kv_cells(ctx: EffectiveContext, layer: KVLayer) -> int:
+    return ctx.n_swa_cells if layer.is_swa else ctx.n_ctx_seq
+
+
+def plan_totals(layout: CacheLayout, ctx: EffectiveContext) -> PlanTotals:
+    """Exact byte totals for ``layout`` under the resolved context ``ctx`` (integer arithmetic only)."""
+    k_bytes = v_bytes = 0
+    for layer in layout.kv_layers:
+        cells = _kv_cells(ctx, layer) * ctx.n_stream
+        k_bytes += row_nbytes(ctx.type_k, layer.n_embd_k_gqa) * cells
+        if layout.has_v:
+            v_bytes += row_nbytes(ctx.type_v, _v_row(layout, ctx, layer)) * cells
+    n_rec = len(layout.recurrent_layers)
+    rows = ctx.rs_rows
+    r_bytes = n_rec * row_nbytes(ctx.type_r, layout.n_embd_r) * rows
+    s_bytes = n_rec * row_nbytes(ctx.type_s, layout.n_embd_s) * rows
+    return PlanTotals(k_bytes, v_bytes, r_bytes, s_bytes)
+
+
+def alloc_nbytes(backend: str, t: TensorPlan) -> int:
+    """ggml_backend_buft_get_alloc_size of tensor ``t`` on ``backend`` (CPU or CUDA), padded to the buffer's
+    alignment: what it adds to its buffer."""
+    type_ = ggml_type(t.type)
+    size = t.bytes
+    if backend == "CUDA" and type_.is_quantized and t.shape[0] % CUDA_MATRIX_ROW_PADDING:
+        size += row_nbytes(type_, CUDA_MATRIX_ROW_PADDING - t.shape[0] % CUDA_MATRIX_ROW_PADDING)
+    align = BUFFER_ALIGNMENT[backend]
+    return (size + align - 1) // align * align
+
+
+def _tensors(layout: CacheLayout, ctx: EffectiveContext) -> list[TensorPlan]:
+    out: list[TensorPlan] = []
+    # the KV cache(s) first (llama_memory_hybrid builds mem_attn before mem_recr); with sliding-window layers
+    # the non-SWA cache is built before the SWA one
+    for swa in (False, True):
+        for layer in layout.kv_layers:
+            if layer.is_swa != swa:
+                continue
+            cells = _kv_cells(ctx, layer)
+            rows = [("k", layer.n_embd_k_gqa, ctx.type_k)]
+            if layout.has_v:
+                rows.append(("v", _v_row(layout, ctx, layer), ctx.type_v))
+            for kind, width, type_ in rows:
+                row_bytes = row_nbytes(type_, width)
+                out.append(
+                    TensorPlan(
+                        name=f"cache_{kind}_l{layer.il}",
+                        layer=layer.il,
+                        kind=kind,
+                        cache="kv_swa" if swa else "kv",
+                        shape=(width, cells, ctx.n_stream),
+                        type=type_.name,
+                        bytes=row_bytes * cells * ctx.n_stream,
+                        row_bytes=row_bytes,
+                    )
+                )
+    rows = ctx.rs_rows
+    for il in layout.recurrent_layers:
+        for kind, width, type_ in (("r", layout.n_embd_r, ctx.type_r), ("s", layout.n_embd_s, ctx.type_s)):
+            row_bytes = row_nbytes(type_, width)
+            out.append(
+                TensorPlan(
+                    name=f"cache_{kind}_l{il}",
+                    layer=il,
+                    kind=kind,
+                    cache="recurrent",
+                    shape=(width, rows),
+                    type=type_.name,
+                    bytes=row_bytes * rows,
+                    row_bytes=row_bytes,
+                )
+            )
+    return out
+
+
+def build_plan(spec: ModelSpec, params: ContextParams, layout: CacheLayout | None = None) -> MemoryPlan:
+    """The full MemoryPlan of ``spec`` under ``params`` (``layout`` may be passed to skip re-deriving it)."""
+    layout = layout or cache_layout(spec)
+    ctx = resolve_context(layout, params)
+    tensors = _tensors(layout, ctx)
+    totals = plan_totals(layout, ctx)
+    buffers = {
+        backend: {
+            "kv": sum(alloc_nbytes(backend, t) for t in tensors if t.cache != "recurrent"),
+            "recurrent": sum(alloc_nbytes(backend, t) for t in tensors if t.cache == "recurrent"),
+        }
+        for backend in BUFFER_ALIGNMENT
+    }
+    n_rec = len(layout.recurrent_layers)
+    snapshot_rows = ctx.n_seq_max * ctx.n_rs_seq
+    snapshot_bytes = n_rec * snapshot_rows * (
+        row_nbytes(ctx.type_r, layout.n_embd_r) + row_nbytes(ctx.type_s, layout.n_embd_s)
+    )
+    return MemoryPlan(
+        model=spec.name,
+        arch=spec.arch,
+        context=ContextSummary(
+            n_ctx=ctx.n_ctx,
+            n_ctx_seq=ctx.n_ctx_seq,
+            n_stream=ctx.n_stream,
+            n_seq_max=ctx.n_seq_max,
+            n_rs_seq=ctx.n_rs_seq,
+            n_rs_seq_requested=ctx.n_rs_seq_requested,
+            n_rs_seq_clamp_reason=ctx.n_rs_seq_clamp_reason,
+            n_batch=ctx.n_batch,
+            n_ubatch=ctx.n_ubatch,
+            flash_attn=ctx.flash_attn,
+            v_trans=ctx.v_trans,
+            kv_unified=ctx.kv_unified,
+            n_swa_cells=ctx.n_swa_cells,
+        ),
+        kv=KVSummary(
+            k_bytes=totals.k_bytes,
+            v_bytes=totals.v_bytes,
+            cells=ctx.n_ctx_seq,
+            swa_cells=ctx.n_swa_cells,
+            layers=len(layout.kv_layers),
+            type_k=ctx.type_k.name,
+            type_v=ctx.type_v.name,
+        ),
+        recurrent=RecurrentSummary(
+            r_bytes=totals.r_bytes,
+            s_bytes=totals.s_bytes,
+            cells=ctx.n_seq_max,
+            rows=ctx.rs_rows,
+            layers=layout.n_layer,
+            recurrent_layers=n_rec,
+            n_embd_r=layout.n_embd_r,
+            n_embd_s=layout.n_embd_s,
+            type_r=ctx.type_r.name,
+            type_s=ctx.type_s.name,
+            snapshot_bytes=snapshot_bytes,
+        ),
+        tensors=tensors,
+        total_bytes=totals.total_bytes,
+        buffer_bytes=buffers,
+        warnings=list(ctx.warnings),
+    )

@@ -1,0 +1,25 @@
+"""The one exception hierarchy of rsplan.
+
+Every error a user can cause (bad files, bad flags, settings llama.cpp refuses) is an ``RsplanError``;
+the CLI turns it into a one-line ``Error: <message>`` and a non-zero exit. Anything else is a bug.
+"""
+
+
+class RsplanError(ValueError):
+    """Base class of every user-facing rsplan error."""
+
+
+class ModelFileError(RsplanError):
+    """A model description (preset YAML, GGUF, config.json) is unreadable, malformed or inconsistent."""
+
+
+class UnsupportedArchError(RsplanError):
+    """The model's architecture is not one rsplan can size exactly."""
+
+
+class ContextError(RsplanError):
+    """Context parameters that llama.cpp would refuse, or that are out of range."""
+
+
+class DeviceError(RsplanError):
+    """A device (GPU) problem: none present, out of memory, missing driver library."""
