@@ -1,0 +1,74 @@
+"""The ``rsplan`` command line: one click group, one module per command, loaded lazily.
+
+Every ``RsplanError`` (and click's own usage errors) ends as a one-line ``Error: ...`` on stderr with a
+non-zero exit; anything else is a bug and keeps its traceback. Commands import their heavy libraries (torch,
+plotly, numpy) inside the command body, so ``rsplan estimate`` never loads them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from rsplan import __version__
+
+#: command name -> "module:attribute". Each module holds one click command (or group).
+COMMANDS: dict[str, str] = {
+    "estimate": "rsplan.cli.estimate:estimate",
+    "presets": "rsplan.cli.presets:presets",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when used (keeps start-up fast)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Like click's, but every error (usage errors included) prints as ONE line ``Error: ...``."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("Error: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            message = " ".join(exc.format_message().split())
+            hint = ""
+            if isinstance(exc, click.UsageError) and exc.ctx is not None:
+                hint = f" (see '{exc.ctx.command_path} --help')"
+            click.echo(f"Error: {message}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except OSError as exc:
+            if getattr(exc, "errno", None) == 32:  # EPIPE: output piped into `head`
+                sys.exit(0)
+            raise
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="rsplan")
+def cli() -> None:
+    """Exact memory planning for the recurrent-state and KV caches of LLMs (llama.cpp rules).
+
+    \b
+    Example:
+      rsplan estimate --model qwen3-next-80b-a3b -c 32768 -np 4
+    """
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="rsplan")

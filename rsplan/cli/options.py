@@ -1,0 +1,74 @@
+"""The llama.cpp context flags shared by estimate, capacity, report and profile.
+
+Flag names follow llama.cpp's (``-c``, ``-np``, ``-kvu``, ``-ctk``, ``-ctv``, ``-fa``, ``-b``, ``-ub``,
+``--swa-full``, ``--n-rs-seq``, ``--spec-type``, ``--draft-max``); ``--type-r`` / ``--type-s`` are rsplan's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from rsplan.hparams.ggml_types import CACHE_TYPE_NAMES
+from rsplan.planner.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams, n_rs_seq_for
+
+CACHE_TYPE = click.Choice(CACHE_TYPE_NAMES, case_sensitive=False)
+
+_CONTEXT_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(0, MAX_CTX), default=4096, show_default=True,
+                 help="Total KV cells over all sequences (llama.cpp -c); 0 = the model's training context."),
+    click.option("-np", "--parallel", "n_seq_max", type=click.IntRange(1, MAX_SEQ), default=1, show_default=True,
+                 help="Parallel sequences (llama.cpp -np)."),
+    click.option("-kvu", "--kv-unified", "kv_unified", is_flag=True,
+                 help="One KV stream shared by all sequences (llama.cpp -kvu)."),
+    click.option("-ctk", "--cache-type-k", "type_k", type=CACHE_TYPE, default="f16", show_default=True,
+                 help="K cache type."),
+    click.option("-ctv", "--cache-type-v", "type_v", type=CACHE_TYPE, default="f16", show_default=True,
+                 help="V cache type."),
+    click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default="auto",
+                 show_default=True, help="Flash attention; auto counts as on when the caches are created."),
+    click.option("--swa-full", is_flag=True, help="Full-size sliding-window caches."),
+    click.option("-b", "--batch-size", "n_batch", type=click.IntRange(1, MAX_CTX), default=2048, show_default=True,
+                 help="Logical batch size (llama.cpp -b)."),
+    click.option("-ub", "--ubatch-size", "n_ubatch", type=click.IntRange(1, MAX_CTX), default=512,
+                 show_default=True, help="Physical batch size (llama.cpp -ub)."),
+    click.option("--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None,
+                 help="Rollback snapshot planes per sequence (clamped to 0 on archs without rollback)."),
+    click.option("--spec-type", type=click.Choice(["none", "mtp", "eagle3", "dflash", "dspark"]), default="none",
+                 show_default=True, help="Speculative decoding type; mtp/eagle3/dflash/dspark set n_rs_seq to "
+                 "--draft-max."),
+    click.option("--draft-max", "draft_max", type=click.IntRange(0, MAX_RS_SEQ), default=None,
+                 help="Draft length (default 3), used as n_rs_seq with --spec-type."),
+    click.option("--type-r", "type_r", type=CACHE_TYPE, default="f32", show_default=True,
+                 help="Conv-state (R) type; llama.cpp always uses f32."),
+    click.option("--type-s", "type_s", type=CACHE_TYPE, default="f32", show_default=True,
+                 help="Recurrent-state (S) type; llama.cpp always uses f32."),
+]
+
+CONTEXT_KEYS = (
+    "n_ctx", "n_seq_max", "kv_unified", "type_k", "type_v", "flash_attn", "swa_full", "n_batch", "n_ubatch",
+    "n_rs_seq", "spec_type", "draft_max", "type_r", "type_s",
+)
+
+
+def context_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the llama.cpp context flags to a click command."""
+    for option in reversed(_CONTEXT_OPTIONS):
+        func = option(func)
+    return func
+
+
+def pop_context_params(kwargs: dict[str, Any]) -> ContextParams:
+    """Remove the context flags from a command's kwargs and build the ContextParams they describe."""
+    values = {key: kwargs.pop(key) for key in CONTEXT_KEYS}
+    spec_type, draft_max = values.pop("spec_type"), values.pop("draft_max")
+    if draft_max is not None and spec_type == "none":
+        raise click.BadParameter("--draft-max needs --spec-type mtp|eagle3|dflash|dspark", param_hint="--draft-max")
+    if values["n_rs_seq"] is not None and spec_type != "none":
+        raise click.BadParameter("give either --n-rs-seq or --spec-type, not both", param_hint="--n-rs-seq")
+    values["n_rs_seq"] = n_rs_seq_for(spec_type, draft_max, values["n_rs_seq"])
+    for key in ("type_k", "type_v", "type_r", "type_s"):
+        values[key] = values[key].lower()
+    return ContextParams(**values)

@@ -1,0 +1,42 @@
+"""``rsplan presets list|show``: the built-in model presets."""
+
+from __future__ import annotations
+
+import click
+from tabulate import tabulate
+
+from rsplan.cli.errors import user_errors
+
+
+@click.group()
+def presets() -> None:
+    """The built-in model presets (YAML, each naming its source)."""
+
+
+@presets.command("list")
+@user_errors
+def presets_list() -> None:
+    """List the built-in presets with their arch and layer counts."""
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
+
+    rows = []
+    for name in builtin_preset_names():
+        spec = load_builtin_preset(name)
+        layout = cache_layout(spec)
+        rows.append([name, spec.arch, spec.n_layer, len(layout.kv_layers), len(layout.recurrent_layers),
+                     spec.context_length])
+    click.echo(tabulate(rows, headers=["preset", "arch", "layers", "KV layers", "recurrent layers", "n_ctx_train"]))
+
+
+@presets.command("show")
+@click.argument("name")
+@user_errors
+def presets_show(name: str) -> None:
+    """Print a built-in preset's YAML."""
+    from importlib import resources
+
+    from rsplan.hparams.sources import load_builtin_preset
+
+    load_builtin_preset(name)  # validates, and names the error if unknown
+    click.echo((resources.files("rsplan.presets") / f"{name}.yaml").read_text(encoding="utf-8"), nl=False)

@@ -1,0 +1,1 @@
+"""Renderers: turn plans into text tables, JSON and (lazily) plotly reports. Units appear only here."""

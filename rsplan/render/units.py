@@ -1,0 +1,52 @@
+"""Byte counts for display (binary units, labelled as such), and size arguments with units."""
+
+from __future__ import annotations
+
+import re
+
+from rsplan.errors import RsplanError
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": 1 << 10,
+    "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
+    "g": 1000**3, "gb": 1000**3, "gib": 1 << 30,
+    "t": 1000**4, "tb": 1000**4, "tib": 1 << 40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def mib(n_bytes: int) -> str:
+    """``n_bytes`` in MiB with two decimals (display only)."""
+    return f"{n_bytes / MIB:,.2f}"
+
+
+def human(n_bytes: int) -> str:
+    """A short human label: ``768.00 MiB``, ``1.50 GiB``."""
+    if abs(n_bytes) >= GIB:
+        return f"{n_bytes / GIB:,.2f} GiB"
+    return f"{n_bytes / MIB:,.2f} MiB"
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """Parse ``24GiB``, ``80G`` (decimal), ``81920MiB``, ``1024`` (bytes) into an exact number of bytes."""
+    m = _SIZE.match(text)
+    if not m:
+        raise RsplanError(f"{what}: cannot read '{text}' as a size (examples: 24GiB, 80GB, 81920MiB)")
+    number, unit = m.groups()
+    factor = _UNITS.get(unit.lower())
+    if factor is None:
+        raise RsplanError(f"{what}: unknown unit '{unit}' in '{text}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+    if "." in number:
+        whole, frac = number.split(".")
+        value = int(whole) * factor + int(frac) * factor // 10 ** len(frac)
+    else:
+        value = int(number) * factor
+    if value <= 0:
+        raise RsplanError(f"{what}: must be positive, got '{text}'")
+    if value > 1 << 60:
+        raise RsplanError(f"{what}: '{text}' is absurdly large")
+    return value
