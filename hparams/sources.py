@@ -7,9 +7,10 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from rsplan.errors import ModelFileError
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.yaml_preset import load_preset_file, load_preset_text
+
+from rsplan.errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
 

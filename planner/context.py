@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from rsplan.errors import ContextError
 from rsplan.hparams.ggml_types import GGMLType, ggml_type
 from rsplan.hparams.layout import CacheLayout
+
+from rsplan.errors import ContextError
 
 #: llama.cpp's LLAMA_MAX_SEQ
 MAX_SEQ = 256

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-
 from rsplan.hparams.ggml_types import ggml_type, row_nbytes
 from rsplan.hparams.layout import CacheLayout, KVLayer, cache_layout
 from rsplan.hparams.model import ModelSpec
