@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from rsplan.hparams.archs import arch_info
 from rsplan.hparams.model import ModelSpec
 
-from rsplan.errors import ModelFileError
+from rsplan.errors import ModelFileError, UnsupportedArchError
 
 MAX_PRESET_BYTES = 1 << 20
 MAX_DEPTH = 8
@@ -58,7 +58,10 @@ def spec_from_mapping(data: object, where: str) -> ModelSpec:
         raise ModelFileError(f"{where}: expected a mapping of keys to values, got {type(data).__name__}")
     arch = data.get("arch")
     if isinstance(arch, str):
-        arch_info(arch)  # an unknown arch is its own clear error, not a field error
+        try:
+            arch_info(arch)  # an unknown arch is its own clear error, not a field error
+        except UnsupportedArchError as exc:
+            raise UnsupportedArchError(f"{where}: arch: {exc}") from None
     try:
         return ModelSpec.model_validate(data)
     except ValidationError as exc:
