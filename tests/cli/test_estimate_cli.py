@@ -159,7 +159,8 @@ def test_huge_file_is_refused_without_reading(tmp_path):
 
 def test_estimate_imports_no_heavy_library(example):
     code = (
-        f"import sys; from rsplan.cli import main; sys.argv = ['rsplan', 'estimate', '--model', {str(example)!r}, '-c', '8192'];\n"
+        "import sys; from rsplan.cli import main\n"
+        f"sys.argv = ['rsplan', 'estimate', '--model', {str(example)!r}, '-c', '8192']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'plotly', 'numpy', 'triton', 'gguf'))\n"
         "print('HEAVY', heavy)"
