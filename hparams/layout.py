@@ -54,6 +54,8 @@ class CacheLayout:
     head_dim_v: tuple[int, ...]
     n_swa: int
     n_ctx_train: int
+    #: kv_layers grouped for fast totals: (number of layers, K row, V row, is_swa)
+    kv_groups: tuple[tuple[int, int, int, bool], ...] = ()
 
     @property
     def family(self) -> str:
@@ -153,6 +155,10 @@ def cache_layout(spec: ModelSpec) -> CacheLayout:
             kv_layers.append(KVLayer(il, hk * n_kv, hv * n_kv, is_swa))
 
     n_embd_r, n_embd_s = _row_widths(spec, info, head_k_full)
+    groups: dict[tuple[int, int, bool], int] = {}
+    for layer in kv_layers:
+        key = (layer.n_embd_k_gqa, layer.n_embd_v_gqa, layer.is_swa)
+        groups[key] = groups.get(key, 0) + 1
     return CacheLayout(
         arch=info,
         n_layer_all=spec.block_count,
@@ -167,4 +173,5 @@ def cache_layout(spec: ModelSpec) -> CacheLayout:
         head_dim_v=tuple(head_dim_v),
         n_swa=n_swa,
         n_ctx_train=spec.context_length,
+        kv_groups=tuple((n, k, v, swa) for (k, v, swa), n in groups.items()),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from rsplan.hparams.archs import ArchInfo, arch_info
 
 #: llama.cpp's LLAMA_MAX_LAYERS.

@@ -4,28 +4,38 @@ model directory, to a ModelSpec. Heavy readers (gguf, numpy) are imported only f
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
+from rsplan.errors import ModelFileError
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.yaml_preset import load_preset_file, load_preset_text
-
-from rsplan.errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
 
 
+def presets_dir() -> Path:
+    """The folder of the built-in presets (a regular package directory, in a wheel and in a checkout)."""
+    import rsplan.presets
+
+    return Path(rsplan.presets.__file__).parent
+
+
 def builtin_preset_names() -> list[str]:
     """Names of the presets shipped in rsplan.presets, sorted."""
-    root = resources.files("rsplan.presets")
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.name[:-5] for p in presets_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def builtin_preset_path(name: str) -> Path:
+    """The YAML file of built-in preset ``name``; a ModelFileError if there is none."""
+    path = presets_dir() / f"{name}.yaml"
+    if "/" in name or "\\" in name or not path.is_file():
+        raise ModelFileError(f"no built-in preset named '{name}' (see `rsplan presets list`)")
+    return path
 
 
 def load_builtin_preset(name: str) -> ModelSpec:
-    entry = resources.files("rsplan.presets") / f"{name}.yaml"
-    if not entry.is_file():
-        raise ModelFileError(f"no built-in preset named '{name}' (see `rsplan presets list`)")
-    return load_preset_text(entry.read_text(encoding="utf-8"), f"preset {name}")
+    path = builtin_preset_path(name)
+    return load_preset_text(path.read_text(encoding="utf-8"), f"preset {name}")
 
 
 def _looks_like_gguf(path: Path) -> bool:

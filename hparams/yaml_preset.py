@@ -11,10 +11,10 @@ from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
-from rsplan.hparams.archs import arch_info
-from rsplan.hparams.model import ModelSpec
 
 from rsplan.errors import ModelFileError, UnsupportedArchError
+from rsplan.hparams.archs import arch_info
+from rsplan.hparams.model import ModelSpec
 
 MAX_PRESET_BYTES = 1 << 20
 MAX_DEPTH = 8

@@ -6,14 +6,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-from rsplan.hparams.ggml_types import GGMLType, ggml_type
-from rsplan.hparams.layout import CacheLayout
+from typing import Literal
 
 from rsplan.errors import ContextError
+from rsplan.hparams.ggml_types import GGMLType, ggml_type
+from rsplan.hparams.layout import CacheLayout
 
 #: llama.cpp's LLAMA_MAX_SEQ
 MAX_SEQ = 256
@@ -31,23 +30,52 @@ SPEC_TYPES_WITH_ROLLBACK: frozenset[str] = frozenset({"mtp", "eagle3", "dflash",
 DEFAULT_DRAFT_MAX = 3
 
 
-class ContextParams(BaseModel):
-    """What the user asks llama.cpp for (llama.cpp flag in brackets)."""
+_FLASH_ATTN = ("on", "off", "auto")
+#: (field, lowest, highest) bounds checked when ContextParams is built.
+_BOUNDS = (
+    ("n_ctx", 0, MAX_CTX),
+    ("n_seq_max", 1, MAX_SEQ),
+    ("n_rs_seq", 0, MAX_RS_SEQ),
+    ("n_batch", 1, MAX_CTX),
+    ("n_ubatch", 1, MAX_CTX),
+)
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_ctx: Annotated[int, Field(ge=0, le=MAX_CTX)] = 4096  # -c, total over all sequences; 0 = training ctx
-    n_seq_max: Annotated[int, Field(ge=1, le=MAX_SEQ)] = 1  # -np
+@dataclass(frozen=True)
+class ContextParams:
+    """What the user asks llama.cpp for (llama.cpp flag in the comments). Out-of-range values raise ContextError.
+
+    A plain dataclass rather than a pydantic model: it is built millions of times by capacity searches, and
+    ``rsplan estimate``'s start-up time matters.
+    """
+
+    n_ctx: int = 4096  # -c: total KV cells over all sequences; 0 = the model's training context
+    n_seq_max: int = 1  # -np
     kv_unified: bool = False  # -kvu
     type_k: str = "f16"  # -ctk
     type_v: str = "f16"  # -ctv
-    type_r: str = "f32"  # conv state type (always f32 in llama.cpp)
-    type_s: str = "f32"  # recurrent state type (always f32 in llama.cpp)
-    n_rs_seq: Annotated[int, Field(ge=0, le=MAX_RS_SEQ)] = 0  # --n-rs-seq (or draft max, see below)
-    flash_attn: Literal["on", "off", "auto"] = "auto"  # -fa
+    type_r: str = "f32"  # conv-state type (always f32 in llama.cpp)
+    type_s: str = "f32"  # recurrent-state type (always f32 in llama.cpp)
+    n_rs_seq: int = 0  # --n-rs-seq (or the draft length, see n_rs_seq_for)
+    flash_attn: str = "auto"  # -fa on|off|auto
     swa_full: bool = False  # --swa-full
-    n_batch: Annotated[int, Field(ge=1, le=MAX_CTX)] = 2048  # -b
-    n_ubatch: Annotated[int, Field(ge=1, le=MAX_CTX)] = 512  # -ub
+    n_batch: int = 2048  # -b
+    n_ubatch: int = 512  # -ub
+
+    def __post_init__(self) -> None:
+        for name, lo, hi in _BOUNDS:
+            value = getattr(self, name)
+            if type(value) is not int or not lo <= value <= hi:
+                raise ContextError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        if self.flash_attn not in _FLASH_ATTN:
+            raise ContextError(f"flash_attn must be one of on, off, auto; got {self.flash_attn!r}")
+        for name in ("kv_unified", "swa_full"):
+            if type(getattr(self, name)) is not bool:
+                raise ContextError(f"{name} must be true or false, got {getattr(self, name)!r}")
+
+    def replace(self, **changes: object) -> ContextParams:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def n_rs_seq_for(spec_type: str, draft_max: int | None, n_rs_seq: int | None) -> int:

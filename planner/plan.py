@@ -11,10 +11,10 @@ src/llama-memory-recurrent.cpp (see docs/sizing.md).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
 from rsplan.hparams.ggml_types import ggml_type, row_nbytes
 from rsplan.hparams.layout import CacheLayout, KVLayer, cache_layout
 from rsplan.hparams.model import ModelSpec
@@ -30,14 +30,13 @@ BUFFER_ALIGNMENT = {"CPU": 32, "CUDA": 128}
 CUDA_MATRIX_ROW_PADDING = 512
 
 
-class TensorPlan(BaseModel):
+@dataclass(frozen=True)
+class TensorPlan:
     """One cache tensor as llama.cpp creates it.
 
     ``shape`` is ggml's ne order (innermost first): ``[row, cells, streams]`` for K/V,
     ``[row, rows]`` for R/S.
     """
-
-    model_config = ConfigDict(frozen=True)
 
     name: str
     layer: int
@@ -49,7 +48,8 @@ class TensorPlan(BaseModel):
     row_bytes: int
 
 
-class ContextSummary(BaseModel):
+@dataclass(frozen=True)
+class ContextSummary:
     n_ctx: int
     n_ctx_seq: int
     n_stream: int
@@ -65,7 +65,8 @@ class ContextSummary(BaseModel):
     n_swa_cells: int
 
 
-class KVSummary(BaseModel):
+@dataclass(frozen=True)
+class KVSummary:
     k_bytes: int
     v_bytes: int
     cells: int  # n_ctx_seq, as in the log line (SWA layers have their own cache: see swa_cells)
@@ -75,7 +76,8 @@ class KVSummary(BaseModel):
     type_v: str
 
 
-class RecurrentSummary(BaseModel):
+@dataclass(frozen=True)
+class RecurrentSummary:
     r_bytes: int
     s_bytes: int
     cells: int  # max(1, n_seq_max), as in the log line
@@ -89,8 +91,12 @@ class RecurrentSummary(BaseModel):
     snapshot_bytes: int  # the part of r_bytes + s_bytes that holds rollback planes
 
 
-class MemoryPlan(BaseModel):
-    """Everything llama.cpp would allocate for the caches of one model and one set of context parameters."""
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Everything llama.cpp would allocate for the caches of one model and one set of context parameters.
+
+    ``to_dict()`` gives the JSON form (``rsplan estimate --format json``).
+    """
 
     model: str
     arch: str
@@ -101,6 +107,13 @@ class MemoryPlan(BaseModel):
     total_bytes: int
     buffer_bytes: dict[str, dict[str, int]]  # backend -> {"kv": bytes, "recurrent": bytes}, padded
     warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict of every field (tensor shapes as lists)."""
+        d = dataclasses.asdict(self)
+        for t in d["tensors"]:
+            t["shape"] = list(t["shape"])
+        return d
 
 
 @dataclass(frozen=True)
@@ -137,11 +150,12 @@ def _kv_cells(ctx: EffectiveContext, layer: KVLayer) -> int:
 def plan_totals(layout: CacheLayout, ctx: EffectiveContext) -> PlanTotals:
     """Exact byte totals for ``layout`` under the resolved context ``ctx`` (integer arithmetic only)."""
     k_bytes = v_bytes = 0
-    for layer in layout.kv_layers:
-        cells = _kv_cells(ctx, layer) * ctx.n_stream
-        k_bytes += row_nbytes(ctx.type_k, layer.n_embd_k_gqa) * cells
+    for n_layers, k_row, v_row, is_swa in layout.kv_groups:
+        cells = (ctx.n_swa_cells if is_swa else ctx.n_ctx_seq) * ctx.n_stream * n_layers
+        k_bytes += row_nbytes(ctx.type_k, k_row) * cells
         if layout.has_v:
-            v_bytes += row_nbytes(ctx.type_v, _v_row(layout, ctx, layer)) * cells
+            v_row = layout.n_embd_v_gqa_max if ctx.v_trans else v_row
+            v_bytes += row_nbytes(ctx.type_v, v_row) * cells
     n_rec = len(layout.recurrent_layers)
     rows = ctx.rs_rows
     r_bytes = n_rec * row_nbytes(ctx.type_r, layout.n_embd_r) * rows

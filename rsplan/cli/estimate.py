@@ -37,7 +37,7 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, **kwargs: 
     spec = load_model(model_ref)
     plan = build_plan(spec, params)
     if fmt == "json":
-        click.echo(json.dumps(plan.model_dump(mode="json"), indent=2))
+        click.echo(json.dumps(plan.to_dict(), indent=2))
     elif fmt == "log":
         from rsplan.planner.logs import log_lines
 

@@ -34,9 +34,7 @@ def presets_list() -> None:
 @user_errors
 def presets_show(name: str) -> None:
     """Print a built-in preset's YAML."""
-    from importlib import resources
-
-    from rsplan.hparams.sources import load_builtin_preset
+    from rsplan.hparams.sources import builtin_preset_path, load_builtin_preset
 
     load_builtin_preset(name)  # validates, and names the error if unknown
-    click.echo((resources.files("rsplan.presets") / f"{name}.yaml").read_text(encoding="utf-8"), nl=False)
+    click.echo(builtin_preset_path(name).read_text(encoding="utf-8"), nl=False)

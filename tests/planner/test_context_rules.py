@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
-from rsplan_testing import make_spec
 
 from rsplan.errors import ContextError
 from rsplan.hparams.layout import cache_layout
 from rsplan.planner.context import ContextParams, n_rs_seq_for, resolve_context
 from rsplan.planner.plan import build_plan, plan_totals
+from rsplan_testing import make_spec
 
 # One 4-layer gated-delta hybrid (rollback capable), head dim 64, 2 KV heads, as in the real qwen35 test GGUF.
 HYBRID = make_spec(arch="qwen35", context_length=32768, embedding_length=96, block_count=4,
@@ -136,9 +135,17 @@ def test_sliding_window_cells():
     assert plan.kv.k_bytes == 2 * 128 * 2 * 1024 * 4
 
 
-def test_too_many_sequences_is_refused():
-    with pytest.raises(ValidationError, match="less than or equal to 256"):
-        ContextParams(n_seq_max=257)
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("n_seq_max", 257, "n_seq_max must be an integer in [1, 256], got 257"),
+    ("n_seq_max", 0, "n_seq_max must be an integer in [1, 256], got 0"),
+    ("n_ctx", -1, "n_ctx must be an integer in [0, 4294967295], got -1"),
+    ("n_rs_seq", 2.5, "n_rs_seq must be an integer in [0, 1024], got 2.5"),
+    ("flash_attn", "maybe", "flash_attn must be one of on, off, auto; got 'maybe'"),
+])
+def test_out_of_range_params_are_refused(field, value, message):
+    with pytest.raises(ContextError) as exc:
+        ContextParams(**{field: value})
+    assert str(exc.value) == message
 
 
 # -- invariants (hypothesis) ------------------------------------------------------------------------

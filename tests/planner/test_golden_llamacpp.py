@@ -10,12 +10,12 @@ import json
 from functools import cache
 
 import pytest
+
+from rsplan.errors import RsplanError
 from rsplan.planner.context import ContextParams
 from rsplan.planner.logs import log_lines
 from rsplan.planner.plan import build_plan
 from rsplan_testing import make_spec, shared_dir
-
-from rsplan.errors import RsplanError
 
 CASES = shared_dir() / "data" / "llamacpp-measured" / "cases.json"
 pytestmark = pytest.mark.skipif(not CASES.exists(), reason=f"golden data not found at {CASES}")
