@@ -1,0 +1,407 @@
+"""Capacity planning: the largest ``-np``, ``-c`` and ``n_rs_seq`` whose caches fit a memory budget.
+
+Each GPU's cache budget is ``budget - weights on it - margin - compute allowance``; a setting fits when, on every
+GPU, the caches of the layers placed there (planner.placement) take no more than that. Layers left in host memory
+(``-ngl`` below all, ``--no-kv-offload``) are not budgeted. The searches are exact: cache bytes come from
+``plan_totals`` and each answer is a binary search over a monotone predicate (cache bytes never shrink when -np,
+the context or n_rs_seq grows), so the answer fits and the next value does not.
+
+llama.cpp's ``-c`` is the TOTAL over all sequences: "8192 tokens per sequence, 4 sequences" is ``-c 32768 -np 4``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.layout import CacheLayout, cache_layout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.context import (
+    CTX_PAD,
+    MAX_CTX,
+    MAX_RS_SEQ,
+    MAX_SEQ,
+    ContextParams,
+    EffectiveContext,
+    resolve_context,
+)
+from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout, weights_by_device
+from rsplan.planner.plan import PlanTotals
+
+MIB = 1 << 20
+#: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
+DEFAULT_FIT_TARGET_MIB = 1024
+#: rsplan's default compute-buffer allowance per device. llama.cpp sizes its compute buffers from the
+#: graph (n_ubatch, vocabulary, attention layout, flash attention...), which rsplan does not model; a few hundred
+#: MiB is typical at ``-ub 512``. Measure yours (the ``compute buffer size`` log line) and pass ``--compute``.
+DEFAULT_COMPUTE_BYTES = 512 * MIB
+#: The first rung of the default context ladder, tokens per sequence.
+LADDER_START = 4096
+
+
+class CapacityError(RsplanError):
+    """Nothing fits, or a capacity question that cannot be answered."""
+
+
+@dataclass(frozen=True)
+class DeviceBudget:
+    """The memory one GPU offers.
+
+    Attributes:
+        name: label (``budget``, ``GPU0 NVIDIA H200``).
+        budget_bytes: bytes the plan may use on this device (before weights, margin and compute).
+        source: where budget_bytes comes from (a flag, or NVML's free/total memory).
+        total_bytes / free_bytes: what NVML reported, when read from a real GPU.
+    """
+
+    name: str
+    budget_bytes: int
+    source: str
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Budgets, weights and allowances for a capacity search.
+
+    Attributes:
+        devices: one entry per GPU the model may use.
+        weights_bytes: the model's weights, or None when unknown (then NOT counted, and said so).
+        weights_source: where weights_bytes comes from.
+        margin_bytes: per device, the margin left free (``--fit-target``).
+        compute_bytes: per device, the compute-buffer allowance (``--compute``).
+    """
+
+    devices: tuple[DeviceBudget, ...]
+    weights_bytes: int | None
+    weights_source: str
+    margin_bytes: tuple[int, ...]
+    compute_bytes: int
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise CapacityError("no device budget given")
+        if len(self.margin_bytes) != len(self.devices):
+            raise CapacityError(
+                f"--fit-target has {len(self.margin_bytes)} values for {len(self.devices)} device(s)"
+            )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Cache bytes of one setting, per device."""
+
+    ctx: EffectiveContext
+    devices: tuple[PlanTotals, ...]
+    host: PlanTotals
+
+    @property
+    def total_bytes(self) -> int:
+        """All cache bytes (= ``rsplan estimate``'s total_bytes for the same flags)."""
+        return sum(t.total_bytes for t in self.devices) + self.host.total_bytes
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One row of the ladder: the most sequences of ``ctx_per_seq`` tokens that fit.
+
+    ``n_ctx_flag`` is llama.cpp's ``-c`` (the total, ``ctx_per_seq * max_parallel``); ``cache_bytes`` is what
+    ``rsplan estimate -c n_ctx_flag -np max_parallel`` reports. Both are None when not even one sequence fits.
+    ``limited_by``: ``memory``, ``max_seq`` (llama.cpp's 256 sequences) or ``nothing_fits``.
+    """
+
+    ctx_per_seq: int
+    max_parallel: int
+    n_ctx_flag: int | None
+    n_ctx_seq: int | None
+    cache_bytes: int | None
+    headroom_bytes: int | None
+    limited_by: str
+
+
+@dataclass(frozen=True)
+class CtxAnswer:
+    """The largest per-sequence context (a multiple of 256) for ``n_seq_max`` sequences.
+
+    ``limited_by``: ``memory``, ``n_ctx_train`` (the search stops at the model's training context) or
+    ``nothing_fits``.
+    """
+
+    n_seq_max: int
+    ctx_per_seq: int
+    n_ctx_flag: int | None
+    cache_bytes: int | None
+    headroom_bytes: int | None
+    limited_by: str
+
+
+@dataclass(frozen=True)
+class RsAnswer:
+    """The largest ``n_rs_seq`` (rollback planes per sequence) at ``-c n_ctx -np n_seq_max``.
+
+    ``n_rs_seq`` is None when the question has no answer: ``reason`` says why (arch without rollback, or not even
+    ``n_rs_seq = 0`` fits). ``limited_by``: ``memory`` or ``max_rs_seq`` (rsplan's bound, 1024).
+    """
+
+    n_ctx: int
+    n_seq_max: int
+    n_rs_seq: int | None
+    cache_bytes: int | None
+    headroom_bytes: int | None
+    limited_by: str | None
+    reason: str | None = None
+
+
+def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with ``pred(n)``, or ``lo - 1`` if there is none, for a ``pred`` that is true up
+    to some n and false after it (binary search: about log2(hi - lo) calls).
+
+    The result is a boundary by construction: ``pred(n)`` held (unless n = lo - 1) and ``pred(n + 1)`` failed
+    (unless n = hi). Cache bytes never decrease when -np, the context or n_rs_seq grows, so the fit predicates
+    here are monotone; the tests check the answers against a linear scan.
+    """
+    a, b = lo - 1, hi  # invariant: pred(a) held (or a == lo - 1), pred(b + 1) failed (or b == hi)
+    while a < b:
+        mid = (a + b + 1) // 2
+        if pred(mid):
+            a = mid
+        else:
+            b = mid - 1
+    return a
+
+
+def default_ladder(n_ctx_train: int, start: int = LADDER_START) -> list[int]:
+    """Per-sequence contexts 4k, 8k, 16k, ... up to the training context (which ends the ladder)."""
+    ladder = []
+    ctx = start
+    while ctx < n_ctx_train:
+        ladder.append(ctx)
+        ctx *= 2
+    ladder.append(n_ctx_train)
+    return ladder
+
+
+@dataclass
+class CapacityPlanner:
+    """Capacity searches for one model, one set of context flags, one budget and one layer placement.
+
+    ``base`` supplies every flag the searches do not vary (cache types, -kvu, -fa, n_rs_seq, batch sizes).
+    ``n_gpu_layers`` (None: all), ``tensor_split`` (None: split by the device budgets, as llama.cpp splits by
+    free memory) and ``offload_kqv`` (False: ``--no-kv-offload``) place the layers (planner.placement).
+    """
+
+    spec: ModelSpec
+    base: ContextParams
+    budget: Budget
+    n_gpu_layers: int | None = None
+    tensor_split: tuple[float, ...] | None = None
+    offload_kqv: bool = True
+    layout: CacheLayout = field(init=False, repr=False)
+    placement: Placement = field(init=False, repr=False)
+    split_parts: tuple[float, ...] = field(init=False)
+    weights_on_device: list[int] = field(init=False)
+    weights_on_host: int = field(init=False)
+    cache_budget: list[int] = field(init=False)
+    _split: SplitLayout = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.layout = cache_layout(self.spec)
+        n_dev = len(self.budget.devices)
+        self.split_parts = tuple(self.tensor_split) if self.tensor_split is not None else tuple(
+            float(p) for p in self.split_basis()
+        )
+        self.placement = place_layers(
+            self.layout.n_layer_all,
+            n_dev,
+            n_gpu_layers=self.n_gpu_layers,
+            tensor_split=list(self.tensor_split) if self.tensor_split is not None else None,
+            free_bytes=self.split_basis(),
+            offload_kqv=self.offload_kqv,
+        )
+        resolve_context(self.layout, self.base)  # refuse settings llama.cpp refuses, once, up front
+        self._split = split_layout(self.layout, self.placement)
+        weights = self.budget.weights_bytes or 0
+        self.weights_on_device, self.weights_on_host = weights_by_device(weights, self.placement)
+        self.cache_budget = [
+            d.budget_bytes - w - m - self.budget.compute_bytes
+            for d, w, m in zip(self.budget.devices, self.weights_on_device, self.budget.margin_bytes, strict=True)
+        ]
+        for i, (d, c) in enumerate(zip(self.budget.devices, self.cache_budget, strict=True)):
+            if c < 0:
+                raise CapacityError(
+                    f"nothing fits on {d.name}: weights {_mib(self.weights_on_device[i])} + margin "
+                    f"{_mib(self.budget.margin_bytes[i])} + compute {_mib(self.budget.compute_bytes)} exceed its "
+                    f"budget of {_mib(d.budget_bytes)} by {_mib(-c)} ({-c:,} bytes)"
+                )
+
+    def split_basis(self) -> list[int]:
+        """What llama.cpp splits layers by without --tensor-split: free memory (here: each budget), in whole
+        MiB so that the ``-ts`` flags rsplan prints reproduce the placement exactly."""
+        return [(d.budget_bytes if d.free_bytes is None else d.free_bytes) // MIB for d in self.budget.devices]
+
+    def flags(self, params: ContextParams, spec_type: str = "mtp") -> str:
+        """The llama.cpp flags for ``params`` on this placement."""
+        return llama_flags(params, self.placement, spec_type=spec_type, tensor_split=self.split_parts)
+
+    # -- evaluating one setting ---------------------------------------------------------------------------
+
+    def params(self, n_ctx: int, n_seq_max: int, n_rs_seq: int | None = None) -> ContextParams:
+        """``base`` with ``-c``, ``-np`` (and optionally n_rs_seq) replaced."""
+        if n_rs_seq is None:
+            return replace(self.base, n_ctx=n_ctx, n_seq_max=n_seq_max)
+        return replace(self.base, n_ctx=n_ctx, n_seq_max=n_seq_max, n_rs_seq=n_rs_seq)
+
+    def usage(self, params: ContextParams) -> Usage:
+        ctx = resolve_context(self.layout, params)
+        devices, host = self._split.totals(ctx)
+        return Usage(ctx, tuple(devices), host)
+
+    def headroom(self, params: ContextParams) -> int:
+        """The smallest margin left over the GPUs' cache budgets (negative: does not fit)."""
+        use = self.usage(params)
+        return min(b - t.total_bytes for b, t in zip(self.cache_budget, use.devices, strict=True))
+
+    def fits(self, params: ContextParams) -> bool:
+        return self.headroom(params) >= 0
+
+    # -- the questions ------------------------------------------------------------------------------------
+
+    def max_parallel(self, ctx_per_seq: int) -> Rung:
+        """The most sequences of ``ctx_per_seq`` tokens each (flags ``-c ctx_per_seq*n -np n``) that fit."""
+        if ctx_per_seq < 1:
+            raise CapacityError(f"context per sequence must be >= 1, got {ctx_per_seq}")
+        hi = min(MAX_SEQ, MAX_CTX // ctx_per_seq)
+        n = largest(lambda k: self.fits(self.params(ctx_per_seq * k, k)), 1, hi)
+        if n < 1:
+            return Rung(ctx_per_seq, 0, None, None, None, None, "nothing_fits")
+        params = self.params(ctx_per_seq * n, n)
+        use = self.usage(params)
+        return Rung(
+            ctx_per_seq=ctx_per_seq,
+            max_parallel=n,
+            n_ctx_flag=ctx_per_seq * n,
+            n_ctx_seq=use.ctx.n_ctx_seq,
+            cache_bytes=use.total_bytes,
+            headroom_bytes=self.headroom(params),
+            limited_by="max_seq" if n == MAX_SEQ else "memory",
+        )
+
+    def ladder(self, contexts: Sequence[int] | None = None) -> list[Rung]:
+        """``max_parallel`` for each per-sequence context (default: 4k, 8k, ... up to the training context)."""
+        contexts = contexts or default_ladder(self.layout.n_ctx_train)
+        return [self.max_parallel(c) for c in contexts]
+
+    def max_ctx(self, n_seq_max: int) -> CtxAnswer:
+        """The largest per-sequence context, a multiple of 256 up to the training context, for ``n_seq_max``
+        sequences (flags ``-c ctx*n_seq_max -np n_seq_max``)."""
+        cap = max(1, min(self.layout.n_ctx_train, MAX_CTX // n_seq_max) // CTX_PAD)
+        k = largest(lambda j: self.fits(self.params(j * CTX_PAD * n_seq_max, n_seq_max)), 1, cap)
+        if k < 1:
+            return CtxAnswer(n_seq_max, 0, None, None, None, "nothing_fits")
+        ctx = k * CTX_PAD
+        params = self.params(ctx * n_seq_max, n_seq_max)
+        return CtxAnswer(
+            n_seq_max=n_seq_max,
+            ctx_per_seq=ctx,
+            n_ctx_flag=ctx * n_seq_max,
+            cache_bytes=self.usage(params).total_bytes,
+            headroom_bytes=self.headroom(params),
+            limited_by="n_ctx_train" if k == cap else "memory",
+        )
+
+    def max_n_rs_seq(self, n_ctx: int, n_seq_max: int) -> RsAnswer:
+        """The most rollback planes per sequence at ``-c n_ctx -np n_seq_max`` (rollback-capable archs only)."""
+        if not self.layout.arch.rollback:
+            return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
+                            f"arch '{self.layout.arch.name}' does not support recurrent rollback "
+                            "(llama.cpp clamps n_rs_seq to 0)")
+        n = largest(lambda r: self.fits(self.params(n_ctx, n_seq_max, r)), 0, MAX_RS_SEQ)
+        if n < 0:
+            return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
+                            f"-c {n_ctx} -np {n_seq_max} does not fit even without rollback planes")
+        params = self.params(n_ctx, n_seq_max, n)
+        return RsAnswer(
+            n_ctx=n_ctx,
+            n_seq_max=n_seq_max,
+            n_rs_seq=n,
+            cache_bytes=self.usage(params).total_bytes,
+            headroom_bytes=self.headroom(params),
+            limited_by="max_rs_seq" if n == MAX_RS_SEQ else "memory",
+        )
+
+
+def _mib(n_bytes: int) -> str:
+    return f"{n_bytes / MIB:,.2f} MiB"
+
+
+def llama_flags(
+    params: ContextParams,
+    placement: Placement | None = None,
+    *,
+    spec_type: str = "mtp",
+    tensor_split: Sequence[float] | None = None,
+) -> str:
+    """The llama.cpp command-line flags that reproduce ``params`` (and the layer placement).
+
+    Flags that only rsplan knows (``--type-r`` / ``--type-s``: llama.cpp always uses f32) are not printed.
+    n_rs_seq has no llama.cpp flag of its own: it is the draft length of MTP/EAGLE3/DFLASH/DSPARK speculative
+    decoding, printed as ``--spec-type <spec_type> --draft-max N``.
+    """
+    out = [f"-c {params.n_ctx}", f"-np {params.n_seq_max}"]
+    if params.kv_unified:
+        out.append("-kvu")
+    if params.type_k != "f16":
+        out.append(f"-ctk {params.type_k}")
+    if params.type_v != "f16":
+        out.append(f"-ctv {params.type_v}")
+    if params.flash_attn != "auto":
+        out.append(f"-fa {params.flash_attn}")
+    if params.swa_full:
+        out.append("--swa-full")
+    if params.n_batch != 2048:
+        out.append(f"-b {params.n_batch}")
+    if params.n_ubatch != 512:
+        out.append(f"-ub {params.n_ubatch}")
+    if params.n_rs_seq > 0:
+        out.append(f"--spec-type {spec_type} --draft-max {params.n_rs_seq}")
+    if placement is not None:
+        n_units = placement.n_layer_all + 1
+        out.append("-ngl all" if placement.n_gpu_layers >= n_units else f"-ngl {placement.n_gpu_layers}")
+        if placement.n_devices > 1 and tensor_split is not None:
+            out.append("-ts " + ",".join(f"{p:g}" for p in tensor_split))
+        if not placement.offload_kqv:
+            out.append("-nkvo")
+    return " ".join(out)
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """Every answer of ``rsplan capacity`` for one model.
+
+    Attributes:
+        params: the flags as given (``-c``/``-np`` are the ones the max_ctx / max_n_rs_seq questions use).
+        usage: cache bytes per device at ``params``.
+        ladder: max_parallel for each per-sequence context.
+        max_ctx: the largest per-sequence context at ``params.n_seq_max``.
+        max_rs: the largest n_rs_seq at ``params.n_ctx`` / ``params.n_seq_max``.
+    """
+
+    params: ContextParams
+    usage: Usage
+    ladder: list[Rung]
+    max_ctx: CtxAnswer
+    max_rs: RsAnswer
+
+
+def run_capacity(planner: CapacityPlanner, contexts: Sequence[int] | None = None) -> CapacityResult:
+    """Answer the three capacity questions for ``planner.base``."""
+    base = planner.base
+    return CapacityResult(
+        params=base,
+        usage=planner.usage(base),
+        ladder=planner.ladder(contexts),
+        max_ctx=planner.max_ctx(base.n_seq_max),
+        max_rs=planner.max_n_rs_seq(base.n_ctx, base.n_seq_max),
+    )
