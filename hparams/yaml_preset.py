@@ -22,18 +22,37 @@ MAX_DEPTH = 8
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def _check_events(text: str, where: str) -> None:
+    """Refuse aliases, deep nesting, complex keys and duplicate keys before anything is built."""
+    # one frame per open collection: [is_mapping, keys seen, expecting a key]
+    stack: list[list] = []
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise ModelFileError(f"{where}: YAML aliases are not allowed in presets")
+        top = stack[-1] if stack else None
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if top is not None and top[0] and top[2]:
+                raise ModelFileError(f"{where}: only plain keys are allowed (line {event.start_mark.line + 1})")
+            if len(stack) >= MAX_DEPTH:
+                raise ModelFileError(f"{where}: YAML nested deeper than {MAX_DEPTH} levels")
+            stack.append([isinstance(event, yaml.MappingStartEvent), set(), True])
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            stack.pop()
+            if stack and stack[-1][0]:
+                stack[-1][2] = True  # the collection was a value: a key comes next
+        elif isinstance(event, yaml.ScalarEvent) and top is not None and top[0]:
+            if top[2]:
+                if event.value in top[1]:
+                    raise ModelFileError(
+                        f"{where}: duplicate key '{event.value}' at line {event.start_mark.line + 1}"
+                    )
+                top[1].add(event.value)
+            top[2] = not top[2]
+
+
 def _parse_yaml(text: str, where: str) -> object:
-    depth = 0
     try:
-        for event in yaml.parse(text, Loader=_Loader):
-            if isinstance(event, yaml.AliasEvent):
-                raise ModelFileError(f"{where}: YAML aliases are not allowed in presets")
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise ModelFileError(f"{where}: YAML nested deeper than {MAX_DEPTH} levels")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
+        _check_events(text, where)
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -131,6 +131,9 @@ def _write(tmp_path: Path, text: str | bytes, name: str = "m.yaml") -> Path:
     (EXAMPLE + "wkv: {head_size: 64}\n", "wkv: not read by llama.cpp for arch 'qwen35'; remove it"),
     ("a: &a [1,1]\nb: &b [*a,*a]\n", "YAML aliases are not allowed in presets"),
     ("x: " + "[" * 50 + "]" * 50 + "\n", "YAML nested deeper than 8 levels"),
+    (EXAMPLE + "block_count: 49\n", "duplicate key 'block_count' at line 9"),
+    (EXAMPLE.replace("key_length: 128,", "key_length: 128, key_length: 64,"), "duplicate key 'key_length' at line 7"),
+    ("? [a, b]\n: 1\n", "only plain keys are allowed (line 1)"),
 ])
 def test_bad_preset_files_are_one_line_errors(tmp_path, content, message):
     p = _write(tmp_path, content)
