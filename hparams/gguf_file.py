@@ -1,0 +1,490 @@
+"""GGUF files -> ModelSpec: the metadata and the tensor table, never the tensor data.
+
+The file is read through a read-only memory map by a small scanner that bounds every count and length
+before it uses it (a corrupt header cannot make rsplan allocate or loop on what it claims), with the
+``gguf`` package's tables for the value types, the ggml tensor types (``GGML_QUANT_SIZES``), the magic, the
+version and the default alignment. The structural rules are llama.cpp's (ggml/src/gguf.cpp
+``gguf_init_from_reader``): no duplicate or empty keys, tensor names shorter than 64 bytes, at most 4
+dimensions, known tensor types whose block size divides the row, tensors stored in order and padded to the
+alignment, and (src/llama-model-loader.cpp) all tensor data inside the file. The hyper-parameters are then read
+by ``llama_loader.load_spec``, exactly as llama.cpp's loader reads them.
+
+gguf (and numpy, which it imports) are imported on the first GGUF read only.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from rsplan.errors import ModelFileError
+from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
+from rsplan.hparams.model import MAX_LAYERS, ModelSpec
+
+#: Limits far above any real model file and far below what a corrupt count would ask for.
+MAX_KV = 1 << 16  # metadata pairs (real files: a few dozen)
+MAX_TENSORS = 1 << 16  # tensor infos (real files: up to a few thousand)
+MAX_KEY_BYTES = 1 << 16  # bytes of one key
+MAX_ARRAY_LEN = 1 << 22  # elements of one metadata array (vocabularies and merges: up to ~1M)
+MAX_STRINGS = 1 << 23  # strings in all metadata arrays together (bounds the time to walk them)
+MAX_VALUE_STRING = 1 << 16  # bytes of a string value rsplan decodes (general.name, general.architecture)
+MAX_DECODED_ARRAY = 4 * MAX_LAYERS  # elements of an array value rsplan decodes (per-layer keys)
+GGML_MAX_NAME = 64  # a tensor name is shorter (ggml.h)
+GGML_MAX_DIMS = 4
+INT64_MAX = (1 << 63) - 1
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+
+#: llama_split_path: "<prefix>-%05d-of-%05d.gguf"
+_SPLIT_NAME = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """The gguf package's facts, keyed the way the scanner looks them up."""
+
+    magic: bytes
+    version: int
+    default_alignment: int
+    #: GGUF value type code -> (llama.cpp's type name, struct code of a fixed-size value or None)
+    value_types: dict[int, tuple[str, str | None]]
+    #: ggml type code -> (name, elements per block, bytes per block)
+    tensor_types: dict[int, tuple[str, int, int]]
+
+
+@cache
+def _tables() -> _Tables:
+    from gguf.constants import (
+        GGML_QUANT_SIZES,
+        GGUF_DEFAULT_ALIGNMENT,
+        GGUF_MAGIC,
+        GGUF_VERSION,
+        GGUFValueType,
+    )
+
+    t = GGUFValueType
+    # names as llama.cpp's gguf_type_name prints them, with the struct code of each fixed-size type
+    value_types = {
+        t.UINT8: ("u8", "B"), t.INT8: ("i8", "b"), t.UINT16: ("u16", "H"), t.INT16: ("i16", "h"),
+        t.UINT32: ("u32", "I"), t.INT32: ("i32", "i"), t.FLOAT32: ("f32", "f"), t.BOOL: ("bool", "?"),
+        t.STRING: ("str", None), t.ARRAY: ("arr", None), t.UINT64: ("u64", "Q"), t.INT64: ("i64", "q"),
+        t.FLOAT64: ("f64", "d"),
+    }
+    return _Tables(
+        magic=_U32.pack(GGUF_MAGIC),
+        version=GGUF_VERSION,
+        default_alignment=GGUF_DEFAULT_ALIGNMENT,
+        value_types={int(code): v for code, v in value_types.items()},
+        tensor_types={int(q): (q.name.lower(), block, size) for q, (block, size) in GGML_QUANT_SIZES.items()},
+    )
+
+
+@dataclass(frozen=True)
+class _Entry:
+    info: MetaInfo
+    offset: int  # where the value (for arrays: the first element) starts
+
+
+@dataclass(frozen=True)
+class GGUFIndex:
+    """What the scanner found in one GGUF file.
+
+    Attributes:
+        version: GGUF version.
+        entries: metadata key -> type and value offset (values are decoded on request).
+        n_tensors: tensor infos in the file.
+        tensor_bytes: ggml type name -> bytes of the tensors of that type (unpadded, as ggml_nbytes).
+        tensor_counts: ggml type name -> number of tensors of that type.
+        data_offset: where the tensor data starts.
+        data_bytes: bytes of the data section (tensors padded to the alignment).
+        alignment: data alignment, bytes.
+    """
+
+    version: int
+    entries: dict[str, _Entry]
+    n_tensors: int
+    tensor_bytes: dict[str, int]
+    tensor_counts: dict[str, int]
+    data_offset: int
+    data_bytes: int
+    alignment: int
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(self.tensor_bytes.values())
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """A GGUF file read for sizing: the spec, where each number came from, and the tensor table summary."""
+
+    loaded: LoadedModel
+    index: GGUFIndex
+    files: tuple[str, ...]  # the file, then its other split parts
+    split_tensor_bytes: dict[str, int]  # tensor bytes by type over all split parts
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.loaded.spec
+
+
+class _Cursor:
+    """Bounded little-endian reads over a buffer: every read checks the bytes it needs exist first."""
+
+    __slots__ = ("buf", "pos", "size", "where")
+
+    def __init__(self, buf: Any, size: int, where: str) -> None:
+        self.buf = buf
+        self.size = size
+        self.pos = 0
+        self.where = where
+
+    def fail(self, what: str, problem: str) -> ModelFileError:
+        return ModelFileError(f"{self.where}: {what}: {problem}")
+
+    def need(self, n: int, what: str) -> None:
+        if n > self.size - self.pos:
+            raise self.fail(
+                what, f"truncated (needs {n} bytes at offset {self.pos}, the file has {self.size} bytes)"
+            )
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        (v,) = _U32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        (v,) = _U64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def i64(self, what: str) -> int:
+        self.need(8, what)
+        (v,) = _I64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def string(self, what: str, limit: int) -> bytes:
+        n = self.u64(what)
+        if n > limit:
+            raise self.fail(what, f"string of {n} bytes, more than the {limit} allowed")
+        self.need(n, what)
+        raw = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return raw
+
+    def skip_strings(self, count: int, what: str) -> None:
+        """Step over ``count`` strings (a u64 length, then the bytes, each)."""
+        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        for i in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8, f"{what}[{i}]")
+            (n,) = unpack(buf, pos)
+            pos += 8
+            if n > size - pos:
+                self.pos = pos
+                self.need(n, f"{what}[{i}]")
+            pos += n
+        self.pos = pos
+
+
+def _pad(x: int, n: int) -> int:
+    return (x + n - 1) // n * n
+
+
+def _scan_header(cur: _Cursor, tables: _Tables) -> tuple[int, int, int]:
+    """Magic, version, tensor count and KV count, each checked (gguf_init_from_reader)."""
+    if cur.size == 0:
+        raise ModelFileError(f"{cur.where}: empty file, not a GGUF model")
+    cur.need(4, "header (magic)")
+    magic = bytes(cur.buf[0:4])
+    if magic != tables.magic:
+        shown = "".join(chr(b) if 32 <= b < 127 else "?" for b in magic)
+        raise ModelFileError(f"{cur.where}: header (magic): '{shown}' is not 'GGUF', not a GGUF file")
+    cur.pos = 4
+    version = cur.u32("header (version)")
+    if version == 0 or version & 0xFFFF == 0:
+        raise cur.fail("header (version)", f"bad GGUF version {version} (a big-endian file?)")
+    if version == 1:
+        raise cur.fail("header (version)", "GGUF version 1 is no longer supported by llama.cpp")
+    if version > tables.version:
+        raise cur.fail("header (version)", f"unknown GGUF version {version} (newest known: {tables.version})")
+    n_tensors = cur.u64("header (tensor_count)")
+    if n_tensors > MAX_TENSORS:
+        raise cur.fail("header (tensor_count)", f"{n_tensors} tensors, more than the {MAX_TENSORS} allowed")
+    n_kv = cur.u64("header (kv_count)")
+    if n_kv > MAX_KV:
+        raise cur.fail("header (kv_count)", f"{n_kv} metadata pairs, more than the {MAX_KV} allowed")
+    return version, n_tensors, n_kv
+
+
+def _scan_kv(cur: _Cursor, tables: _Tables, n_kv: int) -> dict[str, _Entry]:
+    entries: dict[str, _Entry] = {}
+    n_strings = 0
+    for i in range(n_kv):
+        raw = cur.string(f"metadata pair #{i} (key)", MAX_KEY_BYTES)
+        if not raw:
+            raise cur.fail(f"metadata pair #{i} (key)", "empty key")
+        key = raw.decode("utf-8", "replace")
+        what = printable(key)
+        if key in entries:
+            raise cur.fail(what, "duplicate key")
+        code = cur.u32(f"{what} (type)")
+        vtype = tables.value_types.get(code)
+        if vtype is None:
+            raise cur.fail(what, f"invalid GGUF value type {code}")
+        name, fmt = vtype
+        if name == "arr":
+            ecode = cur.u32(f"{what} (array element type)")
+            etype = tables.value_types.get(ecode)
+            if etype is None or etype[0] == "arr":
+                raise cur.fail(what, f"invalid GGUF array element type {ecode}")
+            count = cur.u64(f"{what} (array length)")
+            if count > MAX_ARRAY_LEN:
+                raise cur.fail(what, f"array of {count} elements, more than the {MAX_ARRAY_LEN} allowed")
+            offset = cur.pos
+            if etype[1] is None:  # strings: each needs at least its 8-byte length
+                n_strings += count
+                if n_strings > MAX_STRINGS:
+                    raise cur.fail(what, f"more than {MAX_STRINGS} strings in the metadata")
+                cur.need(8 * count, what)
+                cur.skip_strings(count, what)
+            else:
+                n_bytes = count * struct.calcsize(etype[1])
+                cur.need(n_bytes, what)
+                cur.pos += n_bytes
+            entries[key] = _Entry(MetaInfo("arr", etype[0], count), offset)
+        elif fmt is None:  # a string
+            offset = cur.pos
+            cur.skip_strings(1, what)
+            entries[key] = _Entry(MetaInfo(name), offset)
+        else:
+            offset = cur.pos
+            n_bytes = struct.calcsize(fmt)
+            cur.need(n_bytes, what)
+            cur.pos += n_bytes
+            entries[key] = _Entry(MetaInfo(name), offset)
+    return entries
+
+
+def _alignment(cur: _Cursor, tables: _Tables, entries: dict[str, _Entry]) -> int:
+    entry = entries.get("general.alignment")
+    if entry is None:
+        return tables.default_alignment
+    if entry.info.type != "u32":
+        raise cur.fail("general.alignment", f"wrong type {entry.info.type}, expected u32")
+    (alignment,) = _U32.unpack_from(cur.buf, entry.offset)
+    if alignment == 0 or alignment & (alignment - 1):
+        raise cur.fail("general.alignment", f"{alignment} is not a power of 2")
+    return alignment
+
+
+def _scan_tensors(
+    cur: _Cursor, tables: _Tables, n_tensors: int, alignment: int
+) -> tuple[dict[str, int], dict[str, int], int]:
+    """The tensor infos: bytes and counts per ggml type, and the data section's size (padded)."""
+    seen: set[bytes] = set()
+    tensor_bytes: dict[str, int] = {}
+    tensor_counts: dict[str, int] = {}
+    expected_offset = 0
+    last: tuple[str, int] = ("", 0)  # (name, end of its data within the data section)
+    for i in range(n_tensors):
+        raw = cur.string(f"tensor #{i} (name)", MAX_KEY_BYTES)
+        name = printable(raw.decode("utf-8", "replace"))
+        what = f"tensor '{name}'"
+        if len(raw) >= GGML_MAX_NAME:
+            raise cur.fail(what, f"name of {len(raw)} bytes, ggml allows {GGML_MAX_NAME - 1}")
+        if raw in seen:
+            raise cur.fail(what, "duplicate tensor name")
+        seen.add(raw)
+        n_dims = cur.u32(f"{what} (n_dims)")
+        if n_dims > GGML_MAX_DIMS:
+            raise cur.fail(what, f"{n_dims} dimensions, ggml allows {GGML_MAX_DIMS}")
+        ne = [cur.i64(f"{what} (dimension {j})") for j in range(n_dims)]
+        n_elements = 1
+        for j, n in enumerate(ne):
+            if n < 0:
+                raise cur.fail(what, f"dimension {j} has {n} elements")
+            n_elements *= n
+        if n_elements > INT64_MAX:
+            raise cur.fail(what, f"shape {ne} has more than INT64_MAX elements")
+        code = cur.u32(f"{what} (type)")
+        ttype = tables.tensor_types.get(code)
+        if ttype is None:
+            raise cur.fail(what, f"unknown ggml type {code}")
+        type_name, block, type_size = ttype
+        row = ne[0] if ne else 1
+        if row % block:
+            raise cur.fail(what, f"{row} elements per row is not a multiple of the {type_name} block size {block}")
+        n_bytes = n_elements // block * type_size
+        offset = cur.u64(f"{what} (offset)")
+        if offset != expected_offset:
+            raise cur.fail(
+                what,
+                f"data offset {offset}, expected {expected_offset} (tensors are stored in order, "
+                f"each padded to {alignment} bytes)",
+            )
+        expected_offset += _pad(n_bytes, alignment)
+        tensor_bytes[type_name] = tensor_bytes.get(type_name, 0) + n_bytes
+        tensor_counts[type_name] = tensor_counts.get(type_name, 0) + 1
+        last = (name, offset + n_bytes)
+    data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
+    if n_tensors and data_offset + last[1] > cur.size:
+        raise cur.fail(
+            f"tensor '{last[0]}'",
+            f"data ends at byte {data_offset + last[1]}, beyond the end of the file ({cur.size} bytes): "
+            "truncated or corrupt",
+        )
+    return tensor_bytes, tensor_counts, data_offset
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[tuple[Any, int]]:
+    """The file as a read-only buffer and its size (an empty buffer for an empty file)."""
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                yield b"", 0
+                return
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                yield mm, size
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"{path}: cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _scan(buf: Any, size: int, where: str) -> GGUFIndex:
+    tables = _tables()
+    cur = _Cursor(buf, size, where)
+    version, n_tensors, n_kv = _scan_header(cur, tables)
+    entries = _scan_kv(cur, tables, n_kv)
+    alignment = _alignment(cur, tables, entries)
+    tensor_bytes, tensor_counts, data_offset = _scan_tensors(cur, tables, n_tensors, alignment)
+    return GGUFIndex(
+        version=version,
+        entries=entries,
+        n_tensors=n_tensors,
+        tensor_bytes=tensor_bytes,
+        tensor_counts=tensor_counts,
+        data_offset=data_offset,
+        data_bytes=sum(_pad(n, alignment) for n in tensor_bytes.values()),
+        alignment=alignment,
+    )
+
+
+def scan_gguf(path: str | os.PathLike[str]) -> GGUFIndex:
+    """Scan the header, metadata and tensor infos of the GGUF file ``path`` (no tensor data is read)."""
+    path = Path(path)
+    with _mapped(path) as (buf, size):
+        return _scan(buf, size, str(path))
+
+
+class _GGUFMetadata:
+    """llama_loader.Metadata over a scanned file: values are decoded from the map on request."""
+
+    def __init__(self, buf: Any, index: GGUFIndex, where: str) -> None:
+        self.buf = buf
+        self.entries = index.entries
+        self.where = where
+        self._formats = {name: fmt for name, fmt in _tables().value_types.values() if fmt}
+
+    def info(self, key: str) -> MetaInfo | None:
+        entry = self.entries.get(key)
+        return entry.info if entry else None
+
+    def value(self, key: str) -> Any:
+        entry = self.entries[key]
+        info = entry.info
+        if info.type == "str":
+            cur = _Cursor(self.buf, len(self.buf), self.where)
+            cur.pos = entry.offset
+            return cur.string(printable(key), MAX_VALUE_STRING).decode("utf-8", "replace")
+        if info.type == "arr":
+            fmt = self._formats.get(info.elem or "")
+            if fmt is None or info.count > MAX_DECODED_ARRAY:
+                raise ModelFileError(f"{self.where}: {printable(key)}: cannot decode an array of {info.elem}")
+            return list(struct.unpack_from(f"<{info.count}{fmt}", self.buf, entry.offset))
+        (v,) = struct.unpack_from("<" + self._formats[info.type], self.buf, entry.offset)
+        return v
+
+    def describe(self, key: str) -> str:
+        return printable(key)
+
+
+def _u16(cur: _Cursor, entries: dict[str, _Entry], key: str) -> int | None:
+    entry = entries.get(key)
+    if entry is None:
+        return None
+    if entry.info.type not in ("u16", "u32"):
+        raise cur.fail(key, f"wrong type {entry.info.type}, expected u16")
+    fmt = "<H" if entry.info.type == "u16" else "<I"
+    (v,) = struct.unpack_from(fmt, cur.buf, entry.offset)
+    return v
+
+
+def _split_parts(path: Path, buf: Any, index: GGUFIndex) -> list[Path]:
+    """The other files of a model split in parts (llama_split_path), checked to exist."""
+    cur = _Cursor(buf, len(buf), str(path))
+    count = _u16(cur, index.entries, "split.count") or 1
+    if count <= 1:
+        return []
+    no = _u16(cur, index.entries, "split.no") or 0
+    if no != 0:
+        raise cur.fail("split.no", f"this is part {no + 1} of {count}; give the first part of the model")
+    match = _SPLIT_NAME.match(path.name)
+    if match is None or int(match["count"]) != count:
+        raise cur.fail(
+            "split.count", f"a model in {count} parts, but the file name is not '<name>-00001-of-{count:05d}.gguf'"
+        )
+    parts = [path.with_name(f"{match['prefix']}-{i + 1:05d}-of-{count:05d}.gguf") for i in range(1, count)]
+    for part in parts:
+        if not part.is_file():
+            raise cur.fail("split.count", f"part {part.name} of this {count}-part model is missing")
+    return parts
+
+
+def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
+    """Read the GGUF file ``path`` for sizing: hyper-parameters as llama.cpp reads them, and weight bytes.
+
+    Only the header, the metadata and the tensor infos are read (through a memory map); the tensor data is
+    only checked to lie inside the file. For a model split in parts, give the first part; the others' tensor
+    tables are read for the weight bytes.
+
+    Raises:
+        ModelFileError: the file is unreadable, truncated, corrupt, or lacks a key llama.cpp requires.
+        UnsupportedArchError: its architecture is not one rsplan sizes.
+    """
+    path = Path(path)
+    where = str(path)
+    with _mapped(path) as (buf, size):
+        index = _scan(buf, size, where)
+        parts = _split_parts(path, buf, index)
+        split_bytes = dict(index.tensor_bytes)
+        for part in parts:
+            for type_name, n in scan_gguf(part).tensor_bytes.items():
+                split_bytes[type_name] = split_bytes.get(type_name, 0) + n
+        loaded = load_spec(
+            _GGUFMetadata(buf, index, where),
+            fallback_name=path.stem,
+            source=where,
+            weights_bytes=sum(split_bytes.values()),
+        )
+    return GGUFModel(loaded, index, (where, *(str(p) for p in parts)), split_bytes)
+
+
+def load_gguf(path: str | os.PathLike[str]) -> ModelSpec:
+    """The ModelSpec of the GGUF file ``path`` (see ``read_gguf``)."""
+    return read_gguf(path).spec

@@ -1,0 +1,312 @@
+"""llama.cpp's hyper-parameter loader, for the keys the caches depend on: typed GGUF metadata -> ModelSpec.
+
+Both model-file readers end here: ``gguf_file.py`` hands over the metadata of a real GGUF file, ``hf_config.py``
+the metadata llama.cpp's converter would write for a config.json. The rules are llama.cpp 0c1e57098's
+(src/llama-model.cpp ``load_hparams``, src/models/<arch>.cpp ``load_arch_hparams``, src/llama-model-loader.cpp
+``get_key`` / ``get_key_or_arr``):
+
+- only the keys the arch's loader reads are read, so a key llama.cpp ignores cannot change the result;
+- a scalar key must have GGUF type u32 (a string key: str); llama.cpp refuses any other type;
+- a per-layer key is a u32, or an array of i32 / u32 / bool of exactly ``block_count`` entries;
+- ``attention.key_length`` / ``value_length`` are read only when layer 0 has attention heads.
+
+Every problem is a one-line ``ModelFileError`` (or ``UnsupportedArchError``) naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from rsplan.errors import ModelFileError, UnsupportedArchError
+from rsplan.hparams.archs import ArchInfo, arch_info
+from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelSpec
+
+KEY_ARCH = "general.architecture"
+KEY_NAME = "general.name"
+
+#: Element types llama.cpp's get_arr accepts for a per-layer u32 array (llama_model_loader::get_arr).
+_PER_LAYER_ELEMS = ("u32", "i32", "bool")
+#: Element types it names as merely the wrong type; anything else is "not a string/float32/uint32/int32/uint64".
+_OTHER_ARRAY_ELEMS = ("u64", "f32", "str")
+
+#: Archs whose loader reads attention.key_length / value_length even when layer 0 has no heads (plamo2.cpp).
+_HEAD_DIMS_WITHOUT_HEADS = frozenset({"plamo2"})
+#: Longest general.name kept (ModelSpec.name's limit).
+MAX_NAME_CHARS = 200
+
+
+@dataclass(frozen=True)
+class MetaInfo:
+    """The GGUF type of one metadata value, as llama.cpp names it (``gguf_type_name``).
+
+    ``type`` is one of u8 i8 u16 i16 u32 i32 f32 bool str arr u64 i64 f64; arrays carry their element type
+    in ``elem`` and their length in ``count``.
+    """
+
+    type: str
+    elem: str | None = None
+    count: int = 1
+
+
+class Metadata(Protocol):
+    """A source of GGUF-style metadata, read key by key (values are decoded only on request)."""
+
+    where: str
+
+    def info(self, key: str) -> MetaInfo | None:
+        """The type of ``key``, or None when the key is absent."""
+
+    def value(self, key: str) -> Any:
+        """The value of ``key``: a scalar, or a list for arrays. Called only after ``info`` was checked."""
+
+    def describe(self, key: str) -> str:
+        """How to name ``key`` in messages and in the provenance (HF: the config.json keys it came from)."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A ModelSpec and, for each field that was read or defaulted, where its value came from."""
+
+    spec: ModelSpec
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+class _Reader:
+    """get_key / get_key_or_arr over one Metadata, recording what each spec field was read from."""
+
+    def __init__(self, meta: Metadata, arch: str) -> None:
+        self.meta = meta
+        self.arch = arch
+        self.sources: dict[str, str] = {}
+
+    def key(self, name: str) -> str:
+        return f"{self.arch}.{name}"
+
+    def fail(self, key: str, problem: str) -> ModelFileError:
+        return ModelFileError(f"{self.meta.where}: {self.meta.describe(key)}: {problem}")
+
+    def u32(self, name: str, *, required: bool, spec_field: str | None = None) -> int | None:
+        """llama_model_loader::get_key<uint32_t>: the key ``{arch}.<name>`` must be a u32 scalar.
+
+        ``spec_field`` names the ModelSpec field it fills when that differs from ``name``.
+        """
+        key = self.key(name)
+        info = self.meta.info(key)
+        if info is None:
+            if required:
+                raise self.fail(key, "required key not found")
+            return None
+        if info.type != "u32":
+            raise self.fail(key, f"wrong type {_type_name(info)}, expected u32")
+        value = int(self.meta.value(key))
+        self.sources[spec_field or name] = self.meta.describe(key)
+        return value
+
+    def per_layer(self, name: str, n: int, bound: int) -> int | list[int] | None:
+        """llama_model_loader::get_key_or_arr: a u32 for every layer, or an array of exactly ``n`` entries."""
+        key = self.key(name)
+        info = self.meta.info(key)
+        if info is None:
+            return None
+        if info.type != "arr":
+            value = self.u32(name, required=True)
+            assert value is not None
+            if value > bound:
+                raise self.fail(key, f"{value} is more than {bound}")
+            return value
+        if info.count != n:
+            raise self.fail(key, f"wrong array length; expected {n} (block_count), got {info.count}")
+        if info.elem not in _PER_LAYER_ELEMS:
+            if info.elem in _OTHER_ARRAY_ELEMS:
+                raise self.fail(key, f"wrong array element type {info.elem}, expected u32, i32 or bool")
+            raise self.fail(key, f"array of {info.elem} is not a string/float32/uint32/int32/uint64 array")
+        raw = self.meta.value(key)
+        # llama.cpp copies i32 bits into its uint32 array and turns bools into 0/1
+        values = [int(bool(v)) if info.elem == "bool" else int(v) & 0xFFFFFFFF for v in raw]
+        for il, v in enumerate(values):
+            if v > bound:
+                raise self.fail(key, f"entry {il} is {v}, more than {bound}")
+        self.sources[name] = self.meta.describe(key)
+        return values
+
+    def default(self, name: str, how: str) -> None:
+        self.sources.setdefault(name, f"default: {how}")
+
+
+def _type_name(info: MetaInfo) -> str:
+    return f"{info.elem} array" if info.type == "arr" else info.type
+
+
+def read_string(meta: Metadata, key: str, *, required: bool) -> str | None:
+    """llama_model_loader::get_key<std::string>: the key, when present, must be a string."""
+    info = meta.info(key)
+    if info is None:
+        if required:
+            raise ModelFileError(f"{meta.where}: {meta.describe(key)}: required key not found")
+        return None
+    if info.type != "str":
+        raise ModelFileError(f"{meta.where}: {meta.describe(key)}: wrong type {_type_name(info)}, expected str")
+    return str(meta.value(key))
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped, so that it stays on one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def load_spec(
+    meta: Metadata,
+    *,
+    fallback_name: str,
+    source: str,
+    weights_bytes: int | None = None,
+    description: str | None = None,
+) -> LoadedModel:
+    """Read the cache-relevant hyper-parameters from ``meta`` the way llama.cpp's loader does.
+
+    Args:
+        meta: the metadata to read.
+        fallback_name: the model's name when ``general.name`` is absent or empty.
+        source: where the numbers come from (a path), stored in ``ModelSpec.source``.
+        weights_bytes: bytes of the weights, when known.
+        description: an optional one-line description.
+    """
+    arch_raw = read_string(meta, KEY_ARCH, required=True)
+    assert arch_raw is not None
+    arch = printable(arch_raw)
+    try:
+        info = arch_info(arch)
+    except UnsupportedArchError as exc:
+        raise UnsupportedArchError(f"{meta.where}: {meta.describe(KEY_ARCH)}: {exc}") from None
+
+    name = printable(read_string(meta, KEY_NAME, required=False) or "").strip() or fallback_name
+    r = _Reader(meta, arch)
+    r.sources["arch"] = meta.describe(KEY_ARCH)
+    data: dict[str, Any] = {
+        "name": name[:MAX_NAME_CHARS],
+        "source": source,
+        "arch": arch,
+        "context_length": r.u32("context_length", required=True),
+        "embedding_length": r.u32("embedding_length", required=True),
+    }
+    n_layer_all = r.u32("block_count", required=True)
+    assert n_layer_all is not None
+    if not 0 < n_layer_all <= MAX_LAYERS:
+        raise r.fail(r.key("block_count"), f"must be in 1..{MAX_LAYERS} (LLAMA_MAX_LAYERS), got {n_layer_all}")
+    data["block_count"] = n_layer_all
+    nextn = r.u32("nextn_predict_layers", required=False)
+    if nextn is not None:
+        if nextn > n_layer_all:
+            raise r.fail(r.key("nextn_predict_layers"), f"{nextn} exceeds block_count ({n_layer_all})")
+        data["nextn_predict_layers"] = nextn
+    else:
+        r.default("nextn_predict_layers", "0 (no MTP layers)")
+
+    ff = r.per_layer("feed_forward_length", n_layer_all, MAX_DIM)
+    if ff is not None:
+        data["feed_forward_length"] = ff
+    else:
+        r.default("feed_forward_length", "0")
+    attention: dict[str, Any] = {}
+    head_count = r.per_layer("attention.head_count", n_layer_all, MAX_HEADS)
+    if head_count is not None:
+        attention["head_count"] = head_count
+    else:
+        r.default("attention.head_count", "0 (no attention heads)")
+    head_count_kv = r.per_layer("attention.head_count_kv", n_layer_all, MAX_HEADS)
+    if head_count_kv is not None:
+        attention["head_count_kv"] = head_count_kv
+    else:
+        r.default("attention.head_count_kv", "attention.head_count")
+    n_head0 = head_count[0] if isinstance(head_count, list) else (head_count or 0)
+    if n_head0 > 0 or arch in _HEAD_DIMS_WITHOUT_HEADS:
+        for dim in ("key_length", "value_length"):
+            _read_into(r, attention, "attention", dim)
+            if dim not in attention and n_head0 > 0:
+                r.default(f"attention.{dim}", "embedding_length / attention.head_count")
+    for dim in ("key_length_swa", "value_length_swa"):
+        _read_into(r, attention, "attention", dim)
+    _read_arch_keys(r, info, data, attention, n_layer_all)
+    data["attention"] = attention
+    if weights_bytes is not None:
+        data["weights_bytes"] = weights_bytes
+    if description is not None:
+        data["description"] = description
+    try:
+        spec = ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, r) from None
+    return LoadedModel(spec, r.sources)
+
+
+def _read_into(r: _Reader, into: dict[str, Any], section: str, key: str, *, required: bool = False) -> None:
+    value = r.u32(f"{section}.{key}", required=required)
+    if value is not None:
+        into[key] = value
+
+
+def _read_arch_keys(
+    r: _Reader, info: ArchInfo, data: dict[str, Any], attention: dict[str, Any], n_layer_all: int
+) -> None:
+    """The keys of load_arch_hparams that the caches depend on (archs.py: sections, mla, layer_rule, ...)."""
+    for section, required in info.sections.items():
+        values: dict[str, Any] = {}
+        for key in required:
+            _read_into(r, values, section, key, required=True)
+        if section == "wkv":
+            # every RWKV loader reads {arch}.token_shift_count (outside the wkv prefix), default 2
+            shift = r.u32("token_shift_count", required=False, spec_field="wkv.token_shift_count")
+            if shift is not None:
+                values["token_shift_count"] = shift
+            else:
+                r.default("wkv.token_shift_count", "2")
+        data[section] = values
+    if info.mla:
+        for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
+            _read_into(r, attention, "attention", key, required=True)
+    if info.layer_rule == "interval":
+        flags = r.per_layer("attention.recurrent_layers", n_layer_all, 1 << 32)
+        if flags is not None:
+            attention["recurrent_layers"] = (
+                [bool(v) for v in flags] if isinstance(flags, list) else [bool(flags)] * n_layer_all
+            )
+        else:
+            # llama.cpp reads full_attention_interval only when recurrent_layers is absent
+            interval = r.u32("full_attention_interval", required=False)
+            if interval is not None:
+                if not 0 < interval <= MAX_LAYERS:
+                    raise r.fail(r.key("full_attention_interval"), f"must be in 1..{MAX_LAYERS}, got {interval}")
+                data["full_attention_interval"] = interval
+            else:
+                r.default("full_attention_interval", str(info.full_attention_interval))
+    if info.reads_sliding_window:
+        _read_into(r, attention, "attention", "sliding_window")
+
+
+#: ModelSpec fields whose GGUF key is not ``{arch}.<field>``.
+_FIELD_KEYS: dict[str, Callable[[str], str]] = {
+    "wkv.token_shift_count": lambda arch: f"{arch}.token_shift_count",
+    "arch": lambda arch: KEY_ARCH,
+}
+
+
+def gguf_key(arch: str, spec_field: str) -> str:
+    """The GGUF key a ModelSpec field is read from (``ssm.state_size`` -> ``mamba2.ssm.state_size``)."""
+    special = _FIELD_KEYS.get(spec_field)
+    return special(arch) if special else f"{arch}.{spec_field}"
+
+
+def _validation_error(exc: ValidationError, r: _Reader) -> ModelFileError:
+    """The first pydantic error as ``file: key: message``, the key named as the metadata names it."""
+    err = exc.errors()[0]
+    # drop pydantic's union-branch labels ("constrained-int", "list[...]") from the location
+    loc = [str(p) for p in err["loc"] if not isinstance(p, int) and "[" not in str(p) and "-" not in str(p)]
+    msg = err["msg"].removeprefix("Value error, ")
+    if not loc:
+        return ModelFileError(f"{r.meta.where}: {msg}")
+    spec_field = ".".join(loc)
+    return ModelFileError(f"{r.meta.where}: {r.meta.describe(gguf_key(r.arch, spec_field))}: {msg}")
