@@ -1,0 +1,158 @@
+"""Hugging Face config.json key aliases: one tuple per canonical field, as data.
+
+Each tuple lists the config keys llama.cpp's converter (convert_hf_to_gguf.py, conversion/<model>.py) looks for,
+in its order: the first key PRESENT wins, even when its value is null (``ModelBase.find_hparam``). Where two
+converters search different lists for the same field, the tuple is their union in an order that gives every
+supported model the key its converter would pick; the comment names a model that uses each alias.
+Model-specific keys that have no alternative (``linear_key_head_dim``, ``conv_L_cache``, ...) are read by name
+in hf_config.py.
+"""
+
+from __future__ import annotations
+
+#: TextModel.__init__: the number of blocks.
+BLOCK_COUNT: tuple[str, ...] = (
+    "n_layers",  # converter order; OpenELM-style configs
+    "num_hidden_layers",  # transformers configs: Qwen3-Next, Qwen3.5, LFM2, Jamba, Nemotron-H, Granite-4.0-H, ...
+    "n_layer",  # mamba_ssm configs: state-spaces/mamba-130m, state-spaces/mamba2-130m
+    "num_layers",  # converter order; T5-style configs
+)
+
+#: TextModel.set_gguf_parameters: the training context.
+CONTEXT_LENGTH: tuple[str, ...] = (
+    "max_position_embeddings",  # most transformers configs (Qwen3-Next, LFM2, Jamba, MiniMax-Text-01, ...)
+    "n_ctx",  # GPT-2-style configs
+    "n_positions",  # GPT-2 / GPT-J-style configs
+    "max_length",  # converter order
+    "max_sequence_length",  # converter order
+    "model_max_length",  # Kimi-Linear-48B-A3B (it has no max_position_embeddings)
+)
+
+#: The model width.
+HIDDEN_SIZE: tuple[str, ...] = (
+    "hidden_size",  # transformers configs, all supported model types
+    "d_model",  # mamba_ssm configs (state-spaces/mamba-130m, mamba2-130m)
+    "n_embd",  # GPT-2-style configs
+    "dim",  # Mamba2Model / TextModel converter lists
+    "mamba_d_model",  # Jamba converter list
+)
+
+#: TextModel.set_gguf_parameters: the (dense) feed-forward width.
+FEED_FORWARD_LENGTH: tuple[str, ...] = (
+    "prefix_dense_intermediate_size",  # converter order
+    "dense_intermediate_size",  # converter order
+    "intermediate_size",  # transformers configs (Qwen3-Next, Kimi-Linear, MiniMax-Text-01, Granite, ...)
+    "n_inner",  # GPT-2-style configs; Nemotron-H converter list
+    "hidden_dim",  # Nemotron-H converter list
+)
+
+#: LFM2: the feed-forward width before LFM2's auto-adjustment.
+LFM2_FF_DIM: tuple[str, ...] = (
+    "block_ff_dim",  # LiquidAI/LFM2-* original configs
+    "intermediate_size",  # transformers Lfm2Config (same value)
+)
+
+#: Attention query heads.
+HEAD_COUNT: tuple[str, ...] = (
+    "num_attention_heads",  # transformers configs
+    "n_head",  # GPT-2-style configs
+    "n_heads",  # converter order
+)
+
+#: Attention KV heads.
+HEAD_COUNT_KV: tuple[str, ...] = (
+    "num_key_value_heads",  # transformers configs
+    "n_kv_heads",  # TextModel converter list
+    "n_head_kv",  # GraniteHybrid converter list
+)
+
+#: Attention head dim (llama.cpp attention.key_length = value_length).
+HEAD_DIM: tuple[str, ...] = (
+    "head_dim",  # Qwen3-Next, Qwen3.5, Kimi-Linear, MiniMax-Text-01, Falcon-H1
+    "attention_head_dim",  # nvidia/Nemotron-H-8B-Base-8K (NemotronH converter)
+)
+
+#: SSM conv kernel width (d_conv).
+SSM_CONV_KERNEL: tuple[str, ...] = (
+    "conv_kernel",  # transformers Mamba / Mamba2 / Nemotron-H configs
+    "d_conv",  # mamba_ssm ssm_cfg naming
+    "mamba_conv_kernel",  # Falcon-H1 / Granite converters' "mamba_" prefix
+    "mamba_d_conv",  # Jamba, Bamba, Granite-4.0-H, Falcon-H1
+)
+
+#: SSM state size (d_state).
+SSM_STATE_SIZE: tuple[str, ...] = (
+    "state_size",  # transformers Mamba / Mamba2 configs
+    "d_state",  # mamba_ssm ssm_cfg naming
+    "state_dim",  # GraniteHybrid converter list
+    "ssm_state_size",  # Nemotron-H
+    "mamba_state_size",  # Falcon-H1 / Granite converters' "mamba_" prefix
+    "mamba_d_state",  # Jamba, Bamba, Granite-4.0-H, Falcon-H1
+)
+
+#: SSM inner size (d_inner) of Mamba-1 / Mamba-2 configs.
+SSM_INNER_SIZE: tuple[str, ...] = (
+    "mamba_d_ssm",  # Falcon-H1 (its converter reads only this key)
+    "intermediate_size",  # transformers MambaConfig / Mamba2Config
+    "d_inner",  # mamba_ssm naming
+)
+
+#: Mamba-2 expansion factor (d_inner = expand * d_model when no inner size is given).
+SSM_EXPAND: tuple[str, ...] = (
+    "mamba_expand",  # Falcon-H1, Bamba, Granite-4.0-H
+    "expand",  # transformers Mamba2Config, Nemotron-H
+)
+
+#: Mamba-2 groups (ssm.group_count).
+SSM_GROUP_COUNT: tuple[str, ...] = (
+    "n_groups",  # transformers Mamba2Config, Nemotron-H
+    "num_groups",  # GraniteHybrid converter list
+    "mamba_n_groups",  # Falcon-H1, Bamba, Granite-4.0-H
+    "mamba_num_groups",  # GraniteHybrid converter's "mamba_" prefix
+)
+
+#: Mamba-2 head dim (ssm.time_step_rank = d_inner / head dim for Mamba-2 and Falcon-H1).
+SSM_HEAD_DIM: tuple[str, ...] = (
+    "mamba_d_head",  # Falcon-H1, Bamba, Granite-4.0-H
+    "head_dim",  # transformers Mamba2Config (Mamba-Codestral-7B)
+    "mamba_head_dim",  # Falcon-H1 converter's "mamba_" prefix; Nemotron-H
+)
+
+#: Mamba-2 heads (ssm.time_step_rank for Granite hybrids and Nemotron-H).
+SSM_HEAD_COUNT: tuple[str, ...] = (
+    "n_heads",  # GraniteHybrid converter list
+    "num_heads",  # GraniteHybrid converter list
+    "mamba_n_heads",  # Bamba, Granite-4.0-H
+    "mamba_num_heads",  # Nemotron-H
+)
+
+#: GraniteHybrid converter's "d_model": the unit its inner size is counted in (d_inner = factor * unit).
+SSM_INNER_UNIT: tuple[str, ...] = (
+    "mamba_head_dim",  # Nemotron-H: d_inner = mamba_num_heads * mamba_head_dim
+    "hidden_size",  # Bamba, Granite-4.0-H: d_inner = mamba_expand * hidden_size
+    "d_model",  # converter list
+)
+
+#: GraniteHybrid converter's inner-size factor (Nemotron-H replaces it by its head count).
+SSM_INNER_FACTOR: tuple[str, ...] = (
+    "expand",  # converter list
+    "num_heads",  # converter list
+    "mamba_expand",  # Bamba, Granite-4.0-H
+    "mamba_num_heads",  # converter's "mamba_" prefix
+)
+
+#: Mamba-1 time-step rank.
+SSM_DT_RANK: tuple[str, ...] = (
+    "time_step_rank",  # transformers MambaConfig (may be "auto": ceil(hidden_size / 16))
+    "dt_rank",  # mamba_ssm naming
+    "mamba_dt_rank",  # Jamba
+)
+
+#: Nested configs whose keys the converter lifts to the top level (ModelBase.load_hparams, TextModel.__init__).
+TEXT_CONFIG: tuple[str, ...] = (
+    "text_config",  # Qwen3.5 (Qwen3_5ForConditionalGeneration), LFM2-VL
+    "llm_config",  # InternVL-style and Nemotron-VL wrappers
+    "lm_config",  # GlmASR
+    "language_config",  # DeepSeek-OCR
+    "lfm",  # LFM2-Audio
+)

@@ -1,0 +1,748 @@
+"""Hugging Face config.json -> ModelSpec, the way llama.cpp's converter maps it.
+
+For each supported ``model_type`` a function writes the GGUF keys llama.cpp's converter
+(convert_hf_to_gguf.py, conversion/<model>.py at llama.cpp 0c1e57098) would write for this config, each tagged
+with the config.json keys it came from; ``llama_loader.load_spec`` then reads them exactly as it reads a GGUF
+file, so a config.json and the GGUF converted from it give the same ModelSpec. Only the keys that reach the
+cache-relevant GGUF keys are read; alias keys live in hf_aliases.py.
+
+Known limits (the converter reads more than config.json): Qwen3-Next's MTP layer count comes from the
+checkpoint's tensor names (read here from model.safetensors.index.json when it is next to config.json, else 0,
+as with ``--no-mtp``); transformers defaults that a config.json omits are not filled in, except where noted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from rsplan.errors import ModelFileError, UnsupportedArchError
+from rsplan.hparams import hf_aliases as A
+from rsplan.hparams.llama_loader import KEY_ARCH, KEY_NAME, LoadedModel, MetaInfo, load_spec, printable
+from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.yaml_preset import read_text_file
+
+#: config.json is small (the largest real ones, with a vision tower, are a few KiB).
+MAX_CONFIG_BYTES = 4 << 20
+#: model.safetensors.index.json of a large MoE lists ~100k tensors (several MiB).
+MAX_INDEX_BYTES = 64 << 20
+U32_MAX = (1 << 32) - 1
+I32_MAX = (1 << 31) - 1
+
+#: llama.cpp's converters write these constant context lengths ("arbitrary value", "RWKV isn't context limited").
+CTX_MAMBA = 1 << 20
+CTX_RWKV = 1048576
+
+
+@dataclass
+class _Written:
+    info: MetaInfo
+    value: Any
+    origin: str
+
+
+@dataclass
+class _Writer:
+    """The GGUF keys (without the ``{arch}.`` prefix) the converter writes, each with the config.json keys it
+    came from. A later write replaces an earlier one, as GGUFWriter.add_key_value does."""
+
+    kv: dict[str, _Written] = field(default_factory=dict)
+    wanted: dict[str, str] = field(default_factory=dict)  # key -> config keys looked for but not found
+
+    def u32(self, key: str, value: int, origin: str) -> None:
+        self.kv[key] = _Written(MetaInfo("u32"), value, origin)
+
+    def array(self, key: str, values: Sequence[int | bool], origin: str) -> None:
+        """GGUFWriter.add_array: the element type is the first value's (bool -> bool, int -> i32)."""
+        elem = "bool" if values and isinstance(values[0], bool) else "i32"
+        self.kv[key] = _Written(MetaInfo("arr", elem, len(values)), list(values), origin)
+
+    def want(self, key: str, aliases: Sequence[str]) -> None:
+        self.wanted.setdefault(key, ", ".join(aliases))
+
+
+class _Config:
+    """The converter's flattened hparams (text_config lifted to the top), read with type checks.
+
+    ``prefix`` mirrors FalconH1Model / GraniteHybridModel.find_hparam: every alias list is searched again
+    with ``mamba_`` in front of each key, after the plain keys.
+    """
+
+    def __init__(self, data: dict[str, Any], where: str, directory: Path | None, prefix: str | None = None):
+        self.data = data
+        self.where = where
+        self.directory = directory
+        self.prefix = prefix
+
+    def fail(self, key: str, problem: str) -> ModelFileError:
+        return ModelFileError(f"{self.where}: {printable(key)}: {problem}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def lookup(self, aliases: Sequence[str]) -> tuple[str | None, Any]:
+        """ModelBase.find_hparam: the first alias present (its value may be null), or (None, None)."""
+        keys = list(aliases)
+        if self.prefix:
+            keys += [f"{self.prefix}_{k}" for k in aliases]
+        for key in keys:
+            if key in self.data:
+                return key, self.data[key]
+        return None, None
+
+    def check_int(self, key: str, value: Any, limit: int = U32_MAX) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            shown = json.dumps(value)[:40] if not isinstance(value, (dict, list)) else type(value).__name__
+            raise self.fail(key, f"expected a non-negative integer, got {shown}")
+        if value < 0:
+            raise self.fail(key, f"must be >= 0, got {value}")
+        if value > limit:
+            raise self.fail(key, f"{value} does not fit the GGUF field (max {limit})")
+        return value
+
+    def need(self, aliases: Sequence[str] | str) -> tuple[int, str]:
+        """A required integer (the converter's ``find_hparam(keys)`` or ``hparams[key]``)."""
+        aliases = (aliases,) if isinstance(aliases, str) else aliases
+        key, value = self.lookup(aliases)
+        if key is None:
+            raise self.fail(" / ".join(aliases), "required key not found")
+        if value is None:
+            raise self.fail(key, "is null; an integer is required")
+        return self.check_int(key, value), key
+
+    def opt(self, aliases: Sequence[str] | str) -> tuple[int | None, str]:
+        """An optional integer: ``find_hparam(keys, optional=True)`` (None when absent or null)."""
+        aliases = (aliases,) if isinstance(aliases, str) else aliases
+        key, value = self.lookup(aliases)
+        if key is None or value is None:
+            return None, " / ".join(aliases)
+        return self.check_int(key, value), key
+
+    def or_default(self, aliases: Sequence[str], default: int) -> tuple[int, str]:
+        """``find_hparam(keys, optional=True) or default``: a missing, null or 0 value takes the default."""
+        value, key = self.opt(aliases)
+        if not value:
+            return default, f"default {default}"
+        return value, key
+
+    def list_of(self, key: str, kind: type, *, required: bool = True) -> list[Any] | None:
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise self.fail(key, "required key not found")
+            return None
+        value = self.data[key]
+        if not isinstance(value, list):
+            raise self.fail(key, f"expected a list, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            if kind is int:
+                self.check_int(f"{key}[{i}]", item)
+            elif not isinstance(item, kind):
+                raise self.fail(f"{key}[{i}]", f"expected {kind.__name__}, got {json.dumps(item)[:40]}")
+        return value
+
+
+# -- what TextModel.set_gguf_parameters writes ---------------------------------------------------------------
+
+
+def _block_count(cfg: _Config) -> tuple[int, str]:
+    return cfg.need(A.BLOCK_COUNT)
+
+
+def _base(cfg: _Config, w: _Writer, *, head_dim: bool = True) -> None:
+    """TextModel.set_gguf_parameters (the cache-relevant keys); ``head_dim=False`` for the Granite family,
+    whose GraniteModel drops head_dim first."""
+    n, key = _block_count(cfg)
+    w.u32("block_count", n, key)
+    for gguf_key, aliases in (
+        ("context_length", A.CONTEXT_LENGTH),
+        ("embedding_length", A.HIDDEN_SIZE[:1] + A.HIDDEN_SIZE[2:4]),  # hidden_size, n_embd, dim
+        ("feed_forward_length", A.FEED_FORWARD_LENGTH),
+        ("attention.head_count", A.HEAD_COUNT),
+        ("attention.head_count_kv", A.HEAD_COUNT_KV[:2]),
+    ):
+        value, key = cfg.opt(aliases)
+        if value is not None:
+            w.u32(gguf_key, value, key)
+        else:
+            w.want(gguf_key, aliases)
+    if head_dim:
+        value, key = cfg.opt("head_dim")
+        if value is not None:
+            w.u32("attention.key_length", value, key)
+            w.u32("attention.value_length", value, key)
+
+
+def _kv_heads_where(cfg: _Config, w: _Writer, n: int, attention: Sequence[bool], origin: str) -> None:
+    """head_count_kv as a per-layer array: num_key_value_heads on attention layers, 0 elsewhere."""
+    n_kv, key = cfg.need(A.HEAD_COUNT_KV)
+    cfg.check_int(key, n_kv, I32_MAX)
+    w.array("attention.head_count_kv", [n_kv if attention[il] else 0 for il in range(n)], f"{key} + {origin}")
+
+
+# -- one function per converter; each returns the llama.cpp arch ------------------------------------------------
+
+
+def _mamba1(cfg: _Config, w: _Writer) -> str:
+    """MambaModel (mamba, falcon_mamba): writes no attention keys and a constant context length."""
+    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:2])  # hidden_size, d_model
+    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[:2], 4)
+    d_inner, k_inner = cfg.opt(A.SSM_INNER_SIZE[1:])  # intermediate_size, d_inner
+    if not d_inner:
+        d_inner, k_inner = 2 * d_model, f"2 * {k_model}"
+    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[:2], 16)
+    key, raw = cfg.lookup(A.SSM_DT_RANK[:2])
+    if raw == "auto":  # transformers MambaConfig resolves "auto" to ceil(hidden_size / 16)
+        dt_rank, k_dt = math.ceil(d_model / 16), f"{key}=auto: ceil({k_model} / 16)"
+    else:
+        dt_rank, k_dt = cfg.or_default(A.SSM_DT_RANK[:2], -(d_model // -16))
+    if d_inner != 2 * d_model:
+        raise cfg.fail(k_inner, f"llama.cpp's converter requires d_inner == 2 * d_model, got {d_inner} vs {d_model}")
+    n, k_n = _block_count(cfg)
+    w.u32("block_count", n, k_n)
+    w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter)")
+    w.u32("embedding_length", d_model, k_model)
+    w.u32("feed_forward_length", 0, "constant 0 (converter)")
+    w.u32("attention.head_count", 0, "constant 0 (converter)")
+    w.u32("ssm.conv_kernel", d_conv, k_conv)
+    w.u32("ssm.inner_size", d_inner, k_inner)
+    w.u32("ssm.state_size", d_state, k_state)
+    w.u32("ssm.time_step_rank", dt_rank, k_dt)
+    return "mamba"
+
+
+def _mamba2(cfg: _Config, w: _Writer) -> str:
+    """Mamba2Model: d_inner from mamba_d_ssm / intermediate_size / d_inner or expand * d_model."""
+    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:2] + A.HIDDEN_SIZE[3:4])  # hidden_size, d_model, dim
+    expand, k_expand = cfg.or_default(A.SSM_EXPAND, 2)
+    d_inner, k_inner = cfg.opt(A.SSM_INNER_SIZE)
+    if not d_inner:
+        d_inner, k_inner = expand * d_model, f"{k_expand} * {k_model}"
+    n_group, k_group = cfg.or_default(A.SSM_GROUP_COUNT[:1], 1)
+    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[:2], 4)
+    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[:2], 128)
+    head_dim, k_head = cfg.or_default(A.SSM_HEAD_DIM[:2], 64)
+    if d_inner != expand * d_model or d_inner % head_dim:
+        raise cfg.fail(
+            k_inner,
+            f"llama.cpp's converter requires d_inner == expand * d_model and a multiple of the head dim; "
+            f"got d_inner {d_inner}, expand {expand}, d_model {d_model}, head dim {head_dim}",
+        )
+    n, k_n = _block_count(cfg)
+    w.u32("block_count", n, k_n)
+    w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter)")
+    w.u32("embedding_length", d_model, k_model)
+    w.u32("feed_forward_length", 0, "constant 0 (converter)")
+    w.u32("attention.head_count", 0, "constant 0 (converter)")
+    w.u32("ssm.conv_kernel", d_conv, k_conv)
+    w.u32("ssm.inner_size", d_inner, k_inner)
+    w.u32("ssm.state_size", d_state, k_state)
+    w.u32("ssm.time_step_rank", d_inner // head_dim, f"{k_inner} / {k_head}")
+    w.u32("ssm.group_count", n_group, k_group)
+    return "mamba2"
+
+
+def _mamba_ssm(cfg: _Config, w: _Writer) -> str:
+    """A raw mamba_ssm config (no model_type; d_model, n_layer, ssm_cfg): Mamba-1, or Mamba-2 when
+    ssm_cfg.layer is "Mamba2". The converter reads no ssm_cfg overrides, so none are accepted."""
+    ssm_cfg = cfg.data.get("ssm_cfg") or {}
+    if not isinstance(ssm_cfg, dict):
+        raise cfg.fail("ssm_cfg", f"expected a mapping, got {type(ssm_cfg).__name__}")
+    extra = sorted(k for k in ssm_cfg if k != "layer")
+    if extra:
+        raise cfg.fail(f"ssm_cfg.{extra[0]}", "llama.cpp's converter ignores ssm_cfg overrides")
+    if cfg.data.get("attn_layer_idx"):
+        raise UnsupportedArchError(f"{cfg.where}: attn_layer_idx: mamba_ssm hybrids have no llama.cpp architecture")
+    layer = ssm_cfg.get("layer", "Mamba")  # get_model_architecture: "<layer>ForCausalLM"
+    if layer not in ("Mamba", "Mamba2"):
+        shown = printable(str(layer))[:40]
+        raise UnsupportedArchError(f"{cfg.where}: ssm_cfg.layer: '{shown}' has no llama.cpp converter")
+    return _mamba2(cfg, w) if layer == "Mamba2" else _mamba1(cfg, w)
+
+
+def _rwkv(cfg: _Config, w: _Writer, *, version: int) -> str:
+    """Rwkv6Model / Rwkv7Model: head size (RWKV-7 fla-hub configs call it head_dim), constant context."""
+    hidden, k_hidden = cfg.need("hidden_size")
+    if version == 7 and not (cfg.has("head_size") and cfg.has("layer_norm_epsilon")):
+        head, k_head = cfg.need("head_dim")  # fla-hub rwkv7 naming
+    else:
+        head, k_head = cfg.need("head_size")
+    ff, k_ff = cfg.opt("intermediate_size")
+    if ff is None:
+        ff, k_ff = ((hidden * 4, "4 * hidden_size") if version == 7
+                    else (int(hidden * 3.5) // 32 * 32, "hidden_size * 3.5 rounded down to 32"))
+    n, k_n = _block_count(cfg)
+    w.u32("block_count", n, k_n)
+    w.u32("context_length", CTX_RWKV, "constant 1048576 (converter)")
+    w.u32("embedding_length", hidden, k_hidden)
+    w.u32("feed_forward_length", ff, k_ff)
+    w.u32("attention.head_count", 0, "constant 0 (converter)")
+    w.u32("wkv.head_size", head, k_head)
+    return f"rwkv{version}"
+
+
+def _layer_types(cfg: _Config, n: int) -> tuple[list[str], str]:
+    """LFM2 layer_types, or (transformers Lfm2Config) derived from full_attn_idxs."""
+    types = cfg.list_of("layer_types", str, required=False)
+    if types is not None:
+        return types, "layer_types"
+    idxs = cfg.list_of("full_attn_idxs", int, required=False)
+    if idxs is None:
+        raise cfg.fail("layer_types", "required key not found (nor full_attn_idxs)")
+    return ["full_attention" if i in idxs else "conv" for i in range(n)], "full_attn_idxs"
+
+
+def _lfm2(cfg: _Config, w: _Writer) -> str:
+    """LFM2Model: KV heads on every layer that is not "conv"; feed-forward width auto-adjusted."""
+    _base(cfg, w)
+    n, _ = _block_count(cfg)
+    types, origin = _layer_types(cfg, n)
+    _kv_heads_where(cfg, w, len(types), [t != "conv" for t in types], origin)
+    l_cache, k_l = cfg.need("conv_L_cache")
+    w.u32("shortconv.l_cache", l_cache, k_l)
+    ff, k_ff = cfg.need(A.LFM2_FF_DIM)
+    # transformers Lfm2Config defaults for the three adjustment keys
+    auto = cfg.data.get("block_auto_adjust_ff_dim", True)
+    multiplier = cfg.data.get("block_ffn_dim_multiplier", 1.0)
+    multiple_of, _ = cfg.or_default(("block_multiple_of",), 256)
+    if auto:
+        ff = int(2 * ff / 3)
+        if multiplier is not None:
+            if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)):
+                raise cfg.fail("block_ffn_dim_multiplier", f"expected a number, got {json.dumps(multiplier)[:40]}")
+            ff = int(multiplier * ff)
+        ff = multiple_of * ((ff + multiple_of - 1) // multiple_of)
+        k_ff = f"{k_ff} adjusted (block_auto_adjust_ff_dim)"
+    w.u32("feed_forward_length", ff, k_ff)
+    return "lfm2"
+
+
+def _lfm2_moe(cfg: _Config, w: _Writer) -> str:
+    """LFM2MoeModel: KV heads only on "full_attention" layers."""
+    _base(cfg, w)
+    n, _ = _block_count(cfg)
+    types, origin = _layer_types(cfg, n)
+    _kv_heads_where(cfg, w, len(types), [t == "full_attention" for t in types], origin)
+    l_cache, k_l = cfg.need("conv_L_cache")
+    w.u32("shortconv.l_cache", l_cache, k_l)
+    return "lfm2moe"
+
+
+def _kimi_linear(cfg: _Config, w: _Writer) -> str:
+    """KimiLinearModel: MLA as MQA (one KV head of kv_lora_rank + qk_rope_head_dim) on full_attn_layers
+    (1-based), KDA elsewhere; conv kernel and KDA head dim from linear_attn_config."""
+    _base(cfg, w)
+    lin = cfg.data.get("linear_attn_config")
+    if not isinstance(lin, dict):
+        raise cfg.fail("linear_attn_config", "required mapping not found")
+    sub = _Config(lin, cfg.where, None)
+    full = sub.list_of("full_attn_layers", int)
+    assert full is not None
+    n, _ = cfg.need("num_hidden_layers")
+    w.array(
+        "attention.head_count_kv", [1 if il + 1 in full else 0 for il in range(n)],
+        "linear_attn_config.full_attn_layers (1 KV head: MLA as MQA)",
+    )
+    for gguf_key, key in (("ssm.conv_kernel", "short_conv_kernel_size"), ("kda.head_dim", "head_dim")):
+        value, _ = sub.opt(key)
+        if value is not None:
+            w.u32(gguf_key, value, f"linear_attn_config.{key}")
+        else:
+            w.want(gguf_key, [f"linear_attn_config.{key}"])
+    rank, k_rank = cfg.need(("kv_lora_rank", "n_lora_kv"))
+    rope, k_rope = cfg.need(("qk_rope_head_dim", "n_rot"))
+    w.u32("attention.kv_lora_rank", rank, k_rank)
+    w.u32("attention.key_length", rank + rope, f"{k_rank} + {k_rope}")
+    k_mla, k_k = cfg.opt("n_embd_head_k_mla")
+    nope, k_nope = cfg.opt("qk_nope_head_dim")
+    if k_mla is not None:
+        w.u32("attention.key_length_mla", k_mla, k_k)
+    elif nope is not None:
+        w.u32("attention.key_length_mla", nope + rope, f"{k_nope} + {k_rope}")
+    else:
+        w.want("attention.key_length_mla", ["n_embd_head_k_mla", "qk_nope_head_dim"])
+    for key in ("n_embd_head_v_mla", "v_head_dim"):
+        v_mla, k_v = cfg.opt(key)
+        if v_mla is not None:
+            w.u32("attention.value_length_mla", v_mla, k_v)
+            break
+    else:
+        w.want("attention.value_length_mla", ["n_embd_head_v_mla", "v_head_dim"])
+    return "kimi-linear"
+
+
+def _minimax_01(cfg: _Config, w: _Writer) -> str:
+    """MiniMaxText01Model: base keys only. The converter writes no layer pattern, so llama.cpp puts softmax
+    attention on every 8th layer; an attn_type_list that says otherwise cannot be represented."""
+    _base(cfg, w)
+    types = cfg.list_of("attn_type_list", int, required=False)
+    if types is not None:
+        for il, t in enumerate(types):
+            if bool(t) != ((il + 1) % 8 == 0):
+                raise cfg.fail(
+                    "attn_type_list",
+                    f"layer {il} is {'softmax' if t else 'lightning'} attention, but llama.cpp's converter writes "
+                    "no layer pattern and llama.cpp assumes softmax attention on every 8th layer",
+                )
+    return "minimax-01"
+
+
+def _count_mtp_layers(cfg: _Config) -> int:
+    """The converter's count of mtp.layers.N tensors, from model.safetensors.index.json next to config.json."""
+    if cfg.directory is None:
+        return 0
+    index = cfg.directory / "model.safetensors.index.json"
+    if not index.is_file():
+        return 0
+    try:
+        weight_map = json.loads(read_text_file(index, MAX_INDEX_BYTES)).get("weight_map", {})
+    except (ValueError, AttributeError, RecursionError):
+        raise ModelFileError(f"{index}: weight_map: not a valid safetensors index") from None
+    pattern = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
+    found = [int(m[1]) for name in weight_map if isinstance(name, str) and (m := pattern.match(name))]
+    return max(found) + 1 if found else 0
+
+
+def _qwen_gdn(cfg: _Config, w: _Writer, *, arch: str) -> str:
+    """Qwen3NextModel and the Qwen3.5 text models: gated delta net on the ssm keys, layer_types as
+    recurrent_layers, MTP layers appended to the block count."""
+    _base(cfg, w)
+    n, k_n = cfg.need("num_hidden_layers")
+    n_mtp, k_mtp = cfg.opt("mtp_num_hidden_layers")
+    if not n_mtp:
+        # Qwen3-Next's config has no mtp_num_hidden_layers: the converter counts the checkpoint's MTP tensors
+        n_mtp = _count_mtp_layers(cfg)
+        k_mtp = "mtp.layers.* in model.safetensors.index.json" if n_mtp else "no MTP layers found"
+    w.u32("block_count", n + n_mtp, f"{k_n} + {k_mtp}" if n_mtp else k_n)
+    if n_mtp:
+        w.u32("nextn_predict_layers", n_mtp, k_mtp)
+    w.u32("ssm.conv_kernel", *cfg.need("linear_conv_kernel_dim"))
+    w.u32("ssm.state_size", *cfg.need("linear_key_head_dim"))
+    w.u32("ssm.group_count", *cfg.need("linear_num_key_heads"))
+    n_v, k_nv = cfg.need("linear_num_value_heads")
+    d_v, k_dv = cfg.need("linear_value_head_dim")
+    w.u32("ssm.time_step_rank", n_v, k_nv)
+    w.u32("ssm.inner_size", d_v * n_v, f"{k_dv} * {k_nv}")
+    types = cfg.list_of("layer_types", str, required=False)
+    if types is not None:
+        if len(types) != n:
+            raise cfg.fail("layer_types", f"has {len(types)} entries, expected num_hidden_layers ({n})")
+        w.array("attention.recurrent_layers", [t == "linear_attention" for t in types] + [False] * n_mtp,
+                "layer_types")
+    interval, k_int = cfg.opt("full_attention_interval")
+    w.u32("full_attention_interval", 4 if interval is None else interval,
+          k_int if interval is not None else "default 4 (converter)")
+    return arch
+
+
+def _jamba(cfg: _Config, w: _Writer) -> str:
+    """JambaModel: attention on layers offset, offset + period, ...; Mamba-1 elsewhere."""
+    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:1] + A.HIDDEN_SIZE[4:])  # hidden_size, mamba_d_model
+    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[3:], 4)  # mamba_d_conv
+    expand, k_expand = cfg.need("mamba_expand")
+    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[5:], 16)  # mamba_d_state
+    dt_rank, k_dt = cfg.or_default(A.SSM_DT_RANK[2:], -(d_model // -16))  # mamba_dt_rank
+    n, k_n = _block_count(cfg)
+    offset, k_off = cfg.need("attn_layer_offset")
+    period, k_per = cfg.need("attn_layer_period")
+    if period == 0:
+        raise cfg.fail(k_per, "must be > 0")
+    ctx, k_ctx = cfg.need(A.CONTEXT_LENGTH[:2])
+    w.u32("block_count", n, k_n)
+    w.u32("context_length", ctx, k_ctx)
+    w.u32("embedding_length", d_model, k_model)
+    w.u32("feed_forward_length", *cfg.need("intermediate_size"))
+    w.u32("attention.head_count", *cfg.need("num_attention_heads"))
+    # the converter's list: `offset` zeros, then one entry per layer from offset on (longer than n when
+    # offset > n, which llama.cpp then refuses as a wrong array length)
+    n_kv, k_kv = cfg.need("num_key_value_heads")
+    cfg.check_int(k_kv, n_kv, I32_MAX)
+    kv = [0] * offset + [n_kv if (il - offset) % period == 0 else 0 for il in range(offset, n)]
+    w.array("attention.head_count_kv", kv, f"{k_kv} + {k_off} / {k_per}")
+    w.u32("ssm.conv_kernel", d_conv, k_conv)
+    w.u32("ssm.inner_size", expand * d_model, f"{k_expand} * {k_model}")
+    w.u32("ssm.state_size", d_state, k_state)
+    w.u32("ssm.time_step_rank", dt_rank, k_dt)
+    return "jamba"
+
+
+def _falcon_h1(cfg: _Config, w: _Writer) -> str:
+    """FalconH1Model (a Mamba2Model with "mamba_"-prefixed keys): every layer has attention and Mamba-2."""
+    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:2] + A.HIDDEN_SIZE[3:4])
+    n_group, k_group = cfg.need(A.SSM_GROUP_COUNT[:1])  # n_groups (+ mamba_n_groups by prefix)
+    d_inner, k_inner = cfg.need("mamba_d_ssm")  # FalconH1Model reads only this key
+    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[:2], 4)
+    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[:2], 128)
+    head_dim, k_head = cfg.or_default(A.SSM_HEAD_DIM[:2], 64)
+    n, k_n = _block_count(cfg)
+    ctx, k_ctx = cfg.opt("max_position_embeddings")
+    w.u32("block_count", n, k_n)
+    w.u32("context_length", ctx or 0, k_ctx if ctx is not None else "default 0 (converter)")
+    w.u32("embedding_length", d_model, k_model)
+    w.u32("feed_forward_length", *cfg.need("intermediate_size"))
+    w.u32("attention.head_count", *cfg.need("num_attention_heads"))
+    w.u32("attention.head_count_kv", *cfg.need("num_key_value_heads"))
+    attn_head_dim, k_ahd = cfg.need("head_dim")
+    w.u32("attention.key_length", attn_head_dim, k_ahd)
+    w.u32("attention.value_length", attn_head_dim, k_ahd)
+    w.u32("ssm.conv_kernel", d_conv, k_conv)
+    w.u32("ssm.inner_size", d_inner, k_inner)
+    w.u32("ssm.state_size", d_state, k_state)
+    w.u32("ssm.time_step_rank", d_inner // head_dim, f"{k_inner} / {k_head}")
+    w.u32("ssm.group_count", n_group, k_group)
+    return "falcon-h1"
+
+
+def _granite_attn_layers(cfg: _Config, n: int) -> tuple[list[int], str]:
+    """GraniteHybridModel.get_attn_layers: layer_types, attn_layer_indices, or period / offset."""
+    types = cfg.data.get("layer_types")
+    if types:
+        types = cfg.list_of("layer_types", str)
+        assert types is not None
+        return [i for i, t in enumerate(types) if t == "attention"], "layer_types"
+    indices = cfg.list_of("attn_layer_indices", int, required=False)
+    if indices:
+        return indices, "attn_layer_indices"
+    period, k_per = cfg.opt("attn_layer_period")
+    offset, k_off = cfg.opt("attn_layer_offset")
+    if not period or offset is None:
+        raise cfg.fail("attn_layer_indices", "required key not found (nor layer_types, attn_layer_period/offset)")
+    return [i for i in range(n) if i % period == offset], f"{k_per} / {k_off}"
+
+
+def _granite_ssm(cfg: _Config, w: _Writer, n: int, ssm_layers: Sequence[int], d_inner: tuple[int, str]) -> None:
+    """GraniteHybridModel.set_gguf_parameters' Mamba keys, and its context length rule."""
+    w.u32("ssm.conv_kernel", *cfg.need(A.SSM_CONV_KERNEL[:2]))  # + "mamba_" prefixed
+    w.u32("ssm.state_size", *cfg.need(A.SSM_STATE_SIZE[:4]))  # + "mamba_" prefixed by the config's prefix
+    w.u32("ssm.group_count", *cfg.need(A.SSM_GROUP_COUNT[:2]))
+    w.u32("ssm.inner_size", *d_inner)
+    w.u32("ssm.time_step_rank", *cfg.need(A.SSM_HEAD_COUNT[:2]))
+    architectures = cfg.data.get("architectures") or []
+    if not ("BambaForCausalLM" in architectures or not ssm_layers):
+        # no RoPE: the converter writes an arbitrary context length
+        w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter: hybrid without RoPE)")
+
+
+def _granite_hybrid(cfg: _Config, w: _Writer) -> str:
+    """GraniteHybridModel (granitemoehybrid, bamba): attention layers from layer_types / attn_layer_indices,
+    Mamba-2 elsewhere; d_inner = mamba_expand * hidden_size."""
+    n, _ = _block_count(cfg)
+    attn, origin = _granite_attn_layers(cfg, n)
+    if all(i in attn for i in range(n)):
+        raise UnsupportedArchError(
+            f"{cfg.where}: {origin}: every layer is attention, so llama.cpp converts this model as 'granite', "
+            "which has no recurrent state"
+        )
+    unit, k_unit = cfg.need(A.SSM_INNER_UNIT)
+    factor, k_factor = cfg.need(A.SSM_INNER_FACTOR[:2])
+    _base(cfg, w, head_dim=False)
+    _kv_heads_where(cfg, w, n, [i in attn for i in range(n)], origin)
+    _granite_ssm(cfg, w, n, [i for i in range(n) if i not in attn], (factor * unit, f"{k_factor} * {k_unit}"))
+    return "granitehybrid"
+
+
+def _nemotron_h(cfg: _Config, w: _Writer) -> str:
+    """NemotronHModel: hybrid_override_pattern (M mamba, * attention, - MLP, E MoE) or layers_block_type;
+    MoE configs (num_experts_per_tok) are nemotron_h_moe and may append one MTP layer."""
+    is_moe = "num_experts_per_tok" in cfg.data
+    blocks = cfg.data.get("layers_block_type")
+    pattern_key = "hybrid_override_pattern" if cfg.data.get("hybrid_override_pattern") else "layers_block_type"
+    if blocks is not None:
+        blocks = cfg.list_of("layers_block_type", str)
+        assert blocks is not None
+        cfg.data = {**cfg.data, "num_hidden_layers": len(blocks)}
+    n, k_n = _block_count(cfg)
+    pattern = cfg.data.get(pattern_key)
+    if pattern is None:
+        attn, ssm, mlp = [], [], []
+    else:
+        if isinstance(pattern, str):
+            marks = list(pattern)
+            attn_types, ssm_types, mlp_types = {"*"}, {"M"}, {"E" if is_moe else "-"}
+        else:
+            marks = cfg.list_of(pattern_key, str) or []
+            attn_types, ssm_types, mlp_types = {"attention", "full_attention"}, {"mamba", "linear_attention"}, {"moe"}
+        if len(marks) != n:
+            raise cfg.fail(pattern_key, f"has {len(marks)} entries, expected the block count ({n}, {k_n})")
+        attn = [i for i, m in enumerate(marks) if m in attn_types]
+        ssm = [i for i, m in enumerate(marks) if m in ssm_types]
+        mlp = [i for i, m in enumerate(marks) if m in mlp_types]
+    head_dim, k_hd = cfg.need(A.HEAD_DIM)
+    unit, k_unit = cfg.need(A.SSM_INNER_UNIT)
+    heads, k_heads = cfg.need(A.SSM_HEAD_COUNT[1:2])  # num_heads (+ mamba_num_heads by prefix)
+    n_all, n_mtp = n, 0
+    if is_moe:
+        n_mtp, _ = cfg.opt("num_nextn_predict_layers")
+        n_mtp = n_mtp or 0
+        if n_mtp > 1:
+            raise cfg.fail("num_nextn_predict_layers", "llama.cpp's converter supports at most 1 MTP layer")
+        if n_mtp:
+            n_all = n + 1  # the MTP block has an attention and a MoE sub-layer
+            attn, mlp = [*attn, n], [*mlp, n]
+    _base(cfg, w, head_dim=False)
+    w.u32("block_count", n_all, f"{k_n} + num_nextn_predict_layers" if n_mtp else k_n)
+    _kv_heads_where(cfg, w, n_all, [i in attn for i in range(n_all)], pattern_key)
+    _granite_ssm(cfg, w, n_all, ssm, (heads * unit, f"{k_heads} * {k_unit}"))
+    w.u32("attention.key_length", head_dim, k_hd)
+    w.u32("attention.value_length", head_dim, k_hd)
+    ff_key = "moe_intermediate_size" if is_moe else A.FEED_FORWARD_LENGTH[2:]
+    ff, k_ff = cfg.need(ff_key)
+    cfg.check_int(k_ff, ff, I32_MAX)
+    w.array("feed_forward_length", [ff if i in mlp else 0 for i in range(n_all)], f"{k_ff} + {pattern_key}")
+    if n_mtp:
+        w.u32("nextn_predict_layers", n_mtp, "num_nextn_predict_layers")
+    return "nemotron_h_moe" if is_moe else "nemotron_h"
+
+
+@dataclass(frozen=True)
+class HFModelType:
+    """How llama.cpp's converter handles one config.json model_type."""
+
+    write: Callable[[_Config, _Writer], str]  # writes the GGUF keys, returns the llama.cpp arch
+    converter: str  # the converter class (conversion/<file>.py), for the docs
+    mamba_prefix: bool = False  # the converter also looks every key up with a "mamba_" prefix
+
+
+#: model_type -> converter. Keys are config.json's "model_type" (for Qwen3.5 also its text_config's).
+MODEL_TYPES: dict[str, HFModelType] = {
+    "mamba": HFModelType(_mamba1, "mamba.py MambaModel"),
+    "falcon_mamba": HFModelType(_mamba1, "mamba.py MambaModel"),
+    "mamba2": HFModelType(_mamba2, "mamba.py Mamba2Model"),
+    "rwkv6": HFModelType(partial(_rwkv, version=6), "rwkv.py Rwkv6Model"),
+    "rwkv7": HFModelType(partial(_rwkv, version=7), "rwkv.py Rwkv7Model"),
+    "lfm2": HFModelType(_lfm2, "lfm2.py LFM2Model"),
+    "lfm2_moe": HFModelType(_lfm2_moe, "lfm2.py LFM2MoeModel"),
+    "kimi_linear": HFModelType(_kimi_linear, "kimi_linear.py KimiLinearModel"),
+    "minimax_text_01": HFModelType(_minimax_01, "minimax.py MiniMaxText01Model"),
+    "minimax_m1": HFModelType(_minimax_01, "minimax.py MiniMaxText01Model"),
+    "qwen3_next": HFModelType(partial(_qwen_gdn, arch="qwen3next"), "qwen.py Qwen3NextModel"),
+    "qwen3_5": HFModelType(partial(_qwen_gdn, arch="qwen35"), "qwen.py Qwen3_5TextModel"),
+    "qwen3_5_text": HFModelType(partial(_qwen_gdn, arch="qwen35"), "qwen.py Qwen3_5TextModel"),
+    "qwen3_5_moe": HFModelType(partial(_qwen_gdn, arch="qwen35moe"), "qwen.py Qwen3_5MoeTextModel"),
+    "qwen3_5_moe_text": HFModelType(partial(_qwen_gdn, arch="qwen35moe"), "qwen.py Qwen3_5MoeTextModel"),
+    "jamba": HFModelType(_jamba, "jamba.py JambaModel"),
+    "falcon_h1": HFModelType(_falcon_h1, "falcon_h1.py FalconH1Model", mamba_prefix=True),
+    "nemotron_h": HFModelType(_nemotron_h, "nemotron.py NemotronHModel", mamba_prefix=True),
+    "granitemoehybrid": HFModelType(_granite_hybrid, "granite.py GraniteHybridModel", mamba_prefix=True),
+    "bamba": HFModelType(_granite_hybrid, "granite.py GraniteHybridModel", mamba_prefix=True),
+}
+#: A config without model_type in the raw mamba_ssm layout (d_model, n_layer, ssm_cfg).
+MAMBA_SSM = HFModelType(_mamba_ssm, "mamba.py MambaModel / Mamba2Model")
+
+
+class _HFMetadata:
+    """llama_loader.Metadata over the keys the converter would write."""
+
+    def __init__(self, w: _Writer, arch: str, name: str, where: str) -> None:
+        self.where = where
+        self.prefix = f"{arch}."
+        self.kv = dict(w.kv)
+        self.kv[KEY_ARCH] = _Written(MetaInfo("str"), arch, "model_type")
+        self.kv[KEY_NAME] = _Written(MetaInfo("str"), name, "directory name")
+        self.wanted = w.wanted
+
+    def _local(self, key: str) -> str:
+        return key.removeprefix(self.prefix) if key.startswith(self.prefix) else key
+
+    def info(self, key: str) -> MetaInfo | None:
+        entry = self.kv.get(self._local(key))
+        return entry.info if entry else None
+
+    def value(self, key: str) -> Any:
+        return self.kv[self._local(key)].value
+
+    def describe(self, key: str) -> str:
+        local = self._local(key)
+        entry = self.kv.get(local)
+        if entry is not None:
+            return f"{entry.origin} (GGUF {key})"
+        looked_for = self.wanted.get(local)
+        return f"{looked_for} (GGUF {key})" if looked_for else f"(GGUF {key}, not written by the converter)"
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """A config.json read for sizing: the spec, where each number came from, and the converter used."""
+
+    loaded: LoadedModel
+    model_type: str
+    converter: str
+    config_path: str
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.loaded.spec
+
+
+def _read_config(path: Path) -> tuple[dict[str, Any], Path]:
+    config = path / "config.json" if path.is_dir() else path
+    if not config.is_file():
+        raise ModelFileError(f"{config}: no such file (a model directory needs a config.json)")
+    text = read_text_file(config, MAX_CONFIG_BYTES)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelFileError(f"{config}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ModelFileError(f"{config}: invalid JSON: {str(exc).splitlines()[0][:120]}") from None
+    if not isinstance(data, dict):
+        raise ModelFileError(f"{config}: expected a JSON object of config keys, got a {type(data).__name__}")
+    return data, config
+
+
+def _flatten(data: dict[str, Any]) -> dict[str, Any]:
+    """ModelBase.load_hparams + TextModel.__init__: a nested text config's keys override the top level's."""
+    for key in A.TEXT_CONFIG:
+        nested = data.get(key)
+        if isinstance(nested, dict):
+            return {**data, **nested}
+    return data
+
+
+def _model_type(data: dict[str, Any], where: str) -> tuple[str, HFModelType]:
+    model_type = data.get("model_type")
+    if model_type is None:
+        if "ssm_cfg" in data:
+            return "mamba_ssm", MAMBA_SSM
+        raise ModelFileError(f"{where}: model_type: required key not found")
+    if not isinstance(model_type, str):
+        raise ModelFileError(f"{where}: model_type: expected a string, got {json.dumps(model_type)[:40]}")
+    family = MODEL_TYPES.get(model_type)
+    if family is None:
+        raise UnsupportedArchError(
+            f"{where}: model_type: '{printable(model_type[:60])}' is not supported "
+            f"(supported: {', '.join(sorted(MODEL_TYPES))})"
+        )
+    return model_type, family
+
+
+def read_hf_config(path: str | Path) -> HFModel:
+    """Read a Hugging Face config.json (or a model directory holding one) the way llama.cpp converts it.
+
+    Raises:
+        ModelFileError: unreadable or invalid JSON, a missing, null, wrong-typed or negative key, per-layer
+            lists of the wrong length, or values llama.cpp would refuse.
+        UnsupportedArchError: a model_type rsplan does not size.
+    """
+    path = Path(path)
+    data, config = _read_config(path)
+    where = str(config)
+    model_type, family = _model_type(data, where)
+    flat = _flatten(data)
+    cfg = _Config(flat, where, config.parent, prefix="mamba" if family.mamba_prefix else None)
+    w = _Writer()
+    arch = family.write(cfg, w)
+    name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
+    meta = _HFMetadata(w, arch, name, where)
+    loaded = load_spec(meta, fallback_name=name or "config", source=where)
+    return HFModel(loaded, model_type, family.converter, where)
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """The ModelSpec of a config.json file or a model directory (see ``read_hf_config``)."""
+    return read_hf_config(path).spec
