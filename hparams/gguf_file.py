@@ -482,6 +482,9 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
             source=where,
             weights_bytes=sum(split_bytes.values()),
         )
+    loaded.sources["weights_bytes"] = f"tensor table ({index.n_tensors} tensors" + (
+        f" in {len(parts) + 1} parts)" if parts else ")"
+    )
     return GGUFModel(loaded, index, (where, *(str(p) for p in parts)), split_bytes)
 
 

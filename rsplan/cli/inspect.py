@@ -1,0 +1,219 @@
+"""``rsplan inspect``: the hyper-parameters rsplan read from a model, where each came from, and its layer map."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from rsplan.cli.errors import user_errors
+
+if TYPE_CHECKING:
+    from rsplan.hparams.layout import CacheLayout
+    from rsplan.hparams.model import ModelSpec
+
+#: ModelSpec fields that are labels, not hyper-parameters.
+_LABELS = ("name", "source", "description")
+#: A per-layer list longer than this is abbreviated in the table (the layer map shows every entry).
+_LIST_SHOWN = 12
+
+
+@dataclass
+class _Inspected:
+    spec: ModelSpec
+    kind: str  # "gguf", "hf" or "preset"
+    sources: dict[str, str] = field(default_factory=dict)  # spec field -> where it was read from
+    facts: dict[str, Any] = field(default_factory=dict)  # input-specific facts (tensor table, converter)
+
+
+def _is_gguf(path: Path) -> bool:
+    from rsplan.hparams.sources import GGUF_MAGIC
+
+    if path.suffix.lower() == ".gguf":
+        return True
+    try:
+        with path.open("rb") as fh:
+            return fh.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def _read(ref: str) -> _Inspected:
+    """Like ``sources.load_model``, but keeping where each number came from for GGUF and config.json."""
+    path = Path(ref)
+    if path.is_file() and _is_gguf(path):
+        from rsplan.hparams.gguf_file import read_gguf
+
+        g = read_gguf(path)
+        facts = {
+            "gguf_version": g.index.version,
+            "n_tensors": g.index.n_tensors,
+            "files": list(g.files),
+            "tensor_bytes": dict(sorted(g.split_tensor_bytes.items())),
+        }
+        return _Inspected(g.spec, "gguf", g.loaded.sources, facts)
+    if path.is_dir() or (path.is_file() and path.suffix.lower() == ".json"):
+        from rsplan.hparams.hf_config import read_hf_config
+
+        h = read_hf_config(path)
+        return _Inspected(h.spec, "hf", h.loaded.sources, {"model_type": h.model_type, "converter": h.converter})
+    from rsplan.hparams.sources import load_model
+
+    spec = load_model(ref)
+    return _Inspected(spec, "preset", {f: "preset" for f in _flat_fields(spec, set_only=True)})
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _flat_fields(spec: ModelSpec, *, set_only: bool = False) -> dict[str, Any]:
+    return _flat(spec.model_dump(mode="json", exclude_none=True, exclude_unset=set_only))
+
+
+def _ranges(values: list[int]) -> str:
+    """``[0, 1, 2, 4, 6, 7]`` -> ``0-2, 4, 6-7``."""
+    if not values:
+        return "none"
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(parts)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        shown = ", ".join(str(int(v)) if isinstance(v, bool) else str(v) for v in value[:_LIST_SHOWN])
+        more = f", ... ({len(value)} entries)" if len(value) > _LIST_SHOWN else ""
+        return f"[{shown}{more}]"
+    return str(value)
+
+
+def _layers(spec: ModelSpec, layout: CacheLayout) -> list[dict[str, Any]]:
+    recurrent = set(layout.recurrent_layers)
+    kv = {layer.il: layer for layer in layout.kv_layers}
+    rows = []
+    for il in range(spec.block_count):
+        layer = kv.get(il)
+        rows.append({
+            "layer": il,
+            "mtp": il >= spec.n_layer,
+            "kv": layer is not None,
+            "n_embd_k_gqa": layer.n_embd_k_gqa if layer else 0,
+            "n_embd_v_gqa": (layer.n_embd_v_gqa if layout.has_v else 0) if layer else 0,
+            "swa": bool(layer and layer.is_swa),
+            "recurrent": il in recurrent,
+        })
+    return rows
+
+
+def _as_json(ins: _Inspected, layout: CacheLayout, layers: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = ins.spec
+    return {
+        "input": {"kind": ins.kind, "source": spec.source, **ins.facts},
+        "model": spec.model_dump(mode="json", exclude_none=True),
+        "sources": ins.sources,
+        "arch": {"family": layout.family, "memory": spec.info.memory, "rollback": spec.info.rollback},
+        "n_layer": spec.n_layer,
+        "n_embd_r": layout.n_embd_r,
+        "n_embd_s": layout.n_embd_s,
+        "kv_layers": [row["layer"] for row in layers if row["kv"]],
+        "recurrent_layers": list(layout.recurrent_layers),
+        "swa_layers": [row["layer"] for row in layers if row["swa"]],
+        "n_swa": layout.n_swa,
+        "layers": layers,
+    }
+
+
+def _as_table(ins: _Inspected, layout: CacheLayout, layers: list[dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    from rsplan.render.units import human
+
+    spec = ins.spec
+    info = spec.info
+    kind = {"gguf": "GGUF file", "hf": "Hugging Face config.json", "preset": "preset"}[ins.kind]
+    out = [f"{spec.name}: {spec.arch} ({info.memory}, {layout.family} family), from {kind} {spec.source}"]
+    if ins.kind == "hf":
+        out.append(f"model_type {ins.facts['model_type']}, mapped as llama.cpp's converter {ins.facts['converter']}")
+    if ins.kind == "gguf":
+        by_type = ", ".join(f"{t} {human(n)}" for t, n in ins.facts["tensor_bytes"].items()) or "no tensors"
+        parts = f" in {len(ins.facts['files'])} parts" if len(ins.facts["files"]) > 1 else ""
+        out.append(f"GGUF v{ins.facts['gguf_version']}, {ins.facts['n_tensors']} tensors{parts}: {by_type}")
+    rows = []
+    fields = _flat_fields(spec)
+    for key, value in fields.items():
+        if key in _LABELS:
+            continue
+        shown = f"{value:,}" if key == "weights_bytes" else _show(value)
+        rows.append([key, shown, ins.sources.get(key, "default")])
+    # values llama.cpp derives when a key is absent (head dims, KV heads)
+    rows += [[key, "-", how] for key, how in ins.sources.items() if key not in fields]
+    out += ["", tabulate(rows, headers=["hyper-parameter", "value", "read from"], disable_numparse=True)]
+    kv = [row["layer"] for row in layers if row["kv"]]
+    swa = [row["layer"] for row in layers if row["swa"]]
+    out += [
+        "",
+        f"n_layer {spec.n_layer} (block_count {spec.block_count}, MTP {spec.nextn_predict_layers}); "
+        f"n_embd_r {layout.n_embd_r:,} (conv state), n_embd_s {layout.n_embd_s:,} (recurrent state) elements",
+        f"KV layers ({len(kv)}): {_ranges(kv)}",
+        f"R/S layers ({len(layout.recurrent_layers)}): {_ranges(list(layout.recurrent_layers))}",
+        f"SWA layers ({len(swa)}): {_ranges(swa)}" + (f", window {layout.n_swa}" if layout.n_swa else ""),
+        "",
+    ]
+    table = [
+        [
+            row["layer"] if not row["mtp"] else f"{row['layer']} (MTP)",
+            f"{row['n_embd_k_gqa']} / {row['n_embd_v_gqa']}" if row["kv"] else "-",
+            "yes" if row["swa"] else "-",
+            "yes" if row["recurrent"] else "-",
+        ]
+        for row in layers
+    ]
+    out.append(tabulate(table, headers=["layer", "KV row (K / V)", "SWA", "R/S"], disable_numparse=True,
+                        colalign=("right", "right", "left", "left")))
+    return "\n".join(out)
+
+
+@click.command()
+@click.option("-m", "--model", "model_ref", required=True, metavar="MODEL",
+              help="GGUF file, config.json / model directory, preset YAML or built-in preset name.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table, or json (every field, where it came from, and the layer map).")
+@user_errors
+def inspect(model_ref: str, fmt: str) -> None:
+    """Show the hyper-parameters rsplan read from a model, where each came from, and its per-layer cache map.
+
+    For a GGUF file each value names its metadata key; for a config.json, the config keys and the GGUF key
+    llama.cpp's converter would write. Also shown: the recurrent row widths n_embd_r / n_embd_s and which
+    layers carry a KV cache, a recurrent state (R/S) or a sliding window.
+
+    \b
+    Examples:
+      rsplan inspect --model model.gguf
+      rsplan inspect --model ./Qwen3-Next-80B-A3B-Instruct --format json
+    """
+    from rsplan.hparams.layout import cache_layout
+
+    ins = _read(model_ref)
+    layout = cache_layout(ins.spec)
+    layers = _layers(ins.spec, layout)
+    if fmt == "json":
+        click.echo(json.dumps(_as_json(ins, layout, layers), indent=2))
+    else:
+        click.echo(_as_table(ins, layout, layers))
