@@ -18,6 +18,7 @@ from rsplan import __version__
 #: command name -> "module:attribute". Each module holds one click command (or group).
 COMMANDS: dict[str, str] = {
     "estimate": "rsplan.cli.estimate:estimate",
+    "inspect": "rsplan.cli.inspect:inspect",
     "presets": "rsplan.cli.presets:presets",
 }
 
