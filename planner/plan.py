@@ -50,6 +50,8 @@ class TensorPlan:
 
 @dataclass(frozen=True)
 class ContextSummary:
+    """The effective context parameters (the JSON subset of planner.context.EffectiveContext)."""
+
     n_ctx: int
     n_ctx_seq: int
     n_stream: int
@@ -240,21 +242,7 @@ def build_plan(spec: ModelSpec, params: ContextParams, layout: CacheLayout | Non
     return MemoryPlan(
         model=spec.name,
         arch=spec.arch,
-        context=ContextSummary(
-            n_ctx=ctx.n_ctx,
-            n_ctx_seq=ctx.n_ctx_seq,
-            n_stream=ctx.n_stream,
-            n_seq_max=ctx.n_seq_max,
-            n_rs_seq=ctx.n_rs_seq,
-            n_rs_seq_requested=ctx.n_rs_seq_requested,
-            n_rs_seq_clamp_reason=ctx.n_rs_seq_clamp_reason,
-            n_batch=ctx.n_batch,
-            n_ubatch=ctx.n_ubatch,
-            flash_attn=ctx.flash_attn,
-            v_trans=ctx.v_trans,
-            kv_unified=ctx.kv_unified,
-            n_swa_cells=ctx.n_swa_cells,
-        ),
+        context=ContextSummary(**{f.name: getattr(ctx, f.name) for f in dataclasses.fields(ContextSummary)}),
         kv=KVSummary(
             k_bytes=totals.k_bytes,
             v_bytes=totals.v_bytes,
