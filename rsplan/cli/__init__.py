@@ -17,9 +17,11 @@ from rsplan import __version__
 
 #: command name -> "module:attribute". Each module holds one click command (or group).
 COMMANDS: dict[str, str] = {
+    "capacity": "rsplan.cli.capacity:capacity",
     "estimate": "rsplan.cli.estimate:estimate",
     "inspect": "rsplan.cli.inspect:inspect",
     "presets": "rsplan.cli.presets:presets",
+    "report": "rsplan.cli.report:report",
 }
 
 

@@ -1,0 +1,230 @@
+"""``rsplan capacity``: the most ``-np``, ``-c`` and ``n_rs_seq`` that fit a GPU, and the llama.cpp flags to use.
+
+The budget options (``--budget`` / ``--gpu``, ``--weights``, ``--fit-target``, ``--compute``, ``-ngl``,
+``--tensor-split``, ``--no-kv-offload``) are shared with ``rsplan report`` through ``budget_options``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from rsplan.cli.errors import user_errors
+from rsplan.cli.options import context_options, pop_context_params
+from rsplan.errors import RsplanError
+
+#: ``--ctx`` entries: tokens, or ``<n>k`` for n * 1024 tokens (as people say "8k context").
+_CTX = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
+
+_ZERO = re.compile(r"^\s*0+(?:\.0+)?\s*([a-zA-Z]*)\s*$")
+
+_BUDGET_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
+                 help="Memory per GPU, with units (24GiB, 80GB, 81920MiB); several values = several GPUs."),
+    click.option("--gpu", metavar="[INDEX,...]", is_flag=False, flag_value="all", default=None,
+                 help="Read the budget from these NVIDIA GPUs via NVML (no value: every GPU)."),
+    click.option("--gpu-memory", type=click.Choice(["free", "total"]), default=None,
+                 help="With --gpu: budget the GPUs' free memory (default, as llama.cpp's --fit does) or their "
+                 "total memory (an empty GPU)."),
+    click.option("--weights", "weights", metavar="SIZE", multiple=True,
+                 help="Model weights, with units; overrides the model file's size. Without it and without a "
+                 "size in the model file, weights are NOT counted (the output says so)."),
+    click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
+                 help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
+    click.option("--compute", "compute", metavar="SIZE", default="512MiB", show_default=True,
+                 help="Compute-buffer allowance per GPU. llama.cpp's real compute buffer depends on the graph "
+                 "(-ub, vocabulary, attention); read its 'compute buffer size' log line and pass it here."),
+    click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "n_gpu_layers", metavar="N|all", default=None,
+                 help="Layers on the GPUs, counted from the last (llama.cpp -ngl); default all."),
+    click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
+                 help="Proportions of the layers per GPU (llama.cpp -ts); default: by free memory / budget."),
+    click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
+                 help="Keep every cache in host memory (llama.cpp -nkvo)."),
+]
+
+BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "fit_target", "compute", "n_gpu_layers",
+               "tensor_split", "no_kv_offload")
+
+
+def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the budget and placement flags to a click command."""
+    for option in reversed(_BUDGET_OPTIONS):
+        func = option(func)
+    return func
+
+
+def parse_ctx_list(text: str) -> list[int]:
+    """``--ctx 4096,8k,32768`` -> [4096, 8192, 32768] tokens per sequence."""
+    out = []
+    for item in text.split(","):
+        m = _CTX.match(item)
+        if not m or int(m.group(1)) == 0:
+            raise RsplanError(f"--ctx: cannot read '{item.strip()}' as a context length > 0 "
+                              "(examples: 4096, 8k, 32768)")
+        out.append(int(m.group(1)) * (1024 if m.group(2) else 1))
+    return out
+
+
+def size_or_zero(text: str, what: str) -> int:
+    """A size with units, where zero is allowed (``--compute 0``)."""
+    from rsplan.render.units import parse_size
+
+    m = _ZERO.match(text)
+    if m:
+        parse_size("1" + m.group(1), what)  # the unit must still be one we know
+        return 0
+    return parse_size(text, what)
+
+
+def _parse_ngl(text: str | None) -> int | None:
+    if text is None or text.strip().lower() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise RsplanError(f"-ngl: expected a number of layers or 'all', got '{text}'") from None
+
+
+def _parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    parts = []
+    for item in re.split(r"[,/]+", text.strip()):
+        try:
+            parts.append(float(item))
+        except ValueError:
+            raise RsplanError(f"--tensor-split: cannot read '{item}' as a proportion (example: 3,1)") from None
+    return tuple(parts)
+
+
+def _parse_fit_target(text: str) -> list[int]:
+    out = []
+    for item in re.split(r"[,/]+", text.strip()):
+        try:
+            value = int(item)
+        except ValueError:
+            raise RsplanError(f"--fit-target: cannot read '{item}' as a whole number of MiB") from None
+        if value < 0:
+            raise RsplanError(f"--fit-target: must be >= 0 MiB, got {value}")
+        out.append(value << 20)
+    return out
+
+
+def _device_budgets(budget: str | None, gpu: str | None, gpu_memory: str | None) -> list[Any]:
+    from rsplan.planner.capacity import DeviceBudget
+    from rsplan.render.units import parse_size
+
+    if budget is not None and gpu is not None:
+        raise RsplanError("give either --budget or --gpu, not both")
+    if budget is None and gpu is None:
+        raise RsplanError("give a memory budget: --budget SIZE (e.g. 24GiB) or --gpu [INDEX,...]")
+    if gpu_memory is not None and gpu is None:
+        raise RsplanError("--gpu-memory applies to --gpu only")
+    if budget is not None:
+        sizes = [s.strip() for s in budget.split(",")]
+        out = []
+        for i, size in enumerate(sizes):
+            if size.startswith("-"):
+                raise RsplanError(f"--budget: must be positive, got '{size}'")
+            name = f"GPU {i}" if len(sizes) > 1 else "GPU"
+            out.append(DeviceBudget(name, parse_size(size, "--budget"), f"--budget {size}"))
+        return out
+    from rsplan.gpu import gpu_memory as read_gpus
+
+    indices = None
+    if gpu != "all":
+        try:
+            indices = [int(i) for i in gpu.split(",")]
+        except ValueError:
+            raise RsplanError(f"--gpu: expected GPU indices like 0 or 0,1, got '{gpu}'") from None
+    which = gpu_memory or "free"
+    out = []
+    for g in read_gpus(indices):
+        value = g.free_bytes if which == "free" else g.total_bytes
+        out.append(DeviceBudget(f"GPU{g.index} {g.name}", value, f"NVML GPU{g.index} {which} memory",
+                                total_bytes=g.total_bytes, free_bytes=g.free_bytes))
+    return out
+
+
+def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[str, Any]) -> list[Any]:
+    """One CapacityPlanner per model from the budget flags (shared by capacity and report)."""
+    from rsplan.planner.capacity import Budget, CapacityPlanner
+
+    devices = _device_budgets(options["budget"], options["gpu"], options["gpu_memory"])
+    margins = _parse_fit_target(options["fit_target"])
+    if len(margins) == 1:
+        margins = margins * len(devices)
+    elif len(margins) != len(devices):
+        raise RsplanError(f"--fit-target has {len(margins)} values for {len(devices)} device(s)")
+    compute = size_or_zero(options["compute"], "--compute")
+    weights_flags = list(options["weights"])
+    if weights_flags and len(weights_flags) != len(specs):
+        models = f"{len(specs)} model" + ("s" if len(specs) > 1 else "")
+        raise RsplanError(f"give --weights once per --model ({models}, {len(weights_flags)} --weights)")
+    planners = []
+    for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
+        if weights_flags:
+            weights, source = size_or_zero(weights_flags[i], "--weights"), f"--weights {weights_flags[i]}"
+        elif spec.weights_bytes is not None:
+            weights, source = spec.weights_bytes, f"weights_bytes of {ref}"
+        else:
+            weights, source = None, "unknown for this model: NOT counted (give --weights SIZE)"
+        budget = Budget(tuple(devices), weights, source, tuple(margins), compute)
+        planners.append(
+            CapacityPlanner(
+                spec, params, budget,
+                n_gpu_layers=_parse_ngl(options["n_gpu_layers"]),
+                tensor_split=_parse_tensor_split(options["tensor_split"]),
+                offload_kqv=not options["no_kv_offload"],
+            )
+        )
+    return planners
+
+
+def pop_budget_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {key: kwargs.pop(key) for key in BUDGET_KEYS}
+
+
+@click.command()
+@click.option("-m", "--model", "model_ref", required=True, metavar="MODEL",
+              help="Built-in preset name, preset YAML, GGUF file, or config.json / model directory.")
+@budget_options
+@click.option("--ctx", "ctx_list", metavar="N[,N...]", default=None,
+              help="Per-sequence contexts for the ladder (tokens; 8k = 8192). Default: 4k, 8k, ... up to the "
+              "model's training context.")
+@context_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table, or json (every number, in bytes).")
+@user_errors
+def capacity(model_ref: str, ctx_list: str | None, fmt: str, **kwargs: Any) -> None:
+    """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
+
+    Subtracts the weights, a margin (--fit-target) and a compute allowance (--compute) from the budget, then
+    searches the exact cache plan. llama.cpp's -c is the TOTAL over all sequences: 4 sequences of 8192 tokens
+    are -c 32768 -np 4. -c/-np given here are the setting for the --n-rs-seq question and the per-device table.
+
+    \b
+    Examples:
+      rsplan capacity --model qwen3-next-80b-a3b --budget 80GiB --weights 45GiB
+      rsplan capacity --model lfm2-1.2b --gpu 0 -np 8 --spec-type mtp --format json
+      rsplan capacity --model model.gguf --budget 24GiB,24GiB -ts 3,1 --ctx 8k,32k,128k
+    """
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.capacity import run_capacity
+    from rsplan.render.capacity import capacity_dict, render_capacity
+
+    spec_type = kwargs["spec_type"] if kwargs["spec_type"] != "none" else "mtp"
+    options = pop_budget_options(kwargs)
+    params = pop_context_params(kwargs)
+    contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
+    spec = load_model(model_ref)
+    (planner,) = make_planners([spec], [model_ref], params, options)
+    result = run_capacity(planner, contexts)
+    if fmt == "json":
+        click.echo(json.dumps(capacity_dict(planner, result, spec_type=spec_type), indent=2))
+    else:
+        click.echo(render_capacity(planner, result, spec_type=spec_type))

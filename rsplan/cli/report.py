@@ -1,0 +1,71 @@
+"""``rsplan report``: a self-contained HTML capacity report (plotly, opens offline)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rsplan.cli.capacity import budget_options, make_planners, parse_ctx_list, pop_budget_options
+from rsplan.cli.errors import user_errors
+from rsplan.cli.options import context_options, pop_context_params
+
+
+@click.command()
+@click.option("-m", "--model", "model_refs", required=True, multiple=True, metavar="MODEL",
+              help="Model to include (repeat to compare): preset name, preset YAML, GGUF file, config.json.")
+@budget_options
+@click.option("--ctx", "ctx_list", metavar="N[,N...]", default=None,
+              help="Per-sequence contexts of the capacity table (default 4k, 8k, ... up to the training context).")
+@context_options
+@click.option("--profile", "profile_path", metavar="FILE", default=None,
+              help="Profiler results JSON to plot (shape: docs/report.md).")
+@click.option("-o", "--output", "output", required=True, metavar="FILE.html", type=click.Path(dir_okay=False),
+              help="Where to write the report (atomically: a temporary file, then renamed).")
+@user_errors
+def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None, output: str,
+           **kwargs: Any) -> None:
+    """Write a self-contained HTML capacity report: memory against context, most -np per option, a headroom
+    map over -np and -c, what each layer holds, and (with --profile) kernel bandwidth. -c / -np set the
+    setting the memory and per-layer plots are drawn at.
+
+    \b
+    Examples:
+      rsplan report --model qwen3-next-80b-a3b --model qwen3.5-35b-a3b --budget 80GiB -np 4 -o report.html
+      rsplan report --model lfm2-1.2b --gpu 0 --profile results.json -o lfm2.html
+    """
+    from rsplan.render.report import AtomicFile
+
+    start = time.perf_counter()
+    target = AtomicFile.create(Path(output))  # an unwritable path fails here, before any work
+    try:
+        n_bytes = _build(target, model_refs, ctx_list, profile_path, kwargs)
+    finally:
+        target.discard()
+    click.echo(f"wrote {output}: {n_bytes / (1 << 20):.2f} MiB in {time.perf_counter() - start:.2f} s")
+
+
+def _build(target: Any, model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
+           kwargs: dict[str, Any]) -> int:
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.capacity import run_capacity
+    from rsplan.render.report import ModelReport, build_html
+
+    options = pop_budget_options(kwargs)
+    params = pop_context_params(kwargs)
+    contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
+    profile = None
+    if profile_path is not None:
+        from rsplan.render.profile_input import load_profile
+
+        profile = load_profile(profile_path)
+    specs = [load_model(ref) for ref in model_refs]
+    planners = make_planners(specs, list(model_refs), params, options)
+    models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
+    command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \
+        "rsplan report"
+    return target.commit(build_html(models, profile, profile_path, command))

@@ -1,0 +1,224 @@
+"""``rsplan capacity`` output: the JSON form (every number, bytes) and the text tables (binary units)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tabulate import tabulate
+
+from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
+from rsplan.render.units import human
+
+#: Why a search stopped, in words.
+LIMITS = {
+    "memory": "memory",
+    "max_seq": "llama.cpp's 256-sequence maximum",
+    "n_ctx_train": "the model's training context",
+    "max_rs_seq": "rsplan's 1024-plane bound",
+    "nothing_fits": "nothing fits",
+}
+
+
+def _layers(placement: Any, device: int | None) -> str:
+    """``12-48 +out (38)``: the repeating layers on ``device``, ``+out`` when it also holds the output layer."""
+    units = [il for il, d in enumerate(placement.unit_device) if d == device]
+    if not units:
+        return "none"
+    layers = [il for il in units if il < placement.n_layer_all]
+    label = f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else " ".join(str(il) for il in layers)
+    if len(layers) < len(units):
+        label = f"{label} +out" if label else "out"
+    return f"{label} ({len(units)})"
+
+
+def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[str, Any]]:
+    """Per GPU (then the host): budget, what it holds, and the caches at the given -c/-np."""
+    rows = []
+    budget = planner.budget
+    for i, d in enumerate(budget.devices):
+        rows.append({
+            "name": d.name,
+            "budget_bytes": d.budget_bytes,
+            "budget_source": d.source,
+            "total_bytes": d.total_bytes,
+            "free_bytes": d.free_bytes,
+            "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev == i],
+            "weights_bytes": planner.weights_on_device[i],
+            "margin_bytes": budget.margin_bytes[i],
+            "compute_bytes": budget.compute_bytes,
+            "cache_budget_bytes": planner.cache_budget[i],
+            "cache_bytes": result.usage.devices[i].total_bytes,
+            "kv_bytes": result.usage.devices[i].kv_bytes,
+            "recurrent_bytes": result.usage.devices[i].recurrent_bytes,
+        })
+    host = result.usage.host
+    rows.append({
+        "name": "host",
+        "budget_bytes": None,
+        "budget_source": "not budgeted",
+        "total_bytes": None,
+        "free_bytes": None,
+        "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev is None],
+        "weights_bytes": planner.weights_on_host,
+        "margin_bytes": 0,
+        "compute_bytes": 0,
+        "cache_budget_bytes": None,
+        "cache_bytes": host.total_bytes,
+        "kv_bytes": host.kv_bytes,
+        "recurrent_bytes": host.recurrent_bytes,
+    })
+    return rows
+
+
+def capacity_dict(planner: CapacityPlanner, result: CapacityResult, spec_type: str = "mtp") -> dict[str, Any]:
+    """``rsplan capacity --format json``: every number, in bytes; sums are over the GPUs."""
+    budget = planner.budget
+    layout = planner.layout
+    n_dev = len(budget.devices)
+
+    def rung(r: Rung) -> dict[str, Any]:
+        d = dataclasses.asdict(r)
+        d["flags"] = planner.flags(planner.params(r.n_ctx_flag, r.max_parallel), spec_type) if r.n_ctx_flag else None
+        return d
+
+    max_ctx = dataclasses.asdict(result.max_ctx)
+    if result.max_ctx.n_ctx_flag:
+        max_ctx["flags"] = planner.flags(planner.params(result.max_ctx.n_ctx_flag, result.max_ctx.n_seq_max),
+                                         spec_type)
+    max_rs = dataclasses.asdict(result.max_rs)
+    if result.max_rs.n_rs_seq is not None:
+        p = planner.params(result.max_rs.n_ctx, result.max_rs.n_seq_max, result.max_rs.n_rs_seq)
+        max_rs["flags"] = planner.flags(p, spec_type)
+    return {
+        "model": planner.spec.name,
+        "arch": planner.spec.arch,
+        "source": planner.spec.source,
+        "n_layer": layout.n_layer,
+        "n_kv_layers": len(layout.kv_layers),
+        "n_recurrent_layers": len(layout.recurrent_layers),
+        "n_ctx_train": layout.n_ctx_train,
+        "budget_bytes": sum(d.budget_bytes for d in budget.devices),
+        "weights_bytes": budget.weights_bytes or 0,
+        "weights_counted": budget.weights_bytes is not None,
+        "weights_source": budget.weights_source,
+        "weights_on_gpus_bytes": sum(planner.weights_on_device),
+        "margin_bytes": sum(budget.margin_bytes),
+        "compute_bytes": budget.compute_bytes * n_dev,
+        "cache_budget_bytes": sum(planner.cache_budget),
+        "params": dataclasses.asdict(result.params),
+        "flags": planner.flags(result.params, spec_type),
+        "cache_bytes": result.usage.total_bytes,
+        "placement": {
+            "n_gpu_layers": planner.placement.n_gpu_layers,
+            "n_offloadable": planner.placement.n_layer_all + 1,
+            "tensor_split": list(planner.split_parts),
+            "offload_kqv": planner.placement.offload_kqv,
+            "unit_device": list(planner.placement.unit_device),
+        },
+        "devices": device_rows(planner, result),
+        "ladder": [rung(r) for r in result.ladder],
+        "max_ctx": max_ctx,
+        "max_n_rs_seq": max_rs,
+        "notes": notes(planner),
+    }
+
+
+def notes(planner: CapacityPlanner) -> list[str]:
+    """What the numbers assume, in sentences."""
+    out = []
+    if planner.budget.weights_bytes is None:
+        out.append("weights are NOT counted: their size is unknown for this model (give --weights SIZE)")
+    out.append(
+        f"compute buffer: an allowance of {human(planner.budget.compute_bytes)} per GPU (--compute); llama.cpp's "
+        "real compute buffer depends on the graph (-ub, vocabulary, attention) - check its 'compute buffer size' "
+        "log line"
+    )
+    if planner.placement.n_devices > 1 or planner.placement.n_gpu_layers <= planner.placement.n_layer_all:
+        out.append("weights per device are spread evenly over the offloadable layers (an estimate); cache bytes "
+                   "per device are exact")
+    out.append("-c is the total over all sequences: each of the -np sequences gets -c / -np tokens")
+    return out
+
+
+def render_capacity(planner: CapacityPlanner, result: CapacityResult, spec_type: str = "mtp") -> str:
+    """The text form of ``rsplan capacity``."""
+    spec, layout, budget = planner.spec, planner.layout, planner.budget
+    lines = [
+        f"Model {spec.name} ({spec.arch}): {layout.n_layer} layers, {len(layout.kv_layers)} with KV cache, "
+        f"{len(layout.recurrent_layers)} recurrent; training context {layout.n_ctx_train:,}",
+    ]
+    for d in budget.devices:
+        extra = ""
+        if d.total_bytes is not None:
+            extra = f" (free {human(d.free_bytes or 0)} of {human(d.total_bytes)})"
+        lines.append(f"Budget:   {d.name}: {human(d.budget_bytes)} from {d.source}{extra}")
+    if budget.weights_bytes is None:
+        lines.append("Weights:  NOT COUNTED - unknown for this model; give --weights SIZE")
+    else:
+        lines.append(f"Weights:  {human(budget.weights_bytes)} ({budget.weights_bytes:,} B) "
+                     f"from {budget.weights_source}")
+    margins = sorted(set(budget.margin_bytes))
+    lines.append("Margin:   " + ", ".join(human(m) for m in margins) + " per GPU (--fit-target)")
+    lines.append(f"Compute:  {human(budget.compute_bytes)} per GPU (allowance, --compute; llama.cpp's real compute "
+                 "buffer depends on the graph)")
+    lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches")
+    lines.append("")
+
+    rows = []
+    for i, d in enumerate(device_rows(planner, result)):
+        host = i == len(budget.devices)
+        if host and not d["layers"] and not d["cache_bytes"]:
+            continue
+        rows.append([
+            d["name"],
+            human(d["budget_bytes"]) if d["budget_bytes"] is not None else "-",
+            _layers(planner.placement, None if host else i),
+            human(d["weights_bytes"]),
+            human(d["cache_budget_bytes"]) if d["cache_budget_bytes"] is not None else "-",
+            human(d["cache_bytes"]),
+        ])
+    p = result.params
+    lines.append(tabulate(rows, headers=["device", "budget", "layers", "weights", "cache budget",
+                                         f"caches at -c {p.n_ctx} -np {p.n_seq_max}"],
+                          disable_numparse=True))
+    lines.append("")
+
+    lines.append("Most parallel sequences per context (llama.cpp's -c is the total over all sequences):")
+    ladder_rows = []
+    for r in result.ladder:
+        if r.max_parallel == 0:
+            ladder_rows.append([f"{r.ctx_per_seq:,}", 0, "does not fit", "-", "-"])
+            continue
+        note = "" if r.limited_by == "memory" else f" ({LIMITS[r.limited_by]})"
+        ladder_rows.append([
+            f"{r.ctx_per_seq:,}",
+            f"{r.max_parallel}{note}",
+            planner.flags(planner.params(r.n_ctx_flag, r.max_parallel), spec_type),
+            human(r.cache_bytes),
+            human(r.headroom_bytes),
+        ])
+    lines.append(tabulate(ladder_rows, headers=["ctx/seq", "max -np", "llama.cpp flags", "caches", "headroom"],
+                          disable_numparse=True))
+    lines.append("")
+
+    m = result.max_ctx
+    if m.n_ctx_flag is None:
+        lines.append(f"Largest context at -np {m.n_seq_max}: nothing fits (not even 256 tokens per sequence)")
+    else:
+        limit = "" if m.limited_by == "memory" else f", limited by {LIMITS[m.limited_by]}"
+        lines.append(
+            f"Largest context at -np {m.n_seq_max}: {m.ctx_per_seq:,} tokens per sequence{limit}: "
+            f"{planner.flags(planner.params(m.n_ctx_flag, m.n_seq_max), spec_type)} (caches {human(m.cache_bytes)})"
+        )
+    rs = result.max_rs
+    if rs.n_rs_seq is None:
+        lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: n/a, {rs.reason}")
+    else:
+        limit = "" if rs.limited_by == "memory" else f", limited by {LIMITS[rs.limited_by]}"
+        flags = planner.flags(planner.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq), spec_type)
+        lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{limit}: {flags} "
+                     f"(caches {human(rs.cache_bytes)})")
+    lines.append("")
+    lines.extend(f"Note: {n}" for n in notes(planner))
+    return "\n".join(lines)

@@ -1,0 +1,455 @@
+"""The self-contained HTML capacity report (``rsplan report``): plotly figures, tables, and where every number
+comes from.
+
+plotly is imported here only (this module is loaded by ``rsplan report`` alone). plotly.js is inlined once, so
+the file opens offline and makes no network request. Sizes are binary (MiB = 2^20 B, GiB = 2^30 B) and labelled
+on every axis; hovering any bar, line or cell shows the exact byte count.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rsplan import __version__
+from rsplan.errors import RsplanError
+from rsplan.planner.capacity import CapacityPlanner, CapacityResult
+from rsplan.render import report_data as data
+from rsplan.render.capacity import LIMITS, notes
+from rsplan.render.profile_input import ProfileResults
+from rsplan.render.units import GIB, MIB, human
+
+#: llama.cpp version whose rules the planner reproduces.
+LLAMA_CPP_REF = "0c1e57098"
+
+#: Colours of the stacked memory components (distinguishable, and the same in every figure).
+COLOURS = {
+    "weights": "#7f7f7f",
+    "kv": "#1f77b4",
+    "conv": "#ff7f0e",
+    "state": "#2ca02c",
+    "rollback": "#9467bd",
+    "compute": "#8c564b",
+    "margin": "#c7c7c7",
+    "k": "#1f77b4",
+    "v": "#17becf",
+    "r": "#ff7f0e",
+    "s": "#2ca02c",
+}
+BUDGET_COLOUR = "#d62728"
+#: Line colours for the compared options (plotly's qualitative palette, then dashes per model).
+LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+DASHES = ("solid", "dash", "dot", "dashdot")
+
+_FONT = {"family": "Helvetica, Arial, sans-serif", "size": 13}
+
+
+class ReportWriteError(RsplanError):
+    """The report could not be written where asked."""
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """One model in the report: its planner, its capacity answers and how it was named on the command line."""
+
+    ref: str
+    planner: CapacityPlanner
+    result: CapacityResult
+
+
+def _layout(title: str, **kw: Any) -> dict[str, Any]:
+    base = {
+        "title": {"text": title, "x": 0.0, "xanchor": "left", "font": {"size": 16}},
+        "template": "plotly_white",
+        "font": _FONT,
+        "height": 480,
+        "margin": {"l": 80, "r": 30, "t": 60, "b": 70},
+        "hoverlabel": {"font": {"size": 12}},
+    }
+    base.update(kw)
+    return base
+
+
+def _ctx_label(ctx: int) -> str:
+    return f"{ctx:,}"
+
+
+def memory_figure(m: ModelReport) -> Any:
+    import plotly.graph_objects as go
+
+    planner = m.planner
+    series = data.memory_series(planner, planner.base.n_seq_max, data.plot_contexts(planner.layout.n_ctx_train))
+    x = [_ctx_label(c) for c in series.contexts]
+    fig = go.Figure()
+    for key, label in data.COMPONENTS:
+        values = series.parts[key]
+        if not any(values):
+            continue
+        fig.add_bar(
+            x=x, y=[v / GIB for v in values], name=label, marker_color=COLOURS[key], customdata=values,
+            hovertemplate=f"{label}<br>%{{x}} tokens/seq<br>%{{y:.3f}} GiB = %{{customdata:,}} B<extra></extra>",
+        )
+    budget = series.budget_bytes
+    fig.add_scatter(
+        x=x, y=[budget / GIB] * len(x), mode="lines", name=f"budget {human(budget)}",
+        line={"color": BUDGET_COLOUR, "width": 3, "dash": "dash"}, customdata=[budget] * len(x),
+        hovertemplate="budget %{y:.3f} GiB = %{customdata:,} B<extra></extra>",
+    )
+    n = series.n_seq
+    host = " Caches of layers kept in host memory are not shown." if any(series.host_bytes) else ""
+    fig.update_layout(**_layout(
+        f"{planner.spec.name}: GPU memory against context, -np {n} (-c = context x {n}){host}",
+        barmode="stack",
+        xaxis={"title": {"text": "context per sequence (tokens)"}, "type": "category"},
+        yaxis={"title": {"text": "GPU memory (GiB = 2^30 B)"}, "rangemode": "tozero"},
+        legend={"traceorder": "reversed"},
+    ))
+    return fig
+
+
+def parallel_figure(models: list[ModelReport]) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    all_contexts: set[int] = set()
+    colour = 0
+    for mi, m in enumerate(models):
+        contexts = data.plot_contexts(m.planner.layout.n_ctx_train)
+        all_contexts.update(contexts)
+        for variant in data.variants(m.planner, m.planner.spec.name):
+            rungs = [variant.planner.max_parallel(c) for c in contexts]
+            fig.add_scatter(
+                x=contexts, y=[r.max_parallel for r in rungs], mode="lines+markers", name=variant.label,
+                line={"color": LINE_COLOURS[colour % len(LINE_COLOURS)], "dash": DASHES[mi % len(DASHES)],
+                      "width": 2.5},
+                customdata=[[r.n_ctx_flag or 0, r.cache_bytes or 0] for r in rungs],
+                hovertemplate=(f"{html.escape(variant.label)}<br>%{{x:,}} tokens/seq: -np %{{y}}"
+                               "<br>-c %{customdata[0]:,}<br>caches %{customdata[1]:,} B<extra></extra>"),
+            )
+            colour += 1
+    ticks = sorted(all_contexts)
+    fig.update_layout(**_layout(
+        "Most parallel sequences that fit, against context per sequence",
+        xaxis={"title": {"text": "context per sequence (tokens, log scale)"}, "type": "log",
+               "tickvals": ticks, "ticktext": [_ctx_label(c) for c in ticks]},
+        yaxis={"title": {"text": "max parallel sequences (-np)"}, "rangemode": "tozero"},
+        legend={"orientation": "h", "y": -0.22, "x": 0, "yanchor": "top"},
+        height=560,
+        margin={"l": 80, "r": 30, "t": 60, "b": 150},
+    ))
+    return fig
+
+
+def heatmap_figure(m: ModelReport) -> Any:
+    import plotly.graph_objects as go
+
+    hm = data.heatmap(m.planner)
+    cap = max(1, max(m.planner.cache_budget)) / GIB
+    z = [[h / GIB for h in row] for row in hm.headroom]
+    xs, ys = list(range(len(hm.n_ctx))), list(range(len(hm.n_seq)))
+    custom = [[[n, c, h] for c, h in zip(hm.n_ctx, row, strict=True)]
+              for n, row in zip(hm.n_seq, hm.headroom, strict=True)]
+    fig = go.Figure()
+    fig.add_heatmap(
+        x=xs, y=ys, z=z, zmid=0, zmin=-cap, zmax=cap, colorscale="RdBu", customdata=custom,
+        colorbar={"title": {"text": "headroom<br>(GiB)"}},
+        hovertemplate="-c %{customdata[1]:,} -np %{customdata[0]}<br>headroom %{z:.3f} GiB"
+                      "<br>= %{customdata[2]:,} B<extra></extra>",
+        name="headroom",
+    )
+    if any(h < 0 for row in hm.headroom for h in row) and any(h >= 0 for row in hm.headroom for h in row):
+        fig.add_contour(
+            x=xs, y=ys, z=z, showscale=False, hoverinfo="skip", name="out of memory beyond this line",
+            contours={"start": 0, "end": 0, "size": 1, "coloring": "none", "showlabels": False},
+            line={"color": "black", "width": 3}, showlegend=True,
+        )
+    fig.update_layout(**_layout(
+        f"{m.planner.spec.name}: headroom over -np and -c (red: out of memory)",
+        xaxis={"title": {"text": "-c, total KV cells over all sequences"}, "tickvals": xs,
+               "ticktext": [_ctx_label(c) for c in hm.n_ctx], "tickangle": -45},
+        yaxis={"title": {"text": "-np (parallel sequences)"}, "tickvals": ys,
+               "ticktext": [str(n) for n in hm.n_seq]},
+        legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"},
+        height=540,
+        margin={"l": 80, "r": 30, "t": 80, "b": 110},
+    ))
+    return fig
+
+
+def layers_figure(m: ModelReport) -> Any:
+    import plotly.graph_objects as go
+
+    bars = data.layer_bars(m.planner)
+    labels = {"k": "K cache", "v": "V cache", "r": "conv state R", "s": "recurrent state S"}
+    fig = go.Figure()
+    for kind, label in labels.items():
+        values = bars.bytes[kind]
+        if not any(values):
+            continue
+        fig.add_bar(
+            x=bars.layers, y=[v / MIB for v in values], name=label, marker_color=COLOURS[kind],
+            customdata=[[v, d] for v, d in zip(values, bars.device, strict=True)],
+            hovertemplate=f"layer %{{x}} on %{{customdata[1]}}<br>{label}: %{{y:.2f}} MiB"
+                          "<br>= %{customdata[0]:,} B<extra></extra>",
+        )
+    p = m.planner.base
+    fig.update_layout(**_layout(
+        f"{m.planner.spec.name}: what each layer holds at -c {p.n_ctx} -np {p.n_seq_max}",
+        barmode="stack",
+        xaxis={"title": {"text": "layer"}, "dtick": 4 if len(bars.layers) > 24 else 1},
+        yaxis={"title": {"text": "cache (MiB = 2^20 B)"}, "rangemode": "tozero"},
+    ))
+    return fig
+
+
+def profile_figure(profile: ProfileResults) -> Any:
+    import plotly.graph_objects as go
+
+    names = [k.name for k in profile.kernels]
+    fig = go.Figure()
+    fig.add_bar(
+        x=names, y=[k.gbps for k in profile.kernels], name="achieved", marker_color=COLOURS["kv"],
+        text=[f"{k.copy_ratio:.0%}" for k in profile.kernels], textposition="outside",
+        customdata=[[k.copy_gbps, k.copy_ratio * 100, k.bytes if k.bytes is not None else -1]
+                    for k in profile.kernels],
+        hovertemplate="%{x}: %{y:,.1f} GB/s<br>%{customdata[1]:.1f}% of copy %{customdata[0]:,.1f} GB/s"
+                      "<extra></extra>",
+    )
+    fig.add_scatter(
+        x=names, y=[k.copy_gbps for k in profile.kernels], mode="markers", name="measured copy bandwidth",
+        marker={"symbol": "line-ew-open", "size": 36, "line": {"width": 3, "color": BUDGET_COLOUR}},
+        hovertemplate="copy bandwidth %{y:,.1f} GB/s<extra></extra>",
+    )
+    where = f" on {profile.device}" if profile.device else ""
+    fig.update_layout(**_layout(
+        f"State kernels: achieved bandwidth against the measured copy bandwidth{where}",
+        xaxis={"title": {"text": "kernel"}, "type": "category"},
+        yaxis={"title": {"text": "bandwidth (GB/s = 10^9 B/s)"}, "rangemode": "tozero"},
+    ))
+    return fig
+
+
+# -- page -------------------------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1280px; color: #222;
+       padding: 0 16px; }
+h1 { font-size: 24px; margin-bottom: 4px; } h2 { font-size: 19px; margin-top: 36px;
+     border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+p.meta, p.note { color: #555; font-size: 13px; }
+table { border-collapse: collapse; font-size: 13px; margin: 8px 0 16px; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code { background: #f4f4f4; padding: 1px 4px; border-radius: 3px; }
+.warn { color: #b00; font-weight: bold; }
+.plot { margin: 8px 0 24px; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    numeric = numeric or set()
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                         for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _bytes_cell(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f'<span title="{n:,} B">{_e(human(n))}</span>'
+
+
+def ladder_table(m: ModelReport) -> str:
+    rows = []
+    planner = m.planner
+    for r in m.result.ladder:
+        if r.n_ctx_flag is None:
+            rows.append([f"{r.ctx_per_seq:,}", "0", "nothing fits", "-", "-"])
+            continue
+        limit = "" if r.limited_by == "memory" else f" ({_e(LIMITS[r.limited_by])})"
+        rows.append([
+            f"{r.ctx_per_seq:,}", f"{r.max_parallel}{limit}",
+            f"<code>{_e(planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)))}</code>",
+            f"{_bytes_cell(r.cache_bytes)} ({r.cache_bytes:,} B)", _bytes_cell(r.headroom_bytes),
+        ])
+    return _table(["context per sequence", "max -np", "llama.cpp flags", "caches", "headroom"], rows, {0})
+
+
+def _answers(m: ModelReport) -> str:
+    planner, result = m.planner, m.result
+    out = []
+    mc = result.max_ctx
+    if mc.n_ctx_flag:
+        limit = "" if mc.limited_by == "memory" else f", limited by {LIMITS[mc.limited_by]}"
+        flags = planner.flags(planner.params(mc.n_ctx_flag, mc.n_seq_max))
+        out.append(f"Largest context at -np {mc.n_seq_max}: {mc.ctx_per_seq:,} tokens per sequence{_e(limit)}: "
+                   f"<code>{_e(flags)}</code>")
+    else:
+        out.append(f"Largest context at -np {mc.n_seq_max}: nothing fits")
+    rs = result.max_rs
+    if rs.n_rs_seq is None:
+        out.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: n/a, {_e(rs.reason)}")
+    else:
+        flags = planner.flags(planner.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
+        out.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}: <code>{_e(flags)}</code>")
+    return "<ul>" + "".join(f"<li>{line}</li>" for line in out) + "</ul>"
+
+
+def sources_table(models: list[ModelReport], profile: ProfileResults | None, profile_path: str | None,
+                  command: str) -> str:
+    rows: list[list[str]] = [["command", f"<code>{_e(command)}</code>", "as run"]]
+    first = models[0].planner
+    budget = first.budget
+    for d in budget.devices:
+        extra = ""
+        if d.total_bytes is not None:
+            extra = f" (total {d.total_bytes:,} B, free {d.free_bytes:,} B)"
+        rows.append([f"budget: {_e(d.name)}", f"{d.budget_bytes:,} B = {_e(human(d.budget_bytes))}",
+                     _e(d.source + extra)])
+    rows.append(["margin per GPU", ", ".join(f"{x:,} B" for x in budget.margin_bytes),
+                 "--fit-target (MiB; llama.cpp's --fit default is 1024)"])
+    rows.append(["compute allowance per GPU", f"{budget.compute_bytes:,} B = {_e(human(budget.compute_bytes))}",
+                 "--compute (default 512 MiB): an allowance, not a measurement; llama.cpp's compute buffer "
+                 "depends on the graph (-ub, vocabulary, attention)"])
+    for m in models:
+        p = m.planner
+        spec, layout = p.spec, p.layout
+        name = _e(spec.name)
+        w = p.budget.weights_bytes
+        rows.append([f"{name}: model", f"{_e(spec.arch)}, {layout.n_layer} layers "
+                     f"({len(layout.kv_layers)} KV, {len(layout.recurrent_layers)} recurrent), "
+                     f"training context {layout.n_ctx_train:,}", f"{_e(m.ref)}: {_e(spec.source)}"])
+        rows.append([f"{name}: row widths", f"n_embd_r {layout.n_embd_r:,}, n_embd_s {layout.n_embd_s:,}",
+                     "derived from the model's hyper-parameters by llama.cpp's rules (llama-hparams.cpp)"])
+        rows.append([f"{name}: weights", "<span class='warn'>NOT COUNTED</span>" if w is None
+                     else f"{w:,} B = {_e(human(w))}", _e(p.budget.weights_source)])
+        rows.append([f"{name}: weights per GPU", ", ".join(f"{x:,} B" for x in p.weights_on_device),
+                     "spread evenly over the offloadable layers on each GPU (an estimate)"])
+        rows.append([f"{name}: layer placement",
+                     _e(f"-ngl {p.placement.n_gpu_layers} of {p.placement.n_layer_all + 1}, "
+                        f"split {','.join(f'{x:g}' for x in p.split_parts)}"
+                        + ("" if p.placement.offload_kqv else ", caches in host memory (-nkvo)")),
+                     f"llama.cpp {LLAMA_CPP_REF} layer split (llama-model.cpp load_tensors)"])
+        rows.append([f"{name}: context flags", f"<code>{_e(p.flags(p.base))}</code>",
+                     "command line (-c is the total over all sequences)"])
+        rows.append([f"{name}: cache bytes", f"{m.result.usage.total_bytes:,} B at the flags above",
+                     f"rsplan planner, exact: llama.cpp {LLAMA_CPP_REF} rules (llama-kv-cache.cpp, "
+                     "llama-memory-recurrent.cpp)"])
+    if profile is not None:
+        rows.append(["profile", f"{len(profile.kernels)} kernels"
+                     + (f" on {_e(profile.device)}" if profile.device else ""), _e(profile_path or "")])
+    return _table(["what", "value", "source"], rows)
+
+
+def build_html(models: list[ModelReport], profile: ProfileResults | None = None, profile_path: str | None = None,
+               command: str = "rsplan report") -> str:
+    """The whole report as one HTML string (plotly.js inlined)."""
+    figures: list[tuple[str, str, Any]] = []  # (section title, explanation, figure)
+    for m in models:
+        figures.append((f"{m.planner.spec.name}: memory against context",
+                        "Stacked GPU memory at the chosen -np as the context per sequence grows, with the budget. "
+                        "Hover for exact bytes.", memory_figure(m)))
+    figures.append(("Options compared: most parallel sequences",
+                    "Each line: the most -np that fits at each context per sequence, for the flags as given and "
+                    "the options worth trying (q8_0 KV cache, rollback planes).", parallel_figure(models)))
+    for m in models:
+        figures.append((f"{m.planner.spec.name}: headroom map",
+                        "Headroom left on the tightest GPU for each -np and total -c; the black line is the "
+                        "out-of-memory boundary (headroom 0).", heatmap_figure(m)))
+    for m in models:
+        figures.append((f"{m.planner.spec.name}: per layer",
+                        "KV and recurrent-state bytes of each layer at the given -c / -np (hover: its device).",
+                        layers_figure(m)))
+    if profile is not None:
+        figures.append(("Profiler: bandwidth", "Achieved GB/s of each kernel, labelled with its share of the "
+                        "device's measured copy bandwidth.", profile_figure(profile)))
+
+    config = {"displaylogo": False, "responsive": True}
+    parts = []
+    for i, (title, text, fig) in enumerate(figures):
+        div = fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"plot-{i}", config=config)
+        parts.append(f"<h2>{_e(title)}</h2><p class='note'>{_e(text)}</p><div class='plot'>{div}</div>")
+
+    summaries = []
+    for m in models:
+        note_items = "".join(f"<li>{_e(n)}</li>" for n in notes(m.planner))
+        summaries.append(f"<h2>{_e(m.planner.spec.name)}: capacity</h2>{ladder_table(m)}{_answers(m)}"
+                         f"<ul class='note'>{note_items}</ul>")
+    names = ", ".join(m.planner.spec.name for m in models)
+    today = datetime.date.today().isoformat()
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>rsplan capacity report: {_e(names)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>Capacity report: {_e(names)}</h1>"
+        f"<p class='meta'>rsplan {__version__}, llama.cpp {LLAMA_CPP_REF} cache rules, {today}. "
+        "Sizes in binary units: MiB = 2<sup>20</sup> B, GiB = 2<sup>30</sup> B; bandwidth in GB/s = 10<sup>9</sup> "
+        "B/s. -c is llama.cpp's total over all sequences.</p>"
+        + "".join(summaries) + "".join(parts)
+        + f"<h2>Parameters and sources</h2>{sources_table(models, profile, profile_path, command)}"
+        + "</body></html>\n"
+    )
+
+
+class AtomicFile:
+    """A file written all at once: ``create`` opens a temporary file beside ``path`` (so an unwritable path fails
+    before any work), ``commit`` writes the text and renames it over ``path`` with ``os.replace``; ``discard``
+    removes the temporary file if it was not committed. Readers see the old file or the whole new one."""
+
+    def __init__(self, path: Path, tmp: Path, fd: int) -> None:
+        self.path, self.tmp, self._fd = path, tmp, fd
+
+    @classmethod
+    def create(cls, path: Path) -> AtomicFile:
+        path = Path(path)
+        if path.is_dir():
+            raise ReportWriteError(f"cannot write the report to {path}: it is a directory")
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except OSError as exc:
+            raise ReportWriteError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+        return cls(path, tmp, fd)
+
+    def commit(self, text: str) -> int:
+        """Write ``text`` (UTF-8) and move it into place; returns the bytes written."""
+        payload = text.encode("utf-8")
+        try:
+            with os.fdopen(self._fd, "wb") as fh:
+                self._fd = -1
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.discard()
+            raise ReportWriteError(f"cannot write the report to {self.path}: {exc.strerror or exc}") from None
+        return len(payload)
+
+    def discard(self) -> None:
+        """Remove the temporary file (after a failure); harmless after a commit."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, text: str) -> int:
+    """Write ``text`` to ``path`` atomically (see AtomicFile); returns the bytes written."""
+    target = AtomicFile.create(path)
+    try:
+        return target.commit(text)
+    finally:
+        target.discard()

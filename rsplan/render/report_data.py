@@ -1,0 +1,179 @@
+"""The numbers behind each plot of the capacity report, in bytes, without plotly (so they can be tested alone).
+
+Every series is computed from a ``CapacityPlanner`` (exact cache bytes per device from ``plan_totals``); GPU
+memory is summed over the GPUs the planner budgets, host memory (layers not offloaded) is left out of the GPU
+figures and shown in the per-layer chart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from rsplan.errors import RsplanError
+from rsplan.planner.capacity import CapacityPlanner, default_ladder
+from rsplan.planner.context import ContextParams
+from rsplan.planner.plan import build_plan
+
+#: The stacked components of GPU memory, bottom to top: (key, legend label).
+COMPONENTS = (
+    ("weights", "weights"),
+    ("kv", "KV cache (K+V)"),
+    ("conv", "recurrent conv state (R)"),
+    ("state", "recurrent state (S)"),
+    ("rollback", "rollback planes (R+S snapshots)"),
+    ("compute", "compute allowance"),
+    ("margin", "margin (--fit-target)"),
+)
+#: -np values of the heat map rows.
+HEATMAP_NP = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+#: The first per-sequence context of the memory and max-parallel plots.
+PLOT_CTX_START = 2048
+
+
+@dataclass(frozen=True)
+class MemorySeries:
+    """GPU memory against per-sequence context at ``n_seq`` sequences (-c = ctx * n_seq).
+
+    ``parts[key][i]`` is the bytes of component ``key`` at ``contexts[i]``; ``host_bytes[i]`` the caches left in
+    host memory (not budgeted).
+    """
+
+    n_seq: int
+    contexts: list[int]
+    parts: dict[str, list[int]]
+    budget_bytes: int
+    host_bytes: list[int]
+
+    def total(self, i: int) -> int:
+        return sum(series[i] for series in self.parts.values())
+
+
+def plot_contexts(n_ctx_train: int) -> list[int]:
+    """Per-sequence contexts for the x axes: 2k, 4k, ... up to the training context."""
+    return default_ladder(n_ctx_train, start=min(PLOT_CTX_START, n_ctx_train))
+
+
+def memory_series(planner: CapacityPlanner, n_seq: int, contexts: list[int]) -> MemorySeries:
+    budget = planner.budget
+    n_dev = len(budget.devices)
+    parts: dict[str, list[int]] = {key: [] for key, _ in COMPONENTS}
+    host = []
+    for ctx in contexts:
+        use = planner.usage(planner.params(ctx * n_seq, n_seq))
+        n_rs = use.ctx.n_rs_seq
+        r = sum(t.r_bytes for t in use.devices)
+        s = sum(t.s_bytes for t in use.devices)
+        # R and S have (1 + n_rs) planes of equal size per sequence; n_rs of them are rollback snapshots
+        r_snap, s_snap = r // (1 + n_rs) * n_rs, s // (1 + n_rs) * n_rs
+        parts["weights"].append(sum(planner.weights_on_device))
+        parts["kv"].append(sum(t.kv_bytes for t in use.devices))
+        parts["conv"].append(r - r_snap)
+        parts["state"].append(s - s_snap)
+        parts["rollback"].append(r_snap + s_snap)
+        parts["compute"].append(budget.compute_bytes * n_dev)
+        parts["margin"].append(sum(budget.margin_bytes))
+        host.append(use.host.total_bytes)
+    return MemorySeries(n_seq, contexts, parts, sum(d.budget_bytes for d in budget.devices), host)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One option compared in the max-parallel plot."""
+
+    label: str
+    planner: CapacityPlanner
+
+
+def variants(planner: CapacityPlanner, model_label: str) -> list[Variant]:
+    """The flags as given, then what a user would try next: q8_0 KV cache (models with attention layers), and
+    with / without rollback planes (rollback-capable archs). Settings llama.cpp refuses are skipped."""
+    base = planner.base
+    out = [Variant(f"{model_label}: as given ({_describe(base)})", planner)]
+    tries: list[tuple[str, ContextParams]] = []
+    if planner.layout.kv_layers and (base.type_k, base.type_v) != ("q8_0", "q8_0"):
+        flash = "auto" if base.flash_attn == "off" else base.flash_attn
+        tries.append(("KV q8_0", dataclasses.replace(base, type_k="q8_0", type_v="q8_0", flash_attn=flash)))
+    if planner.layout.arch.rollback:
+        if base.n_rs_seq == 0:
+            tries.append(("n_rs_seq 3 (MTP draft 3)", dataclasses.replace(base, n_rs_seq=3)))
+        else:
+            tries.append(("n_rs_seq 0", dataclasses.replace(base, n_rs_seq=0)))
+    for label, params in tries:
+        try:
+            other = CapacityPlanner(planner.spec, params, planner.budget, n_gpu_layers=planner.n_gpu_layers,
+                                    tensor_split=planner.tensor_split, offload_kqv=planner.offload_kqv)
+        except RsplanError:
+            continue
+        out.append(Variant(f"{model_label}: {label}", other))
+    return out
+
+
+def _describe(params: ContextParams) -> str:
+    kv = params.type_k if params.type_k == params.type_v else f"K {params.type_k}, V {params.type_v}"
+    text = f"KV {kv}"
+    if params.n_rs_seq:
+        text += f", n_rs_seq {params.n_rs_seq}"
+    if params.kv_unified:
+        text += ", unified KV"
+    return text
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """Headroom (smallest over the GPUs of cache budget - caches, bytes; negative = out of memory) for each
+    ``-np`` (rows) and total ``-c`` (columns)."""
+
+    n_seq: list[int]
+    n_ctx: list[int]
+    headroom: list[list[int]]
+
+
+def heatmap_contexts(planner: CapacityPlanner) -> list[int]:
+    """Total -c values: 4k, 6k, 8k, 12k, ... (powers of two and 1.5 x) up to twice the largest -c that fits
+    (at least the training context)."""
+    rungs = planner.ladder([4096, 32768, planner.layout.n_ctx_train])
+    biggest = max(r.n_ctx_flag or 0 for r in rungs)
+    top = min(max(planner.layout.n_ctx_train, 2 * biggest), 1 << 24)
+    out, c = [], 4096
+    while c <= top:
+        out.append(c)
+        if c * 3 // 2 <= top:
+            out.append(c * 3 // 2)
+        c *= 2
+    return out
+
+
+def heatmap(planner: CapacityPlanner) -> Heatmap:
+    contexts = heatmap_contexts(planner)
+    rows = []
+    for n in HEATMAP_NP:
+        rows.append([planner.headroom(planner.params(c, n)) for c in contexts])
+    return Heatmap(list(HEATMAP_NP), contexts, rows)
+
+
+@dataclass(frozen=True)
+class LayerBars:
+    """Cache bytes each layer holds at the given flags: ``bytes[kind][il]`` for kind in k, v, r, s."""
+
+    layers: list[int]
+    bytes: dict[str, list[int]]
+    device: list[str]
+
+
+def layer_bars(planner: CapacityPlanner) -> LayerBars:
+    plan = build_plan(planner.spec, planner.base)
+    n = planner.layout.n_layer_all
+    by_kind = {kind: [0] * n for kind in ("k", "v", "r", "s")}
+    for t in plan.tensors:
+        by_kind[t.kind][t.layer] += t.bytes
+    names = [d.name for d in planner.budget.devices]
+    device = []
+    for il in range(n):
+        d = planner.placement.cache_device(il)
+        device.append("host" if d is None else names[d])
+    return LayerBars(list(range(n)), by_kind, device)
+
+
+def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
+    return [variant.planner.max_parallel(c).max_parallel for c in contexts]

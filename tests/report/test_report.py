@@ -1,0 +1,211 @@
+"""rsplan report: the numbers behind each plot, the self-contained file, atomic writes, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan.hparams.sources import load_model
+from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget
+from rsplan.planner.context import ContextParams
+from rsplan.planner.plan import build_plan
+from rsplan.render import report_data as data
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), prog_name="rsplan")
+
+
+def make_planner(path: Path, params: ContextParams, budget_gib: int = 48, devices: int = 1, **kw):
+    spec = load_model(str(path))
+    b = Budget(tuple(DeviceBudget(f"GPU {i}", budget_gib * GIB, "test") for i in range(devices)),
+               spec.weights_bytes, "test", (1024 * MIB,) * devices, 512 * MIB)
+    return CapacityPlanner(spec, params, b, **kw)
+
+
+# -- the numbers ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_rs_seq", [0, 3])
+def test_memory_stack_adds_up_to_the_plan(hybrid, n_rs_seq):
+    p = make_planner(hybrid, ContextParams(n_seq_max=4, n_rs_seq=n_rs_seq))
+    contexts = data.plot_contexts(262144)
+    assert contexts == [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+    s = data.memory_series(p, 4, contexts)
+    for i, ctx in enumerate(contexts):
+        plan = build_plan(p.spec, ContextParams(n_ctx=ctx * 4, n_seq_max=4, n_rs_seq=n_rs_seq))
+        caches = s.parts["kv"][i] + s.parts["conv"][i] + s.parts["state"][i] + s.parts["rollback"][i]
+        assert caches == plan.total_bytes
+        assert s.parts["rollback"][i] == plan.recurrent.snapshot_bytes
+        assert s.parts["kv"][i] == plan.kv.k_bytes + plan.kv.v_bytes
+        assert s.total(i) == 20 * GIB + 1024 * MIB + 512 * MIB + plan.total_bytes
+    assert s.budget_bytes == 48 * GIB
+
+
+def test_heatmap_sign_is_whether_it_fits(hybrid):
+    p = make_planner(hybrid, ContextParams())
+    hm = data.heatmap(p)
+    assert hm.n_seq[0] == 1 and hm.n_seq[-1] == 256
+    assert hm.n_ctx[:4] == [4096, 6144, 8192, 12288]
+    assert hm.n_ctx[-1] >= 262144
+    for n, row in zip(hm.n_seq, hm.headroom, strict=True):
+        for c, h in zip(hm.n_ctx, row, strict=True):
+            assert (h >= 0) == p.fits(p.params(c, n))
+    flat = [h for row in hm.headroom for h in row]
+    assert min(flat) < 0 <= max(flat)  # the map crosses the out-of-memory boundary
+
+
+def test_layer_bars_are_the_plan_by_layer(hybrid):
+    p = make_planner(hybrid, ContextParams(n_ctx=32768, n_seq_max=4), devices=2, n_gpu_layers=40)
+    bars = data.layer_bars(p)
+    plan = build_plan(p.spec, p.base)
+    assert sum(sum(v) for v in bars.bytes.values()) == plan.total_bytes
+    assert bars.bytes["k"][3] == 512 * 2 * 32768 and bars.bytes["k"][0] == 0
+    assert bars.bytes["s"][0] == 4 * 262144 * 4
+    assert bars.device[:9] == ["host"] * 9 and bars.device[9] == "GPU 0" and bars.device[-1] == "GPU 1"
+
+
+def test_variants_compare_cache_types_and_rollback(hybrid, mamba2):
+    labels = [v.label for v in data.variants(make_planner(hybrid, ContextParams()), "h")]
+    assert labels == ["h: as given (KV f16)", "h: KV q8_0", "h: n_rs_seq 3 (MTP draft 3)"]
+    labels = [v.label for v in data.variants(make_planner(hybrid, ContextParams(n_rs_seq=2, kv_unified=True)),
+                                             "h")]
+    assert labels == ["h: as given (KV f16, n_rs_seq 2, unified KV)", "h: KV q8_0", "h: n_rs_seq 0"]
+    # a pure recurrent arch without rollback: nothing else to try
+    assert [v.label for v in data.variants(make_planner(mamba2, ContextParams()), "m")] == ["m: as given (KV f16)"]
+
+
+# -- the file ---------------------------------------------------------------------------------------------------
+
+def test_report_is_self_contained_and_complete(hybrid, mamba2, profile_file, tmp_path):
+    out = tmp_path / "report.html"
+    r = run("report", "--model", str(hybrid), "--model", str(mamba2), "--budget", "48GiB", "--weights", "20GiB",
+            "--weights", "5GiB", "-np", "4", "-c", "32768", "--profile", str(profile_file), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"wrote {out}: ")
+    text = out.read_text()
+    assert out.stat().st_size < 6 * 1000 * 1000
+    # plotly.js inlined exactly once, nothing loaded from elsewhere
+    assert text.count("plotly.js v") >= 1 and text.count('<script type="text/javascript">/**') <= 1
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=[\"']?(https?:)?//", text)
+    assert "<script src" not in text
+    # 2 memory + 1 comparison + 2 heat maps + 2 per-layer + 1 profile plots
+    assert len(re.findall(r'<div id="plot-\d+"', text)) == 8
+    for words in ("GiB = 2^30 B", "MiB = 2^20 B", "= 10^9 B", "budget 48.00 GiB", "--weights 20GiB",
+                  "Parameters and sources", "hybrid-48l", "mamba2-64l", "Test GPU", "out of memory"):
+        assert words in text, words
+    # hover templates carry exact bytes
+    assert "%{customdata:,} B" in text
+
+
+def test_report_lists_unknown_weights_as_not_counted(mamba2, tmp_path):
+    out = tmp_path / "r.html"
+    assert run("report", "--model", str(mamba2), "--budget", "8GiB", "-o", str(out)).exit_code == 0
+    text = out.read_text()
+    assert "NOT COUNTED" in text and "unknown for this model: NOT counted (give --weights SIZE)" in text
+
+
+def test_plotly_is_imported_by_report_only():
+    code = (
+        "import sys; from click.testing import CliRunner; from rsplan.cli import cli;"
+        "r = CliRunner().invoke(cli, ['capacity', '--model', 'article-example-48l', '--budget', '24GiB']);"
+        "assert r.exit_code == 0, r.output; assert 'plotly' not in sys.modules, 'plotly imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- atomic writes and errors -------------------------------------------------------------------------------------
+
+def test_failed_write_leaves_no_partial_file(hybrid, tmp_path, monkeypatch):
+    out = tmp_path / "r.html"
+    out.write_text("old report")
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("rsplan.render.report.os.replace", fail)
+    r = run("report", "--model", str(hybrid), "--budget", "48GiB", "-o", str(out))
+    assert r.exit_code == 1
+    assert r.output == f"Error: cannot write the report to {out}: No space left on device\n"
+    assert out.read_text() == "old report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hybrid.yaml", "r.html"]
+
+
+def test_a_bad_input_leaves_the_old_report(hybrid, tmp_path):
+    out = tmp_path / "r.html"
+    out.write_text("old report")
+    r = run("report", "--model", str(hybrid), "--budget", "1GiB", "-o", str(out))
+    assert r.exit_code == 1 and r.output.startswith("Error: nothing fits on GPU: weights 20,480.00 MiB")
+    assert out.read_text() == "old report"
+
+
+@pytest.mark.parametrize(("output", "message"), [
+    ("missing-dir/r.html", "cannot write the report to {tmp}/missing-dir/r.html: No such file or directory"),
+    ("hybrid.yaml/r.html", "cannot write the report to {tmp}/hybrid.yaml/r.html: Not a directory"),
+])
+def test_unwritable_paths_are_one_line_errors(hybrid, tmp_path, output, message):
+    r = run("report", "--model", str(hybrid), "--budget", "48GiB", "-o", str(tmp_path / output))
+    assert r.exit_code == 1
+    assert r.output == "Error: " + message.format(tmp=tmp_path) + "\n"
+
+
+def test_output_that_is_a_directory(hybrid, tmp_path):
+    r = run("report", "--model", str(hybrid), "--budget", "48GiB", "-o", str(tmp_path))
+    assert r.exit_code == 2
+    assert r.output == (f"Error: Invalid value for '-o' / '--output': File '{tmp_path}' is a directory. "
+                        "(see 'rsplan report --help')\n")
+
+
+def _profile(tmp_path: Path, content: object, raw: str | None = None) -> Path:
+    p = tmp_path / "bad.json"
+    p.write_text(raw if raw is not None else json.dumps(content))
+    return p
+
+
+GOOD_KERNEL = {"name": "scan", "gbps": 100.0, "copy_gbps": 1000.0}
+
+
+@pytest.mark.parametrize(("content", "raw", "message"), [
+    ([GOOD_KERNEL], None, "expected a JSON object with a 'kernels' list, got list"),
+    ({}, None, "kernels: Field required"),
+    ({"kernels": []}, None, "kernels: List should have at least 1 item after validation, not 0"),
+    ({"kernels": [{"name": "scan", "copy_gbps": 1000.0}]}, None, "kernels[0].gbps: Field required"),
+    ({"kernels": [{**GOOD_KERNEL, "gbps": "fast"}]}, None, "kernels[0].gbps: Input should be a valid number"),
+    ({"kernels": [{**GOOD_KERNEL, "gbps": -1}]}, None, "kernels[0].gbps: Input should be greater than or equal to 0"),
+    ({"kernels": [GOOD_KERNEL, {**GOOD_KERNEL, "copy_gbps": 0}]}, None,
+     "kernels[1].copy_gbps: Input should be greater than 0"),
+    ({"kernels": [{**GOOD_KERNEL, "speed": 3}]}, None,
+     "kernels[0].speed: unknown key (accepted: name, gbps, copy_gbps, bytes, time_s, dtype in each kernel; "
+     "device, model, kernels at the top)"),
+    ({"kernels": [{**GOOD_KERNEL, "name": ""}]}, None, "kernels[0].name: String should have at least 1 character"),
+    (None, '{"kernels": [{"name": "x", "gbps": NaN, "copy_gbps": 1}]}', "NaN is not a number JSON allows"),
+    (None, '{"kernels": [', "not JSON: Expecting value at line 1, column 14"),
+])
+def test_profile_of_the_wrong_shape_is_refused(hybrid, tmp_path, content, raw, message):
+    p = _profile(tmp_path, content, raw)
+    out = tmp_path / "r.html"
+    r = run("report", "--model", str(hybrid), "--budget", "48GiB", "--profile", str(p), "-o", str(out))
+    assert r.exit_code == 1
+    assert r.output == f"Error: --profile {p}: {message}\n"
+    assert not out.exists()
+
+
+def test_missing_profile_file(hybrid, tmp_path):
+    r = run("report", "--model", str(hybrid), "--budget", "48GiB", "--profile", str(tmp_path / "nope.json"),
+            "-o", str(tmp_path / "r.html"))
+    assert r.output == f"Error: --profile {tmp_path / 'nope.json'}: cannot read: No such file or directory\n"
+
+
+def test_weights_count_must_match_models(hybrid, mamba2, tmp_path):
+    r = run("report", "--model", str(hybrid), "--model", str(mamba2), "--budget", "48GiB", "--weights", "1GiB",
+            "-o", str(tmp_path / "r.html"))
+    assert r.output == "Error: give --weights once per --model (2 models, 1 --weights)\n"
