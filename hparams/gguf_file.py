@@ -354,16 +354,25 @@ def _scan_tensors(
 @contextmanager
 def _mapped(path: Path) -> Iterator[tuple[Any, int]]:
     """The file as a read-only buffer and its size (an empty buffer for an empty file)."""
+
+    def unreadable(exc: OSError | ValueError) -> ModelFileError:
+        return ModelFileError(f"{path}: cannot read file: {getattr(exc, 'strerror', None) or exc}")
+
     try:
-        with path.open("rb") as fh:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise unreadable(exc) from None
+    with fh:
+        try:
             size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                yield b"", 0
-                return
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                yield mm, size
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"{path}: cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        except (OSError, ValueError) as exc:
+            raise unreadable(exc) from None
+        if mm is None:
+            yield b"", 0
+            return
+        with mm:
+            yield mm, size
 
 
 def _scan(buf: Any, size: int, where: str) -> GGUFIndex:
