@@ -162,18 +162,20 @@ def heatmap_figure(m: ModelReport) -> Any:
                       "<br>= %{customdata[2]:,} B<extra></extra>",
         name="headroom",
     )
-    if any(h < 0 for row in hm.headroom for h in row) and any(h >= 0 for row in hm.headroom for h in row):
-        fig.add_contour(
-            x=xs, y=ys, z=z, showscale=False, hoverinfo="skip", name="out of memory beyond this line",
-            contours={"start": 0, "end": 0, "size": 1, "coloring": "none", "showlabels": False},
-            line={"color": "black", "width": 3}, showlegend=True,
+    bx, by = data.oom_boundary(hm)
+    if bx:
+        fig.add_scatter(
+            x=bx, y=by, mode="lines", name="out-of-memory boundary (red side does not fit)",
+            line={"color": "black", "width": 3}, hoverinfo="skip", showlegend=True,
         )
     fig.update_layout(**_layout(
         f"{m.planner.spec.name}: headroom over -np and -c (red: out of memory)",
+        showlegend=True,
         xaxis={"title": {"text": "-c, total KV cells over all sequences"}, "tickvals": xs,
+               "range": [-0.5, len(xs) - 0.5],
                "ticktext": [_ctx_label(c) for c in hm.n_ctx], "tickangle": -45},
         yaxis={"title": {"text": "-np (parallel sequences)"}, "tickvals": ys,
-               "ticktext": [str(n) for n in hm.n_seq]},
+               "ticktext": [str(n) for n in hm.n_seq], "range": [-0.5, len(ys) - 0.5]},
         legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"},
         height=540,
         margin={"l": 80, "r": 30, "t": 80, "b": 110},
@@ -214,7 +216,7 @@ def profile_figure(profile: ProfileResults) -> Any:
     fig = go.Figure()
     fig.add_bar(
         x=names, y=[k.gbps for k in profile.kernels], name="achieved", marker_color=COLOURS["kv"],
-        text=[f"{k.copy_ratio:.0%}" for k in profile.kernels], textposition="outside",
+        text=[f"{k.copy_ratio:.0%} of copy" for k in profile.kernels], textposition="outside",
         customdata=[[k.copy_gbps, k.copy_ratio * 100, k.bytes if k.bytes is not None else -1]
                     for k in profile.kernels],
         hovertemplate="%{x}: %{y:,.1f} GB/s<br>%{customdata[1]:.1f}% of copy %{customdata[0]:,.1f} GB/s"
@@ -237,17 +239,19 @@ def profile_figure(profile: ProfileResults) -> Any:
 # -- page -------------------------------------------------------------------------------------------------------
 
 _CSS = """
-body { font-family: Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1280px; color: #222;
-       padding: 0 16px; }
+body { font-family: Helvetica, Arial, sans-serif; font-size: 14px; margin: 24px auto; max-width: 1280px;
+       color: #222; padding: 0 16px; }
 h1 { font-size: 24px; margin-bottom: 4px; } h2 { font-size: 19px; margin-top: 36px;
      border-bottom: 1px solid #ddd; padding-bottom: 4px; }
-p.meta, p.note { color: #555; font-size: 13px; }
+p.meta, p.note, ul.note { color: #555; font-size: 13px; }
+p.budget { font-size: 14px; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0 16px; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 code { background: #f4f4f4; padding: 1px 4px; border-radius: 3px; }
 .warn { color: #b00; font-weight: bold; }
 .plot { margin: 8px 0 24px; }
+table.sources td:first-child { white-space: nowrap; } table.sources td:nth-child(2) { min-width: 260px; }
 """
 
 
@@ -288,6 +292,19 @@ def ladder_table(m: ModelReport) -> str:
     return _table(["context per sequence", "max -np", "llama.cpp flags", "caches", "headroom"], rows, {0})
 
 
+def _budget_line(m: ModelReport) -> str:
+    p = m.planner
+    b = p.budget
+    weights = "weights NOT COUNTED (unknown)" if b.weights_bytes is None else \
+        f"weights {human(sum(p.weights_on_device))}"
+    n = len(b.devices)
+    per = "" if n == 1 else f" over {n} GPUs"
+    text = (f"Budget {human(sum(d.budget_bytes for d in b.devices))}{per} - {weights} - margin "
+            f"{human(sum(b.margin_bytes))} - compute {human(b.compute_bytes * n)} = "
+            f"{human(sum(p.cache_budget))} for the caches.")
+    return f"<p class='budget'>{_e(text)}</p>"
+
+
 def _answers(m: ModelReport) -> str:
     planner, result = m.planner, m.result
     out = []
@@ -319,7 +336,7 @@ def sources_table(models: list[ModelReport], profile: ProfileResults | None, pro
             extra = f" (total {d.total_bytes:,} B, free {d.free_bytes:,} B)"
         rows.append([f"budget: {_e(d.name)}", f"{d.budget_bytes:,} B = {_e(human(d.budget_bytes))}",
                      _e(d.source + extra)])
-    rows.append(["margin per GPU", ", ".join(f"{x:,} B" for x in budget.margin_bytes),
+    rows.append(["margin per GPU", ", ".join(f"{x:,} B = {_e(human(x))}" for x in budget.margin_bytes),
                  "--fit-target (MiB; llama.cpp's --fit default is 1024)"])
     rows.append(["compute allowance per GPU", f"{budget.compute_bytes:,} B = {_e(human(budget.compute_bytes))}",
                  "--compute (default 512 MiB): an allowance, not a measurement; llama.cpp's compute buffer "
@@ -327,31 +344,32 @@ def sources_table(models: list[ModelReport], profile: ProfileResults | None, pro
     for m in models:
         p = m.planner
         spec, layout = p.spec, p.layout
-        name = _e(spec.name)
         w = p.budget.weights_bytes
-        rows.append([f"{name}: model", f"{_e(spec.arch)}, {layout.n_layer} layers "
+        rows.append([f"<b>{_e(spec.name)}</b>", "", ""])
+        rows.append(["model", f"{_e(spec.arch)}, {layout.n_layer} layers "
                      f"({len(layout.kv_layers)} KV, {len(layout.recurrent_layers)} recurrent), "
                      f"training context {layout.n_ctx_train:,}", f"{_e(m.ref)}: {_e(spec.source)}"])
-        rows.append([f"{name}: row widths", f"n_embd_r {layout.n_embd_r:,}, n_embd_s {layout.n_embd_s:,}",
+        rows.append(["row widths", f"n_embd_r {layout.n_embd_r:,}, n_embd_s {layout.n_embd_s:,}",
                      "derived from the model's hyper-parameters by llama.cpp's rules (llama-hparams.cpp)"])
-        rows.append([f"{name}: weights", "<span class='warn'>NOT COUNTED</span>" if w is None
+        rows.append(["weights", "<span class='warn'>NOT COUNTED</span>" if w is None
                      else f"{w:,} B = {_e(human(w))}", _e(p.budget.weights_source)])
-        rows.append([f"{name}: weights per GPU", ", ".join(f"{x:,} B" for x in p.weights_on_device),
+        rows.append(["weights per GPU", ", ".join(f"{x:,} B" for x in p.weights_on_device),
                      "spread evenly over the offloadable layers on each GPU (an estimate)"])
-        rows.append([f"{name}: layer placement",
-                     _e(f"-ngl {p.placement.n_gpu_layers} of {p.placement.n_layer_all + 1}, "
-                        f"split {','.join(f'{x:g}' for x in p.split_parts)}"
-                        + ("" if p.placement.offload_kqv else ", caches in host memory (-nkvo)")),
+        split = "" if p.placement.n_devices == 1 else \
+            f", split {','.join(f'{x:g}' for x in p.split_parts)}"
+        kv = "" if p.placement.offload_kqv else ", caches in host memory (-nkvo)"
+        rows.append(["layer placement",
+                     _e(f"-ngl {p.placement.n_gpu_layers} of {p.placement.n_layer_all + 1}{split}{kv}"),
                      f"llama.cpp {LLAMA_CPP_REF} layer split (llama-model.cpp load_tensors)"])
-        rows.append([f"{name}: context flags", f"<code>{_e(p.flags(p.base))}</code>",
+        rows.append(["context flags", f"<code>{_e(p.flags(p.base))}</code>",
                      "command line (-c is the total over all sequences)"])
-        rows.append([f"{name}: cache bytes", f"{m.result.usage.total_bytes:,} B at the flags above",
+        rows.append(["cache bytes", f"{m.result.usage.total_bytes:,} B at the flags above",
                      f"rsplan planner, exact: llama.cpp {LLAMA_CPP_REF} rules (llama-kv-cache.cpp, "
                      "llama-memory-recurrent.cpp)"])
     if profile is not None:
         rows.append(["profile", f"{len(profile.kernels)} kernels"
                      + (f" on {_e(profile.device)}" if profile.device else ""), _e(profile_path or "")])
-    return _table(["what", "value", "source"], rows)
+    return _table(["what", "value", "source"], rows).replace("<table>", "<table class='sources'>", 1)
 
 
 def build_html(models: list[ModelReport], profile: ProfileResults | None = None, profile_path: str | None = None,
@@ -361,7 +379,8 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
     for m in models:
         figures.append((f"{m.planner.spec.name}: memory against context",
                         "Stacked GPU memory at the chosen -np as the context per sequence grows, with the budget. "
-                        "Hover for exact bytes.", memory_figure(m)))
+                        "Hover for exact bytes; click a legend entry (e.g. weights) to hide it and rescale.",
+                        memory_figure(m)))
     figures.append(("Options compared: most parallel sequences",
                     "Each line: the most -np that fits at each context per sequence, for the flags as given and "
                     "the options worth trying (q8_0 KV cache, rollback planes).", parallel_figure(models)))
@@ -386,7 +405,7 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
     summaries = []
     for m in models:
         note_items = "".join(f"<li>{_e(n)}</li>" for n in notes(m.planner))
-        summaries.append(f"<h2>{_e(m.planner.spec.name)}: capacity</h2>{ladder_table(m)}{_answers(m)}"
+        summaries.append(f"<h2>{_e(m.planner.spec.name)}: capacity</h2>{_budget_line(m)}{ladder_table(m)}{_answers(m)}"
                          f"<ul class='note'>{note_items}</ul>")
     names = ", ".join(m.planner.spec.name for m in models)
     today = datetime.date.today().isoformat()

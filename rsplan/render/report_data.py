@@ -152,6 +152,21 @@ def heatmap(planner: CapacityPlanner) -> Heatmap:
     return Heatmap(list(HEATMAP_NP), contexts, rows)
 
 
+def oom_boundary(hm: Heatmap) -> tuple[list[float], list[float]]:
+    """The out-of-memory boundary of a heat map drawn along cell edges, in cell-index coordinates: right of the
+    last cell that fits in each row (cells sit at integer x, y). Empty when every cell fits or none does."""
+    flat = [h for row in hm.headroom for h in row]
+    if min(flat) >= 0 or max(flat) < 0:
+        return [], []
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, row in enumerate(hm.headroom):
+        last = max((j for j, h in enumerate(row) if h >= 0), default=-1)
+        xs += [last + 0.5, last + 0.5]
+        ys += [i - 0.5, i + 0.5]
+    return xs, ys
+
+
 @dataclass(frozen=True)
 class LayerBars:
     """Cache bytes each layer holds at the given flags: ``bytes[kind][il]`` for kind in k, v, r, s."""

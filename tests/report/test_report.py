@@ -64,6 +64,17 @@ def test_heatmap_sign_is_whether_it_fits(hybrid):
     assert min(flat) < 0 <= max(flat)  # the map crosses the out-of-memory boundary
 
 
+def test_oom_boundary_follows_the_last_cell_that_fits(hybrid):
+    hm = data.heatmap(make_planner(hybrid, ContextParams()))
+    xs, ys = data.oom_boundary(hm)
+    assert len(xs) == len(ys) == 2 * len(hm.n_seq)
+    for i, row in enumerate(hm.headroom):
+        x = xs[2 * i]
+        assert ys[2 * i : 2 * i + 2] == [i - 0.5, i + 0.5] and xs[2 * i + 1] == x
+        assert all(h >= 0 for h in row[: int(x + 0.5)]) and all(h < 0 for h in row[int(x + 0.5):])
+    assert data.oom_boundary(data.Heatmap([1], [4096], [[5]])) == ([], [])
+
+
 def test_layer_bars_are_the_plan_by_layer(hybrid):
     p = make_planner(hybrid, ContextParams(n_ctx=32768, n_seq_max=4), devices=2, n_gpu_layers=40)
     bars = data.layer_bars(p)
