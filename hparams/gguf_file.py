@@ -189,15 +189,10 @@ class _Cursor:
         """Step over ``count`` strings (a u64 length, then the bytes, each)."""
         buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
         for i in range(count):
-            if pos + 8 > size:
-                self.pos = pos
-                self.need(8, f"{what}[{i}]")
-            (n,) = unpack(buf, pos)
-            pos += 8
-            if n > size - pos:
-                self.pos = pos
-                self.need(n, f"{what}[{i}]")
-            pos += n
+            if pos + 8 > size or (n := unpack(buf, pos)[0]) > size - pos - 8:
+                self.pos = pos if pos + 8 > size else pos + 8
+                self.need(8 if pos + 8 > size else n, what if count == 1 else f"{what}[{i}]")
+            pos += 8 + n
         self.pos = pos
 
 
