@@ -39,15 +39,6 @@ def _nvml():  # type: ignore[no-untyped-def]
     return pynvml
 
 
-def gpu_count() -> int:
-    """The number of NVIDIA GPUs NVML sees (DeviceError without NVML)."""
-    nvml = _nvml()
-    try:
-        return int(nvml.nvmlDeviceGetCount())
-    finally:
-        nvml.nvmlShutdown()
-
-
 def gpu_memory(indices: list[int] | None = None) -> list[GpuMemory]:
     """Total and free memory of the GPUs ``indices`` (None: every GPU), in that order.
 

@@ -1,0 +1,84 @@
+"""Benchmarks for `rsplan capacity` and `rsplan report` (issue #5).
+
+(a) `rsplan capacity` over a 10-step ladder for a large hybrid (qwen3-next-80b-a3b), as a fresh process, wall
+    time (goal: well under 1 s); and the searches alone in-process;
+(b) a 2-model `rsplan report` written as a fresh process (goal: under 2 s), and the size of the HTML
+    (goal: under 6 MB).
+
+Run: python benchmarks/bench_capacity.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+LADDER = "4k,8k,12k,16k,24k,32k,64k,96k,128k,256k"  # 10 steps
+MODEL = "qwen3-next-80b-a3b"
+MODEL2 = "qwen3.5-35b-a3b"
+
+
+def _wall(cmd: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def capacity_process(runs: int) -> list[float]:
+    cmd = [sys.executable, "-m", "rsplan", "capacity", "--model", MODEL, "--budget", "80GiB", "--weights", "45GiB",
+           "--ctx", LADDER, "-np", "4", "-c", "131072"]
+    _wall(cmd, 1)  # warm the file cache
+    return _wall(cmd, runs)
+
+
+def capacity_in_process(repeats: int = 20) -> float:
+    from rsplan.cli.capacity import parse_ctx_list
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, run_capacity
+    from rsplan.planner.context import ContextParams
+
+    spec = load_model(MODEL)
+    budget = Budget((DeviceBudget("GPU", 80 << 30, "bench"),), 45 << 30, "bench", (1 << 30,), 512 << 20)
+    contexts = parse_ctx_list(LADDER)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run_capacity(CapacityPlanner(spec, ContextParams(n_ctx=131072, n_seq_max=4), budget), contexts)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def report_process(runs: int) -> tuple[list[float], int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "report.html")
+        cmd = [sys.executable, "-m", "rsplan", "report", "--model", MODEL, "--model", MODEL2, "--budget", "80GiB",
+               "--weights", "45GiB", "--weights", "20GiB", "-np", "4", "-c", "131072", "-o", out]
+        _wall(cmd, 1)
+        times = _wall(cmd, runs)
+        return times, os.path.getsize(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=7)
+    args = ap.parse_args()
+    cap = capacity_process(args.runs)
+    print(f"rsplan capacity, {MODEL}, 10-step ladder: best {min(cap) * 1000:.0f} ms, median "
+          f"{statistics.median(cap) * 1000:.0f} ms of {args.runs} runs (whole process; goal well under 1 s)")
+    print(f"  the searches alone (ladder + max -c + max n_rs_seq), in-process: {capacity_in_process() * 1000:.2f} ms")
+    rep, size = report_process(args.runs)
+    print(f"rsplan report, 2 models: best {min(rep) * 1000:.0f} ms, median {statistics.median(rep) * 1000:.0f} ms "
+          f"of {args.runs} runs (whole process; goal < 2 s); HTML {size / 1e6:.2f} MB = {size / (1 << 20):.2f} MiB "
+          "(goal < 6 MB)")
+
+
+if __name__ == "__main__":
+    main()
