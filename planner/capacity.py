@@ -234,6 +234,7 @@ class CapacityPlanner:
                     f"nothing fits on {d.name}: weights {_mib(self.weights_on_device[i])} + margin "
                     f"{_mib(self.budget.margin_bytes[i])} + compute {_mib(self.budget.compute_bytes)} exceed its "
                     f"budget of {_mib(d.budget_bytes)} by {_mib(-c)} ({-c:,} bytes)"
+                    + ("; offload fewer layers (-ngl) or split them differently (-ts)" if n_dev > 1 else "")
                 )
 
     def split_basis(self) -> list[int]:

@@ -183,6 +183,11 @@ def test_gpu_index_that_does_not_exist(example, monkeypatch):
     (["--budget", "8GiB", "--weights", "10GiB"],
      "nothing fits on GPU: weights 10,240.00 MiB + margin 1,024.00 MiB + compute 512.00 MiB exceed its budget of "
      "8,192.00 MiB by 3,584.00 MiB (3,758,096,384 bytes)"),
+    # -ts 3,1 puts 37 of the 49 units on GPU 0: 37 * (40 GiB // 49) = 32,431,385,669 B of weights
+    (["--budget", "12GiB,12GiB", "--weights", "40GiB", "-ts", "3,1"],
+     "nothing fits on GPU 0: weights 30,928.98 MiB + margin 1,024.00 MiB + compute 512.00 MiB exceed its budget of "
+     "12,288.00 MiB by 20,176.98 MiB (21,157,096,517 bytes); offload fewer layers (-ngl) or split them "
+     "differently (-ts)"),
     (["--budget", "8GiB", "--gpu"], "give either --budget or --gpu, not both"),
     ([], "give a memory budget: --budget SIZE (e.g. 24GiB) or --gpu [INDEX,...]"),
     (["--budget", "8GiB", "--gpu-memory", "total"], "--gpu-memory applies to --gpu only"),
@@ -213,3 +218,21 @@ def test_bad_input_is_a_one_line_error(example, args, message):
 def test_zero_compute_and_margin_are_allowed(example):
     d = capacity_json("--model", str(example), "--budget", "4GiB", "--compute", "0", "--fit-target", "0")
     assert (d["compute_bytes"], d["margin_bytes"], d["cache_budget_bytes"]) == (0, 0, 4 * GIB)
+
+
+@pytest.mark.gpu
+def test_real_gpu_budget_matches_nvml(example):
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pytest.skip("no NVIDIA driver / GPU")
+    try:
+        mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+    finally:
+        pynvml.nvmlShutdown()
+    d = capacity_json("--model", str(example), "--gpu", "0", "--gpu-memory", "total")
+    gpu = d["devices"][0]
+    assert gpu["budget_bytes"] == gpu["total_bytes"] == mem.total
+    assert 0 < gpu["free_bytes"] <= mem.total
+    assert gpu["name"].startswith("GPU0 ")
