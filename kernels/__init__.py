@@ -1,0 +1,32 @@
+"""The recurrent-state kernels of llama.cpp's recurrent layers, one folder per op.
+
+Each op folder holds ``reference.py`` with ``<op>_ref`` (plain torch, fp32, one recurrence step per line), the
+fast ``<op>`` (Triton on CUDA, a vectorised torch path elsewhere; ``<op>_torch`` and ``<op>_triton`` can be
+called directly) and ``bytes_moved`` helpers. Reference and fast path share one keyword-only signature, one
+return tuple and one set of row rules.
+
+Ops: ``state_copy`` (``state_gather`` = ggml_get_rows with the zero row, ``state_scatter`` = copy-back of the
+extra rows), ``ssm_scan`` (Mamba-2 and Mamba-1 selective scan), ``conv_state`` (ggml_ssm_conv with the conv
+window planes; also RWKV's token shift), ``gated_delta`` (gated delta net and KDA), ``rwkv6``, ``rwkv7``,
+``lightning`` (MiniMax-01) and ``shortconv`` (LFM2).
+
+Shape legend (shared by every docstring):
+    N  sequences in the ubatch (llama.cpp n_seqs)     T  tokens per sequence (n_seq_tokens)
+    H  heads                                          G  groups of B / C (Mamba-2), H % G == 0
+    P  head dim of x (Mamba-2)                        S  state size (d_state), or head dim of a square state
+    Hk / Hv  key / value heads (delta nets)           Dk / Dv  key / value head dims (delta nets)
+    D  channels (conv)                                W  conv kernel width (d_conv; the window holds W - 1)
+    R  rows of a state pool = M * K                   M  cells (mem_size)      K  planes (n_rs_seq + 1)
+    E  rows moved by a gather / scatter
+
+Row rules (every op that reads and writes a pool):
+    - sequence ``i`` reads its input state from row ``src_rows[i]`` (llama.cpp's ``s_copy``) and writes plane
+      ``p`` of its output to row ``p * M + dst_rows[i]``;
+    - a negative ``src_rows[i]`` or ``dst_rows[i]`` marks padding: nothing is read or written for it, and its
+      rows of the output ``y`` are left as they were;
+    - all reads happen before any write, as in llama.cpp's graph (the input rows of one sequence may be the
+      output rows of another after find_slot swapped cells);
+    - planes: ``p < min(T, K)`` receive the state after ``T - p`` tokens; planes ``p >= T`` are not written
+      (``clamp_planes`` conv ops write them with the window from before the ubatch).
+Pools may be fp32 or bf16; arithmetic is fp32 and states are rounded to the pool type only when stored.
+"""

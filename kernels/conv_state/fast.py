@@ -1,0 +1,105 @@
+"""Fast conv-state step: a torch path (gather, grouped conv1d, index_copy_ per plane) and the Triton dispatch."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels.conv_state.reference import check_conv_args
+
+
+def conv_state_torch(
+    *,
+    pool: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    n_planes: int = 1,
+    clamp_planes: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """``conv_state_ref`` with one grouped conv1d (see there for shapes and rules)."""
+    N, T, D, W = check_conv_args(pool, x, weight)
+    n_written = n_planes if clamp_planes else min(T, n_planes)
+    plan = plan_rows(
+        n_pool_rows=pool.shape[0],
+        src_rows=src_rows,
+        dst_rows=dst_rows,
+        n_seqs=N,
+        n_planes=n_planes,
+        n_written=n_written,
+    )
+    y = output(out, (N, T, D), x)
+    if not plan.active:
+        return (y,)
+    act = torch.tensor(plan.active, device=pool.device)
+    all_active = len(plan.active) == N
+    win = pool.index_select(0, torch.tensor([plan.src[i] for i in plan.active], device=pool.device)).float()
+    xs = x if all_active else x.index_select(0, act)
+    ext = torch.cat([win, xs.float().transpose(1, 2)], dim=2)  # [n, D, W - 1 + T]
+    conv = F.conv1d(ext, weight.float().unsqueeze(1), groups=D).transpose(1, 2)  # [n, T, D]
+    if all_active:
+        y.copy_(conv)
+    else:
+        y.index_copy_(0, act, conv)
+    for p in range(n_written):
+        start = max(0, T - p)
+        rows = torch.tensor([p * plan.mem_size + plan.dst[i] for i in plan.active], device=pool.device)
+        pool.index_copy_(0, rows, ext[:, :, start : start + W - 1].to(pool.dtype))
+    return (y,)
+
+
+def conv_state(
+    *,
+    pool: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    n_planes: int = 1,
+    clamp_planes: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """Conv-state step (Triton on CUDA, torch elsewhere); arguments, rules and return as ``conv_state_ref``:
+    pool [R, D, W - 1]; x [N, T, D]; weight [D, W]; src_rows, dst_rows [N]; returns (y [N, T, D] fp32,)."""
+    if use_triton(pool):
+        from rsplan.kernels.conv_state.fused import conv_state_triton
+
+        return conv_state_triton(
+            pool=pool,
+            x=x,
+            weight=weight,
+            src_rows=src_rows,
+            dst_rows=dst_rows,
+            n_planes=n_planes,
+            clamp_planes=clamp_planes,
+            out=out,
+        )
+    return conv_state_torch(
+        pool=pool,
+        x=x,
+        weight=weight,
+        src_rows=src_rows,
+        dst_rows=dst_rows,
+        n_planes=n_planes,
+        clamp_planes=clamp_planes,
+        out=out,
+    )
+
+
+def conv_state_bytes(
+    *,
+    n_seqs: int,
+    n_tokens: int,
+    n_channels: int,
+    width: int,
+    n_planes: int,
+    clamp_planes: bool,
+    state_itemsize: int,
+) -> int:
+    """The least bytes one call must move: windows read once, planes written, x and y (fp32) once, weights."""
+    window = n_channels * (width - 1) * state_itemsize
+    n_written = n_planes if clamp_planes else min(n_tokens, n_planes)
+    return n_seqs * window * (1 + n_written) + 4 * (2 * n_seqs * n_tokens * n_channels + n_channels * width)

@@ -1,0 +1,116 @@
+"""Fast gated delta rule: a vectorised torch path and the Triton dispatch."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rsplan.kernels import _walk as walk
+from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels.gated_delta.reference import check_delta_args
+
+
+def gated_delta_torch(
+    *,
+    pool: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    n_planes: int = 1,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """``gated_delta_ref`` vectorised over sequences and heads (see there for shapes and rules)."""
+    N, T, Hk, Hv, Dk, Dv, kda = check_delta_args(pool, q, k, v, g, beta)
+    plan = plan_rows(
+        n_pool_rows=pool.shape[0],
+        src_rows=src_rows,
+        dst_rows=dst_rows,
+        n_seqs=N,
+        n_planes=n_planes,
+        n_written=min(T, n_planes),
+    )
+    o = output(out, (N, T, Hv, Dv), v)
+    if not plan.active:
+        return (o,)
+    tile = torch.arange(Hv, device=q.device) % Hk
+    qh = q.float().index_select(2, tile)  # [N, T, Hv, Dk]
+    kh = k.float().index_select(2, tile)
+    decay = torch.exp(g.float())
+    decay = decay[..., None, :] if kda else decay[..., None, None]  # [N, T, Hv, 1, Dk] or [N, T, Hv, 1, 1]
+    vf, bf = v.float(), beta.float()
+    scale = 1.0 / math.sqrt(Dk)
+    for grp in walk.groups(pool, plan):
+        sel, n = grp.sel, len(grp.seqs)
+        for h0, h1 in walk.head_blocks(Hv, n * Dv * Dk * 4, T):
+            w, first = grp.work[:, h0:h1], grp.src[:, h0:h1]
+            for t in range(T):
+                kt = kh[sel, t, h0:h1]  # [n, hb, Dk]
+                torch.mul(first if t == 0 else w, decay[sel, t, h0:h1], out=w)
+                ks = torch.matmul(w, kt.unsqueeze(-1)).squeeze(-1)  # [n, hb, Dv]
+                delta = (vf[sel, t, h0:h1] - ks) * bf[sel, t, h0:h1, None]
+                w.addcmul_(delta.unsqueeze(-1), kt.unsqueeze(-2))
+                o[sel, t, h0:h1] = torch.matmul(w, qh[sel, t, h0:h1].unsqueeze(-1)).squeeze(-1) * scale
+                p = T - 1 - t
+                if 1 <= p < n_planes:
+                    walk.store(pool, plan, grp, p, w, slice(h0, h1))
+        walk.finish(pool, plan, grp)
+    return (o,)
+
+
+def gated_delta(
+    *,
+    pool: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    n_planes: int = 1,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """Gated delta rule / KDA (Triton on CUDA, torch elsewhere); arguments and return as ``gated_delta_ref``:
+    pool [R, Hv, Dv, Dk]; q, k [N, T, Hk, Dk]; v [N, T, Hv, Dv]; g [N, T, Hv] or [N, T, Hv, Dk];
+    beta [N, T, Hv]; returns (o [N, T, Hv, Dv] fp32,)."""
+    if use_triton(pool):
+        from rsplan.kernels.gated_delta.fused import gated_delta_triton
+
+        return gated_delta_triton(
+            pool=pool,
+            q=q,
+            k=k,
+            v=v,
+            g=g,
+            beta=beta,
+            src_rows=src_rows,
+            dst_rows=dst_rows,
+            n_planes=n_planes,
+            out=out,
+        )
+    return gated_delta_torch(
+        pool=pool, q=q, k=k, v=v, g=g, beta=beta, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
+    )
+
+
+def gated_delta_bytes(
+    *,
+    n_seqs: int,
+    n_tokens: int,
+    n_k_heads: int,
+    n_v_heads: int,
+    k_dim: int,
+    v_dim: int,
+    kda: bool,
+    n_planes: int,
+    state_itemsize: int,
+) -> int:
+    """The least bytes one call must move: states read once, planes written, q, k, v, g, beta, o (fp32) once."""
+    state = n_v_heads * v_dim * k_dim * state_itemsize
+    per_token = 2 * n_k_heads * k_dim + 2 * n_v_heads * v_dim + n_v_heads * (k_dim if kda else 1) + n_v_heads
+    return n_seqs * state * (1 + min(n_tokens, n_planes)) + 4 * n_seqs * n_tokens * per_token

@@ -1,0 +1,67 @@
+"""Fast RWKV-7 wkv: a vectorised torch path and the Triton dispatch."""
+
+from __future__ import annotations
+
+import torch
+
+from rsplan.kernels import _walk as walk
+from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels.rwkv7.reference import check_wkv7_args
+
+
+def rwkv7_torch(
+    *,
+    pool: torch.Tensor,
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """``rwkv7_ref`` vectorised over sequences and heads (see there for shapes and rules)."""
+    N, T, H, S = check_wkv7_args(pool, r, w, k, v, a, b)
+    plan = plan_rows(n_pool_rows=pool.shape[0], src_rows=src_rows, dst_rows=dst_rows, n_seqs=N, n_planes=1, n_written=1)
+    y = output(out, (N, T, H, S), r)
+    if not plan.active:
+        return (y,)
+    rf, wf, kf, vf, af, bf = (t.float() for t in (r, w, k, v, a, b))
+    for grp in walk.groups(pool, plan):
+        sel = grp.sel
+        for h0, h1 in walk.head_blocks(H, len(grp.seqs) * S * S * 4, T):
+            st, first = grp.work[:, h0:h1], grp.src[:, h0:h1]
+            for t in range(T):
+                hs = (sel, t, slice(h0, h1))
+                prev = first if t == 0 else st
+                sa = torch.matmul(prev, af[hs].unsqueeze(-1))  # [n, hb, S(value), 1]
+                torch.mul(prev, wf[hs].unsqueeze(-2), out=st)
+                st.addcmul_(vf[hs].unsqueeze(-1), kf[hs].unsqueeze(-2))
+                st.addcmul_(sa, bf[hs].unsqueeze(-2))
+                y[hs] = torch.matmul(st, rf[hs].unsqueeze(-1)).squeeze(-1)
+        walk.finish(pool, plan, grp)
+    return (y,)
+
+
+def rwkv7(
+    *,
+    pool: torch.Tensor,
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """RWKV-7 wkv (Triton on CUDA, torch elsewhere); arguments and return as ``rwkv7_ref``:
+    pool [R, H, S, S]; r, w, k, v, a, b [N, T, H, S]; returns (y [N, T, H, S] fp32,)."""
+    if use_triton(pool):
+        from rsplan.kernels.rwkv7.fused import rwkv7_triton
+
+        return rwkv7_triton(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
+    return rwkv7_torch(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)

@@ -1,0 +1,138 @@
+"""Triton kernel of ssm_scan (Mamba-2: one decay per head), with the snapshot planes written in the token loop.
+
+One program owns one (sequence, head, block of head-dim rows) tile of the state, ``[BLOCK_P, S]``, keeps it in
+registers for all T tokens, writes plane ``T - 1 - t`` after token t when ``0 < T - 1 - t < K`` and plane 0 at
+the end. Tiles of different programs never overlap, so a sequence may read the rows it writes; when a sequence
+reads a row another sequence writes, the launcher gathers the inputs first. Not autotuned: the kernel updates
+the pool in place, and autotuning would run it several times on the same rows.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from rsplan.kernels._common import Rows, device_rows, next_pow2, output, plan_rows
+from rsplan.kernels.ssm_scan.reference import check_ssm_args
+
+
+@triton.jit
+def _ssm_scan_kernel(
+    pool_ptr,
+    src_pool_ptr,
+    x_ptr,
+    dt_ptr,
+    A_ptr,
+    B_ptr,
+    C_ptr,
+    y_ptr,
+    src_rows_ptr,
+    dst_rows_ptr,
+    T,
+    H,
+    P,
+    G,
+    S,
+    M,
+    n_planes,
+    BLOCK_P: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    pb = tl.program_id(2)
+    src = tl.load(src_rows_ptr + i).to(tl.int64)
+    dst = tl.load(dst_rows_ptr + i).to(tl.int64)
+    if (src >= 0) & (dst >= 0):
+        g = h // (H // G)
+        offs_p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
+        offs_s = tl.arange(0, BLOCK_S)
+        mask_p = offs_p < P
+        mask_s = offs_s < S
+        mask = mask_p[:, None] & mask_s[None, :]
+        row = H * P * S
+        tile = h * P * S + offs_p[:, None] * S + offs_s[None, :]
+        state = tl.load(src_pool_ptr + src * row + tile, mask=mask, other=0.0).to(tl.float32)
+        a = tl.load(A_ptr + h).to(tl.float32)
+        for t in range(T):
+            it = i * T + t
+            dt = tl.load(dt_ptr + it * H + h).to(tl.float32)
+            d = tl.where(dt > 20.0, dt, tl.log(1.0 + tl.exp(dt)))
+            dA = tl.exp(d * a)
+            x = tl.load(x_ptr + (it * H + h) * P + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+            b = tl.load(B_ptr + (it * G + g) * S + offs_s, mask=mask_s, other=0.0).to(tl.float32)
+            c = tl.load(C_ptr + (it * G + g) * S + offs_s, mask=mask_s, other=0.0).to(tl.float32)
+            state = state * dA + (x * d)[:, None] * b[None, :]
+            y = tl.sum(state * c[None, :], axis=1)
+            tl.store(y_ptr + (it * H + h) * P + offs_p, y, mask=mask_p)
+            slot = T - 1 - t
+            if (slot > 0) & (slot < n_planes):
+                tl.store(pool_ptr + (slot * M + dst) * row + tile, state.to(pool_ptr.dtype.element_ty), mask=mask)
+        tl.store(pool_ptr + dst * row + tile, state.to(pool_ptr.dtype.element_ty), mask=mask)
+
+
+def ssm_scan_triton(
+    *,
+    pool: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    n_planes: int = 1,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """``ssm_scan`` as one Triton launch (Mamba-2 only: A of shape [H]); shapes as in ``ssm_scan_ref``."""
+    N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C)
+    if A.dim() != 1:
+        raise ValueError("ssm_scan_triton supports Mamba-2 (A of shape [H]); use ssm_scan_torch for Mamba-1")
+    if not pool.is_contiguous():
+        raise ValueError("ssm_scan_triton needs a contiguous pool")
+    plan = plan_rows(
+        n_pool_rows=pool.shape[0],
+        src_rows=src_rows,
+        dst_rows=dst_rows,
+        n_seqs=N,
+        n_planes=n_planes,
+        n_written=min(T, n_planes),
+    )
+    y = output(out, (N, T, H, P), x)
+    if not plan.active:
+        return (y,)
+    y_buf = y if y.is_contiguous() else torch.empty_like(y)
+    if not y.is_contiguous():
+        y_buf.copy_(y)  # keep padding rows as the caller left them
+    src, src_pool = plan.src, pool
+    if plan.hazard:
+        src_pool = pool.index_select(0, torch.tensor([max(r, 0) for r in plan.src], device=pool.device))
+        src = [i if i in plan.active else -1 for i in range(N)]
+    BLOCK_S = next_pow2(S)
+    BLOCK_P = max(1, min(next_pow2(P), 4096 // BLOCK_S))
+    grid = (N, H, triton.cdiv(P, BLOCK_P))
+    _ssm_scan_kernel[grid](
+        pool,
+        src_pool,
+        x.contiguous(),
+        dt.contiguous(),
+        A.contiguous(),
+        B.contiguous(),
+        C.contiguous(),
+        y_buf,
+        device_rows(src, pool.device),
+        device_rows(plan.dst, pool.device),
+        T,
+        H,
+        P,
+        G,
+        S,
+        plan.mem_size,
+        n_planes,
+        BLOCK_P=BLOCK_P,
+        BLOCK_S=BLOCK_S,
+    )
+    if y_buf is not y:
+        y.copy_(y_buf)
+    return (y,)

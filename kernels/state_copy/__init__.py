@@ -1,0 +1,23 @@
+"""State-row copies around a recurrent layer: ``state_gather`` (zero row + get_rows) and ``state_scatter``
+(copy-back of the extra rows). See ``reference.py`` for the semantics."""
+
+from rsplan.kernels.state_copy.fast import (
+    gather_bytes,
+    scatter_bytes,
+    state_gather,
+    state_gather_torch,
+    state_scatter,
+    state_scatter_torch,
+)
+from rsplan.kernels.state_copy.reference import state_gather_ref, state_scatter_ref
+
+__all__ = [
+    "gather_bytes",
+    "scatter_bytes",
+    "state_gather",
+    "state_gather_ref",
+    "state_gather_torch",
+    "state_scatter",
+    "state_scatter_ref",
+    "state_scatter_torch",
+]

@@ -1,0 +1,25 @@
+"""Kernel tests: without CUDA the Triton kernels run in Triton's interpreter.
+
+TRITON_INTERPRET must be set before any kernel module is imported (triton.jit reads it when a kernel is
+decorated), so it is set here, at collection time. This folder goes on sys.path for ``kernel_cases``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture
+def interpreter() -> None:
+    """Skip unless Triton runs in its interpreter here (no CUDA); the GPU tests cover compiled Triton."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("TRITON_INTERPRET is not set (CUDA present: see the gpu tests)")

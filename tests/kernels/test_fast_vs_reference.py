@@ -1,0 +1,75 @@
+"""Every op's fast torch path against its reference, output by output and row by row, on awkward sizes and
+on every row situation find_slot produces: own rows, swapped rows (a sequence reads what another writes),
+padding, reads from a snapshot plane, fewer tokens than planes, bf16 pools."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_cases import OPS, Case, run_and_compare
+
+SSM = {"H": 4, "P": 5, "G": 2, "S": 16}
+CONV = {"D": 37, "W": 4}
+SHORT = {"D": 29, "L": 3}
+GDN = {"Hk": 2, "Hv": 4, "Dk": 12, "Dv": 12}
+KDA = {"Hk": 3, "Hv": 3, "Dk": 10, "Dv": 10, "kda": 1}
+WKV = {"H": 3, "S": 12}
+
+ROW_CASES = [
+    # (id, N, T, K, M, src, dst)
+    ("decode-own-rows", 3, 1, 1, 4, (0, 1, 2), (0, 1, 2)),
+    ("prefill-T63", 2, 63, 1, 2, (0, 1), (0, 1)),
+    ("swapped-cells", 2, 3, 1, 3, (1, 0), (0, 1)),
+    ("padding", 3, 2, 1, 4, (2, -1, 0), (1, 2, -1)),
+    ("offset-head", 2, 2, 1, 5, (3, 4), (3, 4)),
+    ("spec-T5-K4", 2, 5, 4, 3, (0, 1), (0, 1)),
+    ("rollback-read-plane2", 2, 4, 4, 3, (2 * 3 + 0, 1), (0, 1)),
+    ("fewer-tokens-than-planes", 3, 2, 4, 3, (0, 1, 2), (0, 1, 2)),
+    ("cross-plane-hazard", 2, 3, 3, 2, (2 + 1, 0), (0, 1)),
+]
+
+
+def cases_for(op: str, dims: dict, name: str = "") -> list:
+    name = name or op
+    out = []
+    for cid, n, t, k, m, src, dst in ROW_CASES:
+        if k > 1 and not OPS[op].planes:
+            continue
+        out.append(pytest.param(op, Case(n, t, dims, K=k, M=m, src=src, dst=dst), id=f"{name}-{cid}"))
+    bf16 = Case(2, 3, dims, K=2 if OPS[op].planes else 1, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16)
+    out.append(pytest.param(op, bf16, id=f"{name}-bf16-swapped"))
+    return out
+
+
+ALL_CASES = [
+    *cases_for("ssm_scan", SSM),
+    pytest.param("ssm_scan", Case(2, 3, {"H": 2, "P": 3, "G": 1, "S": 128}, K=2, M=2), id="ssm_scan-dstate128"),
+    pytest.param("ssm_scan", Case(2, 2, {"H": 2, "P": 3, "G": 2, "S": 256}, K=3, M=2), id="ssm_scan-dstate256"),
+    pytest.param("ssm_scan", Case(2, 4, {"H": 6, "P": 100, "G": 3, "S": 16}, K=2, M=2), id="ssm_scan-headdim100"),
+    pytest.param(
+        "ssm_scan",
+        Case(2, 3, {"H": 7, "P": 1, "G": 1, "S": 16, "mamba1": 1}, M=2, src=(1, 0), dst=(0, 1)),
+        id="ssm_scan-mamba1",
+    ),
+    *cases_for("conv_state", CONV),
+    pytest.param("conv_state", Case(3, 2, CONV, K=4, M=3, clamp=True), id="conv_state-clamp-T2-K4"),
+    pytest.param(
+        "conv_state",
+        Case(2, 1, CONV, K=3, M=2, src=(3, 1), dst=(0, 1), clamp=True),
+        id="conv_state-clamp-decode-rollback",
+    ),
+    pytest.param("conv_state", Case(2, 3, {"D": 8, "W": 2}, M=2), id="conv_state-token-shift-W2"),
+    *cases_for("shortconv", SHORT),
+    *cases_for("gated_delta", GDN),
+    *cases_for("gated_delta", KDA, "kda"),
+    pytest.param("gated_delta", Case(2, 3, {"Hk": 2, "Hv": 2, "Dk": 8, "Dv": 12}, K=2, M=2), id="gated_delta-Dk-ne-Dv"),
+    *cases_for("rwkv6", WKV),
+    *cases_for("rwkv7", WKV),
+    pytest.param("rwkv7", Case(2, 2, {"H": 2, "S": 20}, M=2), id="rwkv7-head-size-20"),
+    *cases_for("lightning", WKV),
+]
+
+
+@pytest.mark.parametrize(("op", "case"), ALL_CASES)
+def test_torch_path_matches_reference(op, case):
+    run_and_compare(op, case, OPS[op].torch)
