@@ -217,10 +217,11 @@ def profile_figure(profile: ProfileResults) -> Any:
     fig.add_bar(
         x=names, y=[k.gbps for k in profile.kernels], name="achieved", marker_color=COLOURS["kv"],
         text=[f"{k.copy_ratio:.0%} of copy" for k in profile.kernels], textposition="outside",
-        customdata=[[k.copy_gbps, k.copy_ratio * 100, k.bytes if k.bytes is not None else -1]
+        customdata=[[k.copy_gbps, k.copy_ratio * 100,
+                     "bytes per call not given" if k.bytes is None else f"{k.bytes:,} B per call"]
                     for k in profile.kernels],
         hovertemplate="%{x}: %{y:,.1f} GB/s<br>%{customdata[1]:.1f}% of copy %{customdata[0]:,.1f} GB/s"
-                      "<extra></extra>",
+                      "<br>%{customdata[2]}<extra></extra>",
     )
     fig.add_scatter(
         x=names, y=[k.copy_gbps for k in profile.kernels], mode="markers", name="measured copy bandwidth",
