@@ -8,6 +8,9 @@ src/models/<arch>.cpp (which layers are recurrent / sliding-window) and src/llam
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections import Counter
 from dataclasses import dataclass
 
 from rsplan.hparams.archs import ArchInfo
@@ -54,8 +57,17 @@ class CacheLayout:
     head_dim_v: tuple[int, ...]
     n_swa: int
     n_ctx_train: int
-    #: kv_layers grouped for fast totals: (number of layers, K row, V row, is_swa)
-    kv_groups: tuple[tuple[int, int, int, bool], ...] = ()
+
+    @functools.cached_property
+    def kv_groups(self) -> tuple[tuple[int, int, int, bool], ...]:
+        """kv_layers grouped for fast totals: (number of layers, K row, V row, is_swa), derived on first use."""
+        groups = Counter((layer.n_embd_k_gqa, layer.n_embd_v_gqa, layer.is_swa) for layer in self.kv_layers)
+        return tuple((n, k, v, swa) for (k, v, swa), n in groups.items())
+
+    def subset(self, kv_layers: tuple[KVLayer, ...], recurrent_layers: tuple[int, ...]) -> CacheLayout:
+        """The same model restricted to some of its layers (e.g. those placed on one device); model-wide
+        widths (the widest V row, the row widths) are kept, so each part sizes its tensors as the whole does."""
+        return dataclasses.replace(self, kv_layers=kv_layers, recurrent_layers=recurrent_layers)
 
     @property
     def family(self) -> str:
@@ -155,10 +167,6 @@ def cache_layout(spec: ModelSpec) -> CacheLayout:
             kv_layers.append(KVLayer(il, hk * n_kv, hv * n_kv, is_swa))
 
     n_embd_r, n_embd_s = _row_widths(spec, info, head_k_full)
-    groups: dict[tuple[int, int, bool], int] = {}
-    for layer in kv_layers:
-        key = (layer.n_embd_k_gqa, layer.n_embd_v_gqa, layer.is_swa)
-        groups[key] = groups.get(key, 0) + 1
     return CacheLayout(
         arch=info,
         n_layer_all=spec.block_count,
@@ -173,5 +181,4 @@ def cache_layout(spec: ModelSpec) -> CacheLayout:
         head_dim_v=tuple(head_dim_v),
         n_swa=n_swa,
         n_ctx_train=spec.context_length,
-        kv_groups=tuple((n, k, v, swa) for (k, v, swa), n in groups.items()),
     )

@@ -20,8 +20,7 @@ of the GPU. Cache bytes per device are exact.
 from __future__ import annotations
 
 import struct
-from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout
@@ -176,13 +175,8 @@ def split_layout(layout: CacheLayout, placement: Placement) -> SplitLayout:
     (the widest V row, the row widths) so that each part sizes its tensors exactly as the whole does."""
 
     def part(device: int | None) -> CacheLayout:
-        kv = tuple(k for k in layout.kv_layers if placement.cache_device(k.il) == device)
-        # kv_groups is the layout's grouped copy of kv_layers that plan_totals sums: rebuild it for the subset
-        groups = Counter((k.n_embd_k_gqa, k.n_embd_v_gqa, k.is_swa) for k in kv)
-        return replace(
-            layout,
-            kv_layers=kv,
-            kv_groups=tuple((n, k, v, swa) for (k, v, swa), n in groups.items()),
+        return layout.subset(
+            kv_layers=tuple(k for k in layout.kv_layers if placement.cache_device(k.il) == device),
             recurrent_layers=tuple(il for il in layout.recurrent_layers if placement.cache_device(il) == device),
         )
 
