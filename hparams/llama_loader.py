@@ -37,6 +37,8 @@ _OTHER_ARRAY_ELEMS = ("u64", "f32", "str")
 _HEAD_DIMS_WITHOUT_HEADS = frozenset({"plamo2"})
 #: Longest general.name kept (ModelSpec.name's limit).
 MAX_NAME_CHARS = 200
+#: Longest source kept (ModelSpec.source's limit).
+MAX_SOURCE_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ def load_spec(
     r.sources["arch"] = meta.describe(KEY_ARCH)
     data: dict[str, Any] = {
         "name": name[:MAX_NAME_CHARS],
-        "source": source,
+        "source": source[:MAX_SOURCE_CHARS],
         "arch": arch,
         "context_length": r.u32("context_length", required=True),
         "embedding_length": r.u32("embedding_length", required=True),
