@@ -35,7 +35,7 @@ MAX_TENSORS = 1 << 16  # tensor infos (real files: up to a few thousand)
 MAX_KEY_BYTES = 1 << 16  # bytes of one key
 MAX_ARRAY_LEN = 1 << 22  # elements of one metadata array (vocabularies and merges: up to ~1M)
 MAX_STRINGS = 1 << 23  # strings in all metadata arrays together (bounds the time to walk them)
-MAX_VALUE_STRING = 1 << 16  # bytes of a string value rsplan decodes (general.name, general.architecture)
+MAX_VALUE_STRING = 1 << 16  # bytes of a string value rsplan decodes at most (general.name, general.architecture)
 MAX_DECODED_ARRAY = 4 * MAX_LAYERS  # elements of an array value rsplan decodes (per-layer keys)
 GGML_MAX_NAME = 64  # a tensor name is shorter (ggml.h)
 GGML_MAX_DIMS = 4
@@ -413,9 +413,10 @@ class _GGUFMetadata:
         entry = self.entries[key]
         info = entry.info
         if info.type == "str":
-            cur = _Cursor(self.buf, len(self.buf), self.where)
-            cur.pos = entry.offset
-            return cur.string(printable(key), MAX_VALUE_STRING).decode("utf-8", "replace")
+            # the scanner checked the string lies in the file; decode at most MAX_VALUE_STRING bytes of it
+            (n,) = _U64.unpack_from(self.buf, entry.offset)
+            start = entry.offset + 8
+            return bytes(self.buf[start : start + min(n, MAX_VALUE_STRING)]).decode("utf-8", "replace")
         if info.type == "arr":
             fmt = self._formats.get(info.elem or "")
             if fmt is None or info.count > MAX_DECODED_ARRAY:

@@ -238,6 +238,8 @@ def test_weights_bytes_come_from_the_tensor_table(gguf_file):
 def test_name_falls_back_to_the_file_name(gguf_file):
     assert load_gguf(gguf_file("mamba2", MAMBA2_KV, filename="tiny-mamba.gguf", name=None)).name == "tiny-mamba"
     assert load_gguf(gguf_file("mamba2", MAMBA2_KV, name="Tiny\nMamba")).name == "Tiny\\nMamba"
+    assert load_gguf(gguf_file("mamba2", MAMBA2_KV, name="x" * 100_000)).name == "x" * 200  # ModelSpec's limit
+    assert load_gguf(gguf_file("mamba2", MAMBA2_KV, filename="unnamed.gguf", name="")).name == "unnamed"
 
 
 def test_metadata_only_file_without_tensors(gguf_file):
