@@ -174,6 +174,13 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
         {**QWEN_NEXT_GGUF, "block_count": 5, "nextn_predict_layers": 1,
          "attention.recurrent_layers": [True, True, True, False, False]},
     ),
+    "qwen3_5_moe (text_config nesting)": (
+        {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+         "text_config": {**QWEN35_TEXT, "model_type": "qwen3_5_moe_text"}},
+        {}, "qwen35moe",
+        {**QWEN_NEXT_GGUF, "block_count": 5, "nextn_predict_layers": 1,
+         "attention.recurrent_layers": [True, True, True, False, False]},
+    ),
     "qwen3_5_moe_text (flat)": (
         {**QWEN35_TEXT, "model_type": "qwen3_5_moe_text"}, {}, "qwen35moe",
         {**QWEN_NEXT_GGUF, "block_count": 5, "nextn_predict_layers": 1,
