@@ -44,6 +44,8 @@ class ArchInfo:
     reads_sliding_window: bool = False
     #: the attention layers are MLA (K-only cache): attention.key_length_mla / value_length_mla required
     mla: bool = False
+    #: the loader reads attention.key_length / value_length even when layer 0 has no heads (plamo2.cpp)
+    head_dims_without_heads: bool = False
 
     @property
     def rollback(self) -> bool:
@@ -65,7 +67,8 @@ ARCHS: dict[str, ArchInfo] = {
         ArchInfo("arwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
         ArchInfo("jamba", "mamba", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA1}),
         ArchInfo("falcon-h1", "mamba2", "hybrid", "all", "all", {"ssm": _SSM_MAMBA2}),
-        ArchInfo("plamo2", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("plamo2", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2},
+                 head_dims_without_heads=True),
         ArchInfo("granitehybrid", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2}),
         ArchInfo("nemotron_h", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2}),
         ArchInfo("nemotron_h_moe", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2}),

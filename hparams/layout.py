@@ -140,6 +140,9 @@ def cache_layout(spec: ModelSpec) -> CacheLayout:
     if n_head0 > 0:
         head_k_full = att.key_length or spec.embedding_length // n_head0
         head_v_full = att.value_length or spec.embedding_length // n_head0
+    elif info.head_dims_without_heads:  # PLaMo-2: layer 0 is Mamba, the loader reads the head dims anyway
+        head_k_full = att.key_length or 0
+        head_v_full = att.value_length or 0
     else:  # non-transformer models: llama.cpp ignores key_length / value_length
         head_k_full = head_v_full = 0
     head_k_swa = att.key_length_swa or head_k_full

@@ -61,7 +61,7 @@ class SSMSpec(_Strict):
     inner_size: Dim | None = None
     state_size: Dim | None = None
     time_step_rank: Annotated[int, Field(ge=0, le=MAX_DIM)] | None = None
-    group_count: Dim | None = None
+    group_count: Annotated[int, Field(ge=0, le=MAX_DIM)] | None = None  # PLaMo-2 GGUFs write 0
 
 
 class WKVSpec(_Strict):
@@ -165,7 +165,7 @@ class ModelSpec(_Strict):
             raise ValueError(f"full_attention_interval: not read by llama.cpp for arch '{self.arch}'")
         if self.attention.sliding_window and not info.reads_sliding_window:
             raise ValueError(f"attention.sliding_window: not read by llama.cpp for arch '{self.arch}'")
-        if info.memory == "hybrid" and self.head_count(0) == 0:
+        if info.memory == "hybrid" and self.head_count(0) == 0 and not info.head_dims_without_heads:
             raise ValueError(f"attention.head_count must be > 0 for the hybrid arch '{self.arch}'")
         return self
 

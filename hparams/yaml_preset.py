@@ -61,10 +61,24 @@ def _parse_yaml(text: str, where: str) -> object:
         raise ModelFileError(f"{where}: invalid YAML{at}: {problem}") from None
 
 
+def _is_union_tag(part: object) -> bool:
+    # pydantic names the branches of a union ("constrained-int", "list[constrained-int]") in the location
+    return isinstance(part, str) and ("[" in part or "-" in part)
+
+
 def validation_message(exc: ValidationError) -> str:
-    """The first pydantic error as ``field.path: message`` on one line."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
+    """The most telling pydantic error as ``field.path[i]: message`` on one line.
+
+    For a scalar-or-list field, pydantic reports one error per union branch; an error inside a list element
+    (a location with an index) names the offending entry, so it is preferred over the scalar branch's.
+    """
+    errors = exc.errors()
+    err = next((e for e in errors if any(isinstance(p, int) for p in e["loc"])), errors[0])
+    loc = ""
+    for part in err["loc"]:
+        if _is_union_tag(part):
+            continue
+        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key"

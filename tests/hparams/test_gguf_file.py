@@ -207,17 +207,22 @@ def test_every_arch_through_the_cli(case, gguf_file, estimate_json):
     assert {t["layer"] for t in plan["tensors"] if t["cache"] == "kv_swa"} == set(e.swa)
 
 
-def test_plamo2_is_not_sized_yet(gguf_file, rsplan):
-    """PLaMo-2 GGUFs (ssm.group_count 0, no heads on layer 0) are refused by the core ModelSpec (see report)."""
+def test_plamo2_head_dims_without_heads_on_layer_0(gguf_file, rsplan):
+    """PLaMo-2 GGUFs write ssm.group_count 0 and no heads on layer 0 (a Mamba layer); plamo2.cpp still reads
+    attention.key_length / value_length, so its attention layers get 2 KV heads x 32."""
     path = gguf_file("plamo2", {
         "context_length": 2048, "embedding_length": 64, "block_count": 2,
         "attention.head_count": [0, 4], "attention.head_count_kv": [0, 2], "attention.key_length": 32,
         "attention.value_length": 32, "ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16,
         "ssm.time_step_rank": 4, "ssm.group_count": 0,
     })
-    r = rsplan("estimate", "--model", str(path))
-    assert r.exit_code == 1
-    assert r.output.startswith(f"Error: {path}: plamo2.ssm.group_count: Input should be greater than or equal to 1")
+    r = rsplan("estimate", "--model", str(path), "-c", "4096", "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert (d["recurrent"]["n_embd_r"], d["recurrent"]["n_embd_s"]) == (3 * (128 + 0), 16 * 128)
+    assert [t["name"] for t in d["tensors"]] == ["cache_k_l1", "cache_v_l1", "cache_r_l0", "cache_s_l0"]
+    # K and V: 2 heads x 32 f16 x 4096 cells each; R and S: one row of 384 and 2048 f32
+    assert d["total_bytes"] == 2 * (64 * 2 * 4096) + 4 * (384 + 2048)
 
 
 def test_recurrent_layers_as_a_u32_applies_to_every_layer(gguf_file, estimate_json):
