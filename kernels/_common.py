@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import torch
 
@@ -39,9 +39,9 @@ class RowPlan:
             gathered before any output is stored.
     """
 
-    src: list[int]
-    dst: list[int]
-    active: list[int]
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    active: tuple[int, ...]
     n_written: int
     mem_size: int
     hazard: bool
@@ -53,8 +53,15 @@ class RowPlan:
 def plan_rows(
     *, n_pool_rows: int, src_rows: Rows, dst_rows: Rows, n_seqs: int, n_planes: int, n_written: int
 ) -> RowPlan:
-    """Validate the row indices of one call and find read-after-write hazards between sequences."""
-    src, dst = host_rows(src_rows), host_rows(dst_rows)
+    """Validate the row indices of one call and find read-after-write hazards between sequences
+    (memoised: a decode loop asks the same question every step)."""
+    return _plan_rows(n_pool_rows, tuple(host_rows(src_rows)), tuple(host_rows(dst_rows)), n_seqs, n_planes, n_written)
+
+
+@lru_cache(maxsize=4096)
+def _plan_rows(
+    n_pool_rows: int, src: tuple[int, ...], dst: tuple[int, ...], n_seqs: int, n_planes: int, n_written: int
+) -> RowPlan:
     if len(src) != n_seqs or len(dst) != n_seqs:
         raise ValueError(f"src_rows ({len(src)}) and dst_rows ({len(dst)}) need one entry per sequence ({n_seqs})")
     if n_planes < 1:
@@ -62,7 +69,7 @@ def plan_rows(
     if n_pool_rows % n_planes:
         raise ValueError(f"pool rows ({n_pool_rows}) are not a multiple of n_planes ({n_planes})")
     mem_size = n_pool_rows // n_planes
-    active = [i for i in range(n_seqs) if src[i] >= 0 and dst[i] >= 0]
+    active = tuple(i for i in range(n_seqs) if src[i] >= 0 and dst[i] >= 0)
     owner: dict[int, int] = {}
     for i in active:
         if src[i] >= n_pool_rows:

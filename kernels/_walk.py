@@ -65,7 +65,8 @@ def groups(pool: torch.Tensor, plan: RowPlan) -> list[Group]:
         return out
     idx = torch.tensor([plan.src[i] for i in plan.active], device=pool.device)
     work = pool.index_select(0, idx).float()
-    return [Group(plan.active, torch.tensor(plan.active, device=pool.device), work, work, False)]
+    seqs = list(plan.active)
+    return [Group(seqs, torch.tensor(seqs, device=pool.device), work, work, False)]
 
 
 def store(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows, use_triton
 from rsplan.kernels.conv_state.reference import check_conv_args
 
@@ -34,6 +35,9 @@ def conv_state_torch(
     y = output(out, (N, T, D), x)
     if not plan.active:
         return (y,)
+    if T == 1:
+        _decode_step(pool, plan, x, weight, y, n_planes if clamp_planes else 1)
+        return (y,)
     act = torch.tensor(plan.active, device=pool.device)
     all_active = len(plan.active) == N
     win = pool.index_select(0, torch.tensor([plan.src[i] for i in plan.active], device=pool.device)).float()
@@ -49,6 +53,40 @@ def conv_state_torch(
         rows = torch.tensor([p * plan.mem_size + plan.dst[i] for i in plan.active], device=pool.device)
         pool.index_copy_(0, rows, ext[:, :, start : start + W - 1].to(pool.dtype))
     return (y,)
+
+
+def _decode_step(
+    pool: torch.Tensor,
+    plan,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    y: torch.Tensor,  # type: ignore[no-untyped-def]
+    n_written: int,
+) -> None:
+    """One token: ``y = window . w[:, :W-1] + x * w[:, W-1]``, the shifted window to plane 0 and (delta-net
+    rule) the old window to planes 1 .. n_written - 1.
+
+    The window's time axis is its innermost (W - 1 wide) axis, so everything works column by column: W
+    fused multiply-adds for y and W - 1 column copies for the shift, in place when the walk allows it.
+    """
+    W = weight.shape[1]
+    wt = weight.float().t().contiguous()  # [W, D]: contiguous taps
+    for grp in walk.groups(pool, plan):
+        win = grp.src  # [n, D, W - 1], the old windows (read before anything is stored)
+        xs = x[grp.sel, 0].float()  # [n, D]
+        yv = torch.mul(xs, wt[W - 1])
+        for k in range(W - 1):
+            yv.addcmul_(win[..., k], wt[k])
+        y[grp.sel, 0] = yv
+        for p in range(1, n_written):
+            walk.store(pool, plan, grp, p, win)
+        dst = grp.work
+        if grp.in_place:
+            for k in range(W - 2):  # ascending: column k + 1 is read before it is overwritten
+                dst[..., k].copy_(win[..., k + 1])
+            dst[..., W - 2].copy_(xs)
+        else:
+            walk.store(pool, plan, grp, 0, torch.cat([win[..., 1:], xs.unsqueeze(-1)], dim=-1))
 
 
 def conv_state(

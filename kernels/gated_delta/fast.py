@@ -40,8 +40,13 @@ def gated_delta_torch(
     tile = torch.arange(Hv, device=q.device) % Hk
     qh = q.float().index_select(2, tile)  # [N, T, Hv, Dk]
     kh = k.float().index_select(2, tile)
-    decay = torch.exp(g.float())
-    decay = decay[..., None, :] if kda else decay[..., None, None]  # [N, T, Hv, 1, Dk] or [N, T, Hv, 1, 1]
+    decay = torch.exp(g.float())  # [N, T, Hv] or [N, T, Hv, Dk]
+    decay_key = decay if kda else decay.unsqueeze(-1)  # broadcast along the key index
+    # o and k @ S come from the OLD state: k @ S_new-before-delta = (e * k) @ S_old, and
+    # q @ S_new = (e * q) @ S_old + delta * (k . q); one GEMM with two columns reads the state once
+    kq = torch.stack([kh * decay_key, qh * decay_key], dim=-1)  # [N, T, Hv, Dk, 2]
+    kdotq = (kh * qh).sum(-1)  # [N, T, Hv]
+    dmul = decay[..., None, :] if kda else decay[..., None, None]  # [N, T, Hv, 1, Dk] or [N, T, Hv, 1, 1]
     vf, bf = v.float(), beta.float()
     scale = 1.0 / math.sqrt(Dk)
     for grp in walk.groups(pool, plan):
@@ -49,12 +54,13 @@ def gated_delta_torch(
         for h0, h1 in walk.head_blocks(Hv, n * Dv * Dk * 4, T):
             w, first = grp.work[:, h0:h1], grp.src[:, h0:h1]
             for t in range(T):
-                kt = kh[sel, t, h0:h1]  # [n, hb, Dk]
-                torch.mul(first if t == 0 else w, decay[sel, t, h0:h1], out=w)
-                ks = torch.matmul(w, kt.unsqueeze(-1)).squeeze(-1)  # [n, hb, Dv]
-                delta = (vf[sel, t, h0:h1] - ks) * bf[sel, t, h0:h1, None]
-                w.addcmul_(delta.unsqueeze(-1), kt.unsqueeze(-2))
-                o[sel, t, h0:h1] = torch.matmul(w, qh[sel, t, h0:h1].unsqueeze(-1)).squeeze(-1) * scale
+                hs = (sel, t, slice(h0, h1))
+                prev = first if t == 0 else w
+                ks_qs = torch.matmul(prev, kq[hs])  # [n, hb, Dv, 2]
+                delta = (vf[hs] - ks_qs[..., 0]) * bf[hs].unsqueeze(-1)  # [n, hb, Dv]
+                o[hs] = (ks_qs[..., 1] + delta * kdotq[hs].unsqueeze(-1)) * scale
+                torch.mul(prev, dmul[hs], out=w)
+                w.addcmul_(delta.unsqueeze(-1), kh[hs].unsqueeze(-2))
                 p = T - 1 - t
                 if 1 <= p < n_planes:
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))

@@ -2,7 +2,9 @@
 
 The torch path works in place on the pool where it can: for a run of sequences whose input rows and plane-0
 rows are consecutive (the steady decode case), each token costs three memory passes over the state
-(``mul`` into the output rows, ``addcmul_`` of the rank-1 input, one GEMV per group for ``y``) and no gather.
+(``mul`` into the output rows, ``addcmul_`` of the rank-1 input, one GEMV per group written straight into
+``y``) and no gather; heads stay grouped as ``[groups, heads per group]`` so B and C are broadcast, not
+repeated.
 It falls back to gathering the inputs into an fp32 buffer for bf16 pools and when one sequence reads a row
 another one writes. For several tokens the state is walked in blocks of heads that fit in the CPU's L2 so that
 the token loop runs in cache.
@@ -11,28 +13,29 @@ the token loop runs in cache.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows, softplus, use_triton
+from rsplan.kernels._common import Rows, output, plan_rows, use_triton
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
-#: Up to this many GEMVs per token use torch.mv (faster than one bmm with a trailing 1 on CPU).
-MAX_MV_CALLS = 32
+#: Up to this many GEMVs per token use torch.mv writing straight into y; more use one bmm.
+MAX_MV_CALLS = 8
 
 
-def _y_gemv(state: torch.Tensor, c: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """y[n, h, p] = sum_s state[n, h, p, s] * c[n, g(h), s] for state [n, H, P, S] and c [n, G, S]
-    (the heads of one block, all of whose groups are in ``c``)."""
-    n, H, P, S = state.shape
-    if n_groups == 0 or H % n_groups:
-        raise ValueError("a head block must hold whole groups")
-    sv = state.reshape(n * n_groups, (H // n_groups) * P, S)
-    cv = c.reshape(n * n_groups, S)
-    if n * n_groups <= MAX_MV_CALLS:
-        y = torch.stack([torch.mv(sv[k], cv[k]) for k in range(n * n_groups)])
-    else:
-        y = torch.bmm(sv, cv.unsqueeze(-1)).squeeze(-1)
-    return y.view(n, H, P)
+def _y_into(y: torch.Tensor, w5: torch.Tensor, c: torch.Tensor, seqs: list[int], t: int, h0: int) -> None:
+    """y[seq, t, heads of the block] = state @ C of the head's group.
+
+    w5 [n, gb, hg, P, S] is the block's state grouped by B/C group; c [n, gb, S] the groups' C."""
+    n, gb, hg, P, S = w5.shape
+    if n * gb <= MAX_MV_CALLS:
+        for k, seq in enumerate(seqs):
+            for g in range(gb):
+                out = y[seq, t, h0 + g * hg : h0 + (g + 1) * hg].view(hg * P)
+                torch.mv(w5[k, g].reshape(hg * P, S), c[k, g], out=out)
+        return
+    yb = torch.bmm(w5.reshape(n * gb, hg * P, S), c.reshape(n * gb, S, 1))
+    y[seqs, t, h0 : h0 + gb * hg] = yb.view(n, gb * hg, P)
 
 
 def ssm_scan_torch(
@@ -48,7 +51,11 @@ def ssm_scan_torch(
     n_planes: int = 1,
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor]:
-    """``ssm_scan_ref`` vectorised over sequences, heads and state (see there for shapes and rules)."""
+    """``ssm_scan_ref`` vectorised over sequences, heads and state (see there for shapes and rules).
+
+    Differences from the reference are rounding only: ``softplus`` uses log1p (ggml: ``log(1 + exp)``) and
+    the sums run in a different order.
+    """
     N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C)
     if A.dim() == 2 and n_planes != 1:
         raise ValueError("Mamba-1 (A of shape [H, S]) has no snapshot planes: n_planes must be 1")
@@ -60,35 +67,39 @@ def ssm_scan_torch(
         n_planes=n_planes,
         n_written=min(T, n_planes),
     )
-    y = output(out, (N, T, H, P), x)
+    y_out = output(out, (N, T, H, P), x)
     if not plan.active:
-        return (y,)
+        return (y_out,)
+    y = y_out if y_out.is_contiguous() else y_out.clone()
     hg = H // G
-    d = softplus(dt.float())  # [N, T, H]
-    if A.dim() == 1:
-        dA = torch.exp(d * A.float())[..., None, None]  # [N, T, H, 1, 1]
-    else:
-        dA = torch.exp(d[..., None] * A.float())[..., None, :]  # [N, T, H, 1, S]
-    xd = (x.float() * d[..., None]).unsqueeze(-1)  # [N, T, H, P, 1]
-    Bh = B.float().repeat_interleave(hg, dim=2).unsqueeze(-2)  # [N, T, H, 1, S]
-    Cf = C.float()
+    d = F.softplus(dt.float(), beta=1.0, threshold=20.0)  # [N, T, H]
+    mamba1 = A.dim() == 2
+    dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
+    xd = x.float() * d[..., None]  # [N, T, H, P]
+    Bf, Cf = B.float(), C.float()
     for grp in walk.groups(pool, plan):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * P * S * 4, T, align=hg):
+            hb = h1 - h0
             w, first = grp.work[:, h0:h1], grp.src[:, h0:h1]
-            g0, g1 = h0 // hg, (h1 - 1) // hg + 1
+            whole = hb % hg == 0  # the block holds whole groups; otherwise it lies inside group h0 // hg
+            gb, hh = (hb // hg, hg) if whole else (1, hb)
+            g0 = h0 // hg
+            w5, first5 = w.view(n, gb, hh, P, S), first.view(n, gb, hh, P, S)
             for t in range(T):
-                torch.mul(first if t == 0 else w, dA[sel, t, h0:h1], out=w)
-                w.addcmul_(xd[sel, t, h0:h1], Bh[sel, t, h0:h1])
-                if (h1 - h0) % hg == 0:
-                    y[sel, t, h0:h1] = _y_gemv(w, Cf[sel, t, g0:g1], g1 - g0)
-                else:  # a block inside one group
-                    y[sel, t, h0:h1] = torch.matmul(w, Cf[sel, t, g0].reshape(n, 1, S, 1)).squeeze(-1)
+                a = dA[sel, t, h0:h1]
+                a5 = a.reshape(n, gb, hh, 1, S) if mamba1 else a.reshape(n, gb, hh, 1, 1)
+                b5 = Bf[sel, t, g0 : g0 + gb].reshape(n, gb, 1, 1, S)
+                torch.mul(first5 if t == 0 else w5, a5, out=w5)
+                w5.addcmul_(xd[sel, t, h0:h1].reshape(n, gb, hh, P, 1), b5)
+                _y_into(y, w5, Cf[sel, t, g0 : g0 + gb].reshape(n, gb, S), grp.seqs, t, h0)
                 p = T - 1 - t
                 if 1 <= p < n_planes:
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
         walk.finish(pool, plan, grp)
-    return (y,)
+    if y is not y_out:
+        y_out.copy_(y)
+    return (y_out,)
 
 
 def ssm_scan(

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "estimate": "rsplan.cli.estimate:estimate",
     "inspect": "rsplan.cli.inspect:inspect",
     "presets": "rsplan.cli.presets:presets",
+    "profile": "rsplan.cli.profile:profile",
     "report": "rsplan.cli.report:report",
 }
 

@@ -1,0 +1,200 @@
+"""CPU bandwidth of the decode state path: rsplan's fast torch kernels vs a naive torch step vs a plain copy.
+
+For each shape, ``--layers`` separate state pools (one per layer, as in a model) are updated by one decode
+step each (T = 1, every sequence reads and writes its own row); the copy baseline copies a buffer of the same
+total size. Timings are interleaved round by round (copy, naive, fast, ...) so that a noisy machine slows all
+of them alike; the figure is the median over rounds. Bytes counted are the least each step must move (each
+state read once and written once, plus the small inputs), and the copy moves ``2 * buffer`` bytes.
+
+    python benchmarks/bench_kernels_cpu.py                  # default shapes, torch's thread count
+    python benchmarks/bench_kernels_cpu.py --threads 1 --json out.json
+
+The goal (issue #4): the fast decode state path reaches >= 50% of the copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from rsplan.kernels.conv_state import conv_state_bytes, conv_state_torch
+from rsplan.kernels.gated_delta import gated_delta_bytes, gated_delta_torch
+from rsplan.kernels.ssm_scan import ssm_scan_bytes, ssm_scan_torch
+
+#: name -> (family, dims, sequences): decode shapes of real models (preset values)
+SHAPES = {
+    "mamba2-2.7b -np 4": ("mamba2", {"H": 80, "P": 64, "G": 1, "S": 128, "W": 4}, 4),
+    "mamba2-130m -np 8": ("mamba2", {"H": 24, "P": 64, "G": 1, "S": 128, "W": 4}, 8),
+    "nemotron-h-8b -np 2": ("mamba2", {"H": 128, "P": 64, "G": 8, "S": 128, "W": 4}, 2),
+    "qwen3-next gdn -np 2": ("gdn", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128, "W": 4}, 2),
+}
+
+
+def naive_mamba2_step(pool, x, dt, A, B, C, rows):  # type: ignore[no-untyped-def]
+    """What a straightforward torch implementation does: gather, broadcast update, reduce, scatter back."""
+    H, G = pool.shape[1], B.shape[2]
+    s = pool.index_select(0, rows)
+    d = torch.nn.functional.softplus(dt[:, 0])
+    dA = torch.exp(d * A)
+    Bh = B[:, 0].repeat_interleave(H // G, dim=1)
+    Ch = C[:, 0].repeat_interleave(H // G, dim=1)
+    s = s * dA[..., None, None] + (d[..., None] * x[:, 0])[..., None] * Bh[:, :, None, :]
+    y = (s * Ch[:, :, None, :]).sum(-1)
+    pool.index_copy_(0, rows, s)
+    return y
+
+
+class Case:
+    def __init__(self, family: str, dims: dict, n: int, layers: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.family, self.n, self.dims = family, n, dims
+        self.rows = list(range(n))
+        self.rows_t = torch.arange(n)
+        D, W = self._conv_dims()
+        self.conv_pools = [torch.zeros(n, D, W - 1) for _ in range(layers)]
+        self.conv_x = torch.randn(n, 1, D, generator=g)
+        self.conv_w = torch.randn(D, W, generator=g) * 0.3
+        if family == "mamba2":
+            H, P, G, S = dims["H"], dims["P"], dims["G"], dims["S"]
+            self.pools = [torch.randn(n, H, P, S, generator=g) * 0.1 for _ in range(layers)]
+            self.inp = {
+                "x": torch.randn(n, 1, H, P, generator=g),
+                "dt": torch.randn(n, 1, H, generator=g) - 2,
+                "A": -torch.rand(H, generator=g) * 4,
+                "B": torch.randn(n, 1, G, S, generator=g) * 0.3,
+                "C": torch.randn(n, 1, G, S, generator=g) * 0.3,
+            }
+            self.scan_bytes = ssm_scan_bytes(
+                n_seqs=n, n_tokens=1, n_head=H, head_dim=P, n_group=G, d_state=S, n_planes=1, state_itemsize=4
+            )
+        else:
+            Hk, Hv, Dk, Dv = dims["Hk"], dims["Hv"], dims["Dk"], dims["Dv"]
+            F = torch.nn.functional
+            self.pools = [torch.randn(n, Hv, Dv, Dk, generator=g) * 0.1 for _ in range(layers)]
+            self.inp = {
+                "q": F.normalize(torch.randn(n, 1, Hk, Dk, generator=g), dim=-1),
+                "k": F.normalize(torch.randn(n, 1, Hk, Dk, generator=g), dim=-1),
+                "v": torch.randn(n, 1, Hv, Dv, generator=g),
+                "g": -torch.rand(n, 1, Hv, generator=g),
+                "beta": torch.rand(n, 1, Hv, generator=g),
+            }
+            self.scan_bytes = gated_delta_bytes(
+                n_seqs=n,
+                n_tokens=1,
+                n_k_heads=Hk,
+                n_v_heads=Hv,
+                k_dim=Dk,
+                v_dim=Dv,
+                kda=False,
+                n_planes=1,
+                state_itemsize=4,
+            )
+        self.conv_bytes = conv_state_bytes(
+            n_seqs=n, n_tokens=1, n_channels=D, width=W, n_planes=1, clamp_planes=False, state_itemsize=4
+        )
+        self.state_bytes = sum(p.numel() * 4 for p in self.pools) + sum(p.numel() * 4 for p in self.conv_pools)
+        self.copy_src = torch.ones(self.state_bytes // 4)
+        self.copy_dst = torch.empty_like(self.copy_src)
+        self.layers = layers
+
+    def _conv_dims(self) -> tuple[int, int]:
+        d = self.dims
+        if self.family == "mamba2":
+            return d["H"] * d["P"] + 2 * d["G"] * d["S"], d["W"]
+        return 2 * d["Hk"] * d["Dk"] + d["Hv"] * d["Dv"], d["W"]
+
+    def copy(self) -> None:
+        self.copy_dst.copy_(self.copy_src)
+
+    def scan(self) -> None:
+        fn = ssm_scan_torch if self.family == "mamba2" else gated_delta_torch
+        for pool in self.pools:
+            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
+
+    def conv(self) -> None:
+        for pool in self.conv_pools:
+            conv_state_torch(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
+
+    def naive(self) -> None:
+        i = self.inp
+        for pool in self.pools:
+            naive_mamba2_step(pool, i["x"], i["dt"], i["A"], i["B"], i["C"], self.rows_t)
+
+
+def measure(fns: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, float]:
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--layers", type=int, default=8, help="state pools per shape (one per layer)")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="default: all")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # decayed states must not fall into x87-slow denormals; results are unchanged
+    print(
+        f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {args.layers} layers per shape, median of {args.rounds} rounds"
+    )
+    results = []
+    for name in args.shape or list(SHAPES):
+        family, dims, n = SHAPES[name]
+        case = Case(family, dims, n, args.layers, seed=0)
+        fns = {"copy": case.copy, "scan": case.scan, "conv": case.conv}
+        if family == "mamba2":
+            fns["naive"] = case.naive
+        t = measure(fns, args.rounds, args.warmup)
+        copy_gb_s = 2 * case.state_bytes / t["copy"] / 1e9
+        scan_b, conv_b = case.scan_bytes * args.layers, case.conv_bytes * args.layers
+        row = {
+            "shape": name,
+            "state_mib": case.state_bytes / 2**20,
+            "copy_gb_s": copy_gb_s,
+            "scan_gb_s": scan_b / t["scan"] / 1e9,
+            "conv_gb_s": conv_b / t["conv"] / 1e9,
+            "decode_path_gb_s": (scan_b + conv_b) / (t["scan"] + t["conv"]) / 1e9,
+            "naive_gb_s": scan_b / t["naive"] / 1e9 if "naive" in t else None,
+            "times_s": t,
+        }
+        row["decode_path_pct_copy"] = 100 * row["decode_path_gb_s"] / copy_gb_s
+        row["scan_pct_copy"] = 100 * row["scan_gb_s"] / copy_gb_s
+        row["naive_pct_copy"] = 100 * row["naive_gb_s"] / copy_gb_s if row["naive_gb_s"] else None
+        results.append(row)
+        naive = (
+            f"naive {row['naive_gb_s']:6.1f} GB/s ({row['naive_pct_copy']:3.0f}%)"
+            if row["naive_gb_s"]
+            else "naive      -"
+        )
+        print(
+            f"{name:22s} state {row['state_mib']:7.1f} MiB | copy {copy_gb_s:6.1f} GB/s | "
+            f"scan {row['scan_gb_s']:6.1f} GB/s ({row['scan_pct_copy']:3.0f}%) | conv {row['conv_gb_s']:5.1f} GB/s | "
+            f"decode path {row['decode_path_gb_s']:6.1f} GB/s ({row['decode_path_pct_copy']:3.0f}% of copy) | "
+            f"{naive}"
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"threads": torch.get_num_threads(), "layers": args.layers, "results": results}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

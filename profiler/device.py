@@ -1,0 +1,236 @@
+"""The device a profile runs on: selection, facts (torch, /proc, NVML), timers and the copy bandwidth."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsplan.profiler.errors import DeviceError, import_torch
+
+
+def resolve_device(gpu: bool, device: str | None) -> Any:
+    """``--gpu`` (the first CUDA device) or ``--device cpu|cuda[:N]`` (default: cpu) as a torch.device."""
+    torch = import_torch()
+    if gpu and device is not None and not device.startswith("cuda"):
+        raise DeviceError(f"--gpu and --device {device} contradict each other; give one of them")
+    name = "cuda" if gpu and device is None else (device or "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise DeviceError(f"--device {name}: not a device (use cpu, cuda or cuda:N)") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise DeviceError(f"--device {name}: only cpu and cuda devices are supported")
+    if not torch.cuda.is_available():
+        why = "this PyTorch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+        raise DeviceError(f"{'--gpu' if gpu else '--device ' + name}: {why} (torch {torch.__version__})")
+    index = 0 if dev.index is None else dev.index
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    return torch.device("cuda", index)
+
+
+def free_bytes(dev: Any) -> int:
+    """Bytes the device can still allocate (CUDA: cudaMemGetInfo; CPU: MemAvailable of /proc/meminfo)."""
+    torch = import_torch()
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvml_facts(index: int) -> dict[str, Any]:
+    """Driver, clocks, bus width and the theoretical DRAM bandwidth from NVML (empty when unavailable).
+
+    NVML numbers devices in PCI order; torch's index equals it only with CUDA_DEVICE_ORDER=PCI_BUS_ID, so the
+    device is matched by PCI bus id when torch exposes it.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return {"nvml": "nvidia-ml-py not installed (pip install nvidia-ml-py)"}
+    facts: dict[str, Any] = {}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError subclasses; the library may also be missing
+        return {"nvml": f"unavailable: {exc}"}
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            torch = import_torch()
+            bus = torch.cuda.get_device_properties(index).pci_bus_id
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus.encode() if isinstance(bus, str) else bus)
+        except Exception:  # older torch without pci_bus_id: keep the index
+            pass
+        facts["nvml_name"] = _str(pynvml.nvmlDeviceGetName(handle))
+        facts["driver_version"] = _str(pynvml.nvmlSystemGetDriverVersion())
+        for key, fn in (
+            ("memory_clock_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+            ("sm_clock_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            ("sm_clock_now_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            ("memory_bus_width_bits", lambda: pynvml.nvmlDeviceGetMemoryBusWidth(handle)),
+            ("power_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0),
+            ("temperature_c", lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+        ):
+            try:
+                facts[key] = fn()
+            except Exception:
+                facts[key] = None
+        clock, width = facts.get("memory_clock_max_mhz"), facts.get("memory_bus_width_bits")
+        if clock and width:
+            # double data rate: bytes/s = 2 * clock * bus width / 8 (HBM and GDDR report the clock NVML divides so)
+            facts["dram_peak_gb_s"] = round(2 * clock * 1e6 * width / 8 / 1e9, 1)
+    except Exception as exc:
+        facts["nvml"] = f"query failed: {exc}"
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return facts
+
+
+def _str(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def device_facts(dev: Any) -> dict[str, Any]:
+    """What the report says about the device."""
+    torch = import_torch()
+    facts: dict[str, Any] = {"device": str(dev), "torch": torch.__version__}
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        free, total = torch.cuda.mem_get_info(dev)
+        facts.update(
+            name=p.name,
+            compute_capability=f"{p.major}.{p.minor}",
+            sm_count=p.multi_processor_count,
+            total_bytes=int(total),
+            free_bytes=int(free),
+            cuda=torch.version.cuda,
+        )
+        try:
+            import triton
+
+            facts["triton"] = triton.__version__
+        except ImportError:
+            facts["triton"] = None
+        facts.update(_nvml_facts(dev.index or 0))
+    else:
+        facts.update(
+            name=_cpu_model(),
+            threads=torch.get_num_threads(),
+            cpus=os.cpu_count(),
+            free_bytes=free_bytes(dev),
+        )
+    return facts
+
+
+@dataclass
+class Samples:
+    """Per-iteration times of one measured thing, seconds."""
+
+    seconds: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else float("nan")
+
+    def quantile(self, q: float) -> float:
+        if not self.seconds:
+            return float("nan")
+        s = sorted(self.seconds)
+        return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+    def summary(self) -> dict[str, float]:
+        """median, p10, p90, min, max (seconds) and the relative spread (p90 - p10) / median."""
+        med = self.median
+        p10, p90 = self.quantile(0.1), self.quantile(0.9)
+        return {
+            "median_s": med,
+            "p10_s": p10,
+            "p90_s": p90,
+            "min_s": min(self.seconds) if self.seconds else float("nan"),
+            "max_s": max(self.seconds) if self.seconds else float("nan"),
+            "spread": (p90 - p10) / med if med and med == med else float("nan"),
+            "n": len(self.seconds),
+        }
+
+
+class Timer:
+    """Times regions: CUDA events on a GPU (read after one synchronise per iteration), perf_counter on a CPU."""
+
+    def __init__(self, dev: Any) -> None:
+        self.torch = import_torch()
+        self.cuda = dev.type == "cuda"
+        self.dev = dev
+        self._pending: list[tuple[str, Any, Any]] = []
+        self.samples: dict[str, Samples] = {}
+
+    def region(self, name: str, fn: Callable[[], Any]) -> Any:
+        if self.cuda:
+            start = self.torch.cuda.Event(enable_timing=True)
+            end = self.torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            self._pending.append((name, start, end))
+            return out
+        t0 = time.perf_counter()
+        out = fn()
+        self.samples.setdefault(name, Samples()).seconds.append(time.perf_counter() - t0)
+        return out
+
+    def flush(self) -> None:
+        """Collect the pending CUDA event pairs (one synchronise)."""
+        if not self._pending:
+            return
+        self.torch.cuda.synchronize(self.dev)
+        for name, start, end in self._pending:
+            self.samples.setdefault(name, Samples()).seconds.append(start.elapsed_time(end) / 1e3)
+        self._pending.clear()
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.dev)
+
+
+def copy_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
+    """Device-to-device copy bandwidth on a buffer of ``n_bytes``: ``2 * n_bytes / time`` (read + write)."""
+    torch = import_torch()
+    n = max(1, n_bytes // 4)
+    src = torch.ones(n, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    timer = Timer(dev)
+    for _ in range(warmup):
+        dst.copy_(src)
+    timer.sync()
+    for _ in range(iters):
+        timer.region("copy", lambda: dst.copy_(src))
+        timer.flush()
+    s = timer.samples["copy"].summary()
+    moved = 2 * n * 4
+    return {"buffer_bytes": n * 4, "bytes_moved": moved, "gb_s": moved / s["median_s"] / 1e9, "time": s}

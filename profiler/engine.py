@@ -1,0 +1,213 @@
+"""One ubatch through the bookkeeping model and the kernels, on every recurrent layer's real cache tensors.
+
+A step follows llama.cpp's graph for a recurrent layer (``build_rs`` and the family's layer code):
+  1. find_slot places the ubatch; ``set_input`` gives the gather rows (``s_copy``, consuming rollbacks);
+  2. the zero row ``rs_z`` is cleared and the *extra* rows (cells in ``[head, head + n)`` outside the ubatch)
+     are gathered, in every R and S pool;
+  3. the family's kernels read the ubatch sequences' rows and write their planes (conv, then scan);
+  4. the extra rows are copied back to ``head + n_seqs ...``.
+Reads precede writes exactly as in the graph (step 2 reads before step 3 writes, step 3 reads before step 4
+writes). Each phase runs over all layers in one timed region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsplan.profiler.cells import RecurrentCells, UBatch
+from rsplan.profiler.device import Timer
+from rsplan.profiler.errors import WorkloadError, import_torch
+from rsplan.profiler.families import Family, Kernel, call, kernel_bytes, make_inputs, state_row_bytes
+
+GATHER = "state_gather"
+SCATTER = "state_scatter"
+
+
+@dataclass
+class StepRows:
+    """The rows one step used (all host lists)."""
+
+    n_seqs: int
+    n_tokens: int
+    src: list[int]
+    dst: list[int]
+    extra_src: list[int]
+    extra_dst: list[int]
+    rs_z: int
+
+
+@dataclass
+class StepResult:
+    rows: StepRows
+    bytes: dict[str, int] = field(default_factory=dict)
+    y0: dict[str, Any] = field(default_factory=dict)  # outputs of the first recurrent layer, by kernel op
+
+
+class Engine:
+    """The cells of one memory plus the per-layer pools and inputs of a family."""
+
+    def __init__(
+        self, family: Family, pools: dict[int, dict[str, Any]], n_seq_max: int, n_rs_seq: int, dev: Any, seed: int
+    ) -> None:
+        self.torch = import_torch()
+        self.family = family
+        self.pools = pools  # layer -> {"r": pool view, "s": pool view}
+        self.layers = sorted(pools)
+        self.cells = RecurrentCells(size=n_seq_max, n_seq_max=n_seq_max, n_rs_seq=n_rs_seq)
+        self.n_planes = n_rs_seq + 1
+        self.dev = dev
+        self.seed = seed
+        self._inputs: dict[tuple, dict] = {}
+        self.pos: dict[int, int] = {}  # seq -> last position
+        self.itemsize = {
+            kind: next(iter(pools.values()))[kind].element_size()
+            for kind in ("r", "s")
+            if kind in next(iter(pools.values()))
+        }
+
+    # -- inputs ---------------------------------------------------------------------------------------------
+
+    def inputs(self, k: Kernel, layer: int, n_seqs: int, n_tokens: int) -> dict:
+        """Inputs per (kernel, N, T), shared by the layers except where they depend on the layer (lightning)."""
+        key = (k.op, n_seqs, n_tokens, layer if k.op == "lightning" else -1)
+        if key not in self._inputs:
+            self._inputs[key] = make_inputs(
+                k, n_seqs, n_tokens, layer, self.family.n_layer, self.dev, self.seed + len(self._inputs)
+            )
+        return self._inputs[key]
+
+    # -- bookkeeping ----------------------------------------------------------------------------------------
+
+    def place(self, ub: UBatch) -> StepRows:
+        """prepare + apply + set_input for ``ub``; the rows of the step."""
+        if not self.cells.prepare([ub]):
+            raise WorkloadError(f"the recurrent memory cannot place the ubatch ({self.cells.log[-1:]})")
+        self.cells.apply(ub)
+        rows = self.cells.set_input()
+        n = ub.n_seqs
+        head = self.cells.head
+        for st in ub.seqs:
+            for s in st.seq_ids:
+                self.pos[s] = st.pos[-1]
+        return StepRows(
+            n_seqs=n,
+            n_tokens=ub.n_seq_tokens,
+            src=rows[:n],
+            dst=[head + i for i in range(n)],
+            extra_src=rows[n:],
+            extra_dst=[head + n + e for e in range(len(rows) - n)],
+            rs_z=self.cells.rs_z,
+        )
+
+    def next_ubatch(self, seqs: list[int], n_tokens: int) -> UBatch:
+        """The next ``n_tokens`` positions of each sequence (new sequences start at 0)."""
+        return UBatch.of({s: range(self.pos.get(s, -1) + 1, self.pos.get(s, -1) + 1 + n_tokens) for s in seqs})
+
+    # -- kernels ----------------------------------------------------------------------------------------
+
+    def run(
+        self,
+        rows: StepRows,
+        timer: Timer | None,
+        n_planes: int | None = None,
+        keep_y: bool = False,
+        only: set[str] | None = None,
+    ) -> StepResult:
+        """Steps 2-4 of the module docstring on every layer; each phase is one timed region of ``timer``.
+
+        ``n_planes`` overrides K (to time the same step without snapshots); ``only`` restricts the kernels.
+        """
+        from rsplan.kernels.state_copy import gather_bytes, scatter_bytes, state_gather, state_scatter
+
+        K = self.n_planes if n_planes is None else n_planes
+        res = StepResult(rows)
+        region = timer.region if timer is not None else (lambda _name, fn: fn())
+        copying = rows.rs_z >= 0 or rows.extra_src
+        extras: dict[tuple[int, str], Any] = {}
+        if copying and (only is None or GATHER in only):
+
+            def gather() -> None:
+                for il in self.layers:
+                    for kind, pool in self.pools[il].items():
+                        (extras[il, kind],) = state_gather(pool=pool, rows=rows.extra_src, zero_row=rows.rs_z)
+
+            region(GATHER, gather)
+            res.bytes[GATHER] = sum(
+                gather_bytes(
+                    row_bytes=pool[0].numel() * pool.element_size(), n_rows=len(rows.extra_src), zero_row=rows.rs_z >= 0
+                )
+                for il in self.layers
+                for pool in self.pools[il].values()
+            )
+        for k in self.family.kernels:
+            if only is not None and k.op not in only:
+                continue
+
+            def kernel(k: Kernel = k) -> None:
+                for il in self.layers:
+                    inp = self.inputs(k, il, rows.n_seqs, rows.n_tokens)
+                    y = call(k, k.fast(), self.pools[il][k.kind], inp, rows.src, rows.dst, K)
+                    if keep_y and il == self.layers[0]:
+                        res.y0[k.op] = y
+
+            region(k.op, kernel)
+            res.bytes[k.op] = len(self.layers) * kernel_bytes(k, rows.n_seqs, rows.n_tokens, K, self.itemsize[k.kind])
+        if rows.extra_src and extras and (only is None or SCATTER in only):
+
+            def scatter() -> None:
+                for il in self.layers:
+                    for kind, pool in self.pools[il].items():
+                        state_scatter(pool=pool, states=extras[il, kind], rows=rows.extra_dst)
+
+            region(SCATTER, scatter)
+            res.bytes[SCATTER] = sum(
+                scatter_bytes(row_bytes=pool[0].numel() * pool.element_size(), n_rows=len(rows.extra_src))
+                for il in self.layers
+                for pool in self.pools[il].values()
+            )
+        return res
+
+    def step(self, ub: UBatch, timer: Timer | None = None, keep_y: bool = False) -> StepResult:
+        return self.run(self.place(ub), timer, keep_y=keep_y)
+
+    # -- correctness ------------------------------------------------------------------------------------
+
+    def snapshot(self, layer: int | None = None) -> dict[str, Any]:
+        """A copy of one layer's pools (default: the first recurrent layer)."""
+        il = self.layers[0] if layer is None else layer
+        return {kind: pool.clone() for kind, pool in self.pools[il].items()}
+
+    def reference_step(self, before: dict[str, Any], rows: StepRows) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Replay one step on a copy of the first layer's pools with the reference kernels; returns the pools
+        and the outputs by kernel op."""
+        from rsplan.kernels.state_copy import state_gather_ref, state_scatter_ref
+
+        il = self.layers[0]
+        pools = {kind: t.clone() for kind, t in before.items()}
+        extras = {}
+        if rows.rs_z >= 0 or rows.extra_src:
+            for kind, pool in pools.items():
+                (extras[kind],) = state_gather_ref(pool=pool, rows=rows.extra_src, zero_row=rows.rs_z)
+        ys = {}
+        for k in self.family.kernels:
+            inp = self.inputs(k, il, rows.n_seqs, rows.n_tokens)
+            ys[k.op] = call(k, k.ref(), pools[k.kind], inp, rows.src, rows.dst, self.n_planes)
+        if rows.extra_src:
+            for kind, pool in pools.items():
+                state_scatter_ref(pool=pool, states=extras[kind], rows=rows.extra_dst)
+        return pools, ys
+
+    def rows_written(self, rows: StepRows) -> set[int]:
+        """Rows any phase of a step may write."""
+        out = set(rows.extra_dst)
+        if rows.rs_z >= 0:
+            out.add(rows.rs_z)
+        M = self.cells.size
+        for k in self.family.kernels:
+            n = (self.n_planes if k.clamp else min(rows.n_tokens, self.n_planes)) if k.planes else 1
+            out.update(p * M + d for d in rows.dst for p in range(n))
+        return out
+
+    def state_row_bytes(self, k: Kernel) -> int:
+        return state_row_bytes(k, self.itemsize[k.kind])

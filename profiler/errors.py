@@ -1,0 +1,27 @@
+"""The profiler's user errors (all ``RsplanError``s: the CLI prints them as one ``Error:`` line)."""
+
+from __future__ import annotations
+
+from rsplan.errors import DeviceError, RsplanError
+
+__all__ = ["DependencyError", "DeviceError", "WorkloadError"]
+
+
+class DependencyError(RsplanError):
+    """A library the profiler needs (torch) is not installed."""
+
+
+class WorkloadError(RsplanError):
+    """Workload parameters that cannot run on this model or context (draft longer than the rollback planes...)."""
+
+
+TORCH_HINT = "pip install torch==2.13.0 (CPU or the CUDA build for your driver), then pip install 'rsplan[profile]'"
+
+
+def import_torch():  # type: ignore[no-untyped-def]
+    """``import torch`` with an install hint instead of a traceback."""
+    try:
+        import torch
+    except ImportError:
+        raise DependencyError(f"rsplan profile needs PyTorch, which is not installed: {TORCH_HINT}") from None
+    return torch

@@ -1,0 +1,326 @@
+"""What each recurrent family runs per layer: its kernels, their pool views, inputs and byte counts.
+
+A ``Family`` knows, for one model, how to view a layer's ``cache_r_l*`` / ``cache_s_l*`` tensors as kernel pools,
+how to build plausible inputs for a ubatch of N sequences x T tokens, and how many bytes each kernel moves.
+Per family (llama.cpp 0c1e57098 src/models/*.cpp):
+- mamba2 (Mamba-2, Falcon-H1, PLaMo-2, Granite-4.0-H, Nemotron-H): conv over ``x | B | C`` then ssm_scan;
+- mamba (Mamba-1, Jamba): conv over x then the Mamba-1 scan (no snapshot planes);
+- gated_delta_net (Qwen3-Next, Qwen3.5): conv over ``q | k | v`` with every plane written, then gated_delta;
+- kda (Kimi Linear): the same with per-key decays;
+- rwkv (RWKV-6/7): the token shift (a W = 2 conv_state) then wkv6 / wkv7;
+- shortconv (LFM2): shortconv only (no S state);
+- lightning (MiniMax-01): lightning only (no R state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any
+
+from rsplan.hparams.layout import CacheLayout
+from rsplan.hparams.model import ModelSpec
+from rsplan.profiler.errors import WorkloadError, import_torch
+
+#: Inputs whose dim 1 is the token axis (sliced for prefix checks); the others are parameters.
+TOKEN_INPUTS = frozenset({"x", "dt", "B", "C", "q", "k", "v", "g", "beta", "r", "w", "a", "b", "c"})
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a layer: the op, the pool kind it works on (r or s), the pool row shape, and how many
+    planes it writes (``clamp``: all K, the delta-net conv rule)."""
+
+    op: str  # module under rsplan.kernels, also the function name
+    kind: str  # "r" or "s"
+    row_shape: tuple[int, ...]
+    planes: bool  # takes n_planes
+    clamp: bool = False
+    dims: dict[str, int] = field(default_factory=dict)
+    token_shift: bool = False  # RWKV: the conv's output is the previous token (weights [1, 0])
+
+    def fast(self) -> Callable[..., tuple]:
+        return getattr(import_module(f"rsplan.kernels.{self.op}"), self.op)
+
+    def ref(self) -> Callable[..., tuple]:
+        return getattr(import_module(f"rsplan.kernels.{self.op}"), f"{self.op}_ref")
+
+
+@dataclass(frozen=True)
+class Family:
+    """The kernels of one recurrent layer of a model (``conv`` first, then ``scan``)."""
+
+    name: str
+    kernels: tuple[Kernel, ...]
+    n_layer: int
+
+    @property
+    def planes(self) -> bool:
+        return any(k.planes for k in self.kernels)
+
+
+def family_of(spec: ModelSpec, layout: CacheLayout) -> Family:
+    """The kernels rsplan runs for ``spec``'s recurrent layers, checked against the planned row widths."""
+    fam, ssm = layout.family, spec.ssm
+    n_embd = spec.embedding_length
+    kernels: list[Kernel] = []
+    if fam in ("mamba2", "mamba", "gated_delta_net"):
+        assert ssm is not None and ssm.conv_kernel and ssm.inner_size and ssm.state_size
+        d_conv, d_inner, d_state = ssm.conv_kernel, ssm.inner_size, ssm.state_size
+        n_group = ssm.group_count or 0
+        channels = d_inner + 2 * n_group * d_state
+        conv = Kernel(
+            "conv_state",
+            "r",
+            (channels, d_conv - 1),
+            True,
+            clamp=fam == "gated_delta_net",
+            dims={"D": channels, "W": d_conv},
+        )
+        kernels.append(conv)
+        if fam == "mamba2":
+            n_head = ssm.time_step_rank or 0
+            if not n_head or d_inner % n_head or n_head % max(n_group, 1):
+                raise WorkloadError(
+                    f"ssm: inner_size {d_inner} / time_step_rank {n_head} / group_count {n_group} "
+                    "do not make whole heads and groups"
+                )
+            P = d_inner // n_head
+            kernels.append(
+                Kernel(
+                    "ssm_scan", "s", (n_head, P, d_state), True, dims={"H": n_head, "P": P, "G": n_group, "S": d_state}
+                )
+            )
+        elif fam == "mamba":
+            kernels.append(
+                Kernel(
+                    "ssm_scan",
+                    "s",
+                    (d_inner, 1, d_state),
+                    False,
+                    dims={"H": d_inner, "P": 1, "G": 1, "S": d_state, "mamba1": 1},
+                )
+            )
+        else:
+            hv, hk = ssm.time_step_rank or 0, n_group
+            if not hv or not hk or d_inner % hv or hv % hk:
+                raise WorkloadError(
+                    f"ssm: time_step_rank {hv} (value heads) must divide inner_size {d_inner} and "
+                    f"be a multiple of group_count {hk} (key heads)"
+                )
+            dv = d_inner // hv
+            kernels.append(
+                Kernel("gated_delta", "s", (hv, dv, d_state), True, dims={"Hk": hk, "Hv": hv, "Dk": d_state, "Dv": dv})
+            )
+    elif fam == "kda":
+        assert spec.kda is not None and spec.kda.head_dim and ssm is not None
+        h, hd = spec.head_count(0), spec.kda.head_dim
+        d_conv = ssm.conv_kernel or 4
+        kernels.append(
+            Kernel("conv_state", "r", (3 * h * hd, d_conv - 1), True, clamp=True, dims={"D": 3 * h * hd, "W": d_conv})
+        )
+        kernels.append(
+            Kernel("gated_delta", "s", (h, hd, hd), True, dims={"Hk": h, "Hv": h, "Dk": hd, "Dv": hd, "kda": 1})
+        )
+    elif fam == "rwkv":
+        assert spec.wkv is not None and spec.wkv.head_size
+        hs = spec.wkv.head_size
+        if n_embd % hs:
+            raise WorkloadError(f"wkv.head_size {hs} does not divide embedding_length {n_embd}")
+        tsc = spec.wkv.token_shift_count
+        kernels.append(
+            Kernel("conv_state", "r", (tsc * n_embd, 1), False, dims={"D": tsc * n_embd, "W": 2}, token_shift=True)
+        )
+        op = "rwkv7" if spec.arch in ("rwkv7", "arwkv7") else "rwkv6"
+        kernels.append(Kernel(op, "s", (n_embd // hs, hs, hs), False, dims={"H": n_embd // hs, "S": hs}))
+    elif fam == "shortconv":
+        assert spec.shortconv is not None and spec.shortconv.l_cache
+        L = spec.shortconv.l_cache
+        kernels.append(Kernel("shortconv", "r", (n_embd, L - 1), True, dims={"D": n_embd, "L": L}))
+    elif fam == "lightning":
+        h = spec.head_count(0)
+        hd = spec.attention.key_length or n_embd // h
+        kernels.append(Kernel("lightning", "s", (h, hd, hd), False, dims={"H": h, "S": hd}))
+    else:  # pragma: no cover - the arch table has no other family
+        raise WorkloadError(f"no kernels for recurrent family '{fam}'")
+    for k in kernels:
+        width = layout.n_embd_r if k.kind == "r" else layout.n_embd_s
+        n = 1
+        for d in k.row_shape:
+            n *= d
+        if n != width:
+            raise WorkloadError(f"{k.op}: row {k.row_shape} has {n} elements, the plan's n_embd_{k.kind} is {width}")
+    return Family(fam if fam != "rwkv" else kernels[-1].op, tuple(kernels), layout.n_layer)
+
+
+def make_inputs(k: Kernel, n_seqs: int, n_tokens: int, layer: int, n_layer: int, dev: Any, seed: int) -> dict:
+    """Plausible inputs of kernel ``k`` for N sequences x T tokens (fp32; decays below 1 keep states bounded)."""
+    torch = import_torch()
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(seed)
+    N, T, d = n_seqs, n_tokens, k.dims
+
+    def r(*shape: int, scale: float = 1.0) -> Any:
+        return torch.randn(*shape, generator=g) * scale
+
+    if k.op == "conv_state":
+        if k.token_shift:  # a conv whose output is x[t - 1]
+            weight = torch.zeros(d["D"], 2)
+            weight[:, 0] = 1.0
+        else:
+            weight = r(d["D"], d["W"], scale=0.3)
+        out = {"x": r(N, T, d["D"]), "weight": weight}
+    elif k.op == "shortconv":
+        out = {"b": r(N, T, d["D"]), "c": r(N, T, d["D"]), "x": r(N, T, d["D"]), "weight": r(d["D"], d["L"], scale=0.3)}
+    elif k.op == "ssm_scan":
+        H, P, G, S = d["H"], d["P"], d["G"], d["S"]
+        a_shape = (H, S) if d.get("mamba1") else (H,)
+        out = {
+            "x": r(N, T, H, P, scale=0.5),
+            "dt": r(N, T, H, scale=0.5) - 2.0,
+            "A": -torch.exp(torch.rand(*a_shape, generator=g) * 2.7),  # -exp(A_log), A_log in [0, log 16)
+            "B": r(N, T, G, S, scale=0.3),
+            "C": r(N, T, G, S, scale=0.3),
+        }
+    elif k.op == "gated_delta":
+        Hk, Hv, Dk, Dv = d["Hk"], d["Hv"], d["Dk"], d["Dv"]
+        g_shape = (N, T, Hv, Dk) if d.get("kda") else (N, T, Hv)
+        out = {
+            "q": F.normalize(r(N, T, Hk, Dk), dim=-1),
+            "k": F.normalize(r(N, T, Hk, Dk), dim=-1),
+            "v": r(N, T, Hv, Dv, scale=0.5),
+            "g": -F.softplus(r(*g_shape) - 2.0),
+            "beta": torch.sigmoid(r(N, T, Hv)),
+        }
+    elif k.op == "rwkv6":
+        H, S = d["H"], d["S"]
+        out = {
+            "r": r(N, T, H, S, scale=0.5),
+            "k": r(N, T, H, S, scale=0.1),
+            "v": r(N, T, H, S, scale=0.5),
+            "w": torch.exp(-torch.exp(r(N, T, H, S) - 1.0)),
+            "u": r(H, S, scale=0.1),
+        }
+    elif k.op == "rwkv7":
+        H, S = d["H"], d["S"]
+        kk = F.normalize(r(N, T, H, S), dim=-1)
+        out = {
+            "r": r(N, T, H, S, scale=0.5),
+            "w": torch.exp(-torch.exp(r(N, T, H, S) - 1.0)),
+            "k": r(N, T, H, S, scale=0.1),
+            "v": r(N, T, H, S, scale=0.5),
+            "a": -kk,
+            "b": kk * torch.sigmoid(r(N, T, H, S)),
+        }
+    elif k.op == "lightning":
+        from rsplan.kernels.lightning import lightning_slopes
+
+        H, S = d["H"], d["S"]
+        out = {
+            "q": F.silu(r(N, T, H, S)) / S**0.5,
+            "k": F.silu(r(N, T, H, S)) / S**0.5,
+            "v": F.silu(r(N, T, H, S)),
+            "slope": lightning_slopes(H, layer, n_layer),
+        }
+    else:  # pragma: no cover
+        raise WorkloadError(f"no inputs for kernel {k.op}")
+    return {name: t.to(dev) for name, t in out.items()}
+
+
+def slice_tokens(inputs: dict, n_tokens: int) -> dict:
+    """The inputs of the first ``n_tokens`` tokens (parameters unchanged)."""
+    return {n: (t[:, :n_tokens] if n in TOKEN_INPUTS else t) for n, t in inputs.items()}
+
+
+def select_seqs(inputs: dict, seqs: list[int]) -> dict:
+    """The inputs of some sequences (parameters unchanged)."""
+    return {n: (t[seqs] if n in TOKEN_INPUTS else t) for n, t in inputs.items()}
+
+
+def call(
+    k: Kernel,
+    fn: Callable[..., tuple],
+    pool: Any,
+    inputs: dict,
+    src: list[int],
+    dst: list[int],
+    n_planes: int,
+    out: Any = None,
+) -> Any:
+    """Run ``fn`` (fast or reference) of kernel ``k`` on ``pool``; returns y."""
+    kw = dict(inputs)
+    if k.planes:
+        kw["n_planes"] = n_planes
+    if k.clamp:
+        kw["clamp_planes"] = True
+    (y,) = fn(pool=pool, src_rows=src, dst_rows=dst, out=out, **kw)
+    return y
+
+
+def kernel_bytes(k: Kernel, n_seqs: int, n_tokens: int, n_planes: int, itemsize: int) -> int:
+    """The least bytes kernel ``k`` moves for one call (rows read and planes written once, inputs and outputs
+    once; see each op's ``*_bytes``)."""
+    from rsplan.kernels.conv_state import conv_state_bytes
+    from rsplan.kernels.gated_delta import gated_delta_bytes
+    from rsplan.kernels.rwkv6 import rwkv_bytes
+    from rsplan.kernels.ssm_scan import ssm_scan_bytes
+
+    d, K = k.dims, (n_planes if k.planes else 1)
+    if k.op == "conv_state":
+        return conv_state_bytes(
+            n_seqs=n_seqs,
+            n_tokens=n_tokens,
+            n_channels=d["D"],
+            width=d["W"],
+            n_planes=K,
+            clamp_planes=k.clamp,
+            state_itemsize=itemsize,
+        )
+    if k.op == "shortconv":
+        return (
+            conv_state_bytes(
+                n_seqs=n_seqs,
+                n_tokens=n_tokens,
+                n_channels=d["D"],
+                width=d["L"],
+                n_planes=K,
+                clamp_planes=False,
+                state_itemsize=itemsize,
+            )
+            + 8 * n_seqs * n_tokens * d["D"]
+        )
+    if k.op == "ssm_scan":
+        return ssm_scan_bytes(
+            n_seqs=n_seqs,
+            n_tokens=n_tokens,
+            n_head=d["H"],
+            head_dim=d["P"],
+            n_group=d["G"],
+            d_state=d["S"],
+            n_planes=K,
+            state_itemsize=itemsize,
+        )
+    if k.op == "gated_delta":
+        return gated_delta_bytes(
+            n_seqs=n_seqs,
+            n_tokens=n_tokens,
+            n_k_heads=d["Hk"],
+            n_v_heads=d["Hv"],
+            k_dim=d["Dk"],
+            v_dim=d["Dv"],
+            kda=bool(d.get("kda")),
+            n_planes=K,
+            state_itemsize=itemsize,
+        )
+    n_inputs = {"rwkv6": 4, "rwkv7": 6, "lightning": 3}[k.op]
+    return rwkv_bytes(
+        n_seqs=n_seqs, n_tokens=n_tokens, n_head=d["H"], head_size=d["S"], n_inputs=n_inputs, state_itemsize=itemsize
+    )
+
+
+def state_row_bytes(k: Kernel, itemsize: int) -> int:
+    n = 1
+    for dim in k.row_shape:
+        n *= dim
+    return n * itemsize

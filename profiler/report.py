@@ -1,0 +1,125 @@
+"""Render a profile report (the dict of ``run_profile``) as text tables. Bytes become MiB only here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+KIND_NAMES = {
+    "k": "K (cache_k_l*)",
+    "v": "V (cache_v_l*)",
+    "r": "R conv state (cache_r_l*)",
+    "s": "S recurrent state (cache_s_l*)",
+}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def _t(seconds: float) -> str:
+    if seconds != seconds:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:,.1f} us"
+    return f"{seconds * 1e3:,.3f} ms"
+
+
+def render(report: dict[str, Any]) -> str:
+    dev = report["device"]
+    ctx = report["context"]
+    lines = [
+        f"model {report['model']} (arch {report['arch']}, {report['family']}, "
+        f"{report['recurrent_layers']} recurrent layers)",
+        f"device {dev['device']}: {dev.get('name', '?')}"
+        + (f", {dev['threads']} threads" if "threads" in dev else "")
+        + (f", peak DRAM {dev['dram_peak_gb_s']} GB/s (NVML)" if dev.get("dram_peak_gb_s") else ""),
+        f"context -c {ctx['n_ctx']} -np {ctx['n_seq_max']} n_rs_seq {ctx['n_rs_seq']} (K = {ctx['n_planes']} planes), "
+        f"state {ctx['state_type']}, prefill {ctx['ubatch_tokens_per_seq']} tokens/sequence"
+        + (f", draft {ctx['draft']}" if ctx.get("draft") else ""),
+        "",
+    ]
+    alloc = report["allocation"]
+    rows = [
+        [KIND_NAMES[k], _mib(v["planned_bytes"]), _mib(v["allocated_bytes"]), "yes" if v["equal"] else "NO"]
+        for k, v in alloc["per_kind"].items()
+        if v["planned_bytes"] or v["allocated_bytes"]
+    ]
+    rows.append(
+        ["total", _mib(alloc["planned_bytes"]), _mib(alloc["allocated_bytes"]), "yes" if alloc["equal"] else "NO"]
+    )
+    lines.append(
+        tabulate(
+            rows,
+            headers=["allocated tensors", "planned", "allocated", "equal"],
+            colalign=("left", "right", "right", "left"),
+        )
+    )
+    copy = report["copy_bandwidth"]
+    lines += [
+        "",
+        f"copy bandwidth {copy['gb_s']:,.1f} GB/s (device copy of {_mib(copy['buffer_bytes'])}, read + write counted)",
+    ]
+    for name, w in report["workloads"].items():
+        lines += ["", f"{name}: {w['n_seqs']} sequences, {w['tokens_per_step']} tokens per step"]
+        rows = []
+        for kname, k in w["kernels"].items():
+            t = k["time"]
+            rows.append(
+                [
+                    kname,
+                    _mib(k["bytes_per_step"]),
+                    _t(t["median_s"]),
+                    f"{_t(t['p10_s'])} .. {_t(t['p90_s'])}",
+                    f"{k['gb_s']:,.1f}",
+                    f"{100 * k['copy_ratio']:.0f}%",
+                ]
+            )
+        sp = w["state_path"]
+        rows.append(
+            [
+                "state path (all)",
+                _mib(sp["bytes_per_step"]),
+                _t(sp["time_s"]),
+                "",
+                f"{sp['gb_s']:,.1f}",
+                f"{100 * sp['copy_ratio']:.0f}%",
+            ]
+        )
+        lines.append(
+            tabulate(
+                rows,
+                headers=["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", "of copy"],
+                colalign=("left", "right", "right", "right", "right", "right"),
+            )
+        )
+        extra = [
+            f"state-path tokens/s {sp['tokens_per_s']:,.0f}",
+            f"bookkeeping {_t(w['bookkeeping']['median_s'])}/step",
+        ]
+        if "snapshots" in w:
+            s = w["snapshots"]
+            extra.append(f"snapshots cost {100 * s['overhead']:+.0f}% vs K = 1 ({_t(s['time_k1_s'])})")
+        if w.get("accepted_mean") is not None:
+            extra.append(f"mean accepted drafts {w['accepted_mean']:.2f}")
+        lines.append("  " + "; ".join(extra))
+    if report.get("third_party"):
+        lines += ["", "third-party kernels (one decode step, same shapes):"]
+        for lib, entry in report["third_party"].items():
+            if not isinstance(entry, dict) or not entry.get("theirs"):
+                reason = entry.get("reason") or entry.get("error") if isinstance(entry, dict) else entry
+                lines.append(f"  {lib}: {reason}")
+                continue
+            lines.append(
+                f"  {lib}: {_t(entry['theirs']['time']['median_s'])} ({entry['theirs']['gb_s']:,.1f} GB/s); "
+                f"rsplan {_t(entry['rsplan']['time']['median_s'])} ({entry['rsplan']['gb_s']:,.1f} GB/s)"
+            )
+    checks = report["checks"]
+    lines += ["", f"checks: {checks['passed']} passed, {checks['failed']} failed"]
+    for r in checks["results"]:
+        if not r["ok"]:
+            lines.append(f"  FAILED {r['check']}: {r['detail']}")
+    for note in report["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""The three workloads of ``rsplan profile`` and the correctness checks they run on the way.
+
+- decode: every sequence starts from the zero row (one token each, checked against the references), the last
+  sequence is forked from the first (seq_cp, then detached by find_slot; checked), then ``warmup + iters``
+  one-token steps for all sequences are timed.
+- prefill: a short checked ubatch from the zero row, then ``warmup + iters`` ubatches of T tokens per sequence
+  continuing the prompts, timed with K planes and again with K = 1 (the cost of the snapshots).
+- spec: speculative rounds: verify 1 + draft tokens per sequence, accept j of the drafts (a fixed pseudo-random
+  draw, j = draft meaning all), roll back with seq_rm; the next round's gather reads plane ``draft - j``. After
+  every round the rolled-back state of each sequence (first recurrent layer) must equal a fresh reference scan
+  of its accepted prefix.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsplan.profiler.device import Samples, Timer
+from rsplan.profiler.engine import GATHER, SCATTER, Engine, StepResult, StepRows
+from rsplan.profiler.errors import WorkloadError, import_torch
+from rsplan.profiler.families import call, select_seqs, slice_tokens
+
+#: Tokens of the checked first prefill ubatch (the reference is a per-token, per-head loop).
+CHECK_TOKENS = 4
+
+
+@dataclass
+class Checks:
+    """Correctness checks run during a profile."""
+
+    rtol: float
+    atol: float
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if not r["ok"]]
+
+    def record(self, name: str, ok: bool, detail: str = "") -> None:
+        self.results.append({"check": name, "ok": ok, "detail": detail})
+
+    def close(self, a: Any, b: Any) -> tuple[bool, str]:
+        torch = import_torch()
+        a, b = a.float(), b.float()
+        if torch.allclose(a, b, rtol=self.rtol, atol=self.atol):
+            return True, ""
+        err = (a - b).abs().max().item()
+        return False, f"max abs error {err:.3g} (rtol {self.rtol}, atol {self.atol})"
+
+    def step_matches_reference(self, name: str, engine: Engine, before: dict, res: StepResult) -> None:
+        """The fast step on the first layer equals the reference replay; rows outside the step are unchanged."""
+        torch = import_torch()
+        ref_pools, ref_ys = engine.reference_step(before, res.rows)
+        written = engine.rows_written(res.rows)
+        il = engine.layers[0]
+        problems = []
+        for kind, pool in engine.pools[il].items():
+            for row in range(pool.shape[0]):
+                if row in written:
+                    ok, why = self.close(pool[row], ref_pools[kind][row])
+                    if not ok:
+                        problems.append(f"{kind} row {row}: {why}")
+                elif not torch.equal(pool[row], before[kind][row]):
+                    problems.append(f"{kind} row {row} is outside the step but changed")
+        for op, y in res.y0.items():
+            ok, why = self.close(y, ref_ys[op])
+            if not ok:
+                problems.append(f"{op} output: {why}")
+        self.record(name, not problems, "; ".join(problems[:4]))
+
+
+@dataclass
+class Measured:
+    """Timings of one workload's timed steps."""
+
+    regions: dict[str, Samples]
+    bytes: dict[str, int]
+    bookkeeping: Samples
+    tokens_per_step: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Progress = Callable[[int], None]
+
+
+def _timed_steps(
+    engine: Engine,
+    make_rows: Callable[[], StepRows],
+    iters: int,
+    warmup: int,
+    progress: Progress,
+    n_planes: int | None = None,
+    after: Callable[[StepRows], None] | None = None,
+) -> Measured:
+    timer = Timer(engine.dev)
+    book = Samples()
+    bytes_: dict[str, int] = {}
+    tokens = 0
+    for i in range(warmup + iters):
+        t0 = time.perf_counter()
+        rows = make_rows()
+        dt = time.perf_counter() - t0
+        timed = i >= warmup
+        res = engine.run(rows, timer if timed else None, n_planes=n_planes)
+        if timed:
+            book.seconds.append(dt)
+            bytes_ = res.bytes
+            tokens = rows.n_seqs * rows.n_tokens
+            timer.flush()
+        else:
+            timer.sync()
+        if after is not None:
+            after(rows)
+        progress(1)
+    return Measured(timer.samples, bytes_, book, tokens)
+
+
+def _seqs(engine: Engine) -> list[int]:
+    return list(range(engine.cells.n_seq_max))
+
+
+def decode(engine: Engine, checks: Checks, iters: int, warmup: int, progress: Progress) -> Measured:
+    seqs = _seqs(engine)
+    before = engine.snapshot()
+    res = engine.step(engine.next_ubatch(seqs, 1), keep_y=True)
+    checks.step_matches_reference("decode: new sequences from the zero row", engine, before, res)
+    if len(seqs) > 1:
+        engine.cells.seq_cp(seqs[0], seqs[-1])
+        engine.pos[seqs[-1]] = engine.pos[seqs[0]]
+        before = engine.snapshot()
+        res = engine.step(engine.next_ubatch(seqs, 1), keep_y=True)
+        checks.step_matches_reference("decode: a forked sequence detaches from the shared cell", engine, before, res)
+    return _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, 1)), iters, warmup, progress)
+
+
+def prefill(engine: Engine, checks: Checks, n_tokens: int, iters: int, warmup: int, progress: Progress) -> Measured:
+    seqs = _seqs(engine)
+    before = engine.snapshot()
+    res = engine.step(engine.next_ubatch(seqs, min(CHECK_TOKENS, n_tokens)), keep_y=True)
+    checks.step_matches_reference("prefill: first ubatch from the zero row", engine, before, res)
+    m = _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, n_tokens)), iters, warmup, progress)
+    if engine.n_planes > 1 and n_tokens > 1:
+        single = _timed_steps(
+            engine, lambda: engine.place(engine.next_ubatch(seqs, n_tokens)), iters, warmup, progress, n_planes=1
+        )
+        m.extra["k1"] = single
+    return m
+
+
+def spec(
+    engine: Engine, checks: Checks, draft: int, iters: int, warmup: int, progress: Progress, seed: int
+) -> Measured:
+    if draft < 1:
+        raise WorkloadError("--draft must be at least 1")
+    if draft > engine.cells.n_rs_seq:
+        raise WorkloadError(
+            f"--draft {draft} needs {draft} rollback planes, the memory has n_rs_seq = {engine.cells.n_rs_seq} "
+            f"(give --n-rs-seq {draft} or more)"
+        )
+    seqs = _seqs(engine)
+    engine.step(engine.next_ubatch(seqs, 1))  # every sequence exists before the first round
+    rng = random.Random(seed)
+    accepted: list[int] = []
+    state: dict[str, Any] = {}
+
+    def make_rows() -> StepRows:
+        rows = engine.place(engine.next_ubatch(seqs, 1 + draft))
+        state["before"] = engine.snapshot()
+        state["rows"] = rows
+        return rows
+
+    def rollback(rows: StepRows) -> None:
+        M = engine.cells.size
+        for i, s in enumerate(seqs):
+            j = rng.randint(0, draft)
+            accepted.append(j)
+            first = engine.pos[s] - draft  # position of the verified (sampled) token
+            if j < draft:
+                if not engine.cells.seq_rm(s, first + 1 + j, -1):
+                    checks.record("spec: rollback accepted by seq_rm", False, f"seq {s}, j = {j}")
+                    continue
+                engine.pos[s] = first + j
+            _check_rollback(engine, checks, state["before"], rows, i, j, draft, M)
+
+    m = _timed_steps(engine, make_rows, iters, warmup, progress, after=rollback)
+    m.extra["accepted"] = accepted
+    last = state["rows"]
+    if engine.n_planes > 1:
+        single = _timed_steps(engine, lambda: last, iters, warmup, progress, n_planes=1)
+        m.extra["k1"] = single
+    return m
+
+
+def _check_rollback(
+    engine: Engine, checks: Checks, before: dict, rows: StepRows, i: int, j: int, draft: int, M: int
+) -> None:
+    """After accepting j drafts, the row the next round reads equals a fresh reference scan of 1 + j tokens."""
+    plane = draft - j
+    row = plane * M + rows.dst[i]
+    il = engine.layers[0]
+    problems = []
+    for k in engine.family.kernels:
+        inp = slice_tokens(select_seqs(engine.inputs(k, il, rows.n_seqs, rows.n_tokens), [i]), 1 + j)
+        fresh = before[k.kind][[rows.src[i]]].clone()
+        call(k, k.ref(), fresh, inp, [0], [0], 1)
+        ok, why = checks.close(engine.pools[il][k.kind][row], fresh[0])
+        if not ok:
+            problems.append(f"{k.op} plane {plane}: {why}")
+    checks.record(
+        f"spec: state after accepting {j} of {draft} equals a fresh scan (seq {i})", not problems, "; ".join(problems)
+    )
+
+
+__all__ = ["GATHER", "SCATTER", "Checks", "Measured", "decode", "prefill", "spec"]
