@@ -29,18 +29,29 @@ def rwkv7_torch(
     if not plan.active:
         return (y,)
     rf, wf, kf, vf, af, bf = (t.float() for t in (r, w, k, v, a, b))
+    # y = S_new @ r = S_old @ (w * r) + v (k . r) + sa (b . r): one GEMM with the columns [a, w * r] reads the
+    # old state once; the two rank-1 terms go in as one rank-2 baddbmm
+    ar = torch.stack([af, wf * rf], dim=-1)  # [N, T, H, S, 2]
+    kdotr, bdotr = (kf * rf).sum(-1), (bf * rf).sum(-1)  # [N, T, H]
     for grp in walk.groups(pool, plan):
-        sel = grp.sel
-        for h0, h1 in walk.head_blocks(H, len(grp.seqs) * S * S * 4, T):
+        sel, n = grp.sel, len(grp.seqs)
+        for h0, h1 in walk.head_blocks(H, n * S * S * 4, T):
             st, first = grp.work[:, h0:h1], grp.src[:, h0:h1]
+            hb = h1 - h0
             for t in range(T):
                 hs = (sel, t, slice(h0, h1))
                 prev = first if t == 0 else st
-                sa = torch.matmul(prev, af[hs].unsqueeze(-1))  # [n, hb, S(value), 1]
+                sa_sr = torch.matmul(prev, ar[hs])  # [n, hb, S(value), 2]
+                sa = sa_sr[..., 0]
+                y[hs] = sa_sr[..., 1] + vf[hs] * kdotr[hs].unsqueeze(-1) + sa * bdotr[hs].unsqueeze(-1)
                 torch.mul(prev, wf[hs].unsqueeze(-2), out=st)
-                st.addcmul_(vf[hs].unsqueeze(-1), kf[hs].unsqueeze(-2))
-                st.addcmul_(sa, bf[hs].unsqueeze(-2))
-                y[hs] = torch.matmul(st, rf[hs].unsqueeze(-1)).squeeze(-1)
+                left = torch.stack([vf[hs], sa], dim=-1).reshape(n * hb, S, 2)
+                right = torch.stack([kf[hs], bf[hs]], dim=-2).reshape(n * hb, 2, S)
+                st_flat = st.view(n * hb, S, S) if st.is_contiguous() else None
+                if st_flat is not None:
+                    torch.baddbmm(st_flat, left, right, out=st_flat)
+                else:
+                    st.add_(torch.matmul(left, right).view(n, hb, S, S))
         walk.finish(pool, plan, grp)
     return (y,)
 
