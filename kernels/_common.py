@@ -126,5 +126,19 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def device_rows(rows: list[int], device: torch.device) -> torch.Tensor:
+def device_rows(rows: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Row indices as an int32 tensor on ``device``, memoised: a decode loop reuses the same rows every step,
+    and a cached tensor needs no host-to-device copy (which CUDA-graph capture forbids)."""
+    return _device_rows(tuple(int(r) for r in rows), str(device))
+
+
+@lru_cache(maxsize=1024)
+def _device_rows(rows: tuple[int, ...], device: str) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int32, device=device)
+
+
+def gather_inputs(pool: torch.Tensor, plan: RowPlan) -> tuple[torch.Tensor, list[int]]:
+    """The input rows of every sequence copied out of the pool (for calls where a sequence reads a row another
+    one writes): the copy, and each sequence's row in it (-1 for padding)."""
+    src_pool = pool.index_select(0, device_rows([max(r, 0) for r in plan.src], pool.device))
+    return src_pool, [i if i in plan.active else -1 for i in range(len(plan.src))]

@@ -12,6 +12,7 @@ writes). Each phase runs over all layers in one timed region.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +45,65 @@ class StepResult:
     y0: dict[str, Any] = field(default_factory=dict)  # outputs of the first recurrent layer, by kernel op
 
 
+class Graphs:
+    """CUDA graphs of the timed phases, one per phase and distinct step (rows, tokens, K).
+
+    Python launches cost tens of microseconds each, more than a decode kernel runs on a large GPU, so eager
+    timing would measure the host. A step's phases are captured together the first time the step is timed
+    (capture records and does not execute), then every timed occurrence replays them: each replay runs the
+    kernels exactly once, as an eager step would. A step whose capture fails (a host sync or copy inside a
+    launcher, e.g. the torch fallback) is timed eagerly from then on; ``errors`` says why.
+    """
+
+    def __init__(self, max_steps: int = 32) -> None:
+        self.torch = import_torch()
+        self.max_steps = max_steps
+        self.cache: dict[tuple, list[tuple[str, Any]]] = {}
+        self.failed: set[tuple] = set()
+        self.errors: list[str] = []
+        self.replays = 0
+        self.eager = 0
+
+    def run(self, key: tuple, regions: list[tuple[str, Callable[[], None]]], timer: Timer) -> bool:
+        """Replay (capturing first if needed) and time the phases; False: the caller must run them eagerly."""
+        torch = self.torch
+        graphs = self.cache.get(key)
+        if graphs is None:
+            if key in self.failed or len(self.cache) >= self.max_steps:
+                self.eager += 1
+                return False
+            graphs = []
+            try:
+                for name, fn in regions:
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        fn()
+                    graphs.append((name, g))
+            except Exception as exc:  # anything that cannot be captured is timed eagerly instead
+                self.failed.add(key)
+                self.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                torch.cuda.synchronize()
+                self.eager += 1
+                return False
+            self.cache[key] = graphs
+        for name, g in graphs:
+            timer.region(name, g.replay)
+        self.replays += 1
+        return True
+
+
 class Engine:
     """The cells of one memory plus the per-layer pools and inputs of a family."""
 
     def __init__(
-        self, family: Family, pools: dict[int, dict[str, Any]], n_seq_max: int, n_rs_seq: int, dev: Any, seed: int
+        self,
+        family: Family,
+        pools: dict[int, dict[str, Any]],
+        n_seq_max: int,
+        n_rs_seq: int,
+        dev: Any,
+        seed: int,
+        cuda_graphs: bool = False,
     ) -> None:
         self.torch = import_torch()
         self.family = family
@@ -58,6 +113,7 @@ class Engine:
         self.n_planes = n_rs_seq + 1
         self.dev = dev
         self.seed = seed
+        self.graphs = Graphs() if cuda_graphs and dev.type == "cuda" else None
         self._inputs: dict[tuple, dict] = {}
         self.pos: dict[int, int] = {}  # seq -> last position
         self.itemsize = {
@@ -116,15 +172,41 @@ class Engine:
     ) -> StepResult:
         """Steps 2-4 of the module docstring on every layer; each phase is one timed region of ``timer``.
 
-        ``n_planes`` overrides K (to time the same step without snapshots); ``only`` restricts the kernels.
+        ``n_planes`` overrides K (to time the same step without snapshots); ``only`` restricts the phases.
+        With CUDA graphs enabled, timed steps replay one captured graph per phase (see ``Graphs``).
         """
-        from rsplan.kernels.state_copy import gather_bytes, scatter_bytes, state_gather, state_scatter
-
         K = self.n_planes if n_planes is None else n_planes
         res = StepResult(rows)
+        regions = self._regions(rows, K, res, keep_y, only)
+        if timer is not None and self.graphs is not None and not keep_y:
+            for k in self.family.kernels:  # inputs exist before a capture (creating them copies host to device)
+                for il in self.layers:
+                    self.inputs(k, il, rows.n_seqs, rows.n_tokens)
+            key = (
+                tuple(rows.src),
+                tuple(rows.dst),
+                tuple(rows.extra_src),
+                rows.rs_z,
+                rows.n_tokens,
+                K,
+                None if only is None else tuple(sorted(only)),
+            )
+            if self.graphs.run(key, regions, timer):
+                return res
         region = timer.region if timer is not None else (lambda _name, fn: fn())
-        copying = rows.rs_z >= 0 or rows.extra_src
+        for name, fn in regions:
+            region(name, fn)
+        return res
+
+    def _regions(
+        self, rows: StepRows, K: int, res: StepResult, keep_y: bool, only: set[str] | None
+    ) -> list[tuple[str, Callable[[], None]]]:
+        """The phases of one step as (name, function) pairs, in graph order; fills ``res.bytes``."""
+        from rsplan.kernels.state_copy import gather_bytes, scatter_bytes, state_gather, state_scatter
+
+        regions: list[tuple[str, Callable[[], None]]] = []
         extras: dict[tuple[int, str], Any] = {}
+        copying = rows.rs_z >= 0 or bool(rows.extra_src)
         if copying and (only is None or GATHER in only):
 
             def gather() -> None:
@@ -132,7 +214,7 @@ class Engine:
                     for kind, pool in self.pools[il].items():
                         (extras[il, kind],) = state_gather(pool=pool, rows=rows.extra_src, zero_row=rows.rs_z)
 
-            region(GATHER, gather)
+            regions.append((GATHER, gather))
             res.bytes[GATHER] = sum(
                 gather_bytes(
                     row_bytes=pool[0].numel() * pool.element_size(), n_rows=len(rows.extra_src), zero_row=rows.rs_z >= 0
@@ -151,22 +233,22 @@ class Engine:
                     if keep_y and il == self.layers[0]:
                         res.y0[k.op] = y
 
-            region(k.op, kernel)
+            regions.append((k.op, kernel))
             res.bytes[k.op] = len(self.layers) * kernel_bytes(k, rows.n_seqs, rows.n_tokens, K, self.itemsize[k.kind])
-        if rows.extra_src and extras and (only is None or SCATTER in only):
+        if rows.extra_src and copying and (only is None or (GATHER in only and SCATTER in only)):
 
             def scatter() -> None:
                 for il in self.layers:
                     for kind, pool in self.pools[il].items():
                         state_scatter(pool=pool, states=extras[il, kind], rows=rows.extra_dst)
 
-            region(SCATTER, scatter)
+            regions.append((SCATTER, scatter))
             res.bytes[SCATTER] = sum(
                 scatter_bytes(row_bytes=pool[0].numel() * pool.element_size(), n_rows=len(rows.extra_src))
                 for il in self.layers
                 for pool in self.pools[il].values()
             )
-        return res
+        return regions
 
     def step(self, ub: UBatch, timer: Timer | None = None, keep_y: bool = False) -> StepResult:
         return self.run(self.place(ub), timer, keep_y=keep_y)

@@ -95,6 +95,7 @@ def render(report: dict[str, Any]) -> str:
             )
         )
         extra = [
+            f"timing {w['timing']['mode']}" if "timing" in w else "",
             f"state-path tokens/s {sp['tokens_per_s']:,.0f}",
             f"bookkeeping {_t(w['bookkeeping']['median_s'])}/step",
         ]
@@ -103,7 +104,7 @@ def render(report: dict[str, Any]) -> str:
             extra.append(f"snapshots cost {100 * s['overhead']:+.0f}% vs K = 1 ({_t(s['time_k1_s'])})")
         if w.get("accepted_mean") is not None:
             extra.append(f"mean accepted drafts {w['accepted_mean']:.2f}")
-        lines.append("  " + "; ".join(extra))
+        lines.append("  " + "; ".join(e for e in extra if e))
     if report.get("third_party"):
         lines += ["", "third-party kernels (one decode step, same shapes):"]
         for lib, entry in report["third_party"].items():

@@ -41,6 +41,7 @@ class ProfileRequest:
     warmup: int = 3
     seed: int = 0
     threads: int | None = None
+    cuda_graphs: bool = True
 
 
 def _workloads(req: ProfileRequest, rollback: bool, arch: str, notes: list[str]) -> list[str]:
@@ -139,7 +140,7 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
             for layer_pools in pools.values():
                 for pool in layer_pools.values():
                     pool.zero_()
-            engine = Engine(family, pools, N, eff_rs, dev, req.seed)
+            engine = Engine(family, pools, N, eff_rs, dev, req.seed, cuda_graphs=req.cuda_graphs)
             if name == "decode":
                 m = wl.decode(engine, checks, req.iters, req.warmup, tick)
             elif name == "prefill":
@@ -147,6 +148,7 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
             else:
                 m = wl.spec(engine, checks, req.draft, req.iters, req.warmup, tick, req.seed)
             results[name] = _figures(m, copy["gb_s"], n_seqs=N)
+            results[name]["timing"] = _timing_mode(engine)
         third = _third_party(dev, family, N, req) if dev.type == "cuda" else {}
     finally:
         cache.release()
@@ -185,6 +187,19 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
         "notes": notes + cache.notes,
     }
     return report
+
+
+def _timing_mode(engine: Any) -> dict:
+    g = engine.graphs
+    if g is None:
+        return {"mode": "eager", "clock": "cuda events" if engine.dev.type == "cuda" else "perf_counter"}
+    return {
+        "mode": "cuda graphs" if g.replays and not g.eager else ("mixed" if g.replays else "eager"),
+        "clock": "cuda events",
+        "graph_steps": g.replays,
+        "eager_steps": g.eager,
+        "capture_errors": g.errors[:3],
+    }
 
 
 def _allocation_report(plan: Any, cache: Any) -> dict:

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
 from rsplan.kernels.conv_state.reference import check_conv_args
 
 
@@ -100,8 +100,7 @@ def conv_state_triton(
     y_buf = y if y.is_contiguous() else y.contiguous()
     src, src_pool = plan.src, pool
     if plan.hazard:
-        src_pool = pool.index_select(0, torch.tensor([max(r, 0) for r in plan.src], device=pool.device))
-        src = [i if i in plan.active else -1 for i in range(N)]
+        src_pool, src = gather_inputs(pool, plan)
     BLOCK_W = max(2, next_pow2(W - 1))
     BLOCK_D = 128
     grid = (N, triton.cdiv(D, BLOCK_D))

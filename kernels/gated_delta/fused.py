@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 
@@ -108,8 +108,7 @@ def gated_delta_triton(
     o_buf = o if o.is_contiguous() else o.contiguous()
     src, src_pool = plan.src, pool
     if plan.hazard:
-        src_pool = pool.index_select(0, torch.tensor([max(r, 0) for r in plan.src], device=pool.device))
-        src = [i if i in plan.active else -1 for i in range(N)]
+        src_pool, src = gather_inputs(pool, plan)
     BLOCK_K = next_pow2(Dk)
     BLOCK_V = max(1, min(next_pow2(Dv), 4096 // BLOCK_K))
     grid = (N, Hv, triton.cdiv(Dv, BLOCK_V))

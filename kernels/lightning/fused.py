@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
 from rsplan.kernels.lightning.reference import check_lightning_args
 
 
@@ -74,8 +74,7 @@ def lightning_triton(
     o_buf = o if o.is_contiguous() else o.contiguous()
     src, src_pool = plan.src, pool
     if plan.hazard:
-        src_pool = pool.index_select(0, torch.tensor([max(x, 0) for x in plan.src], device=pool.device))
-        src = [i if i in plan.active else -1 for i in range(N)]
+        src_pool, src = gather_inputs(pool, plan)
     BLOCK_K = next_pow2(S)
     BLOCK_V = max(1, min(BLOCK_K, 4096 // BLOCK_K))
     grid = (N, H, triton.cdiv(S, BLOCK_V))

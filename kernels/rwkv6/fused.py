@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
 from rsplan.kernels.rwkv6.reference import check_wkv6_args
 
 
@@ -83,8 +83,7 @@ def rwkv6_triton(
     y_buf = y if y.is_contiguous() else y.contiguous()
     src, src_pool = plan.src, pool
     if plan.hazard:
-        src_pool = pool.index_select(0, torch.tensor([max(x, 0) for x in plan.src], device=pool.device))
-        src = [i if i in plan.active else -1 for i in range(N)]
+        src_pool, src = gather_inputs(pool, plan)
     BLOCK_I = next_pow2(S)
     BLOCK_J = max(1, min(BLOCK_I, 4096 // BLOCK_I))
     grid = (N, H, triton.cdiv(S, BLOCK_J))

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
 from rsplan.kernels.rwkv7.reference import check_wkv7_args
 
 
@@ -87,8 +87,7 @@ def rwkv7_triton(
     y_buf = y if y.is_contiguous() else y.contiguous()
     src, src_pool = plan.src, pool
     if plan.hazard:
-        src_pool = pool.index_select(0, torch.tensor([max(x, 0) for x in plan.src], device=pool.device))
-        src = [i if i in plan.active else -1 for i in range(N)]
+        src_pool, src = gather_inputs(pool, plan)
     BLOCK_J = next_pow2(S)
     BLOCK_I = max(1, min(BLOCK_J, 4096 // BLOCK_J))
     grid = (N, H, triton.cdiv(S, BLOCK_I))

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 
@@ -107,8 +107,7 @@ def ssm_scan_triton(
         y_buf.copy_(y)  # keep padding rows as the caller left them
     src, src_pool = plan.src, pool
     if plan.hazard:
-        src_pool = pool.index_select(0, torch.tensor([max(r, 0) for r in plan.src], device=pool.device))
-        src = [i if i in plan.active else -1 for i in range(N)]
+        src_pool, src = gather_inputs(pool, plan)
     BLOCK_S = next_pow2(S)
     BLOCK_P = max(1, min(next_pow2(P), 4096 // BLOCK_S))
     grid = (N, H, triton.cdiv(P, BLOCK_P))

@@ -119,6 +119,12 @@ def _json_safe(x: Any) -> Any:
 @click.option("--threads", type=click.IntRange(1, 4096), default=None, help="CPU threads for torch (CPU only).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs and the accepted drafts.")
 @click.option(
+    "--cuda-graphs/--no-cuda-graphs",
+    default=True,
+    show_default=True,
+    help="On CUDA, time replays of captured graphs (eager Python launches would time the host).",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["table", "json"]),
