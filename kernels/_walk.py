@@ -17,6 +17,11 @@ from rsplan.kernels._common import RowPlan
 
 #: Bytes of state walked through all tokens of a ubatch at once (fits a 1-2 MiB L2 per core).
 BLOCK_BYTES = 1 << 20
+#: Bytes of state per chunk of a one-token step: the three passes of a chunk (scale, rank-1 update, output
+#: GEMV) then mostly hit the cache after the first one. Measured on a 2-core Xeon with 2 MiB L2 per core:
+#: one sequence's state (or 2.5 MiB of its heads) per chunk beats whole-group passes by 10-25 points of copy
+#: bandwidth (benchmarks/bench_kernels_cpu.py).
+DECODE_BLOCK_BYTES = 5 << 19
 
 
 @dataclass
@@ -87,6 +92,19 @@ def store(
         pool[:, h].index_copy_(0, rows, value.to(pool.dtype))
 
 
+def per_sequence(groups_: list[Group]) -> list[Group]:
+    """The same work as one group per sequence (chunks of one sequence's state stay in cache between passes)."""
+    out = []
+    for grp in groups_:
+        if len(grp.seqs) == 1:
+            out.append(grp)
+            continue
+        for k, seq in enumerate(grp.seqs):
+            sel = slice(seq, seq + 1) if grp.in_place else grp.sel[k : k + 1]
+            out.append(Group([seq], sel, grp.src[k : k + 1], grp.work[k : k + 1], grp.in_place))
+    return out
+
+
 def finish(pool: torch.Tensor, plan: RowPlan, grp: Group) -> None:
     """Store plane 0 of a gathered group (in-place groups already hold it)."""
     if not grp.in_place:
@@ -94,11 +112,10 @@ def finish(pool: torch.Tensor, plan: RowPlan, grp: Group) -> None:
 
 
 def head_blocks(n_heads: int, head_bytes: int, n_tokens: int, align: int = 1) -> list[tuple[int, int]]:
-    """``[h0, h1)`` blocks of heads: the whole range for one token; for several tokens, blocks of about
-    BLOCK_BYTES that never straddle a multiple of ``align`` unless they are multiples of it."""
-    if n_tokens == 1:
-        return [(0, n_heads)]
-    fit = max(1, BLOCK_BYTES // max(head_bytes, 1))
+    """``[h0, h1)`` blocks of heads of about DECODE_BLOCK_BYTES (one token) or BLOCK_BYTES (several tokens)
+    that never straddle a multiple of ``align`` unless they are multiples of it."""
+    limit = DECODE_BLOCK_BYTES if n_tokens == 1 else BLOCK_BYTES
+    fit = max(1, limit // max(head_bytes, 1))
     if fit >= align:
         hb = min(n_heads, align * (fit // align))
     else:

@@ -115,6 +115,7 @@ class Engine:
         self.seed = seed
         self.graphs = Graphs() if cuda_graphs and dev.type == "cuda" else None
         self._inputs: dict[tuple, dict] = {}
+        self._outs: dict[tuple, Any] = {}
         self.pos: dict[int, int] = {}  # seq -> last position
         self.itemsize = {
             kind: next(iter(pools.values()))[kind].element_size()
@@ -132,6 +133,15 @@ class Engine:
                 k, n_seqs, n_tokens, layer, self.family.n_layer, self.dev, self.seed + len(self._inputs)
             )
         return self._inputs[key]
+
+    def out(self, k: Kernel, inputs: dict) -> Any:
+        """One reusable output buffer per kernel and shape (every layer overwrites it: y is not kept)."""
+        like = inputs[next(n for n in ("x", "v", "r", "q") if n in inputs)]
+        shape = tuple(like.shape)
+        key = (k.op, shape)
+        if key not in self._outs:
+            self._outs[key] = self.torch.zeros(shape, dtype=self.torch.float32, device=self.dev)
+        return self._outs[key]
 
     # -- bookkeeping ----------------------------------------------------------------------------------------
 
@@ -179,9 +189,14 @@ class Engine:
         res = StepResult(rows)
         regions = self._regions(rows, K, res, keep_y, only)
         if timer is not None and self.graphs is not None and not keep_y:
-            for k in self.family.kernels:  # inputs exist before a capture (creating them copies host to device)
+            # nothing may be copied host to device during a capture: inputs, outputs and row tensors first
+            from rsplan.kernels._common import device_rows
+
+            for k in self.family.kernels:
                 for il in self.layers:
-                    self.inputs(k, il, rows.n_seqs, rows.n_tokens)
+                    self.out(k, self.inputs(k, il, rows.n_seqs, rows.n_tokens))
+            for r in (rows.src, rows.dst, rows.extra_src, rows.extra_dst, list(range(len(rows.extra_src)))):
+                device_rows(r, self.dev)
             key = (
                 tuple(rows.src),
                 tuple(rows.dst),
@@ -229,7 +244,8 @@ class Engine:
             def kernel(k: Kernel = k) -> None:
                 for il in self.layers:
                     inp = self.inputs(k, il, rows.n_seqs, rows.n_tokens)
-                    y = call(k, k.fast(), self.pools[il][k.kind], inp, rows.src, rows.dst, K)
+                    out = None if keep_y else self.out(k, inp)
+                    y = call(k, k.fast(), self.pools[il][k.kind], inp, rows.src, rows.dst, K, out=out)
                     if keep_y and il == self.layers[0]:
                         res.y0[k.op] = y
 

@@ -74,10 +74,13 @@ def _decode_step(
     for grp in walk.groups(pool, plan):
         win = grp.src  # [n, D, W - 1], the old windows (read before anything is stored)
         xs = x[grp.sel, 0].float()  # [n, D]
-        yv = torch.mul(xs, wt[W - 1])
+        # in place groups select their sequences with a slice: y is written through a view
+        yv = y[grp.sel, 0] if grp.in_place else torch.empty_like(xs)
+        torch.mul(xs, wt[W - 1], out=yv)
         for k in range(W - 1):
             yv.addcmul_(win[..., k], wt[k])
-        y[grp.sel, 0] = yv
+        if not grp.in_place:
+            y[grp.sel, 0] = yv
         for p in range(1, n_written):
             walk.store(pool, plan, grp, p, win)
         dst = grp.work

@@ -23,10 +23,13 @@ from rsplan.kernels.ssm_scan.reference import check_ssm_args
 MAX_MV_CALLS = 8
 
 
-def _y_into(y: torch.Tensor, w5: torch.Tensor, c: torch.Tensor, seqs: list[int], t: int, h0: int) -> None:
+def _y_into(
+    y: torch.Tensor, w5: torch.Tensor, c: torch.Tensor, seqs: list[int], sel: slice | torch.Tensor, t: int, h0: int
+) -> None:
     """y[seq, t, heads of the block] = state @ C of the head's group.
 
-    w5 [n, gb, hg, P, S] is the block's state grouped by B/C group; c [n, gb, S] the groups' C."""
+    w5 [n, gb, hg, P, S] is the block's state grouped by B/C group; c [n, gb, S] the groups' C; ``sel`` selects
+    the block's sequences along y's first axis."""
     n, gb, hg, P, S = w5.shape
     if n * gb <= MAX_MV_CALLS:
         for k, seq in enumerate(seqs):
@@ -34,8 +37,8 @@ def _y_into(y: torch.Tensor, w5: torch.Tensor, c: torch.Tensor, seqs: list[int],
                 out = y[seq, t, h0 + g * hg : h0 + (g + 1) * hg].view(hg * P)
                 torch.mv(w5[k, g].reshape(hg * P, S), c[k, g], out=out)
         return
-    yb = torch.bmm(w5.reshape(n * gb, hg * P, S), c.reshape(n * gb, S, 1))
-    y[seqs, t, h0 : h0 + gb * hg] = yb.view(n, gb * hg, P)
+    yb = torch.matmul(w5.view(n, gb, hg * P, S), c.unsqueeze(-1)).view(n, gb * hg, P)
+    y[sel, t, h0 : h0 + gb * hg] = yb
 
 
 def ssm_scan_torch(
@@ -77,7 +80,7 @@ def ssm_scan_torch(
     dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
     xd = x.float() * d[..., None]  # [N, T, H, P]
     Bf, Cf = B.float(), C.float()
-    for grp in walk.groups(pool, plan):
+    for grp in walk.per_sequence(walk.groups(pool, plan)):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * P * S * 4, T, align=hg):
             hb = h1 - h0
@@ -92,7 +95,7 @@ def ssm_scan_torch(
                 b5 = Bf[sel, t, g0 : g0 + gb].reshape(n, gb, 1, 1, S)
                 torch.mul(first5 if t == 0 else w5, a5, out=w5)
                 w5.addcmul_(xd[sel, t, h0:h1].reshape(n, gb, hh, P, 1), b5)
-                _y_into(y, w5, Cf[sel, t, g0 : g0 + gb].reshape(n, gb, S), grp.seqs, t, h0)
+                _y_into(y, w5, Cf[sel, t, g0 : g0 + gb].reshape(n, gb, S), grp.seqs, sel, t, h0)
                 p = T - 1 - t
                 if 1 <= p < n_planes:
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
