@@ -92,16 +92,20 @@ def store(
         pool[:, h].index_copy_(0, rows, value.to(pool.dtype))
 
 
-def per_sequence(groups_: list[Group]) -> list[Group]:
-    """The same work as one group per sequence (chunks of one sequence's state stay in cache between passes)."""
+def per_sequence(groups_: list[Group], seq_bytes: int = 0) -> list[Group]:
+    """The same work in chunks of whole sequences, as many as fit DECODE_BLOCK_BYTES (at least one) when each
+    holds ``seq_bytes`` of state: a chunk stays in cache between the passes of a step."""
+    per_chunk = max(1, DECODE_BLOCK_BYTES // seq_bytes) if seq_bytes > 0 else 1
     out = []
     for grp in groups_:
-        if len(grp.seqs) == 1:
+        if len(grp.seqs) <= per_chunk:
             out.append(grp)
             continue
-        for k, seq in enumerate(grp.seqs):
-            sel = slice(seq, seq + 1) if grp.in_place else grp.sel[k : k + 1]
-            out.append(Group([seq], sel, grp.src[k : k + 1], grp.work[k : k + 1], grp.in_place))
+        for k0 in range(0, len(grp.seqs), per_chunk):
+            k1 = min(len(grp.seqs), k0 + per_chunk)
+            seqs = grp.seqs[k0:k1]
+            sel = slice(seqs[0], seqs[-1] + 1) if grp.in_place else grp.sel[k0:k1]
+            out.append(Group(seqs, sel, grp.src[k0:k1], grp.work[k0:k1], grp.in_place))
     return out
 
 

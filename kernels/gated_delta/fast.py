@@ -49,7 +49,7 @@ def gated_delta_torch(
     dmul = decay[..., None, :] if kda else decay[..., None, None]  # [N, T, Hv, 1, Dk] or [N, T, Hv, 1, 1]
     vf, bf = v.float(), beta.float()
     scale = 1.0 / math.sqrt(Dk)
-    for grp in walk.per_sequence(walk.groups(pool, plan)):
+    for grp in walk.per_sequence(walk.groups(pool, plan), Hv * Dv * Dk * 4):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(Hv, n * Dv * Dk * 4, T):
             w, first = grp.work[:, h0:h1], grp.src[:, h0:h1]

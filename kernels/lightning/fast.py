@@ -28,7 +28,7 @@ def lightning_torch(
         return (o,)
     decay = torch.exp(-slope.float())[:, None, None]  # [H, 1, 1]
     qf, kf, vf = q.float(), k.float(), v.float()
-    for grp in walk.per_sequence(walk.groups(pool, plan)):
+    for grp in walk.per_sequence(walk.groups(pool, plan), H * S * S * 4):
         sel = grp.sel
         for h0, h1 in walk.head_blocks(H, len(grp.seqs) * S * S * 4, T):
             st, first = grp.work[:, h0:h1], grp.src[:, h0:h1]

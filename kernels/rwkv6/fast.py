@@ -28,7 +28,7 @@ def rwkv6_torch(
     if not plan.active:
         return (y,)
     rf, kf, vf, wf, uf = r.float(), k.float(), v.float(), w.float(), u.float()
-    for grp in walk.per_sequence(walk.groups(pool, plan)):
+    for grp in walk.per_sequence(walk.groups(pool, plan), H * S * S * 4):
         sel = grp.sel
         for h0, h1 in walk.head_blocks(H, len(grp.seqs) * S * S * 4, T):
             st, first = grp.work[:, h0:h1], grp.src[:, h0:h1]

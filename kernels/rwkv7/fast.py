@@ -33,7 +33,7 @@ def rwkv7_torch(
     # old state once; the two rank-1 terms go in as one rank-2 baddbmm
     ar = torch.stack([af, wf * rf], dim=-1)  # [N, T, H, S, 2]
     kdotr, bdotr = (kf * rf).sum(-1), (bf * rf).sum(-1)  # [N, T, H]
-    for grp in walk.per_sequence(walk.groups(pool, plan)):
+    for grp in walk.per_sequence(walk.groups(pool, plan), H * S * S * 4):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * S * S * 4, T):
             st, first = grp.work[:, h0:h1], grp.src[:, h0:h1]

@@ -80,7 +80,7 @@ def ssm_scan_torch(
     dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
     xd = x.float() * d[..., None]  # [N, T, H, P]
     Bf, Cf = B.float(), C.float()
-    for grp in walk.per_sequence(walk.groups(pool, plan)):
+    for grp in walk.per_sequence(walk.groups(pool, plan), H * P * S * 4):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * P * S * 4, T, align=hg):
             hb = h1 - h0
