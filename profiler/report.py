@@ -124,3 +124,32 @@ def render(report: dict[str, Any]) -> str:
     for note in report["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def for_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The kernel bandwidths in the shape ``rsplan report --profile`` reads (docs/report.md): one entry per
+    workload and kernel phase, named ``"<workload> <kernel> <state type>"``; non-finite figures are left out."""
+    copy = float(report["copy_bandwidth"]["gb_s"])
+    dtype = report["context"]["state_type"]
+    kernels = []
+    for wname, w in report["workloads"].items():
+        for kname, k in w["kernels"].items():
+            gbps, t = float(k["gb_s"]), float(k["time"]["median_s"])
+            if not (gbps == gbps and gbps >= 0 and gbps != float("inf") and t == t):
+                continue
+            kernels.append(
+                {
+                    "name": f"{wname} {kname} {dtype}",
+                    "gbps": gbps,
+                    "copy_gbps": copy,
+                    "bytes": int(k["bytes_per_step"]),
+                    "time_s": t,
+                    "dtype": dtype,
+                }
+            )
+    device = report["device"]
+    return {
+        "device": str(device.get("name") or device["device"])[:200],
+        "model": report["model"][:200],
+        "kernels": kernels,
+    }

@@ -7,7 +7,8 @@
 # Triton kernels against the references), then `rsplan profile --gpu` on a few presets, each as JSON.
 # Without CUDA (or with --device cpu) it runs the CPU parts: the kernel and profiler tests (Triton in its
 # interpreter), small CPU profiles and the CPU kernel benchmark. Sized for a few minutes on one H200.
-# Everything lands in OUT_DIR: env.json, pytest-*.xml and .log, profile-*.json, bench_kernels_cpu.json,
+# Everything lands in OUT_DIR: env.json, pytest-*.xml and .log, profile-*.json, kernels-*.json,
+# bench_kernels_cpu.json,
 # summary.txt. The exit status is non-zero when any step failed; every step runs regardless.
 set -uo pipefail
 
@@ -56,10 +57,11 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, log to OUT/NAME.log, record sta
   fi
 }
 
-profile() {  # profile NAME TIMEOUT_S rsplan-profile-args...: JSON report to OUT/profile-NAME.json
+profile() {  # profile NAME TIMEOUT_S rsplan-profile-args...: OUT/profile-NAME.json (every figure) and
+             # OUT/kernels-NAME.json (the shape `rsplan report --profile` reads)
   local name=$1 limit=$2; shift 2
   step "profile-$name" "$limit" bash -c '"$0" -m rsplan profile "$@" --format json --quiet > "'"$OUT/profile-$name.json"'"' \
-    "$PY" "$@"
+    "$PY" "$@" --report-json "$OUT/kernels-$name.json"
 }
 
 cd "$ROOT" || exit 2

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from rsplan.cli.errors import user_errors
+from rsplan.errors import RsplanError
 from rsplan.planner.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ
 
 
@@ -132,9 +133,18 @@ def _json_safe(x: Any) -> Any:
     show_default=True,
     help="table, or json with every figure.",
 )
+@click.option(
+    "--report-json",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    metavar="FILE",
+    help="Also write the kernel bandwidths as the JSON `rsplan report --profile` reads.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @user_errors
-def profile(model_ref: str, gpu: bool, device: str | None, fmt: str, quiet: bool, **kwargs: Any) -> None:
+def profile(
+    model_ref: str, gpu: bool, device: str | None, fmt: str, quiet: bool, report_json: str | None, **kwargs: Any
+) -> None:
     """Allocate the planned KV and recurrent-state tensors on a device and time the state kernels on them.
 
     Drives decode steps, a prefill ubatch and speculative rounds (draft, accept, roll back through the snapshot
@@ -147,7 +157,7 @@ def profile(model_ref: str, gpu: bool, device: str | None, fmt: str, quiet: bool
       rsplan profile --model mamba2-130m -np 4 --workload decode
       rsplan profile --model qwen3-next-80b-a3b --gpu -np 8 --n-rs-seq 3 --format json
     """
-    from rsplan.profiler.report import render
+    from rsplan.profiler.report import for_report, render
     from rsplan.profiler.runner import CheckError, ProfileRequest, run_profile
 
     req = ProfileRequest(model=model_ref, gpu=gpu, device=device, **kwargs)
@@ -156,6 +166,12 @@ def profile(model_ref: str, gpu: bool, device: str | None, fmt: str, quiet: bool
         click.echo(json.dumps(_json_safe(report), indent=2))
     else:
         click.echo(render(report))
+    if report_json is not None:
+        try:
+            with open(report_json, "w", encoding="utf-8") as fh:
+                json.dump(for_report(report), fh, indent=2)
+        except OSError as exc:
+            raise RsplanError(f"--report-json {report_json}: cannot write: {exc.strerror or exc}") from None
     failed = report["checks"]["failed"]
     if failed:
         first = next(r for r in report["checks"]["results"] if not r["ok"])

@@ -117,3 +117,16 @@ def test_importing_the_command_does_not_import_torch():
 def test_help_lists_the_command():
     result = CliRunner().invoke(cli, ["--help"])
     assert "profile" in result.output
+
+
+def test_report_json_is_what_rsplan_report_reads(model, tmp_path):
+    from rsplan.render.profile_input import load_profile
+
+    out = tmp_path / "kernels.json"
+    result = CliRunner().invoke(cli, ["profile", "--model", model, *FAST, "--report-json", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    profile = load_profile(out)
+    assert profile.model == "tiny-mamba2"
+    names = [k.name for k in profile.kernels]
+    assert "decode ssm_scan f32" in names and "prefill conv_state f32" in names
+    assert all(k.copy_gbps > 0 and k.bytes > 0 for k in profile.kernels)
