@@ -82,10 +82,11 @@ def _nvml_facts(index: int) -> dict[str, Any]:
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         try:
-            torch = import_torch()
-            bus = torch.cuda.get_device_properties(index).pci_bus_id
-            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus.encode() if isinstance(bus, str) else bus)
-        except Exception:  # older torch without pci_bus_id: keep the index
+            p = import_torch().cuda.get_device_properties(index)
+            bus_id = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+            facts["pci_bus_id"] = bus_id
+        except Exception:  # a torch without the PCI ids, or NVML refused it: keep the index
             pass
         facts["nvml_name"] = _str(pynvml.nvmlDeviceGetName(handle))
         facts["driver_version"] = _str(pynvml.nvmlSystemGetDriverVersion())
