@@ -2,8 +2,8 @@
 
 Each op folder holds ``reference.py`` with ``<op>_ref`` (plain torch, fp32, one recurrence step per line), the
 fast ``<op>`` (Triton on CUDA, a vectorised torch path elsewhere; ``<op>_torch`` and ``<op>_triton`` can be
-called directly) and ``bytes_moved`` helpers. Reference and fast path share one keyword-only signature, one
-return tuple and one set of row rules.
+called directly, the latter from ``fused.py``) and ``*_bytes`` helpers (the least bytes a call moves).
+Reference and fast path share one keyword-only signature, one return tuple and one set of row rules.
 
 Ops: ``state_copy`` (``state_gather`` = ggml_get_rows with the zero row, ``state_scatter`` = copy-back of the
 extra rows), ``ssm_scan`` (Mamba-2 and Mamba-1 selective scan), ``conv_state`` (ggml_ssm_conv with the conv
