@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rsplan.errors import ModelFileError
+from rsplan.files import open_regular
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
 
@@ -354,7 +355,7 @@ def _mapped(path: Path) -> Iterator[tuple[Any, int]]:
         return ModelFileError(f"{path}: cannot read file: {getattr(exc, 'strerror', None) or exc}")
 
     try:
-        fh = path.open("rb")
+        fh = open_regular(path)
     except OSError as exc:
         raise unreadable(exc) from None
     with fh:

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rsplan.errors import ModelFileError, UnsupportedArchError
+from rsplan.files import JSONValueError, parse_json, path_kind
 from rsplan.hparams import hf_aliases as A
 from rsplan.hparams.llama_loader import KEY_ARCH, KEY_NAME, LoadedModel, MetaInfo, load_spec, printable
-from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.model import MAX_LAYERS, ModelSpec
 from rsplan.hparams.yaml_preset import read_text_file
 
 #: config.json is small (the largest real ones, with a vision tower, are a few KiB).
@@ -397,15 +398,22 @@ def _count_mtp_layers(cfg: _Config) -> int:
     if cfg.directory is None:
         return 0
     index = cfg.directory / "model.safetensors.index.json"
-    if not index.is_file():
+    if path_kind(index) == "missing":
         return 0
-    try:
-        weight_map = json.loads(read_text_file(index, MAX_INDEX_BYTES)).get("weight_map", {})
-    except (ValueError, AttributeError, RecursionError):
-        raise ModelFileError(f"{index}: weight_map: not a valid safetensors index") from None
+    data = _parse(read_text_file(index, MAX_INDEX_BYTES), index)
+    weight_map = data.get("weight_map", {}) if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ModelFileError(f"{index}: weight_map: not a valid safetensors index (expected an object of tensor names)")
     pattern = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
-    found = [int(m[1]) for name in weight_map if isinstance(name, str) and (m := pattern.match(name))]
-    return max(found) + 1 if found else 0
+    found = [m[1] for name in weight_map if isinstance(name, str) and (m := pattern.match(name))]
+    if not found:
+        return 0
+    last = max(found, key=lambda digits: (len(digits.lstrip("0")), digits.lstrip("0")))
+    if len(last.lstrip("0")) > 3 or int(last) + 1 > MAX_LAYERS:
+        raise ModelFileError(
+            f"{index}: weight_map: an MTP layer numbered {last[:20]} is beyond llama.cpp's {MAX_LAYERS} layers"
+        )
+    return int(last) + 1
 
 
 def _qwen_gdn(cfg: _Config, w: _Writer, *, arch: str) -> str:
@@ -679,17 +687,28 @@ class HFModel:
         return self.loaded.spec
 
 
+def _parse(text: str, where: Path) -> Any:
+    """A config or index file's JSON (strict: see rsplan.files.parse_json), or a one-line ModelFileError."""
+    try:
+        return parse_json(text)
+    except json.JSONDecodeError as exc:
+        raise ModelFileError(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except JSONValueError as exc:
+        raise ModelFileError(f"{where}: invalid JSON: {exc}") from None
+
+
 def _read_config(path: Path) -> tuple[dict[str, Any], Path]:
-    config = path / "config.json" if path.is_dir() else path
-    if not config.is_file():
+    config = path
+    try:
+        if path_kind(path) == "dir":
+            config = path / "config.json"
+        missing = path_kind(config) == "missing"
+    except OSError as exc:
+        raise ModelFileError(f"{config}: cannot read file: {exc.strerror or exc}") from None
+    if missing:
         raise ModelFileError(f"{config}: no such file (a model directory needs a config.json)")
     text = read_text_file(config, MAX_CONFIG_BYTES)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelFileError(f"{config}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except (ValueError, RecursionError) as exc:
-        raise ModelFileError(f"{config}: invalid JSON: {str(exc).splitlines()[0][:120]}") from None
+    data = _parse(text, config)
     if not isinstance(data, dict):
         raise ModelFileError(f"{config}: expected a JSON object of config keys, got a {type(data).__name__}")
     return data, config

@@ -185,12 +185,13 @@ def load_spec(
     except UnsupportedArchError as exc:
         raise UnsupportedArchError(f"{meta.where}: {meta.describe(KEY_ARCH)}: {exc}") from None
 
-    name = printable(read_string(meta, KEY_NAME, required=False) or "").strip() or fallback_name
+    # a file name is not always valid text (undecodable bytes arrive as surrogates): escape it like a name
+    name = printable(read_string(meta, KEY_NAME, required=False) or "").strip() or printable(fallback_name)
     r = _Reader(meta, arch)
     r.sources["arch"] = meta.describe(KEY_ARCH)
     data: dict[str, Any] = {
         "name": name[:MAX_NAME_CHARS],
-        "source": source[:MAX_SOURCE_CHARS],
+        "source": printable(source)[:MAX_SOURCE_CHARS],
         "arch": arch,
         "context_length": r.u32("context_length", required=True),
         "embedding_length": r.u32("embedding_length", required=True),

@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from rsplan.errors import ModelFileError, UnsupportedArchError
+from rsplan.files import FileTooLargeError, NotRegularFileError, read_limited
 from rsplan.hparams.archs import arch_info
 from rsplan.hparams.model import ModelSpec
 
@@ -102,12 +103,16 @@ def spec_from_mapping(data: object, where: str) -> ModelSpec:
 
 
 def read_text_file(path: Path, limit: int) -> str:
-    """Read a small UTF-8 text file, refusing binary content and oversized files."""
+    """Read a small UTF-8 text file, refusing binary content, oversized files and anything but a regular file
+    (a FIFO or a device is neither waited on nor read forever)."""
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise ModelFileError(f"{path}: file is {size} bytes, more than the {limit} allowed")
-        raw = path.read_bytes()
+        raw = read_limited(path, limit)
+    except FileTooLargeError as exc:
+        if exc.size is None:  # a /proc-like file that reports no size
+            raise ModelFileError(f"{path}: file holds more than the {limit} bytes allowed") from None
+        raise ModelFileError(f"{path}: file is {exc.size} bytes, more than the {limit} allowed") from None
+    except NotRegularFileError:
+        raise ModelFileError(f"{path}: not a regular file") from None
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot read file: {exc.strerror or exc}") from None
     if b"\x00" in raw:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
+
+from click.testing import Result
 
 from rsplan.hparams.model import ModelSpec
 
@@ -20,3 +25,28 @@ def make_spec(**fields: object) -> ModelSpec:
     """A ModelSpec with name/source filled in."""
     data = {"name": "test", "source": "test", **fields}
     return ModelSpec.model_validate(data)
+
+
+@contextlib.contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Fail (TimeoutError) instead of hanging when the block runs longer than ``seconds`` (SIGALRM, main thread)."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def one_line_error(result: Result) -> str:
+    """The message of a CliRunner result that must be ONE ``Error: ...`` line with a non-zero exit."""
+    assert result.exit_code != 0, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # not a traceback
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    return lines[0].removeprefix("Error: ")

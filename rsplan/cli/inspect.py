@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -29,22 +28,12 @@ class _Inspected:
     facts: dict[str, Any] = field(default_factory=dict)  # input-specific facts (tensor table, converter)
 
 
-def _is_gguf(path: Path) -> bool:
-    from rsplan.hparams.sources import GGUF_MAGIC
-
-    if path.suffix.lower() == ".gguf":
-        return True
-    try:
-        with path.open("rb") as fh:
-            return fh.read(4) == GGUF_MAGIC
-    except OSError:
-        return False
-
-
 def _read(ref: str) -> _Inspected:
     """Like ``sources.load_model``, but keeping where each number came from for GGUF and config.json."""
-    path = Path(ref)
-    if path.is_file() and _is_gguf(path):
+    from rsplan.hparams.sources import resolve_model
+
+    kind, path = resolve_model(ref)
+    if kind == "gguf":
         from rsplan.hparams.gguf_file import read_gguf
 
         g = read_gguf(path)
@@ -55,7 +44,7 @@ def _read(ref: str) -> _Inspected:
             "tensor_bytes": dict(sorted(g.split_tensor_bytes.items())),
         }
         return _Inspected(g.spec, "gguf", g.loaded.sources, facts)
-    if path.is_dir() or (path.is_file() and path.suffix.lower() == ".json"):
+    if kind == "hf":
         from rsplan.hparams.hf_config import read_hf_config
 
         h = read_hf_config(path)

@@ -28,6 +28,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rsplan.errors import RsplanError
+from rsplan.files import FileTooLargeError, JSONValueError, parse_json, read_limited
 
 #: The largest profile file read.
 MAX_PROFILE_BYTES = 16 << 20
@@ -45,7 +46,7 @@ class KernelResult(_Strict):
     name: str = Field(min_length=1, max_length=200)
     gbps: Annotated[_Number, Field(ge=0)]
     copy_gbps: Annotated[_Number, Field(gt=0)]
-    bytes: Annotated[int, Field(ge=0)] | None = None
+    bytes: Annotated[int, Field(ge=0, le=1 << 60)] | None = None
     time_s: Annotated[_Number, Field(ge=0)] | None = None
     dtype: str | None = Field(None, max_length=20)
 
@@ -82,19 +83,20 @@ def load_profile(path: str | Path) -> ProfileResults:
     path = Path(path)
     where = f"--profile {path}"
     try:
-        size = path.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            raise ProfileFileError(f"{where}: {size} bytes, more than the {MAX_PROFILE_BYTES} allowed")
-        text = path.read_bytes().decode("utf-8")
+        text = read_limited(path, MAX_PROFILE_BYTES).decode("utf-8")
+    except FileTooLargeError as exc:
+        if exc.size is None:  # a /proc-like file that reports no size
+            raise ProfileFileError(f"{where}: more than the {MAX_PROFILE_BYTES} bytes allowed") from None
+        raise ProfileFileError(f"{where}: {exc.size} bytes, more than the {MAX_PROFILE_BYTES} allowed") from None
     except OSError as exc:
         raise ProfileFileError(f"{where}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ProfileFileError(f"{where}: not UTF-8 text (byte {exc.start})") from None
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        data = parse_json(text, allow_nan=False)
     except json.JSONDecodeError as exc:
         raise ProfileFileError(f"{where}: not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    except ValueError as exc:
+    except JSONValueError as exc:
         raise ProfileFileError(f"{where}: {exc}") from None
     if not isinstance(data, dict):
         raise ProfileFileError(f"{where}: expected a JSON object with a 'kernels' list, got {type(data).__name__}")
@@ -102,7 +104,3 @@ def load_profile(path: str | Path) -> ProfileResults:
         return ProfileResults.model_validate(data)
     except ValidationError as exc:
         raise ProfileFileError(f"{where}: {_message(exc)}") from None
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")

@@ -489,8 +489,10 @@ BAD = {
         '{"d_model": 64, "n_layer": 2, "ssm_cfg": {"layer": "Mamba2", "d_state": 64}}',
         "ssm_cfg.d_state: llama.cpp's converter ignores ssm_cfg overrides",
     ),
-    "deep nesting": ("[" * 100000 + "]" * 100000, "invalid JSON: maximum recursion depth exceeded"),
-    "huge integer": ('{"model_type": "qwen3_next", "hidden_size": ' + "9" * 5000 + "}", "invalid JSON: "),
+    "deep nesting": ("[" * 100000 + "]" * 100000,
+                     "invalid JSON: nested too deeply (arrays or objects inside each other)"),
+    "huge integer": ('{"model_type": "qwen3_next", "hidden_size": ' + "9" * 5000 + "}",
+                     "invalid JSON: a number of 5000 digits (at most 40 are accepted)"),
 }
 
 

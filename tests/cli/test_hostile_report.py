@@ -1,0 +1,48 @@
+"""Hostile inputs to ``rsplan report``: --profile files that must be refused in one line (FIFO, duplicate keys,
+absurd numbers, deep nesting)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan_testing import deadline, one_line_error
+
+BASE = ("report", "-m", "lfm2-1.2b", "--budget", "24GiB", "--ctx", "4k")
+KERNEL = {"name": "gdn f32", "gbps": 100.0, "copy_gbps": 200.0}
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, [*BASE, *args], prog_name="rsplan")
+
+
+# -- --profile ---------------------------------------------------------------------------------------------------
+
+def test_a_fifo_profile_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    with deadline(10):
+        assert one_line_error(run("--profile", str(fifo), "-o", str(tmp_path / "r.html"))) == (
+            f"--profile {fifo}: cannot read: not a regular file"
+        )
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (json.dumps({"kernels": [KERNEL]})[:-1] + ', "kernels": []}', 'duplicate key "kernels"'),
+    (json.dumps({"kernels": [{**KERNEL, "bytes": 10**400}]}), "a number of 401 digits (at most 40 are accepted)"),
+    (json.dumps({"kernels": [{**KERNEL, "bytes": 2**61}]}),
+     "kernels[0].bytes: Input should be less than or equal to 1152921504606846976"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply (arrays or objects inside each other)"),
+    ('{"kernels": [{"name": "a", "gbps": Infinity, "copy_gbps": 1}]}', "Infinity is not a number JSON allows"),
+], ids=["duplicate key", "400-digit number", "2^61 bytes", "100000 levels", "Infinity"])
+def test_profile_json_refused_with_the_reason(tmp_path, text, message):
+    profile = tmp_path / "p.json"
+    profile.write_text(text)
+    out = tmp_path / "r.html"
+    assert one_line_error(run("--profile", str(profile), "-o", str(out))) == f"--profile {profile}: {message}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
