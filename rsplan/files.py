@@ -1,8 +1,9 @@
-"""Reading the files a user hands rsplan (model files, profile JSON).
+"""Reading the files a user hands rsplan (model files, profile JSON) and writing the ones it produces.
 
 Input files are opened without blocking (a FIFO or a device given as a model must not hang rsplan or make it
 read forever), must be regular files, and are read up to a limit; JSON is parsed strictly (no duplicate keys, no
-numbers of absurd length, a one-line reason for nesting too deep). Only the standard library is used here:
+numbers of absurd length, a one-line reason for nesting too deep). Output files are written whole or not at all
+(``AtomicFile``), never over a read-only file, a device or a FIFO. Only the standard library is used here:
 ``rsplan estimate`` imports this module.
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 import stat
+from pathlib import Path
 from typing import Any, BinaryIO
 
 #: Digits of the longest JSON integer accepted (a uint64 has 20; nothing in a config or a profile needs more).
@@ -108,6 +111,76 @@ def parse_json(text: str, *, allow_nan: bool = True) -> Any:
         )
     except RecursionError:
         raise JSONValueError("nested too deeply (arrays or objects inside each other)") from None
+
+
+class AtomicFile:
+    """A file written all at once, or not at all.
+
+    ``AtomicFile(path, what, error)`` checks, before any work is done, that ``path`` can be written: a regular
+    file or a new name, in a directory where a file can be created. An existing read-only file, a directory, a
+    FIFO or a device is refused (a device or FIFO would otherwise be replaced by a regular file). ``commit``
+    writes the text to a temporary file beside the target and renames it over the target, so readers see the
+    old file or the whole new one and a failure leaves nothing behind. A symbolic link is followed: its target is
+    replaced and the link kept. Errors are ``error("cannot write <what> to <path>: <why>")``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], what: str, error: type[Exception]) -> None:
+        self.shown, self.what, self.error = str(path), what, error
+        if not self.shown:
+            raise self._fail("empty file name")
+        self.path = Path(os.path.realpath(path))
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise self._fail(exc.strerror or str(exc)) from None
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                raise self._fail("it is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise self._fail("not a regular file (a FIFO or a device is never replaced)")
+            # os.access alone says yes to root; the mode bits say what the owner meant
+            if not st.st_mode & 0o222 or not os.access(self.path, os.W_OK):
+                raise self._fail("the file is read-only (left untouched)")
+        self._temp(b"").unlink()  # the directory must let us create the temporary file
+
+    def _fail(self, why: str) -> Exception:
+        return self.error(f"cannot write {self.what} to {self.shown}: {why}")
+
+    def _temp(self, payload: bytes) -> Path:
+        """A new temporary file beside the target holding ``payload`` (removed again if writing fails)."""
+        tmp = self.path.parent / f".{self.path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError as exc:
+            raise self._fail(exc.strerror or str(exc)) from None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise self._fail(exc.strerror or str(exc)) from None
+            raise
+        return tmp
+
+    def commit(self, text: str) -> int:
+        """Write ``text`` (UTF-8) and move it into place; returns the bytes written."""
+        payload = text.encode("utf-8")
+        tmp = self._temp(payload)
+        try:
+            if self.path.exists():
+                os.chmod(tmp, stat.S_IMODE(os.stat(self.path).st_mode))
+            os.replace(tmp, self.path)
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise self._fail(exc.strerror or str(exc)) from None
+            raise
+        return len(payload)
 
 
 def path_kind(path: str | os.PathLike[str]) -> str:

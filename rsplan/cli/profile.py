@@ -135,7 +135,7 @@ def _json_safe(x: Any) -> Any:
 )
 @click.option(
     "--report-json",
-    type=click.Path(dir_okay=False, writable=True),
+    type=click.Path(dir_okay=False),
     default=None,
     metavar="FILE",
     help="Also write the kernel bandwidths as the JSON `rsplan report --profile` reads.",
@@ -160,18 +160,19 @@ def profile(
     from rsplan.profiler.report import for_report, render
     from rsplan.profiler.runner import CheckError, ProfileRequest, run_profile
 
+    target = None
+    if report_json is not None:
+        from rsplan.files import AtomicFile
+
+        target = AtomicFile(report_json, "the --report-json file", RsplanError)  # before the run, not after it
     req = ProfileRequest(model=model_ref, gpu=gpu, device=device, **kwargs)
     report = run_profile(req, progress=_progress(quiet))
     if fmt == "json":
         click.echo(json.dumps(_json_safe(report), indent=2))
     else:
         click.echo(render(report))
-    if report_json is not None:
-        try:
-            with open(report_json, "w", encoding="utf-8") as fh:
-                json.dump(for_report(report), fh, indent=2)
-        except OSError as exc:
-            raise RsplanError(f"--report-json {report_json}: cannot write: {exc.strerror or exc}") from None
+    if target is not None:
+        target.commit(json.dumps(for_report(report), indent=2) + "\n")
     failed = report["checks"]["failed"]
     if failed:
         first = next(r for r in report["checks"]["results"] if not r["ok"])

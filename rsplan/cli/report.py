@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -38,19 +37,18 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
       rsplan report --model qwen3-next-80b-a3b --model qwen3.5-35b-a3b --budget 80GiB -np 4 -o report.html
       rsplan report --model lfm2-1.2b --gpu 0 --profile results.json -o lfm2.html
     """
-    from rsplan.render.report import AtomicFile
+    from rsplan.files import AtomicFile
+    from rsplan.render.report import ReportWriteError
 
     start = time.perf_counter()
-    target = AtomicFile.create(Path(output))  # an unwritable path fails here, before any work
-    try:
-        n_bytes = _build(target, model_refs, ctx_list, profile_path, kwargs)
-    finally:
-        target.discard()
+    target = AtomicFile(output, "the report", ReportWriteError)  # an unwritable path fails here, before any work
+    n_bytes = target.commit(_build(model_refs, ctx_list, profile_path, kwargs))
     click.echo(f"wrote {output}: {n_bytes / (1 << 20):.2f} MiB in {time.perf_counter() - start:.2f} s")
 
 
-def _build(target: Any, model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
-           kwargs: dict[str, Any]) -> int:
+def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
+           kwargs: dict[str, Any]) -> str:
+    """The report's HTML."""
     from rsplan.hparams.sources import load_model
     from rsplan.planner.capacity import run_capacity
     from rsplan.render.report import ModelReport, build_html
@@ -68,4 +66,4 @@ def _build(target: Any, model_refs: tuple[str, ...], ctx_list: str | None, profi
     models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \
         "rsplan report"
-    return target.commit(build_html(models, profile, profile_path, command))
+    return build_html(models, profile, profile_path, command)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import datetime
 import html
-import os
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rsplan import __version__
@@ -421,55 +418,3 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
         + f"<h2>Parameters and sources</h2>{sources_table(models, profile, profile_path, command)}"
         + "</body></html>\n"
     )
-
-
-class AtomicFile:
-    """A file written all at once: ``create`` opens a temporary file beside ``path`` (so an unwritable path fails
-    before any work), ``commit`` writes the text and renames it over ``path`` with ``os.replace``; ``discard``
-    removes the temporary file if it was not committed. Readers see the old file or the whole new one."""
-
-    def __init__(self, path: Path, tmp: Path, fd: int) -> None:
-        self.path, self.tmp, self._fd = path, tmp, fd
-
-    @classmethod
-    def create(cls, path: Path) -> AtomicFile:
-        path = Path(path)
-        if path.is_dir():
-            raise ReportWriteError(f"cannot write the report to {path}: it is a directory")
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except OSError as exc:
-            raise ReportWriteError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
-        return cls(path, tmp, fd)
-
-    def commit(self, text: str) -> int:
-        """Write ``text`` (UTF-8) and move it into place; returns the bytes written."""
-        payload = text.encode("utf-8")
-        try:
-            with os.fdopen(self._fd, "wb") as fh:
-                self._fd = -1
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(self.tmp, self.path)
-        except OSError as exc:
-            self.discard()
-            raise ReportWriteError(f"cannot write the report to {self.path}: {exc.strerror or exc}") from None
-        return len(payload)
-
-    def discard(self) -> None:
-        """Remove the temporary file (after a failure); harmless after a commit."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self.tmp.unlink(missing_ok=True)
-
-
-def write_atomic(path: Path, text: str) -> int:
-    """Write ``text`` to ``path`` atomically (see AtomicFile); returns the bytes written."""
-    target = AtomicFile.create(path)
-    try:
-        return target.commit(text)
-    finally:
-        target.discard()

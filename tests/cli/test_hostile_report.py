@@ -1,5 +1,5 @@
-"""Hostile inputs to ``rsplan report``: --profile files that must be refused in one line (FIFO, duplicate keys,
-absurd numbers, deep nesting)."""
+"""Hostile inputs to ``rsplan report``: outputs that must never be clobbered (read-only files, FIFOs, devices),
+and --profile files that must be refused in one line (FIFO, duplicate keys, absurd numbers, deep nesting)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,46 @@ KERNEL = {"name": "gdn f32", "gbps": 100.0, "copy_gbps": 200.0}
 
 def run(*args: str):
     return CliRunner().invoke(cli, [*BASE, *args], prog_name="rsplan")
+
+
+# -- -o ------------------------------------------------------------------------------------------------------------
+
+def test_an_existing_read_only_report_stays_untouched(tmp_path):
+    out = tmp_path / "r.html"
+    out.write_text("old report")
+    out.chmod(0o444)
+    assert one_line_error(run("-o", str(out))) == (
+        f"cannot write the report to {out}: the file is read-only (left untouched)"
+    )
+    assert out.read_text() == "old report"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_a_fifo_output_is_neither_opened_nor_replaced(tmp_path):
+    fifo = tmp_path / "r.html"
+    os.mkfifo(fifo)
+    with deadline(10):
+        assert one_line_error(run("-o", str(fifo))) == (
+            f"cannot write the report to {fifo}: not a regular file (a FIFO or a device is never replaced)"
+        )
+    assert fifo.is_fifo()
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_a_symbolic_link_is_written_through_and_kept(tmp_path):
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    r = run("-o", str(link))
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink()
+    assert target.read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.html", "real.html"]
+
+
+def test_an_empty_output_name(tmp_path):
+    assert one_line_error(run("-o", "")) == "cannot write the report to : empty file name"
 
 
 # -- --profile ---------------------------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_failed_write_leaves_no_partial_file(hybrid, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("rsplan.render.report.os.replace", fail)
+    monkeypatch.setattr("rsplan.files.os.replace", fail)
     r = run("report", "--model", str(hybrid), "--budget", "48GiB", "-o", str(out))
     assert r.exit_code == 1
     assert r.output == f"Error: cannot write the report to {out}: No space left on device\n"

@@ -1,0 +1,45 @@
+"""Hostile inputs to ``rsplan profile``: an unwritable --report-json fails before the run (and never clobbers
+a read-only file or a FIFO)."""
+
+from __future__ import annotations
+
+import os
+
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan_testing import deadline, one_line_error
+
+FAST = ("--iters", "1", "--warmup", "0", "-q")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["profile", *args], prog_name="rsplan")
+
+
+# -- --report-json is checked before anything runs (no torch needed for these) -----------------------------------
+
+def test_read_only_report_json_is_refused_before_the_run_and_left_untouched(tmp_path):
+    out = tmp_path / "bw.json"
+    out.write_text("old")
+    out.chmod(0o444)
+    assert one_line_error(run("-m", "mamba2-130m", *FAST, "--report-json", str(out))) == (
+        f"cannot write the --report-json file to {out}: the file is read-only (left untouched)"
+    )
+    assert out.read_text() == "old"
+
+
+def test_fifo_report_json_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "bw.json"
+    os.mkfifo(fifo)
+    with deadline(10):
+        assert one_line_error(run("-m", "mamba2-130m", *FAST, "--report-json", str(fifo))) == (
+            f"cannot write the --report-json file to {fifo}: not a regular file (a FIFO or a device is never replaced)"
+        )
+    assert fifo.is_fifo()
+
+
+def test_report_json_in_a_missing_directory_fails_first(tmp_path):
+    out = tmp_path / "missing" / "bw.json"
+    r = run("-m", "mamba2-130m", *FAST, "--report-json", str(out))
+    assert one_line_error(r) == f"cannot write the --report-json file to {out}: No such file or directory"
