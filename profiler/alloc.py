@@ -54,7 +54,7 @@ def allocate(plan: MemoryPlan, dev: Any, workspace_bytes: int) -> AllocatedCache
         raise DeviceError(
             f"out of memory on {dev}: the plan needs {_gib(plan.total_bytes)} for the caches plus "
             f"{_gib(workspace_bytes)} of profiling workspace ({_gib(needed)}), {_gib(free)} is free; "
-            "lower -c or -np"
+            "lower -c, -np or --n-rs-seq"
         )
     tensors: dict[str, Any] = {}
     planned = dict.fromkeys("kvrs", 0)
@@ -71,7 +71,7 @@ def allocate(plan: MemoryPlan, dev: Any, workspace_bytes: int) -> AllocatedCache
         tensors.clear()
         raise DeviceError(
             f"out of memory on {dev} while allocating the caches: the plan needs {_gib(plan.total_bytes)}, "
-            f"{_gib(free)} was free before allocating; lower -c or -np"
+            f"{_gib(free)} was free before allocating; lower -c, -np or --n-rs-seq"
         ) from None
     if any(t.type not in TORCH_DTYPES for t in plan.tensors):
         notes.append("quantized K/V tensors are allocated as raw byte buffers of their exact size")

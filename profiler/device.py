@@ -19,6 +19,8 @@ def resolve_device(gpu: bool, device: str | None) -> Any:
     torch = import_torch()
     if gpu and device is not None and not device.startswith("cuda"):
         raise DeviceError(f"--gpu and --device {device} contradict each other; give one of them")
+    if device is not None and not device.strip():
+        raise DeviceError("--device is empty: use cpu, cuda or cuda:N")
     name = "cuda" if gpu and device is None else (device or "cpu")
     try:
         dev = torch.device(name)
@@ -86,8 +88,9 @@ def _nvml_facts(index: int) -> dict[str, Any]:
             bus_id = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
             facts["pci_bus_id"] = bus_id
-        except Exception:  # a torch without the PCI ids, or NVML refused it: keep the index
-            pass
+            facts["nvml_matched_by"] = "PCI bus id"
+        except Exception as exc:  # a torch without the PCI ids, or NVML refused it: keep the index, and say so
+            facts["nvml_matched_by"] = f"index {index} (PCI bus id lookup failed: {type(exc).__name__}: {exc})"
         facts["nvml_name"] = _str(pynvml.nvmlDeviceGetName(handle))
         facts["driver_version"] = _str(pynvml.nvmlSystemGetDriverVersion())
         for key, fn in (

@@ -118,7 +118,13 @@ def _json_safe(x: Any) -> Any:
     "--warmup", type=click.IntRange(0, 100000), default=3, show_default=True, help="Untimed steps before them."
 )
 @click.option("--threads", type=click.IntRange(1, 4096), default=None, help="CPU threads for torch (CPU only).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs and the accepted drafts.")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, (1 << 32) - 1),
+    default=0,
+    show_default=True,
+    help="Seed of the inputs and the accepted drafts.",
+)
 @click.option(
     "--cuda-graphs/--no-cuda-graphs",
     default=True,

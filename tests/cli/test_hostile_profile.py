@@ -1,10 +1,12 @@
 """Hostile inputs to ``rsplan profile``: an unwritable --report-json fails before the run (and never clobbers
-a read-only file or a FIFO)."""
+a read-only file or a FIFO), absurd seeds and empty devices are one-line errors, and a plan that does not fit
+in memory is refused with the bytes needed and free, not attempted."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
@@ -43,3 +45,31 @@ def test_report_json_in_a_missing_directory_fails_first(tmp_path):
     out = tmp_path / "missing" / "bw.json"
     r = run("-m", "mamba2-130m", *FAST, "--report-json", str(out))
     assert one_line_error(r) == f"cannot write the --report-json file to {out}: No such file or directory"
+
+
+@pytest.mark.parametrize(("seed", "message"), [
+    ("99999999999999999999999", "Invalid value for '--seed': 99999999999999999999999 is not in the range "
+                                "0<=x<=4294967295."),
+    ("-1", "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295."),
+])
+def test_seed_out_of_range(seed, message):
+    assert one_line_error(run("-m", "mamba2-130m", *FAST, "--seed", seed)) == (
+        f"{message} (see 'rsplan profile --help')"
+    )
+
+
+# -- device and memory (torch) ----------------------------------------------------------------------------------------
+
+def test_empty_device_is_not_read_as_cpu():
+    pytest.importorskip("torch")
+    assert one_line_error(run("-m", "mamba2-130m", *FAST, "--device", "")) == (
+        "--device is empty: use cpu, cuda or cuda:N"
+    )
+
+
+def test_a_plan_larger_than_memory_is_refused_not_attempted():
+    pytest.importorskip("torch")
+    # MiniMax-Text-01 at its 10,240,000-token training context for 256 sequences: hundreds of GiB of KV cache
+    message = one_line_error(run("-m", "minimax-text-01", *FAST, "-c", "0", "-np", "256"))
+    assert message.startswith("out of memory on cpu: the plan needs 462.50 GiB for the caches plus ")
+    assert message.endswith(" is free; lower -c, -np or --n-rs-seq")
