@@ -34,6 +34,8 @@ MAX_CONFIG_BYTES = 4 << 20
 #: model.safetensors.index.json of a large MoE lists ~100k tensors (several MiB).
 MAX_INDEX_BYTES = 64 << 20
 U32_MAX = (1 << 32) - 1
+#: The largest layer count or layer index read from a config.json (see _Config.layers).
+MAX_LAYER_VALUE = 1 << 16
 I32_MAX = (1 << 31) - 1
 
 #: llama.cpp's converters write these constant context lengths ("arbitrary value", "RWKV isn't context limited").
@@ -125,6 +127,16 @@ class _Config:
             return None, " / ".join(aliases)
         return self.check_int(key, value), key
 
+    def layers(self, aliases: Sequence[str] | str, *, required: bool = True) -> tuple[int | None, str]:
+        """A layer count or layer index (num_hidden_layers, attn_layer_offset, MTP layers), checked against
+        MAX_LAYER_VALUE before any per-layer list is built from it (a u32 would ask for billions of entries).
+        Values between llama.cpp's LLAMA_MAX_LAYERS and that bound are left to the loader, whose message
+        names the GGUF key, as llama.cpp's does."""
+        value, key = self.need(aliases) if required else self.opt(aliases)
+        if value is not None and value > MAX_LAYER_VALUE:
+            raise self.fail(key, f"{value} is far more than llama.cpp's {MAX_LAYERS} layers (LLAMA_MAX_LAYERS)")
+        return value, key
+
     def or_default(self, aliases: Sequence[str], default: int) -> tuple[int, str]:
         """``find_hparam(keys, optional=True) or default``: a missing, null or 0 value takes the default."""
         value, key = self.opt(aliases)
@@ -151,8 +163,10 @@ class _Config:
 # -- what TextModel.set_gguf_parameters writes ---------------------------------------------------------------
 
 
-def _block_count(cfg: _Config) -> tuple[int, str]:
-    return cfg.need(A.BLOCK_COUNT)
+def _block_count(cfg: _Config, aliases: Sequence[str] = A.BLOCK_COUNT) -> tuple[int, str]:
+    n, key = cfg.layers(aliases)
+    assert n is not None
+    return n, key
 
 
 def _base(cfg: _Config, w: _Writer, *, head_dim: bool = True) -> None:
@@ -295,7 +309,8 @@ def _layer_types(cfg: _Config, n: int) -> tuple[list[str], str]:
     idxs = cfg.list_of("full_attn_idxs", int, required=False)
     if idxs is None:
         raise cfg.fail("layer_types", "required key not found (nor full_attn_idxs)")
-    return ["full_attention" if i in idxs else "conv" for i in range(n)], "full_attn_idxs"
+    full = set(idxs)
+    return ["full_attention" if i in full else "conv" for i in range(n)], "full_attn_idxs"
 
 
 def _lfm2(cfg: _Config, w: _Writer) -> str:
@@ -316,8 +331,16 @@ def _lfm2(cfg: _Config, w: _Writer) -> str:
         if multiplier is not None:
             if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)):
                 raise cfg.fail("block_ffn_dim_multiplier", f"expected a number, got {json.dumps(multiplier)[:40]}")
-            ff = int(multiplier * ff)
+            scaled = multiplier * ff
+            if not math.isfinite(scaled) or not 0 <= scaled <= U32_MAX:
+                raise cfg.fail(
+                    "block_ffn_dim_multiplier",
+                    f"{json.dumps(multiplier)[:40]} makes the feed-forward width {scaled:.6g}, outside a GGUF u32",
+                )
+            ff = int(scaled)
         ff = multiple_of * ((ff + multiple_of - 1) // multiple_of)
+        if ff > U32_MAX:  # the converter writes it as a u32
+            raise cfg.fail("block_multiple_of", f"rounds the feed-forward width up to {ff}, outside a GGUF u32")
         k_ff = f"{k_ff} adjusted (block_auto_adjust_ff_dim)"
     w.u32("feed_forward_length", ff, k_ff)
     return "lfm2"
@@ -342,9 +365,10 @@ def _kimi_linear(cfg: _Config, w: _Writer) -> str:
     if not isinstance(lin, dict):
         raise cfg.fail("linear_attn_config", "required mapping not found")
     sub = _Config(lin, cfg.where, None)
-    full = sub.list_of("full_attn_layers", int)
-    assert full is not None
-    n, _ = cfg.need("num_hidden_layers")
+    full_list = sub.list_of("full_attn_layers", int)
+    assert full_list is not None
+    full = set(full_list)
+    n, _ = _block_count(cfg, ("num_hidden_layers",))
     w.array(
         "attention.head_count_kv", [1 if il + 1 in full else 0 for il in range(n)],
         "linear_attn_config.full_attn_layers (1 KV head: MLA as MQA)",
@@ -420,8 +444,8 @@ def _qwen_gdn(cfg: _Config, w: _Writer, *, arch: str) -> str:
     """Qwen3NextModel and the Qwen3.5 text models: gated delta net on the ssm keys, layer_types as
     recurrent_layers, MTP layers appended to the block count."""
     _base(cfg, w)
-    n, k_n = cfg.need("num_hidden_layers")
-    n_mtp, k_mtp = cfg.opt("mtp_num_hidden_layers")
+    n, k_n = _block_count(cfg, ("num_hidden_layers",))
+    n_mtp, k_mtp = cfg.layers("mtp_num_hidden_layers", required=False)
     if not n_mtp:
         # Qwen3-Next's config has no mtp_num_hidden_layers: the converter counts the checkpoint's MTP tensors
         n_mtp = _count_mtp_layers(cfg)
@@ -456,7 +480,8 @@ def _jamba(cfg: _Config, w: _Writer) -> str:
     d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[5:], 16)  # mamba_d_state
     dt_rank, k_dt = cfg.or_default(A.SSM_DT_RANK[2:], -(d_model // -16))  # mamba_dt_rank
     n, k_n = _block_count(cfg)
-    offset, k_off = cfg.need("attn_layer_offset")
+    offset, k_off = cfg.layers("attn_layer_offset")
+    assert offset is not None
     period, k_per = cfg.need("attn_layer_period")
     if period == 0:
         raise cfg.fail(k_per, "must be > 0")
@@ -530,7 +555,7 @@ def _granite_ssm(cfg: _Config, w: _Writer, n: int, ssm_layers: Sequence[int], d_
     w.u32("ssm.group_count", *cfg.need(A.SSM_GROUP_COUNT[:2]))
     w.u32("ssm.inner_size", *d_inner)
     w.u32("ssm.time_step_rank", *cfg.need(A.SSM_HEAD_COUNT[:2]))
-    architectures = cfg.data.get("architectures") or []
+    architectures = cfg.list_of("architectures", str, required=False) or []
     if not ("BambaForCausalLM" in architectures or not ssm_layers):
         # no RoPE: the converter writes an arbitrary context length
         w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter: hybrid without RoPE)")
@@ -540,7 +565,8 @@ def _granite_hybrid(cfg: _Config, w: _Writer) -> str:
     """GraniteHybridModel (granitemoehybrid, bamba): attention layers from layer_types / attn_layer_indices,
     Mamba-2 elsewhere; d_inner = mamba_expand * hidden_size."""
     n, _ = _block_count(cfg)
-    attn, origin = _granite_attn_layers(cfg, n)
+    attn_list, origin = _granite_attn_layers(cfg, n)
+    attn = set(attn_list)
     if all(i in attn for i in range(n)):
         raise UnsupportedArchError(
             f"{cfg.where}: {origin}: every layer is attention, so llama.cpp converts this model as 'granite', "
@@ -563,6 +589,10 @@ def _nemotron_h(cfg: _Config, w: _Writer) -> str:
     if blocks is not None:
         blocks = cfg.list_of("layers_block_type", str)
         assert blocks is not None
+        if len(blocks) > MAX_LAYER_VALUE:
+            raise cfg.fail(
+                "layers_block_type", f"has {len(blocks)} entries, far more than llama.cpp's {MAX_LAYERS} layers"
+            )
         cfg.data = {**cfg.data, "num_hidden_layers": len(blocks)}
     n, k_n = _block_count(cfg)
     pattern = cfg.data.get(pattern_key)

@@ -120,3 +120,77 @@ def test_mtp_layers_that_overflow_the_block_count_name_both_sources(tmp_path):
         f"{d / 'config.json'}: num_hidden_layers + mtp.layers.* in model.safetensors.index.json "
         "(GGUF qwen3next.block_count): must be in 1..512 (LLAMA_MAX_LAYERS), got 516"
     )
+
+
+# -- config.json values that would size per-layer lists or overflow the converter's arithmetic ------------------
+
+LFM2 = {
+    "model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "layer_types": ["conv", "full_attention", "conv", "full_attention"],
+    "conv_L_cache": 3, "block_ff_dim": 192, "max_position_embeddings": 128000,
+}
+JAMBA = {
+    "model_type": "jamba", "hidden_size": 64, "num_hidden_layers": 4, "mamba_expand": 2, "attn_layer_offset": 1,
+    "attn_layer_period": 2, "max_position_embeddings": 4096, "intermediate_size": 128, "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+GRANITE = {
+    "model_type": "granitemoehybrid", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_d_conv": 4,
+    "mamba_n_groups": 1, "mamba_expand": 2, "intermediate_size": 128, "max_position_embeddings": 131072,
+    "layer_types": ["mamba", "mamba", "mamba", "attention"],
+}
+NEMOTRON = {
+    "model_type": "nemotron_h", "hidden_size": 64, "num_hidden_layers": 4, "hybrid_override_pattern": "M*-M",
+    "num_attention_heads": 4, "num_key_value_heads": 2, "attention_head_dim": 32, "intermediate_size": 256,
+    "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
+    "expand": 2, "max_position_embeddings": 8192,
+}
+U32_MAX = (1 << 32) - 1
+FAR_MORE = "is far more than llama.cpp's 512 layers (LLAMA_MAX_LAYERS)"
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**LFM2, "num_hidden_layers": U32_MAX}, f"num_hidden_layers: {U32_MAX} {FAR_MORE}"),
+    ({**QWEN_NEXT, "num_hidden_layers": U32_MAX}, f"num_hidden_layers: {U32_MAX} {FAR_MORE}"),
+    ({**QWEN_NEXT, "mtp_num_hidden_layers": U32_MAX}, f"mtp_num_hidden_layers: {U32_MAX} {FAR_MORE}"),
+    ({**JAMBA, "attn_layer_offset": U32_MAX}, f"attn_layer_offset: {U32_MAX} {FAR_MORE}"),
+    ({**GRANITE, "num_hidden_layers": U32_MAX, "layer_types": None, "attn_layer_indices": [3]},
+     f"num_hidden_layers: {U32_MAX} {FAR_MORE}"),
+    ({**NEMOTRON, "hybrid_override_pattern": None, "layers_block_type": ["mamba"] * 70000},
+     "layers_block_type: has 70000 entries, far more than llama.cpp's 512 layers"),
+    ({"model_type": "kimi_linear", "hidden_size": 64, "num_hidden_layers": U32_MAX,
+      "linear_attn_config": {"full_attn_layers": [1]}}, f"num_hidden_layers: {U32_MAX} {FAR_MORE}"),
+], ids=["lfm2", "qwen3_next", "qwen3_next mtp", "jamba offset", "granite", "nemotron_h block list", "kimi"])
+def test_layer_counts_are_bounded_before_any_list_is_built(tmp_path, config, message):
+    d = model_dir(tmp_path, config)
+    with deadline(10):
+        assert one_line_error(run("-m", str(d))) == f"{d / 'config.json'}: {message}"
+
+
+def test_long_layer_index_lists_are_not_searched_per_layer(tmp_path):
+    # 400,000 attention indices, none inside the model: the converter ignores them (every layer is Mamba-2);
+    # looked up in a set, not by 200 million list scans
+    d = model_dir(tmp_path, {**GRANITE, "num_hidden_layers": 512, "layer_types": None,
+                             "attn_layer_indices": list(range(10**6, 10**6 + 400_000))})
+    with deadline(10):
+        r = run("-m", str(d), "--format", "json")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert (plan["kv"]["layers"], plan["recurrent"]["recurrent_layers"]) == (0, 512)
+
+
+@pytest.mark.parametrize(("multiplier", "message"), [
+    ("NaN", "NaN makes the feed-forward width nan, outside a GGUF u32"),
+    ("1e308", "1e+308 makes the feed-forward width inf, outside a GGUF u32"),
+    ("-1.0", "-1.0 makes the feed-forward width -128, outside a GGUF u32"),
+])
+def test_lfm2_ffn_multiplier_that_the_converter_cannot_write(tmp_path, multiplier, message):
+    text = json.dumps(LFM2)[:-1] + f', "block_ffn_dim_multiplier": {multiplier}}}'
+    d = model_dir(tmp_path, text)
+    assert one_line_error(run("-m", str(d))) == f"{d / 'config.json'}: block_ffn_dim_multiplier: {message}"
+
+
+def test_architectures_must_be_a_list_of_names(tmp_path):
+    d = model_dir(tmp_path, {**GRANITE, "architectures": 5})
+    assert one_line_error(run("-m", str(d))) == f"{d / 'config.json'}: architectures: expected a list, got int"
