@@ -26,6 +26,14 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def one_line(message: str) -> str:
+    """``message`` on one line, with control characters (terminal escapes, bidi overrides) and undecodable
+    bytes of file names escaped: an error names what the user typed, it must not act on the terminal."""
+    text = " ".join(message.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported only when used (keeps start-up fast)."""
 
@@ -48,8 +56,15 @@ class LazyGroup(click.Group):
         except click.exceptions.Abort:
             click.echo("Error: aborted", err=True)
             sys.exit(1)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            # `rsplan` or `rsplan presets` alone: click's message is the whole help text
+            ctx = exc.ctx
+            assert ctx is not None and isinstance(ctx.command, click.Group)
+            names = ", ".join(ctx.command.list_commands(ctx))
+            click.echo(f"Error: missing command, one of: {names} (see '{ctx.command_path} --help')", err=True)
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
-            message = " ".join(exc.format_message().split())
+            message = one_line(exc.format_message())
             hint = ""
             if isinstance(exc, click.UsageError) and exc.ctx is not None:
                 hint = f" (see '{exc.ctx.command_path} --help')"

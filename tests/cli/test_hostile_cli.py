@@ -1,0 +1,53 @@
+"""The ``rsplan`` group itself: a missing command, terminal escapes in what the user typed, and output piped
+into a reader that stops early (``| head``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan_testing import REPO, one_line_error
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), prog_name="rsplan")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "missing command, one of: capacity, estimate, inspect, presets, profile, report (see 'rsplan --help')"),
+    (("presets",), "missing command, one of: list, show (see 'rsplan presets --help')"),
+], ids=["rsplan", "rsplan presets"])
+def test_a_missing_command_is_one_line(args, message):
+    r = run(*args)
+    assert one_line_error(r) == message
+    assert r.exit_code == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("estimate", "-m", "x\x1b[2Jy"), "no built-in preset named 'x\\x1b[2Jy' (see `rsplan presets list`)"),
+    (("presets", "show", "a\u202eb"), "no built-in preset named 'a\\u202eb' (see `rsplan presets list`)"),
+    (("estimate", "-m", "lfm2-1.2b", "-c", "\x1b]0;title\x07"),
+     "Invalid value for '-c' / '--ctx-size': '\\x1b]0;title\\x07' is not a valid integer range. "
+     "(see 'rsplan estimate --help')"),
+], ids=["preset name", "bidi override", "-c"])
+def test_terminal_escapes_in_errors_are_shown_not_sent(args, message):
+    assert one_line_error(run(*args)) == message
+
+
+def test_output_piped_into_head_ends_quietly():
+    # about 80 kB of JSON: more than a pipe holds, so the writer meets the closed pipe
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rsplan", "estimate", "-m", "minimax-text-01", "-c", "0", "-np", "256",
+         "--format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.read(1) == b"{"
+    p.stdout.close()
+    err = p.stderr.read()
+    p.stderr.close()
+    assert (p.wait(timeout=30), err) == (0, b"")
