@@ -19,18 +19,64 @@ from rsplan.hparams.model import ModelSpec
 
 MAX_PRESET_BYTES = 1 << 20
 MAX_DEPTH = 8
+#: The longest integer literal (a u64 has 20 digits; hex, binary and _ separators take a few more characters).
+MAX_INT_CHARS = 80
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_YAML_TAG = "tag:yaml.org,2002:"
+_STR_TAG = _YAML_TAG + "str"
+_RESOLVER = yaml.resolver.Resolver()
+#: Invisible characters that reorder the text around them on a terminal (bidirectional controls).
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _shown(value: str) -> str:
+    value = value if len(value) <= 60 else value[:57] + "..."
+    return value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value
+
+
+def _check_scalar(event: yaml.ScalarEvent, where: str, is_key: bool) -> None:
+    """A value must be plain text (no control characters: they would act on the terminal that prints the
+    preset's name or source); a key must be a name, not something YAML reads as a number, bool or null."""
+    line = event.start_mark.line + 1
+    for c in event.value:
+        if (c < " " and c not in "\t\n\r") or "\x7f" <= c <= "\x9f" or c in _BIDI_CONTROLS:
+            raise ModelFileError(
+                f"{where}: control character U+{ord(c):04X} at line {line} in '{_shown(event.value)}'; "
+                "presets are plain text"
+            )
+    tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+    kind = tag.rsplit(":", 1)[-1]
+    if is_key and tag != _STR_TAG:
+        raise ModelFileError(
+            f"{where}: key '{_shown(event.value)}' at line {line} is not a name: YAML reads it as {kind} "
+            "(keys are names like block_count)"
+        )
+    if kind == "int" and len(event.value) > MAX_INT_CHARS:
+        raise ModelFileError(f"{where}: a number of {len(event.value)} characters at line {line}; no preset value is "
+                             "that long")
+    if kind == "timestamp":  # YAML would build a date (and fail on 2001-13-45): no preset value is one
+        raise ModelFileError(f"{where}: '{_shown(event.value)}' at line {line} is a date, not a preset value")
+
+
 def _check_events(text: str, where: str) -> None:
-    """Refuse aliases, deep nesting, complex keys and duplicate keys before anything is built."""
+    """Refuse aliases, tags, deep nesting, complex keys, keys that are not names, duplicate keys, control
+    characters, dates and absurdly long numbers before anything is built (YAML's constructors would raise
+    plain ValueErrors on some of them)."""
     # one frame per open collection: [is_mapping, keys seen, expecting a key]
     stack: list[list] = []
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
             raise ModelFileError(f"{where}: YAML aliases are not allowed in presets")
         top = stack[-1] if stack else None
+        tag = getattr(event, "tag", None)
+        if tag not in (None, "!"):
+            shown = "!!" + tag.removeprefix(_YAML_TAG) if tag.startswith(_YAML_TAG) else tag
+            raise ModelFileError(
+                f"{where}: YAML tags ({_shown(shown)} at line {event.start_mark.line + 1}) are not allowed in presets"
+            )
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             if top is not None and top[0] and top[2]:
                 raise ModelFileError(f"{where}: only plain keys are allowed (line {event.start_mark.line + 1})")
@@ -41,14 +87,17 @@ def _check_events(text: str, where: str) -> None:
             stack.pop()
             if stack and stack[-1][0]:
                 stack[-1][2] = True  # the collection was a value: a key comes next
-        elif isinstance(event, yaml.ScalarEvent) and top is not None and top[0]:
-            if top[2]:
-                if event.value in top[1]:
-                    raise ModelFileError(
-                        f"{where}: duplicate key '{event.value}' at line {event.start_mark.line + 1}"
-                    )
-                top[1].add(event.value)
-            top[2] = not top[2]
+        elif isinstance(event, yaml.ScalarEvent):
+            is_key = top is not None and top[0] and top[2]
+            _check_scalar(event, where, is_key)
+            if top is not None and top[0]:
+                if is_key:
+                    if event.value in top[1]:
+                        raise ModelFileError(
+                            f"{where}: duplicate key '{_shown(event.value)}' at line {event.start_mark.line + 1}"
+                        )
+                    top[1].add(event.value)
+                top[2] = not top[2]
 
 
 def _parse_yaml(text: str, where: str) -> object:
@@ -89,7 +138,8 @@ def validation_message(exc: ValidationError) -> str:
 def spec_from_mapping(data: object, where: str) -> ModelSpec:
     """Validate a parsed mapping as a ModelSpec; errors name ``where`` and the field."""
     if not isinstance(data, dict):
-        raise ModelFileError(f"{where}: expected a mapping of keys to values, got {type(data).__name__}")
+        got = "an empty document" if data is None else type(data).__name__
+        raise ModelFileError(f"{where}: expected a mapping of keys to values, got {got}")
     arch = data.get("arch")
     if isinstance(arch, str):
         try:

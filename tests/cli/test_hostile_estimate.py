@@ -194,3 +194,41 @@ def test_lfm2_ffn_multiplier_that_the_converter_cannot_write(tmp_path, multiplie
 def test_architectures_must_be_a_list_of_names(tmp_path):
     d = model_dir(tmp_path, {**GRANITE, "architectures": 5})
     assert one_line_error(run("-m", str(d))) == f"{d / 'config.json'}: architectures: expected a list, got int"
+
+
+# -- preset YAML ----------------------------------------------------------------------------------------------------
+
+PRESET = """\
+name: tiny
+source: test
+arch: mamba2
+context_length: 4096
+embedding_length: 64
+block_count: 2
+ssm: {conv_kernel: 4, inner_size: 128, state_size: 16, time_step_rank: 4, group_count: 2}
+"""
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "expected a mapping of keys to values, got an empty document"),
+    (PRESET + "yes: 1\n", "key 'yes' at line 8 is not a name: YAML reads it as bool (keys are names like block_count)"),
+    (PRESET + "5: 1\n", "key '5' at line 8 is not a name: YAML reads it as int (keys are names like block_count)"),
+    (PRESET + "~: 1\n", "key '~' at line 8 is not a name: YAML reads it as null (keys are names like block_count)"),
+    (PRESET.replace("name: tiny", 'name: "tiny\\e[31m"'),
+     "control character U+001B at line 1 in 'tiny\\x1b[31m'; presets are plain text"),
+    (PRESET.replace("source: test", 'source: "a\\u202eb"'),
+     "control character U+202E at line 2 in 'a\\u202eb'; presets are plain text"),
+    (PRESET.replace("block_count: 2", "block_count: !!int \"2\""),
+     "YAML tags (!!int at line 6) are not allowed in presets"),
+    (PRESET.replace("block_count: 2", "block_count: !!float abc"),
+     "YAML tags (!!float at line 6) are not allowed in presets"),
+    (PRESET.replace("block_count: 2", "block_count: 1" + "0" * 5000),
+     "a number of 5001 characters at line 6; no preset value is that long"),
+    (PRESET.replace("block_count: 2", "block_count: 2001-13-45"),
+     "'2001-13-45' at line 6 is a date, not a preset value"),
+], ids=["empty", "bool key", "int key", "null key", "ESC in name", "bidi override", "!!int", "!!float junk",
+        "5000 digits", "date"])
+def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
+    p = tmp_path / "m.yaml"
+    p.write_text(text)
+    assert one_line_error(run("-m", str(p))) == f"{p}: {message}"
