@@ -109,7 +109,8 @@ class Rung:
 
     ``n_ctx_flag`` is llama.cpp's ``-c`` (the total, ``ctx_per_seq * max_parallel``); ``cache_bytes`` is what
     ``rsplan estimate -c n_ctx_flag -np max_parallel`` reports. Both are None when not even one sequence fits.
-    ``limited_by``: ``memory``, ``max_seq`` (llama.cpp's 256 sequences) or ``nothing_fits``.
+    ``limited_by``: ``memory``, ``max_seq`` (llama.cpp's 256 sequences), ``max_ctx`` (one more sequence would
+    take -c past llama.cpp's uint32) or ``nothing_fits``.
     """
 
     ctx_per_seq: int
@@ -273,7 +274,8 @@ class CapacityPlanner:
         """The most sequences of ``ctx_per_seq`` tokens each (flags ``-c ctx_per_seq*n -np n``) that fit."""
         if ctx_per_seq < 1:
             raise CapacityError(f"context per sequence must be >= 1, got {ctx_per_seq}")
-        hi = min(MAX_SEQ, MAX_CTX // ctx_per_seq)
+        # llama.cpp pads each sequence's context to 256 cells; the padded total must fit its uint32
+        hi = min(MAX_SEQ, MAX_CTX // (-(-ctx_per_seq // CTX_PAD) * CTX_PAD))
         n = largest(lambda k: self.fits(self.params(ctx_per_seq * k, k)), 1, hi)
         if n < 1:
             return Rung(ctx_per_seq, 0, None, None, None, None, "nothing_fits")
@@ -286,7 +288,7 @@ class CapacityPlanner:
             n_ctx_seq=use.ctx.n_ctx_seq,
             cache_bytes=use.total_bytes,
             headroom_bytes=self.headroom(params),
-            limited_by="max_seq" if n == MAX_SEQ else "memory",
+            limited_by="max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory"),
         )
 
     def ladder(self, contexts: Sequence[int] | None = None) -> list[Rung]:

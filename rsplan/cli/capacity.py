@@ -16,11 +16,14 @@ import click
 from rsplan.cli.errors import user_errors
 from rsplan.cli.options import context_options, pop_context_params
 from rsplan.errors import RsplanError
+from rsplan.planner.context import CTX_PAD, MAX_CTX
+from rsplan.planner.placement import MAX_DEVICES
+from rsplan.render.units import MAX_SIZE, parse_size, shown
 
 #: ``--ctx`` entries: tokens, or ``<n>k`` for n * 1024 tokens (as people say "8k context").
-_CTX = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
-
-_ZERO = re.compile(r"^\s*0+(?:\.0+)?\s*([a-zA-Z]*)\s*$")
+_CTX = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
+#: The largest context per sequence: llama.cpp pads it to a multiple of 256 and keeps it in a uint32.
+MAX_CTX_PER_SEQ = MAX_CTX // CTX_PAD * CTX_PAD
 
 _BUDGET_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
@@ -58,35 +61,37 @@ def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def parse_ctx_list(text: str) -> list[int]:
-    """``--ctx 4096,8k,32768`` -> [4096, 8192, 32768] tokens per sequence."""
-    out = []
+    """``--ctx 4096,8k,32768`` -> [4096, 8192, 32768] tokens per sequence (each once, each a context llama.cpp
+    can hold)."""
+    out: list[int] = []
     for item in text.split(","):
         m = _CTX.match(item)
         if not m or int(m.group(1)) == 0:
-            raise RsplanError(f"--ctx: cannot read '{item.strip()}' as a context length > 0 "
+            raise RsplanError(f"--ctx: cannot read '{shown(item.strip())}' as a context length > 0 "
                               "(examples: 4096, 8k, 32768)")
-        out.append(int(m.group(1)) * (1024 if m.group(2) else 1))
+        ctx = int(m.group(1)) * (1024 if m.group(2) else 1)
+        if ctx > MAX_CTX_PER_SEQ:
+            raise RsplanError(f"--ctx: {item.strip()} is {ctx} tokens, more than llama.cpp's largest context "
+                              f"{MAX_CTX_PER_SEQ} (a uint32, padded to {CTX_PAD})")
+        if ctx in out:
+            raise RsplanError(f"--ctx: {ctx} tokens given twice")
+        out.append(ctx)
     return out
 
 
 def size_or_zero(text: str, what: str) -> int:
     """A size with units, where zero is allowed (``--compute 0``)."""
-    from rsplan.render.units import parse_size
-
-    m = _ZERO.match(text)
-    if m:
-        parse_size("1" + m.group(1), what)  # the unit must still be one we know
-        return 0
-    return parse_size(text, what)
+    return parse_size(text, what, allow_zero=True)
 
 
 def _parse_ngl(text: str | None) -> int | None:
     if text is None or text.strip().lower() == "all":
         return None
-    try:
-        return int(text)
-    except ValueError:
-        raise RsplanError(f"-ngl: expected a number of layers or 'all', got '{text}'") from None
+    if not re.fullmatch(r"\s*-?[0-9]+\s*", text, re.ASCII):
+        raise RsplanError(f"-ngl: expected a number of layers or 'all', got '{shown(text)}'")
+    if len(text.strip().lstrip("-")) > 9:
+        raise RsplanError(f"-ngl {shown(text.strip())}: more layers than any model has; use -ngl all")
+    return int(text)
 
 
 def _parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
@@ -95,28 +100,32 @@ def _parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
     parts = []
     for item in re.split(r"[,/]+", text.strip()):
         try:
+            if len(item) > 40 or not item.isascii():
+                raise ValueError(item)
             parts.append(float(item))
         except ValueError:
-            raise RsplanError(f"--tensor-split: cannot read '{item}' as a proportion (example: 3,1)") from None
+            raise RsplanError(f"--tensor-split: cannot read '{shown(item)}' as a proportion (example: 3,1)") from None
     return tuple(parts)
 
 
 def _parse_fit_target(text: str) -> list[int]:
     out = []
     for item in re.split(r"[,/]+", text.strip()):
-        try:
-            value = int(item)
-        except ValueError:
-            raise RsplanError(f"--fit-target: cannot read '{item}' as a whole number of MiB") from None
+        if not re.fullmatch(r"\s*-?[0-9]+\s*", item, re.ASCII):
+            raise RsplanError(f"--fit-target: cannot read '{shown(item)}' as a whole number of MiB")
+        if len(item.strip().lstrip("-")) > 20:  # before int(): Python refuses to convert thousands of digits
+            raise RsplanError(f"--fit-target: '{shown(item.strip())}' MiB is absurdly large")
+        value = int(item)
         if value < 0:
             raise RsplanError(f"--fit-target: must be >= 0 MiB, got {value}")
+        if value << 20 > MAX_SIZE:
+            raise RsplanError(f"--fit-target: '{value}' MiB is absurdly large")
         out.append(value << 20)
     return out
 
 
 def _device_budgets(budget: str | None, gpu: str | None, gpu_memory: str | None) -> list[Any]:
     from rsplan.planner.capacity import DeviceBudget
-    from rsplan.render.units import parse_size
 
     if budget is not None and gpu is not None:
         raise RsplanError("give either --budget or --gpu, not both")
@@ -126,6 +135,8 @@ def _device_budgets(budget: str | None, gpu: str | None, gpu_memory: str | None)
         raise RsplanError("--gpu-memory applies to --gpu only")
     if budget is not None:
         sizes = [s.strip() for s in budget.split(",")]
+        if len(sizes) > MAX_DEVICES:
+            raise RsplanError(f"--budget: {len(sizes)} GPUs; llama.cpp handles at most {MAX_DEVICES}")
         out = []
         for i, size in enumerate(sizes):
             if size.startswith("-"):
@@ -140,7 +151,7 @@ def _device_budgets(budget: str | None, gpu: str | None, gpu_memory: str | None)
         try:
             indices = [int(i) for i in gpu.split(",")]
         except ValueError:
-            raise RsplanError(f"--gpu: expected GPU indices like 0 or 0,1, got '{gpu}'") from None
+            raise RsplanError(f"--gpu: expected GPU indices like 0 or 0,1, got '{shown(gpu)}'") from None
     which = gpu_memory or "free"
     out = []
     for g in read_gpus(indices):

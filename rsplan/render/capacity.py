@@ -14,6 +14,7 @@ from rsplan.render.units import human
 LIMITS = {
     "memory": "memory",
     "max_seq": "llama.cpp's 256-sequence maximum",
+    "max_ctx": "llama.cpp's largest -c, a uint32",
     "n_ctx_train": "the model's training context",
     "max_rs_seq": "rsplan's 1024-plane bound",
     "nothing_fits": "nothing fits",

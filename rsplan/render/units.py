@@ -16,7 +16,11 @@ _UNITS = {
     "g": 1000**3, "gb": 1000**3, "gib": 1 << 30,
     "t": 1000**4, "tb": 1000**4, "tib": 1 << 40,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)
+#: The largest size accepted, bytes (1 EiB: far beyond any memory, far below int overflow anywhere).
+MAX_SIZE = 1 << 60
+#: A size argument longer than this is not read at all (int() of thousands of digits is refused by Python).
+_MAX_SIZE_CHARS = 64
 
 
 def mib(n_bytes: int) -> str:
@@ -31,11 +35,20 @@ def human(n_bytes: int) -> str:
     return f"{n_bytes / MIB:,.2f} MiB"
 
 
-def parse_size(text: str, what: str = "size") -> int:
-    """Parse ``24GiB``, ``80G`` (decimal), ``81920MiB``, ``1024`` (bytes) into an exact number of bytes."""
-    m = _SIZE.match(text)
+def shown(text: str, limit: int = 40) -> str:
+    """``text`` as echoed in an error message: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_size(text: str, what: str = "size", *, allow_zero: bool = False) -> int:
+    """Parse ``24GiB``, ``80G`` (decimal), ``81920MiB``, ``1024`` (bytes) into an exact number of bytes.
+
+    ASCII digits only, at most MAX_SIZE bytes; zero only with ``allow_zero`` (a size that rounds down to zero
+    bytes, like ``0.5``, is refused either way).
+    """
+    m = _SIZE.match(text) if len(text) <= _MAX_SIZE_CHARS else None
     if not m:
-        raise RsplanError(f"{what}: cannot read '{text}' as a size (examples: 24GiB, 80GB, 81920MiB)")
+        raise RsplanError(f"{what}: cannot read '{shown(text)}' as a size (examples: 24GiB, 80GB, 81920MiB)")
     number, unit = m.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
@@ -45,8 +58,10 @@ def parse_size(text: str, what: str = "size") -> int:
         value = int(whole) * factor + int(frac) * factor // 10 ** len(frac)
     else:
         value = int(number) * factor
-    if value <= 0:
+    if value == 0 and any(c in "123456789" for c in number):
+        raise RsplanError(f"{what}: '{text.strip()}' is less than one byte")
+    if value == 0 and not allow_zero:
         raise RsplanError(f"{what}: must be positive, got '{text}'")
-    if value > 1 << 60:
-        raise RsplanError(f"{what}: '{text}' is absurdly large")
+    if value > MAX_SIZE:
+        raise RsplanError(f"{what}: '{shown(text)}' is absurdly large")
     return value
