@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from rsplan.cli.errors import user_errors
 from rsplan.cli.options import context_options, pop_context_params
+
+#: The buffers --format log can name: their alignment is known (planner.plan.BUFFER_ALIGNMENT).
+_BACKEND = re.compile(r"^(CPU|CUDA[0-9]{1,2})$")
 
 
 @click.command()
@@ -33,6 +38,16 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, **kwargs: 
     from rsplan.hparams.sources import load_model
     from rsplan.planner.plan import build_plan
 
+    ctx = click.get_current_context()
+    if fmt != "log" and ctx.get_parameter_source("backend") != ParameterSource.DEFAULT:
+        raise click.UsageError("--backend applies to --format log only", ctx)
+    if fmt != "table" and per_layer:
+        raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
+    if not _BACKEND.match(backend):
+        raise click.BadParameter(
+            f"'{backend}' is not a buffer rsplan knows the alignment of: CPU, or CUDA0, CUDA1, ...",
+            ctx, param_hint="--backend",
+        )
     params = pop_context_params(kwargs)
     spec = load_model(model_ref)
     plan = build_plan(spec, params)
