@@ -88,7 +88,9 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
     from rsplan.profiler.families import family_of, kernel_bytes
 
     dev = resolve_device(req.gpu, req.device)
-    if req.threads is not None and dev.type == "cpu":
+    if req.threads is not None:
+        if dev.type != "cpu":
+            raise WorkloadError(f"--threads sets the CPU threads of torch; it does nothing on {dev}")
         torch.set_num_threads(req.threads)
     spec = load_model(req.model)
     layout = cache_layout(spec)

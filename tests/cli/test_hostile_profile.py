@@ -73,3 +73,11 @@ def test_a_plan_larger_than_memory_is_refused_not_attempted():
     message = one_line_error(run("-m", "minimax-text-01", *FAST, "-c", "0", "-np", "256"))
     assert message.startswith("out of memory on cpu: the plan needs 462.50 GiB for the caches plus ")
     assert message.endswith(" is free; lower -c, -np or --n-rs-seq")
+
+
+def test_threads_on_a_gpu_is_refused_not_ignored(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr("rsplan.profiler.device.resolve_device", lambda gpu, device: torch.device("cuda", 0))
+    assert one_line_error(run("-m", "mamba2-130m", *FAST, "--gpu", "--threads", "4")) == (
+        "--threads sets the CPU threads of torch; it does nothing on cuda:0"
+    )
