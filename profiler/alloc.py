@@ -11,6 +11,8 @@ from rsplan.profiler.errors import DeviceError, WorkloadError, import_torch
 
 #: ggml type -> torch dtype for the types a kernel can read; quantized types are raw byte buffers.
 TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+#: On a CPU, at least this much of the available memory (and at least a tenth of it) is not planned for.
+CPU_RESERVE_MIN_BYTES = 1 << 30
 
 
 def torch_dtype(type_name: str) -> Any:
@@ -50,10 +52,14 @@ def allocate(plan: MemoryPlan, dev: Any, workspace_bytes: int) -> AllocatedCache
     torch = import_torch()
     needed = plan.total_bytes + workspace_bytes
     free = free_bytes(dev)
-    if needed > free:
+    # a CUDA allocation that does not fit raises; on a CPU the kernel's OOM killer answers instead (SIGKILL, no
+    # message), so part of the available memory is left to the rest of the system
+    reserve = max(free // 10, CPU_RESERVE_MIN_BYTES) if dev.type == "cpu" else 0
+    if needed > free - reserve:
+        kept = f" ({_gib(reserve)} of it left to the rest of the system)" if reserve else ""
         raise DeviceError(
             f"out of memory on {dev}: the plan needs {_gib(plan.total_bytes)} for the caches plus "
-            f"{_gib(workspace_bytes)} of profiling workspace ({_gib(needed)}), {_gib(free)} is free; "
+            f"{_gib(workspace_bytes)} of profiling workspace ({_gib(needed)}), {_gib(free)} is free{kept}; "
             "lower -c, -np or --n-rs-seq"
         )
     tensors: dict[str, Any] = {}

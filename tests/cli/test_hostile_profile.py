@@ -72,7 +72,17 @@ def test_a_plan_larger_than_memory_is_refused_not_attempted():
     # MiniMax-Text-01 at its 10,240,000-token training context for 256 sequences: hundreds of GiB of KV cache
     message = one_line_error(run("-m", "minimax-text-01", *FAST, "-c", "0", "-np", "256"))
     assert message.startswith("out of memory on cpu: the plan needs 462.50 GiB for the caches plus ")
-    assert message.endswith(" is free; lower -c, -np or --n-rs-seq")
+    assert message.endswith(" of it left to the rest of the system); lower -c, -np or --n-rs-seq")
+
+
+def test_cpu_memory_is_not_planned_to_the_last_byte(monkeypatch):
+    pytest.importorskip("torch")
+    # 1 GiB available: the reserve (at least 1 GiB on a CPU, where running out means the OOM killer) leaves none
+    monkeypatch.setattr("rsplan.profiler.alloc.free_bytes", lambda dev: 1 << 30)
+    message = one_line_error(run("-m", "mamba2-130m", *FAST))
+    assert message.startswith("out of memory on cpu: the plan needs 0.02 GiB for the caches plus ")
+    assert message.endswith("1.00 GiB is free (1.00 GiB of it left to the rest of the system); lower -c, -np or "
+                            "--n-rs-seq")
 
 
 def test_threads_on_a_gpu_is_refused_not_ignored(monkeypatch):
