@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows
+from rsplan.kernels._fused import head_tile, launch_rows, load_tile, seq_rows, store_tile, tile_blocks
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 
@@ -26,7 +27,7 @@ def _gated_delta_kernel(
     v_ptr,
     g_ptr,
     beta_ptr,
-    o_ptr,
+    out_ptr,
     src_rows_ptr,
     dst_rows_ptr,
     T,
@@ -43,19 +44,13 @@ def _gated_delta_kernel(
 ):
     i = tl.program_id(0)
     h = tl.program_id(1)
-    vb = tl.program_id(2)
-    src = tl.load(src_rows_ptr + i).to(tl.int64)
-    dst = tl.load(dst_rows_ptr + i).to(tl.int64)
+    src, dst = seq_rows(src_rows_ptr, dst_rows_ptr, i)
     if (src >= 0) & (dst >= 0):
         hk = h % Hk
-        offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)
-        offs_k = tl.arange(0, BLOCK_K)
-        mask_v = offs_v < Dv
-        mask_k = offs_k < Dk
-        mask = mask_v[:, None] & mask_k[None, :]
-        row = Hv * Dv * Dk
-        tile = h * Dv * Dk + offs_v[:, None] * Dk + offs_k[None, :]
-        s = tl.load(src_pool_ptr + src * row + tile, mask=mask, other=0.0).to(tl.float32)
+        offs_v, mask_v, offs_k, mask_k, mask, tile, row = head_tile(
+            h, Hv, Dv, Dk, tl.program_id(2) * BLOCK_V, 0, BLOCK_V, BLOCK_K
+        )
+        s = load_tile(src_pool_ptr, src, row, tile, mask)
         for t in range(T):
             it = i * T + t
             kt = tl.load(k_ptr + (it * Hk + hk) * Dk + offs_k, mask=mask_k, other=0.0).to(tl.float32)
@@ -70,11 +65,11 @@ def _gated_delta_kernel(
             delta = (vt - tl.sum(s * kt[None, :], axis=1)) * bt
             s = s + delta[:, None] * kt[None, :]
             ot = tl.sum(s * qt[None, :], axis=1) * scale
-            tl.store(o_ptr + (it * Hv + h) * Dv + offs_v, ot, mask=mask_v)
+            tl.store(out_ptr + (it * Hv + h) * Dv + offs_v, ot, mask=mask_v)
             slot = T - 1 - t
             if (slot > 0) & (slot < n_planes):
-                tl.store(pool_ptr + (slot * M + dst) * row + tile, s.to(pool_ptr.dtype.element_ty), mask=mask)
-        tl.store(pool_ptr + dst * row + tile, s.to(pool_ptr.dtype.element_ty), mask=mask)
+                store_tile(pool_ptr, slot * M + dst, row, tile, mask, s)
+        store_tile(pool_ptr, dst, row, tile, mask, s)
 
 
 def gated_delta_triton(
@@ -92,49 +87,30 @@ def gated_delta_triton(
 ) -> tuple[torch.Tensor]:
     """``gated_delta`` as one Triton launch; shapes as in ``gated_delta_ref``."""
     N, T, Hk, Hv, Dk, Dv, kda = check_delta_args(pool, q, k, v, g, beta)
-    if not pool.is_contiguous():
-        raise ValueError("gated_delta_triton needs a contiguous pool")
-    plan = plan_rows(
-        n_pool_rows=pool.shape[0],
+    BLOCK_V, BLOCK_K = tile_blocks(Dv, Dk, blocked="rows")
+    return launch_rows(
+        _gated_delta_kernel,
+        (N, Hv, triton.cdiv(Dv, BLOCK_V)),
+        name="gated_delta_triton",
+        pool=pool,
         src_rows=src_rows,
         dst_rows=dst_rows,
-        n_seqs=N,
         n_planes=n_planes,
         n_written=min(T, n_planes),
+        out=out,
+        out_shape=(N, T, Hv, Dv),
+        inputs={"q": q, "k": k, "v": v, "g": g, "beta": beta},
+        args={
+            "T": T,
+            "Hk": Hk,
+            "Hv": Hv,
+            "Dk": Dk,
+            "Dv": Dv,
+            "n_planes": n_planes,
+            "scale": 1.0 / math.sqrt(Dk),
+            "KDA": kda,
+            "BLOCK_V": BLOCK_V,
+            "BLOCK_K": BLOCK_K,
+        },
+        pass_mem_size=True,
     )
-    o = output(out, (N, T, Hv, Dv), v)
-    if not plan.active:
-        return (o,)
-    o_buf = o if o.is_contiguous() else o.contiguous()
-    src, src_pool = plan.src, pool
-    if plan.hazard:
-        src_pool, src = gather_inputs(pool, plan)
-    BLOCK_K = next_pow2(Dk)
-    BLOCK_V = max(1, min(next_pow2(Dv), 4096 // BLOCK_K))
-    grid = (N, Hv, triton.cdiv(Dv, BLOCK_V))
-    _gated_delta_kernel[grid](
-        pool,
-        src_pool,
-        q.contiguous(),
-        k.contiguous(),
-        v.contiguous(),
-        g.contiguous(),
-        beta.contiguous(),
-        o_buf,
-        device_rows(src, pool.device),
-        device_rows(plan.dst, pool.device),
-        T,
-        Hk,
-        Hv,
-        Dk,
-        Dv,
-        plan.mem_size,
-        n_planes,
-        1.0 / math.sqrt(Dk),
-        KDA=kda,
-        BLOCK_V=BLOCK_V,
-        BLOCK_K=BLOCK_K,
-    )
-    if o_buf is not o:
-        o.copy_(o_buf)
-    return (o,)

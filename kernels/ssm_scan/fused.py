@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows
+from rsplan.kernels._fused import head_tile, launch_rows, load_tile, seq_rows, store_tile, tile_blocks
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 
@@ -26,7 +27,7 @@ def _ssm_scan_kernel(
     A_ptr,
     B_ptr,
     C_ptr,
-    y_ptr,
+    out_ptr,
     src_rows_ptr,
     dst_rows_ptr,
     T,
@@ -41,19 +42,13 @@ def _ssm_scan_kernel(
 ):
     i = tl.program_id(0)
     h = tl.program_id(1)
-    pb = tl.program_id(2)
-    src = tl.load(src_rows_ptr + i).to(tl.int64)
-    dst = tl.load(dst_rows_ptr + i).to(tl.int64)
+    src, dst = seq_rows(src_rows_ptr, dst_rows_ptr, i)
     if (src >= 0) & (dst >= 0):
         g = h // (H // G)
-        offs_p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
-        offs_s = tl.arange(0, BLOCK_S)
-        mask_p = offs_p < P
-        mask_s = offs_s < S
-        mask = mask_p[:, None] & mask_s[None, :]
-        row = H * P * S
-        tile = h * P * S + offs_p[:, None] * S + offs_s[None, :]
-        state = tl.load(src_pool_ptr + src * row + tile, mask=mask, other=0.0).to(tl.float32)
+        offs_p, mask_p, offs_s, mask_s, mask, tile, row = head_tile(
+            h, H, P, S, tl.program_id(2) * BLOCK_P, 0, BLOCK_P, BLOCK_S
+        )
+        state = load_tile(src_pool_ptr, src, row, tile, mask)
         a = tl.load(A_ptr + h).to(tl.float32)
         for t in range(T):
             it = i * T + t
@@ -65,11 +60,11 @@ def _ssm_scan_kernel(
             c = tl.load(C_ptr + (it * G + g) * S + offs_s, mask=mask_s, other=0.0).to(tl.float32)
             state = state * dA + (x * d)[:, None] * b[None, :]
             y = tl.sum(state * c[None, :], axis=1)
-            tl.store(y_ptr + (it * H + h) * P + offs_p, y, mask=mask_p)
+            tl.store(out_ptr + (it * H + h) * P + offs_p, y, mask=mask_p)
             slot = T - 1 - t
             if (slot > 0) & (slot < n_planes):
-                tl.store(pool_ptr + (slot * M + dst) * row + tile, state.to(pool_ptr.dtype.element_ty), mask=mask)
-        tl.store(pool_ptr + dst * row + tile, state.to(pool_ptr.dtype.element_ty), mask=mask)
+                store_tile(pool_ptr, slot * M + dst, row, tile, mask, state)
+        store_tile(pool_ptr, dst, row, tile, mask, state)
 
 
 def ssm_scan_triton(
@@ -89,49 +84,19 @@ def ssm_scan_triton(
     N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C)
     if A.dim() != 1:
         raise ValueError("ssm_scan_triton supports Mamba-2 (A of shape [H]); use ssm_scan_torch for Mamba-1")
-    if not pool.is_contiguous():
-        raise ValueError("ssm_scan_triton needs a contiguous pool")
-    plan = plan_rows(
-        n_pool_rows=pool.shape[0],
+    BLOCK_P, BLOCK_S = tile_blocks(P, S, blocked="rows")
+    return launch_rows(
+        _ssm_scan_kernel,
+        (N, H, triton.cdiv(P, BLOCK_P)),
+        name="ssm_scan_triton",
+        pool=pool,
         src_rows=src_rows,
         dst_rows=dst_rows,
-        n_seqs=N,
         n_planes=n_planes,
         n_written=min(T, n_planes),
+        out=out,
+        out_shape=(N, T, H, P),
+        inputs={"x": x, "dt": dt, "A": A, "B": B, "C": C},
+        args={"T": T, "H": H, "P": P, "G": G, "S": S, "n_planes": n_planes, "BLOCK_P": BLOCK_P, "BLOCK_S": BLOCK_S},
+        pass_mem_size=True,
     )
-    y = output(out, (N, T, H, P), x)
-    if not plan.active:
-        return (y,)
-    y_buf = y if y.is_contiguous() else torch.empty_like(y)
-    if not y.is_contiguous():
-        y_buf.copy_(y)  # keep padding rows as the caller left them
-    src, src_pool = plan.src, pool
-    if plan.hazard:
-        src_pool, src = gather_inputs(pool, plan)
-    BLOCK_S = next_pow2(S)
-    BLOCK_P = max(1, min(next_pow2(P), 4096 // BLOCK_S))
-    grid = (N, H, triton.cdiv(P, BLOCK_P))
-    _ssm_scan_kernel[grid](
-        pool,
-        src_pool,
-        x.contiguous(),
-        dt.contiguous(),
-        A.contiguous(),
-        B.contiguous(),
-        C.contiguous(),
-        y_buf,
-        device_rows(src, pool.device),
-        device_rows(plan.dst, pool.device),
-        T,
-        H,
-        P,
-        G,
-        S,
-        plan.mem_size,
-        n_planes,
-        BLOCK_P=BLOCK_P,
-        BLOCK_S=BLOCK_S,
-    )
-    if y_buf is not y:
-        y.copy_(y_buf)
-    return (y,)
