@@ -57,10 +57,12 @@ def allocate(plan: MemoryPlan, dev: Any, workspace_bytes: int) -> AllocatedCache
     reserve = max(free // 10, CPU_RESERVE_MIN_BYTES) if dev.type == "cpu" else 0
     if needed > free - reserve:
         kept = f" ({_gib(reserve)} of it left to the rest of the system)" if reserve else ""
+        # the caches grow with -c, -np and the rollback planes; the workspace with the tokens of a step
+        lower = "-c, -np or --n-rs-seq" if plan.total_bytes >= workspace_bytes else "--ubatch, --draft or -np"
         raise DeviceError(
             f"out of memory on {dev}: the plan needs {_gib(plan.total_bytes)} for the caches plus "
             f"{_gib(workspace_bytes)} of profiling workspace ({_gib(needed)}), {_gib(free)} is free{kept}; "
-            "lower -c, -np or --n-rs-seq"
+            f"lower {lower}"
         )
     tensors: dict[str, Any] = {}
     planned = dict.fromkeys("kvrs", 0)

@@ -117,7 +117,9 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
     # working sets: the decode read set sizes the copy benchmark; inputs and snapshots are the workspace
     decode_bytes = sum(kernel_bytes(k, N, 1, 1, itemsize) for k in family.kernels) * len(layout.recurrent_layers)
     copy_bytes = min(COPY_MAX_BYTES, max(COPY_MIN_BYTES[dev.type], decode_bytes // 2))
-    io_bytes = sum(kernel_bytes(k, N, max(T, 1 + req.draft), 1, 0) for k in family.kernels)
+    # tokens per sequence of the largest step that runs: a prefill ubatch, a draft verification, or one token
+    step_tokens = max([1] + [T for n in names if n == "prefill"] + [1 + req.draft for n in names if n == "spec"])
+    io_bytes = sum(kernel_bytes(k, N, step_tokens, 1, 0) for k in family.kernels)
     layer_pool_bytes = plan.recurrent.rows * sum(
         t.row_bytes for t in plan.tensors if t.layer == layout.recurrent_layers[0] and t.kind in "rs"
     )

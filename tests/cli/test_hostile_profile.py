@@ -80,9 +80,10 @@ def test_cpu_memory_is_not_planned_to_the_last_byte(monkeypatch):
     # 1 GiB available: the reserve (at least 1 GiB on a CPU, where running out means the OOM killer) leaves none
     monkeypatch.setattr("rsplan.profiler.alloc.free_bytes", lambda dev: 1 << 30)
     message = one_line_error(run("-m", "mamba2-130m", *FAST))
-    assert message.startswith("out of memory on cpu: the plan needs 0.02 GiB for the caches plus ")
-    assert message.endswith("1.00 GiB is free (1.00 GiB of it left to the rest of the system); lower -c, -np or "
-                            "--n-rs-seq")
+    assert message == (
+        "out of memory on cpu: the plan needs 0.02 GiB for the caches plus 0.08 GiB of profiling workspace "
+        "(0.10 GiB), 1.00 GiB is free (1.00 GiB of it left to the rest of the system); lower --ubatch, --draft or -np"
+    )
 
 
 def test_threads_on_a_gpu_is_refused_not_ignored(monkeypatch):
@@ -91,3 +92,17 @@ def test_threads_on_a_gpu_is_refused_not_ignored(monkeypatch):
     assert one_line_error(run("-m", "mamba2-130m", *FAST, "--gpu", "--threads", "4")) == (
         "--threads sets the CPU threads of torch; it does nothing on cuda:0"
     )
+
+
+def test_a_huge_ubatch_names_the_workspace_flags():
+    pytest.importorskip("torch")
+    message = one_line_error(run("-m", "mamba2-130m", *FAST, "--ubatch", "4294967295"))
+    assert message.startswith("out of memory on cpu: the plan needs 0.02 GiB for the caches plus 332928.04 GiB of "
+                              "profiling workspace")
+    assert message.endswith("; lower --ubatch, --draft or -np")
+
+
+def test_a_huge_ubatch_does_not_size_a_decode_only_run():
+    pytest.importorskip("torch")
+    r = run("-m", "mamba2-130m", *FAST, "--ubatch", "4294967295", "--workload", "decode", "--format", "json")
+    assert r.exit_code == 0, r.output
