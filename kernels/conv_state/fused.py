@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows, next_pow2
+from rsplan.kernels._fused import head_tile, launch_rows, load_tile, seq_rows, store_tile
 from rsplan.kernels.conv_state.reference import check_conv_args
 
 
@@ -21,7 +22,7 @@ def _conv_state_kernel(
     src_pool_ptr,
     x_ptr,
     w_ptr,
-    y_ptr,
+    out_ptr,
     src_rows_ptr,
     dst_rows_ptr,
     T,
@@ -34,17 +35,11 @@ def _conv_state_kernel(
 ):
     i = tl.program_id(0)
     db = tl.program_id(1)
-    src = tl.load(src_rows_ptr + i).to(tl.int64)
-    dst = tl.load(dst_rows_ptr + i).to(tl.int64)
+    src, dst = seq_rows(src_rows_ptr, dst_rows_ptr, i)
     if (src >= 0) & (dst >= 0):
-        ch = db * BLOCK_D + tl.arange(0, BLOCK_D)
-        mask_d = ch < D
-        cols = tl.arange(0, BLOCK_W)
-        mask_w = cols < W - 1
-        row = D * (W - 1)
-        tile = ch[:, None] * (W - 1) + cols[None, :]
-        mask = mask_d[:, None] & mask_w[None, :]
-        win = tl.load(src_pool_ptr + src * row + tile, mask=mask, other=0.0).to(tl.float32)
+        # a pool row is one [D, W - 1] "head"
+        ch, mask_d, cols, _, mask, tile, row = head_tile(0, 1, D, W - 1, db * BLOCK_D, 0, BLOCK_D, BLOCK_W)
+        win = load_tile(src_pool_ptr, src, row, tile, mask)
         for t in range(T):
             acc = tl.zeros([BLOCK_D], dtype=tl.float32)
             for k in tl.static_range(W):
@@ -54,7 +49,7 @@ def _conv_state_kernel(
                 from_win = tl.sum(tl.where(cols[None, :] == m[:, None], win, 0.0), axis=1)
                 xm = tl.load(x_ptr + (i * T + m - (W - 1)) * D + ch, mask=mask_d & from_x, other=0.0)
                 acc += tl.where(from_x, xm.to(tl.float32), from_win) * wk
-            tl.store(y_ptr + (i * T + t) * D + ch, acc, mask=mask_d)
+            tl.store(out_ptr + (i * T + t) * D + ch, acc, mask=mask_d)
         for p in range(n_written):
             start = tl.maximum(T - p, 0)
             m2 = tl.zeros([BLOCK_W], dtype=tl.int32) + start + cols  # column of ext for each new window column
@@ -67,7 +62,7 @@ def _conv_state_kernel(
                 other=0.0,
             ).to(tl.float32)
             new = tl.where(m2[None, :] >= W - 1, xm, shifted)
-            tl.store(pool_ptr + (p * M + dst) * row + tile, new.to(pool_ptr.dtype.element_ty), mask=mask)
+            store_tile(pool_ptr, p * M + dst, row, tile, mask, new)
 
 
 def conv_state_triton(
@@ -83,43 +78,27 @@ def conv_state_triton(
 ) -> tuple[torch.Tensor]:
     """``conv_state`` as one Triton launch; shapes as in ``conv_state_ref``."""
     N, T, D, W = check_conv_args(pool, x, weight)
-    if not pool.is_contiguous():
-        raise ValueError("conv_state_triton needs a contiguous pool")
     n_written = n_planes if clamp_planes else min(T, n_planes)
-    plan = plan_rows(
-        n_pool_rows=pool.shape[0],
+    BLOCK_D = 128
+    return launch_rows(
+        _conv_state_kernel,
+        (N, triton.cdiv(D, BLOCK_D)),
+        name="conv_state_triton",
+        pool=pool,
         src_rows=src_rows,
         dst_rows=dst_rows,
-        n_seqs=N,
         n_planes=n_planes,
         n_written=n_written,
+        out=out,
+        out_shape=(N, T, D),
+        inputs={"x": x, "w": weight},
+        args={
+            "T": T,
+            "D": D,
+            "n_written": n_written,
+            "W": W,
+            "BLOCK_D": BLOCK_D,
+            "BLOCK_W": max(2, next_pow2(W - 1)),
+        },
+        pass_mem_size=True,
     )
-    y = output(out, (N, T, D), x)
-    if not plan.active:
-        return (y,)
-    y_buf = y if y.is_contiguous() else y.contiguous()
-    src, src_pool = plan.src, pool
-    if plan.hazard:
-        src_pool, src = gather_inputs(pool, plan)
-    BLOCK_W = max(2, next_pow2(W - 1))
-    BLOCK_D = 128
-    grid = (N, triton.cdiv(D, BLOCK_D))
-    _conv_state_kernel[grid](
-        pool,
-        src_pool,
-        x.contiguous(),
-        weight.contiguous(),
-        y_buf,
-        device_rows(src, pool.device),
-        device_rows(plan.dst, pool.device),
-        T,
-        D,
-        plan.mem_size,
-        n_written,
-        W=W,
-        BLOCK_D=BLOCK_D,
-        BLOCK_W=BLOCK_W,
-    )
-    if y_buf is not y:
-        y.copy_(y_buf)
-    return (y,)

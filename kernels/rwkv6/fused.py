@@ -10,7 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows
+from rsplan.kernels._fused import head_tile, launch_rows, load_tile, seq_rows, store_tile, tile_blocks
 from rsplan.kernels.rwkv6.reference import check_wkv6_args
 
 
@@ -23,7 +24,7 @@ def _rwkv6_kernel(
     v_ptr,
     w_ptr,
     u_ptr,
-    y_ptr,
+    out_ptr,
     src_rows_ptr,
     dst_rows_ptr,
     T,
@@ -34,18 +35,12 @@ def _rwkv6_kernel(
 ):
     n = tl.program_id(0)
     h = tl.program_id(1)
-    jb = tl.program_id(2)
-    src = tl.load(src_rows_ptr + n).to(tl.int64)
-    dst = tl.load(dst_rows_ptr + n).to(tl.int64)
+    src, dst = seq_rows(src_rows_ptr, dst_rows_ptr, n)
     if (src >= 0) & (dst >= 0):
-        offs_i = tl.arange(0, BLOCK_I)
-        offs_j = jb * BLOCK_J + tl.arange(0, BLOCK_J)
-        mask_i = offs_i < S
-        mask_j = offs_j < S
-        mask = mask_i[:, None] & mask_j[None, :]
-        row = H * S * S
-        tile = h * S * S + offs_i[:, None] * S + offs_j[None, :]
-        s = tl.load(src_pool_ptr + src * row + tile, mask=mask, other=0.0).to(tl.float32)
+        offs_i, mask_i, offs_j, mask_j, mask, tile, row = head_tile(
+            h, H, S, S, 0, tl.program_id(2) * BLOCK_J, BLOCK_I, BLOCK_J
+        )
+        s = load_tile(src_pool_ptr, src, row, tile, mask)
         u = tl.load(u_ptr + h * S + offs_i, mask=mask_i, other=0.0).to(tl.float32)
         for t in range(T):
             base = ((n * T + t) * H + h) * S
@@ -55,9 +50,9 @@ def _rwkv6_kernel(
             v = tl.load(v_ptr + base + offs_j, mask=mask_j, other=0.0).to(tl.float32)
             kv = k[:, None] * v[None, :]
             y = tl.sum(r[:, None] * (u[:, None] * kv + s), axis=0)
-            tl.store(y_ptr + base + offs_j, y, mask=mask_j)
+            tl.store(out_ptr + base + offs_j, y, mask=mask_j)
             s = w[:, None] * s + kv
-        tl.store(pool_ptr + dst * row + tile, s.to(pool_ptr.dtype.element_ty), mask=mask)
+        store_tile(pool_ptr, dst, row, tile, mask, s)
 
 
 def rwkv6_triton(
@@ -74,36 +69,18 @@ def rwkv6_triton(
 ) -> tuple[torch.Tensor]:
     """``rwkv6`` as one Triton launch; shapes as in ``rwkv6_ref``."""
     N, T, H, S = check_wkv6_args(pool, r, k, v, w, u)
-    if not pool.is_contiguous():
-        raise ValueError("rwkv6_triton needs a contiguous pool")
-    plan = plan_rows(n_pool_rows=pool.shape[0], src_rows=src_rows, dst_rows=dst_rows, n_seqs=N, n_planes=1, n_written=1)
-    y = output(out, (N, T, H, S), r)
-    if not plan.active:
-        return (y,)
-    y_buf = y if y.is_contiguous() else y.contiguous()
-    src, src_pool = plan.src, pool
-    if plan.hazard:
-        src_pool, src = gather_inputs(pool, plan)
-    BLOCK_I = next_pow2(S)
-    BLOCK_J = max(1, min(BLOCK_I, 4096 // BLOCK_I))
-    grid = (N, H, triton.cdiv(S, BLOCK_J))
-    _rwkv6_kernel[grid](
-        pool,
-        src_pool,
-        r.contiguous(),
-        k.contiguous(),
-        v.contiguous(),
-        w.contiguous(),
-        u.contiguous(),
-        y_buf,
-        device_rows(src, pool.device),
-        device_rows(plan.dst, pool.device),
-        T,
-        H,
-        S,
-        BLOCK_I=BLOCK_I,
-        BLOCK_J=BLOCK_J,
+    BLOCK_I, BLOCK_J = tile_blocks(S, S, blocked="cols")
+    return launch_rows(
+        _rwkv6_kernel,
+        (N, H, triton.cdiv(S, BLOCK_J)),
+        name="rwkv6_triton",
+        pool=pool,
+        src_rows=src_rows,
+        dst_rows=dst_rows,
+        n_planes=1,
+        n_written=1,
+        out=out,
+        out_shape=(N, T, H, S),
+        inputs={"r": r, "k": k, "v": v, "w": w, "u": u},
+        args={"T": T, "H": H, "S": S, "BLOCK_I": BLOCK_I, "BLOCK_J": BLOCK_J},
     )
-    if y_buf is not y:
-        y.copy_(y_buf)
-    return (y,)

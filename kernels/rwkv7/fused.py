@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
+from rsplan.kernels._common import Rows
+from rsplan.kernels._fused import head_tile, launch_rows, load_tile, seq_rows, store_tile, tile_blocks
 from rsplan.kernels.rwkv7.reference import check_wkv7_args
 
 
@@ -25,7 +26,7 @@ def _rwkv7_kernel(
     v_ptr,
     a_ptr,
     b_ptr,
-    y_ptr,
+    out_ptr,
     src_rows_ptr,
     dst_rows_ptr,
     T,
@@ -36,18 +37,12 @@ def _rwkv7_kernel(
 ):
     n = tl.program_id(0)
     h = tl.program_id(1)
-    ib = tl.program_id(2)
-    src = tl.load(src_rows_ptr + n).to(tl.int64)
-    dst = tl.load(dst_rows_ptr + n).to(tl.int64)
+    src, dst = seq_rows(src_rows_ptr, dst_rows_ptr, n)
     if (src >= 0) & (dst >= 0):
-        offs_i = ib * BLOCK_I + tl.arange(0, BLOCK_I)
-        offs_j = tl.arange(0, BLOCK_J)
-        mask_i = offs_i < S
-        mask_j = offs_j < S
-        mask = mask_i[:, None] & mask_j[None, :]
-        row = H * S * S
-        tile = h * S * S + offs_i[:, None] * S + offs_j[None, :]
-        s = tl.load(src_pool_ptr + src * row + tile, mask=mask, other=0.0).to(tl.float32)
+        offs_i, mask_i, offs_j, mask_j, mask, tile, row = head_tile(
+            h, H, S, S, tl.program_id(2) * BLOCK_I, 0, BLOCK_I, BLOCK_J
+        )
+        s = load_tile(src_pool_ptr, src, row, tile, mask)
         for t in range(T):
             base = ((n * T + t) * H + h) * S
             r = tl.load(r_ptr + base + offs_j, mask=mask_j, other=0.0).to(tl.float32)
@@ -59,8 +54,8 @@ def _rwkv7_kernel(
             sa = tl.sum(s * a[None, :], axis=1)
             s = s * w[None, :] + v[:, None] * k[None, :] + sa[:, None] * b[None, :]
             y = tl.sum(s * r[None, :], axis=1)
-            tl.store(y_ptr + base + offs_i, y, mask=mask_i)
-        tl.store(pool_ptr + dst * row + tile, s.to(pool_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptr + base + offs_i, y, mask=mask_i)
+        store_tile(pool_ptr, dst, row, tile, mask, s)
 
 
 def rwkv7_triton(
@@ -78,32 +73,18 @@ def rwkv7_triton(
 ) -> tuple[torch.Tensor]:
     """``rwkv7`` as one Triton launch; shapes as in ``rwkv7_ref``."""
     N, T, H, S = check_wkv7_args(pool, r, w, k, v, a, b)
-    if not pool.is_contiguous():
-        raise ValueError("rwkv7_triton needs a contiguous pool")
-    plan = plan_rows(n_pool_rows=pool.shape[0], src_rows=src_rows, dst_rows=dst_rows, n_seqs=N, n_planes=1, n_written=1)
-    y = output(out, (N, T, H, S), r)
-    if not plan.active:
-        return (y,)
-    y_buf = y if y.is_contiguous() else y.contiguous()
-    src, src_pool = plan.src, pool
-    if plan.hazard:
-        src_pool, src = gather_inputs(pool, plan)
-    BLOCK_J = next_pow2(S)
-    BLOCK_I = max(1, min(BLOCK_J, 4096 // BLOCK_J))
-    grid = (N, H, triton.cdiv(S, BLOCK_I))
-    _rwkv7_kernel[grid](
-        pool,
-        src_pool,
-        *(t.contiguous() for t in (r, w, k, v, a, b)),
-        y_buf,
-        device_rows(src, pool.device),
-        device_rows(plan.dst, pool.device),
-        T,
-        H,
-        S,
-        BLOCK_I=BLOCK_I,
-        BLOCK_J=BLOCK_J,
+    BLOCK_I, BLOCK_J = tile_blocks(S, S, blocked="rows")
+    return launch_rows(
+        _rwkv7_kernel,
+        (N, H, triton.cdiv(S, BLOCK_I)),
+        name="rwkv7_triton",
+        pool=pool,
+        src_rows=src_rows,
+        dst_rows=dst_rows,
+        n_planes=1,
+        n_written=1,
+        out=out,
+        out_shape=(N, T, H, S),
+        inputs={"r": r, "w": w, "k": k, "v": v, "a": a, "b": b},
+        args={"T": T, "H": H, "S": S, "BLOCK_I": BLOCK_I, "BLOCK_J": BLOCK_J},
     )
-    if y_buf is not y:
-        y.copy_(y_buf)
-    return (y,)
