@@ -182,17 +182,26 @@ def make_call(op: str, case: Case, seed: int = 0, device: str = "cpu") -> tuple[
     return kw, pool.to(device), y_shape
 
 
-def run_and_compare(op: str, case: Case, fast: Callable[..., tuple], device: str = "cpu") -> None:
+def run_and_compare(
+    op: str, case: Case, fast: Callable[..., tuple], device: str = "cpu", permuted_out: bool = False
+) -> None:
     """Run ``fast`` and the reference on the same inputs; compare y lane by lane and the pool row by row.
 
     Outputs start as NaN: a lane the fast path forgets stays NaN and fails; padding sequences must keep NaN.
-    Rows no sequence writes must be bit-identical afterwards.
+    Rows no sequence writes must be bit-identical afterwards. With ``permuted_out`` the fast path writes into a
+    dense but non-contiguous output (a permuted view), which it must fill exactly like a contiguous one.
     """
     kw, pool, y_shape = make_call(op, case, device="cpu")
     kw_dev = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
     pool_ref, pool_fast = pool.clone(), pool.clone().to(device)
     y_ref = torch.full(y_shape, float("nan"))
-    y_fast = torch.full(y_shape, float("nan"), device=device)
+    if permuted_out:
+        y_fast = torch.full(tuple(reversed(y_shape)), float("nan"), device=device).permute(
+            *reversed(range(len(y_shape)))
+        )
+        assert not y_fast.is_contiguous()
+    else:
+        y_fast = torch.full(y_shape, float("nan"), device=device)
     (y_ref,) = OPS[op].ref(pool=pool_ref, out=y_ref, **kw)
     (y_fast,) = fast(pool=pool_fast, out=y_fast, **kw_dev)
     y_fast, pool_fast = y_fast.cpu(), pool_fast.cpu()

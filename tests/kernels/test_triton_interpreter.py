@@ -44,6 +44,14 @@ def test_triton_kernel_matches_reference(op, case, interpreter):
     run_and_compare(op, case, OPS[op].triton_fn())
 
 
+@pytest.mark.parametrize(
+    ("op", "case"),
+    [pytest.param(o, c, id=f"{o}-{i}") for o, c, i in CASES if i in ("swapped-padding", "kda-padding", "decode")],
+)
+def test_triton_kernel_fills_a_permuted_output_and_keeps_its_padding(op, case, interpreter):
+    run_and_compare(op, case, OPS[op].triton_fn(), permuted_out=True)
+
+
 def test_triton_state_copy(interpreter):
     from rsplan.kernels.state_copy.fused import state_gather_triton, state_scatter_triton
 
