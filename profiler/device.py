@@ -27,6 +27,8 @@ def resolve_device(gpu: bool, device: str | None) -> Any:
     except RuntimeError:
         raise DeviceError(f"--device {name}: not a device (use cpu, cuda or cuda:N)") from None
     if dev.type == "cpu":
+        if dev.index is not None:
+            raise DeviceError(f"--device {name}: the CPU takes no index; use cpu")
         return dev
     if dev.type != "cuda":
         raise DeviceError(f"--device {name}: only cpu and cuda devices are supported")

@@ -106,3 +106,14 @@ def test_a_huge_ubatch_does_not_size_a_decode_only_run():
     pytest.importorskip("torch")
     r = run("-m", "mamba2-130m", *FAST, "--ubatch", "4294967295", "--workload", "decode", "--format", "json")
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(("device", "message"), [
+    ("cpu:1", "--device cpu:1: the CPU takes no index; use cpu"),
+    ("tpu", "--device tpu: not a device (use cpu, cuda or cuda:N)"),
+    ("cuda:99999999999999999999", "--device cuda:99999999999999999999: not a device (use cpu, cuda or cuda:N)"),
+    ("meta", "--device meta: only cpu and cuda devices are supported"),
+])
+def test_devices_that_cannot_run_a_profile(device, message):
+    pytest.importorskip("torch")
+    assert one_line_error(run("-m", "mamba2-130m", *FAST, "--device", device)) == message
