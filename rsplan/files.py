@@ -48,12 +48,16 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     cannot block the open and a path swapped between a check and the open cannot slip through.
 
     Raises:
-        OSError: the open failed (its ``strerror`` says why), or ``NotRegularFileError``.
+        OSError: the open failed (its ``strerror`` says why), ``IsADirectoryError`` (as open() says for a
+            directory), or ``NotRegularFileError`` (FIFO, device, socket).
     """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
             raise NotRegularFileError(path)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -260,3 +260,10 @@ def test_cuda_backend_log():
     r = run("-m", "lfm2-1.2b", "--backend", "CUDA1", "--format", "log")
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[0].startswith("llama_kv_cache:      CUDA1 KV buffer size =")
+
+
+def test_a_directory_named_config_json_in_a_model_directory(tmp_path):
+    (tmp_path / "model" / "config.json").mkdir(parents=True)
+    assert one_line_error(run("-m", str(tmp_path / "model"))) == (
+        f"{tmp_path / 'model' / 'config.json'}: cannot read file: Is a directory"
+    )

@@ -86,3 +86,9 @@ def test_profile_json_refused_with_the_reason(tmp_path, text, message):
     out = tmp_path / "r.html"
     assert one_line_error(run("--profile", str(profile), "-o", str(out))) == f"--profile {profile}: {message}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+def test_a_directory_as_profile(tmp_path):
+    assert one_line_error(run("--profile", str(tmp_path), "-o", str(tmp_path / "r.html"))) == (
+        f"--profile {tmp_path}: cannot read: Is a directory"
+    )
