@@ -15,10 +15,12 @@ from pydantic import ValidationError
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import FileTooLargeError, NotRegularFileError, read_limited
 from rsplan.hparams.archs import arch_info
-from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.model import MAX_LAYERS, ModelSpec
 
 MAX_PRESET_BYTES = 1 << 20
 MAX_DEPTH = 8
+#: The longest list: per-layer lists have block_count entries, at most llama.cpp's 512 layers.
+MAX_LIST = 4 * MAX_LAYERS
 #: The longest integer literal (a u64 has 20 digits; hex, binary and _ separators take a few more characters).
 MAX_INT_CHARS = 80
 
@@ -61,11 +63,24 @@ def _check_scalar(event: yaml.ScalarEvent, where: str, is_key: bool) -> None:
         raise ModelFileError(f"{where}: '{_shown(event.value)}' at line {line} is a date, not a preset value")
 
 
+def _count_item(top: list | None, event: yaml.Event, where: str) -> None:
+    """Count one more item of the open list ``top``: a list longer than any per-layer list is refused as soon
+    as it is, before the whole of it is parsed, built and validated."""
+    if top is None or top[0]:
+        return
+    top[3] += 1
+    if top[3] > MAX_LIST:
+        raise ModelFileError(
+            f"{where}: a list of more than {MAX_LIST} entries at line {event.start_mark.line + 1} "
+            f"(per-layer lists have block_count entries, at most {MAX_LAYERS})"
+        )
+
+
 def _check_events(text: str, where: str) -> None:
     """Refuse aliases, tags, deep nesting, complex keys, keys that are not names, duplicate keys, control
     characters, dates and absurdly long numbers before anything is built (YAML's constructors would raise
     plain ValueErrors on some of them)."""
-    # one frame per open collection: [is_mapping, keys seen, expecting a key]
+    # one frame per open collection: [is_mapping, keys seen, expecting a key, items so far]
     stack: list[list] = []
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
@@ -82,12 +97,14 @@ def _check_events(text: str, where: str) -> None:
                 raise ModelFileError(f"{where}: only plain keys are allowed (line {event.start_mark.line + 1})")
             if len(stack) >= MAX_DEPTH:
                 raise ModelFileError(f"{where}: YAML nested deeper than {MAX_DEPTH} levels")
-            stack.append([isinstance(event, yaml.MappingStartEvent), set(), True])
+            _count_item(top, event, where)
+            stack.append([isinstance(event, yaml.MappingStartEvent), set(), True, 0])
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             stack.pop()
             if stack and stack[-1][0]:
                 stack[-1][2] = True  # the collection was a value: a key comes next
         elif isinstance(event, yaml.ScalarEvent):
+            _count_item(top, event, where)
             is_key = top is not None and top[0] and top[2]
             _check_scalar(event, where, is_key)
             if top is not None and top[0]:

@@ -226,8 +226,10 @@ ssm: {conv_kernel: 4, inner_size: 128, state_size: 16, time_step_rank: 4, group_
      "a number of 5001 characters at line 6; no preset value is that long"),
     (PRESET.replace("block_count: 2", "block_count: 2001-13-45"),
      "'2001-13-45' at line 6 is a date, not a preset value"),
+    (PRESET.replace("block_count: 2", "block_count: 2\nfeed_forward_length: [" + ", ".join(["8"] * 200_000) + "]"),
+     "a list of more than 2048 entries at line 7 (per-layer lists have block_count entries, at most 512)"),
 ], ids=["empty", "bool key", "int key", "null key", "ESC in name", "bidi override", "!!int", "!!float junk",
-        "5000 digits", "date"])
+        "5000 digits", "date", "200k-entry list"])
 def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
     p = tmp_path / "m.yaml"
     p.write_text(text)
