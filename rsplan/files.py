@@ -22,7 +22,7 @@ MAX_JSON_DIGITS = 40
 
 
 class NotRegularFileError(OSError):
-    """The path exists but is a directory, a FIFO, a device or a socket."""
+    """The path exists but is a FIFO, a device or a socket (a directory is ``IsADirectoryError``)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(0, "not a regular file", str(path))
