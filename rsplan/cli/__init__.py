@@ -7,7 +7,9 @@ plotly, numpy) inside the command body, so ``rsplan estimate`` never loads them.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -71,10 +73,32 @@ class LazyGroup(click.Group):
             click.echo(f"Error: {message}{hint}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:
-            if getattr(exc, "errno", None) == 32:  # EPIPE: output piped into `head`
+            # every file rsplan reads or writes turns its OSErrors into RsplanErrors: what arrives here is the
+            # output itself failing (piped into `head`, a full disk, /dev/full)
+            if exc.errno not in _OUTPUT_ERRNOS:
+                raise
+            _discard_stdout()
+            if exc.errno == errno.EPIPE:
                 sys.exit(0)
-            raise
+            click.echo(f"Error: cannot write the output: {exc.strerror}", err=True)
+            sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+#: Write errors of the output stream.
+_OUTPUT_ERRNOS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT})
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what could not be written does not
+    fail a second time (with an 'Exception ignored' message after ours)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # a stdout without a descriptor (click's test runner): nothing to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -51,3 +52,11 @@ def test_output_piped_into_head_ends_quietly():
     err = p.stderr.read()
     p.stderr.close()
     assert (p.wait(timeout=30), err) == (0, b"")
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="no /dev/full")
+def test_output_to_a_full_disk_is_one_line():
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "rsplan", "presets", "list"], stdout=full, stderr=subprocess.PIPE,
+                           cwd=REPO, timeout=30)
+    assert (p.returncode, p.stderr) == (1, b"Error: cannot write the output: No space left on device\n")
