@@ -422,8 +422,11 @@ def _count_mtp_layers(cfg: _Config) -> int:
     if cfg.directory is None:
         return 0
     index = cfg.directory / "model.safetensors.index.json"
-    if path_kind(index) == "missing":
-        return 0
+    try:
+        if path_kind(index) == "missing":
+            return 0
+    except OSError as exc:
+        raise ModelFileError(f"{index}: cannot read file: {exc.strerror or exc}") from None
     data = _parse(read_text_file(index, MAX_INDEX_BYTES), index)
     weight_map = data.get("weight_map", {}) if isinstance(data, dict) else None
     if not isinstance(weight_map, dict):

@@ -189,19 +189,15 @@ class AtomicFile:
 
 def path_kind(path: str | os.PathLike[str]) -> str:
     """``"missing"``, ``"dir"``, ``"file"`` (regular) or ``"other"`` (FIFO, device, socket), following symbolic
-    links; a dangling link or a link loop is ``"missing"``.
+    links; a dangling link is ``"missing"``.
 
     Raises:
-        OSError: any other failure (a name too long, a directory that cannot be searched...).
+        OSError: any other failure (a link loop, a name too long, a directory that cannot be searched...).
     """
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return "missing"
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "missing"
-        raise
     if stat.S_ISDIR(mode):
         return "dir"
     return "file" if stat.S_ISREG(mode) else "other"

@@ -269,3 +269,26 @@ def test_a_directory_named_config_json_in_a_model_directory(tmp_path):
     assert one_line_error(run("-m", str(tmp_path / "model"))) == (
         f"{tmp_path / 'model' / 'config.json'}: cannot read file: Is a directory"
     )
+
+
+def test_a_symbolic_link_loop_is_named_as_one(tmp_path):
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "b.yaml")
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "a.yaml")
+    assert one_line_error(run("-m", str(tmp_path / "a.yaml"))) == (
+        f"{tmp_path / 'a.yaml'}: cannot read: Too many levels of symbolic links"
+    )
+
+
+def test_a_dangling_link_is_no_such_file(tmp_path):
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "missing.yaml")
+    assert one_line_error(run("-m", str(tmp_path / "a.yaml"))) == f"{tmp_path / 'a.yaml'}: no such file"
+
+
+def test_a_looping_safetensors_index_is_named(tmp_path):
+    d = model_dir(tmp_path, QWEN_NEXT)
+    (d / "l1").symlink_to(d / "l2")
+    (d / "l2").symlink_to(d / "l1")
+    (d / "model.safetensors.index.json").symlink_to(d / "l1")
+    assert one_line_error(run("-m", str(d))) == (
+        f"{d / 'model.safetensors.index.json'}: cannot read file: Too many levels of symbolic links"
+    )
