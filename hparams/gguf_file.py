@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rsplan.errors import ModelFileError
-from rsplan.files import open_regular
+from rsplan.files import open_regular, path_kind
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
 
@@ -457,8 +457,14 @@ def _split_parts(path: Path, buf: Any, index: GGUFIndex) -> list[Path]:
         )
     parts = [path.with_name(f"{match['prefix']}-{i + 1:05d}-of-{count:05d}.gguf") for i in range(1, count)]
     for part in parts:
-        if not part.is_file():
+        try:
+            kind = path_kind(part)
+        except OSError as exc:
+            raise cur.fail("split.count", f"part {part.name}: cannot read: {exc.strerror or exc}") from None
+        if kind == "missing":
             raise cur.fail("split.count", f"part {part.name} of this {count}-part model is missing")
+        if kind != "file":
+            raise cur.fail("split.count", f"part {part.name} of this {count}-part model is not a regular file")
     return parts
 
 

@@ -9,6 +9,7 @@ recurrent tensor. K/V are f16 (2 bytes), R/S f32 (4 bytes).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,6 +356,11 @@ def test_split_models_sum_every_part(gguf_file, rsplan):
     r = rsplan("estimate", "--model", str(first))
     assert r.output == (
         f"Error: {first}: split.count: part model-00002-of-00002.gguf of this 2-part model is missing\n"
+    )
+    os.mkfifo(second)  # never opened: a FIFO would block the scan
+    r = rsplan("estimate", "--model", str(first))
+    assert r.output == (
+        f"Error: {first}: split.count: part model-00002-of-00002.gguf of this 2-part model is not a regular file\n"
     )
 
 
