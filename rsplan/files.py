@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -154,7 +153,7 @@ class AtomicFile:
 
     def _temp(self, payload: bytes) -> Path:
         """A new temporary file beside the target holding ``payload`` (removed again if writing fails)."""
-        tmp = self.path.parent / f".{self.path.name}.{secrets.token_hex(6)}.tmp"
+        tmp = self.path.parent / f".{self.path.name}.{os.urandom(6).hex()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         except OSError as exc:
