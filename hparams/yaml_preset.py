@@ -7,6 +7,7 @@ at most ``MAX_PRESET_BYTES``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -30,8 +31,9 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _YAML_TAG = "tag:yaml.org,2002:"
 _STR_TAG = _YAML_TAG + "str"
 _RESOLVER = yaml.resolver.Resolver()
-#: Invisible characters that reorder the text around them on a terminal (bidirectional controls).
-_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+#: Control characters (C0 but tab and newlines, DEL, C1) and the invisible bidirectional controls that reorder
+#: the text around them on a terminal.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _shown(value: str) -> str:
@@ -43,12 +45,12 @@ def _check_scalar(event: yaml.ScalarEvent, where: str, is_key: bool) -> None:
     """A value must be plain text (no control characters: they would act on the terminal that prints the
     preset's name or source); a key must be a name, not something YAML reads as a number, bool or null."""
     line = event.start_mark.line + 1
-    for c in event.value:
-        if (c < " " and c not in "\t\n\r") or "\x7f" <= c <= "\x9f" or c in _BIDI_CONTROLS:
-            raise ModelFileError(
-                f"{where}: control character U+{ord(c):04X} at line {line} in '{_shown(event.value)}'; "
-                "presets are plain text"
-            )
+    control = _CONTROL.search(event.value)
+    if control:
+        raise ModelFileError(
+            f"{where}: control character U+{ord(control.group()):04X} at line {line} in '{_shown(event.value)}'; "
+            "presets are plain text"
+        )
     tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
     kind = tag.rsplit(":", 1)[-1]
     if is_key and tag != _STR_TAG:
