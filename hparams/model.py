@@ -28,6 +28,9 @@ MAX_CTX = (1 << 32) - 1
 #: Keys a section may carry beyond the ones its arch requires (read with a default by llama.cpp).
 _OPTIONAL_KEYS: dict[str, set[str]] = {"wkv": {"token_shift_count"}}
 
+#: Text fields may hold newlines and tabs but no other control characters (they would reach the terminal).
+_PRINTABLE = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
+
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
 Count = Annotated[int, Field(ge=0, le=MAX_HEADS)]
 PerLayerCount = Count | list[Count]
@@ -90,9 +93,9 @@ class ModelSpec(_Strict):
     ``ValidationError`` whose message names the field (the loaders turn it into a ``ModelFileError``).
     """
 
-    name: str = Field(min_length=1, max_length=200)
-    source: str = Field(min_length=1, max_length=2000, description="where every number comes from")
-    description: str | None = Field(None, max_length=2000)
+    name: str = Field(min_length=1, max_length=200, pattern=_PRINTABLE)
+    source: str = Field(min_length=1, max_length=2000, pattern=_PRINTABLE, description="where every number comes from")
+    description: str | None = Field(None, max_length=2000, pattern=_PRINTABLE)
     arch: str = Field(description="llama.cpp general.architecture")
     context_length: Annotated[int, Field(ge=1, le=MAX_CTX)]
     embedding_length: Dim

@@ -179,7 +179,8 @@ def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveCont
             n_ctx = n_ctx_seq * n_seq_max
             warnings.append(f"n_ctx is not divisible by n_seq_max - rounding down to {n_ctx}")
     if n_ctx > MAX_CTX:
-        raise ContextError(f"n_ctx {n_ctx} (after padding) does not fit llama.cpp's uint32")
+        why = f" (-c 0 = the training context {layout.n_ctx_train})" if params.n_ctx == 0 else ""
+        raise ContextError(f"n_ctx {n_ctx} (after padding) does not fit llama.cpp's uint32{why}")
     if n_ctx_seq < layout.n_ctx_train:
         warnings.append(
             f"n_ctx_seq ({n_ctx_seq}) < n_ctx_train ({layout.n_ctx_train}) -- "

@@ -209,3 +209,23 @@ def test_fast_totals_equal_the_full_plan(c, np_, rs, unified):
     plan = build_plan(HYBRID, params)
     assert plan.total_bytes == sum(t.bytes for t in plan.tensors)
     assert plan.total_bytes == plan_totals(LAYOUT, resolve_context(LAYOUT, params)).total_bytes
+
+
+def test_training_context_too_large_for_uint32_says_where_it_came_from():
+    huge = cache_layout(make_spec(arch="mamba2", context_length=(1 << 32) - 1, embedding_length=64, block_count=1,
+                                  ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
+                                       "group_count": 1}))
+    with pytest.raises(ContextError) as exc:
+        resolve_context(huge, ContextParams(n_ctx=0))
+    assert str(exc.value) == ("n_ctx 4294967296 (after padding) does not fit llama.cpp's uint32 "
+                              "(-c 0 = the training context 4294967295)")
+
+
+def test_text_fields_refuse_terminal_control_characters():
+    from pydantic import ValidationError
+
+    fields = {"arch": "mamba2", "context_length": 4096, "embedding_length": 64, "block_count": 1,
+              "ssm": {"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4, "group_count": 1}}
+    with pytest.raises(ValidationError, match="name"):
+        make_spec(**{**fields, "name": "evil\x1b[2J"})
+    assert make_spec(**{**fields, "source": "line one\nline two\twith a tab"}).source.count("\n") == 1
