@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rsplan.hparams.ggml_types import ggml_type, row_nbytes
-from rsplan.hparams.layout import CacheLayout, KVLayer, cache_layout
+from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 
@@ -140,24 +140,24 @@ class PlanTotals:
         return self.k_bytes + self.v_bytes + self.r_bytes + self.s_bytes
 
 
-def _v_row(layout: CacheLayout, ctx: EffectiveContext, layer: KVLayer) -> int:
+def _v_row(layout: CacheLayout, ctx: EffectiveContext, n_embd_v_gqa: int) -> int:
     # [TAG_V_CACHE_VARIABLE]: without flash attention V is transposed and every row is the widest one
-    return layout.n_embd_v_gqa_max if ctx.v_trans else layer.n_embd_v_gqa
+    return layout.n_embd_v_gqa_max if ctx.v_trans else n_embd_v_gqa
 
 
-def _kv_cells(ctx: EffectiveContext, layer: KVLayer) -> int:
-    return ctx.n_swa_cells if layer.is_swa else ctx.n_ctx_seq
+def _kv_cells(ctx: EffectiveContext, is_swa: bool) -> int:
+    """KV cells per stream of a layer: sliding-window layers have their own, smaller cache."""
+    return ctx.n_swa_cells if is_swa else ctx.n_ctx_seq
 
 
 def plan_totals(layout: CacheLayout, ctx: EffectiveContext) -> PlanTotals:
     """Exact byte totals for ``layout`` under the resolved context ``ctx`` (integer arithmetic only)."""
     k_bytes = v_bytes = 0
     for n_layers, k_row, v_row, is_swa in layout.kv_groups:
-        cells = (ctx.n_swa_cells if is_swa else ctx.n_ctx_seq) * ctx.n_stream * n_layers
+        cells = _kv_cells(ctx, is_swa) * ctx.n_stream * n_layers
         k_bytes += row_nbytes(ctx.type_k, k_row) * cells
         if layout.has_v:
-            v_row = layout.n_embd_v_gqa_max if ctx.v_trans else v_row
-            v_bytes += row_nbytes(ctx.type_v, v_row) * cells
+            v_bytes += row_nbytes(ctx.type_v, _v_row(layout, ctx, v_row)) * cells
     n_rec = len(layout.recurrent_layers)
     rows = ctx.rs_rows
     r_bytes = n_rec * row_nbytes(ctx.type_r, layout.n_embd_r) * rows
@@ -184,10 +184,10 @@ def _tensors(layout: CacheLayout, ctx: EffectiveContext) -> list[TensorPlan]:
         for layer in layout.kv_layers:
             if layer.is_swa != swa:
                 continue
-            cells = _kv_cells(ctx, layer)
+            cells = _kv_cells(ctx, layer.is_swa)
             rows = [("k", layer.n_embd_k_gqa, ctx.type_k)]
             if layout.has_v:
-                rows.append(("v", _v_row(layout, ctx, layer), ctx.type_v))
+                rows.append(("v", _v_row(layout, ctx, layer.n_embd_v_gqa), ctx.type_v))
             for kind, width, type_ in rows:
                 row_bytes = row_nbytes(type_, width)
                 out.append(
