@@ -148,6 +148,28 @@ SSM_DT_RANK: tuple[str, ...] = (
     "mamba_dt_rank",  # Jamba
 )
 
+#: The keys vLLM derives its default max_model_len from (the smallest present wins; model_max_length, when
+#: present, overrides them all): vllm/transformers_utils/model_arch_config_convertor.py, vLLM 0.33.0.
+SERVING_CONTEXT: tuple[str, ...] = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+TORCH_DTYPE: tuple[str, ...] = (
+    "torch_dtype",  # transformers < 5
+    "dtype",  # transformers >= 5
+)
+MAMBA_SSM_DTYPE: tuple[str, ...] = (
+    "mamba_ssm_cache_dtype",  # Nemotron-H (vLLM's NemotronHForCausalLMConfig reads it)
+    "mamba_ssm_dtype",  # Qwen3.5 (vLLM's Qwen3_5ForConditionalGenerationConfig reads it)
+)
+
 #: Nested configs whose keys the converter lifts to the top level (ModelBase.load_hparams, TextModel.__init__).
 TEXT_CONFIG: tuple[str, ...] = (
     "text_config",  # Qwen3.5 (Qwen3_5ForConditionalGeneration), LFM2-VL

@@ -26,7 +26,7 @@ from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import JSONValueError, parse_json, path_kind
 from rsplan.hparams import hf_aliases as A
 from rsplan.hparams.llama_loader import KEY_ARCH, KEY_NAME, LoadedModel, MetaInfo, load_spec, printable
-from rsplan.hparams.model import MAX_LAYERS, ModelSpec
+from rsplan.hparams.model import HF_DTYPES, MAX_LAYERS, ModelSpec, ServingSpec
 from rsplan.hparams.yaml_preset import read_text_file
 
 #: config.json is small (the largest real ones, with a vision tower, are a few KiB).
@@ -773,6 +773,43 @@ def _model_type(data: dict[str, Any], where: str) -> tuple[str, HFModelType]:
     return model_type, family
 
 
+def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str) -> str | None:
+    """The first of ``aliases`` present, as one of HF_DTYPES ("torch.bfloat16" is read as "bfloat16")."""
+    for key in aliases:
+        value = flat.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ModelFileError(f"{where}: {key}: expected a dtype name, got {json.dumps(value)[:40]}")
+        name = value.removeprefix("torch.")
+        if name not in HF_DTYPES:
+            raise ModelFileError(
+                f"{where}: {key}: '{printable(value[:40])}' is not one of {', '.join(HF_DTYPES)}"
+            )
+        return name
+    return None
+
+
+def _serving(flat: dict[str, Any], where: str) -> ServingSpec | None:
+    """What vLLM and SGLang read beyond the converter's keys: dtypes and the derived max model length (None when
+    the config names none of them)."""
+    lengths: dict[str, int] = {}
+    for key in A.SERVING_CONTEXT:
+        value = flat.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1 << 32:
+            raise ModelFileError(f"{where}: {key}: expected a context length in 1..2**32-1, got "
+                                 f"{json.dumps(value)[:40]}")
+        lengths[key] = value
+    serving = ServingSpec(
+        torch_dtype=_dtype_value(flat, A.TORCH_DTYPE, where),
+        mamba_ssm_dtype=_dtype_value(flat, A.MAMBA_SSM_DTYPE, where),
+        max_model_len=lengths.get("model_max_length", min(lengths.values(), default=None)),
+    )
+    return serving if any(value is not None for value in serving.model_dump().values()) else None
+
+
 def read_hf_config(path: str | Path) -> HFModel:
     """Read a Hugging Face config.json (or a model directory holding one) the way llama.cpp converts it.
 
@@ -792,6 +829,8 @@ def read_hf_config(path: str | Path) -> HFModel:
     name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
     meta = _HFMetadata(w, arch, name, where)
     loaded = load_spec(meta, fallback_name=name or "config", source=where)
+    spec = loaded.spec.model_copy(update={"serving": _serving(flat, where)})
+    loaded = LoadedModel(spec, loaded.sources)
     return HFModel(loaded, model_type, family.converter, where)
 
 

@@ -9,7 +9,7 @@ exactly ``block_count`` entries, as in llama.cpp. See docs/preset-schema.md.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -86,6 +86,27 @@ class KDASpec(_Strict):
     head_dim: Dim | None = None
 
 
+#: Floating-point types a Hugging Face config names for its weights or states (``torch_dtype`` / ``dtype``).
+HF_DTYPES = ("float32", "float16", "bfloat16")
+HFDtype = Literal["float32", "float16", "bfloat16"]
+
+
+class ServingSpec(_Strict):
+    """Facts of the Hugging Face config that serving engines (vLLM, SGLang) read and GGUF has no key for.
+
+    llama.cpp ignores this section; ``rsplan estimate --engine vllm|sglang`` uses it for the "auto" dtypes and the
+    default maximum model length.
+    """
+
+    torch_dtype: HFDtype | None = Field(None, description="config.json torch_dtype / dtype: the weights' type")
+    mamba_ssm_dtype: HFDtype | None = Field(
+        None, description="config.json mamba_ssm_cache_dtype (Nemotron-H) / mamba_ssm_dtype (Qwen3.5)"
+    )
+    max_model_len: Annotated[int, Field(ge=1, le=MAX_CTX)] | None = Field(
+        None, description="the context vLLM and SGLang derive from config.json (max_position_embeddings, ...)"
+    )
+
+
 class ModelSpec(_Strict):
     """A model's cache-relevant hyper-parameters, named as llama.cpp's GGUF keys.
 
@@ -111,6 +132,7 @@ class ModelSpec(_Strict):
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(
         None, description="bytes of the model weights (for capacity planning)"
     )
+    serving: ServingSpec | None = Field(None, description="config.json facts for vLLM / SGLang")
 
     @property
     def info(self) -> ArchInfo:

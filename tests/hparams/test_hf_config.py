@@ -15,7 +15,8 @@ from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.hf_config import load_hf_config, read_hf_config
 
 MIB = 1 << 20
-SPEC_LABELS = {"name", "source", "weights_bytes", "description"}
+#: Fields a GGUF file cannot carry or labels: not compared between a config and its GGUF twin.
+SPEC_LABELS = {"name", "source", "weights_bytes", "description", "serving"}
 
 QWEN_NEXT = {
     "model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4,

@@ -124,7 +124,7 @@ REFUSED = {
 }
 
 #: Keys no cache depends on outside nemotron_h* (docs/preset-schema.md): presets omit them, the converter writes them.
-NOT_CACHE_KEYS = {"name", "source", "description", "weights_bytes", "feed_forward_length"}
+NOT_CACHE_KEYS = {"name", "source", "description", "weights_bytes", "feed_forward_length", "serving"}
 
 
 def _plan(spec):
@@ -168,6 +168,9 @@ def test_real_config_plans_exactly_like_its_preset(case):
     assert _tensors(plan) == _tensors(preset_plan)
     # beyond the plan: every cache-relevant key (context_length included, which -c 0 would use) is the same
     assert spec.model_dump(exclude=NOT_CACHE_KEYS) == preset.model_dump(exclude=NOT_CACHE_KEYS)
+    # every serving fact the config states (dtypes, vLLM's derived max_model_len) is the preset's
+    stated = {k: v for k, v in spec.serving.model_dump().items() if v is not None} if spec.serving else {}
+    assert stated == {k: v for k, v in (preset.serving.model_dump() if preset.serving else {}).items() if k in stated}
 
 
 @pytest.mark.parametrize("folder", sorted(REFUSED))
