@@ -1,0 +1,228 @@
+"""What every serving engine's rules module provides, and the shapes of its answers.
+
+An engine module (``planner/engines/<name>.py``) holds one engine's memory rules, read from one version of its
+source, and exposes an object satisfying ``Engine``: its flags (as data, so the CLI builds the options from them),
+``settings`` to validate flag values, ``plan`` for ``rsplan estimate`` and ``capacity`` for ``rsplan capacity`` /
+``rsplan report``. Results are engine-neutral: tables of state tensors and facts, predicted log lines, warnings
+and the engine's own flags to use, so one renderer draws every engine. A new engine is a new module plus one
+line in ``planner/engines/__init__.py``.
+
+Memory is in bytes (``*_bytes`` ints); shapes are per GPU rank (tensor parallelism already applied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.model import ModelSpec
+
+#: Bytes per element of the state and KV dtypes the engines name.
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
+
+
+class EngineError(RsplanError):
+    """Settings an engine would refuse, or a model it does not serve."""
+
+
+@dataclass(frozen=True)
+class EngineFlag:
+    """One command-line flag of an engine, as data (the CLI turns it into a click option).
+
+    Attributes:
+        key: the Python name of the value (``max_num_seqs``).
+        decls: the flag names, as the engine spells them (``("--max-num-seqs",)``).
+        kind: ``int``, ``float``, ``size`` (bytes with units), ``choice`` or ``bool`` (an on/off switch).
+        help: one line for ``--help``.
+        choices: the allowed values of a ``choice``.
+        lo / hi: bounds of an ``int`` or ``float`` (inclusive).
+    """
+
+    key: str
+    decls: tuple[str, ...]
+    kind: str
+    help: str
+    choices: tuple[str, ...] = ()
+    lo: float | None = None
+    hi: float | None = None
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """One cache tensor of one kind of layer, per GPU rank.
+
+    Attributes:
+        layer_kind: ``attention``, ``mla``, ``mamba1``, ``mamba2``, ``gated_delta_net``, ``kda``, ``short_conv``.
+        tensor: ``k``, ``v``, ``kv`` (MLA latent), ``conv`` or ``ssm``.
+        shape: elements per slot: one token for attention (``per == "token"``), one request's state for the
+            recurrent kinds (``per == "state"``).
+        dtype: element type.
+        n_bytes: bytes of one slot (``prod(shape) * dtype size``).
+        n_layers: how many layers hold this tensor.
+        per: ``token`` or ``state``.
+    """
+
+    layer_kind: str
+    tensor: str
+    shape: tuple[int, ...]
+    dtype: str
+    n_bytes: int
+    n_layers: int
+    per: str
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One named number or setting of a plan, with where it comes from."""
+
+    label: str
+    value: int | float | str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """What an engine allocates for a model at given settings (``rsplan estimate --engine ...``).
+
+    Attributes:
+        engine / version: the engine and the version of its source these rules follow.
+        model: the model's name.
+        settings: the effective flag values (after the engine's defaults and adjustments).
+        states: every cache tensor kind, per rank.
+        facts: the derived numbers (page sizes, block size, groups, bytes needed ...), in reading order.
+        log_lines: the lines the engine prints about them, predicted.
+        warnings: what the user should know (inflated blocks, padding, features not modelled).
+        total_bytes: the KV-cache memory per GPU rank these settings need (each engine says what that covers).
+    """
+
+    engine: str
+    version: str
+    model: str
+    settings: Mapping[str, Any]
+    states: tuple[StateTensor, ...]
+    facts: tuple[Fact, ...]
+    log_lines: tuple[str, ...]
+    warnings: tuple[str, ...]
+    total_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["settings"] = dict(self.settings)
+        return out
+
+
+@dataclass(frozen=True)
+class ServingBudget:
+    """The memory of the GPUs a serving engine runs on (every tensor-parallel rank alike).
+
+    Attributes:
+        gpu_bytes: memory of one GPU (the smallest, when several differ).
+        gpu_source: where gpu_bytes comes from (a flag, or NVML).
+        weights_bytes: the whole model's weights, or None when unknown (then NOT counted, and said so).
+        weights_source: where weights_bytes comes from.
+        overhead_bytes: per GPU, what the engine uses besides weights and caches (activations, CUDA graphs,
+            CUDA context, NCCL): an allowance, ``--overhead``.
+        gpu_free_bytes: the free memory NVML reported, when read from a real GPU.
+    """
+
+    gpu_bytes: int
+    gpu_source: str
+    weights_bytes: int | None
+    weights_source: str
+    overhead_bytes: int
+    gpu_free_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ConcurrencyPoint:
+    """The most requests of ``max_model_len`` tokens an engine runs at once in a budget."""
+
+    max_model_len: int
+    max_concurrency: int
+    flags: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class EngineCapacity:
+    """An engine's capacity answers for one model and budget (``rsplan capacity --engine ...``).
+
+    Attributes:
+        plan: the plan at the settings as given.
+        cache_bytes: the KV-cache memory per GPU rank the engine would get from the budget.
+        facts: the budget arithmetic and the answers, in reading order.
+        ladder: the most concurrent requests per max_model_len.
+        flags: the engine flags to use at the settings as given (safe values).
+        log_lines / warnings: as in EnginePlan, for the budget.
+    """
+
+    plan: EnginePlan
+    cache_bytes: int
+    facts: tuple[Fact, ...]
+    ladder: tuple[ConcurrencyPoint, ...]
+    flags: str
+    log_lines: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["plan"] = self.plan.to_dict()
+        return out
+
+
+class Engine(Protocol):
+    """One serving engine's memory rules."""
+
+    name: str
+    version: str
+    doc: str
+    flags: tuple[EngineFlag, ...]
+
+    def settings(self, values: Mapping[str, Any]) -> Any:
+        """Validate the engine flags' values (``None`` = not given) into the engine's settings object."""
+        ...
+
+    def plan(self, spec: ModelSpec, settings: Any) -> EnginePlan:
+        """Every cache tensor and derived number at ``settings``."""
+        ...
+
+    def capacity(self, spec: ModelSpec, settings: Any, budget: ServingBudget,
+                 contexts: Sequence[int] | None = None) -> EngineCapacity:
+        """What fits in ``budget``: at ``settings``, and the most requests per context in ``contexts``."""
+        ...
+
+
+def dtype_bytes(dtype: str, what: str) -> int:
+    """Bytes per element of ``dtype``, or an EngineError naming ``what`` (the flag or config key)."""
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise EngineError(f"{what}: unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})") from None
+
+
+def prod(shape: Sequence[int]) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for non-negative ints."""
+    return -(-a // b)
+
+
+def divide(total: int, parts: int, what: str) -> int:
+    """``total / parts`` when exact (vLLM's ``divide``, SGLang's shard checks), else an EngineError."""
+    if total % parts:
+        raise EngineError(f"{what} ({total}) is not divisible by the tensor-parallel size {parts}")
+    return total // parts

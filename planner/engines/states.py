@@ -1,0 +1,179 @@
+"""Recurrent-state and attention shapes as the serving engines (vLLM, SGLang) allocate them, per GPU rank.
+
+Both engines keep, per request and recurrent layer, a conv state and (except short convolutions) a temporal /
+SSM state, with tensor parallelism splitting the channels and heads; the shapes below are the ones of
+``MambaStateShapeCalculator`` (vllm/model_executor/layers/mamba/mamba_utils.py, vLLM 0.33.0) and
+``Mamba2StateShape`` / ``KimiLinearStateShape`` (sglang/srt/configs/mamba_utils.py, SGLang 0.5.23). They are read
+from the same ``ModelSpec`` fields llama.cpp's sizes come from (docs/preset-schema.md):
+
+- Mamba-1 (``mamba``, ``jamba``): conv ``(d_conv - 1, d_inner / TP)``, SSM ``(d_inner / TP, d_state)``.
+- Mamba-2 (``mamba2``, ``nemotron_h``, ``falcon-h1``, ``granitehybrid``): ``n_groups`` raised to TP when TP does
+  not divide it; conv ``(d_conv - 1 + extra, (d_inner + 2 * n_groups * d_state) / TP)``, SSM
+  ``(n_heads / TP, d_inner / n_heads, d_state)`` with ``n_heads = ssm.time_step_rank``.
+- Gated delta net (``qwen3next``, ``qwen35``, ``qwen35moe``): k heads = ``ssm.group_count``, k dim =
+  ``ssm.state_size``, v heads = ``ssm.time_step_rank``, v dim = ``ssm.inner_size / v heads``; conv
+  ``(d_conv - 1 + extra, (2 * k_heads * k_dim + v_heads * v_dim) / TP)``, SSM ``(v_heads / TP, v_dim, k_dim)``.
+- KDA (``kimi-linear``): heads = ``attention.head_count`` (layer 0), head dim = ``kda.head_dim``; conv
+  ``(d_conv - 1 + extra, 3 * heads * head_dim / TP)``, SSM ``(heads / TP, head_dim, head_dim)``.
+- Short conv (``lfm2``, ``lfm2moe``): conv ``(l_cache - 1 + extra, n_embd / TP)``, no SSM state.
+
+``extra`` is vLLM's ``num_speculative_tokens`` (its conv state keeps the draft tokens' inputs); SGLang keeps those in
+separate speculative buffers (extra = 0). The element counts do not depend on either engine's axis order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsplan.hparams.layout import CacheLayout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.engines.base import EngineError, divide
+
+#: llama.cpp arch -> the state kind both engines give its recurrent layers.
+STATE_KIND: dict[str, str] = {
+    "mamba": "mamba1",
+    "jamba": "mamba1",
+    "mamba2": "mamba2",
+    "nemotron_h": "mamba2",
+    "nemotron_h_moe": "mamba2",
+    "falcon-h1": "mamba2",
+    "granitehybrid": "mamba2",
+    "qwen3next": "gated_delta_net",
+    "qwen35": "gated_delta_net",
+    "qwen35moe": "gated_delta_net",
+    "kimi-linear": "kda",
+    "lfm2": "short_conv",
+    "lfm2moe": "short_conv",
+}
+
+
+@dataclass(frozen=True)
+class RecurrentShapes:
+    """One recurrent layer's state, per request, per GPU rank.
+
+    Attributes:
+        kind: ``mamba1``, ``mamba2``, ``gated_delta_net``, ``kda`` or ``short_conv``.
+        conv: ``(state_len, channels)``: the last inputs of the causal convolution.
+        ssm: the temporal state's shape, or None (short convolutions keep none).
+    """
+
+    kind: str
+    conv: tuple[int, int]
+    ssm: tuple[int, ...] | None
+
+
+def extra_groups_for_head_shards(n_groups: int, tp: int) -> int:
+    """Groups added so that every rank holds one (vLLM and SGLang: ``tp - n_groups`` when tp does not divide
+    n_groups). Both engines only ever meet n_groups < tp here; a larger, non-dividing n_groups would make the
+    count negative, which rsplan refuses instead of reproducing."""
+    if n_groups % tp == 0:
+        return 0
+    if n_groups > tp:
+        raise EngineError(
+            f"ssm.group_count ({n_groups}) is neither a multiple of the tensor-parallel size {tp} nor below it"
+        )
+    return tp - n_groups
+
+
+def state_kind(spec: ModelSpec, engine: str) -> str:
+    """The recurrent state kind of ``spec``'s arch, or an EngineError when ``engine`` does not serve it."""
+    try:
+        return STATE_KIND[spec.arch]
+    except KeyError:
+        raise EngineError(f"{engine} does not serve arch '{spec.arch}' (rsplan models it for: "
+                          f"{', '.join(sorted(STATE_KIND))})") from None
+
+
+def recurrent_shapes(spec: ModelSpec, tp: int, *, engine: str, conv_extra: int = 0) -> RecurrentShapes:
+    """The per-rank conv and temporal state shapes of ``spec``'s recurrent layers at tensor-parallel size ``tp``.
+
+    Args:
+        spec: the model.
+        tp: tensor-parallel size (>= 1).
+        engine: the engine's name, for error messages.
+        conv_extra: positions added to the conv state (vLLM: ``num_speculative_tokens``; not for Mamba-1).
+    """
+    kind = state_kind(spec, engine)
+    ssm = spec.ssm
+    if kind == "short_conv":
+        assert spec.shortconv is not None and spec.shortconv.l_cache is not None
+        channels = divide(spec.embedding_length, tp, "embedding_length (the short conv's channels)")
+        return RecurrentShapes(kind, (spec.shortconv.l_cache - 1 + conv_extra, channels), None)
+    assert ssm is not None and ssm.conv_kernel is not None
+    d_conv = ssm.conv_kernel
+    if kind == "kda":
+        assert spec.kda is not None and spec.kda.head_dim is not None
+        heads, head_dim = spec.head_count(0), spec.kda.head_dim
+        channels = divide(3 * heads * head_dim, tp, "3 * KDA heads * head_dim (the conv channels)")
+        return RecurrentShapes(kind, (d_conv - 1 + conv_extra, channels),
+                               (divide(heads, tp, "KDA heads (attention.head_count)"), head_dim, head_dim))
+    assert ssm.inner_size is not None and ssm.state_size is not None
+    d_inner, d_state = ssm.inner_size, ssm.state_size
+    if kind == "mamba1":
+        per_rank = divide(d_inner, tp, "ssm.inner_size")
+        return RecurrentShapes(kind, (d_conv - 1, per_rank), (per_rank, d_state))
+    n_heads = ssm.time_step_rank or 0
+    if n_heads < 1 or d_inner % n_heads:
+        raise EngineError(f"ssm.inner_size ({d_inner}) must be a multiple of ssm.time_step_rank ({n_heads}), "
+                          "the number of heads")
+    head_dim = d_inner // n_heads
+    n_groups = ssm.group_count or 0
+    if kind == "gated_delta_net":
+        conv_dim = 2 * n_groups * d_state + d_inner
+        return RecurrentShapes(kind, (d_conv - 1 + conv_extra, divide(conv_dim, tp, "the gated delta net's conv "
+                                                                      "channels (2 * k_heads * k_dim + v_dim)")),
+                               (divide(n_heads, tp, "value heads (ssm.time_step_rank)"), head_dim, d_state))
+    if n_groups < 1:
+        raise EngineError("ssm.group_count must be >= 1 for a Mamba-2 state")
+    n_groups += extra_groups_for_head_shards(n_groups, tp)
+    conv_dim = d_inner + 2 * n_groups * d_state
+    return RecurrentShapes(kind, (d_conv - 1 + conv_extra, divide(conv_dim, tp, "the Mamba-2 conv channels "
+                                                                  "(d_inner + 2 * n_groups * d_state)")),
+                           (divide(n_heads, tp, "Mamba-2 heads (ssm.time_step_rank)"), head_dim, d_state))
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The attention layers' KV per token, per GPU rank.
+
+    Attributes:
+        layers: the trunk layers holding a KV cache.
+        mla: True for a compressed latent (K-only, one head, not split by tensor parallelism).
+        kv_heads: KV heads per rank (vLLM and SGLang: ``max(1, heads // TP)``; 1 for MLA).
+        head_size: elements per head (MLA: ``kv_lora_rank + rope dim``).
+        elements: per token and layer (``2 * kv_heads * head_size``; MLA ``head_size``).
+    """
+
+    layers: tuple[int, ...]
+    mla: bool
+    kv_heads: int
+    head_size: int
+    elements: int
+
+
+def attention_shape(spec: ModelSpec, layout: CacheLayout, tp: int, *, engine: str) -> AttentionShape | None:
+    """The KV shape of ``spec``'s trunk attention layers at tensor-parallel size ``tp`` (None: no attention).
+
+    Raises:
+        EngineError: layers of different KV shapes, K and V head sizes that differ, or sliding-window layers
+            (the engines group those separately; rsplan does not model that).
+    """
+    layers = tuple(layer for layer in layout.kv_layers if layer.il < layout.n_layer)
+    if not layers:
+        return None
+    if any(layer.is_swa for layer in layers):
+        raise EngineError(f"sliding-window attention layers are not modelled for {engine}")
+    kv_heads = {spec.head_count_kv(layer.il) for layer in layers}
+    head_k = {layout.head_dim_k[layer.il] for layer in layers}
+    head_v = {layout.head_dim_v[layer.il] for layer in layers}
+    if len(kv_heads) != 1 or len(head_k) != 1:
+        raise EngineError(f"attention layers of different KV shapes are not modelled for {engine}")
+    (n_kv,), (hk,) = kv_heads, head_k
+    ils = tuple(layer.il for layer in layers)
+    if layout.arch.mla:
+        return AttentionShape(ils, True, 1, hk, hk)
+    if head_v != {hk}:
+        raise EngineError(f"{engine} sizes K and V with one head size; this model's differ "
+                          f"(key_length {hk}, value_length {sorted(head_v)[0]})")
+    per_rank = max(1, n_kv // tp)
+    return AttentionShape(ils, False, per_rank, hk, 2 * per_rank * hk)
