@@ -165,10 +165,8 @@ TORCH_DTYPE: tuple[str, ...] = (
     "torch_dtype",  # transformers < 5
     "dtype",  # transformers >= 5
 )
-MAMBA_SSM_DTYPE: tuple[str, ...] = (
-    "mamba_ssm_cache_dtype",  # Nemotron-H (vLLM's NemotronHForCausalLMConfig reads it)
-    "mamba_ssm_dtype",  # Qwen3.5 (vLLM's Qwen3_5ForConditionalGenerationConfig reads it)
-)
+MAMBA_SSM_DTYPE: tuple[str, ...] = ("mamba_ssm_dtype",)  # Qwen3.5 (vLLM's Qwen3.5 config hook; SGLang, every model)
+MAMBA_SSM_CACHE_DTYPE: tuple[str, ...] = ("mamba_ssm_cache_dtype",)  # Nemotron-H (vLLM's NemotronH config hook)
 
 #: Nested configs whose keys the converter lifts to the top level (ModelBase.load_hparams, TextModel.__init__).
 TEXT_CONFIG: tuple[str, ...] = (

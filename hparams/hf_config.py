@@ -805,6 +805,7 @@ def _serving(flat: dict[str, Any], where: str) -> ServingSpec | None:
     serving = ServingSpec(
         torch_dtype=_dtype_value(flat, A.TORCH_DTYPE, where),
         mamba_ssm_dtype=_dtype_value(flat, A.MAMBA_SSM_DTYPE, where),
+        mamba_ssm_cache_dtype=_dtype_value(flat, A.MAMBA_SSM_CACHE_DTYPE, where),
         max_model_len=lengths.get("model_max_length", min(lengths.values(), default=None)),
     )
     return serving if any(value is not None for value in serving.model_dump().values()) else None

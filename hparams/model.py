@@ -100,7 +100,10 @@ class ServingSpec(_Strict):
 
     torch_dtype: HFDtype | None = Field(None, description="config.json torch_dtype / dtype: the weights' type")
     mamba_ssm_dtype: HFDtype | None = Field(
-        None, description="config.json mamba_ssm_cache_dtype (Nemotron-H) / mamba_ssm_dtype (Qwen3.5)"
+        None, description="config.json mamba_ssm_dtype (Qwen3.5): read by vLLM for Qwen3.5 and by SGLang"
+    )
+    mamba_ssm_cache_dtype: HFDtype | None = Field(
+        None, description="config.json mamba_ssm_cache_dtype (Nemotron-H): read by vLLM for Nemotron-H"
     )
     max_model_len: Annotated[int, Field(ge=1, le=MAX_CTX)] | None = Field(
         None, description="the context vLLM and SGLang derive from config.json (max_position_embeddings, ...)"

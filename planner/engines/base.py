@@ -82,11 +82,17 @@ class StateTensor:
 
 @dataclass(frozen=True)
 class Fact:
-    """One named number or setting of a plan, with where it comes from."""
+    """One named number or setting of a plan, with where it comes from; ``unit`` is ``B`` for byte counts."""
 
     label: str
     value: int | float | str
     note: str = ""
+    unit: str = ""
+
+
+def byte_fact(label: str, n_bytes: int, note: str = "") -> Fact:
+    """A Fact holding a byte count."""
+    return Fact(label, n_bytes, note, "B")
 
 
 @dataclass(frozen=True)

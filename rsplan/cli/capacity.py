@@ -13,10 +13,12 @@ from typing import Any
 
 import click
 
+from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import context_options, pop_context_params
+from rsplan.cli.options import CONTEXT_KEYS, context_options, pop_context_params
 from rsplan.errors import RsplanError
 from rsplan.planner.context import CTX_PAD, MAX_CTX
+from rsplan.planner.engines import NATIVE
 from rsplan.planner.placement import MAX_DEVICES
 from rsplan.render.units import MAX_SIZE, parse_size, shown
 
@@ -47,10 +49,15 @@ _BUDGET_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                  help="Proportions of the layers per GPU (llama.cpp -ts); default: by free memory / budget."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="Keep every cache in host memory (llama.cpp -nkvo)."),
+    click.option("--overhead", "overhead", metavar="SIZE", default=None,
+                 help="vllm / sglang: memory per GPU besides weights and caches (vLLM: activations and CUDA graphs, "
+                 "default 4GiB; SGLang: the CUDA context before the weights load, default 1GiB)."),
 ]
 
 BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "fit_target", "compute", "n_gpu_layers",
-               "tensor_split", "no_kv_offload")
+               "tensor_split", "no_kv_offload", "overhead")
+#: Budget flags only llama.cpp's planner reads.
+NATIVE_BUDGET_KEYS = ("gpu_memory", "fit_target", "compute", "n_gpu_layers", "tensor_split", "no_kv_offload")
 
 
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -200,6 +207,30 @@ def pop_budget_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {key: kwargs.pop(key) for key in BUDGET_KEYS}
 
 
+def serving_budget(spec: Any, ref: str, options: dict[str, Any], weights_flag: str | None, tp: int,
+                   default_overhead: int) -> Any:
+    """The ServingBudget of a serving engine (vLLM, SGLang) from the budget flags: one GPU's memory (the
+    smallest of the GPUs given, whose count must be the tensor-parallel size), weights and overhead."""
+    from rsplan.planner.engines.base import ServingBudget
+
+    devices = _device_budgets(options["budget"], options["gpu"], None)
+    if len(devices) not in (1, tp):
+        what = "--gpu" if options["gpu"] is not None else "--budget"
+        raise RsplanError(f"{what} gives {len(devices)} GPUs but the tensor-parallel size is {tp}: give one GPU "
+                          f"budget, or -tp {len(devices)}")
+    smallest = min(devices, key=lambda d: d.total_bytes if d.total_bytes is not None else d.budget_bytes)
+    gpu_bytes = smallest.total_bytes if smallest.total_bytes is not None else smallest.budget_bytes
+    source = (f"NVML {smallest.name} total memory" if smallest.total_bytes is not None else smallest.source)
+    if weights_flag is not None:
+        weights, w_source = size_or_zero(weights_flag, "--weights"), f"--weights {weights_flag}"
+    elif spec.weights_bytes is not None:
+        weights, w_source = spec.weights_bytes, f"weights_bytes of {ref}"
+    else:
+        weights, w_source = None, "unknown for this model: NOT counted (give --weights SIZE)"
+    overhead = default_overhead if options["overhead"] is None else size_or_zero(options["overhead"], "--overhead")
+    return ServingBudget(gpu_bytes, source, weights, w_source, overhead, smallest.free_bytes)
+
+
 @click.command()
 @click.option("-m", "--model", "model_ref", required=True, metavar="MODEL",
               help="Built-in preset name, preset YAML, GGUF file, or config.json / model directory.")
@@ -208,10 +239,11 @@ def pop_budget_options(kwargs: dict[str, Any]) -> dict[str, Any]:
               help="Per-sequence contexts for the ladder (tokens; 8k = 8192). Default: 4k, 8k, ... up to the "
               "model's training context.")
 @context_options
+@engine_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table, or json (every number, in bytes).")
 @user_errors
-def capacity(model_ref: str, ctx_list: str | None, fmt: str, **kwargs: Any) -> None:
+def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
 
     Subtracts the weights, a margin (--fit-target) and a compute allowance (--compute) from the budget, then
@@ -223,8 +255,17 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, **kwargs: Any) -> N
       rsplan capacity --model qwen3-next-80b-a3b --budget 80GiB --weights 45GiB
       rsplan capacity --model lfm2-1.2b --gpu 0 -np 8 --spec-type mtp --format json
       rsplan capacity --model model.gguf --budget 24GiB,24GiB -ts 3,1 --ctx 8k,32k,128k
+      rsplan capacity --model qwen3-next-80b-a3b --engine vllm --budget 141GiB --weights 151GB -tp 2
+      rsplan capacity --model nemotron-h-8b-base-8k --engine sglang --gpu 0
     """
     from rsplan.hparams.sources import load_model
+
+    values = pop_engine_values(kwargs, engine, CONTEXT_KEYS + NATIVE_BUDGET_KEYS)
+    if engine != NATIVE:
+        _capacity_engine(model_ref, engine, values, ctx_list, fmt, kwargs)
+        return
+    if kwargs["overhead"] is not None:
+        raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
     from rsplan.planner.capacity import run_capacity
     from rsplan.render.capacity import capacity_dict, render_capacity
 
@@ -239,3 +280,33 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, **kwargs: Any) -> N
         click.echo(json.dumps(capacity_dict(planner, result, spec_type=spec_type), indent=2))
     else:
         click.echo(render_capacity(planner, result, spec_type=spec_type))
+
+
+def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,
+                     kwargs: dict[str, Any]) -> None:
+    """``capacity --engine vllm|sglang``: the engine's answers for the budget."""
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.engines import engine as load_engine
+
+    options = pop_budget_options(kwargs)
+    rules = load_engine(engine)
+    settings = rules.settings(values)
+    spec = load_model(model_ref)
+    weights = options["weights"]
+    if len(weights) > 1:
+        raise RsplanError(f"give --weights once (one --model, {len(weights)} --weights)")
+    budget = serving_budget(spec, model_ref, options, weights[0] if weights else None,
+                            settings.tensor_parallel_size, rules.default_overhead_bytes)
+    contexts = parse_serving_ctx_list(ctx_list) if ctx_list is not None else None
+    result = rules.capacity(spec, settings, budget, contexts)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        from rsplan.render.engine import render_engine_capacity
+
+        click.echo(render_engine_capacity(result))
+
+
+def parse_serving_ctx_list(text: str) -> list[int]:
+    """``--ctx`` for a serving engine: the same syntax; each value is a --max-model-len / --context-length."""
+    return parse_ctx_list(text)

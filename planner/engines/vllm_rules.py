@@ -1,0 +1,371 @@
+"""vLLM's KV-cache and Mamba-state memory rules for hybrid and recurrent models (vLLM 0.33.0, CUDA SM90): what vLLM
+derives from a model and its flags before any memory budget (planner.engines.vllm answers with it).
+
+Followed from vLLM 0.33.0's source (``pip download --no-deps vllm==0.33.0``); docs/engine-vllm.md lists each rule
+with the file it comes from. In short, per GPU rank:
+
+1. Pages. A Mamba page is one request's state of one layer: ``sum(prod(shape) * dtype size)`` over its conv and
+   SSM states (planner.engines.states). An attention page is ``block_size`` tokens of one layer:
+   ``block_size * 2 * kv_heads_per_rank * head_size * kv dtype size`` (MLA: ``block_size * head_size * size``).
+2. Block size (``Platform._align_hybrid_block_size``). Hybrids raise the attention block so that an attention page
+   holds a Mamba page: ``A = max(16, --block-size)`` (at least 128 for MLA; ``lcm(A, 64)`` for Qwen gated delta
+   nets with prefix caching), ``block = A * ceil(mamba_page / (A * attn_bytes_per_token))``; the Mamba page is
+   then padded up to ``block * attn_bytes_per_token``.
+3. Groups (``_get_kv_cache_groups_uniform_page_size``). Layers of one kind form a bucket; the group size is the
+   smallest bucket (the largest when largest < 1.5 x smallest); each bucket splits into ``ceil(n / size)``
+   groups. One block costs ``group_size * page`` bytes (padding layers included); ``num_blocks = kv_memory //
+   bytes_per_block``.
+4. Blocks per request: ``ceil(max_model_len / block)`` per attention group; per Mamba group ``1 + num_spec``
+   without prefix caching, ``2 + num_spec (+1 prefill checkpoint for Mamba-2 mixers and Qwen gated delta nets)``
+   with it. ``max_concurrency = num_blocks / blocks_per_request``.
+5. Start-up checks: one request of max_model_len must fit (``kv_memory - bytes_per_block``), and with CUDA
+   graphs ``max_num_seqs <= num_blocks``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.engines.base import (
+    EngineError,
+    EngineFlag,
+    cdiv,
+    dtype_bytes,
+    prod,
+)
+from rsplan.planner.engines.states import AttentionShape, RecurrentShapes, attention_shape, recurrent_shapes
+
+NAME = "vllm"
+VERSION = "0.33.0"
+DOC = "docs/engine-vllm.md"
+
+#: CacheConfig.DEFAULT_BLOCK_SIZE; FLASH_ATTN's and FLASH_ATTN_MLA's kernel block (MultipleOf(16)) on SM90.
+DEFAULT_BLOCK_SIZE = 16
+KERNEL_BLOCK = 16
+#: Hybrid MLA models: the block is a multiple of 128 (TRTLLM / FlashInfer MLA decode kernels).
+MLA_BLOCK_ALIGNMENT = 128
+#: Qwen gated delta nets with prefix caching: FlashInfer GDN prefill checkpoints land on 64-token boundaries.
+GDN_CHECKPOINT_ALIGNMENT = 64
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+#: vLLM's assumed max_model_len when the config names none.
+FALLBACK_MAX_MODEL_LEN = 2048
+#: rsplan's allowance for what vLLM's profile run finds besides weights (activation peak, CUDA graphs,
+#: non-torch memory), per GPU. vLLM measures it at start-up ("Available KV cache memory" log line).
+DEFAULT_OVERHEAD_BYTES = 4 << 30
+GIB = 1 << 30
+
+#: Recurrent kinds whose layers add a prefill-checkpoint block per request with prefix caching (MambaMixer2
+#: always; Qwen GDN with the FlashInfer prefill kernel, the SM90 default).
+CHECKPOINT_BLOCK_KINDS = frozenset({"mamba2", "gated_delta_net"})
+#: Archs vLLM 0.33 no longer serves, with its own words.
+REMOVED_ARCHS = {
+    "minimax-01": "MiniMaxText01ForCausalLM was supported in vLLM until v0.23.0, and is not supported anymore",
+}
+
+STATE_DTYPES = ("auto", "float32", "float16", "bfloat16")
+KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+FLAGS: tuple[EngineFlag, ...] = (
+    EngineFlag("max_model_len", ("--max-model-len",), "int",
+               "vLLM --max-model-len (default: derived from the model's config, as vLLM does).", lo=1, hi=2**32 - 1),
+    EngineFlag("max_num_seqs", ("--max-num-seqs",), "int",
+               "vLLM --max-num-seqs (default 1024 on GPUs of 70 GiB or more, else 256).", lo=1, hi=1 << 20),
+    EngineFlag("tensor_parallel_size", ("-tp", "--tensor-parallel-size"), "int",
+               "Tensor-parallel GPUs (vLLM -tp, SGLang --tp-size); sizes are per GPU.", lo=1, hi=64),
+    EngineFlag("gpu_memory_utilization", ("--gpu-memory-utilization",), "float",
+               "vLLM: fraction of each GPU's total memory it may use (default 0.92).", lo=0.0, hi=1.0),
+    EngineFlag("dtype", ("--dtype",), "choice", "Model dtype (auto: the config's torch_dtype; float32 -> bfloat16).",
+               choices=("auto", "bfloat16", "float16", "float32")),
+    EngineFlag("kv_cache_dtype", ("--kv-cache-dtype",), "choice", "Attention KV dtype (auto = model dtype).",
+               choices=KV_DTYPES),
+    EngineFlag("mamba_cache_dtype", ("--mamba-cache-dtype",), "choice",
+               "vLLM: conv-state dtype (auto = model dtype).", choices=STATE_DTYPES),
+    EngineFlag("mamba_ssm_cache_dtype", ("--mamba-ssm-cache-dtype",), "choice",
+               "vLLM: SSM-state dtype (auto = conv dtype; Nemotron-H float32, Qwen3.5 its config's).",
+               choices=STATE_DTYPES),
+    EngineFlag("num_speculative_tokens", ("--num-speculative-tokens",), "int",
+               "vLLM: draft tokens per step (its --speculative-config num_speculative_tokens).", lo=0, hi=64),
+    EngineFlag("speculative_method", ("--speculative-method",), "choice",
+               "vLLM: draft method; mtp adds the model's MTP layers' KV (default: mtp if the model has them, "
+               "else ngram).", choices=("mtp", "ngram")),
+    EngineFlag("enable_prefix_caching", ("--enable-prefix-caching/--no-enable-prefix-caching",), "bool",
+               "vLLM prefix caching (default on for hybrids: Mamba cache mode 'align'; off for pure Mamba)."),
+    EngineFlag("block_size", ("--block-size",), "int", "vLLM --block-size before the hybrid alignment (default 16).",
+               lo=1, hi=1 << 20),
+    EngineFlag("kv_cache_memory_bytes", ("--kv-cache-memory-bytes",), "size",
+               "vLLM: KV-cache memory per GPU, bypassing --gpu-memory-utilization (exact answers)."),
+    EngineFlag("enforce_eager", ("--enforce-eager",), "flag",
+               "vLLM: no CUDA graphs (lifts the max_num_seqs <= Mamba blocks start-up check)."),
+    EngineFlag("prefix_len", ("--prefix-len",), "int",
+               "rsplan: typical shared prompt prefix, tokens; warns when the block size makes it uncacheable.",
+               lo=1, hi=2**32 - 1),
+)
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """vLLM's flags (None = vLLM's default, resolved per model and GPU)."""
+
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
+    num_speculative_tokens: int = 0
+    speculative_method: str | None = None
+    enable_prefix_caching: bool | None = None
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    enforce_eager: bool = False
+    prefix_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise EngineError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.speculative_method is not None and self.num_speculative_tokens == 0:
+            raise EngineError("--speculative-method needs --num-speculative-tokens N (N >= 1)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What vLLM derives from a model and the settings, before any memory budget (per GPU rank).
+
+    Attributes:
+        n_attention: attention layers holding KV (trunk + MTP draft layers).
+        n_recurrent: Mamba-like layers.
+        attn: the attention shape, or None (attention-free).
+        rec: the recurrent state shapes (allocated), or None.
+        attn_bytes_per_token: one token of one attention layer, bytes.
+        mamba_page: one request's state of one layer as allocated, bytes (unpadded).
+        block_size: attention tokens per block after the alignment.
+        page_bytes: one layer's page after padding (every group's page).
+        group_size: layers per group; groups: (kind, layers in the group) for each group.
+        bytes_per_block: ``group_size * page_bytes``.
+        blocks_per_request: at max_model_len.
+    """
+
+    settings: VllmSettings
+    max_model_len: int
+    max_num_seqs: int
+    model_dtype: str
+    kv_dtype: str
+    conv_dtype: str
+    ssm_dtype: str
+    prefix_caching: bool
+    mode: str
+    n_attention: int
+    n_recurrent: int
+    attn: AttentionShape | None
+    rec: RecurrentShapes | None
+    attn_bytes_per_token: int
+    mamba_page: int
+    block_size: int
+    page_bytes: int
+    group_size: int
+    groups: tuple[tuple[str, int], ...]
+    bytes_per_block: int
+    mamba_blocks_per_request: int
+    blocks_per_request: int
+    notes: tuple[str, ...]
+    log_lines: tuple[str, ...]
+
+    def blocks_for(self, max_model_len: int) -> int:
+        """Blocks one request of ``max_model_len`` tokens takes."""
+        return _blocks_per_request(self.groups, self.block_size, self.mamba_blocks_per_request, max_model_len)
+
+
+def _blocks_per_request(groups: Sequence[tuple[str, int]], block_size: int, mamba_blocks: int,
+                        max_model_len: int) -> int:
+    """get_max_concurrency_for_kv_cache_config: ceil(max_model_len / block) per attention group, the Mamba blocks
+    per Mamba group, summed (every group draws from one pool)."""
+    n_attn_groups = sum(1 for kind, _ in groups if kind == "attention")
+    return n_attn_groups * cdiv(max_model_len, block_size) + (len(groups) - n_attn_groups) * mamba_blocks
+
+
+def settings(values: Mapping[str, Any]) -> VllmSettings:
+    """VllmSettings from flag values (None = not given)."""
+    given = {k: v for k, v in values.items() if v is not None}
+    return VllmSettings(**given)
+
+
+def _model_dtype(spec: ModelSpec, flag: str) -> str:
+    """--dtype auto: the config's dtype; a float32 (or unnamed) config is downcast to bfloat16 on SM80+."""
+    if flag != "auto":
+        return flag
+    config = spec.serving.torch_dtype if spec.serving else None
+    return config if config in ("bfloat16", "float16") else "bfloat16"
+
+
+def _max_model_len(spec: ModelSpec, flag: int | None, notes: list[str]) -> int:
+    derived = spec.serving.max_model_len if spec.serving else None
+    if derived is None:
+        notes.append(f"the model's config names no context length: vLLM assumes {FALLBACK_MAX_MODEL_LEN}")
+        derived = FALLBACK_MAX_MODEL_LEN
+    if flag is None:
+        return derived
+    if flag > derived:
+        raise EngineError(
+            f"--max-model-len {flag} is greater than the derived max_model_len ({derived}) in the model's config; "
+            "vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        )
+    return flag
+
+
+def _state_dtypes(spec: ModelSpec, kind: str, s: VllmSettings, model_dtype: str, notes: list[str]
+                  ) -> tuple[str, str, str]:
+    """(conv dtype, SSM dtype as allocated, SSM dtype the block alignment assumes)."""
+    conv = model_dtype if s.mamba_cache_dtype == "auto" else s.mamba_cache_dtype
+    ssm_flag = s.mamba_ssm_cache_dtype
+    serving = spec.serving
+    if ssm_flag == "auto" and spec.arch in ("nemotron_h", "nemotron_h_moe"):
+        ssm_flag = (serving.mamba_ssm_cache_dtype if serving else None) or "float32"
+        notes.append(f"Nemotron-H: mamba_ssm_cache_dtype auto -> {ssm_flag} (NemotronHForCausalLMConfig)")
+    elif ssm_flag == "auto" and spec.arch in ("qwen35", "qwen35moe") and serving and serving.mamba_ssm_dtype:
+        ssm_flag = serving.mamba_ssm_dtype
+        notes.append(f"Qwen3.5: mamba_ssm_cache_dtype auto -> {ssm_flag} (the config's mamba_ssm_dtype)")
+    if kind == "kda":
+        if ssm_flag not in ("auto", "float32", "bfloat16"):
+            raise EngineError(f"KDA recurrent state supports only auto, float32, and bfloat16; got {ssm_flag}")
+        # the KDA layer allocates float32 whatever the flag; only the block alignment reads the flag
+        return conv, "float32", "float32" if ssm_flag == "auto" else ssm_flag
+    ssm = conv if ssm_flag == "auto" else ssm_flag
+    return conv, ssm, ssm
+
+
+def _page(rec: RecurrentShapes, conv_dtype: str, ssm_dtype: str) -> int:
+    out = prod(rec.conv) * dtype_bytes(conv_dtype, "--mamba-cache-dtype")
+    if rec.ssm is not None:
+        out += prod(rec.ssm) * dtype_bytes(ssm_dtype, "--mamba-ssm-cache-dtype")
+    return out
+
+
+def _group_size(counts: Sequence[int]) -> int:
+    small, large = min(counts), max(counts)
+    return large if large < small * 1.5 else small
+
+
+def _default_max_num_seqs(gpu_bytes: int | None) -> int:
+    """EngineArgs.get_batch_defaults for ``vllm serve``: 1024 on GPUs of >= 70 GiB (H100, H200, B200), else 256;
+    then min(max_num_seqs, max_num_batched_tokens) (8192 / 2048), which changes neither."""
+    return 1024 if gpu_bytes is None or gpu_bytes >= 70 * GIB else 256
+
+
+def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> Layout:
+    """Everything vLLM derives for ``spec`` at ``s`` (per GPU rank), before the memory budget."""
+    if spec.arch in REMOVED_ARCHS:
+        raise EngineError(f"vLLM {VERSION} does not serve this model: {REMOVED_ARCHS[spec.arch]}")
+    notes: list[str] = []
+    lines: list[str] = []
+    tp = s.tensor_parallel_size
+    layout = cache_layout(spec)
+    max_model_len = _max_model_len(spec, s.max_model_len, notes)
+    max_num_seqs = s.max_num_seqs if s.max_num_seqs is not None else _default_max_num_seqs(gpu_bytes)
+    model_dtype = _model_dtype(spec, s.dtype)
+    kv_dtype = model_dtype if s.kv_cache_dtype == "auto" else s.kv_cache_dtype
+    num_spec = s.num_speculative_tokens
+
+    attn = attention_shape(spec, layout, tp, engine=f"vLLM {VERSION}")
+    n_attention = len(attn.layers) if attn else 0
+    method = s.speculative_method or ("mtp" if spec.nextn_predict_layers and num_spec else "ngram")
+    if num_spec and method == "mtp":
+        if not spec.nextn_predict_layers:
+            raise EngineError("--speculative-method mtp: the model has no MTP layers (nextn_predict_layers 0)")
+        if attn is None:
+            raise EngineError("--speculative-method mtp on an attention-free model is not modelled")
+        n_attention += spec.nextn_predict_layers
+        notes.append(f"MTP drafting: the {spec.nextn_predict_layers} MTP layer(s) hold attention KV too")
+
+    n_recurrent = len(layout.recurrent_layers)
+    rec = rec_for_alignment = None
+    conv_dtype = ssm_dtype = ""
+    mamba_page = align_page = 0
+    if n_recurrent:
+        rec = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}", conv_extra=num_spec)
+        conv_dtype, ssm_dtype, ssm_dtype_aligned = _state_dtypes(spec, rec.kind, s, model_dtype, notes)
+        mamba_page = _page(rec, conv_dtype, ssm_dtype)
+        # the block alignment reads the model class's shapes: LFM2's omit the draft tokens
+        rec_for_alignment = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}",
+                                             conv_extra=0 if rec.kind == "short_conv" else num_spec)
+        align_page = _page(rec_for_alignment, conv_dtype, ssm_dtype_aligned)
+
+    hybrid = attn is not None and n_recurrent > 0
+    prefix_caching = s.enable_prefix_caching if s.enable_prefix_caching is not None else attn is not None
+    mode = "align" if prefix_caching and n_recurrent else "none"
+    if n_recurrent and mode == "align":
+        lines.append(f"Mamba cache mode is set to 'align' for {spec.arch} by default when prefix caching is enabled")
+    elif n_recurrent and s.enable_prefix_caching is None:
+        notes.append("prefix caching is off by default for attention-free models (Mamba cache mode 'none')")
+
+    attn_bytes_per_token = 0
+    if attn is not None:
+        attn_bytes_per_token = attn.elements * dtype_bytes(kv_dtype, "--kv-cache-dtype")
+    block = s.block_size or DEFAULT_BLOCK_SIZE
+    if attn is not None and block % KERNEL_BLOCK:
+        raise EngineError(f"--block-size {block}: FLASH_ATTN supports multiples of {KERNEL_BLOCK} only")
+    page_bytes = mamba_page
+    if hybrid:
+        a = max(KERNEL_BLOCK, block)
+        if attn is not None and attn.mla:
+            a = max(a, MLA_BLOCK_ALIGNMENT)
+        if mode == "align" and rec is not None and rec.kind == "gated_delta_net":
+            a = math.lcm(a, GDN_CHECKPOINT_ALIGNMENT)
+        attn_block = a * cdiv(align_page, a * attn_bytes_per_token)
+        attn_block = KERNEL_BLOCK * cdiv(attn_block, KERNEL_BLOCK)
+        if block < attn_block:
+            block = attn_block
+            lines.append(f"Setting attention block size to {block} tokens to ensure that attention page size is >= "
+                         "mamba page size.")
+        page_bytes = block * attn_bytes_per_token
+        if page_bytes != align_page:
+            lines.append(f"Padding mamba page size by {100 * (page_bytes - align_page) / align_page:.2f}% to ensure "
+                         "that mamba page size and attention page size are exactly equal.")
+        if mamba_page > page_bytes:
+            raise EngineError(
+                f"vLLM {VERSION} fails at start-up with these settings: the layers allocate a {mamba_page:,} B state "
+                f"page but the block alignment assumed {align_page:,} B and padded it to {page_bytes:,} B "
+                "(MambaSpec asserts page_size_padded >= page size)"
+                + ("; LFM2's model class leaves the draft tokens out of its conv state: drop "
+                   "--num-speculative-tokens" if rec is not None and rec.kind == "short_conv"
+                   else "; Kimi's KDA layer keeps float32: drop --mamba-ssm-cache-dtype")
+            )
+    elif attn is not None:
+        page_bytes = block * attn_bytes_per_token
+
+    buckets = [(kind, n) for kind, n in (("attention", n_attention), (rec.kind if rec else "", n_recurrent)) if n]
+    if attn is None and n_recurrent:
+        group_size = n_recurrent  # attention-free: one uniform group of every layer
+        groups: list[tuple[str, int]] = [(buckets[0][0], n_recurrent)]
+    else:
+        group_size = _group_size([n for _, n in buckets])
+        groups = []
+        for kind, n in buckets:
+            n_groups = cdiv(n, group_size)
+            pad = group_size - n % group_size
+            if pad != group_size:
+                lines.append(f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV cache memory")
+            groups += [(kind, len(range(i, n, n_groups))) for i in range(n_groups)]
+    bytes_per_block = group_size * page_bytes
+
+    mamba_blocks = 0
+    if rec is not None:
+        mamba_blocks = 1 + num_spec
+        if mode == "align":
+            mamba_blocks = 2 + num_spec + (1 if rec.kind in CHECKPOINT_BLOCK_KINDS else 0)
+    return Layout(
+        settings=s, max_model_len=max_model_len, max_num_seqs=max_num_seqs, model_dtype=model_dtype,
+        kv_dtype=kv_dtype, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype, prefix_caching=prefix_caching, mode=mode,
+        n_attention=n_attention, n_recurrent=n_recurrent, attn=attn, rec=rec,
+        attn_bytes_per_token=attn_bytes_per_token, mamba_page=mamba_page, block_size=block, page_bytes=page_bytes,
+        group_size=group_size, groups=tuple(groups), bytes_per_block=bytes_per_block,
+        mamba_blocks_per_request=mamba_blocks,
+        blocks_per_request=_blocks_per_request(groups, block, mamba_blocks, max_model_len),
+        notes=tuple(notes), log_lines=tuple(lines),
+    )

@@ -1,0 +1,130 @@
+"""``--engine`` and the serving engines' own flags, built from the engines' flag tables (planner.engines).
+
+Every non-native engine's flags are added to estimate / capacity / report, merged by key: vLLM's and SGLang's
+``--kv-cache-dtype`` are one option whose choices each engine checks. A flag given for an engine that does not
+read it is an error naming the engine that does, and llama.cpp's flags are refused with another engine (and the
+reverse), so a command line never carries a flag that silently changes nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from rsplan.errors import RsplanError
+from rsplan.planner.engines import ENGINES, NATIVE, engine_modules
+from rsplan.planner.engines.base import EngineFlag
+from rsplan.render.units import parse_size
+
+ENGINE_OPTION = click.option(
+    "--engine", type=click.Choice(list(ENGINES)), default=NATIVE, show_default=True,
+    help="Whose memory rules: llama.cpp (exact per tensor), vllm (0.33.0) or sglang (0.5.23).",
+)
+
+
+def _flag_tables() -> dict[str, tuple[EngineFlag, ...]]:
+    return {name: importlib.import_module(module).FLAGS for name, module in engine_modules().items()}
+
+
+def _merged() -> dict[str, tuple[EngineFlag, list[str], list[str], list[str]]]:
+    """key -> (first declaration, every flag name, every choice, the engines reading it)."""
+    out: dict[str, tuple[EngineFlag, list[str], list[str], list[str]]] = {}
+    for name, flags in _flag_tables().items():
+        for f in flags:
+            first, decls, choices, engines = out.setdefault(f.key, (f, [], [], []))
+            if f.kind != first.kind:
+                raise AssertionError(f"engine flag {f.key}: {name} declares it as {f.kind}, another as {first.kind}")
+            decls += [d for d in f.decls if d not in decls]
+            choices += [c for c in f.choices if c not in choices]
+            engines.append(name)
+    return out
+
+
+def _option(f: EngineFlag, decls: list[str], choices: list[str], engines: list[str]) -> Callable[..., Any]:
+    help_text = f.help + ("" if len(engines) == len(ENGINES) - 1 else f" [{', '.join(engines)}]")
+    if f.kind == "bool":
+        return click.option(*decls, f.key, default=None, help=help_text)
+    if f.kind == "flag":
+        return click.option(*decls, f.key, is_flag=True, default=False, help=help_text)
+    if f.kind == "int":
+        kind: Any = click.IntRange(int(f.lo) if f.lo is not None else None, int(f.hi) if f.hi is not None else None)
+    elif f.kind == "float":
+        kind = click.FloatRange(f.lo, f.hi, min_open=True)
+    elif f.kind == "choice":
+        kind = click.Choice(choices)
+    else:  # size: parsed after click, so that units and bounds give rsplan's own messages
+        kind = str
+    metavar = {"size": "SIZE", "int": "N", "float": "X"}.get(f.kind)
+    return click.option(*decls, f.key, type=kind, default=None, metavar=metavar, help=help_text)
+
+
+def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add every serving engine's flags (and --engine) to a click command."""
+    for f, decls, choices, engines in reversed(list(_merged().values())):
+        func = _option(f, decls, choices, engines)(func)
+    return ENGINE_OPTION(func)
+
+
+def engine_keys() -> list[str]:
+    return list(_merged())
+
+
+def _flag_name(ctx: click.Context, key: str) -> str:
+    for param in ctx.command.params:
+        if param.name == key and isinstance(param, click.Option):
+            return "/".join(param.opts)
+    return key
+
+
+def _given(ctx: click.Context, keys: list[str]) -> list[str]:
+    return [k for k in keys if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)]
+
+
+def pop_engine_values(kwargs: dict[str, Any], engine: str, native_keys: tuple[str, ...]) -> dict[str, Any]:
+    """Remove the engine flags from ``kwargs`` and return those of ``engine`` (None = not given).
+
+    Raises:
+        RsplanError: a flag of another engine, or a llama.cpp flag with a serving engine (and the reverse).
+    """
+    return pop_engines_values(kwargs, [engine], native_keys)[engine]
+
+
+def pop_engines_values(kwargs: dict[str, Any], engines: list[str], native_keys: tuple[str, ...]
+                       ) -> dict[str, dict[str, Any]]:
+    """``pop_engine_values`` for several engines at once (``rsplan report --engine A --engine B``): each engine
+    gets its own flags; a flag no chosen engine reads is an error."""
+    ctx = click.get_current_context()
+    merged = _merged()
+    values = {key: kwargs.pop(key) for key in merged}
+    given = _given(ctx, list(merged))
+    for key in given:
+        owners = merged[key][3]
+        if not set(owners) & set(engines):
+            raise RsplanError(f"{_flag_name(ctx, key)} is a {' / '.join(owners)} flag; "
+                              + (f"add --engine {owners[0]}" if engines == [NATIVE]
+                                 else f"--engine {' / '.join(engines)} does not read it"))
+    if NATIVE not in engines:
+        for key in _given(ctx, list(native_keys)):
+            raise RsplanError(f"{_flag_name(ctx, key)} is a llama.cpp flag; --engine {' / '.join(engines)} does not "
+                              f"read it (see 'rsplan {ctx.command.name} --help' for each engine's flags)")
+    tables = _flag_tables()
+    out: dict[str, dict[str, Any]] = {NATIVE: {}}
+    for engine in engines:
+        if engine == NATIVE:
+            continue
+        own_flags = {g.key: g for g in tables[engine]}
+        mine: dict[str, Any] = {}
+        for key, own in own_flags.items():
+            value = values[key]
+            if value is not None and own.choices and value not in own.choices:
+                raise RsplanError(f"{_flag_name(ctx, key)} {value}: not a {engine} value (choose from "
+                                  f"{', '.join(own.choices)})")
+            if value is not None and own.kind == "size":
+                value = parse_size(value, _flag_name(ctx, key))
+            mine[key] = None if own.kind == "flag" and value is False else value
+        out[engine] = mine
+    return out

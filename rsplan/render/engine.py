@@ -1,0 +1,57 @@
+"""Text tables of a serving engine's plan and capacity answers (planner.engines.base results)."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from rsplan.planner.engines.base import EngineCapacity, EnginePlan, Fact
+from rsplan.render.units import MIB, human
+
+
+def _value(fact: Fact) -> str:
+    if fact.unit == "B" and isinstance(fact.value, int):
+        return f"{fact.value:,} B" + (f" ({human(fact.value)})" if abs(fact.value) >= MIB else "")
+    if isinstance(fact.value, int):
+        return f"{fact.value:,}"
+    return str(fact.value)
+
+
+def facts_table(facts: tuple[Fact, ...]) -> str:
+    return tabulate([[f.label, _value(f), f.note] for f in facts], tablefmt="plain", disable_numparse=True)
+
+
+def states_table(plan: EnginePlan) -> str:
+    rows = [
+        [s.layer_kind, s.tensor, s.n_layers, " x ".join(str(n) for n in s.shape), s.dtype, f"{s.n_bytes:,}",
+         f"per {s.per}"]
+        for s in plan.states
+    ]
+    return tabulate(rows, headers=["layers", "tensor", "n", "shape per GPU", "dtype", "bytes", ""],
+                    tablefmt="github", disable_numparse=True)
+
+
+def _lines(title: str, items: tuple[str, ...], prefix: str) -> list[str]:
+    return [title, *(prefix + item for item in items)] if items else []
+
+
+def render_engine_plan(plan: EnginePlan) -> str:
+    """``rsplan estimate --engine ...``: the state tensors, the derived numbers, the predicted log lines."""
+    out = [f"{plan.model}: {plan.engine} {plan.version} cache layout (per GPU)", "", states_table(plan), "",
+           facts_table(plan.facts)]
+    out += ["", *_lines(f"{plan.engine} would log:", plan.log_lines, "  ")] if plan.log_lines else []
+    out += ["", *_lines("Notes:", plan.warnings, "  - ")] if plan.warnings else []
+    return "\n".join(out)
+
+
+def render_engine_capacity(cap: EngineCapacity) -> str:
+    """``rsplan capacity --engine ...``: the budget arithmetic, the answers and the flags to use."""
+    plan = cap.plan
+    out = [f"{plan.model}: {plan.engine} {plan.version} capacity (per GPU)", "", facts_table(cap.facts), "",
+           "Most requests running at once, each at the full context, per context length:",
+           tabulate([[f"{p.max_model_len:,}", p.max_concurrency, p.flags or p.note] for p in cap.ladder],
+                    headers=["context", "requests", f"{plan.engine} flags"], tablefmt="github",
+                    disable_numparse=True),
+           "", f"Flags to use: {cap.flags}"]
+    out += ["", *_lines(f"{plan.engine} would log:", cap.log_lines, "  ")] if cap.log_lines else []
+    out += ["", *_lines("Notes:", cap.warnings, "  - ")] if cap.warnings else []
+    return "\n".join(out)
