@@ -298,9 +298,9 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
               else derive(spec, replace(s, max_model_len=answer_len), budget.gpu_bytes))
     seqs = no_preemption_seqs(answer, num_blocks)
     hard = num_blocks if lay.rec is not None and not s.enforce_eager else None
-    safe_seqs = max(1, min(seqs, lay.max_num_seqs if s.max_num_seqs else seqs))
+    # never above --max-num-seqs (or vLLM's default): more would exceed max_num_batched_tokens, which vLLM refuses
+    safe_seqs = max(1, min(seqs, lay.max_num_seqs, hard or seqs))
     if hard is not None:
-        safe_seqs = min(safe_seqs, hard)
         facts.append(Fact("max_num_seqs start-up limit", hard, "CUDA graphs: one Mamba block per sequence"))
     facts.append(Fact("max_num_seqs without preemption", seqs, f"requests of {answer_len:,} tokens holding their "
                       "blocks at once"))
@@ -317,9 +317,7 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
     for ctx in contexts or default_contexts(lay.max_model_len):
         if ctx > lay.max_model_len:
             continue
-        n = no_preemption_seqs(lay, num_blocks, ctx)
-        if hard is not None:
-            n = min(n, hard)
+        n = min(no_preemption_seqs(lay, num_blocks, ctx), lay.max_num_seqs, hard or lay.max_num_seqs)
         ladder.append(ConcurrencyPoint(ctx, n, flags(lay, ctx, n) if n else "",
                                        "" if n else "not even one request fits"))
     return EngineCapacity(base, kv_bytes, tuple(facts), tuple(ladder), flags(answer, answer_len, safe_seqs),

@@ -252,10 +252,18 @@ def _group_size(counts: Sequence[int]) -> int:
     return large if large < small * 1.5 else small
 
 
-def _default_max_num_seqs(gpu_bytes: int | None) -> int:
-    """EngineArgs.get_batch_defaults for ``vllm serve``: 1024 on GPUs of >= 70 GiB (H100, H200, B200), else 256;
-    then min(max_num_seqs, max_num_batched_tokens) (8192 / 2048), which changes neither."""
+def default_max_num_seqs(gpu_bytes: int | None) -> int:
+    """EngineArgs.get_batch_defaults for ``vllm serve``: 1024 on GPUs of >= 70 GiB (H100, H200, B200), else 256
+    (no GPU named: 1024); then min(max_num_seqs, max_num_batched_tokens), which changes neither."""
     return 1024 if gpu_bytes is None or gpu_bytes >= 70 * GIB else 256
+
+
+def default_max_num_batched_tokens(gpu_bytes: int | None) -> int:
+    """EngineArgs.get_batch_defaults for ``vllm serve``: 16384 on GPUs of >= 160 GiB, 8192 from 70 GiB, else
+    2048 (no GPU named: 8192)."""
+    if gpu_bytes is None:
+        return 8192
+    return 16384 if gpu_bytes >= 160 * GIB else 8192 if gpu_bytes >= 70 * GIB else 2048
 
 
 def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> Layout:
@@ -267,7 +275,11 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
     tp = s.tensor_parallel_size
     layout = cache_layout(spec)
     max_model_len = _max_model_len(spec, s.max_model_len, notes)
-    max_num_seqs = s.max_num_seqs if s.max_num_seqs is not None else _default_max_num_seqs(gpu_bytes)
+    max_num_seqs = s.max_num_seqs if s.max_num_seqs is not None else default_max_num_seqs(gpu_bytes)
+    batched = default_max_num_batched_tokens(gpu_bytes)
+    if max_num_seqs > batched:
+        raise EngineError(f"vLLM refuses --max-num-seqs {max_num_seqs}: max_num_batched_tokens ({batched}, its "
+                          "default for this GPU) must be greater than or equal to max_num_seqs")
     model_dtype = _model_dtype(spec, s.dtype)
     kv_dtype = model_dtype if s.kv_cache_dtype == "auto" else s.kv_cache_dtype
     num_spec = s.num_speculative_tokens
