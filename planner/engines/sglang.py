@@ -299,15 +299,20 @@ def split(p: Pools, rest_bytes: int) -> Split:
                 slots = int((budget - per_req) // per_req)
         if slots <= 0:
             raise EngineError(
-                "SGLang refuses to start: not enough GPU memory for the hybrid (mamba/linear-attention) state "
-                f"cache (max_mamba_cache_size {slots}, {rest_bytes / GIB:.2f} GB left for the pools, "
-                f"{per_req / MIB:.2f} MB per slot); reduce --max-running-requests, raise --mem-fraction-static or "
-                "use more GPUs"
+                "SGLang refuses to start: not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+                f"Computed max_mamba_cache_size={slots} (total_rest_memory={rest_bytes / GIB:.2f} GB, "
+                f"mamba_cache_per_req={per_req / MIB:.2f} MB); reduce --max-running-requests, raise "
+                "--mem-fraction-static, reduce --speculative-num-draft-tokens or use GPUs with more memory"
             )
     intermediate = 0
     if d and p.rec is not None:
-        capped = min(max(1, requested or 1), slots // ratio)
-        intermediate = per_req * (capped + 1) * d
+        # the speculative states of the running requests (+1 padding row); without radix cache and with
+        # --max-running-requests, the pool is sized by the slots themselves
+        if s.max_mamba_cache_size is None and s.disable_radix_cache and s.max_running_requests is not None:
+            rows = slots + 1
+        else:
+            rows = min(max(1, requested or 1), slots // ratio) + 1
+        intermediate = per_req * rows * d
     kv_bytes = rest_bytes - intermediate - (slots + 1) * per_req if p.rec is not None else rest_bytes
     if p.cell_bytes:
         tokens = max(0, kv_bytes) // p.cell_bytes // s.page_size * s.page_size
