@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,3 +51,26 @@ def one_line_error(result: Result) -> str:
     lines = result.output.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     return lines[0].removeprefix("Error: ")
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_pynvml(gpus: list[tuple[str, int, int]] | None) -> types.ModuleType:
+    """A stand-in for nvidia-ml-py: ``gpus`` = (name, total, free) each, or None for 'no driver'."""
+    m = types.ModuleType("pynvml")
+    m.NVMLError = FakeNVMLError
+
+    def init():
+        if gpus is None:
+            raise FakeNVMLError("NVML Shared Library Not Found")
+
+    m.nvmlInit = init
+    m.nvmlShutdown = lambda: None
+    m.nvmlDeviceGetCount = lambda: len(gpus or [])
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetName = lambda i: gpus[i][0]
+    m.nvmlDeviceGetMemoryInfo = lambda i: types.SimpleNamespace(
+        total=gpus[i][1], free=gpus[i][2], used=gpus[i][1] - gpus[i][2])
+    return m

@@ -254,16 +254,20 @@ def prefill_graph_sizes(max_bs: int) -> list[int]:
     return [n for n in sizes if n <= max_bs]
 
 
-def default_mem_fraction_static(gpu_bytes: int, tp: int, mla: bool) -> float:
-    """handle_gpu_memory_settings' --mem-fraction-static for a GPU of ``gpu_bytes`` (CUDA graphs on, no DP
-    attention, no pipeline parallelism, not a VLM)."""
+def reserved_mib(gpu_bytes: int, tp: int, mla: bool) -> float:
+    """handle_gpu_memory_settings' reserve for activations and CUDA graphs, MiB (CUDA graphs on, no DP attention,
+    no pipeline parallelism, not a VLM)."""
     gpu_mib = gpu_bytes / MIB
     chunk = chunked_prefill_size(int(gpu_mib))
     graphs = _decode_max_bs(int(gpu_mib), tp) * 2 + (1.5 * 1024 if mla else len(prefill_graph_sizes(chunk)) * 8)
     reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + graphs
-    if gpu_mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    return round((gpu_mib - reserved) / gpu_mib, 3)
+    return max(reserved, 10 * 1024) if gpu_mib > 60 * 1024 else reserved
+
+
+def default_mem_fraction_static(gpu_bytes: int, tp: int, mla: bool) -> float:
+    """handle_gpu_memory_settings' --mem-fraction-static for a GPU of ``gpu_bytes``."""
+    gpu_mib = gpu_bytes / MIB
+    return round((gpu_mib - reserved_mib(gpu_bytes, tp, mla)) / gpu_mib, 3)
 
 
 @dataclass(frozen=True)
@@ -442,7 +446,13 @@ def rest_bytes(p: Pools, budget: ServingBudget, facts: list[Fact]) -> int:
     s = p.settings
     mfs = s.mem_fraction_static
     if mfs is None:
-        mfs = default_mem_fraction_static(budget.gpu_bytes, s.tensor_parallel_size, bool(p.attn and p.attn.mla))
+        mla = bool(p.attn and p.attn.mla)
+        mfs = default_mem_fraction_static(budget.gpu_bytes, s.tensor_parallel_size, mla)
+        if mfs <= 0:
+            raise EngineError(
+                f"SGLang's default --mem-fraction-static for a {budget.gpu_bytes / MIB:,.0f} MiB GPU is {mfs} (it "
+                f"reserves {reserved_mib(budget.gpu_bytes, s.tensor_parallel_size, mla):,.0f} MiB for activations "
+                "and CUDA graphs): give --mem-fraction-static, or use a larger GPU")
     base = budget.gpu_free_bytes if budget.gpu_free_bytes is not None else budget.gpu_bytes
     pre = base - budget.overhead_bytes
     weights = -(-(budget.weights_bytes or 0) // s.tensor_parallel_size)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
+from rsplan_testing import fake_pynvml
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -116,29 +116,6 @@ def test_per_device_totals_and_split_flags(example):
     assert len(host["layers"]) == 49 - 40
     assert sum(x["cache_bytes"] for x in d["devices"]) == d["cache_bytes"] == 4 * (KV_PER_SEQ_8K + ROW_BYTES)
     assert d["ladder"][0]["flags"].endswith("-ngl 40 -ts 3,1")
-
-
-class FakeNVMLError(Exception):
-    pass
-
-
-def fake_pynvml(gpus: list[tuple[str, int, int]] | None) -> types.ModuleType:
-    """A stand-in for nvidia-ml-py: ``gpus`` = (name, total, free) each, or None for 'no driver'."""
-    m = types.ModuleType("pynvml")
-    m.NVMLError = FakeNVMLError
-
-    def init():
-        if gpus is None:
-            raise FakeNVMLError("NVML Shared Library Not Found")
-
-    m.nvmlInit = init
-    m.nvmlShutdown = lambda: None
-    m.nvmlDeviceGetCount = lambda: len(gpus or [])
-    m.nvmlDeviceGetHandleByIndex = lambda i: i
-    m.nvmlDeviceGetName = lambda i: gpus[i][0]
-    m.nvmlDeviceGetMemoryInfo = lambda i: types.SimpleNamespace(
-        total=gpus[i][1], free=gpus[i][2], used=gpus[i][1] - gpus[i][2])
-    return m
 
 
 def test_gpu_budget_from_nvml_free_memory(example, monkeypatch):

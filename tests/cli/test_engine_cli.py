@@ -1,0 +1,131 @@
+"""``--engine vllm|sglang`` through the command line: flags of one engine refused with another, JSON against the
+planner, budgets from --budget and a fake NVML, and hostile values as one ``Error:`` line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner.engines.base import ServingBudget
+from rsplan.planner.engines.sglang import SglangSettings
+from rsplan.planner.engines.sglang import capacity as sglang_capacity
+from rsplan.planner.engines.vllm import capacity as vllm_capacity
+from rsplan.planner.engines.vllm import plan as vllm_plan
+from rsplan.planner.engines.vllm_rules import VllmSettings
+from rsplan_testing import fake_pynvml, one_line_error
+
+GIB = 1 << 30
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), prog_name="rsplan")
+
+
+def test_estimate_vllm_json_is_the_plan():
+    r = run("estimate", "-m", "qwen3-next-80b-a3b", "--engine", "vllm", "--max-model-len", "32768",
+            "--kv-cache-memory-bytes", "30GiB", "--format", "json")
+    assert r.exit_code == 0, r.output
+    expected = vllm_plan(load_builtin_preset("qwen3-next-80b-a3b"),
+                         VllmSettings(max_model_len=32768, kv_cache_memory_bytes=30 * GIB)).to_dict()
+    assert json.loads(r.output) == json.loads(json.dumps(expected))
+    assert json.loads(r.output)["settings"]["block_size"] == 576
+
+
+def test_estimate_vllm_table_names_the_log_lines():
+    r = run("estimate", "-m", "nemotron-h-8b-base-8k", "--engine", "vllm", "--no-enable-prefix-caching")
+    assert r.exit_code == 0, r.output
+    assert "Setting attention block size to 1040 tokens to ensure that attention page size is >= mamba page " \
+           "size." in r.output
+    assert "Mamba cache mode 'none'" in r.output
+    assert "| mamba2    | ssm      | 24  | 128 x 64 x 128  | float32  | 4,194,304 | per state |" in r.output
+
+
+def test_capacity_vllm_with_a_budget_prints_flags():
+    r = run("capacity", "-m", "nemotron-h-8b-base-8k", "--engine", "vllm", "--budget", "80GiB", "--weights", "16GB",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    want = vllm_capacity(load_builtin_preset("nemotron-h-8b-base-8k"), VllmSettings(),
+                         ServingBudget(80 * GIB, "--budget 80GiB", 16_000_000_000, "--weights 16GB", 4 * GIB))
+    assert got["flags"] == want.flags
+    assert got["cache_bytes"] == want.cache_bytes
+
+
+def test_capacity_sglang_reads_total_and_free_memory_from_nvml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([("Fake H100", 80 * GIB, 79 * GIB)]))
+    r = run("capacity", "-m", "lfm2-1.2b", "--engine", "sglang", "--gpu", "0", "--weights", "2.4GB",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    want = sglang_capacity(load_builtin_preset("lfm2-1.2b"), SglangSettings(),
+                           ServingBudget(80 * GIB, "NVML", 2_400_000_000, "w", GIB, gpu_free_bytes=79 * GIB))
+    assert json.loads(r.output)["cache_bytes"] == want.cache_bytes
+    assert json.loads(r.output)["flags"] == want.flags
+
+
+def test_tensor_parallel_needs_as_many_gpus_as_budgets():
+    assert one_line_error(run("capacity", "-m", "qwen3-next-80b-a3b", "--engine", "vllm", "--budget",
+                              "80GiB,80GiB,80GiB", "-tp", "2")) == (
+        "--budget gives 3 GPUs but the tensor-parallel size is 2: give one GPU budget, or -tp 3")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["estimate", "--max-num-seqs", "8"], "--max-num-seqs is a vllm flag; add --engine vllm"),
+    (["estimate", "--engine", "vllm", "-c", "8192"],
+     "-c/--ctx-size is a llama.cpp flag; --engine vllm does not read it (see 'rsplan estimate --help' for each "
+     "engine's flags)"),
+    (["estimate", "--engine", "sglang", "--max-num-seqs", "8"],
+     "--max-num-seqs is a vllm flag; --engine sglang does not read it"),
+    (["estimate", "--engine", "vllm", "--mem-fraction-static", "0.8"],
+     "--mem-fraction-static is a sglang flag; --engine vllm does not read it"),
+    (["estimate", "--engine", "sglang", "--kv-cache-dtype", "fp8"],
+     "--kv-cache-dtype fp8: not a sglang value (choose from auto, bfloat16, bf16, fp8_e4m3, fp8_e5m2)"),
+    (["estimate", "--engine", "vllm", "--format", "log"], "--format log applies to --engine llama.cpp only "
+                                                          "(see 'rsplan estimate --help')"),
+    (["estimate", "--engine", "vllm", "--kv-cache-memory-bytes", "-5GiB"],
+     "--kv-cache-memory-bytes: cannot read '-5GiB' as a size (examples: 24GiB, 80GB, 81920MiB)"),
+    (["estimate", "--engine", "vllm", "--kv-cache-memory-bytes", "1MiB"], None),
+    (["estimate", "--engine", "vllm", "--gpu-memory-utilization", "0"], None),
+    (["estimate", "--engine", "vllm", "--gpu-memory-utilization", "1.5"], None),
+    (["estimate", "--engine", "vllm", "-tp", "0"], None),
+    (["estimate", "--engine", "vllm", "--max-model-len", "9" * 40], None),
+    (["capacity", "--engine", "vllm", "--budget", "80GiB", "--compute", "1GiB"],
+     "--compute is a llama.cpp flag; --engine vllm does not read it (see 'rsplan capacity --help' for each "
+     "engine's flags)"),
+    (["capacity", "--budget", "80GiB", "--overhead", "1GiB"],
+     "--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute"),
+    (["capacity", "--engine", "vllm", "--budget", "80GiB", "--overhead", "1XB"],
+     "--overhead: unknown unit 'XB' in '1XB' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"),
+    (["capacity", "--engine", "vllm", "--budget", "2GiB", "--weights", "8GiB"], None),
+    # 2 GiB: 512 + 2048 * 1.5 + 1024 / 8 + 8 decode graphs * 2 + 42 prefill graphs * 8 = 4064 MiB reserved
+    (["capacity", "--engine", "sglang", "--budget", "2GiB", "--weights", "8GiB"],
+     "SGLang's default --mem-fraction-static for a 2,048 MiB GPU is -0.984 (it reserves 4,064 MiB for activations "
+     "and CUDA graphs): give --mem-fraction-static, or use a larger GPU"),
+    (["capacity", "--engine", "sglang", "--budget", "80GiB", "--weights", "80GiB"],
+     "SGLang refuses to start: the weights leave no GPU memory for the KV cache under --mem-fraction-static=0.83"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_refused_as_one_line(args, message):
+    r = run(*args[:1], "-m", "qwen3-next-80b-a3b", *args[1:])
+    got = one_line_error(r)
+    if message is not None:
+        assert got == message
+    assert len(got) < 400
+
+
+def test_every_builtin_hybrid_gets_startable_vllm_flags():
+    from rsplan.hparams.sources import builtin_preset_names
+
+    names = builtin_preset_names()
+    assert "qwen3-next-80b-a3b" in names
+    for name in names:
+        out = run("capacity", "-m", name, "--engine", "vllm", "--budget", "80GiB", "--format", "json")
+        spec = load_builtin_preset(name)
+        if spec.arch in ("minimax-01", "rwkv7"):
+            assert out.exit_code == 1 and "not" in out.output
+            continue
+        assert out.exit_code == 0, (name, out.output)
+        assert json.loads(out.output)["flags"].startswith("--max-model-len ")
