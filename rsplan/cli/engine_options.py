@@ -20,10 +20,7 @@ from rsplan.planner.engines import ENGINES, NATIVE, engine_modules
 from rsplan.planner.engines.base import EngineFlag
 from rsplan.render.units import parse_size
 
-ENGINE_OPTION = click.option(
-    "--engine", type=click.Choice(list(ENGINES)), default=NATIVE, show_default=True,
-    help="Whose memory rules: llama.cpp (exact per tensor), vllm (0.33.0) or sglang (0.5.23).",
-)
+ENGINE_HELP = "Whose memory rules: llama.cpp (exact per tensor), vllm (0.33.0) or sglang (0.5.23)."
 
 
 def _flag_tables() -> dict[str, tuple[EngineFlag, ...]]:
@@ -62,11 +59,20 @@ def _option(f: EngineFlag, decls: list[str], choices: list[str], engines: list[s
     return click.option(*decls, f.key, type=kind, default=None, metavar=metavar, help=help_text)
 
 
-def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add every serving engine's flags (and --engine) to a click command."""
-    for f, decls, choices, engines in reversed(list(_merged().values())):
-        func = _option(f, decls, choices, engines)(func)
-    return ENGINE_OPTION(func)
+def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = False) -> Any:
+    """Add every serving engine's flags and ``--engine`` to a click command (``multiple``: --engine repeats,
+    for the report's side-by-side comparison)."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        for flag, decls, choices, engines in reversed(list(_merged().values())):
+            f = _option(flag, decls, choices, engines)(f)
+        if multiple:
+            return click.option("--engine", type=click.Choice(list(ENGINES)), multiple=True,
+                                help=ENGINE_HELP + " Repeat to compare; llama.cpp is always drawn.")(f)
+        return click.option("--engine", type=click.Choice(list(ENGINES)), default=NATIVE, show_default=True,
+                            help=ENGINE_HELP)(f)
+
+    return decorate(func) if func is not None else decorate
 
 
 def engine_keys() -> list[str]:

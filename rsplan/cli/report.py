@@ -9,9 +9,19 @@ from typing import Any
 
 import click
 
-from rsplan.cli.capacity import budget_options, make_planners, parse_ctx_list, pop_budget_options
+from rsplan.cli.capacity import (
+    NATIVE_BUDGET_KEYS,
+    budget_options,
+    make_planners,
+    parse_ctx_list,
+    pop_budget_options,
+    serving_budget,
+)
+from rsplan.cli.engine_options import engine_options, pop_engines_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import context_options, pop_context_params
+from rsplan.cli.options import CONTEXT_KEYS, context_options, pop_context_params
+from rsplan.errors import RsplanError
+from rsplan.planner.engines import NATIVE
 
 
 @click.command()
@@ -21,13 +31,14 @@ from rsplan.cli.options import context_options, pop_context_params
 @click.option("--ctx", "ctx_list", metavar="N[,N...]", default=None,
               help="Per-sequence contexts of the capacity table (default 4k, 8k, ... up to the training context).")
 @context_options
+@engine_options(multiple=True)
 @click.option("--profile", "profile_path", metavar="FILE", default=None,
               help="Profiler results JSON to plot (shape: docs/report.md).")
 @click.option("-o", "--output", "output", required=True, metavar="FILE.html", type=click.Path(dir_okay=False),
               help="Where to write the report (atomically: a temporary file, then renamed).")
 @user_errors
 def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None, output: str,
-           **kwargs: Any) -> None:
+           engine: tuple[str, ...], **kwargs: Any) -> None:
     """Write a self-contained HTML capacity report: memory against context, most -np per option, a headroom
     map over -np and -c, what each layer holds, and (with --profile) kernel bandwidth. -c / -np set the
     setting the memory and per-layer plots are drawn at.
@@ -36,24 +47,32 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     Examples:
       rsplan report --model qwen3-next-80b-a3b --model qwen3.5-35b-a3b --budget 80GiB -np 4 -o report.html
       rsplan report --model lfm2-1.2b --gpu 0 --profile results.json -o lfm2.html
+      rsplan report --model nemotron-h-8b-base-8k --budget 80GiB --engine vllm --engine sglang -o engines.html
+
+    llama.cpp's sections are always drawn; each --engine vllm|sglang adds its answers and a line on the engines
+    chart (their own flags apply to them only).
     """
     from rsplan.files import AtomicFile
     from rsplan.render.report import ReportWriteError
 
     start = time.perf_counter()
     target = AtomicFile(output, "the report", ReportWriteError)  # an unwritable path fails here, before any work
-    n_bytes = target.commit(_build(model_refs, ctx_list, profile_path, kwargs))
+    engines = [e for e in dict.fromkeys(engine) if e != NATIVE]
+    values = pop_engines_values(kwargs, [NATIVE, *engines], CONTEXT_KEYS + NATIVE_BUDGET_KEYS)
+    n_bytes = target.commit(_build(model_refs, ctx_list, profile_path, kwargs, engines, values))
     click.echo(f"wrote {output}: {n_bytes / (1 << 20):.2f} MiB in {time.perf_counter() - start:.2f} s")
 
 
 def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
-           kwargs: dict[str, Any]) -> str:
+           kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]]) -> str:
     """The report's HTML."""
     from rsplan.hparams.sources import load_model
     from rsplan.planner.capacity import run_capacity
     from rsplan.render.report import ModelReport, build_html
 
     options = pop_budget_options(kwargs)
+    if options["overhead"] is not None and not engines:
+        raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     profile = None
@@ -64,6 +83,30 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     specs = [load_model(ref) for ref in model_refs]
     planners = make_planners(specs, list(model_refs), params, options)
     models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
+    serving = _engine_reports(specs, list(model_refs), engines, values, options, contexts)
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \
         "rsplan report"
-    return build_html(models, profile, profile_path, command)
+    return build_html(models, profile, profile_path, command, serving)
+
+
+def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], values: dict[str, dict[str, Any]],
+                    options: dict[str, Any], contexts: list[int] | None) -> list[Any]:
+    """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's."""
+    from rsplan.planner.engines import engine as load_engine
+    from rsplan.render.report import EngineReport
+    from rsplan.render.report_data import plot_contexts
+
+    out = []
+    weights = list(options["weights"])
+    for name in engines:
+        rules = load_engine(name)
+        settings = rules.settings(values[name])
+        for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
+            budget = serving_budget(spec, ref, options, weights[i] if weights else None,
+                                    settings.tensor_parallel_size, rules.default_overhead_bytes)
+            try:
+                result = rules.capacity(spec, settings, budget, contexts or plot_contexts(spec.context_length))
+            except RsplanError as exc:
+                raise RsplanError(f"--engine {name}, {ref}: {exc}") from None
+            out.append(EngineReport(spec.name, name, rules.version, result))
+    return out

@@ -16,6 +16,7 @@ from typing import Any
 from rsplan import __version__
 from rsplan.errors import RsplanError
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult
+from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
 from rsplan.render.capacity import LIMITS, notes
 from rsplan.render.profile_input import ProfileResults
@@ -140,6 +141,77 @@ def parallel_figure(models: list[ModelReport]) -> Any:
         margin={"l": 80, "r": 30, "t": 60, "b": 150},
     ))
     return fig
+
+
+@dataclass(frozen=True)
+class EngineReport:
+    """One serving engine's capacity answers for one model (``rsplan report --engine vllm``)."""
+
+    model: str
+    engine: str
+    version: str
+    capacity: EngineCapacity
+
+
+def engines_figure(models: list[ModelReport], engines: list[EngineReport]) -> Any:
+    """The most requests running at once at their full context, per engine and model, on one chart (llama.cpp:
+    the most -np at the flags as given)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    ticks: set[int] = set()
+    for mi, m in enumerate(models):
+        contexts = data.plot_contexts(m.planner.layout.n_ctx_train)
+        ticks.update(contexts)
+        rungs = [m.planner.max_parallel(c) for c in contexts]
+        fig.add_scatter(
+            x=contexts, y=[r.max_parallel for r in rungs], mode="lines+markers",
+            name=f"{m.planner.spec.name}: llama.cpp", line={"color": LINE_COLOURS[0], "dash": DASHES[mi % 4]},
+            customdata=[m.planner.flags(m.planner.params(r.n_ctx_flag, r.max_parallel)) if r.n_ctx_flag else ""
+                        for r in rungs],
+            hovertemplate="llama.cpp<br>%{x:,} tokens: %{y} sequences<br>%{customdata}<extra></extra>",
+        )
+    names = [m.planner.spec.name for m in models]
+    for e in engines:
+        mi = names.index(e.model) if e.model in names else 0
+        colour = LINE_COLOURS[1 + sorted({x.engine for x in engines}).index(e.engine) % (len(LINE_COLOURS) - 1)]
+        points = [p for p in e.capacity.ladder if p.max_concurrency > 0]
+        ticks.update(p.max_model_len for p in points)
+        fig.add_scatter(
+            x=[p.max_model_len for p in points], y=[p.max_concurrency for p in points], mode="lines+markers",
+            name=f"{e.model}: {e.engine} {e.version}", line={"color": colour, "dash": DASHES[mi % 4]},
+            customdata=[p.flags for p in points],
+            hovertemplate=f"{html.escape(e.engine)}<br>%{{x:,}} tokens: %{{y}} requests<br>%{{customdata}}"
+                          "<extra></extra>",
+        )
+    ordered = sorted(ticks)
+    fig.update_layout(**_layout(
+        "Engines compared: most requests running at once, each at its full context",
+        xaxis={"title": {"text": "context per request (tokens, log scale)"}, "type": "log",
+               "tickvals": ordered, "ticktext": [_ctx_label(c) for c in ordered]},
+        yaxis={"title": {"text": "requests at once"},
+               "rangemode": "tozero"},
+        legend={"orientation": "h", "y": -0.22, "x": 0, "yanchor": "top"},
+        height=560, margin={"l": 80, "r": 30, "t": 60, "b": 150},
+    ))
+    return fig
+
+
+def engine_table(e: EngineReport) -> str:
+    """One engine's budget arithmetic, answers and flags for one model."""
+    facts = [[_e(f.label), (f"{f.value:,} B = {_e(human(f.value))}" if f.unit == "B" and isinstance(f.value, int)
+                            else _e(f"{f.value:,}" if isinstance(f.value, int) else f.value)), _e(f.note)]
+             for f in e.capacity.facts]
+    ladder = [[f"{p.max_model_len:,}", str(p.max_concurrency), f"<code>{_e(p.flags)}</code>" if p.flags
+               else _e(p.note)] for p in e.capacity.ladder]
+    notes_html = "".join(f"<li>{_e(w)}</li>" for w in e.capacity.warnings)
+    lines = "".join(f"<li><code>{_e(line)}</code></li>" for line in e.capacity.log_lines)
+    return (f"<h2>{_e(e.model)}: {_e(e.engine)} {_e(e.version)}</h2>"
+            f"<p>Flags to use: <code>{_e(e.capacity.flags)}</code></p>"
+            + _table(["what", "value", "note"], facts)
+            + _table(["context per request", "requests at once", f"{_e(e.engine)} flags"], ladder, {0})
+            + (f"<p class='note'>{_e(e.engine)} would log:</p><ul class='note'>{lines}</ul>" if lines else "")
+            + (f"<ul class='note'>{notes_html}</ul>" if notes_html else ""))
 
 
 def heatmap_figure(m: ModelReport) -> Any:
@@ -371,8 +443,9 @@ def sources_table(models: list[ModelReport], profile: ProfileResults | None, pro
 
 
 def build_html(models: list[ModelReport], profile: ProfileResults | None = None, profile_path: str | None = None,
-               command: str = "rsplan report") -> str:
-    """The whole report as one HTML string (plotly.js inlined)."""
+               command: str = "rsplan report", engines: list[EngineReport] | None = None) -> str:
+    """The whole report as one HTML string (plotly.js inlined); ``engines`` adds the serving engines' answers
+    and a chart comparing them with llama.cpp."""
     figures: list[tuple[str, str, Any]] = []  # (section title, explanation, figure)
     for m in models:
         figures.append((f"{m.planner.spec.name}: memory against context",
@@ -382,6 +455,11 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
     figures.append(("Options compared: most parallel sequences",
                     "Each line: the most -np that fits at each context per sequence, for the flags as given and "
                     "the options worth trying (q8_0 KV cache, rollback planes).", parallel_figure(models)))
+    if engines:
+        figures.append(("Engines compared", "For each engine, the most requests that run at once with every one at "
+                        "its full context, against that context (llama.cpp: -np at -c = context x -np; vLLM: "
+                        "requests whose blocks all fit; SGLang: within its KV tokens and Mamba slots). Hover for the "
+                        "flags.", engines_figure(models, engines)))
     for m in models:
         figures.append((f"{m.planner.spec.name}: headroom map",
                         "Headroom left on the tightest GPU for each -np and total -c; the black line is the "
@@ -414,7 +492,7 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
         f"<p class='meta'>rsplan {__version__}, llama.cpp {LLAMA_CPP_REF} cache rules, {today}. "
         "Sizes in binary units: MiB = 2<sup>20</sup> B, GiB = 2<sup>30</sup> B; bandwidth in GB/s = 10<sup>9</sup> "
         "B/s. -c is llama.cpp's total over all sequences.</p>"
-        + "".join(summaries) + "".join(parts)
+        + "".join(summaries) + "".join(engine_table(e) for e in engines or []) + "".join(parts)
         + f"<h2>Parameters and sources</h2>{sources_table(models, profile, profile_path, command)}"
         + "</body></html>\n"
     )

@@ -220,3 +220,27 @@ def test_weights_count_must_match_models(hybrid, mamba2, tmp_path):
     r = run("report", "--model", str(hybrid), "--model", str(mamba2), "--budget", "48GiB", "--weights", "1GiB",
             "-o", str(tmp_path / "r.html"))
     assert r.output == "Error: give --weights once per --model (2 models, 1 --weights)\n"
+
+
+def test_report_compares_engines_side_by_side(tmp_path):
+    out = tmp_path / "engines.html"
+    r = run("report", "--model", "nemotron-h-8b-base-8k", "--budget", "80GiB", "--weights", "16GB",
+            "--engine", "vllm", "--engine", "sglang", "--max-num-seqs", "512", "--mamba-ssm-dtype", "bfloat16",
+            "-o", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text(encoding="utf-8")
+    assert "Engines compared" in text
+    # one chart holds llama.cpp's line and each engine's
+    for name in ("nemotron-h-8b-base-8k: llama.cpp", "nemotron-h-8b-base-8k: vllm 0.33.0",
+                 "nemotron-h-8b-base-8k: sglang 0.5.23"):
+        assert name in text, name
+    # each engine's flags are applied to it only (vLLM's --max-num-seqs, SGLang's --mamba-ssm-dtype)
+    assert "--mamba-ssm-dtype bfloat16" in text
+    assert "nemotron-h-8b-base-8k: vllm 0.33.0</h2>" in text
+
+
+def test_report_refuses_an_engine_flag_without_its_engine(tmp_path):
+    r = run("report", "--model", "nemotron-h-8b-base-8k", "--budget", "80GiB", "--max-num-seqs", "8",
+            "-o", str(tmp_path / "r.html"))
+    assert r.output == "Error: --max-num-seqs is a vllm flag; add --engine vllm\n"
+    assert not (tmp_path / "r.html").exists()
