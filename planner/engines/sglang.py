@@ -166,6 +166,7 @@ class Pools:
     ratio: int
     strategy: str
     draft_tokens: int
+    has_mtp: bool
     notes: tuple[str, ...]
 
 
@@ -228,7 +229,7 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
         ratio, strategy = RATIO_NO_BUFFER, "no_buffer"
     return Pools(s, context, model_dtype, kv_dtype, s.mamba_conv_dtype, ssm_dtype, attn, n_attention, rec,
                  n_recurrent, conv_bytes, ssm_bytes, conv_bytes + ssm_bytes, cell, ratio, strategy, draft,
-                 tuple(notes))
+                 spec.nextn_predict_layers > 0, tuple(notes))
 
 
 def _decode_max_bs(gpu_mib: int, tp: int) -> int:
@@ -360,6 +361,22 @@ def _states(p: Pools) -> tuple[StateTensor, ...]:
     return tuple(out)
 
 
+def _intermediate_bytes(p: Pools, rows: int) -> tuple[int, int]:
+    """MambaPool's speculative buffers: per-draft-token SSM states ``[L, rows, D, *ssm]`` and the conv windows, in
+    the deduplicated CUDA layout ``[L, rows, channels, D + window - 1]`` (KDA keeps the dense ``[L, rows, D,
+    *conv]``). ``rows`` = running requests + 1."""
+    assert p.rec is not None
+    d, n = p.draft_tokens, p.n_recurrent
+    issm = n * rows * d * prod(p.rec.ssm) * dtype_bytes(p.ssm_dtype, "ssm") if p.rec.ssm is not None else 0
+    window, channels = p.rec.conv
+    conv_size = dtype_bytes(p.conv_dtype, "conv")
+    if p.rec.kind == "kda":
+        iconv = n * rows * d * window * channels * conv_size
+    else:
+        iconv = n * rows * channels * (d + window - 1) * conv_size
+    return issm, iconv
+
+
 def _log_lines(p: Pools, sp: Split) -> list[str]:
     lines = []
     if p.rec is not None:
@@ -368,7 +385,9 @@ def _log_lines(p: Pools, sp: Split) -> list[str]:
         line = (f"Mamba Cache is allocated. max_mamba_cache_size: {sp.mamba_slots}, conv_state size: {conv:.2f}GB, "
                 f"ssm_state size: {ssm:.2f}GB ")
         if p.draft_tokens:
-            line += "(+ speculative intermediate states; SGLang prints their sizes here too)"
+            issm, iconv = _intermediate_bytes(p, sp.max_running_requests + 1)
+            line += (f"intermediate_ssm_state_cache size: {issm / GIB:.2f}GB "
+                     f"intermediate_conv_window_cache size: {iconv / GIB:.2f}GB ")
         lines.append(line)
     if p.attn is not None:
         rows = sp.max_total_tokens + p.settings.page_size
@@ -487,7 +506,10 @@ def _flags(p: Pools, context: int, requests: int) -> str:
     if s.max_mamba_cache_size is not None:
         out.append(f"--max-mamba-cache-size {s.max_mamba_cache_size}")
     if s.speculative_num_draft_tokens:
-        out.append(f"--speculative-num-draft-tokens {s.speculative_num_draft_tokens}")
+        # NEXTN: the model's own MTP layers draft; other models need a draft model (--speculative-draft-model-path)
+        algorithm = "NEXTN" if p.has_mtp else "EAGLE"
+        out.append(f"--speculative-algorithm {algorithm} --speculative-num-draft-tokens "
+                   f"{s.speculative_num_draft_tokens}")
     if s.disable_radix_cache:
         out.append("--disable-radix-cache")
     if s.page_size != 1:

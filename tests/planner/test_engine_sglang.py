@@ -115,6 +115,16 @@ def test_speculative_decoding_reserves_intermediate_states():
     assert sp.intermediate_bytes == per_req * rows * d
     # the MTP layer's KV rides in each cell: 12 attention layers + 1
     assert p.cell_bytes == 13 * 2 * 2 * 256 * BF16
+    # the log line names the buffers as allocated: per running request + 1 padding row, SSM states
+    # [36, rows, 4, 32, 128, 128] fp32 and deduplicated conv windows [36, rows, 8192, 4 + 3 - 1] bf16
+    cap = capacity(load_builtin_preset("qwen3-next-80b-a3b"), SglangSettings(speculative_num_draft_tokens=4),
+                   ServingBudget(141 * GIB, "test", 80_000_000_000, "test", GIB))
+    reqs = {f.label: f.value for f in cap.facts}["max_running_requests"]
+    issm = 36 * (reqs + 1) * 4 * 32 * 128 * 128 * FP32
+    iconv = 36 * (reqs + 1) * 8192 * 6 * BF16
+    assert cap.log_lines[0].endswith(f"intermediate_ssm_state_cache size: {issm / GIB:.2f}GB "
+                                     f"intermediate_conv_window_cache size: {iconv / GIB:.2f}GB ")
+    assert "--speculative-algorithm NEXTN --speculative-num-draft-tokens 4" in cap.flags
 
 
 def test_pure_mamba_tokens_are_the_context():
