@@ -2,7 +2,8 @@
 
 ``llama.cpp`` is rsplan's native engine: every tensor sized exactly (planner.plan, planner.capacity), with its
 own command-line flags (rsplan.cli.options). Every other engine is a module of this package exposing ``ENGINE``
-(planner.engines.base.Engine); adding one is a new module and one line here.
+(planner.engines.base.Engine) plus a ``<module>_flags`` module holding its ``FLAGS`` as data (the CLI reads those
+without importing the rules); adding one is those two files and one line here.
 """
 
 from __future__ import annotations
@@ -31,3 +32,8 @@ def engine(name: str) -> Any:
 def engine_modules() -> dict[str, str]:
     """The non-native engines and their modules."""
     return {name: module for name, module in ENGINES.items() if module is not None}
+
+
+def flag_modules() -> dict[str, str]:
+    """The non-native engines and the modules holding their FLAGS."""
+    return {name: f"{module}_flags" for name, module in engine_modules().items()}

@@ -14,10 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rsplan.errors import RsplanError
-from rsplan.hparams.model import ModelSpec
+from rsplan.planner.engines.flag import EngineFlag
+
+if TYPE_CHECKING:
+    from rsplan.hparams.model import ModelSpec
+
+__all__ = ["EngineFlag"]  # re-exported: engine modules take every base type from here
 
 #: Bytes per element of the state and KV dtypes the engines name.
 DTYPE_BYTES: dict[str, int] = {
@@ -34,26 +39,6 @@ class EngineError(RsplanError):
     """Settings an engine would refuse, or a model it does not serve."""
 
 
-@dataclass(frozen=True)
-class EngineFlag:
-    """One command-line flag of an engine, as data (the CLI turns it into a click option).
-
-    Attributes:
-        key: the Python name of the value (``max_num_seqs``).
-        decls: the flag names, as the engine spells them (``("--max-num-seqs",)``).
-        kind: ``int``, ``float``, ``size`` (bytes with units), ``choice`` or ``bool`` (an on/off switch).
-        help: one line for ``--help``.
-        choices: the allowed values of a ``choice``.
-        lo / hi: bounds of an ``int`` or ``float`` (inclusive).
-    """
-
-    key: str
-    decls: tuple[str, ...]
-    kind: str
-    help: str
-    choices: tuple[str, ...] = ()
-    lo: float | None = None
-    hi: float | None = None
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ from rsplan.planner.engines.base import (
     dtype_bytes,
     prod,
 )
+from rsplan.planner.engines.vllm_flags import FLAGS
 from rsplan.planner.engines.vllm_rules import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_OVERHEAD_BYTES,
     DOC,
-    FLAGS,
     GIB,
     NAME,
     VERSION,

@@ -16,15 +16,15 @@ import click
 from click.core import ParameterSource
 
 from rsplan.errors import RsplanError
-from rsplan.planner.engines import ENGINES, NATIVE, engine_modules
-from rsplan.planner.engines.base import EngineFlag
+from rsplan.planner.engines import ENGINES, NATIVE, flag_modules
+from rsplan.planner.engines.flag import EngineFlag
 from rsplan.render.units import parse_size
 
 ENGINE_HELP = "Whose memory rules: llama.cpp (exact per tensor), vllm (0.33.0) or sglang (0.5.23)."
 
 
 def _flag_tables() -> dict[str, tuple[EngineFlag, ...]]:
-    return {name: importlib.import_module(module).FLAGS for name, module in engine_modules().items()}
+    return {name: importlib.import_module(module).FLAGS for name, module in flag_modules().items()}
 
 
 def _merged() -> dict[str, tuple[EngineFlag, list[str], list[str], list[str]]]:

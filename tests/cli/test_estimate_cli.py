@@ -170,10 +170,14 @@ def test_estimate_imports_no_heavy_library(example):
         f"sys.argv = ['rsplan', 'estimate', '--model', {str(example)!r}, '-c', '8192']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'plotly', 'numpy', 'triton', 'gguf'))\n"
-        "print('HEAVY', heavy)"
+        "print('HEAVY', heavy)\n"
+        "rules = sorted(m for m in sys.modules if m.startswith('rsplan.planner.engines.')\n"
+        "               and not m.endswith(('_flags', '.flag')))\n"
+        "print('ENGINE RULES', rules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "HEAVY []"
+    # neither heavy libraries nor the serving engines' rules: llama.cpp's estimate reads only their flag tables
+    assert out.strip().splitlines()[-2:] == ["HEAVY []", "ENGINE RULES []"]
 
 
 def test_python_dash_m_works(example):
