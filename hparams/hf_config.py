@@ -774,7 +774,11 @@ def _model_type(data: dict[str, Any], where: str) -> tuple[str, HFModelType]:
 
 
 def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str) -> str | None:
-    """The first of ``aliases`` present, as one of HF_DTYPES ("torch.bfloat16" is read as "bfloat16")."""
+    """The first of ``aliases`` present, as one of HF_DTYPES ("torch.bfloat16" is read as "bfloat16").
+
+    Another dtype name (a float8 or int8 checkpoint's, "auto") reads as None: the serving engines then treat the
+    model like one without the key (vLLM falls back to bfloat16 for dtypes its GPU path does not run), and
+    llama.cpp's sizes never depend on it. A value that is not a string is a malformed config."""
     for key in aliases:
         value = flat.get(key)
         if value is None:
@@ -782,11 +786,7 @@ def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str) -> st
         if not isinstance(value, str):
             raise ModelFileError(f"{where}: {key}: expected a dtype name, got {json.dumps(value)[:40]}")
         name = value.removeprefix("torch.")
-        if name not in HF_DTYPES:
-            raise ModelFileError(
-                f"{where}: {key}: '{printable(value[:40])}' is not one of {', '.join(HF_DTYPES)}"
-            )
-        return name
+        return name if name in HF_DTYPES else None
     return None
 
 

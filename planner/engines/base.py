@@ -200,6 +200,15 @@ def dtype_bytes(dtype: str, what: str) -> int:
         raise EngineError(f"{what}: unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})") from None
 
 
+def default_contexts(max_len: int) -> list[int]:
+    """The contexts a capacity ladder shows by default: 4k, 8k, 16k ... below ``max_len``, then ``max_len``."""
+    out, ctx = [], 4096
+    while ctx < max_len:
+        out.append(ctx)
+        ctx *= 2
+    return [*out, max_len]
+
+
 def prod(shape: Sequence[int]) -> int:
     out = 1
     for n in shape:

@@ -36,6 +36,7 @@ from rsplan.planner.engines.base import (
     ServingBudget,
     StateTensor,
     byte_fact,
+    default_contexts,
     dtype_bytes,
     prod,
 )
@@ -504,8 +505,9 @@ def capacity(spec: ModelSpec, s: SglangSettings, budget: ServingBudget,
                         f"(max_mamba_cache_size={sp.mamba_slots}, {p.ratio} state slots per request): raise "
                         "--mamba-full-memory-ratio or --max-mamba-cache-size, or use --mamba-ssm-dtype bfloat16")
     ladder = []
-    for ctx in contexts or _default_contexts(p.context_length):
+    for ctx in contexts or default_contexts(p.context_length):
         if ctx > p.context_length:
+            ladder.append(ConcurrencyPoint(ctx, 0, "", f"longer than context_length {p.context_length:,}"))
             continue
         n = full_length_requests(p, sp, ctx)
         ladder.append(ConcurrencyPoint(ctx, n, _flags(p, ctx, n) if n else "", "" if n else "not one request fits"))
@@ -523,14 +525,6 @@ def full_length_requests(p: Pools, sp: Split, context: int) -> int:
     if not p.cell_bytes:
         return sp.max_running_requests
     return min(sp.max_total_tokens // context, sp.max_running_requests)
-
-
-def _default_contexts(context: int) -> list[int]:
-    out, ctx = [], 4096
-    while ctx < context:
-        out.append(ctx)
-        ctx *= 2
-    return [*out, context]
 
 
 class _SglangEngine:

@@ -23,6 +23,7 @@ from rsplan.planner.engines.base import (
     StateTensor,
     byte_fact,
     cdiv,
+    default_contexts,
     dtype_bytes,
     prod,
 )
@@ -227,14 +228,6 @@ def kv_memory_bytes(lay: Layout, budget: ServingBudget) -> tuple[int, list[Fact]
     return requested - weights - budget.overhead_bytes, facts
 
 
-def default_contexts(max_model_len: int) -> list[int]:
-    out, ctx = [], 4096
-    while ctx < max_model_len:
-        out.append(ctx)
-        ctx *= 2
-    return [*out, max_model_len]
-
-
 def flags(lay: Layout, max_model_len: int, max_num_seqs: int) -> str:
     """The vLLM flags for a setting (defaults left out, except the two capacity answers)."""
     s = lay.settings
@@ -316,6 +309,7 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
     ladder = []
     for ctx in contexts or default_contexts(lay.max_model_len):
         if ctx > lay.max_model_len:
+            ladder.append(ConcurrencyPoint(ctx, 0, "", f"longer than max_model_len {lay.max_model_len:,}"))
             continue
         n = min(no_preemption_seqs(lay, num_blocks, ctx), lay.max_num_seqs, hard or lay.max_num_seqs)
         ladder.append(ConcurrencyPoint(ctx, n, flags(lay, ctx, n) if n else "",

@@ -67,9 +67,11 @@ def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def parse_ctx_list(text: str) -> list[int]:
-    """``--ctx 4096,8k,32768`` -> [4096, 8192, 32768] tokens per sequence (each once, each a context llama.cpp
-    can hold)."""
+def parse_ctx_list(text: str, largest: int = MAX_CTX_PER_SEQ,
+                   why: str = f"llama.cpp's largest context {MAX_CTX_PER_SEQ} (a uint32, padded to {CTX_PAD})",
+                   ) -> list[int]:
+    """``--ctx 4096,8k,32768`` -> [4096, 8192, 32768] tokens per sequence (each once, each at most ``largest``:
+    by default a context llama.cpp can hold)."""
     out: list[int] = []
     for item in text.split(","):
         m = _CTX.match(item)
@@ -77,9 +79,8 @@ def parse_ctx_list(text: str) -> list[int]:
             raise RsplanError(f"--ctx: cannot read '{shown(item.strip())}' as a context length > 0 "
                               "(examples: 4096, 8k, 32768)")
         ctx = int(m.group(1)) * (1024 if m.group(2) else 1)
-        if ctx > MAX_CTX_PER_SEQ:
-            raise RsplanError(f"--ctx: {item.strip()} is {ctx} tokens, more than llama.cpp's largest context "
-                              f"{MAX_CTX_PER_SEQ} (a uint32, padded to {CTX_PAD})")
+        if ctx > largest:
+            raise RsplanError(f"--ctx: {item.strip()} is {ctx} tokens, more than {why}")
         if ctx in out:
             raise RsplanError(f"--ctx: {ctx} tokens given twice")
         out.append(ctx)
@@ -308,5 +309,6 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
 
 
 def parse_serving_ctx_list(text: str) -> list[int]:
-    """``--ctx`` for a serving engine: the same syntax; each value is a --max-model-len / --context-length."""
-    return parse_ctx_list(text)
+    """``--ctx`` for a serving engine: the same syntax; each value is a --max-model-len / --context-length (contexts
+    beyond the model's are left out of the answers)."""
+    return parse_ctx_list(text, MAX_CTX, f"the largest context a model config holds ({MAX_CTX})")

@@ -94,7 +94,6 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
     """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's."""
     from rsplan.planner.engines import engine as load_engine
     from rsplan.render.report import EngineReport
-    from rsplan.render.report_data import plot_contexts
 
     out = []
     weights = list(options["weights"])
@@ -105,7 +104,7 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
             budget = serving_budget(spec, ref, options, weights[i] if weights else None,
                                     settings.tensor_parallel_size, rules.default_overhead_bytes)
             try:
-                result = rules.capacity(spec, settings, budget, contexts or plot_contexts(spec.context_length))
+                result = rules.capacity(spec, settings, budget, contexts)
             except RsplanError as exc:
                 raise RsplanError(f"--engine {name}, {ref}: {exc}") from None
             out.append(EngineReport(spec.name, name, rules.version, result))

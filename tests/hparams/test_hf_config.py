@@ -497,6 +497,39 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize(("extra", "serving"), [
+    ({"torch_dtype": "bfloat16", "max_position_embeddings": 4096},
+     {"torch_dtype": "bfloat16", "max_model_len": 4096}),
+    # transformers 5 writes "dtype"; a "torch." prefix is read too
+    ({"dtype": "torch.float16"}, {"torch_dtype": "float16"}),
+    # vLLM's max_model_len: the smallest context key, model_max_length overriding every other
+    ({"max_position_embeddings": 8192, "seq_length": 4096}, {"max_model_len": 4096}),
+    ({"max_position_embeddings": 8192, "model_max_length": 1048576}, {"max_model_len": 1048576}),
+    # the two SSM-dtype keys stay apart: vLLM reads one per model, SGLang only mamba_ssm_dtype
+    ({"mamba_ssm_dtype": "float32", "mamba_ssm_cache_dtype": "bfloat16"},
+     {"mamba_ssm_dtype": "float32", "mamba_ssm_cache_dtype": "bfloat16"}),
+    # a dtype the engines do not run (an fp8 checkpoint's) is not an error: it is not known
+    ({"torch_dtype": "float8_e4m3fn"}, None),
+], ids=["dtype and context", "dtype key of transformers 5", "smallest context key", "model_max_length wins",
+        "both SSM keys", "fp8 dtype"])
+def test_serving_facts_of_a_config(extra, serving, tmp_path):
+    base = {k: v for k, v in MAMBA2_HF.items() if k not in ("torch_dtype", "max_position_embeddings")}
+    spec = read_hf_config(_model_dir(tmp_path, {**base, **extra}, {})).spec
+    got = {k: v for k, v in spec.serving.model_dump().items() if v is not None} if spec.serving else None
+    assert got == serving
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"torch_dtype": 16}, "torch_dtype: expected a dtype name, got 16"),
+    ({"max_position_embeddings": -1}, "max_position_embeddings: expected a context length in 1..2**32-1, got -1"),
+    ({"seq_length": 2**40}, f"seq_length: expected a context length in 1..2**32-1, got {2**40}"),
+    ({"model_max_length": True}, "model_max_length: expected a context length in 1..2**32-1, got true"),
+])
+def test_bad_serving_facts(extra, message, tmp_path):
+    path, output = _config_error(tmp_path, json.dumps({**MAMBA2_HF, **extra}))
+    assert output == f"Error: {path}: {message}\n"
+
+
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_config_is_one_line_error(case, tmp_path):
     text, message = BAD[case]

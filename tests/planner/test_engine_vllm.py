@@ -81,6 +81,18 @@ def test_qwen3_next_kv_memory_gives_vllms_capacity_line():
     assert facts["max_num_seqs without preemption at max_model_len"] == (2275 - 1) // 66 == 34
 
 
+def test_qwen3_next_reproduces_the_line_of_a_real_vllm_run():
+    """shared/docs/vllm-rules.md quotes a line printed by vLLM 0.33's own planning functions: "GPU KV cache size:
+    822,272 tokens, Maximum concurrency for 32,768 tokens per request: 25.09x". It is Qwen3-Next without prefix
+    caching on 20 GiB of KV memory: 20 GiB // (12 x 544 x 2,048 B) = 1,606 blocks, 61 + 3 blocks per request,
+    1,606 / 64 = 25.09375, x 32,768 = 822,272 tokens."""
+    p = plan(load_builtin_preset("qwen3-next-80b-a3b"),
+             VllmSettings(max_model_len=32768, enable_prefix_caching=False, kv_cache_memory_bytes=20 * GIB))
+    assert 20 * GIB // (12 * 544 * 2048) == 1606
+    assert p.log_lines[-1] == ("GPU KV cache size: 822,272 tokens, Maximum concurrency for 32,768 tokens per "
+                               "request: 25.09x")
+
+
 def test_qwen3_next_mtp_adds_an_attention_layer_and_spec_blocks():
     # num_spec 2: conv length 3 + 2; MTP layer joins the attention bucket: 13 vs 36 -> group 13, 3 GDN groups
     out = lay("qwen3-next-80b-a3b", max_model_len=32768, num_speculative_tokens=2)
