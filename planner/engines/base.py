@@ -12,9 +12,9 @@ Memory is in bytes (``*_bytes`` ints); shapes are per GPU rank (tensor paralleli
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from rsplan.errors import RsplanError
 from rsplan.planner.engines.flag import EngineFlag
@@ -170,26 +170,28 @@ class EngineCapacity:
         return out
 
 
-class Engine(Protocol):
-    """One serving engine's memory rules."""
+@dataclass(frozen=True)
+class Engine:
+    """One serving engine's memory rules: what its module exports as ``ENGINE``.
+
+    Attributes:
+        name / version / doc: the engine, the version of its source the rules follow, its docs page.
+        flags: the engine's command-line flags (its ``<module>_flags`` module).
+        default_overhead_bytes: the ``--overhead`` allowance when none is given.
+        settings: ``settings(values)``: the flags' values (None = not given) validated into a settings object.
+        plan: ``plan(spec, settings) -> EnginePlan``: every cache tensor and derived number.
+        capacity: ``capacity(spec, settings, budget, contexts) -> EngineCapacity``: what fits in ``budget``, and the
+            most requests per context in ``contexts`` (None: 4k, 8k, ... up to the model's length).
+    """
 
     name: str
     version: str
     doc: str
     flags: tuple[EngineFlag, ...]
-
-    def settings(self, values: Mapping[str, Any]) -> Any:
-        """Validate the engine flags' values (``None`` = not given) into the engine's settings object."""
-        ...
-
-    def plan(self, spec: ModelSpec, settings: Any) -> EnginePlan:
-        """Every cache tensor and derived number at ``settings``."""
-        ...
-
-    def capacity(self, spec: ModelSpec, settings: Any, budget: ServingBudget,
-                 contexts: Sequence[int] | None = None) -> EngineCapacity:
-        """What fits in ``budget``: at ``settings``, and the most requests per context in ``contexts``."""
-        ...
+    default_overhead_bytes: int
+    settings: Callable[[Mapping[str, Any]], Any]
+    plan: Callable[[ModelSpec, Any], EnginePlan]
+    capacity: Callable[[ModelSpec, Any, ServingBudget, Sequence[int] | None], EngineCapacity]
 
 
 def dtype_bytes(dtype: str, what: str) -> int:

@@ -29,6 +29,7 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
     ConcurrencyPoint,
+    Engine,
     EngineCapacity,
     EngineError,
     EnginePlan,
@@ -41,7 +42,13 @@ from rsplan.planner.engines.base import (
     prod,
 )
 from rsplan.planner.engines.sglang_flags import FLAGS
-from rsplan.planner.engines.states import AttentionShape, RecurrentShapes, attention_shape, recurrent_shapes
+from rsplan.planner.engines.states import (
+    AttentionShape,
+    RecurrentShapes,
+    attention_shape,
+    recurrent_shapes,
+    state_tensors,
+)
 
 NAME = "sglang"
 VERSION = "0.5.23"
@@ -308,23 +315,8 @@ def split(p: Pools, rest_bytes: int) -> Split:
 
 
 def _states(p: Pools) -> tuple[StateTensor, ...]:
-    out: list[StateTensor] = []
-    if p.attn is not None:
-        size = dtype_bytes(p.kv_dtype, "--kv-cache-dtype")
-        if p.attn.mla:
-            out.append(StateTensor("mla", "kv", (p.attn.head_size,), p.kv_dtype, p.attn.head_size * size,
-                                   p.n_attention, "token"))
-        else:
-            for t in ("k", "v"):
-                out.append(StateTensor("attention", t, (p.attn.kv_heads, p.attn.head_size), p.kv_dtype,
-                                       p.attn.kv_heads * p.attn.head_size * size, p.n_attention, "token"))
-    if p.rec is not None:
-        out.append(StateTensor(p.rec.kind, "conv", p.rec.conv, p.conv_dtype, p.conv_bytes // p.n_recurrent,
-                               p.n_recurrent, "state"))
-        if p.rec.ssm is not None:
-            out.append(StateTensor(p.rec.kind, "ssm", p.rec.ssm, p.ssm_dtype, p.ssm_bytes // p.n_recurrent,
-                                   p.n_recurrent, "state"))
-    return tuple(out)
+    return state_tensors(p.attn, p.n_attention, p.kv_dtype, p.rec, p.n_recurrent, p.conv_dtype,
+                         p.ssm_dtype)
 
 
 def _intermediate_bytes(p: Pools, rows: int) -> tuple[int, int]:
@@ -527,24 +519,4 @@ def full_length_requests(p: Pools, sp: Split, context: int) -> int:
     return min(sp.max_total_tokens // context, sp.max_running_requests)
 
 
-class _SglangEngine:
-    """The ``Engine`` of planner.engines.base for SGLang."""
-
-    name = NAME
-    version = VERSION
-    doc = DOC
-    flags = FLAGS
-    default_overhead_bytes = DEFAULT_OVERHEAD_BYTES
-
-    def settings(self, values: Mapping[str, Any]) -> SglangSettings:
-        return settings(values)
-
-    def plan(self, spec: ModelSpec, s: SglangSettings) -> EnginePlan:
-        return plan(spec, s)
-
-    def capacity(self, spec: ModelSpec, s: SglangSettings, budget: ServingBudget,
-                 contexts: Sequence[int] | None = None) -> EngineCapacity:
-        return capacity(spec, s, budget, contexts)
-
-
-ENGINE = _SglangEngine()
+ENGINE = Engine(NAME, VERSION, DOC, FLAGS, DEFAULT_OVERHEAD_BYTES, settings, plan, capacity)

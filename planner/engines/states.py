@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.engines.base import EngineError, divide
+from rsplan.planner.engines.base import EngineError, StateTensor, divide, dtype_bytes, prod
 
 #: llama.cpp arch -> the state kind both engines give its recurrent layers.
 STATE_KIND: dict[str, str] = {
@@ -177,3 +177,24 @@ def attention_shape(spec: ModelSpec, layout: CacheLayout, tp: int, *, engine: st
                           f"(key_length {hk}, value_length {sorted(head_v)[0]})")
     per_rank = max(1, n_kv // tp)
     return AttentionShape(ils, False, per_rank, hk, 2 * per_rank * hk)
+
+
+def state_tensors(attn: AttentionShape | None, n_attention: int, kv_dtype: str, rec: RecurrentShapes | None,
+                  n_recurrent: int, conv_dtype: str, ssm_dtype: str) -> tuple[StateTensor, ...]:
+    """The cache tensors of one engine's plan: K and V (or the MLA latent) per token, conv and SSM per state."""
+    out: list[StateTensor] = []
+    if attn is not None:
+        size = dtype_bytes(kv_dtype, "--kv-cache-dtype")
+        if attn.mla:
+            out.append(StateTensor("mla", "kv", (attn.head_size,), kv_dtype, attn.head_size * size, n_attention,
+                                   "token"))
+        else:
+            out += [StateTensor("attention", t, (attn.kv_heads, attn.head_size), kv_dtype,
+                                attn.kv_heads * attn.head_size * size, n_attention, "token") for t in ("k", "v")]
+    if rec is not None:
+        out.append(StateTensor(rec.kind, "conv", rec.conv, conv_dtype, prod(rec.conv) * dtype_bytes(conv_dtype, "conv"),
+                               n_recurrent, "state"))
+        if rec.ssm is not None:
+            out.append(StateTensor(rec.kind, "ssm", rec.ssm, ssm_dtype,
+                                   prod(rec.ssm) * dtype_bytes(ssm_dtype, "ssm"), n_recurrent, "state"))
+    return tuple(out)

@@ -8,13 +8,14 @@ with the vLLM source file it comes from.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
     ConcurrencyPoint,
+    Engine,
     EngineCapacity,
     EngineError,
     EnginePlan,
@@ -24,9 +25,8 @@ from rsplan.planner.engines.base import (
     byte_fact,
     cdiv,
     default_contexts,
-    dtype_bytes,
-    prod,
 )
+from rsplan.planner.engines.states import state_tensors
 from rsplan.planner.engines.vllm_flags import FLAGS
 from rsplan.planner.engines.vllm_rules import (
     DEFAULT_BLOCK_SIZE,
@@ -46,25 +46,8 @@ __all__ = ["ENGINE", "FLAGS", "capacity", "plan"]
 
 
 def _states(lay: Layout) -> tuple[StateTensor, ...]:
-    out: list[StateTensor] = []
-    if lay.attn is not None:
-        a = lay.attn
-        size = dtype_bytes(lay.kv_dtype, "--kv-cache-dtype")
-        if a.mla:
-            out.append(StateTensor("mla", "kv", (a.head_size,), lay.kv_dtype, a.head_size * size, lay.n_attention,
-                                   "token"))
-        else:
-            for t in ("k", "v"):
-                out.append(StateTensor("attention", t, (a.kv_heads, a.head_size), lay.kv_dtype,
-                                       a.kv_heads * a.head_size * size, lay.n_attention, "token"))
-    if lay.rec is not None:
-        r = lay.rec
-        out.append(StateTensor(r.kind, "conv", r.conv, lay.conv_dtype,
-                               prod(r.conv) * dtype_bytes(lay.conv_dtype, "conv"), lay.n_recurrent, "state"))
-        if r.ssm is not None:
-            out.append(StateTensor(r.kind, "ssm", r.ssm, lay.ssm_dtype,
-                                   prod(r.ssm) * dtype_bytes(lay.ssm_dtype, "ssm"), lay.n_recurrent, "state"))
-    return tuple(out)
+    return state_tensors(lay.attn, lay.n_attention, lay.kv_dtype, lay.rec, lay.n_recurrent, lay.conv_dtype,
+                         lay.ssm_dtype)
 
 
 def _groups_text(lay: Layout) -> str:
@@ -318,24 +301,4 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
                           tuple(lines), tuple(warnings))
 
 
-class _VllmEngine:
-    """The ``Engine`` of planner.engines.base for vLLM."""
-
-    name = NAME
-    version = VERSION
-    doc = DOC
-    flags = FLAGS
-    default_overhead_bytes = DEFAULT_OVERHEAD_BYTES
-
-    def settings(self, values: Mapping[str, Any]) -> VllmSettings:
-        return settings(values)
-
-    def plan(self, spec: ModelSpec, s: VllmSettings) -> EnginePlan:
-        return plan(spec, s)
-
-    def capacity(self, spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
-                 contexts: Sequence[int] | None = None) -> EngineCapacity:
-        return capacity(spec, s, budget, contexts)
-
-
-ENGINE = _VllmEngine()
+ENGINE = Engine(NAME, VERSION, DOC, FLAGS, DEFAULT_OVERHEAD_BYTES, settings, plan, capacity)
