@@ -773,7 +773,8 @@ def _model_type(data: dict[str, Any], where: str) -> tuple[str, HFModelType]:
     return model_type, family
 
 
-def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str) -> str | None:
+def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str,
+                 sources: dict[str, str], field_name: str) -> str | None:
     """The first of ``aliases`` present, as one of HF_DTYPES ("torch.bfloat16" is read as "bfloat16").
 
     Another dtype name (a float8 or int8 checkpoint's, "auto") reads as None: the serving engines then treat the
@@ -786,13 +787,16 @@ def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str) -> st
         if not isinstance(value, str):
             raise ModelFileError(f"{where}: {key}: expected a dtype name, got {json.dumps(value)[:40]}")
         name = value.removeprefix("torch.")
-        return name if name in HF_DTYPES else None
+        if name not in HF_DTYPES:
+            return None
+        sources[f"serving.{field_name}"] = key
+        return name
     return None
 
 
-def _serving(flat: dict[str, Any], where: str) -> ServingSpec | None:
+def _serving(flat: dict[str, Any], where: str, sources: dict[str, str]) -> ServingSpec | None:
     """What vLLM and SGLang read beyond the converter's keys: dtypes and the derived max model length (None when
-    the config names none of them)."""
+    the config names none of them); ``sources`` gets the key each value came from."""
     lengths: dict[str, int] = {}
     for key in A.SERVING_CONTEXT:
         value = flat.get(key)
@@ -802,11 +806,16 @@ def _serving(flat: dict[str, Any], where: str) -> ServingSpec | None:
             raise ModelFileError(f"{where}: {key}: expected a context length in 1..2**32-1, got "
                                  f"{json.dumps(value)[:40]}")
         lengths[key] = value
+    max_len = lengths.get("model_max_length", min(lengths.values(), default=None))
+    if max_len is not None:
+        key = "model_max_length" if "model_max_length" in lengths else min(lengths, key=lambda k: lengths[k])
+        sources["serving.max_model_len"] = key + (" (vLLM: the smallest context key; model_max_length wins)"
+                                                  if len(lengths) > 1 else "")
     serving = ServingSpec(
-        torch_dtype=_dtype_value(flat, A.TORCH_DTYPE, where),
-        mamba_ssm_dtype=_dtype_value(flat, A.MAMBA_SSM_DTYPE, where),
-        mamba_ssm_cache_dtype=_dtype_value(flat, A.MAMBA_SSM_CACHE_DTYPE, where),
-        max_model_len=lengths.get("model_max_length", min(lengths.values(), default=None)),
+        torch_dtype=_dtype_value(flat, A.TORCH_DTYPE, where, sources, "torch_dtype"),
+        mamba_ssm_dtype=_dtype_value(flat, A.MAMBA_SSM_DTYPE, where, sources, "mamba_ssm_dtype"),
+        mamba_ssm_cache_dtype=_dtype_value(flat, A.MAMBA_SSM_CACHE_DTYPE, where, sources, "mamba_ssm_cache_dtype"),
+        max_model_len=max_len,
     )
     return serving if any(value is not None for value in serving.model_dump().values()) else None
 
@@ -830,8 +839,9 @@ def read_hf_config(path: str | Path) -> HFModel:
     name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
     meta = _HFMetadata(w, arch, name, where)
     loaded = load_spec(meta, fallback_name=name or "config", source=where)
-    spec = loaded.spec.model_copy(update={"serving": _serving(flat, where)})
-    loaded = LoadedModel(spec, loaded.sources)
+    sources = dict(loaded.sources)
+    spec = loaded.spec.model_copy(update={"serving": _serving(flat, where, sources)})
+    loaded = LoadedModel(spec, sources)
     return HFModel(loaded, model_type, family.converter, where)
 
 

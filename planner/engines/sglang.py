@@ -77,6 +77,8 @@ READS_CONFIG_SSM_DTYPE = frozenset({"nemotron_h", "nemotron_h_moe", "falcon-h1",
 #: two tracking slots with overlap scheduling; LFM2 gets no_buffer; pure Mamba models stay "auto" (no buffer).
 EXTRA_BUFFER_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "falcon-h1",
                                 "granitehybrid", "kimi-linear"})
+#: Archs SGLang gives the no_buffer Mamba radix cache (page size 1 only); pure Mamba models stay "auto".
+NO_BUFFER_ARCHS = frozenset({"lfm2", "lfm2moe"})
 RATIO_NO_RADIX = 1
 RATIO_NO_BUFFER = 3
 RATIO_EXTRA_BUFFER = 5
@@ -200,6 +202,9 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
         ratio, strategy = RATIO_EXTRA_BUFFER, "extra_buffer (2 tracking slots, overlap scheduling)"
     else:
         ratio, strategy = RATIO_NO_BUFFER, "no_buffer"
+        if s.page_size != 1 and spec.arch in NO_BUFFER_ARCHS:
+            raise EngineError(f"SGLang refuses --page-size {s.page_size} for {spec.arch}: its Mamba radix cache "
+                              "(no_buffer) needs page size 1; add --disable-radix-cache or drop --page-size")
     return Pools(s, context, model_dtype, kv_dtype, s.mamba_conv_dtype, ssm_dtype, attn, n_attention, rec,
                  n_recurrent, conv_bytes, ssm_bytes, conv_bytes + ssm_bytes, cell, ratio, strategy, draft,
                  spec.nextn_predict_layers > 0, tuple(notes))

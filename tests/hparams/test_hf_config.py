@@ -514,9 +514,14 @@ BAD = {
         "both SSM keys", "fp8 dtype"])
 def test_serving_facts_of_a_config(extra, serving, tmp_path):
     base = {k: v for k, v in MAMBA2_HF.items() if k not in ("torch_dtype", "max_position_embeddings")}
-    spec = read_hf_config(_model_dir(tmp_path, {**base, **extra}, {})).spec
+    hf = read_hf_config(_model_dir(tmp_path, {**base, **extra}, {}))
+    spec = hf.spec
     got = {k: v for k, v in spec.serving.model_dump().items() if v is not None} if spec.serving else None
     assert got == serving
+    # rsplan inspect names the key each value was read from
+    for field in serving or {}:
+        source = hf.loaded.sources[f"serving.{field}"]
+        assert source.split(" ")[0] in extra, (field, source)
 
 
 @pytest.mark.parametrize(("extra", "message"), [

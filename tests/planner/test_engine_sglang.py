@@ -155,6 +155,8 @@ def test_tensor_parallel_splits_states_and_kv_heads():
     ("minimax-text-01", {}, "does not serve arch 'minimax-01'"),
     ("qwen3-next-80b-a3b", {"context_length": 300000}, "--context-length 300000 is longer than the model's 262144"),
     ("qwen3-next-80b-a3b", {"tensor_parallel_size": 3}, "is not divisible by the tensor-parallel size 3"),
+    ("lfm2-1.2b", {"page_size": 16}, "SGLang refuses --page-size 16 for lfm2: its Mamba radix cache (no_buffer) "
+                                     "needs page size 1"),
 ])
 def test_refused(preset, settings, message):
     with pytest.raises(EngineError, match=message.replace(".", r"\.")):
