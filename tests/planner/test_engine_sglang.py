@@ -8,6 +8,8 @@ over every full-attention layer (``2 * kv_heads * head_dim * 2 B`` each; MLA ``5
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rsplan.hparams.sources import load_builtin_preset
@@ -159,7 +161,7 @@ def test_tensor_parallel_splits_states_and_kv_heads():
                                      "needs page size 1"),
 ])
 def test_refused(preset, settings, message):
-    with pytest.raises(EngineError, match=message.replace(".", r"\.")):
+    with pytest.raises(EngineError, match=re.escape(message)):
         pools(preset, **settings)
 
 
