@@ -104,8 +104,8 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
             budget = serving_budget(spec, ref, options, weights[i] if weights else None,
                                     settings.tensor_parallel_size, rules.default_overhead_bytes)
             try:
-                result = rules.capacity(spec, settings, budget, contexts)
-            except RsplanError as exc:
-                raise RsplanError(f"--engine {name}, {ref}: {exc}") from None
-            out.append(EngineReport(spec.name, name, rules.version, result))
+                out.append(EngineReport(spec.name, name, rules.version, rules.capacity(spec, settings, budget,
+                                                                                       contexts)))
+            except RsplanError as exc:  # one model the engine cannot run does not void the rest of the report
+                out.append(EngineReport(spec.name, name, rules.version, None, str(exc)))
     return out

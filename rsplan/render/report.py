@@ -150,7 +150,8 @@ class EngineReport:
     model: str
     engine: str
     version: str
-    capacity: EngineCapacity
+    capacity: EngineCapacity | None
+    refused: str = ""  # why there is no capacity (the engine does not serve the model, nothing fits ...)
 
 
 def engines_figure(models: list[ModelReport], engines: list[EngineReport]) -> Any:
@@ -173,6 +174,8 @@ def engines_figure(models: list[ModelReport], engines: list[EngineReport]) -> An
         )
     names = [m.planner.spec.name for m in models]
     for e in engines:
+        if e.capacity is None:
+            continue
         mi = names.index(e.model) if e.model in names else 0
         colour = LINE_COLOURS[1 + sorted({x.engine for x in engines}).index(e.engine) % (len(LINE_COLOURS) - 1)]
         points = [p for p in e.capacity.ladder if p.max_concurrency > 0]
@@ -199,6 +202,8 @@ def engines_figure(models: list[ModelReport], engines: list[EngineReport]) -> An
 
 def engine_table(e: EngineReport) -> str:
     """One engine's budget arithmetic, answers and flags for one model."""
+    if e.capacity is None:
+        return f"<h2>{_e(e.model)}: {_e(e.engine)} {_e(e.version)}</h2><p class='warn'>{_e(e.refused)}</p>"
     facts = [[_e(f.label), (f"{f.value:,} B = {_e(human(f.value))}" if f.unit == "B" and isinstance(f.value, int)
                             else _e(f"{f.value:,}" if isinstance(f.value, int) else f.value)), _e(f.note)]
              for f in e.capacity.facts]

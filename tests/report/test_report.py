@@ -239,6 +239,16 @@ def test_report_compares_engines_side_by_side(tmp_path):
     assert "nemotron-h-8b-base-8k: vllm 0.33.0</h2>" in text
 
 
+def test_report_names_a_model_an_engine_does_not_serve(tmp_path):
+    out = tmp_path / "engines.html"
+    r = run("report", "--model", "jamba-v0.1", "--budget", "80GiB", "--engine", "sglang", "--engine", "vllm",
+            "-o", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text(encoding="utf-8")
+    assert "SGLang 0.5.23 does not serve arch &#x27;jamba&#x27;" in text
+    assert "jamba-v0.1: vllm 0.33.0" in text
+
+
 def test_report_refuses_an_engine_flag_without_its_engine(tmp_path):
     r = run("report", "--model", "nemotron-h-8b-base-8k", "--budget", "80GiB", "--max-num-seqs", "8",
             "-o", str(tmp_path / "r.html"))
