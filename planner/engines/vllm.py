@@ -84,9 +84,12 @@ def plan(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> Engi
         facts.append(byte_fact("attention bytes per token per layer", lay.attn_bytes_per_token, lay.kv_dtype))
     if lay.rec is not None:
         facts.append(byte_fact("Mamba state page", lay.mamba_page, "bytes per request per layer, unpadded"))
+    if lay.attn is not None:
+        facts += [Fact("block size", lay.block_size, "tokens per attention block"),
+                  byte_fact("page", lay.page_bytes, "bytes per layer per block (Mamba pages padded to it)")]
+    else:
+        facts.append(byte_fact("page", lay.page_bytes, "attention-free: a block is one request's state of a layer"))
     facts += [
-        Fact("block size", lay.block_size, "tokens per attention block"),
-        byte_fact("page", lay.page_bytes, "bytes per layer per block (Mamba pages padded to it)"),
         Fact("groups", _groups_text(lay), f"group size {lay.group_size}"),
         byte_fact("bytes per block", lay.bytes_per_block, "group size x page"),
         Fact("blocks per request", lay.blocks_per_request, f"at max_model_len {lay.max_model_len:,}"),

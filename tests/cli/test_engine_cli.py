@@ -129,3 +129,17 @@ def test_every_builtin_hybrid_gets_startable_vllm_flags():
             continue
         assert out.exit_code == 0, (name, out.output)
         assert json.loads(out.output)["flags"].startswith("--max-model-len ")
+
+
+def test_vllm_budget_is_the_gpus_total_and_warns_when_free_memory_is_short(monkeypatch):
+    # vLLM requests 0.92 x total at start-up and refuses when less is free
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([("Fake H100", 80 * GIB, 60 * GIB)]))
+    r = run("capacity", "-m", "nemotron-h-8b-base-8k", "--engine", "vllm", "--gpu", "0", "--weights", "16GB",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    facts = {f["label"]: f["value"] for f in got["facts"]}
+    assert facts["GPU memory"] == 80 * GIB
+    assert facts["requested memory"] == -(-80 * GIB * 92 // 100)
+    assert ("vLLM refuses to start: free memory on the GPU (60.00 GiB) is less than the desired GPU memory "
+            "utilization (73.60 GiB)") in got["warnings"]
