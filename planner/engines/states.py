@@ -84,7 +84,8 @@ def state_kind(spec: ModelSpec, engine: str) -> str:
                           f"{', '.join(sorted(STATE_KIND))})") from None
 
 
-def recurrent_shapes(spec: ModelSpec, tp: int, *, engine: str, conv_extra: int = 0) -> RecurrentShapes:
+def recurrent_shapes(spec: ModelSpec, tp: int, *, engine: str, conv_extra: int = 0,
+                     groups_split_only_from_one: bool = False) -> RecurrentShapes:
     """The per-rank conv and temporal state shapes of ``spec``'s recurrent layers at tensor-parallel size ``tp``.
 
     Args:
@@ -92,6 +93,8 @@ def recurrent_shapes(spec: ModelSpec, tp: int, *, engine: str, conv_extra: int =
         tp: tensor-parallel size (>= 1).
         engine: the engine's name, for error messages.
         conv_extra: positions added to the conv state (vLLM: ``num_speculative_tokens``; not for Mamba-1).
+        groups_split_only_from_one: Mamba-2 groups that TP does not divide are replicated only from a single group
+            (vLLM's MambaMixer2 asserts it; SGLang replicates any smaller count).
     """
     kind = state_kind(spec, engine)
     ssm = spec.ssm
@@ -125,6 +128,10 @@ def recurrent_shapes(spec: ModelSpec, tp: int, *, engine: str, conv_extra: int =
                                (divide(n_heads, tp, "value heads (ssm.time_step_rank)"), head_dim, d_state))
     if n_groups < 1:
         raise EngineError("ssm.group_count must be >= 1 for a Mamba-2 state")
+    if groups_split_only_from_one and n_groups % tp and n_groups != 1:
+        # MambaMixer2's own check (mamba_mixer2.py): groups are replicated to follow the heads only from 1 group
+        raise EngineError(f"{engine} refuses -tp {tp}: if tensor parallel world size does not divide num_groups "
+                          f"({n_groups}), then num_groups must equal 1")
     n_groups += extra_groups_for_head_shards(n_groups, tp)
     conv_dim = d_inner + 2 * n_groups * d_state
     return RecurrentShapes(kind, (d_conv - 1 + conv_extra, divide(conv_dim, tp, "the Mamba-2 conv channels "

@@ -259,12 +259,14 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
     conv_dtype = ssm_dtype = ""
     mamba_page = align_page = 0
     if n_recurrent:
-        rec = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}", conv_extra=num_spec)
+        rec = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}", conv_extra=num_spec,
+                               groups_split_only_from_one=True)
         conv_dtype, ssm_dtype, ssm_dtype_aligned = _state_dtypes(spec, rec.kind, s, model_dtype, notes)
         mamba_page = _page(rec, conv_dtype, ssm_dtype)
         # the block alignment reads the model class's shapes: LFM2's omit the draft tokens
         rec_for_alignment = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}",
-                                             conv_extra=0 if rec.kind == "short_conv" else num_spec)
+                                             conv_extra=0 if rec.kind == "short_conv" else num_spec,
+                                             groups_split_only_from_one=True)
         align_page = _page(rec_for_alignment, conv_dtype, ssm_dtype_aligned)
 
     hybrid = attn is not None and n_recurrent > 0

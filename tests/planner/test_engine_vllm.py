@@ -247,6 +247,13 @@ def test_max_num_seqs_above_the_mamba_blocks_is_predicted():
     assert not any("exceeds available Mamba" in line for line in eager.log_lines)
 
 
+def test_mamba2_groups_tp_must_divide_unless_one_group():
+    # Nemotron-H has 8 groups: -tp 16 neither divides them nor meets n_groups == 1 (MambaMixer2 asserts)
+    with pytest.raises(EngineError, match="refuses -tp 16: if tensor parallel world size does not divide "
+                                          r"num_groups \(8\), then num_groups must equal 1"):
+        lay("nemotron-h-8b-base-8k", tensor_parallel_size=16)
+
+
 @pytest.mark.parametrize(("settings", "message"), [
     ({"tensor_parallel_size": 3}, "is not divisible by the tensor-parallel size 3"),
     ({"max_model_len": 300000}, "--max-model-len 300000 is greater than the derived max_model_len (262144)"),
