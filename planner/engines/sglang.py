@@ -297,6 +297,11 @@ def split(p: Pools, rest_bytes: int) -> Split:
             rows = min(max(1, requested or 1), slots // ratio) + 1
         intermediate = per_req * rows * d
     kv_bytes = rest_bytes - intermediate - (slots + 1) * per_req if p.rec is not None else rest_bytes
+    if kv_bytes < 0:
+        raise EngineError(f"SGLang runs out of memory allocating the Mamba pool: {slots + 1} slots of "
+                          f"{per_req / MIB:.2f} MB (+ {intermediate / GIB:.2f} GB speculative states) need "
+                          f"{(rest_bytes - kv_bytes) / GIB:.2f} GB, {rest_bytes / GIB:.2f} GB are left for the pools; "
+                          "lower --max-mamba-cache-size or raise --mem-fraction-static")
     if p.cell_bytes:
         tokens = max(0, kv_bytes) // p.cell_bytes // s.page_size * s.page_size
     else:

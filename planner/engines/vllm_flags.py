@@ -30,6 +30,9 @@ FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("speculative_method", ("--speculative-method",), "choice",
                "vLLM: draft method; mtp adds the model's MTP layers' KV (default: mtp if the model has them, "
                "else ngram).", choices=("mtp", "ngram")),
+    EngineFlag("mamba_cache_mode", ("--mamba-cache-mode",), "choice",
+               "vLLM's deprecated flag, which 0.33 ignores: the mode follows prefix caching (rsplan says so).",
+               choices=("none", "align", "all")),
     EngineFlag("enable_prefix_caching", ("--enable-prefix-caching/--no-enable-prefix-caching",), "bool",
                "vLLM prefix caching (default on for hybrids: Mamba cache mode 'align'; off for pure Mamba)."),
     EngineFlag("block_size", ("--block-size",), "int", "vLLM --block-size before the hybrid alignment (default 16).",

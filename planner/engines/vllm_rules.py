@@ -81,6 +81,7 @@ class VllmSettings:
     num_speculative_tokens: int = 0
     speculative_method: str | None = None
     enable_prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = None
     block_size: int | None = None
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
@@ -272,6 +273,10 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
     hybrid = attn is not None and n_recurrent > 0
     prefix_caching = s.enable_prefix_caching if s.enable_prefix_caching is not None else attn is not None
     mode = "align" if prefix_caching and n_recurrent else "none"
+    if s.mamba_cache_mode is not None and s.mamba_cache_mode != mode:
+        notes.append(f"vLLM {VERSION} ignores --mamba-cache-mode {s.mamba_cache_mode} (deprecated): the mode follows "
+                     f"prefix caching and is '{mode}'"
+                     + ("; use --no-enable-prefix-caching for 'none'" if mode == "align" else ""))
     if n_recurrent and mode == "align":
         lines.append(f"Mamba cache mode is set to 'align' for {spec.arch} by default when prefix caching is enabled")
     elif n_recurrent and s.enable_prefix_caching is None:
