@@ -463,8 +463,9 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
     if engines:
         figures.append(("Engines compared", "For each engine, the most requests that run at once with every one at "
                         "its full context, against that context (llama.cpp: -np at -c = context x -np; vLLM: "
-                        "requests whose blocks all fit; SGLang: within its KV tokens and Mamba slots). Hover for the "
-                        "flags.", engines_figure(models, engines)))
+                        "requests whose blocks all fit; SGLang: within its KV tokens and Mamba slots), each up to the "
+                        "longest context it accepts (llama.cpp: the GGUF's training context; vLLM and SGLang: the "
+                        "config's). Hover for the flags.", engines_figure(models, engines)))
     for m in models:
         figures.append((f"{m.planner.spec.name}: headroom map",
                         "Headroom left on the tightest GPU for each -np and total -c; the black line is the "
