@@ -61,16 +61,23 @@ budgets = st.builds(ServingBudget, gpu_bytes=st.integers(1 * GIB, 300 * GIB), gp
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def answers(plan, capacity, spec, s, budget):
+    """(plan, capacity) of one engine, or None when it refuses, which must be one short line."""
+    try:
+        return plan(spec, s), capacity(spec, s, budget)
+    except EngineError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 600
+        return None
+
+
 @PROFILE
 @given(name=st.sampled_from(PRESETS), s=vllm_settings, budget=budgets)
 def test_vllm_answers_or_refuses(name, s, budget):
     spec = SPECS[name]
-    try:
-        plan = vllm_plan(spec, s)
-        cap = vllm_capacity(spec, s, budget)
-    except EngineError as exc:
-        assert "\n" not in str(exc) and len(str(exc)) < 600
+    got = answers(vllm_plan, vllm_capacity, spec, s, budget)
+    if got is None:
         return
+    plan, cap = got
     assert plan.total_bytes > 0
     lay = derive(spec, s)
     assert lay.page_bytes >= lay.mamba_page and lay.bytes_per_block == lay.group_size * lay.page_bytes
@@ -85,13 +92,10 @@ def test_vllm_answers_or_refuses(name, s, budget):
 @PROFILE
 @given(name=st.sampled_from(PRESETS), s=sglang_settings, budget=budgets)
 def test_sglang_answers_or_refuses(name, s, budget):
-    spec = SPECS[name]
-    try:
-        plan = sglang_plan(spec, s)
-        cap = sglang_capacity(spec, s, budget)
-    except EngineError as exc:
-        assert "\n" not in str(exc) and len(str(exc)) < 600
+    got = answers(sglang_plan, sglang_capacity, SPECS[name], s, budget)
+    if got is None:
         return
+    plan, cap = got
     assert plan.total_bytes > 0
     facts = {f.label: f.value for f in cap.facts}
     assert facts["max_running_requests"] >= 1
