@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from rsplan.errors import ModelFileError, UnsupportedArchError
+from rsplan.errors import ModelFileError, UnsupportedArchError, printable
 from rsplan.hparams.archs import ArchInfo, arch_info
 from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelSpec
 
@@ -153,11 +153,6 @@ def read_string(meta: Metadata, key: str, *, required: bool) -> str | None:
     if info.type != "str":
         raise ModelFileError(f"{meta.where}: {meta.describe(key)}: wrong type {_type_name(info)}, expected str")
     return str(meta.value(key))
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped, so that it stays on one line."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def load_spec(

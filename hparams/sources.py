@@ -8,9 +8,8 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from rsplan.errors import ModelFileError
+from rsplan.errors import ModelFileError, printable
 from rsplan.files import open_regular, path_kind
-from rsplan.hparams.llama_loader import printable
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.yaml_preset import load_preset_file, load_preset_text
 

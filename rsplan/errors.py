@@ -5,6 +5,11 @@ the CLI turns it into a one-line ``Error: <message>`` and a non-zero exit. Anyth
 """
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters escaped, so that an error message naming it stays on one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class RsplanError(ValueError):
     """Base class of every user-facing rsplan error."""
 
