@@ -3,7 +3,9 @@
 (a) `rsplan capacity` over a 10-step ladder for a large hybrid (qwen3-next-80b-a3b), as a fresh process, wall
     time (goal: well under 1 s); and the searches alone in-process;
 (b) a 2-model `rsplan report` written as a fresh process (goal: under 2 s), and the size of the HTML
-    (goal: under 6 MB).
+    (goal: under 6 MB);
+(c) `rsplan capacity --engine vllm|sglang` for the same model and ladder, as a fresh process, and the engines'
+    capacity answers alone in-process.
 
 Run: python benchmarks/bench_capacity.py [--runs N]
 """
@@ -66,6 +68,31 @@ def report_process(runs: int) -> tuple[list[float], int]:
         return times, os.path.getsize(out)
 
 
+def engine_process(engine: str, runs: int) -> list[float]:
+    cmd = [sys.executable, "-m", "rsplan", "capacity", "--model", MODEL, "--engine", engine, "--budget", "80GiB",
+           "--weights", "45GiB", "--ctx", LADDER]
+    _wall(cmd, 1)
+    return _wall(cmd, runs)
+
+
+def engine_in_process(engine: str, repeats: int = 20) -> float:
+    from rsplan.cli.capacity import parse_serving_ctx_list
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.engines import engine as load_engine
+    from rsplan.planner.engines.base import ServingBudget
+
+    rules = load_engine(engine)
+    spec = load_model(MODEL)
+    budget = ServingBudget(80 << 30, "bench", 45 << 30, "bench", rules.default_overhead_bytes)
+    contexts = parse_serving_ctx_list(LADDER)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        rules.capacity(spec, rules.settings({}), budget, contexts)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=7)
@@ -78,6 +105,11 @@ def main() -> None:
     print(f"rsplan report, 2 models: best {min(rep) * 1000:.0f} ms, median {statistics.median(rep) * 1000:.0f} ms "
           f"of {args.runs} runs (whole process; goal < 2 s); HTML {size / 1e6:.2f} MB = {size / (1 << 20):.2f} MiB "
           "(goal < 6 MB)")
+    for engine in ("vllm", "sglang"):
+        times = engine_process(engine, args.runs)
+        print(f"rsplan capacity --engine {engine}, 10-step ladder: best {min(times) * 1000:.0f} ms, median "
+              f"{statistics.median(times) * 1000:.0f} ms (whole process); the answers alone in-process: "
+              f"{engine_in_process(engine) * 1000:.2f} ms")
 
 
 if __name__ == "__main__":
