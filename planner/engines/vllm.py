@@ -284,13 +284,16 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
     facts.append(Fact("max_num_seqs without preemption", seqs, f"requests of {answer_len:,} tokens holding their "
                       "blocks at once"))
     if answer_len < lay.max_model_len:
-        warnings.append(f"--max-model-len {lay.max_model_len} does not fit: at most {fits_len} tokens per request")
+        given = "" if s.max_model_len else " (the config's)"
+        warnings.append(f"vLLM would refuse to start with --max-model-len {lay.max_model_len}{given}: one request of "
+                        f"at most {fits_len} tokens fits; the flags below use that")
     concurrency = num_blocks / answer.blocks_per_request
     lines.append(f"GPU KV cache size: {int(concurrency * answer_len):,} tokens, Maximum concurrency for "
                  f"{answer_len:,} tokens per request: {concurrency:.2f}x")
     if hard is not None and lay.max_num_seqs > hard:
-        warnings.append(f"vLLM's default --max-num-seqs {lay.max_num_seqs} exceeds the {hard} Mamba cache blocks: "
-                        "it would fail at start-up; the flags below set it")
+        given = "--max-num-seqs" if s.max_num_seqs else "vLLM's default --max-num-seqs"
+        warnings.append(f"{given} {lay.max_num_seqs} exceeds the {hard} Mamba cache blocks: vLLM would fail at "
+                        "start-up; the flags below lower it")
     warnings += list(lay.notes) + _prefix_warnings(lay)
     ladder = []
     for ctx in contexts or default_contexts(lay.max_model_len):
