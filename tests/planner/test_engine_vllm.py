@@ -182,6 +182,14 @@ def test_lfm2_small_conv_state_is_padded_to_one_attention_block():
     assert out.blocks_per_request == 128000 // 16 + 2 * 2  # short conv: no checkpoint block
 
 
+def test_lfm2_drafts_widen_the_layer_state_past_the_padded_page():
+    # the alignment reads LFM2's class shapes, (3 - 1) x 2048 without drafts = 8 KiB, padded to 16 x 2048 B = 32 KiB;
+    # the layers allocate (2 + drafts) x 2048 x 2 B: 6 drafts = 32 KiB still fits, 7 = 36 KiB does not
+    assert lay("lfm2-1.2b", num_speculative_tokens=6).mamba_page == 8 * 2048 * BF16 == 32768
+    with pytest.raises(EngineError, match=r"allocate a 36,864 B state page .* padded it to 32,768 B"):
+        lay("lfm2-1.2b", num_speculative_tokens=7)
+
+
 # -- Kimi-Linear-48B-A3B: 7 MLA layers (latent 512 + rope 64), 20 KDA layers (32 heads x 128, conv 4), KDA state fp32
 
 KIMI_PAGE = 3 * (3 * 32 * 128) * BF16 + 32 * 128 * 128 * FP32  # 2,170,880
