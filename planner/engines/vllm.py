@@ -57,9 +57,9 @@ def _groups_text(lay: Layout) -> str:
     return ", ".join(f"{len(ns)} x {kind} ({'/'.join(str(n) for n in ns)} layers)" for kind, ns in kinds.items())
 
 
-def min_memory_bytes(lay: Layout, max_model_len: int | None = None) -> int:
+def min_memory_bytes(lay: Layout) -> int:
     """The least KV memory per GPU vLLM starts with: one request of max_model_len plus the reserved null block."""
-    return lay.bytes_per_block * (lay.blocks_for(max_model_len or lay.max_model_len) + 1)
+    return lay.bytes_per_block * (lay.blocks_per_request + 1)
 
 
 def full_memory_bytes(lay: Layout) -> int:
@@ -229,9 +229,8 @@ def flags(lay: Layout, max_model_len: int, max_num_seqs: int) -> str:
                       ("mamba_ssm_cache_dtype", "--mamba-ssm-cache-dtype")):
         if getattr(s, key) != "auto":
             out.append(f"{flag} {getattr(s, key)}")
-    if s.num_speculative_tokens:
-        method = "mtp" if lay.n_attention > len(lay.attn.layers if lay.attn else ()) else "ngram"
-        out.append(f"--speculative-config '{{\"method\": \"{method}\", \"num_speculative_tokens\": "
+    if lay.speculative_method is not None:
+        out.append(f"--speculative-config '{{\"method\": \"{lay.speculative_method}\", \"num_speculative_tokens\": "
                    f"{s.num_speculative_tokens}}}'")
     if s.enable_prefix_caching is False and lay.rec is not None and lay.attn is not None:
         out.append("--no-enable-prefix-caching")

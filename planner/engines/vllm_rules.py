@@ -109,7 +109,8 @@ class Layout:
         page_bytes: one layer's page after padding (every group's page).
         group_size: layers per group; groups: (kind, layers in the group) for each group.
         bytes_per_block: ``group_size * page_bytes``.
-        blocks_per_request: at max_model_len.
+        mamba_blocks_per_request: blocks one request takes in each Mamba group.
+        speculative_method: how draft tokens are made (``mtp`` adds the MTP layers' KV), None without drafts.
     """
 
     settings: VllmSettings
@@ -133,21 +134,22 @@ class Layout:
     groups: tuple[tuple[str, int], ...]
     bytes_per_block: int
     mamba_blocks_per_request: int
-    blocks_per_request: int
+    speculative_method: str | None
     notes: tuple[str, ...]
     log_lines: tuple[str, ...]
 
     def blocks_for(self, max_model_len: int) -> int:
-        """Blocks one request of ``max_model_len`` tokens takes."""
-        return _blocks_per_request(self.groups, self.block_size, self.mamba_blocks_per_request, max_model_len)
+        """Blocks one request of ``max_model_len`` tokens takes (get_max_concurrency_for_kv_cache_config):
+        ceil(max_model_len / block) per attention group, the Mamba blocks per Mamba group, summed (every group
+        draws from one pool)."""
+        n_attn_groups = sum(1 for kind, _ in self.groups if kind == "attention")
+        return (n_attn_groups * cdiv(max_model_len, self.block_size)
+                + (len(self.groups) - n_attn_groups) * self.mamba_blocks_per_request)
 
-
-def _blocks_per_request(groups: Sequence[tuple[str, int]], block_size: int, mamba_blocks: int,
-                        max_model_len: int) -> int:
-    """get_max_concurrency_for_kv_cache_config: ceil(max_model_len / block) per attention group, the Mamba blocks
-    per Mamba group, summed (every group draws from one pool)."""
-    n_attn_groups = sum(1 for kind, _ in groups if kind == "attention")
-    return n_attn_groups * cdiv(max_model_len, block_size) + (len(groups) - n_attn_groups) * mamba_blocks
+    @property
+    def blocks_per_request(self) -> int:
+        """Blocks one request of max_model_len tokens takes."""
+        return self.blocks_for(self.max_model_len)
 
 
 def settings(values: Mapping[str, Any]) -> VllmSettings:
@@ -343,7 +345,6 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
         n_attention=n_attention, n_recurrent=n_recurrent, attn=attn, rec=rec,
         attn_bytes_per_token=attn_bytes_per_token, mamba_page=mamba_page, block_size=block, page_bytes=page_bytes,
         group_size=group_size, groups=tuple(groups), bytes_per_block=bytes_per_block,
-        mamba_blocks_per_request=mamba_blocks,
-        blocks_per_request=_blocks_per_request(groups, block, mamba_blocks, max_model_len),
+        mamba_blocks_per_request=mamba_blocks, speculative_method=method if num_spec else None,
         notes=tuple(notes), log_lines=tuple(lines),
     )

@@ -298,3 +298,13 @@ def test_capacity_flags_pass_vllms_start_up_checks(preset):
     assert 1 <= max_num_seqs <= num_blocks
     plan(spec, replace(VllmSettings(), max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                        kv_cache_memory_bytes=cap.cache_bytes))  # raises if vLLM would refuse
+
+
+def test_printed_flags_name_the_draft_method():
+    spec = load_builtin_preset("qwen3-next-80b-a3b")
+    budget = ServingBudget(141 * GIB, "test", 80 * GIB, "test", 4 * GIB)
+    mtp = capacity(spec, VllmSettings(num_speculative_tokens=2), budget)
+    assert mtp.flags.endswith("""--speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'""")
+    ngram = capacity(spec, VllmSettings(num_speculative_tokens=2, speculative_method="ngram"), budget)
+    assert ngram.flags.endswith("""--speculative-config '{"method": "ngram", "num_speculative_tokens": 2}'""")
+    assert "--speculative-config" not in capacity(spec, VllmSettings(), budget).flags
