@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EngineFlag"]  # re-exported: engine modules take every base type from here
 
+MIB = 1 << 20
+GIB = 1 << 30
+
 #: Bytes per element of the state and KV dtypes the engines name.
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4,

@@ -28,6 +28,8 @@ from typing import Any
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
+    GIB,
+    MIB,
     ConcurrencyPoint,
     Engine,
     EngineCapacity,
@@ -37,6 +39,7 @@ from rsplan.planner.engines.base import (
     ServingBudget,
     StateTensor,
     byte_fact,
+    cdiv,
     default_contexts,
     dtype_bytes,
     prod,
@@ -53,8 +56,6 @@ from rsplan.planner.engines.states import (
 NAME = "sglang"
 VERSION = "0.5.23"
 DOC = "docs/engine-sglang.md"
-MIB = 1 << 20
-GIB = 1 << 30
 
 DEFAULT_MAMBA_FULL_MEMORY_RATIO = 0.9
 DEFAULT_CONTEXT_LENGTH = 2048
@@ -442,7 +443,7 @@ def rest_bytes(p: Pools, budget: ServingBudget, facts: list[Fact]) -> int:
                 "and CUDA graphs): give --mem-fraction-static, or use a larger GPU")
     base = budget.gpu_free_bytes if budget.gpu_free_bytes is not None else budget.gpu_bytes
     pre = base - budget.overhead_bytes
-    weights = -(-(budget.weights_bytes or 0) // s.tensor_parallel_size)
+    weights = cdiv(budget.weights_bytes or 0, s.tensor_parallel_size)
     rest = int(pre * mfs) - weights
     facts += [
         byte_fact("GPU memory", budget.gpu_bytes, budget.gpu_source),

@@ -14,6 +14,7 @@ from typing import Any
 
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
+    GIB,
     ConcurrencyPoint,
     Engine,
     EngineCapacity,
@@ -33,7 +34,6 @@ from rsplan.planner.engines.vllm_rules import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_OVERHEAD_BYTES,
     DOC,
-    GIB,
     NAME,
     VERSION,
     Layout,
@@ -194,14 +194,20 @@ def no_preemption_seqs(lay: Layout, num_blocks: int, max_model_len: int | None =
     return (num_blocks - 1) // lay.blocks_for(max_model_len or lay.max_model_len)
 
 
-def kv_memory_bytes(lay: Layout, budget: ServingBudget) -> tuple[int, list[Fact]]:
+def kv_memory_bytes(lay: Layout, budget: ServingBudget) -> tuple[int, list[Fact], list[str]]:
     """vLLM's KV memory per GPU from a budget: --kv-cache-memory-bytes, or ``ceil(total * utilization) -
     weights / TP - overhead`` (gpu_worker.determine_available_memory, with the profile run's findings replaced
-    by the weights and rsplan's overhead allowance)."""
+    by the weights and rsplan's overhead allowance); with the facts behind it and the start-up warning when the
+    GPU's free memory is below what vLLM requests."""
     s = lay.settings
     if s.kv_cache_memory_bytes is not None:
-        return s.kv_cache_memory_bytes, [byte_fact("KV memory", s.kv_cache_memory_bytes, "--kv-cache-memory-bytes")]
+        kv = s.kv_cache_memory_bytes
+        return kv, [byte_fact("KV memory", kv, "--kv-cache-memory-bytes")], []
     requested = math.ceil(budget.gpu_bytes * s.gpu_memory_utilization)
+    warnings = []
+    if budget.gpu_free_bytes is not None and budget.gpu_free_bytes < requested:
+        warnings.append(f"vLLM refuses to start: free memory on the GPU ({budget.gpu_free_bytes / GIB:.2f} GiB) is "
+                        f"less than the desired GPU memory utilization ({requested / GIB:.2f} GiB)")
     weights = cdiv(budget.weights_bytes or 0, s.tensor_parallel_size)
     facts = [
         byte_fact("GPU memory", budget.gpu_bytes, budget.gpu_source),
@@ -211,7 +217,7 @@ def kv_memory_bytes(lay: Layout, budget: ServingBudget) -> tuple[int, list[Fact]
         byte_fact("overhead allowance", budget.overhead_bytes,
                   "--overhead: activations, CUDA graphs (vLLM measures it)"),
     ]
-    return requested - weights - budget.overhead_bytes, facts
+    return requested - weights - budget.overhead_bytes, facts, warnings
 
 
 def flags(lay: Layout, max_model_len: int, max_num_seqs: int) -> str:
@@ -248,15 +254,12 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
     """What vLLM gets from ``budget``: blocks, concurrency, the largest safe --max-num-seqs and --max-model-len."""
     lay = derive(spec, s, budget.gpu_bytes)
     base = plan(spec, replace(s, kv_cache_memory_bytes=None), budget.gpu_bytes)
-    kv_bytes, facts = kv_memory_bytes(lay, budget)
+    kv_bytes, facts, memory_warnings = kv_memory_bytes(lay, budget)
     facts.append(byte_fact("KV memory per GPU", kv_bytes, "what vLLM would log as 'Available KV cache memory'"))
     warnings = []
     if budget.weights_bytes is None:
         warnings.append("weights are NOT counted (unknown for this model): give --weights SIZE")
-    requested = math.ceil(budget.gpu_bytes * s.gpu_memory_utilization)
-    if budget.gpu_free_bytes is not None and budget.gpu_free_bytes < requested and s.kv_cache_memory_bytes is None:
-        warnings.append(f"vLLM refuses to start: free memory on the GPU ({budget.gpu_free_bytes / GIB:.2f} GiB) is "
-                        f"less than the desired GPU memory utilization ({requested / GIB:.2f} GiB)")
+    warnings += memory_warnings
     if kv_bytes <= 0:
         raise EngineError(f"nothing fits: weights and overhead leave {kv_bytes:,} B per GPU for vLLM's KV cache; "
                           "raise --gpu-memory-utilization, use more GPUs (-tp) or a larger budget")

@@ -32,6 +32,7 @@ from typing import Any
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
+    GIB,
     EngineError,
     cdiv,
     dtype_bytes,
@@ -56,7 +57,6 @@ FALLBACK_MAX_MODEL_LEN = 2048
 #: rsplan's allowance for what vLLM's profile run finds besides weights (activation peak, CUDA graphs,
 #: non-torch memory), per GPU. vLLM measures it at start-up ("Available KV cache memory" log line).
 DEFAULT_OVERHEAD_BYTES = 4 << 30
-GIB = 1 << 30
 
 #: Recurrent kinds whose layers add a prefill-checkpoint block per request with prefix caching (MambaMixer2
 #: always; Qwen GDN with the FlashInfer prefill kernel, the SM90 default).
