@@ -59,9 +59,7 @@ def ssm_scan_torch(
     Differences from the reference are rounding only: ``softplus`` uses log1p (ggml: ``log(1 + exp)``) and
     the sums run in a different order.
     """
-    N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C)
-    if A.dim() == 2 and n_planes != 1:
-        raise ValueError("Mamba-1 (A of shape [H, S]) has no snapshot planes: n_planes must be 1")
+    N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C, n_planes)
     plan = plan_rows(
         n_pool_rows=pool.shape[0],
         src_rows=src_rows,

@@ -81,7 +81,7 @@ def ssm_scan_triton(
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor]:
     """``ssm_scan`` as one Triton launch (Mamba-2 only: A of shape [H]); shapes as in ``ssm_scan_ref``."""
-    N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C)
+    N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C, n_planes)
     if A.dim() != 1:
         raise ValueError("ssm_scan_triton supports Mamba-2 (A of shape [H]); use ssm_scan_torch for Mamba-1")
     BLOCK_P, BLOCK_S = tile_blocks(P, S, blocked="rows")

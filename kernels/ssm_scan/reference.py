@@ -8,9 +8,10 @@ from rsplan.kernels._common import Rows, check_shape, output, plan_rows, softplu
 
 
 def check_ssm_args(
-    pool: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor
+    pool: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+    n_planes: int,
 ) -> tuple[int, int, int, int, int, int]:
-    """Validate shapes; returns (N, T, H, P, G, S)."""
+    """Validate shapes (and that Mamba-1, without snapshot planes, asks for none); returns (N, T, H, P, G, S)."""
     if x.dim() != 4:
         raise ValueError(f"x must be [N, T, H, P], got {list(x.shape)}")
     N, T, H, P = x.shape
@@ -25,6 +26,8 @@ def check_ssm_args(
         raise ValueError(f"A must be [H] (Mamba-2) or [H, S] (Mamba-1), got {list(A.shape)} (H={H}, S={S})")
     if G < 1 or H % G:
         raise ValueError(f"heads ({H}) must be a multiple of groups ({G})")
+    if A.dim() == 2 and n_planes != 1:
+        raise ValueError("Mamba-1 (A of shape [H, S]) has no snapshot planes: n_planes must be 1")
     return N, T, H, P, G, S
 
 
@@ -59,9 +62,7 @@ def ssm_scan_ref(
     Returns:
         (y,): [N, T, H, P] fp32.
     """
-    N, T, H, P, G, _ = check_ssm_args(pool, x, dt, A, B, C)
-    if A.dim() == 2 and n_planes != 1:
-        raise ValueError("Mamba-1 (A of shape [H, S]) has no snapshot planes: n_planes must be 1")
+    N, T, H, P, G, _ = check_ssm_args(pool, x, dt, A, B, C, n_planes)
     plan = plan_rows(
         n_pool_rows=pool.shape[0],
         src_rows=src_rows,

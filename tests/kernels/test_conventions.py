@@ -216,6 +216,13 @@ def test_shape_errors_name_the_tensor_and_shapes():
         ssm_scan_ref(pool=pool, **{**kw, "B": torch.zeros(2, 1, 3, 8), "C": torch.zeros(2, 1, 3, 8)})
 
 
+@pytest.mark.parametrize("impl", [ssm_scan_ref, ssm_scan_torch], ids=["reference", "torch"])
+def test_mamba1_has_no_snapshot_planes(impl):
+    kw, pool, _ = make_call("ssm_scan", Case(2, 1, {"H": 4, "P": 2, "G": 2, "S": 8}))
+    with pytest.raises(ValueError, match=r"Mamba-1 \(A of shape \[H, S\]\) has no snapshot planes: n_planes must be 1"):
+        impl(pool=pool, **{**kw, "A": torch.zeros(4, 8), "n_planes": 2})
+
+
 def test_gated_delta_rejects_a_bad_decay_shape():
     kw, pool, _ = make_call("gated_delta", Case(1, 1, {"Hk": 1, "Hv": 2, "Dk": 4, "Dv": 4}))
     with pytest.raises(ValueError, match=r"g must be \[N, T, Hv\]"):
