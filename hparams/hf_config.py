@@ -218,17 +218,24 @@ def _mamba1(cfg: _Config, w: _Writer) -> str:
         dt_rank, k_dt = cfg.or_default(A.SSM_DT_RANK[:2], -(d_model // -16))
     if d_inner != 2 * d_model:
         raise cfg.fail(k_inner, f"llama.cpp's converter requires d_inner == 2 * d_model, got {d_inner} vs {d_model}")
+    _write_mamba_common(cfg, w, (d_model, k_model), (d_conv, k_conv), (d_inner, k_inner), (d_state, k_state))
+    w.u32("ssm.time_step_rank", dt_rank, k_dt)
+    return "mamba"
+
+
+def _write_mamba_common(cfg: _Config, w: _Writer, model: tuple[int, str], conv: tuple[int, str],
+                        inner: tuple[int, str], state: tuple[int, str]) -> None:
+    """The keys MambaModel and Mamba2Model write alike: (value, config key) pairs, the 2^20 context and the zero
+    feed-forward width and head count of a model without attention."""
     n, k_n = _block_count(cfg)
     w.u32("block_count", n, k_n)
     w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter)")
-    w.u32("embedding_length", d_model, k_model)
+    w.u32("embedding_length", *model)
     w.u32("feed_forward_length", 0, "constant 0 (converter)")
     w.u32("attention.head_count", 0, "constant 0 (converter)")
-    w.u32("ssm.conv_kernel", d_conv, k_conv)
-    w.u32("ssm.inner_size", d_inner, k_inner)
-    w.u32("ssm.state_size", d_state, k_state)
-    w.u32("ssm.time_step_rank", dt_rank, k_dt)
-    return "mamba"
+    w.u32("ssm.conv_kernel", *conv)
+    w.u32("ssm.inner_size", *inner)
+    w.u32("ssm.state_size", *state)
 
 
 def _mamba2(cfg: _Config, w: _Writer) -> str:
@@ -248,15 +255,7 @@ def _mamba2(cfg: _Config, w: _Writer) -> str:
             f"llama.cpp's converter requires d_inner == expand * d_model and a multiple of the head dim; "
             f"got d_inner {d_inner}, expand {expand}, d_model {d_model}, head dim {head_dim}",
         )
-    n, k_n = _block_count(cfg)
-    w.u32("block_count", n, k_n)
-    w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter)")
-    w.u32("embedding_length", d_model, k_model)
-    w.u32("feed_forward_length", 0, "constant 0 (converter)")
-    w.u32("attention.head_count", 0, "constant 0 (converter)")
-    w.u32("ssm.conv_kernel", d_conv, k_conv)
-    w.u32("ssm.inner_size", d_inner, k_inner)
-    w.u32("ssm.state_size", d_state, k_state)
+    _write_mamba_common(cfg, w, (d_model, k_model), (d_conv, k_conv), (d_inner, k_inner), (d_state, k_state))
     w.u32("ssm.time_step_rank", d_inner // head_dim, f"{k_inner} / {k_head}")
     w.u32("ssm.group_count", n_group, k_group)
     return "mamba2"
