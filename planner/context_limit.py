@@ -114,7 +114,7 @@ def _f32(x: float) -> float:
 
 def yarn_context(n_ctx_orig: int, rope_scale: float) -> int:
     """llama.cpp's re-adjusted n_ctx_train: ``(uint32) (n_ctx_orig_yarn / rope_freq_scale)`` with
-    ``rope_freq_scale = 1.0f / N`` in float32 (so ``--rope-scale 3`` on 8192 gives 24575, not 24576)."""
+    ``rope_freq_scale = 1.0f / N`` in float32 (so ``--rope-scale 7`` on 8192 gives 57343, not 57344)."""
     freq_scale = _f32(1.0 / _f32(rope_scale))
     return int(_f32(_f32(float(n_ctx_orig)) / freq_scale))
 
@@ -127,11 +127,13 @@ def context_limit(spec: ModelSpec, rope: RopeFlags | None = None) -> ContextLimi
     trained = spec.serving.max_model_len if spec.serving is not None else None
     if not rope.given:
         if spec.info.memory == "recurrent":
+            config = (f"; the config's length, {trained:,} tokens, is a training-sequence length, not a limit the "
+                      "state has" if trained is not None else "")
             return ContextLimit(
                 n_train, n_train, "no_position", rope,
                 f"{spec.arch} has no positional encoding and no KV cache: its state does not grow with the context; "
                 f"{n_train:,} is llama.cpp's n_ctx_train (the converter's constant), past which llama.cpp warns and "
-                "llama-server caps each slot",
+                f"llama-server caps each slot{config}",
             )
         if trained is not None and trained < n_train:
             return ContextLimit(
