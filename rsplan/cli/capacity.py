@@ -271,7 +271,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     \b
     Examples:
       rsplan capacity --model qwen3-next-80b-a3b --budget 80GiB --weights 45GiB
-      rsplan capacity --model lfm2-1.2b --gpu 0 -np 8 --spec-type mtp --format json
+      rsplan capacity --model lfm2-1.2b --gpu 0 -np 8 --spec-type eagle3 --format json
       rsplan capacity --model model.gguf --budget 24GiB,24GiB -ts 3,1 --ctx 8k,32k,128k
       rsplan capacity --model qwen3-next-80b-a3b --engine vllm --budget 141GiB --weights 151GB -tp 2
       rsplan capacity --model nemotron-h-8b-base-8k --engine sglang --gpu 0
