@@ -7,12 +7,12 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from rsplan.hparams.sources import load_builtin_preset  # noqa: E402
-from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, run_capacity  # noqa: E402
-from rsplan.planner.context import ContextParams  # noqa: E402
-from rsplan.planner.context_limit import RopeFlags  # noqa: E402
-from rsplan.render import report as rep  # noqa: E402
-from rsplan.render import report_data as data  # noqa: E402
+from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.context import ContextParams
+from rsplan.planner.context_limit import RopeFlags
+from rsplan.render import report as rep
+from rsplan.render import report_data as data
 
 GIB = 1 << 30
 MIB = 1 << 20
