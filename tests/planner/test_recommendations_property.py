@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
 from rsplan.planner.context import CTX_PAD, MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams
 from rsplan.planner.context_limit import RopeFlags, uses_rope
+from rsplan.planner.speculative import SpeculativeError, draft_setup
 from rsplan.render.capacity import capacity_dict
 
 GIB = 1 << 30
@@ -45,7 +47,7 @@ def parse_flags(text: str) -> dict[str, str]:
     return out
 
 
-def check_runnable(p: CapacityPlanner, flags: str, has_rope_flags: bool) -> None:
+def check_runnable(p: CapacityPlanner, flags: str, has_rope_flags: bool, spec_type: str | None = None) -> None:
     f = parse_flags(flags)
     spec = p.spec
     n_ctx, n_seq = int(f["-c"]), int(f["-np"])
@@ -62,6 +64,7 @@ def check_runnable(p: CapacityPlanner, flags: str, has_rope_flags: bool) -> None
         assert p.layout.arch.rollback, flags
         assert f["--spec-type"] != "mtp" or spec.nextn_predict_layers > 0, flags
         assert f["--spec-type"] == "mtp" or "-md" in f, flags
+        assert spec_type is None or f["--spec-type"] == spec_type, flags
         draft = int(f["--spec-draft-n-max"])
         n_ubatch = min(int(f.get("-ub", 512)), int(f.get("-b", 2048)), n_ctx)
         assert draft >= 1 and draft + 1 < n_ubatch, flags
@@ -74,9 +77,15 @@ ubatches = st.sampled_from([4, 64, 512, 2048])
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(PRESETS), budgets, st.integers(0, 100), st.integers(1, 8), ubatches,
-       st.sampled_from([None, 2.0, 4.0]))
-def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_pct, n_seq, n_ubatch, yarn):
+       st.sampled_from([None, 2.0, 4.0]), st.sampled_from([None, "mtp", "eagle3", "dflash"]))
+def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_pct, n_seq, n_ubatch, yarn,
+                                                      spec_type):
     spec = load_builtin_preset(name)
+    if spec_type == "mtp" and spec.nextn_predict_layers == 0:
+        with pytest.raises(SpeculativeError):
+            draft_setup(spec, spec_type)
+        event("mtp refused: no nextn layers")
+        return
     rope = RopeFlags("yarn", yarn) if yarn is not None and uses_rope(spec) else None
     budget_bytes = budget_gib * GIB
     weights = budget_bytes * weights_pct // 200  # up to half the budget
@@ -84,7 +93,7 @@ def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_
     params = ContextParams(n_ctx=min(4096, 256 * n_seq) * n_seq, n_seq_max=n_seq, n_ubatch=n_ubatch,
                            n_batch=max(2048, n_ubatch))
     try:
-        p = CapacityPlanner(spec, params, budget, rope=rope)
+        p = CapacityPlanner(spec, params, budget, rope=rope, spec_type=spec_type)
         p.check_request()
     except CapacityError as exc:
         assert "nothing fits" in str(exc) or "past" in str(exc)
@@ -97,7 +106,7 @@ def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_
         if row["flags"] is None:
             assert not p.fits(p.params(rung.ctx_per_seq, 1))
             continue
-        check_runnable(p, row["flags"], rope is not None)
+        check_runnable(p, row["flags"], rope is not None, spec_type)
         n = rung.max_parallel
         assert p.fits(p.params(rung.ctx_per_seq * n, n))
         if rung.limited_by == "memory":
@@ -110,7 +119,7 @@ def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_
             assert -(-rung.ctx_per_seq // CTX_PAD) * CTX_PAD * (n + 1) > MAX_CTX
     m = result.max_ctx
     if m.n_ctx_flag is not None:
-        check_runnable(p, d["max_ctx"]["flags"], rope is not None)
+        check_runnable(p, d["max_ctx"]["flags"], rope is not None, spec_type)
         if m.limited_by == "memory":
             assert not p.fits(p.params((m.ctx_per_seq + CTX_PAD) * n_seq, n_seq))
         else:
@@ -118,7 +127,7 @@ def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_
             assert m.ctx_per_seq + CTX_PAD > p.ctx_limit.tokens
     rs = result.max_rs
     if rs.n_rs_seq is not None:
-        check_runnable(p, d["max_n_rs_seq"]["flags"], rope is not None)
+        check_runnable(p, d["max_n_rs_seq"]["flags"], rope is not None, spec_type)
         assert p.fits(p.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
         if rs.limited_by == "memory":
             assert not p.fits(p.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq + 1))
