@@ -287,7 +287,9 @@ class CapacityPlanner:
         limit, or a draft past llama.cpp's bound (one line naming the limit)."""
         base = self.base
         ctx = resolve_context(self.layout, base)
-        per_seq = (base.n_ctx or self.layout.n_ctx_train) // (1 if base.kv_unified else base.n_seq_max)
+        # each sequence's share of -c (with -kvu the pool is shared, and llama-server caps each slot at the
+        # training context, so a pool above n_seq_max times the limit holds cells no slot can reach)
+        per_seq = (base.n_ctx or self.layout.n_ctx_train) // base.n_seq_max
         if per_seq > self.ctx_limit.tokens:
             raise CapacityError(
                 f"-c {base.n_ctx} -np {base.n_seq_max} gives {per_seq:,} tokens per sequence, past "

@@ -109,6 +109,14 @@ def test_rope_flags_that_cannot_extend_are_refused(model, rope, match):
 
 # -- requests past the limit -----------------------------------------------------------------------------------
 
+def test_unified_pool_may_hold_every_sequence_at_the_limit():
+    # -kvu -c 4 x 128,000 -np 4 on LFM2: llama-server caps each slot at 128,000, the pool holds all four
+    spec = load_builtin_preset("lfm2-1.2b")
+    CapacityPlanner(spec, ContextParams(n_ctx=512000, n_seq_max=4, kv_unified=True), big_budget()).check_request()
+    with pytest.raises(CapacityError, match="128,256 tokens per sequence, past the training context 128,000"):
+        CapacityPlanner(spec, ContextParams(n_ctx=513024, n_seq_max=4, kv_unified=True), big_budget()).check_request()
+
+
 def test_planner_refuses_contexts_past_the_limit():
     p = CapacityPlanner(load_builtin_preset("nemotron-h-8b-base-8k"), ContextParams(n_ctx=32768, n_seq_max=2),
                         big_budget())

@@ -51,7 +51,7 @@ def check_runnable(p: CapacityPlanner, flags: str, has_rope_flags: bool, spec_ty
     f = parse_flags(flags)
     spec = p.spec
     n_ctx, n_seq = int(f["-c"]), int(f["-np"])
-    per_seq = n_ctx // (1 if "-kvu" in f else n_seq)
+    per_seq = n_ctx // n_seq  # each sequence's share, with or without -kvu
     assert per_seq <= p.ctx_limit.tokens, flags
     if not has_rope_flags:
         assert per_seq <= spec.context_length, flags
@@ -77,9 +77,9 @@ ubatches = st.sampled_from([4, 64, 512, 2048])
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(PRESETS), budgets, st.integers(0, 100), st.integers(1, 8), ubatches,
-       st.sampled_from([None, 2.0, 4.0]), st.sampled_from([None, "mtp", "eagle3", "dflash"]))
+       st.sampled_from([None, 2.0, 4.0]), st.sampled_from([None, "mtp", "eagle3", "dflash"]), st.booleans())
 def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_pct, n_seq, n_ubatch, yarn,
-                                                      spec_type):
+                                                      spec_type, kv_unified):
     spec = load_builtin_preset(name)
     if spec_type == "mtp" and spec.nextn_predict_layers == 0:
         with pytest.raises(SpeculativeError):
@@ -91,7 +91,7 @@ def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_
     weights = budget_bytes * weights_pct // 200  # up to half the budget
     budget = Budget((DeviceBudget("GPU", budget_bytes, "test"),), weights, "test", (1024 * MIB,), 512 * MIB)
     params = ContextParams(n_ctx=min(4096, 256 * n_seq) * n_seq, n_seq_max=n_seq, n_ubatch=n_ubatch,
-                           n_batch=max(2048, n_ubatch))
+                           n_batch=max(2048, n_ubatch), kv_unified=kv_unified)
     try:
         p = CapacityPlanner(spec, params, budget, rope=rope, spec_type=spec_type)
         p.check_request()
