@@ -7,6 +7,11 @@ GPU, the caches of the layers placed there (planner.placement) take no more than
 the context or n_rs_seq grows), so the answer fits and the next value does not.
 
 llama.cpp's ``-c`` is the TOTAL over all sequences: "8192 tokens per sequence, 4 sequences" is ``-c 32768 -np 4``.
+
+Every answer is runnable and names its binding limit: contexts stop at the model's context limit
+(planner.context_limit: the training context, or YaRN's when RoPE flags are given), rollback planes come with a
+draft type the model can use and a draft length llama.cpp decodes (planner.speculative), and an answer limited by
+memory names the device whose budget the next step up would exceed.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from rsplan.planner.context import (
     EffectiveContext,
     resolve_context,
 )
+from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout, weights_by_device
 from rsplan.planner.plan import PlanTotals
+from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
 
 MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
@@ -102,6 +109,13 @@ class Usage:
         """All cache bytes (= ``rsplan estimate``'s total_bytes for the same flags)."""
         return sum(t.total_bytes for t in self.devices) + self.host.total_bytes
 
+    @property
+    def snapshot_bytes(self) -> int:
+        """The rollback planes' part of the recurrent caches (GPUs and host): R and S hold ``1 + n_rs_seq`` equal
+        planes per sequence, ``n_rs_seq`` of them snapshots."""
+        n_rs = self.ctx.n_rs_seq
+        return sum((t.r_bytes + t.s_bytes) // (1 + n_rs) * n_rs for t in (*self.devices, self.host))
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -110,7 +124,8 @@ class Rung:
     ``n_ctx_flag`` is llama.cpp's ``-c`` (the total, ``ctx_per_seq * max_parallel``); ``cache_bytes`` is what
     ``rsplan estimate -c n_ctx_flag -np max_parallel`` reports. Both are None when not even one sequence fits.
     ``limited_by``: ``memory``, ``max_seq`` (llama.cpp's 256 sequences), ``max_ctx`` (one more sequence would
-    take -c past llama.cpp's uint32) or ``nothing_fits``.
+    take -c past llama.cpp's uint32) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose
+    budget one more sequence would exceed.
     """
 
     ctx_per_seq: int
@@ -120,14 +135,16 @@ class Rung:
     cache_bytes: int | None
     headroom_bytes: int | None
     limited_by: str
+    bound_device: str | None = None
 
 
 @dataclass(frozen=True)
 class CtxAnswer:
     """The largest per-sequence context (a multiple of 256) for ``n_seq_max`` sequences.
 
-    ``limited_by``: ``memory``, ``n_ctx_train`` (the search stops at the model's training context) or
-    ``nothing_fits``.
+    ``limited_by``: ``memory``, ``n_ctx_train`` (the search stops at the model's context limit: the training
+    context, or YaRN's) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose budget 256 more
+    tokens per sequence would exceed.
     """
 
     n_seq_max: int
@@ -136,6 +153,7 @@ class CtxAnswer:
     cache_bytes: int | None
     headroom_bytes: int | None
     limited_by: str
+    bound_device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +161,10 @@ class RsAnswer:
     """The largest ``n_rs_seq`` (rollback planes per sequence) at ``-c n_ctx -np n_seq_max``.
 
     ``n_rs_seq`` is None when the question has no answer: ``reason`` says why (arch without rollback, or not even
-    ``n_rs_seq = 0`` fits). ``limited_by``: ``memory`` or ``max_rs_seq`` (rsplan's bound, 1024).
+    ``n_rs_seq = 0`` fits). ``limited_by``: ``memory``, ``draft_max`` (llama.cpp's bound from the effective
+    ``-ub``: n_rs_seq + 1 < n_ubatch) or ``max_rs_seq`` (rsplan's bound, 1024). ``spec_type`` is the draft type the
+    flags use (mtp only for models with nextn layers, else a draft model); ``snapshot_bytes`` the rollback planes'
+    bytes; ``draft_bound`` the longest draft llama.cpp decodes at these flags.
     """
 
     n_ctx: int
@@ -153,6 +174,11 @@ class RsAnswer:
     headroom_bytes: int | None
     limited_by: str | None
     reason: str | None = None
+    spec_type: str | None = None
+    needs_draft_model: bool = False
+    snapshot_bytes: int | None = None
+    draft_bound: int | None = None
+    bound_device: str | None = None
 
 
 def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int:
@@ -191,6 +217,8 @@ class CapacityPlanner:
     ``base`` supplies every flag the searches do not vary (cache types, -kvu, -fa, n_rs_seq, batch sizes).
     ``n_gpu_layers`` (None: all), ``tensor_split`` (None: split by the device budgets, as llama.cpp splits by
     free memory) and ``offload_kqv`` (False: ``--no-kv-offload``) place the layers (planner.placement).
+    ``rope`` (RoPE-scaling flags) sets the context limit; ``spec_type`` (``--spec-type``; None: mtp for a model
+    with nextn layers, else an eagle3 draft model) the draft setup printed with rollback planes.
     """
 
     spec: ModelSpec
@@ -199,7 +227,11 @@ class CapacityPlanner:
     n_gpu_layers: int | None = None
     tensor_split: tuple[float, ...] | None = None
     offload_kqv: bool = True
+    rope: RopeFlags | None = None
+    spec_type: str | None = None
     layout: CacheLayout = field(init=False, repr=False)
+    ctx_limit: ContextLimit = field(init=False)
+    draft: DraftSetup = field(init=False)
     placement: Placement = field(init=False, repr=False)
     split_parts: tuple[float, ...] = field(init=False)
     weights_on_device: list[int] = field(init=False)
@@ -209,6 +241,8 @@ class CapacityPlanner:
 
     def __post_init__(self) -> None:
         self.layout = cache_layout(self.spec)
+        self.ctx_limit = context_limit(self.spec, self.rope)
+        self.draft = draft_setup(self.spec, self.spec_type)
         n_dev = len(self.budget.devices)
         self.split_parts = tuple(self.tensor_split) if self.tensor_split is not None else tuple(
             float(p) for p in self.split_basis()
@@ -243,9 +277,43 @@ class CapacityPlanner:
         MiB so that the ``-ts`` flags rsplan prints reproduce the placement exactly."""
         return [(d.budget_bytes if d.free_bytes is None else d.free_bytes) // MIB for d in self.budget.devices]
 
-    def flags(self, params: ContextParams, spec_type: str = "mtp") -> str:
-        """The llama.cpp flags for ``params`` on this placement."""
-        return llama_flags(params, self.placement, spec_type=spec_type, tensor_split=self.split_parts)
+    def flags(self, params: ContextParams) -> str:
+        """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags)."""
+        return llama_flags(params, self.placement, draft=self.draft, tensor_split=self.split_parts,
+                           rope=self.ctx_limit.rope)
+
+    def check_request(self) -> None:
+        """Refuse flags as given that llama.cpp would not run as asked: a context per sequence past the context
+        limit, or a draft past llama.cpp's bound (one line naming the limit)."""
+        base = self.base
+        ctx = resolve_context(self.layout, base)
+        # each sequence's share of -c (with -kvu the pool is shared, and llama-server caps each slot at the
+        # training context, so a pool above n_seq_max times the limit holds cells no slot can reach)
+        per_seq = (base.n_ctx or self.layout.n_ctx_train) // base.n_seq_max
+        if per_seq > self.ctx_limit.tokens:
+            raise CapacityError(
+                f"-c {base.n_ctx} -np {base.n_seq_max} gives {per_seq:,} tokens per sequence, past "
+                f"{self.ctx_limit.describe()} of {self.spec.name} ({self.ctx_limit.note})"
+            )
+        if self.layout.arch.rollback:
+            check_draft(base.n_rs_seq, ctx.n_ubatch, "n_rs_seq (--spec-draft-n-max)")
+
+    def context_bound(self, contexts: Sequence[int]) -> None:
+        """Refuse ladder contexts past the context limit."""
+        for c in contexts:
+            if c > self.ctx_limit.tokens:
+                raise CapacityError(
+                    f"--ctx {c:,} tokens per sequence is past {self.ctx_limit.describe()} of {self.spec.name} "
+                    f"({self.ctx_limit.note})"
+                )
+
+    def bound_device(self, params: ContextParams) -> str | None:
+        """The device whose cache budget ``params`` exceeds the most (None when it fits)."""
+        use = self.usage(params)
+        over = [(t.total_bytes - b, d.name) for b, t, d in
+                zip(self.cache_budget, use.devices, self.budget.devices, strict=True)]
+        worst = max(over)
+        return worst[1] if worst[0] > 0 else None
 
     # -- evaluating one setting ---------------------------------------------------------------------------
 
@@ -281,6 +349,7 @@ class CapacityPlanner:
             return Rung(ctx_per_seq, 0, None, None, None, None, "nothing_fits")
         params = self.params(ctx_per_seq * n, n)
         use = self.usage(params)
+        limited_by = "max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory")
         return Rung(
             ctx_per_seq=ctx_per_seq,
             max_parallel=n,
@@ -288,50 +357,77 @@ class CapacityPlanner:
             n_ctx_seq=use.ctx.n_ctx_seq,
             cache_bytes=use.total_bytes,
             headroom_bytes=self.headroom(params),
-            limited_by="max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory"),
+            limited_by=limited_by,
+            bound_device=(self.bound_device(self.params(ctx_per_seq * (n + 1), n + 1))
+                          if limited_by == "memory" else None),
         )
 
     def ladder(self, contexts: Sequence[int] | None = None) -> list[Rung]:
-        """``max_parallel`` for each per-sequence context (default: 4k, 8k, ... up to the training context)."""
-        contexts = contexts or default_ladder(self.layout.n_ctx_train)
+        """``max_parallel`` for each per-sequence context (default: 4k, 8k, ... up to the context limit; a
+        context past it is refused)."""
+        contexts = contexts or default_ladder(self.ctx_limit.tokens)
+        self.context_bound(contexts)
         return [self.max_parallel(c) for c in contexts]
 
     def max_ctx(self, n_seq_max: int) -> CtxAnswer:
-        """The largest per-sequence context, a multiple of 256 up to the training context, for ``n_seq_max``
+        """The largest per-sequence context, a multiple of 256 up to the context limit, for ``n_seq_max``
         sequences (flags ``-c ctx*n_seq_max -np n_seq_max``)."""
-        cap = max(1, min(self.layout.n_ctx_train, MAX_CTX // n_seq_max) // CTX_PAD)
+        cap = max(1, min(self.ctx_limit.tokens, MAX_CTX // n_seq_max) // CTX_PAD)
         k = largest(lambda j: self.fits(self.params(j * CTX_PAD * n_seq_max, n_seq_max)), 1, cap)
         if k < 1:
             return CtxAnswer(n_seq_max, 0, None, None, None, "nothing_fits")
         ctx = k * CTX_PAD
         params = self.params(ctx * n_seq_max, n_seq_max)
+        limited_by = "n_ctx_train" if k == cap else "memory"
         return CtxAnswer(
             n_seq_max=n_seq_max,
             ctx_per_seq=ctx,
             n_ctx_flag=ctx * n_seq_max,
             cache_bytes=self.usage(params).total_bytes,
             headroom_bytes=self.headroom(params),
-            limited_by="n_ctx_train" if k == cap else "memory",
+            limited_by=limited_by,
+            bound_device=(self.bound_device(self.params((ctx + CTX_PAD) * n_seq_max, n_seq_max))
+                          if limited_by == "memory" else None),
         )
 
     def max_n_rs_seq(self, n_ctx: int, n_seq_max: int) -> RsAnswer:
-        """The most rollback planes per sequence at ``-c n_ctx -np n_seq_max`` (rollback-capable archs only)."""
+        """The most rollback planes per sequence at ``-c n_ctx -np n_seq_max`` (rollback-capable archs only),
+        at most the longest draft llama.cpp decodes at the effective ``-ub``, with a draft type the model can use."""
+        draft = self.draft
+        extra = {"spec_type": draft.spec_type, "needs_draft_model": draft.needs_draft_model}
         if not self.layout.arch.rollback:
             return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
                             f"arch '{self.layout.arch.name}' does not support recurrent rollback "
                             "(llama.cpp clamps n_rs_seq to 0)")
-        n = largest(lambda r: self.fits(self.params(n_ctx, n_seq_max, r)), 0, MAX_RS_SEQ)
+        n_ubatch = resolve_context(self.layout, self.params(n_ctx, n_seq_max, 0)).n_ubatch
+        bound = max_draft(n_ubatch)
+        if bound < 1:
+            return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
+                            f"an effective -ub {n_ubatch} leaves no draft: llama.cpp asserts n_ubatch > n_rs_seq + 1",
+                            draft_bound=bound, **extra)
+        n = largest(lambda r: self.fits(self.params(n_ctx, n_seq_max, r)), 0, bound)
         if n < 0:
             return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
-                            f"-c {n_ctx} -np {n_seq_max} does not fit even without rollback planes")
+                            f"-c {n_ctx} -np {n_seq_max} does not fit even without rollback planes",
+                            draft_bound=bound, **extra)
         params = self.params(n_ctx, n_seq_max, n)
+        use = self.usage(params)
+        if n < bound:
+            limited_by = "memory"
+        else:
+            limited_by = "max_rs_seq" if bound == MAX_RS_SEQ and n_ubatch - 2 > MAX_RS_SEQ else "draft_max"
         return RsAnswer(
             n_ctx=n_ctx,
             n_seq_max=n_seq_max,
             n_rs_seq=n,
-            cache_bytes=self.usage(params).total_bytes,
+            cache_bytes=use.total_bytes,
             headroom_bytes=self.headroom(params),
-            limited_by="max_rs_seq" if n == MAX_RS_SEQ else "memory",
+            limited_by=limited_by,
+            snapshot_bytes=use.snapshot_bytes,
+            draft_bound=bound,
+            bound_device=(self.bound_device(self.params(n_ctx, n_seq_max, n + 1)) if limited_by == "memory"
+                          else None),
+            **extra,
         )
 
 
@@ -343,14 +439,16 @@ def llama_flags(
     params: ContextParams,
     placement: Placement | None = None,
     *,
-    spec_type: str = "mtp",
+    draft: DraftSetup | None = None,
     tensor_split: Sequence[float] | None = None,
+    rope: RopeFlags | None = None,
 ) -> str:
     """The llama.cpp command-line flags that reproduce ``params`` (and the layer placement).
 
     Flags that only rsplan knows (``--type-r`` / ``--type-s``: llama.cpp always uses f32) are not printed.
     n_rs_seq has no llama.cpp flag of its own: it is the draft length of MTP/EAGLE3/DFLASH/DSPARK speculative
-    decoding, printed as ``--spec-type <spec_type> --draft-max N``.
+    decoding, printed as ``--spec-type TYPE [-md DRAFT.gguf] --spec-draft-n-max N`` (``draft``; default mtp).
+    RoPE-scaling flags (``rope``) are printed as given.
     """
     out = [f"-c {params.n_ctx}", f"-np {params.n_seq_max}"]
     if params.kv_unified:
@@ -368,7 +466,9 @@ def llama_flags(
     if params.n_ubatch != 512:
         out.append(f"-ub {params.n_ubatch}")
     if params.n_rs_seq > 0:
-        out.append(f"--spec-type {spec_type} --draft-max {params.n_rs_seq}")
+        out.append((draft or DraftSetup("mtp")).flags(params.n_rs_seq))
+    if rope is not None and rope.given:
+        out.append(rope.flags())
     if placement is not None:
         n_units = placement.n_layer_all + 1
         out.append("-ngl all" if placement.n_gpu_layers >= n_units else f"-ngl {placement.n_gpu_layers}")

@@ -52,12 +52,21 @@ _BUDGET_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--overhead", "overhead", metavar="SIZE", default=None,
                  help="vllm / sglang: memory per GPU besides weights and caches (vLLM: activations and CUDA graphs, "
                  "default 4GiB; SGLang: the CUDA context before the weights load, default 1GiB)."),
+    click.option("--rope-scaling", "rope_scaling", type=click.Choice(["none", "linear", "yarn"]), default=None,
+                 help="llama.cpp --rope-scaling. Recommendations stop at the training context unless YaRN "
+                 "(--rope-scaling yarn --rope-scale N) extends it."),
+    click.option("--rope-scale", "rope_scale", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None,
+                 metavar="N",
+                 help="llama.cpp --rope-scale: context scaling factor (YaRN context = --yarn-orig-ctx x N)."),
+    click.option("--yarn-orig-ctx", "yarn_orig_ctx", type=click.IntRange(0, MAX_CTX), default=None, metavar="N",
+                 help="llama.cpp --yarn-orig-ctx: the model's original context (default: its training context)."),
 ]
 
 BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "fit_target", "compute", "n_gpu_layers",
-               "tensor_split", "no_kv_offload", "overhead")
+               "tensor_split", "no_kv_offload", "overhead", "rope_scaling", "rope_scale", "yarn_orig_ctx")
 #: Budget flags only llama.cpp's planner reads.
-NATIVE_BUDGET_KEYS = ("gpu_memory", "fit_target", "compute", "n_gpu_layers", "tensor_split", "no_kv_offload")
+NATIVE_BUDGET_KEYS = ("gpu_memory", "fit_target", "compute", "n_gpu_layers", "tensor_split", "no_kv_offload",
+                      "rope_scaling", "rope_scale", "yarn_orig_ctx")
 
 
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,8 +97,8 @@ def parse_ctx_list(text: str, largest: int = MAX_CTX_PER_SEQ,
 
 
 def size_or_zero(text: str, what: str) -> int:
-    """A size with units, where zero is allowed (``--compute 0``)."""
-    return parse_size(text, what, allow_zero=True)
+    """A size with units, where zero is allowed (``--compute 0``); a number without a unit is refused."""
+    return parse_size(text, what, allow_zero=True, require_unit=True)
 
 
 def _parse_ngl(text: str | None) -> int | None:
@@ -150,7 +159,7 @@ def _device_budgets(budget: str | None, gpu: str | None, gpu_memory: str | None)
             if size.startswith("-"):
                 raise RsplanError(f"--budget: must be positive, got '{size}'")
             name = f"GPU {i}" if len(sizes) > 1 else "GPU"
-            out.append(DeviceBudget(name, parse_size(size, "--budget"), f"--budget {size}"))
+            out.append(DeviceBudget(name, parse_size(size, "--budget", require_unit=True), f"--budget {size}"))
         return out
     from rsplan.gpu import gpu_memory as read_gpus
 
@@ -169,9 +178,15 @@ def _device_budgets(budget: str | None, gpu: str | None, gpu_memory: str | None)
     return out
 
 
-def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[str, Any]) -> list[Any]:
-    """One CapacityPlanner per model from the budget flags (shared by capacity and report)."""
+def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[str, Any],
+                  spec_type: str | None = None) -> list[Any]:
+    """One CapacityPlanner per model from the budget flags (shared by capacity and report); the flags as given
+    are checked against each model's context limit and llama.cpp's draft bound. ``spec_type``: ``--spec-type``
+    (None or ``none``: the draft type each model can use)."""
     from rsplan.planner.capacity import Budget, CapacityPlanner
+    from rsplan.planner.context_limit import RopeFlags
+
+    rope = RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"])
 
     devices = _device_budgets(options["budget"], options["gpu"], options["gpu_memory"])
     margins = _parse_fit_target(options["fit_target"])
@@ -193,14 +208,16 @@ def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[
         else:
             weights, source = None, "unknown for this model: NOT counted (give --weights SIZE)"
         budget = Budget(tuple(devices), weights, source, tuple(margins), compute)
-        planners.append(
-            CapacityPlanner(
-                spec, params, budget,
-                n_gpu_layers=_parse_ngl(options["n_gpu_layers"]),
-                tensor_split=_parse_tensor_split(options["tensor_split"]),
-                offload_kqv=not options["no_kv_offload"],
-            )
+        planner = CapacityPlanner(
+            spec, params, budget,
+            n_gpu_layers=_parse_ngl(options["n_gpu_layers"]),
+            tensor_split=_parse_tensor_split(options["tensor_split"]),
+            offload_kqv=not options["no_kv_offload"],
+            rope=rope,
+            spec_type=None if spec_type == "none" else spec_type,
         )
+        planner.check_request()
+        planners.append(planner)
     return planners
 
 
@@ -254,7 +271,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     \b
     Examples:
       rsplan capacity --model qwen3-next-80b-a3b --budget 80GiB --weights 45GiB
-      rsplan capacity --model lfm2-1.2b --gpu 0 -np 8 --spec-type mtp --format json
+      rsplan capacity --model lfm2-1.2b --gpu 0 -np 8 --spec-type eagle3 --format json
       rsplan capacity --model model.gguf --budget 24GiB,24GiB -ts 3,1 --ctx 8k,32k,128k
       rsplan capacity --model qwen3-next-80b-a3b --engine vllm --budget 141GiB --weights 151GB -tp 2
       rsplan capacity --model nemotron-h-8b-base-8k --engine sglang --gpu 0
@@ -270,17 +287,17 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     from rsplan.planner.capacity import run_capacity
     from rsplan.render.capacity import capacity_dict, render_capacity
 
-    spec_type = kwargs["spec_type"] if kwargs["spec_type"] != "none" else "mtp"
+    spec_type = kwargs["spec_type"]
     options = pop_budget_options(kwargs)
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     spec = load_model(model_ref)
-    (planner,) = make_planners([spec], [model_ref], params, options)
+    (planner,) = make_planners([spec], [model_ref], params, options, spec_type)
     result = run_capacity(planner, contexts)
     if fmt == "json":
-        click.echo(json.dumps(capacity_dict(planner, result, spec_type=spec_type), indent=2))
+        click.echo(json.dumps(capacity_dict(planner, result), indent=2))
     else:
-        click.echo(render_capacity(planner, result, spec_type=spec_type))
+        click.echo(render_capacity(planner, result))
 
 
 def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,

@@ -39,8 +39,8 @@ _CONTEXT_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--spec-type", type=click.Choice(["none", "mtp", "eagle3", "dflash", "dspark"]), default="none",
                  show_default=True, help="Speculative decoding type; mtp/eagle3/dflash/dspark set n_rs_seq to "
                  "--draft-max."),
-    click.option("--draft-max", "draft_max", type=click.IntRange(0, MAX_RS_SEQ), default=None,
-                 help="Draft length (default 3), used as n_rs_seq with --spec-type."),
+    click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(0, MAX_RS_SEQ), default=None,
+                 help="Draft length (default 3), used as n_rs_seq with --spec-type (llama.cpp: --spec-draft-n-max)."),
     click.option("--type-r", "type_r", type=CACHE_TYPE, default="f32", show_default=True,
                  help="Conv-state (R) type; llama.cpp always uses f32."),
     click.option("--type-s", "type_s", type=CACHE_TYPE, default="f32", show_default=True,

@@ -73,6 +73,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     options = pop_budget_options(kwargs)
     if options["overhead"] is not None and not engines:
         raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
+    spec_type = kwargs["spec_type"]
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     profile = None
@@ -81,7 +82,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 
         profile = load_profile(profile_path)
     specs = [load_model(ref) for ref in model_refs]
-    planners = make_planners(specs, list(model_refs), params, options)
+    planners = make_planners(specs, list(model_refs), params, options, spec_type)
     models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
     serving = _engine_reports(specs, list(model_refs), engines, values, options, contexts)
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \

@@ -8,17 +8,32 @@ from typing import Any
 from tabulate import tabulate
 
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
+from rsplan.planner.speculative import usable_spec_types
 from rsplan.render.units import human
 
-#: Why a search stopped, in words.
+#: Why a search stopped, in words (``n_ctx_train`` and ``draft_max`` get their numbers from ``limit_words``).
 LIMITS = {
     "memory": "memory",
     "max_seq": "llama.cpp's 256-sequence maximum",
     "max_ctx": "llama.cpp's largest -c, a uint32",
     "n_ctx_train": "the model's training context",
+    "draft_max": "llama.cpp's draft bound (n_rs_seq + 1 < n_ubatch)",
     "max_rs_seq": "rsplan's 1024-plane bound",
     "nothing_fits": "nothing fits",
 }
+
+
+def limit_words(planner: CapacityPlanner, limited_by: str, bound_device: str | None = None,
+                draft_bound: int | None = None) -> str:
+    """The binding limit of one answer, in words: ``GPU 1's budget``, ``the trained context (config) 8,192``,
+    ``llama.cpp's draft bound at -ub 512: 510``."""
+    if limited_by == "memory":
+        return f"{bound_device}'s budget" if bound_device else "memory"
+    if limited_by == "n_ctx_train":
+        return planner.ctx_limit.describe()
+    if limited_by == "draft_max" and draft_bound is not None:
+        return f"llama.cpp's draft bound {draft_bound} (n_rs_seq + 1 < n_ubatch {draft_bound + 2})"
+    return LIMITS[limited_by]
 
 
 def _layers(placement: Any, device: int | None) -> str:
@@ -72,7 +87,7 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
     return rows
 
 
-def capacity_dict(planner: CapacityPlanner, result: CapacityResult, spec_type: str = "mtp") -> dict[str, Any]:
+def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str, Any]:
     """``rsplan capacity --format json``: every number, in bytes; sums are over the GPUs."""
     budget = planner.budget
     layout = planner.layout
@@ -80,17 +95,21 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult, spec_type: s
 
     def rung(r: Rung) -> dict[str, Any]:
         d = dataclasses.asdict(r)
-        d["flags"] = planner.flags(planner.params(r.n_ctx_flag, r.max_parallel), spec_type) if r.n_ctx_flag else None
+        d["flags"] = planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)) if r.n_ctx_flag else None
+        d["limit"] = limit_words(planner, r.limited_by, r.bound_device)
         return d
 
     max_ctx = dataclasses.asdict(result.max_ctx)
     if result.max_ctx.n_ctx_flag:
-        max_ctx["flags"] = planner.flags(planner.params(result.max_ctx.n_ctx_flag, result.max_ctx.n_seq_max),
-                                         spec_type)
+        max_ctx["flags"] = planner.flags(planner.params(result.max_ctx.n_ctx_flag, result.max_ctx.n_seq_max))
+    max_ctx["limit"] = limit_words(planner, result.max_ctx.limited_by, result.max_ctx.bound_device)
     max_rs = dataclasses.asdict(result.max_rs)
     if result.max_rs.n_rs_seq is not None:
         p = planner.params(result.max_rs.n_ctx, result.max_rs.n_seq_max, result.max_rs.n_rs_seq)
-        max_rs["flags"] = planner.flags(p, spec_type)
+        max_rs["flags"] = planner.flags(p)
+        max_rs["limit"] = limit_words(planner, result.max_rs.limited_by or "", result.max_rs.bound_device,
+                                      result.max_rs.draft_bound)
+    limit = planner.ctx_limit
     return {
         "model": planner.spec.name,
         "arch": planner.spec.arch,
@@ -99,6 +118,10 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult, spec_type: s
         "n_kv_layers": len(layout.kv_layers),
         "n_recurrent_layers": len(layout.recurrent_layers),
         "n_ctx_train": layout.n_ctx_train,
+        "context_limit": {"tokens": limit.tokens, "kind": limit.kind, "note": limit.note,
+                          "rope_flags": limit.rope.flags()},
+        "draft": {"spec_type": planner.draft.spec_type, "needs_draft_model": planner.draft.needs_draft_model,
+                  "usable_spec_types": list(usable_spec_types(planner.spec))},
         "budget_bytes": sum(d.budget_bytes for d in budget.devices),
         "weights_bytes": budget.weights_bytes or 0,
         "weights_counted": budget.weights_bytes is not None,
@@ -108,8 +131,9 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult, spec_type: s
         "compute_bytes": budget.compute_bytes * n_dev,
         "cache_budget_bytes": sum(planner.cache_budget),
         "params": dataclasses.asdict(result.params),
-        "flags": planner.flags(result.params, spec_type),
+        "flags": planner.flags(result.params),
         "cache_bytes": result.usage.total_bytes,
+        "snapshot_bytes": result.usage.snapshot_bytes,
         "placement": {
             "n_gpu_layers": planner.placement.n_gpu_layers,
             "n_offloadable": planner.placement.n_layer_all + 1,
@@ -139,15 +163,22 @@ def notes(planner: CapacityPlanner) -> list[str]:
         out.append("weights per device are spread evenly over the offloadable layers (an estimate); cache bytes "
                    "per device are exact")
     out.append("-c is the total over all sequences: each of the -np sequences gets -c / -np tokens")
+    if planner.layout.arch.rollback and planner.draft.needs_draft_model:
+        out.append(f"rollback planes need a draft model (-md FILE, --spec-type {planner.draft.spec_type}; eagle3, "
+                   "dflash or dspark)" + ("" if planner.spec_type else
+                                          f": {planner.spec.name} has no MTP (nextn) layers for --spec-type mtp")
+                   + "; the draft model's own weights and caches are not counted")
     return out
 
 
-def render_capacity(planner: CapacityPlanner, result: CapacityResult, spec_type: str = "mtp") -> str:
+def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
     """The text form of ``rsplan capacity``."""
     spec, layout, budget = planner.spec, planner.layout, planner.budget
     lines = [
         f"Model {spec.name} ({spec.arch}): {layout.n_layer} layers, {len(layout.kv_layers)} with KV cache, "
         f"{len(layout.recurrent_layers)} recurrent; training context {layout.n_ctx_train:,}",
+        f"Context:  recommendations stop at {planner.ctx_limit.tokens:,} tokens per sequence "
+        f"({planner.ctx_limit.note})",
     ]
     for d in budget.devices:
         extra = ""
@@ -183,23 +214,27 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult, spec_type:
     lines.append(tabulate(rows, headers=["device", "budget", "layers", "weights", "cache budget",
                                          f"caches at -c {p.n_ctx} -np {p.n_seq_max}"],
                           disable_numparse=True))
+    if result.usage.ctx.n_rs_seq:
+        lines.append(f"Rollback snapshots: {human(result.usage.snapshot_bytes)} ({result.usage.snapshot_bytes:,} B) "
+                     f"of these caches: n_rs_seq {result.usage.ctx.n_rs_seq} planes of R and S per sequence")
     lines.append("")
 
     lines.append("Most parallel sequences per context (llama.cpp's -c is the total over all sequences):")
     ladder_rows = []
     for r in result.ladder:
         if r.max_parallel == 0:
-            ladder_rows.append([f"{r.ctx_per_seq:,}", 0, "does not fit", "-", "-"])
+            ladder_rows.append([f"{r.ctx_per_seq:,}", 0, "nothing fits", "does not fit", "-", "-"])
             continue
-        note = "" if r.limited_by == "memory" else f" ({LIMITS[r.limited_by]})"
         ladder_rows.append([
             f"{r.ctx_per_seq:,}",
-            f"{r.max_parallel}{note}",
-            planner.flags(planner.params(r.n_ctx_flag, r.max_parallel), spec_type),
+            f"{r.max_parallel}",
+            limit_words(planner, r.limited_by, r.bound_device),
+            planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)),
             human(r.cache_bytes),
             human(r.headroom_bytes),
         ])
-    lines.append(tabulate(ladder_rows, headers=["ctx/seq", "max -np", "llama.cpp flags", "caches", "headroom"],
+    lines.append(tabulate(ladder_rows, headers=["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches",
+                                                "headroom"],
                           disable_numparse=True))
     lines.append("")
 
@@ -207,19 +242,22 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult, spec_type:
     if m.n_ctx_flag is None:
         lines.append(f"Largest context at -np {m.n_seq_max}: nothing fits (not even 256 tokens per sequence)")
     else:
-        limit = "" if m.limited_by == "memory" else f", limited by {LIMITS[m.limited_by]}"
+        limit = f", limited by {limit_words(planner, m.limited_by, m.bound_device)}"
         lines.append(
             f"Largest context at -np {m.n_seq_max}: {m.ctx_per_seq:,} tokens per sequence{limit}: "
-            f"{planner.flags(planner.params(m.n_ctx_flag, m.n_seq_max), spec_type)} (caches {human(m.cache_bytes)})"
+            f"{planner.flags(planner.params(m.n_ctx_flag, m.n_seq_max))} (caches {human(m.cache_bytes)})"
         )
     rs = result.max_rs
     if rs.n_rs_seq is None:
         lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: n/a, {rs.reason}")
     else:
-        limit = "" if rs.limited_by == "memory" else f", limited by {LIMITS[rs.limited_by]}"
-        flags = planner.flags(planner.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq), spec_type)
-        lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{limit}: {flags} "
+        limit = f", limited by {limit_words(planner, rs.limited_by or '', rs.bound_device, rs.draft_bound)}"
+        flags = planner.flags(planner.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
+        how = f" {planner.draft.describe()}" if planner.draft.needs_draft_model else ""
+        lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{how}{limit}: {flags} "
                      f"(caches {human(rs.cache_bytes)})")
+        lines.append(f"Rollback snapshots at n_rs_seq {rs.n_rs_seq}: {human(rs.snapshot_bytes or 0)} "
+                     f"({rs.snapshot_bytes or 0:,} B) of those caches")
     lines.append("")
     lines.extend(f"Note: {n}" for n in notes(planner))
     return "\n".join(lines)

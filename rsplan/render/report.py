@@ -18,7 +18,7 @@ from rsplan.errors import RsplanError
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
-from rsplan.render.capacity import LIMITS, notes
+from rsplan.render.capacity import limit_words, notes
 from rsplan.render.profile_input import ProfileResults
 from rsplan.render.units import GIB, MIB, human
 
@@ -81,7 +81,7 @@ def memory_figure(m: ModelReport) -> Any:
     import plotly.graph_objects as go
 
     planner = m.planner
-    series = data.memory_series(planner, planner.base.n_seq_max, data.plot_contexts(planner.layout.n_ctx_train))
+    series = data.memory_series(planner, planner.base.n_seq_max, data.plot_contexts(planner.ctx_limit.tokens))
     x = [_ctx_label(c) for c in series.contexts]
     fig = go.Figure()
     for key, label in data.COMPONENTS:
@@ -98,6 +98,8 @@ def memory_figure(m: ModelReport) -> Any:
         line={"color": BUDGET_COLOUR, "width": 3, "dash": "dash"}, customdata=[budget] * len(x),
         hovertemplate="budget %{y:.3f} GiB = %{customdata:,} B<extra></extra>",
     )
+    top = max([series.total(i) for i in range(len(series.contexts))] + [budget]) / GIB
+    _mark_limit(fig, planner, _ctx_label(planner.ctx_limit.tokens), top)
     n = series.n_seq
     host = " Caches of layers kept in host memory are not shown." if any(series.host_bytes) else ""
     fig.update_layout(**_layout(
@@ -110,14 +112,25 @@ def memory_figure(m: ModelReport) -> Any:
     return fig
 
 
+def _mark_limit(fig: Any, planner: CapacityPlanner, x: Any, y_top: float) -> None:
+    """A dotted vertical line (a trace, in data coordinates on any axis type) at the model's context limit on a
+    context axis, named after what it is (the training context, the config's trained length, or YaRN's): the
+    axes end there, no point past it is drawn."""
+    label = f"{planner.spec.name}: {planner.ctx_limit.describe()}"
+    fig.add_scatter(x=[x, x], y=[0, y_top], mode="lines", name=label,
+                    line={"color": "#555555", "width": 1.5, "dash": "dot"},
+                    hovertemplate=f"{html.escape(label)}<br>{html.escape(planner.ctx_limit.note)}<extra></extra>")
+
+
 def parallel_figure(models: list[ModelReport]) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
     all_contexts: set[int] = set()
     colour = 0
+    y_top = 1
     for mi, m in enumerate(models):
-        contexts = data.plot_contexts(m.planner.layout.n_ctx_train)
+        contexts = data.plot_contexts(m.planner.ctx_limit.tokens)
         all_contexts.update(contexts)
         for variant in data.variants(m.planner, m.planner.spec.name):
             rungs = [variant.planner.max_parallel(c) for c in contexts]
@@ -130,6 +143,8 @@ def parallel_figure(models: list[ModelReport]) -> Any:
                                "<br>-c %{customdata[0]:,}<br>caches %{customdata[1]:,} B<extra></extra>"),
             )
             colour += 1
+            y_top = max(y_top, *(r.max_parallel for r in rungs))
+        _mark_limit(fig, m.planner, m.planner.ctx_limit.tokens, y_top)
     ticks = sorted(all_contexts)
     fig.update_layout(**_layout(
         "Most parallel sequences that fit, against context per sequence",
@@ -162,7 +177,7 @@ def engines_figure(models: list[ModelReport], engines: list[EngineReport]) -> An
     fig = go.Figure()
     ticks: set[int] = set()
     for mi, m in enumerate(models):
-        contexts = data.plot_contexts(m.planner.layout.n_ctx_train)
+        contexts = data.plot_contexts(m.planner.ctx_limit.tokens)
         ticks.update(contexts)
         rungs = [m.planner.max_parallel(c) for c in contexts]
         fig.add_scatter(
@@ -172,6 +187,7 @@ def engines_figure(models: list[ModelReport], engines: list[EngineReport]) -> An
                         for r in rungs],
             hovertemplate="llama.cpp<br>%{x:,} tokens: %{y} sequences<br>%{customdata}<extra></extra>",
         )
+        _mark_limit(fig, m.planner, m.planner.ctx_limit.tokens, max([1] + [r.max_parallel for r in rungs]))
     names = [m.planner.spec.name for m in models]
     for e in engines:
         if e.capacity is None:
@@ -224,7 +240,9 @@ def heatmap_figure(m: ModelReport) -> Any:
 
     hm = data.heatmap(m.planner)
     cap = max(1, max(m.planner.cache_budget)) / GIB
-    z = [[h / GIB for h in row] for row in hm.headroom]
+    # settings past the context limit are not drawn (blank): llama.cpp would not use their cells
+    z = [[None if past else h / GIB for h, past in zip(row, past_row, strict=True)]
+         for row, past_row in zip(hm.headroom, hm.past_limit, strict=True)]
     xs, ys = list(range(len(hm.n_ctx))), list(range(len(hm.n_seq)))
     custom = [[[n, c, h] for c, h in zip(hm.n_ctx, row, strict=True)]
               for n, row in zip(hm.n_seq, hm.headroom, strict=True)]
@@ -243,7 +261,8 @@ def heatmap_figure(m: ModelReport) -> Any:
             line={"color": "black", "width": 3}, hoverinfo="skip", showlegend=True,
         )
     fig.update_layout(**_layout(
-        f"{m.planner.spec.name}: headroom over -np and -c (red: out of memory)",
+        f"{m.planner.spec.name}: headroom over -np and -c (red: out of memory; blank: -c / -np past "
+        f"{m.planner.ctx_limit.describe()})",
         showlegend=True,
         xaxis={"title": {"text": "-c, total KV cells over all sequences"}, "tickvals": xs,
                "range": [-0.5, len(xs) - 0.5],
@@ -356,15 +375,15 @@ def ladder_table(m: ModelReport) -> str:
     planner = m.planner
     for r in m.result.ladder:
         if r.n_ctx_flag is None:
-            rows.append([f"{r.ctx_per_seq:,}", "0", "nothing fits", "-", "-"])
+            rows.append([f"{r.ctx_per_seq:,}", "0", "nothing fits", "-", "-", "-"])
             continue
-        limit = "" if r.limited_by == "memory" else f" ({_e(LIMITS[r.limited_by])})"
         rows.append([
-            f"{r.ctx_per_seq:,}", f"{r.max_parallel}{limit}",
+            f"{r.ctx_per_seq:,}", f"{r.max_parallel}", _e(limit_words(planner, r.limited_by, r.bound_device)),
             f"<code>{_e(planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)))}</code>",
             f"{_bytes_cell(r.cache_bytes)} ({r.cache_bytes:,} B)", _bytes_cell(r.headroom_bytes),
         ])
-    return _table(["context per sequence", "max -np", "llama.cpp flags", "caches", "headroom"], rows, {0})
+    return _table(["context per sequence", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"],
+                  rows, {0})
 
 
 def _budget_line(m: ModelReport) -> str:
@@ -385,7 +404,7 @@ def _answers(m: ModelReport) -> str:
     out = []
     mc = result.max_ctx
     if mc.n_ctx_flag:
-        limit = "" if mc.limited_by == "memory" else f", limited by {LIMITS[mc.limited_by]}"
+        limit = f", limited by {limit_words(planner, mc.limited_by, mc.bound_device)}"
         flags = planner.flags(planner.params(mc.n_ctx_flag, mc.n_seq_max))
         out.append(f"Largest context at -np {mc.n_seq_max}: {mc.ctx_per_seq:,} tokens per sequence{_e(limit)}: "
                    f"<code>{_e(flags)}</code>")
@@ -396,7 +415,11 @@ def _answers(m: ModelReport) -> str:
         out.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: n/a, {_e(rs.reason)}")
     else:
         flags = planner.flags(planner.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
-        out.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}: <code>{_e(flags)}</code>")
+        how = f" {planner.draft.describe()}" if planner.draft.needs_draft_model else ""
+        limit = limit_words(planner, rs.limited_by or "", rs.bound_device, rs.draft_bound)
+        out.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{_e(how)}, limited by "
+                   f"{_e(limit)}: <code>{_e(flags)}</code>; rollback snapshots {_bytes_cell(rs.snapshot_bytes)} "
+                   f"({rs.snapshot_bytes or 0:,} B)")
     return "<ul>" + "".join(f"<li>{line}</li>" for line in out) + "</ul>"
 
 
@@ -424,6 +447,10 @@ def sources_table(models: list[ModelReport], profile: ProfileResults | None, pro
         rows.append(["model", f"{_e(spec.arch)}, {layout.n_layer} layers "
                      f"({len(layout.kv_layers)} KV, {len(layout.recurrent_layers)} recurrent), "
                      f"training context {layout.n_ctx_train:,}", f"{_e(m.ref)}: {_e(spec.source)}"])
+        rows.append(["context limit", f"{p.ctx_limit.tokens:,} tokens per sequence", _e(p.ctx_limit.note)])
+        rows.append(["draft type", _e(p.draft.spec_type + (" with a draft model (-md FILE)"
+                                                          if p.draft.needs_draft_model else " (nextn layers)")),
+                     "MTP needs the model's own nextn layers; eagle3 / dflash / dspark a separate draft model"])
         rows.append(["row widths", f"n_embd_r {layout.n_embd_r:,}, n_embd_s {layout.n_embd_s:,}",
                      "derived from the model's hyper-parameters by llama.cpp's rules (llama-hparams.cpp)"])
         rows.append(["weights", "<span class='warn'>NOT COUNTED</span>" if w is None

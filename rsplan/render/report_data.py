@@ -49,9 +49,10 @@ class MemorySeries:
         return sum(series[i] for series in self.parts.values())
 
 
-def plot_contexts(n_ctx_train: int) -> list[int]:
-    """Per-sequence contexts for the x axes: 2k, 4k, ... up to the training context."""
-    return default_ladder(n_ctx_train, start=min(PLOT_CTX_START, n_ctx_train))
+def plot_contexts(limit: int) -> list[int]:
+    """Per-sequence contexts for the x axes: 2k, 4k, ... up to the context limit (``planner.ctx_limit.tokens``:
+    the training context, or YaRN's): no point past it is drawn."""
+    return default_ladder(limit, start=min(PLOT_CTX_START, limit))
 
 
 def memory_series(planner: CapacityPlanner, n_seq: int, contexts: list[int]) -> MemorySeries:
@@ -87,7 +88,8 @@ class Variant:
 
 def variants(planner: CapacityPlanner, model_label: str) -> list[Variant]:
     """The flags as given, then what a user would try next: q8_0 KV cache (models with attention layers), and
-    with / without rollback planes (rollback-capable archs). Settings llama.cpp refuses are skipped."""
+    with / without rollback planes (rollback-capable archs, with the draft type the model can use: MTP only with
+    nextn layers, else a draft model). Settings llama.cpp refuses or aborts on are skipped."""
     base = planner.base
     out = [Variant(f"{model_label}: as given ({_describe(base)})", planner)]
     tries: list[tuple[str, ContextParams]] = []
@@ -96,13 +98,17 @@ def variants(planner: CapacityPlanner, model_label: str) -> list[Variant]:
         tries.append(("KV q8_0", dataclasses.replace(base, type_k="q8_0", type_v="q8_0", flash_attn=flash)))
     if planner.layout.arch.rollback:
         if base.n_rs_seq == 0:
-            tries.append(("n_rs_seq 3 (MTP draft 3)", dataclasses.replace(base, n_rs_seq=3)))
+            how = ("MTP draft 3" if not planner.draft.needs_draft_model
+                   else f"{planner.draft.spec_type} draft model, draft 3")
+            tries.append((f"n_rs_seq 3 ({how})", dataclasses.replace(base, n_rs_seq=3)))
         else:
             tries.append(("n_rs_seq 0", dataclasses.replace(base, n_rs_seq=0)))
     for label, params in tries:
         try:
             other = CapacityPlanner(planner.spec, params, planner.budget, n_gpu_layers=planner.n_gpu_layers,
-                                    tensor_split=planner.tensor_split, offload_kqv=planner.offload_kqv)
+                                    tensor_split=planner.tensor_split, offload_kqv=planner.offload_kqv,
+                                    rope=planner.rope, spec_type=planner.spec_type)
+            other.check_request()
         except RsplanError:
             continue
         out.append(Variant(f"{model_label}: {label}", other))
@@ -122,19 +128,22 @@ def _describe(params: ContextParams) -> str:
 @dataclass(frozen=True)
 class Heatmap:
     """Headroom (smallest over the GPUs of cache budget - caches, bytes; negative = out of memory) for each
-    ``-np`` (rows) and total ``-c`` (columns)."""
+    ``-np`` (rows) and total ``-c`` (columns). ``past_limit[i][j]``: ``-c / -np`` is past the context limit (a
+    setting not to recommend, drawn blank)."""
 
     n_seq: list[int]
     n_ctx: list[int]
     headroom: list[list[int]]
+    past_limit: list[list[bool]]
 
 
 def heatmap_contexts(planner: CapacityPlanner) -> list[int]:
     """Total -c values: 4k, 6k, 8k, 12k, ... (powers of two and 1.5 x) up to twice the largest -c that fits
     (at least the training context)."""
-    rungs = planner.ladder([4096, 32768, planner.layout.n_ctx_train])
+    limit = planner.ctx_limit.tokens
+    rungs = planner.ladder(sorted({min(4096, limit), min(32768, limit), limit}))
     biggest = max(r.n_ctx_flag or 0 for r in rungs)
-    top = min(max(planner.layout.n_ctx_train, 2 * biggest), 1 << 24)
+    top = min(max(limit, 2 * biggest), 1 << 24)
     out, c = [], 4096
     while c <= top:
         out.append(c)
@@ -149,7 +158,8 @@ def heatmap(planner: CapacityPlanner) -> Heatmap:
     rows = []
     for n in HEATMAP_NP:
         rows.append([planner.headroom(planner.params(c, n)) for c in contexts])
-    return Heatmap(list(HEATMAP_NP), contexts, rows)
+    past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
+    return Heatmap(list(HEATMAP_NP), contexts, rows, past)
 
 
 def oom_boundary(hm: Heatmap) -> tuple[list[float], list[float]]:

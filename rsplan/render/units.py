@@ -40,16 +40,20 @@ def shown(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def parse_size(text: str, what: str = "size", *, allow_zero: bool = False) -> int:
+def parse_size(text: str, what: str = "size", *, allow_zero: bool = False, require_unit: bool = False) -> int:
     """Parse ``24GiB``, ``80G`` (decimal), ``81920MiB``, ``1024`` (bytes) into an exact number of bytes.
 
     ASCII digits only, at most MAX_SIZE bytes; zero only with ``allow_zero`` (a size that rounds down to zero
-    bytes, like ``0.5``, is refused either way).
+    bytes, like ``0.5``, is refused either way). With ``require_unit`` a number without a unit (other than 0) is
+    refused: ``--budget 24`` means 24 GiB to a person and 24 bytes to a parser.
     """
     m = _SIZE.match(text) if len(text) <= _MAX_SIZE_CHARS else None
     if not m:
         raise RsplanError(f"{what}: cannot read '{shown(text)}' as a size (examples: 24GiB, 80GB, 81920MiB)")
     number, unit = m.groups()
+    if require_unit and not unit and any(c in "123456789" for c in number):
+        raise RsplanError(f"{what}: '{text.strip()}' has no unit; give one, e.g. {number}GiB or {number}GB "
+                          f"(bytes: {number}B)")
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise RsplanError(f"{what}: unknown unit '{unit}' in '{text}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")

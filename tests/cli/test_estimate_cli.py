@@ -90,7 +90,8 @@ def test_spec_type_sets_rollback_planes(example):
     (["-ctk", "q9_0"], "Error: Invalid value for '-ctk' / '--cache-type-k': 'q9_0' is not one of 'f32', 'f16', "
                        "'bf16', 'q8_0', 'q4_0', 'q4_1', 'iq4_nl', 'q5_0', 'q5_1'. (see 'rsplan estimate --help')"),
     (["--draft-max", "-2", "--spec-type", "mtp"],
-     "Error: Invalid value for '--draft-max': -2 is not in the range 0<=x<=1024. (see 'rsplan estimate --help')"),
+     "Error: Invalid value for '--draft-max' / '--spec-draft-n-max': -2 is not in the range 0<=x<=1024. "
+         "(see 'rsplan estimate --help')"),
     (["--draft-max", "2"], "Error: Invalid value for --draft-max: --draft-max needs --spec-type "
                            "mtp|eagle3|dflash|dspark (see 'rsplan estimate --help')"),
     (["-ctv", "q8_0", "-fa", "off"],

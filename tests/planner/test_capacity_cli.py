@@ -104,7 +104,8 @@ def test_table_prints_flags_and_answers(example):
     assert "llama.cpp flags" in r.output
     # 12.5 GiB for caches; 4 sequences of c tokens cost 4 * (ROW_BYTES + 12 * 2 * 1024 * c): c <= 134,890.4,
     # and the largest multiple of 256 below is 134,656
-    assert "Largest context at -np 4: 134,656 tokens per sequence: -c 538624 -np 4 -ngl all" in r.output
+    assert ("Largest context at -np 4: 134,656 tokens per sequence, limited by GPU's budget: -c 538624 -np 4 -ngl all"
+            in r.output)
     assert "Largest n_rs_seq at -c 32768 -np 4: " in r.output
 
 

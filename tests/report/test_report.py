@@ -72,7 +72,7 @@ def test_oom_boundary_follows_the_last_cell_that_fits(hybrid):
         x = xs[2 * i]
         assert ys[2 * i : 2 * i + 2] == [i - 0.5, i + 0.5] and xs[2 * i + 1] == x
         assert all(h >= 0 for h in row[: int(x + 0.5)]) and all(h < 0 for h in row[int(x + 0.5):])
-    assert data.oom_boundary(data.Heatmap([1], [4096], [[5]])) == ([], [])
+    assert data.oom_boundary(data.Heatmap([1], [4096], [[5]], [[False]])) == ([], [])
 
 
 def test_layer_bars_are_the_plan_by_layer(hybrid):
@@ -87,7 +87,8 @@ def test_layer_bars_are_the_plan_by_layer(hybrid):
 
 def test_variants_compare_cache_types_and_rollback(hybrid, mamba2):
     labels = [v.label for v in data.variants(make_planner(hybrid, ContextParams()), "h")]
-    assert labels == ["h: as given (KV f16)", "h: KV q8_0", "h: n_rs_seq 3 (MTP draft 3)"]
+    # the test model has no nextn layers: its rollback planes come from a draft model, never from MTP
+    assert labels == ["h: as given (KV f16)", "h: KV q8_0", "h: n_rs_seq 3 (eagle3 draft model, draft 3)"]
     labels = [v.label for v in data.variants(make_planner(hybrid, ContextParams(n_rs_seq=2, kv_unified=True)),
                                              "h")]
     assert labels == ["h: as given (KV f16, n_rs_seq 2, unified KV)", "h: KV q8_0", "h: n_rs_seq 0"]

@@ -1,0 +1,139 @@
+"""Property: every recommendation ``rsplan capacity`` prints is runnable, and the next step up is not.
+
+For random built-in presets, budgets, batch sizes and (for RoPE models) YaRN flags, each printed flag set:
+- uses a spec type the model can run (mtp only with nextn layers) and a draft length llama.cpp decodes
+  (n_rs_seq + 1 < the effective n_ubatch);
+- keeps the context per sequence at or below the model's context limit, which is n_ctx_train and the config's
+  trained length unless YaRN flags are given;
+- fits the budget, while the next step up (one more sequence, 256 more tokens per sequence, one more plane) does
+  not fit or breaks the limit the answer names.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
+from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.context import CTX_PAD, MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams
+from rsplan.planner.context_limit import RopeFlags, uses_rope
+from rsplan.planner.speculative import SpeculativeError, draft_setup
+from rsplan.render.capacity import capacity_dict
+
+GIB = 1 << 30
+MIB = 1 << 20
+PRESETS = sorted(builtin_preset_names())
+
+
+def parse_flags(text: str) -> dict[str, str]:
+    """``-c 8192 -np 2 --spec-type mtp --spec-draft-n-max 3 -ngl all`` -> {flag: value}; flags without a value
+    (-kvu, -nkvo, --swa-full) map to ''."""
+    out: dict[str, str] = {}
+    tokens = shlex.split(text)
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        assert flag.startswith("-"), text
+        if i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+            out[flag] = tokens[i + 1]
+            i += 2
+        else:
+            out[flag] = ""
+            i += 1
+    return out
+
+
+def check_runnable(p: CapacityPlanner, flags: str, has_rope_flags: bool, spec_type: str | None = None) -> None:
+    f = parse_flags(flags)
+    spec = p.spec
+    n_ctx, n_seq = int(f["-c"]), int(f["-np"])
+    per_seq = n_ctx // n_seq  # each sequence's share, with or without -kvu
+    assert per_seq <= p.ctx_limit.tokens, flags
+    if not has_rope_flags:
+        assert per_seq <= spec.context_length, flags
+        trained = spec.serving.max_model_len if spec.serving else None
+        if p.ctx_limit.kind != "no_position":  # pure recurrent: n_ctx_train, llama.cpp's warning and slot cap
+            assert trained is None or per_seq <= trained, flags
+    else:
+        assert "--rope-scaling" in f, flags
+    if "--spec-type" in f:
+        assert p.layout.arch.rollback, flags
+        assert f["--spec-type"] != "mtp" or spec.nextn_predict_layers > 0, flags
+        assert f["--spec-type"] == "mtp" or "-md" in f, flags
+        assert spec_type is None or f["--spec-type"] == spec_type, flags
+        draft = int(f["--spec-draft-n-max"])
+        n_ubatch = min(int(f.get("-ub", 512)), int(f.get("-b", 2048)), n_ctx)
+        assert draft >= 1 and draft + 1 < n_ubatch, flags
+    assert "--draft-max" not in f
+
+
+budgets = st.integers(1, 160)
+ubatches = st.sampled_from([4, 64, 512, 2048])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PRESETS), budgets, st.integers(0, 100), st.integers(1, 8), ubatches,
+       st.sampled_from([None, 2.0, 4.0]), st.sampled_from([None, "mtp", "eagle3", "dflash"]), st.booleans())
+def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_pct, n_seq, n_ubatch, yarn,
+                                                      spec_type, kv_unified):
+    spec = load_builtin_preset(name)
+    if spec_type == "mtp" and spec.nextn_predict_layers == 0:
+        with pytest.raises(SpeculativeError):
+            draft_setup(spec, spec_type)
+        event("mtp refused: no nextn layers")
+        return
+    rope = RopeFlags("yarn", yarn) if yarn is not None and uses_rope(spec) else None
+    budget_bytes = budget_gib * GIB
+    weights = budget_bytes * weights_pct // 200  # up to half the budget
+    budget = Budget((DeviceBudget("GPU", budget_bytes, "test"),), weights, "test", (1024 * MIB,), 512 * MIB)
+    params = ContextParams(n_ctx=min(4096, 256 * n_seq) * n_seq, n_seq_max=n_seq, n_ubatch=n_ubatch,
+                           n_batch=max(2048, n_ubatch), kv_unified=kv_unified)
+    try:
+        p = CapacityPlanner(spec, params, budget, rope=rope, spec_type=spec_type)
+        p.check_request()
+    except CapacityError as exc:
+        assert "nothing fits" in str(exc) or "past" in str(exc)
+        event("refused")
+        return
+    result = run_capacity(p)
+    event(f"rollback answer limited by {result.max_rs.limited_by}")
+    d = capacity_dict(p, result)
+    for rung, row in zip(result.ladder, d["ladder"], strict=True):
+        if row["flags"] is None:
+            assert not p.fits(p.params(rung.ctx_per_seq, 1))
+            continue
+        check_runnable(p, row["flags"], rope is not None, spec_type)
+        n = rung.max_parallel
+        assert p.fits(p.params(rung.ctx_per_seq * n, n))
+        if rung.limited_by == "memory":
+            assert not p.fits(p.params(rung.ctx_per_seq * (n + 1), n + 1))
+            assert rung.bound_device == "GPU"
+        elif rung.limited_by == "max_seq":
+            assert n == MAX_SEQ
+        else:
+            assert rung.limited_by == "max_ctx"
+            assert -(-rung.ctx_per_seq // CTX_PAD) * CTX_PAD * (n + 1) > MAX_CTX
+    m = result.max_ctx
+    if m.n_ctx_flag is not None:
+        check_runnable(p, d["max_ctx"]["flags"], rope is not None, spec_type)
+        if m.limited_by == "memory":
+            assert not p.fits(p.params((m.ctx_per_seq + CTX_PAD) * n_seq, n_seq))
+        else:
+            assert m.limited_by == "n_ctx_train"
+            assert m.ctx_per_seq + CTX_PAD > p.ctx_limit.tokens
+    rs = result.max_rs
+    if rs.n_rs_seq is not None:
+        check_runnable(p, d["max_n_rs_seq"]["flags"], rope is not None, spec_type)
+        assert p.fits(p.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
+        if rs.limited_by == "memory":
+            assert not p.fits(p.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq + 1))
+        elif rs.limited_by == "draft_max":
+            assert rs.n_rs_seq + 1 + 1 >= min(n_ubatch, params.n_batch, rs.n_ctx)  # one more trips the assert
+        else:
+            assert rs.limited_by == "max_rs_seq" and rs.n_rs_seq == MAX_RS_SEQ
+    else:
+        assert rs.reason
