@@ -139,7 +139,7 @@ class GGUFModel:
         return self.loaded.spec
 
 
-class NeedBytes(Exception):  # noqa: N818 (a signal, not an error: the caller fetches more and scans again)
+class NeedBytes(Exception):
     """The scan of a file prefix needs the file's first ``end`` bytes (``end`` <= the file's size)."""
 
     def __init__(self, end: int) -> None:
