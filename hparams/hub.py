@@ -220,7 +220,9 @@ def list_repo(ref: HubRef, env: HubEnv) -> tuple[str, list[str], str, Path | Non
         return cached[0], _snapshot_files(cached[1]), "cache", cached[1]
     hf = _hub()
     api = hf.HfApi(endpoint=env.endpoint, token=env.token)
-    info = _call(ref, "(model info)", api.model_info, ref.repo, revision=ref.revision)
+    from rsplan.hparams.remote import timeout_s
+
+    info = _call(ref, "(model info)", api.model_info, ref.repo, revision=ref.revision, timeout=timeout_s())
     sha = getattr(info, "sha", None)
     if not isinstance(sha, str) or not _COMMIT.match(sha):
         raise ModelFileError(f"{ref.repo}: the hub did not say which commit the revision is")
@@ -307,7 +309,16 @@ def _finish_files(origin: Origin) -> None:
             f["requests"] = log.requests
 
 
+def safe_repo_path(path: str) -> bool:
+    """A file path inside a repo: relative, '/'-separated, without '.' or '..' parts (a hostile listing or index
+    cannot name a file outside the snapshot)."""
+    return bool(path) and "\\" not in path and "\0" not in path and all(
+        part not in ("", ".", "..") for part in path.split("/"))
+
+
 def _local(snapshot: Path | None, path: str) -> Path | None:
+    if not safe_repo_path(path):
+        raise ModelFileError(f"repository file '{printable(path[:200])}': not a relative path inside the repository")
     if snapshot is None:
         return None
     local = snapshot / path
@@ -354,9 +365,15 @@ def _read_gguf(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapshot
 
 def _download(ref: HubRef, env: HubEnv, commit: str, path: str) -> Path:
     """``path`` of the repo through hf_hub_download (the cache first; nothing fetched offline)."""
+    from huggingface_hub.utils import disable_progress_bars
+
+    from rsplan.hparams.remote import timeout_s
+
     hf = _hub()
+    disable_progress_bars()  # a config.json needs no progress bar on stderr
     return Path(_call(ref, path, hf.hf_hub_download, ref.repo, path, revision=commit, cache_dir=env.cache_dir,
-                      endpoint=env.endpoint, token=env.token, local_files_only=env.offline))
+                      endpoint=env.endpoint, token=env.token, local_files_only=env.offline,
+                      etag_timeout=timeout_s()))
 
 
 def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str]) -> tuple[list[str], str]:
@@ -378,7 +395,7 @@ def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str]) -> tup
             raise ModelFileError(f"{ref.repo}: model.safetensors.index.json names {len(shards)} files, more than "
                                  f"{MAX_SHARDS}")
         for shard in shards:
-            if shard not in files:
+            if shard not in files and not env.offline:  # offline, the listing is the cache's: checked later
                 raise ModelFileError(f"{ref.repo}: model.safetensors.index.json names {printable(shard[:100])}, "
                                      "which is not in the repository")
         return shards, "model.safetensors.index.json"
