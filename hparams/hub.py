@@ -136,10 +136,8 @@ def hub_error(ref: HubRef, exc: Exception, what: str = "") -> ModelFileError:
         return ModelFileError(f"{name}: no revision '{printable(ref.revision or 'main')}' in the repository")
     if isinstance(exc, e.RepositoryNotFoundError):
         status = getattr(getattr(exc, "response", None), "status_code", None)
-        if status in (401, 403):
-            return ModelFileError(f"{name}: HTTP {status}: private, gated or missing; if you have access, set "
-                                  "HF_TOKEN")
-        return ModelFileError(f"{name}: no such model on {hub_env().endpoint} (or it is private: set HF_TOKEN)")
+        return ModelFileError(f"{name}: no such local path, and no such model on {hub_env().endpoint} (HTTP "
+                              f"{status}; if it is private or gated, set HF_TOKEN)")
     if isinstance(exc, e.LocalEntryNotFoundError):
         return ModelFileError(f"{name}: not in the Hugging Face cache ({hub_env().cache_dir}) and cannot be "
                               "fetched" + (" (HF_HUB_OFFLINE is set)" if hub_env().offline else ""))
@@ -157,19 +155,22 @@ def hub_error(ref: HubRef, exc: Exception, what: str = "") -> ModelFileError:
 
 def _call(ref: HubRef, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, its hub and network exceptions as one-line ModelFileErrors."""
-    import httpx2
     from huggingface_hub import errors as e
+
+    from rsplan.hparams.remote import http_module
+
+    http = http_module()
 
     try:
         return fn(*args, **kwargs)
     except ModelFileError:
         raise
-    except httpx2.TimeoutException:
+    except http.TimeoutException:
         raise ModelFileError(f"{ref.repo} {what}: the server sent nothing for the timeout "
                              "(HF_HUB_DOWNLOAD_TIMEOUT / HF_HUB_ETAG_TIMEOUT); timed out") from None
-    except httpx2.TooManyRedirects:
+    except http.TooManyRedirects:
         raise ModelFileError(f"{ref.repo} {what}: too many redirects (a redirect loop?)") from None
-    except (e.HfHubHTTPError, e.EntryNotFoundError, e.OfflineModeIsEnabled, httpx2.HTTPError, OSError) as exc:
+    except (e.HfHubHTTPError, e.EntryNotFoundError, e.OfflineModeIsEnabled, http.HTTPError, OSError) as exc:
         raise hub_error(ref, exc, what) from None
 
 
@@ -454,7 +455,9 @@ def _read_config_repo(ref: HubRef, env: HubEnv, commit: str, files: list[str], s
         sources["weights_bytes"] = (f"safetensors headers ({sum(x.n_tensors for x in headers)} tensors in "
                                     f"{len(shards)} files, from {why})")
     name = ref.repo.rsplit("/", 1)[-1]
-    update: dict[str, Any] = {"name": name, "source": f"hf.co/{ref.repo}@{commit}"}
+    update: dict[str, Any] = {"name": name, "source": f"hf.co/{ref.repo}@{commit} config.json" + (
+        ", weights from the safetensors headers (the checkpoint's bytes, as vLLM / SGLang load them)"
+        if dtype_bytes is not None else "")}
     if dtype_bytes is not None:
         update["weights_bytes"] = sum(dtype_bytes.values())
     spec = h.spec.model_copy(update=update)

@@ -6,9 +6,9 @@ that ignores ``Range`` and starts sending the whole file. Failures become one-li
 Retry-After says, at most ``MAX_WAIT_S`` each), a stall (no byte for ``timeout_s()`` seconds: HF_HUB_DOWNLOAD_TIMEOUT,
 default 10 s), a redirect loop, a short (truncated) answer.
 
-The HTTP client is huggingface_hub's (httpx2): it follows redirects (at most 20) and drops the Authorization
-header when a redirect leaves the host (a CDN), so an HF token goes to the hub only. It is imported on the
-first remote read.
+The HTTP client is huggingface_hub's (httpx; httpx2 from huggingface_hub 2): it follows redirects (at most 20)
+and drops the Authorization header when a redirect leaves the host (a CDN), so an HF token goes to the hub only.
+It is imported on the first remote read.
 """
 
 from __future__ import annotations
@@ -29,6 +29,16 @@ MAX_WAIT_S = 2.0
 #: Bytes read per chunk of a streamed answer.
 _CHUNK = 1 << 16
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def http_module() -> Any:
+    """The HTTP library huggingface_hub's session is built on (httpx in huggingface_hub 1.x, httpx2 in 2.x: the
+    same exception classes), for catching its errors."""
+    import importlib
+
+    from huggingface_hub.utils import get_session
+
+    return importlib.import_module(type(get_session()).__module__.split(".", 1)[0])
 
 
 def timeout_s() -> float:
@@ -100,8 +110,9 @@ class RangeReader:
 
     def _try_read(self, start: int, end: int) -> tuple[bytes | int, float | None]:
         """One request: the bytes, or (a retryable status, the wait the server asked for)."""
-        import httpx2
         from huggingface_hub.utils import get_session
+
+        http = http_module()
 
         headers = {**self.headers, "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
         timeout = timeout_s()
@@ -116,14 +127,14 @@ class RangeReader:
                 data = self._body(response, expected)
         except ModelFileError:
             raise
-        except httpx2.RemoteProtocolError:
+        except http.RemoteProtocolError:
             raise self._fail("the server closed the connection mid-answer: truncated") from None
-        except httpx2.TooManyRedirects:
+        except http.TooManyRedirects:
             raise self._fail("too many redirects (a redirect loop?)") from None
-        except httpx2.TimeoutException:
+        except http.TimeoutException:
             raise self._fail(f"the server sent nothing for {timeout:g} s (HF_HUB_DOWNLOAD_TIMEOUT); "
                              "timed out") from None
-        except httpx2.HTTPError as exc:
+        except http.HTTPError as exc:
             raise self._fail(f"cannot fetch: {printable(str(exc) or type(exc).__name__)}") from None
         except OSError as exc:
             raise self._fail(f"cannot fetch: {printable(str(exc))}") from None

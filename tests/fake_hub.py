@@ -27,6 +27,11 @@ from urllib.parse import unquote, urlsplit
 LFS_MIN = 1 << 20
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up early (it read the header it wanted) is not a server error
+
+
 @dataclass
 class Fault:
     """What to do instead of answering a request for a path.
@@ -61,7 +66,7 @@ class FakeHub:
         self.sent: dict[str, int] = {}  # path -> body bytes sent
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -8,6 +8,8 @@ import hashlib
 import json
 import shutil
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,7 +114,7 @@ def test_config_repo_weights_exact_from_headers_only(hub: FakeHub, tmp_path: Pat
     expected = read_hf_config(local).spec
     assert read.spec.model_dump(exclude={"source", "weights_bytes"}) == expected.model_dump(
         exclude={"source", "weights_bytes"})
-    assert read.spec.source == f"hf.co/state-spaces/mamba2-130m@{COMMIT}"
+    assert read.spec.source.startswith(f"hf.co/state-spaces/mamba2-130m@{COMMIT} config.json, weights from the ")
     # each shard cost one range request of the first 64 KiB (the header), never the 77 MB of data
     origin = read.facts["origin"]
     shards = [f for f in origin["files"] if f["path"].endswith(".safetensors")]
@@ -383,3 +385,14 @@ def test_ollama_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gguf_file
     _one_line_error(rsplan, "ollama:tiny:7b", "not in the Ollama store", "ollama pull tiny:7b")
     _ollama_store(tmp_path, monkeypatch, gguf, ["registry.ollama.ai", "library", "short"], "latest", size=1)
     _one_line_error(rsplan, "ollama:short", "the manifest says 1")
+
+
+def test_a_preset_estimate_imports_no_hub_client() -> None:
+    code = (
+        "import sys; from rsplan.cli import main\n"
+        "sys.argv = ['rsplan', 'estimate', '--model', 'qwen3-next-80b-a3b', '-c', '8192']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('huggingface_hub', 'httpx', 'httpx2', 'hf_xet')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
