@@ -1,9 +1,10 @@
 """``--model ORG/NAME[@REVISION][:QUANT]``: a Hugging Face model repository, read as little as the answer needs.
 
-* A repo with a config.json: the config through huggingface_hub (``hf_hub_download``: the local cache first), then
-  ``hf_config.read_hf_config``; the weights exact, per dtype, from the safetensors headers (``model.safetensors``, or
-  the shards ``model.safetensors.index.json`` names, else every ``*.safetensors`` at the root, as vLLM loads them),
-  read from the cache where the file is there, else by HTTP range (the header only).
+* A repo with a config.json: the file list and the commit through huggingface_hub (``HfApi.model_info``);
+  config.json from the hub cache, else fetched (bounded, and stored in the cache's layout), then
+  ``hf_config.read_hf_config``; the weights exact, per dtype, from the safetensors headers (``model.safetensors``,
+  or the shards ``model.safetensors.index.json`` names, else every ``*.safetensors`` at the root, as vLLM loads
+  them), read from the cache where the file is there, else by HTTP range (the header only).
 * A GGUF repo (``:QUANT`` given, or no config.json but GGUF files): the file chosen as llama.cpp's ``-hf`` chooses
   it (common/download.cpp ``find_best_model``), then its header (and the other split parts' tensor tables) read
   from the cache or by range, and ``gguf_file.model_from_index``.
@@ -15,6 +16,7 @@ hub reference only.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -147,30 +149,57 @@ def hub_error(ref: HubRef, exc: Exception, what: str = "") -> ModelFileError:
         return ModelFileError(f"{name}: HF_HUB_OFFLINE is set and the file is not in the cache")
     if isinstance(exc, e.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", None)
+        retried = status == 429 or (status or 0) >= 500
         return ModelFileError(f"{name}: HTTP {status} from {hub_env().endpoint}" + (
-            "; try again later" if status == 429 or (status or 0) >= 500 else ""))
+            ", 3 tries; try again later" if retried else ""))
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return ModelFileError(f"{name}: cannot fetch from {hub_env().endpoint}: {printable(text[:200])}")
 
 
 def _call(ref: HubRef, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, its hub and network exceptions as one-line ModelFileErrors."""
+    """``fn(*args, **kwargs)``, its hub and network exceptions as one-line ModelFileErrors; 429 and 5xx answers
+    are tried again, RETRIES tries in all (as the range reads)."""
+    import time
+
+    from rsplan.hparams.remote import MAX_WAIT_S, RETRIES
+
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return _call_once(ref, what, fn, *args, **kwargs)
+        except _Retry as retry:
+            if attempt == RETRIES:
+                raise hub_error(ref, retry.exc, what) from None
+            time.sleep(min(MAX_WAIT_S, 0.25 * 2 ** (attempt - 1)))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Retry(Exception):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def _call_once(ref: HubRef, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     from huggingface_hub import errors as e
 
-    from rsplan.hparams.remote import http_module
+    from rsplan.hparams.remote import http_module, timeout_s
 
     http = http_module()
-
     try:
         return fn(*args, **kwargs)
     except ModelFileError:
         raise
+    except e.HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None) or 0
+        if status == 429 or status >= 500:
+            raise _Retry(exc) from None
+        raise hub_error(ref, exc, what) from None
     except http.TimeoutException:
-        raise ModelFileError(f"{ref.repo} {what}: the server sent nothing for the timeout "
-                             "(HF_HUB_DOWNLOAD_TIMEOUT / HF_HUB_ETAG_TIMEOUT); timed out") from None
+        raise ModelFileError(f"{ref.repo} {what}: the server sent nothing for {timeout_s():g} s "
+                             "(HF_HUB_DOWNLOAD_TIMEOUT); timed out") from None
     except http.TooManyRedirects:
         raise ModelFileError(f"{ref.repo} {what}: too many redirects (a redirect loop?)") from None
-    except (e.HfHubHTTPError, e.EntryNotFoundError, e.OfflineModeIsEnabled, http.HTTPError, OSError) as exc:
+    except (e.EntryNotFoundError, e.OfflineModeIsEnabled, http.HTTPError, OSError) as exc:
         raise hub_error(ref, exc, what) from None
 
 
@@ -220,6 +249,7 @@ def list_repo(ref: HubRef, env: HubEnv) -> tuple[str, list[str], str, Path | Non
                                  "set; run once online, or unset HF_HUB_OFFLINE")
         return cached[0], _snapshot_files(cached[1]), "cache", cached[1]
     hf = _hub()
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its warnings would break the one-line errors
     api = hf.HfApi(endpoint=env.endpoint, token=env.token)
     from rsplan.hparams.remote import timeout_s
 
@@ -364,26 +394,63 @@ def _read_gguf(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapshot
     return HubModel("gguf", model, origin)
 
 
-def _download(ref: HubRef, env: HubEnv, commit: str, path: str) -> Path:
-    """``path`` of the repo through hf_hub_download (the cache first; nothing fetched offline)."""
-    from huggingface_hub.utils import disable_progress_bars
-
-    from rsplan.hparams.remote import timeout_s
-
-    hf = _hub()
-    disable_progress_bars()  # a config.json needs no progress bar on stderr
-    return Path(_call(ref, path, hf.hf_hub_download, ref.repo, path, revision=commit, cache_dir=env.cache_dir,
-                      endpoint=env.endpoint, token=env.token, local_files_only=env.offline,
-                      etag_timeout=timeout_s()))
+#: The most bytes of a small JSON file (config.json, the safetensors index) rsplan fetches.
+MAX_JSON_FETCH = 16 << 20
 
 
-def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str]) -> tuple[list[str], str]:
+def _store(target: Path, data: bytes) -> str | None:
+    """Write ``data`` to ``target`` atomically (a temporary file beside it, then a rename); the reason if it could
+    not be written (a read-only cache is no error: the file was read)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.incomplete")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        return f"{target}: not written to the cache: {exc.strerror or exc}"
+    return None
+
+
+def _download(ref: HubRef, env: HubEnv, commit: str, path: str, snapshot: Path | None, origin: Origin) -> Path:
+    """A small file of the repo (config.json, the safetensors index): from the hub cache if there, else fetched
+    (bounded, retried as every remote read) and stored in the cache's layout, as llama.cpp's hf-cache stores what it
+    fetches: ``snapshots/<commit>/<path>`` and ``refs/<revision>``, each written atomically."""
+    local = _local(snapshot, path)
+    if local is not None:
+        origin.files.append({"path": path, "from": "cache", "file": str(local)})
+        return local
+    if env.offline or snapshot is None:
+        raise ModelFileError(f"{ref.repo}: {path} is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
+    entry: dict[str, Any] = {"path": path}
+    origin.files.append(entry)
+    reader = _reader(ref, env, commit, path, entry)
+    data = reader.read(0, MAX_JSON_FETCH + 1)
+    if len(data) > MAX_JSON_FETCH:
+        raise ModelFileError(f"{ref.repo}: {path} has more than the {MAX_JSON_FETCH:,} bytes allowed")
+    target = snapshot / path
+    problem = _store(target, data)
+    revision = ref.revision or "main"
+    if problem is None and revision != commit and safe_repo_path(revision):
+        problem = _store(snapshot.parent.parent / "refs" / revision, commit.encode())
+    if problem is None:
+        return target
+    origin.notes.append(problem)
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rsplan-hub-"))
+    (folder / path.rsplit("/", 1)[-1]).write_bytes(data)
+    return folder / path.rsplit("/", 1)[-1]
+
+
+def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapshot: Path | None,
+                 origin: Origin) -> tuple[list[str], str]:
     """The safetensors files a serving engine loads, and why those: the shards of model.safetensors.index.json,
     else model.safetensors, else every *.safetensors at the root."""
     from rsplan.hparams.yaml_preset import read_text_file
 
     if "model.safetensors.index.json" in files:
-        path = _download(ref, env, commit, "model.safetensors.index.json")
+        path = _download(ref, env, commit, "model.safetensors.index.json", snapshot, origin)
         from rsplan.hparams.hf_config import MAX_CONFIG_BYTES, _parse
 
         data = _parse(read_text_file(path, MAX_CONFIG_BYTES * 16), path)
@@ -402,6 +469,9 @@ def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str]) -> tup
         return shards, "model.safetensors.index.json"
     if "model.safetensors" in files:
         return ["model.safetensors"], "model.safetensors"
+    if env.offline:  # the listing is the cache's: the root files there may be some shards of many
+        return [], ("HF_HUB_OFFLINE is set and neither model.safetensors.index.json nor model.safetensors is in "
+                    "the cache")
     return [f for f in files if f.endswith(".safetensors") and "/" not in f], "*.safetensors"
 
 
@@ -429,15 +499,16 @@ def _read_config_repo(ref: HubRef, env: HubEnv, commit: str, files: list[str], s
     from rsplan.hparams.hf_config import read_hf_config
     from rsplan.hparams.llama_loader import LoadedModel
 
-    config = _download(ref, env, commit, "config.json")
-    origin.files.append({"path": "config.json", "from": "hf_hub_download", "file": str(config)})
+    # the index first: beside config.json in the cache, the config reader counts Qwen3-Next's MTP layers from it
+    shards, why = weight_files(ref, env, commit, files, snapshot, origin)
+    config = _download(ref, env, commit, "config.json", snapshot, origin)
     h = read_hf_config(config)
-    shards, why = weight_files(ref, env, commit, files)
     dtype_bytes: dict[str, int] | None = None
     sources = dict(h.loaded.sources)
     missing = [s for s in shards if _local(snapshot, s) is None]
     if not shards:
-        origin.notes.append("no safetensors weights in the repository: weights_bytes unknown")
+        origin.notes.append(("no safetensors weights in the repository" if why == "*.safetensors" else why)
+                            + ": weights_bytes unknown")
     elif env.offline and missing:
         origin.notes.append(f"HF_HUB_OFFLINE is set and {len(missing)} of {len(shards)} safetensors files are not "
                             "in the cache: weights_bytes unknown")
