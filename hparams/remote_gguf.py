@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from rsplan.errors import ModelFileError
 from rsplan.hparams.gguf_file import GGUFIndex, GGUFModel, NeedBytes, model_from_index, scan_prefix, split_part_names
-from rsplan.hparams.remote import RangeReader
+from rsplan.hparams.remote import RangeReader, shown_url
 
 #: Bytes fetched first (a model with a small vocabulary fits; a 150k-token one needs a few MiB).
 FIRST_READ = 1 << 20
@@ -59,11 +59,11 @@ def read_remote_gguf(first: RangeReader, name: str, part: Callable[[str], RangeR
 
     ``part(file_name)`` gives the reader of another part of a split model (same folder).
     """
-    where = first.url.split("?", 1)[0]
+    where = shown_url(first.url)
     buf, index = read_header(first, where)
     parts = []
     for part_name in split_part_names(name, buf, index, where):
         reader = part(part_name)
-        parts.append((reader.url.split("?", 1)[0], read_header(reader, reader.url.split("?", 1)[0])[1]))
+        parts.append((shown_url(reader.url), read_header(reader, shown_url(reader.url))[1]))
     stem = name[:-5] if name.lower().endswith(".gguf") else name
     return model_from_index(buf, index, where, fallback_name=stem, parts=parts)

@@ -102,7 +102,8 @@ def _as_json(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]]) 
 
 
 def _fetched(entry: dict[str, Any]) -> str:
-    return f"{entry.get('bytes_fetched', 0):,} bytes fetched in {entry.get('requests', 0)} requests"
+    n = entry.get("requests", 0)
+    return f"{entry.get('bytes_fetched', 0):,} bytes fetched in {n} request{'' if n == 1 else 's'}"
 
 
 def _origin_lines(origin: dict[str, Any]) -> list[str]:
@@ -114,7 +115,7 @@ def _origin_lines(origin: dict[str, Any]) -> list[str]:
         return [f"Ollama model {origin['name']}: manifest {origin['manifest']} -> blob {origin['blob']}"]
     if form == "hub":
         out = [f"Hugging Face repo {origin['repo']} at revision {origin['revision']} (files listed from "
-               f"{origin['listing']}); {origin['bytes_fetched']:,} header bytes fetched in total"]
+               f"{origin['listing']}); {origin['bytes_fetched']:,} bytes fetched in total"]
         for f in origin["files"]:
             where = f"{f['from']} {f['file']}" if "file" in f else f"{f['url']}: {_fetched(f)}"
             out.append(f"  {f['path']}: {where}")
