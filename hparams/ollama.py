@@ -43,9 +43,9 @@ def models_dir() -> Path:
 
 def manifest_path(name: str) -> Path:
     """The manifest file of ``NAME[:TAG]`` (host registry.ollama.ai, namespace library and tag latest by default)."""
-    ref, _, tag = name.partition(":") if name.count(":") == 1 else (name, "", "")
-    if name.count(":") > 1:
+    if name.count(":") > 1 or name.endswith(":"):
         raise ModelFileError(f"ollama:{printable(name[:100])}: expected NAME[:TAG]")
+    ref, _, tag = name.partition(":")
     tag = tag or "latest"
     parts = ref.split("/")
     if len(parts) == 1:

@@ -65,6 +65,8 @@ class FakeHub:
         self.token = "hf_secret"
         self.sent: dict[str, int] = {}  # path -> body bytes sent
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
+        self.auth_seen: dict[str, str | None] = {}  # path -> the Authorization header of its last request
+        self.cdn_host = "127.0.0.1"  # "localhost": the /cdn/ redirect leaves the hub's origin, as to a real CDN
         self.lock = threading.Lock()
         self.server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -170,6 +172,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             path = unquote(urlsplit(self.path).path)
             with hub.lock:
                 hub.requests.append((self.command, path, self.headers.get("Range")))
+                hub.auth_seen[path] = self.headers.get("Authorization")
             m = re.match(r"^/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?$", path)
             if m:
                 return self._api(m[1], m[2])
@@ -209,7 +212,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{_etag(data)}"', "Accept-Ranges": "bytes"}
             if size >= LFS_MIN and not cdn:
                 headers.update({"X-Linked-Etag": f'"{_etag(data)}"', "X-Linked-Size": str(size),
-                                "Location": f"/cdn/{name}/resolve/{repo.commit}/{file}"})
+                                "Location": f"http://{hub.cdn_host}:{self.server.server_address[1]}"
+                                            f"/cdn/{name}/resolve/{repo.commit}/{file}"})
                 self.send_response(302)
                 for k, v in headers.items():
                     self.send_header(k, v)

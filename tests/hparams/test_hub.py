@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -438,3 +439,64 @@ def test_truncated_config_download_leaves_no_cache_entry(hub: FakeHub, tmp_path:
                                        f"{snapshot}/model.safetensors.index.json"]
     assert (tmp_path / "hf-cache" / snapshot / "model.safetensors.index.json").read_bytes() == hub.repos[
         "state-spaces/mamba2-130m"].files["model.safetensors.index.json"]
+
+
+def test_token_goes_to_the_hub_only(hub: FakeHub, tmp_path: Path, gguf_file: Any,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _gguf_repo(hub, tmp_path, gguf_file, repo="org/Gated-GGUF", gated=True)
+    hub.cdn_host = "localhost"  # another origin than the hub's 127.0.0.1
+    monkeypatch.setenv("HF_TOKEN", hub.token)
+    assert read_model("org/Gated-GGUF:Q4_K_M").spec.weights_bytes == BIG_BYTES
+    seen = {path: auth for path, auth in hub.auth_seen.items() if path.endswith("Tiny-Q4_K_M.gguf")}
+    assert seen == {f"/org/Gated-GGUF/resolve/{COMMIT}/Tiny-Q4_K_M.gguf": f"Bearer {hub.token}",
+                    f"/cdn/org/Gated-GGUF/resolve/{COMMIT}/Tiny-Q4_K_M.gguf": None}
+    # a GGUF URL on another host than HF_ENDPOINT gets no token at all
+    hub.add("org/Open-GGUF", {"O-Q4_K_M.gguf": gguf_file("mamba2", MAMBA2_KV, filename="O-Q4_K_M.gguf")})
+    read_model(f"http://localhost:{hub.url.rsplit(':', 1)[1]}/org/Open-GGUF/resolve/main/O-Q4_K_M.gguf")
+    assert hub.auth_seen["/org/Open-GGUF/resolve/main/O-Q4_K_M.gguf"] is None
+
+
+def test_safetensors_header_checks() -> None:
+    from rsplan.hparams.safetensors_header import parse_header
+
+    def header(tensors: dict[str, Any]) -> bytes:
+        return json.dumps(tensors).encode()
+
+    raw = header({"a": {"dtype": "F4", "shape": [4, 3], "data_offsets": [0, 6]},  # 12 x 4 bits
+                  "b": {"dtype": "I64", "shape": [], "data_offsets": [6, 14]}})
+    ok = parse_header(raw, "f", 8 + len(raw) + 14)
+    assert ok.dtype_bytes == {"F4": 6, "I64": 8} and ok.data_bytes == 14
+    bad = {
+        "gap": ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}}, "starts at data byte 2, expected 0"),
+        "overlap": ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                     "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}, "starts at data byte 1, expected 2"),
+        "dtype": ({"a": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 1]}}, 'dtype "Q4" is not'),
+        "shape": ({"a": {"dtype": "U8", "shape": [True], "data_offsets": [0, 1]}}, "is not a list of dimensions"),
+        "offsets": ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [2, 0]}}, "is not [begin, end]"),
+        "object": ({"a": [1]}, "expected an object"),
+    }
+    for case, (tensors, message) in bad.items():
+        with pytest.raises(ModelFileError, match=re.escape(message)):
+            parse_header(header(tensors), case)
+    with pytest.raises(ModelFileError, match="not a JSON object"):
+        parse_header(b"[1]", "list")
+    with pytest.raises(ModelFileError, match="invalid JSON"):
+        parse_header(b'{"a": 1, "a": 2}', "dup")
+
+
+def test_ollama_names_and_manifests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gguf_file: Any) -> None:
+    from rsplan.hparams.ollama import manifest_path
+
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "m"))
+    assert manifest_path("qwen3") == tmp_path / "m/manifests/registry.ollama.ai/library/qwen3/latest"
+    assert manifest_path("me/mine:q4") == tmp_path / "m/manifests/registry.ollama.ai/me/mine/q4"
+    for bad in ("../x", "a/../../b", "x:y:z", "a:", "/abs"):
+        with pytest.raises(ModelFileError, match="expected"):
+            manifest_path(bad)
+    gguf = gguf_file("mamba2", MAMBA2_KV, filename="t.gguf")
+    manifest = _ollama_store(tmp_path, monkeypatch, gguf, ["registry.ollama.ai", "library", "two"], "latest")
+    data = json.loads(manifest.read_text())
+    data["layers"].append(dict(data["layers"][0]))
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ModelFileError, match=r"2 layers of type application/vnd\.ollama\.image\.model, expected 1"):
+        read_model("ollama:two")
