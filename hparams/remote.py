@@ -123,6 +123,9 @@ class RangeReader:
                 if status == 429 or status >= 500:
                     return status, _retry_after(response.headers.get("Retry-After"))
                 self._check_status(status, response.headers, start)
+                encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    raise self._fail(f"the server sent the bytes {printable(encoding[:20])}-encoded, not as they are")
                 expected, total = self._expected(status, response.headers, start, end)
                 data = self._body(response, expected)
         except ModelFileError:

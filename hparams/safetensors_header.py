@@ -117,13 +117,29 @@ def _uint(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62
 
 
+#: A file git cloned without git-lfs holds this pointer text instead of the weights.
+LFS_POINTER = b"version https://git-lfs"
+
+
+def is_lfs_pointer(path: Path) -> bool:
+    """Whether ``path`` is a git-lfs pointer file (the weights were not downloaded)."""
+    try:
+        with open_regular(path) as fh:
+            return fh.read(len(LFS_POINTER)) == LFS_POINTER
+    except OSError:
+        return False
+
+
 def read_local(path: Path) -> SafetensorsHeader:
     """The header of the local safetensors file ``path`` (two reads: the length, then the header)."""
     where = str(path)
     try:
         with open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
-            n = header_length(fh.read(8), where)
+            first = fh.read(8)
+            if first == LFS_POINTER[:8] and (first + fh.read(len(LFS_POINTER) - 8)) == LFS_POINTER:
+                raise ModelFileError(f"{where}: a git-lfs pointer, not the weights (run `git lfs pull`)")
+            n = header_length(first, where)
             if 8 + n > size:
                 raise ModelFileError(f"{where}: header of {n} bytes, the file has {size}: truncated")
             raw = fh.read(n)

@@ -147,8 +147,9 @@ def _local_weights(directory: Path) -> tuple[dict[str, int], int, list[str]] | N
         names = ["model.safetensors"]
     else:
         names = sorted(p.name for p in directory.glob("*.safetensors"))
-    if not names or any(path_kind(directory / name) != "file" for name in names):
-        return None  # a config-only download: the weights stay unknown (inspect says so)
+    if not names or any(path_kind(directory / name) != "file" or st.is_lfs_pointer(directory / name)
+                        for name in names):
+        return None  # a config-only download or a clone without git-lfs: the weights stay unknown (inspect says so)
     dtype_bytes: dict[str, int] = {}
     n_tensors = 0
     for name in names:
@@ -168,7 +169,8 @@ def _read_local_hf(path: Path) -> ReadModel:
     directory = path if path_kind(path) == "dir" else None
     weights = _local_weights(directory) if directory is not None else None
     if weights is None:
-        origin["notes"] = ["no complete set of safetensors files beside the config: weights_bytes unknown"]
+        origin["notes"] = ["no complete set of safetensors files beside the config (or git-lfs pointers only): "
+                           "weights_bytes unknown"]
         return _hf_read(h, origin)
     dtype_bytes, n_tensors, names = weights
     sources = {**h.loaded.sources,

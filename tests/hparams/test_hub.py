@@ -427,6 +427,10 @@ def test_model_directory_weights_from_local_headers(tmp_path: Path) -> None:
         fh.truncate(1000)
     with pytest.raises(ModelFileError, match=r"the file has 1000: truncated or corrupt"):
         read_model(str(model))
+    # a clone without git-lfs: pointer files, so the weights are unknown (and said so), the caches still sized
+    (model / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n")
+    read = read_model(str(model))
+    assert read.spec.weights_bytes is None and "git-lfs" in read.facts["origin"]["notes"][0]
 
 
 def test_truncated_config_download_leaves_no_cache_entry(hub: FakeHub, tmp_path: Path, rsplan: Any) -> None:
