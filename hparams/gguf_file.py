@@ -18,7 +18,7 @@ import mmap
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -139,14 +139,28 @@ class GGUFModel:
         return self.loaded.spec
 
 
+class NeedBytes(Exception):
+    """The scan of a file prefix needs the file's first ``end`` bytes (``end`` <= the file's size)."""
+
+    def __init__(self, end: int) -> None:
+        super().__init__(end)
+        self.end = end
+
+
 class _Cursor:
-    """Bounded little-endian reads over a buffer: every read checks the bytes it needs exist first."""
+    """Bounded little-endian reads over a buffer: every read checks the bytes it needs exist first.
 
-    __slots__ = ("buf", "pos", "size", "where")
+    ``size`` is the file's size; ``buf`` holds its first ``avail`` bytes (all of them for a local file, a prefix
+    for a remote one). A read past ``size`` is a truncated file (ModelFileError); a read inside the file but past
+    ``avail`` raises NeedBytes, so that a remote reader can fetch more of the header and scan again.
+    """
 
-    def __init__(self, buf: Any, size: int, where: str) -> None:
+    __slots__ = ("avail", "buf", "pos", "size", "where")
+
+    def __init__(self, buf: Any, size: int, where: str, avail: int | None = None) -> None:
         self.buf = buf
         self.size = size
+        self.avail = size if avail is None else avail
         self.pos = 0
         self.where = where
 
@@ -158,6 +172,8 @@ class _Cursor:
             raise self.fail(
                 what, f"truncated (needs {n} bytes at offset {self.pos}, the file has {self.size} bytes)"
             )
+        if n > self.avail - self.pos:
+            raise NeedBytes(self.pos + n)
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -188,7 +204,7 @@ class _Cursor:
 
     def skip_strings(self, count: int, what: str) -> None:
         """Step over ``count`` strings (a u64 length, then the bytes, each)."""
-        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        buf, pos, size, unpack = self.buf, self.pos, self.avail, _U64.unpack_from
         for i in range(count):
             if pos + 8 > size or (n := unpack(buf, pos)[0]) > size - pos - 8:
                 self.pos = pos if pos + 8 > size else pos + 8
@@ -371,9 +387,9 @@ def _mapped(path: Path) -> Iterator[tuple[Any, int]]:
             yield mm, size
 
 
-def _scan(buf: Any, size: int, where: str) -> GGUFIndex:
+def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFIndex:
     tables = _tables()
-    cur = _Cursor(buf, size, where)
+    cur = _Cursor(buf, size, where, avail)
     version, n_tensors, n_kv = _scan_header(cur, tables)
     entries = _scan_kv(cur, tables, n_kv)
     alignment = _alignment(cur, tables, entries)
@@ -388,6 +404,18 @@ def _scan(buf: Any, size: int, where: str) -> GGUFIndex:
         data_bytes=sum(_pad(n, alignment) for n in tensor_bytes.values()),
         alignment=alignment,
     )
+
+
+def scan_prefix(buf: bytes, size: int, where: str) -> GGUFIndex:
+    """Scan a GGUF file of ``size`` bytes of which ``buf`` holds the first ``len(buf)``.
+
+    The same scanner and limits as for a local file; the tensor data is checked to lie inside ``size``.
+
+    Raises:
+        NeedBytes: the header goes on past ``buf`` (its ``end``: the prefix length the scan needs next).
+        ModelFileError: as ``scan_gguf``.
+    """
+    return _scan(buf, size, where, avail=len(buf))
 
 
 def scan_gguf(path: str | os.PathLike[str]) -> GGUFIndex:
@@ -441,31 +469,60 @@ def _u16(cur: _Cursor, entries: dict[str, _Entry], key: str) -> int | None:
     return v
 
 
-def _split_parts(path: Path, buf: Any, index: GGUFIndex) -> list[Path]:
-    """The other files of a model split in parts (llama_split_path), checked to exist."""
-    cur = _Cursor(buf, len(buf), str(path))
+def split_part_names(name: str, buf: Any, index: GGUFIndex, where: str) -> list[str]:
+    """The file names of the other parts of a model split in parts (llama_split_path), from the first part's
+    ``split.count`` / ``split.no`` keys and its file name ``name``; [] for a model in one file."""
+    cur = _Cursor(buf, len(buf), where)
     count = _u16(cur, index.entries, "split.count") or 1
     if count <= 1:
         return []
     no = _u16(cur, index.entries, "split.no") or 0
     if no != 0:
         raise cur.fail("split.no", f"this is part {no + 1} of {count}; give the first part of the model")
-    match = _SPLIT_NAME.match(path.name)
+    match = _SPLIT_NAME.match(name)
     if match is None or int(match["count"]) != count:
         raise cur.fail(
             "split.count", f"a model in {count} parts, but the file name is not '<name>-00001-of-{count:05d}.gguf'"
         )
-    parts = [path.with_name(f"{match['prefix']}-{i + 1:05d}-of-{count:05d}.gguf") for i in range(1, count)]
+    return [f"{match['prefix']}-{i + 1:05d}-of-{count:05d}.gguf" for i in range(1, count)]
+
+
+def _split_parts(path: Path, buf: Any, index: GGUFIndex) -> list[Path]:
+    """The other files of a model split in parts, checked to exist."""
+    parts = [path.with_name(name) for name in split_part_names(path.name, buf, index, str(path))]
+    count = len(parts) + 1
     for part in parts:
         try:
             kind = path_kind(part)
         except OSError as exc:
-            raise cur.fail("split.count", f"part {part.name}: cannot read: {exc.strerror or exc}") from None
+            raise ModelFileError(f"{path}: split.count: part {part.name}: cannot read: {exc.strerror or exc}") from None
         if kind == "missing":
-            raise cur.fail("split.count", f"part {part.name} of this {count}-part model is missing")
+            raise ModelFileError(f"{path}: split.count: part {part.name} of this {count}-part model is missing")
         if kind != "file":
-            raise cur.fail("split.count", f"part {part.name} of this {count}-part model is not a regular file")
+            raise ModelFileError(f"{path}: split.count: part {part.name} of this {count}-part model is not a "
+                                 "regular file")
     return parts
+
+
+def model_from_index(buf: Any, index: GGUFIndex, where: str, *, fallback_name: str,
+                     parts: Sequence[tuple[str, GGUFIndex]] = ()) -> GGUFModel:
+    """The GGUFModel of a scanned first file (``buf`` holds at least its header) and the scanned tensor tables of
+    its other split ``parts`` (name, index): the one place where a GGUF header becomes a spec, for local and
+    remote files alike."""
+    split_bytes = dict(index.tensor_bytes)
+    for _, part in parts:
+        for type_name, n in part.tensor_bytes.items():
+            split_bytes[type_name] = split_bytes.get(type_name, 0) + n
+    loaded = load_spec(
+        _GGUFMetadata(buf, index, where),
+        fallback_name=fallback_name,
+        source=where,
+        weights_bytes=sum(split_bytes.values()),
+    )
+    loaded.sources["weights_bytes"] = f"tensor table ({index.n_tensors} tensors" + (
+        f" in {len(parts) + 1} parts)" if parts else ")"
+    )
+    return GGUFModel(loaded, index, (where, *(name for name, _ in parts)), split_bytes)
 
 
 def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
@@ -483,21 +540,8 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
     where = str(path)
     with _mapped(path) as (buf, size):
         index = _scan(buf, size, where)
-        parts = _split_parts(path, buf, index)
-        split_bytes = dict(index.tensor_bytes)
-        for part in parts:
-            for type_name, n in scan_gguf(part).tensor_bytes.items():
-                split_bytes[type_name] = split_bytes.get(type_name, 0) + n
-        loaded = load_spec(
-            _GGUFMetadata(buf, index, where),
-            fallback_name=path.stem,
-            source=where,
-            weights_bytes=sum(split_bytes.values()),
-        )
-    loaded.sources["weights_bytes"] = f"tensor table ({index.n_tensors} tensors" + (
-        f" in {len(parts) + 1} parts)" if parts else ")"
-    )
-    return GGUFModel(loaded, index, (where, *(str(p) for p in parts)), split_bytes)
+        parts = [(str(part), scan_gguf(part)) for part in _split_parts(path, buf, index)]
+        return model_from_index(buf, index, where, fallback_name=path.stem, parts=parts)
 
 
 def load_gguf(path: str | os.PathLike[str]) -> ModelSpec:

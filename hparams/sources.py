@@ -1,12 +1,15 @@
-"""Resolve ``--model``: a built-in preset name, a preset YAML, a GGUF file, or a Hugging Face config.json /
-model directory, to a ModelSpec. Heavy readers (gguf, numpy) are imported only for the inputs that need them.
+"""Resolve ``--model`` to a ModelSpec: a built-in preset name, a preset YAML, a GGUF file, a Hugging Face
+config.json / model directory, a Hugging Face model id (``ORG/NAME[@REVISION][:QUANT]``), a GGUF URL, or an
+Ollama model (``ollama:NAME[:TAG]``). Heavy readers (gguf, numpy, huggingface_hub) are imported only for the
+inputs that need them; a built-in preset imports none of them.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rsplan.errors import ModelFileError, printable
 from rsplan.files import open_regular, path_kind
@@ -85,21 +88,211 @@ def resolve_model(ref: str) -> tuple[ModelKind, Path]:
     if kind == "other":
         raise ModelFileError(f"{ref}: not a regular file or directory")
     if "/" in ref or "\\" in ref or ref.lower().endswith((".yaml", ".yml", ".gguf", ".json")):
-        raise ModelFileError(f"{ref}: no such file")
+        raise ModelFileError(f"{printable(ref)}: no such file")
     return "preset", builtin_preset_path(ref)
 
 
-def load_model(ref: str) -> ModelSpec:
-    """The ModelSpec for ``--model REF`` (see ``resolve_model`` for how REF is read)."""
+@dataclass
+class ReadModel:
+    """A model read for sizing, with where each fact came from.
+
+    Attributes:
+        spec: the model.
+        kind: "gguf" (a GGUF header), "hf" (a config.json) or "preset".
+        sources: spec field -> where it was read from.
+        facts: input-specific facts (GGUF version and tensor table, the converter, safetensors bytes per dtype)
+            and ``origin``: how the reference was resolved (file, URL, repo and revision, bytes fetched).
+    """
+
+    spec: ModelSpec
+    kind: str
+    sources: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def _gguf_read(g: Any, origin: dict[str, Any]) -> ReadModel:
+    facts = {
+        "gguf_version": g.index.version,
+        "n_tensors": g.index.n_tensors,
+        "files": list(g.files),
+        "tensor_bytes": dict(sorted(g.split_tensor_bytes.items())),
+        "origin": origin,
+    }
+    return ReadModel(g.spec, "gguf", g.loaded.sources, facts)
+
+
+def _hf_read(h: Any, origin: dict[str, Any], dtype_bytes: dict[str, int] | None = None) -> ReadModel:
+    facts: dict[str, Any] = {"model_type": h.model_type, "converter": h.converter, "origin": origin}
+    if dtype_bytes is not None:
+        facts["weights_by_dtype"] = dtype_bytes
+    return ReadModel(h.spec, "hf", h.loaded.sources, facts)
+
+
+def _local_weights(directory: Path) -> tuple[dict[str, int], int, list[str]] | None:
+    """Bytes per dtype from the safetensors headers of a local model directory (the index's shards, else
+    model.safetensors, else every *.safetensors), tensors and files; None without safetensors files."""
+    from rsplan.hparams import safetensors_header as st
+    from rsplan.hparams.hf_config import MAX_CONFIG_BYTES, _parse
+    from rsplan.hparams.yaml_preset import read_text_file
+
+    index = directory / "model.safetensors.index.json"
+    if path_kind(index) == "file":
+        data = _parse(read_text_file(index, MAX_CONFIG_BYTES * 16), index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) and "/" not in v and v not in (".", "..")
+                                                       for v in weight_map.values()):
+            raise ModelFileError(f"{index}: weight_map is not an object of file names")
+        names = sorted(set(weight_map.values()))
+    elif path_kind(directory / "model.safetensors") == "file":
+        names = ["model.safetensors"]
+    else:
+        names = sorted(p.name for p in directory.glob("*.safetensors"))
+    if not names or any(path_kind(directory / name) != "file" or st.is_lfs_pointer(directory / name)
+                        for name in names):
+        return None  # a config-only download or a clone without git-lfs: the weights stay unknown (inspect says so)
+    dtype_bytes: dict[str, int] = {}
+    n_tensors = 0
+    for name in names:
+        header = st.read_local(directory / name)
+        n_tensors += header.n_tensors
+        for dtype, n in header.dtype_bytes.items():
+            dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + n
+    return dict(sorted(dtype_bytes.items())), n_tensors, names
+
+
+def _read_local_hf(path: Path) -> ReadModel:
+    from rsplan.hparams.hf_config import read_hf_config
+    from rsplan.hparams.llama_loader import LoadedModel
+
+    h = read_hf_config(path)
+    origin: dict[str, Any] = {"form": "file", "file": h.config_path}
+    directory = path if path_kind(path) == "dir" else None
+    weights = _local_weights(directory) if directory is not None else None
+    if weights is None:
+        origin["notes"] = ["no complete set of safetensors files beside the config (or git-lfs pointers only): "
+                           "weights_bytes unknown"]
+        return _hf_read(h, origin)
+    dtype_bytes, n_tensors, names = weights
+    sources = {**h.loaded.sources,
+               "weights_bytes": f"safetensors headers ({n_tensors} tensors in {len(names)} files)"}
+    spec = h.spec.model_copy(update={"weights_bytes": sum(dtype_bytes.values())})
+    origin["weights_files"] = names
+    h = type(h)(LoadedModel(type(spec).model_validate(spec.model_dump()), sources), h.model_type, h.converter,
+                h.config_path)
+    return _hf_read(h, origin, dtype_bytes)
+
+
+def _read_url(url: str) -> ReadModel:
+    """A GGUF at an http(s) URL, read by its header (hparams.remote_gguf)."""
+    from urllib.parse import urlsplit
+
+    from rsplan.hparams.hub import hub_env
+    from rsplan.hparams.remote import FetchLog, RangeReader, shown_url
+    from rsplan.hparams.remote_gguf import read_remote_gguf
+
+    env = hub_env()
+    if env.offline:
+        raise ModelFileError(f"{shown_url(url)}: HF_HUB_OFFLINE is set: nothing is fetched (give a local file)")
+    parts = urlsplit(url)
+    name = parts.path.rsplit("/", 1)[-1]
+    headers: dict[str, str] = {}
+    on_hub = parts.netloc == urlsplit(env.endpoint).netloc
+    if on_hub:
+        from huggingface_hub.utils import build_hf_headers
+
+        headers = build_hf_headers(token=env.token)
+    hint = "set HF_TOKEN to a token with access" if on_hub else ""
+    logs: list[tuple[str, FetchLog]] = []
+
+    def reader(u: str) -> RangeReader:
+        log = FetchLog()
+        logs.append((u, log))
+        return RangeReader(u, headers, log, hint=hint)
+
+    def part(part_name: str) -> RangeReader:
+        base = url.split("?", 1)[0]
+        return reader(base.rsplit("/", 1)[0] + "/" + part_name)
+
+    g = read_remote_gguf(reader(url), name, part)
+    origin = {"form": "url", "files": [{"url": shown_url(u), "bytes_fetched": log.bytes_read,
+                                        "requests": log.requests} for u, log in logs]}
+    origin["bytes_fetched"] = sum(f["bytes_fetched"] for f in origin["files"])
+    return _gguf_read(g, origin)
+
+
+def _read_ollama(name: str) -> ReadModel:
+    from rsplan.hparams.gguf_file import read_gguf
+    from rsplan.hparams.ollama import resolve
+
+    o = resolve(name)
+    g = read_gguf(o.blob)
+    read = _gguf_read(g, {"form": "ollama", "name": name, "manifest": str(o.manifest), "blob": str(o.blob),
+                          "digest": o.digest})
+    if read.spec.name == o.blob.name:  # no general.name: the Ollama name, not the blob's digest
+        read.spec = read.spec.model_copy(update={"name": name[:200]})
+    return read
+
+
+def _read_hub(ref: Any) -> ReadModel:
+    from rsplan.hparams.hub import read_hub
+
+    m = read_hub(ref)
+    origin = m.origin.as_dict()
+    if m.kind == "gguf":
+        return _gguf_read(m.model, origin)
+    return _hf_read(m.model, origin, m.dtype_bytes)
+
+
+def read_model(ref: str) -> ReadModel:
+    """The model ``--model REF`` names, with where each fact came from.
+
+    An existing path, then ``ollama:NAME[:TAG]``, then an http(s) URL of a GGUF, then a Hugging Face model id
+    ``[hf.co/]ORG/NAME[@REVISION][:QUANT]``, then a built-in preset name (see ``resolve_model`` for paths).
+    """
+    if ref.strip() and path_kind_safe(ref) == "missing":
+        if ref.startswith("ollama:"):
+            return _read_ollama(ref[len("ollama:"):])
+        if ref.startswith(("https://", "http://")) and not re.match(r"^https?://(hf\.co|huggingface\.co)/[^/]+/[^/]+$",
+                                                                 ref):
+            if not ref.split("?", 1)[0].lower().endswith(".gguf"):
+                raise ModelFileError(f"{printable(ref[:200])}: a URL must name a .gguf file")
+            return _read_url(ref)
+        if not ref.lower().endswith((".yaml", ".yml", ".gguf", ".json")):
+            from rsplan.hparams.hub import parse_hub_ref
+
+            hub_ref = parse_hub_ref(ref)
+            if hub_ref is not None:
+                return _read_hub(hub_ref)
     kind, path = resolve_model(ref)
-    if kind == "hf":
-        from rsplan.hparams.hf_config import load_hf_config
-
-        return load_hf_config(path)
     if kind == "gguf":
-        from rsplan.hparams.gguf_file import load_gguf
+        from rsplan.hparams.gguf_file import read_gguf
 
-        return load_gguf(path)
-    if kind == "yaml":
-        return load_preset_file(path)
-    return load_builtin_preset(ref)
+        return _gguf_read(read_gguf(path), {"form": "file", "file": str(path)})
+    if kind == "hf":
+        return _read_local_hf(path)
+    spec = load_preset_file(path) if kind == "yaml" else load_builtin_preset(ref)
+    sources = {f: "preset" for f in _set_fields(spec)}
+    return ReadModel(spec, "preset", sources, {"origin": {"form": kind, "file": str(path)}})
+
+
+def path_kind_safe(ref: str) -> str:
+    """path_kind of ``ref``, "error" where it cannot be looked at (resolve_model then names the problem)."""
+    try:
+        return path_kind(Path(ref))
+    except (OSError, ValueError):
+        return "error"
+
+
+def _set_fields(spec: ModelSpec) -> list[str]:
+    def flat(data: dict[str, Any], prefix: str = "") -> list[str]:
+        out: list[str] = []
+        for key, value in data.items():
+            out += flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+        return out
+
+    return flat(spec.model_dump(mode="json", exclude_none=True, exclude_unset=True))
+
+
+def load_model(ref: str) -> ModelSpec:
+    """The ModelSpec for ``--model REF`` (see ``read_model``)."""
+    return read_model(ref).spec

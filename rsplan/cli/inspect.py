@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -13,6 +12,7 @@ from rsplan.cli.errors import user_errors
 if TYPE_CHECKING:
     from rsplan.hparams.layout import CacheLayout
     from rsplan.hparams.model import ModelSpec
+    from rsplan.hparams.sources import ReadModel
 
 #: ModelSpec fields that are labels, not hyper-parameters.
 _LABELS = ("name", "source", "description")
@@ -20,39 +20,11 @@ _LABELS = ("name", "source", "description")
 _LIST_SHOWN = 12
 
 
-@dataclass
-class _Inspected:
-    spec: ModelSpec
-    kind: str  # "gguf", "hf" or "preset"
-    sources: dict[str, str] = field(default_factory=dict)  # spec field -> where it was read from
-    facts: dict[str, Any] = field(default_factory=dict)  # input-specific facts (tensor table, converter)
+def _read(ref: str) -> ReadModel:
+    """The model and where each of its facts came from (``sources.read_model``)."""
+    from rsplan.hparams.sources import read_model
 
-
-def _read(ref: str) -> _Inspected:
-    """Like ``sources.load_model``, but keeping where each number came from for GGUF and config.json."""
-    from rsplan.hparams.sources import resolve_model
-
-    kind, path = resolve_model(ref)
-    if kind == "gguf":
-        from rsplan.hparams.gguf_file import read_gguf
-
-        g = read_gguf(path)
-        facts = {
-            "gguf_version": g.index.version,
-            "n_tensors": g.index.n_tensors,
-            "files": list(g.files),
-            "tensor_bytes": dict(sorted(g.split_tensor_bytes.items())),
-        }
-        return _Inspected(g.spec, "gguf", g.loaded.sources, facts)
-    if kind == "hf":
-        from rsplan.hparams.hf_config import read_hf_config
-
-        h = read_hf_config(path)
-        return _Inspected(h.spec, "hf", h.loaded.sources, {"model_type": h.model_type, "converter": h.converter})
-    from rsplan.hparams.sources import load_model
-
-    spec = load_model(ref)
-    return _Inspected(spec, "preset", {f: "preset" for f in _flat_fields(spec, set_only=True)})
+    return read_model(ref)
 
 
 def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -111,7 +83,7 @@ def _layers(spec: ModelSpec, layout: CacheLayout) -> list[dict[str, Any]]:
     return rows
 
 
-def _as_json(ins: _Inspected, layout: CacheLayout, layers: list[dict[str, Any]]) -> dict[str, Any]:
+def _as_json(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]]) -> dict[str, Any]:
     spec = ins.spec
     return {
         "input": {"kind": ins.kind, "source": spec.source, **ins.facts},
@@ -129,7 +101,29 @@ def _as_json(ins: _Inspected, layout: CacheLayout, layers: list[dict[str, Any]])
     }
 
 
-def _as_table(ins: _Inspected, layout: CacheLayout, layers: list[dict[str, Any]]) -> str:
+def _fetched(entry: dict[str, Any]) -> str:
+    n = entry.get("requests", 0)
+    return f"{entry.get('bytes_fetched', 0):,} bytes fetched in {n} request{'' if n == 1 else 's'}"
+
+
+def _origin_lines(origin: dict[str, Any]) -> list[str]:
+    """Where the model's bytes came from: the file, the URL, the repo and revision, and what was fetched."""
+    form = origin.get("form")
+    if form == "url":
+        return [f"read by range from {f['url']}: {_fetched(f)}" for f in origin["files"]]
+    if form == "ollama":
+        return [f"Ollama model {origin['name']}: manifest {origin['manifest']} -> blob {origin['blob']}"]
+    if form == "hub":
+        out = [f"Hugging Face repo {origin['repo']} at revision {origin['revision']} (files listed from "
+               f"{origin['listing']}); {origin['bytes_fetched']:,} bytes fetched in total"]
+        for f in origin["files"]:
+            where = f"{f['from']} {f['file']}" if "file" in f else f"{f['url']}: {_fetched(f)}"
+            out.append(f"  {f['path']}: {where}")
+        return out + [f"  note: {note}" for note in origin["notes"]]
+    return []
+
+
+def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]]) -> str:
     from tabulate import tabulate
 
     from rsplan.render.units import human
@@ -144,6 +138,10 @@ def _as_table(ins: _Inspected, layout: CacheLayout, layers: list[dict[str, Any]]
         by_type = ", ".join(f"{t} {human(n)}" for t, n in ins.facts["tensor_bytes"].items()) or "no tensors"
         parts = f" in {len(ins.facts['files'])} parts" if len(ins.facts["files"]) > 1 else ""
         out.append(f"GGUF v{ins.facts['gguf_version']}, {ins.facts['n_tensors']} tensors{parts}: {by_type}")
+    if "weights_by_dtype" in ins.facts:
+        out.append("safetensors weights: " + ", ".join(
+            f"{t} {n:,} B ({human(n)})" for t, n in ins.facts["weights_by_dtype"].items()))
+    out += _origin_lines(ins.facts.get("origin", {}))
     rows = []
     fields = _flat_fields(spec)
     for key, value in fields.items():
