@@ -167,10 +167,15 @@ def _model_dtype(spec: ModelSpec, flag: str) -> str:
 
 
 def _max_model_len(spec: ModelSpec, flag: int | None, notes: list[str]) -> int:
+    """vLLM's _get_and_verify_max_len: a config that names no context length takes --max-model-len as given
+    (its 2048 default applies only when the flag is absent); otherwise the flag may not exceed the config's."""
     derived = spec.serving.max_model_len if spec.serving else None
     if derived is None:
+        if flag is not None:
+            notes.append(f"the model's config names no context length: vLLM takes --max-model-len {flag} as given")
+            return flag
         notes.append(f"the model's config names no context length: vLLM assumes {FALLBACK_MAX_MODEL_LEN}")
-        derived = FALLBACK_MAX_MODEL_LEN
+        return FALLBACK_MAX_MODEL_LEN
     if flag is None:
         return derived
     if flag > derived:

@@ -231,6 +231,16 @@ def test_pure_mamba2_is_one_group_without_alignment():
     assert out.log_lines == ()
 
 
+@pytest.mark.parametrize("flag", [1024, 2049, 32768, 1 << 20])
+def test_config_without_context_length_takes_the_flag_as_given(flag):
+    # vLLM 0.33.0 _get_and_verify_max_len: when no context key is found (derived length inf), a given
+    # --max-model-len is returned unchecked; the 2048 default applies only without the flag
+    out = lay("mamba2-2.7b", max_model_len=flag)
+    assert out.max_model_len == flag
+    assert f"vLLM takes --max-model-len {flag} as given" in " ".join(out.notes)
+    assert not any("assumes 2048" in note for note in out.notes)
+
+
 def test_estimate_max_model_len_is_the_largest_fitting_length():
     out = lay("nemotron-h-8b-base-8k")
     kv = out.bytes_per_block * 20  # 19 usable blocks: 6 x 3 Mamba blocks leave 1 attention block
