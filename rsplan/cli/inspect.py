@@ -48,7 +48,8 @@ def _read(ref: str) -> _Inspected:
         from rsplan.hparams.hf_config import read_hf_config
 
         h = read_hf_config(path)
-        return _Inspected(h.spec, "hf", h.loaded.sources, {"model_type": h.model_type, "converter": h.converter})
+        facts = {"architecture": h.architecture, "model_type": h.model_type, "converter": h.converter}
+        return _Inspected(h.spec, "hf", h.loaded.sources, facts)
     from rsplan.hparams.sources import load_model
 
     spec = load_model(ref)
@@ -139,7 +140,9 @@ def _as_table(ins: _Inspected, layout: CacheLayout, layers: list[dict[str, Any]]
     kind = {"gguf": "GGUF file", "hf": "Hugging Face config.json", "preset": "preset"}[ins.kind]
     out = [f"{spec.name}: {spec.arch} ({info.memory}, {layout.family} family), from {kind} {spec.source}"]
     if ins.kind == "hf":
-        out.append(f"model_type {ins.facts['model_type']}, mapped as llama.cpp's converter {ins.facts['converter']}")
+        by = (f"architectures {ins.facts['architecture']}" if ins.facts["architecture"]
+              else f"model_type {ins.facts['model_type']}")
+        out.append(f"{by}, mapped as llama.cpp's converter {ins.facts['converter']}")
     if ins.kind == "gguf":
         by_type = ", ".join(f"{t} {human(n)}" for t, n in ins.facts["tensor_bytes"].items()) or "no tensors"
         parts = f" in {len(ins.facts['files'])} parts" if len(ins.facts["files"]) > 1 else ""

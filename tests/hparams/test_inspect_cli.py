@@ -67,8 +67,8 @@ def test_hf_config_names_config_keys(tmp_path, rsplan):
     r = rsplan("inspect", "--model", str(model), "--format", "json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["input"] == {"kind": "hf", "source": str(model / "config.json"), "model_type": "qwen3_5",
-                            "converter": "qwen.py Qwen3_5TextModel"}
+    assert out["input"] == {"kind": "hf", "source": str(model / "config.json"), "architecture": None,
+                            "model_type": "qwen3_5", "converter": "qwen.py Qwen3_5TextModel"}
     assert out["model"]["name"] == "Qwen3.5-tiny" and out["model"]["block_count"] == 5
     assert out["sources"]["ssm.inner_size"] == (
         "linear_value_head_dim * linear_num_value_heads (GGUF qwen35.ssm.inner_size)"
