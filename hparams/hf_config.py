@@ -851,9 +851,16 @@ def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str,
     return None
 
 
-def _serving(flat: dict[str, Any], where: str, sources: dict[str, str]) -> ServingSpec | None:
-    """What vLLM and SGLang read beyond the converter's keys: dtypes and the derived max model length (None when
-    the config names none of them); ``sources`` gets the key each value came from."""
+def _serving(flat: dict[str, Any], architectures: Any, where: str, sources: dict[str, str]) -> ServingSpec | None:
+    """What vLLM and SGLang read beyond the converter's keys: dtypes, the derived max model length and the model
+    class (the top level's ``architectures[0]``: vLLM resolves the config's own list, not the text config's; None
+    when the config names none of them); ``sources`` gets the key each value came from."""
+    architecture = None
+    if architectures is not None:
+        architecture = _names(architectures, "architectures", where)[0]
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", architecture) or len(architecture) > 200:
+            raise ModelFileError(f"{where}: architectures[0]: '{printable(architecture[:60])}' is not a class name")
+        sources["serving.architecture"] = "architectures[0]"
     lengths: dict[str, int] = {}
     for key in A.SERVING_CONTEXT:
         value = flat.get(key)
@@ -873,6 +880,7 @@ def _serving(flat: dict[str, Any], where: str, sources: dict[str, str]) -> Servi
         mamba_ssm_dtype=_dtype_value(flat, A.MAMBA_SSM_DTYPE, where, sources, "mamba_ssm_dtype"),
         mamba_ssm_cache_dtype=_dtype_value(flat, A.MAMBA_SSM_CACHE_DTYPE, where, sources, "mamba_ssm_cache_dtype"),
         max_model_len=max_len,
+        architecture=architecture,
     )
     return serving if any(value is not None for value in serving.model_dump().values()) else None
 
@@ -898,7 +906,7 @@ def read_hf_config(path: str | Path) -> HFModel:
     meta = _HFMetadata(w, arch, name, where)
     loaded = load_spec(meta, fallback_name=name or "config", source=where)
     sources = dict(loaded.sources)
-    spec = loaded.spec.model_copy(update={"serving": _serving(flat, where, sources)})
+    spec = loaded.spec.model_copy(update={"serving": _serving(flat, data.get("architectures"), where, sources)})
     loaded = LoadedModel(spec, sources)
     return HFModel(loaded, model_type, family.converter, where, architecture)
 

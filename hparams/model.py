@@ -108,6 +108,10 @@ class ServingSpec(_Strict):
     max_model_len: Annotated[int, Field(ge=1, le=MAX_CTX)] | None = Field(
         None, description="the context vLLM and SGLang derive from config.json (max_position_embeddings, ...)"
     )
+    architecture: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="config.json architectures[0]: the model class vLLM's log names (Qwen3NextForCausalLM)",
+    )
 
 
 class ModelSpec(_Strict):

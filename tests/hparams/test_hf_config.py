@@ -514,7 +514,7 @@ BAD = {
 ], ids=["dtype and context", "dtype key of transformers 5", "smallest context key", "model_max_length wins",
         "both SSM keys", "fp8 dtype"])
 def test_serving_facts_of_a_config(extra, serving, tmp_path):
-    base = {k: v for k, v in MAMBA2_HF.items() if k not in ("torch_dtype", "max_position_embeddings")}
+    base = {k: v for k, v in MAMBA2_HF.items() if k not in ("torch_dtype", "max_position_embeddings", "architectures")}
     hf = read_hf_config(_model_dir(tmp_path, {**base, **extra}, {}))
     spec = hf.spec
     got = {k: v for k, v in spec.serving.model_dump().items() if v is not None} if spec.serving else None
@@ -525,8 +525,24 @@ def test_serving_facts_of_a_config(extra, serving, tmp_path):
         assert source.split(" ")[0] in extra, (field, source)
 
 
+def test_serving_architecture_is_the_top_level_class(tmp_path):
+    # vLLM's model_config.architecture: the config's own architectures list (a text config's list picks llama.cpp's
+    # converter, not vLLM's class)
+    hf = read_hf_config(_model_dir(tmp_path, MAMBA2_HF, {}))
+    assert hf.spec.serving.architecture == "Mamba2ForCausalLM"
+    assert hf.loaded.sources["serving.architecture"] == "architectures[0]"
+    config = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+              "text_config": {**QWEN35_TEXT, "model_type": "qwen3_5_moe_text",
+                              "architectures": ["Qwen3_5MoeForCausalLM"]}}
+    hf = read_hf_config(_model_dir(tmp_path, config, {}, name="vl"))
+    assert (hf.architecture, hf.spec.serving.architecture) == ("Qwen3_5MoeForCausalLM",
+                                                               "Qwen3_5MoeForConditionalGeneration")
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     ({"torch_dtype": 16}, "torch_dtype: expected a dtype name, got 16"),
+    ({"architectures": ["Mamba2ForCausalLM", 3]}, "architectures[1]: expected str, got 3"),
+    ({"architectures": []}, "architectures: expected at least one class name, got an empty list"),
     ({"max_position_embeddings": -1}, "max_position_embeddings: expected a context length in 1..2**32-1, got -1"),
     ({"seq_length": 2**40}, f"seq_length: expected a context length in 1..2**32-1, got {2**40}"),
     ({"model_max_length": True}, "model_max_length: expected a context length in 1..2**32-1, got true"),
