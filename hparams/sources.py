@@ -11,7 +11,7 @@ from typing import Literal
 from rsplan.errors import ModelFileError, printable
 from rsplan.files import open_regular, path_kind
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.yaml_preset import load_preset_file, load_preset_text
+from rsplan.hparams.yaml_preset import load_preset_file, load_trusted_preset_text
 
 GGUF_MAGIC = b"GGUF"
 
@@ -44,8 +44,10 @@ def builtin_preset_path(name: str) -> Path:
 
 
 def load_builtin_preset(name: str) -> ModelSpec:
+    """A built-in preset, read as trusted data (``ModelSpec.from_trusted``: no pydantic schema is built; the test
+    suite validates every shipped preset against the schema)."""
     path = builtin_preset_path(name)
-    return load_preset_text(path.read_text(encoding="utf-8"), f"preset {name}")
+    return load_trusted_preset_text(path.read_text(encoding="utf-8"), f"preset {name}")
 
 
 def _looks_like_gguf(path: Path) -> bool:
