@@ -1,6 +1,7 @@
 """Hugging Face config.json -> ModelSpec, the way llama.cpp's converter maps it.
 
-For each supported ``model_type`` a function writes the GGUF keys llama.cpp's converter
+For each converter class (picked by ``architectures[0]`` as the converter picks it, see hf_architectures.py;
+by ``model_type`` when a config names no architectures) a function writes the GGUF keys llama.cpp's converter
 (convert_hf_to_gguf.py, conversion/<model>.py at llama.cpp 0c1e57098) would write for this config, each tagged
 with the config.json keys it came from; ``llama_loader.load_spec`` then reads them exactly as it reads a GGUF
 file, so a config.json and the GGUF converted from it give the same ModelSpec. Only the keys that reach the
@@ -25,6 +26,7 @@ from typing import Any
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import JSONValueError, parse_json, path_kind
 from rsplan.hparams import hf_aliases as A
+from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.llama_loader import KEY_ARCH, KEY_NAME, LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import HF_DTYPES, MAX_LAYERS, ModelSpec, ServingSpec
 from rsplan.hparams.yaml_preset import read_text_file
@@ -312,9 +314,12 @@ def _layer_types(cfg: _Config, n: int) -> tuple[list[str], str]:
     return ["full_attention" if i in full else "conv" for i in range(n)], "full_attn_idxs"
 
 
-def _lfm2(cfg: _Config, w: _Writer) -> str:
-    """LFM2Model: KV heads on every layer that is not "conv"; feed-forward width auto-adjusted."""
+def _lfm2(cfg: _Config, w: _Writer, *, sliding_window: bool = False) -> str:
+    """LFM2Model: KV heads on every layer that is not "conv"; feed-forward width auto-adjusted.
+    ``sliding_window``: LFM25AudioTokenizer also writes the config's sliding_window, which LFM2's loader reads."""
     _base(cfg, w)
+    if sliding_window:
+        w.u32("attention.sliding_window", *cfg.need("sliding_window"))
     n, _ = _block_count(cfg)
     types, origin = _layer_types(cfg, n)
     _kv_heads_where(cfg, w, len(types), [t != "conv" for t in types], origin)
@@ -640,39 +645,39 @@ def _nemotron_h(cfg: _Config, w: _Writer) -> str:
 
 
 @dataclass(frozen=True)
-class HFModelType:
-    """How llama.cpp's converter handles one config.json model_type."""
+class HFConverter:
+    """How rsplan writes the GGUF keys of one of llama.cpp's converter classes (hf_architectures.CONVERTER_CLASSES)."""
 
     write: Callable[[_Config, _Writer], str]  # writes the GGUF keys, returns the llama.cpp arch
-    converter: str  # the converter class (conversion/<file>.py), for the docs
+    converter: str  # the converter class (conversion/<file>.py), as in hf_architectures
     mamba_prefix: bool = False  # the converter also looks every key up with a "mamba_" prefix
 
 
-#: model_type -> converter. Keys are config.json's "model_type" (for Qwen3.5 also its text_config's).
-MODEL_TYPES: dict[str, HFModelType] = {
-    "mamba": HFModelType(_mamba1, "mamba.py MambaModel"),
-    "falcon_mamba": HFModelType(_mamba1, "mamba.py MambaModel"),
-    "mamba2": HFModelType(_mamba2, "mamba.py Mamba2Model"),
-    "rwkv6": HFModelType(partial(_rwkv, version=6), "rwkv.py Rwkv6Model"),
-    "rwkv7": HFModelType(partial(_rwkv, version=7), "rwkv.py Rwkv7Model"),
-    "lfm2": HFModelType(_lfm2, "lfm2.py LFM2Model"),
-    "lfm2_moe": HFModelType(_lfm2_moe, "lfm2.py LFM2MoeModel"),
-    "kimi_linear": HFModelType(_kimi_linear, "kimi_linear.py KimiLinearModel"),
-    "minimax_text_01": HFModelType(_minimax_01, "minimax.py MiniMaxText01Model"),
-    "minimax_m1": HFModelType(_minimax_01, "minimax.py MiniMaxText01Model"),
-    "qwen3_next": HFModelType(partial(_qwen_gdn, arch="qwen3next"), "qwen.py Qwen3NextModel"),
-    "qwen3_5": HFModelType(partial(_qwen_gdn, arch="qwen35"), "qwen.py Qwen3_5TextModel"),
-    "qwen3_5_text": HFModelType(partial(_qwen_gdn, arch="qwen35"), "qwen.py Qwen3_5TextModel"),
-    "qwen3_5_moe": HFModelType(partial(_qwen_gdn, arch="qwen35moe"), "qwen.py Qwen3_5MoeTextModel"),
-    "qwen3_5_moe_text": HFModelType(partial(_qwen_gdn, arch="qwen35moe"), "qwen.py Qwen3_5MoeTextModel"),
-    "jamba": HFModelType(_jamba, "jamba.py JambaModel"),
-    "falcon_h1": HFModelType(_falcon_h1, "falcon_h1.py FalconH1Model", mamba_prefix=True),
-    "nemotron_h": HFModelType(_nemotron_h, "nemotron.py NemotronHModel", mamba_prefix=True),
-    "granitemoehybrid": HFModelType(_granite_hybrid, "granite.py GraniteHybridModel", mamba_prefix=True),
-    "bamba": HFModelType(_granite_hybrid, "granite.py GraniteHybridModel", mamba_prefix=True),
+#: converter class -> how its keys are written; every class of hf_architectures.CONVERTER_CLASSES that rsplan reads
+WRITERS: dict[str, HFConverter] = {
+    c.converter: c
+    for c in (
+        HFConverter(_mamba1, "mamba.py MambaModel"),
+        HFConverter(_mamba2, "mamba.py Mamba2Model"),
+        HFConverter(partial(_rwkv, version=6), "rwkv.py Rwkv6Model"),
+        HFConverter(partial(_rwkv, version=7), "rwkv.py Rwkv7Model"),
+        HFConverter(_lfm2, "lfm2.py LFM2Model"),
+        HFConverter(_lfm2, "lfm2.py LFM2ColBertModel"),
+        HFConverter(partial(_lfm2, sliding_window=True), "lfm2.py LFM25AudioTokenizer"),
+        HFConverter(_lfm2_moe, "lfm2.py LFM2MoeModel"),
+        HFConverter(_kimi_linear, "kimi_linear.py KimiLinearModel"),
+        HFConverter(_minimax_01, "minimax.py MiniMaxText01Model"),
+        HFConverter(partial(_qwen_gdn, arch="qwen3next"), "qwen.py Qwen3NextModel"),
+        HFConverter(partial(_qwen_gdn, arch="qwen35"), "qwen.py Qwen3_5TextModel"),
+        HFConverter(partial(_qwen_gdn, arch="qwen35moe"), "qwen.py Qwen3_5MoeTextModel"),
+        HFConverter(_jamba, "jamba.py JambaModel"),
+        HFConverter(_falcon_h1, "falcon_h1.py FalconH1Model", mamba_prefix=True),
+        HFConverter(_nemotron_h, "nemotron.py NemotronHModel", mamba_prefix=True),
+        HFConverter(_granite_hybrid, "granite.py GraniteHybridModel", mamba_prefix=True),
+    )
 }
-#: A config without model_type in the raw mamba_ssm layout (d_model, n_layer, ssm_cfg).
-MAMBA_SSM = HFModelType(_mamba_ssm, "mamba.py MambaModel / Mamba2Model")
+#: A config without architectures or model_type in the raw mamba_ssm layout (d_model, n_layer, ssm_cfg).
+MAMBA_SSM = HFConverter(_mamba_ssm, "mamba.py MambaModel / Mamba2Model")
 
 
 class _HFMetadata:
@@ -710,9 +715,11 @@ class HFModel:
     """A config.json read for sizing: the spec, where each number came from, and the converter used."""
 
     loaded: LoadedModel
-    model_type: str
+    model_type: str | None  # config.json's model_type (None when it names none)
     converter: str
     config_path: str
+    #: the architecture name that picked the converter (architectures[0]); None when the config names none
+    architecture: str | None = None
 
     @property
     def spec(self) -> ModelSpec:
@@ -755,21 +762,72 @@ def _flatten(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _model_type(data: dict[str, Any], where: str) -> tuple[str, HFModelType]:
+def _names(value: Any, key: str, where: str) -> list[str]:
+    """A list of class names (architectures), checked as _Config.list_of checks lists."""
+    if not isinstance(value, list):
+        raise ModelFileError(f"{where}: {key}: expected a list, got {type(value).__name__}")
+    if not value:
+        raise ModelFileError(f"{where}: {key}: expected at least one class name, got an empty list")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ModelFileError(f"{where}: {key}[{i}]: expected str, got {json.dumps(item)[:40]}")
+    return value
+
+
+def _architecture(data: dict[str, Any], where: str) -> tuple[str | None, str | None]:
+    """get_model_architecture (conversion/base.py), for text models: ``(name, key it came from)``, or
+    ``(None, None)`` when the config names no architectures.
+
+    architectures[0], replaced by the text config's architectures[0] when it has that key (the converter renames
+    llm_config / lm_config / ... to text_config first, as ``_flatten`` reads them)."""
+    name = key = None
+    if data.get("architectures") is not None:
+        name, key = _names(data["architectures"], "architectures", where)[0], "architectures[0]"
+    for nested_key in A.TEXT_CONFIG:
+        nested = data.get(nested_key)
+        if isinstance(nested, dict):
+            if nested.get("architectures") is not None:
+                key = f"{nested_key}.architectures[0]"
+                name = _names(nested["architectures"], f"{nested_key}.architectures", where)[0]
+            break
+    return name, key
+
+
+def _converter(data: dict[str, Any], where: str) -> tuple[str | None, HFConverter]:
+    """The converter class llama.cpp's converter would pick for this config, and the architecture name that picked
+    it: by architectures[0] as convert_hf_to_gguf.py does; by model_type when the config names no architectures (the
+    converter itself needs them); the raw mamba_ssm layout by its ssm_cfg."""
+    name, key = _architecture(data, where)
+    if name is not None:
+        cls = BY_NAME.get(name)
+        if cls is None:
+            shown = printable(name[:80])
+            raise UnsupportedArchError(
+                f"{where}: {key}: '{shown}' is not a class llama.cpp's converter registers for an architecture "
+                f"rsplan sizes (convert_hf_to_gguf.py picks its converter by this name; supported: "
+                f"{', '.join(sorted(BY_NAME))})"
+            )
+        if cls.unread is not None:
+            raise UnsupportedArchError(
+                f"{where}: {key}: '{name}' ({cls.converter}, llama.cpp arch {'/'.join(cls.archs)}): rsplan does "
+                f"not read this config.json because {cls.unread}; size the converted GGUF file instead"
+            )
+        return name, WRITERS[cls.converter]
+    if "ssm_cfg" in data:  # get_model_architecture: "<ssm_cfg.layer>ForCausalLM" (see _mamba_ssm)
+        return None, MAMBA_SSM
     model_type = data.get("model_type")
     if model_type is None:
-        if "ssm_cfg" in data:
-            return "mamba_ssm", MAMBA_SSM
-        raise ModelFileError(f"{where}: model_type: required key not found")
+        raise ModelFileError(f"{where}: architectures / model_type: required key not found")
     if not isinstance(model_type, str):
         raise ModelFileError(f"{where}: model_type: expected a string, got {json.dumps(model_type)[:40]}")
-    family = MODEL_TYPES.get(model_type)
-    if family is None:
+    cls = BY_MODEL_TYPE.get(model_type)
+    if cls is None:
         raise UnsupportedArchError(
             f"{where}: model_type: '{printable(model_type[:60])}' is not supported "
-            f"(supported: {', '.join(sorted(MODEL_TYPES))})"
+            f"(supported: {', '.join(sorted(BY_MODEL_TYPE))}; a config that names its architectures is read by "
+            "them, as llama.cpp's converter reads it)"
         )
-    return model_type, family
+    return None, WRITERS[cls.converter]
 
 
 def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str,
@@ -793,9 +851,16 @@ def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str,
     return None
 
 
-def _serving(flat: dict[str, Any], where: str, sources: dict[str, str]) -> ServingSpec | None:
-    """What vLLM and SGLang read beyond the converter's keys: dtypes and the derived max model length (None when
-    the config names none of them); ``sources`` gets the key each value came from."""
+def _serving(flat: dict[str, Any], architectures: Any, where: str, sources: dict[str, str]) -> ServingSpec | None:
+    """What vLLM and SGLang read beyond the converter's keys: dtypes, the derived max model length and the model
+    class (the top level's ``architectures[0]``: vLLM resolves the config's own list, not the text config's; None
+    when the config names none of them); ``sources`` gets the key each value came from."""
+    architecture = None
+    if architectures is not None:
+        architecture = _names(architectures, "architectures", where)[0]
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", architecture) or len(architecture) > 200:
+            raise ModelFileError(f"{where}: architectures[0]: '{printable(architecture[:60])}' is not a class name")
+        sources["serving.architecture"] = "architectures[0]"
     lengths: dict[str, int] = {}
     for key in A.SERVING_CONTEXT:
         value = flat.get(key)
@@ -815,6 +880,7 @@ def _serving(flat: dict[str, Any], where: str, sources: dict[str, str]) -> Servi
         mamba_ssm_dtype=_dtype_value(flat, A.MAMBA_SSM_DTYPE, where, sources, "mamba_ssm_dtype"),
         mamba_ssm_cache_dtype=_dtype_value(flat, A.MAMBA_SSM_CACHE_DTYPE, where, sources, "mamba_ssm_cache_dtype"),
         max_model_len=max_len,
+        architecture=architecture,
     )
     return serving if any(value is not None for value in serving.model_dump().values()) else None
 
@@ -825,12 +891,13 @@ def read_hf_config(path: str | Path) -> HFModel:
     Raises:
         ModelFileError: unreadable or invalid JSON, a missing, null, wrong-typed or negative key, per-layer
             lists of the wrong length, or values llama.cpp would refuse.
-        UnsupportedArchError: a model_type rsplan does not size.
+        UnsupportedArchError: an architecture (or, without architectures, a model_type) rsplan does not size.
     """
     path = Path(path)
     data, config = _read_config(path)
     where = str(config)
-    model_type, family = _model_type(data, where)
+    architecture, family = _converter(data, where)
+    model_type = data.get("model_type") if isinstance(data.get("model_type"), str) else None
     flat = _flatten(data)
     cfg = _Config(flat, where, config.parent, prefix="mamba" if family.mamba_prefix else None)
     w = _Writer()
@@ -839,9 +906,9 @@ def read_hf_config(path: str | Path) -> HFModel:
     meta = _HFMetadata(w, arch, name, where)
     loaded = load_spec(meta, fallback_name=name or "config", source=where)
     sources = dict(loaded.sources)
-    spec = loaded.spec.model_copy(update={"serving": _serving(flat, where, sources)})
+    spec = loaded.spec.model_copy(update={"serving": _serving(flat, data.get("architectures"), where, sources)})
     loaded = LoadedModel(spec, sources)
-    return HFModel(loaded, model_type, family.converter, where)
+    return HFModel(loaded, model_type, family.converter, where, architecture)
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -532,8 +532,7 @@ def _read_config_repo(ref: HubRef, env: HubEnv, commit: str, files: list[str], s
     if dtype_bytes is not None:
         update["weights_bytes"] = sum(dtype_bytes.values())
     spec = h.spec.model_copy(update=update)
-    h = type(h)(LoadedModel(spec.model_validate(spec.model_dump()), sources), h.model_type, h.converter,
-                h.config_path)
+    h = replace(h, loaded=LoadedModel(spec.model_validate(spec.model_dump()), sources))
     return HubModel("hf", h, origin, dtype_bytes)
 
 

@@ -5,13 +5,19 @@ A ``ModelSpec`` mirrors the GGUF metadata keys of its architecture, without the 
 config.json all become the same object and are sized by the same code. Per-layer keys
 (``attention.head_count``, ``attention.head_count_kv``, ``feed_forward_length``) take a scalar or a list of
 exactly ``block_count`` entries, as in llama.cpp. See docs/preset-schema.md.
+
+The records are plain frozen dataclasses. Untrusted input is validated by the pydantic schema of
+``hparams/model_schema.py`` (imported only then): ``ModelSpec(**data)`` and ``ModelSpec.model_validate(data)`` go
+through it, as do the loaders of preset files, GGUF files and config.json. A built-in preset, which the test suite
+validates against the schema, is built by ``ModelSpec.from_trusted`` without pydantic. The records keep the pydantic
+methods their callers use (``model_copy``, ``model_dump``, ``model_dump_json``, ``model_fields_set``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import json
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal, TypeVar
 
 from rsplan.hparams.archs import ArchInfo, arch_info
 
@@ -28,114 +34,204 @@ MAX_CTX = (1 << 32) - 1
 #: Keys a section may carry beyond the ones its arch requires (read with a default by llama.cpp).
 _OPTIONAL_KEYS: dict[str, set[str]] = {"wkv": {"token_shift_count"}}
 
-#: Text fields may hold newlines and tabs but no other control characters (they would reach the terminal).
-_PRINTABLE = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
-
-Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
-Count = Annotated[int, Field(ge=0, le=MAX_HEADS)]
-PerLayerCount = Count | list[Count]
-PerLayerDim = Annotated[int, Field(ge=0, le=MAX_DIM)] | list[Annotated[int, Field(ge=0, le=MAX_DIM)]]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class AttentionSpec(_Strict):
-    """``{arch}.attention.*``: attention heads and dimensions."""
-
-    head_count: PerLayerCount = Field(0, description="query heads, scalar or per layer")
-    head_count_kv: PerLayerCount | None = Field(None, description="KV heads (default: head_count); 0 = no KV")
-    key_length: Dim | None = Field(None, description="K head dim (default embedding_length / head_count)")
-    value_length: Dim | None = Field(None, description="V head dim (default embedding_length / head_count)")
-    key_length_swa: Dim | None = None
-    value_length_swa: Dim | None = None
-    key_length_mla: Dim | None = Field(None, description="MLA: qk_nope + qk_rope head dim (K-only cache)")
-    value_length_mla: Dim | None = None
-    kv_lora_rank: Dim | None = Field(None, description="MLA latent rank")
-    sliding_window: Annotated[int, Field(ge=0, le=MAX_CTX)] = 0
-    recurrent_layers: list[bool] | None = Field(None, description="which layers are recurrent (Qwen3-Next...)")
-
-
-class SSMSpec(_Strict):
-    """``{arch}.ssm.*``: Mamba-style state (also used by gated delta nets and the KDA conv kernel)."""
-
-    conv_kernel: Dim | None = None
-    inner_size: Dim | None = None
-    state_size: Dim | None = None
-    time_step_rank: Annotated[int, Field(ge=0, le=MAX_DIM)] | None = None
-    group_count: Annotated[int, Field(ge=0, le=MAX_DIM)] | None = None  # PLaMo-2 GGUFs write 0
-
-
-class WKVSpec(_Strict):
-    """``{arch}.wkv.head_size`` and ``{arch}.token_shift_count`` (RWKV)."""
-
-    head_size: Dim | None = None
-    token_shift_count: Annotated[int, Field(ge=1, le=16)] = 2
-
-
-class ShortConvSpec(_Strict):
-    """``{arch}.shortconv.l_cache`` (LFM2)."""
-
-    l_cache: Annotated[int, Field(ge=2, le=1024)] | None = None
-
-
-class KDASpec(_Strict):
-    """``{arch}.kda.head_dim`` (Kimi Delta Attention)."""
-
-    head_dim: Dim | None = None
-
-
 #: Floating-point types a Hugging Face config names for its weights or states (``torch_dtype`` / ``dtype``).
 HF_DTYPES = ("float32", "float16", "bfloat16")
 HFDtype = Literal["float32", "float16", "bfloat16"]
 
+R = TypeVar("R", bound="Record")
 
-class ServingSpec(_Strict):
+
+class Record:
+    """The pydantic-style methods of the frozen records below.
+
+    ``Record(**data)`` validates ``data`` with the record's schema (model_schema.py) and raises pydantic's
+    ValidationError as a pydantic model would; ``from_trusted_values`` builds one without validation.
+    ``model_fields_set`` is the set of keys that were given, as pydantic keeps it.
+    """
+
+    _fields_set: frozenset[str]
+
+    def __init__(self, **data: Any) -> None:
+        from rsplan.hparams.model_schema import validate
+
+        built = validate(type(self), data)
+        object.__setattr__(self, "_fields_set", built._fields_set)
+        for f in fields(self):  # type: ignore[arg-type]
+            object.__setattr__(self, f.name, getattr(built, f.name))
+
+    @classmethod
+    def from_trusted_values(cls: type[R], values: dict[str, Any], fields_set: frozenset[str] | set[str] | None = None
+                            ) -> R:
+        """A record of ``values`` (field name -> value, sections already records), not validated; absent fields take
+        their defaults. ``fields_set``: the keys that were given (default: those of ``values``)."""
+        obj = object.__new__(cls)
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in values:
+                value = values[f.name]
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            elif f.default is not MISSING:
+                value = f.default
+            else:
+                raise ValueError(f"{f.name}: required key not found")
+            object.__setattr__(obj, f.name, value)
+        object.__setattr__(obj, "_fields_set", frozenset(values if fields_set is None else fields_set))
+        return obj
+
+    @classmethod
+    def model_validate(cls: type[R], data: Any) -> R:
+        """``data`` validated by the record's pydantic schema (raises pydantic.ValidationError)."""
+        from rsplan.hparams.model_schema import validate
+
+        return validate(cls, data)
+
+    @property
+    def model_fields_set(self) -> set[str]:
+        return set(self._fields_set)
+
+    def model_copy(self: R, *, update: dict[str, Any] | None = None, deep: bool = False) -> R:
+        """A copy with ``update`` applied, not validated (as pydantic's model_copy)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        values.update(update or {})
+        return type(self).from_trusted_values(values, self._fields_set | set(update or ()))
+
+    def model_dump(self, *, mode: str = "python", exclude: set[str] | None = None, exclude_none: bool = False,
+                   exclude_unset: bool = False) -> dict[str, Any]:
+        """The fields as a dict, sections as dicts (as pydantic's model_dump; ``mode`` changes nothing here: every
+        value is already JSON-like)."""
+        del mode
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            if (exclude and f.name in exclude) or (exclude_unset and f.name not in self._fields_set):
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, Record):
+                value = value.model_dump(exclude_none=exclude_none, exclude_unset=exclude_unset)
+            elif isinstance(value, list):
+                value = list(value)
+            if exclude_none and value is None:
+                continue
+            out[f.name] = value
+        return out
+
+    def model_dump_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.model_dump(**kwargs), separators=(",", ":"))
+
+
+_RECORD = dict(frozen=True, init=False, repr=True, eq=True)
+
+
+@dataclass(**_RECORD)
+class AttentionSpec(Record):
+    """``{arch}.attention.*``: attention heads and dimensions."""
+
+    head_count: int | list[int] = 0  # query heads, scalar or per layer
+    head_count_kv: int | list[int] | None = None  # KV heads (default: head_count); 0 = no KV
+    key_length: int | None = None  # K head dim (default embedding_length / head_count)
+    value_length: int | None = None  # V head dim (default embedding_length / head_count)
+    key_length_swa: int | None = None
+    value_length_swa: int | None = None
+    key_length_mla: int | None = None  # MLA: qk_nope + qk_rope head dim (K-only cache)
+    value_length_mla: int | None = None
+    kv_lora_rank: int | None = None  # MLA latent rank
+    sliding_window: int = 0
+    recurrent_layers: list[bool] | None = None  # which layers are recurrent (Qwen3-Next...)
+
+
+@dataclass(**_RECORD)
+class SSMSpec(Record):
+    """``{arch}.ssm.*``: Mamba-style state (also used by gated delta nets and the KDA conv kernel)."""
+
+    conv_kernel: int | None = None
+    inner_size: int | None = None
+    state_size: int | None = None
+    time_step_rank: int | None = None
+    group_count: int | None = None  # PLaMo-2 GGUFs write 0
+
+
+@dataclass(**_RECORD)
+class WKVSpec(Record):
+    """``{arch}.wkv.head_size`` and ``{arch}.token_shift_count`` (RWKV)."""
+
+    head_size: int | None = None
+    token_shift_count: int = 2
+
+
+@dataclass(**_RECORD)
+class ShortConvSpec(Record):
+    """``{arch}.shortconv.l_cache`` (LFM2)."""
+
+    l_cache: int | None = None
+
+
+@dataclass(**_RECORD)
+class KDASpec(Record):
+    """``{arch}.kda.head_dim`` (Kimi Delta Attention)."""
+
+    head_dim: int | None = None
+
+
+@dataclass(**_RECORD)
+class ServingSpec(Record):
     """Facts of the Hugging Face config that serving engines (vLLM, SGLang) read and GGUF has no key for.
 
-    llama.cpp ignores this section; ``rsplan estimate --engine vllm|sglang`` uses it for the "auto" dtypes and the
-    default maximum model length.
+    llama.cpp ignores this section; ``rsplan estimate --engine vllm|sglang`` uses it for the "auto" dtypes, the
+    default maximum model length and the model class vLLM's log lines name.
     """
 
-    torch_dtype: HFDtype | None = Field(None, description="config.json torch_dtype / dtype: the weights' type")
-    mamba_ssm_dtype: HFDtype | None = Field(
-        None, description="config.json mamba_ssm_dtype (Qwen3.5): read by vLLM for Qwen3.5 and by SGLang"
-    )
-    mamba_ssm_cache_dtype: HFDtype | None = Field(
-        None, description="config.json mamba_ssm_cache_dtype (Nemotron-H): read by vLLM for Nemotron-H"
-    )
-    max_model_len: Annotated[int, Field(ge=1, le=MAX_CTX)] | None = Field(
-        None, description="the context vLLM and SGLang derive from config.json (max_position_embeddings, ...)"
-    )
+    torch_dtype: HFDtype | None = None  # config.json torch_dtype / dtype: the weights' type
+    mamba_ssm_dtype: HFDtype | None = None  # config.json mamba_ssm_dtype (Qwen3.5): vLLM for Qwen3.5, SGLang
+    mamba_ssm_cache_dtype: HFDtype | None = None  # config.json mamba_ssm_cache_dtype (Nemotron-H): vLLM
+    max_model_len: int | None = None  # the context vLLM and SGLang derive from config.json
+    architecture: str | None = None  # config.json architectures[0]: the class vLLM's log names
 
 
-class ModelSpec(_Strict):
+def _no_attention() -> AttentionSpec:
+    return AttentionSpec.from_trusted_values({})
+
+
+@dataclass(**_RECORD)
+class ModelSpec(Record):
     """A model's cache-relevant hyper-parameters, named as llama.cpp's GGUF keys.
 
-    Attributes are validated when the object is built; an inconsistent model raises a pydantic
-    ``ValidationError`` whose message names the field (the loaders turn it into a ``ModelFileError``).
+    ``ModelSpec(**data)`` validates (types, ranges, unknown keys: model_schema.py; cross-field rules:
+    ``check_consistency``) and raises a pydantic ``ValidationError`` whose message names the field (the loaders turn
+    it into a ``ModelFileError``). Attributes (units: elements; counts of layers and heads):
     """
 
-    name: str = Field(min_length=1, max_length=200, pattern=_PRINTABLE)
-    source: str = Field(min_length=1, max_length=2000, pattern=_PRINTABLE, description="where every number comes from")
-    description: str | None = Field(None, max_length=2000, pattern=_PRINTABLE)
-    arch: str = Field(description="llama.cpp general.architecture")
-    context_length: Annotated[int, Field(ge=1, le=MAX_CTX)]
-    embedding_length: Dim
-    block_count: Annotated[int, Field(ge=1, le=MAX_LAYERS)]
-    nextn_predict_layers: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = 0
-    feed_forward_length: PerLayerDim = 0
-    full_attention_interval: Annotated[int, Field(ge=1, le=MAX_LAYERS)] | None = None
-    attention: AttentionSpec = AttentionSpec()
+    name: str
+    source: str  # where every number comes from
+    description: str | None = None
+    arch: str  # llama.cpp general.architecture
+    context_length: int
+    embedding_length: int
+    block_count: int
+    nextn_predict_layers: int = 0
+    feed_forward_length: int | list[int] = 0
+    full_attention_interval: int | None = None
+    attention: AttentionSpec = field(default_factory=_no_attention)
     ssm: SSMSpec | None = None
     wkv: WKVSpec | None = None
     shortconv: ShortConvSpec | None = None
     kda: KDASpec | None = None
-    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(
-        None, description="bytes of the model weights (for capacity planning)"
-    )
-    serving: ServingSpec | None = Field(None, description="config.json facts for vLLM / SGLang")
+    weights_bytes: int | None = None  # bytes of the model weights (for capacity planning)
+    serving: ServingSpec | None = None  # config.json facts for vLLM / SGLang
+
+    @classmethod
+    def from_trusted(cls, data: dict[str, Any]) -> ModelSpec:
+        """A ModelSpec from a mapping already known to validate (a built-in preset, which the test suite validates
+        against the schema), built without pydantic and checked with ``check_consistency``.
+
+        The section mappings become their records, each with the keys given as its ``model_fields_set``, as
+        validation makes them. Raises ValueError naming the field when the mapping is inconsistent."""
+        values = dict(data)
+        for key, section in _SECTIONS.items():
+            given = values.get(key)
+            if isinstance(given, dict):
+                values[key] = section.from_trusted_values(given)
+        spec = cls.from_trusted_values(values)
+        check_consistency(spec)
+        return spec
 
     @property
     def info(self) -> ArchInfo:
@@ -145,57 +241,6 @@ class ModelSpec(_Strict):
     def n_layer(self) -> int:
         """Trunk layers: ``block_count - nextn_predict_layers`` (MTP layers are not trunk layers)."""
         return self.block_count - self.nextn_predict_layers
-
-    @model_validator(mode="after")
-    def _check_consistency(self) -> ModelSpec:
-        info = arch_info(self.arch)
-        n = self.block_count
-        if self.nextn_predict_layers > n:
-            raise ValueError(
-                f"nextn_predict_layers ({self.nextn_predict_layers}) exceeds block_count ({n})"
-            )
-        per_layer = {
-            "attention.head_count": self.attention.head_count,
-            "attention.head_count_kv": self.attention.head_count_kv,
-            "attention.recurrent_layers": self.attention.recurrent_layers,
-            "feed_forward_length": self.feed_forward_length,
-        }
-        for key, value in per_layer.items():
-            if isinstance(value, list) and len(value) != n:
-                raise ValueError(
-                    f"{key} has wrong array length; expected {n} (block_count), got {len(value)}"
-                )
-        for section in ("ssm", "wkv", "shortconv", "kda"):
-            given = getattr(self, section)
-            required = info.sections.get(section)
-            if given is not None and required is None:
-                raise ValueError(f"{section}: not read by llama.cpp for arch '{self.arch}'; remove it")
-            if required is None:
-                continue
-            for key in required:
-                if given is None or getattr(given, key) is None:
-                    raise ValueError(f"{section}.{key} is required for arch '{self.arch}'")
-            unread = sorted(given.model_fields_set - set(required) - _OPTIONAL_KEYS.get(section, set()))
-            if unread:
-                raise ValueError(f"{section}.{unread[0]}: not read by llama.cpp for arch '{self.arch}'")
-        if info.mla:
-            for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
-                if getattr(self.attention, key) is None:
-                    raise ValueError(f"attention.{key} is required for arch '{self.arch}' (MLA)")
-        elif self.attention.key_length_mla is not None or self.attention.value_length_mla is not None:
-            raise ValueError(f"attention.key_length_mla/value_length_mla: arch '{self.arch}' has no MLA")
-        if self.attention.recurrent_layers is not None and info.layer_rule != "interval":
-            raise ValueError(
-                f"attention.recurrent_layers: not read by llama.cpp for arch '{self.arch}' "
-                f"(its layers are marked by {info.layer_rule})"
-            )
-        if self.full_attention_interval is not None and info.layer_rule != "interval":
-            raise ValueError(f"full_attention_interval: not read by llama.cpp for arch '{self.arch}'")
-        if self.attention.sliding_window and not info.reads_sliding_window:
-            raise ValueError(f"attention.sliding_window: not read by llama.cpp for arch '{self.arch}'")
-        if info.memory == "hybrid" and self.head_count(0) == 0 and not info.head_dims_without_heads:
-            raise ValueError(f"attention.head_count must be > 0 for the hybrid arch '{self.arch}'")
-        return self
 
     # -- per-layer accessors (llama_hparams) -------------------------------------------------------
 
@@ -212,3 +257,63 @@ class ModelSpec(_Strict):
     def feed_forward(self, il: int) -> int:
         v = self.feed_forward_length
         return v[il] if isinstance(v, list) else v
+
+
+#: ModelSpec's sections, by field name.
+_SECTIONS: dict[str, type[Record]] = {
+    "attention": AttentionSpec, "ssm": SSMSpec, "wkv": WKVSpec, "shortconv": ShortConvSpec, "kda": KDASpec,
+    "serving": ServingSpec,
+}
+
+
+def check_consistency(spec: Any) -> None:
+    """The cross-field rules of a model (a ModelSpec, or its schema object while it is validated).
+
+    Raises:
+        ValueError: a message naming the fields and their values (pydantic reports it as the model's error).
+    """
+    info = arch_info(spec.arch)
+    n = spec.block_count
+    if spec.nextn_predict_layers > n:
+        raise ValueError(f"nextn_predict_layers ({spec.nextn_predict_layers}) exceeds block_count ({n})")
+    attention = spec.attention
+    per_layer = {
+        "attention.head_count": attention.head_count,
+        "attention.head_count_kv": attention.head_count_kv,
+        "attention.recurrent_layers": attention.recurrent_layers,
+        "feed_forward_length": spec.feed_forward_length,
+    }
+    for key, value in per_layer.items():
+        if isinstance(value, list) and len(value) != n:
+            raise ValueError(f"{key} has wrong array length; expected {n} (block_count), got {len(value)}")
+    for section in ("ssm", "wkv", "shortconv", "kda"):
+        given = getattr(spec, section)
+        required = info.sections.get(section)
+        if given is not None and required is None:
+            raise ValueError(f"{section}: not read by llama.cpp for arch '{spec.arch}'; remove it")
+        if required is None:
+            continue
+        for key in required:
+            if given is None or getattr(given, key) is None:
+                raise ValueError(f"{section}.{key} is required for arch '{spec.arch}'")
+        unread = sorted(given.model_fields_set - set(required) - _OPTIONAL_KEYS.get(section, set()))
+        if unread:
+            raise ValueError(f"{section}.{unread[0]}: not read by llama.cpp for arch '{spec.arch}'")
+    if info.mla:
+        for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
+            if getattr(attention, key) is None:
+                raise ValueError(f"attention.{key} is required for arch '{spec.arch}' (MLA)")
+    elif attention.key_length_mla is not None or attention.value_length_mla is not None:
+        raise ValueError(f"attention.key_length_mla/value_length_mla: arch '{spec.arch}' has no MLA")
+    if attention.recurrent_layers is not None and info.layer_rule != "interval":
+        raise ValueError(
+            f"attention.recurrent_layers: not read by llama.cpp for arch '{spec.arch}' "
+            f"(its layers are marked by {info.layer_rule})"
+        )
+    if spec.full_attention_interval is not None and info.layer_rule != "interval":
+        raise ValueError(f"full_attention_interval: not read by llama.cpp for arch '{spec.arch}'")
+    if attention.sliding_window and not info.reads_sliding_window:
+        raise ValueError(f"attention.sliding_window: not read by llama.cpp for arch '{spec.arch}'")
+    head_count_0 = attention.head_count[0] if isinstance(attention.head_count, list) else attention.head_count
+    if info.memory == "hybrid" and head_count_0 == 0 and not info.head_dims_without_heads:
+        raise ValueError(f"attention.head_count must be > 0 for the hybrid arch '{spec.arch}'")

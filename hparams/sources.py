@@ -7,14 +7,14 @@ inputs that need them; a built-in preset imports none of them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from rsplan.errors import ModelFileError, printable
 from rsplan.files import open_regular, path_kind
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.yaml_preset import load_preset_file, load_preset_text
+from rsplan.hparams.yaml_preset import load_preset_file, load_trusted_preset_text
 
 GGUF_MAGIC = b"GGUF"
 
@@ -47,8 +47,10 @@ def builtin_preset_path(name: str) -> Path:
 
 
 def load_builtin_preset(name: str) -> ModelSpec:
+    """A built-in preset, read as trusted data (``ModelSpec.from_trusted``: no pydantic schema is built; the test
+    suite validates every shipped preset against the schema)."""
     path = builtin_preset_path(name)
-    return load_preset_text(path.read_text(encoding="utf-8"), f"preset {name}")
+    return load_trusted_preset_text(path.read_text(encoding="utf-8"), f"preset {name}")
 
 
 def _looks_like_gguf(path: Path) -> bool:
@@ -122,7 +124,8 @@ def _gguf_read(g: Any, origin: dict[str, Any]) -> ReadModel:
 
 
 def _hf_read(h: Any, origin: dict[str, Any], dtype_bytes: dict[str, int] | None = None) -> ReadModel:
-    facts: dict[str, Any] = {"model_type": h.model_type, "converter": h.converter, "origin": origin}
+    facts: dict[str, Any] = {"architecture": h.architecture, "model_type": h.model_type, "converter": h.converter,
+                             "origin": origin}
     if dtype_bytes is not None:
         facts["weights_by_dtype"] = dtype_bytes
     return ReadModel(h.spec, "hf", h.loaded.sources, facts)
@@ -177,8 +180,7 @@ def _read_local_hf(path: Path) -> ReadModel:
                "weights_bytes": f"safetensors headers ({n_tensors} tensors in {len(names)} files)"}
     spec = h.spec.model_copy(update={"weights_bytes": sum(dtype_bytes.values())})
     origin["weights_files"] = names
-    h = type(h)(LoadedModel(type(spec).model_validate(spec.model_dump()), sources), h.model_type, h.converter,
-                h.config_path)
+    h = replace(h, loaded=LoadedModel(type(spec).model_validate(spec.model_dump()), sources))
     return _hf_read(h, origin, dtype_bytes)
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from pydantic import ValidationError
 
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import FileTooLargeError, NotRegularFileError, read_limited
 from rsplan.hparams.archs import arch_info
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 MAX_PRESET_BYTES = 1 << 20
 MAX_DEPTH = 8
@@ -165,6 +168,8 @@ def spec_from_mapping(data: object, where: str) -> ModelSpec:
             arch_info(arch)  # an unknown arch is its own clear error, not a field error
         except UnsupportedArchError as exc:
             raise UnsupportedArchError(f"{where}: arch: {exc}") from None
+    from pydantic import ValidationError  # untrusted input only: a built-in preset never imports pydantic
+
     try:
         return ModelSpec.model_validate(data)
     except ValidationError as exc:
@@ -194,6 +199,19 @@ def read_text_file(path: Path, limit: int) -> str:
 
 def load_preset_text(text: str, where: str) -> ModelSpec:
     return spec_from_mapping(_parse_yaml(text, where), where)
+
+
+def load_trusted_preset_text(text: str, where: str) -> ModelSpec:
+    """A preset shipped with rsplan: parsed as any preset, built without the validation schema
+    (``ModelSpec.from_trusted``: the test suite validates every shipped preset against it), checked for
+    consistency."""
+    data = _parse_yaml(text, where)
+    if not isinstance(data, dict):
+        raise ModelFileError(f"{where}: expected a mapping of keys to values, got {type(data).__name__}")
+    try:
+        return ModelSpec.from_trusted(data)
+    except ValueError as exc:
+        raise ModelFileError(f"{where}: {exc}") from None
 
 
 def load_preset_file(path: Path) -> ModelSpec:

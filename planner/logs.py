@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import struct
 
+from rsplan.errors import BackendError
+from rsplan.planner.buffers import Backend, BufferRule, parse_backend
 from rsplan.planner.plan import MemoryPlan, TensorPlan, alloc_nbytes
 
 MIB = 1024 * 1024
@@ -36,24 +38,43 @@ def _kv_caches(plan: MemoryPlan) -> list[tuple[int, list[TensorPlan]]]:
     return [(plan.kv.cells, base), (plan.kv.swa_cells, [t for t in plan.tensors if t.cache == "kv_swa"])]
 
 
-def log_lines(plan: MemoryPlan, backend: str = "CPU", has_kv_cache: bool = True) -> list[str]:
+def log_lines(plan: MemoryPlan, backend: str | Backend = "CPU", has_kv_cache: bool = True) -> list[str]:
     """The ``llama_kv_cache`` and ``llama_memory_recurrent`` lines of a run with every cache on ``backend``.
 
     Args:
         plan: the plan to print.
-        backend: buffer name llama.cpp prints (``CPU`` or e.g. ``CUDA0``); alignment follows its kind.
+        backend: the buffer llama.cpp prints (``CPU``, ``CUDA0``, ``ROCm0``, ``MTL0``, ``SYCL0``, ``Vulkan0``; see
+            planner.buffers), whose rules pad the buffer sizes.
         has_kv_cache: False for pure recurrent archs, which create no KV cache at all.
+
+    Raises:
+        BackendError: a name planner.buffers does not know, or a Vulkan buffer whose printed size depends on the
+            device's alignment (give it as ``Vulkan0:ALIGN``).
     """
+    b = parse_backend(backend) if isinstance(backend, str) else backend
+    by_rule = {rule.alignment: _lines(plan, b.name, rule, has_kv_cache) for rule in b.rules}
+    distinct = {tuple(lines) for lines in by_rule.values()}
+    if len(distinct) > 1:
+        lo, hi = min(by_rule), max(by_rule)
+        differ = next(i for i, (x, y) in enumerate(zip(by_rule[lo], by_rule[hi], strict=True)) if x != y)
+        shown = [by_rule[a][differ].split(" = ")[-1].strip() for a in (lo, hi)]
+        raise BackendError(
+            f"{b.name}: the buffer size depends on the device's minStorageBufferOffsetAlignment ({shown[0]} at "
+            f"{lo} byte, {shown[1]} at {hi} bytes); give it as {b.name}:ALIGN (vulkaninfo shows it)"
+        )
+    return next(iter(by_rule.values()))
+
+
+def _lines(plan: MemoryPlan, name: str, rule: BufferRule, has_kv_cache: bool) -> list[str]:
     lines: list[str] = []
-    kind = "CUDA" if backend.startswith("CUDA") else "CPU"
     ctx = plan.context
     if has_kv_cache:
         for cells, tensors in _kv_caches(plan):
             k = sum(t.bytes for t in tensors if t.kind == "k")
             v = sum(t.bytes for t in tensors if t.kind == "v")
             if tensors:
-                buf = _padded(tensors, kind)
-                lines.append(_c_fmt("llama_kv_cache: %10s KV buffer size = %8.2f MiB", backend, buf / 1024.0 / 1024.0))
+                buf = _padded(tensors, rule)
+                lines.append(_c_fmt("llama_kv_cache: %10s KV buffer size = %8.2f MiB", name, buf / 1024.0 / 1024.0))
             n_layers = len({t.layer for t in tensors})
             lines.append(
                 _c_fmt(
@@ -66,9 +87,9 @@ def log_lines(plan: MemoryPlan, backend: str = "CPU", has_kv_cache: bool = True)
     rs = [t for t in plan.tensors if t.kind in ("r", "s")]
     rec = plan.recurrent
     if rs:
-        buf = _padded(rs, kind)
+        buf = _padded(rs, rule)
         lines.append(
-            _c_fmt("llama_memory_recurrent: %10s RS buffer size = %8.2f MiB", backend, buf / 1024.0 / 1024.0)
+            _c_fmt("llama_memory_recurrent: %10s RS buffer size = %8.2f MiB", name, buf / 1024.0 / 1024.0)
         )
     lines.append(
         _c_fmt(
@@ -81,5 +102,5 @@ def log_lines(plan: MemoryPlan, backend: str = "CPU", has_kv_cache: bool = True)
     return lines
 
 
-def _padded(tensors: list[TensorPlan], kind: str) -> int:
-    return sum(alloc_nbytes(kind, t) for t in tensors)
+def _padded(tensors: list[TensorPlan], rule: BufferRule) -> int:
+    return sum(alloc_nbytes(rule, t) for t in tensors)

@@ -15,19 +15,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rsplan.hparams.ggml_types import ggml_type, row_nbytes
+from rsplan.hparams.ggml_types import row_nbytes
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 
 TensorKind = Literal["k", "v", "r", "s"]
 #: Which llama.cpp memory a tensor belongs to: the KV cache, the sliding-window KV cache, or the recurrent one.
 CacheName = Literal["kv", "kv_swa", "recurrent"]
 
-#: Per-tensor alignment of a backend buffer, bytes (ggml CPU: TENSOR_ALIGNMENT; CUDA: 128).
-BUFFER_ALIGNMENT = {"CPU": 32, "CUDA": 128}
-#: CUDA pads quantized rows to a multiple of this many elements (MATRIX_ROW_PADDING).
-CUDA_MATRIX_ROW_PADDING = 512
+#: The buffers ``MemoryPlan.buffer_bytes`` reports, by their sizing rule (planner.buffers): ggml's CPU buffer (also
+#: Metal's) and CUDA's (also ROCm's, MUSA's and SYCL's).
+BUFFER_RULES: dict[str, BufferRule] = {"CPU": CPU_RULE, "CUDA": CUDA_RULE}
 
 
 @dataclass(frozen=True)
@@ -165,15 +165,11 @@ def plan_totals(layout: CacheLayout, ctx: EffectiveContext) -> PlanTotals:
     return PlanTotals(k_bytes, v_bytes, r_bytes, s_bytes)
 
 
-def alloc_nbytes(backend: str, t: TensorPlan) -> int:
-    """ggml_backend_buft_get_alloc_size of tensor ``t`` on ``backend`` (CPU or CUDA), padded to the buffer's
-    alignment: what it adds to its buffer."""
-    type_ = ggml_type(t.type)
-    size = t.bytes
-    if backend == "CUDA" and type_.is_quantized and t.shape[0] % CUDA_MATRIX_ROW_PADDING:
-        size += row_nbytes(type_, CUDA_MATRIX_ROW_PADDING - t.shape[0] % CUDA_MATRIX_ROW_PADDING)
-    align = BUFFER_ALIGNMENT[backend]
-    return (size + align - 1) // align * align
+def alloc_nbytes(backend: str | BufferRule, t: TensorPlan) -> int:
+    """ggml_backend_buft_get_alloc_size of tensor ``t`` on ``backend`` (a BUFFER_RULES key or a rule), padded to
+    the buffer's alignment: what it adds to its buffer."""
+    rule = BUFFER_RULES[backend] if isinstance(backend, str) else backend
+    return rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
 
 
 def _tensors(layout: CacheLayout, ctx: EffectiveContext) -> list[TensorPlan]:
@@ -232,7 +228,7 @@ def build_plan(spec: ModelSpec, params: ContextParams, layout: CacheLayout | Non
             "kv": sum(alloc_nbytes(backend, t) for t in tensors if t.cache != "recurrent"),
             "recurrent": sum(alloc_nbytes(backend, t) for t in tensors if t.cache == "recurrent"),
         }
-        for backend in BUFFER_ALIGNMENT
+        for backend in BUFFER_RULES
     }
     n_rec = len(layout.recurrent_layers)
     snapshot_rows = ctx.n_seq_max * ctx.n_rs_seq

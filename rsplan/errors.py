@@ -28,3 +28,7 @@ class ContextError(RsplanError):
 
 class DeviceError(RsplanError):
     """A device (GPU) problem: none present, out of memory, missing driver library."""
+
+
+class BackendError(RsplanError):
+    """A backend buffer (``--backend``) whose sizes rsplan cannot predict exactly."""

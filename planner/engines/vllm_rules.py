@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rsplan.hparams.hf_architectures import hf_classes
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
@@ -167,10 +168,15 @@ def _model_dtype(spec: ModelSpec, flag: str) -> str:
 
 
 def _max_model_len(spec: ModelSpec, flag: int | None, notes: list[str]) -> int:
+    """vLLM's _get_and_verify_max_len: a config that names no context length takes --max-model-len as given
+    (its 2048 default applies only when the flag is absent); otherwise the flag may not exceed the config's."""
     derived = spec.serving.max_model_len if spec.serving else None
     if derived is None:
+        if flag is not None:
+            notes.append(f"the model's config names no context length: vLLM takes --max-model-len {flag} as given")
+            return flag
         notes.append(f"the model's config names no context length: vLLM assumes {FALLBACK_MAX_MODEL_LEN}")
-        derived = FALLBACK_MAX_MODEL_LEN
+        return FALLBACK_MAX_MODEL_LEN
     if flag is None:
         return derived
     if flag > derived:
@@ -179,6 +185,24 @@ def _max_model_len(spec: ModelSpec, flag: int | None, notes: list[str]) -> int:
             "vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
     return flag
+
+
+def _model_class(spec: ModelSpec, notes: list[str]) -> str:
+    """vLLM's ``model_config.architecture`` (the config's architectures[0] it serves), which its log lines name.
+
+    A config.json or preset records it (``serving.architecture``). Without it (a GGUF file, a preset that does not
+    record it) it is the class llama.cpp's converter makes the arch from when there is only one; otherwise it is
+    unknown, and the line says so instead of guessing."""
+    if spec.serving is not None and spec.serving.architecture is not None:
+        return spec.serving.architecture
+    names = hf_classes(spec.arch)
+    if len(names) == 1:
+        notes.append(f"the model records no Hugging Face class: {names[0]}, the only one llama.cpp's converter makes "
+                     f"'{spec.arch}' from, stands in vLLM's log lines")
+        return names[0]
+    notes.append(f"the model records no Hugging Face class (llama.cpp's converter makes '{spec.arch}' from "
+                 f"{', '.join(names)}): vLLM's log lines name config.json's architectures[0]")
+    return "<unknown architecture>"
 
 
 def _state_dtypes(spec: ModelSpec, kind: str, s: VllmSettings, model_dtype: str, notes: list[str]
@@ -280,7 +304,8 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
                      f"prefix caching and is '{mode}'"
                      + ("; use --no-enable-prefix-caching for 'none'" if mode == "align" else ""))
     if n_recurrent and mode == "align":
-        lines.append(f"Mamba cache mode is set to 'align' for {spec.arch} by default when prefix caching is enabled")
+        lines.append(f"Mamba cache mode is set to 'align' for {_model_class(spec, notes)} by default when prefix "
+                     "caching is enabled")
     elif n_recurrent and s.enable_prefix_caching is None:
         notes.append("prefix caching is off by default for attention-free models (Mamba cache mode 'none')")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import click
@@ -12,10 +11,8 @@ from click.core import ParameterSource
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
 from rsplan.cli.options import CONTEXT_KEYS, context_options, pop_context_params
+from rsplan.errors import BackendError
 from rsplan.planner.engines import NATIVE
-
-#: The buffers --format log can name: their alignment is known (planner.plan.BUFFER_ALIGNMENT).
-_BACKEND = re.compile(r"^(CPU|CUDA[0-9]{1,2})$")
 
 
 @click.command()
@@ -27,7 +24,8 @@ _BACKEND = re.compile(r"^(CPU|CUDA[0-9]{1,2})$")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
               help="table; json (every number); log (the llama.cpp lines, to diff against a real run).")
 @click.option("--backend", default="CPU", show_default=True, metavar="NAME",
-              help="Buffer name for --format log (CPU, CUDA0, ...); alignment follows its kind.")
+              help="Buffer name for --format log (CPU, CUDA0, ROCm0, MUSA0, SYCL0, MTL0, Vulkan0[:ALIGN]); sizes "
+                   "follow its backend's buffer rules.")
 @user_errors
 def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, engine: str, **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
@@ -53,11 +51,12 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, engine: st
         raise click.UsageError("--backend applies to --format log only", ctx)
     if fmt != "table" and per_layer:
         raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
-    if not _BACKEND.match(backend):
-        raise click.BadParameter(
-            f"'{backend}' is not a buffer rsplan knows the alignment of: CPU, or CUDA0, CUDA1, ...",
-            ctx, param_hint="--backend",
-        )
+    from rsplan.planner.buffers import parse_backend
+
+    try:
+        buffer = parse_backend(backend)
+    except BackendError as exc:
+        raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
     params = pop_context_params(kwargs)
     spec = load_model(model_ref)
     plan = build_plan(spec, params)
@@ -66,7 +65,7 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, engine: st
     elif fmt == "log":
         from rsplan.planner.logs import log_lines
 
-        for line in log_lines(plan, backend=backend, has_kv_cache=spec.info.memory == "hybrid"):
+        for line in log_lines(plan, backend=buffer, has_kv_cache=spec.info.memory == "hybrid"):
             click.echo(line)
     else:
         from rsplan.render.plan_table import render_plan

@@ -133,7 +133,9 @@ def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]])
     kind = {"gguf": "GGUF file", "hf": "Hugging Face config.json", "preset": "preset"}[ins.kind]
     out = [f"{spec.name}: {spec.arch} ({info.memory}, {layout.family} family), from {kind} {spec.source}"]
     if ins.kind == "hf":
-        out.append(f"model_type {ins.facts['model_type']}, mapped as llama.cpp's converter {ins.facts['converter']}")
+        by = (f"architectures {ins.facts['architecture']}" if ins.facts["architecture"]
+              else f"model_type {ins.facts['model_type']}")
+        out.append(f"{by}, mapped as llama.cpp's converter {ins.facts['converter']}")
     if ins.kind == "gguf":
         by_type = ", ".join(f"{t} {human(n)}" for t, n in ins.facts["tensor_bytes"].items()) or "no tensors"
         parts = f" in {len(ins.facts['files'])} parts" if len(ins.facts["files"]) > 1 else ""

@@ -36,6 +36,12 @@ def test_estimate_vllm_json_is_the_plan():
     assert json.loads(r.output)["settings"]["block_size"] == 576
 
 
+def test_estimate_vllm_max_model_len_for_a_config_without_context_length():
+    r = run("estimate", "--model", "mamba2-2.7b", "--engine", "vllm", "--max-model-len", "32768", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["settings"]["max_model_len"] == 32768
+
+
 def test_estimate_vllm_table_names_the_log_lines():
     r = run("estimate", "-m", "nemotron-h-8b-base-8k", "--engine", "vllm", "--no-enable-prefix-caching")
     assert r.exit_code == 0, r.output

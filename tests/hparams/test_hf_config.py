@@ -12,6 +12,7 @@ import pytest
 
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.hparams.gguf_file import load_gguf
+from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME, CONVERTER_CLASSES
 from rsplan.hparams.hf_config import load_hf_config, read_hf_config
 
 MIB = 1 << 20
@@ -439,7 +440,7 @@ BAD = {
     "invalid JSON": ("{", "invalid JSON at line 1, column 2: Expecting property name enclosed in double quotes"),
     "a list": ("[1, 2]", "expected a JSON object of config keys, got a list"),
     "a string": ('"qwen3_next"', "expected a JSON object of config keys, got a str"),
-    "no model_type": ('{"hidden_size": 64}', "model_type: required key not found"),
+    "no model_type": ('{"hidden_size": 64}', "architectures / model_type: required key not found"),
     "model_type not a string": ('{"model_type": 3}', "model_type: expected a string, got 3"),
     "missing key": (_with(QWEN_NEXT, linear_key_head_dim=...), "linear_key_head_dim: required key not found"),
     "null key": (_with(QWEN_NEXT, linear_num_key_heads=None), "linear_num_key_heads: is null; an integer is required"),
@@ -513,7 +514,7 @@ BAD = {
 ], ids=["dtype and context", "dtype key of transformers 5", "smallest context key", "model_max_length wins",
         "both SSM keys", "fp8 dtype"])
 def test_serving_facts_of_a_config(extra, serving, tmp_path):
-    base = {k: v for k, v in MAMBA2_HF.items() if k not in ("torch_dtype", "max_position_embeddings")}
+    base = {k: v for k, v in MAMBA2_HF.items() if k not in ("torch_dtype", "max_position_embeddings", "architectures")}
     hf = read_hf_config(_model_dir(tmp_path, {**base, **extra}, {}))
     spec = hf.spec
     got = {k: v for k, v in spec.serving.model_dump().items() if v is not None} if spec.serving else None
@@ -524,8 +525,24 @@ def test_serving_facts_of_a_config(extra, serving, tmp_path):
         assert source.split(" ")[0] in extra, (field, source)
 
 
+def test_serving_architecture_is_the_top_level_class(tmp_path):
+    # vLLM's model_config.architecture: the config's own architectures list (a text config's list picks llama.cpp's
+    # converter, not vLLM's class)
+    hf = read_hf_config(_model_dir(tmp_path, MAMBA2_HF, {}))
+    assert hf.spec.serving.architecture == "Mamba2ForCausalLM"
+    assert hf.loaded.sources["serving.architecture"] == "architectures[0]"
+    config = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+              "text_config": {**QWEN35_TEXT, "model_type": "qwen3_5_moe_text",
+                              "architectures": ["Qwen3_5MoeForCausalLM"]}}
+    hf = read_hf_config(_model_dir(tmp_path, config, {}, name="vl"))
+    assert (hf.architecture, hf.spec.serving.architecture) == ("Qwen3_5MoeForCausalLM",
+                                                               "Qwen3_5MoeForConditionalGeneration")
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     ({"torch_dtype": 16}, "torch_dtype: expected a dtype name, got 16"),
+    ({"architectures": ["Mamba2ForCausalLM", 3]}, "architectures[1]: expected str, got 3"),
+    ({"architectures": []}, "architectures: expected at least one class name, got an empty list"),
     ({"max_position_embeddings": -1}, "max_position_embeddings: expected a context length in 1..2**32-1, got -1"),
     ({"seq_length": 2**40}, f"seq_length: expected a context length in 1..2**32-1, got {2**40}"),
     ({"model_max_length": True}, "model_max_length: expected a context length in 1..2**32-1, got true"),
@@ -567,3 +584,85 @@ def test_size_limit_and_missing_config(tmp_path):
     with pytest.raises(ModelFileError) as err:
         load_hf_config(empty_dir)
     assert str(err.value) == f"{empty_dir / 'config.json'}: no such file (a model directory needs a config.json)"
+
+
+# -- the converter class is picked by architectures[0], as convert_hf_to_gguf.py picks it -----------------------
+
+def _twin_of(name: str, converter: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A TWINS config that reads as ``converter``, preferably one that names ``name`` (GraniteHybridModel reads
+    BambaForCausalLM's context differently); the ColBERT and audio variants of LFM2 borrow LFM2's."""
+    configs = [(config, files) for config, files, _, _ in TWINS.values()]
+    for config, files in configs:
+        if name in config.get("architectures", ()):
+            return config, files
+    for config, files in configs:
+        if BY_MODEL_TYPE.get(config.get("model_type", "")) is BY_CONVERTER[converter]:
+            return config, files
+    return LFM2, {}
+
+
+BY_CONVERTER = {c.converter: c for c in CONVERTER_CLASSES}
+#: every (architecture name, converter class) rsplan reads
+READ_NAMES = [(name, c.converter) for c in CONVERTER_CLASSES if c.unread is None for name in c.names]
+
+
+@pytest.mark.parametrize(("name", "converter"), READ_NAMES, ids=[n for n, _ in READ_NAMES])
+def test_every_registered_name_is_read_by_its_converter(name, converter, tmp_path):
+    # a config that names the class and no model_type (the converter reads only architectures); it reads as the
+    # same model as the class's twin config
+    base, files = _twin_of(name, converter)
+    config = {k: v for k, v in base.items() if k not in ("model_type", "architectures")}
+    if converter == "lfm2.py LFM25AudioTokenizer":
+        config["sliding_window"] = 30
+    hf = read_hf_config(_model_dir(tmp_path, {**config, "architectures": [name]}, files))
+    assert (hf.architecture, hf.converter, hf.model_type) == (name, converter, None)
+    expected = read_hf_config(_model_dir(tmp_path, base, files, name="twin")).spec
+    if converter == "lfm2.py LFM25AudioTokenizer":
+        expected = expected.model_copy(update={"attention": expected.attention.model_copy(
+            update={"sliding_window": 30})})
+    assert _spec_fields(hf.spec) == _spec_fields(expected)
+
+
+def test_audio_tokenizer_writes_the_sliding_window_lfm2_reads(tmp_path):
+    # LFM25AudioTokenizer.set_gguf_parameters adds add_sliding_window(hparams["sliding_window"])
+    config = {**{k: v for k, v in LFM2.items() if k != "model_type"}, "architectures": ["Lfm25AudioTokenizer"],
+              "sliding_window": 30}
+    hf = read_hf_config(_model_dir(tmp_path, config, {}))
+    assert hf.spec.attention.sliding_window == 30
+    assert hf.loaded.sources["attention.sliding_window"] == "sliding_window (GGUF lfm2.attention.sliding_window)"
+    del config["sliding_window"]
+    path, output = _config_error(tmp_path, json.dumps(config))
+    assert output == f"Error: {path}: sliding_window: required key not found\n"
+
+
+def test_architectures_win_over_model_type(tmp_path):
+    # a Mamba-2 config whose model_type says mamba: the converter reads it as Mamba2Model
+    hf = read_hf_config(_model_dir(tmp_path, {**MAMBA2_HF, "model_type": "mamba"}, {}))
+    assert (hf.spec.arch, hf.converter, hf.model_type) == ("mamba2", "mamba.py Mamba2Model", "mamba")
+    # the text config's architectures replace the top level's (get_model_architecture)
+    config = {"architectures": ["SomeVLForConditionalGeneration"], "model_type": "some_vl",
+              "text_config": {**MAMBA2_HF}}
+    hf = read_hf_config(_model_dir(tmp_path, config, {}, name="wrapped"))
+    assert (hf.spec.arch, hf.architecture) == ("mamba2", "Mamba2ForCausalLM")
+
+
+def test_transformers_minimax_is_refused_as_the_converter_refuses_it(tmp_path):
+    # MiniMaxAI/MiniMax-Text-01-hf: transformers' own MiniMax class, which llama.cpp's converter does not register
+    # (it registers MiniMaxText01ForCausalLM and MiniMaxM1ForCausalLM for minimax-01)
+    config = {**TWINS["minimax_text_01 (attn_type_list, every 8th softmax)"][0], "model_type": "minimax",
+              "architectures": ["MiniMaxForCausalLM"]}
+    path, output = _config_error(tmp_path, json.dumps(config))
+    assert output.startswith(
+        f"Error: {path}: architectures[0]: 'MiniMaxForCausalLM' is not a class llama.cpp's converter registers for an "
+        "architecture rsplan sizes (convert_hf_to_gguf.py picks its converter by this name; supported: "
+    )
+    assert "MiniMaxM1ForCausalLM, MiniMaxText01ForCausalLM" in output and output.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", [n for c in CONVERTER_CLASSES if c.unread for n in c.names])
+def test_classes_rsplan_does_not_read_are_refused_with_the_reason(name, tmp_path):
+    c = BY_NAME[name]
+    path, output = _config_error(tmp_path, json.dumps({"architectures": [name], "hidden_size": 64}))
+    assert output == (f"Error: {path}: architectures[0]: '{name}' ({c.converter}, llama.cpp arch {'/'.join(c.archs)}): "
+                      f"rsplan does not read this config.json because {c.unread}; size the converted GGUF file "
+                      "instead\n")

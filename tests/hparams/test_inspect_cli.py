@@ -67,7 +67,8 @@ def test_hf_config_names_config_keys(tmp_path, rsplan):
     r = rsplan("inspect", "--model", str(model), "--format", "json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["input"] == {"kind": "hf", "source": str(model / "config.json"), "model_type": "qwen3_5",
+    assert out["input"] == {"kind": "hf", "source": str(model / "config.json"), "architecture": None,
+                            "model_type": "qwen3_5",
                             "converter": "qwen.py Qwen3_5TextModel",
                             "origin": {"form": "file", "file": str(model / "config.json"), "notes": [
                                 "no complete set of safetensors files beside the config (or git-lfs pointers only): "

@@ -53,7 +53,7 @@ def test_qwen3_next_align_mode_block_page_groups_and_blocks():
     # ceil(32768 / 576) = 57 attention blocks + 3 GDN groups x (2 + 1 prefill checkpoint)
     assert out.blocks_per_request == 57 + 3 * 3 == 66
     assert out.log_lines == (
-        "Mamba cache mode is set to 'align' for qwen3next by default when prefix caching is enabled",
+        "Mamba cache mode is set to 'align' for Qwen3NextForCausalLM by default when prefix caching is enabled",
         "Setting attention block size to 576 tokens to ensure that attention page size is >= mamba page size.",
         "Padding mamba page size by 7.46% to ensure that mamba page size and attention page size are exactly equal.",
     )
@@ -229,6 +229,43 @@ def test_pure_mamba2_is_one_group_without_alignment():
     assert out.blocks_per_request == 1
     assert out.max_model_len == 2048  # the config names no context length
     assert out.log_lines == ()
+
+
+def _without_class(preset: str):
+    spec = load_builtin_preset(preset)
+    return spec.model_copy(update={"serving": spec.serving.model_copy(update={"architecture": None})})
+
+
+@pytest.mark.parametrize(("preset", "name"), [
+    ("qwen3-next-80b-a3b", "Qwen3NextForCausalLM"), ("qwen3.5-35b-a3b", "Qwen3_5MoeForConditionalGeneration"),
+    ("granite-4.0-h-tiny", "GraniteMoeHybridForCausalLM"), ("lfm2-1.2b", "Lfm2ForCausalLM"),
+])
+def test_align_log_line_names_the_hugging_face_class(preset, name):
+    # vLLM's config.py logs model_config.architecture, the class in config.json's architectures
+    out = lay(preset, max_model_len=4096)
+    assert out.log_lines[0] == (f"Mamba cache mode is set to 'align' for {name} by default when prefix caching is "
+                                "enabled")
+
+
+def test_align_log_line_class_without_a_recorded_one():
+    # qwen3next is made only from Qwen3NextForCausalLM; lfm2 from five registered names, so it stays unknown
+    out = derive(_without_class("qwen3-next-80b-a3b"), VllmSettings(max_model_len=4096))
+    assert out.log_lines[0].startswith("Mamba cache mode is set to 'align' for Qwen3NextForCausalLM by default")
+    assert "the model records no Hugging Face class: Qwen3NextForCausalLM, the only one" in " ".join(out.notes)
+    out = derive(_without_class("lfm2-1.2b"), VllmSettings(max_model_len=4096))
+    assert out.log_lines[0].startswith("Mamba cache mode is set to 'align' for <unknown architecture> by default")
+    assert ("llama.cpp's converter makes 'lfm2' from Lfm2ForCausalLM, LFM2ForCausalLM, Lfm2Model, "
+            "Lfm2BidirectionalModel, Lfm25AudioTokenizer): vLLM's log lines name") in " ".join(out.notes)
+
+
+@pytest.mark.parametrize("flag", [1024, 2049, 32768, 1 << 20])
+def test_config_without_context_length_takes_the_flag_as_given(flag):
+    # vLLM 0.33.0 _get_and_verify_max_len: when no context key is found (derived length inf), a given
+    # --max-model-len is returned unchecked; the 2048 default applies only without the flag
+    out = lay("mamba2-2.7b", max_model_len=flag)
+    assert out.max_model_len == flag
+    assert f"vLLM takes --max-model-len {flag} as given" in " ".join(out.notes)
+    assert not any("assumes 2048" in note for note in out.notes)
 
 
 def test_estimate_max_model_len_is_the_largest_fitting_length():

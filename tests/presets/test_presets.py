@@ -379,3 +379,45 @@ def test_schema_doc_example_is_a_valid_preset_equal_to_the_shipped_one():
     assert block is not None, "docs/preset-schema.md lost its marked example"
     spec = load_preset_text(block["yaml"], "docs/preset-schema.md")
     assert spec == load_builtin_preset(block["name"])
+
+
+# -- built-in presets are read without the validation schema -------------------------------------------------------
+
+
+def _fields_sets(spec) -> dict[str, set[str]]:
+    sections = {k: getattr(spec, k).model_fields_set for k in ("attention", "ssm", "wkv", "shortconv", "kda",
+                                                               "serving") if getattr(spec, k) is not None}
+    return {"": spec.model_fields_set, **sections}
+
+
+@pytest.mark.parametrize("name", builtin_preset_names())
+def test_trusted_reading_of_a_builtin_preset_equals_validation(name):
+    # load_builtin_preset skips the pydantic schema (ModelSpec.from_trusted); this is what makes that safe: every
+    # shipped preset validates, to the same values and the same given keys
+    trusted = load_builtin_preset(name)
+    text = (REPO / "presets" / f"{name}.yaml").read_text(encoding="utf-8")
+    validated = load_preset_text(text, f"preset {name}")
+    assert trusted == validated
+    assert _fields_sets(trusted) == _fields_sets(validated)
+    assert type(trusted.attention) is type(validated.attention)
+
+
+def test_estimate_of_a_builtin_preset_imports_no_pydantic():
+    import subprocess
+    import sys
+
+    code = ("import sys; from rsplan.cli import main\n"
+            "sys.argv = ['rsplan', 'estimate', '--model', 'qwen3-next-80b-a3b', '-c', '8192']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('PYDANTIC', sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "PYDANTIC []"
+
+
+def test_trusted_reading_still_checks_consistency():
+    from rsplan.errors import ModelFileError
+    from rsplan.hparams.yaml_preset import load_trusted_preset_text
+
+    text = (REPO / "presets" / "mamba2-2.7b.yaml").read_text(encoding="utf-8").replace("  group_count: 1\n", "")
+    with pytest.raises(ModelFileError, match=r"^preset x: ssm\.group_count is required for arch 'mamba2'$"):
+        load_trusted_preset_text(text, "preset x")

@@ -1,0 +1,148 @@
+"""The validation schema of a ModelSpec, for untrusted input (preset YAML files, GGUF metadata, config.json).
+
+One pydantic model per record of ``hparams/model.py``, with the same field names: types, ranges and unknown keys are
+checked here (``extra="forbid"``, strict types, constraints in ``Field``), the cross-field rules by
+``model.check_consistency``, shared with the records. ``validate`` turns a mapping into the record, keeping which
+keys were given (``model_fields_set``). Built-in presets do not come here (``ModelSpec.from_trusted``), so the
+estimate of a built-in preset builds no pydantic schema and runs no pydantic plugin discovery.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rsplan.hparams import model as M
+from rsplan.hparams.model import MAX_CTX, MAX_DIM, MAX_HEADS, MAX_LAYERS, HFDtype
+
+#: Text fields may hold newlines and tabs but no other control characters (they would reach the terminal).
+_PRINTABLE = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
+
+Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
+Count = Annotated[int, Field(ge=0, le=MAX_HEADS)]
+PerLayerCount = Count | list[Count]
+PerLayerDim = Annotated[int, Field(ge=0, le=MAX_DIM)] | list[Annotated[int, Field(ge=0, le=MAX_DIM)]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class AttentionSchema(_Strict):
+    head_count: PerLayerCount = Field(0, description="query heads, scalar or per layer")
+    head_count_kv: PerLayerCount | None = Field(None, description="KV heads (default: head_count); 0 = no KV")
+    key_length: Dim | None = Field(None, description="K head dim (default embedding_length / head_count)")
+    value_length: Dim | None = Field(None, description="V head dim (default embedding_length / head_count)")
+    key_length_swa: Dim | None = None
+    value_length_swa: Dim | None = None
+    key_length_mla: Dim | None = Field(None, description="MLA: qk_nope + qk_rope head dim (K-only cache)")
+    value_length_mla: Dim | None = None
+    kv_lora_rank: Dim | None = Field(None, description="MLA latent rank")
+    sliding_window: Annotated[int, Field(ge=0, le=MAX_CTX)] = 0
+    recurrent_layers: list[bool] | None = Field(None, description="which layers are recurrent (Qwen3-Next...)")
+
+
+class SSMSchema(_Strict):
+    conv_kernel: Dim | None = None
+    inner_size: Dim | None = None
+    state_size: Dim | None = None
+    time_step_rank: Annotated[int, Field(ge=0, le=MAX_DIM)] | None = None
+    group_count: Annotated[int, Field(ge=0, le=MAX_DIM)] | None = None  # PLaMo-2 GGUFs write 0
+
+
+class WKVSchema(_Strict):
+    head_size: Dim | None = None
+    token_shift_count: Annotated[int, Field(ge=1, le=16)] = 2
+
+
+class ShortConvSchema(_Strict):
+    l_cache: Annotated[int, Field(ge=2, le=1024)] | None = None
+
+
+class KDASchema(_Strict):
+    head_dim: Dim | None = None
+
+
+class ServingSchema(_Strict):
+    torch_dtype: HFDtype | None = Field(None, description="config.json torch_dtype / dtype: the weights' type")
+    mamba_ssm_dtype: HFDtype | None = Field(
+        None, description="config.json mamba_ssm_dtype (Qwen3.5): read by vLLM for Qwen3.5 and by SGLang"
+    )
+    mamba_ssm_cache_dtype: HFDtype | None = Field(
+        None, description="config.json mamba_ssm_cache_dtype (Nemotron-H): read by vLLM for Nemotron-H"
+    )
+    max_model_len: Annotated[int, Field(ge=1, le=MAX_CTX)] | None = Field(
+        None, description="the context vLLM and SGLang derive from config.json (max_position_embeddings, ...)"
+    )
+    architecture: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="config.json architectures[0]: the model class vLLM's log names (Qwen3NextForCausalLM)",
+    )
+
+
+class ModelSchema(_Strict):
+    name: str = Field(min_length=1, max_length=200, pattern=_PRINTABLE)
+    source: str = Field(min_length=1, max_length=2000, pattern=_PRINTABLE, description="where every number comes from")
+    description: str | None = Field(None, max_length=2000, pattern=_PRINTABLE)
+    arch: str = Field(description="llama.cpp general.architecture")
+    context_length: Annotated[int, Field(ge=1, le=MAX_CTX)]
+    embedding_length: Dim
+    block_count: Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+    nextn_predict_layers: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = 0
+    feed_forward_length: PerLayerDim = 0
+    full_attention_interval: Annotated[int, Field(ge=1, le=MAX_LAYERS)] | None = None
+    attention: AttentionSchema = Field(default_factory=AttentionSchema)
+    ssm: SSMSchema | None = None
+    wkv: WKVSchema | None = None
+    shortconv: ShortConvSchema | None = None
+    kda: KDASchema | None = None
+    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(
+        None, description="bytes of the model weights (for capacity planning)"
+    )
+    serving: ServingSchema | None = Field(None, description="config.json facts for vLLM / SGLang")
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> ModelSchema:
+        M.check_consistency(self)
+        return self
+
+
+#: record class -> its schema
+SCHEMAS: dict[type, type[_Strict]] = {
+    M.AttentionSpec: AttentionSchema, M.SSMSpec: SSMSchema, M.WKVSpec: WKVSchema, M.ShortConvSpec: ShortConvSchema,
+    M.KDASpec: KDASchema, M.ServingSpec: ServingSchema, M.ModelSpec: ModelSchema,
+}
+_RECORDS = {schema: record for record, schema in SCHEMAS.items()}
+
+R = TypeVar("R")
+
+
+def _record(value: BaseModel) -> Any:
+    """The record of a validated schema object, with its sections' records and the keys it was given."""
+    values = {}
+    for name in type(value).model_fields:
+        v = getattr(value, name)
+        values[name] = _record(v) if isinstance(v, BaseModel) else v
+    return _RECORDS[type(value)].from_trusted_values(values, value.model_fields_set)
+
+
+def validate(record: type[R], data: Any) -> R:
+    """``data`` validated by ``record``'s schema, as a ``record``.
+
+    Raises:
+        pydantic.ValidationError: a wrong type, a value out of range, an unknown key, or an inconsistent model
+            (the message names the field; the loaders turn it into a ModelFileError).
+    """
+    if isinstance(data, record):
+        return data
+    if isinstance(data, M.Record):  # a record given where a section is expected, as pydantic accepts a model
+        data = data.model_dump(exclude_unset=True)
+    return _record(SCHEMAS[record].model_validate(_plain(data)))
+
+
+def _plain(data: Any) -> Any:
+    """Records inside a mapping (a section given as its record) as the mappings the schema validates."""
+    if isinstance(data, dict):
+        return {k: (v.model_dump(exclude_unset=True) if isinstance(v, M.Record) else v) for k, v in data.items()}
+    return data

@@ -1,0 +1,106 @@
+"""The backend buffers llama.cpp allocates its caches in, as data: the name it prints and how it sizes a tensor.
+
+``ggml_backend_alloc_ctx_tensors_from_buft`` (ggml/src/ggml-alloc.c) gives each tensor
+``GGML_PAD(get_alloc_size(tensor), get_alignment())`` bytes and the cache prints the buffer's size, the sum of them
+(a buffer split at ``get_max_size()`` into several is one multi-buffer of the same name and the same sum; a single
+tensor larger than the device allows fails to allocate, which rsplan does not predict). The rules per backend come
+from ggml/src/ggml-<backend>/ at llama.cpp 0c1e57098.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rsplan.errors import BackendError, printable
+from rsplan.hparams.ggml_types import ggml_type, row_nbytes
+
+
+@dataclass(frozen=True)
+class BufferRule:
+    """How one buffer type sizes a cache tensor.
+
+    Attributes:
+        alignment: ``get_alignment``, bytes: each tensor's size is padded to a multiple of it.
+        row_padding: quantized tensors whose row (``ne[0]``) is not a multiple of this many elements get the bytes
+            of the missing elements added (MATRIX_ROW_PADDING); 0: no padding.
+    """
+
+    alignment: int
+    row_padding: int = 0
+
+    def alloc_nbytes(self, n_bytes: int, type_name: str, ne0: int) -> int:
+        """Bytes a tensor of ``n_bytes`` (ggml_nbytes) of type ``type_name`` with rows of ``ne0`` elements takes."""
+        size = n_bytes
+        type_ = ggml_type(type_name)
+        if self.row_padding and type_.is_quantized and ne0 % self.row_padding:
+            size += row_nbytes(type_, self.row_padding - ne0 % self.row_padding)
+        return -(-size // self.alignment) * self.alignment
+
+
+@dataclass(frozen=True)
+class BufferType:
+    """A backend's device buffer type: the name llama.cpp prints is ``prefix`` (+ the device number)."""
+
+    prefix: str
+    numbered: bool
+    rule: BufferRule | None  # None: the alignment is a property of the device (Vulkan)
+    source: str
+
+
+#: ggml's CPU buffer: TENSOR_ALIGNMENT, ggml_nbytes (also what a Metal buffer does with a cache tensor).
+CPU_RULE = BufferRule(32)
+#: CUDA's buffer type, also built for HIP and MUSA, and SYCL's: 128-byte alignment, quantized rows padded to 512.
+CUDA_RULE = BufferRule(128, 512)
+
+BUFFER_TYPES: tuple[BufferType, ...] = (
+    BufferType("CPU", False, CPU_RULE, "ggml-backend.cpp: get_alignment TENSOR_ALIGNMENT (32), get_alloc_size "
+                                       "ggml_nbytes"),
+    BufferType("CUDA", True, CUDA_RULE, "ggml-cuda.cu: get_alignment 128; get_alloc_size adds the bytes of "
+                                        "MATRIX_ROW_PADDING (512) - ne0 % 512 elements to quantized tensors"),
+    BufferType("ROCm", True, CUDA_RULE, "ggml-hip builds ggml-cuda with GGML_CUDA_NAME \"ROCm\": CUDA's buffer type"),
+    BufferType("MUSA", True, CUDA_RULE, "ggml-musa builds ggml-cuda with GGML_CUDA_NAME \"MUSA\": CUDA's buffer type"),
+    BufferType("SYCL", True, CUDA_RULE, "ggml-sycl.cpp: get_alignment SYCL_BUFFER_ALIGNMENT (128); get_alloc_size "
+                                        "pads quantized rows to MATRIX_ROW_PADDING (512); the buffer records the "
+                                        "size asked for (its 2 MiB rounding is of a host allocation only)"),
+    BufferType("MTL", True, CPU_RULE, "ggml-metal.cpp: get_alignment 32 (shared and private buffers); "
+                                      "get_alloc_size ggml_nbytes for a tensor without an op"),
+    BufferType("Vulkan", True, None, "ggml-vulkan.cpp: get_alignment is the device's "
+                                     "minStorageBufferOffsetAlignment; get_alloc_size ggml_nbytes"),
+)
+_BY_PREFIX = {b.prefix: b for b in BUFFER_TYPES}
+#: minStorageBufferOffsetAlignment is a power of two of at most 256 bytes (the Vulkan specification's required
+#: limits), so a Vulkan buffer's size is known when every one of these gives the same printed line.
+VULKAN_ALIGNMENTS = tuple(1 << i for i in range(9))
+_NAME = re.compile(r"^(?P<prefix>[A-Za-z]+)(?P<device>[0-9]{1,2})?(?::(?P<align>[0-9]{1,4}))?$")
+NAMES_HELP = "CPU, CUDA0, ROCm0, MUSA0, SYCL0, MTL0 (Metal) or Vulkan0 (Vulkan0:ALIGN gives the device's alignment)"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A ``--backend`` value: the buffer name llama.cpp prints and the rules it may size tensors by (one, or
+    every alignment a Vulkan device may have)."""
+
+    name: str
+    rules: tuple[BufferRule, ...]
+
+
+def parse_backend(value: str) -> Backend:
+    """``CPU``, ``CUDA0``, ``ROCm1``, ``MTL0``, ``Vulkan0`` or ``Vulkan0:64`` (a Vulkan device's
+    minStorageBufferOffsetAlignment, from vulkaninfo) as a Backend; a BackendError naming the accepted names."""
+    m = _NAME.match(value)
+    kind = _BY_PREFIX.get(m["prefix"]) if m else None
+    if m is None or kind is None or (m["device"] is None) == kind.numbered:
+        shown = printable(value[:40])
+        raise BackendError(f"'{shown}' is not a buffer rsplan knows the sizes of: {NAMES_HELP}")
+    name = m["prefix"] + (m["device"] or "")
+    if m["align"] is not None:
+        align = int(m["align"])
+        if kind.rule is not None:
+            raise BackendError(f"'{printable(value)}': {kind.prefix} buffers have a fixed alignment; give {name}")
+        if align not in VULKAN_ALIGNMENTS:
+            raise BackendError(f"'{value}': minStorageBufferOffsetAlignment is a power of two of at most 256 bytes")
+        return Backend(name, (BufferRule(align),))
+    if kind.rule is None:
+        return Backend(name, tuple(BufferRule(a) for a in VULKAN_ALIGNMENTS))
+    return Backend(name, (kind.rule,))
