@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tabulate import tabulate
-
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
+from rsplan.render.tables import prose, table
 from rsplan.render.units import human
 
 #: Why a search stopped, in words.
@@ -180,9 +179,8 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult, spec_type:
             human(d["cache_bytes"]),
         ])
     p = result.params
-    lines.append(tabulate(rows, headers=["device", "budget", "layers", "weights", "cache budget",
-                                         f"caches at -c {p.n_ctx} -np {p.n_seq_max}"],
-                          disable_numparse=True))
+    lines.append(table(rows, ["device", "budget", "layers", "weights", "cache budget",
+                              f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2)))
     lines.append("")
 
     lines.append("Most parallel sequences per context (llama.cpp's -c is the total over all sequences):")
@@ -199,8 +197,7 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult, spec_type:
             human(r.cache_bytes),
             human(r.headroom_bytes),
         ])
-    lines.append(tabulate(ladder_rows, headers=["ctx/seq", "max -np", "llama.cpp flags", "caches", "headroom"],
-                          disable_numparse=True))
+    lines.append(table(ladder_rows, ["ctx/seq", "max -np", "llama.cpp flags", "caches", "headroom"], wrap=(2,)))
     lines.append("")
 
     m = result.max_ctx
@@ -222,4 +219,4 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult, spec_type:
                      f"(caches {human(rs.cache_bytes)})")
     lines.append("")
     lines.extend(f"Note: {n}" for n in notes(planner))
-    return "\n".join(lines)
+    return "\n".join(prose(line) for line in lines)
