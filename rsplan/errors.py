@@ -28,3 +28,22 @@ class ContextError(RsplanError):
 
 class DeviceError(RsplanError):
     """A device (GPU) problem: none present, out of memory, missing driver library."""
+
+
+class DependencyError(RsplanError):
+    """An optional library the command needs (plotly, gguf, torch) is not installed: the message gives the pip
+    command that installs it."""
+
+
+def require(module: str, needed_for: str, extra: str) -> None:
+    """Import ``module`` or raise a DependencyError naming ``pip install 'rsplan[<extra>]'``.
+
+    ``needed_for`` completes "... needs the <module> package": ``rsplan report``, ``reading a GGUF file``.
+    """
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise DependencyError(f"{needed_for} needs the {module} package, which is not installed: "
+                              f"pip install 'rsplan[{extra}]'") from None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,14 @@ def shared_dir() -> Path:
     """The project's shared/ folder (beside the checkout), or $RSPLAN_SHARED_DIR."""
     env = os.environ.get("RSPLAN_SHARED_DIR")
     return Path(env) if env else REPO.parent / "shared"
+
+
+def rsplan_without(missing: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """Run ``rsplan *args`` in a subprocess where importing ``missing`` fails as if it were not installed (its
+    ``sys.modules`` entry is None)."""
+    code = (f"import sys; sys.modules[{missing!r}] = None; sys.argv = ['rsplan', *{list(args)!r}]; "
+            "from rsplan.cli import main; main()")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def make_spec(**fields: object) -> ModelSpec:

@@ -22,7 +22,7 @@ from rsplan.cli.engine_options import engine_options, pop_engines_values
 from rsplan.cli.errors import user_errors
 from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
-from rsplan.errors import RsplanError
+from rsplan.errors import RsplanError, require
 from rsplan.planner.engines import NATIVE
 
 OUTPUT_OPTIONS = [
@@ -61,6 +61,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     from rsplan.files import AtomicFile
     from rsplan.render.report import ReportWriteError
 
+    require("plotly", "rsplan report", "report")  # before any file is touched
     start = time.perf_counter()
     target = AtomicFile(output, "the report", ReportWriteError)  # an unwritable path fails here, before any work
     engines = [e for e in dict.fromkeys(engine) if e != NATIVE]
