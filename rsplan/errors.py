@@ -10,6 +10,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def either(names: list[str]) -> str:
+    """``["a", "b", "c"]`` -> ``a, b or c`` (for "did you mean ...?")."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 class RsplanError(ValueError):
     """Base class of every user-facing rsplan error."""
 
