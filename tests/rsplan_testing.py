@@ -11,6 +11,7 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from click.testing import Result
 
 from rsplan.hparams.model import ModelSpec
@@ -22,6 +23,15 @@ def shared_dir() -> Path:
     """The project's shared/ folder (beside the checkout), or $RSPLAN_SHARED_DIR."""
     env = os.environ.get("RSPLAN_SHARED_DIR")
     return Path(env) if env else REPO.parent / "shared"
+
+
+def needs_shared(path: Path) -> pytest.MarkDecorator:
+    """The mark of tests that read ``path`` under shared/ (the golden llama.cpp measurements): they are skipped
+    where it is missing, but under CI=true a missing path fails the module instead (a CI run must check them)."""
+    reason = f"{path} not found: the golden data is read from ../shared beside the checkout or $RSPLAN_SHARED_DIR"
+    if not path.exists() and os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    return pytest.mark.skipif(not path.exists(), reason=reason)
 
 
 def rsplan_without(missing: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
