@@ -28,12 +28,13 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, align: Seque
     if any(not h for h in headers):
         raise ValueError(f"every column needs a header: {list(headers)}")
     cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h), *(len(line) for r in cells for line in r[i].splitlines() or [""])])
+    # tabulate gives a header 2 characters more than its text (MIN_PADDING)
+    widths = [max([len(h) + 2, *(len(line) for r in cells for line in r[i].splitlines() or [""])])
               for i, h in enumerate(headers)]
     limits: list[int | None] = [None] * len(headers)
     excess = sum(widths) + _GAP * (len(headers) - 1) - width
     while excess > 0:  # narrow the widest wrappable column by one, until the table fits or none can shrink
-        shrinkable = [i for i in wrap if widths[i] > max(_MIN_WRAP, len(headers[i]))]
+        shrinkable = [i for i in wrap if widths[i] > max(_MIN_WRAP, len(headers[i]) + 2)]
         if not shrinkable:
             break
         i = max(shrinkable, key=lambda i: widths[i])
