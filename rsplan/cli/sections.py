@@ -7,8 +7,9 @@ under ``title``. Each group of options is such a list (``options.MODEL_OPTIONS``
 ``click.option(...)`` line to its list. An option declared outside any section (``--help``) is listed last,
 under "Other options".
 
-(A small subclass rather than a library: cloup, which does this for click, added ~60 ms of imports to the
-~330 ms cold start of ``rsplan estimate``; see benchmarks/bench_estimate.py.)
+(A small subclass rather than a library: cloup 3.1, which does this for click, adds ~50 ms of imports on top of
+what ``rsplan estimate`` loads, +30-40 ms CPU on its ~320-400 ms cold start, measured as benchmarks/bench_estimate.py
+measures it; cloup 4 also needs a newer click than 8.4.)
 """
 
 from __future__ import annotations
