@@ -82,7 +82,7 @@ def buffers_table(plan: MemoryPlan, backend: str = "CPU") -> str:
 def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU") -> str:
     parts = [
         f"model {plan.model} (arch {plan.arch})",
-        context_line(plan),
+        prose(context_line(plan)),
         "",
         totals_table(plan),
     ]
