@@ -100,11 +100,18 @@ def _kind_bytes(plan: MemoryPlan, kind: str) -> int:
 def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
     """Several models under the same flags, one column each: the context each gets and its cache bytes."""
     buffer = buffer_kind(backend)
+
+    def rs(p: MemoryPlan) -> str:
+        c = p.context
+        return str(c.n_rs_seq) + (f" (asked {c.n_rs_seq_requested})" if c.n_rs_seq_clamp_reason else "")
+
     rows: list[list[str]] = [
         ["arch", *(p.arch for p in plans)],
         ["n_ctx (cells x streams)", *(f"{p.context.n_ctx:,} = {p.context.n_ctx_seq:,} x {p.context.n_stream}"
                                       for p in plans)],
-        ["n_rs_seq", *(str(p.context.n_rs_seq) for p in plans)],
+        ["n_seq_max", *(str(p.context.n_seq_max) for p in plans)],
+        ["n_rs_seq", *(rs(p) for p in plans)],
+        ["flash_attn", *("on" if p.context.flash_attn else "off" for p in plans)],
     ]
     for kind in ("k", "v", "r", "s"):
         rows.append([f"{_KIND_LABEL[kind]} bytes", *(f"{_kind_bytes(p, kind):,}" for p in plans)])
@@ -112,12 +119,15 @@ def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
     rows.append(["total MiB", *(mib(p.total_bytes) for p in plans)])
     rows.append([f"{backend} buffers bytes", *(f"{sum(p.buffer_bytes[buffer].values()):,}" for p in plans)])
     parts = [
-        f"{len(plans)} models, same flags: {context_line(plans[0]).split(';', 1)[1].strip()}",
+        f"{len(plans)} models side by side, under the same flags",
         "",
         table(rows, ["model", *(p.model for p in plans)], align=("left", *("right",) * len(plans))),
         prose(f"{backend} buffers: the KV and RS buffers llama.cpp allocates on {backend}, each tensor padded to "
               f"{BUFFER_ALIGNMENT[buffer]} bytes."),
     ]
     for p in plans:
+        if p.context.n_rs_seq_clamp_reason:
+            parts.append(prose(f"note ({p.model}): n_rs_seq {p.context.n_rs_seq_requested} clamped to "
+                               f"{p.context.n_rs_seq}: {p.context.n_rs_seq_clamp_reason}"))
         parts += [prose(f"note ({p.model}): {w}") for w in p.warnings]
     return "\n".join(parts)

@@ -55,9 +55,13 @@ def test_table_puts_models_side_by_side():
     r = run("estimate", "-m", "lfm2-1.2b", "-m", "mamba2-130m", "-c", "8k", "-np", "2")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0] == "2 models, same flags: n_seq_max 2; n_rs_seq 0; flash_attn on"
-    rows = {line[:27].strip(): line[27:].split() for line in lines[4:14]}
+    assert lines[0] == "2 models side by side, under the same flags"
     assert lines[2].split() == ["model", "lfm2-1.2b", "mamba2-130m"]
+    end = lines.index("CPU buffers: the KV and RS buffers llama.cpp allocates on CPU, each tensor padded to 32 bytes.")
+    rows = {line[:27].strip(): line[27:].split() for line in lines[4:end]}
+    assert list(rows) == ["arch", "n_ctx (cells x streams)", "n_seq_max", "n_rs_seq", "flash_attn", "K bytes",
+                          "V bytes", "R (conv state) bytes", "S (recurrent state) bytes", "total bytes", "total MiB",
+                          "CPU buffers bytes"]
     # lfm2-1.2b: 6 attention layers x 4096 cells x 2 streams x 512 (8 KV heads x 64) x 2 bytes, for K and for V;
     # 10 conv layers x 2 rows x (2 x 2048) x 4 bytes. mamba2-130m: 24 layers x 2 rows x 4 bytes x n_embd_r 5376
     # (3 x (1536 + 2 x 128)) and x n_embd_s 196608 (128 x 1536).
@@ -68,6 +72,17 @@ def test_table_puts_models_side_by_side():
     assert rows["total bytes"] == [f"{2 * 6 * 4096 * 2 * 512 * 2 + 10 * 2 * 4096 * 4:,}",
                                    f"{24 * 2 * (5376 + 196608) * 4:,}"]
     assert rows["n_ctx (cells x streams)"] == ["8,192", "=", "4,096", "x", "2"] * 2
+    assert rows["CPU buffers bytes"] == rows["total bytes"]  # every tensor here is a multiple of 32 bytes
+
+
+def test_a_clamped_rollback_is_shown_per_model():
+    r = run("estimate", "-m", "qwen3-next-80b-a3b", "-m", "qwen3.5-35b-a3b", "-c", "32k", "-np", "4", "--spec-type",
+            "mtp")
+    lines = r.output.splitlines()
+    assert next(line for line in lines if line.startswith("n_rs_seq")).split() == ["n_rs_seq", "0", "(asked", "3)",
+                                                                                    "3"]
+    assert "note (qwen3-next-80b-a3b): n_rs_seq 3 clamped to 0: arch 'qwen3next' does not support recurrent partial " \
+           "rollback" in lines
 
 
 def test_one_model_keeps_its_own_output():
