@@ -31,11 +31,15 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 def section(title: str, options: Sequence[Decorator]) -> Decorator:
     """Apply ``options`` (click.option decorators, listed top to bottom) and file them under ``title``."""
 
+    def params(func: Callable[..., Any]) -> list[click.Parameter]:
+        # click.option keeps them on the function until @click.command, or adds them to a command already made
+        return func.params if isinstance(func, click.Command) else getattr(func, "__click_params__", [])
+
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        before = {id(p) for p in getattr(func, "__click_params__", ())}
+        before = {id(p) for p in params(func)}
         for option in reversed(options):
             func = option(func)
-        for param in getattr(func, "__click_params__", ()):  # where click.option keeps them until the command
+        for param in params(func):
             if id(param) not in before:
                 setattr(param, _ATTR, title)
         return func

@@ -96,6 +96,17 @@ def test_adding_an_option_to_a_group_is_one_line():
         "[('alpha', None), ('beta', 'x'), ('out', None)]\n"
 
 
+def test_a_section_applied_to_a_command_object_also_counts():
+    @section("Late", [click.option("--late")])
+    @click.command(cls=SectionedCommand)
+    @click.option("--early")
+    def f(**kwargs):
+        pass
+
+    assert list(sections(CliRunner().invoke(f, ["--help"]).output).items()) == [
+        ("Late", ["--late"]), (OTHER, ["--early", "--help"])]  # "Other options" always last
+
+
 def _generator():
     spec = importlib.util.spec_from_file_location("gen_cli_docs", REPO / "scripts" / "gen_cli_docs.py")
     module = importlib.util.module_from_spec(spec)
