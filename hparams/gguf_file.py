@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rsplan.errors import ModelFileError
+from rsplan.errors import ModelFileError, require
 from rsplan.files import open_regular, path_kind
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
@@ -65,6 +65,7 @@ class _Tables:
 
 @cache
 def _tables() -> _Tables:
+    require("gguf", "reading a GGUF file", "gguf")
     from gguf.constants import (
         GGML_QUANT_SIZES,
         GGUF_DEFAULT_ALIGNMENT,

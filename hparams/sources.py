@@ -6,12 +6,13 @@ inputs that need them; a built-in preset imports none of them.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from rsplan.errors import ModelFileError, printable
+from rsplan.errors import ModelFileError, either, printable
 from rsplan.files import open_regular, path_kind
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.yaml_preset import load_preset_file, load_trusted_preset_text
@@ -42,8 +43,23 @@ def builtin_preset_path(name: str) -> Path:
     path = presets_dir() / f"{name}.yaml"
     if not _PRESET_NAME.match(name) or path_kind(path) != "file":
         shown = printable(name if len(name) <= 80 else name[:77] + "...")
-        raise ModelFileError(f"no built-in preset named '{shown}' (see `rsplan presets list`)")
+        close = closest_presets(name)
+        hint = f"; did you mean {either(close)}?" if close else ""
+        raise ModelFileError(f"no built-in preset named '{shown}'{hint} (see `rsplan presets list`)")
     return path
+
+
+def closest_presets(name: str, n: int = 3) -> list[str]:
+    """The built-in presets ``name`` most likely meant: those it begins (``qwen3-next`` ->
+    ``qwen3-next-80b-a3b``), then the closest spellings; at most ``n``."""
+    if len(name) > 200:
+        return []
+    names = builtin_preset_names()
+    key = name.lower()
+    starts = [p for p in names if p.lower().startswith(key)] if len(key) >= 3 else []
+    similar = difflib.get_close_matches(key, [p.lower() for p in names], n=n, cutoff=0.6)
+    by_lower = {p.lower(): p for p in names}
+    return list(dict.fromkeys([*starts, *(by_lower[s] for s in similar)]))[:n]
 
 
 def load_builtin_preset(name: str) -> ModelSpec:

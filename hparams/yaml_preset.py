@@ -7,13 +7,15 @@ at most ``MAX_PRESET_BYTES``.
 
 from __future__ import annotations
 
+import difflib
 import re
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
-from rsplan.errors import ModelFileError, UnsupportedArchError
+from rsplan.errors import ModelFileError, UnsupportedArchError, either
 from rsplan.files import FileTooLargeError, NotRegularFileError, read_limited
 from rsplan.hparams.archs import arch_info
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
@@ -130,6 +132,9 @@ def _parse_yaml(text: str, where: str) -> object:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        lines = text.splitlines()
+        if mark is not None and mark.line < len(lines) and "\t" in lines[mark.line]:
+            problem = "a tab character; YAML indents with spaces only"
         raise ModelFileError(f"{where}: invalid YAML{at}: {problem}") from None
 
 
@@ -138,14 +143,61 @@ def _is_union_tag(part: object) -> bool:
     return isinstance(part, str) and ("[" in part or "-" in part)
 
 
+#: pydantic error types of a value of the wrong kind or out of range: the message echoes the value given.
+_ECHOED = ("_type", "_parsing", "greater_than", "less_than", "literal_error", "string_pattern_mismatch",
+           "too_long", "too_short", "finite_number")
+
+
+def _keys_at(loc: tuple[object, ...]) -> list[str]:
+    """The keys a mapping at ``loc`` (a key path under ModelSpec) may hold: its schema's field names."""
+    from pydantic import BaseModel  # untrusted input only: a built-in preset never imports pydantic
+
+    from rsplan.hparams.model_schema import ModelSchema
+
+    model: type[BaseModel] = ModelSchema
+    for part in loc:
+        if isinstance(part, int) or _is_union_tag(part):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        inner = [a for a in (field.annotation, *typing.get_args(field.annotation))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return []
+        model = inner[0]
+    return list(model.model_fields)
+
+
+def _echo(value: object) -> str:
+    """A value as the preset wrote it, for ``..., got <value>`` (with the fix, where the value is a number that
+    YAML read as text)."""
+    if isinstance(value, str):
+        hint = ""
+        if re.fullmatch(r"[-+]?[0-9]+", value):
+            hint = f" (quoted: write {value} without quotes)"
+        elif re.fullmatch(r"[-+]?[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+", value) and float(value).is_integer() \
+                and abs(float(value)) < 1e19:
+            hint = f" (YAML reads {value} as text: write {int(float(value))})"
+        return f"the text '{_shown(value)}'{hint}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return "a list" if isinstance(value, list) else "a mapping"
+    return _shown(repr(value))
+
+
 def validation_message(exc: ValidationError) -> str:
     """The most telling pydantic error as ``field.path[i]: message`` on one line.
 
-    For a scalar-or-list field, pydantic reports one error per union branch; an error inside a list element
-    (a location with an index) names the offending entry, so it is preferred over the scalar branch's.
+    An unknown key comes first (with the closest known keys: a misspelt key otherwise surfaces as the real key
+    "Field required"). For a scalar-or-list field, pydantic reports one error per union branch; an error inside a
+    list element (a location with an index) names the offending entry, so it is preferred over the scalar
+    branch's. A value of the wrong type or out of range is echoed.
     """
     errors = exc.errors()
-    err = next((e for e in errors if any(isinstance(p, int) for p in e["loc"])), errors[0])
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), None) \
+        or next((e for e in errors if any(isinstance(p, int) for p in e["loc"])), errors[0])
     loc = ""
     for part in err["loc"]:
         if _is_union_tag(part):
@@ -153,7 +205,11 @@ def validation_message(exc: ValidationError) -> str:
         loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
+        key = str(err["loc"][-1])
+        close = difflib.get_close_matches(key, _keys_at(err["loc"][:-1]), n=3, cutoff=0.6)
+        msg = "unknown key" + (f" (did you mean {either(close)}?)" if close else "")
+    elif any(t in err["type"] for t in _ECHOED) and "input" in err:
+        msg += f", got {_echo(err['input'])}"
     return f"{loc}: {msg}" if loc else msg
 
 

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from rsplan.errors import DeviceError, RsplanError
+from rsplan.errors import DependencyError, DeviceError, RsplanError
 
 __all__ = ["DependencyError", "DeviceError", "WorkloadError"]
-
-
-class DependencyError(RsplanError):
-    """A library the profiler needs (torch) is not installed."""
 
 
 class WorkloadError(RsplanError):

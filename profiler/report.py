@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tabulate import tabulate
+from rsplan.render.tables import table
 
 KIND_NAMES = {
     "k": "K (cache_k_l*)",
@@ -50,11 +50,7 @@ def render(report: dict[str, Any]) -> str:
         ["total", _mib(alloc["planned_bytes"]), _mib(alloc["allocated_bytes"]), "yes" if alloc["equal"] else "NO"]
     )
     lines.append(
-        tabulate(
-            rows,
-            headers=["allocated tensors", "planned", "allocated", "equal"],
-            colalign=("left", "right", "right", "left"),
-        )
+        table(rows, ["allocated tensors", "planned", "allocated", "equal"], align=("left", "right", "right", "left"))
     )
     copy = report["copy_bandwidth"]
     lines += [
@@ -88,10 +84,10 @@ def render(report: dict[str, Any]) -> str:
             ]
         )
         lines.append(
-            tabulate(
+            table(
                 rows,
-                headers=["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", "of copy"],
-                colalign=("left", "right", "right", "right", "right", "right"),
+                ["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", "of copy"],
+                align=("left", "right", "right", "right", "right", "right"),
             )
         )
         extra = [

@@ -10,6 +10,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def either(names: list[str]) -> str:
+    """``["a", "b", "c"]`` -> ``a, b or c`` (for "did you mean ...?")."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 class RsplanError(ValueError):
     """Base class of every user-facing rsplan error."""
 
@@ -32,3 +37,22 @@ class DeviceError(RsplanError):
 
 class BackendError(RsplanError):
     """A backend buffer (``--backend``) whose sizes rsplan cannot predict exactly."""
+
+
+class DependencyError(RsplanError):
+    """An optional library the command needs (plotly, gguf, torch) is not installed: the message gives the pip
+    command that installs it."""
+
+
+def require(module: str, needed_for: str, extra: str) -> None:
+    """Import ``module`` or raise a DependencyError naming ``pip install 'rsplan[<extra>]'``.
+
+    ``needed_for`` completes "... needs the <module> package": ``rsplan report``, ``reading a GGUF file``.
+    """
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise DependencyError(f"{needed_for} needs the {module} package, which is not installed: "
+                              f"pip install 'rsplan[{extra}]'") from None

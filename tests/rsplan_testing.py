@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from click.testing import Result
 
 from rsplan.hparams.model import ModelSpec
@@ -20,6 +23,23 @@ def shared_dir() -> Path:
     """The project's shared/ folder (beside the checkout), or $RSPLAN_SHARED_DIR."""
     env = os.environ.get("RSPLAN_SHARED_DIR")
     return Path(env) if env else REPO.parent / "shared"
+
+
+def needs_shared(path: Path) -> pytest.MarkDecorator:
+    """The mark of tests that read ``path`` under shared/ (the golden llama.cpp measurements): they are skipped
+    where it is missing, but under CI=true a missing path fails the module instead (a CI run must check them)."""
+    reason = f"{path} not found: the golden data is read from ../shared beside the checkout or $RSPLAN_SHARED_DIR"
+    if not path.exists() and os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    return pytest.mark.skipif(not path.exists(), reason=reason)
+
+
+def rsplan_without(missing: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """Run ``rsplan *args`` in a subprocess where importing ``missing`` fails as if it were not installed (its
+    ``sys.modules`` entry is None)."""
+    code = (f"import sys; sys.modules[{missing!r}] = None; sys.argv = ['rsplan', *{list(args)!r}]; "
+            "from rsplan.cli import main; main()")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def make_spec(**fields: object) -> ModelSpec:

@@ -273,6 +273,10 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
     attn = attention_shape(spec, layout, tp, engine=f"vLLM {VERSION}")
     n_attention = len(attn.layers) if attn else 0
     method = s.speculative_method or ("mtp" if spec.nextn_predict_layers and num_spec else "ngram")
+    if num_spec and s.speculative_method is None and method == "ngram":
+        notes.append(f"--num-speculative-tokens {num_spec} without --speculative-method: the model has no MTP layers "
+                     "(nextn_predict_layers 0), so the drafts are sized as ngram (prompt lookup: no draft KV); give "
+                     "--speculative-method to choose")
     if num_spec and method == "mtp":
         if not spec.nextn_predict_layers:
             raise EngineError("--speculative-method mtp: the model has no MTP layers (nextn_predict_layers 0)")

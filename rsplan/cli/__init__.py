@@ -59,12 +59,10 @@ class LazyGroup(click.Group):
             click.echo("Error: aborted", err=True)
             sys.exit(1)
         except click.exceptions.NoArgsIsHelpError as exc:
-            # `rsplan` or `rsplan presets` alone: click's message is the whole help text
-            ctx = exc.ctx
-            assert ctx is not None and isinstance(ctx.command, click.Group)
-            names = ", ".join(ctx.command.list_commands(ctx))
-            click.echo(f"Error: missing command, one of: {names} (see '{ctx.command_path} --help')", err=True)
-            sys.exit(exc.exit_code)
+            # `rsplan` or `rsplan presets` alone: the help, as a question answered (exit 0)
+            assert exc.ctx is not None
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
         except click.ClickException as exc:
             message = one_line(exc.format_message())
             hint = ""

@@ -15,7 +15,8 @@ import click
 
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import CONTEXT_KEYS, context_options, pop_context_params
+from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
+from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
 from rsplan.planner.context import CTX_PAD, MAX_CTX
 from rsplan.planner.engines import NATIVE
@@ -27,7 +28,8 @@ _CTX = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
 #: The largest context per sequence: llama.cpp pads it to a multiple of 256 and keeps it in a uint32.
 MAX_CTX_PER_SEQ = MAX_CTX // CTX_PAD * CTX_PAD
 
-_BUDGET_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+#: The "Memory budget" section of capacity's and report's --help (rsplan.cli.sections): one line per option.
+BUDGET_OPTIONS: list[Decorator] = [
     click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
                  help="Memory per GPU, with units (24GiB, 80GB, 81920MiB); several values = several GPUs."),
     click.option("--gpu", metavar="[INDEX,...]", is_flag=False, flag_value="all", default=None,
@@ -70,10 +72,14 @@ NATIVE_BUDGET_KEYS = ("gpu_memory", "fit_target", "compute", "n_gpu_layers", "te
 
 
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the budget and placement flags to a click command."""
-    for option in reversed(_BUDGET_OPTIONS):
-        func = option(func)
-    return func
+    """Add the budget and placement flags to a click command, under "Memory budget"."""
+    return section("Memory budget", BUDGET_OPTIONS)(func)
+
+
+def ladder_option(help_text: str) -> Decorator:
+    """``--ctx N[,N...]``: the per-sequence contexts a capacity table answers for."""
+    return section("Context ladder", [click.option("--ctx", "ctx_list", metavar="N[,N...]", default=None,
+                                                  help=help_text)])
 
 
 def parse_ctx_list(text: str, largest: int = MAX_CTX_PER_SEQ,
@@ -249,17 +255,15 @@ def serving_budget(spec: Any, ref: str, options: dict[str, Any], weights_flag: s
     return ServingBudget(gpu_bytes, source, weights, w_source, overhead, smallest.free_bytes)
 
 
-@click.command()
-@click.option("-m", "--model", "model_ref", required=True, metavar="MODEL",
-              help="Built-in preset name, preset YAML, GGUF file, or config.json / model directory.")
+@click.command(cls=SectionedCommand)
+@model_options()
 @budget_options
-@click.option("--ctx", "ctx_list", metavar="N[,N...]", default=None,
-              help="Per-sequence contexts for the ladder (tokens; 8k = 8192). Default: 4k, 8k, ... up to the "
-              "model's training context.")
+@ladder_option("Per-sequence contexts for the ladder (tokens; 8k = 8192). Default: 4k, 8k, ... up to the model's "
+               "training context.")
 @context_options
 @engine_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table, or json (every number, in bytes).")
+@section("Output", [click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+                                 show_default=True, help="table, or json (every number, in bytes).")])
 @user_errors
 def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.

@@ -4,6 +4,9 @@ Every non-native engine's flags are added to estimate / capacity / report, merge
 ``--kv-cache-dtype`` are one option whose choices each engine checks. A flag given for an engine that does not
 read it is an error naming the engine that does, and llama.cpp's flags are refused with another engine (and the
 reverse), so a command line never carries a flag that silently changes nothing.
+
+In ``--help``, ``--engine`` and the flags every serving engine reads are listed under "Serving engine", the others
+under the engine(s) reading them ("vLLM", "SGLang"): the sections follow the flag tables, nothing to add here.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from rsplan.cli.sections import Decorator, section
 from rsplan.errors import RsplanError
 from rsplan.planner.engines import ENGINES, NATIVE, flag_modules
 from rsplan.planner.engines.flag import EngineFlag
 from rsplan.render.units import parse_size
 
+#: How --help titles an engine's section (an engine missing here is titled by its name).
+TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
+ENGINE_SECTION = "Serving engine"
 ENGINE_HELP = "Whose memory rules: llama.cpp (exact per tensor), vllm (0.33.0) or sglang (0.5.23)."
 
 
@@ -41,8 +48,8 @@ def _merged() -> dict[str, tuple[EngineFlag, list[str], list[str], list[str]]]:
     return out
 
 
-def _option(f: EngineFlag, decls: list[str], choices: list[str], engines: list[str]) -> Callable[..., Any]:
-    help_text = f.help + ("" if len(engines) == len(ENGINES) - 1 else f" [{', '.join(engines)}]")
+def _option(f: EngineFlag, decls: list[str], choices: list[str]) -> Callable[..., Any]:
+    help_text = f.help  # which engines read it: the --help section it is listed under
     if f.kind == "bool":
         return click.option(*decls, f.key, default=None, help=help_text)
     if f.kind == "flag":
@@ -64,13 +71,20 @@ def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = F
     for the report's side-by-side comparison)."""
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-        for flag, decls, choices, engines in reversed(list(_merged().values())):
-            f = _option(flag, decls, choices, engines)(f)
         if multiple:
-            return click.option("--engine", type=click.Choice(list(ENGINES)), multiple=True,
-                                help=ENGINE_HELP + " Repeat to compare; llama.cpp is always drawn.")(f)
-        return click.option("--engine", type=click.Choice(list(ENGINES)), default=NATIVE, show_default=True,
-                            help=ENGINE_HELP)(f)
+            choose = click.option("--engine", type=click.Choice(list(ENGINES)), multiple=True,
+                                  help=ENGINE_HELP + " Repeat to compare; llama.cpp is always drawn.")
+        else:
+            choose = click.option("--engine", type=click.Choice(list(ENGINES)), default=NATIVE, show_default=True,
+                                  help=ENGINE_HELP)
+        sections: dict[str, list[Decorator]] = {ENGINE_SECTION: [choose]}
+        for flag, decls, choices, engines in _merged().values():
+            title = (ENGINE_SECTION if len(engines) == len(ENGINES) - 1
+                     else " and ".join(TITLES.get(e, e) for e in engines))
+            sections.setdefault(title, []).append(_option(flag, decls, choices))
+        for title, options in reversed(sections.items()):
+            f = section(title, options)(f)
+        return f
 
     return decorate(func) if func is not None else decorate
 

@@ -1,8 +1,14 @@
-"""``rsplan estimate``: every cache tensor llama.cpp would allocate, with exact bytes."""
+"""``rsplan estimate``: every cache tensor llama.cpp would allocate, with exact bytes.
+
+Several ``--model`` are compared side by side: ``--format table`` shows one column per model (llama.cpp) or one
+section per model (``--engine``), ``--format json`` a ``{"models": [...]}`` list of the single-model objects, and
+``--format log`` (one llama.cpp run's lines) takes one model.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import click
@@ -10,72 +16,96 @@ from click.core import ParameterSource
 
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import CONTEXT_KEYS, context_options, pop_context_params
+from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
+from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import BackendError
 from rsplan.planner.engines import NATIVE
 
+#: The buffers the table can show (planner.plan.BUFFER_RULES); --format log knows more (planner.buffers).
+_TABLE_BACKEND = re.compile(r"^(CPU|CUDA[0-9]{1,2})$")
 
-@click.command()
-@click.option("-m", "--model", "model_ref", required=True, metavar="MODEL",
-              help="Built-in preset name, preset YAML, GGUF file, or config.json / model directory.")
+OUTPUT_OPTIONS = [
+    click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
+                 help="table; json (every number); log (the llama.cpp lines, to diff against a real run)."),
+    click.option("--per-layer", is_flag=True, help="Table: add one row per layer."),
+    click.option("--backend", default="CPU", show_default=True, metavar="NAME",
+                 help="Where llama.cpp allocates the caches: the buffer of the table (CPU, CUDA0, ...) and of "
+                 "--format log (also ROCm0, MUSA0, SYCL0, MTL0, Vulkan0[:ALIGN]); its rules pad each tensor."),
+]
+
+
+@click.command(cls=SectionedCommand)
+@model_options(multiple=True, help_text="Built-in preset name, preset YAML, GGUF file, or config.json / model "
+               "directory. Repeat to compare models side by side.")
 @context_options
 @engine_options
-@click.option("--per-layer", is_flag=True, help="Table: add one row per layer.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
-              help="table; json (every number); log (the llama.cpp lines, to diff against a real run).")
-@click.option("--backend", default="CPU", show_default=True, metavar="NAME",
-              help="Buffer name for --format log (CPU, CUDA0, ROCm0, MUSA0, SYCL0, MTL0, Vulkan0[:ALIGN]); sizes "
-                   "follow its backend's buffer rules.")
+@section("Output", OUTPUT_OPTIONS)
 @user_errors
-def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, engine: str, **kwargs: Any) -> None:
+def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: str, engine: str,
+             **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
     vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).
 
     \b
     Examples:
-      rsplan estimate --model qwen3-next-80b-a3b -c 32768 -np 4
+      rsplan estimate --model qwen3-next-80b-a3b -c 32k -np 4
       rsplan estimate --model lfm2-1.2b -c 0 -np 8 --spec-type mtp --draft-max 4 --format json
-      rsplan estimate --model model.gguf -c 8192 --format log
+      rsplan estimate --model model.gguf -c 8192 --format log --backend CUDA0
+      rsplan estimate --model lfm2-1.2b --model mamba2-130m -c 8k
       rsplan estimate --model nemotron-h-8b-base-8k --engine vllm --max-num-seqs 64 --kv-cache-memory-bytes 40GiB
     """
     from rsplan.hparams.sources import load_model
 
     ctx = click.get_current_context()
+    refs = list(model_refs)
     values = pop_engine_values(kwargs, engine, CONTEXT_KEYS)
     if engine != NATIVE:
-        _estimate_engine(model_ref, engine, values, per_layer, fmt, ctx)
+        _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
     from rsplan.planner.plan import build_plan
 
-    if fmt != "log" and ctx.get_parameter_source("backend") != ParameterSource.DEFAULT:
-        raise click.UsageError("--backend applies to --format log only", ctx)
+    if fmt == "json" and ctx.get_parameter_source("backend") != ParameterSource.DEFAULT:
+        raise click.UsageError("--backend applies to --format table and log (json has every buffer)", ctx)
     if fmt != "table" and per_layer:
         raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
+    if fmt == "log" and len(refs) > 1:
+        raise click.UsageError(f"--format log prints one llama.cpp run's lines: give one --model (got {len(refs)}), "
+                               "or compare with --format table or json", ctx)
+    if per_layer and len(refs) > 1:
+        raise click.UsageError(f"--per-layer shows one model's layers: give one --model (got {len(refs)})", ctx)
     from rsplan.planner.buffers import parse_backend
 
     try:
         buffer = parse_backend(backend)
     except BackendError as exc:
         raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
+    if fmt == "table" and not _TABLE_BACKEND.match(backend):
+        raise click.BadParameter(f"'{backend}': the table shows CPU or CUDA0, CUDA1, ... buffers; "
+                                 "the other backends' lines come with --format log", ctx, param_hint="--backend")
     params = pop_context_params(kwargs)
-    spec = load_model(model_ref)
-    plan = build_plan(spec, params)
+    specs = [load_model(ref) for ref in refs]
+    plans = [build_plan(spec, params) for spec in specs]
     if fmt == "json":
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        dicts = [plan.to_dict() for plan in plans]
+        click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     elif fmt == "log":
         from rsplan.planner.logs import log_lines
 
-        for line in log_lines(plan, backend=buffer, has_kv_cache=spec.info.memory == "hybrid"):
+        for line in log_lines(plans[0], backend=buffer, has_kv_cache=specs[0].info.memory == "hybrid"):
             click.echo(line)
+    elif len(plans) > 1:
+        from rsplan.render.plan_table import render_comparison
+
+        click.echo(render_comparison(plans, backend=backend))
     else:
         from rsplan.render.plan_table import render_plan
 
-        click.echo(render_plan(plan, per_layer=per_layer))
+        click.echo(render_plan(plans[0], per_layer=per_layer, backend=backend))
 
 
-def _estimate_engine(model_ref: str, engine: str, values: dict[str, Any], per_layer: bool, fmt: str,
+def _estimate_engine(refs: list[str], engine: str, values: dict[str, Any], per_layer: bool, fmt: str,
                      ctx: click.Context) -> None:
-    """``estimate --engine vllm|sglang``: the engine's plan, as a table or JSON."""
+    """``estimate --engine vllm|sglang``: the engine's plan, as a table or JSON (one section / object per model)."""
     from rsplan.hparams.sources import load_model
     from rsplan.planner.engines import engine as load_engine
 
@@ -84,10 +114,11 @@ def _estimate_engine(model_ref: str, engine: str, values: dict[str, Any], per_la
         raise click.UsageError(f"{given} applies to --engine llama.cpp only", ctx)
     rules = load_engine(engine)
     settings = rules.settings(values)
-    plan = rules.plan(load_model(model_ref), settings)
+    plans = [rules.plan(load_model(ref), settings) for ref in refs]
     if fmt == "json":
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        dicts = [plan.to_dict() for plan in plans]
+        click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     else:
         from rsplan.render.engine import render_engine_plan
 
-        click.echo(render_engine_plan(plan))
+        click.echo("\n\n".join(render_engine_plan(plan) for plan in plans))

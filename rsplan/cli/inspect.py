@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rsplan.cli.errors import user_errors
+from rsplan.cli.options import model_options
+from rsplan.cli.sections import SectionedCommand, section
 
 if TYPE_CHECKING:
     from rsplan.hparams.layout import CacheLayout
@@ -124,8 +126,7 @@ def _origin_lines(origin: dict[str, Any]) -> list[str]:
 
 
 def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]]) -> str:
-    from tabulate import tabulate
-
+    from rsplan.render.tables import prose, table
     from rsplan.render.units import human
 
     spec = ins.spec
@@ -153,7 +154,7 @@ def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]])
         rows.append([key, shown, ins.sources.get(key, "default")])
     # values llama.cpp derives when a key is absent (head dims, KV heads)
     rows += [[key, "-", how] for key, how in ins.sources.items() if key not in fields]
-    out += ["", tabulate(rows, headers=["hyper-parameter", "value", "read from"], disable_numparse=True)]
+    out += ["", table(rows, ["hyper-parameter", "value", "read from"], wrap=(2, 1))]
     kv = [row["layer"] for row in layers if row["kv"]]
     swa = [row["layer"] for row in layers if row["swa"]]
     out += [
@@ -165,7 +166,7 @@ def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]])
         f"SWA layers ({len(swa)}): {_ranges(swa)}" + (f", window {layout.n_swa}" if layout.n_swa else ""),
         "",
     ]
-    table = [
+    layer_rows = [
         [
             row["layer"] if not row["mtp"] else f"{row['layer']} (MTP)",
             f"{row['n_embd_k_gqa']} / {row['n_embd_v_gqa']}" if row["kv"] else "-",
@@ -174,16 +175,15 @@ def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]])
         ]
         for row in layers
     ]
-    out.append(tabulate(table, headers=["layer", "KV row (K / V)", "SWA", "R/S"], disable_numparse=True,
-                        colalign=("right", "right", "left", "left")))
-    return "\n".join(out)
+    out.append(table(layer_rows, ["layer", "KV row (K / V)", "SWA", "R/S"], align=("right", "right", "left", "left")))
+    return "\n".join(prose(line) for line in out)
 
 
-@click.command()
-@click.option("-m", "--model", "model_ref", required=True, metavar="MODEL",
-              help="GGUF file, config.json / model directory, preset YAML or built-in preset name.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table, or json (every field, where it came from, and the layer map).")
+@click.command(cls=SectionedCommand)
+@model_options(help_text="GGUF file, config.json / model directory, preset YAML or built-in preset name.")
+@section("Output", [click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+                                 show_default=True,
+                                 help="table, or json (every field, where it came from, and the layer map).")])
 @user_errors
 def inspect(model_ref: str, fmt: str) -> None:
     """Show the hyper-parameters rsplan read from a model, where each came from, and its per-layer cache map.

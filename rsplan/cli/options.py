@@ -1,7 +1,9 @@
-"""The llama.cpp context flags shared by estimate, capacity, report and profile.
+"""The option groups shared by the commands: the model (``-m``) and llama.cpp's context flags.
 
-Flag names follow llama.cpp's (``-c``, ``-np``, ``-kvu``, ``-ctk``, ``-ctv``, ``-fa``, ``-b``, ``-ub``,
+Context flag names follow llama.cpp's (``-c``, ``-np``, ``-kvu``, ``-ctk``, ``-ctv``, ``-fa``, ``-b``, ``-ub``,
 ``--swa-full``, ``--n-rs-seq``, ``--spec-type``, ``--draft-max``); ``--type-r`` / ``--type-s`` are rsplan's own.
+Each group is a list of ``click.option(...)`` lines shown under one ``--help`` section (rsplan.cli.sections):
+adding an option to a group is adding its line to the list (and its key to the command that reads it).
 """
 
 from __future__ import annotations
@@ -11,16 +13,58 @@ from typing import Any
 
 import click
 
+from rsplan.cli.sections import Decorator, section
 from rsplan.hparams.ggml_types import CACHE_TYPE_NAMES
 from rsplan.planner.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams, n_rs_seq_for
+from rsplan.render.units import read_count, shown
 
 CACHE_TYPE = click.Choice(CACHE_TYPE_NAMES, case_sensitive=False)
 
-_CONTEXT_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-    click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(0, MAX_CTX), default=4096, show_default=True,
-                 help="Total KV cells over all sequences (llama.cpp -c); 0 = the model's training context."),
-    click.option("-np", "--parallel", "n_seq_max", type=click.IntRange(1, MAX_SEQ), default=1, show_default=True,
-                 help="Parallel sequences (llama.cpp -np)."),
+
+class Tokens(click.ParamType):
+    """A number of tokens: ``32768``, or ``32k`` / ``32K`` for 32 x 1024 (as ``--ctx`` reads them), within
+    ``lo..hi``."""
+
+    name = "tokens"
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        text = str(value).strip()
+        n = value if isinstance(value, int) else read_count(text.removeprefix("-"))
+        if n is not None and text.startswith("-"):
+            n = -n  # out of range below, with click's own message
+        if n is None:
+            self.fail(f"cannot read '{shown(text)}' as a number of tokens (examples: 4096, 8k = 8192, 32768)",
+                      param, ctx)
+        if not self.lo <= n <= self.hi:
+            self.fail(f"{n} is not in the range {self.lo}<=x<={self.hi}.", param, ctx)
+        return n
+
+
+#: How the model is given. Commands add it with ``model_options()``; options every command reads about the model
+#: go in MODEL_OPTIONS.
+MODEL_HELP = "Built-in preset name, preset YAML, GGUF file, or config.json / model directory."
+MODEL_OPTIONS: list[Decorator] = []
+
+
+def model_options(*, multiple: bool = False, help_text: str = MODEL_HELP) -> Decorator:
+    """``-m/--model`` (``multiple``: repeatable, into ``model_refs``) and MODEL_OPTIONS, under "Model"."""
+    model = click.option("-m", "--model", "model_refs" if multiple else "model_ref", required=True, multiple=multiple,
+                         metavar="MODEL", help=help_text)
+    return section("Model", [model, *MODEL_OPTIONS])
+
+
+CONTEXT_OPTIONS: list[Decorator] = [
+    click.option("-c", "--ctx-size", "n_ctx", type=Tokens(0, MAX_CTX), default=4096, show_default=True,
+                 help="Total KV cells over all sequences (llama.cpp -c; 32k = 32768); 0 = the model's training "
+                 "context."),
+    click.option("-np", "--parallel", "n_seq_max", type=click.IntRange(1, MAX_SEQ), default=1, metavar="N",
+                 show_default=True, help="Parallel sequences (llama.cpp -np)."),
     click.option("-kvu", "--kv-unified", "kv_unified", is_flag=True,
                  help="One KV stream shared by all sequences (llama.cpp -kvu)."),
     click.option("-ctk", "--cache-type-k", "type_k", type=CACHE_TYPE, default="f16", show_default=True,
@@ -30,16 +74,17 @@ _CONTEXT_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default="auto",
                  show_default=True, help="Flash attention; auto counts as on when the caches are created."),
     click.option("--swa-full", is_flag=True, help="Full-size sliding-window caches."),
-    click.option("-b", "--batch-size", "n_batch", type=click.IntRange(1, MAX_CTX), default=2048, show_default=True,
+    click.option("-b", "--batch-size", "n_batch", type=Tokens(1, MAX_CTX), default=2048, show_default=True,
                  help="Logical batch size (llama.cpp -b)."),
-    click.option("-ub", "--ubatch-size", "n_ubatch", type=click.IntRange(1, MAX_CTX), default=512,
+    click.option("-ub", "--ubatch-size", "n_ubatch", type=Tokens(1, MAX_CTX), default=512,
                  show_default=True, help="Physical batch size (llama.cpp -ub)."),
-    click.option("--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None,
+    click.option("--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None, metavar="N",
                  help="Rollback snapshot planes per sequence (clamped to 0 on archs without rollback)."),
     click.option("--spec-type", type=click.Choice(["none", "mtp", "eagle3", "dflash", "dspark"]), default="none",
                  show_default=True, help="Speculative decoding type; mtp/eagle3/dflash/dspark set n_rs_seq to "
                  "--draft-max."),
     click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(0, MAX_RS_SEQ), default=None,
+                 metavar="N",
                  help="Draft length (default 3), used as n_rs_seq with --spec-type (llama.cpp: --spec-draft-n-max)."),
     click.option("--type-r", "type_r", type=CACHE_TYPE, default="f32", show_default=True,
                  help="Conv-state (R) type; llama.cpp always uses f32."),
@@ -54,10 +99,8 @@ CONTEXT_KEYS = (
 
 
 def context_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the llama.cpp context flags to a click command."""
-    for option in reversed(_CONTEXT_OPTIONS):
-        func = option(func)
-    return func
+    """Add the llama.cpp context flags to a click command, under "llama.cpp context"."""
+    return section("llama.cpp context", CONTEXT_OPTIONS)(func)
 
 
 def pop_context_params(kwargs: dict[str, Any]) -> ContextParams:

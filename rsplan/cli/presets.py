@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import click
-from tabulate import tabulate
 
 from rsplan.cli.errors import user_errors
+from rsplan.render.tables import table
 
 
 @click.group()
@@ -26,7 +26,8 @@ def presets_list() -> None:
         layout = cache_layout(spec)
         rows.append([name, spec.arch, spec.n_layer, len(layout.kv_layers), len(layout.recurrent_layers),
                      spec.context_length])
-    click.echo(tabulate(rows, headers=["preset", "arch", "layers", "KV layers", "recurrent layers", "n_ctx_train"]))
+    click.echo(table(rows, ["preset", "arch", "layers", "KV layers", "recurrent layers", "n_ctx_train"],
+                     align=("left", "left", "right", "right", "right", "right")))
 
 
 @presets.command("show")

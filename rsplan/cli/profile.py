@@ -14,6 +14,8 @@ from typing import Any
 import click
 
 from rsplan.cli.errors import user_errors
+from rsplan.cli.options import Tokens, model_options
+from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
 from rsplan.planner.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ
 
@@ -47,106 +49,56 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
-@click.command()
-@click.option(
-    "-m",
-    "--model",
-    "model_ref",
-    required=True,
-    metavar="MODEL",
-    help="Built-in preset name, preset YAML, GGUF file, or config.json / model directory.",
-)
-@click.option("--gpu", is_flag=True, help="Run on the first CUDA device (same as --device cuda).")
-@click.option("--device", default=None, metavar="DEV", help="cpu (default), cuda or cuda:N.")
-@click.option(
-    "-np",
-    "--parallel",
-    "n_seq_max",
-    type=click.IntRange(1, MAX_SEQ),
-    default=1,
-    show_default=True,
-    help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory.",
-)
-@click.option(
-    "-c",
-    "--ctx-size",
-    "n_ctx",
-    type=click.IntRange(0, MAX_CTX),
-    default=4096,
-    show_default=True,
-    help="Total KV cells (llama.cpp -c); sizes the KV tensors of hybrid models.",
-)
-@click.option(
-    "--n-rs-seq",
-    "n_rs_seq",
-    type=click.IntRange(0, MAX_RS_SEQ),
-    default=None,
-    help="Rollback snapshot planes per sequence (default: --draft for the spec workload, else 0).",
-)
-@click.option(
-    "--state-type",
-    type=click.Choice(["f32", "bf16"]),
-    default="f32",
-    show_default=True,
-    help="Type of the R and S state pools (llama.cpp uses f32).",
-)
-@click.option(
-    "--workload",
-    type=click.Choice(["decode", "prefill", "spec", "all"]),
-    default="all",
-    show_default=True,
-    help="What to drive through the cells and kernels.",
-)
-@click.option(
-    "--ubatch",
-    type=click.IntRange(1, MAX_CTX),
-    default=512,
-    show_default=True,
-    help="Prefill ubatch size in tokens (llama.cpp -ub), split equally over the sequences.",
-)
-@click.option(
-    "--draft",
-    type=click.IntRange(1, MAX_RS_SEQ),
-    default=3,
-    show_default=True,
-    help="Draft tokens verified per speculative round.",
-)
-@click.option(
-    "--iters", type=click.IntRange(1, 100000), default=20, show_default=True, help="Timed steps per workload."
-)
-@click.option(
-    "--warmup", type=click.IntRange(0, 100000), default=3, show_default=True, help="Untimed steps before them."
-)
-@click.option("--threads", type=click.IntRange(1, 4096), default=None, help="CPU threads for torch (CPU only).")
-@click.option(
-    "--seed",
-    type=click.IntRange(0, (1 << 32) - 1),
-    default=0,
-    show_default=True,
-    help="Seed of the inputs and the accepted drafts.",
-)
-@click.option(
-    "--cuda-graphs/--no-cuda-graphs",
-    default=True,
-    show_default=True,
-    help="On CUDA, time replays of captured graphs (eager Python launches would time the host).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table, or json with every figure.",
-)
-@click.option(
-    "--report-json",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="FILE",
-    help="Also write the kernel bandwidths as the JSON `rsplan report --profile` reads.",
-)
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+DEVICE_OPTIONS = [
+    click.option("--gpu", is_flag=True, help="Run on the first CUDA device (same as --device cuda)."),
+    click.option("--device", default=None, metavar="DEV", help="cpu (default), cuda or cuda:N."),
+    click.option("--threads", type=click.IntRange(1, 4096), default=None, metavar="N",
+                 help="CPU threads for torch (CPU only)."),
+    click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
+                 help="On CUDA, time replays of captured graphs (eager Python launches would time the host)."),
+]
+
+CELL_OPTIONS = [
+    click.option("-np", "--parallel", "n_seq_max", type=click.IntRange(1, MAX_SEQ), default=1, show_default=True,
+                 metavar="N", help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory."),
+    click.option("-c", "--ctx-size", "n_ctx", type=Tokens(0, MAX_CTX), default=4096, show_default=True,
+                 help="Total KV cells (llama.cpp -c; 32k = 32768); sizes the KV tensors of hybrid models."),
+    click.option("--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None, metavar="N",
+                 help="Rollback snapshot planes per sequence (default: --draft for the spec workload, else 0)."),
+    click.option("--state-type", type=click.Choice(["f32", "bf16"]), default="f32", show_default=True,
+                 help="Type of the R and S state pools (llama.cpp uses f32)."),
+]
+
+WORKLOAD_OPTIONS = [
+    click.option("--workload", type=click.Choice(["decode", "prefill", "spec", "all"]), default="all",
+                 show_default=True, help="What to drive through the cells and kernels."),
+    click.option("--ubatch", type=Tokens(1, MAX_CTX), default=512, show_default=True,
+                 help="Prefill ubatch size in tokens (llama.cpp -ub), split equally over the sequences."),
+    click.option("--draft", type=click.IntRange(1, MAX_RS_SEQ), default=3, show_default=True, metavar="N",
+                 help="Draft tokens verified per speculative round."),
+    click.option("--iters", type=click.IntRange(1, 100000), default=20, show_default=True, metavar="N",
+                 help="Timed steps per workload."),
+    click.option("--warmup", type=click.IntRange(0, 100000), default=3, show_default=True, metavar="N",
+                 help="Untimed steps before them."),
+    click.option("--seed", type=click.IntRange(0, (1 << 32) - 1), default=0, show_default=True, metavar="N",
+                 help="Seed of the inputs and the accepted drafts."),
+]
+
+OUTPUT_OPTIONS = [
+    click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+                 help="table, or json with every figure."),
+    click.option("--report-json", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                 help="Also write the kernel bandwidths as the JSON `rsplan report --profile` reads."),
+    click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
+]
+
+
+@click.command(cls=SectionedCommand)
+@model_options()
+@section("Device", DEVICE_OPTIONS)
+@section("llama.cpp cells", CELL_OPTIONS)
+@section("Workload", WORKLOAD_OPTIONS)
+@section("Output", OUTPUT_OPTIONS)
 @user_errors
 def profile(
     model_ref: str, gpu: bool, device: str | None, fmt: str, quiet: bool, report_json: str | None, **kwargs: Any

@@ -12,6 +12,7 @@ import click
 from rsplan.cli.capacity import (
     NATIVE_BUDGET_KEYS,
     budget_options,
+    ladder_option,
     make_planners,
     parse_ctx_list,
     pop_budget_options,
@@ -19,23 +20,28 @@ from rsplan.cli.capacity import (
 )
 from rsplan.cli.engine_options import engine_options, pop_engines_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import CONTEXT_KEYS, context_options, pop_context_params
-from rsplan.errors import RsplanError
+from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
+from rsplan.cli.sections import SectionedCommand, section
+from rsplan.errors import RsplanError, require
 from rsplan.planner.engines import NATIVE
 
+OUTPUT_OPTIONS = [
+    click.option("--profile", "profile_path", metavar="FILE", default=None,
+                 help="Profiler results JSON to plot (shape: docs/report.md)."),
+    click.option("-o", "--output", "output", required=True, metavar="FILE.html", type=click.Path(dir_okay=False),
+                 help="Where to write the report (atomically: a temporary file, then renamed)."),
+]
 
-@click.command()
-@click.option("-m", "--model", "model_refs", required=True, multiple=True, metavar="MODEL",
-              help="Model to include (repeat to compare): preset name, preset YAML, GGUF file, config.json.")
+
+@click.command(cls=SectionedCommand)
+@model_options(multiple=True, help_text="Model to include (repeat to compare): preset name, preset YAML, GGUF file, "
+               "config.json.")
 @budget_options
-@click.option("--ctx", "ctx_list", metavar="N[,N...]", default=None,
-              help="Per-sequence contexts of the capacity table (default 4k, 8k, ... up to the training context).")
+@ladder_option("Per-sequence contexts of the capacity table (tokens; 8k = 8192; default 4k, 8k, ... up to the "
+               "training context).")
 @context_options
 @engine_options(multiple=True)
-@click.option("--profile", "profile_path", metavar="FILE", default=None,
-              help="Profiler results JSON to plot (shape: docs/report.md).")
-@click.option("-o", "--output", "output", required=True, metavar="FILE.html", type=click.Path(dir_okay=False),
-              help="Where to write the report (atomically: a temporary file, then renamed).")
+@section("Output", OUTPUT_OPTIONS)
 @user_errors
 def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None, output: str,
            engine: tuple[str, ...], **kwargs: Any) -> None:
@@ -55,6 +61,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     from rsplan.files import AtomicFile
     from rsplan.render.report import ReportWriteError
 
+    require("plotly", "rsplan report", "report")  # before any file is touched
     start = time.perf_counter()
     target = AtomicFile(output, "the report", ReportWriteError)  # an unwritable path fails here, before any work
     engines = [e for e in dict.fromkeys(engine) if e != NATIVE]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tabulate import tabulate
-
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
 from rsplan.planner.speculative import usable_spec_types
+from rsplan.render.tables import prose, table
 from rsplan.render.units import human
 
 #: Why a search stopped, in words (``n_ctx_train`` and ``draft_max`` get their numbers from ``limit_words``).
@@ -211,9 +210,8 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
             human(d["cache_bytes"]),
         ])
     p = result.params
-    lines.append(tabulate(rows, headers=["device", "budget", "layers", "weights", "cache budget",
-                                         f"caches at -c {p.n_ctx} -np {p.n_seq_max}"],
-                          disable_numparse=True))
+    lines.append(table(rows, ["device", "budget", "layers", "weights", "cache budget",
+                              f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2)))
     if result.usage.ctx.n_rs_seq:
         lines.append(f"Rollback snapshots: {human(result.usage.snapshot_bytes)} ({result.usage.snapshot_bytes:,} B) "
                      f"of these caches: n_rs_seq {result.usage.ctx.n_rs_seq} planes of R and S per sequence")
@@ -233,9 +231,8 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
             human(r.cache_bytes),
             human(r.headroom_bytes),
         ])
-    lines.append(tabulate(ladder_rows, headers=["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches",
-                                                "headroom"],
-                          disable_numparse=True))
+    lines.append(table(ladder_rows, ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"],
+                       wrap=(3,)))
     lines.append("")
 
     m = result.max_ctx
@@ -260,4 +257,4 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
                      f"({rs.snapshot_bytes or 0:,} B) of those caches")
     lines.append("")
     lines.extend(f"Note: {n}" for n in notes(planner))
-    return "\n".join(lines)
+    return "\n".join(prose(line) for line in lines)

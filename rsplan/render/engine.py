@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from rsplan.planner.engines.base import EngineCapacity, EnginePlan, Fact
+from rsplan.render.tables import prose, table
 from rsplan.render.units import MIB, human
 
 
@@ -17,21 +16,20 @@ def _value(fact: Fact) -> str:
 
 
 def facts_table(facts: tuple[Fact, ...]) -> str:
-    return tabulate([[f.label, _value(f), f.note] for f in facts], tablefmt="plain", disable_numparse=True)
+    return table([[f.label, _value(f), f.note] for f in facts], ["quantity", "value", "from"], wrap=(2, 1))
 
 
 def states_table(plan: EnginePlan) -> str:
     rows = [
-        [s.layer_kind, s.tensor, s.n_layers, " x ".join(str(n) for n in s.shape), s.dtype, f"{s.n_bytes:,}",
-         f"per {s.per}"]
+        [s.layer_kind, s.tensor, s.n_layers, " x ".join(str(n) for n in s.shape), s.dtype, f"{s.n_bytes:,}", s.per]
         for s in plan.states
     ]
-    return tabulate(rows, headers=["layers", "tensor", "n", "shape per GPU", "dtype", "bytes", ""],
-                    tablefmt="github", disable_numparse=True)
+    return table(rows, ["layers", "tensor", "n", "shape per GPU", "dtype", "bytes", "per"],
+                 align=("left", "left", "right", "left", "left", "right", "left"))
 
 
 def _lines(title: str, items: tuple[str, ...], prefix: str) -> list[str]:
-    return [title, *(prefix + item for item in items)] if items else []
+    return [title, *(prose(prefix + item, " " * len(prefix)) for item in items)] if items else []
 
 
 def render_engine_plan(plan: EnginePlan) -> str:
@@ -48,9 +46,8 @@ def render_engine_capacity(cap: EngineCapacity) -> str:
     plan = cap.plan
     out = [f"{plan.model}: {plan.engine} {plan.version} capacity (per GPU)", "", facts_table(cap.facts), "",
            "Most requests running at once, each at the full context, per context length:",
-           tabulate([[f"{p.max_model_len:,}", p.max_concurrency, p.flags or p.note] for p in cap.ladder],
-                    headers=["context", "requests", f"{plan.engine} flags"], tablefmt="github",
-                    disable_numparse=True),
+           table([[f"{p.max_model_len:,}", p.max_concurrency, p.flags or p.note] for p in cap.ladder],
+                 ["context", "requests", f"{plan.engine} flags"], align=("right", "right", "left"), wrap=(2,)),
            "", f"Flags to use: {cap.flags}"]
     out += ["", *_lines(f"{plan.engine} would log:", cap.log_lines, "  ")] if cap.log_lines else []
     out += ["", *_lines("Notes:", cap.warnings, "  - ")] if cap.warnings else []

@@ -1,11 +1,10 @@
-"""MemoryPlan -> text tables (tabulate)."""
+"""MemoryPlan -> text tables (rsplan.render.tables)."""
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
-from rsplan.planner.plan import MemoryPlan, TensorPlan
-from rsplan.render.units import human, mib
+from rsplan.planner.plan import BUFFER_RULES, MemoryPlan, TensorPlan
+from rsplan.render.tables import prose, table
+from rsplan.render.units import mib
 
 _KIND_LABEL = {"k": "K", "v": "V", "r": "R (conv state)", "s": "S (recurrent state)"}
 
@@ -42,8 +41,8 @@ def totals_table(plan: MemoryPlan) -> str:
         rows.append([_KIND_LABEL[kind], len(ts), shape, ts[0].type, mib(n), f"{n:,}"])
     total = plan.total_bytes
     rows.append(["total", len(plan.tensors), "", "", mib(total), f"{total:,}"])
-    return tabulate(rows, headers=["cache", "tensors", "shape", "type", "MiB", "bytes"],
-                    colalign=("left", "right", "left", "left", "right", "right"), disable_numparse=True)
+    return table(rows, ["cache", "tensors", "shape", "type", "MiB", "bytes"],
+                 align=("left", "right", "left", "left", "right", "right"))
 
 
 def per_layer_table(plan: MemoryPlan) -> str:
@@ -56,29 +55,79 @@ def per_layer_table(plan: MemoryPlan) -> str:
         carries = "+".join(k.upper() for k in ("k", "v", "r", "s") if k in kinds)
         n = sum(kinds.values())
         rows.append([il, carries, *(f"{kinds.get(k, 0):,}" for k in ("k", "v", "r", "s")), mib(n)])
-    return tabulate(rows, headers=["layer", "caches", "K bytes", "V bytes", "R bytes", "S bytes", "MiB"],
-                    colalign=("right", "left", "right", "right", "right", "right", "right"), disable_numparse=True)
+    return table(rows, ["layer", "caches", "K bytes", "V bytes", "R bytes", "S bytes", "MiB"],
+                 align=("right", "left", "right", "right", "right", "right", "right"))
 
 
-def buffers_table(plan: MemoryPlan) -> str:
-    rows = [
-        [backend, f"{b['kv']:,}", f"{b['recurrent']:,}", human(b["kv"] + b["recurrent"])]
-        for backend, b in plan.buffer_bytes.items()
-    ]
-    return tabulate(rows, headers=["buffer (per-tensor padding)", "KV bytes", "RS bytes", "total"],
-                    colalign=("left", "right", "right", "right"), disable_numparse=True)
+def buffer_kind(backend: str) -> str:
+    """The BUFFER_RULES key of a buffer name: ``CUDA0`` -> ``CUDA``."""
+    return "CUDA" if backend.startswith("CUDA") else "CPU"
 
 
-def render_plan(plan: MemoryPlan, per_layer: bool = False) -> str:
+def buffers_table(plan: MemoryPlan, backend: str = "CPU") -> str:
+    """The two buffers llama.cpp allocates on ``backend`` for these caches, and what they hold."""
+    kind = buffer_kind(backend)
+    b = plan.buffer_bytes[kind]
+    rows = [[f"{backend} {name} buffer", holds, mib(n), f"{n:,}"]
+            for name, holds, n in (("KV", "K and V tensors", b["kv"]), ("RS", "R and S tensors", b["recurrent"]))
+            if n]
+    other = "CUDA0" if kind == "CPU" else "CPU"
+    return "\n".join([
+        table(rows, ["buffer", "holds", "MiB", "bytes"], align=("left", "left", "right", "right")),
+        prose(f"The buffers llama.cpp allocates on {backend} (its 'KV / RS buffer size' log lines): the tensors above, "
+              f"each padded to {BUFFER_RULES[kind].alignment} bytes; --backend {other} for {other}'s."),
+    ])
+
+
+def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU") -> str:
     parts = [
         f"model {plan.model} (arch {plan.arch})",
-        context_line(plan),
+        prose(context_line(plan)),
         "",
         totals_table(plan),
     ]
     if per_layer:
         parts += ["", per_layer_table(plan)]
-    parts += ["", buffers_table(plan)]
-    for w in plan.warnings:
-        parts.append(f"note: {w}")
+    parts += ["", buffers_table(plan, backend)]
+    parts += [prose(f"note: {w}") for w in plan.warnings]
+    return "\n".join(parts)
+
+
+def _kind_bytes(plan: MemoryPlan, kind: str) -> int:
+    return sum(t.bytes for t in plan.tensors if t.kind == kind)
+
+
+def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
+    """Several models under the same flags, one column each: the context each gets and its cache bytes."""
+    buffer = buffer_kind(backend)
+
+    def rs(p: MemoryPlan) -> str:
+        c = p.context
+        return str(c.n_rs_seq) + (f" (asked {c.n_rs_seq_requested})" if c.n_rs_seq_clamp_reason else "")
+
+    rows: list[list[str]] = [
+        ["arch", *(p.arch for p in plans)],
+        ["n_ctx (cells x streams)", *(f"{p.context.n_ctx:,} = {p.context.n_ctx_seq:,} x {p.context.n_stream}"
+                                      for p in plans)],
+        ["n_seq_max", *(str(p.context.n_seq_max) for p in plans)],
+        ["n_rs_seq", *(rs(p) for p in plans)],
+        ["flash_attn", *("on" if p.context.flash_attn else "off" for p in plans)],
+    ]
+    for kind in ("k", "v", "r", "s"):
+        rows.append([f"{_KIND_LABEL[kind]} bytes", *(f"{_kind_bytes(p, kind):,}" for p in plans)])
+    rows.append(["total bytes", *(f"{p.total_bytes:,}" for p in plans)])
+    rows.append(["total MiB", *(mib(p.total_bytes) for p in plans)])
+    rows.append([f"{backend} buffers bytes", *(f"{sum(p.buffer_bytes[buffer].values()):,}" for p in plans)])
+    parts = [
+        f"{len(plans)} models side by side, under the same flags",
+        "",
+        table(rows, ["model", *(p.model for p in plans)], align=("left", *("right",) * len(plans))),
+        prose(f"{backend} buffers: the KV and RS buffers llama.cpp allocates on {backend}, each tensor padded to "
+              f"{BUFFER_RULES[buffer].alignment} bytes."),
+    ]
+    for p in plans:
+        if p.context.n_rs_seq_clamp_reason:
+            parts.append(prose(f"note ({p.model}): n_rs_seq {p.context.n_rs_seq_requested} clamped to "
+                               f"{p.context.n_rs_seq}: {p.context.n_rs_seq_clamp_reason}"))
+        parts += [prose(f"note ({p.model}): {w}") for w in p.warnings]
     return "\n".join(parts)

@@ -19,6 +19,8 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)
 #: The largest size accepted, bytes (1 EiB: far beyond any memory, far below int overflow anywhere).
 MAX_SIZE = 1 << 60
+#: A count of tokens: digits, optionally ``k`` / ``K`` for thousands of 1024 (as people say "8k context").
+_COUNT = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
 #: A size argument longer than this is not read at all (int() of thousands of digits is refused by Python).
 _MAX_SIZE_CHARS = 64
 
@@ -69,3 +71,10 @@ def parse_size(text: str, what: str = "size", *, allow_zero: bool = False, requi
     if value > MAX_SIZE:
         raise RsplanError(f"{what}: '{shown(text)}' is absurdly large")
     return value
+
+
+def read_count(text: str) -> int | None:
+    """``32768`` or ``32k`` / ``32K`` (k = 1024) -> 32768, the way -c, -b, -ub and --ctx read a number of tokens
+    (at most 12 digits; ranges are the caller's); None if ``text`` is not one."""
+    m = _COUNT.match(text) if len(text) <= _MAX_SIZE_CHARS else None
+    return int(m.group(1)) * (1024 if m.group(2) else 1) if m else None

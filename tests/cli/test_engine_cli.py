@@ -48,7 +48,7 @@ def test_estimate_vllm_table_names_the_log_lines():
     assert "Setting attention block size to 1040 tokens to ensure that attention page size is >= mamba page " \
            "size." in r.output
     assert "Mamba cache mode 'none'" in r.output
-    assert "| mamba2    | ssm      | 24  | 128 x 64 x 128  | float32  | 4,194,304 | per state |" in r.output
+    assert "mamba2     ssm        24  128 x 64 x 128   float32   4,194,304  state" in r.output.splitlines()
 
 
 def test_capacity_vllm_with_a_budget_prints_flags():

@@ -240,8 +240,7 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
 # -- flags that do nothing with the format asked for, and buffer names rsplan cannot size -------------------------
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--backend", "CUDA0"), "--backend applies to --format log only"),
-    (("--backend", "CPU", "--format", "json"), "--backend applies to --format log only"),
+    (("--backend", "CPU", "--format", "json"), "--backend applies to --format table and log (json has every buffer)"),
     (("--per-layer", "--format", "json"), "--per-layer applies to --format table only (--format json has every "
                                           "tensor)"),
     (("--per-layer", "--format", "log"), "--per-layer applies to --format table only (--format log has every "
@@ -250,7 +249,10 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
      "Invalid value for --backend: 'OpenCL0' is not a buffer rsplan knows the sizes of: " + NAMES_HELP),
     (("--backend", "\x1b[31m", "--format", "log"),
      "Invalid value for --backend: '\\x1b[31m' is not a buffer rsplan knows the sizes of: " + NAMES_HELP),
-], ids=["backend with table", "backend with json", "per-layer with json", "per-layer with log", "OpenCL0", "ESC"])
+    (("--backend", "Vulkan0"),
+     "Invalid value for --backend: 'Vulkan0': the table shows CPU or CUDA0, CUDA1, ... buffers; the other "
+     "backends' lines come with --format log"),
+], ids=["backend with json", "per-layer with json", "per-layer with log", "OpenCL0", "ESC", "Vulkan0 table"])
 def test_flags_that_would_be_ignored_or_misread(args, message):
     r = run("-m", "lfm2-1.2b", *args)
     assert one_line_error(r) == f"{message} (see 'rsplan estimate --help')"

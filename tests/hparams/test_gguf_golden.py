@@ -18,13 +18,11 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.context import ContextParams
 from rsplan.planner.logs import log_lines
 from rsplan.planner.plan import build_plan
-from rsplan_testing import shared_dir
+from rsplan_testing import needs_shared, shared_dir
 
 DATA = shared_dir() / "data" / "llamacpp-measured"
 CASES = DATA / "cases.json"
-pytestmark = pytest.mark.skipif(
-    not CASES.exists(), reason=f"llama.cpp measurements not found at {DATA} (set RSPLAN_SHARED_DIR)"
-)
+pytestmark = needs_shared(CASES)
 
 
 @cache

@@ -15,10 +15,10 @@ from rsplan.errors import RsplanError
 from rsplan.planner.context import ContextParams
 from rsplan.planner.logs import log_lines
 from rsplan.planner.plan import build_plan
-from rsplan_testing import make_spec, shared_dir
+from rsplan_testing import make_spec, needs_shared, shared_dir
 
 CASES = shared_dir() / "data" / "llamacpp-measured" / "cases.json"
-pytestmark = pytest.mark.skipif(not CASES.exists(), reason=f"golden data not found at {CASES}")
+pytestmark = needs_shared(CASES)
 
 
 @cache

@@ -128,7 +128,7 @@ def test_capacity_table_shows_draft_model_and_snapshot_line():
     r = run("capacity", "-m", "lfm2-1.2b", "--budget", "80GiB", "--weights", "2GiB", "-c", "8192")
     assert r.exit_code == 0, r.output
     assert "--spec-type mtp --spec-draft-n-max" not in r.output and "--draft-max" not in r.output
-    line = next(x for x in r.output.splitlines() if x.startswith("Largest n_rs_seq"))
+    line = _paragraph(r.output, "Largest n_rs_seq")
     assert "with an eagle3 draft model" in line and "--spec-type eagle3 -md DRAFT.gguf --spec-draft-n-max 510" in line
     assert "limited by llama.cpp's draft bound 510 (n_rs_seq + 1 < n_ubatch 512)" in line
     assert any(x.startswith("Rollback snapshots at n_rs_seq 510: ") for x in r.output.splitlines())
@@ -166,10 +166,20 @@ def test_unrunnable_drafts_are_one_line_errors(args, message):
     assert one_line_error(run("capacity", "--budget", "24GiB", *args)) == message
 
 
+def _paragraph(output: str, start: str) -> str:
+    """The line starting with ``start``, joined with the continuation lines the renderer wrapped it into."""
+    lines = output.splitlines()
+    i = next(i for i, x in enumerate(lines) if x.startswith(start))
+    j = i + 1
+    while j < len(lines) and lines[j].startswith("  "):
+        j += 1
+    return " ".join(x.strip() for x in lines[i:j])
+
+
 def test_mtp_is_printed_for_a_model_with_nextn_layers():
     r = run("capacity", "-m", "qwen3.5-35b-a3b", "--budget", "80GiB", "--weights", "20GiB", "-c", "8192")
     assert r.exit_code == 0, r.output
-    line = next(x for x in r.output.splitlines() if x.startswith("Largest n_rs_seq"))
+    line = _paragraph(r.output, "Largest n_rs_seq")
     assert "--spec-type mtp --spec-draft-n-max " in line and "-md" not in line
 
 
