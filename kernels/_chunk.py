@@ -61,8 +61,7 @@ def chunk_scan(
     Returns:
         {t: [B, Dv, Dk] state after token t} for every t in ``taps``.
     """
-    Bn, T, Dv = v.shape
-    Dk = k.shape[-1]
+    Bn, T = v.shape[:2]
     Bk = Bn // rep
     per_key = g.dim() == 3
     if per_key and rep > 1:  # the pairwise products differ per value head anyway

@@ -67,10 +67,14 @@ ALL_CASES = [
     pytest.param(
         "gated_delta", Case(2, 70, GDN, K=4, M=2, src=(1, 0), dst=(0, 1)), id="gated_delta-chunked-T70-K4-swapped"
     ),
-    pytest.param("gated_delta", Case(3, 9, GDN, K=3, M=4, src=(2, -1, 0), dst=(1, 2, -1)), id="gated_delta-chunked-pad"),
+    pytest.param(
+        "gated_delta", Case(3, 9, GDN, K=3, M=4, src=(2, -1, 0), dst=(1, 2, -1)), id="gated_delta-chunked-pad"
+    ),
     pytest.param("gated_delta", Case(2, 40, KDA, K=3, M=2), id="kda-chunked-T40-K3"),
     pytest.param(
-        "gated_delta", Case(2, 20, GDN, K=2, M=2, src=(3, 0), dst=(0, 1), dtype=torch.bfloat16), id="gated_delta-chunked-bf16"
+        "gated_delta",
+        Case(2, 20, GDN, K=2, M=2, src=(3, 0), dst=(0, 1), dtype=torch.bfloat16),
+        id="gated_delta-chunked-bf16",
     ),
     *cases_for("rwkv6", WKV),
     *cases_for("rwkv7", WKV),
