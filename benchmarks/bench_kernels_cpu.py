@@ -20,6 +20,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from importlib import import_module
 
 import torch
 
@@ -127,7 +128,10 @@ class Case:
             naive_mamba2_step(pool, i["x"], i["dt"], i["A"], i["B"], i["C"], self.rows_t)
 
 
-def measure(fns: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, float]:
+def measure(
+    fns: dict[str, Callable[[], None]], rounds: int, warmup: int, keep: bool = False
+) -> dict[str, float] | dict[str, list[float]]:
+    """Median seconds per function over ``rounds`` interleaved rounds (``keep``: every round's seconds)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -137,7 +141,67 @@ def measure(fns: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dic
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times if keep else {k: statistics.median(v) for k, v in times.items()}
+
+
+#: name -> (op, dims, sequences, tokens per sequence): prefill ubatches of real models (preset values; the
+#: default -ub 512 split over -np sequences)
+PREFILL = {
+    "qwen3-next gdn prefill -np 2": ("gated_delta", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128}, 2, 256),
+    "kimi-linear kda prefill -np 1": ("gated_delta", {"Hk": 32, "Hv": 32, "Dk": 128, "Dv": 128, "kda": 1}, 1, 512),
+}
+
+
+def prefill_case(op: str, dims: dict, n: int, T: int, seed: int = 0) -> tuple[Callable[[], None], dict]:
+    """One prefill call of ``op`` on a pool of n rows (the profiler's plausible inputs) and its shape."""
+    from rsplan.profiler.families import Kernel, make_inputs
+
+    k = Kernel(op, "s", (), False, dims=dims)
+    inputs = make_inputs(k, n, T, 0, 1, torch.device("cpu"), seed)
+    if op == "gated_delta":
+        pool = torch.zeros(n, dims["Hv"], dims["Dv"], dims["Dk"])
+        fn = gated_delta_torch
+    else:
+        H, S = dims["H"], dims["S"]
+        pool = torch.zeros(n, H, S, S)
+        fn = getattr(import_module(f"rsplan.kernels.{op}"), f"{op}_torch")
+    rows = list(range(n))
+    out = torch.empty_like(inputs["v"])
+    return (lambda: fn(pool=pool, src_rows=rows, dst_rows=rows, out=out, **inputs)), inputs
+
+
+def prefill_main(args: argparse.Namespace) -> list[dict]:
+    """tokens/s of the chunked prefill against the token loop (``_chunk.MIN_TOKENS`` raised), interleaved."""
+    from rsplan.kernels import _chunk
+
+    rows = []
+    for name in args.prefill_shape or list(PREFILL):
+        op, dims, n, T = PREFILL[name]
+        call, _ = prefill_case(op, dims, n, T)
+        min_tokens = _chunk.MIN_TOKENS
+
+        def token_loop(call: Callable[[], None] = call, min_tokens: int = min_tokens) -> None:
+            _chunk.MIN_TOKENS = 1 << 30
+            try:
+                call()
+            finally:
+                _chunk.MIN_TOKENS = min_tokens
+
+        t = measure({"chunked": call, "token_loop": token_loop}, args.prefill_rounds, 1, keep=True)
+        row = {"shape": name, "op": op, "n_seqs": n, "tokens_per_seq": T}
+        for k, v in t.items():
+            med, lo = statistics.median(v), min(v)
+            row[f"{k}_tokens_per_s"] = n * T / med
+            row[f"{k}_tokens_per_s_best"] = n * T / lo
+            row[f"{k}_times_s"] = v
+        row["speedup"] = row["chunked_tokens_per_s"] / row["token_loop_tokens_per_s"]
+        rows.append(row)
+        print(
+            f"{name:30s} {n} x {T} tokens, one layer | chunked {row['chunked_tokens_per_s']:8.0f} tok/s "
+            f"(best {row['chunked_tokens_per_s_best']:8.0f}) | token loop {row['token_loop_tokens_per_s']:7.0f} tok/s "
+            f"(best {row['token_loop_tokens_per_s_best']:7.0f}) | x{row['speedup']:.1f}"
+        )
+    return rows
 
 
 def main() -> None:
