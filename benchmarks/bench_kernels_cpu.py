@@ -170,6 +170,8 @@ def measure(
 PREFILL = {
     "qwen3-next gdn prefill -np 2": ("gated_delta", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128}, 2, 256),
     "kimi-linear kda prefill -np 1": ("gated_delta", {"Hk": 32, "Hv": 32, "Dk": 128, "Dv": 128, "kda": 1}, 1, 512),
+    "mamba2-130m ssm prefill -np 1": ("ssm_scan", {"H": 24, "P": 64, "G": 1, "S": 128}, 1, 512),
+    "qrwkv6-7b gla prefill -np 1": ("gla", {"H": 56, "S": 64}, 1, 512),
 }
 
 
@@ -182,12 +184,15 @@ def prefill_case(op: str, dims: dict, n: int, T: int, seed: int = 0) -> tuple[Ca
     if op == "gated_delta":
         pool = torch.zeros(n, dims["Hv"], dims["Dv"], dims["Dk"])
         fn = gated_delta_torch
+    elif op == "ssm_scan":
+        pool = torch.zeros(n, dims["H"], dims["P"], dims["S"])
+        fn = ssm_scan_torch
     else:
         H, S = dims["H"], dims["S"]
         pool = torch.zeros(n, H, S, S)
         fn = getattr(import_module(f"rsplan.kernels.{op}"), f"{op}_torch")
     rows = list(range(n))
-    out = torch.empty_like(inputs["v"])
+    out = torch.empty_like(inputs["x" if op == "ssm_scan" else "v"])
     return (lambda: fn(pool=pool, src_rows=rows, dst_rows=rows, out=out, **inputs)), inputs
 
 

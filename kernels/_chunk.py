@@ -18,8 +18,10 @@ chunk (the form fla and mamba use for prefill). With ``G_t`` the running sum of 
     S_end = S0 * exp(G_last) + D^T @ (K * exp(G_last - G))
 
 Every exponent is of a difference ``G_t - G_s`` with s <= t (or of ``G`` itself), so no factor exceeds 1 and
-strong decays cannot overflow. Per-key decays need the pairwise ``[C, C, Dk]`` tensor, so their chunks are
-shorter. Results equal the token loop up to fp32 rounding (tests/kernels compare both against the references).
+strong decays cannot overflow. With per-key decays the ``[C, C]`` matrices are GEMMs of ``q * exp(G)`` and
+``k * exp(-G)`` while a chunk's decay stays within FACTOR_LIMIT, else they come from the pairwise
+``[C, C, Dk]`` tensor; their chunks are shorter. Results equal the token loop up to fp32 rounding
+(tests/kernels compare both against the references).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ CHUNK = 64
 CHUNK_PER_KEY = 16
 #: Ubatches with fewer tokens per sequence run the token loop (decode, draft verification).
 MIN_TOKENS = 8
+#: With per-key decays, a chunk whose summed log-decay stays above -FACTOR_LIMIT everywhere factors
+#: ``exp(G_t - G_s)`` into ``exp(G_t) * exp(-G_s)`` (GEMMs; exp(60) is far from fp32's overflow and exp(-60)
+#: from its underflow); other chunks use the pairwise form.
+FACTOR_LIMIT = 60.0
 
 
 def chunk_scan(
@@ -83,11 +89,16 @@ def chunk_scan(
         incl = torch.ones(n, n, dtype=torch.bool, device=k.device).tril()
         qk = torch.cat([qc, kc], 1) if beta is not None else qc  # [Bk, 2n or n, Dk]
         if per_key:
-            diff = (G[:, :, None, :] - G[:, None, :, :]).masked_fill(~incl[:, :, None], float("-inf")).exp()
-            kd = kc[:, None, :, :] * diff  # [B, t, s, Dk]: k_s * exp(G_t - G_s)
-            Bm = (qc[:, :, None, :] * kd).sum(-1)
-            Am = (kc[:, :, None, :] * kd).sum(-1) if beta is not None else None
             eG = G.exp()  # [B, n, Dk]
+            if float(G[:, -1].min()) > -FACTOR_LIMIT:  # exp(G_t - G_s) = exp(G_t) exp(-G_s): two GEMMs
+                k_inv = kc * (-G).exp()
+                Bm = torch.matmul(qc * eG, k_inv.transpose(1, 2)).masked_fill_(~incl, 0.0)
+                Am = torch.matmul(kc * eG, k_inv.transpose(1, 2)) if beta is not None else None
+            else:  # strong decays: exp(-G_s) could overflow; the pairwise [B, t, s, Dk] form cannot
+                diff = (G[:, :, None, :] - G[:, None, :, :]).masked_fill(~incl[:, :, None], float("-inf")).exp()
+                kd = kc[:, None, :, :] * diff  # [B, t, s, Dk]: k_s * exp(G_t - G_s)
+                Bm = (qc[:, :, None, :] * kd).sum(-1)
+                Am = (kc[:, :, None, :] * kd).sum(-1) if beta is not None else None
             g_last = G[:, -1]  # [B, Dk]
             k_end = kc * (g_last[:, None, :] - G).exp()
             decay_end = g_last.exp()[:, None, :]  # [B, 1, Dk]

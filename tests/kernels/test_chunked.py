@@ -33,10 +33,12 @@ def token_loop(state, q, k, v, g, beta, scale, rep):
     return y, states
 
 
+@pytest.mark.parametrize("strong", [True, False], ids=["strong-and-weak-decays", "weak-decays"])
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-head-decay", "per-key-decay"])
 @pytest.mark.parametrize("delta", [True, False], ids=["delta-rule", "linear-attention"])
 @pytest.mark.parametrize(("T", "chunk", "rep"), [(1, 4, 1), (37, 8, 2), (64, 16, 1), (70, None, 3)])
-def test_chunk_scan_matches_the_token_loop(per_key, delta, T, chunk, rep):
+def test_chunk_scan_matches_the_token_loop(per_key, delta, T, chunk, rep, strong):
+    """Strong decays send per-key chunks to the pairwise form, weak ones to the factored GEMMs."""
     gen = torch.Generator().manual_seed(T * 7 + rep)
     Bk, Dk, Dv = 2, 6, 5
     B = Bk * rep
@@ -45,9 +47,8 @@ def test_chunk_scan_matches_the_token_loop(per_key, delta, T, chunk, rep):
     v = torch.randn(B, T, Dv, generator=gen)
     # strong and weak decays side by side: exp of a chunk's summed log-decay underflows in fp32
     g_shape = (B, T, Dk) if per_key else (B, T)
-    g = -torch.rand(*g_shape, generator=gen) * torch.tensor([0.01, 40.0]).repeat(B // 2 + 1)[:B].view(
-        B, *([1] * (len(g_shape) - 1))
-    )
+    scales = torch.tensor([0.01, 40.0 if strong else 0.5]).repeat(B // 2 + 1)[:B]
+    g = -torch.rand(*g_shape, generator=gen) * scales.view(B, *([1] * (len(g_shape) - 1)))
     beta = torch.rand(B, T, generator=gen) if delta else None
     state0 = torch.randn(B, Dv, Dk, generator=gen)
     taps = tuple(sorted({T - 1, max(0, T - 3), T // 2}))

@@ -51,6 +51,18 @@ ALL_CASES = [
         Case(2, 3, {"H": 7, "P": 1, "G": 1, "S": 16, "mamba1": 1}, M=2, src=(1, 0), dst=(0, 1)),
         id="ssm_scan-mamba1",
     ),
+    pytest.param("ssm_scan", Case(2, 70, SSM, K=3, M=2, src=(1, 0), dst=(0, 1)), id="ssm_scan-chunked-T70-K3-swapped"),
+    pytest.param(
+        "ssm_scan",
+        Case(3, 9, {"H": 6, "P": 4, "G": 3, "S": 16}, K=2, M=4, src=(5, -1, 0), dst=(1, 2, -1)),
+        id="ssm_scan-chunked-pad-rollback",
+    ),
+    pytest.param(
+        "ssm_scan", Case(2, 40, {"H": 7, "P": 1, "G": 1, "S": 16, "mamba1": 1}, M=2), id="ssm_scan-mamba1-chunked"
+    ),
+    pytest.param(
+        "ssm_scan", Case(2, 20, SSM, K=2, M=2, src=(3, 0), dst=(0, 1), dtype=torch.bfloat16), id="ssm_scan-chunked-bf16"
+    ),
     *cases_for("conv_state", CONV),
     pytest.param("conv_state", Case(3, 2, CONV, K=4, M=3, clamp=True), id="conv_state-clamp-T2-K4"),
     pytest.param(
