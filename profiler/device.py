@@ -119,6 +119,14 @@ def _nvml_facts(index: int) -> dict[str, Any]:
     return facts
 
 
+def _load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
 def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -149,6 +157,8 @@ def device_facts(dev: Any) -> dict[str, Any]:
         facts.update(
             name=_cpu_model(),
             threads=torch.get_num_threads(),
+            flush_denormal=True,  # set by the runner on CPU
+            load_average=_load_average(),
             cpus=os.cpu_count(),
             free_bytes=free_bytes(dev),
         )
