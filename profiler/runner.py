@@ -18,6 +18,8 @@ Workload = Literal["decode", "prefill", "spec", "all"]
 WORKLOADS = ("decode", "prefill", "spec")
 #: --max-seconds when not given, per device type (0 = no limit).
 DEFAULT_MAX_SECONDS = {"cpu": 180.0, "cuda": 300.0}
+#: A probe step slower than this (seconds) is not repeated: its first run is the estimate.
+PROBE_ONCE_S = 2.0
 #: Iterations are lowered until the expected duration is this fraction of --max-seconds.
 FIT_FRACTION = 0.8
 #: Timed copies per burst of the copy baseline (one burst before the workloads, one after).
@@ -378,12 +380,17 @@ class Budget:
 
     @property
     def note(self) -> str:
+        over = (
+            f"; even so more than --max-seconds {self.limit_s:g}"
+            if self.limit_s and self.expected_s() > self.limit_s
+            else ""
+        )
         if self.lowered:
             return (
                 f"--iters {self.iters_requested} -> {self.iters} and --warmup {self.warmup_requested} -> "
-                f"{self.warmup} to fit --max-seconds {self.limit_s:g} with {100 - 100 * FIT_FRACTION:.0f}% headroom "
-                f"(the requested iterations were expected to take "
-                f"{self.expected_s(self.iters_requested, self.warmup_requested):.0f} s)"
+                f"{self.warmup} to fit --max-seconds {self.limit_s:g} with {100 - 100 * FIT_FRACTION:.0f}% "
+                f"headroom (the requested iterations were expected to take "
+                f"{self.expected_s(self.iters_requested, self.warmup_requested):.0f} s){over}"
             )
         if self.limit_s and self.expected_s() > self.limit_s:
             return f"expected {self.expected_s():.0f} s even at --iters 1: more than --max-seconds {self.limit_s:g}"
@@ -413,6 +420,18 @@ class Budget:
 
 def _secs(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fit_iterations(base_s: float, per_round_s: float, limit_s: float, iters: int, warmup: int) -> tuple[int, int]:
+    """(iters, warmup) whose expected duration ``base_s + (iters + warmup) * per_round_s`` stays within
+    FIT_FRACTION x ``limit_s`` (0: no limit); lowered iterations keep one warmup round when two rounds fit, none
+    otherwise, and at least one timed round whatever the limit."""
+    target = FIT_FRACTION * limit_s  # headroom: the probe is one step, and a shared machine's speed moves
+    if not limit_s or base_s + (iters + warmup) * per_round_s <= target:
+        return iters, warmup
+    rounds = math.floor((target - base_s) / per_round_s) if per_round_s > 0 else iters + 1
+    warmup = min(warmup, 1 if rounds >= 2 else 0)
+    return max(1, min(iters, rounds - warmup)), warmup
 
 
 def _budget(
@@ -446,6 +465,8 @@ def _budget(
             engine.step(engine.next_ubatch(seqs, tokens[name]))
             sync()
             probe[name] = time.perf_counter() - t0
+            if probe[name] > PROBE_ONCE_S:  # a slow step is its own estimate: no second one
+                break
     # the reference: one decode token of every sequence on one layer
     _zero(pools)
     engine = Engine(family, pools, N, n_rs_seq, dev, req.seed)
@@ -472,12 +493,7 @@ def _budget(
     fixed = copy_s * 2 + (time.perf_counter() - t_begin)
     limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
     b = Budget(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
-    target = FIT_FRACTION * limit  # headroom: the probe is one step, and a shared machine's speed moves
-    if limit and b.expected_s() > target:
-        warmup = min(req.warmup, 1)
-        rounds = math.floor((target - fixed - once) / per_round) if per_round > 0 else req.iters + warmup
-        b.warmup = warmup
-        b.iters = max(1, min(req.iters, rounds - warmup))
+    b.iters, b.warmup = fit_iterations(fixed + once, per_round, limit, req.iters, req.warmup)
     return b
 
 

@@ -144,12 +144,26 @@ def test_max_seconds_lowers_the_iterations_and_says_so(tiny):
     lines = []
     report = run_profile(_req(tiny, iters=50, warmup=3, max_seconds=1e-6), announce=lines.append)
     t = report["time"]
-    assert t["lowered"] and (t["iters"], t["warmup"]) == (1, 1) and t["iters_requested"] == 50
+    assert t["lowered"] and (t["iters"], t["warmup"]) == (1, 0) and t["iters_requested"] == 50
     assert len(lines) == 1 and lines[0].startswith("expected duration about ")
-    assert "--iters 50 -> 1 and --warmup 3 -> 1 to fit --max-seconds 1e-06" in lines[0]
+    assert "--iters 50 -> 1 and --warmup 3 -> 0 to fit --max-seconds 1e-06" in lines[0]
+    assert lines[0].endswith("; even so more than --max-seconds 1e-06")
     assert any("--iters 50 -> 1" in n for n in report["notes"])
     for w in report["workloads"].values():
         assert all(k["time"]["n"] == 1 for k in w["kernels"].values())
+
+
+def test_fit_iterations_by_hand():
+    from rsplan.profiler.runner import fit_iterations
+
+    # 2 s fixed, 1 s per round, limit 10 s: 0.8 x 10 = 8 s leaves 6 rounds: 1 warmup + 5 timed
+    assert fit_iterations(2.0, 1.0, 10.0, 20, 3) == (5, 1)
+    # everything fits: unchanged; no limit: unchanged
+    assert fit_iterations(2.0, 1.0, 10.0, 3, 3) == (3, 3)
+    assert fit_iterations(2.0, 1.0, 0.0, 20, 3) == (20, 3)
+    # one round fits (8 - 6.5 = 1.5): no warmup, one timed; nothing fits: still one timed round
+    assert fit_iterations(6.5, 1.0, 10.0, 20, 3) == (1, 0)
+    assert fit_iterations(50.0, 1.0, 10.0, 20, 3) == (1, 0)
 
 
 def test_no_limit_keeps_the_iterations(tiny):
