@@ -164,7 +164,7 @@ def run_profile(
         copy_s = time.perf_counter() - t0
         tol = (2e-3, 2e-3) if req.state_type == "f32" else (3e-2, 3e-2)
         checks = wl.Checks(*tol, seed=req.seed)
-        budget = _budget(req, dev, names, pools, family, N, T, eff_rs, copy_s, checks)
+        budget = _budget(req, dev, names, pools, family, N, T, eff_rs, copy_s, checks, t_start)
         if announce is not None:
             announce(budget.announcement())
         if budget.note:
@@ -361,7 +361,7 @@ class Budget:
     the iterations that fit ``--max-seconds``."""
 
     limit_s: float  # 0: no limit
-    fixed_s: float  # copy baseline bursts and the probes themselves
+    fixed_s: float  # the time before the timed work (loading, allocation, first copy burst, probes) + the last burst
     per_round_s: float  # one warmup-or-timed round of every workload, checks included
     once_s: float  # the steps and checks that run once per workload
     probe: dict[str, float]  # seconds of one fast step per workload, and "check" (one reference layer-token)
@@ -445,6 +445,7 @@ def _budget(
     n_rs_seq: int,
     copy_s: float,
     checks: Any,
+    t_start: float,
 ) -> Budget:
     """Probe one step of each workload (the second of two: the first pays for inputs, caches and compiles) and
     one reference step on one layer, then fit the iterations into the time limit."""
@@ -452,7 +453,6 @@ def _budget(
     from rsplan.profiler.workloads import CHECK_TOKENS
 
     torch = import_torch()
-    t_begin = time.perf_counter()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     tokens = {"decode": 1, "prefill": T, "spec": 1 + req.draft}
     probe: dict[str, float] = {}
@@ -490,7 +490,8 @@ def _budget(
         else:
             once += probe[name]
             per_round += passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
-    fixed = copy_s * 2 + (time.perf_counter() - t_begin)
+    # what ran already (loading, planning, allocating, the first copy burst, the probes) and the second burst
+    fixed = (time.perf_counter() - t_start) + copy_s
     limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
     b = Budget(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
     b.iters, b.warmup = fit_iterations(fixed + once, per_round, limit, req.iters, req.warmup)
