@@ -36,12 +36,8 @@ def cold_start(model: str, runs: int) -> dict[str, float]:
     bare = _wall([sys.executable, "-c", BARE], runs)
     est = _wall([sys.executable, "-m", "rsplan", "estimate", "--model", model, "-c", "32768", "-np", "4"], runs)
     # the minimum is the least disturbed run (other processes only ever add time)
-    return {
-        "bare_import_s": min(bare),
-        "estimate_s": min(est),
-        "ratio": min(est) / min(bare),
-        "ratio_median": statistics.median(est) / statistics.median(bare),
-    }
+    return {"bare_import_s": min(bare), "estimate_s": min(est), "ratio": min(est) / min(bare),
+            "ratio_median": statistics.median(est) / statistics.median(bare)}
 
 
 def totals_per_second(model: str, seconds: float = 1.0, repeats: int = 3) -> dict[str, float]:
@@ -70,11 +66,9 @@ def main() -> None:
     ap.add_argument("--model", default="article-example-48l")
     args = ap.parse_args()
     cs = cold_start(args.model, args.runs)
-    print(
-        f"cold start (CPU time): bare import {cs['bare_import_s'] * 1000:.0f} ms, rsplan estimate "
-        f"{cs['estimate_s'] * 1000:.0f} ms (best of {args.runs}), ratio {cs['ratio']:.2f}x "
-        f"(median ratio {cs['ratio_median']:.2f}x; goal <= 1.25x)"
-    )
+    print(f"cold start (CPU time): bare import {cs['bare_import_s'] * 1000:.0f} ms, rsplan estimate "
+          f"{cs['estimate_s'] * 1000:.0f} ms (best of {args.runs}), ratio {cs['ratio']:.2f}x "
+          f"(median ratio {cs['ratio_median']:.2f}x; goal <= 1.25x)")
     tp = totals_per_second(args.model)
     print(f"plan totals: {tp['plans_per_s']:,.0f} per second for a {tp['layers']}-layer model (goal >= 50,000/s)")
 

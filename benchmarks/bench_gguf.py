@@ -73,21 +73,10 @@ def write_model(path: Path) -> tuple[int, int]:
     w.add_name("bench Qwen3-Next-80B-A3B shape")
     a = "qwen3next"
     for key, value in {
-        "context_length": 262144,
-        "embedding_length": N_EMBD,
-        "block_count": N_LAYER,
-        "feed_forward_length": 5120,
-        "attention.head_count": 16,
-        "attention.head_count_kv": 2,
-        "attention.key_length": 256,
-        "attention.value_length": 256,
-        "ssm.conv_kernel": 4,
-        "ssm.state_size": 128,
-        "ssm.group_count": 16,
-        "ssm.time_step_rank": 32,
-        "ssm.inner_size": 4096,
-        "full_attention_interval": 4,
-        "expert_count": N_EXPERT,
+        "context_length": 262144, "embedding_length": N_EMBD, "block_count": N_LAYER, "feed_forward_length": 5120,
+        "attention.head_count": 16, "attention.head_count_kv": 2, "attention.key_length": 256,
+        "attention.value_length": 256, "ssm.conv_kernel": 4, "ssm.state_size": 128, "ssm.group_count": 16,
+        "ssm.time_step_rank": 32, "ssm.inner_size": 4096, "full_attention_interval": 4, "expert_count": N_EXPERT,
         "expert_used_count": 10,
     }.items():
         w.add_uint32(f"{a}.{key}", value)
@@ -134,28 +123,14 @@ def main() -> None:
         path = Path(tmp) / "bench-qwen3next-80b.gguf"
         start = time.perf_counter()
         n_tensors, size = write_model(path)
-        print(
-            f"wrote {path.name}: {n_tensors} tensors, {size / 1e9:.1f} GB apparent, "
-            f"{path.stat().st_blocks * 512 / 1e6:.1f} MB on disk ({time.perf_counter() - start:.1f} s)"
-        )
+        print(f"wrote {path.name}: {n_tensors} tensors, {size / 1e9:.1f} GB apparent, "
+              f"{path.stat().st_blocks * 512 / 1e6:.1f} MB on disk ({time.perf_counter() - start:.1f} s)")
         spec = load_gguf(path)
         print(f"weights_bytes {spec.weights_bytes:,} ({spec.weights_bytes / 2**30:.2f} GiB)")
         t_load = _best(lambda: load_gguf(path), args.repeat)
         print(f"load_gguf (scan + hparams), in-process: {t_load * 1e3:.1f} ms")
-        cmd = [
-            sys.executable,
-            "-m",
-            "rsplan",
-            "estimate",
-            "--model",
-            str(path),
-            "-c",
-            "32768",
-            "-np",
-            "4",
-            "--format",
-            "json",
-        ]
+        cmd = [sys.executable, "-m", "rsplan", "estimate", "--model", str(path), "-c", "32768", "-np", "4",
+               "--format", "json"]
         t_cli = _best(lambda: subprocess.run(cmd, check=True, capture_output=True), args.repeat)
         print(f"rsplan estimate --model x.gguf (new interpreter, start-up included): {t_cli * 1e3:.1f} ms")
         if args.compare_reader:
