@@ -35,8 +35,24 @@ def _wall(cmd: list[str], runs: int) -> list[float]:
 
 
 def capacity_process(runs: int) -> list[float]:
-    cmd = [sys.executable, "-m", "rsplan", "capacity", "--model", MODEL, "--budget", "80GiB", "--weights", "45GiB",
-           "--ctx", LADDER, "-np", "4", "-c", "131072"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rsplan",
+        "capacity",
+        "--model",
+        MODEL,
+        "--budget",
+        "80GiB",
+        "--weights",
+        "45GiB",
+        "--ctx",
+        LADDER,
+        "-np",
+        "4",
+        "-c",
+        "131072",
+    ]
     _wall(cmd, 1)  # warm the file cache
     return _wall(cmd, runs)
 
@@ -61,16 +77,50 @@ def capacity_in_process(repeats: int = 20) -> float:
 def report_process(runs: int) -> tuple[list[float], int]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "report.html")
-        cmd = [sys.executable, "-m", "rsplan", "report", "--model", MODEL, "--model", MODEL2, "--budget", "80GiB",
-               "--weights", "45GiB", "--weights", "20GiB", "-np", "4", "-c", "131072", "-o", out]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rsplan",
+            "report",
+            "--model",
+            MODEL,
+            "--model",
+            MODEL2,
+            "--budget",
+            "80GiB",
+            "--weights",
+            "45GiB",
+            "--weights",
+            "20GiB",
+            "-np",
+            "4",
+            "-c",
+            "131072",
+            "-o",
+            out,
+        ]
         _wall(cmd, 1)
         times = _wall(cmd, runs)
         return times, os.path.getsize(out)
 
 
 def engine_process(engine: str, runs: int) -> list[float]:
-    cmd = [sys.executable, "-m", "rsplan", "capacity", "--model", MODEL, "--engine", engine, "--budget", "80GiB",
-           "--weights", "45GiB", "--ctx", LADDER]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rsplan",
+        "capacity",
+        "--model",
+        MODEL,
+        "--engine",
+        engine,
+        "--budget",
+        "80GiB",
+        "--weights",
+        "45GiB",
+        "--ctx",
+        LADDER,
+    ]
     _wall(cmd, 1)
     return _wall(cmd, runs)
 
@@ -98,18 +148,24 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     args = ap.parse_args()
     cap = capacity_process(args.runs)
-    print(f"rsplan capacity, {MODEL}, 10-step ladder: best {min(cap) * 1000:.0f} ms, median "
-          f"{statistics.median(cap) * 1000:.0f} ms of {args.runs} runs (whole process; goal well under 1 s)")
+    print(
+        f"rsplan capacity, {MODEL}, 10-step ladder: best {min(cap) * 1000:.0f} ms, median "
+        f"{statistics.median(cap) * 1000:.0f} ms of {args.runs} runs (whole process; goal well under 1 s)"
+    )
     print(f"  the searches alone (ladder + max -c + max n_rs_seq), in-process: {capacity_in_process() * 1000:.2f} ms")
     rep, size = report_process(args.runs)
-    print(f"rsplan report, 2 models: best {min(rep) * 1000:.0f} ms, median {statistics.median(rep) * 1000:.0f} ms "
-          f"of {args.runs} runs (whole process; goal < 2 s); HTML {size / 1e6:.2f} MB = {size / (1 << 20):.2f} MiB "
-          "(goal < 6 MB)")
+    print(
+        f"rsplan report, 2 models: best {min(rep) * 1000:.0f} ms, median {statistics.median(rep) * 1000:.0f} ms "
+        f"of {args.runs} runs (whole process; goal < 2 s); HTML {size / 1e6:.2f} MB = {size / (1 << 20):.2f} MiB "
+        "(goal < 6 MB)"
+    )
     for engine in ("vllm", "sglang"):
         times = engine_process(engine, args.runs)
-        print(f"rsplan capacity --engine {engine}, 10-step ladder: best {min(times) * 1000:.0f} ms, median "
-              f"{statistics.median(times) * 1000:.0f} ms (whole process); the answers alone in-process: "
-              f"{engine_in_process(engine) * 1000:.2f} ms")
+        print(
+            f"rsplan capacity --engine {engine}, 10-step ladder: best {min(times) * 1000:.0f} ms, median "
+            f"{statistics.median(times) * 1000:.0f} ms (whole process); the answers alone in-process: "
+            f"{engine_in_process(engine) * 1000:.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -1,15 +1,23 @@
-"""CPU bandwidth of the decode state path: rsplan's fast torch kernels vs a naive torch step vs a plain copy.
+"""CPU bandwidth of the decode state path (rsplan's fast torch kernels vs a naive torch step vs a plain copy),
+and CPU prefill speed (the chunked scans vs the token loop).
 
-For each shape, ``--layers`` separate state pools (one per layer, as in a model) are updated by one decode
-step each (T = 1, every sequence reads and writes its own row); the copy baseline copies a buffer of the same
-total size. Timings are interleaved round by round (copy, naive, fast, ...) so that a noisy machine slows all
-of them alike; the figure is the median over rounds. Bytes counted are the least each step must move (each
-state read once and written once, plus the small inputs), and the copy moves ``2 * buffer`` bytes.
+Decode: for each shape, ``--layers`` separate state pools (one per layer, as in a model) are updated by one
+decode step each (T = 1, every sequence reads and writes its own row). The copy baseline is the profiler's:
+a buffer of 4x the last-level cache (at least 64 MiB), so that it measures memory, not cache. Timings are
+interleaved round by round (copy, naive, fast, ...) so that a noisy machine slows all of them alike; the
+figure is the median over rounds, and the copy's spread (p90 - p10) / median is printed beside it. Bytes
+counted are the least each step must move (each state read once and written once, plus the small inputs), and
+the copy moves ``2 * buffer`` bytes.
 
-    python benchmarks/bench_kernels_cpu.py                  # default shapes, torch's thread count
+Prefill: one layer's scan over a ubatch (the default -ub 512 split over the sequences), the chunked form
+against the token loop (``_chunk.MIN_TOKENS`` raised for the latter), interleaved; tokens/s and the speed-up.
+
+    python benchmarks/bench_kernels_cpu.py                  # everything, torch's thread count
+    python benchmarks/bench_kernels_cpu.py --part prefill   # only the prefill comparison
     python benchmarks/bench_kernels_cpu.py --threads 1 --json out.json
 
-The goal (issue #4): the fast decode state path reaches >= 50% of the copy bandwidth.
+Goals: the fast decode state path reaches >= 50% of the copy bandwidth at -np >= 8; the chunked Qwen3-Next
+prefill runs >= 10x the token loop's tokens/s.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from importlib import import_module
 
 import torch
 
@@ -33,6 +42,7 @@ SHAPES = {
     "mamba2-130m -np 8": ("mamba2", {"H": 24, "P": 64, "G": 1, "S": 128, "W": 4}, 8),
     "nemotron-h-8b -np 2": ("mamba2", {"H": 128, "P": 64, "G": 8, "S": 128, "W": 4}, 2),
     "qwen3-next gdn -np 2": ("gdn", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128, "W": 4}, 2),
+    "qwen3-next gdn -np 8": ("gdn", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128, "W": 4}, 8),
 }
 
 
@@ -50,8 +60,24 @@ def naive_mamba2_step(pool, x, dt, A, B, C, rows):  # type: ignore[no-untyped-de
     return y
 
 
+class Copy:
+    """The copy baseline: one buffer of 4x the last-level cache (the profiler's rule), shared by the shapes."""
+
+    def __init__(self) -> None:
+        from rsplan.profiler.device import copy_buffer_bytes, free_bytes, last_level_cache
+
+        cpu = torch.device("cpu")
+        self.llc, self.llc_source = last_level_cache(cpu)
+        self.bytes = copy_buffer_bytes(cpu, self.llc, free_bytes(cpu))
+        self.src = torch.ones(self.bytes // 4)
+        self.dst = torch.empty_like(self.src)
+
+    def run(self) -> None:
+        self.dst.copy_(self.src)
+
+
 class Case:
-    def __init__(self, family: str, dims: dict, n: int, layers: int, seed: int) -> None:
+    def __init__(self, family: str, dims: dict, n: int, layers: int, seed: int, copy: Copy) -> None:
         g = torch.Generator().manual_seed(seed)
         self.family, self.n, self.dims = family, n, dims
         self.rows = list(range(n))
@@ -99,8 +125,7 @@ class Case:
             n_seqs=n, n_tokens=1, n_channels=D, width=W, n_planes=1, clamp_planes=False, state_itemsize=4
         )
         self.state_bytes = sum(p.numel() * 4 for p in self.pools) + sum(p.numel() * 4 for p in self.conv_pools)
-        self.copy_src = torch.ones(self.state_bytes // 4)
-        self.copy_dst = torch.empty_like(self.copy_src)
+        self.copy = copy.run
         self.layers = layers
 
     def _conv_dims(self) -> tuple[int, int]:
@@ -108,9 +133,6 @@ class Case:
         if self.family == "mamba2":
             return d["H"] * d["P"] + 2 * d["G"] * d["S"], d["W"]
         return 2 * d["Hk"] * d["Dk"] + d["Hv"] * d["Dv"], d["W"]
-
-    def copy(self) -> None:
-        self.copy_dst.copy_(self.copy_src)
 
     def scan(self) -> None:
         fn = ssm_scan_torch if self.family == "mamba2" else gated_delta_torch
@@ -127,7 +149,10 @@ class Case:
             naive_mamba2_step(pool, i["x"], i["dt"], i["A"], i["B"], i["C"], self.rows_t)
 
 
-def measure(fns: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, float]:
+def measure(
+    fns: dict[str, Callable[[], None]], rounds: int, warmup: int, keep: bool = False
+) -> dict[str, float] | dict[str, list[float]]:
+    """Median seconds per function over ``rounds`` interleaved rounds (``keep``: every round's seconds)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -137,7 +162,72 @@ def measure(fns: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dic
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times if keep else {k: statistics.median(v) for k, v in times.items()}
+
+
+#: name -> (op, dims, sequences, tokens per sequence): prefill ubatches of real models (preset values; the
+#: default -ub 512 split over -np sequences)
+PREFILL = {
+    "qwen3-next gdn prefill -np 2": ("gated_delta", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128}, 2, 256),
+    "kimi-linear kda prefill -np 1": ("gated_delta", {"Hk": 32, "Hv": 32, "Dk": 128, "Dv": 128, "kda": 1}, 1, 512),
+    "mamba2-130m ssm prefill -np 1": ("ssm_scan", {"H": 24, "P": 64, "G": 1, "S": 128}, 1, 512),
+    "qrwkv6-7b gla prefill -np 1": ("gla", {"H": 56, "S": 64}, 1, 512),
+}
+
+
+def prefill_case(op: str, dims: dict, n: int, T: int, seed: int = 0) -> tuple[Callable[[], None], dict]:
+    """One prefill call of ``op`` on a pool of n rows (the profiler's plausible inputs) and its shape."""
+    from rsplan.profiler.families import Kernel, make_inputs
+
+    k = Kernel(op, "s", (), False, dims=dims)
+    inputs = make_inputs(k, n, T, 0, 1, torch.device("cpu"), seed)
+    if op == "gated_delta":
+        pool = torch.zeros(n, dims["Hv"], dims["Dv"], dims["Dk"])
+        fn = gated_delta_torch
+    elif op == "ssm_scan":
+        pool = torch.zeros(n, dims["H"], dims["P"], dims["S"])
+        fn = ssm_scan_torch
+    else:
+        H, S = dims["H"], dims["S"]
+        pool = torch.zeros(n, H, S, S)
+        fn = getattr(import_module(f"rsplan.kernels.{op}"), f"{op}_torch")
+    rows = list(range(n))
+    out = torch.empty_like(inputs["x" if op == "ssm_scan" else "v"])
+    return (lambda: fn(pool=pool, src_rows=rows, dst_rows=rows, out=out, **inputs)), inputs
+
+
+def prefill_main(args: argparse.Namespace) -> list[dict]:
+    """tokens/s of the chunked prefill against the token loop (``_chunk.MIN_TOKENS`` raised), interleaved."""
+    from rsplan.kernels import _chunk
+
+    rows = []
+    for name in args.prefill_shape or list(PREFILL):
+        op, dims, n, T = PREFILL[name]
+        call, _ = prefill_case(op, dims, n, T)
+        min_tokens = _chunk.MIN_TOKENS
+
+        def token_loop(call: Callable[[], None] = call, min_tokens: int = min_tokens) -> None:
+            _chunk.MIN_TOKENS = 1 << 30
+            try:
+                call()
+            finally:
+                _chunk.MIN_TOKENS = min_tokens
+
+        t = measure({"chunked": call, "token_loop": token_loop}, args.prefill_rounds, 1, keep=True)
+        row = {"shape": name, "op": op, "n_seqs": n, "tokens_per_seq": T}
+        for k, v in t.items():
+            med, lo = statistics.median(v), min(v)
+            row[f"{k}_tokens_per_s"] = n * T / med
+            row[f"{k}_tokens_per_s_best"] = n * T / lo
+            row[f"{k}_times_s"] = v
+        row["speedup"] = row["chunked_tokens_per_s"] / row["token_loop_tokens_per_s"]
+        rows.append(row)
+        print(
+            f"{name:30s} {n} x {T} tokens, one layer | chunked {row['chunked_tokens_per_s']:8.0f} tok/s "
+            f"(best {row['chunked_tokens_per_s_best']:8.0f}) | token loop {row['token_loop_tokens_per_s']:7.0f} tok/s "
+            f"(best {row['token_loop_tokens_per_s_best']:7.0f}) | x{row['speedup']:.1f}"
+        )
+    return rows
 
 
 def main() -> None:
@@ -148,6 +238,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="default: all")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--part", choices=["decode", "prefill", "all"], default="all")
+    ap.add_argument("--prefill-shape", action="append", choices=sorted(PREFILL), help="default: all")
+    ap.add_argument("--prefill-rounds", type=int, default=5)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -157,19 +250,28 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, {args.layers} layers per shape, median of {args.rounds} rounds"
     )
     results = []
-    for name in args.shape or list(SHAPES):
+    copy = Copy() if args.part != "prefill" else None
+    if copy is not None:
+        print(f"# copy baseline: {copy.bytes / 2**20:.0f} MiB buffer, {copy.llc_source} = {copy.llc} bytes")
+    for name in args.shape or list(SHAPES) if copy is not None else []:
         family, dims, n = SHAPES[name]
-        case = Case(family, dims, n, args.layers, seed=0)
+        case = Case(family, dims, n, args.layers, seed=0, copy=copy)
         fns = {"copy": case.copy, "scan": case.scan, "conv": case.conv}
         if family == "mamba2":
             fns["naive"] = case.naive
-        t = measure(fns, args.rounds, args.warmup)
-        copy_gb_s = 2 * case.state_bytes / t["copy"] / 1e9
+        every = measure(fns, args.rounds, args.warmup, keep=True)
+        t = {k: statistics.median(v) for k, v in every.items()}
+        copy_gb_s = 2 * copy.bytes / t["copy"] / 1e9
+        ordered = sorted(every["copy"])
+        p10, p90 = ordered[len(ordered) // 10], ordered[(9 * len(ordered)) // 10]
+        copy_spread = (1 / p10 - 1 / p90) * t["copy"]
         scan_b, conv_b = case.scan_bytes * args.layers, case.conv_bytes * args.layers
         row = {
             "shape": name,
             "state_mib": case.state_bytes / 2**20,
             "copy_gb_s": copy_gb_s,
+            "copy_spread": copy_spread,
+            "copy_buffer_bytes": copy.bytes,
             "scan_gb_s": scan_b / t["scan"] / 1e9,
             "conv_gb_s": conv_b / t["conv"] / 1e9,
             "decode_path_gb_s": (scan_b + conv_b) / (t["scan"] + t["conv"]) / 1e9,
@@ -186,14 +288,17 @@ def main() -> None:
             else "naive      -"
         )
         print(
-            f"{name:22s} state {row['state_mib']:7.1f} MiB | copy {copy_gb_s:6.1f} GB/s | "
+            f"{name:22s} state {row['state_mib']:7.1f} MiB | copy {copy_gb_s:6.1f} GB/s "
+            f"(spread {100 * copy_spread:3.0f}%) | "
             f"scan {row['scan_gb_s']:6.1f} GB/s ({row['scan_pct_copy']:3.0f}%) | conv {row['conv_gb_s']:5.1f} GB/s | "
             f"decode path {row['decode_path_gb_s']:6.1f} GB/s ({row['decode_path_pct_copy']:3.0f}% of copy) | "
             f"{naive}"
         )
+    prefill = prefill_main(args) if args.part != "decode" else []
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"threads": torch.get_num_threads(), "layers": args.layers, "results": results}, fh, indent=2)
+            out = {"threads": torch.get_num_threads(), "layers": args.layers, "results": results, "prefill": prefill}
+            json.dump(out, fh, indent=2)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def allocate(plan: MemoryPlan, dev: Any, workspace_bytes: int) -> AllocatedCache
         ) from None
     if any(t.type not in TORCH_DTYPES for t in plan.tensors):
         notes.append("quantized K/V tensors are allocated as raw byte buffers of their exact size")
-    if dev.type == "cpu":
+    if dev.type == "cpu" and (planned["k"] or planned["v"]):
         notes.append("K/V tensors come from torch.empty: on CPU their pages are reserved, not touched")
     return AllocatedCache(tensors, planned, allocated, notes)
 

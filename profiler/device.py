@@ -119,6 +119,14 @@ def _nvml_facts(index: int) -> dict[str, Any]:
     return facts
 
 
+def _load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
 def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -149,6 +157,8 @@ def device_facts(dev: Any) -> dict[str, Any]:
         facts.update(
             name=_cpu_model(),
             threads=torch.get_num_threads(),
+            flush_denormal=True,  # set by the runner on CPU
+            load_average=_load_average(),
             cpus=os.cpu_count(),
             free_bytes=free_bytes(dev),
         )
@@ -224,8 +234,71 @@ class Timer:
             self.torch.cuda.synchronize(self.dev)
 
 
+#: The copy baseline moves at least this many times the last-level cache, so that it measures memory, not cache.
+COPY_LLC_FACTOR = 4
+#: Smallest copy buffer per device type (bytes): enough for a timer's resolution even with a small cache.
+COPY_FLOOR_BYTES = {"cpu": 64 << 20, "cuda": 1 << 30}
+#: A baseline whose samples spread (p90 - p10) / median, or whose bursts differ, by more than this is noisy.
+NOISY_SPREAD = 0.15
+
+
+def cpu_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[int, int]:
+    """Data or unified cache bytes by level, from sysfs (``index*/level``, ``type``, ``size`` such as 32768K);
+    empty when unreadable."""
+    out: dict[int, int] = {}
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for e in entries:
+        if not e.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, e, "type"), encoding="ascii") as fh:
+                kind = fh.read().strip()
+            with open(os.path.join(root, e, "level"), encoding="ascii") as fh:
+                level = int(fh.read().strip())
+            with open(os.path.join(root, e, "size"), encoding="ascii") as fh:
+                size = fh.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind not in ("Data", "Unified"):
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
+        digits = size[:-1] if mult != 1 else size
+        if digits.isdigit():
+            out[level] = max(out.get(level, 0), int(digits) * mult)
+    return out
+
+
+def last_level_cache(dev: Any) -> tuple[int | None, str]:
+    """(bytes, where the figure comes from) of the last-level cache: the GPU's L2 on CUDA, the highest level
+    sysfs lists on a CPU; (None, why) when unknown."""
+    if dev.type == "cuda":
+        p = import_torch().cuda.get_device_properties(dev)
+        l2 = getattr(p, "L2_cache_size", 0)
+        return (int(l2), "L2 (torch device properties)") if l2 else (None, "torch reports no L2 size")
+    caches = cpu_caches()
+    if not caches:
+        return None, "no cache sizes in /sys/devices/system/cpu/cpu0/cache"
+    level = max(caches)
+    return caches[level], f"L{level} (sysfs)"
+
+
+def copy_buffer_bytes(dev: Any, llc: int | None, free: int) -> int:
+    """The baseline's buffer: COPY_LLC_FACTOR x the last-level cache, at least COPY_FLOOR_BYTES, and the two
+    buffers at most a quarter of the free memory (a DeviceError when even the floor does not fit)."""
+    want = max(COPY_FLOOR_BYTES[dev.type], COPY_LLC_FACTOR * (llc or 0))
+    if 2 * want > free // 4:
+        raise DeviceError(
+            f"{dev}: the copy baseline needs 2 x {want} bytes (>= {COPY_LLC_FACTOR} x the last-level cache) and "
+            f"only {free} bytes are free"
+        )
+    return want
+
+
 def copy_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
-    """Device-to-device copy bandwidth on a buffer of ``n_bytes``: ``2 * n_bytes / time`` (read + write)."""
+    """One burst of device-to-device copies of ``n_bytes``: ``2 * n_bytes / time`` (read + write) per copy."""
     torch = import_torch()
     n = max(1, n_bytes // 4)
     src = torch.ones(n, dtype=torch.float32, device=dev)
@@ -239,4 +312,37 @@ def copy_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str,
         timer.flush()
     s = timer.samples["copy"].summary()
     moved = 2 * n * 4
-    return {"buffer_bytes": n * 4, "bytes_moved": moved, "gb_s": moved / s["median_s"] / 1e9, "time": s}
+    return {
+        "buffer_bytes": n * 4,
+        "bytes_moved": moved,
+        "gb_s": moved / s["median_s"] / 1e9,
+        "time": s,
+        "samples_gb_s": [moved / t / 1e9 for t in timer.samples["copy"].seconds],
+    }
+
+
+def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str) -> dict[str, Any]:
+    """The copy baseline of a run from its bursts (one before the workloads, one after): the median over every
+    sample, their spread (p90 - p10) / median, the drift between the bursts' medians, and whether it is noisy."""
+    samples = Samples([b["bytes_moved"] / (g * 1e9) for b in bursts for g in b["samples_gb_s"]])
+    moved = bursts[0]["bytes_moved"]
+    s = samples.summary()
+    meds = [b["gb_s"] for b in bursts]
+    gb_s = moved / s["median_s"] / 1e9
+    drift = (max(meds) - min(meds)) / gb_s if len(meds) > 1 else 0.0
+    # spread of the bandwidths: time quantiles swap ends (p10 of time is p90 of bandwidth)
+    spread = (moved / s["p10_s"] - moved / s["p90_s"]) / 1e9 / gb_s
+    return {
+        "buffer_bytes": bursts[0]["buffer_bytes"],
+        "bytes_moved": moved,
+        "gb_s": gb_s,
+        "spread": spread,
+        "drift": drift,
+        "bursts_gb_s": meds,
+        "samples": s["n"],
+        "noisy": spread > NOISY_SPREAD or drift > NOISY_SPREAD,
+        "llc_bytes": llc,
+        "llc_source": llc_source,
+        "llc_factor": bursts[0]["buffer_bytes"] / llc if llc else None,
+        "time": s,
+    }

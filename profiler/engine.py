@@ -42,7 +42,7 @@ class StepRows:
 class StepResult:
     rows: StepRows
     bytes: dict[str, int] = field(default_factory=dict)
-    y0: dict[str, Any] = field(default_factory=dict)  # outputs of the first recurrent layer, by kernel op
+    ys: dict[int, dict[str, Any]] = field(default_factory=dict)  # with keep_y: layer -> kernel op -> output
 
 
 class Graphs:
@@ -246,8 +246,8 @@ class Engine:
                     inp = self.inputs(k, il, rows.n_seqs, rows.n_tokens)
                     out = None if keep_y else self.out(k, inp)
                     y = call(k, k.fast(), self.pools[il][k.kind], inp, rows.src, rows.dst, K, out=out)
-                    if keep_y and il == self.layers[0]:
-                        res.y0[k.op] = y
+                    if keep_y:
+                        res.ys.setdefault(il, {})[k.op] = y
 
             regions.append((k.op, kernel))
             res.bytes[k.op] = len(self.layers) * kernel_bytes(k, rows.n_seqs, rows.n_tokens, K, self.itemsize[k.kind])
@@ -271,17 +271,15 @@ class Engine:
 
     # -- correctness ------------------------------------------------------------------------------------
 
-    def snapshot(self, layer: int | None = None) -> dict[str, Any]:
-        """A copy of one layer's pools (default: the first recurrent layer)."""
-        il = self.layers[0] if layer is None else layer
-        return {kind: pool.clone() for kind, pool in self.pools[il].items()}
+    def snapshot(self, layers: list[int]) -> dict[int, dict[str, Any]]:
+        """A copy of some layers' pools: layer -> kind -> pool."""
+        return {il: {kind: pool.clone() for kind, pool in self.pools[il].items()} for il in layers}
 
-    def reference_step(self, before: dict[str, Any], rows: StepRows) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Replay one step on a copy of the first layer's pools with the reference kernels; returns the pools
-        and the outputs by kernel op."""
+    def reference_step(self, before: dict[str, Any], rows: StepRows, il: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Replay one step on a copy of layer ``il``'s pools (``before``: kind -> pool) with the reference
+        kernels; returns the pools and the outputs by kernel op."""
         from rsplan.kernels.state_copy import state_gather_ref, state_scatter_ref
 
-        il = self.layers[0]
         pools = {kind: t.clone() for kind, t in before.items()}
         extras = {}
         if rows.rs_z >= 0 or rows.extra_src:

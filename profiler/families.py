@@ -7,7 +7,8 @@ Per family (llama.cpp 0c1e57098 src/models/*.cpp):
 - mamba (Mamba-1, Jamba): conv over x then the Mamba-1 scan (no snapshot planes);
 - gated_delta_net (Qwen3-Next, Qwen3.5): conv over ``q | k | v`` with every plane written, then gated_delta;
 - kda (Kimi Linear): the same with per-key decays;
-- rwkv (RWKV-6/7): the token shift (a W = 2 conv_state) then wkv6 / wkv7;
+- rwkv (RWKV-6/7): the token shift (a W = 2 conv_state) then the arch's op in ``RWKV_OPS``: wkv6, gla
+  (ggml_gated_linear_attn, RWKV6-Qwen2) or wkv7;
 - shortconv (LFM2): shortconv only (no S state);
 - lightning (MiniMax-01): lightning only (no R state).
 """
@@ -22,6 +23,11 @@ from typing import Any
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
 from rsplan.profiler.errors import WorkloadError, import_torch
+
+#: The op of each RWKV arch's time mixing (src/models/rwkv6-base.cpp: RWKV6-Qwen2 has no time_mix_first, so
+#: ``is_qrwkv`` and the graph calls ggml_gated_linear_attn; rwkv7-base.cpp: ggml_rwkv_wkv7 for both RWKV-7s).
+#: Every arch of family "rwkv" must be listed (tests/profiler/test_families.py checks against the arch table).
+RWKV_OPS: dict[str, str] = {"rwkv6": "rwkv6", "rwkv6qwen2": "gla", "rwkv7": "rwkv7", "arwkv7": "rwkv7"}
 
 #: Inputs whose dim 1 is the token axis (sliced for prefix checks); the others are parameters.
 TOKEN_INPUTS = frozenset({"x", "dt", "B", "C", "q", "k", "v", "g", "beta", "r", "w", "a", "b", "c"})
@@ -132,7 +138,9 @@ def family_of(spec: ModelSpec, layout: CacheLayout) -> Family:
         kernels.append(
             Kernel("conv_state", "r", (tsc * n_embd, 1), False, dims={"D": tsc * n_embd, "W": 2}, token_shift=True)
         )
-        op = "rwkv7" if spec.arch in ("rwkv7", "arwkv7") else "rwkv6"
+        op = RWKV_OPS.get(spec.arch)
+        if op is None:  # pragma: no cover - the table test keeps RWKV_OPS complete
+            raise WorkloadError(f"arch '{spec.arch}': no RWKV time-mixing op is known for it")
         kernels.append(Kernel(op, "s", (n_embd // hs, hs, hs), False, dims={"H": n_embd // hs, "S": hs}))
     elif fam == "shortconv":
         assert spec.shortconv is not None and spec.shortconv.l_cache
@@ -201,6 +209,15 @@ def make_inputs(k: Kernel, n_seqs: int, n_tokens: int, layer: int, n_layer: int,
             "v": r(N, T, H, S, scale=0.5),
             "w": torch.exp(-torch.exp(r(N, T, H, S) - 1.0)),
             "u": r(H, S, scale=0.1),
+        }
+    elif k.op == "gla":  # RWKV6-Qwen2: k is scaled by (1 - w) before the op, q is the receptance
+        H, S = d["H"], d["S"]
+        w = torch.exp(-torch.exp(r(N, T, H, S) - 1.0))
+        out = {
+            "q": r(N, T, H, S, scale=0.5),
+            "k": r(N, T, H, S, scale=0.1) * (1 - w),
+            "v": r(N, T, H, S, scale=0.5),
+            "g": w,
         }
     elif k.op == "rwkv7":
         H, S = d["H"], d["S"]
@@ -313,7 +330,7 @@ def kernel_bytes(k: Kernel, n_seqs: int, n_tokens: int, n_planes: int, itemsize:
             n_planes=K,
             state_itemsize=itemsize,
         )
-    n_inputs = {"rwkv6": 4, "rwkv7": 6, "lightning": 3}[k.op]
+    n_inputs = {"rwkv6": 4, "gla": 4, "rwkv7": 6, "lightning": 3}[k.op]
     return rwkv_bytes(
         n_seqs=n_seqs, n_tokens=n_tokens, n_head=d["H"], head_size=d["S"], n_inputs=n_inputs, state_itemsize=itemsize
     )

@@ -26,6 +26,42 @@ def _t(seconds: float) -> str:
     return f"{seconds * 1e3:,.3f} ms"
 
 
+def flag_text(flag: dict[str, Any], copy: dict[str, Any]) -> str:
+    """Why a ratio above 100% of copy is a measurement problem, in words (the reasons of runner.ratio_flag)."""
+    words = []
+    for reason in flag["reasons"]:
+        if reason == "cache":
+            words.append(
+                f"its working set (about {_mib(flag['working_set_bytes'])}) fits in the "
+                f"{_mib(copy['llc_bytes'])} last-level cache, the copy baseline does not"
+            )
+        elif reason == "noisy":
+            bursts = " / ".join(f"{g:,.1f}" for g in copy.get("bursts_gb_s", []))
+            words.append(f"the copy baseline is noisy (spread {100 * copy['spread']:.0f}%, bursts {bursts} GB/s)")
+        else:
+            words.append("neither the cache nor a noisy baseline explains it: the byte count or the timer is suspect")
+    return "above 100% of copy is a measurement problem: " + "; ".join(words)
+
+
+def _ratio(entry: dict[str, Any]) -> str:
+    return f"{100 * entry['copy_ratio']:.0f}%" + (" !" if entry.get("flag") else "")
+
+
+def _copy_line(copy: dict[str, Any]) -> str:
+    where = ""
+    if copy.get("llc_bytes"):
+        where = f" = {copy['buffer_bytes'] / copy['llc_bytes']:.1f}x the {_mib(copy['llc_bytes'])} {copy['llc_source']}"
+    bursts = " / ".join(f"{g:,.1f}" for g in copy.get("bursts_gb_s", []))
+    line = (
+        f"copy bandwidth {copy['gb_s']:,.1f} GB/s (median of {copy.get('samples', '?')} device copies of "
+        f"{_mib(copy['buffer_bytes'])}{where}, read + write counted; spread {100 * copy.get('spread', 0):.0f}%, "
+        f"before / after the workloads {bursts} GB/s)"
+    )
+    if copy.get("noisy"):
+        line += " NOISY: ratios to it are unreliable"
+    return line
+
+
 def render(report: dict[str, Any]) -> str:
     dev = report["device"]
     ctx = report["context"]
@@ -36,7 +72,8 @@ def render(report: dict[str, Any]) -> str:
         + (f", {dev['threads']} threads" if "threads" in dev else "")
         + (f", peak DRAM {dev['dram_peak_gb_s']} GB/s (NVML)" if dev.get("dram_peak_gb_s") else ""),
         f"context -c {ctx['n_ctx']} -np {ctx['n_seq_max']} n_rs_seq {ctx['n_rs_seq']} (K = {ctx['n_planes']} planes), "
-        f"state {ctx['state_type']}, prefill {ctx['ubatch_tokens_per_seq']} tokens/sequence"
+        f"state {ctx['state_type']}"
+        + (f", prefill {ctx['ubatch_tokens_per_seq']} tokens/sequence" if ctx.get("ubatch_tokens_per_seq") else "")
         + (f", draft {ctx['draft']}" if ctx.get("draft") else ""),
         "",
     ]
@@ -53,10 +90,15 @@ def render(report: dict[str, Any]) -> str:
         table(rows, ["allocated tensors", "planned", "allocated", "equal"], align=("left", "right", "right", "left"))
     )
     copy = report["copy_bandwidth"]
-    lines += [
-        "",
-        f"copy bandwidth {copy['gb_s']:,.1f} GB/s (device copy of {_mib(copy['buffer_bytes'])}, read + write counted)",
-    ]
+    lines += ["", _copy_line(copy)]
+    if report.get("time"):
+        tm = report["time"]
+        lines.append(
+            f"time {tm['elapsed_s']:.0f} s (expected {tm['expected_s']:.0f} s; --iters {tm['iters']}, "
+            f"--warmup {tm['warmup']}"
+            + (f", lowered from {tm['iters_requested']} / {tm['warmup_requested']}" if tm["lowered"] else "")
+            + ")"
+        )
     for name, w in report["workloads"].items():
         lines += ["", f"{name}: {w['n_seqs']} sequences, {w['tokens_per_step']} tokens per step"]
         rows = []
@@ -69,7 +111,7 @@ def render(report: dict[str, Any]) -> str:
                     _t(t["median_s"]),
                     f"{_t(t['p10_s'])} .. {_t(t['p90_s'])}",
                     f"{k['gb_s']:,.1f}",
-                    f"{100 * k['copy_ratio']:.0f}%",
+                    _ratio(k),
                 ]
             )
         sp = w["state_path"]
@@ -80,7 +122,7 @@ def render(report: dict[str, Any]) -> str:
                 _t(sp["time_s"]),
                 "",
                 f"{sp['gb_s']:,.1f}",
-                f"{100 * sp['copy_ratio']:.0f}%",
+                _ratio(sp),
             ]
         )
         lines.append(
@@ -101,6 +143,9 @@ def render(report: dict[str, Any]) -> str:
         if w.get("accepted_mean") is not None:
             extra.append(f"mean accepted drafts {w['accepted_mean']:.2f}")
         lines.append("  " + "; ".join(e for e in extra if e))
+        for kname, k in [*w["kernels"].items(), ("state path", sp)]:
+            if k.get("flag"):
+                lines.append(f"  ! {kname}: {flag_text(k['flag'], copy)}")
     if report.get("third_party"):
         lines += ["", "third-party kernels (one decode step, same shapes):"]
         for lib, entry in report["third_party"].items():
@@ -113,7 +158,19 @@ def render(report: dict[str, Any]) -> str:
                 f"rsplan {_t(entry['rsplan']['time']['median_s'])} ({entry['rsplan']['gb_s']:,.1f} GB/s)"
             )
     checks = report["checks"]
-    lines += ["", f"checks: {checks['passed']} passed, {checks['failed']} failed"]
+    where = ""
+    if checks.get("layers_total"):
+        n, total = len(checks["layers_checked"]), checks["layers_total"]
+        where = (
+            f" (step checks on all {total} recurrent layers"
+            if n == total
+            else f" (step checks on {n} of {total} recurrent layers, sampled with seed {checks['sampled_with_seed']}"
+        ) + (
+            "; rollback checks on one layer per round drawn with the seed)"
+            if any(r["check"].startswith("spec:") for r in checks["results"])
+            else ")"
+        )
+    lines += ["", f"checks: {checks['passed']} passed, {checks['failed']} failed{where}"]
     for r in checks["results"]:
         if not r["ok"]:
             lines.append(f"  FAILED {r['check']}: {r['detail']}")
@@ -133,16 +190,17 @@ def for_report(report: dict[str, Any]) -> dict[str, Any]:
             gbps, t = float(k["gb_s"]), float(k["time"]["median_s"])
             if not (gbps == gbps and gbps >= 0 and gbps != float("inf") and t == t):
                 continue
-            kernels.append(
-                {
-                    "name": f"{wname} {kname} {dtype}",
-                    "gbps": gbps,
-                    "copy_gbps": copy,
-                    "bytes": int(k["bytes_per_step"]),
-                    "time_s": t,
-                    "dtype": dtype,
-                }
-            )
+            entry = {
+                "name": f"{wname} {kname} {dtype}",
+                "gbps": gbps,
+                "copy_gbps": copy,
+                "bytes": int(k["bytes_per_step"]),
+                "time_s": t,
+                "dtype": dtype,
+            }
+            if k.get("flag"):
+                entry["flag"] = flag_text(k["flag"], report["copy_bandwidth"])[:300]
+            kernels.append(entry)
     device = report["device"]
     return {
         "device": str(device.get("name") or device["device"])[:200],

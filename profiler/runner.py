@@ -6,6 +6,8 @@ same dict). torch is imported here, never at ``import rsplan`` time.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -14,9 +16,14 @@ from rsplan.profiler.errors import RsplanError, WorkloadError, import_torch
 
 Workload = Literal["decode", "prefill", "spec", "all"]
 WORKLOADS = ("decode", "prefill", "spec")
-#: The copy-bandwidth buffer is the decode working set, clamped to [MIN, MAX] bytes.
-COPY_MIN_BYTES = {"cpu": 8 << 20, "cuda": 256 << 20}
-COPY_MAX_BYTES = 1 << 30
+#: --max-seconds when not given, per device type (0 = no limit).
+DEFAULT_MAX_SECONDS = {"cpu": 180.0, "cuda": 300.0}
+#: A probe step slower than this (seconds) is not repeated: its first run is the estimate.
+PROBE_ONCE_S = 2.0
+#: Iterations are lowered until the expected duration is this fraction of --max-seconds.
+FIT_FRACTION = 0.8
+#: Timed copies per burst of the copy baseline (one burst before the workloads, one after).
+COPY_ITERS = {"cpu": 15, "cuda": 50}
 
 
 class CheckError(RsplanError):
@@ -42,6 +49,7 @@ class ProfileRequest:
     seed: int = 0
     threads: int | None = None
     cuda_graphs: bool = True
+    max_seconds: float | None = None  # None: DEFAULT_MAX_SECONDS of the device; 0: no limit
 
 
 def _workloads(req: ProfileRequest, rollback: bool, arch: str, notes: list[str]) -> list[str]:
@@ -69,12 +77,19 @@ def validate(req: ProfileRequest) -> None:
         raise WorkloadError(
             f"--ubatch {req.ubatch} is smaller than -np {req.n_seq_max}: a prefill ubatch needs one token per sequence"
         )
+    if req.max_seconds is not None and not req.max_seconds >= 0:
+        raise WorkloadError(f"--max-seconds must be 0 (no limit) or more, got {req.max_seconds}")
     if req.state_type not in ("f32", "bf16"):
         raise WorkloadError(f"--state-type must be f32 or bf16, got {req.state_type}")
 
 
-def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], None]] | None = None) -> dict:
-    """Run a profile. ``progress(total)`` returns a callback advanced once per step (None: silent)."""
+def run_profile(
+    req: ProfileRequest,
+    progress: Callable[[int], Callable[[int], None]] | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> dict:
+    """Run a profile. ``progress(total)`` returns a callback advanced once per step (None: silent);
+    ``announce(line)`` receives the expected duration before the timed work starts (None: not shown)."""
     validate(req)
     torch = import_torch()
     from rsplan.hparams.layout import cache_layout
@@ -83,15 +98,28 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
     from rsplan.planner.plan import build_plan
     from rsplan.profiler import workloads as wl
     from rsplan.profiler.alloc import allocate, state_dtype_check
-    from rsplan.profiler.device import copy_bandwidth, device_facts, resolve_device
+    from rsplan.profiler.device import (
+        copy_bandwidth,
+        copy_baseline,
+        copy_buffer_bytes,
+        device_facts,
+        free_bytes,
+        last_level_cache,
+        resolve_device,
+    )
     from rsplan.profiler.engine import Engine
     from rsplan.profiler.families import family_of, kernel_bytes
 
+    t_start = time.perf_counter()
     dev = resolve_device(req.gpu, req.device)
     if req.threads is not None:
         if dev.type != "cpu":
             raise WorkloadError(f"--threads sets the CPU threads of torch; it does nothing on {dev}")
         torch.set_num_threads(req.threads)
+    if dev.type == "cpu":
+        # decayed states and the chunked scans' exp(G_t - G_s) reach subnormal floats, which x86 CPUs compute
+        # up to 100x slower; flushed to zero they change nothing above 1.2e-38 (the GPU flushes them anyway)
+        torch.set_flush_denormal(True)
     spec = load_model(req.model)
     layout = cache_layout(spec)
     if not layout.recurrent_layers:
@@ -112,11 +140,11 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
     family = family_of(spec, layout)
     N = plan.context.n_seq_max
     T = max(1, req.ubatch // N)
-    itemsize = 4 if req.state_type == "f32" else 2
 
-    # working sets: the decode read set sizes the copy benchmark; inputs and snapshots are the workspace
-    decode_bytes = sum(kernel_bytes(k, N, 1, 1, itemsize) for k in family.kernels) * len(layout.recurrent_layers)
-    copy_bytes = min(COPY_MAX_BYTES, max(COPY_MIN_BYTES[dev.type], decode_bytes // 2))
+    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache; inputs and snapshots are the
+    # rest of the workspace
+    llc, llc_source = last_level_cache(dev)
+    copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
     # tokens per sequence of the largest step that runs: a prefill ubatch, a draft verification, or one token
     step_tokens = max([1] + [T for n in names if n == "prefill"] + [1 + req.draft for n in names if n == "spec"])
     io_bytes = sum(kernel_bytes(k, N, step_tokens, 1, 0) for k in family.kernels)
@@ -130,34 +158,60 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
     try:
         allocation = _allocation_report(plan, cache)
         pools = _pools(plan, cache, family)
-        copy = copy_bandwidth(dev, copy_bytes, iters=max(req.iters, 10), warmup=max(req.warmup, 2))
+        copy_iters = COPY_ITERS[dev.type]
+        t0 = time.perf_counter()
+        bursts = [copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
+        copy_s = time.perf_counter() - t0
+        tol = (2e-3, 2e-3) if req.state_type == "f32" else (3e-2, 3e-2)
+        checks = wl.Checks(*tol, seed=req.seed)
+        budget = _budget(req, dev, names, pools, family, N, T, eff_rs, copy_s, checks, t_start)
+        if announce is not None:
+            announce(budget.announcement())
+        if budget.note:
+            notes.append(budget.note)
+        iters, warmup = budget.iters, budget.warmup
+        # the steps that advance the progress: the timed loops (prefill and spec time again with K = 1)
+        again = 2 if eff_rs > 0 else 1
         steps = {
-            "decode": 2 + req.warmup + req.iters,
-            "prefill": 1 + 2 * (req.warmup + req.iters),
-            "spec": 1 + 2 * (req.warmup + req.iters),
+            "decode": warmup + iters,
+            "prefill": (again if T > 1 else 1) * (warmup + iters),
+            "spec": again * (warmup + iters),
         }
         tick = progress(sum(steps[n] for n in names)) if progress else (lambda _n: None)
-        tol = (2e-3, 2e-3) if req.state_type == "f32" else (3e-2, 3e-2)
-        checks = wl.Checks(*tol)
-        results: dict[str, Any] = {}
+        measured: dict[str, Any] = {}
+        timing: dict[str, Any] = {}
         for name in names:
-            for layer_pools in pools.values():
-                for pool in layer_pools.values():
-                    pool.zero_()
+            _zero(pools)
             engine = Engine(family, pools, N, eff_rs, dev, req.seed, cuda_graphs=req.cuda_graphs)
             if name == "decode":
-                m = wl.decode(engine, checks, req.iters, req.warmup, tick)
+                measured[name] = wl.decode(engine, checks, iters, warmup, tick)
             elif name == "prefill":
-                m = wl.prefill(engine, checks, T, req.iters, req.warmup, tick)
+                measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick)
             else:
-                m = wl.spec(engine, checks, req.draft, req.iters, req.warmup, tick, req.seed)
-            results[name] = _figures(m, copy["gb_s"], n_seqs=N)
-            results[name]["timing"] = _timing_mode(engine)
+                measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
+            timing[name] = _timing_mode(engine)
+        bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
+        copy = copy_baseline(bursts, llc, llc_source)
+        results = {}
+        for name, m in measured.items():
+            results[name] = _figures(m, copy, n_seqs=N)
+            results[name]["timing"] = timing[name]
         third = _third_party(dev, family, N, req) if dev.type == "cuda" else {}
     finally:
         cache.release()
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+    load, cpus = facts.get("load_average"), facts.get("cpus")
+    if load is not None and cpus and load > cpus:
+        notes.append(
+            f"the load average ({load:g}) exceeds the {cpus} CPUs: the timings include waiting for other jobs "
+            "(torch's threads wait for each other most; --threads 1 suffers least)"
+        )
+    flagged = [f"{w} {k}" for w, r in results.items() for k, v in r["kernels"].items() if v.get("flag")]
+    if copy["noisy"]:
+        notes.append("the copy baseline is noisy on this run (see its spread and drift): ratios to it are unreliable")
+    if flagged:
+        notes.append(f"{len(flagged)} ratio(s) above 100% of copy are measurement problems, not speed: see the flags")
 
     report = {
         "model": spec.name,
@@ -173,7 +227,7 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
             "n_rs_seq_requested": plan.context.n_rs_seq_requested,
             "n_planes": eff_rs + 1,
             "state_type": req.state_type,
-            "ubatch_tokens_per_seq": T,
+            "ubatch_tokens_per_seq": T if "prefill" in names else None,
             "draft": req.draft if "spec" in names else None,
         },
         "kernels": [
@@ -181,13 +235,10 @@ def run_profile(req: ProfileRequest, progress: Callable[[int], Callable[[int], N
         ],
         "allocation": allocation,
         "copy_bandwidth": copy,
+        "time": {**budget.summary(), "elapsed_s": time.perf_counter() - t_start},
         "workloads": results,
         "third_party": third,
-        "checks": {
-            "passed": len(checks.results) - len(checks.failed),
-            "failed": len(checks.failed),
-            "results": checks.results,
-        },
+        "checks": checks.summary(len(layout.recurrent_layers)),
         "notes": notes + cache.notes,
     }
     return report
@@ -231,7 +282,32 @@ def _pools(plan: Any, cache: Any, family: Any) -> dict[int, dict[str, Any]]:
     return pools
 
 
-def _figures(m: Any, copy_gb_s: float, n_seqs: int) -> dict:
+def _zero(pools: dict[int, dict[str, Any]]) -> None:
+    for layer_pools in pools.values():
+        for pool in layer_pools.values():
+            pool.zero_()
+
+
+def ratio_flag(ratio: float, bytes_per_step: int, copy: dict) -> dict | None:
+    """Why a ratio above 100% of the copy bandwidth is a measurement problem (None at or below 100%).
+
+    Reasons: ``cache``: the working set (about half the bytes moved: each state is read and written back)
+    fits in the last-level cache, which the copy baseline is sized to miss; ``noisy``: the baseline's samples
+    or bursts disagree by more than NOISY_SPREAD; ``unexplained``: neither (the byte count or timer is suspect).
+    """
+    if not ratio > 1.0:
+        return None
+    reasons = []
+    working_set = bytes_per_step // 2
+    if copy.get("llc_bytes") and working_set <= copy["llc_bytes"]:
+        reasons.append("cache")
+    if copy.get("noisy"):
+        reasons.append("noisy")
+    return {"reasons": reasons or ["unexplained"], "working_set_bytes": working_set}
+
+
+def _figures(m: Any, copy: dict, n_seqs: int) -> dict:
+    copy_gb_s = copy["gb_s"]
     kernels = {}
     total_s = 0.0
     total_bytes = 0
@@ -239,9 +315,14 @@ def _figures(m: Any, copy_gb_s: float, n_seqs: int) -> dict:
         s = samples.summary()
         b = m.bytes.get(name, 0)
         gb_s = b / s["median_s"] / 1e9 if s["median_s"] > 0 else float("nan")
-        kernels[name] = {"bytes_per_step": b, "time": s, "gb_s": gb_s, "copy_ratio": gb_s / copy_gb_s}
+        ratio = gb_s / copy_gb_s
+        kernels[name] = {"bytes_per_step": b, "time": s, "gb_s": gb_s, "copy_ratio": ratio}
+        flag = ratio_flag(ratio, b, copy)
+        if flag:
+            kernels[name]["flag"] = flag
         total_s += s["median_s"]
         total_bytes += b
+    ratio = total_bytes / total_s / 1e9 / copy_gb_s if total_s else float("nan")
     out: dict[str, Any] = {
         "n_seqs": n_seqs,
         "tokens_per_step": m.tokens_per_step,
@@ -250,11 +331,14 @@ def _figures(m: Any, copy_gb_s: float, n_seqs: int) -> dict:
             "bytes_per_step": total_bytes,
             "time_s": total_s,
             "gb_s": total_bytes / total_s / 1e9 if total_s else float("nan"),
-            "copy_ratio": total_bytes / total_s / 1e9 / copy_gb_s if total_s else float("nan"),
+            "copy_ratio": ratio,
             "tokens_per_s": m.tokens_per_step / total_s if total_s else float("nan"),
         },
         "bookkeeping": m.bookkeeping.summary(),
     }
+    flag = ratio_flag(ratio, total_bytes, copy)
+    if flag:
+        out["state_path"]["flag"] = flag
     k1 = m.extra.get("k1")
     if k1 is not None:
         t1 = sum(s.median for s in k1.regions.values())
@@ -269,6 +353,149 @@ def _figures(m: Any, copy_gb_s: float, n_seqs: int) -> dict:
         acc = m.extra["accepted"]
         out["accepted_mean"] = sum(acc) / len(acc) if acc else None
     return out
+
+
+@dataclass
+class Budget:
+    """The expected duration of a run (from a one-step probe of each workload and of the reference checks) and
+    the iterations that fit ``--max-seconds``."""
+
+    limit_s: float  # 0: no limit
+    fixed_s: float  # the time before the timed work (loading, allocation, first copy burst, probes) + the last burst
+    per_round_s: float  # one warmup-or-timed round of every workload, checks included
+    once_s: float  # the steps and checks that run once per workload
+    probe: dict[str, float]  # seconds of one fast step per workload, and "check" (one reference layer-token)
+    iters_requested: int
+    warmup_requested: int
+    iters: int
+    warmup: int
+
+    def expected_s(self, iters: int | None = None, warmup: int | None = None) -> float:
+        rounds = (self.iters if iters is None else iters) + (self.warmup if warmup is None else warmup)
+        return self.fixed_s + self.once_s + rounds * self.per_round_s
+
+    @property
+    def lowered(self) -> bool:
+        return (self.iters, self.warmup) != (self.iters_requested, self.warmup_requested)
+
+    @property
+    def note(self) -> str:
+        over = (
+            f"; even so more than --max-seconds {self.limit_s:g}"
+            if self.limit_s and self.expected_s() > self.limit_s
+            else ""
+        )
+        if self.lowered:
+            return (
+                f"--iters {self.iters_requested} -> {self.iters} and --warmup {self.warmup_requested} -> "
+                f"{self.warmup} to fit --max-seconds {self.limit_s:g} with {100 - 100 * FIT_FRACTION:.0f}% "
+                f"headroom (the requested iterations were expected to take "
+                f"{self.expected_s(self.iters_requested, self.warmup_requested):.0f} s){over}"
+            )
+        if self.limit_s and self.expected_s() > self.limit_s:
+            return f"expected {self.expected_s():.0f} s even at --iters 1: more than --max-seconds {self.limit_s:g}"
+        return ""
+
+    def announcement(self) -> str:
+        probe = ", ".join(f"{k} {_secs(v)}/step" for k, v in self.probe.items() if k != "check")
+        line = f"expected duration about {self.expected_s():.0f} s (one-step probe: {probe})"
+        if self.note:
+            line += f"; {self.note}"
+        elif self.limit_s:
+            line += f"; --max-seconds {self.limit_s:g}"
+        return line
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "expected_s": self.expected_s(),
+            "max_seconds": self.limit_s,
+            "probe_s": self.probe,
+            "iters_requested": self.iters_requested,
+            "warmup_requested": self.warmup_requested,
+            "iters": self.iters,
+            "warmup": self.warmup,
+            "lowered": self.lowered,
+        }
+
+
+def _secs(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fit_iterations(base_s: float, per_round_s: float, limit_s: float, iters: int, warmup: int) -> tuple[int, int]:
+    """(iters, warmup) whose expected duration ``base_s + (iters + warmup) * per_round_s`` stays within
+    FIT_FRACTION x ``limit_s`` (0: no limit); lowered iterations keep one warmup round when two rounds fit, none
+    otherwise, and at least one timed round whatever the limit."""
+    target = FIT_FRACTION * limit_s  # headroom: the probe is one step, and a shared machine's speed moves
+    if not limit_s or base_s + (iters + warmup) * per_round_s <= target:
+        return iters, warmup
+    rounds = math.floor((target - base_s) / per_round_s) if per_round_s > 0 else iters + 1
+    warmup = min(warmup, 1 if rounds >= 2 else 0)
+    return max(1, min(iters, rounds - warmup)), warmup
+
+
+def _budget(
+    req: ProfileRequest,
+    dev: Any,
+    names: list[str],
+    pools: dict,
+    family: Any,
+    N: int,
+    T: int,
+    n_rs_seq: int,
+    copy_s: float,
+    checks: Any,
+    t_start: float,
+) -> Budget:
+    """Probe one step of each workload (the second of two: the first pays for inputs, caches and compiles) and
+    one reference step on one layer, then fit the iterations into the time limit."""
+    from rsplan.profiler.engine import Engine
+    from rsplan.profiler.workloads import CHECK_TOKENS
+
+    torch = import_torch()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    tokens = {"decode": 1, "prefill": T, "spec": 1 + req.draft}
+    probe: dict[str, float] = {}
+    for name in names:
+        _zero(pools)
+        engine = Engine(family, pools, N, n_rs_seq, dev, req.seed)
+        seqs = list(range(N))
+        for _ in range(2):
+            t0 = time.perf_counter()
+            engine.step(engine.next_ubatch(seqs, tokens[name]))
+            sync()
+            probe[name] = time.perf_counter() - t0
+            if probe[name] > PROBE_ONCE_S:  # a slow step is its own estimate: no second one
+                break
+    # the reference: one decode token of every sequence on one layer
+    _zero(pools)
+    engine = Engine(family, pools, N, n_rs_seq, dev, req.seed)
+    rows = engine.place(engine.next_ubatch(list(range(N)), 1))
+    il = engine.layers[0]
+    t0 = time.perf_counter()
+    engine.reference_step(engine.snapshot([il])[il], rows, il)
+    sync()
+    probe["check"] = ref = time.perf_counter() - t0
+    _zero(pools)
+    n_check = len(checks.checked_layers(engine))
+    passes = 2 if n_rs_seq > 0 else 1  # prefill and spec time again with K = 1 when there are planes
+    once = per_round = 0.0
+    for name in names:
+        if name == "decode":
+            once += 2 * probe[name] + 2 * n_check * ref
+            per_round += probe[name]
+        elif name == "prefill":
+            once += n_check * CHECK_TOKENS * ref
+            per_round += (passes if T > 1 else 1) * probe[name]
+        else:
+            once += probe[name]
+            per_round += passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
+    # what ran already (loading, planning, allocating, the first copy burst, the probes) and the second burst
+    fixed = (time.perf_counter() - t_start) + copy_s
+    limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
+    b = Budget(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
+    b.iters, b.warmup = fit_iterations(fixed + once, per_round, limit, req.iters, req.warmup)
+    return b
 
 
 def _third_party(dev: Any, family: Any, n_seqs: int, req: ProfileRequest) -> dict:

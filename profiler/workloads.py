@@ -7,8 +7,11 @@
   continuing the prompts, timed with K planes and again with K = 1 (the cost of the snapshots).
 - spec: speculative rounds: verify 1 + draft tokens per sequence, accept j of the drafts (a fixed pseudo-random
   draw, j = draft meaning all), roll back with seq_rm; the next round's gather reads plane ``draft - j``. After
-  every round the rolled-back state of each sequence (first recurrent layer) must equal a fresh reference scan
-  of its accepted prefix.
+  every round the rolled-back state of each sequence must equal a fresh reference scan of its accepted prefix,
+  on one checked layer per round (drawn with the seed).
+
+The step checks compare every checked layer (``Checks.layers``: all recurrent layers, or when their pools
+together exceed CHECK_SNAPSHOT_BYTES a sample drawn with the seed that always holds the first and the last).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from rsplan.profiler.families import call, select_seqs, slice_tokens
 
 #: Tokens of the checked first prefill ubatch (the reference is a per-token, per-head loop).
 CHECK_TOKENS = 4
+#: The most pool bytes a step check copies before the step (all checked layers together).
+CHECK_SNAPSHOT_BYTES = 256 << 20
 
 
 @dataclass
@@ -34,7 +39,11 @@ class Checks:
 
     rtol: float
     atol: float
+    seed: int = 0
     results: list[dict[str, Any]] = field(default_factory=list)
+    layers: list[int] | None = None  # the checked layers, chosen at the first check
+    sampled: bool = False
+    _rng: random.Random | None = None
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -51,26 +60,64 @@ class Checks:
         err = (a - b).abs().max().item()
         return False, f"max abs error {err:.3g} (rtol {self.rtol}, atol {self.atol})"
 
+    def rng(self) -> random.Random:
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
+
+    def checked_layers(self, engine: Engine) -> list[int]:
+        """Every recurrent layer, or (when their pools exceed CHECK_SNAPSHOT_BYTES) the first, the last and
+        others drawn with the seed, as many as fit."""
+        if self.layers is None:
+            layers = engine.layers
+            per_layer = max(1, sum(p.numel() * p.element_size() for p in engine.pools[layers[0]].values()))
+            fit = max(2, CHECK_SNAPSHOT_BYTES // per_layer)
+            if len(layers) <= fit:
+                self.layers = list(layers)
+            else:
+                middle = self.rng().sample(layers[1:-1], min(len(layers) - 2, fit - 2))
+                self.layers = sorted({layers[0], layers[-1], *middle})
+                self.sampled = True
+        return self.layers
+
+    def summary(self, n_layers: int) -> dict[str, Any]:
+        return {
+            "passed": len(self.results) - len(self.failed),
+            "failed": len(self.failed),
+            "layers_checked": self.layers or [],
+            "layers_total": n_layers,
+            "sampled_with_seed": self.seed if self.sampled else None,
+            "results": self.results,
+        }
+
     def step_matches_reference(self, name: str, engine: Engine, before: dict, res: StepResult) -> None:
-        """The fast step on the first layer equals the reference replay; rows outside the step are unchanged."""
+        """On every checked layer, the fast step equals the reference replay; rows outside the step are
+        unchanged. ``before``: layer -> pools before the step (``engine.snapshot``)."""
         torch = import_torch()
-        ref_pools, ref_ys = engine.reference_step(before, res.rows)
         written = engine.rows_written(res.rows)
-        il = engine.layers[0]
         problems = []
-        for kind, pool in engine.pools[il].items():
-            for row in range(pool.shape[0]):
-                if row in written:
-                    ok, why = self.close(pool[row], ref_pools[kind][row])
-                    if not ok:
-                        problems.append(f"{kind} row {row}: {why}")
-                elif not torch.equal(pool[row], before[kind][row]):
-                    problems.append(f"{kind} row {row} is outside the step but changed")
-        for op, y in res.y0.items():
-            ok, why = self.close(y, ref_ys[op])
-            if not ok:
-                problems.append(f"{op} output: {why}")
-        self.record(name, not problems, "; ".join(problems[:4]))
+        for il, layer_before in before.items():
+            ref_pools, ref_ys = engine.reference_step(layer_before, res.rows, il)
+            for kind, pool in engine.pools[il].items():
+                for row in range(pool.shape[0]):
+                    if row in written:
+                        ok, why = self.close(pool[row], ref_pools[kind][row])
+                        if not ok:
+                            problems.append(f"layer {il} {kind} row {row}: {why}")
+                    elif not torch.equal(pool[row], layer_before[kind][row]):
+                        problems.append(f"layer {il} {kind} row {row} is outside the step but changed")
+            for op, y in res.ys.get(il, {}).items():
+                ok, why = self.close(y, ref_ys[op])
+                if not ok:
+                    problems.append(f"layer {il} {op} output: {why}")
+        self.record(f"{name} ({_layers_text(list(before), engine)})", not problems, "; ".join(problems[:4]))
+
+
+def _layers_text(layers: list[int], engine: Engine) -> str:
+    n = len(engine.layers)
+    if len(layers) == n:
+        return f"all {n} recurrent layers"
+    return f"layers {', '.join(map(str, layers))} of {n}"
 
 
 @dataclass
@@ -130,13 +177,14 @@ def _seqs(engine: Engine) -> list[int]:
 
 def decode(engine: Engine, checks: Checks, iters: int, warmup: int, progress: Progress) -> Measured:
     seqs = _seqs(engine)
-    before = engine.snapshot()
+    layers = checks.checked_layers(engine)
+    before = engine.snapshot(layers)
     res = engine.step(engine.next_ubatch(seqs, 1), keep_y=True)
     checks.step_matches_reference("decode: new sequences from the zero row", engine, before, res)
     if len(seqs) > 1:
         engine.cells.seq_cp(seqs[0], seqs[-1])
         engine.pos[seqs[-1]] = engine.pos[seqs[0]]
-        before = engine.snapshot()
+        before = engine.snapshot(layers)
         res = engine.step(engine.next_ubatch(seqs, 1), keep_y=True)
         checks.step_matches_reference("decode: a forked sequence detaches from the shared cell", engine, before, res)
     return _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, 1)), iters, warmup, progress)
@@ -144,7 +192,7 @@ def decode(engine: Engine, checks: Checks, iters: int, warmup: int, progress: Pr
 
 def prefill(engine: Engine, checks: Checks, n_tokens: int, iters: int, warmup: int, progress: Progress) -> Measured:
     seqs = _seqs(engine)
-    before = engine.snapshot()
+    before = engine.snapshot(checks.checked_layers(engine))
     res = engine.step(engine.next_ubatch(seqs, min(CHECK_TOKENS, n_tokens)), keep_y=True)
     checks.step_matches_reference("prefill: first ubatch from the zero row", engine, before, res)
     m = _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, n_tokens)), iters, warmup, progress)
@@ -176,7 +224,9 @@ def spec(
         return engine.place(engine.next_ubatch(seqs, 1 + draft))
 
     def snapshot(rows: StepRows) -> None:
-        state["before"] = engine.snapshot()
+        layer = checks.rng().choice(engine.layers)  # one checked layer per round, drawn with the seed
+        state["layer"] = layer
+        state["before"] = engine.snapshot([layer])[layer]
         state["rows"] = rows
 
     def rollback(rows: StepRows) -> None:
@@ -190,7 +240,7 @@ def spec(
                     checks.record("spec: rollback accepted by seq_rm", False, f"seq {s}, j = {j}")
                     continue
                 engine.pos[s] = first + j
-            _check_rollback(engine, checks, state["before"], rows, i, j, draft, M)
+            _check_rollback(engine, checks, state["before"], state["layer"], rows, i, j, draft, M)
 
     m = _timed_steps(engine, make_rows, iters, warmup, progress, after=rollback, before=snapshot)
     m.extra["accepted"] = accepted
@@ -202,12 +252,12 @@ def spec(
 
 
 def _check_rollback(
-    engine: Engine, checks: Checks, before: dict, rows: StepRows, i: int, j: int, draft: int, M: int
+    engine: Engine, checks: Checks, before: dict, il: int, rows: StepRows, i: int, j: int, draft: int, M: int
 ) -> None:
-    """After accepting j drafts, the row the next round reads equals a fresh reference scan of 1 + j tokens."""
+    """After accepting j drafts, the row the next round reads (layer ``il``) equals a fresh reference scan of
+    1 + j tokens."""
     plane = draft - j
     row = plane * M + rows.dst[i]
-    il = engine.layers[0]
     problems = []
     for k in engine.family.kernels:
         inp = slice_tokens(select_seqs(engine.inputs(k, il, rows.n_seqs, rows.n_tokens), [i]), 1 + j)
@@ -217,7 +267,9 @@ def _check_rollback(
         if not ok:
             problems.append(f"{k.op} plane {plane}: {why}")
     checks.record(
-        f"spec: state after accepting {j} of {draft} equals a fresh scan (seq {i})", not problems, "; ".join(problems)
+        f"spec: state after accepting {j} of {draft} equals a fresh scan (seq {i}, layer {il})",
+        not problems,
+        "; ".join(problems),
     )
 
 

@@ -6,10 +6,12 @@
 # On a CUDA machine (detected through torch, or forced with --device cuda) it runs the GPU tests (compiled
 # Triton kernels against the references), then `rsplan profile --gpu` on a few presets, each as JSON.
 # Without CUDA (or with --device cpu) it runs the CPU parts: the kernel and profiler tests (Triton in its
-# interpreter), small CPU profiles and the CPU kernel benchmark. Sized for a few minutes on one H200.
-# Everything lands in OUT_DIR: env.json, pytest-*.xml and .log, profile-*.json, kernels-*.json,
-# bench_kernels_cpu.json,
-# summary.txt. The exit status is non-zero when any step failed; every step runs regardless.
+# interpreter), small CPU profiles and the CPU kernel benchmark. Sized for a few minutes on one H200: every
+# profile gets --max-seconds below its step timeout, and the copy baseline is profiled three times in a row to
+# show whether it is stable. Everything lands in OUT_DIR: env.json, pytest-*.xml and .log, profile-*.json,
+# kernels-*.json, bench_kernels_cpu.json, table.txt (one line per profile: copy baseline, its spread and
+# bursts, state path % of copy per workload, flags, expected vs elapsed seconds) and summary.txt. The exit
+# status is non-zero when any step failed; every step runs regardless.
 set -uo pipefail
 
 usage() { echo "usage: $0 OUT_DIR [--device cpu|cuda] [--quick]" >&2; exit 2; }
@@ -98,7 +100,7 @@ if [ "$DEVICE" = cuda ]; then
     --junitxml="$OUT/pytest-gpu.xml"
   ITERS=20
   [ $QUICK = 1 ] && ITERS=5
-  G=(--gpu --iters "$ITERS" --warmup 3)
+  G=(--gpu --iters "$ITERS" --warmup 3 --max-seconds 120)
   profile mamba2-2.7b 300 --model mamba2-2.7b -np 8 --workload all "${G[@]}"
   profile nemotron-h-8b-spec 300 --model nemotron-h-8b-base-8k -np 8 --n-rs-seq 4 --draft 4 "${G[@]}"
   profile qwen3.5-35b-a3b 300 --model qwen3.5-35b-a3b -np 8 --draft 3 "${G[@]}"
@@ -107,20 +109,29 @@ if [ "$DEVICE" = cuda ]; then
   profile lfm2-2.6b 300 --model lfm2-2.6b -np 16 --draft 3 "${G[@]}"
   profile rwkv7-0.4b-world 300 --model rwkv7-0.4b-world -np 16 "${G[@]}"
   profile minimax-text-01 300 --model minimax-text-01 -np 2 --ubatch 256 --workload decode "${G[@]}"
+  for i in 1 2 3; do
+    profile "copy-baseline-$i" 120 --model mamba2-130m -np 8 --workload decode --gpu --iters 5 --warmup 1
+  done
 else
   step pytest-cpu 600 "$PY" -m pytest tests/kernels tests/profiler -q -p no:cacheprovider \
     --junitxml="$OUT/pytest-cpu.xml"
-  C=(--device cpu --iters 5 --warmup 1)
+  C=(--device cpu --iters 5 --warmup 1 --max-seconds 120)
   profile mamba2-130m 300 --model mamba2-130m -np 4 --ubatch 64 "${C[@]}"
   profile lfm2-1.2b-spec 300 --model lfm2-1.2b -np 2 --ubatch 32 --draft 3 "${C[@]}"
   profile rwkv7-0.4b-world 300 --model rwkv7-0.4b-world -np 2 --ubatch 16 "${C[@]}"
   if [ $QUICK = 0 ]; then
     profile qwen3.5-35b-a3b-spec 600 --model qwen3.5-35b-a3b -np 1 --ubatch 8 --draft 2 --workload spec "${C[@]}"
   fi
+  for i in 1 2 3; do
+    profile "copy-baseline-$i" 120 --model mamba2-130m -np 4 --workload decode --device cpu --iters 5 --warmup 1
+  done
 fi
 ROUNDS=20
 [ $QUICK = 1 ] && ROUNDS=5
 step bench-kernels-cpu 600 "$PY" benchmarks/bench_kernels_cpu.py --rounds "$ROUNDS" --json "$OUT/bench_kernels_cpu.json"
+
+"$PY" "$ROOT/scripts/profile_table.py" "$OUT" > "$OUT/table.txt" 2>&1
+tee -a "$SUMMARY" < "$OUT/table.txt"
 
 if [ $FAILED = 0 ]; then
   echo "all steps passed" | tee -a "$SUMMARY"

@@ -6,8 +6,9 @@ import math
 
 import torch
 
+from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 
@@ -37,9 +38,16 @@ def gated_delta_torch(
     o = output(out, (N, T, Hv, Dv), v)
     if not plan.active:
         return (o,)
+    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+        for grp in walk.groups(pool, plan):
+            sel = grp.sel
+            _chunked(pool, plan, grp, (q[sel], k[sel], v[sel], g[sel], beta[sel]), o, n_planes)
+            walk.finish(pool, plan, grp)
+        return (o,)
     tile = torch.arange(Hv, device=q.device) % Hk
     qh = q.float().index_select(2, tile)  # [N, T, Hv, Dk]
     kh = k.float().index_select(2, tile)
+    vf, bf = v.float(), beta.float()
     decay = torch.exp(g.float())  # [N, T, Hv] or [N, T, Hv, Dk]
     decay_key = decay if kda else decay.unsqueeze(-1)  # broadcast along the key index
     # o and k @ S come from the OLD state: k @ S_new-before-delta = (e * k) @ S_old, and
@@ -47,7 +55,6 @@ def gated_delta_torch(
     kq = torch.stack([kh * decay_key, qh * decay_key], dim=-1)  # [N, T, Hv, Dk, 2]
     kdotq = (kh * qh).sum(-1)  # [N, T, Hv]
     dmul = decay[..., None, :] if kda else decay[..., None, None]  # [N, T, Hv, 1, Dk] or [N, T, Hv, 1, 1]
-    vf, bf = v.float(), beta.float()
     scale = 1.0 / math.sqrt(Dk)
     for grp in walk.per_sequence(walk.groups(pool, plan), Hv * Dv * Dk * 4):
         sel, n = grp.sel, len(grp.seqs)
@@ -66,6 +73,52 @@ def gated_delta_torch(
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
         walk.finish(pool, plan, grp)
     return (o,)
+
+
+def _chunked(
+    pool: torch.Tensor,
+    plan: RowPlan,
+    grp: walk.Group,
+    inputs: tuple[torch.Tensor, ...],
+    o: torch.Tensor,
+    n_planes: int,
+) -> None:
+    """One group over all T tokens in the chunked form (``_chunk.chunk_scan``): the state after the last token
+    into ``grp.work``, the snapshot planes stored, the outputs into ``o``.
+
+    The value heads are reordered so that those sharing a key head are adjacent (value head ``r * Hk + hk``
+    goes to ``hk * R + r``, R = Hv / Hk): chunk_scan then reads q and k once per key head."""
+    q, k, v, g, beta = inputs  # q, k [n, T, Hk, Dk]; v [n, T, Hv, Dv]; g [n, T, Hv(, Dk)]; beta [n, T, Hv]
+    n, T, Hk, Dk = q.shape
+    Hv, Dv = v.shape[2], v.shape[3]
+    R = Hv // Hk
+
+    def value_heads_first(x: torch.Tensor) -> torch.Tensor:  # [n, T, Hv, ...] -> [n * Hk * R, T, ...]
+        x = x.reshape(n, T, R, Hk, *x.shape[3:]).transpose(2, 3)  # [n, T, Hk, R, ...]
+        return x.movedim(1, 3).reshape(n * Hv, T, *x.shape[4:])
+
+    def to_pool_order(s: torch.Tensor) -> torch.Tensor:  # [n * Hk * R, Dv, Dk] -> [n, Hv, Dv, Dk]
+        return s.view(n, Hk, R, Dv, Dk).transpose(1, 2).reshape(n, Hv, Dv, Dk)
+
+    state = grp.src.float().view(n, R, Hk, Dv, Dk).transpose(1, 2).reshape(n * Hv, Dv, Dk).clone()
+    y = torch.empty(n * Hv, T, Dv, dtype=torch.float32, device=q.device)
+    taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
+    saved = chunked.chunk_scan(
+        state,
+        q.float().transpose(1, 2).reshape(n * Hk, T, Dk),
+        k.float().transpose(1, 2).reshape(n * Hk, T, Dk),
+        value_heads_first(v.float()),
+        value_heads_first(g.float()),
+        value_heads_first(beta.float()),
+        1.0 / math.sqrt(Dk),
+        y,
+        taps=tuple(taps),
+        rep=R,
+    )
+    o[grp.sel] = y.view(n, Hk, R, T, Dv).permute(0, 3, 2, 1, 4).reshape(n, T, Hv, Dv)
+    for t, p in taps.items():
+        walk.store(pool, plan, grp, p, to_pool_order(saved[t]))
+    grp.work.copy_(to_pool_order(state))
 
 
 def gated_delta(

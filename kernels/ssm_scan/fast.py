@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 #: Up to this many GEMVs per token use torch.mv writing straight into y; more use one bmm.
@@ -78,6 +79,15 @@ def ssm_scan_torch(
     dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
     xd = x.float() * d[..., None]  # [N, T, H, P]
     Bf, Cf = B.float(), C.float()
+    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+        log_a = d[..., None] * A.float() if mamba1 else d * A.float()  # [N, T, H(, S)]
+        for grp in walk.groups(pool, plan):
+            sel = grp.sel
+            _chunked(pool, plan, grp, (xd[sel], log_a[sel], Bf[sel], Cf[sel]), y, n_planes)
+            walk.finish(pool, plan, grp)
+        if y is not y_out:
+            y_out.copy_(y)
+        return (y_out,)
     for grp in walk.per_sequence(walk.groups(pool, plan), H * P * S * 4):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * P * S * 4, T, align=hg):
@@ -101,6 +111,46 @@ def ssm_scan_torch(
     if y is not y_out:
         y_out.copy_(y)
     return (y_out,)
+
+
+def _chunked(
+    pool: torch.Tensor,
+    plan: RowPlan,
+    grp: walk.Group,
+    inputs: tuple[torch.Tensor, ...],
+    y: torch.Tensor,
+    n_planes: int,
+) -> None:
+    """One group over all T tokens in the chunked (SSD) form of ``_chunk.chunk_scan``: ``x * dt`` is the value,
+    B the key, C the query, ``dt * A`` the log-decay (Mamba-1: one per state column); the heads of a B/C group
+    are adjacent, so q and k are read once per group. The state after the last token goes into ``grp.work``,
+    the snapshot planes are stored, the outputs go into ``y``."""
+    xd, log_a, B, C = inputs  # [n, T, H, P], [n, T, H(, S)], [n, T, G, S] x 2
+    n, T, H, P = xd.shape
+    G, S = B.shape[2], B.shape[3]
+    state = grp.src.float().reshape(n * H, P, S).clone()
+    yb = torch.empty(n * H, T, P, dtype=torch.float32, device=xd.device)
+    taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
+
+    def heads_first(t: torch.Tensor) -> torch.Tensor:  # [n, T, H', ...] -> [n * H', T, ...]
+        return t.transpose(1, 2).reshape(n * t.shape[2], T, *t.shape[3:])
+
+    saved = chunked.chunk_scan(
+        state,
+        heads_first(C),
+        heads_first(B),
+        heads_first(xd),
+        heads_first(log_a),
+        None,
+        1.0,
+        yb,
+        taps=tuple(taps),
+        rep=H // G,
+    )
+    y[grp.sel] = yb.view(n, H, T, P).transpose(1, 2)
+    for t, p in taps.items():
+        walk.store(pool, plan, grp, p, saved[t].view(n, H, P, S))
+    grp.work.copy_(state.view(n, H, P, S))
 
 
 def ssm_scan(

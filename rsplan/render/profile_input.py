@@ -11,7 +11,8 @@ Shape (docs/report.md), one JSON object:
          "copy_gbps": 3950.0,                        required: the device's measured copy bandwidth, > 0
          "bytes": 123456789,                         optional: bytes the kernel moves
          "time_s": 6.59e-05,                         optional: seconds per call
-         "dtype": "f32"}                             optional: state type
+         "dtype": "f32",                             optional: state type
+         "flag": "above 100% of copy is ..."}        optional: why the ratio is a measurement problem
       ]
     }
 
@@ -49,6 +50,7 @@ class KernelResult(_Strict):
     bytes: Annotated[int, Field(ge=0, le=1 << 60)] | None = None
     time_s: Annotated[_Number, Field(ge=0)] | None = None
     dtype: str | None = Field(None, max_length=20)
+    flag: str | None = Field(None, min_length=1, max_length=300)
 
     @property
     def copy_ratio(self) -> float:
@@ -73,7 +75,7 @@ def _message(exc: ValidationError) -> str:
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown key (accepted: name, gbps, copy_gbps, bytes, time_s, dtype in each kernel; " \
+        msg = "unknown key (accepted: name, gbps, copy_gbps, bytes, time_s, dtype, flag in each kernel; " \
               "device, model, kernels at the top)"
     return f"{loc}: {msg}" if loc else msg
 

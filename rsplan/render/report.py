@@ -309,12 +309,14 @@ def profile_figure(profile: ProfileResults) -> Any:
     fig = go.Figure()
     fig.add_bar(
         x=names, y=[k.gbps for k in profile.kernels], name="achieved", marker_color=COLOURS["kv"],
-        text=[f"{k.copy_ratio:.0%} of copy" for k in profile.kernels], textposition="outside",
+        text=[f"{k.copy_ratio:.0%} of copy" + (" (flagged)" if k.flag else "") for k in profile.kernels],
+        textposition="outside",
         customdata=[[k.copy_gbps, k.copy_ratio * 100,
-                     "bytes per call not given" if k.bytes is None else f"{k.bytes:,} B per call"]
+                     "bytes per call not given" if k.bytes is None else f"{k.bytes:,} B per call",
+                     f"<br>flagged: {k.flag}" if k.flag else ""]
                     for k in profile.kernels],
         hovertemplate="%{x}: %{y:,.1f} GB/s<br>%{customdata[1]:.1f}% of copy %{customdata[0]:,.1f} GB/s"
-                      "<br>%{customdata[2]}<extra></extra>",
+                      "<br>%{customdata[2]}%{customdata[3]}<extra></extra>",
     )
     fig.add_scatter(
         x=names, y=[k.copy_gbps for k in profile.kernels], mode="markers", name="measured copy bandwidth",

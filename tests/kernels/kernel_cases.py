@@ -13,6 +13,7 @@ import torch
 
 from rsplan.kernels.conv_state import conv_state_ref, conv_state_torch
 from rsplan.kernels.gated_delta import gated_delta_ref, gated_delta_torch
+from rsplan.kernels.gla import gla_ref, gla_torch
 from rsplan.kernels.lightning import lightning_ref, lightning_slopes, lightning_torch
 from rsplan.kernels.rwkv6 import rwkv6_ref, rwkv6_torch
 from rsplan.kernels.rwkv7 import rwkv7_ref, rwkv7_torch
@@ -103,6 +104,14 @@ def _rwkv6(c: Case, g: torch.Generator) -> tuple[dict, tuple, tuple]:
     return kw, (H, S, S), (c.N, c.T, H, S)
 
 
+def _gla(c: Case, g: torch.Generator) -> tuple[dict, tuple, tuple]:
+    H, S = c.dims["H"], c.dims["S"]
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    w = torch.exp(-torch.exp(r(c.N, c.T, H, S)))
+    kw = {"q": r(c.N, c.T, H, S), "k": r(c.N, c.T, H, S) * (1 - w), "v": r(c.N, c.T, H, S), "g": w}
+    return kw, (H, S, S), (c.N, c.T, H, S)
+
+
 def _rwkv7(c: Case, g: torch.Generator) -> tuple[dict, tuple, tuple]:
     H, S = c.dims["H"], c.dims["S"]
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
@@ -153,6 +162,7 @@ OPS: dict[str, Op] = {
         gated_delta_ref, gated_delta_torch, "rsplan.kernels.gated_delta.fused:gated_delta_triton", _delta, True
     ),
     "rwkv6": Op(rwkv6_ref, rwkv6_torch, "rsplan.kernels.rwkv6.fused:rwkv6_triton", _rwkv6, False),
+    "gla": Op(gla_ref, gla_torch, "rsplan.kernels.gla.fused:gla_triton", _gla, False),
     "rwkv7": Op(rwkv7_ref, rwkv7_torch, "rsplan.kernels.rwkv7.fused:rwkv7_triton", _rwkv7, False),
     "lightning": Op(
         lightning_ref, lightning_torch, "rsplan.kernels.lightning.fused:lightning_triton", _lightning, False

@@ -51,6 +51,18 @@ ALL_CASES = [
         Case(2, 3, {"H": 7, "P": 1, "G": 1, "S": 16, "mamba1": 1}, M=2, src=(1, 0), dst=(0, 1)),
         id="ssm_scan-mamba1",
     ),
+    pytest.param("ssm_scan", Case(2, 70, SSM, K=3, M=2, src=(1, 0), dst=(0, 1)), id="ssm_scan-chunked-T70-K3-swapped"),
+    pytest.param(
+        "ssm_scan",
+        Case(3, 9, {"H": 6, "P": 4, "G": 3, "S": 16}, K=2, M=4, src=(5, -1, 0), dst=(1, 2, -1)),
+        id="ssm_scan-chunked-pad-rollback",
+    ),
+    pytest.param(
+        "ssm_scan", Case(2, 40, {"H": 7, "P": 1, "G": 1, "S": 16, "mamba1": 1}, M=2), id="ssm_scan-mamba1-chunked"
+    ),
+    pytest.param(
+        "ssm_scan", Case(2, 20, SSM, K=2, M=2, src=(3, 0), dst=(0, 1), dtype=torch.bfloat16), id="ssm_scan-chunked-bf16"
+    ),
     *cases_for("conv_state", CONV),
     pytest.param("conv_state", Case(3, 2, CONV, K=4, M=3, clamp=True), id="conv_state-clamp-T2-K4"),
     pytest.param(
@@ -63,7 +75,23 @@ ALL_CASES = [
     *cases_for("gated_delta", GDN),
     *cases_for("gated_delta", KDA, "kda"),
     pytest.param("gated_delta", Case(2, 3, {"Hk": 2, "Hv": 2, "Dk": 8, "Dv": 12}, K=2, M=2), id="gated_delta-Dk-ne-Dv"),
+    # T >= 8 runs the chunked prefill (kernels/_chunk.py): several chunks, planes inside the last one
+    pytest.param(
+        "gated_delta", Case(2, 70, GDN, K=4, M=2, src=(1, 0), dst=(0, 1)), id="gated_delta-chunked-T70-K4-swapped"
+    ),
+    pytest.param(
+        "gated_delta", Case(3, 9, GDN, K=3, M=4, src=(2, -1, 0), dst=(1, 2, -1)), id="gated_delta-chunked-pad"
+    ),
+    pytest.param("gated_delta", Case(2, 40, KDA, K=3, M=2), id="kda-chunked-T40-K3"),
+    pytest.param(
+        "gated_delta",
+        Case(2, 20, GDN, K=2, M=2, src=(3, 0), dst=(0, 1), dtype=torch.bfloat16),
+        id="gated_delta-chunked-bf16",
+    ),
     *cases_for("rwkv6", WKV),
+    *cases_for("gla", WKV),
+    pytest.param("gla", Case(2, 40, WKV, M=3, src=(2, 0), dst=(0, 2)), id="gla-chunked-T40"),
+    pytest.param("gla", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="gla-chunked-bf16"),
     *cases_for("rwkv7", WKV),
     pytest.param("rwkv7", Case(2, 2, {"H": 2, "S": 20}, M=2), id="rwkv7-head-size-20"),
     *cases_for("lightning", WKV),

@@ -34,6 +34,7 @@ CASES = [
         "kda-padding",
     ),
     ("rwkv6", Case(2, 2, {"H": 2, "S": 12}, M=2, src=(1, 0)), "swapped"),
+    ("gla", Case(3, 3, {"H": 2, "S": 12}, M=3, src=(1, 0, -1), dst=(0, 1, 2)), "swapped-padding"),
     ("rwkv7", Case(2, 2, {"H": 2, "S": 20}, M=3, src=(2, -1), dst=(0, 1)), "head20-padding"),
     ("lightning", Case(2, 3, {"H": 2, "S": 12}, M=2), "decode"),
 ]

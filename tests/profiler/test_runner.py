@@ -58,6 +58,7 @@ TINY = {
         "kda": {"head_dim": 8},
     },
     "rwkv6": {"arch": "rwkv6", "embedding_length": 32, "block_count": 2, "wkv": {"head_size": 8}},
+    "rwkv6qwen2": {"arch": "rwkv6qwen2", "embedding_length": 32, "block_count": 2, "wkv": {"head_size": 8}},
     "rwkv7": {"arch": "rwkv7", "embedding_length": 32, "block_count": 2, "wkv": {"head_size": 8}},
     "lfm2": {
         "arch": "lfm2",
@@ -75,6 +76,21 @@ TINY = {
 }
 
 
+#: the ops llama.cpp's graph runs for each tiny model's recurrent layers (src/models/, in graph order)
+OPS = {
+    "mamba2": ["conv_state", "ssm_scan"],
+    "mamba1": ["conv_state", "ssm_scan"],
+    "nemotron_h": ["conv_state", "ssm_scan"],
+    "qwen35": ["conv_state", "gated_delta"],
+    "kimi-linear": ["conv_state", "gated_delta"],
+    "rwkv6": ["conv_state", "rwkv6"],
+    "rwkv6qwen2": ["conv_state", "gla"],
+    "rwkv7": ["conv_state", "rwkv7"],
+    "lfm2": ["shortconv"],
+    "minimax-01": ["lightning"],
+}
+
+
 def preset(tmp_path, name: str) -> str:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": f"tiny-{name}", "source": "test", "context_length": 4096, **TINY[name]}))
@@ -89,6 +105,7 @@ def small(model: str, **kw) -> ProfileRequest:
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_every_family_profiles_with_exact_allocation_and_passing_checks(tmp_path, name):
     report = run_profile(small(preset(tmp_path, name)))
+    assert [k["op"] for k in report["kernels"]] == OPS[name]
     assert report["allocation"]["equal"]
     for kind, v in report["allocation"]["per_kind"].items():
         assert v["planned_bytes"] == v["allocated_bytes"], kind

@@ -196,7 +196,7 @@ GOOD_KERNEL = {"name": "scan", "gbps": 100.0, "copy_gbps": 1000.0}
     ({"kernels": [GOOD_KERNEL, {**GOOD_KERNEL, "copy_gbps": 0}]}, None,
      "kernels[1].copy_gbps: Input should be greater than 0"),
     ({"kernels": [{**GOOD_KERNEL, "speed": 3}]}, None,
-     "kernels[0].speed: unknown key (accepted: name, gbps, copy_gbps, bytes, time_s, dtype in each kernel; "
+     "kernels[0].speed: unknown key (accepted: name, gbps, copy_gbps, bytes, time_s, dtype, flag in each kernel; "
      "device, model, kernels at the top)"),
     ({"kernels": [{**GOOD_KERNEL, "name": ""}]}, None, "kernels[0].name: String should have at least 1 character"),
     (None, '{"kernels": [{"name": "x", "gbps": NaN, "copy_gbps": 1}]}', "NaN is not a number JSON allows"),

@@ -1,0 +1,46 @@
+"""One line per `rsplan profile --format json` file of a folder (profile-*.json): the copy baseline, its spread
+and bursts, whether it is noisy, the state path's % of copy per workload (with the count of flagged ratios),
+and the expected vs elapsed seconds. Used by scripts/gpu-check.sh for the table of a device run.
+
+    python scripts/profile_table.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+
+def line(name: str, r: dict) -> str:
+    c, t = r["copy_bandwidth"], r.get("time", {})
+    bursts = " / ".join(f"{g:.1f}" for g in c.get("bursts_gb_s", []))
+    ws = []
+    for w, v in r["workloads"].items():
+        flags = sum(1 for k in [*v["kernels"].values(), v["state_path"]] if k.get("flag"))
+        ratio = v["state_path"]["copy_ratio"]
+        ws.append((f"{w} {100 * ratio:.0f}%" if ratio is not None else f"{w} -") + (f" ({flags}!)" if flags else ""))
+    spread = c.get("spread")
+    return (
+        f"{name:28s} {c['gb_s']:10.1f} {'-' if spread is None else f'{100 * spread:.0f}%':>7s} {bursts:>16s} "
+        f"{c.get('noisy')!s:>5s}  {', '.join(ws)}  {t.get('expected_s', 0):.0f} / {t.get('elapsed_s', 0):.0f}"
+    )
+
+
+def main() -> None:
+    print(
+        f"{'profile':28s} {'copy GB/s':>10s} {'spread':>7s} {'bursts GB/s':>16s} {'noisy':>5s}  "
+        "state path % of copy (flags)  expected / elapsed s"
+    )
+    for path in sorted(glob.glob(os.path.join(sys.argv[1], "profile-*.json"))):
+        name = os.path.basename(path)[len("profile-") : -len(".json")]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                print(line(name, json.load(fh)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"{name:28s} unreadable: {type(exc).__name__}: {exc}")
+
+
+if __name__ == "__main__":
+    main()

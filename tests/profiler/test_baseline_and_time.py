@@ -1,0 +1,281 @@
+"""The copy baseline (cache sizes, buffer, bursts), the flags on ratios above 100%, the time budget with
+--max-seconds, the progress bar, and the checks on every recurrent layer."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+
+from rsplan.profiler import device
+from rsplan.profiler.errors import DeviceError
+from rsplan.profiler.runner import ProfileRequest, ratio_flag, run_profile
+
+MIB = 1 << 20
+
+
+def _sysfs(tmp_path, entries):
+    for i, (level, kind, size) in enumerate(entries):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return str(tmp_path)
+
+
+def test_cpu_caches_read_sysfs_and_skip_instruction_caches(tmp_path):
+    root = _sysfs(
+        tmp_path, [(1, "Data", "32K"), (1, "Instruction", "64K"), (2, "Unified", "512K"), (3, "Unified", "32768K")]
+    )
+    assert device.cpu_caches(root) == {1: 32 * 1024, 2: 512 * 1024, 3: 32 * MIB}
+    assert device.cpu_caches(str(tmp_path / "missing")) == {}
+
+
+def test_copy_buffer_is_four_times_the_llc_with_a_floor():
+    import torch
+
+    cpu = torch.device("cpu")
+    assert device.copy_buffer_bytes(cpu, 32 * MIB, free=1 << 40) == 128 * MIB
+    assert device.copy_buffer_bytes(cpu, 1 * MIB, free=1 << 40) == 64 * MIB  # the floor
+    assert device.copy_buffer_bytes(cpu, None, free=1 << 40) == 64 * MIB
+    with pytest.raises(DeviceError, match="copy baseline needs 2 x 134217728 bytes"):
+        device.copy_buffer_bytes(cpu, 32 * MIB, free=512 * MIB)
+
+
+def _burst(gb_s_samples, moved=2 * 128 * MIB):
+    import statistics
+
+    return {
+        "buffer_bytes": moved // 2,
+        "bytes_moved": moved,
+        "gb_s": statistics.median(gb_s_samples),
+        "samples_gb_s": gb_s_samples,
+    }
+
+
+def test_copy_baseline_median_spread_and_drift():
+    steady = device.copy_baseline([_burst([10.0] * 9 + [9.0]), _burst([10.0] * 10)], 32 * MIB, "L3 (sysfs)")
+    assert steady["gb_s"] == pytest.approx(10.0)
+    assert steady["samples"] == 20 and steady["bursts_gb_s"] == [10.0, 10.0]
+    assert steady["drift"] == 0.0 and not steady["noisy"]
+    assert steady["llc_factor"] == 4.0
+    # the bursts disagree by 40% of the median: noisy
+    drifted = device.copy_baseline([_burst([8.0] * 10), _burst([12.0] * 10)], 32 * MIB, "L3 (sysfs)")
+    # median of the 20 times: the mean of 1/12 and 1/8 (per GB), i.e. 9.6 GB/s; drift (12 - 8) / 9.6
+    assert drifted["gb_s"] == pytest.approx(9.6)
+    assert drifted["drift"] == pytest.approx(4 / 9.6) and drifted["noisy"]
+    # samples from 5 to 15 GB/s in one burst: the spread (p90 - p10) / median is large
+    spread = device.copy_baseline([_burst([5.0, 7.0, 9.0, 10.0, 10.0, 10.0, 11.0, 13.0, 15.0])], None, "none")
+    assert spread["spread"] > 0.5 and spread["noisy"] and spread["llc_factor"] is None
+
+
+def test_ratio_flags_name_their_reason():
+    copy = {"llc_bytes": 32 * MIB, "noisy": False}
+    assert ratio_flag(0.99, 1 << 30, copy) is None
+    assert ratio_flag(1.5, 40 * MIB, copy) == {"reasons": ["cache"], "working_set_bytes": 20 * MIB}
+    assert ratio_flag(1.5, 1 << 30, {**copy, "noisy": True})["reasons"] == ["noisy"]
+    assert ratio_flag(1.5, 40 * MIB, {**copy, "noisy": True})["reasons"] == ["cache", "noisy"]
+    assert ratio_flag(1.5, 1 << 30, copy)["reasons"] == ["unexplained"]
+
+
+def test_flags_reach_the_table_and_the_report_json():
+    from rsplan.profiler.report import flag_text, for_report
+
+    copy = {"llc_bytes": 32 * MIB, "noisy": True, "spread": 0.3, "bursts_gb_s": [8.0, 12.0], "gb_s": 10.0}
+    text = flag_text({"reasons": ["cache", "noisy"], "working_set_bytes": 3 * MIB}, copy)
+    assert text == (
+        "above 100% of copy is a measurement problem: its working set (about 3.00 MiB) fits in the 32.00 MiB "
+        "last-level cache, the copy baseline does not; the copy baseline is noisy (spread 30%, bursts 8.0 / 12.0 GB/s)"
+    )
+    report = {
+        "copy_bandwidth": copy,
+        "context": {"state_type": "f32"},
+        "device": {"device": "cpu", "name": "x"},
+        "model": "m",
+        "workloads": {
+            "decode": {
+                "kernels": {
+                    "ssm_scan": {
+                        "gb_s": 20.0,
+                        "bytes_per_step": 6 * MIB,
+                        "time": {"median_s": 1e-3},
+                        "copy_ratio": 2.0,
+                        "flag": {"reasons": ["cache"], "working_set_bytes": 3 * MIB},
+                    },
+                    "conv_state": {"gb_s": 5.0, "bytes_per_step": MIB, "time": {"median_s": 1e-3}, "copy_ratio": 0.5},
+                }
+            }
+        },
+    }
+    kernels = {k["name"]: k for k in for_report(report)["kernels"]}
+    assert kernels["decode ssm_scan f32"]["flag"].startswith("above 100% of copy is a measurement problem")
+    assert "flag" not in kernels["decode conv_state f32"]
+
+
+TINY = {
+    "name": "tiny-qwen35",
+    "source": "test",
+    "context_length": 4096,
+    "arch": "qwen35",
+    "embedding_length": 64,
+    "block_count": 8,
+    "attention": {"head_count": 2, "head_count_kv": 1, "key_length": 16, "value_length": 16},
+    "ssm": {"conv_kernel": 4, "inner_size": 32, "state_size": 8, "time_step_rank": 4, "group_count": 2},
+}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return str(path)
+
+
+def _req(model, **kw):
+    base = {"n_seq_max": 2, "n_ctx": 512, "ubatch": 16, "draft": 2, "iters": 2, "warmup": 1}
+    return ProfileRequest(model=model, **{**base, **kw})
+
+
+def test_max_seconds_lowers_the_iterations_and_says_so(tiny):
+    lines = []
+    report = run_profile(_req(tiny, iters=50, warmup=3, max_seconds=1e-6), announce=lines.append)
+    t = report["time"]
+    assert t["lowered"] and (t["iters"], t["warmup"]) == (1, 0) and t["iters_requested"] == 50
+    assert len(lines) == 1 and lines[0].startswith("expected duration about ")
+    assert "--iters 50 -> 1 and --warmup 3 -> 0 to fit --max-seconds 1e-06" in lines[0]
+    assert lines[0].endswith("; even so more than --max-seconds 1e-06")
+    assert any("--iters 50 -> 1" in n for n in report["notes"])
+    for w in report["workloads"].values():
+        assert all(k["time"]["n"] == 1 for k in w["kernels"].values())
+
+
+def test_fit_iterations_by_hand():
+    from rsplan.profiler.runner import fit_iterations
+
+    # 2 s fixed, 1 s per round, limit 10 s: 0.8 x 10 = 8 s leaves 6 rounds: 1 warmup + 5 timed
+    assert fit_iterations(2.0, 1.0, 10.0, 20, 3) == (5, 1)
+    # everything fits: unchanged; no limit: unchanged
+    assert fit_iterations(2.0, 1.0, 10.0, 3, 3) == (3, 3)
+    assert fit_iterations(2.0, 1.0, 0.0, 20, 3) == (20, 3)
+    # one round fits (8 - 6.5 = 1.5): no warmup, one timed; nothing fits: still one timed round
+    assert fit_iterations(6.5, 1.0, 10.0, 20, 3) == (1, 0)
+    assert fit_iterations(50.0, 1.0, 10.0, 20, 3) == (1, 0)
+
+
+def test_no_limit_keeps_the_iterations(tiny):
+    report = run_profile(_req(tiny, iters=3, warmup=0, max_seconds=0, workload="decode"))
+    assert not report["time"]["lowered"] and report["time"]["iters"] == 3
+    assert report["time"]["expected_s"] > 0 and report["time"]["elapsed_s"] > 0
+
+
+def test_progress_reaches_the_total(tiny):
+    seen = {}
+
+    def progress(total):
+        seen["total"], seen["done"] = total, 0
+
+        def tick(n):
+            seen["done"] += n
+
+        return tick
+
+    run_profile(_req(tiny, n_rs_seq=2, max_seconds=0), progress=progress)
+    assert seen["done"] == seen["total"] > 0
+
+
+def test_step_checks_cover_every_layer(tiny):
+    report = run_profile(_req(tiny, workload="prefill", max_seconds=0))
+    checks = report["checks"]
+    assert checks["layers_checked"] == [0, 1, 2, 4, 5, 6] and checks["layers_total"] == 6
+    assert checks["sampled_with_seed"] is None
+    assert checks["results"][0]["check"].endswith("(all 6 recurrent layers)")
+
+
+def test_a_wrong_last_layer_is_caught(tiny, monkeypatch):
+    """A fast kernel that corrupts only the last recurrent layer's state fails the step check."""
+    from rsplan.profiler import families
+
+    real_call = families.call
+    pools = {}
+
+    def call(k, fn, pool, *a, **kw):
+        y = real_call(k, fn, pool, *a, **kw)
+        if fn is k.fast() and pools.get("last") is not None and pool.data_ptr() == pools["last"]:
+            pool.add_(1.0)
+        return y
+
+    real_pools = __import__("rsplan.profiler.runner", fromlist=["_pools"])._pools
+
+    def spy(*a, **kw):
+        out = real_pools(*a, **kw)
+        pools["last"] = out[max(out)]["s"].data_ptr()
+        return out
+
+    monkeypatch.setattr("rsplan.profiler.engine.call", call)
+    monkeypatch.setattr("rsplan.profiler.runner._pools", spy)
+    report = run_profile(_req(tiny, workload="decode", max_seconds=0))
+    failed = [r for r in report["checks"]["results"] if not r["ok"]]
+    assert failed and "layer 6 s row" in failed[0]["detail"]
+
+
+def test_a_seeded_sample_when_the_pools_are_large(tiny, monkeypatch):
+    monkeypatch.setattr("rsplan.profiler.workloads.CHECK_SNAPSHOT_BYTES", 1)
+    a = run_profile(_req(tiny, workload="decode", max_seconds=0, seed=3))["checks"]
+    b = run_profile(_req(tiny, workload="decode", max_seconds=0, seed=3))["checks"]
+    assert a["layers_checked"] == b["layers_checked"] == [0, 6]  # at least the first and the last
+    assert a["sampled_with_seed"] == 3
+    assert "(layers 0, 6 of 6)" in a["results"][0]["check"]
+
+
+def test_progress_bar_hides_the_cursor_once_and_restores_it():
+    from rsplan.cli.profile import ProgressBar
+
+    buf = io.StringIO()
+    bar = ProgressBar(buf)
+    tick = bar.start(10)
+    for _ in range(9):
+        tick(1)
+    bar.close(finished=True)
+    out = buf.getvalue()
+    assert out.count("\x1b[?25l") == 1 and out.endswith("100%\n\x1b[?25h")
+
+
+def test_progress_bar_is_closed_on_ctrl_c(tiny, monkeypatch):
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+    from rsplan.cli.profile import ProgressBar
+
+    buf = io.StringIO()
+    monkeypatch.setattr("rsplan.cli.profile._progress_bar", lambda quiet: ProgressBar(buf))
+
+    def interrupted(req, progress=None, announce=None):
+        progress(10)(3)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("rsplan.profiler.runner.run_profile", interrupted)
+    result = CliRunner().invoke(cli, ["profile", "--model", tiny])
+    assert result.exit_code != 0
+    out = buf.getvalue()
+    assert " 30%" in out and out.endswith("\n\x1b[?25h") and "100%" not in out
+
+
+def test_the_report_figure_marks_flagged_bars(tmp_path):
+    pytest.importorskip("plotly")
+    import json
+
+    from rsplan.render.profile_input import load_profile
+    from rsplan.render.report import profile_figure
+
+    path = tmp_path / "k.json"
+    kernels = [
+        {"name": "decode ssm_scan f32", "gbps": 20.0, "copy_gbps": 10.0, "flag": "above 100% of copy is ..."},
+        {"name": "decode conv_state f32", "gbps": 5.0, "copy_gbps": 10.0},
+    ]
+    path.write_text(json.dumps({"kernels": kernels}))
+    bars = profile_figure(load_profile(path)).data[0]
+    assert list(bars.text) == ["200% of copy (flagged)", "50% of copy"]
