@@ -1,0 +1,313 @@
+"""Every weight tensor llama.cpp's loader creates for a model, with its GGUF name, shape and type.
+
+``tensor_list(spec)`` returns the tensors of a GGUF file that the converter (convert_hf_to_gguf.py) writes and
+llama.cpp's ``load_arch_tensors`` (src/models/<arch>.cpp, commit 0c1e57098) reads, in the loader's order:
+names as the GGUF holds them (``blk.3.ssm_in.weight``), shapes in GGUF/ggml order (ne0, ne1, ...), and whether a
+plain context loads them (``loaded``: MTP / nextn tensors are in the file but skipped with TENSOR_SKIP unless
+the MTP draft is loaded).
+
+Which tensors a layer has depends on its kind: each arch maps a layer index to a tuple of kind names (for
+example ``("gdn", "moe")`` or ``("attn", "moe", "nextn")``), and each kind is a table of tensor templates
+(name suffix, shape from the model's dimensions). The tables are data; the per-arch rules are small functions.
+
+``converter_type(name, n_dims, outtype)`` is conversion/base.py's rule for the stored type of each tensor:
+1-D tensors, ``*_norm.weight``, names not ending in ``.weight`` and a fixed list (router, conv kernels, RWKV
+decay ...) stay F32; the rest take the output type (f32 / f16 / bf16). ``tensor_bytes`` sums ggml's row sizes;
+``buffer_bytes`` adds the CPU buffer's per-tensor alignment, as ``ggml_backend_alloc_ctx_tensors_from_buft_size``
+does (the model bytes llama.cpp reports per buffer type).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rsplan.errors import UnsupportedArchError
+from rsplan.hparams.ggml_types import GGML_TYPES, row_nbytes
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.model import ModelSpec
+
+#: ggml-backend.cpp TENSOR_ALIGNMENT: the CPU buffer type's alignment; each tensor's size is padded to it.
+CPU_ALIGNMENT = 32
+
+#: The output types ``convert_hf_to_gguf.py --outtype`` writes without quantizing.
+OUTTYPES = ("f32", "f16", "bf16")
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The model dimensions the shape formulas read (llama_hparams names)."""
+
+    n_embd: int
+    n_vocab: int
+    n_layer: int
+    n_head: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    head_k: int  # n_embd_head_k
+    head_v: int  # n_embd_head_v
+    n_ff: tuple[int, ...]
+    d_conv: int
+    d_inner: int
+    d_state: int
+    n_group: int
+    dt_rank: int
+    l_cache: int
+    n_expert: int
+    n_ff_exp: int
+    n_ff_shexp: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One weight tensor: GGUF name, ggml shape (ne0 first), and whether a plain context loads it."""
+
+    name: str
+    shape: tuple[int, ...]
+    loaded: bool = True
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+Shape = Callable[[Dims, int], tuple[int, ...]]
+#: One tensor of a kind: the name after ``blk.{il}.`` and its shape from (dims, il).
+Template = tuple[str, Shape]
+
+
+_NORM: Shape = lambda d, il: (d.n_embd,)  # noqa: E731
+
+#: Layer kinds: the tensors each adds to a block, in the loader's order.
+KINDS: dict[str, list[Template]] = {
+    # Mamba-2 block (src/models/mamba2.cpp)
+    "mamba2": [
+        ("attn_norm.weight", _NORM),
+        ("ssm_in.weight", lambda d, il: (d.n_embd, 2 * d.d_inner + 2 * d.n_group * d.d_state + d.dt_rank)),
+        ("ssm_conv1d.weight", lambda d, il: (d.d_conv, d.d_inner + 2 * d.n_group * d.d_state)),
+        ("ssm_conv1d.bias", lambda d, il: (d.d_inner + 2 * d.n_group * d.d_state,)),
+        ("ssm_dt.bias", lambda d, il: (d.dt_rank,)),
+        ("ssm_a", lambda d, il: (1, d.dt_rank)),
+        ("ssm_d", lambda d, il: (1, d.dt_rank)),
+        ("ssm_norm.weight", lambda d, il: (d.d_inner // d.n_group, d.n_group)),
+        ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
+    ],
+    # LFM2: the FFN comes first in the loader, then the operator norm and the operator
+    "lfm2_ffn": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+        ("attn_norm.weight", _NORM),
+    ],
+    "lfm2_moe": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff_exp, d.n_embd, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("exp_probs_b.bias", lambda d, il: (d.n_expert,)),
+        ("attn_norm.weight", _NORM),
+    ],
+    "lfm2_attn": [
+        ("attn_q_norm.weight", lambda d, il: (d.head_k,)),
+        ("attn_k_norm.weight", lambda d, il: (d.head_k,)),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ],
+    "shortconv": [
+        ("shortconv.conv.weight", lambda d, il: (d.l_cache, d.n_embd)),
+        ("shortconv.in_proj.weight", lambda d, il: (d.n_embd, 3 * d.n_embd)),
+        ("shortconv.out_proj.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ],
+    # Qwen3-Next / Qwen3.5 (src/models/qwen3next.cpp, qwen35moe.cpp): norms, then the mixer, then the MoE
+    "qwen_norms": [
+        ("attn_norm.weight", _NORM),
+        ("post_attention_norm.weight", _NORM),
+    ],
+    "qwen_attn": [
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il] * 2)),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+        ("attn_q_norm.weight", lambda d, il: (d.head_k,)),
+        ("attn_k_norm.weight", lambda d, il: (d.head_k,)),
+    ],
+    # gated delta net: key dim = d_state * n_group (QK heads), value dim = d_state * dt_rank (V heads)
+    "gdn_qkv": [
+        ("attn_qkv.weight", lambda d, il: (d.n_embd, 2 * d.d_state * d.n_group + d.d_state * d.dt_rank)),
+        ("attn_gate.weight", lambda d, il: (d.n_embd, d.d_state * d.dt_rank)),
+        ("ssm_conv1d.weight", lambda d, il: (d.d_conv, 2 * d.d_state * d.n_group + d.d_state * d.dt_rank)),
+        ("ssm_dt.bias", lambda d, il: (d.dt_rank,)),
+        ("ssm_a", lambda d, il: (d.dt_rank,)),
+    ],
+    "gdn_ba_fused": [("ssm_ba.weight", lambda d, il: (d.n_embd, 2 * d.dt_rank))],
+    "gdn_ba_split": [
+        ("ssm_beta.weight", lambda d, il: (d.n_embd, d.dt_rank)),
+        ("ssm_alpha.weight", lambda d, il: (d.n_embd, d.dt_rank)),
+    ],
+    "gdn_out": [
+        ("ssm_norm.weight", lambda d, il: (d.d_state,)),
+        ("ssm_out.weight", lambda d, il: (d.d_state * d.dt_rank, d.n_embd)),
+    ],
+    "qwen_moe": [
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff_exp, d.n_embd, d.n_expert)),
+        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("ffn_gate_inp_shexp.weight", _NORM),
+        ("ffn_gate_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
+        ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
+        ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
+    ],
+    # the MTP block's own tensors (the converter writes no nextn.embed_tokens / shared_head_head for Qwen)
+    "qwen_nextn": [
+        ("nextn.eh_proj.weight", lambda d, il: (2 * d.n_embd, d.n_embd)),
+        ("nextn.enorm.weight", _NORM),
+        ("nextn.hnorm.weight", _NORM),
+        ("nextn.shared_head_norm.weight", _NORM),
+    ],
+}
+
+
+def _lfm2_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    dense = il < (spec.leading_dense_block_count if spec.arch == "lfm2moe" else spec.n_layer)
+    return ("lfm2_ffn" if dense else "lfm2_moe", "shortconv" if recr else "lfm2_attn")
+
+
+def _qwen_kinds(ba: str) -> Callable[[ModelSpec, int, bool], tuple[str, ...]]:
+    def kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+        mixer = ("gdn_qkv", ba, "gdn_out") if recr else ("qwen_attn",)
+        nextn = ("qwen_nextn",) if il >= spec.n_layer else ()
+        return ("qwen_norms", *mixer, "qwen_moe", *nextn)
+
+    return kinds
+
+
+@dataclass(frozen=True)
+class ArchTensors:
+    """How one arch lays out its tensors: the output norm's name and the kinds of each layer."""
+
+    output_norm: str
+    layer_kinds: Callable[[ModelSpec, int, bool], tuple[str, ...]]
+    #: required keys of ModelSpec beyond the cache ones (a clear error instead of a zero-sized tensor)
+    needs: tuple[str, ...] = ("vocab_size",)
+
+
+ARCH_TENSORS: dict[str, ArchTensors] = {
+    "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
+    "lfm2": ArchTensors("token_embd_norm", _lfm2_kinds, ("vocab_size", "feed_forward_length")),
+    "lfm2moe": ArchTensors(
+        "token_embd_norm", _lfm2_kinds,
+        ("vocab_size", "feed_forward_length", "expert_count", "expert_feed_forward_length"),
+    ),
+    "qwen3next": ArchTensors(
+        "output_norm", _qwen_kinds("gdn_ba_fused"),
+        ("vocab_size", "expert_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"),
+    ),
+    "qwen35moe": ArchTensors(
+        "output_norm", _qwen_kinds("gdn_ba_split"),
+        ("vocab_size", "expert_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"),
+    ),
+}
+
+
+def _arch(spec: ModelSpec) -> ArchTensors:
+    try:
+        at = ARCH_TENSORS[spec.arch]
+    except KeyError:
+        raise UnsupportedArchError(
+            f"no tensor list for architecture '{spec.arch}' (have: {', '.join(sorted(ARCH_TENSORS))})"
+        ) from None
+    for key in at.needs:
+        if not getattr(spec, key):
+            raise UnsupportedArchError(f"{spec.name}: {key} is needed for the tensor list of arch '{spec.arch}'")
+    return at
+
+
+def dims(spec: ModelSpec) -> Dims:
+    """The dimensions of ``spec`` that the shape formulas read."""
+    n = spec.block_count
+    n_head = tuple(spec.head_count(il) for il in range(n))
+    head0 = n_head[0]
+    att = spec.attention
+    head_k = att.key_length or (spec.embedding_length // head0 if head0 else 0)
+    head_v = att.value_length or (spec.embedding_length // head0 if head0 else 0)
+    ssm = spec.ssm
+    return Dims(
+        n_embd=spec.embedding_length,
+        n_vocab=spec.vocab_size or 0,
+        n_layer=spec.n_layer,
+        n_head=n_head,
+        n_head_kv=tuple(spec.head_count_kv(il) for il in range(n)),
+        head_k=head_k,
+        head_v=head_v,
+        n_ff=tuple(spec.feed_forward(il) for il in range(n)),
+        d_conv=(ssm.conv_kernel or 0) if ssm else 0,
+        d_inner=(ssm.inner_size or 0) if ssm else 0,
+        d_state=(ssm.state_size or 0) if ssm else 0,
+        n_group=(ssm.group_count or 0) if ssm else 0,
+        dt_rank=(ssm.time_step_rank or 0) if ssm else 0,
+        l_cache=(spec.shortconv.l_cache or 0) if spec.shortconv else 0,
+        n_expert=spec.expert_count,
+        n_ff_exp=spec.expert_feed_forward_length,
+        n_ff_shexp=spec.expert_shared_feed_forward_length or spec.feed_forward(0),
+    )
+
+
+def tensor_list(spec: ModelSpec) -> list[TensorInfo]:
+    """Every tensor of the model's GGUF, in llama.cpp's load order (the converter's order may differ)."""
+    at = _arch(spec)
+    d = dims(spec)
+    recurrent = set(cache_layout(spec).recurrent_layers)
+    out = [TensorInfo("token_embd.weight", (d.n_embd, d.n_vocab)), TensorInfo(f"{at.output_norm}.weight", (d.n_embd,))]
+    if not spec.tie_word_embeddings:
+        out.append(TensorInfo("output.weight", (d.n_embd, d.n_vocab)))
+    for il in range(spec.block_count):
+        loaded = il < spec.n_layer
+        for kind in at.layer_kinds(spec, il, il in recurrent):
+            for suffix, shape in KINDS[kind]:
+                out.append(TensorInfo(f"blk.{il}.{suffix}", shape(d, il), loaded))
+    return out
+
+
+#: conversion/base.py: tensors the converter always stores in F32, by the name after ``blk.N.``/ before
+#: ``.weight`` (router, shared-expert router, conv kernels, RWKV decay / mix tensors, position embeddings).
+_F32_STEMS = (
+    "ffn_gate_inp", "ffn_gate_inp_shexp", "position_embd", "token_types", "ssm_conv1d", "shortconv.conv",
+    "time_mix_first", "time_mix_w1", "time_mix_w2", "time_mix_decay_w1", "time_mix_decay_w2",
+    "time_mix_lerp_fused", "ssm_conv1d_q", "ssm_conv1d_k", "ssm_conv1d_v",
+)
+
+
+def converter_type(name: str, n_dims: int, outtype: str) -> str:
+    """The type convert_hf_to_gguf.py stores tensor ``name`` (of ``n_dims`` torch dims) in for ``--outtype``."""
+    if outtype not in OUTTYPES:
+        raise ValueError(f"outtype must be one of {', '.join(OUTTYPES)}, not '{outtype}'")
+    if n_dims <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+        return "f32"
+    stem = name.removesuffix(".weight")
+    stem = stem.split(".", 2)[2] if stem.startswith("blk.") else stem
+    if stem in _F32_STEMS:
+        return "f32"
+    return outtype
+
+
+def torch_n_dims(t: TensorInfo) -> int:
+    """The number of dims of the tensor the converter saw: ggml drops no dims, so it is len(shape)."""
+    return len(t.shape)
+
+
+def tensor_nbytes(t: TensorInfo, type_name: str) -> int:
+    """ggml_nbytes of ``t`` stored as ``type_name``: rows of ne0 elements times the other dims."""
+    rows = t.n_elements // t.shape[0]
+    return row_nbytes(GGML_TYPES[type_name], t.shape[0]) * rows
+
+
+def buffer_bytes(tensors: list[tuple[TensorInfo, str]], alignment: int = CPU_ALIGNMENT) -> int:
+    """Bytes of a buffer holding these (tensor, type) pairs: each tensor padded to ``alignment``."""
+    return sum(-(-tensor_nbytes(t, ty) // alignment) * alignment for t, ty in tensors)
