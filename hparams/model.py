@@ -29,9 +29,13 @@ MAX_CTX = (1 << 32) - 1
 _OPTIONAL_KEYS: dict[str, set[str]] = {"wkv": {"token_shift_count"}}
 
 #: ModelSpec keys that only shape the weights (hparams/tensors.py): no cache size depends on them.
+#: The same under ``attention``.
+WEIGHT_SHAPE_ATTENTION_KEYS = frozenset({
+    "decay_lora_rank", "iclr_lora_rank", "value_residual_mix_lora_rank", "gate_lora_rank",
+})
 WEIGHT_SHAPE_KEYS = frozenset({
     "vocab_size", "tie_word_embeddings", "expert_count", "expert_used_count", "expert_feed_forward_length",
-    "expert_shared_feed_forward_length", "leading_dense_block_count",
+    "expert_shared_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
 })
 
 #: Text fields may hold newlines and tabs but no other control characters (they would reach the terminal).
@@ -61,6 +65,11 @@ class AttentionSpec(_Strict):
     kv_lora_rank: Dim | None = Field(None, description="MLA latent rank")
     sliding_window: Annotated[int, Field(ge=0, le=MAX_CTX)] = 0
     recurrent_layers: list[bool] | None = Field(None, description="which layers are recurrent (Qwen3-Next...)")
+    # RWKV-7 low-rank widths: weight shapes only (hparams/tensors.py)
+    decay_lora_rank: Dim | None = Field(None, description="RWKV-7: w1/w2 rank")
+    iclr_lora_rank: Dim | None = Field(None, description="RWKV-7: a1/a2 rank (and layer 0's v1/v2)")
+    value_residual_mix_lora_rank: Dim | None = Field(None, description="RWKV-7: v1/v2 rank")
+    gate_lora_rank: Dim | None = Field(None, description="RWKV-7: g1/g2 rank")
 
 
 class SSMSpec(_Strict):
@@ -156,6 +165,7 @@ class ModelSpec(_Strict):
     expert_shared_feed_forward_length: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
         0, description="{arch}.expert_shared_feed_forward_length: hidden width of the shared expert"
     )
+    expert_shared_count: Count = Field(0, description="{arch}.expert_shared_count: shared experts (Kimi)")
     leading_dense_block_count: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = Field(
         0, description="{arch}.leading_dense_block_count: first layers with a dense FFN instead of experts"
     )

@@ -55,6 +55,13 @@ class Dims:
     n_expert: int
     n_ff_exp: int
     n_ff_shexp: int
+    lora: tuple[int, int, int, int]  # RWKV-7: decay, iclr, value_residual_mix, gate ranks
+    kda: int  # Kimi: KDA head dim
+    kv_lora: int  # MLA latent rank
+    rope: int  # MLA rope dims: key_length - kv_lora_rank (the cached latent row is kv_lora + rope)
+    head_k_mla: int
+    head_v_mla: int
+    n_expert_shared: int
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,59 @@ _NORM: Shape = lambda d, il: (d.n_embd,)  # noqa: E731
 
 #: Layer kinds: the tensors each adds to a block, in the loader's order.
 KINDS: dict[str, list[Template]] = {
+    # RWKV-7 (src/models/rwkv7.cpp, conversion/rwkv.py): the converter squeezes every tensor but the fused lerp,
+    # so the 1-element dims llama.cpp's shapes carry ({n_embd, 1, 1}) are not in the file; layer 0's v0/v1/v2 are
+    # copies of a0/a1/a2 (iclr rank) written by the converter
+    "rwkv7_0": [
+        ("time_mix_v0.weight", _NORM),
+        ("time_mix_v1.weight", lambda d, il: (d.n_embd, d.lora[1])),
+        ("time_mix_v2.weight", lambda d, il: (d.lora[1], d.n_embd)),
+    ],
+    "rwkv7_v": [
+        ("time_mix_v0.weight", _NORM),
+        ("time_mix_v1.weight", lambda d, il: (d.n_embd, d.lora[2])),
+        ("time_mix_v2.weight", lambda d, il: (d.lora[2], d.n_embd)),
+    ],
+    "rwkv7": [
+        ("attn_norm.weight", _NORM),
+        ("attn_norm.bias", _NORM),
+        ("attn_norm_2.weight", _NORM),
+        ("attn_norm_2.bias", _NORM),
+        ("time_mix_w0.weight", _NORM),
+        ("time_mix_w1.weight", lambda d, il: (d.n_embd, d.lora[0])),
+        ("time_mix_w2.weight", lambda d, il: (d.lora[0], d.n_embd)),
+        ("time_mix_a0.weight", _NORM),
+        ("time_mix_a1.weight", lambda d, il: (d.n_embd, d.lora[1])),
+        ("time_mix_a2.weight", lambda d, il: (d.lora[1], d.n_embd)),
+        ("time_mix_g1.weight", lambda d, il: (d.n_embd, d.lora[3])),
+        ("time_mix_g2.weight", lambda d, il: (d.lora[3], d.n_embd)),
+        ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 6)),
+        ("time_mix_k_k.weight", _NORM),
+        ("time_mix_k_a.weight", _NORM),
+        ("time_mix_r_k.weight", _NORM),
+        ("time_mix_key.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_value.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_ln.weight", _NORM),
+        ("time_mix_ln.bias", _NORM),
+        ("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("channel_mix_lerp_k.weight", _NORM),
+        ("channel_mix_key.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
+        ("channel_mix_value.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
+    ],
+    # Mamba-1 block (src/models/mamba.cpp; the loader requires d_inner = 2 * n_embd)
+    "mamba": [
+        ("attn_norm.weight", _NORM),
+        ("ssm_in.weight", lambda d, il: (d.n_embd, 2 * d.d_inner)),
+        ("ssm_conv1d.weight", lambda d, il: (d.d_conv, d.d_inner)),
+        ("ssm_conv1d.bias", lambda d, il: (d.d_inner,)),
+        ("ssm_x.weight", lambda d, il: (d.d_inner, d.dt_rank + 2 * d.d_state)),
+        ("ssm_dt.weight", lambda d, il: (d.dt_rank, d.d_inner)),
+        ("ssm_dt.bias", lambda d, il: (d.d_inner,)),
+        ("ssm_a", lambda d, il: (d.d_state, d.d_inner)),
+        ("ssm_d", lambda d, il: (d.d_inner,)),
+        ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
+    ],
     # Mamba-2 block (src/models/mamba2.cpp)
     "mamba2": [
         ("attn_norm.weight", _NORM),
@@ -93,6 +153,89 @@ KINDS: dict[str, list[Template]] = {
         ("ssm_d", lambda d, il: (1, d.dt_rank)),
         ("ssm_norm.weight", lambda d, il: (d.d_inner // d.n_group, d.n_group)),
         ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
+    ],
+    # Nemotron-H (src/models/nemotron-h.cpp): Mamba-2 layers are the "mamba2" kind; '*' layers attention only,
+    # '-' layers a squared-ReLU MLP only (no gate); the converter writes no attention / MLP biases
+    "nemotron_attn": [
+        ("attn_norm.weight", _NORM),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+    ],
+    "nemotron_mlp": [
+        ("attn_norm.weight", _NORM),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ],
+    # MiniMax-01 (src/models/minimax-01.cpp): softmax attention or lightning attention, then a MoE over n_ff
+    "minimax_softmax": [
+        ("attn_norm.weight", _NORM),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+    ],
+    "minimax_lightning": [
+        ("attn_norm.weight", _NORM),
+        ("attn_norm_2.weight", lambda d, il: (d.head_k * d.n_head[il],)),
+        ("attn_qkv.weight", lambda d, il: (d.n_embd, 3 * d.head_k * d.n_head[il])),
+        ("attn_gate.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
+        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+    ],
+    "minimax_moe": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+    ],
+    # Kimi Linear (src/models/kimi-linear.cpp, conversion/kimi_linear.py): KDA layers (conv kernels written 4-D,
+    # A as {1, n_head, 1, 1}) or MLA layers (no q LoRA; kv_b split into k_b / v_b), then a dense FFN on the
+    # leading layers or a MoE with shared experts of n_expert_shared x the expert width
+    "kda": [
+        ("attn_norm.weight", _NORM),
+        ("ssm_conv1d_q.weight", lambda d, il: (d.d_conv, 1, d.kda * d.n_head[il], 1)),
+        ("ssm_conv1d_k.weight", lambda d, il: (d.d_conv, 1, d.kda * d.n_head[il], 1)),
+        ("ssm_conv1d_v.weight", lambda d, il: (d.d_conv, 1, d.kda * d.n_head[il], 1)),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.kda * d.n_head[il])),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.kda * d.n_head[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.kda * d.n_head[il])),
+        ("ssm_f_a.weight", lambda d, il: (d.n_embd, d.kda)),
+        ("ssm_f_b.weight", lambda d, il: (d.kda, d.kda * d.n_head[il])),
+        ("ssm_beta.weight", lambda d, il: (d.n_embd, d.n_head[il])),
+        ("ssm_a", lambda d, il: (1, d.n_head[il], 1, 1)),
+        ("ssm_dt.bias", lambda d, il: (d.kda * d.n_head[il],)),
+        ("ssm_g_a.weight", lambda d, il: (d.n_embd, d.kda)),
+        ("ssm_g_b.weight", lambda d, il: (d.kda, d.kda * d.n_head[il])),
+        ("ssm_norm.weight", lambda d, il: (d.kda,)),
+        ("attn_output.weight", lambda d, il: (d.kda * d.n_head[il], d.n_embd)),
+    ],
+    "kimi_mla": [
+        ("attn_norm.weight", _NORM),
+        ("attn_kv_a_norm.weight", lambda d, il: (d.kv_lora,)),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.n_head[il] * d.head_k_mla)),
+        ("attn_kv_a_mqa.weight", lambda d, il: (d.n_embd, d.kv_lora + d.rope)),
+        ("attn_k_b.weight", lambda d, il: (d.head_k_mla - d.rope, d.kv_lora, d.n_head[il])),
+        ("attn_v_b.weight", lambda d, il: (d.kv_lora, d.head_v_mla, d.n_head[il])),
+        ("attn_output.weight", lambda d, il: (d.n_head[il] * d.head_v_mla, d.n_embd)),
+    ],
+    "kimi_dense": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ],
+    "kimi_moe": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff_exp, d.n_embd, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("ffn_gate_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_exp * max(d.n_expert_shared, 1))),
+        ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_exp * max(d.n_expert_shared, 1), d.n_embd)),
+        ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_exp * max(d.n_expert_shared, 1))),
+        ("exp_probs_b.bias", lambda d, il: (d.n_expert,)),
     ],
     # LFM2: the FFN comes first in the loader, then the operator norm and the operator
     "lfm2_ffn": [
@@ -164,6 +307,11 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
     ],
+    "ffn": [
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ],
     # the MTP block's own tensors (the converter writes no nextn.embed_tokens / shared_head_head for Qwen)
     "qwen_nextn": [
         ("nextn.eh_proj.weight", lambda d, il: (2 * d.n_embd, d.n_embd)),
@@ -179,11 +327,17 @@ def _lfm2_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     return ("lfm2_ffn" if dense else "lfm2_moe", "shortconv" if recr else "lfm2_attn")
 
 
-def _qwen_kinds(ba: str) -> Callable[[ModelSpec, int, bool], tuple[str, ...]]:
+def _nemotron_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    if recr:
+        return ("mamba2",)
+    return ("nemotron_attn",) if spec.feed_forward(il) == 0 else ("nemotron_mlp",)
+
+
+def _qwen_kinds(ba: str, ffn: str) -> Callable[[ModelSpec, int, bool], tuple[str, ...]]:
     def kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
         mixer = ("gdn_qkv", ba, "gdn_out") if recr else ("qwen_attn",)
         nextn = ("qwen_nextn",) if il >= spec.n_layer else ()
-        return ("qwen_norms", *mixer, "qwen_moe", *nextn)
+        return ("qwen_norms", *mixer, ffn, *nextn)
 
     return kinds
 
@@ -196,21 +350,45 @@ class ArchTensors:
     layer_kinds: Callable[[ModelSpec, int, bool], tuple[str, ...]]
     #: required keys of ModelSpec beyond the cache ones (a clear error instead of a zero-sized tensor)
     needs: tuple[str, ...] = ("vocab_size",)
+    #: tensors outside the blocks besides token_embd, the output norm and output (RWKV's norm biases)
+    extra_global: tuple[tuple[str, str], ...] = ()
 
 
 ARCH_TENSORS: dict[str, ArchTensors] = {
+    "mamba": ArchTensors("output_norm", lambda spec, il, recr: ("mamba",)),
+    "rwkv7": ArchTensors(
+        "output_norm", lambda spec, il, recr: ("rwkv7", "rwkv7_0" if il == 0 else "rwkv7_v"),
+        ("vocab_size", "feed_forward_length", "attention.decay_lora_rank", "attention.iclr_lora_rank",
+         "attention.value_residual_mix_lora_rank", "attention.gate_lora_rank"),
+        extra_global=(("token_embd_norm.weight", "after_embd"), ("token_embd_norm.bias", "after_embd"),
+                      ("output_norm.bias", "after_norm")),
+    ),
     "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
+    "kimi-linear": ArchTensors(
+        "output_norm",
+        lambda spec, il, recr: (
+            "kda" if recr else "kimi_mla", "kimi_dense" if il < spec.leading_dense_block_count else "kimi_moe"
+        ),
+        ("vocab_size", "feed_forward_length", "expert_count", "expert_feed_forward_length", "expert_shared_count"),
+    ),
+    "minimax-01": ArchTensors(
+        "output_norm",
+        lambda spec, il, recr: ("minimax_lightning" if recr else "minimax_softmax", "minimax_moe"),
+        ("vocab_size", "feed_forward_length", "expert_count"),
+    ),
+    "nemotron_h": ArchTensors("output_norm", _nemotron_kinds, ("vocab_size", "feed_forward_length")),
     "lfm2": ArchTensors("token_embd_norm", _lfm2_kinds, ("vocab_size", "feed_forward_length")),
     "lfm2moe": ArchTensors(
         "token_embd_norm", _lfm2_kinds,
         ("vocab_size", "feed_forward_length", "expert_count", "expert_feed_forward_length"),
     ),
     "qwen3next": ArchTensors(
-        "output_norm", _qwen_kinds("gdn_ba_fused"),
+        "output_norm", _qwen_kinds("gdn_ba_fused", "qwen_moe"),
         ("vocab_size", "expert_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"),
     ),
+    "qwen35": ArchTensors("output_norm", _qwen_kinds("gdn_ba_split", "ffn"), ("vocab_size", "feed_forward_length")),
     "qwen35moe": ArchTensors(
-        "output_norm", _qwen_kinds("gdn_ba_split"),
+        "output_norm", _qwen_kinds("gdn_ba_split", "qwen_moe"),
         ("vocab_size", "expert_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"),
     ),
 }
@@ -224,7 +402,8 @@ def _arch(spec: ModelSpec) -> ArchTensors:
             f"no tensor list for architecture '{spec.arch}' (have: {', '.join(sorted(ARCH_TENSORS))})"
         ) from None
     for key in at.needs:
-        if not getattr(spec, key):
+        section, _, field = key.rpartition(".")
+        if not getattr(getattr(spec, section) if section else spec, field):
             raise UnsupportedArchError(f"{spec.name}: {key} is needed for the tensor list of arch '{spec.arch}'")
     return at
 
@@ -256,6 +435,14 @@ def dims(spec: ModelSpec) -> Dims:
         n_expert=spec.expert_count,
         n_ff_exp=spec.expert_feed_forward_length,
         n_ff_shexp=spec.expert_shared_feed_forward_length or spec.feed_forward(0),
+        lora=(att.decay_lora_rank or 0, att.iclr_lora_rank or 0, att.value_residual_mix_lora_rank or 0,
+              att.gate_lora_rank or 0),
+        kda=(spec.kda.head_dim or 0) if spec.kda else 0,
+        kv_lora=att.kv_lora_rank or 0,
+        rope=(att.key_length or 0) - (att.kv_lora_rank or 0) if att.kv_lora_rank else 0,
+        head_k_mla=att.key_length_mla or 0,
+        head_v_mla=att.value_length_mla or 0,
+        n_expert_shared=spec.expert_shared_count,
     )
 
 
@@ -264,7 +451,14 @@ def tensor_list(spec: ModelSpec) -> list[TensorInfo]:
     at = _arch(spec)
     d = dims(spec)
     recurrent = set(cache_layout(spec).recurrent_layers)
-    out = [TensorInfo("token_embd.weight", (d.n_embd, d.n_vocab)), TensorInfo(f"{at.output_norm}.weight", (d.n_embd,))]
+    extra = {where: [TensorInfo(name, (d.n_embd,)) for name, w in at.extra_global if w == where]
+             for where in ("after_embd", "after_norm")}
+    out = [
+        TensorInfo("token_embd.weight", (d.n_embd, d.n_vocab)),
+        *extra["after_embd"],
+        TensorInfo(f"{at.output_norm}.weight", (d.n_embd,)),
+        *extra["after_norm"],
+    ]
     if not spec.tie_word_embeddings:
         out.append(TensorInfo("output.weight", (d.n_embd, d.n_vocab)))
     for il in range(spec.block_count):

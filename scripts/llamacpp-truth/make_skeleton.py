@@ -45,10 +45,18 @@ _FTYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F1
           "bf16": gguf.LlamaFileType.MOSTLY_BF16}
 
 #: Keys some loaders require that change no size (values as the converter writes them for the family).
-#: qwen35moe: rope.dimension_sections is required (get_key_or_arr(..., required=true)); Qwen3.5's mrope_section.
+#: qwen35 / qwen35moe: rope.dimension_sections is required (get_key_or_arr(..., required=true)):
+#: Qwen3.5's mrope_section.
 EXTRA_KEYS: dict[str, dict[str, object]] = {
     "qwen35": {"rope.dimension_sections": [11, 11, 10, 0]},
     "qwen35moe": {"rope.dimension_sections": [11, 11, 10, 0]},
+    # lfm2moe: expert_gating_func is required; conversion/lfm2.py writes SIGMOID (2)
+    "lfm2moe": {"expert_gating_func": 2},
+    # minimax-01: residual_scale is required; conversion/minimax.py writes layernorm_full_attention_alpha
+    # (its value changes no size)
+    "minimax-01": {"residual_scale": 1.0},
+    # kimi-linear: expert_gating_func is required (Kimi routes with a sigmoid: 2)
+    "kimi-linear": {"expert_gating_func": 2},
 }
 
 
@@ -102,6 +110,10 @@ def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
         "attention.kv_lora_rank": att.kv_lora_rank,
         "attention.sliding_window": att.sliding_window or None,
         "attention.recurrent_layers": att.recurrent_layers,
+        "attention.decay_lora_rank": att.decay_lora_rank,
+        "attention.iclr_lora_rank": att.iclr_lora_rank,
+        "attention.value_residual_mix_lora_rank": att.value_residual_mix_lora_rank,
+        "attention.gate_lora_rank": att.gate_lora_rank,
         "nextn_predict_layers": spec.nextn_predict_layers or None,
         "full_attention_interval": spec.full_attention_interval,
         "vocab_size": spec.vocab_size if a in ("lfm2", "lfm2moe") else None,
@@ -109,7 +121,10 @@ def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
         "expert_used_count": spec.expert_used_count or None,
         "expert_feed_forward_length": spec.expert_feed_forward_length or None,
         "expert_shared_feed_forward_length": spec.expert_shared_feed_forward_length or None,
+        "expert_shared_count": spec.expert_shared_count or None,
         "leading_dense_block_count": spec.leading_dense_block_count or None,
+        # MLA: the rope part of the cached latent row (conversion/kimi_linear.py writes qk_rope_head_dim)
+        "rope.dimension_count": (att.key_length - att.kv_lora_rank) if att.kv_lora_rank and att.key_length else None,
     }
     for section in ("ssm", "wkv", "shortconv", "kda"):
         sub = getattr(spec, section)

@@ -31,11 +31,23 @@ SKELETONS = ROOT / "build" / "llamacpp-truth" / "skeletons"
 OUT_DIR = ROOT / "tests" / "golden" / "llamacpp-breakdown"
 MEASURED = Path("/work/shared/data/llamacpp-measured")
 
-#: Models measured. ``gguf``: a real file; ``preset`` + ``outtype``: a skeleton written by make_skeleton.py.
+#: Models measured. ``gguf``: a real file; ``preset`` + ``outtype``: a skeleton written by make_skeleton.py;
+#: ``max_np``: skip the settings with more sequences (the recurrent cache is really allocated, see README).
 MODELS: dict[str, dict] = {
     "mamba2-tiny": {"gguf": str(MEASURED / "mamba2.gguf"), "what": "tiny random-weight Mamba-2 (f32)"},
     "lfm2-tiny": {"gguf": str(MEASURED / "lfm2.gguf"), "what": "tiny random-weight LFM2 (f32)"},
     "qwen35-tiny": {"gguf": str(MEASURED / "qwen35.gguf"), "what": "tiny random-weight Qwen3.5 (f32)"},
+    "mamba-130m-bf16": {"preset": "mamba-130m", "outtype": "bf16"},
+    "mamba2-130m-bf16": {"preset": "mamba2-130m", "outtype": "bf16"},
+    "lfm2-1.2b-bf16": {"preset": "lfm2-1.2b", "outtype": "bf16"},
+    "lfm2-8b-a1b-bf16": {"preset": "lfm2-8b-a1b", "outtype": "bf16"},
+    "nemotron-h-8b-bf16": {"preset": "nemotron-h-8b-base-8k", "outtype": "bf16"},
+    "qwen3.5-35b-a3b-bf16": {"preset": "qwen3.5-35b-a3b", "outtype": "bf16"},
+    "qwen3-next-80b-a3b-bf16": {"preset": "qwen3-next-80b-a3b", "outtype": "bf16"},
+    "rwkv7-0.4b-world-bf16": {"preset": "rwkv7-0.4b-world", "outtype": "bf16"},
+    "kimi-linear-48b-a3b-bf16": {"preset": "kimi-linear-48b-a3b", "outtype": "bf16"},
+    # the recurrent cache is really allocated even in the dry run: 293 MB per sequence here, so -np <= 8
+    "minimax-text-01-bf16": {"preset": "minimax-text-01", "outtype": "bf16", "max_np": 8},
 }
 
 #: The flag grid: each entry is one llama.cpp command line's worth of context flags (probe.cpp's names).
@@ -69,10 +81,25 @@ FLAG_GRID: list[dict[str, object]] = [
     {"-c": 131072, "-ub": 2048, "-b": 2048},
     {"-c": 4096, "--embeddings": True},
     {"-c": 4096, "-ngl": 99},
+    {"-c": 4096, "--load-mtp": True},
 ]
 
 #: Log lines not worth keeping in the golden files (they repeat or describe the file, not the memory).
 _DROP_PREFIXES = ("load:", "print_info:", "graph_reserve: reserving")
+
+
+def _kept_log(lines: list[str]) -> list[str]:
+    """The log lines worth keeping; llama.cpp's one line per skipped (MTP) tensor becomes the first such line
+    and a count, marked as the sweep's own."""
+    kept: list[str] = []
+    unused = [line for line in lines if line.startswith("model has unused tensor")]
+    for line in lines:
+        if line.startswith(_DROP_PREFIXES) or (line in unused and line != unused[0]):
+            continue
+        kept.append(line)
+        if unused and line == unused[0] and len(unused) > 1:
+            kept.append(f"[sweep.py] ... and {len(unused) - 1} more 'model has unused tensor' lines")
+    return kept
 
 
 class SweepError(Exception):
@@ -111,7 +138,7 @@ def run_case(gguf: str, flags: dict[str, object], timeout: float) -> dict:
         "allocations": [
             {k: a[k] for k in ("buft", "bytes", "fn", "phase", "depth")} for a in out["allocations"]
         ],
-        "log": [line for line in out["log"] if not line.startswith(_DROP_PREFIXES)],
+        "log": _kept_log(out["log"]),
         "_commit": out["llama_commit"],
     }
 
@@ -135,6 +162,8 @@ def sweep_model(name: str, spec: dict, timeout: float) -> dict:
     gguf = model_gguf(name, spec)
     cases = []
     for flags in FLAG_GRID:
+        if int(flags.get("-np", 1)) > spec.get("max_np", 1 << 30):
+            continue
         case = run_case(gguf, flags, timeout)
         cases.append(case)
         status = "ok" if case["ok"] else "refused"
