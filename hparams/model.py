@@ -35,7 +35,7 @@ WEIGHT_SHAPE_ATTENTION_KEYS = frozenset({
 })
 WEIGHT_SHAPE_KEYS = frozenset({
     "vocab_size", "tie_word_embeddings", "expert_count", "expert_used_count", "expert_feed_forward_length",
-    "expert_shared_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
+    "expert_shared_feed_forward_length", "expert_shared_count", "expert_layers", "leading_dense_block_count",
 })
 
 #: Text fields may hold newlines and tabs but no other control characters (they would reach the terminal).
@@ -165,6 +165,10 @@ class ModelSpec(_Strict):
     expert_shared_feed_forward_length: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
         0, description="{arch}.expert_shared_feed_forward_length: hidden width of the shared expert"
     )
+    expert_layers: list[bool] | None = Field(
+        None, description="(rsplan only) layers with routed experts, where the GGUF marks them only by the "
+        "presence of ffn_gate_inp (Jamba: expert_layer_offset / expert_layer_period of config.json)"
+    )
     expert_shared_count: Count = Field(0, description="{arch}.expert_shared_count: shared experts (Kimi)")
     leading_dense_block_count: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = Field(
         0, description="{arch}.leading_dense_block_count: first layers with a dense FFN instead of experts"
@@ -193,6 +197,7 @@ class ModelSpec(_Strict):
             "attention.head_count_kv": self.attention.head_count_kv,
             "attention.recurrent_layers": self.attention.recurrent_layers,
             "feed_forward_length": self.feed_forward_length,
+            "expert_layers": self.expert_layers,
         }
         for key, value in per_layer.items():
             if isinstance(value, list) and len(value) != n:

@@ -142,6 +142,43 @@ KINDS: dict[str, list[Template]] = {
         ("ssm_d", lambda d, il: (d.d_inner,)),
         ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
     ],
+    # Jamba (src/models/jamba.cpp): a Mamba-1 mixer with dt / B / C norms, or GQA attention; then a dense FFN or,
+    # on the expert layers, a MoE (detected by the loader from ffn_gate_inp)
+    "jamba_mamba": [
+        ("attn_norm.weight", _NORM),
+        ("ssm_in.weight", lambda d, il: (d.n_embd, 2 * d.d_inner)),
+        ("ssm_conv1d.weight", lambda d, il: (d.d_conv, d.d_inner)),
+        ("ssm_conv1d.bias", lambda d, il: (d.d_inner,)),
+        ("ssm_x.weight", lambda d, il: (d.d_inner, d.dt_rank + 2 * d.d_state)),
+        ("ssm_dt_norm.weight", lambda d, il: (d.dt_rank,)),
+        ("ssm_dt.weight", lambda d, il: (d.dt_rank, d.d_inner)),
+        ("ssm_dt.bias", lambda d, il: (d.d_inner,)),
+        ("ssm_b_norm.weight", lambda d, il: (d.d_state,)),
+        ("ssm_c_norm.weight", lambda d, il: (d.d_state,)),
+        ("ssm_a", lambda d, il: (d.d_state, d.d_inner)),
+        ("ssm_d", lambda d, il: (d.d_inner,)),
+        ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
+    ],
+    "jamba_attn": [
+        ("attn_norm.weight", _NORM),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ],
+    "jamba_moe": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+    ],
+    "jamba_ffn": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ],
     # Mamba-2 block (src/models/mamba2.cpp)
     "mamba2": [
         ("attn_norm.weight", _NORM),
@@ -364,6 +401,13 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
                       ("output_norm.bias", "after_norm")),
     ),
     "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
+    "jamba": ArchTensors(
+        "output_norm",
+        lambda spec, il, recr: (
+            "jamba_mamba" if recr else "jamba_attn", "jamba_moe" if spec.expert_layers[il] else "jamba_ffn"
+        ),
+        ("vocab_size", "feed_forward_length", "expert_count", "expert_layers"),
+    ),
     "kimi-linear": ArchTensors(
         "output_norm",
         lambda spec, il, recr: (

@@ -16,7 +16,8 @@
 //
 // Flags follow llama.cpp's names: -m FILE, -c N, -np N, -b N, -ub N, -fa on|off|auto, -ctk T, -ctv T, -kvu,
 // --n-rs-seq N, -ngl N, --n-outputs-max N, --n-outputs-max-per-seq N, --load-mtp, --ctx-mtp (MTP context type),
-// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --full-log. Unset flags keep llama_context_default_params()
+// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --full-log (every log line in the JSON), --log-stderr (echo
+// the log to stderr as it comes: what llama.cpp said before an abort). Unset flags keep llama_context_default_params()
 // / llama_model_default_params() (n_ctx 512, n_batch 2048, n_ubatch 512, n_seq_max 1, f16 K/V, fa auto).
 //
 // Exit codes: 0 = context created (JSON with "ok": true); 3 = llama.cpp refused the model or the context (JSON
@@ -60,10 +61,14 @@ std::vector<std::string> g_log;        // complete lines
 std::string              g_log_partial;
 std::vector<alloc_rec>   g_allocs;
 std::string              g_phase = "init";
+bool                     g_log_stderr = false;  // --log-stderr: echo llama.cpp's log as it comes (for aborts)
 int                      g_depth = 0;
 
 void log_cb(ggml_log_level level, const char * text, void * /*ud*/) {
     (void) level;
+    if (g_log_stderr) {
+        fputs(text, stderr);
+    }
     g_log_partial += text;
     size_t pos;
     while ((pos = g_log_partial.find('\n')) != std::string::npos) {
@@ -137,7 +142,7 @@ namespace {
     fprintf(stderr,
             "usage: probe -m FILE [-c N] [-np N] [-b N] [-ub N] [-fa on|off|auto] [-ctk T] [-ctv T] [-kvu]\n"
             "             [--n-rs-seq N] [-ngl N] [--n-outputs-max N] [--n-outputs-max-per-seq N] [--load-mtp]\n"
-            "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--full-log]\n");
+            "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--full-log] [--log-stderr]\n");
     exit(2);
 }
 
@@ -255,6 +260,8 @@ int main(int argc, char ** argv) {
             mp.use_extra_bufts = false;
         } else if (a == "--full-log") {
             full_log = true;
+        } else if (a == "--log-stderr") {
+            g_log_stderr = true;
         } else {
             usage("unknown argument '" + a + "'");
         }

@@ -39,12 +39,15 @@ MODELS: dict[str, dict] = {
     "qwen35-tiny": {"gguf": str(MEASURED / "qwen35.gguf"), "what": "tiny random-weight Qwen3.5 (f32)"},
     "mamba-130m-bf16": {"preset": "mamba-130m", "outtype": "bf16"},
     "mamba2-130m-bf16": {"preset": "mamba2-130m", "outtype": "bf16"},
+    "mamba-codestral-7b-bf16": {"preset": "mamba-codestral-7b", "outtype": "bf16"},
     "lfm2-1.2b-bf16": {"preset": "lfm2-1.2b", "outtype": "bf16"},
+    "lfm2-2.6b-bf16": {"preset": "lfm2-2.6b", "outtype": "bf16"},
     "lfm2-8b-a1b-bf16": {"preset": "lfm2-8b-a1b", "outtype": "bf16"},
     "nemotron-h-8b-bf16": {"preset": "nemotron-h-8b-base-8k", "outtype": "bf16"},
     "qwen3.5-35b-a3b-bf16": {"preset": "qwen3.5-35b-a3b", "outtype": "bf16"},
     "qwen3-next-80b-a3b-bf16": {"preset": "qwen3-next-80b-a3b", "outtype": "bf16"},
     "rwkv7-0.4b-world-bf16": {"preset": "rwkv7-0.4b-world", "outtype": "bf16"},
+    "jamba-v0.1-bf16": {"preset": "jamba-v0.1", "outtype": "bf16"},
     "kimi-linear-48b-a3b-bf16": {"preset": "kimi-linear-48b-a3b", "outtype": "bf16"},
     # the recurrent cache is really allocated even in the dry run: 293 MB per sequence here, so -np <= 8
     "minimax-text-01-bf16": {"preset": "minimax-text-01", "outtype": "bf16", "max_np": 8},
@@ -122,6 +125,15 @@ def run_case(gguf: str, flags: dict[str, object], timeout: float) -> dict:
         proc = subprocess.run(probe_args(gguf, flags), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SweepError(f"probe timed out after {timeout:.0f} s on {gguf} {flags}") from None
+    except OSError as e:
+        raise SweepError(f"cannot run the probe {PROBE}: {e}") from None
+    if proc.returncode < 0 and "GGML_ASSERT" in proc.stderr:
+        # llama.cpp itself aborted (an assertion in the graph reserve): a result worth keeping, not a probe failure
+        line = next(ln for ln in proc.stderr.splitlines() if "GGML_ASSERT" in ln)
+        return {
+            "flags": dict(flags), "ok": False, "crashed": f"signal {-proc.returncode}",
+            "error": line[line.index("ggml/src/") if "ggml/src/" in line else 0:], "_commit": None,
+        }
     if proc.returncode not in (0, 3):
         raise SweepError(f"probe exited {proc.returncode} on {gguf} {flags}: {proc.stderr.strip()[-500:]}")
     try:
@@ -166,9 +178,9 @@ def sweep_model(name: str, spec: dict, timeout: float) -> dict:
             continue
         case = run_case(gguf, flags, timeout)
         cases.append(case)
-        status = "ok" if case["ok"] else "refused"
+        status = "ok" if case["ok"] else "crashed" if case.get("crashed") else "refused"
         print(f"{name} {flags} {status}", file=sys.stderr)
-    commits = {c.pop("_commit") for c in cases}
+    commits = {c.pop("_commit") for c in cases} - {None}
     if len(commits) != 1:
         raise SweepError(f"the probe reported several llama.cpp commits: {sorted(commits)}")
     model = {k: v for k, v in spec.items() if k != "gguf"}

@@ -8,8 +8,8 @@ CPU build) for tiny real GGUFs and real-size skeleton GGUFs of the presets. For 
   to the CPU buffer's alignment (only the tensors a plain context loads; with --load-mtp also the MTP ones);
 - the output buffer is llama.cpp's n_vocab x n_seq_max floats (+ n_embd per sequence with --embeddings).
 
-Refused cases must be refused by rsplan too. Compute bytes are recorded, not tested here. CI never runs
-llama.cpp: the JSON is the truth.
+Refused cases must be refused by rsplan too; cases where llama.cpp aborted (`crashed`) are recorded and skipped.
+Compute bytes are recorded, not tested here. CI never runs llama.cpp: the JSON is the truth.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _case_id(c: tuple[str, int]) -> str:
 
 def test_golden_files_exist_and_name_one_llama_commit():
     files = _files()
-    assert len(files) >= 7
+    assert len(files) >= 16  # 3 tiny GGUFs + 13 real-size skeletons
     assert {d["llama_commit"] for d in files.values()} == {"0c1e570"}
     for name, data in files.items():
         assert data["model"]["name"] == name
@@ -101,6 +101,8 @@ def test_context_bytes_equal_the_plan(case):
     if spec is None:
         pytest.skip(f"{MEASURED} not found")
     params = _params(c["flags"])
+    if c.get("crashed"):
+        pytest.skip(f"llama.cpp aborted: {c['error']}")
     if not c["ok"]:
         with pytest.raises(RsplanError):
             build_plan(spec, params)

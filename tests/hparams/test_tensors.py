@@ -117,8 +117,11 @@ def test_qwen3_next_parameter_count_is_the_published_one():
         ("minimax-text-01", 456),
         # LFM2-8B-A1B: "8.3B total" (transformers docs)
         ("lfm2-8b-a1b", 8.3),
-        # LFM2-1.2B (the name), RWKV-7 0.4B (llama.cpp types it LLM_TYPE_450M)
+        # Jamba-v0.1: the model card's "52B total parameters"
+        ("jamba-v0.1", 52),
+        # LFM2-1.2B, LFM2-2.6B (the names), RWKV-7 0.4B (llama.cpp types it LLM_TYPE_450M)
         ("lfm2-1.2b", 1.2),
+        ("lfm2-2.6b", 2.6),
         ("rwkv7-0.4b-world", 0.45),
     ],
 )
@@ -146,9 +149,10 @@ def test_qwen3_next_layer_kinds():
 
 def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
     archs = set()
-    for name in ("mamba-130m", "mamba2-130m", "rwkv7-0.4b-world", "lfm2-1.2b", "lfm2-8b-a1b",
+    for name in ("mamba-130m", "mamba2-130m", "mamba-codestral-7b", "rwkv7-0.4b-world", "lfm2-1.2b", "lfm2-2.6b",
+                 "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
-                 "minimax-text-01"):
+                 "minimax-text-01", "jamba-v0.1"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)
@@ -158,8 +162,8 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
 def test_missing_vocab_or_unknown_arch_is_a_clear_error():
     with pytest.raises(UnsupportedArchError, match="vocab_size"):
         tensor_list(load_builtin_preset("mamba2-2.7b"))
-    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'jamba'"):
-        tensor_list(load_builtin_preset("jamba-v0.1"))
+    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'falcon-h1'"):
+        tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct"))
 
 
 def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
@@ -191,10 +195,10 @@ def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
 def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
     out = tmp_path / "x.gguf"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), "jamba-v0.1",
+        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), "falcon-h1-0.5b-instruct",
          "-o", str(out)],
         capture_output=True, text=True, timeout=120, env={**os.environ},
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("Error: no tensor list for architecture 'jamba'")
+    assert proc.stderr.startswith("Error: no tensor list for architecture 'falcon-h1'")
     assert not out.exists() and not list(tmp_path.iterdir())
