@@ -12,9 +12,14 @@ example ``("gdn", "moe")`` or ``("attn", "moe", "nextn")``), and each kind is a 
 
 ``converter_type(name, n_dims, outtype)`` is conversion/base.py's rule for the stored type of each tensor:
 1-D tensors, ``*_norm.weight``, names not ending in ``.weight`` and a fixed list (router, conv kernels, RWKV
-decay ...) stay F32; the rest take the output type (f32 / f16 / bf16). ``tensor_bytes`` sums ggml's row sizes;
-``buffer_bytes`` adds the CPU buffer's per-tensor alignment, as ``ggml_backend_alloc_ctx_tensors_from_buft_size``
-does (the model bytes llama.cpp reports per buffer type).
+decay ...) stay F32; the rest take the output type (f32 / f16 / bf16). ``tensor_nbytes`` is ggml's row size times
+the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_backend_alloc_ctx_tensors_from_buft_size``
+does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
+against llama.cpp in every measured case).
+
+Archs with a table: mamba, mamba2, rwkv7, jamba, nemotron_h, lfm2, lfm2moe, qwen35, qwen35moe, qwen3next,
+kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys (vocab_size, expert_*, ...); a missing one
+is an UnsupportedArchError naming it.
 """
 
 from __future__ import annotations
@@ -339,7 +344,8 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_down_exps.weight", lambda d, il: (d.n_ff_exp, d.n_embd, d.n_expert)),
         ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
         ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
-        ("ffn_gate_inp_shexp.weight", _NORM),
+        # nn.Linear(n_embd, 1): the converter writes it 2-D, {n_embd, 1} (llama.cpp reads {n_embd}: the same)
+        ("ffn_gate_inp_shexp.weight", lambda d, il: (d.n_embd, 1)),
         ("ffn_gate_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
@@ -549,3 +555,13 @@ def tensor_nbytes(t: TensorInfo, type_name: str) -> int:
 def buffer_bytes(tensors: list[tuple[TensorInfo, str]], alignment: int = CPU_ALIGNMENT) -> int:
     """Bytes of a buffer holding these (tensor, type) pairs: each tensor padded to ``alignment``."""
     return sum(-(-tensor_nbytes(t, ty) // alignment) * alignment for t, ty in tensors)
+
+
+def model_buffer_bytes(spec: ModelSpec, outtype: str, load_mtp: bool = False, alignment: int = CPU_ALIGNMENT) -> int:
+    """The weights' bytes in one buffer of ``alignment`` (llama.cpp's per-buffer-type ``model`` bytes when every
+    weight lands in it, as on a CPU-only run): the converter's type per tensor, MTP tensors only if ``load_mtp``."""
+    return buffer_bytes(
+        [(t, converter_type(t.name, torch_n_dims(t), outtype)) for t in tensor_list(spec) if t.loaded or load_mtp],
+        alignment,
+    )
+

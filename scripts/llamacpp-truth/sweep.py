@@ -12,6 +12,7 @@ Usage (from the repository root)::
     .venv/bin/python scripts/llamacpp-truth/sweep.py     # every model of MODELS
     .venv/bin/python scripts/llamacpp-truth/sweep.py --model lfm2-tiny --model mamba2-tiny
     .venv/bin/python scripts/llamacpp-truth/sweep.py --list
+    .venv/bin/python scripts/llamacpp-truth/sweep.py --check-measured   # the probe vs the 432 cases of cases.json
 
 Exit status: 0 when every model was measured, 1 when a probe failed unexpectedly (crash, bad JSON, timeout),
 2 on bad arguments. A case that llama.cpp refuses is a result (``ok: false``), not a failure.
@@ -31,8 +32,16 @@ SKELETONS = ROOT / "build" / "llamacpp-truth" / "skeletons"
 OUT_DIR = ROOT / "tests" / "golden" / "llamacpp-breakdown"
 MEASURED = Path("/work/shared/data/llamacpp-measured")
 
+#: Settings only for models with MTP layers: the MTP draft's own context (ctx_type MTP on the MTP weights), as
+#: llama.cpp's speculative MTP driver creates it beside the main context.
+MTP_GRID: list[dict[str, object]] = [
+    {"-c": 4096, "--load-mtp": True, "--ctx-mtp": True},
+    {"-c": 32768, "-np": 4, "--load-mtp": True, "--ctx-mtp": True},
+]
+
 #: Models measured. ``gguf``: a real file; ``preset`` + ``outtype``: a skeleton written by make_skeleton.py;
-#: ``max_np``: skip the settings with more sequences (the recurrent cache is really allocated, see README).
+#: ``max_np``: skip the settings with more sequences (the recurrent cache is really allocated, see README);
+#: ``extra``: settings measured for this model after FLAG_GRID.
 MODELS: dict[str, dict] = {
     "mamba2-tiny": {"gguf": str(MEASURED / "mamba2.gguf"), "what": "tiny random-weight Mamba-2 (f32)"},
     "lfm2-tiny": {"gguf": str(MEASURED / "lfm2.gguf"), "what": "tiny random-weight LFM2 (f32)"},
@@ -44,8 +53,8 @@ MODELS: dict[str, dict] = {
     "lfm2-2.6b-bf16": {"preset": "lfm2-2.6b", "outtype": "bf16"},
     "lfm2-8b-a1b-bf16": {"preset": "lfm2-8b-a1b", "outtype": "bf16"},
     "nemotron-h-8b-bf16": {"preset": "nemotron-h-8b-base-8k", "outtype": "bf16"},
-    "qwen3.5-35b-a3b-bf16": {"preset": "qwen3.5-35b-a3b", "outtype": "bf16"},
-    "qwen3-next-80b-a3b-bf16": {"preset": "qwen3-next-80b-a3b", "outtype": "bf16"},
+    "qwen3.5-35b-a3b-bf16": {"preset": "qwen3.5-35b-a3b", "outtype": "bf16", "extra": MTP_GRID},
+    "qwen3-next-80b-a3b-bf16": {"preset": "qwen3-next-80b-a3b", "outtype": "bf16", "extra": MTP_GRID},
     "rwkv7-0.4b-world-bf16": {"preset": "rwkv7-0.4b-world", "outtype": "bf16"},
     "jamba-v0.1-bf16": {"preset": "jamba-v0.1", "outtype": "bf16"},
     "kimi-linear-48b-a3b-bf16": {"preset": "kimi-linear-48b-a3b", "outtype": "bf16"},
@@ -82,6 +91,8 @@ FLAG_GRID: list[dict[str, object]] = [
     {"-c": 32768, "-np": 8, "-kvu": True, "-ub": 256},
     {"-c": 32768, "-fa": "off", "-ub": 1024, "-b": 1024},
     {"-c": 131072, "-ub": 2048, "-b": 2048},
+    {"-c": 0},  # the model's training context
+    {"-c": 0, "-np": 2, "-kvu": True},
     {"-c": 4096, "--embeddings": True},
     {"-c": 4096, "-ngl": 99},
     {"-c": 4096, "--load-mtp": True},
@@ -173,7 +184,7 @@ def model_gguf(name: str, spec: dict) -> str:
 def sweep_model(name: str, spec: dict, timeout: float) -> dict:
     gguf = model_gguf(name, spec)
     cases = []
-    for flags in FLAG_GRID:
+    for flags in FLAG_GRID + spec.get("extra", []):
         if int(flags.get("-np", 1)) > spec.get("max_np", 1 << 30):
             continue
         case = run_case(gguf, flags, timeout)
@@ -183,7 +194,7 @@ def sweep_model(name: str, spec: dict, timeout: float) -> dict:
     commits = {c.pop("_commit") for c in cases} - {None}
     if len(commits) != 1:
         raise SweepError(f"the probe reported several llama.cpp commits: {sorted(commits)}")
-    model = {k: v for k, v in spec.items() if k != "gguf"}
+    model = {k: v for k, v in spec.items() if k not in ("gguf", "extra")}
     if "gguf" in spec:
         model["gguf"] = Path(spec["gguf"]).name
     return {
@@ -195,10 +206,38 @@ def sweep_model(name: str, spec: dict, timeout: float) -> dict:
     }
 
 
+def check_measured(timeout: float) -> int:
+    """Run the probe on every case of the shared cases.json (cache bytes measured on llama.cpp by other means) and
+    compare: context bytes must equal total_cache_bytes, refused cases must be refused. Returns the mismatches."""
+    data = json.loads((MEASURED / "cases.json").read_text())
+    bad = 0
+    for case in data["cases"]:
+        s = case["settings"]
+        flags: dict[str, object] = {
+            "-c": s["n_ctx_requested"], "-np": s["n_seq_max"], "-b": s["n_batch"], "-ctk": s["type_k"],
+            "-ctv": s["type_v"], "-fa": s["flash_attn_requested"], "--n-rs-seq": s["n_rs_seq_requested"],
+        }
+        if s["kv_unified"]:
+            flags["-kvu"] = True
+        got = run_case(str(MEASURED / data["models"][case["model"]]["gguf"]), flags, timeout)
+        if got["ok"] != case["context_created"]:
+            bad += 1
+            print(f"{case['id']}: llama.cpp ok={got['ok']}, cases.json context_created={case['context_created']}")
+        elif got["ok"]:
+            context = sum(b["context"] for b in got["breakdown"].values())
+            if context != case["total_cache_bytes"]:
+                bad += 1
+                print(f"{case['id']}: context {context} B, cases.json total_cache_bytes {case['total_cache_bytes']} B")
+    print(f"{len(data['cases'])} cases of {MEASURED / 'cases.json'}: {bad} mismatches", file=sys.stderr)
+    return bad
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", action="append", help="measure only this model (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
+    ap.add_argument("--check-measured", action="store_true",
+                    help="check the probe against the shared cases.json (cache bytes measured independently)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per probe run")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     args = ap.parse_args(argv)
@@ -214,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     if not PROBE.exists():
         print(f"Error: {PROBE} not found; run scripts/llamacpp-truth/build.sh first", file=sys.stderr)
         return 2
+    if args.check_measured:
+        try:
+            return 1 if check_measured(args.timeout) else 0
+        except (SweepError, OSError) as e:
+            print(f"Error: {e}", file=sys.stderr)
+            return 1
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
         try:

@@ -24,7 +24,7 @@ from rsplan.errors import RsplanError
 from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.hparams.tensors import buffer_bytes, converter_type, tensor_list, torch_n_dims
+from rsplan.hparams.tensors import model_buffer_bytes
 from rsplan.planner.context import ContextParams
 from rsplan.planner.plan import build_plan
 from rsplan_testing import shared_dir
@@ -103,6 +103,8 @@ def test_context_bytes_equal_the_plan(case):
     params = _params(c["flags"])
     if c.get("crashed"):
         pytest.skip(f"llama.cpp aborted: {c['error']}")
+    if c["flags"].get("--ctx-mtp"):
+        pytest.skip("the MTP draft context's own cache is recorded, not planned by rsplan yet")
     if not c["ok"]:
         with pytest.raises(RsplanError):
             build_plan(spec, params)
@@ -126,12 +128,8 @@ def test_model_bytes_equal_the_tensor_list(case):
     if spec is None:
         pytest.skip(f"{MEASURED} not found")
     outtype = data["model"].get("outtype", "f32")
-    load_mtp = c["flags"].get("--load-mtp", False)
-    tensors = [
-        (t, converter_type(t.name, torch_n_dims(t), outtype)) for t in tensor_list(spec) if t.loaded or load_mtp
-    ]
     measured = sum(b["model"] for b in c["breakdown"].values())
-    assert buffer_bytes(tensors) == measured
+    assert model_buffer_bytes(spec, outtype, load_mtp=c["flags"].get("--load-mtp", False)) == measured
 
 
 @pytest.mark.parametrize("case", _cases(), ids=_case_id)
