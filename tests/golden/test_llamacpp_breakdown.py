@@ -6,7 +6,8 @@ CPU build) for tiny real GGUFs and real-size skeleton GGUFs of the presets. For 
 - context bytes (KV + recurrent caches, all CPU) equal rsplan's plan (planner/plan.py) for the same flags;
 - model bytes equal the sum of hparams/tensors.py's tensor list, each tensor in the converter's type and padded
   to the CPU buffer's alignment (only the tensors a plain context loads; with --load-mtp also the MTP ones);
-- the output buffer is llama.cpp's n_vocab x n_seq_max floats (+ n_embd per sequence with --embeddings).
+- the output buffer is llama.cpp's n_vocab x n_seq_max floats (+ n_embd per sequence with --embeddings);
+- the buffers llama.cpp really allocated in the dry run besides the output buffer are the recurrent cache's.
 
 Refused cases must be refused by rsplan too; cases where llama.cpp aborted (`crashed`) are recorded and skipped.
 Compute bytes are recorded, not tested here. CI never runs llama.cpp: the JSON is the truth.
@@ -110,6 +111,11 @@ def test_context_bytes_equal_the_plan(case):
             build_plan(spec, params)
         return
     plan = build_plan(spec, params)
+    # the recurrent cache is the one context buffer llama.cpp really allocates under no_alloc (the KV cache is
+    # sized only): the allocations the probe intercepted are exactly the plan's recurrent bytes
+    really = [a["bytes"] for a in c["allocations"]
+              if a["fn"] == "ggml_backend_alloc_ctx_tensors_from_buft" and a["depth"] == 0]
+    assert sum(really) == plan.buffer_bytes["CPU"]["recurrent"]
     assert set(c["breakdown"]) <= {"CPU", "CPU_REPACK"}
     measured = sum(b["context"] for b in c["breakdown"].values())
     assert plan.buffer_bytes["CPU"]["kv"] + plan.buffer_bytes["CPU"]["recurrent"] == measured
@@ -141,3 +147,8 @@ def test_output_buffer_is_logits_of_one_row_per_sequence(case):
     r = c["resolved"]
     per_seq = r["n_vocab"] + (r["n_embd"] if c["flags"].get("--embeddings") else 0)
     assert c["output_buffer"] == {"buft": "CPU", "bytes": 4 * per_seq * r["n_seq_max"]}
+    # no other buffer is really allocated: the output buffer first, then only whole-context buffers (the cache)
+    top = [a for a in c["allocations"] if a["depth"] == 0]
+    assert (top[0]["fn"], top[0]["bytes"], top[0]["phase"]) == (
+        "ggml_backend_buft_alloc_buffer", c["output_buffer"]["bytes"], "context")
+    assert all(a["fn"] == "ggml_backend_alloc_ctx_tensors_from_buft" for a in top[1:])
