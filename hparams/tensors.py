@@ -12,7 +12,8 @@ example ``("gdn", "moe")`` or ``("attn", "moe", "nextn")``), and each kind is a 
 
 ``converter_type(name, n_dims, outtype)`` is conversion/base.py's rule for the stored type of each tensor:
 1-D tensors, ``*_norm.weight``, names not ending in ``.weight`` and a fixed list (router, conv kernels, RWKV
-decay ...) stay F32; the rest take the output type (f32 / f16 / bf16). ``tensor_nbytes`` is ggml's row size times
+decay ...) stay F32; the rest take the output type (f32 / f16 / bf16 / q8_0, q8_0 falling back to F16 for rows that
+are not whole blocks). ``tensor_nbytes`` is ggml's row size times
 the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_backend_alloc_ctx_tensors_from_buft_size``
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
@@ -35,8 +36,8 @@ from rsplan.hparams.model import ModelSpec
 #: ggml-backend.cpp TENSOR_ALIGNMENT: the CPU buffer type's alignment; each tensor's size is padded to it.
 CPU_ALIGNMENT = 32
 
-#: The output types ``convert_hf_to_gguf.py --outtype`` writes without quantizing.
-OUTTYPES = ("f32", "f16", "bf16")
+#: The output types of ``convert_hf_to_gguf.py --outtype`` rsplan knows (q8_0: the converter's own quantizer).
+OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 
 
 @dataclass(frozen=True)
@@ -528,8 +529,12 @@ _F32_STEMS = (
 )
 
 
-def converter_type(name: str, n_dims: int, outtype: str) -> str:
-    """The type convert_hf_to_gguf.py stores tensor ``name`` (of ``n_dims`` torch dims) in for ``--outtype``."""
+def converter_type(name: str, n_dims: int, outtype: str, ne0: int = 0) -> str:
+    """The type convert_hf_to_gguf.py stores tensor ``name`` (of ``n_dims`` torch dims) in for ``--outtype``.
+
+    For a quantized outtype, ``ne0`` (the row length) decides: gguf-py cannot quantize a row that is not a whole
+    number of blocks, and the converter then falls back to F16 (conversion/base.py, ``QuantError``).
+    """
     if outtype not in OUTTYPES:
         raise ValueError(f"outtype must be one of {', '.join(OUTTYPES)}, not '{outtype}'")
     if n_dims <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
@@ -538,7 +543,15 @@ def converter_type(name: str, n_dims: int, outtype: str) -> str:
     stem = stem.split(".", 2)[2] if stem.startswith("blk.") else stem
     if stem in _F32_STEMS:
         return "f32"
+    block = GGML_TYPES[outtype].block_size
+    if block > 1 and (ne0 <= 0 or ne0 % block):
+        return "f16"
     return outtype
+
+
+def tensor_type(t: TensorInfo, outtype: str) -> str:
+    """``converter_type`` of one listed tensor."""
+    return converter_type(t.name, torch_n_dims(t), outtype, t.shape[0])
 
 
 def torch_n_dims(t: TensorInfo) -> int:
@@ -560,8 +573,5 @@ def buffer_bytes(tensors: list[tuple[TensorInfo, str]], alignment: int = CPU_ALI
 def model_buffer_bytes(spec: ModelSpec, outtype: str, load_mtp: bool = False, alignment: int = CPU_ALIGNMENT) -> int:
     """The weights' bytes in one buffer of ``alignment`` (llama.cpp's per-buffer-type ``model`` bytes when every
     weight lands in it, as on a CPU-only run): the converter's type per tensor, MTP tensors only if ``load_mtp``."""
-    return buffer_bytes(
-        [(t, converter_type(t.name, torch_n_dims(t), outtype)) for t in tensor_list(spec) if t.loaded or load_mtp],
-        alignment,
-    )
+    return buffer_bytes([(t, tensor_type(t, outtype)) for t in tensor_list(spec) if t.loaded or load_mtp], alignment)
 

@@ -1,8 +1,8 @@
 """Write a skeleton GGUF of a model at real size: real metadata and tensor table, the data region a sparse hole.
 
 From a preset (a built-in name like ``qwen3-next-80b-a3b``, or a YAML path) and an output type as
-convert_hf_to_gguf.py writes it (``f32``, ``f16``, ``bf16``: hparams/tensors.py ``converter_type`` decides which
-tensors stay F32), it writes:
+convert_hf_to_gguf.py writes it (``f32``, ``f16``, ``bf16``, ``q8_0``: hparams/tensors.py ``converter_type``
+decides which tensors stay F32 and which rows q8_0 cannot hold), it writes:
 
 - the GGUF keys llama.cpp's loader reads for the arch (from the ModelSpec, plus the few keys the loader requires
   that do not change any size, in ``EXTRA_KEYS``), and ``general.file_type``;
@@ -35,14 +35,14 @@ import numpy as np
 from rsplan.errors import RsplanError
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_model
-from rsplan.hparams.tensors import OUTTYPES, converter_type, tensor_list, tensor_nbytes, torch_n_dims
+from rsplan.hparams.tensors import OUTTYPES, tensor_list, tensor_nbytes, tensor_type
 
 #: GGML type per converter type name.
 _GGML = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-         "bf16": gguf.GGMLQuantizationType.BF16}
+         "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
 #: general.file_type (llama_ftype) per --outtype.
 _FTYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-          "bf16": gguf.LlamaFileType.MOSTLY_BF16}
+          "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 
 #: Keys some loaders require that change no size (values as the converter writes them for the family).
 #: qwen35 / qwen35moe: rope.dimension_sections is required (get_key_or_arr(..., required=true)):
@@ -158,7 +158,7 @@ def write_skeleton(spec: ModelSpec, outtype: str, path: Path) -> tuple[int, int]
         _tokenizer(w, spec.vocab_size or 0)
         data = 0
         for t in tensors:
-            ty = converter_type(t.name, torch_n_dims(t), outtype)
+            ty = tensor_type(t, outtype)
             nbytes = tensor_nbytes(t, ty)
             w.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), nbytes, raw_dtype=_GGML[ty])
             data += -(-nbytes // w.data_alignment) * w.data_alignment

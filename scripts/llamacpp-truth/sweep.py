@@ -55,6 +55,9 @@ MODELS: dict[str, dict] = {
     "nemotron-h-8b-bf16": {"preset": "nemotron-h-8b-base-8k", "outtype": "bf16"},
     "qwen3.5-35b-a3b-bf16": {"preset": "qwen3.5-35b-a3b", "outtype": "bf16", "extra": MTP_GRID},
     "qwen3-next-80b-a3b-bf16": {"preset": "qwen3-next-80b-a3b", "outtype": "bf16", "extra": MTP_GRID},
+    # q8_0 as the converter writes it (rows that are not whole blocks fall back to F16: Mamba's dt projection)
+    "mamba-130m-q8_0": {"preset": "mamba-130m", "outtype": "q8_0"},
+    "qwen3-next-80b-a3b-q8_0": {"preset": "qwen3-next-80b-a3b", "outtype": "q8_0", "extra": MTP_GRID},
     "rwkv7-0.4b-world-bf16": {"preset": "rwkv7-0.4b-world", "outtype": "bf16"},
     "jamba-v0.1-bf16": {"preset": "jamba-v0.1", "outtype": "bf16"},
     "kimi-linear-48b-a3b-bf16": {"preset": "kimi-linear-48b-a3b", "outtype": "bf16"},

@@ -25,7 +25,7 @@ from rsplan.hparams.tensors import (
     converter_type,
     tensor_list,
     tensor_nbytes,
-    torch_n_dims,
+    tensor_type,
 )
 from rsplan_testing import shared_dir
 
@@ -58,7 +58,15 @@ def test_converter_type(name, n_dims, outtype, expected):
 
 def test_converter_type_refuses_an_unknown_outtype():
     with pytest.raises(ValueError, match="outtype"):
-        converter_type("output.weight", 2, "q8_0")
+        converter_type("output.weight", 2, "q4_k")
+
+
+def test_q8_0_falls_back_to_f16_for_rows_that_are_not_whole_blocks():
+    assert converter_type("blk.0.ffn_up.weight", 2, "q8_0", 4096) == "q8_0"
+    assert converter_type("blk.0.ssm_x.weight", 2, "q8_0", 1536 + 8) == "f16"  # 1544 = 48 blocks + 8
+    assert converter_type("blk.0.attn_norm.weight", 1, "q8_0", 4096) == "f32"
+    # a Q8_0 row of 4096 elements: 128 blocks of 34 bytes
+    assert tensor_nbytes(TensorInfo("blk.0.ffn_up.weight", (4096, 3)), "q8_0") == 3 * 128 * 34
 
 
 def test_nbytes_and_alignment_by_hand():
@@ -183,7 +191,7 @@ def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
     assert index.n_tensors == len(tensors)
     by_type: dict[str, int] = {}
     for t in tensors:
-        ty = converter_type(t.name, torch_n_dims(t), "bf16")
+        ty = tensor_type(t, "bf16")
         by_type[ty] = by_type.get(ty, 0) + tensor_nbytes(t, ty)
     assert index.tensor_bytes == by_type
     assert out.stat().st_size == index.data_offset + index.data_bytes > 160 * 10**9
