@@ -34,6 +34,16 @@ MAX_CTX = (1 << 32) - 1
 #: Keys a section may carry beyond the ones its arch requires (read with a default by llama.cpp).
 _OPTIONAL_KEYS: dict[str, set[str]] = {"wkv": {"token_shift_count"}}
 
+#: ModelSpec keys that only shape the weights (hparams/tensors.py): no cache size depends on them.
+#: The same under ``attention``.
+WEIGHT_SHAPE_ATTENTION_KEYS = frozenset({
+    "decay_lora_rank", "iclr_lora_rank", "value_residual_mix_lora_rank", "gate_lora_rank",
+})
+WEIGHT_SHAPE_KEYS = frozenset({
+    "vocab_size", "tie_word_embeddings", "expert_count", "expert_used_count", "expert_feed_forward_length",
+    "expert_shared_feed_forward_length", "expert_shared_count", "expert_layers", "leading_dense_block_count",
+})
+
 #: Floating-point types a Hugging Face config names for its weights or states (``torch_dtype`` / ``dtype``).
 HF_DTYPES = ("float32", "float16", "bfloat16")
 HFDtype = Literal["float32", "float16", "bfloat16"]
@@ -136,6 +146,11 @@ class AttentionSpec(Record):
     kv_lora_rank: int | None = None  # MLA latent rank
     sliding_window: int = 0
     recurrent_layers: list[bool] | None = None  # which layers are recurrent (Qwen3-Next...)
+    # RWKV-7 low-rank widths: weight shapes only (hparams/tensors.py)
+    decay_lora_rank: int | None = None  # RWKV-7: w1/w2 rank
+    iclr_lora_rank: int | None = None  # RWKV-7: a1/a2 rank (and layer 0's v1/v2)
+    value_residual_mix_lora_rank: int | None = None  # RWKV-7: v1/v2 rank
+    gate_lora_rank: int | None = None  # RWKV-7: g1/g2 rank
 
 
 @dataclass(**_RECORD)
@@ -215,6 +230,18 @@ class ModelSpec(Record):
     shortconv: ShortConvSpec | None = None
     kda: KDASpec | None = None
     weights_bytes: int | None = None  # bytes of the model weights (for capacity planning)
+    # -- weight shapes only (hparams/tensors.py); the caches never read these ---------------------------------
+    vocab_size: int | None = None  # token rows of token_embd / output ({arch}.vocab_size, the tokenizer's size)
+    tie_word_embeddings: bool | None = None  # no output.weight: llama.cpp reuses token_embd for the output layer
+    expert_count: int = 0  # {arch}.expert_count: routed experts per MoE layer
+    expert_used_count: int = 0  # {arch}.expert_used_count: experts per token
+    expert_feed_forward_length: int = 0  # {arch}.expert_feed_forward_length: hidden width of one routed expert
+    expert_shared_feed_forward_length: int = 0  # hidden width of the shared expert
+    #: (rsplan only) layers with routed experts, where the GGUF marks them only by the presence of ffn_gate_inp
+    #: (Jamba: expert_layer_offset / expert_layer_period of config.json)
+    expert_layers: list[bool] | None = None
+    expert_shared_count: int = 0  # {arch}.expert_shared_count: shared experts (Kimi)
+    leading_dense_block_count: int = 0  # first layers with a dense FFN instead of experts
     serving: ServingSpec | None = None  # config.json facts for vLLM / SGLang
 
     @classmethod
@@ -282,6 +309,7 @@ def check_consistency(spec: Any) -> None:
         "attention.head_count_kv": attention.head_count_kv,
         "attention.recurrent_layers": attention.recurrent_layers,
         "feed_forward_length": spec.feed_forward_length,
+        "expert_layers": spec.expert_layers,
     }
     for key, value in per_layer.items():
         if isinstance(value, list) and len(value) != n:

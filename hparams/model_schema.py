@@ -41,6 +41,11 @@ class AttentionSchema(_Strict):
     kv_lora_rank: Dim | None = Field(None, description="MLA latent rank")
     sliding_window: Annotated[int, Field(ge=0, le=MAX_CTX)] = 0
     recurrent_layers: list[bool] | None = Field(None, description="which layers are recurrent (Qwen3-Next...)")
+    # RWKV-7 low-rank widths: weight shapes only (hparams/tensors.py)
+    decay_lora_rank: Dim | None = Field(None, description="RWKV-7: w1/w2 rank")
+    iclr_lora_rank: Dim | None = Field(None, description="RWKV-7: a1/a2 rank (and layer 0's v1/v2)")
+    value_residual_mix_lora_rank: Dim | None = Field(None, description="RWKV-7: v1/v2 rank")
+    gate_lora_rank: Dim | None = Field(None, description="RWKV-7: g1/g2 rank")
 
 
 class SSMSchema(_Strict):
@@ -99,6 +104,29 @@ class ModelSchema(_Strict):
     kda: KDASchema | None = None
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(
         None, description="bytes of the model weights (for capacity planning)"
+    )
+    # -- weight shapes only (hparams/tensors.py); the caches never read these --------------------------------
+    vocab_size: Dim | None = Field(
+        None, description="token rows of token_embd / output (the tokenizer's size; {arch}.vocab_size)"
+    )
+    tie_word_embeddings: bool | None = Field(
+        None, description="the GGUF has no output.weight: llama.cpp reuses token_embd for the output layer"
+    )
+    expert_count: Count = Field(0, description="{arch}.expert_count: routed experts per MoE layer")
+    expert_used_count: Count = Field(0, description="{arch}.expert_used_count: experts per token")
+    expert_feed_forward_length: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
+        0, description="{arch}.expert_feed_forward_length: hidden width of one routed expert"
+    )
+    expert_shared_feed_forward_length: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
+        0, description="{arch}.expert_shared_feed_forward_length: hidden width of the shared expert"
+    )
+    expert_layers: list[bool] | None = Field(
+        None, description="(rsplan only) layers with routed experts, where the GGUF marks them only by the "
+        "presence of ffn_gate_inp (Jamba: expert_layer_offset / expert_layer_period of config.json)"
+    )
+    expert_shared_count: Count = Field(0, description="{arch}.expert_shared_count: shared experts (Kimi)")
+    leading_dense_block_count: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = Field(
+        0, description="{arch}.leading_dense_block_count: first layers with a dense FFN instead of experts"
     )
     serving: ServingSchema | None = Field(None, description="config.json facts for vLLM / SGLang")
 

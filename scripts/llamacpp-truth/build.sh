@@ -1,0 +1,20 @@
+#!/bin/sh
+# Build the llama.cpp memory probe (probe.cpp) against a built llama.cpp tree with shared libraries.
+# Usage: scripts/llamacpp-truth/build.sh [LLAMA_DIR] [OUT]
+#   LLAMA_DIR: llama.cpp source with build/bin/libllama.so, libllama-common.so, libggml*.so
+#              (default: $LLAMA_CPP_DIR or /work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp)
+#   OUT:       the executable (default: build/llamacpp-truth/probe under the repository root; git-ignored)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+LLAMA=${1:-${LLAMA_CPP_DIR:-/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp}}
+OUT=${2:-$root/build/llamacpp-truth/probe}
+for f in include/llama.h src/llama-ext.h ggml/include/ggml-backend.h build/bin/libllama.so build/bin/libllama-common.so; do
+    [ -e "$LLAMA/$f" ] || { echo "Error: $LLAMA/$f not found (build llama.cpp with shared libs first)" >&2; exit 1; }
+done
+mkdir -p "$(dirname "$OUT")"
+g++ -O1 -std=c++17 -rdynamic "$here/probe.cpp" -o "$OUT" \
+    -I"$LLAMA/include" -I"$LLAMA/src" -I"$LLAMA/ggml/include" -I"$LLAMA/common" \
+    -L"$LLAMA/build/bin" -lllama -lllama-common -lggml -lggml-base -ldl \
+    -Wl,-rpath,"$LLAMA/build/bin"
+echo "$OUT"

@@ -1,0 +1,198 @@
+"""Write a skeleton GGUF of a model at real size: real metadata and tensor table, the data region a sparse hole.
+
+From a preset (a built-in name like ``qwen3-next-80b-a3b``, or a YAML path) and an output type as
+convert_hf_to_gguf.py writes it (``f32``, ``f16``, ``bf16``, ``q8_0``: hparams/tensors.py ``converter_type``
+decides which tensors stay F32 and which rows q8_0 cannot hold), it writes:
+
+- the GGUF keys llama.cpp's loader reads for the arch (from the ModelSpec, plus the few keys the loader requires
+  that do not change any size, in ``EXTRA_KEYS``), and ``general.file_type``;
+- a minimal valid GPT-2 style tokenizer with exactly ``vocab_size`` tokens (the 256 byte tokens, filler tokens and
+  an end-of-text token), so that llama.cpp's n_vocab is the real model's;
+- the full tensor table of ``hparams.tensors.tensor_list`` (every tensor, MTP ones included), with the offsets a
+  real file would have;
+- no tensor data: the file is extended to its full size with ``os.truncate``, which leaves a hole that takes no
+  disk. llama.cpp's no_alloc dry run reads only the header, so an 80B model's skeleton loads in seconds; it
+  refuses a missing, extra or mis-shaped tensor, which makes loading the skeleton the test of the tensor list.
+
+Usage::
+
+    .venv/bin/python scripts/llamacpp-truth/make_skeleton.py qwen3-next-80b-a3b --outtype bf16 -o /tmp/q3n.gguf
+
+Prints the path, the tensor count and the data bytes. Exit 0 on success, 1 with ``Error: ...`` on a bad preset,
+an arch without a tensor list or an unwritable output (no partial file is left behind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.sources import load_model
+from rsplan.hparams.tensors import OUTTYPES, tensor_list, tensor_nbytes, tensor_type
+
+#: GGML type per converter type name.
+_GGML = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+         "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
+#: general.file_type (llama_ftype) per --outtype.
+_FTYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+          "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+
+#: Keys some loaders require that change no size (values as the converter writes them for the family).
+#: qwen35 / qwen35moe: rope.dimension_sections is required (get_key_or_arr(..., required=true)):
+#: Qwen3.5's mrope_section.
+EXTRA_KEYS: dict[str, dict[str, object]] = {
+    "qwen35": {"rope.dimension_sections": [11, 11, 10, 0]},
+    "qwen35moe": {"rope.dimension_sections": [11, 11, 10, 0]},
+    # lfm2moe: expert_gating_func is required; conversion/lfm2.py writes SIGMOID (2)
+    "lfm2moe": {"expert_gating_func": 2},
+    # minimax-01: residual_scale is required; conversion/minimax.py writes layernorm_full_attention_alpha
+    # (its value changes no size)
+    "minimax-01": {"residual_scale": 1.0},
+    # kimi-linear: expert_gating_func is required (Kimi routes with a sigmoid: 2)
+    "kimi-linear": {"expert_gating_func": 2},
+}
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's byte-level alphabet: one printable character per byte value (the 256 byte tokens)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs, strict=True))]
+
+
+def _tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
+    if n_vocab < 257:
+        raise RsplanError(f"vocab_size {n_vocab} is too small for a byte-level tokenizer (at least 257)")
+    tokens = _bytes_to_unicode() + [f"<|skeleton_{i}|>" for i in range(n_vocab - 257)] + ["<|endoftext|>"]
+    types = [gguf.TokenType.NORMAL] * (n_vocab - 1) + [gguf.TokenType.CONTROL]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(["Ġ t"])
+    w.add_bos_token_id(n_vocab - 1)
+    w.add_eos_token_id(n_vocab - 1)
+
+
+def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
+    a = spec.arch
+    kv: dict[str, object] = {
+        "context_length": spec.context_length,
+        "embedding_length": spec.embedding_length,
+        "block_count": spec.block_count,
+        "feed_forward_length": spec.feed_forward_length,
+        "attention.head_count": spec.attention.head_count,
+        "attention.layer_norm_rms_epsilon": 1e-6,
+        "attention.layer_norm_epsilon": 1e-5,
+    }
+    att = spec.attention
+    optional = {
+        "attention.head_count_kv": att.head_count_kv,
+        "attention.key_length": att.key_length,
+        "attention.value_length": att.value_length,
+        "attention.key_length_swa": att.key_length_swa,
+        "attention.value_length_swa": att.value_length_swa,
+        "attention.key_length_mla": att.key_length_mla,
+        "attention.value_length_mla": att.value_length_mla,
+        "attention.kv_lora_rank": att.kv_lora_rank,
+        "attention.sliding_window": att.sliding_window or None,
+        "attention.recurrent_layers": att.recurrent_layers,
+        "attention.decay_lora_rank": att.decay_lora_rank,
+        "attention.iclr_lora_rank": att.iclr_lora_rank,
+        "attention.value_residual_mix_lora_rank": att.value_residual_mix_lora_rank,
+        "attention.gate_lora_rank": att.gate_lora_rank,
+        "nextn_predict_layers": spec.nextn_predict_layers or None,
+        "full_attention_interval": spec.full_attention_interval,
+        "vocab_size": spec.vocab_size if a in ("lfm2", "lfm2moe") else None,
+        "expert_count": spec.expert_count or None,
+        "expert_used_count": spec.expert_used_count or None,
+        "expert_feed_forward_length": spec.expert_feed_forward_length or None,
+        "expert_shared_feed_forward_length": spec.expert_shared_feed_forward_length or None,
+        "expert_shared_count": spec.expert_shared_count or None,
+        "leading_dense_block_count": spec.leading_dense_block_count or None,
+        # MLA: the rope part of the cached latent row (conversion/kimi_linear.py writes qk_rope_head_dim)
+        "rope.dimension_count": (att.key_length - att.kv_lora_rank) if att.kv_lora_rank and att.key_length else None,
+    }
+    for section in ("ssm", "wkv", "shortconv", "kda"):
+        sub = getattr(spec, section)
+        if sub is not None:
+            for key, value in sub.model_dump().items():
+                optional[f"{section}.{key}"] = value
+    kv.update({k: v for k, v in optional.items() if v is not None})
+    kv.update(EXTRA_KEYS.get(a, {}))
+    for key, value in kv.items():
+        full = f"{a}.{key}"
+        if isinstance(value, bool):
+            w.add_bool(full, value)
+        elif isinstance(value, list):
+            w.add_array(full, value)
+        elif isinstance(value, float):
+            w.add_float32(full, value)
+        else:
+            w.add_uint32(full, int(value))
+    w.add_name(spec.name)
+    w.add_file_type(_FTYPE[outtype])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+def write_skeleton(spec: ModelSpec, outtype: str, path: Path) -> tuple[int, int]:
+    """Write the skeleton of ``spec`` to ``path``; returns (tensor count, data bytes incl. alignment)."""
+    tensors = tensor_list(spec)
+    tmp = path.with_name(path.name + ".part")
+    w = gguf.GGUFWriter(tmp, spec.arch)
+    try:
+        _metadata(w, spec, outtype)
+        _tokenizer(w, spec.vocab_size or 0)
+        data = 0
+        for t in tensors:
+            ty = tensor_type(t, outtype)
+            nbytes = tensor_nbytes(t, ty)
+            w.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), nbytes, raw_dtype=_GGML[ty])
+            data += -(-nbytes // w.data_alignment) * w.data_alignment
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        fout = w.fout[0]
+        end = fout.tell()
+        data_offset = -(-end // w.data_alignment) * w.data_alignment
+        w.close()
+        os.truncate(tmp, data_offset + data)
+        tmp.replace(path)
+    except BaseException:
+        w.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return len(tensors), data
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="built-in preset name or preset YAML path")
+    ap.add_argument("--outtype", choices=OUTTYPES, default="bf16", help="the converter's --outtype")
+    ap.add_argument("-o", "--output", type=Path, required=True, help="the GGUF to write")
+    args = ap.parse_args(argv)
+    try:
+        spec = load_model(args.model)
+        n, data = write_skeleton(spec, args.outtype, args.output)
+    except (RsplanError, OSError, ValueError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.output}: {n} tensors, {data} data bytes ({spec.arch}, {args.outtype})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""hparams/tensors.py: the weight tensor list, the converter's type rule and buffer bytes.
+
+Expected numbers are derived by hand here or come from outside rsplan (the tiny real GGUFs' tensor tables,
+published parameter counts). The end-to-end check against llama.cpp's loader is tests/golden/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rsplan.errors import UnsupportedArchError
+from rsplan.hparams.gguf_file import load_gguf, scan_gguf
+from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.sources import load_builtin_preset
+from rsplan.hparams.tensors import (
+    ARCH_TENSORS,
+    TensorInfo,
+    buffer_bytes,
+    converter_type,
+    tensor_list,
+    tensor_nbytes,
+    tensor_type,
+)
+from rsplan_testing import shared_dir
+
+REPO = Path(__file__).resolve().parents[2]
+MEASURED = shared_dir() / "data" / "llamacpp-measured"
+
+
+@pytest.mark.parametrize(
+    ("name", "n_dims", "outtype", "expected"),
+    [
+        ("blk.0.ffn_up.weight", 2, "bf16", "bf16"),
+        ("token_embd.weight", 2, "f16", "f16"),
+        ("output.weight", 2, "f32", "f32"),
+        ("blk.0.ffn_down_exps.weight", 3, "bf16", "bf16"),
+        ("blk.0.attn_norm.weight", 1, "bf16", "f32"),  # 1-D
+        ("blk.0.ssm_norm.weight", 2, "bf16", "f32"),  # Mamba-2's grouped norm is 2-D but a *_norm.weight
+        ("token_embd_norm.weight", 1, "f16", "f32"),
+        ("blk.0.ssm_a", 2, "bf16", "f32"),  # no .weight suffix
+        ("blk.0.ssm_conv1d.bias", 1, "bf16", "f32"),
+        ("blk.0.exp_probs_b.bias", 1, "bf16", "f32"),
+        ("blk.0.ffn_gate_inp.weight", 2, "bf16", "f32"),  # router
+        ("blk.0.ssm_conv1d.weight", 2, "f16", "f32"),
+        ("blk.0.shortconv.conv.weight", 2, "bf16", "f32"),
+        ("blk.0.ffn_gate_shexp.weight", 2, "bf16", "bf16"),  # only the shared router stays f32, not the expert
+    ],
+)
+def test_converter_type(name, n_dims, outtype, expected):
+    assert converter_type(name, n_dims, outtype) == expected
+
+
+def test_converter_type_refuses_an_unknown_outtype():
+    with pytest.raises(ValueError, match="outtype"):
+        converter_type("output.weight", 2, "q4_k")
+
+
+def test_q8_0_falls_back_to_f16_for_rows_that_are_not_whole_blocks():
+    assert converter_type("blk.0.ffn_up.weight", 2, "q8_0", 4096) == "q8_0"
+    assert converter_type("blk.0.ssm_x.weight", 2, "q8_0", 1536 + 8) == "f16"  # 1544 = 48 blocks + 8
+    assert converter_type("blk.0.attn_norm.weight", 1, "q8_0", 4096) == "f32"
+    # a Q8_0 row of 4096 elements: 128 blocks of 34 bytes
+    assert tensor_nbytes(TensorInfo("blk.0.ffn_up.weight", (4096, 3)), "q8_0") == 3 * 128 * 34
+
+
+def test_nbytes_and_alignment_by_hand():
+    t = TensorInfo("blk.0.x.weight", (3, 5))
+    assert tensor_nbytes(t, "f32") == 60 and tensor_nbytes(t, "bf16") == 30
+    # each tensor is padded to the CPU buffer's 32 bytes: 60 -> 64, 30 -> 32
+    assert buffer_bytes([(t, "f32"), (t, "bf16")]) == 96
+
+
+def _tiny(name: str, **weights) -> ModelSpec:
+    path = MEASURED / f"{name}.gguf"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    return ModelSpec.model_validate({**load_gguf(path).model_dump(), **weights})
+
+
+@pytest.mark.parametrize(
+    ("name", "weights"),
+    [
+        ("mamba2", {"vocab_size": 320, "tie_word_embeddings": False}),
+        ("lfm2", {"vocab_size": 320, "tie_word_embeddings": True}),
+        ("qwen35", {"vocab_size": 320, "tie_word_embeddings": False}),
+    ],
+)
+def test_tensor_list_is_the_tiny_ggufs_tensor_table(name, weights):
+    """Names and shapes equal those of three real (tiny, converter-written) GGUFs, tensor for tensor."""
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip("gguf-py not installed")
+    from gguf import GGUFReader
+
+    spec = _tiny(name, **weights)
+    real = {t.name: tuple(int(x) for x in t.shape) for t in GGUFReader(MEASURED / f"{name}.gguf").tensors}
+    mine = {t.name: t.shape for t in tensor_list(spec)}
+    assert mine == real
+
+
+def test_qwen3_next_parameter_count_is_the_published_one():
+    """79,674,391,296 parameters (the Qwen3-Coder-Next config page, the same backbone) without the MTP layer;
+    the MTP layer holds one attention block, one 512-expert MoE and the nextn projection."""
+    tensors = tensor_list(load_builtin_preset("qwen3-next-80b-a3b"))
+    trunk = sum(t.n_elements for t in tensors if t.loaded)
+    mtp = sum(t.n_elements for t in tensors if not t.loaded)
+    assert trunk == 79_674_391_296
+    e, v = 2048, 151936
+    attn = e * 256 * 16 * 2 + 2 * e * 256 * 2 + 256 * 16 * e + 2 * 256  # gated Q, K, V, out, q/k norms
+    moe = e * 512 + 3 * 512 * e * 512 + e + 3 * e * 512  # router, 512 experts x 3, shared router, shared expert
+    nextn = 2 * e * e + 3 * e  # eh_proj, enorm, hnorm, shared_head_norm
+    assert mtp == 2 * e + attn + moe + nextn  # + attn_norm, post_attention_norm
+    assert any(t.name == "output.weight" and t.shape == (e, v) for t in tensors)
+
+
+@pytest.mark.parametrize(
+    ("preset", "params"),
+    [
+        # MiniMax-01 model card: "456B total"; the count is exact when rounded to 1e9
+        ("minimax-text-01", 456),
+        # LFM2-8B-A1B: "8.3B total" (transformers docs)
+        ("lfm2-8b-a1b", 8.3),
+        # Jamba-v0.1: the model card's "52B total parameters"
+        ("jamba-v0.1", 52),
+        # LFM2-1.2B, LFM2-2.6B (the names), RWKV-7 0.4B (llama.cpp types it LLM_TYPE_450M)
+        ("lfm2-1.2b", 1.2),
+        ("lfm2-2.6b", 2.6),
+        ("rwkv7-0.4b-world", 0.45),
+    ],
+)
+def test_parameter_counts_round_to_the_published_ones(preset, params):
+    n = sum(t.n_elements for t in tensor_list(load_builtin_preset(preset)) if t.loaded)
+    digits = len(str(params).split(".")[1]) if "." in str(params) else 0
+    assert round(n / 1e9, digits) == params
+
+
+def test_qwen3_next_layer_kinds():
+    tensors = {t.name: t for t in tensor_list(load_builtin_preset("qwen3-next-80b-a3b"))}
+    # layer 0 is a gated delta net: QKV of 2 * 16 * 128 + 32 * 128, gate of 32 * 128, beta/alpha fused
+    assert tensors["blk.0.attn_qkv.weight"].shape == (2048, 8192)
+    assert tensors["blk.0.attn_gate.weight"].shape == (2048, 4096)
+    assert tensors["blk.0.ssm_ba.weight"].shape == (2048, 64)
+    assert tensors["blk.0.ssm_conv1d.weight"].shape == (4, 8192)
+    assert "blk.0.attn_q.weight" not in tensors
+    # layer 3 is attention with a gated Q (2 x 16 heads x 256)
+    assert tensors["blk.3.attn_q.weight"].shape == (2048, 8192)
+    assert "blk.3.ssm_out.weight" not in tensors
+    # the MTP layer is in the file but not loaded by a plain context
+    assert not tensors["blk.48.nextn.eh_proj.weight"].loaded and tensors["blk.47.ffn_up_exps.weight"].loaded
+    assert tensors["blk.48.ffn_up_exps.weight"].shape == (2048, 512, 512)
+
+
+def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
+    archs = set()
+    for name in ("mamba-130m", "mamba2-130m", "mamba-codestral-7b", "rwkv7-0.4b-world", "lfm2-1.2b", "lfm2-2.6b",
+                 "lfm2-8b-a1b",
+                 "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
+                 "minimax-text-01", "jamba-v0.1"):
+        spec = load_builtin_preset(name)
+        assert tensor_list(spec)
+        archs.add(spec.arch)
+    assert archs | {"qwen35"} == set(ARCH_TENSORS)
+
+
+def test_missing_vocab_or_unknown_arch_is_a_clear_error():
+    with pytest.raises(UnsupportedArchError, match="vocab_size"):
+        tensor_list(load_builtin_preset("mamba2-2.7b"))
+    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'falcon-h1'"):
+        tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct"))
+
+
+def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
+    """make_skeleton.py: the file has the full data size, takes almost no disk, and its tensor table is the list."""
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip("gguf-py not installed")
+    out = tmp_path / "q3n.gguf"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), "qwen3-next-80b-a3b",
+         "--outtype", "bf16", "-o", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    spec = load_builtin_preset("qwen3-next-80b-a3b")
+    tensors = tensor_list(spec)
+    index = scan_gguf(out)
+    assert index.n_tensors == len(tensors)
+    by_type: dict[str, int] = {}
+    for t in tensors:
+        ty = tensor_type(t, "bf16")
+        by_type[ty] = by_type.get(ty, 0) + tensor_nbytes(t, ty)
+    assert index.tensor_bytes == by_type
+    assert out.stat().st_size == index.data_offset + index.data_bytes > 160 * 10**9
+    assert out.stat().st_blocks * 512 < 64 << 20  # a hole, not 160 GB of zeros
+    assert load_gguf(out).block_count == 49
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
+    out = tmp_path / "x.gguf"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), "falcon-h1-0.5b-instruct",
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=120, env={**os.environ},
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Error: no tensor list for architecture 'falcon-h1'")
+    assert not out.exists() and not list(tmp_path.iterdir())
