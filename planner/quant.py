@@ -627,9 +627,9 @@ def quantize_plan(
     ftype = _resolve(quant) if isinstance(quant, FType) else parse_ftype(quant)
     ordered = loader_order(tensors)
     for t in ordered:
-        _type(t.type)
         if not 1 <= len(t.ne) <= 4 or any(d < 1 for d in t.ne):
             raise ContextError(f"tensor {printable(t.name)}: bad shape {t.ne} (1 to 4 dimensions, each >= 1)")
+        _row_bytes(_type(t.type), t.ne[0], t.name)  # the stored tensor itself must be whole blocks
     qs = _State(model, ordered, has_imatrix)
     default = ftype.default_type
     copy_only = ftype.name == "COPY"
