@@ -2,9 +2,10 @@
 
 For each case, writes tests/golden/llamacpp-quantize/<case>.json.gz (gzip: 3 MB of JSON, mostly repeats):
 the input (model facts, tensors with ne and stored type), the ftype list and its enum values as
-``llama-quantize --help`` prints them, and per ftype the exit status, every tensor's written type and printed
-size (MiB with the digits it prints), the fallback warnings, the imatrix warning and the error lines if it
-failed. Nothing here is computed by rsplan.
+``llama-quantize --help`` prints them, and per ftype, without and with ``--imatrix`` (``results`` and
+``results_imatrix``; quant_inputs.py writes a one-entry imatrix), the exit status, every tensor's written type
+and printed size (MiB with the digits it prints), the fallback warnings, the imatrix warning and the error
+lines if it failed. Nothing here is computed by rsplan.
 
 Usage:
     .venv/bin/python scripts/llamacpp-truth/quant_inputs.py /tmp/qin
@@ -40,8 +41,9 @@ def ftypes(quantize: str) -> list[dict[str, object]]:
     return out
 
 
-def dry_run(quantize: str, gguf: Path, ftype: str) -> dict[str, object]:
-    proc = subprocess.run([quantize, "--dry-run", str(gguf), ftype, "1"], capture_output=True, text=True)
+def dry_run(quantize: str, gguf: Path, ftype: str, imatrix: Path | None = None) -> dict[str, object]:
+    flags = ["--imatrix", str(imatrix)] if imatrix else []
+    proc = subprocess.run([quantize, "--dry-run", *flags, str(gguf), ftype, "1"], capture_output=True, text=True)
     lines = (proc.stderr + proc.stdout).splitlines()
     names, types, mib = [], [], []
     for line in lines:
@@ -67,18 +69,22 @@ def main(argv: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     options = ftypes(quantize)
     for desc_path in sorted(in_dir.glob("*.json")):
+        if not desc_path.with_suffix(".gguf").exists():
+            continue
         desc = json.loads(desc_path.read_text())
         gguf = desc_path.with_suffix(".gguf")
-        results = {}
+        results: dict[str, dict[str, object]] = {}
+        results_imatrix: dict[str, dict[str, object]] = {}
         order = None
         for opt in options:
-            r = dry_run(quantize, gguf, str(opt["name"]))
-            if r["rc"] == 0:
-                if order is None:
-                    order = r["names"]
-                assert r["names"] == order, (desc["case"], opt["name"])
-            del r["names"]
-            results[opt["name"]] = r
+            for imatrix, into in ((None, results), (in_dir / "imatrix.gguf", results_imatrix)):
+                r = dry_run(quantize, gguf, str(opt["name"]), imatrix)
+                if r["rc"] == 0:
+                    if order is None:
+                        order = r["names"]
+                    assert r["names"] == order, (desc["case"], opt["name"])
+                del r["names"]
+                into[str(opt["name"])] = r
         golden = {
             "case": desc["case"],
             "generator": "scripts/llamacpp-truth/quant_inputs.py + quant_dryrun.py (llama-quantize --dry-run, "
@@ -89,10 +95,12 @@ def main(argv: list[str]) -> int:
             "order": order,
             "ftypes": options,
             "results": results,
+            "results_imatrix": results_imatrix,
         }
         text = json.dumps(golden, separators=(",", ":")) + "\n"
         (out_dir / f"{desc['case']}.json.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
-        print(desc["case"], {k: v["rc"] for k, v in results.items() if v["rc"]})
+        print(desc["case"], {k: v["rc"] for k, v in results.items() if v["rc"]},
+              {k: v["rc"] for k, v in results_imatrix.items() if v["rc"]})
     return 0
 
 

@@ -11,7 +11,8 @@ section is a sparse hole of the right length (the loader checks that every tenso
 Two synthetic ``llama`` cases (small widths, real layer structure) reach the rules the hybrids do not: the
 70B model type (80 layers, GQA) and the 8-expert bumps.
 
-Usage: quant_inputs.py OUT_DIR [CASE ...]  -> OUT_DIR/<case>.gguf and OUT_DIR/<case>.json (the tensor list)
+Usage: quant_inputs.py OUT_DIR [CASE ...]  -> OUT_DIR/<case>.gguf and OUT_DIR/<case>.json (the tensor list),
+and OUT_DIR/imatrix.gguf (a one-entry importance matrix: llama-quantize's rules only ask whether one is given)
 """
 
 from __future__ import annotations
@@ -515,9 +516,28 @@ def write_case(case: str, out_dir: Path) -> dict[str, Any]:
     return desc
 
 
+def write_imatrix(path: Path) -> None:
+    """A one-entry importance matrix in the GGUF imatrix format (common/imatrix-loader.cpp).
+
+    llama-quantize's rules only ask whether an imatrix is given (``qs.has_imatrix``); --dry-run never reads the
+    entries, so one entry for a tensor no model has is enough.
+    """
+    w = GGUFWriter(path, "imatrix")
+    w.add_array("imatrix.datasets", ["none"])
+    w.add_uint32("imatrix.chunk_count", 1)
+    w.add_uint32("imatrix.chunk_size", 512)
+    w.add_tensor("blk.0.unused.weight.in_sum2", np.ones(32, dtype=np.float32))
+    w.add_tensor("blk.0.unused.weight.counts", np.ones(1, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main(argv: list[str]) -> int:
     out_dir = Path(argv[0])
     out_dir.mkdir(parents=True, exist_ok=True)
+    write_imatrix(out_dir / "imatrix.gguf")
     for case in argv[1:] or list(CASES):
         desc = write_case(case, out_dir)
         print(f"{case}: {len(desc['tensors'])} tensors")

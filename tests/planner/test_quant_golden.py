@@ -1,11 +1,11 @@
 """Golden test: llama-quantize's per-tensor type choice and sizes, measured on llama.cpp 0c1e57098.
 
 tests/golden/llamacpp-quantize/<case>.json.gz holds ``llama-quantize --dry-run`` for every ftype it lists
-(39, COPY and the aliases included) on 12 models: Mamba-1, Mamba-2, Qwen3-Next (MoE + gated delta net + MTP),
-LFM2 dense and MoE, Nemotron-H, Granite-4.0-H (MoE), Jamba (MoE), Kimi-Linear (KDA + MLA, MoE), RWKV-7, and two
-synthetic llama models (70B type; 8 experts). written.json holds the exact bytes of real (not dry) runs.
-Regenerate with scripts/llamacpp-truth/quant_inputs.py, quant_dryrun.py and quant_written.py (see their
-docstrings).
+(39, COPY and the aliases included), without and with ``--imatrix``, on 12 models: Mamba-1, Mamba-2, Qwen3-Next
+(MoE + gated delta net + MTP), LFM2 dense and MoE, Nemotron-H, Granite-4.0-H (MoE), Jamba (MoE), Kimi-Linear
+(KDA + MLA, MoE), RWKV-7, and two synthetic llama models (70B type; 8 experts). written.json holds the exact
+bytes of real (not dry) runs. Regenerate with scripts/llamacpp-truth/quant_inputs.py, quant_dryrun.py and
+quant_written.py (see their docstrings).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _mib(n_bytes: int, quantized: bool) -> str:
 def test_the_cases_are_there():
     assert len(CASES) == 12, CASES
     for case in CASES:
-        assert len(_case(case)["results"]) == 39
+        assert len(_case(case)["results"]) == len(_case(case)["results_imatrix"]) == 39
 
 
 def test_ftype_names_and_values_are_llama_quantizes():
@@ -56,25 +56,37 @@ def test_ftype_names_and_values_are_llama_quantizes():
         assert o["value"] == (None if f.name == "COPY" else f.value), f.name
 
 
+@pytest.mark.parametrize("imatrix", [False, True], ids=["no-imatrix", "imatrix"])
 @pytest.mark.parametrize("case", CASES)
-def test_per_tensor_quant_types_equal_llama_quantizes_for_every_ftype(case):
+def test_per_tensor_quant_types_equal_llama_quantizes_for_every_ftype(case, imatrix):
     """Per-tensor quant types (and printed sizes, fallback warnings, imatrix flag) equal llama-quantize's."""
     g = _case(case)
     tensors, model = _inputs(case)
     n_checked = 0
-    for ftype, r in g["results"].items():
+    for ftype, r in g["results_imatrix" if imatrix else "results"].items():
         if r["rc"] != 0:
             continue
-        plan = quantize_plan(tensors, model, ftype, dry_run=True)
+        plan = quantize_plan(tensors, model, ftype, dry_run=True, has_imatrix=imatrix)
         assert [t.name for t in plan.tensors] == g["order"], ftype
         assert [t.type for t in plan.tensors] == r["types"], ftype
         assert [_mib(t.n_bytes, t.quantized) for t in plan.tensors] == r["mib"], ftype
         assert [t.fallback for t in plan.tensors if t.fallback] == r["fallbacks"], ftype
-        assert plan.requires_imatrix == r["imatrix_warning"], ftype
+        assert (plan.requires_imatrix and not imatrix) == r["imatrix_warning"], ftype
         summary = [w for w in plan.warnings() if "required fallback quantization" in w]
         assert summary == ([r["fallback_summary"]] if r["fallback_summary"] else []), ftype
         n_checked += 1
     assert n_checked >= 38
+
+
+def test_an_imatrix_changes_the_choice():
+    """The imatrix runs are not a copy: IQ3_XXS attn_v / ffn_down, IQ4_XS ffn_down and Q4_0 ffn_down change."""
+    changed = {
+        ftype
+        for case in CASES
+        for ftype, r in _case(case)["results"].items()
+        if r["rc"] == 0 and r["types"] != _case(case)["results_imatrix"][ftype]["types"]
+    }
+    assert changed == {"IQ3_XXS", "IQ4_NL", "IQ4_XS", "Q4_0", "Q5_0"}
 
 
 @pytest.mark.parametrize("case", CASES)
