@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from rsplan.errors import ContextError, printable
 from rsplan.hparams.ggml_types import WEIGHT_TYPES, GGMLType
+from rsplan.hparams.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,27 @@ class QuantModel:
         if self.arch == "llama":
             return self.n_expert != 8 and self.n_head != self.n_head_kv
         return True
+
+
+def quant_model(spec: ModelSpec, n_expert: int = 0) -> QuantModel:
+    """The rules' hyper-parameters of a ModelSpec (``n_expert``: ``{arch}.expert_count``, 0 for dense models).
+
+    Layer 0's head counts give ``n_gqa``; without ``attention.head_count_kv`` llama.cpp takes the query heads.
+    """
+
+    def first(value: int | list[int]) -> int:
+        return value[0] if isinstance(value, list) else value
+
+    att = spec.attention
+    n_head_kv = att.head_count_kv if att.head_count_kv is not None else att.head_count
+    return QuantModel(
+        arch=spec.arch,
+        n_layer_all=spec.block_count,
+        n_expert=n_expert,
+        n_head=first(att.head_count),
+        n_head_kv=first(n_head_kv),
+        n_layer_nextn=spec.nextn_predict_layers,
+    )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from rsplan.planner.quant import (
     allows_quantization,
     loader_order,
     parse_ftype,
+    quant_model,
     quantize_plan,
     tensor_category,
 )
@@ -197,6 +198,18 @@ def test_70b_model_type(model, is_70b):
     plan = quantize_plan([WeightTensor("blk.0.attn_v.weight", (256, 256))], model, "Q3_K_S")
     # the 70B bump (q3_K -> q5_K) comes first, then n_expert == 8 overrides every attn_v with q8_0
     assert plan.tensors[0].type == ("q8_0" if model.n_expert == 8 else "q5_K" if is_70b else "q3_K")
+
+
+def test_quant_model_from_a_preset():
+    from rsplan.hparams.sources import load_builtin_preset
+
+    m = quant_model(load_builtin_preset("qwen3-next-80b-a3b"), n_expert=512)
+    assert (m.arch, m.n_layer_all, m.n_layer_nextn, m.n_expert, m.n_head, m.n_head_kv) == (
+        "qwen3next", 49, 1, 512, 16, 2,
+    )
+    m = quant_model(load_builtin_preset("nemotron-h-8b-base-8k"))
+    assert (m.n_head, m.n_head_kv, m.n_gqa) == (32, 0, 0)  # layer 0 is a Mamba layer
+    assert quant_model(load_builtin_preset("mamba2-2.7b")).n_gqa == 0
 
 
 def test_n_gqa_is_layer_0s():

@@ -20,7 +20,8 @@ import pytest
 
 from rsplan.errors import ContextError
 from rsplan.hparams.ggml_types import GGML_TYPE_IDS, WEIGHT_TYPE_BY_ID, WEIGHT_TYPES
-from rsplan.planner.quant import FTYPES, QuantModel, WeightTensor, quantize_plan
+from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner.quant import FTYPES, QuantModel, WeightTensor, quant_model, quantize_plan
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llamacpp-quantize"
 CASES = sorted(p.name.removesuffix(".json.gz") for p in GOLDEN.glob("*.json.gz"))
@@ -46,6 +47,13 @@ def test_the_cases_are_there():
     assert len(CASES) == 12, CASES
     for case in CASES:
         assert len(_case(case)["results"]) == len(_case(case)["results_imatrix"]) == 39
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("synthetic")])
+def test_quant_model_of_the_preset_is_what_the_gguf_gave_llama_quantize(case):
+    g = _case(case)
+    spec = load_builtin_preset(g["preset"])
+    assert quant_model(spec, n_expert=g["model"]["n_expert"]) == QuantModel(**g["model"])
 
 
 def test_ftype_names_and_values_are_llama_quantizes():
