@@ -8,8 +8,8 @@ norms, names not ending in ``.weight`` and the always-f32 list (ffn_gate_inp, ss
 RWKV's time_mix_w1/w2/lerp_fused ...), bf16 otherwise. ``--dry-run`` reads only the header, so the data
 section is a sparse hole of the right length (the loader checks that every tensor lies inside the file).
 
-Two synthetic ``llama`` cases (small widths, real layer structure) reach the rules the hybrids do not: the
-70B model type (80 layers, GQA) and the 8-expert bumps.
+Three synthetic cases (small widths, real layer structure) reach the rules the hybrids do not: the llama 70B
+model type (80 layers, GQA), the 8-expert bumps, and Falcon's own ffn_down / attn_output / output rules.
 
 Usage: quant_inputs.py OUT_DIR [CASE ...]  -> OUT_DIR/<case>.gguf and OUT_DIR/<case>.json (the tensor list),
 and OUT_DIR/imatrix.gguf (a one-entry importance matrix: llama-quantize's rules only ask whether one is given)
@@ -356,6 +356,22 @@ def t_llama(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     return out
 
 
+def t_falcon(spec: SimpleNamespace, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/falcon.cpp (Falcon-7B layout: fused QKV, parallel attention and MLP, no gate)."""
+    att = spec.attention
+    n_embd = spec.embedding_length
+    n_embd_gqa = n_embd // att.head_count * att.head_count_kv
+    out = [*embeddings(n_embd, x["n_vocab"], tied=False), ("output_norm.bias", (n_embd,))]
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        out += [
+            (b + "attn_norm.weight", (n_embd,)), (b + "attn_norm.bias", (n_embd,)),
+            (b + "attn_qkv.weight", (n_embd, n_embd + 2 * n_embd_gqa)), (b + "attn_output.weight", (n_embd, n_embd)),
+        ]  # fmt: skip
+        out += dense_ffn(il, n_embd, spec.feed_forward_length, gate=False)
+    return out
+
+
 def synthetic(arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int) -> SimpleNamespace:
     """A dense or MoE transformer (rsplan's ModelSpec takes only recurrent archs), with its GGUF keys."""
     return SimpleNamespace(
@@ -412,6 +428,10 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
          "attention.layer_norm_epsilon": 1e-5},
     ),
     "synthetic-llama-70b": (synthetic("llama", 80, 1024, 8, 1, 2816), t_llama, {"n_vocab": 32000}, {}),
+    "synthetic-falcon-7b-layout": (
+        synthetic("falcon", 32, 1024, 16, 1, 4096), t_falcon, {"n_vocab": 65024},
+        {"attention.layer_norm_epsilon": 1e-5},
+    ),
     "synthetic-llama-8x-moe": (
         synthetic("llama", 32, 1024, 8, 2, 1792), t_llama, {"n_vocab": 32000, "n_expert": 8},
         {"expert_count": 8, "expert_used_count": 2},

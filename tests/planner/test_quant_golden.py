@@ -1,9 +1,9 @@
 """Golden test: llama-quantize's per-tensor type choice and sizes, measured on llama.cpp 0c1e57098.
 
 tests/golden/llamacpp-quantize/<case>.json.gz holds ``llama-quantize --dry-run`` for every ftype it lists
-(39, COPY and the aliases included), without and with ``--imatrix``, on 12 models: Mamba-1, Mamba-2, Qwen3-Next
+(39, COPY and the aliases included), without and with ``--imatrix``, on 13 models: Mamba-1, Mamba-2, Qwen3-Next
 (MoE + gated delta net + MTP), LFM2 dense and MoE, Nemotron-H, Granite-4.0-H (MoE), Jamba (MoE), Kimi-Linear
-(KDA + MLA, MoE), RWKV-7, and two synthetic llama models (70B type; 8 experts). written.json holds the exact
+(KDA + MLA, MoE), RWKV-7, and three synthetic ones (llama 70B type; llama 8 experts; Falcon). written.json: exact
 bytes of real (not dry) runs. Regenerate with scripts/llamacpp-truth/quant_inputs.py, quant_dryrun.py and
 quant_written.py (see their docstrings).
 """
@@ -44,7 +44,7 @@ def _mib(n_bytes: int, quantized: bool) -> str:
 
 
 def test_the_cases_are_there():
-    assert len(CASES) == 12, CASES
+    assert len(CASES) == 13, CASES
     for case in CASES:
         assert len(_case(case)["results"]) == len(_case(case)["results_imatrix"]) == 39
 
