@@ -332,11 +332,11 @@ def t_rwkv7(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
             (b + "channel_mix_lerp_k.weight", (n_embd, 1, 1)),
             (b + "channel_mix_key.weight", (n_embd, ff)), (b + "channel_mix_value.weight", (ff, n_embd)),
         ]  # fmt: skip
-        if il > 0:  # layer 0 has no value-residual mix
-            out += [
-                (b + "time_mix_v0.weight", (n_embd,)), (b + "time_mix_v1.weight", (n_embd, v)),
-                (b + "time_mix_v2.weight", (v, n_embd)),
-            ]  # fmt: skip
+        r = i if il == 0 else v  # layer 0's value-residual mix (unused) has the iclr rank
+        out += [
+            (b + "time_mix_v0.weight", (n_embd,)), (b + "time_mix_v1.weight", (n_embd, r)),
+            (b + "time_mix_v2.weight", (r, n_embd)),
+        ]  # fmt: skip
     return out
 
 
