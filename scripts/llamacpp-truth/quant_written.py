@@ -4,11 +4,12 @@
 back from the output GGUF (gguf-py's reader: ``n_bytes``), so the byte arithmetic is checked to the byte.
 Types that need an importance matrix are not tried (llama-quantize refuses them without one).
 
-Usage: quant_written.py IN_DIR LLAMA_QUANTIZE OUT_JSON CASE:FTYPE[,FTYPE...] ...
+Usage: quant_written.py IN_DIR LLAMA_QUANTIZE OUT_JSON_GZ CASE:FTYPE[,FTYPE...] ...
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def written(quantize: str, gguf: Path, ftype: str) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    in_dir, quantize, out_json = Path(argv[0]), argv[1], Path(argv[2])
+    in_dir, quantize, out_json = Path(argv[0]), argv[1], Path(argv[2])  # gzip-compressed JSON
     result: dict[str, dict[str, object]] = {}
     for spec in argv[3:]:
         case, ftypes = spec.split(":")
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
         for ftype in ftypes.split(","):
             result[case][ftype] = written(quantize, in_dir / f"{case}.gguf", ftype)
             print(case, ftype, result[case][ftype]["file_bytes"])
-    out_json.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(result, indent=1, sort_keys=True) + "\n"
+    out_json.write_bytes(gzip.compress(text.encode(), mtime=0))
     return 0
 
 
