@@ -135,6 +135,9 @@ class ModelSpec(_Strict):
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(
         None, description="bytes of the model weights (for capacity planning)"
     )
+    vocab_size: Annotated[int, Field(ge=1, le=1 << 24)] | None = Field(
+        None, description="tokens in the vocabulary (llama.cpp's n_vocab: the width of a logits row)"
+    )
     serving: ServingSpec | None = Field(None, description="config.json facts for vLLM / SGLang")
 
     @property

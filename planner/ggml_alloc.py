@@ -17,7 +17,6 @@ unbounded), ``ggml_nbytes`` as the CPU buffer type's allocation size.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rsplan.hparams.ggml_types import GGMLType
@@ -241,30 +240,3 @@ def reserve_size(graph: Graph, alignment: int) -> int:
                 elif p_hn.allocated:
                     free(parent)
     return alloc.max_size
-
-
-def leafs_and_nodes(outputs: Iterable[Tensor]) -> Graph:
-    """ggml_build_forward_expand over ``outputs`` in order: a depth-first visit of each tensor's sources
-    (left to right); tensors with op ``NONE`` become leafs, the others nodes, each once, in post-order."""
-    graph = Graph()
-    seen: set[int] = set()
-    for out in outputs:
-        stack: list[tuple[Tensor, int]] = [(out, 0)]
-        while stack:
-            t, i = stack.pop()
-            if i == 0 and id(t) in seen:
-                continue
-            if i < len(t.src):
-                stack.append((t, i + 1))
-                s = t.src[i]
-                if id(s) not in seen:
-                    stack.append((s, 0))
-                continue
-            if id(t) in seen:
-                continue
-            seen.add(id(t))
-            if t.op == "NONE":
-                graph.leafs.append(t)
-            else:
-                graph.nodes.append(t)
-    return graph

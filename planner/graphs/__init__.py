@@ -1,0 +1,14 @@
+"""llama.cpp's reserve graphs, arch by arch (src/models/*.cpp, src/llama-graph.cpp at 0c1e57098), built from shape
+rules only so that planner.ggml_alloc can size the compute buffer. ``BUILDERS`` maps a llama.cpp arch name to the
+function that builds its graph; an arch missing here has no compute-buffer model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rsplan.planner.graphs.common import GraphParams
+from rsplan.planner.graphs.mamba import build_mamba2
+
+BUILDERS: dict[str, Callable[[GraphParams], object]] = {
+    "mamba2": build_mamba2,
+}

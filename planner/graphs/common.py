@@ -1,0 +1,107 @@
+"""What every llama.cpp graph shares: the reserve ubatch, the inputs, norms and the output head
+(src/llama-graph.cpp ``build_inp_embd``, ``build_inp_out_ids``, ``build_rs``, ``build_norm``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml_alloc import Tensor
+
+
+@dataclass(frozen=True)
+class GraphParams:
+    """One reserve graph: the ubatch llama_context::graph_reserve builds, and the model sizes it needs.
+
+    Attributes:
+        n_tokens: tokens of the ubatch (already a multiple of n_seqs, as graph_reserve rounds it).
+        n_seqs: sequences of the ubatch (each holds n_tokens / n_seqs tokens).
+        n_outputs: rows of logits the graph computes.
+        n_embd / n_vocab: model width and vocabulary.
+        n_layer: trunk layers.
+        rs_size: recurrent cells (max(1, n_seq_max)); rs_rows: rows of each R/S tensor (rs_size * (1 + n_rs_seq)).
+        n_rs_seq: rollback planes per sequence (0: none).
+        spec: the model (per-arch builders read their hyper-parameters from it).
+    """
+
+    n_tokens: int
+    n_seqs: int
+    n_outputs: int
+    n_embd: int
+    n_vocab: int
+    n_layer: int
+    rs_size: int
+    rs_rows: int
+    n_rs_seq: int
+    spec: object
+
+    @property
+    def n_seq_tokens(self) -> int:
+        return self.n_tokens // self.n_seqs
+
+
+class LlamaGraph:
+    """A graph under construction: ggml ops plus the llm_graph_context helpers."""
+
+    def __init__(self, p: GraphParams) -> None:
+        self.p = p
+        self.b = g.GraphBuilder()
+
+    def expand(self, t: Tensor) -> Tensor:
+        return self.b.expand(t)
+
+    def inp_embd(self) -> Tensor:
+        """build_inp_embd: token ids -> rows of the embedding table; the unused float-embedding input is a graph
+        input too, so it is allocated first and held to the end (it has no consumer that would free it)."""
+        p = self.p
+        tokens = g.input_tensor(g.I32, p.n_tokens, name="inp_tokens")
+        embd = g.input_tensor(g.F32, p.n_embd, p.n_tokens, name="inp_embd")
+        rows = g.get_rows(g.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
+        # ggml_build_forward_select: both alternatives are visited, then the selected one is expanded
+        self.expand(rows)
+        self.expand(embd)
+        return rows
+
+    def inp_out_ids(self) -> Tensor:
+        return g.input_tensor(g.I32, self.p.n_outputs, name="out_ids")
+
+    def rs_inp(self) -> tuple[Tensor, Tensor]:
+        """build_rs_inp over the full memory (reserve): s_copy of rs_size rows, main = the first n_seqs."""
+        p = self.p
+        s_copy = g.input_tensor(g.I32, p.rs_size, name="rs_s_copy")
+        main = g.view(s_copy, (p.n_seqs,), (), 0)
+        extra = g.view(s_copy, (p.rs_size - p.n_seqs,), (), p.n_seqs * s_copy.nb[0])
+        return main, extra
+
+    def rs(self, s: Tensor, state_size: int, rs: tuple[Tensor, Tensor], get_rows=None) -> Tensor:
+        """build_rs: zero cell rs_z (= 0 in the reserve), gather the states, copy the extra ones."""
+        p = self.p
+        main, extra = rs
+        states = g.reshape(s, state_size, s.ne[1])
+        zero = g.view(states, (state_size,), (), 0)
+        self.expand(g.scale_inplace(zero))
+        out = get_rows(states, main) if get_rows else g.get_rows(states, main)
+        self.expand(out)
+        states_extra = g.get_rows(states, extra)
+        dst = g.view(s, (state_size, p.rs_size - p.n_seqs), (s.nb[1],), p.n_seqs * s.nb[1])
+        self.expand(g.cpy(states_extra, dst))
+        return out
+
+    def norm(self, cur: Tensor, width: int) -> Tensor:
+        """build_norm, RMS with a weight."""
+        return g.mul(g.rms_norm(cur), g.weight(width))
+
+    def output(self, cur: Tensor) -> Tensor:
+        """Final RMS norm and the lm head; both are graph outputs (llm_graph_result::set_outputs)."""
+        p = self.p
+        cur = self.norm(cur, p.n_embd)
+        g.GraphBuilder.set_output(cur)
+        logits = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
+        g.GraphBuilder.set_output(logits)
+        self.expand(logits)
+        return logits
+
+
+def cache(width: int, rows: int, name: str = "") -> Tensor:
+    """A KV or recurrent cache tensor: memory of the context, not of the compute buffer."""
+    return g.new_tensor(g.F32, width, rows, external=True, name=name)

@@ -1,0 +1,65 @@
+"""Compute buffers against what llama.cpp 0c1e57098 (CPU build) allocated for the tiny GGUFs in
+shared/data/llamacpp-measured: ``llama_get_memory_breakdown(ctx)[CPU].compute`` of a context created with
+``llama_init_from_model`` (weights allocated, one thread), n_batch 2048; n_outputs_max 0 (= n_batch, ``cli``) or
+n_seq_max (``server`` without drafts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.sources import load_model
+from rsplan.planner.compute import ComputeModelError, compute_buffer, n_outputs_max_for
+from rsplan.planner.context import ContextParams, resolve_context
+from rsplan_testing import make_spec, shared_dir
+
+MEASURED = shared_dir() / "data" / "llamacpp-measured"
+
+# (model, -c, -np, -ub, -fa, tool, -kvu, n_rs_seq, compute bytes llama.cpp allocated)
+CASES = [
+    ("mamba2", 4096, 7, 512, "on", "server", True, 3, 3_148_000),
+    ("mamba2", 4096, 7, 256, "on", "cli", True, 0, 1_611_552),
+    ("mamba2", 8192, 2, 100, "off", "cli", False, 0, 620_128),
+    ("mamba2", 256, 3, 512, "off", "server", False, 3, 1_559_008),
+    ("mamba2", 4096, 2, 512, "off", "cli", True, 3, 2_981_920),
+    ("mamba2", 1000, 7, 100, "off", "server", False, 3, 764_576),
+    ("mamba2", 8192, 1, 100, "on", "cli", False, 3, 586_208),
+    ("mamba2", 4096, 1, 512, "auto", "cli", False, 0, 2_975_776),
+]
+
+
+def _id(case: tuple) -> str:
+    m, c, np_, ub, fa, tool, kvu, rs, _ = case
+    return f"{m}-c{c}-np{np_}-ub{ub}-fa{fa}-{tool}{'-kvu' if kvu else ''}-rs{rs}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_compute_buffer_equals_llama_cpp(case: tuple) -> None:
+    model, n_ctx, n_seq, n_ubatch, fa, tool, kvu, n_rs, expected = case
+    path = MEASURED / f"{model}.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    spec = load_model(str(path))
+    params = ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa, kv_unified=kvu,
+                           n_rs_seq=n_rs)
+    assert compute_buffer(spec, params, tool=tool).bytes == expected
+
+
+def test_n_outputs_max_per_tool():
+    spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2,
+                     ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
+                          "group_count": 1})
+    ctx = resolve_context(cache_layout(spec), ContextParams(n_ctx=8192, n_seq_max=4))
+    assert n_outputs_max_for("cli", ctx) == 2048  # n_batch
+    assert n_outputs_max_for("server", ctx) == 4  # 4 slots x 1 token
+    assert n_outputs_max_for("server", ctx, n_draft=3) == 16  # 4 slots x (1 + 3 drafted)
+    small = resolve_context(cache_layout(spec), ContextParams(n_ctx=8192, n_seq_max=4, n_batch=8))
+    assert n_outputs_max_for("server", small, n_draft=3) == 8  # capped by n_batch
+
+
+def test_unknown_vocabulary_is_refused():
+    spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2,
+                     ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
+                          "group_count": 1})
+    with pytest.raises(ComputeModelError, match="vocab_size"):
+        compute_buffer(spec, ContextParams())
