@@ -141,6 +141,7 @@ def compute_buffer(
         p = GraphParams(
             n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
             n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
+            layout=layout, ctx=ctx,
         )
         graph = builder(p)
         return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_ALIGNMENT))

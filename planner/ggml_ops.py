@@ -133,6 +133,29 @@ def swiglu_split(a: Tensor, b: Tensor) -> Tensor:
     return _like("GLU", a, b)
 
 
+def cont_nd(a: Tensor, *ne: int) -> Tensor:
+    """ggml_cont_2d/3d/4d: a contiguous copy of ``a`` with a new shape."""
+    return new_tensor(a.type, *ne, op="CONT", src=(a,))
+
+
+def set_rows(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+    """Rows of ``b`` written into ``a`` at indices ``c``: a view of ``a`` (sources in ggml's legacy order)."""
+    return view_tensor(a, "SET_ROWS", (b, c, a))
+
+
+def rope(a: Tensor, pos: Tensor) -> Tensor:
+    return _like("ROPE", a, pos)
+
+
+def soft_max_ext(a: Tensor, mask: Tensor | None) -> Tensor:
+    return _like("SOFT_MAX", a, *((mask,) if mask is not None else ()))
+
+
+def flash_attn_ext(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    src = (q, k, v, *((mask,) if mask is not None else ()))
+    return new_tensor(F32, v.ne[0], q.ne[2], q.ne[1], q.ne[3], op="FLASH_ATTN_EXT", src=src)
+
+
 def get_rows(a: Tensor, b: Tensor) -> Tensor:
     type_ = I32 if a.type == I32 else F32
     return new_tensor(type_, a.ne[0], b.ne[0], b.ne[1], b.ne[2], op="GET_ROWS", src=(a, b))

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rsplan.planner.graphs.common import GraphParams
+from rsplan.planner.graphs.lfm2 import build_lfm2
 from rsplan.planner.graphs.mamba import build_mamba2
 
 BUILDERS: dict[str, Callable[[GraphParams], object]] = {
     "mamba2": build_mamba2,
+    "lfm2": build_lfm2,
 }

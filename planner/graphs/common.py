@@ -22,6 +22,7 @@ class GraphParams:
         rs_size: recurrent cells (max(1, n_seq_max)); rs_rows: rows of each R/S tensor (rs_size * (1 + n_rs_seq)).
         n_rs_seq: rollback planes per sequence (0: none).
         spec: the model (per-arch builders read their hyper-parameters from it).
+        layout: its cache layout; ctx: the resolved context (KV cells, streams, flash attention, V layout).
     """
 
     n_tokens: int
@@ -34,6 +35,8 @@ class GraphParams:
     rs_rows: int
     n_rs_seq: int
     spec: object
+    layout: object = None
+    ctx: object = None
 
     @property
     def n_seq_tokens(self) -> int:
