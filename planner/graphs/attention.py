@@ -37,8 +37,8 @@ def _cache_type(name: str) -> g.GGMLType:
 
 
 def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il: int, n_embd_head: int,
-            n_head_kv: int, wo_rows: int) -> Tensor:
-    """build_attn with a KV cache and an output projection to ``wo_rows``: store K/V, attend, project.
+            n_head_kv: int, wo_rows: int | None) -> Tensor:
+    """build_attn with a KV cache: store K/V, attend, and project to ``wo_rows`` (None: no output projection).
 
     q: [head_dim, n_head, n_tokens]; k, v: [head_dim, n_head_kv, n_tokens].
     """
@@ -81,7 +81,7 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
         v_all = g.view(v_cache, (kv_size, n_head_kv, n_embd_head, ns),
                        (vr(kv_size * n_embd_head), vr(kv_size), vr(kv_size * v_row)), 0)
     cur = _mha(lg, q, k_all, v_all, inp.kq_mask)
-    return g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
+    return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
 
 
 def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:

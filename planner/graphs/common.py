@@ -65,6 +65,9 @@ class LlamaGraph:
         self.expand(embd)
         return rows
 
+    def inp_pos(self, n_pos_per_embd: int = 1) -> Tensor:
+        return g.input_tensor(g.I32, self.p.n_tokens * n_pos_per_embd, name="inp_pos")
+
     def inp_out_ids(self) -> Tensor:
         return g.input_tensor(g.I32, self.p.n_outputs, name="out_ids")
 
@@ -94,11 +97,16 @@ class LlamaGraph:
         """build_norm, RMS with a weight."""
         return g.mul(g.rms_norm(cur), g.weight(width))
 
-    def output(self, cur: Tensor) -> Tensor:
-        """Final RMS norm and the lm head; both are graph outputs (llm_graph_result::set_outputs)."""
+    def output(self, cur: Tensor, out_ids: Tensor | None = None) -> Tensor:
+        """Final RMS norm and the lm head; both are graph outputs (llm_graph_result::set_outputs). With
+        ``out_ids`` the normed hidden state of every token is an output too (the MTP head's input, t_h_nextn),
+        and the output rows are selected after the norm."""
         p = self.p
         cur = self.norm(cur, p.n_embd)
         g.GraphBuilder.set_output(cur)
+        if out_ids is not None:
+            cur = g.get_rows(cur, out_ids)
+            g.GraphBuilder.set_output(cur)
         logits = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
         g.GraphBuilder.set_output(logits)
         self.expand(logits)

@@ -64,7 +64,7 @@ def build_lfm2(p: GraphParams) -> Graph:
     lg.expand(cur)
     rs = lg.rs_inp()
     attn = attn_inputs(lg)
-    pos = g.input_tensor(g.I32, p.n_tokens, name="inp_pos")
+    pos = lg.inp_pos()
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
