@@ -28,6 +28,12 @@ MAX_CTX = (1 << 32) - 1
 #: Keys a section may carry beyond the ones its arch requires (read with a default by llama.cpp).
 _OPTIONAL_KEYS: dict[str, set[str]] = {"wkv": {"token_shift_count"}}
 
+#: ModelSpec keys that only shape the weights (hparams/tensors.py): no cache size depends on them.
+WEIGHT_SHAPE_KEYS = frozenset({
+    "vocab_size", "tie_word_embeddings", "expert_count", "expert_used_count", "expert_feed_forward_length",
+    "expert_shared_feed_forward_length", "leading_dense_block_count",
+})
+
 #: Text fields may hold newlines and tabs but no other control characters (they would reach the terminal).
 _PRINTABLE = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
 
@@ -135,8 +141,23 @@ class ModelSpec(_Strict):
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = Field(
         None, description="bytes of the model weights (for capacity planning)"
     )
-    vocab_size: Annotated[int, Field(ge=1, le=1 << 24)] | None = Field(
-        None, description="tokens in the vocabulary (llama.cpp's n_vocab: the width of a logits row)"
+    # -- weight shapes only (hparams/tensors.py); the caches never read these --------------------------------
+    vocab_size: Dim | None = Field(
+        None, description="token rows of token_embd / output (the tokenizer's size; {arch}.vocab_size)"
+    )
+    tie_word_embeddings: bool | None = Field(
+        None, description="the GGUF has no output.weight: llama.cpp reuses token_embd for the output layer"
+    )
+    expert_count: Count = Field(0, description="{arch}.expert_count: routed experts per MoE layer")
+    expert_used_count: Count = Field(0, description="{arch}.expert_used_count: experts per token")
+    expert_feed_forward_length: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
+        0, description="{arch}.expert_feed_forward_length: hidden width of one routed expert"
+    )
+    expert_shared_feed_forward_length: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
+        0, description="{arch}.expert_shared_feed_forward_length: hidden width of the shared expert"
+    )
+    leading_dense_block_count: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = Field(
+        0, description="{arch}.leading_dense_block_count: first layers with a dense FFN instead of experts"
     )
     serving: ServingSpec | None = Field(None, description="config.json facts for vLLM / SGLang")
 

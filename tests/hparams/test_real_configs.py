@@ -24,6 +24,7 @@ import pytest
 
 from rsplan.errors import ModelFileError
 from rsplan.hparams.hf_config import load_hf_config
+from rsplan.hparams.model import WEIGHT_SHAPE_KEYS
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.context import ContextParams
 from rsplan.planner.plan import build_plan
@@ -124,7 +125,9 @@ REFUSED = {
 }
 
 #: Keys no cache depends on outside nemotron_h* (docs/preset-schema.md): presets omit them, the converter writes them.
-NOT_CACHE_KEYS = {"name", "source", "description", "weights_bytes", "feed_forward_length", "serving"}
+NOT_CACHE_KEYS = {
+    "name", "source", "description", "weights_bytes", "feed_forward_length", "serving", *WEIGHT_SHAPE_KEYS
+}
 
 
 def _plan(spec):
