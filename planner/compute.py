@@ -102,6 +102,8 @@ def compute_buffer(
     *,
     tool: str = "server",
     n_draft: int = 0,
+    n_outputs_max: int | None = None,
+    embeddings: bool = False,
     layout: CacheLayout | None = None,
 ) -> ComputeBuffer:
     """The CPU compute buffer llama.cpp reserves for ``spec`` under ``params``.
@@ -111,6 +113,8 @@ def compute_buffer(
         params: the context flags.
         tool: ``server`` (llama-server's n_outputs_max) or ``cli`` (n_batch: llama-cli, llama-bench, library).
         n_draft: the server's draft length (``--draft-max`` with a speculative type, else 0).
+        n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch); overrides ``tool``.
+        embeddings: ``--embeddings`` (LFM2 then builds no lm head).
         layout: ``cache_layout(spec)`` when already computed.
 
     Raises:
@@ -132,7 +136,11 @@ def compute_buffer(
         )
     layout = layout or cache_layout(spec)
     ctx = resolve_context(layout, params)
-    n_out_max = n_outputs_max_for(tool, ctx, n_draft)
+    if n_outputs_max is not None:
+        n_out_max = n_outputs_max or ctx.n_batch
+        tool = "explicit"
+    else:
+        n_out_max = n_outputs_max_for(tool, ctx, n_draft)
     n_seqs = ctx.n_seq_max
     n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
 
@@ -141,7 +149,7 @@ def compute_buffer(
         p = GraphParams(
             n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
             n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
-            layout=layout, ctx=ctx,
+            layout=layout, ctx=ctx, embeddings=embeddings,
         )
         graph = builder(p)
         return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_ALIGNMENT))

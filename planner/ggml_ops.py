@@ -156,6 +156,27 @@ def flash_attn_ext(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tens
     return new_tensor(F32, v.ne[0], q.ne[2], q.ne[1], q.ne[3], op="FLASH_ATTN_EXT", src=src)
 
 
+def cast(a: Tensor, type_: GGMLType) -> Tensor:
+    """ggml_cast: a CPY into a new tensor of ``type_`` that lists itself as its second source."""
+    out = new_tensor(type_, *a.ne, op="CPY", src=(a,))
+    out.src = (a, out)
+    return out
+
+
+def is_contiguous(t: Tensor) -> bool:
+    """ggml_is_contiguous: rows packed, dimensions of size 1 ignored."""
+    next_nb = t.type.type_size
+    if t.ne[0] != t.type.block_size and t.nb[0] != next_nb:
+        return False
+    next_nb *= t.ne[0] // t.type.block_size
+    for i in range(1, 4):
+        if t.ne[i] != 1:
+            if t.nb[i] != next_nb:
+                return False
+            next_nb *= t.ne[i]
+    return True
+
+
 def get_rows(a: Tensor, b: Tensor) -> Tensor:
     type_ = I32 if a.type == I32 else F32
     return new_tensor(type_, a.ne[0], b.ne[0], b.ne[1], b.ne[2], op="GET_ROWS", src=(a, b))
@@ -190,18 +211,21 @@ class GraphBuilder:
         self._seen: set[int] = set()
 
     def expand(self, tensor: Tensor) -> Tensor:
+        """ggml_visit_parents: a tensor is marked when first entered, its sources are visited left to right,
+        then it is appended (op NONE: to the leafs, else to the nodes)."""
+        if id(tensor) in self._seen:
+            return tensor
+        self._seen.add(id(tensor))
         stack: list[tuple[Tensor, int]] = [(tensor, 0)]
         while stack:
             t, i = stack.pop()
-            if i == 0 and id(t) in self._seen:
-                continue
             if i < len(t.src):
                 stack.append((t, i + 1))
                 s = t.src[i]
                 if id(s) not in self._seen:
+                    self._seen.add(id(s))
                     stack.append((s, 0))
                 continue
-            self._seen.add(id(t))
             if t.op == "NONE":
                 self.graph.leafs.append(t)
             else:

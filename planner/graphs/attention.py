@@ -16,6 +16,48 @@ class AttnInputs:
     k_idxs: Tensor
     v_idxs: Tensor
     kq_mask: Tensor
+    k_rot: Tensor | None  # Hadamard rotation of Q and K (quantized K cache)
+    v_rot: Tensor | None  # Hadamard rotation of V and the output (quantized V cache)
+
+
+#: The V rotation is always 64 x 64 (llama_kv_cache::build_input_v_rot).
+V_ROT = 64
+
+
+def _k_rot_size(head_dim: int) -> int:
+    """llama_kv_cache::build_input_k_rot: the largest power of two >= 64 that divides the K head dim."""
+    nrot = 64
+    while True:
+        nrot *= 2
+        if head_dim % nrot:
+            break
+    return nrot // 2
+
+
+def _rotations(lg: LlamaGraph) -> tuple[int | None, int | None]:
+    """(K rotation size, V rotation size), or None where llama.cpp rotates nothing: it rotates a quantized cache
+    when every KV layer has the same head dim and that dim is a multiple of 64 (llama_kv_cache constructor)."""
+    p, ctx = lg.p, lg.p.ctx
+    dims_k = {d for il, d in enumerate(p.layout.head_dim_k) if il in _kv_ids(p)}
+    dims_v = {d for il, d in enumerate(p.layout.head_dim_v) if il in _kv_ids(p)}
+    k = v = None
+    if ctx.type_k.is_quantized and len(dims_k) == 1 and next(iter(dims_k)) % 64 == 0:
+        k = _k_rot_size(next(iter(dims_k)))
+    if ctx.type_v.is_quantized and len(dims_v) == 1 and next(iter(dims_v)) % 64 == 0:
+        v = V_ROT
+    return k, v
+
+
+def _kv_ids(p: object) -> set[int]:
+    return {layer.il for layer in p.layout.kv_layers}
+
+
+def hadamard(cur: Tensor, rot: Tensor) -> Tensor:
+    """llama_mul_mat_hadamard: rotate rows of ``rot.ne[0]`` elements."""
+    n = rot.ne[0]
+    n_el = cur.ne[0] * cur.ne[1] * cur.ne[2] * cur.ne[3]
+    res = g.reshape(cur, n, n_el // n) if g.is_contiguous(cur) else g.cont_nd(cur, n, n_el // n)
+    return g.reshape(g.mul_mat(rot, res), *cur.ne)
 
 
 def attn_inputs(lg: LlamaGraph) -> AttnInputs:
@@ -27,13 +69,10 @@ def attn_inputs(lg: LlamaGraph) -> AttnInputs:
     n_stream = 1 if ctx.kv_unified else p.n_seqs
     mask_type = g.F16 if ctx.flash_attn else g.F32
     mask = g.input_tensor(mask_type, ctx.n_ctx_seq, p.n_tokens // n_stream, 1, n_stream, name="attn_inp_kq_mask")
-    return AttnInputs(k_idxs, v_idxs, mask)
-
-
-def _cache_type(name: str) -> g.GGMLType:
-    from rsplan.hparams.ggml_types import ggml_type
-
-    return ggml_type(name)
+    n_k_rot, n_v_rot = _rotations(lg)
+    k_rot = g.input_tensor(g.F32, n_k_rot, n_k_rot, name="attn_inp_k_rot") if n_k_rot else None
+    v_rot = g.input_tensor(g.F32, n_v_rot, n_v_rot, name="attn_inp_v_rot") if n_v_rot else None
+    return AttnInputs(k_idxs, v_idxs, mask, k_rot, v_rot)
 
 
 def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il: int, n_embd_head: int,
@@ -51,6 +90,11 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     k_cache = g.new_tensor(type_k, gqa, kv_size, ns, external=True, name=f"cache_k_l{il}")
     v_cache = g.new_tensor(type_v, v_row, kv_size, ns, external=True, name=f"cache_v_l{il}")
 
+    if inp.k_rot is not None:
+        q = hadamard(q, inp.k_rot)
+        k = hadamard(k, inp.k_rot)
+    if inp.v_rot is not None:
+        v = hadamard(v, inp.v_rot)
     lg.expand(q)
     lg.expand(v)
     lg.expand(k)
@@ -81,6 +125,8 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
         v_all = g.view(v_cache, (kv_size, n_head_kv, n_embd_head, ns),
                        (vr(kv_size * n_embd_head), vr(kv_size), vr(kv_size * v_row)), 0)
     cur = _mha(lg, q, k_all, v_all, inp.kq_mask)
+    if inp.v_rot is not None:
+        cur = hadamard(cur, inp.v_rot)
     return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
 
 
@@ -93,6 +139,10 @@ def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tenso
     k = g.permute(k, 0, 2, 1, 3)
     v = g.permute(v, 0, 2, 1, 3)
     if ctx.flash_attn:
+        if k.type == g.F32:
+            k = g.cast(k, g.F16)
+        if v.type == g.F32:
+            v = g.cast(v, g.F16)
         cur = g.flash_attn_ext(q, k, v, mask)
         cur = g.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
     else:

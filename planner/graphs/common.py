@@ -23,6 +23,7 @@ class GraphParams:
         n_rs_seq: rollback planes per sequence (0: none).
         spec: the model (per-arch builders read their hyper-parameters from it).
         layout: its cache layout; ctx: the resolved context (KV cells, streams, flash attention, V layout).
+        embeddings: the context returns embeddings (``--embeddings``); archs that honour it build no logits.
     """
 
     n_tokens: int
@@ -37,6 +38,7 @@ class GraphParams:
     spec: object
     layout: object = None
     ctx: object = None
+    embeddings: bool = False
 
     @property
     def n_seq_tokens(self) -> int:
@@ -97,20 +99,23 @@ class LlamaGraph:
         """build_norm, RMS with a weight."""
         return g.mul(g.rms_norm(cur), g.weight(width))
 
-    def output(self, cur: Tensor, out_ids: Tensor | None = None) -> Tensor:
+    def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True) -> Tensor:
         """Final RMS norm and the lm head; both are graph outputs (llm_graph_result::set_outputs). With
         ``out_ids`` the normed hidden state of every token is an output too (the MTP head's input, t_h_nextn),
-        and the output rows are selected after the norm."""
+        and the output rows are selected after the norm. ``logits=False``: the graph ends at the norm."""
         p = self.p
         cur = self.norm(cur, p.n_embd)
         g.GraphBuilder.set_output(cur)
         if out_ids is not None:
             cur = g.get_rows(cur, out_ids)
             g.GraphBuilder.set_output(cur)
-        logits = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
-        g.GraphBuilder.set_output(logits)
-        self.expand(logits)
-        return logits
+        if not logits:
+            self.expand(cur)
+            return cur
+        out = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
+        g.GraphBuilder.set_output(out)
+        self.expand(out)
+        return out
 
 
 def cache(width: int, rows: int, name: str = "") -> Tensor:

@@ -77,5 +77,5 @@ def build_lfm2(p: GraphParams) -> Graph:
         cur = g.add(prev, cur)
         ffn_out = ffn_silu_par(lg.norm(cur, p.n_embd), p.n_embd, p.spec.feed_forward(il))
         cur = g.add(cur, ffn_out)
-    lg.output(cur)
+    lg.output(cur, logits=not p.embeddings)  # lfm2.cpp builds the lm head only without --embeddings
     return lg.b.graph
