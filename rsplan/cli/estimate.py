@@ -27,9 +27,13 @@ _BACKEND = re.compile(r"^(CPU|CUDA[0-9]{1,2})$")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
               help="table; json (every number); log (the llama.cpp lines, to diff against a real run).")
 @click.option("--backend", default="CPU", show_default=True, metavar="NAME",
-              help="Buffer name for --format log (CPU, CUDA0, ...); alignment follows its kind.")
+              help="Where every layer runs: CPU, or CUDA0, CUDA1, ... (buffer names and alignment).")
+@click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
+              help="Whose n_outputs_max sizes the compute buffer: llama-server (-np x (1 + draft)) or "
+              "llama-cli/llama-bench/library (n_batch).")
 @user_errors
-def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, engine: str, **kwargs: Any) -> None:
+def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, tool: str, engine: str,
+             **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
     vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).
 
@@ -49,8 +53,6 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, engine: st
         return
     from rsplan.planner.plan import build_plan
 
-    if fmt != "log" and ctx.get_parameter_source("backend") != ParameterSource.DEFAULT:
-        raise click.UsageError("--backend applies to --format log only", ctx)
     if fmt != "table" and per_layer:
         raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
     if not _BACKEND.match(backend):
@@ -58,20 +60,31 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, engine: st
             f"'{backend}' is not a buffer rsplan knows the alignment of: CPU, or CUDA0, CUDA1, ...",
             ctx, param_hint="--backend",
         )
+    from rsplan.planner.breakdown import build_breakdown
+
+    spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
     spec = load_model(model_ref)
     plan = build_plan(spec, params)
+    n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
+    breakdown = build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft)
     if fmt == "json":
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        click.echo(json.dumps({**plan.to_dict(), **breakdown.to_dict()}, indent=2))
     elif fmt == "log":
-        from rsplan.planner.logs import log_lines
+        from rsplan.planner.logs import compute_buffer_line, log_lines, output_buffer_line
 
+        if breakdown.output_buffer is not None:
+            click.echo(output_buffer_line(breakdown.output_buffer.buffer_type, breakdown.output_buffer.bytes))
         for line in log_lines(plan, backend=backend, has_kv_cache=spec.info.memory == "hybrid"):
             click.echo(line)
+        for row in breakdown.breakdown:
+            line = compute_buffer_line(row.buffer_type, row.compute_bytes) if row.compute_bytes else None
+            if line:
+                click.echo(line)
     else:
         from rsplan.render.plan_table import render_plan
 
-        click.echo(render_plan(plan, per_layer=per_layer))
+        click.echo(render_plan(plan, per_layer=per_layer, breakdown=breakdown))
 
 
 def _estimate_engine(model_ref: str, engine: str, values: dict[str, Any], per_layer: bool, fmt: str,
@@ -80,8 +93,10 @@ def _estimate_engine(model_ref: str, engine: str, values: dict[str, Any], per_la
     from rsplan.hparams.sources import load_model
     from rsplan.planner.engines import engine as load_engine
 
-    if fmt == "log" or per_layer or ctx.get_parameter_source("backend") != ParameterSource.DEFAULT:
-        given = "--format log" if fmt == "log" else "--per-layer" if per_layer else "--backend"
+    if (fmt == "log" or per_layer or ctx.get_parameter_source("backend") != ParameterSource.DEFAULT
+            or ctx.get_parameter_source("tool") != ParameterSource.DEFAULT):
+        given = ("--format log" if fmt == "log" else "--per-layer" if per_layer
+                 else "--backend" if ctx.get_parameter_source("backend") != ParameterSource.DEFAULT else "--tool")
         raise click.UsageError(f"{given} applies to --engine llama.cpp only", ctx)
     rules = load_engine(engine)
     settings = rules.settings(values)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from rsplan.planner.breakdown import Breakdown
 from rsplan.planner.plan import MemoryPlan, TensorPlan
 from rsplan.render.units import human, mib
 
@@ -69,7 +70,7 @@ def buffers_table(plan: MemoryPlan) -> str:
                     colalign=("left", "right", "right", "right"), disable_numparse=True)
 
 
-def render_plan(plan: MemoryPlan, per_layer: bool = False) -> str:
+def render_plan(plan: MemoryPlan, per_layer: bool = False, breakdown: Breakdown | None = None) -> str:
     parts = [
         f"model {plan.model} (arch {plan.arch})",
         context_line(plan),
@@ -79,6 +80,36 @@ def render_plan(plan: MemoryPlan, per_layer: bool = False) -> str:
     if per_layer:
         parts += ["", per_layer_table(plan)]
     parts += ["", buffers_table(plan)]
+    if breakdown is not None:
+        parts += ["", breakdown_table(breakdown)]
     for w in plan.warnings:
         parts.append(f"note: {w}")
     return "\n".join(parts)
+
+
+def breakdown_table(bd: Breakdown) -> str:
+    """The breakdown in llama.cpp's shape (common_memory_breakdown_print): one row per device, the host buffer
+    types as "Host", in MiB, with the exact bytes beside; then the output buffer and the compute graphs."""
+
+    def cell(n: int | None) -> str:
+        return "?" if n is None else mib(n)
+
+    rows = []
+    for r in bd.breakdown:
+        parts = (r.model_bytes, r.context_bytes, r.compute_bytes)
+        self_bytes = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+        rows.append([f"{r.device} ({r.buffer_type})", cell(self_bytes), cell(r.model_bytes), cell(r.context_bytes),
+                     cell(r.compute_bytes), "?" if self_bytes is None else f"{self_bytes:,}"])
+    table = tabulate(rows, headers=["memory breakdown [MiB]", "self", "model", "context", "compute", "self bytes"],
+                     colalign=("left", "right", "right", "right", "right", "right"), disable_numparse=True)
+    lines = [table]
+    if bd.output_buffer is not None:
+        o = bd.output_buffer
+        lines.append(f"output buffer ({o.buffer_type}): {o.bytes:,} bytes (logits of {o.n_outputs} outputs), "
+                     f"grows to {o.grown_bytes:,} bytes at n_outputs_max")
+    if bd.compute is not None:
+        c = bd.compute
+        graphs = "; ".join(f"{g.name} {g.n_tokens} tokens, {g.n_outputs} outputs: {g.bytes:,}" for g in c.graphs)
+        lines.append(f"compute buffer ({c.buffer_type}, n_outputs_max {c.n_outputs_max} as {c.tool}): {graphs}")
+    lines += [f"note: {n}" for n in bd.notes]
+    return "\n".join(lines)

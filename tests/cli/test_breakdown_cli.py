@@ -1,0 +1,55 @@
+"""``rsplan estimate``'s memory breakdown (JSON, table, log lines) on a tiny GGUF measured on llama.cpp 0c1e57098:
+``llama_get_memory_breakdown`` gave CPU model 1,011,744 / context 46,080 / compute 2,975,776 bytes and an output
+buffer of 1,280 bytes for mamba2.gguf at -c 4096 (n_batch 2048, n_outputs_max = n_batch)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan_testing import shared_dir
+
+GGUF = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
+pytestmark = pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["estimate", "--model", str(GGUF), "-c", "4096", *args])
+
+
+def test_json_breakdown_equals_llama_cpp_cpu_breakdown():
+    r = run("--tool", "cli", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["breakdown"] == [{"buffer_type": "CPU", "device": "Host", "model_bytes": 1_011_744,
+                                  "context_bytes": 46_080, "compute_bytes": 2_975_776}]
+    assert data["output_buffer"]["buffer_type"] == "CPU"
+    assert data["output_buffer"]["bytes"] == 320 * 4  # 320 tokens of f32 logits, one sequence
+    assert data["compute"]["n_outputs_max"] == 2048
+    assert [g["name"] for g in data["compute"]["graphs"]] == ["pp", "tg"]
+
+
+def test_log_predicts_the_output_and_compute_buffer_lines():
+    r = run("--tool", "cli", "--format", "log")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == "llama_context:        CPU  output buffer size =     0.00 MiB"
+    assert lines[-1] == "sched_reserve:        CPU compute buffer size =     2.84 MiB"  # 2,975,776 B
+
+
+def test_table_shows_the_breakdown_beside_the_caches():
+    r = run("--tool", "cli")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("Host (CPU)"))
+    assert row.split()[-1] == f"{1_011_744 + 46_080 + 2_975_776:,}"
+
+
+def test_server_outputs_are_one_per_slot():
+    r = run("-np", "4", "--format", "json")
+    data = json.loads(r.output)
+    assert data["compute"]["n_outputs_max"] == 4
+    assert data["compute"]["tool"] == "server"
+    assert data["output_buffer"]["bytes"] == 320 * 4 * 4
