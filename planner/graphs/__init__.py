@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 from rsplan.planner.graphs.common import GraphParams
 from rsplan.planner.graphs.lfm2 import build_lfm2
-from rsplan.planner.graphs.mamba import build_mamba2
+from rsplan.planner.graphs.mamba import build_mamba
 from rsplan.planner.graphs.qwen35 import build_qwen35
 
 BUILDERS: dict[str, Callable[[GraphParams], object]] = {
-    "mamba2": build_mamba2,
+    "mamba": build_mamba,
+    "mamba2": build_mamba,
     "lfm2": build_lfm2,
     "qwen35": build_qwen35,
 }
