@@ -108,6 +108,10 @@ def rms_norm(a: Tensor) -> Tensor:
     return _like("RMS_NORM", a)
 
 
+def sqr(a: Tensor) -> Tensor:
+    return _like("SQR", a)
+
+
 def unary(a: Tensor) -> Tensor:
     """silu, exp, softplus, sigmoid, ...: GGML_OP_UNARY."""
     return _like("UNARY", a)

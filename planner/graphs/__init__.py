@@ -9,6 +9,7 @@ from collections.abc import Callable
 from rsplan.planner.graphs.common import GraphParams
 from rsplan.planner.graphs.lfm2 import build_lfm2
 from rsplan.planner.graphs.mamba import build_mamba
+from rsplan.planner.graphs.nemotron_h import build_nemotron_h
 from rsplan.planner.graphs.qwen35 import build_qwen35
 
 BUILDERS: dict[str, Callable[[GraphParams], object]] = {
@@ -16,4 +17,5 @@ BUILDERS: dict[str, Callable[[GraphParams], object]] = {
     "mamba2": build_mamba,
     "lfm2": build_lfm2,
     "qwen35": build_qwen35,
+    "nemotron_h": build_nemotron_h,
 }

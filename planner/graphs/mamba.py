@@ -8,7 +8,7 @@ from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache
 
 
-def _mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
+def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
     p = lg.p
     ssm = p.spec.ssm
     d_conv, d_inner, d_state = ssm.conv_kernel, ssm.inner_size, ssm.state_size
@@ -120,7 +120,7 @@ def _mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
 
 def build_mamba(p: GraphParams) -> Graph:
     """llama_model_mamba::graph (LLM_ARCH_MAMBA and LLM_ARCH_MAMBA2)."""
-    layer = _mamba2_layer if p.spec.arch == "mamba2" else _mamba_layer
+    layer = mamba2_layer if p.spec.arch == "mamba2" else _mamba_layer
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     rs = lg.rs_inp()
