@@ -118,6 +118,19 @@ class LlamaGraph:
         return out
 
 
+def ffn_width(p: GraphParams, il: int) -> int:
+    """The FFN hidden width of layer ``il`` (feed_forward_length), which must be known for a dense FFN layer."""
+    from rsplan.planner.compute import ComputeModelError
+
+    n_ff = p.spec.feed_forward(il)
+    if n_ff <= 0:
+        raise ComputeModelError(
+            f"model '{p.spec.name}' does not give layer {il}'s feed_forward_length, which sizes its FFN; "
+            "pass --compute to give the size"
+        )
+    return n_ff
+
+
 def cache(width: int, rows: int, name: str = "") -> Tensor:
     """A KV or recurrent cache tensor: memory of the context, not of the compute buffer."""
     return g.new_tensor(g.F32, width, rows, external=True, name=name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
 
 
 def _shortconv(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
@@ -75,7 +75,7 @@ def build_lfm2(p: GraphParams) -> Graph:
             cur = g.get_rows(cur, out_ids)
             prev = g.get_rows(prev, out_ids)
         cur = g.add(prev, cur)
-        ffn_out = ffn_silu_par(lg.norm(cur, p.n_embd), p.n_embd, p.spec.feed_forward(il))
+        ffn_out = ffn_silu_par(lg.norm(cur, p.n_embd), p.n_embd, ffn_width(p, il))
         cur = g.add(cur, ffn_out)
     lg.output(cur, logits=not p.embeddings)  # lfm2.cpp builds the lm head only without --embeddings
     return lg.b.graph

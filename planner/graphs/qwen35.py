@@ -7,7 +7,7 @@ from __future__ import annotations
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 
 #: Qwen3.5 positions are 4 numbers per token (M-RoPE sections): inp_pos has 4 * n_tokens entries.
@@ -137,7 +137,7 @@ def build_qwen35(p: GraphParams) -> Graph:
         cur = _linear_attn(lg, cur, rs, il) if il in recurrent else _gated_attn(lg, cur, attn, pos, il)
         cur = g.add(cur, inp_sa)
         residual = cur
-        cur = ffn_silu_par(lg.norm(cur, p.n_embd), p.n_embd, p.spec.feed_forward(il))
+        cur = ffn_silu_par(lg.norm(cur, p.n_embd), p.n_embd, ffn_width(p, il))
         inp = g.add(cur, residual)
     lg.output(inp, out_ids)
     return lg.b.graph
