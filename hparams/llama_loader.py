@@ -231,6 +231,11 @@ def load_spec(
         _read_into(r, attention, "attention", dim)
     _read_arch_keys(r, info, data, attention, n_layer_all)
     data["attention"] = attention
+    for key in ("expert_count", "expert_used_count", "expert_feed_forward_length",
+                "expert_shared_feed_forward_length", "leading_dense_block_count"):
+        value = r.u32(key, required=False)
+        if value is not None:
+            data[key] = value
     tokens = meta.info(KEY_TOKENS)
     if tokens is not None and tokens.type == "arr" and tokens.count > 0:
         data["vocab_size"] = tokens.count

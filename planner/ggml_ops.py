@@ -160,6 +160,33 @@ def flash_attn_ext(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tens
     return new_tensor(F32, v.ne[0], q.ne[2], q.ne[1], q.ne[3], op="FLASH_ATTN_EXT", src=src)
 
 
+def mul_mat_id(a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+    """Per-token expert matrices: [a.ne1, ids.ne0, b.ne2]."""
+    return new_tensor(F32, a.ne[1], ids.ne[0], b.ne[2], 1, op="MUL_MAT_ID", src=(a, b, ids))
+
+
+def soft_max(a: Tensor) -> Tensor:
+    return _like("SOFT_MAX", a)
+
+
+def argsort_top_k(a: Tensor, k: int) -> Tensor:
+    """ggml_argsort_top_k: the first k columns of an I32 argsort."""
+    idx = new_tensor(I32, *a.ne, op="ARGSORT", src=(a,))
+    return view(idx, (k, idx.ne[1], idx.ne[2], idx.ne[3]), (idx.nb[1], idx.nb[2], idx.nb[3]), 0)
+
+
+def sum_rows(a: Tensor) -> Tensor:
+    return new_tensor(F32, 1, a.ne[1], a.ne[2], a.ne[3], op="SUM_ROWS", src=(a,))
+
+
+def clamp(a: Tensor) -> Tensor:
+    return _like("CLAMP", a)
+
+
+def div(a: Tensor, b: Tensor) -> Tensor:
+    return _like("DIV", a, b)
+
+
 def cast(a: Tensor, type_: GGMLType) -> Tensor:
     """ggml_cast: a CPY into a new tensor of ``type_`` that lists itself as its second source."""
     out = new_tensor(type_, *a.ne, op="CPY", src=(a,))

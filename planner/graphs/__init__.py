@@ -17,5 +17,6 @@ BUILDERS: dict[str, Callable[[GraphParams], object]] = {
     "mamba2": build_mamba,
     "lfm2": build_lfm2,
     "qwen35": build_qwen35,
+    "qwen35moe": build_qwen35,
     "nemotron_h": build_nemotron_h,
 }

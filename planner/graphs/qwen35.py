@@ -9,6 +9,7 @@ from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
+from rsplan.planner.graphs.moe import moe_ffn, require_experts
 
 #: Qwen3.5 positions are 4 numbers per token (M-RoPE sections): inp_pos has 4 * n_tokens entries.
 N_POS_PER_EMBD = 4
@@ -122,8 +123,21 @@ def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: i
     return g.mul_mat(g.weight(hd * n_head, p.n_embd), cur)
 
 
+def _moe_layer_ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
+    """llama_model_qwen35moe::graph::build_layer_ffn: routed experts plus the sigmoid-gated shared expert."""
+    p = lg.p
+    spec = p.spec
+    moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length)
+    if not spec.expert_shared_feed_forward_length:
+        return moe_out
+    shexp = ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length)
+    gate = g.unary(g.mul_mat(g.weight(p.n_embd, 1), cur))
+    return g.add(moe_out, g.mul(shexp, gate))
+
+
 def build_qwen35(p: GraphParams) -> Graph:
-    """llama_model_qwen35::graph (no MTP head: the trunk graph a context builds)."""
+    """llama_model_qwen35::graph and llama_model_qwen35moe::graph (no MTP head: the trunk graph a context
+    builds)."""
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     rs = lg.rs_inp()
@@ -131,13 +145,17 @@ def build_qwen35(p: GraphParams) -> Graph:
     pos = lg.inp_pos(N_POS_PER_EMBD)
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
+    moe = p.spec.arch == "qwen35moe"
+    if moe:
+        require_experts(p)
     for il in range(p.n_layer):
         inp_sa = inp
         cur = lg.expand(lg.norm(inp, p.n_embd))
         cur = _linear_attn(lg, cur, rs, il) if il in recurrent else _gated_attn(lg, cur, attn, pos, il)
         cur = g.add(cur, inp_sa)
         residual = cur
-        cur = ffn_silu_par(lg.norm(cur, p.n_embd), p.n_embd, ffn_width(p, il))
+        normed = lg.norm(cur, p.n_embd)
+        cur = _moe_layer_ffn(lg, normed, il) if moe else ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
         inp = g.add(cur, residual)
     lg.output(inp, out_ids)
     return lg.b.graph
