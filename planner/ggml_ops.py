@@ -165,6 +165,10 @@ def mul_mat_id(a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     return new_tensor(F32, a.ne[1], ids.ne[0], b.ne[2], 1, op="MUL_MAT_ID", src=(a, b, ids))
 
 
+def repeat(a: Tensor, *ne: int) -> Tensor:
+    return new_tensor(a.type, *ne, op="REPEAT", src=(a,))
+
+
 def soft_max(a: Tensor) -> Tensor:
     return _like("SOFT_MAX", a)
 

@@ -18,5 +18,6 @@ BUILDERS: dict[str, Callable[[GraphParams], object]] = {
     "lfm2": build_lfm2,
     "qwen35": build_qwen35,
     "qwen35moe": build_qwen35,
+    "qwen3next": build_qwen35,
     "nemotron_h": build_nemotron_h,
 }

@@ -75,9 +75,21 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     qkv = g.mul_mat(g.weight(p.n_embd, channels), cur)
     qkv = g.reshape(qkv, qkv.ne[0], n_seq_tokens, n_seqs)
     z = g.mul_mat(g.weight(p.n_embd, d_inner), cur)
-    beta = g.unary(g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads), cur), 1, n_v_heads, n_seq_tokens, n_seqs))
-    alpha = g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads), cur), n_v_heads, n_seq_tokens, n_seqs)
-    gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads))), g.weight(n_v_heads))
+    if p.spec.arch == "qwen3next":
+        # one fused beta/alpha projection, split per K head group (qwen3next.cpp build_layer_attn_linear)
+        per = n_v_heads // n_k_heads
+        ba = g.reshape(g.mul_mat(g.weight(p.n_embd, 2 * n_v_heads), cur), 2 * per, n_k_heads, n_seq_tokens, n_seqs)
+        b = g.view(ba, (per, n_k_heads, n_seq_tokens, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), 0)
+        a = g.view(ba, (per, n_k_heads, n_seq_tokens, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), per * 4)
+        beta = g.unary(g.cont(b))
+        alpha = g.cont_nd(a, n_v_heads, n_seq_tokens, n_seqs)
+        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads))), g.weight(n_v_heads))
+        beta = g.reshape(beta, 1, n_v_heads, n_seq_tokens, n_seqs)
+    else:
+        beta = g.unary(g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads), cur), 1, n_v_heads, n_seq_tokens,
+                                 n_seqs))
+        alpha = g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads), cur), n_v_heads, n_seq_tokens, n_seqs)
+        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads))), g.weight(n_v_heads))
     gate = g.reshape(gate, 1, n_v_heads, n_seq_tokens, n_seqs)
 
     conv_all = cache((d_conv - 1) * channels, p.rs_rows, f"cache_r_l{il}")
@@ -93,6 +105,15 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     v = g.view(mix, (head_v, n_v_heads, n_seq_tokens, n_seqs), (head_v * 4, nb1, nb1 * n_seq_tokens),
                2 * head_k * n_k_heads * 4)
     q, k = _l2_norm(q), _l2_norm(k)
+    if p.spec.arch == "qwen3next" and n_k_heads != n_v_heads:
+        # qwen3next.cpp repeats the K heads for the V heads (qwen35.cpp leaves that to the fused op)
+        rf = n_v_heads // n_k_heads
+        q_r = g.reshape(q, head_k, 1, n_k_heads, n_seq_tokens * n_seqs)
+        k_r = g.reshape(k, head_k, 1, n_k_heads, n_seq_tokens * n_seqs)
+        q = g.reshape(g.repeat(q_r, head_k, rf, n_k_heads, n_seq_tokens * n_seqs), head_k, n_v_heads, n_seq_tokens,
+                      n_seqs)
+        k = g.reshape(g.repeat(k_r, head_k, rf, n_k_heads, n_seq_tokens * n_seqs), head_k, n_v_heads, n_seq_tokens,
+                      n_seqs)
     out = recurrent_attn(lg, ssm_all, q, k, v, gate, beta, state)
     z4 = g.reshape(z, head_v, n_v_heads, n_seq_tokens, n_seqs)
     out = g.mul(lg.norm(out, head_v), g.unary(z4))
@@ -110,10 +131,16 @@ def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: i
     q_full = g.mul_mat(g.weight(p.n_embd, hd * 2 * n_head), cur)
     k = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur)
     v = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur)
-    q = g.view(q_full, (hd, n_head, n_tokens), (hd * 2 * 4, hd * 2 * n_head * 4), 0)
+    if p.spec.arch == "qwen3next":
+        q_full = g.reshape(q_full, hd * 2, n_head, n_tokens, 1)
+        strides = (q_full.nb[1], q_full.nb[2], q_full.nb[3])
+        q = g.view(q_full, (hd, n_head, n_tokens, 1), strides, 0)
+        gate = g.view(q_full, (hd, n_head, n_tokens, 1), strides, hd * 4)
+    else:
+        q = g.view(q_full, (hd, n_head, n_tokens), (hd * 2 * 4, hd * 2 * n_head * 4), 0)
+        gate = g.view(q_full, (hd, n_head, n_tokens), (hd * 2 * 4, hd * 2 * n_head * 4), hd * 4)
     q = lg.norm(q, hd)
     k = lg.norm(g.reshape(k, hd, n_head_kv, n_tokens), hd)
-    gate = g.view(q_full, (hd, n_head, n_tokens), (hd * 2 * 4, hd * 2 * n_head * 4), hd * 4)
     gate = g.cont_nd(gate, hd * n_head, n_tokens)
     v = g.reshape(v, hd, n_head_kv, n_tokens)
     q = g.rope(q, pos)
@@ -136,16 +163,17 @@ def _moe_layer_ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
 
 
 def build_qwen35(p: GraphParams) -> Graph:
-    """llama_model_qwen35::graph and llama_model_qwen35moe::graph (no MTP head: the trunk graph a context
-    builds)."""
+    """llama_model_qwen35::graph, llama_model_qwen35moe::graph and llama_model_qwen3next::graph (no MTP head: the
+    trunk graph a context builds). Qwen3-Next differs in its fused beta/alpha projection, the K-head repeat, a
+    reshaped Q and plain RoPE positions."""
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     rs = lg.rs_inp()
     attn = attn_inputs(lg)
-    pos = lg.inp_pos(N_POS_PER_EMBD)
+    pos = lg.inp_pos(1 if p.spec.arch == "qwen3next" else N_POS_PER_EMBD)
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
-    moe = p.spec.arch == "qwen35moe"
+    moe = p.spec.arch in ("qwen35moe", "qwen3next")
     if moe:
         require_experts(p)
     for il in range(p.n_layer):
