@@ -16,6 +16,7 @@ BUILDERS: dict[str, Callable[[GraphParams], object]] = {
     "mamba": build_mamba,
     "mamba2": build_mamba,
     "lfm2": build_lfm2,
+    "lfm2moe": build_lfm2,
     "qwen35": build_qwen35,
     "qwen35moe": build_qwen35,
     "qwen3next": build_qwen35,

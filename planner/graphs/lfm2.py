@@ -1,4 +1,6 @@
-"""LFM2 with dense feed-forward layers and no sliding window (src/models/lfm2.cpp, ``graph<false>``)."""
+"""LFM2 and LFM2-MoE without a sliding window (src/models/lfm2.cpp ``graph<false>``). LFM2-MoE's expert layers
+(after ``leading_dense_block_count`` dense ones) use sigmoid gating with an expert selection bias, as its
+converter writes it (expert_gating_func = sigmoid)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+from rsplan.planner.graphs.moe import moe_ffn, require_experts
 
 
 def _shortconv(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
@@ -58,7 +61,7 @@ def ffn_silu_par(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
 
 
 def build_lfm2(p: GraphParams) -> Graph:
-    """llama_model_lfm2::graph<false>."""
+    """llama_model_lfm2::graph<false> (LFM2 and LFM2-MoE)."""
     lg = LlamaGraph(p)
     cur = lg.inp_embd()
     lg.expand(cur)
@@ -67,6 +70,9 @@ def build_lfm2(p: GraphParams) -> Graph:
     pos = lg.inp_pos()
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
+    moe = p.spec.arch == "lfm2moe"
+    if moe:
+        require_experts(p)
     for il in range(p.n_layer):
         prev = cur
         cur = lg.norm(cur, p.n_embd)
@@ -75,7 +81,13 @@ def build_lfm2(p: GraphParams) -> Graph:
             cur = g.get_rows(cur, out_ids)
             prev = g.get_rows(prev, out_ids)
         cur = g.add(prev, cur)
-        ffn_out = ffn_silu_par(lg.norm(cur, p.n_embd), p.n_embd, ffn_width(p, il))
+        normed = lg.norm(cur, p.n_embd)
+        if moe and il >= p.spec.leading_dense_block_count:
+            spec = p.spec
+            ffn_out = moe_ffn(lg, normed, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length,
+                              gating="sigmoid", selection_bias=True)
+        else:
+            ffn_out = ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
         cur = g.add(cur, ffn_out)
     lg.output(cur, logits=not p.embeddings)  # lfm2.cpp builds the lm head only without --embeddings
     return lg.b.graph

@@ -9,13 +9,15 @@ from rsplan.planner.graphs.common import LlamaGraph
 
 
 def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, *, gating: str = "softmax",
-            norm_w: bool = True, gated: bool = True) -> Tensor:
+            norm_w: bool = True, gated: bool = True, selection_bias: bool = False) -> Tensor:
     """build_moe_ffn with separate up / gate / down expert tensors, SiLU (swiglu when ``gated``), no biases, no
-    expert groups, no weight scale. ``gating``: ``softmax`` or ``sigmoid``. cur: [n_embd, n_tokens]."""
+    expert groups, no weight scale. ``gating``: ``softmax`` or ``sigmoid``; ``selection_bias``: an expert
+    selection bias (exp_probs_b) is added before the top-k. cur: [n_embd, n_tokens]."""
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     logits = g.mul_mat(g.weight(n_embd, n_expert), cur)
     probs = g.soft_max(logits) if gating == "softmax" else g.unary(logits)
-    selected = g.argsort_top_k(probs, n_used)
+    selection = g.add(probs, g.weight(n_expert)) if selection_bias else probs
+    selected = g.argsort_top_k(selection, n_used)
     probs = g.reshape(probs, 1, n_expert, n_tokens)
     weights = g.get_rows(probs, selected)
     if norm_w:
