@@ -25,7 +25,7 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams
-from rsplan.planner.outputs import OutputBuffer, OutputsError, output_buffer
+from rsplan.planner.outputs import OutputBuffer, OutputsError, mtp_draft_kv, output_buffer
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
 
@@ -51,6 +51,16 @@ class BufferBreakdown:
 
 
 @dataclass(frozen=True)
+class DraftContext:
+    """The ``--spec-type mtp`` draft context: a second context on the same weights (llama.cpp prints its own
+    buffers): its KV cache over the nextn layers and its compute buffer (None where not modelled)."""
+
+    buffer_type: str
+    kv_bytes: int
+    compute_bytes: int | None
+
+
+@dataclass(frozen=True)
 class Breakdown:
     """The breakdown of one context, with its output buffer and how each figure was obtained."""
 
@@ -59,6 +69,7 @@ class Breakdown:
     compute: ComputeBuffer | None
     model_bytes_exact: bool
     notes: tuple[str, ...]
+    mtp_draft: DraftContext | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``breakdown`` (one entry per buffer type), ``output_buffer`` {buffer_type, bytes, ...},
@@ -73,6 +84,7 @@ class Breakdown:
             "compute": dataclasses.asdict(self.compute) if self.compute else None,
             "model_bytes_exact": self.model_bytes_exact,
             "notes": list(self.notes),
+            "mtp_draft": dataclasses.asdict(self.mtp_draft) if self.mtp_draft else None,
         }
         return out
 
@@ -115,6 +127,7 @@ def build_breakdown(
     tool: str = "server",
     n_draft: int = 0,
     embeddings: bool = False,
+    mtp: bool = False,
 ) -> Breakdown:
     """The buffers of a context of ``spec`` under ``params`` with every layer on ``backend``.
 
@@ -124,6 +137,7 @@ def build_breakdown(
         tool: whose n_outputs_max the compute buffer is sized for (``server`` or ``cli``).
         n_draft: the server's draft length.
         embeddings: ``--embeddings``.
+        mtp: ``--spec-type mtp``: also size the draft context (models with nextn layers).
     """
     kind = _backend_kind(backend)
     notes: list[str] = []
@@ -139,7 +153,7 @@ def build_breakdown(
     try:
         out = output_buffer(spec, params, embeddings=embeddings,
                             n_outputs_max=compute.n_outputs_max if compute else None,
-                            mtp=n_draft > 0 and spec.nextn_predict_layers > 0,
+                            mtp=mtp and spec.nextn_predict_layers > 0,
                             buffer_type="CPU" if kind == "CPU" else "CUDA_Host")
     except OutputsError as exc:
         notes.append(f"output buffer: {exc}")
@@ -161,4 +175,21 @@ def build_breakdown(
                      "host compute buffer; see docs/sizing.md)")
         rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, None))
         rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, 0, None))
-    return Breakdown(tuple(rows), out, compute, bool(model) and exact, tuple(notes))
+    draft = _draft(spec, params, kind, backend, tool, n_draft, notes) if mtp else None
+    return Breakdown(tuple(rows), out, compute, bool(model) and exact, tuple(notes), draft)
+
+
+def _draft(spec: ModelSpec, params: ContextParams, kind: str, backend: str, tool: str, n_draft: int,
+           notes: list[str]) -> DraftContext | None:
+    try:
+        kv = mtp_draft_kv(spec, params)
+    except OutputsError as exc:
+        notes.append(f"MTP draft context: {exc}")
+        return None
+    compute_bytes = None
+    if kind == "CPU":
+        try:
+            compute_bytes = compute_buffer(spec, params, tool=tool, n_draft=n_draft, mtp_draft=True).bytes
+        except ComputeModelError as exc:
+            notes.append(f"MTP draft compute buffer: {exc}")
+    return DraftContext(backend, kv.bytes, compute_bytes)

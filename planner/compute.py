@@ -104,6 +104,7 @@ def compute_buffer(
     n_draft: int = 0,
     n_outputs_max: int | None = None,
     embeddings: bool = False,
+    mtp_draft: bool = False,
     layout: CacheLayout | None = None,
 ) -> ComputeBuffer:
     """The CPU compute buffer llama.cpp reserves for ``spec`` under ``params``.
@@ -115,18 +116,22 @@ def compute_buffer(
         n_draft: the server's draft length (``--draft-max`` with a speculative type, else 0).
         n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch); overrides ``tool``.
         embeddings: ``--embeddings`` (LFM2 then builds no lm head).
+        mtp_draft: size the ``--spec-type mtp`` draft context instead (its graph over the nextn layer, its own
+            KV cache over that layer, no rollback planes); same flags as the target.
         layout: ``cache_layout(spec)`` when already computed.
 
     Raises:
         ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
     """
-    from rsplan.planner.graphs import BUILDERS
+    from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
     from rsplan.planner.graphs.common import GraphParams
 
-    builder = BUILDERS.get(spec.arch)
+    builders = MTP_BUILDERS if mtp_draft else BUILDERS
+    builder = builders.get(spec.arch)
     if builder is None:
+        what = "MTP draft compute-buffer model" if mtp_draft else "compute-buffer model"
         raise ComputeModelError(
-            f"no compute-buffer model for arch '{spec.arch}' (modelled: {', '.join(sorted(BUILDERS))}); "
+            f"no {what} for arch '{spec.arch}' (modelled: {', '.join(sorted(builders))}); "
             "pass --compute to give the size"
         )
     if spec.vocab_size is None:
@@ -135,6 +140,14 @@ def compute_buffer(
             "pass --compute to give the size"
         )
     layout = layout or cache_layout(spec)
+    if mtp_draft:
+        from rsplan.planner.outputs import OutputsError, mtp_draft_layout
+
+        try:
+            layout = mtp_draft_layout(spec, layout)
+        except OutputsError as exc:
+            raise ComputeModelError(str(exc)) from None
+        params = params.replace(n_rs_seq=0)
     ctx = resolve_context(layout, params)
     if n_outputs_max is not None:
         n_out_max = n_outputs_max or ctx.n_batch

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.ggml_types import row_nbytes
-from rsplan.hparams.layout import CacheLayout, cache_layout
+from rsplan.hparams.layout import CacheLayout, KVLayer, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
+from rsplan.planner.plan import plan_totals
 
 MIB = 1 << 20
 #: llama-server's defaults (common/common.h): checkpoints per slot, prompt-cache limit in MiB.
@@ -113,26 +114,29 @@ class DraftKV:
         return self.k_bytes + self.v_bytes
 
 
-def mtp_draft_kv(spec: ModelSpec, params: ContextParams, layout: CacheLayout | None = None) -> DraftKV:
-    """The ``--spec-type mtp`` draft context's KV cache (the target's -c, -np, -kvu, -ctk/-ctv, -fa)."""
+def mtp_draft_layout(spec: ModelSpec, layout: CacheLayout | None = None) -> CacheLayout:
+    """The cache layout of the ``--spec-type mtp`` draft context: a KV cache over the nextn layers only
+    (model-wide widths kept: the widest V row pads V without flash attention), no recurrent state."""
     layout = layout or cache_layout(spec)
     if spec.arch not in MTP_KV_ARCHS:
         raise OutputsError(f"arch '{spec.arch}' has no MTP draft context in llama.cpp 0c1e57098 "
                            f"(MTP drafting: {', '.join(sorted(MTP_KV_ARCHS))})")
     if spec.nextn_predict_layers == 0:
         raise OutputsError(f"model '{spec.name}' has no MTP layers (nextn_predict_layers = 0)")
-    ctx = resolve_context(layout, params.replace(n_rs_seq=0))
     head_k = spec.attention.key_length or spec.embedding_length // max(1, spec.head_count(spec.n_layer))
     head_v = spec.attention.value_length or head_k
-    k_bytes = v_bytes = 0
-    layers = tuple(range(spec.n_layer, spec.block_count))
-    cells = ctx.n_ctx_seq * ctx.n_stream
-    for il in layers:
-        n_kv = spec.head_count_kv(il)
-        k_bytes += row_nbytes(ctx.type_k, head_k * n_kv) * cells
-        v_row = layout.n_embd_v_gqa_max if ctx.v_trans else head_v * n_kv
-        v_bytes += row_nbytes(ctx.type_v, v_row) * cells
-    return DraftKV(layers, ctx.n_ctx_seq, ctx.n_stream, k_bytes, v_bytes)
+    kv = tuple(KVLayer(il, head_k * spec.head_count_kv(il), head_v * spec.head_count_kv(il), False)
+               for il in range(spec.n_layer, spec.block_count))
+    return layout.subset(kv_layers=kv, recurrent_layers=())
+
+
+def mtp_draft_kv(spec: ModelSpec, params: ContextParams, layout: CacheLayout | None = None) -> DraftKV:
+    """The ``--spec-type mtp`` draft context's KV cache (the target's -c, -np, -kvu, -ctk/-ctv, -fa)."""
+    draft = mtp_draft_layout(spec, layout)
+    ctx = resolve_context(draft, params.replace(n_rs_seq=0))
+    totals = plan_totals(draft, ctx)
+    return DraftKV(tuple(k.il for k in draft.kv_layers), ctx.n_ctx_seq, ctx.n_stream, totals.k_bytes,
+                   totals.v_bytes)
 
 
 def checkpoint_bytes(layout: CacheLayout, ctx: EffectiveContext) -> int:

@@ -10,7 +10,13 @@ from rsplan.planner.graphs.common import GraphParams
 from rsplan.planner.graphs.lfm2 import build_lfm2
 from rsplan.planner.graphs.mamba import build_mamba
 from rsplan.planner.graphs.nemotron_h import build_nemotron_h
-from rsplan.planner.graphs.qwen35 import build_qwen35
+from rsplan.planner.graphs.qwen35 import build_qwen35, build_qwen35_mtp
+
+#: The graphs of ``--spec-type mtp`` draft contexts (LLM_GRAPH_TYPE_DECODER_MTP).
+MTP_BUILDERS: dict[str, Callable[[GraphParams], object]] = {
+    "qwen35": build_qwen35_mtp,
+    "qwen35moe": build_qwen35_mtp,
+}
 
 BUILDERS: dict[str, Callable[[GraphParams], object]] = {
     "mamba": build_mamba,

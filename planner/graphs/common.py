@@ -99,7 +99,8 @@ class LlamaGraph:
         """build_norm, RMS with a weight."""
         return g.mul(g.rms_norm(cur), g.weight(width))
 
-    def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True) -> Tensor:
+    def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True,
+               rows_output: bool = True) -> Tensor:
         """Final RMS norm and the lm head; both are graph outputs (llm_graph_result::set_outputs). With
         ``out_ids`` the normed hidden state of every token is an output too (the MTP head's input, t_h_nextn),
         and the output rows are selected after the norm. ``logits=False``: the graph ends at the norm."""
@@ -108,7 +109,8 @@ class LlamaGraph:
         g.GraphBuilder.set_output(cur)
         if out_ids is not None:
             cur = g.get_rows(cur, out_ids)
-            g.GraphBuilder.set_output(cur)
+            if rows_output:  # t_embd; the MTP draft graph sets only t_h_nextn and t_logits
+                g.GraphBuilder.set_output(cur)
         if not logits:
             self.expand(cur)
             return cur

@@ -187,3 +187,35 @@ def build_qwen35(p: GraphParams) -> Graph:
         inp = g.add(cur, residual)
     lg.output(inp, out_ids)
     return lg.b.graph
+
+
+def build_qwen35_mtp(p: GraphParams) -> Graph:
+    """llama_model_qwen35{,moe}::graph_mtp: the ``--spec-type mtp`` draft context's graph. One nextn block (layer
+    ``n_layer``): RMS-normed token embedding and target hidden state (``mtp_h_input``), concatenated and projected
+    (eh_proj), then gated attention over the draft's own KV cache, the FFN (experts for qwen35moe) and the lm
+    head. The hidden state before the head is an output (t_h_nextn)."""
+    lg = LlamaGraph(p)
+    spec = p.spec
+    il = p.n_layer
+    tokens = g.input_tensor(g.I32, p.n_tokens, name="inp_tokens")
+    tok_embd = g.get_rows(g.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
+    h = g.input_tensor(g.F32, p.n_embd, p.n_tokens, name="mtp_h_input")
+    pos = lg.inp_pos(1 if spec.arch == "qwen3next" else N_POS_PER_EMBD)
+    out_ids = lg.inp_out_ids()
+    attn = attn_inputs(lg)
+    h_norm = lg.norm(h, p.n_embd)
+    e_norm = lg.norm(tok_embd, p.n_embd)
+    cur = g.mul_mat(g.weight(2 * p.n_embd, p.n_embd), g.concat(e_norm, h_norm, 0))
+    inp_sa = cur
+    cur = _gated_attn(lg, lg.norm(cur, p.n_embd), attn, pos, il)
+    cur = g.add(cur, inp_sa)
+    residual = cur
+    normed = lg.norm(cur, p.n_embd)
+    if spec.arch == "qwen35":
+        cur = ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
+    else:
+        require_experts(p)
+        cur = _moe_layer_ffn(lg, normed, il)
+    cur = g.add(cur, residual)
+    lg.output(cur, out_ids, rows_output=False)
+    return lg.b.graph

@@ -67,7 +67,8 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, tool: str,
     spec = load_model(model_ref)
     plan = build_plan(spec, params)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
-    breakdown = build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft)
+    breakdown = build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
+                                mtp=spec_type == "mtp")
     if fmt == "json":
         click.echo(json.dumps({**plan.to_dict(), **breakdown.to_dict()}, indent=2))
     elif fmt == "log":

@@ -111,5 +111,9 @@ def breakdown_table(bd: Breakdown) -> str:
         c = bd.compute
         graphs = "; ".join(f"{g.name} {g.n_tokens} tokens, {g.n_outputs} outputs: {g.bytes:,}" for g in c.graphs)
         lines.append(f"compute buffer ({c.buffer_type}, n_outputs_max {c.n_outputs_max} as {c.tool}): {graphs}")
+    if bd.mtp_draft is not None:
+        d = bd.mtp_draft
+        compute = "?" if d.compute_bytes is None else f"{d.compute_bytes:,}"
+        lines.append(f"MTP draft context ({d.buffer_type}): KV {d.kv_bytes:,} bytes, compute {compute} bytes")
     lines += [f"note: {n}" for n in bd.notes]
     return "\n".join(lines)

@@ -13,13 +13,14 @@ from rsplan.cli import cli
 from rsplan_testing import shared_dir
 
 GGUF = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
-pytestmark = pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")
+needs_gguf = pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")
 
 
 def run(*args: str):
     return CliRunner().invoke(cli, ["estimate", "--model", str(GGUF), "-c", "4096", *args])
 
 
+@needs_gguf
 def test_json_breakdown_equals_llama_cpp_cpu_breakdown():
     r = run("--tool", "cli", "--format", "json")
     assert r.exit_code == 0, r.output
@@ -32,6 +33,7 @@ def test_json_breakdown_equals_llama_cpp_cpu_breakdown():
     assert [g["name"] for g in data["compute"]["graphs"]] == ["pp", "tg"]
 
 
+@needs_gguf
 def test_log_predicts_the_output_and_compute_buffer_lines():
     r = run("--tool", "cli", "--format", "log")
     assert r.exit_code == 0, r.output
@@ -40,6 +42,7 @@ def test_log_predicts_the_output_and_compute_buffer_lines():
     assert lines[-1] == "sched_reserve:        CPU compute buffer size =     2.84 MiB"  # 2,975,776 B
 
 
+@needs_gguf
 def test_table_shows_the_breakdown_beside_the_caches():
     r = run("--tool", "cli")
     assert r.exit_code == 0, r.output
@@ -47,9 +50,21 @@ def test_table_shows_the_breakdown_beside_the_caches():
     assert row.split()[-1] == f"{1_011_744 + 46_080 + 2_975_776:,}"
 
 
+@needs_gguf
 def test_server_outputs_are_one_per_slot():
     r = run("-np", "4", "--format", "json")
     data = json.loads(r.output)
     assert data["compute"]["n_outputs_max"] == 4
     assert data["compute"]["tool"] == "server"
     assert data["output_buffer"]["bytes"] == 320 * 4 * 4
+
+
+def test_mtp_draft_context_is_reported_beside_the_target():
+    r = CliRunner().invoke(cli, ["estimate", "--model", "qwen3.5-35b-a3b", "-c", "4096", "-np", "2", "--spec-type",
+                                 "mtp", "--tool", "cli", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    draft = json.loads(r.output)["mtp_draft"]
+    # measured on llama.cpp 0c1e57098 for the preset's real-size skeleton (ctx_type MTP, -c 4096 -np 2):
+    # KV 8,388,608 bytes; compute (-ub 512, n_outputs_max = n_batch) see tests/planner/test_compute.py
+    assert draft["kv_bytes"] == 8_388_608
+    assert draft["buffer_type"] == "CPU"

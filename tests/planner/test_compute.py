@@ -75,3 +75,33 @@ def test_unknown_vocabulary_is_refused():
                           "group_count": 1})
     with pytest.raises(ComputeModelError, match="vocab_size"):
         compute_buffer(spec, ContextParams())
+
+
+# The --spec-type mtp draft context of a bf16 qwen3.5-35b-a3b (real-size skeleton of the preset), created by
+# llama.cpp 0c1e57098 with ctx_type LLAMA_CONTEXT_TYPE_MTP and the MTP layer loaded, no_alloc: compute bytes of its
+# first reserve graph, n_outputs_max = n_batch 2048. (-c, -np, -ub, -fa, -kvu, bytes)
+MTP_CASES = [
+    (4096, 1, 512, "auto", False, 521_162_752),
+    (8192, 4, 512, "auto", True, 521_142_272),
+    (4096, 2, 256, "off", False, 258_473_984),
+    (16384, 3, 512, "on", False, 522_763_392),
+    (2048, 1, 512, "off", True, 516_947_968),
+]
+
+
+@pytest.mark.parametrize("case", MTP_CASES, ids=lambda c: f"c{c[0]}-np{c[1]}-ub{c[2]}-fa{c[3]}{'-kvu' if c[4] else ''}")
+def test_mtp_draft_compute_buffer_equals_llama_cpp(case: tuple) -> None:
+    from rsplan.hparams.sources import load_builtin_preset
+
+    n_ctx, n_seq, n_ubatch, fa, kvu, expected = case
+    spec = load_builtin_preset("qwen3.5-35b-a3b")
+    params = ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa, kv_unified=kvu)
+    assert compute_buffer(spec, params, tool="cli", mtp_draft=True).dry_run_bytes == expected
+
+
+def test_mtp_draft_needs_an_mtp_arch():
+    spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
+                          "group_count": 1})
+    with pytest.raises(ComputeModelError, match="no MTP draft compute-buffer model for arch 'mamba2'"):
+        compute_buffer(spec, ContextParams(), mtp_draft=True)

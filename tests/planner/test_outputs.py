@@ -57,6 +57,12 @@ def test_mtp_draft_cache_covers_only_the_nextn_layers():
     assert kv.k_bytes == kv.v_bytes == 2 * 256 * 2 * 8192
 
 
+def test_mtp_draft_cache_equals_llama_cpp():
+    # llama.cpp 0c1e57098 (the preset's real-size skeleton, ctx_type MTP, -c 4096 -np 2): context = 8,388,608 bytes
+    spec = load_builtin_preset("qwen3.5-35b-a3b")
+    assert mtp_draft_kv(spec, ContextParams(n_ctx=4096, n_seq_max=2)).bytes == 8_388_608
+
+
 def test_mtp_needs_nextn_layers():
     spec = make_spec(arch="qwen35", context_length=4096, embedding_length=64, block_count=4, vocab_size=100,
                      attention={"head_count": 2, "head_count_kv": 1, "key_length": 32, "value_length": 32},
