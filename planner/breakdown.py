@@ -21,11 +21,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsplan.errors import RsplanError
-from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
-from rsplan.planner.context import ContextParams
-from rsplan.planner.outputs import OutputBuffer, OutputsError, mtp_draft_kv, output_buffer
+from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.outputs import (
+    DEFAULT_CTX_CHECKPOINTS,
+    OutputBuffer,
+    OutputsError,
+    cache_ram_bytes,
+    checkpoint_bytes,
+    mtp_draft_kv,
+    output_buffer,
+)
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
 
@@ -61,6 +69,19 @@ class DraftContext:
 
 
 @dataclass(frozen=True)
+class ServerHost:
+    """llama-server's host memory beside the contexts, at its defaults (``--ctx-checkpoints 32``,
+    ``--cache-ram 8192``): context checkpoints (one recurrent state of one sequence each, up to
+    ``n_checkpoints_per_slot`` per slot) and the prompt cache's limit."""
+
+    checkpoint_bytes: int | None
+    n_checkpoints_per_slot: int
+    n_slots: int
+    checkpoints_max_bytes: int | None
+    cache_ram_limit_bytes: int | None
+
+
+@dataclass(frozen=True)
 class Breakdown:
     """The breakdown of one context, with its output buffer and how each figure was obtained."""
 
@@ -70,6 +91,7 @@ class Breakdown:
     model_bytes_exact: bool
     notes: tuple[str, ...]
     mtp_draft: DraftContext | None = None
+    server_host: ServerHost | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``breakdown`` (one entry per buffer type), ``output_buffer`` {buffer_type, bytes, ...},
@@ -85,6 +107,7 @@ class Breakdown:
             "model_bytes_exact": self.model_bytes_exact,
             "notes": list(self.notes),
             "mtp_draft": dataclasses.asdict(self.mtp_draft) if self.mtp_draft else None,
+            "server_host": dataclasses.asdict(self.server_host) if self.server_host else None,
         }
         return out
 
@@ -176,7 +199,15 @@ def build_breakdown(
         rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, None))
         rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, 0, None))
     draft = _draft(spec, params, kind, backend, tool, n_draft, notes) if mtp else None
-    return Breakdown(tuple(rows), out, compute, bool(model) and exact, tuple(notes), draft)
+    host = _server_host(layout, params) if tool == "server" else None
+    return Breakdown(tuple(rows), out, compute, bool(model) and exact, tuple(notes), draft, host)
+
+
+def _server_host(layout: CacheLayout, params: ContextParams) -> ServerHost:
+    ctx = resolve_context(layout, params)
+    per = checkpoint_bytes(layout, ctx) if layout.recurrent_layers else None
+    n = DEFAULT_CTX_CHECKPOINTS
+    return ServerHost(per, n, ctx.n_seq_max, None if per is None else per * n * ctx.n_seq_max, cache_ram_bytes())
 
 
 def _draft(spec: ModelSpec, params: ContextParams, kind: str, backend: str, tool: str, n_draft: int,

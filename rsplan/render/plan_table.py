@@ -115,5 +115,10 @@ def breakdown_table(bd: Breakdown) -> str:
         d = bd.mtp_draft
         compute = "?" if d.compute_bytes is None else f"{d.compute_bytes:,}"
         lines.append(f"MTP draft context ({d.buffer_type}): KV {d.kv_bytes:,} bytes, compute {compute} bytes")
+    if bd.server_host is not None and bd.server_host.checkpoint_bytes is not None:
+        h = bd.server_host
+        lines.append(f"llama-server host memory: context checkpoints {h.checkpoint_bytes:,} bytes each, up to "
+                     f"{h.n_checkpoints_per_slot} per slot x {h.n_slots} slots = {h.checkpoints_max_bytes:,} bytes "
+                     f"(--ctx-checkpoints); prompt cache up to {human(h.cache_ram_limit_bytes or 0)} (--cache-ram)")
     lines += [f"note: {n}" for n in bd.notes]
     return "\n".join(lines)

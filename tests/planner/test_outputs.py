@@ -78,3 +78,19 @@ def test_cache_ram_limit():
     assert cache_ram_bytes(0) == 0
     with pytest.raises(OutputsError):
         cache_ram_bytes(-2)
+
+
+@pytest.mark.parametrize(("model", "expected"), [("mamba2", 46_180), ("lfm2", 2_404), ("qwen35", 50_212)])
+@pytest.mark.parametrize("n_rs_seq", [0, 3])
+def test_checkpoint_equals_llama_cpp_state_size(model: str, expected: int, n_rs_seq: int):
+    """llama_state_seq_get_size_ext(ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) after one decoded token, measured
+    on llama.cpp 0c1e57098 for the tiny GGUFs at -c 4096 -np 2 (the same with --n-rs-seq 3: one plane is saved)."""
+    from rsplan.hparams.sources import load_model
+    from rsplan_testing import shared_dir
+
+    path = shared_dir() / "data" / "llamacpp-measured" / f"{model}.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    layout = cache_layout(load_model(str(path)))
+    ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=2, n_rs_seq=n_rs_seq))
+    assert checkpoint_bytes(layout, ctx) == expected
