@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rsplan.planner.ggml_alloc import Graph
 from rsplan.planner.graphs.common import GraphParams
 from rsplan.planner.graphs.lfm2 import build_lfm2
 from rsplan.planner.graphs.mamba import build_mamba
@@ -13,12 +14,12 @@ from rsplan.planner.graphs.nemotron_h import build_nemotron_h
 from rsplan.planner.graphs.qwen35 import build_qwen35, build_qwen35_mtp
 
 #: The graphs of ``--spec-type mtp`` draft contexts (LLM_GRAPH_TYPE_DECODER_MTP).
-MTP_BUILDERS: dict[str, Callable[[GraphParams], object]] = {
+MTP_BUILDERS: dict[str, Callable[[GraphParams], Graph]] = {
     "qwen35": build_qwen35_mtp,
     "qwen35moe": build_qwen35_mtp,
 }
 
-BUILDERS: dict[str, Callable[[GraphParams], object]] = {
+BUILDERS: dict[str, Callable[[GraphParams], Graph]] = {
     "mamba": build_mamba,
     "mamba2": build_mamba,
     "lfm2": build_lfm2,

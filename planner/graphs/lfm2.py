@@ -62,6 +62,11 @@ def ffn_silu_par(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
 
 def build_lfm2(p: GraphParams) -> Graph:
     """llama_model_lfm2::graph<false> (LFM2 and LFM2-MoE)."""
+    if p.layout.n_swa > 0:
+        from rsplan.planner.compute import ComputeModelError
+
+        raise ComputeModelError(f"model '{p.spec.name}' uses sliding-window attention (graph<true>, an iSWA "
+                                "cache), which rsplan's compute model does not cover; pass --compute")
     lg = LlamaGraph(p)
     cur = lg.inp_embd()
     lg.expand(cur)

@@ -105,3 +105,11 @@ def test_mtp_draft_needs_an_mtp_arch():
                           "group_count": 1})
     with pytest.raises(ComputeModelError, match="no MTP draft compute-buffer model for arch 'mamba2'"):
         compute_buffer(spec, ContextParams(), mtp_draft=True)
+
+
+def test_sliding_window_lfm2_is_refused():
+    spec = make_spec(arch="lfm2", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=128, shortconv={"l_cache": 3},
+                     attention={"head_count": 2, "head_count_kv": [0, 1], "sliding_window": 512})
+    with pytest.raises(ComputeModelError, match="sliding-window"):
+        compute_buffer(spec, ContextParams())
