@@ -17,6 +17,7 @@ from rsplan.planner.graphs.qwen35 import build_qwen35, build_qwen35_mtp
 MTP_BUILDERS: dict[str, Callable[[GraphParams], Graph]] = {
     "qwen35": build_qwen35_mtp,
     "qwen35moe": build_qwen35_mtp,
+    "qwen3next": build_qwen35_mtp,
 }
 
 BUILDERS: dict[str, Callable[[GraphParams], Graph]] = {

@@ -122,7 +122,10 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     return g.reshape(cur, p.n_embd, n_seq_tokens * n_seqs)
 
 
-def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: int) -> Tensor:
+def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: int,
+                reshaped_q: bool | None = None) -> Tensor:
+    """Gated attention; ``reshaped_q``: Q and its gate are views of a 4-D reshape (Qwen3-Next's trunk) rather
+    than 3-D views of the projection (default: Qwen3-Next's trunk only)."""
     p = lg.p
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
@@ -131,7 +134,9 @@ def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: i
     q_full = g.mul_mat(g.weight(p.n_embd, hd * 2 * n_head), cur)
     k = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur)
     v = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur)
-    if p.spec.arch == "qwen3next":
+    if reshaped_q is None:
+        reshaped_q = p.spec.arch == "qwen3next"
+    if reshaped_q:
         q_full = g.reshape(q_full, hd * 2, n_head, n_tokens, 1)
         strides = (q_full.nb[1], q_full.nb[2], q_full.nb[3])
         q = g.view(q_full, (hd, n_head, n_tokens, 1), strides, 0)
@@ -190,7 +195,8 @@ def build_qwen35(p: GraphParams) -> Graph:
 
 
 def build_qwen35_mtp(p: GraphParams) -> Graph:
-    """llama_model_qwen35{,moe}::graph_mtp: the ``--spec-type mtp`` draft context's graph. One nextn block (layer
+    """llama_model_qwen35{,moe}::graph_mtp and llama_model_qwen3next::graph_mtp: the ``--spec-type mtp`` draft
+    context's graph. One nextn block (layer
     ``n_layer``): RMS-normed token embedding and target hidden state (``mtp_h_input``), concatenated and projected
     (eh_proj), then gated attention over the draft's own KV cache, the FFN (experts for qwen35moe) and the lm
     head. The hidden state before the head is an output (t_h_nextn)."""
@@ -207,7 +213,10 @@ def build_qwen35_mtp(p: GraphParams) -> Graph:
     e_norm = lg.norm(tok_embd, p.n_embd)
     cur = g.mul_mat(g.weight(2 * p.n_embd, p.n_embd), g.concat(e_norm, h_norm, 0))
     inp_sa = cur
-    cur = _gated_attn(lg, lg.norm(cur, p.n_embd), attn, pos, il)
+    cur = _gated_attn(lg, lg.norm(cur, p.n_embd), attn, pos, il, reshaped_q=False)
+    if spec.arch == "qwen3next":  # qwen3next.cpp selects the output rows before the residual
+        cur = g.get_rows(cur, out_ids)
+        inp_sa = g.get_rows(inp_sa, out_ids)
     cur = g.add(cur, inp_sa)
     residual = cur
     normed = lg.norm(cur, p.n_embd)
@@ -217,5 +226,8 @@ def build_qwen35_mtp(p: GraphParams) -> Graph:
         require_experts(p)
         cur = _moe_layer_ffn(lg, normed, il)
     cur = g.add(cur, residual)
-    lg.output(cur, out_ids, rows_output=False)
+    if spec.arch == "qwen3next":
+        lg.output(cur)
+    else:
+        lg.output(cur, out_ids, rows_output=False)
     return lg.b.graph

@@ -99,6 +99,18 @@ def test_mtp_draft_compute_buffer_equals_llama_cpp(case: tuple) -> None:
     assert compute_buffer(spec, params, tool="cli", mtp_draft=True).dry_run_bytes == expected
 
 
+@pytest.mark.parametrize(("n_seq", "n_ubatch", "fa", "expected"), [(1, 512, "auto", 323_747_840),
+                                                                    (2, 256, "off", 161_873_920)])
+def test_qwen3next_mtp_draft_compute_buffer_equals_llama_cpp(n_seq: int, n_ubatch: int, fa: str, expected: int):
+    """The same for a bf16 qwen3-next-80b-a3b skeleton at -c 4096 (its graph_mtp selects the output rows before the
+    residual add)."""
+    from rsplan.hparams.sources import load_builtin_preset
+
+    spec = load_builtin_preset("qwen3-next-80b-a3b")
+    params = ContextParams(n_ctx=4096, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa)
+    assert compute_buffer(spec, params, tool="cli", mtp_draft=True).dry_run_bytes == expected
+
+
 def test_mtp_draft_needs_an_mtp_arch():
     spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
                      ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
