@@ -17,6 +17,8 @@ Sources of each figure:
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,18 +122,40 @@ def _backend_kind(backend: str) -> str:
     raise BreakdownError(f"unknown backend '{backend}': CPU, or CUDA0, CUDA1, ...")
 
 
-def model_bytes_by_buffer(spec: ModelSpec, backend: str) -> tuple[dict[str, int] | None, bool]:
+#: Alignment of the CPU buffer type (ggml-cpu TENSOR_ALIGNMENT): each weight is padded to it in its buffer.
+CPU_ALIGNMENT = 32
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+def model_bytes_by_buffer(
+    spec: ModelSpec,
+    backend: str,
+    tensors: Sequence[tuple[str, int]] | None = None,
+    load_mtp: bool = False,
+) -> tuple[dict[str, int] | None, bool]:
     """Weight bytes per buffer type name for a run with every offloadable layer on ``backend``, and whether the
     figures are exact.
 
-    Today: the model's ``weights_bytes`` spread evenly over the offloadable layers (planner.placement): on the CPU
-    backend all of it in ``CPU``; on a GPU backend every layer and the output layer on the device (the token
-    embedding, which llama.cpp keeps on the host, is charged to the device too). Not exact: llama.cpp pads each
-    tensor to the buffer's alignment and keeps the input layer in host memory. (None, False) without weights.
+    With the model's tensor table (``tensors``: name and bytes of each tensor, e.g. a GGUF's) on the CPU backend:
+    exact, as llama.cpp's dry run counts them (``ggml_backend_alloc_ctx_tensors_from_buft_size``): every tensor
+    padded to 32 bytes in the ``CPU`` buffer, the MTP (nextn) layers' tensors left out unless they are loaded
+    (``load_mtp``: ``--spec-type mtp``). Otherwise: the model's ``weights_bytes`` spread evenly over the offloadable
+    layers (planner.placement): on the CPU backend all of it in ``CPU``; on a GPU backend every layer and the output
+    layer on the device (the token embedding, which llama.cpp keeps on the host, is charged to the device too).
+    Not exact: llama.cpp pads each tensor and keeps the input layer in host memory. (None, False) without weights.
     """
+    kind = _backend_kind(backend)
+    if tensors and kind == "CPU":
+        total = 0
+        for name, n_bytes in tensors:
+            m = _BLOCK.match(name)
+            if m and int(m.group(1)) >= spec.n_layer and not load_mtp:
+                continue
+            total += (n_bytes + CPU_ALIGNMENT - 1) // CPU_ALIGNMENT * CPU_ALIGNMENT
+        return {"CPU": total}, True
     if spec.weights_bytes is None:
         return None, False
-    if _backend_kind(backend) == "CPU":
+    if kind == "CPU":
         return {"CPU": spec.weights_bytes}, False
     placement = place_layers(spec.block_count, 1)
     on_device, host = weights_by_device(spec.weights_bytes, placement)
@@ -151,6 +175,7 @@ def build_breakdown(
     n_draft: int = 0,
     embeddings: bool = False,
     mtp: bool = False,
+    tensors: Sequence[tuple[str, int]] | None = None,
 ) -> Breakdown:
     """The buffers of a context of ``spec`` under ``params`` with every layer on ``backend``.
 
@@ -161,6 +186,7 @@ def build_breakdown(
         n_draft: the server's draft length.
         embeddings: ``--embeddings``.
         mtp: ``--spec-type mtp``: also size the draft context (models with nextn layers).
+        tensors: the model's tensor table (name, bytes), when known (a GGUF): exact model bytes on the CPU.
     """
     kind = _backend_kind(backend)
     notes: list[str] = []
@@ -180,7 +206,7 @@ def build_breakdown(
                             buffer_type="CPU" if kind == "CPU" else "CUDA_Host")
     except OutputsError as exc:
         notes.append(f"output buffer: {exc}")
-    model, exact = model_bytes_by_buffer(spec, backend)
+    model, exact = model_bytes_by_buffer(spec, backend, tensors, load_mtp=mtp)
     if model is None:
         notes.append("model bytes: the model's weight size is unknown (give --weights or a GGUF)")
     elif not exact and kind == "CPU":
@@ -200,7 +226,7 @@ def build_breakdown(
         rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, 0, None))
     draft = _draft(spec, params, kind, backend, tool, n_draft, notes) if mtp else None
     host = _server_host(layout, params) if tool == "server" else None
-    return Breakdown(tuple(rows), out, compute, bool(model) and exact, tuple(notes), draft, host)
+    return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, host)
 
 
 def _server_host(layout: CacheLayout, params: ContextParams) -> ServerHost:

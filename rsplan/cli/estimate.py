@@ -68,7 +68,7 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, tool: str,
     plan = build_plan(spec, params)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     breakdown = build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
-                                mtp=spec_type == "mtp")
+                                mtp=spec_type == "mtp", tensors=_tensor_table(model_ref))
     if fmt == "json":
         click.echo(json.dumps({**plan.to_dict(), **breakdown.to_dict()}, indent=2))
     elif fmt == "log":
@@ -86,6 +86,20 @@ def estimate(model_ref: str, per_layer: bool, fmt: str, backend: str, tool: str,
         from rsplan.render.plan_table import render_plan
 
         click.echo(render_plan(plan, per_layer=per_layer, breakdown=breakdown))
+
+
+def _tensor_table(model_ref: str) -> tuple[tuple[str, int], ...] | None:
+    """A single-file GGUF's tensor table (name, bytes), for exact model bytes; None for other model sources
+    and split GGUFs."""
+    from rsplan.hparams.sources import resolve_model
+
+    kind, path = resolve_model(model_ref)
+    if kind != "gguf":
+        return None
+    from rsplan.hparams.gguf_file import read_gguf
+
+    model = read_gguf(path)
+    return model.index.tensors if len(model.files) == 1 else None
 
 
 def _estimate_engine(model_ref: str, engine: str, values: dict[str, Any], per_layer: bool, fmt: str,

@@ -25,6 +25,7 @@ def test_json_breakdown_equals_llama_cpp_cpu_breakdown():
     r = run("--tool", "cli", "--format", "json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
+    assert data["model_bytes_exact"] is True  # from the GGUF's tensor table
     assert data["breakdown"] == [{"buffer_type": "CPU", "device": "Host", "model_bytes": 1_011_744,
                                   "context_bytes": 46_080, "compute_bytes": 2_975_776}]
     assert data["output_buffer"]["buffer_type"] == "CPU"

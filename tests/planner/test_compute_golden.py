@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from rsplan.hparams.gguf_file import read_gguf
 from rsplan.hparams.sources import load_builtin_preset, load_model
+from rsplan.planner.breakdown import model_bytes_by_buffer
 from rsplan.planner.compute import ComputeModelError, compute_buffer, has_compute_model
 from rsplan.planner.context import ContextParams
-from rsplan.planner.outputs import output_buffer
+from rsplan.planner.outputs import mtp_draft_kv, output_buffer
 from rsplan_testing import shared_dir
 
 GOLDEN = Path(os.environ.get("RSPLAN_GOLDEN_BREAKDOWN", Path(__file__).resolve().parents[1] / "golden"
@@ -25,7 +27,7 @@ MEASURED = shared_dir() / "data" / "llamacpp-measured"
 FLAGS = {"-c": "n_ctx", "-np": "n_seq_max", "-kvu": "kv_unified", "-ctk": "type_k", "-ctv": "type_v",
          "-fa": "flash_attn", "-b": "n_batch", "-ub": "n_ubatch", "--n-rs-seq": "n_rs_seq"}
 #: flags that change nothing this model covers (a CPU build has no GPU; the MTP weights are not in the graph)
-IGNORED = {"-ngl", "--load-mtp", "--n-outputs-max", "--embeddings"}
+IGNORED = {"-ngl", "--load-mtp", "--n-outputs-max", "--embeddings", "--ctx-mtp"}
 
 
 def _cases() -> list[tuple[str, dict, dict]]:
@@ -75,10 +77,18 @@ def test_compute_and_output_buffer_equal_llama_cpp(case: tuple) -> None:
     embeddings = bool(flags.get("--embeddings"))
     out = output_buffer(spec, params, embeddings=embeddings)
     assert (out.buffer_type, out.bytes) == (c["output_buffer"]["buft"], c["output_buffer"]["bytes"])
+    if "gguf" in model:  # a real GGUF: its tensor table gives the CPU model bytes exactly
+        tensors = read_gguf(str(MEASURED / model["gguf"])).index.tensors
+        assert model_bytes_by_buffer(spec, "CPU", tensors, load_mtp=bool(flags.get("--load-mtp"))) == (
+            {"CPU": c["breakdown"]["CPU"]["model"]}, True)
+    draft = bool(flags.get("--ctx-mtp"))
+    if draft:  # the --spec-type mtp draft context: its own KV cache over the nextn layers
+        assert mtp_draft_kv(spec, params).bytes == c["breakdown"]["CPU"]["context"]
     if not has_compute_model(spec.arch):
         pytest.skip(f"no compute-buffer model for {spec.arch}")
     try:
-        cb = compute_buffer(spec, params, n_outputs_max=flags.get("--n-outputs-max", 0), embeddings=embeddings)
+        cb = compute_buffer(spec, params, n_outputs_max=flags.get("--n-outputs-max", 0), embeddings=embeddings,
+                            mtp_draft=draft)
     except ComputeModelError as exc:  # a preset without the weight shapes the graph needs (feed_forward_length)
         pytest.skip(str(exc))
     assert cb.dry_run_bytes == c["breakdown"]["CPU"]["compute"]
