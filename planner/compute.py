@@ -31,7 +31,6 @@ from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
-from rsplan.planner.ggml_alloc import reserve_size
 
 #: The program whose n_outputs_max is meant.
 Tool = Literal["server", "cli"]
@@ -124,11 +123,9 @@ def compute_buffer(
         ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
     """
     from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
-    from rsplan.planner.graphs.common import GraphParams
 
     builders = MTP_BUILDERS if mtp_draft else BUILDERS
-    builder = builders.get(spec.arch)
-    if builder is None:
+    if spec.arch not in builders:
         what = "MTP draft compute-buffer model" if mtp_draft else "compute-buffer model"
         raise ComputeModelError(
             f"no {what} for arch '{spec.arch}' (modelled: {', '.join(sorted(builders))}); "
@@ -139,6 +136,12 @@ def compute_buffer(
             f"model '{spec.name}' does not give its vocabulary size (vocab_size), which sizes the logits; "
             "pass --compute to give the size"
         )
+    from rsplan.planner.ggml_alloc import reserve_size
+    from rsplan.planner.graphs import builder as graph_builder
+    from rsplan.planner.graphs.common import GraphParams
+
+    build = graph_builder(builders, spec.arch)
+    assert build is not None
     layout = layout or cache_layout(spec)
     if mtp_draft:
         from rsplan.planner.outputs import OutputsError, mtp_draft_layout
@@ -164,7 +167,7 @@ def compute_buffer(
             n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
             layout=layout, ctx=ctx, embeddings=embeddings,
         )
-        graph = builder(p)
+        graph = build(p)
         return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_ALIGNMENT))
 
     n_outputs_pp = min(n_tokens, n_out_max)
