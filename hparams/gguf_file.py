@@ -110,6 +110,7 @@ class GGUFIndex:
         data_offset: where the tensor data starts.
         data_bytes: bytes of the data section (tensors padded to the alignment).
         alignment: data alignment, bytes.
+        tensors: (name, bytes) of each tensor, in file order.
     """
 
     version: int
@@ -120,6 +121,7 @@ class GGUFIndex:
     data_offset: int
     data_bytes: int
     alignment: int
+    tensors: tuple[tuple[str, int], ...] = ()
 
     @property
     def weights_bytes(self) -> int:
@@ -307,8 +309,9 @@ def _alignment(cur: _Cursor, tables: _Tables, entries: dict[str, _Entry]) -> int
 
 def _scan_tensors(
     cur: _Cursor, tables: _Tables, n_tensors: int, alignment: int
-) -> tuple[dict[str, int], dict[str, int], int]:
-    """The tensor infos: bytes and counts per ggml type, and the data section's size (padded)."""
+) -> tuple[dict[str, int], dict[str, int], int, tuple[tuple[str, int], ...]]:
+    """The tensor infos: bytes and counts per ggml type, the data section's offset, and each tensor's bytes."""
+    sizes: list[tuple[str, int]] = []
     seen: set[bytes] = set()
     tensor_bytes: dict[str, int] = {}
     tensor_counts: dict[str, int] = {}
@@ -353,6 +356,7 @@ def _scan_tensors(
         expected_offset += _pad(n_bytes, alignment)
         tensor_bytes[type_name] = tensor_bytes.get(type_name, 0) + n_bytes
         tensor_counts[type_name] = tensor_counts.get(type_name, 0) + 1
+        sizes.append((name, n_bytes))
         last = (name, offset + n_bytes)
     data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
     if n_tensors and data_offset + last[1] > cur.size:
@@ -361,7 +365,7 @@ def _scan_tensors(
             f"data ends at byte {data_offset + last[1]}, beyond the end of the file ({cur.size} bytes): "
             "truncated or corrupt",
         )
-    return tensor_bytes, tensor_counts, data_offset
+    return tensor_bytes, tensor_counts, data_offset, tuple(sizes)
 
 
 @contextmanager
@@ -394,7 +398,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
     version, n_tensors, n_kv = _scan_header(cur, tables)
     entries = _scan_kv(cur, tables, n_kv)
     alignment = _alignment(cur, tables, entries)
-    tensor_bytes, tensor_counts, data_offset = _scan_tensors(cur, tables, n_tensors, alignment)
+    tensor_bytes, tensor_counts, data_offset, sizes = _scan_tensors(cur, tables, n_tensors, alignment)
     return GGUFIndex(
         version=version,
         entries=entries,
@@ -404,6 +408,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
         data_offset=data_offset,
         data_bytes=sum(_pad(n, alignment) for n in tensor_bytes.values()),
         alignment=alignment,
+        tensors=sizes,
     )
 
 

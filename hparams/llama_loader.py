@@ -26,6 +26,7 @@ from rsplan.hparams.archs import ArchInfo, arch_info
 from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelSpec
 
 KEY_ARCH = "general.architecture"
+KEY_TOKENS = "tokenizer.ggml.tokens"
 KEY_NAME = "general.name"
 
 #: Element types llama.cpp's get_arr accepts for a per-layer u32 array (llama_model_loader::get_arr).
@@ -230,6 +231,15 @@ def load_spec(
         _read_into(r, attention, "attention", dim)
     _read_arch_keys(r, info, data, attention, n_layer_all)
     data["attention"] = attention
+    for key in ("expert_count", "expert_used_count", "expert_feed_forward_length",
+                "expert_shared_feed_forward_length", "leading_dense_block_count"):
+        value = r.u32(key, required=False)
+        if value is not None:
+            data[key] = value
+    tokens = meta.info(KEY_TOKENS)
+    if tokens is not None and tokens.type == "arr" and tokens.count > 0:
+        data["vocab_size"] = tokens.count
+        r.sources["vocab_size"] = f"{KEY_TOKENS} (array length)"
     if weights_bytes is not None:
         data["weights_bytes"] = weights_bytes
     if description is not None:

@@ -39,9 +39,8 @@ from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max
 MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
 DEFAULT_FIT_TARGET_MIB = 1024
-#: rsplan's default compute-buffer allowance per device. llama.cpp sizes its compute buffers from the
-#: graph (n_ubatch, vocabulary, attention layout, flash attention...), which rsplan does not model; a few hundred
-#: MiB is typical at ``-ub 512``. Measure yours (the ``compute buffer size`` log line) and pass ``--compute``.
+#: The compute-buffer allowance per device for archs planner.compute does not model (a few hundred MiB is typical
+#: at ``-ub 512``); for the others ``rsplan capacity`` charges the modelled compute buffer.
 DEFAULT_COMPUTE_BYTES = 512 * MIB
 #: The first rung of the default context ladder, tokens per sequence.
 LADDER_START = 4096
@@ -78,7 +77,8 @@ class Budget:
         weights_bytes: the model's weights, or None when unknown (then NOT counted, and said so).
         weights_source: where weights_bytes comes from.
         margin_bytes: per device, the margin left free (``--fit-target``).
-        compute_bytes: per device, the compute-buffer allowance (``--compute``).
+        compute_bytes: per device, the compute buffer charged (``--compute``, or planner.compute's figure).
+        compute_source: where compute_bytes comes from.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -86,6 +86,7 @@ class Budget:
     weights_source: str
     margin_bytes: tuple[int, ...]
     compute_bytes: int
+    compute_source: str = "--compute"
 
     def __post_init__(self) -> None:
         if not self.devices:

@@ -104,3 +104,15 @@ def _lines(plan: MemoryPlan, name: str, rule: BufferRule, has_kv_cache: bool) ->
 
 def _padded(tensors: list[TensorPlan], rule: BufferRule) -> int:
     return sum(alloc_nbytes(rule, t) for t in tensors)
+
+
+def output_buffer_line(buffer_type: str, n_bytes: int) -> str:
+    """llama_context's ``output buffer size`` line (printed before the cache lines)."""
+    return _c_fmt("llama_context: %10s  output buffer size = %8.2f MiB", buffer_type, n_bytes / 1024.0 / 1024.0)
+
+
+def compute_buffer_line(buffer_type: str, n_bytes: int) -> str | None:
+    """sched_reserve's ``compute buffer size`` line (llama.cpp prints it only above 1 byte)."""
+    if n_bytes <= 1:
+        return None
+    return _c_fmt("sched_reserve: %10s compute buffer size = %8.2f MiB", buffer_type, n_bytes / 1024.0 / 1024.0)

@@ -42,9 +42,9 @@ BUDGET_OPTIONS: list[Decorator] = [
                  "size in the model file, weights are NOT counted (the output says so)."),
     click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
-    click.option("--compute", "compute", metavar="SIZE", default="512MiB", show_default=True,
-                 help="Compute-buffer allowance per GPU. llama.cpp's real compute buffer depends on the graph "
-                 "(-ub, vocabulary, attention); read its 'compute buffer size' log line and pass it here."),
+    click.option("--compute", "compute", metavar="SIZE", default=None,
+                 help="Compute buffer per GPU. Default: llama.cpp's compute buffer for -c/-np as rsplan models "
+                 "it (llama-server's outputs), or 512MiB for archs it does not model."),
     click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "n_gpu_layers", metavar="N|all", default=None,
                  help="Layers on the GPUs, counted from the last (llama.cpp -ngl); default all."),
     click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
@@ -200,7 +200,7 @@ def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[
         margins = margins * len(devices)
     elif len(margins) != len(devices):
         raise RsplanError(f"--fit-target has {len(margins)} values for {len(devices)} device(s)")
-    compute = size_or_zero(options["compute"], "--compute")
+    compute_flag = None if options["compute"] is None else size_or_zero(options["compute"], "--compute")
     weights_flags = list(options["weights"])
     if weights_flags and len(weights_flags) != len(specs):
         models = f"{len(specs)} model" + ("s" if len(specs) > 1 else "")
@@ -213,7 +213,8 @@ def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[
             weights, source = spec.weights_bytes, f"weights_bytes of {ref}"
         else:
             weights, source = None, "unknown for this model: NOT counted (give --weights SIZE)"
-        budget = Budget(tuple(devices), weights, source, tuple(margins), compute)
+        compute, compute_source = _compute_bytes(spec, params, compute_flag, options)
+        budget = Budget(tuple(devices), weights, source, tuple(margins), compute, compute_source)
         planner = CapacityPlanner(
             spec, params, budget,
             n_gpu_layers=_parse_ngl(options["n_gpu_layers"]),
@@ -225,6 +226,22 @@ def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[
         planner.check_request()
         planners.append(planner)
     return planners
+
+
+def _compute_bytes(spec: Any, params: Any, flag: int | None, options: dict[str, Any]) -> tuple[int, str]:
+    """The compute buffer charged to each GPU, and where the figure comes from."""
+    from rsplan.planner.capacity import DEFAULT_COMPUTE_BYTES
+    from rsplan.planner.compute import ComputeModelError, compute_buffer
+
+    if flag is not None:
+        return flag, f"--compute {options['compute']}"
+    try:
+        cb = compute_buffer(spec, params)
+    except ComputeModelError as exc:
+        return DEFAULT_COMPUTE_BYTES, f"an allowance: {exc}"
+    return cb.bytes, (f"llama.cpp's compute buffer at -c {params.n_ctx} -np {params.n_seq_max} "
+                      f"(n_outputs_max {cb.n_outputs_max}, as llama-server; CPU-backend graph, used for every "
+                      "setting searched)")
 
 
 def pop_budget_options(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,9 @@ OUTPUT_OPTIONS = [
     click.option("--backend", default="CPU", show_default=True, metavar="NAME",
                  help="Where llama.cpp allocates the caches: the buffer of the table (CPU, CUDA0, ...) and of "
                  "--format log (also ROCm0, MUSA0, SYCL0, MTL0, Vulkan0[:ALIGN]); its rules pad each tensor."),
+    click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
+                 help="Whose n_outputs_max sizes the compute buffer: llama-server (-np x (1 + draft)) or "
+                 "llama-cli/llama-bench/library (n_batch)."),
 ]
 
 
@@ -41,7 +44,7 @@ OUTPUT_OPTIONS = [
 @engine_options
 @section("Output", OUTPUT_OPTIONS)
 @user_errors
-def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: str, engine: str,
+def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: str, tool: str, engine: str,
              **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
     vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).
@@ -64,8 +67,6 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
         return
     from rsplan.planner.plan import build_plan
 
-    if fmt == "json" and ctx.get_parameter_source("backend") != ParameterSource.DEFAULT:
-        raise click.UsageError("--backend applies to --format table and log (json has every buffer)", ctx)
     if fmt != "table" and per_layer:
         raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
     if fmt == "log" and len(refs) > 1:
@@ -79,20 +80,37 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
         buffer = parse_backend(backend)
     except BackendError as exc:
         raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
-    if fmt == "table" and not _TABLE_BACKEND.match(backend):
-        raise click.BadParameter(f"'{backend}': the table shows CPU or CUDA0, CUDA1, ... buffers; "
-                                 "the other backends' lines come with --format log", ctx, param_hint="--backend")
+    breakdown_backend = _TABLE_BACKEND.match(backend) is not None
+    if fmt != "log" and not breakdown_backend:
+        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, CUDA1, ... buffers; "
+                                 "the other backends' cache lines come with --format log", ctx, param_hint="--backend")
+    from rsplan.planner.breakdown import build_breakdown
+
+    spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
     specs = [load_model(ref) for ref in refs]
     plans = [build_plan(spec, params) for spec in specs]
+    n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
+    # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
+    breakdowns = [build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
+                                  mtp=spec_type == "mtp", tensors=_tensor_table(ref)) if breakdown_backend else None
+                  for ref, spec, plan in zip(refs, specs, plans, strict=True)]
     if fmt == "json":
-        dicts = [plan.to_dict() for plan in plans]
+        dicts = [{**plan.to_dict(), **bd.to_dict()}
+                 for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     elif fmt == "log":
-        from rsplan.planner.logs import log_lines
+        from rsplan.planner.logs import compute_buffer_line, log_lines, output_buffer_line
 
+        breakdown = breakdowns[0]
+        if breakdown is not None and breakdown.output_buffer is not None:
+            click.echo(output_buffer_line(breakdown.output_buffer.buffer_type, breakdown.output_buffer.bytes))
         for line in log_lines(plans[0], backend=buffer, has_kv_cache=specs[0].info.memory == "hybrid"):
             click.echo(line)
+        for row in breakdown.breakdown if breakdown is not None else ():
+            line = compute_buffer_line(row.buffer_type, row.compute_bytes) if row.compute_bytes else None
+            if line:
+                click.echo(line)
     elif len(plans) > 1:
         from rsplan.render.plan_table import render_comparison
 
@@ -100,7 +118,26 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     else:
         from rsplan.render.plan_table import render_plan
 
-        click.echo(render_plan(plans[0], per_layer=per_layer, backend=backend))
+        click.echo(render_plan(plans[0], per_layer=per_layer, backend=backend, breakdown=breakdowns[0]))
+
+
+def _tensor_table(model_ref: str) -> tuple[tuple[str, int], ...] | None:
+    """A local single-file GGUF's tensor table (name, bytes), for exact model bytes; None for other model sources
+    (presets, config.json, hub ids, remote GGUFs) and split GGUFs."""
+    from pathlib import Path
+
+    from rsplan.hparams.sources import resolve_model
+
+    if not Path(model_ref).exists():
+        return None
+
+    kind, path = resolve_model(model_ref)
+    if kind != "gguf":
+        return None
+    from rsplan.hparams.gguf_file import read_gguf
+
+    model = read_gguf(path)
+    return model.index.tensors if len(model.files) == 1 else None
 
 
 def _estimate_engine(refs: list[str], engine: str, values: dict[str, Any], per_layer: bool, fmt: str,
@@ -109,8 +146,10 @@ def _estimate_engine(refs: list[str], engine: str, values: dict[str, Any], per_l
     from rsplan.hparams.sources import load_model
     from rsplan.planner.engines import engine as load_engine
 
-    if fmt == "log" or per_layer or ctx.get_parameter_source("backend") != ParameterSource.DEFAULT:
-        given = "--format log" if fmt == "log" else "--per-layer" if per_layer else "--backend"
+    if (fmt == "log" or per_layer or ctx.get_parameter_source("backend") != ParameterSource.DEFAULT
+            or ctx.get_parameter_source("tool") != ParameterSource.DEFAULT):
+        given = ("--format log" if fmt == "log" else "--per-layer" if per_layer
+                 else "--backend" if ctx.get_parameter_source("backend") != ParameterSource.DEFAULT else "--tool")
         raise click.UsageError(f"{given} applies to --engine llama.cpp only", ctx)
     rules = load_engine(engine)
     settings = rules.settings(values)

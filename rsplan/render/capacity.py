@@ -62,6 +62,7 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
             "weights_bytes": planner.weights_on_device[i],
             "margin_bytes": budget.margin_bytes[i],
             "compute_bytes": budget.compute_bytes,
+            "compute_source": budget.compute_source,
             "cache_budget_bytes": planner.cache_budget[i],
             "cache_bytes": result.usage.devices[i].total_bytes,
             "kv_bytes": result.usage.devices[i].kv_bytes,
@@ -153,11 +154,7 @@ def notes(planner: CapacityPlanner) -> list[str]:
     out = []
     if planner.budget.weights_bytes is None:
         out.append("weights are NOT counted: their size is unknown for this model (give --weights SIZE)")
-    out.append(
-        f"compute buffer: an allowance of {human(planner.budget.compute_bytes)} per GPU (--compute); llama.cpp's "
-        "real compute buffer depends on the graph (-ub, vocabulary, attention) - check its 'compute buffer size' "
-        "log line"
-    )
+    out.append(f"compute buffer: {human(planner.budget.compute_bytes)} per GPU, {planner.budget.compute_source}")
     if planner.placement.n_devices > 1 or planner.placement.n_gpu_layers <= planner.placement.n_layer_all:
         out.append("weights per device are spread evenly over the offloadable layers (an estimate); cache bytes "
                    "per device are exact")
@@ -191,8 +188,7 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
                      f"from {budget.weights_source}")
     margins = sorted(set(budget.margin_bytes))
     lines.append("Margin:   " + ", ".join(human(m) for m in margins) + " per GPU (--fit-target)")
-    lines.append(f"Compute:  {human(budget.compute_bytes)} per GPU (allowance, --compute; llama.cpp's real compute "
-                 "buffer depends on the graph)")
+    lines.append(f"Compute:  {human(budget.compute_bytes)} per GPU ({budget.compute_source})")
     lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches")
     lines.append("")
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rsplan.planner.plan import BUFFER_RULES, MemoryPlan, TensorPlan
 from rsplan.render.tables import prose, table
-from rsplan.render.units import mib
+from rsplan.render.units import human, mib
+
+if TYPE_CHECKING:
+    from rsplan.planner.breakdown import Breakdown
 
 _KIND_LABEL = {"k": "K", "v": "V", "r": "R (conv state)", "s": "S (recurrent state)"}
 
@@ -79,7 +84,8 @@ def buffers_table(plan: MemoryPlan, backend: str = "CPU") -> str:
     ])
 
 
-def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU") -> str:
+def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU",
+                breakdown: Breakdown | None = None) -> str:
     parts = [
         f"model {plan.model} (arch {plan.arch})",
         prose(context_line(plan)),
@@ -89,6 +95,8 @@ def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU")
     if per_layer:
         parts += ["", per_layer_table(plan)]
     parts += ["", buffers_table(plan, backend)]
+    if breakdown is not None:
+        parts += ["", breakdown_table(breakdown)]
     parts += [prose(f"note: {w}") for w in plan.warnings]
     return "\n".join(parts)
 
@@ -131,3 +139,39 @@ def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
                                f"{p.context.n_rs_seq}: {p.context.n_rs_seq_clamp_reason}"))
         parts += [prose(f"note ({p.model}): {w}") for w in p.warnings]
     return "\n".join(parts)
+
+
+def breakdown_table(bd: Breakdown) -> str:
+    """The breakdown in llama.cpp's shape (common_memory_breakdown_print): one row per device, the host buffer
+    types as "Host", in MiB, with the exact bytes beside; then the output buffer and the compute graphs."""
+
+    def cell(n: int | None) -> str:
+        return "?" if n is None else mib(n)
+
+    rows = []
+    for r in bd.breakdown:
+        parts = (r.model_bytes, r.context_bytes, r.compute_bytes)
+        self_bytes = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+        rows.append([f"{r.device} ({r.buffer_type})", cell(self_bytes), cell(r.model_bytes), cell(r.context_bytes),
+                     cell(r.compute_bytes), "?" if self_bytes is None else f"{self_bytes:,}"])
+    lines = [table(rows, ["memory breakdown [MiB]", "self", "model", "context", "compute", "self bytes"],
+                   align=("left", "right", "right", "right", "right", "right"))]
+    if bd.output_buffer is not None:
+        o = bd.output_buffer
+        lines.append(f"output buffer ({o.buffer_type}): {o.bytes:,} bytes (logits of {o.n_outputs} outputs), "
+                     f"grows to {o.grown_bytes:,} bytes at n_outputs_max")
+    if bd.compute is not None:
+        c = bd.compute
+        graphs = "; ".join(f"{g.name} {g.n_tokens} tokens, {g.n_outputs} outputs: {g.bytes:,}" for g in c.graphs)
+        lines.append(f"compute buffer ({c.buffer_type}, n_outputs_max {c.n_outputs_max} as {c.tool}): {graphs}")
+    if bd.mtp_draft is not None:
+        d = bd.mtp_draft
+        compute = "?" if d.compute_bytes is None else f"{d.compute_bytes:,}"
+        lines.append(f"MTP draft context ({d.buffer_type}): KV {d.kv_bytes:,} bytes, compute {compute} bytes")
+    if bd.server_host is not None and bd.server_host.checkpoint_bytes is not None:
+        h = bd.server_host
+        lines.append(f"llama-server host memory: context checkpoints {h.checkpoint_bytes:,} bytes each, up to "
+                     f"{h.n_checkpoints_per_slot} per slot x {h.n_slots} slots = {h.checkpoints_max_bytes:,} bytes "
+                     f"(--ctx-checkpoints); prompt cache up to {human(h.cache_ram_limit_bytes or 0)} (--cache-ram)")
+    lines += [f"note: {n}" for n in bd.notes]
+    return "\n".join(prose(line) for line in lines)

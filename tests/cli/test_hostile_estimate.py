@@ -240,7 +240,9 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
 # -- flags that do nothing with the format asked for, and buffer names rsplan cannot size -------------------------
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--backend", "CPU", "--format", "json"), "--backend applies to --format table and log (json has every buffer)"),
+    (("--backend", "ROCm0", "--format", "json"),
+     "Invalid value for --backend: 'ROCm0': the table and json show CPU or CUDA0, CUDA1, ... buffers; the other "
+     "backends' cache lines come with --format log"),
     (("--per-layer", "--format", "json"), "--per-layer applies to --format table only (--format json has every "
                                           "tensor)"),
     (("--per-layer", "--format", "log"), "--per-layer applies to --format table only (--format log has every "
@@ -250,9 +252,9 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
     (("--backend", "\x1b[31m", "--format", "log"),
      "Invalid value for --backend: '\\x1b[31m' is not a buffer rsplan knows the sizes of: " + NAMES_HELP),
     (("--backend", "Vulkan0"),
-     "Invalid value for --backend: 'Vulkan0': the table shows CPU or CUDA0, CUDA1, ... buffers; the other "
-     "backends' lines come with --format log"),
-], ids=["backend with json", "per-layer with json", "per-layer with log", "OpenCL0", "ESC", "Vulkan0 table"])
+     "Invalid value for --backend: 'Vulkan0': the table and json show CPU or CUDA0, CUDA1, ... buffers; the other "
+     "backends' cache lines come with --format log"),
+], ids=["ROCm0 with json", "per-layer with json", "per-layer with log", "OpenCL0", "ESC", "Vulkan0 table"])
 def test_flags_that_would_be_ignored_or_misread(args, message):
     r = run("-m", "lfm2-1.2b", *args)
     assert one_line_error(r) == f"{message} (see 'rsplan estimate --help')"
@@ -262,7 +264,10 @@ def test_flags_that_would_be_ignored_or_misread(args, message):
 def test_cuda_backend_log():
     r = run("-m", "lfm2-1.2b", "--backend", "CUDA1", "--format", "log")
     assert r.exit_code == 0, r.output
-    assert r.output.splitlines()[0].startswith("llama_kv_cache:      CUDA1 KV buffer size =")
+    lines = r.output.splitlines()
+    # lfm2-1.2b: 65536 logits of f32 for one sequence, in the GPU's pinned host memory
+    assert lines[0] == "llama_context:  CUDA_Host  output buffer size =     0.25 MiB"
+    assert lines[1].startswith("llama_kv_cache:      CUDA1 KV buffer size =")
 
 
 def test_a_directory_named_config_json_in_a_model_directory(tmp_path):

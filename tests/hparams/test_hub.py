@@ -136,8 +136,16 @@ def test_hub_id_estimates_as_the_local_config(hub: FakeHub, tmp_path: Path, esti
     local = tmp_path / "LFM2-700M"
     local.mkdir()
     (local / "config.json").write_bytes(LFM2_CONFIG)
-    # llama.cpp's caches: the same bytes as from the local config.json
-    assert estimate_json("LiquidAI/LFM2-700M", "-c", "8192") == estimate_json(local, "-c", "8192")
+    # llama.cpp's caches: the same bytes as from the local config.json (the whole-device breakdown differs: the
+    # hub id knows the checkpoint's weight bytes, the bare config.json does not)
+    remote_plan, local_plan = (estimate_json(m, "-c", "8192") for m in ("LiquidAI/LFM2-700M", local))
+    breakdown_keys = {"breakdown", "notes", "output_buffer", "compute", "mtp_draft", "server_host"}
+    assert {k: v for k, v in remote_plan.items() if k not in breakdown_keys} == {
+        k: v for k, v in local_plan.items() if k not in breakdown_keys}
+    def context(plan: dict[str, Any]) -> list[int]:
+        return [r["context_bytes"] for r in plan["breakdown"]]
+
+    assert context(remote_plan) == context(local_plan)
     assert estimate_json("LiquidAI/LFM2-700M", "--engine", "vllm") == estimate_json(local, "--engine", "vllm")
     # vLLM's budget: now the real weight bytes (unknown from a bare config.json), so a smaller KV pool
     remote, here = (json.loads(rsplan("capacity", "--model", str(m), "--engine", "vllm", "--budget", "80GiB",

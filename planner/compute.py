@@ -1,0 +1,184 @@
+"""The compute buffer llama.cpp reserves for a context, per backend buffer type.
+
+llama.cpp 0c1e57098, src/llama-context.cpp ``sched_reserve``: the scheduler's graph allocator reserves three graphs
+in turn and keeps, per buffer, the largest size any of them needed (``ggml_gallocr_reserve_n`` only ever grows a
+buffer):
+
+1. pp: ``n_tokens = min(n_ctx, n_ubatch)`` tokens (rounded up to a multiple of n_seq_max) in ``n_seq_max``
+   sequences, ``n_outputs = min(n_tokens, n_outputs_max)`` rows of logits;
+2. tg: ``n_seq_max`` tokens, one per sequence, ``n_seq_max`` outputs;
+3. pp again (for kimi-linear and minimax-01 with one sequence: a tensor there grows with the square of the
+   tokens per sequence).
+
+Under ``no_alloc`` (``llama-fit-params``, a dry run) llama.cpp records the size of graph 1 only; a real run
+allocates the maximum. ``compute_buffer`` returns both.
+
+``n_outputs_max`` depends on the program: llama-cli, llama-bench and library users leave it at 0, which means
+``n_batch``; llama-server sets it to ``min(n_batch, n_parallel * (1 + n_draft))`` (tools/server/server-context.cpp
+``server_output_limits``, common/speculative.cpp ``common_speculative_get_output_limits``). rsplan defaults to the
+server's value, since serving is what rsplan plans for.
+
+Each graph is built from shape rules (planner.graphs) and placed by a model of ggml's allocator
+(planner.ggml_alloc). Only the CPU backend is modelled: one backend, one buffer type (``CPU``), alignment 32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.layout import CacheLayout, cache_layout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
+
+#: The program whose n_outputs_max is meant.
+Tool = Literal["server", "cli"]
+TOOLS: tuple[str, ...] = ("server", "cli")
+#: ggml-cpu's buffer alignment (TENSOR_ALIGNMENT), bytes.
+CPU_ALIGNMENT = 32
+#: Archs whose third reserve graph uses one sequence ([TAG_RESERVE_DIAG_DECAY] in llama-context.cpp).
+ONE_SEQ_RESERVE_ARCHS = frozenset({"kimi-linear", "minimax-01"})
+
+
+class ComputeModelError(RsplanError):
+    """No compute-buffer model for this model (arch not modelled, or a size it needs is unknown)."""
+
+
+@dataclass(frozen=True)
+class ReserveGraph:
+    """One graph llama.cpp reserves: its ubatch and the buffer bytes it needs."""
+
+    name: str  # pp, tg
+    n_tokens: int
+    n_seqs: int
+    n_outputs: int
+    n_nodes: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ComputeBuffer:
+    """The compute buffer of one backend buffer type.
+
+    Attributes:
+        buffer_type: llama.cpp's name of the buffer type (``CPU``).
+        bytes: what a real run allocates (the largest reserve).
+        dry_run_bytes: what ``no_alloc`` runs (llama-fit-params, ``llama_get_memory_breakdown`` under no_alloc)
+            report: the first pp graph's size.
+        n_outputs_max: the n_outputs_max the context was created with.
+        tool: whose n_outputs_max (server or cli).
+        graphs: each reserve graph and its size.
+    """
+
+    buffer_type: str
+    bytes: int
+    dry_run_bytes: int
+    n_outputs_max: int
+    tool: str
+    graphs: tuple[ReserveGraph, ...]
+
+
+def n_outputs_max_for(tool: str, ctx: EffectiveContext, n_draft: int = 0) -> int:
+    """``cparams.n_outputs_max`` as ``tool`` sets it: n_batch for llama-cli/bench/library users, else the server's
+    ``min(n_batch, n_parallel * (1 + n_draft))`` (at least 1)."""
+    if tool == "cli":
+        return ctx.n_batch
+    if tool == "server":
+        return max(1, min(ctx.n_batch, ctx.n_seq_max * (1 + max(0, n_draft))))
+    raise ComputeModelError(f"unknown tool '{tool}' (allowed: {', '.join(TOOLS)})")
+
+
+def has_compute_model(arch: str) -> bool:
+    from rsplan.planner.graphs import BUILDERS
+
+    return arch in BUILDERS
+
+
+def compute_buffer(
+    spec: ModelSpec,
+    params: ContextParams,
+    *,
+    tool: str = "server",
+    n_draft: int = 0,
+    n_outputs_max: int | None = None,
+    embeddings: bool = False,
+    mtp_draft: bool = False,
+    layout: CacheLayout | None = None,
+) -> ComputeBuffer:
+    """The CPU compute buffer llama.cpp reserves for ``spec`` under ``params``.
+
+    Args:
+        spec: the model; its ``vocab_size`` must be known (the logits tensor is n_vocab x n_outputs f32).
+        params: the context flags.
+        tool: ``server`` (llama-server's n_outputs_max) or ``cli`` (n_batch: llama-cli, llama-bench, library).
+        n_draft: the server's draft length (``--draft-max`` with a speculative type, else 0).
+        n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch); overrides ``tool``.
+        embeddings: ``--embeddings`` (LFM2 then builds no lm head).
+        mtp_draft: size the ``--spec-type mtp`` draft context instead (its graph over the nextn layer, its own
+            KV cache over that layer, no rollback planes); same flags as the target.
+        layout: ``cache_layout(spec)`` when already computed.
+
+    Raises:
+        ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
+    """
+    from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
+
+    builders = MTP_BUILDERS if mtp_draft else BUILDERS
+    if spec.arch not in builders:
+        what = "MTP draft compute-buffer model" if mtp_draft else "compute-buffer model"
+        raise ComputeModelError(
+            f"no {what} for arch '{spec.arch}' (modelled: {', '.join(sorted(builders))}); "
+            "pass --compute to give the size"
+        )
+    if spec.vocab_size is None:
+        raise ComputeModelError(
+            f"model '{spec.name}' does not give its vocabulary size (vocab_size), which sizes the logits; "
+            "pass --compute to give the size"
+        )
+    from rsplan.planner.ggml_alloc import reserve_size
+    from rsplan.planner.graphs import builder as graph_builder
+    from rsplan.planner.graphs.common import GraphParams
+
+    build = graph_builder(builders, spec.arch)
+    assert build is not None
+    layout = layout or cache_layout(spec)
+    if mtp_draft:
+        from rsplan.planner.outputs import OutputsError, mtp_draft_layout
+
+        try:
+            layout = mtp_draft_layout(spec, layout)
+        except OutputsError as exc:
+            raise ComputeModelError(str(exc)) from None
+        params = params.replace(n_rs_seq=0)
+    ctx = resolve_context(layout, params)
+    if n_outputs_max is not None:
+        n_out_max = n_outputs_max or ctx.n_batch
+        tool = "explicit"
+    else:
+        n_out_max = n_outputs_max_for(tool, ctx, n_draft)
+    n_seqs = ctx.n_seq_max
+    n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
+
+    def reserve(name: str, n_tok: int, n_sq: int, n_out: int) -> ReserveGraph:
+        n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
+        p = GraphParams(
+            n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
+            n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
+            layout=layout, ctx=ctx, embeddings=embeddings,
+        )
+        graph = build(p)
+        return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_ALIGNMENT))
+
+    n_outputs_pp = min(n_tokens, n_out_max)
+    graphs = [reserve("pp", n_tokens, n_seqs, n_outputs_pp), reserve("tg", n_seqs, n_seqs, n_seqs)]
+    if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
+        graphs.append(reserve("pp (1 seq)", n_tokens, 1, n_outputs_pp))
+    return ComputeBuffer(
+        buffer_type="CPU",
+        bytes=max(gr.bytes for gr in graphs),
+        dry_run_bytes=graphs[0].bytes,
+        n_outputs_max=n_out_max,
+        tool=tool,
+        graphs=tuple(graphs),
+    )

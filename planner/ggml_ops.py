@@ -1,0 +1,272 @@
+"""The ggml ops llama.cpp's graphs use, as shape rules only (ggml/src/ggml.c, llama.cpp 0c1e57098).
+
+Each function returns the ``Tensor`` ggml would create: same op name, type, ``ne``, strides, sources and view
+source (a view's ``view_src`` is always the tensor that owns the memory, and its ``view_offs`` accumulates, as in
+``ggml_new_tensor_impl``). No data is computed. ``GraphBuilder.expand`` records nodes and leafs in the order
+``ggml_build_forward_expand`` does, so ``ggml_alloc.reserve_size`` sees the graph llama.cpp reserves.
+"""
+
+from __future__ import annotations
+
+from rsplan.hparams.ggml_types import GGMLType
+from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
+
+F32 = GGMLType("f32", 1, 4)
+F16 = GGMLType("f16", 1, 2)
+I32 = GGMLType("i32", 1, 4)
+I64 = GGMLType("i64", 1, 8)
+
+Shape = tuple[int, int, int, int]
+
+
+def _ne(*ne: int) -> Shape:
+    full = (*ne, 1, 1, 1, 1)[:4]
+    return (full[0], full[1], full[2], full[3])
+
+
+def _contiguous_nb(type_: GGMLType, ne: Shape) -> Shape:
+    nb0 = type_.type_size
+    nb1 = nb0 * (ne[0] // type_.block_size)
+    nb2 = nb1 * ne[1]
+    nb3 = nb2 * ne[2]
+    return (nb0, nb1, nb2, nb3)
+
+
+def new_tensor(type_: GGMLType, *ne: int, op: str = "NONE", src: tuple[Tensor, ...] = (), flags: int = 0,
+               external: bool = False, name: str = "") -> Tensor:
+    """A fresh contiguous tensor (ggml_new_tensor_Nd)."""
+    shape = _ne(*ne)
+    return Tensor(op=op, type=type_, ne=shape, nb=_contiguous_nb(type_, shape), src=src, flags=flags,
+                  external=external, name=name)
+
+
+def weight(*ne: int, name: str = "") -> Tensor:
+    """A model tensor: held by the model's buffers, never by the compute buffer (its type does not matter here)."""
+    return new_tensor(F32, *ne, external=True, name=name)
+
+
+def input_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
+    """ggml_new_tensor + ggml_set_input."""
+    return new_tensor(type_, *ne, flags=FLAG_INPUT, name=name)
+
+
+def _view(a: Tensor, op: str, ne: Shape, nb: Shape, offset: int, src: tuple[Tensor, ...] | None = None) -> Tensor:
+    root = a.view_src if a.view_src is not None else a
+    offs = offset + (a.view_offs if a.view_src is not None else 0)
+    return Tensor(op=op, type=a.type, ne=ne, nb=nb, src=(a,) if src is None else src, view_src=root,
+                  view_offs=offs)
+
+
+def reshape(a: Tensor, *ne: int) -> Tensor:
+    shape = _ne(*ne)
+    return _view(a, "RESHAPE", shape, _contiguous_nb(a.type, shape), 0)
+
+
+def view(a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: int) -> Tensor:
+    """ggml_view_Nd: ``ne`` of N dims, ``nb`` the N-1 outer strides."""
+    shape = _ne(*ne)
+    strides = [a.type.type_size, *nb]
+    for i in range(len(strides), 4):
+        strides.append(strides[i - 1] * shape[i - 1])
+    return _view(a, "VIEW", shape, (strides[0], strides[1], strides[2], strides[3]), offset)
+
+
+def view_tensor(a: Tensor, op: str, src: tuple[Tensor, ...]) -> Tensor:
+    """ggml_view_tensor(a) given ``op`` and ``src`` (in-place ops, CPY)."""
+    return _view(a, op, a.ne, a.nb, 0, src)
+
+
+def transpose(a: Tensor) -> Tensor:
+    ne = (a.ne[1], a.ne[0], a.ne[2], a.ne[3])
+    nb = (a.nb[1], a.nb[0], a.nb[2], a.nb[3])
+    return _view(a, "TRANSPOSE", ne, nb, 0)
+
+
+def permute(a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
+    ne = [0, 0, 0, 0]
+    nb = [0, 0, 0, 0]
+    for src_axis, dst_axis in enumerate((axis0, axis1, axis2, axis3)):
+        ne[dst_axis] = a.ne[src_axis]
+        nb[dst_axis] = a.nb[src_axis]
+    return _view(a, "PERMUTE", (ne[0], ne[1], ne[2], ne[3]), (nb[0], nb[1], nb[2], nb[3]), 0)
+
+
+def _like(op: str, a: Tensor, *src: Tensor) -> Tensor:
+    """ggml_dup_tensor(a) as the result of ``op`` (same type and shape, contiguous)."""
+    return Tensor(op=op, type=a.type, ne=a.ne, nb=_contiguous_nb(a.type, a.ne), src=(a, *src))
+
+
+def add(a: Tensor, b: Tensor) -> Tensor:
+    return _like("ADD", a, b)
+
+
+def mul(a: Tensor, b: Tensor) -> Tensor:
+    return _like("MUL", a, b)
+
+
+def rms_norm(a: Tensor) -> Tensor:
+    return _like("RMS_NORM", a)
+
+
+def sqr(a: Tensor) -> Tensor:
+    return _like("SQR", a)
+
+
+def unary(a: Tensor) -> Tensor:
+    """silu, exp, softplus, sigmoid, ...: GGML_OP_UNARY."""
+    return _like("UNARY", a)
+
+
+def cont(a: Tensor) -> Tensor:
+    return _like("CONT", a)
+
+
+def scale(a: Tensor) -> Tensor:
+    return _like("SCALE", a)
+
+
+def scale_inplace(a: Tensor) -> Tensor:
+    return view_tensor(a, "SCALE", (a,))
+
+
+def cpy(a: Tensor, b: Tensor) -> Tensor:
+    return view_tensor(b, "CPY", (a, b))
+
+
+def swiglu_split(a: Tensor, b: Tensor) -> Tensor:
+    return _like("GLU", a, b)
+
+
+def cont_nd(a: Tensor, *ne: int) -> Tensor:
+    """ggml_cont_2d/3d/4d: a contiguous copy of ``a`` with a new shape."""
+    return new_tensor(a.type, *ne, op="CONT", src=(a,))
+
+
+def set_rows(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+    """Rows of ``b`` written into ``a`` at indices ``c``: a view of ``a`` (sources in ggml's legacy order)."""
+    return view_tensor(a, "SET_ROWS", (b, c, a))
+
+
+def rope(a: Tensor, pos: Tensor) -> Tensor:
+    return _like("ROPE", a, pos)
+
+
+def soft_max_ext(a: Tensor, mask: Tensor | None) -> Tensor:
+    return _like("SOFT_MAX", a, *((mask,) if mask is not None else ()))
+
+
+def flash_attn_ext(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    src = (q, k, v, *((mask,) if mask is not None else ()))
+    return new_tensor(F32, v.ne[0], q.ne[2], q.ne[1], q.ne[3], op="FLASH_ATTN_EXT", src=src)
+
+
+def mul_mat_id(a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+    """Per-token expert matrices: [a.ne1, ids.ne0, b.ne2]."""
+    return new_tensor(F32, a.ne[1], ids.ne[0], b.ne[2], 1, op="MUL_MAT_ID", src=(a, b, ids))
+
+
+def repeat(a: Tensor, *ne: int) -> Tensor:
+    return new_tensor(a.type, *ne, op="REPEAT", src=(a,))
+
+
+def soft_max(a: Tensor) -> Tensor:
+    return _like("SOFT_MAX", a)
+
+
+def argsort_top_k(a: Tensor, k: int) -> Tensor:
+    """ggml_argsort_top_k: the first k columns of an I32 argsort."""
+    idx = new_tensor(I32, *a.ne, op="ARGSORT", src=(a,))
+    return view(idx, (k, idx.ne[1], idx.ne[2], idx.ne[3]), (idx.nb[1], idx.nb[2], idx.nb[3]), 0)
+
+
+def sum_rows(a: Tensor) -> Tensor:
+    return new_tensor(F32, 1, a.ne[1], a.ne[2], a.ne[3], op="SUM_ROWS", src=(a,))
+
+
+def clamp(a: Tensor) -> Tensor:
+    return _like("CLAMP", a)
+
+
+def div(a: Tensor, b: Tensor) -> Tensor:
+    return _like("DIV", a, b)
+
+
+def cast(a: Tensor, type_: GGMLType) -> Tensor:
+    """ggml_cast: a CPY into a new tensor of ``type_`` that lists itself as its second source."""
+    out = new_tensor(type_, *a.ne, op="CPY", src=(a,))
+    out.src = (a, out)
+    return out
+
+
+def is_contiguous(t: Tensor) -> bool:
+    """ggml_is_contiguous: rows packed, dimensions of size 1 ignored."""
+    next_nb = t.type.type_size
+    if t.ne[0] != t.type.block_size and t.nb[0] != next_nb:
+        return False
+    next_nb *= t.ne[0] // t.type.block_size
+    for i in range(1, 4):
+        if t.ne[i] != 1:
+            if t.nb[i] != next_nb:
+                return False
+            next_nb *= t.ne[i]
+    return True
+
+
+def get_rows(a: Tensor, b: Tensor) -> Tensor:
+    type_ = I32 if a.type == I32 else F32
+    return new_tensor(type_, a.ne[0], b.ne[0], b.ne[1], b.ne[2], op="GET_ROWS", src=(a, b))
+
+
+def mul_mat(a: Tensor, b: Tensor) -> Tensor:
+    return new_tensor(F32, a.ne[1], b.ne[1], b.ne[2], b.ne[3], op="MUL_MAT", src=(a, b))
+
+
+def concat(a: Tensor, b: Tensor, dim: int) -> Tensor:
+    ne = list(a.ne)
+    ne[dim] += b.ne[dim]
+    return new_tensor(a.type, *ne, op="CONCAT", src=(a, b))
+
+
+def ssm_conv(sx: Tensor, c: Tensor) -> Tensor:
+    d_conv, d_inner = c.ne[0], c.ne[1]
+    return new_tensor(F32, d_inner, sx.ne[0] - d_conv + 1, sx.ne[2], op="SSM_CONV", src=(sx, c))
+
+
+def ssm_scan(s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor, k: int) -> Tensor:
+    """y for every token, then K state planes per sequence, in one f32 vector."""
+    n = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3] + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+    return new_tensor(F32, n, op="SSM_SCAN", src=(s, x, dt, a, b, c, ids))
+
+
+class GraphBuilder:
+    """Collects nodes and leafs in ``ggml_build_forward_expand`` order (sources first, left to right)."""
+
+    def __init__(self) -> None:
+        self.graph = Graph()
+        self._seen: set[int] = set()
+
+    def expand(self, tensor: Tensor) -> Tensor:
+        """ggml_visit_parents: a tensor is marked when first entered, its sources are visited left to right,
+        then it is appended (op NONE: to the leafs, else to the nodes)."""
+        if id(tensor) in self._seen:
+            return tensor
+        self._seen.add(id(tensor))
+        stack: list[tuple[Tensor, int]] = [(tensor, 0)]
+        while stack:
+            t, i = stack.pop()
+            if i < len(t.src):
+                stack.append((t, i + 1))
+                s = t.src[i]
+                if id(s) not in self._seen:
+                    self._seen.add(id(s))
+                    stack.append((s, 0))
+                continue
+            if t.op == "NONE":
+                self.graph.leafs.append(t)
+            else:
+                self.graph.nodes.append(t)
+        return tensor
+
+    @staticmethod
+    def set_output(t: Tensor) -> None:
+        t.flags |= FLAG_OUTPUT

@@ -1,0 +1,155 @@
+"""Attention over the KV cache (src/llama-graph.cpp ``build_attn_inp_kv``, ``build_attn``, ``build_attn_mha``;
+src/llama-kv-cache.cpp ``cpy_k``, ``cpy_v``, ``get_k``, ``get_v``), for the reserve graph: every cell of every
+stream is attended (``n_kv`` = cells per stream)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml_alloc import Tensor
+from rsplan.planner.graphs.common import LlamaGraph
+
+
+@dataclass(frozen=True)
+class AttnInputs:
+    k_idxs: Tensor
+    v_idxs: Tensor
+    kq_mask: Tensor
+    k_rot: Tensor | None  # Hadamard rotation of Q and K (quantized K cache)
+    v_rot: Tensor | None  # Hadamard rotation of V and the output (quantized V cache)
+
+
+#: The V rotation is always 64 x 64 (llama_kv_cache::build_input_v_rot).
+V_ROT = 64
+
+
+def _k_rot_size(head_dim: int) -> int:
+    """llama_kv_cache::build_input_k_rot: the largest power of two >= 64 that divides the K head dim."""
+    nrot = 64
+    while True:
+        nrot *= 2
+        if head_dim % nrot:
+            break
+    return nrot // 2
+
+
+def _rotations(lg: LlamaGraph) -> tuple[int | None, int | None]:
+    """(K rotation size, V rotation size), or None where llama.cpp rotates nothing: it rotates a quantized cache
+    when every KV layer has the same head dim and that dim is a multiple of 64 (llama_kv_cache constructor)."""
+    p, ctx = lg.p, lg.p.ctx
+    dims_k = {d for il, d in enumerate(p.layout.head_dim_k) if il in _kv_ids(p)}
+    dims_v = {d for il, d in enumerate(p.layout.head_dim_v) if il in _kv_ids(p)}
+    k = v = None
+    if ctx.type_k.is_quantized and len(dims_k) == 1 and next(iter(dims_k)) % 64 == 0:
+        k = _k_rot_size(next(iter(dims_k)))
+    if ctx.type_v.is_quantized and len(dims_v) == 1 and next(iter(dims_v)) % 64 == 0:
+        v = V_ROT
+    return k, v
+
+
+def _kv_ids(p: object) -> set[int]:
+    return {layer.il for layer in p.layout.kv_layers}
+
+
+def hadamard(cur: Tensor, rot: Tensor) -> Tensor:
+    """llama_mul_mat_hadamard: rotate rows of ``rot.ne[0]`` elements."""
+    n = rot.ne[0]
+    n_el = cur.ne[0] * cur.ne[1] * cur.ne[2] * cur.ne[3]
+    res = g.reshape(cur, n, n_el // n) if g.is_contiguous(cur) else g.cont_nd(cur, n, n_el // n)
+    return g.reshape(g.mul_mat(rot, res), *cur.ne)
+
+
+def attn_inputs(lg: LlamaGraph) -> AttnInputs:
+    """The KV-cache graph inputs: where the new K/V rows go, and the mask (f16 with flash attention)."""
+    p, ctx = lg.p, lg.p.ctx
+    k_idxs = g.input_tensor(g.I64, p.n_tokens, name="attn_inp_k_idxs")
+    n_v = p.n_tokens * p.layout.n_embd_v_gqa_max if ctx.v_trans else p.n_tokens
+    v_idxs = g.input_tensor(g.I64, n_v, name="attn_inp_v_idxs")
+    n_stream = 1 if ctx.kv_unified else p.n_seqs
+    mask_type = g.F16 if ctx.flash_attn else g.F32
+    mask = g.input_tensor(mask_type, ctx.n_ctx_seq, p.n_tokens // n_stream, 1, n_stream, name="attn_inp_kq_mask")
+    n_k_rot, n_v_rot = _rotations(lg)
+    k_rot = g.input_tensor(g.F32, n_k_rot, n_k_rot, name="attn_inp_k_rot") if n_k_rot else None
+    v_rot = g.input_tensor(g.F32, n_v_rot, n_v_rot, name="attn_inp_v_rot") if n_v_rot else None
+    return AttnInputs(k_idxs, v_idxs, mask, k_rot, v_rot)
+
+
+def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il: int, n_embd_head: int,
+            n_head_kv: int, wo_rows: int | None) -> Tensor:
+    """build_attn with a KV cache: store K/V, attend, and project to ``wo_rows`` (None: no output projection).
+
+    q: [head_dim, n_head, n_tokens]; k, v: [head_dim, n_head_kv, n_tokens].
+    """
+    p, ctx = lg.p, lg.p.ctx
+    kv_size = ctx.n_ctx_seq
+    ns = ctx.n_stream
+    gqa = n_embd_head * n_head_kv
+    type_k, type_v = ctx.type_k, ctx.type_v
+    v_row = p.layout.n_embd_v_gqa_max if ctx.v_trans else gqa
+    k_cache = g.new_tensor(type_k, gqa, kv_size, ns, external=True, name=f"cache_k_l{il}")
+    v_cache = g.new_tensor(type_v, v_row, kv_size, ns, external=True, name=f"cache_v_l{il}")
+
+    if inp.k_rot is not None:
+        q = hadamard(q, inp.k_rot)
+        k = hadamard(k, inp.k_rot)
+    if inp.v_rot is not None:
+        v = hadamard(v, inp.v_rot)
+    lg.expand(q)
+    lg.expand(v)
+    lg.expand(k)
+    # cpy_k
+    k_cur = g.view(k, (gqa, k.ne[2]), (k.nb[2],), 0)
+    k_dst = g.reshape(k_cache, gqa, kv_size * ns) if ns > 1 else k_cache
+    lg.expand(g.set_rows(k_dst, k_cur, inp.k_idxs))
+    # cpy_v
+    if not ctx.v_trans:
+        v_cur = g.view(v, (gqa, v.ne[2]), (v.nb[2],), 0)
+        v_dst = g.reshape(v_cache, gqa, kv_size * ns) if ns > 1 else v_cache
+        lg.expand(g.set_rows(v_dst, v_cur, inp.v_idxs))
+    else:
+        v_cur = g.reshape(v, gqa, v.ne[2])
+        if gqa < v_row:
+            raise NotImplementedError("V rows padded to the widest layer (ggml_pad) are not modelled")
+        v_view = g.reshape(v_cache, 1, v_row * kv_size * ns)
+        v_cur = g.reshape(v_cur, 1, gqa * v.ne[2])
+        lg.expand(g.set_rows(v_view, v_cur, inp.v_idxs))
+    # get_k / get_v: every cell of every stream
+    kr = lambda n: type_k.type_size * n // type_k.block_size  # noqa: E731
+    vr = lambda n: type_v.type_size * n // type_v.block_size  # noqa: E731
+    k_all = g.view(k_cache, (n_embd_head, n_head_kv, kv_size, ns), (kr(n_embd_head), kr(gqa), kr(gqa * kv_size)), 0)
+    if not ctx.v_trans:
+        v_all = g.view(v_cache, (n_embd_head, n_head_kv, kv_size, ns),
+                       (vr(n_embd_head), vr(gqa), vr(gqa * kv_size)), 0)
+    else:
+        v_all = g.view(v_cache, (kv_size, n_head_kv, n_embd_head, ns),
+                       (vr(kv_size * n_embd_head), vr(kv_size), vr(kv_size * v_row)), 0)
+    cur = _mha(lg, q, k_all, v_all, inp.kq_mask)
+    if inp.v_rot is not None:
+        cur = hadamard(cur, inp.v_rot)
+    return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
+
+
+def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    ctx = lg.p.ctx
+    n_stream = k.ne[3]
+    per = q.ne[2] // n_stream
+    q = g.view(q, (q.ne[0], q.ne[1], per, n_stream), (q.nb[1], q.nb[2], q.nb[2] * per), 0)
+    q = g.permute(q, 0, 2, 1, 3)
+    k = g.permute(k, 0, 2, 1, 3)
+    v = g.permute(v, 0, 2, 1, 3)
+    if ctx.flash_attn:
+        if k.type == g.F32:
+            k = g.cast(k, g.F16)
+        if v.type == g.F32:
+            v = g.cast(v, g.F16)
+        cur = g.flash_attn_ext(q, k, v, mask)
+        cur = g.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+    else:
+        kq = g.mul_mat(k, q)
+        kq = g.soft_max_ext(kq, mask)
+        kqv = g.mul_mat(v, kq)
+        cur = g.permute(kqv, 0, 2, 1, 3)
+        cur = g.cont_nd(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+    lg.expand(cur)
+    return cur

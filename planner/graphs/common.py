@@ -1,0 +1,138 @@
+"""What every llama.cpp graph shares: the reserve ubatch, the inputs, norms and the output head
+(src/llama-graph.cpp ``build_inp_embd``, ``build_inp_out_ids``, ``build_rs``, ``build_norm``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml_alloc import Tensor
+
+
+@dataclass(frozen=True)
+class GraphParams:
+    """One reserve graph: the ubatch llama_context::graph_reserve builds, and the model sizes it needs.
+
+    Attributes:
+        n_tokens: tokens of the ubatch (already a multiple of n_seqs, as graph_reserve rounds it).
+        n_seqs: sequences of the ubatch (each holds n_tokens / n_seqs tokens).
+        n_outputs: rows of logits the graph computes.
+        n_embd / n_vocab: model width and vocabulary.
+        n_layer: trunk layers.
+        rs_size: recurrent cells (max(1, n_seq_max)); rs_rows: rows of each R/S tensor (rs_size * (1 + n_rs_seq)).
+        n_rs_seq: rollback planes per sequence (0: none).
+        spec: the model (per-arch builders read their hyper-parameters from it).
+        layout: its cache layout; ctx: the resolved context (KV cells, streams, flash attention, V layout).
+        embeddings: the context returns embeddings (``--embeddings``); archs that honour it build no logits.
+    """
+
+    n_tokens: int
+    n_seqs: int
+    n_outputs: int
+    n_embd: int
+    n_vocab: int
+    n_layer: int
+    rs_size: int
+    rs_rows: int
+    n_rs_seq: int
+    spec: object
+    layout: object = None
+    ctx: object = None
+    embeddings: bool = False
+
+    @property
+    def n_seq_tokens(self) -> int:
+        return self.n_tokens // self.n_seqs
+
+
+class LlamaGraph:
+    """A graph under construction: ggml ops plus the llm_graph_context helpers."""
+
+    def __init__(self, p: GraphParams) -> None:
+        self.p = p
+        self.b = g.GraphBuilder()
+
+    def expand(self, t: Tensor) -> Tensor:
+        return self.b.expand(t)
+
+    def inp_embd(self) -> Tensor:
+        """build_inp_embd: token ids -> rows of the embedding table; the unused float-embedding input is a graph
+        input too, so it is allocated first and held to the end (it has no consumer that would free it)."""
+        p = self.p
+        tokens = g.input_tensor(g.I32, p.n_tokens, name="inp_tokens")
+        embd = g.input_tensor(g.F32, p.n_embd, p.n_tokens, name="inp_embd")
+        rows = g.get_rows(g.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
+        # ggml_build_forward_select: both alternatives are visited, then the selected one is expanded
+        self.expand(rows)
+        self.expand(embd)
+        return rows
+
+    def inp_pos(self, n_pos_per_embd: int = 1) -> Tensor:
+        return g.input_tensor(g.I32, self.p.n_tokens * n_pos_per_embd, name="inp_pos")
+
+    def inp_out_ids(self) -> Tensor:
+        return g.input_tensor(g.I32, self.p.n_outputs, name="out_ids")
+
+    def rs_inp(self) -> tuple[Tensor, Tensor]:
+        """build_rs_inp over the full memory (reserve): s_copy of rs_size rows, main = the first n_seqs."""
+        p = self.p
+        s_copy = g.input_tensor(g.I32, p.rs_size, name="rs_s_copy")
+        main = g.view(s_copy, (p.n_seqs,), (), 0)
+        extra = g.view(s_copy, (p.rs_size - p.n_seqs,), (), p.n_seqs * s_copy.nb[0])
+        return main, extra
+
+    def rs(self, s: Tensor, state_size: int, rs: tuple[Tensor, Tensor], get_rows=None) -> Tensor:
+        """build_rs: zero cell rs_z (= 0 in the reserve), gather the states, copy the extra ones."""
+        p = self.p
+        main, extra = rs
+        states = g.reshape(s, state_size, s.ne[1])
+        zero = g.view(states, (state_size,), (), 0)
+        self.expand(g.scale_inplace(zero))
+        out = get_rows(states, main) if get_rows else g.get_rows(states, main)
+        self.expand(out)
+        states_extra = g.get_rows(states, extra)
+        dst = g.view(s, (state_size, p.rs_size - p.n_seqs), (s.nb[1],), p.n_seqs * s.nb[1])
+        self.expand(g.cpy(states_extra, dst))
+        return out
+
+    def norm(self, cur: Tensor, width: int) -> Tensor:
+        """build_norm, RMS with a weight."""
+        return g.mul(g.rms_norm(cur), g.weight(width))
+
+    def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True,
+               rows_output: bool = True) -> Tensor:
+        """Final RMS norm and the lm head; both are graph outputs (llm_graph_result::set_outputs). With
+        ``out_ids`` the normed hidden state of every token is an output too (the MTP head's input, t_h_nextn),
+        and the output rows are selected after the norm. ``logits=False``: the graph ends at the norm."""
+        p = self.p
+        cur = self.norm(cur, p.n_embd)
+        g.GraphBuilder.set_output(cur)
+        if out_ids is not None:
+            cur = g.get_rows(cur, out_ids)
+            if rows_output:  # t_embd; the MTP draft graph sets only t_h_nextn and t_logits
+                g.GraphBuilder.set_output(cur)
+        if not logits:
+            self.expand(cur)
+            return cur
+        out = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
+        g.GraphBuilder.set_output(out)
+        self.expand(out)
+        return out
+
+
+def ffn_width(p: GraphParams, il: int) -> int:
+    """The FFN hidden width of layer ``il`` (feed_forward_length), which must be known for a dense FFN layer."""
+    from rsplan.planner.compute import ComputeModelError
+
+    n_ff = p.spec.feed_forward(il)
+    if n_ff <= 0:
+        raise ComputeModelError(
+            f"model '{p.spec.name}' does not give layer {il}'s feed_forward_length, which sizes its FFN; "
+            "pass --compute to give the size"
+        )
+    return n_ff
+
+
+def cache(width: int, rows: int, name: str = "") -> Tensor:
+    """A KV or recurrent cache tensor: memory of the context, not of the compute buffer."""
+    return g.new_tensor(g.F32, width, rows, external=True, name=name)

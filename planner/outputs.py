@@ -1,0 +1,155 @@
+"""What llama.cpp and llama-server allocate besides weights, caches and compute buffers (llama.cpp 0c1e57098).
+
+- ``output_buffer``: the logits (and embeddings) buffer of a context (src/llama-context.cpp
+  ``llama_context::output_reserve``, called from the constructor with ``n_seq_max`` outputs): ``n_vocab`` floats per
+  output, plus ``n_embd_out`` floats per output with ``--embeddings``; host memory of the device that holds the
+  output layer (``CPU``; ``CUDA_Host`` when the output layer is on a CUDA GPU). It grows at decode time when a
+  batch asks for more outputs, up to ``n_outputs_max`` rows, and with MTP drafting the target context adds
+  ``n_embd * n_batch`` floats of next-token hidden states (``embeddings_nextn``, unmasked): ``grown_bytes``.
+- ``mtp_draft_kv``: the KV cache of the ``--spec-type mtp`` draft context (common/speculative.cpp
+  ``common_speculative_init_result``; src/llama-model.cpp ``create_memory`` with ``LLAMA_CONTEXT_TYPE_MTP``): a plain
+  KV cache over the MTP (nextn) layers only, with the target's ``n_ctx``, ``-np``, ``-kvu`` and cache types, and
+  no recurrent state (n_rs_seq 0).
+- ``checkpoint_bytes``: one llama-server context checkpoint (tools/server/server-context.cpp ``create_checkpoint``,
+  common/common.cpp ``common_prompt_checkpoint::update_tgt``): ``llama_state_seq_get_size_ext(ctx, seq,
+  LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)``, i.e. the serialized recurrent state of one sequence (the KV part is
+  skipped by ``llama_memory_hybrid::state_write`` under PARTIAL_ONLY), in host memory; up to
+  ``--ctx-checkpoints`` (default 32) per slot.
+- ``cache_ram_bytes``: the host-memory limit of llama-server's prompt cache (``--cache-ram`` MiB, default 8192;
+  -1 = no limit, 0 = off): the cache holds whole sequence states up to that limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.ggml_types import row_nbytes
+from rsplan.hparams.layout import CacheLayout, KVLayer, cache_layout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
+from rsplan.planner.plan import plan_totals
+
+MIB = 1 << 20
+#: llama-server's defaults (common/common.h): checkpoints per slot, prompt-cache limit in MiB.
+DEFAULT_CTX_CHECKPOINTS = 32
+DEFAULT_CACHE_RAM_MIB = 8192
+#: Archs whose MTP draft context gets a plain KV cache over the nextn layers (``mtp_on_hybrid_qwen``).
+MTP_KV_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "bailingmoe3", "nemotron_h_moe"})
+#: Bytes of a sequence state's fixed header and per-layer headers (llama_context::state_seq_get_size,
+#: llama_memory_recurrent::state_write): magic u32 + seq_id i32 + cell_count u32 + (pos i32, n_seq_id u32)
+#: + s_trans u32 + n_layer u32; then per tensor of each layer a type i32 and a row size u64.
+STATE_HEADER_BYTES = 4 + 4 + 4 + (4 + 4) + 4 + 4
+STATE_TENSOR_HEADER_BYTES = 4 + 8
+
+
+class OutputsError(RsplanError):
+    """A buffer that cannot be sized for this model (vocabulary unknown, no MTP layers, ...)."""
+
+
+@dataclass(frozen=True)
+class OutputBuffer:
+    """The output buffer of a context.
+
+    Attributes:
+        buffer_type: where it lives (``CPU``, ``CUDA_Host``, ...).
+        bytes: allocated when the context is created (the ``output buffer size`` log line).
+        n_outputs: rows it holds then (n_seq_max).
+        logits_bytes / embd_bytes: its two parts.
+        grown_bytes: its size once a batch has asked for ``n_outputs_max`` outputs (and, with MTP drafting, the
+            next-token hidden states of a whole batch).
+    """
+
+    buffer_type: str
+    bytes: int
+    n_outputs: int
+    logits_bytes: int
+    embd_bytes: int
+    grown_bytes: int
+
+
+def output_buffer(
+    spec: ModelSpec,
+    params: ContextParams,
+    *,
+    embeddings: bool = False,
+    n_outputs_max: int | None = None,
+    mtp: bool = False,
+    buffer_type: str = "CPU",
+) -> OutputBuffer:
+    """llama_context::output_reserve at creation (``n_seq_max`` rows), and what it can grow to.
+
+    Args:
+        spec: the model (``vocab_size`` needed).
+        params: the context flags.
+        embeddings: ``--embeddings``: n_embd floats per output row as well.
+        n_outputs_max: the context's n_outputs_max (None: n_batch, as llama-cli and library users get).
+        mtp: the context is the target of ``--spec-type mtp`` (its next-token hidden states are kept for a batch).
+        buffer_type: the host buffer type of the device holding the output layer.
+    """
+    if spec.vocab_size is None:
+        raise OutputsError(f"model '{spec.name}' does not give its vocabulary size (vocab_size)")
+    ctx = resolve_context(cache_layout(spec), params)
+    n_vocab, n_embd = spec.vocab_size, spec.embedding_length
+    rows = ctx.n_seq_max
+    logits = n_vocab * rows * 4
+    embd = n_embd * rows * 4 if embeddings else 0
+    grown_rows = max(rows, n_outputs_max or ctx.n_batch)
+    grown = (n_vocab + (n_embd if embeddings else 0)) * grown_rows * 4 + (n_embd * ctx.n_batch * 4 if mtp else 0)
+    return OutputBuffer(buffer_type, logits + embd, rows, logits, embd, grown)
+
+
+@dataclass(frozen=True)
+class DraftKV:
+    """The KV cache of an MTP draft context: one K and one V tensor per nextn layer."""
+
+    layers: tuple[int, ...]
+    cells: int  # per stream
+    n_stream: int
+    k_bytes: int
+    v_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+def mtp_draft_layout(spec: ModelSpec, layout: CacheLayout | None = None) -> CacheLayout:
+    """The cache layout of the ``--spec-type mtp`` draft context: a KV cache over the nextn layers only
+    (model-wide widths kept: the widest V row pads V without flash attention), no recurrent state."""
+    layout = layout or cache_layout(spec)
+    if spec.arch not in MTP_KV_ARCHS:
+        raise OutputsError(f"arch '{spec.arch}' has no MTP draft context in llama.cpp 0c1e57098 "
+                           f"(MTP drafting: {', '.join(sorted(MTP_KV_ARCHS))})")
+    if spec.nextn_predict_layers == 0:
+        raise OutputsError(f"model '{spec.name}' has no MTP layers (nextn_predict_layers = 0)")
+    head_k = spec.attention.key_length or spec.embedding_length // max(1, spec.head_count(spec.n_layer))
+    head_v = spec.attention.value_length or head_k
+    kv = tuple(KVLayer(il, head_k * spec.head_count_kv(il), head_v * spec.head_count_kv(il), False)
+               for il in range(spec.n_layer, spec.block_count))
+    return layout.subset(kv_layers=kv, recurrent_layers=())
+
+
+def mtp_draft_kv(spec: ModelSpec, params: ContextParams, layout: CacheLayout | None = None) -> DraftKV:
+    """The ``--spec-type mtp`` draft context's KV cache (the target's -c, -np, -kvu, -ctk/-ctv, -fa)."""
+    draft = mtp_draft_layout(spec, layout)
+    ctx = resolve_context(draft, params.replace(n_rs_seq=0))
+    totals = plan_totals(draft, ctx)
+    return DraftKV(tuple(k.il for k in draft.kv_layers), ctx.n_ctx_seq, ctx.n_stream, totals.k_bytes,
+                   totals.v_bytes)
+
+
+def checkpoint_bytes(layout: CacheLayout, ctx: EffectiveContext) -> int:
+    """Bytes of one llama-server context checkpoint of one slot (the serialized recurrent state of a sequence)."""
+    if not layout.recurrent_layers:
+        raise OutputsError("the model has no recurrent state: its checkpoints would hold SWA caches, not modelled")
+    per_layer = (2 * STATE_TENSOR_HEADER_BYTES + row_nbytes(ctx.type_r, layout.n_embd_r)
+                 + row_nbytes(ctx.type_s, layout.n_embd_s))
+    return STATE_HEADER_BYTES + len(layout.recurrent_layers) * per_layer
+
+
+def cache_ram_bytes(cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB) -> int | None:
+    """llama-server's prompt-cache limit in bytes (None: unlimited, -1; 0: disabled)."""
+    if cache_ram_mib < -1:
+        raise OutputsError(f"--cache-ram {cache_ram_mib}: must be -1 (no limit), 0 (off) or a size in MiB")
+    return None if cache_ram_mib == -1 else cache_ram_mib * MIB

@@ -1,0 +1,71 @@
+"""``rsplan estimate``'s memory breakdown (JSON, table, log lines) on a tiny GGUF measured on llama.cpp 0c1e57098:
+``llama_get_memory_breakdown`` gave CPU model 1,011,744 / context 46,080 / compute 2,975,776 bytes and an output
+buffer of 1,280 bytes for mamba2.gguf at -c 4096 (n_batch 2048, n_outputs_max = n_batch)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan_testing import shared_dir
+
+GGUF = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
+needs_gguf = pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["estimate", "--model", str(GGUF), "-c", "4096", *args])
+
+
+@needs_gguf
+def test_json_breakdown_equals_llama_cpp_cpu_breakdown():
+    r = run("--tool", "cli", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["model_bytes_exact"] is True  # from the GGUF's tensor table
+    assert data["breakdown"] == [{"buffer_type": "CPU", "device": "Host", "model_bytes": 1_011_744,
+                                  "context_bytes": 46_080, "compute_bytes": 2_975_776}]
+    assert data["output_buffer"]["buffer_type"] == "CPU"
+    assert data["output_buffer"]["bytes"] == 320 * 4  # 320 tokens of f32 logits, one sequence
+    assert data["compute"]["n_outputs_max"] == 2048
+    assert [g["name"] for g in data["compute"]["graphs"]] == ["pp", "tg"]
+
+
+@needs_gguf
+def test_log_predicts_the_output_and_compute_buffer_lines():
+    r = run("--tool", "cli", "--format", "log")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == "llama_context:        CPU  output buffer size =     0.00 MiB"
+    assert lines[-1] == "sched_reserve:        CPU compute buffer size =     2.84 MiB"  # 2,975,776 B
+
+
+@needs_gguf
+def test_table_shows_the_breakdown_beside_the_caches():
+    r = run("--tool", "cli")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("Host (CPU)"))
+    assert row.split()[-1] == f"{1_011_744 + 46_080 + 2_975_776:,}"
+
+
+@needs_gguf
+def test_server_outputs_are_one_per_slot():
+    r = run("-np", "4", "--format", "json")
+    data = json.loads(r.output)
+    assert data["compute"]["n_outputs_max"] == 4
+    assert data["compute"]["tool"] == "server"
+    assert data["output_buffer"]["bytes"] == 320 * 4 * 4
+
+
+def test_mtp_draft_context_is_reported_beside_the_target():
+    r = CliRunner().invoke(cli, ["estimate", "--model", "qwen3.5-35b-a3b", "-c", "4096", "-np", "2", "--spec-type",
+                                 "mtp", "--tool", "cli", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    draft = json.loads(r.output)["mtp_draft"]
+    # measured on llama.cpp 0c1e57098 for the preset's real-size skeleton (ctx_type MTP, -c 4096 -np 2):
+    # KV 8,388,608 bytes; compute (-ub 512, n_outputs_max = n_batch) see tests/planner/test_compute.py
+    assert draft["kv_bytes"] == 8_388_608
+    assert draft["buffer_type"] == "CPU"

@@ -1,0 +1,40 @@
+"""``rsplan capacity`` charges the modelled compute buffer instead of a flat allowance.
+
+Expected: llama.cpp 0c1e57098 (CPU build, no_alloc) reserved 64,041,024 compute bytes for a bf16 lfm2-1.2b at
+-c 4096 -np 4 with n_outputs_max 4 (tests/golden/llamacpp-breakdown/lfm2-1.2b-bf16.json), which is what
+llama-server sets for 4 slots without drafting."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+
+MIB = 1 << 20
+
+
+def capacity_json(*args: str) -> dict:
+    r = CliRunner().invoke(cli, ["capacity", *args, "--format", "json"], prog_name="rsplan")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_modelled_arch_charges_llama_cpp_compute_buffer():
+    d = capacity_json("--model", "lfm2-1.2b", "--budget", "24GiB", "-c", "4096", "-np", "4", "--ctx", "4k")
+    gpu = d["devices"][0]
+    assert gpu["compute_bytes"] == 64_041_024
+    assert gpu["compute_source"].startswith("llama.cpp's compute buffer at -c 4096 -np 4")
+
+
+def test_compute_flag_overrides_the_model():
+    d = capacity_json("--model", "lfm2-1.2b", "--budget", "24GiB", "--compute", "1GiB", "--ctx", "4k")
+    assert (d["devices"][0]["compute_bytes"], d["devices"][0]["compute_source"]) == (1024 * MIB, "--compute 1GiB")
+
+
+def test_unmodelled_arch_keeps_the_allowance_and_says_why():
+    d = capacity_json("--model", "rwkv7-0.4b-world", "--budget", "24GiB", "--ctx", "4k")
+    gpu = d["devices"][0]
+    assert gpu["compute_bytes"] == 512 * MIB
+    assert "no compute-buffer model for arch 'rwkv7'" in gpu["compute_source"]

@@ -1,0 +1,127 @@
+"""Compute buffers against what llama.cpp 0c1e57098 (CPU build) allocated for the tiny GGUFs in
+shared/data/llamacpp-measured: ``llama_get_memory_breakdown(ctx)[CPU].compute`` of a context created with
+``llama_init_from_model`` (weights allocated, one thread), n_batch 2048; n_outputs_max 0 (= n_batch, ``cli``) or
+n_seq_max (``server`` without drafts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.sources import load_model
+from rsplan.planner.compute import ComputeModelError, compute_buffer, n_outputs_max_for
+from rsplan.planner.context import ContextParams, resolve_context
+from rsplan_testing import make_spec, shared_dir
+
+MEASURED = shared_dir() / "data" / "llamacpp-measured"
+
+# (model, -c, -np, -ub, -fa, tool, -kvu, n_rs_seq, compute bytes llama.cpp allocated)
+CASES = [
+    ("mamba2", 4096, 7, 512, "on", "server", True, 3, 3_148_000),
+    ("mamba2", 4096, 7, 256, "on", "cli", True, 0, 1_611_552),
+    ("mamba2", 8192, 2, 100, "off", "cli", False, 0, 620_128),
+    ("mamba2", 256, 3, 512, "off", "server", False, 3, 1_559_008),
+    ("mamba2", 4096, 2, 512, "off", "cli", True, 3, 2_981_920),
+    ("mamba2", 1000, 7, 100, "off", "server", False, 3, 764_576),
+    ("mamba2", 8192, 1, 100, "on", "cli", False, 3, 586_208),
+    ("mamba2", 4096, 1, 512, "auto", "cli", False, 0, 2_975_776),
+    ("lfm2", 4096, 2, 512, "off", "cli", False, 0, 17_901_600),
+    ("lfm2", 4096, 2, 512, "on", "cli", False, 0, 3_684_384),
+    ("lfm2", 4096, 1, 512, "auto", "cli", False, 0, 5_781_536),
+    ("lfm2", 4096, 4, 512, "off", "cli", False, 0, 9_512_992),
+    ("lfm2", 1000, 2, 256, "on", "cli", True, 0, 1_319_456),
+    ("lfm2", 8192, 3, 512, "off", "server", False, 0, 24_238_368),
+    ("qwen35", 4096, 1, 512, "auto", "cli", False, 0, 7_163_936),
+    ("qwen35", 8192, 4, 256, "off", "cli", False, 3, 11_837_472),
+    ("qwen35", 8192, 7, 100, "off", "server", True, 3, 17_757_312),
+    ("qwen35", 1000, 4, 100, "off", "cli", True, 3, 2_576_064),
+    ("qwen35", 256, 1, 512, "off", "cli", True, 0, 2_662_432),
+    ("qwen35", 256, 3, 256, "on", "server", False, 0, 1_627_584),
+]
+
+
+def _id(case: tuple) -> str:
+    m, c, np_, ub, fa, tool, kvu, rs, _ = case
+    return f"{m}-c{c}-np{np_}-ub{ub}-fa{fa}-{tool}{'-kvu' if kvu else ''}-rs{rs}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_compute_buffer_equals_llama_cpp(case: tuple) -> None:
+    model, n_ctx, n_seq, n_ubatch, fa, tool, kvu, n_rs, expected = case
+    path = MEASURED / f"{model}.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    spec = load_model(str(path))
+    params = ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa, kv_unified=kvu,
+                           n_rs_seq=n_rs)
+    assert compute_buffer(spec, params, tool=tool).bytes == expected
+
+
+def test_n_outputs_max_per_tool():
+    spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2,
+                     ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
+                          "group_count": 1})
+    ctx = resolve_context(cache_layout(spec), ContextParams(n_ctx=8192, n_seq_max=4))
+    assert n_outputs_max_for("cli", ctx) == 2048  # n_batch
+    assert n_outputs_max_for("server", ctx) == 4  # 4 slots x 1 token
+    assert n_outputs_max_for("server", ctx, n_draft=3) == 16  # 4 slots x (1 + 3 drafted)
+    small = resolve_context(cache_layout(spec), ContextParams(n_ctx=8192, n_seq_max=4, n_batch=8))
+    assert n_outputs_max_for("server", small, n_draft=3) == 8  # capped by n_batch
+
+
+def test_unknown_vocabulary_is_refused():
+    spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2,
+                     ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
+                          "group_count": 1})
+    with pytest.raises(ComputeModelError, match="vocab_size"):
+        compute_buffer(spec, ContextParams())
+
+
+# The --spec-type mtp draft context of a bf16 qwen3.5-35b-a3b (real-size skeleton of the preset), created by
+# llama.cpp 0c1e57098 with ctx_type LLAMA_CONTEXT_TYPE_MTP and the MTP layer loaded, no_alloc: compute bytes of its
+# first reserve graph, n_outputs_max = n_batch 2048. (-c, -np, -ub, -fa, -kvu, bytes)
+MTP_CASES = [
+    (4096, 1, 512, "auto", False, 521_162_752),
+    (8192, 4, 512, "auto", True, 521_142_272),
+    (4096, 2, 256, "off", False, 258_473_984),
+    (16384, 3, 512, "on", False, 522_763_392),
+    (2048, 1, 512, "off", True, 516_947_968),
+]
+
+
+@pytest.mark.parametrize("case", MTP_CASES, ids=lambda c: f"c{c[0]}-np{c[1]}-ub{c[2]}-fa{c[3]}{'-kvu' if c[4] else ''}")
+def test_mtp_draft_compute_buffer_equals_llama_cpp(case: tuple) -> None:
+    from rsplan.hparams.sources import load_builtin_preset
+
+    n_ctx, n_seq, n_ubatch, fa, kvu, expected = case
+    spec = load_builtin_preset("qwen3.5-35b-a3b")
+    params = ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa, kv_unified=kvu)
+    assert compute_buffer(spec, params, tool="cli", mtp_draft=True).dry_run_bytes == expected
+
+
+@pytest.mark.parametrize(("n_seq", "n_ubatch", "fa", "expected"), [(1, 512, "auto", 323_747_840),
+                                                                    (2, 256, "off", 161_873_920)])
+def test_qwen3next_mtp_draft_compute_buffer_equals_llama_cpp(n_seq: int, n_ubatch: int, fa: str, expected: int):
+    """The same for a bf16 qwen3-next-80b-a3b skeleton at -c 4096 (its graph_mtp selects the output rows before the
+    residual add)."""
+    from rsplan.hparams.sources import load_builtin_preset
+
+    spec = load_builtin_preset("qwen3-next-80b-a3b")
+    params = ContextParams(n_ctx=4096, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa)
+    assert compute_buffer(spec, params, tool="cli", mtp_draft=True).dry_run_bytes == expected
+
+
+def test_mtp_draft_needs_an_mtp_arch():
+    spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     ssm={"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4,
+                          "group_count": 1})
+    with pytest.raises(ComputeModelError, match="no MTP draft compute-buffer model for arch 'mamba2'"):
+        compute_buffer(spec, ContextParams(), mtp_draft=True)
+
+
+def test_sliding_window_lfm2_is_refused():
+    spec = make_spec(arch="lfm2", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=128, shortconv={"l_cache": 3},
+                     attention={"head_count": 2, "head_count_kv": [0, 1], "sliding_window": 512})
+    with pytest.raises(ComputeModelError, match="sliding-window"):
+        compute_buffer(spec, ContextParams())

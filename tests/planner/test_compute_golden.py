@@ -1,0 +1,94 @@
+"""Compute buffers and output buffers against the ground truth measured on llama.cpp 0c1e57098 (CPU build,
+no_alloc dry run: the compute figure is the first pp reserve graph's) in tests/golden/llamacpp-breakdown/*.json.
+
+Every case of a modelled arch must be exact. The files come with the ground-truth work; until they are in this
+tree the test is skipped (point $RSPLAN_GOLDEN_BREAKDOWN at a folder of them to run it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rsplan.hparams.gguf_file import read_gguf
+from rsplan.hparams.sources import load_builtin_preset, load_model
+from rsplan.planner.breakdown import model_bytes_by_buffer
+from rsplan.planner.compute import ComputeModelError, compute_buffer, has_compute_model
+from rsplan.planner.context import ContextParams
+from rsplan.planner.outputs import mtp_draft_kv, output_buffer
+from rsplan_testing import shared_dir
+
+GOLDEN = Path(os.environ.get("RSPLAN_GOLDEN_BREAKDOWN", Path(__file__).resolve().parents[1] / "golden"
+                             / "llamacpp-breakdown"))
+MEASURED = shared_dir() / "data" / "llamacpp-measured"
+#: llama.cpp flag -> ContextParams field
+FLAGS = {"-c": "n_ctx", "-np": "n_seq_max", "-kvu": "kv_unified", "-ctk": "type_k", "-ctv": "type_v",
+         "-fa": "flash_attn", "-b": "n_batch", "-ub": "n_ubatch", "--n-rs-seq": "n_rs_seq"}
+#: flags that change nothing this model covers (a CPU build has no GPU; the MTP weights are not in the graph)
+IGNORED = {"-ngl", "--load-mtp", "--n-outputs-max", "--embeddings", "--ctx-mtp"}
+
+
+def _cases() -> list[tuple[str, dict, dict]]:
+    if not GOLDEN.is_dir():
+        return []
+    out = []
+    for path in sorted(GOLDEN.glob("*.json")):
+        data = json.loads(path.read_text())
+        for case in data["cases"]:
+            if case["ok"]:
+                out.append((data["model"]["name"], data["model"], case))
+    return out
+
+
+CASES = _cases()
+
+
+def _spec(model: dict):
+    if "gguf" in model:
+        path = MEASURED / model["gguf"]
+        if not path.is_file():
+            pytest.skip(f"{path} not present")
+        return load_model(str(path))
+    return load_builtin_preset(model["preset"])
+
+
+def _params(flags: dict) -> ContextParams:
+    unknown = set(flags) - set(FLAGS) - IGNORED
+    assert not unknown, f"golden flags this test does not map: {unknown}"
+    return ContextParams(**{FLAGS[k]: (bool(v) if k == "-kvu" else v) for k, v in flags.items() if k in FLAGS})
+
+
+def _id(case: tuple) -> str:
+    name, _, c = case
+    return name + "".join(f" {k} {v}" for k, v in c["flags"].items())
+
+
+@pytest.mark.skipif(not CASES, reason=f"no golden breakdowns in {GOLDEN}")
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_compute_and_output_buffer_equal_llama_cpp(case: tuple) -> None:
+    _, model, c = case
+    spec = _spec(model)
+    if spec.vocab_size is None:  # a preset without it yet: the vocabulary is an input here, not a result
+        spec = spec.model_copy(update={"vocab_size": c["resolved"]["n_vocab"]})
+    flags = c["flags"]
+    params = _params(flags)
+    embeddings = bool(flags.get("--embeddings"))
+    out = output_buffer(spec, params, embeddings=embeddings)
+    assert (out.buffer_type, out.bytes) == (c["output_buffer"]["buft"], c["output_buffer"]["bytes"])
+    if "gguf" in model:  # a real GGUF: its tensor table gives the CPU model bytes exactly
+        tensors = read_gguf(str(MEASURED / model["gguf"])).index.tensors
+        assert model_bytes_by_buffer(spec, "CPU", tensors, load_mtp=bool(flags.get("--load-mtp"))) == (
+            {"CPU": c["breakdown"]["CPU"]["model"]}, True)
+    draft = bool(flags.get("--ctx-mtp"))
+    if draft:  # the --spec-type mtp draft context: its own KV cache over the nextn layers
+        assert mtp_draft_kv(spec, params).bytes == c["breakdown"]["CPU"]["context"]
+    if not has_compute_model(spec.arch):
+        pytest.skip(f"no compute-buffer model for {spec.arch}")
+    try:
+        cb = compute_buffer(spec, params, n_outputs_max=flags.get("--n-outputs-max", 0), embeddings=embeddings,
+                            mtp_draft=draft)
+    except ComputeModelError as exc:  # a preset without the weight shapes the graph needs (feed_forward_length)
+        pytest.skip(str(exc))
+    assert cb.dry_run_bytes == c["breakdown"]["CPU"]["compute"]

@@ -1,0 +1,47 @@
+"""The graph allocator model (ggml-alloc.c) on small graphs whose peak is worked out by hand."""
+
+from __future__ import annotations
+
+from rsplan.hparams.ggml_types import GGMLType
+from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor, reserve_size
+
+F32 = GGMLType("f32", 1, 4)
+
+
+def t(op: str, n: int, *src: Tensor, flags: int = 0, external: bool = False) -> Tensor:
+    """A contiguous f32 vector of n elements."""
+    return Tensor(op=op, type=F32, ne=(n, 1, 1, 1), nb=(4, 4 * n, 4 * n, 4 * n), src=src, flags=flags,
+                  external=external)
+
+
+def test_freed_memory_is_reused_best_fit_and_the_peak_is_the_high_water_mark():
+    inp = t("NONE", 16, flags=FLAG_INPUT)  # 64 B at [0, 64)
+    a = t("CONT", 16, inp)  # not in place: [64, 128); inp is freed after it -> free block [0, 64)
+    b = t("UNARY", 16, a)  # in place over a (a's only consumer)
+    c = t("GET_ROWS", 40, b)  # 160 B: the free block [0, 64) is too small, so [128, 288)
+    d = t("CONT", 8, c)  # b died after c: [0, 64) and [64, 128) merge; d takes [0, 32); the peak stays 288
+    g = Graph(nodes=[a, b, c, d], leafs=[inp])
+    assert reserve_size(g, 32) == 288
+
+
+def test_alignment_pads_each_allocation():
+    inp = t("NONE", 3, flags=FLAG_INPUT)  # 12 B -> 32
+    a = t("CONT", 3, inp)  # [32, 64)
+    b = t("CONT", 3, a)  # inp freed after a -> [0, 32)
+    assert reserve_size(Graph(nodes=[a, b], leafs=[inp]), 32) == 64
+    assert reserve_size(Graph(nodes=[a, b], leafs=[inp]), 4) == 24
+
+
+def test_outputs_are_never_freed_nor_reused_in_place():
+    inp = t("NONE", 16, flags=FLAG_INPUT)  # [0, 64)
+    a = t("CONT", 16, inp, flags=FLAG_OUTPUT)  # [64, 128), kept to the end
+    b = t("UNARY", 16, a)  # may not overwrite an output: [0, 64) (inp died after a)
+    c = t("CONT", 16, b)  # [128, 192): a is still held
+    assert reserve_size(Graph(nodes=[a, b, c], leafs=[inp]), 32) == 192
+
+
+def test_external_tensors_take_no_room():
+    w = t("NONE", 1000, external=True)
+    inp = t("NONE", 8, flags=FLAG_INPUT)
+    a = t("MUL_MAT", 8, w, inp)
+    assert reserve_size(Graph(nodes=[a], leafs=[w, inp]), 32) == 64
