@@ -275,7 +275,8 @@ def read_model(ref: str) -> ReadModel:
             if not ref.split("?", 1)[0].lower().endswith(".gguf"):
                 raise ModelFileError(f"{printable(ref[:200])}: a URL must name a .gguf file")
             return _read_url(ref)
-        if not ref.lower().endswith((".yaml", ".yml", ".gguf", ".json")):
+        # a hub id has an ORG/NAME slash; a built-in preset name has none and so never imports the hub reader
+        if "/" in ref and not ref.lower().endswith((".yaml", ".yml", ".gguf", ".json")):
             from rsplan.hparams.hub import parse_hub_ref
 
             hub_ref = parse_hub_ref(ref)

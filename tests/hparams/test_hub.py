@@ -403,7 +403,8 @@ def test_a_preset_estimate_imports_no_hub_client() -> None:
         "import sys; from rsplan.cli import main\n"
         "sys.argv = ['rsplan', 'estimate', '--model', 'qwen3-next-80b-a3b', '-c', '8192']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('huggingface_hub', 'httpx', 'httpx2', 'hf_xet')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('huggingface_hub', 'httpx', 'httpx2', 'hf_xet')\n"
+        "             or m.startswith(('rsplan.hparams.hub', 'rsplan.hparams.remote'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
