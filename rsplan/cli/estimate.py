@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
+from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import BackendError
 from rsplan.planner.engines import NATIVE
@@ -38,8 +38,7 @@ OUTPUT_OPTIONS = [
 
 
 @click.command(cls=SectionedCommand)
-@model_options(multiple=True, help_text="Built-in preset name, preset YAML, GGUF file, or config.json / model "
-               "directory. Repeat to compare models side by side.")
+@model_options(multiple=True, help_text=MODEL_HELP + " Repeat to compare models side by side.")
 @context_options
 @engine_options
 @section("Output", OUTPUT_OPTIONS)

@@ -180,7 +180,7 @@ def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]])
 
 
 @click.command(cls=SectionedCommand)
-@model_options(help_text="GGUF file, config.json / model directory, preset YAML or built-in preset name.")
+@model_options()
 @section("Output", [click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                                  show_default=True,
                                  help="table, or json (every field, where it came from, and the layer map).")])

@@ -48,7 +48,9 @@ class Tokens(click.ParamType):
 
 #: How the model is given. Commands add it with ``model_options()``; options every command reads about the model
 #: go in MODEL_OPTIONS.
-MODEL_HELP = "Built-in preset name, preset YAML, GGUF file, or config.json / model directory."
+MODEL_HELP = ("Built-in preset name, preset YAML, GGUF file, config.json / model directory, Hugging Face id "
+              "ORG/NAME[@REV], GGUF repo ORG/NAME-GGUF[:QUANT], https://.../x.gguf, or ollama:NAME[:TAG] "
+              "(docs/model-files.md).")
 MODEL_OPTIONS: list[Decorator] = []
 
 

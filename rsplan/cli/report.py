@@ -20,7 +20,7 @@ from rsplan.cli.capacity import (
 )
 from rsplan.cli.engine_options import engine_options, pop_engines_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
+from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError, require
 from rsplan.planner.engines import NATIVE
@@ -34,8 +34,7 @@ OUTPUT_OPTIONS = [
 
 
 @click.command(cls=SectionedCommand)
-@model_options(multiple=True, help_text="Model to include (repeat to compare): preset name, preset YAML, GGUF file, "
-               "config.json.")
+@model_options(multiple=True, help_text=MODEL_HELP + " Repeat to compare.")
 @budget_options
 @ladder_option("Per-sequence contexts of the capacity table (tokens; 8k = 8192; default 4k, 8k, ... up to the "
                "training context).")
