@@ -37,7 +37,7 @@ OUTPUT_OPTIONS = [
                  "llama-cli/llama-bench/library (n_batch)."),
     click.option("--quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF: "
-                 "exact model bytes (presets, config.json; not a GGUF)."),
+                 "exact model bytes (presets with vocab_size; not a GGUF)."),
 ]
 
 

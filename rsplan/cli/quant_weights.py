@@ -1,4 +1,7 @@
-"""``--quant TYPE`` (estimate, capacity, report): a preset's or config.json's weights as llama-quantize writes them.
+"""``--quant TYPE`` (estimate, capacity, report): a preset's weights as llama-quantize writes them.
+
+A config.json's spec has no vocab_size (hparams.hf_config does not read the tokenizer), so it gets the error
+naming it.
 
 A GGUF is refused: its own tensor table already gives its weights exactly, and what llama-quantize makes of it
 depends on the types it holds (a quantized input needs ``--allow-requantize`` and its result differs from the
@@ -31,11 +34,15 @@ def quantized_model(ref: str, spec: Any, quant: str, backend: str = "CPU"
 
     if is_gguf(ref):
         raise RsplanError(f"--quant: {ref} is a GGUF: its tensor table gives its weights exactly; --quant applies "
-                          "to presets and config.json (quantize the file with llama-quantize, then give the result)")
+                          "to presets (quantize the file with llama-quantize, then give the result)")
     try:
         weights = quantized_weights(spec, quant)
     except UnsupportedArchError as exc:
-        raise RsplanError(f"--quant {quant}: {exc}") from None
+        hint = ""
+        if " is needed for the tensor list" in str(exc):
+            # a config.json gives no token count (the converter takes it from the tokenizer): a preset says it
+            hint = " (give it in a preset YAML, as `rsplan presets show mamba-130m` does)"
+        raise RsplanError(f"--quant {quant}: {exc}{hint}") from None
     n_fallback = weights.plan.n_fallback
     note = (f"llama-quantize {weights.ftype} of the converter's {SOURCE_OUTTYPE} GGUF ({len(weights.plan.tensors)} "
             "tensors" + (f", {n_fallback} with a fallback type" if n_fallback else "") + ")")

@@ -98,7 +98,16 @@ def test_missing_vocab_size_is_named(tmp_path):
         r = run(*command, "--model", str(path), "--quant", "Q8_0")
         assert r.exit_code != 0
         assert r.output == ("Error: --quant Q8_0: mamba-130m: vocab_size is needed for the tensor list of arch "
-                            "'mamba'\n")
+                            "'mamba' (give it in a preset YAML, as `rsplan presets show mamba-130m` does)\n")
+
+
+def test_config_json_without_token_count_is_one_line():
+    """hparams.hf_config does not read the tokenizer, so a config.json's spec has no vocab_size: named, not guessed."""
+    config = Path(__file__).resolve().parents[1] / "hparams" / "real_configs" / "mamba2-130m" / "config.json"
+    r = run("estimate", "--model", str(config), "--quant", "Q4_K_M")
+    assert r.exit_code != 0
+    assert r.output.startswith("Error: --quant Q4_K_M: mamba2-130m: vocab_size is needed for the tensor list of "
+                               "arch 'mamba2'") and r.output.count("\n") == 1
 
 
 @pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")
