@@ -40,6 +40,9 @@ BUDGET_OPTIONS: list[Decorator] = [
     click.option("--weights", "weights", metavar="SIZE", multiple=True,
                  help="Model weights, with units; overrides the model file's size. Without it and without a "
                  "size in the model file, weights are NOT counted (the output says so)."),
+    click.option("--quant", "quant", metavar="TYPE", default=None,
+                 help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF "
+                 "(presets with vocab_size); --weights overrides it."),
     click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
     click.option("--compute", "compute", metavar="SIZE", default=None,
@@ -64,11 +67,11 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="llama.cpp --yarn-orig-ctx: the model's original context (default: its training context)."),
 ]
 
-BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "fit_target", "compute", "n_gpu_layers",
+BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "quant", "fit_target", "compute", "n_gpu_layers",
                "tensor_split", "no_kv_offload", "overhead", "rope_scaling", "rope_scale", "yarn_orig_ctx")
 #: Budget flags only llama.cpp's planner reads.
-NATIVE_BUDGET_KEYS = ("gpu_memory", "fit_target", "compute", "n_gpu_layers", "tensor_split", "no_kv_offload",
-                      "rope_scaling", "rope_scale", "yarn_orig_ctx")
+NATIVE_BUDGET_KEYS = ("gpu_memory", "quant", "fit_target", "compute", "n_gpu_layers", "tensor_split",
+                      "no_kv_offload", "rope_scaling", "rope_scale", "yarn_orig_ctx")
 
 
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -206,9 +209,16 @@ def make_planners(specs: list[Any], refs: list[str], params: Any, options: dict[
         models = f"{len(specs)} model" + ("s" if len(specs) > 1 else "")
         raise RsplanError(f"give --weights once per --model ({models}, {len(weights_flags)} --weights)")
     planners = []
+    quant = options["quant"]
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         if weights_flags:
             weights, source = size_or_zero(weights_flags[i], "--weights"), f"--weights {weights_flags[i]}"
+            source += " (overrides --quant)" if quant is not None else ""
+        elif quant is not None:
+            from rsplan.cli.quant_weights import quantized_model
+
+            spec, _, how = quantized_model(ref, spec, quant, backend="GPU")
+            weights, source = spec.weights_bytes, f"{how} of {ref}, padded as in a CUDA buffer"
         elif spec.weights_bytes is not None:
             weights, source = spec.weights_bytes, f"weights_bytes of {ref}"
         else:

@@ -7,6 +7,7 @@ section per model (``--engine``), ``--format json`` a ``{"models": [...]}`` list
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -34,6 +35,9 @@ OUTPUT_OPTIONS = [
     click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
                  help="Whose n_outputs_max sizes the compute buffer: llama-server (-np x (1 + draft)) or "
                  "llama-cli/llama-bench/library (n_batch)."),
+    click.option("--quant", metavar="TYPE", default=None,
+                 help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF: "
+                 "exact model bytes (presets with vocab_size; not a GGUF)."),
 ]
 
 
@@ -44,7 +48,7 @@ OUTPUT_OPTIONS = [
 @section("Output", OUTPUT_OPTIONS)
 @user_errors
 def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: str, tool: str, engine: str,
-             **kwargs: Any) -> None:
+             quant: str | None, **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
     vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).
 
@@ -61,6 +65,8 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     ctx = click.get_current_context()
     refs = list(model_refs)
     values = pop_engine_values(kwargs, engine, CONTEXT_KEYS)
+    if engine != NATIVE and quant is not None:
+        raise click.UsageError("--quant applies to --engine llama.cpp only (llama-quantize's types)", ctx)
     if engine != NATIVE:
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
@@ -88,12 +94,22 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
     specs = [load_model(ref) for ref in refs]
+    tables = [_tensor_table(ref) for ref in refs]
+    notes: list[str | None] = [None] * len(refs)
+    if quant is not None:
+        from rsplan.cli.quant_weights import quantized_model
+
+        for i, ref in enumerate(refs):
+            specs[i], tables[i], source = quantized_model(ref, specs[i], quant, backend)
+            notes[i] = f"model bytes: {source}"
     plans = [build_plan(spec, params) for spec in specs]
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
     breakdowns = [build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
-                                  mtp=spec_type == "mtp", tensors=_tensor_table(ref)) if breakdown_backend else None
-                  for ref, spec, plan in zip(refs, specs, plans, strict=True)]
+                                  mtp=spec_type == "mtp", tensors=table) if breakdown_backend else None
+                  for spec, plan, table in zip(specs, plans, tables, strict=True)]
+    breakdowns = [dataclasses.replace(bd, notes=(*bd.notes, note)) if bd is not None and note else bd
+                  for bd, note in zip(breakdowns, notes, strict=True)]
     if fmt == "json":
         dicts = [{**plan.to_dict(), **bd.to_dict()}
                  for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]

@@ -41,7 +41,7 @@ def test_estimate_help_sections_in_order():
     assert s["llama.cpp context"][:3] == ["-c", "-np", "-kvu"]
     assert "--max-model-len" in s["vLLM"] and "--context-length" in s["SGLang"]
     assert s["Serving engine"] == ["--engine", "-tp", "--kv-cache-dtype"]  # what both serving engines read
-    assert s["Output"] == ["--format", "--per-layer", "--backend", "--tool"]
+    assert s["Output"] == ["--format", "--per-layer", "--backend", "--tool", "--quant"]
     assert s[OTHER] == ["-h"]
 
 

@@ -1,0 +1,162 @@
+"""``--quant TYPE`` on ``rsplan estimate`` and ``rsplan capacity``: llama-quantize's weights for a preset.
+
+The exact figures are llama.cpp's measured CPU model bytes (tests/golden/llamacpp-breakdown, read here, not
+copied); the tiny Mamba's are checked by hand in tests/planner/test_quant_weights.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan.hparams.sources import load_model
+from rsplan.planner.buffers import CUDA_RULE
+from rsplan.planner.quant_weights import quantized_weights
+from rsplan_testing import shared_dir
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llamacpp-breakdown"
+GGUF = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def golden_cpu_model(name: str) -> int:
+    case = json.loads((GOLDEN / name).read_text())["cases"][0]
+    return case["breakdown"]["CPU"]["model"]
+
+
+@pytest.mark.parametrize(("preset", "quant", "golden"), [
+    ("mamba-130m", "bf16", "mamba-130m-bf16.json"),
+    ("mamba-130m", "Q8_0", "mamba-130m-q8_0.json"),
+    ("qwen3-next-80b-a3b", "BF16", "qwen3-next-80b-a3b-bf16.json"),
+    ("qwen3-next-80b-a3b", "q8_0", "qwen3-next-80b-a3b-q8_0.json"),
+])
+def test_estimate_breakdown_model_bytes_are_llama_cpps(preset, quant, golden):
+    r = run("estimate", "--model", preset, "-c", "256", "--quant", quant, "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["model_bytes_exact"] is True
+    assert data["breakdown"][0]["model_bytes"] == golden_cpu_model(golden)
+    assert any(n.startswith(f"model bytes: llama-quantize {quant.upper()} of the converter's bf16 GGUF")
+               for n in data["notes"])
+
+
+def test_estimate_without_quant_is_unchanged():
+    """No default quant is invented: a preset without weights_bytes has no model bytes."""
+    data = json.loads(run("estimate", "--model", "mamba-130m", "--format", "json").output)
+    assert data["breakdown"][0]["model_bytes"] is None
+    assert data["model_bytes_exact"] is False
+
+
+def test_alias_names_the_ftype_llama_quantize_uses():
+    r = run("estimate", "--model", "mamba-130m", "--quant", "q4_k", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert any("llama-quantize Q4_K_M" in n for n in json.loads(r.output)["notes"])
+
+
+def test_table_says_where_model_bytes_come_from():
+    r = run("estimate", "--model", "mamba-130m", "--quant", "Q4_K_M")
+    assert r.exit_code == 0, r.output
+    assert "note: model bytes: llama-quantize Q4_K_M of the converter's bf16 GGUF (242 tensors" in r.output
+
+
+@pytest.mark.parametrize("command", [["estimate"], ["capacity", "--budget", "24GiB"]])
+def test_bad_quant_name_is_one_line_listing_the_names(command):
+    r = run(*command, "--model", "mamba-130m", "--quant", "Q4_KM")
+    assert r.exit_code != 0
+    assert r.output.startswith("Error: unknown --quant 'Q4_KM' (llama-quantize accepts: Q1_0, ")
+    assert "Q4_K_M" in r.output and r.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("quant", ["IQ2_XXS", "IQ1_S", "Q2_K_S"])
+def test_imatrix_types_are_refused(quant):
+    r = run("estimate", "--model", "mamba-130m", "--quant", quant)
+    assert r.exit_code != 0
+    assert r.output.startswith(f"Error: {quant} requires an importance matrix") and r.output.count("\n") == 1
+
+
+def test_arch_without_tensor_list_is_one_line():
+    r = run("estimate", "--model", "falcon-h1-0.5b-instruct", "--quant", "Q8_0")
+    assert r.exit_code != 0
+    assert r.output.startswith("Error: --quant Q8_0: no tensor list for architecture 'falcon-h1'")
+    assert r.output.count("\n") == 1
+
+
+def test_missing_vocab_size_is_named(tmp_path):
+    preset = (Path(__file__).resolve().parents[2] / "presets" / "mamba-130m.yaml").read_text()
+    path = tmp_path / "novocab.yaml"
+    path.write_text("".join(line + "\n" for line in preset.splitlines() if not line.startswith("vocab_size:")))
+    for command in (["estimate"], ["capacity", "--budget", "24GiB"]):
+        r = run(*command, "--model", str(path), "--quant", "Q8_0")
+        assert r.exit_code != 0
+        assert r.output == ("Error: --quant Q8_0: mamba-130m: vocab_size is needed for the tensor list of arch "
+                            "'mamba' (give it in a preset YAML, as `rsplan presets show mamba-130m` does)\n")
+
+
+def test_config_json_without_token_count_is_one_line():
+    """hparams.hf_config does not read the tokenizer, so a config.json's spec has no vocab_size: named, not guessed."""
+    config = Path(__file__).resolve().parents[1] / "hparams" / "real_configs" / "mamba2-130m" / "config.json"
+    r = run("estimate", "--model", str(config), "--quant", "Q4_K_M")
+    assert r.exit_code != 0
+    assert r.output.startswith("Error: --quant Q4_K_M: mamba2-130m: vocab_size is needed for the tensor list of "
+                               "arch 'mamba2'") and r.output.count("\n") == 1
+
+
+@pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")
+@pytest.mark.parametrize("command", [["estimate"], ["capacity", "--budget", "24GiB"]])
+def test_gguf_input_is_refused(command):
+    r = run(*command, "--model", str(GGUF), "--quant", "Q4_K_M")
+    assert r.exit_code != 0
+    assert r.output.startswith(f"Error: --quant: {GGUF} is a GGUF: its tensor table gives its weights exactly")
+
+
+def test_quant_is_a_llama_cpp_flag():
+    for command in (["estimate"], ["capacity", "--budget", "80GiB"]):
+        r = run(*command, "--model", "mamba-130m", "--quant", "Q8_0", "--engine", "vllm")
+        assert r.exit_code != 0 and "--quant" in r.output and "llama.cpp" in r.output
+
+
+def test_capacity_charges_the_quantized_weights_padded_for_cuda():
+    weights = quantized_weights(load_model("qwen3-next-80b-a3b"), "Q4_K_M")
+    expected = weights.buffer_bytes(CUDA_RULE)
+    r = run("capacity", "--model", "qwen3-next-80b-a3b", "--budget", "80GiB", "--quant", "Q4_K_M", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["weights_bytes"] == expected
+    assert data["weights_counted"] is True
+    assert data["weights_source"] == ("llama-quantize Q4_K_M of the converter's bf16 GGUF (863 tensors) of "
+                                      "qwen3-next-80b-a3b, padded as in a CUDA buffer")
+    # the loaded tensors' data (MTP layer left out) plus CUDA's padding: each tensor to 128 B, quantized rows
+    # by at most 511 elements (420 bytes of q6_K); qwen3-next's rows of 2048 and 512 need none
+    loaded = [t for t in weights.plan.tensors if t.name in weights.loaded]
+    data_bytes = sum(t.n_bytes for t in loaded)
+    assert data_bytes <= expected <= data_bytes + len(loaded) * (128 + 420)
+
+
+def test_capacity_weights_flag_overrides_quant():
+    r = run("capacity", "--model", "mamba-130m", "--budget", "8GiB", "--quant", "Q8_0", "--weights", "1GiB",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["weights_bytes"] == 1 << 30
+    assert data["weights_source"] == "--weights 1GiB (overrides --quant)"
+
+
+def test_estimate_with_quant_imports_no_heavy_library():
+    code = (
+        "import sys; from rsplan.cli import main\n"
+        "sys.argv = ['rsplan', 'estimate', '--model', 'qwen3-next-80b-a3b', '--quant', 'Q4_K_M']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'plotly', 'numpy', 'triton', 'gguf', 'pydantic', 'pydantic_core')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "HEAVY []"
