@@ -55,7 +55,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     \b
     Examples:
       rsplan estimate --model qwen3-next-80b-a3b -c 32k -np 4
-      rsplan estimate --model lfm2-1.2b -c 0 -np 8 --spec-type mtp --draft-max 4 --format json
+      rsplan estimate --model qwen3-next-80b-a3b -c 0 -np 8 --spec-type mtp --spec-draft-n-max 4 --format json
       rsplan estimate --model model.gguf -c 8192 --format log --backend CUDA0
       rsplan estimate --model lfm2-1.2b --model mamba2-130m -c 8k
       rsplan estimate --model nemotron-h-8b-base-8k --engine vllm --max-num-seqs 64 --kv-cache-memory-bytes 40GiB
@@ -103,6 +103,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
             specs[i], tables[i], source = quantized_model(ref, specs[i], quant, backend)
             notes[i] = f"model bytes: {source}"
     plans = [build_plan(spec, params) for spec in specs]
+    _check_runnable_draft(specs, plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
     breakdowns = [build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
@@ -134,6 +135,18 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
         from rsplan.render.plan_table import render_plan
 
         click.echo(render_plan(plans[0], per_layer=per_layer, backend=backend, breakdown=breakdowns[0]))
+
+
+def _check_runnable_draft(specs: list[Any], plans: list[Any], spec_type: str) -> None:
+    """Refuse what llama.cpp would not run: ``--spec-type mtp`` for a model without MTP layers, and rollback
+    planes past the batch split's bound (``n_ubatch > n_rs_seq + 1``), as capacity does."""
+    from rsplan.planner.speculative import check_draft, check_spec_type
+
+    for spec, plan in zip(specs, plans, strict=True):
+        if spec_type != "none":
+            check_spec_type(spec, spec_type)
+        what = "--spec-draft-n-max" if spec_type != "none" else "--n-rs-seq"
+        check_draft(plan.context.n_rs_seq, plan.context.n_ubatch, what)
 
 
 def _tensor_table(model_ref: str) -> tuple[tuple[str, int], ...] | None:

@@ -75,7 +75,7 @@ def test_table_shows_totals_and_per_layer(example):
 
 
 def test_spec_type_sets_rollback_planes(example):
-    r = run("estimate", "--model", str(example), "-c", "4096", "--spec-type", "mtp", "--draft-max", "5",
+    r = run("estimate", "--model", str(example), "-c", "4096", "--spec-type", "eagle3", "--draft-max", "5",
             "--format", "json")
     assert json.loads(r.output)["context"]["n_rs_seq"] == 5
 

@@ -12,7 +12,7 @@ from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 
 FLAGS = [
     ("-c", "32768", "-np", "4"),
-    ("-c", "8192", "-np", "3", "--spec-type", "mtp", "-fa", "off"),
+    ("-c", "8192", "-np", "3", "--spec-type", "eagle3", "-fa", "off"),
     ("-c", "0", "-np", "2", "-kvu", "-ctk", "bf16", "-ctv", "bf16", "--n-rs-seq", "2"),
 ]
 

@@ -192,3 +192,23 @@ def test_report_variant_names_the_draft_type():
     # at -ub 4 a 3-token draft aborts llama.cpp (4 > 3 + 1 fails): the variant is not drawn
     tiny = CapacityPlanner(load_builtin_preset("lfm2-1.2b"), ContextParams(n_ubatch=4), budget)
     assert not any("n_rs_seq 3" in v.label for v in data.variants(tiny, "l"))
+
+
+# -- estimate refuses what llama.cpp would not run ----------------------------------------------------------------
+
+def test_estimate_refuses_mtp_without_nextn_layers():
+    assert one_line_error(run("estimate", "-m", "lfm2-1.2b", "--spec-type", "mtp")) == (
+        "--spec-type mtp: model 'lfm2-1.2b' has no MTP (nextn) layers, so llama.cpp cannot create the MTP "
+        "draft context ('model doesn't contain MTP layers'); use --spec-type eagle3, dflash or dspark with a draft "
+        "model (-md FILE)")
+
+
+def test_estimate_refuses_a_draft_past_the_ubatch_bound():
+    # LFM2 keeps rollback planes; -ub 64 allows drafts up to 64 - 2 = 62
+    assert run("estimate", "-m", "lfm2-1.2b", "-c", "4096", "-ub", "64", "--spec-type", "eagle3",
+               "--spec-draft-n-max", "62").exit_code == 0
+    assert "asserts n_ubatch > n_rs_seq + 1; with an effective -ub 64 the longest draft is 62" in one_line_error(
+        run("estimate", "-m", "lfm2-1.2b", "-c", "4096", "-ub", "64", "--spec-type", "eagle3",
+            "--spec-draft-n-max", "63"))
+    assert one_line_error(run("estimate", "-m", "lfm2-1.2b", "-c", "4096", "-ub", "64", "--n-rs-seq", "63")).startswith(
+        "--n-rs-seq 63: ")
