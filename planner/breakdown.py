@@ -208,7 +208,8 @@ def build_breakdown(
         notes.append(f"output buffer: {exc}")
     model, exact = model_bytes_by_buffer(spec, backend, tensors, load_mtp=mtp)
     if model is None:
-        notes.append("model bytes: the model's weight size is unknown (give --weights or a GGUF)")
+        notes.append("model bytes: the model's weight size is unknown (give a GGUF, or --quant TYPE for a preset "
+                     "with a tensor list)")
     elif not exact and kind == "CPU":
         notes.append("model bytes: the weights' total (an estimate: llama.cpp pads each tensor to 32 bytes)")
     elif not exact:
