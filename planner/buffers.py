@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass
 
 from rsplan.errors import BackendError, printable
-from rsplan.hparams.ggml_types import ggml_type, row_nbytes
+from rsplan.hparams.ggml_types import WEIGHT_TYPES, ggml_type, row_nbytes
 
 
 @dataclass(frozen=True)
 class BufferRule:
-    """How one buffer type sizes a cache tensor.
+    """How one buffer type sizes a tensor (a cache or a weight).
 
     Attributes:
         alignment: ``get_alignment``, bytes: each tensor's size is padded to a multiple of it.
@@ -30,9 +30,12 @@ class BufferRule:
     row_padding: int = 0
 
     def alloc_nbytes(self, n_bytes: int, type_name: str, ne0: int) -> int:
-        """Bytes a tensor of ``n_bytes`` (ggml_nbytes) of type ``type_name`` with rows of ``ne0`` elements takes."""
+        """Bytes a tensor of ``n_bytes`` (ggml_nbytes) of type ``type_name`` with rows of ``ne0`` elements takes.
+
+        ``type_name``: any ggml type (WEIGHT_TYPES: ``q4_K``, ``iq4_xs``, ... for weights); a name outside that
+        table is looked up as a cache type, whose error names the allowed ones."""
         size = n_bytes
-        type_ = ggml_type(type_name)
+        type_ = WEIGHT_TYPES.get(type_name) or ggml_type(type_name)
         if self.row_padding and type_.is_quantized and ne0 % self.row_padding:
             size += row_nbytes(type_, self.row_padding - ne0 % self.row_padding)
         return -(-size // self.alignment) * self.alignment

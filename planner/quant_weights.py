@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsplan.hparams.ggml_types import WEIGHT_TYPES, row_nbytes
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.tensors import tensor_list, tensor_type
 from rsplan.planner.buffers import BufferRule
@@ -47,18 +46,8 @@ class QuantWeights:
 
     def buffer_bytes(self, rule: BufferRule, load_mtp: bool = False) -> int:
         """Bytes of the loaded tensors in one buffer of ``rule``, each padded as that buffer type pads it."""
-        return sum(padded_nbytes(rule, t.n_bytes, t.type, t.ne[0]) for t in self.plan.tensors
+        return sum(rule.alloc_nbytes(t.n_bytes, t.type, t.ne[0]) for t in self.plan.tensors
                    if load_mtp or t.name in self.loaded)
-
-
-def padded_nbytes(rule: BufferRule, n_bytes: int, type_name: str, ne0: int) -> int:
-    """``BufferRule.alloc_nbytes`` for a weight type (q4_K, iq4_xs, ... are no cache types): a quantized row
-    padded to ``rule.row_padding`` elements, then the tensor to ``rule.alignment`` bytes."""
-    type_ = WEIGHT_TYPES[type_name]
-    size = n_bytes
-    if rule.row_padding and type_.is_quantized and ne0 % rule.row_padding:
-        size += row_nbytes(type_, rule.row_padding - ne0 % rule.row_padding)
-    return -(-size // rule.alignment) * rule.alignment
 
 
 def quantized_weights(spec: ModelSpec, quant: str) -> QuantWeights:
