@@ -21,6 +21,9 @@ class GGMLType(NamedTuple):
         return self.block_size > 1
 
 
+#: ggml-backend.cpp TENSOR_ALIGNMENT: the CPU buffer type's alignment, bytes; each tensor's size is padded to it.
+TENSOR_ALIGNMENT = 32
+
 #: The cache types llama.cpp's ``-ctk`` / ``-ctv`` accept (common/arg.cpp ``kv_cache_types``).
 GGML_TYPES: dict[str, GGMLType] = {
     t.name: t

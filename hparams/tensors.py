@@ -29,12 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rsplan.errors import UnsupportedArchError
-from rsplan.hparams.ggml_types import GGML_TYPES, row_nbytes
+from rsplan.hparams.ggml_types import GGML_TYPES, TENSOR_ALIGNMENT, row_nbytes
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 
-#: ggml-backend.cpp TENSOR_ALIGNMENT: the CPU buffer type's alignment; each tensor's size is padded to it.
-CPU_ALIGNMENT = 32
+#: the CPU buffer type's alignment (ggml_types.TENSOR_ALIGNMENT)
+CPU_ALIGNMENT = TENSOR_ALIGNMENT
 
 #: The output types of ``convert_hf_to_gguf.py --outtype`` rsplan knows (q8_0: the converter's own quantizer).
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")

@@ -25,6 +25,7 @@ from typing import Any
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CPU_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.outputs import (
@@ -122,8 +123,6 @@ def _backend_kind(backend: str) -> str:
     raise BreakdownError(f"unknown backend '{backend}': CPU, or CUDA0, CUDA1, ...")
 
 
-#: Alignment of the CPU buffer type (ggml-cpu TENSOR_ALIGNMENT): each weight is padded to it in its buffer.
-CPU_ALIGNMENT = 32
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -151,7 +150,7 @@ def model_bytes_by_buffer(
             m = _BLOCK.match(name)
             if m and int(m.group(1)) >= spec.n_layer and not load_mtp:
                 continue
-            total += (n_bytes + CPU_ALIGNMENT - 1) // CPU_ALIGNMENT * CPU_ALIGNMENT
+            total += -(-n_bytes // CPU_RULE.alignment) * CPU_RULE.alignment
         return {"CPU": total}, True
     if spec.weights_bytes is None:
         return None, False

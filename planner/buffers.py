@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from rsplan.errors import BackendError, printable
-from rsplan.hparams.ggml_types import WEIGHT_TYPES, ggml_type, row_nbytes
+from rsplan.hparams.ggml_types import TENSOR_ALIGNMENT, WEIGHT_TYPES, ggml_type, row_nbytes
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class BufferType:
 
 
 #: ggml's CPU buffer: TENSOR_ALIGNMENT, ggml_nbytes (also what a Metal buffer does with a cache tensor).
-CPU_RULE = BufferRule(32)
+CPU_RULE = BufferRule(TENSOR_ALIGNMENT)
 #: CUDA's buffer type, also built for HIP and MUSA, and SYCL's: 128-byte alignment, quantized rows padded to 512.
 CUDA_RULE = BufferRule(128, 512)
 

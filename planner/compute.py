@@ -30,13 +30,12 @@ from typing import Literal
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CPU_RULE
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 
 #: The program whose n_outputs_max is meant.
 Tool = Literal["server", "cli"]
 TOOLS: tuple[str, ...] = ("server", "cli")
-#: ggml-cpu's buffer alignment (TENSOR_ALIGNMENT), bytes.
-CPU_ALIGNMENT = 32
 #: Archs whose third reserve graph uses one sequence ([TAG_RESERVE_DIAG_DECAY] in llama-context.cpp).
 ONE_SEQ_RESERVE_ARCHS = frozenset({"kimi-linear", "minimax-01"})
 
@@ -168,7 +167,7 @@ def compute_buffer(
             layout=layout, ctx=ctx, embeddings=embeddings,
         )
         graph = build(p)
-        return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_ALIGNMENT))
+        return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
 
     n_outputs_pp = min(n_tokens, n_out_max)
     graphs = [reserve("pp", n_tokens, n_seqs, n_outputs_pp), reserve("tg", n_seqs, n_seqs, n_seqs)]
