@@ -120,12 +120,15 @@ class ReadModel:
         sources: spec field -> where it was read from.
         facts: input-specific facts (GGUF version and tensor table, the converter, safetensors bytes per dtype)
             and ``origin``: how the reference was resolved (file, URL, repo and revision, bytes fetched).
+        tensors: a local single-file GGUF's tensor table, (name, ggml_nbytes) per tensor, for exact model bytes;
+            None for other inputs.
     """
 
     spec: ModelSpec
     kind: str
     sources: dict[str, str] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
+    tensors: tuple[tuple[str, int], ...] | None = None
 
 
 def _gguf_read(g: Any, origin: dict[str, Any]) -> ReadModel:
@@ -286,7 +289,11 @@ def read_model(ref: str) -> ReadModel:
     if kind == "gguf":
         from rsplan.hparams.gguf_file import read_gguf
 
-        return _gguf_read(read_gguf(path), {"form": "file", "file": str(path)})
+        g = read_gguf(path)
+        read = _gguf_read(g, {"form": "file", "file": str(path)})
+        if len(g.files) == 1:
+            read.tensors = g.index.tensors
+        return read
     if kind == "hf":
         return _read_local_hf(path)
     spec = load_preset_file(path) if kind == "yaml" else load_builtin_preset(ref)

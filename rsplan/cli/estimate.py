@@ -60,7 +60,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
       rsplan estimate --model lfm2-1.2b --model mamba2-130m -c 8k
       rsplan estimate --model nemotron-h-8b-base-8k --engine vllm --max-num-seqs 64 --kv-cache-memory-bytes 40GiB
     """
-    from rsplan.hparams.sources import load_model
+    from rsplan.hparams.sources import read_model
 
     ctx = click.get_current_context()
     refs = list(model_refs)
@@ -93,8 +93,9 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
 
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
-    specs = [load_model(ref) for ref in refs]
-    tables = [_tensor_table(ref) for ref in refs]
+    reads = [read_model(ref) for ref in refs]
+    specs = [r.spec for r in reads]
+    tables = [r.tensors for r in reads]
     notes: list[str | None] = [None] * len(refs)
     if quant is not None:
         from rsplan.cli.quant_weights import quantized_model
@@ -147,25 +148,6 @@ def _check_runnable_draft(specs: list[Any], plans: list[Any], spec_type: str) ->
             check_spec_type(spec, spec_type)
         what = "--spec-draft-n-max" if spec_type != "none" else "--n-rs-seq"
         check_draft(plan.context.n_rs_seq, plan.context.n_ubatch, what)
-
-
-def _tensor_table(model_ref: str) -> tuple[tuple[str, int], ...] | None:
-    """A local single-file GGUF's tensor table (name, bytes), for exact model bytes; None for other model sources
-    (presets, config.json, hub ids, remote GGUFs) and split GGUFs."""
-    from pathlib import Path
-
-    from rsplan.hparams.sources import resolve_model
-
-    if not Path(model_ref).exists():
-        return None
-
-    kind, path = resolve_model(model_ref)
-    if kind != "gguf":
-        return None
-    from rsplan.hparams.gguf_file import read_gguf
-
-    model = read_gguf(path)
-    return model.index.tensors if len(model.files) == 1 else None
 
 
 def _estimate_engine(refs: list[str], engine: str, values: dict[str, Any], per_layer: bool, fmt: str,
