@@ -111,6 +111,7 @@ class GGUFIndex:
         data_bytes: bytes of the data section (tensors padded to the alignment).
         alignment: data alignment, bytes.
         tensors: (name, bytes) of each tensor, in file order.
+        tensor_rows: (ggml type name, ``ne[0]``) of each tensor, in the same order (how a device buffer pads it).
     """
 
     version: int
@@ -122,6 +123,7 @@ class GGUFIndex:
     data_bytes: int
     alignment: int
     tensors: tuple[tuple[str, int], ...] = ()
+    tensor_rows: tuple[tuple[str, int], ...] = ()
 
     @property
     def weights_bytes(self) -> int:
@@ -309,9 +311,11 @@ def _alignment(cur: _Cursor, tables: _Tables, entries: dict[str, _Entry]) -> int
 
 def _scan_tensors(
     cur: _Cursor, tables: _Tables, n_tensors: int, alignment: int
-) -> tuple[dict[str, int], dict[str, int], int, tuple[tuple[str, int], ...]]:
-    """The tensor infos: bytes and counts per ggml type, the data section's offset, and each tensor's bytes."""
+) -> tuple[dict[str, int], dict[str, int], int, tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """The tensor infos: bytes and counts per ggml type, the data section's offset, each tensor's bytes and each
+    tensor's (type, row length)."""
     sizes: list[tuple[str, int]] = []
+    rows: list[tuple[str, int]] = []
     seen: set[bytes] = set()
     tensor_bytes: dict[str, int] = {}
     tensor_counts: dict[str, int] = {}
@@ -357,6 +361,7 @@ def _scan_tensors(
         tensor_bytes[type_name] = tensor_bytes.get(type_name, 0) + n_bytes
         tensor_counts[type_name] = tensor_counts.get(type_name, 0) + 1
         sizes.append((name, n_bytes))
+        rows.append((type_name, row))
         last = (name, offset + n_bytes)
     data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
     if n_tensors and data_offset + last[1] > cur.size:
@@ -365,7 +370,7 @@ def _scan_tensors(
             f"data ends at byte {data_offset + last[1]}, beyond the end of the file ({cur.size} bytes): "
             "truncated or corrupt",
         )
-    return tensor_bytes, tensor_counts, data_offset, tuple(sizes)
+    return tensor_bytes, tensor_counts, data_offset, tuple(sizes), tuple(rows)
 
 
 @contextmanager
@@ -398,7 +403,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
     version, n_tensors, n_kv = _scan_header(cur, tables)
     entries = _scan_kv(cur, tables, n_kv)
     alignment = _alignment(cur, tables, entries)
-    tensor_bytes, tensor_counts, data_offset, sizes = _scan_tensors(cur, tables, n_tensors, alignment)
+    tensor_bytes, tensor_counts, data_offset, sizes, rows = _scan_tensors(cur, tables, n_tensors, alignment)
     return GGUFIndex(
         version=version,
         entries=entries,
@@ -409,6 +414,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
         data_bytes=sum(_pad(n, alignment) for n in tensor_bytes.values()),
         alignment=alignment,
         tensors=sizes,
+        tensor_rows=rows,
     )
 
 

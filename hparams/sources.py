@@ -122,6 +122,7 @@ class ReadModel:
             and ``origin``: how the reference was resolved (file, URL, repo and revision, bytes fetched).
         tensors: a local single-file GGUF's tensor table, (name, ggml_nbytes) per tensor, for exact model bytes;
             None for other inputs.
+        tensor_rows: the same tensors' (ggml type name, ``ne[0]``), for device buffers' row padding.
     """
 
     spec: ModelSpec
@@ -129,6 +130,7 @@ class ReadModel:
     sources: dict[str, str] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
     tensors: tuple[tuple[str, int], ...] | None = None
+    tensor_rows: tuple[tuple[str, int], ...] | None = None
 
 
 def _gguf_read(g: Any, origin: dict[str, Any]) -> ReadModel:
@@ -293,6 +295,7 @@ def read_model(ref: str) -> ReadModel:
         read = _gguf_read(g, {"form": "file", "file": str(path)})
         if len(g.files) == 1:
             read.tensors = g.index.tensors
+            read.tensor_rows = g.index.tensor_rows
         return read
     if kind == "hf":
         return _read_local_hf(path)
