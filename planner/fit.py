@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from rsplan.errors import RsplanError
-from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.fit_memory import StartFlags, Usage
 from rsplan.planner.weight_placement import TensorOverride
 
 MiB = 1 << 20
@@ -42,6 +43,20 @@ OVERFLOW_PATTERNS = {
     "moe": r"blk\.{il}\.ffn_(up|down|gate_up|gate)_(ch|)exps",
 }
 ALL_MOE_PATTERN = r"blk\.\d+\.ffn_(up|down|gate_up|gate)_(ch|)exps"
+
+
+class MemoryOracle(Protocol):
+    """What --fit measures with: planner.fit_memory.MemoryModel (tests give simpler ones)."""
+
+    calls: int
+
+    @property
+    def n_devices(self) -> int: ...
+
+    @property
+    def device_free(self) -> tuple[int, ...]: ...
+
+    def measure(self, flags: StartFlags) -> Usage: ...
 
 
 class FitFailure(RsplanError):
@@ -105,7 +120,7 @@ def _u32(x: int) -> int:
 
 @dataclass
 class _Fit:
-    model: MemoryModel
+    model: MemoryOracle
     req: FitRequest
     hp_ngl: int
     hp_nct: int
@@ -129,7 +144,7 @@ class _Fit:
         self.trace.append(line)
 
 
-def fit(model: MemoryModel, req: FitRequest, *, n_seq_max: int, kv_unified: bool, n_layer: int,
+def fit(model: MemoryOracle, req: FitRequest, *, n_seq_max: int, kv_unified: bool, n_layer: int,
         n_ctx_train: int, n_expert: int) -> FitResult:
     """Run llama.cpp's --fit over rsplan's memory model (module docstring).
 

@@ -53,6 +53,7 @@ class FitOptions:
     no_kv_offload: bool = False
     compute: int | None = None
     quant: str | None = None
+    tool: str = "server"
 
 
 @dataclass(frozen=True)
@@ -153,14 +154,32 @@ def _tensor_split(text: str | None, n_devices: int) -> tuple[float, ...] | None:
     return tuple(check_tensor_split(parts, max(n_devices, 1)))
 
 
+def converter_weights(spec: ModelSpec, outtype: str = "bf16") -> list[Weight]:
+    """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors)."""
+    from rsplan.hparams.tensors import tensor_list, tensor_nbytes, tensor_type
+
+    out = []
+    for t in tensor_list(spec):
+        type_ = tensor_type(t, outtype)
+        if t.loaded:
+            out.append(Weight(t.name, tensor_nbytes(t, type_), type_, t.shape[0]))
+    return out
+
+
 def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswer:
-    """``rsplan fit``: the fit and the host check (see the module docstring)."""
+    """``rsplan fit``: read the model and its weights, then ``fit_model``."""
     from rsplan.hparams.sources import read_model
 
     read = read_model(model_ref)
-    spec = read.spec
+    weights, weights_source = _weights(read, read.spec, opts.quant)
+    return fit_model(read.spec, weights, params, opts, model_ref=model_ref, is_file=read.kind == "gguf",
+                     weights_source=weights_source)
+
+
+def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opts: FitOptions, *,
+              model_ref: str = "", is_file: bool = False, weights_source: str = "") -> FitAnswer:
+    """The fit of ``spec`` with ``weights`` (the loaded tensors) and the host check (module docstring)."""
     layout = cache_layout(spec)
-    weights, weights_source = _weights(read, spec, opts.quant)
     budgets = opts.budgets or []
     if len(budgets) > MAX_DEVICES:
         raise RsplanError(f"--budget: {len(budgets)} devices; llama.cpp handles at most {MAX_DEVICES}")
@@ -174,11 +193,11 @@ def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswe
                       tensor_split=_tensor_split(opts.tensor_split, len(budgets)),
                       overrides=_overrides(opts, names))
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
-                        compute_override=opts.compute, offload_kqv=not opts.no_kv_offload)
+                        compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool)
     req = FitRequest(user, UINT32_MAX if opts.explicit_zero_ctx else opts.fit_ctx, tuple(margins), opts.host_total)
     result = fit(model, req, n_seq_max=params.n_seq_max, kv_unified=params.kv_unified, n_layer=spec.n_layer,
                  n_ctx_train=spec.context_length, n_expert=spec.expert_count or 0)
-    answer = FitAnswer(spec.name, model_ref, read.kind == "gguf", replace(params, n_ctx=result.flags.n_ctx), names,
+    answer = FitAnswer(spec.name, model_ref, is_file, replace(params, n_ctx=result.flags.n_ctx), names,
                        [s for s, _ in budgets], [b for _, b in budgets], margins, result, [], opts.host_available,
                        opts.host_source, weights_source, opts.compute is not None or not budgets)
     _host_check(answer, spec, layout)

@@ -59,6 +59,9 @@ FIT_OPTIONS = [
 ]
 
 OUTPUT_OPTIONS = [
+    click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
+                 help="Whose start-up fit: llama-server's (its outputs size the compute buffer) or llama-cli's / "
+                 "llama-fit-params' (n_batch outputs)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="table, or json (every number)."),
 ]
@@ -99,7 +102,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         override_tensor=options["override_tensor"], cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
-        quant=options["quant"],
+        quant=options["quant"], tool=options["tool"],
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
