@@ -24,7 +24,8 @@ def _command(a: FitAnswer) -> str:
                                  ("-b", p.n_batch, 2048), ("-ub", p.n_ubatch, 512)):
         if value != default:
             extra.append(f"{flag} {value}")
-    return " ".join(["llama-server -m", model, *extra, a.fitted_flags])
+    # the flags are already fitted: --fit off keeps llama.cpp from fitting again (it would refuse: -ngl is set)
+    return " ".join(["llama-server -m", model, *extra, a.fitted_flags, "--fit off"])
 
 
 def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) -> list[str]:
