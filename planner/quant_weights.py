@@ -44,6 +44,11 @@ class QuantWeights:
         """(name, bytes) of every tensor in the file, bytes = ggml_nbytes (planner.breakdown's tensor table)."""
         return tuple((t.name, t.n_bytes) for t in self.plan.tensors)
 
+    @property
+    def rows(self) -> tuple[tuple[str, int], ...]:
+        """(ggml type, ``ne[0]``) of every tensor, in ``table``'s order (a device buffer's row padding)."""
+        return tuple((t.type, t.ne[0]) for t in self.plan.tensors)
+
     def buffer_bytes(self, rule: BufferRule, load_mtp: bool = False) -> int:
         """Bytes of the loaded tensors in one buffer of ``rule``, each padded as that buffer type pads it."""
         return sum(rule.alloc_nbytes(t.n_bytes, t.type, t.ne[0]) for t in self.plan.tensors

@@ -15,15 +15,14 @@ from typing import Any
 from rsplan.errors import RsplanError, UnsupportedArchError
 
 
-def quantized_model(ref: str, spec: Any, quant: str, backend: str = "CPU"
-                    ) -> tuple[Any, tuple[tuple[str, int], ...], str]:
+def quantized_model(ref: str, spec: Any, quant: str, backend: str = "CPU", *, with_rows: bool = False) -> Any:
     """``--quant TYPE`` for one model.
 
     Returns:
         The spec with ``weights_bytes`` set to the loaded tensors' bytes, each padded as ``backend``'s buffer type
         pads it (``CPU``: 32 B; a GPU: CUDA's 128 B and 512-element rows), the tensor table (name, ggml_nbytes)
         of every tensor in the file (exact model bytes on the CPU backend), and a line saying where the weights
-        come from.
+        come from; with ``with_rows`` also each tensor's (type, ne0) in the table's order (exact device bytes).
 
     Raises:
         RsplanError: a GGUF input; an arch without a tensor list or a spec missing a key it needs (named); an
@@ -47,7 +46,8 @@ def quantized_model(ref: str, spec: Any, quant: str, backend: str = "CPU"
     note = (f"llama-quantize {weights.ftype} of the converter's {SOURCE_OUTTYPE} GGUF ({len(weights.plan.tensors)} "
             "tensors" + (f", {n_fallback} with a fallback type" if n_fallback else "") + ")")
     n_bytes = weights.buffer_bytes(CPU_RULE if backend == "CPU" else CUDA_RULE)
-    return spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note
+    out = spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note
+    return (*out, weights.rows) if with_rows else out
 
 
 def is_gguf(ref: str) -> bool:
