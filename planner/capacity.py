@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.context import (
     CTX_PAD,
     MAX_CTX,
@@ -35,6 +36,7 @@ from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout, weights_by_device
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
+from rsplan.planner.weight_placement import Weight, place_weights
 
 MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
@@ -79,6 +81,8 @@ class Budget:
         margin_bytes: per device, the margin left free (``--fit-target``).
         compute_bytes: per device, the compute buffer charged (``--compute``, or planner.compute's figure).
         compute_source: where compute_bytes comes from.
+        weights: the loaded weight tensors, when known (a GGUF's, ``--quant``): each device's share is then
+            placed tensor by tensor (planner.weight_placement) instead of spread over the layers.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -87,6 +91,7 @@ class Budget:
     margin_bytes: tuple[int, ...]
     compute_bytes: int
     compute_source: str = "--compute"
+    weights: tuple[Weight, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -258,8 +263,12 @@ class CapacityPlanner:
         )
         resolve_context(self.layout, self.base)  # refuse settings llama.cpp refuses, once, up front
         self._split = split_layout(self.layout, self.placement)
-        weights = self.budget.weights_bytes or 0
-        self.weights_on_device, self.weights_on_host = weights_by_device(weights, self.placement)
+        if self.budget.weights:
+            placed = place_weights(self.budget.weights, self.placement, CUDA_RULE)
+            self.weights_on_device, self.weights_on_host = list(placed.device), placed.host
+        else:
+            self.weights_on_device, self.weights_on_host = weights_by_device(self.budget.weights_bytes or 0,
+                                                                             self.placement)
         self.cache_budget = [
             d.budget_bytes - w - m - self.budget.compute_bytes
             for d, w, m in zip(self.budget.devices, self.weights_on_device, self.budget.margin_bytes, strict=True)
