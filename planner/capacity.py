@@ -33,6 +33,7 @@ from rsplan.planner.context import (
     resolve_context,
 )
 from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
+from rsplan.planner.outputs import output_buffer
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout, weights_by_device
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
@@ -83,6 +84,9 @@ class Budget:
         compute_source: where compute_bytes comes from.
         weights: the loaded weight tensors, when known (a GGUF's, ``--quant``): each device's share is then
             placed tensor by tensor (planner.weight_placement) instead of spread over the layers.
+        host_budget_bytes: host memory (``--host-budget``); None: the host is not checked. What must fit there:
+            the weights and caches that stay on the host, the output buffer, and the compute buffer when layers
+            run on the host (``CapacityPlanner.host_bytes``).
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -92,6 +96,8 @@ class Budget:
     compute_bytes: int
     compute_source: str = "--compute"
     weights: tuple[Weight, ...] | None = None
+    host_budget_bytes: int | None = None
+    host_source: str = "--host-budget"
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -185,6 +191,10 @@ class RsAnswer:
     snapshot_bytes: int | None = None
     draft_bound: int | None = None
     bound_device: str | None = None
+
+
+#: The name a host-memory limit is reported under (``bound_device``).
+HOST = "host memory"
 
 
 def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int:
@@ -318,12 +328,22 @@ class CapacityPlanner:
                 )
 
     def bound_device(self, params: ContextParams) -> str | None:
-        """The device whose cache budget ``params`` exceeds the most (None when it fits)."""
+        """The device (or ``host memory``) whose budget ``params`` exceeds the most (None when it fits)."""
         use = self.usage(params)
         over = [(t.total_bytes - b, d.name) for b, t, d in
                 zip(self.cache_budget, use.devices, self.budget.devices, strict=True)]
+        if self.budget.host_budget_bytes is not None:
+            over.append((self.host_bytes(params, use) - self.budget.host_budget_bytes, HOST))
         worst = max(over)
         return worst[1] if worst[0] > 0 else None
+
+    def host_bytes(self, params: ContextParams, use: Usage | None = None) -> int:
+        """Host memory a start with ``params`` needs: weights and caches left on the host, the output buffer
+        (host memory on every backend), the compute buffer when layers run there."""
+        use = use or self.usage(params)
+        out = output_buffer(self.spec, params).bytes if self.spec.vocab_size else 0
+        on_host = any(d is None for d in self.placement.unit_device[:-1])
+        return self.weights_on_host + use.host.total_bytes + out + (self.budget.compute_bytes if on_host else 0)
 
     # -- evaluating one setting ---------------------------------------------------------------------------
 
@@ -339,9 +359,12 @@ class CapacityPlanner:
         return Usage(ctx, tuple(devices), host)
 
     def headroom(self, params: ContextParams) -> int:
-        """The smallest margin left over the GPUs' cache budgets (negative: does not fit)."""
+        """The smallest margin left over the GPUs' cache budgets and the host budget (negative: does not fit)."""
         use = self.usage(params)
-        return min(b - t.total_bytes for b, t in zip(self.cache_budget, use.devices, strict=True))
+        room = min(b - t.total_bytes for b, t in zip(self.cache_budget, use.devices, strict=True))
+        if self.budget.host_budget_bytes is not None:
+            room = min(room, self.budget.host_budget_bytes - self.host_bytes(params, use))
+        return room
 
     def fits(self, params: ContextParams) -> bool:
         return self.headroom(params) >= 0
