@@ -104,8 +104,22 @@ def mul(a: Tensor, b: Tensor) -> Tensor:
     return _like("MUL", a, b)
 
 
+def sub(a: Tensor, b: Tensor) -> Tensor:
+    return _like("SUB", a, b)
+
+
 def rms_norm(a: Tensor) -> Tensor:
     return _like("RMS_NORM", a)
+
+
+def norm(a: Tensor) -> Tensor:
+    """ggml_norm: layer norm without weights (GGML_OP_NORM, not in-place)."""
+    return _like("NORM", a)
+
+
+def l2_norm(a: Tensor) -> Tensor:
+    """ggml_l2_norm (GGML_OP_L2_NORM, not in-place)."""
+    return _like("L2_NORM", a)
 
 
 def sqr(a: Tensor) -> Tensor:
@@ -236,6 +250,13 @@ def ssm_scan(s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, 
     """y for every token, then K state planes per sequence, in one f32 vector."""
     n = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3] + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
     return new_tensor(F32, n, op="SSM_SCAN", src=(s, x, dt, a, b, c, ids))
+
+
+def rwkv_wkv7(r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor) -> Tensor:
+    """ggml_rwkv_wkv7: the output rows of every token, then the new state of each sequence, in one f32 matrix
+    [S * H, n_tokens + S * n_seqs] (k: [S, H, n_tokens]; state: [S * S * H, n_seqs])."""
+    s, h, n_tokens = k.ne[0], k.ne[1], k.ne[2]
+    return new_tensor(F32, s * h, n_tokens + s * state.ne[1], op="RWKV_WKV7", src=(r, w, k, v, a, b, state))
 
 
 class GraphBuilder:
