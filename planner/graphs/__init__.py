@@ -25,6 +25,7 @@ BUILDERS: dict[str, str] = {
     "qwen3next": "qwen35:build_qwen35",
     "nemotron_h": "nemotron_h:build_nemotron_h",
     "rwkv7": "rwkv7:build_rwkv7",
+    "minimax-01": "minimax:build_minimax_01",
 }
 
 MTP_BUILDERS: dict[str, str] = {
