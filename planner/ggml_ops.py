@@ -8,6 +8,7 @@ source (a view's ``view_src`` is always the tensor that owns the memory, and its
 
 from __future__ import annotations
 
+from rsplan.errors import RsplanError
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
 
@@ -96,16 +97,35 @@ def _like(op: str, a: Tensor, *src: Tensor) -> Tensor:
     return Tensor(op=op, type=a.type, ne=a.ne, nb=_contiguous_nb(a.type, a.ne), src=(a, *src))
 
 
+class GGMLAbort(RsplanError):
+    """A shape check ggml asserts (GGML_ASSERT) failed: llama.cpp aborts while building this graph."""
+
+
+def _can_repeat(t0: Tensor, t1: Tensor) -> bool:
+    """ggml_can_repeat(t0, t1): t0 broadcasts over t1 (an empty t0 only onto an empty t1)."""
+    if 0 in t0.ne:
+        return 0 in t1.ne
+    return all(n1 % n0 == 0 for n0, n1 in zip(t0.ne, t1.ne, strict=True))
+
+
+def _binary(op: str, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_add / sub / mul / div: ``b`` is broadcast over ``a`` (GGML_ASSERT(ggml_can_repeat(b, a)))."""
+    if not _can_repeat(b, a):
+        raise GGMLAbort(f"GGML_ASSERT(ggml_can_repeat(b, a)) fails in ggml_{op.lower()}: b of shape {list(b.ne)} "
+                        f"does not repeat onto a of shape {list(a.ne)}")
+    return _like(op, a, b)
+
+
 def add(a: Tensor, b: Tensor) -> Tensor:
-    return _like("ADD", a, b)
+    return _binary("ADD", a, b)
 
 
 def mul(a: Tensor, b: Tensor) -> Tensor:
-    return _like("MUL", a, b)
+    return _binary("MUL", a, b)
 
 
 def sub(a: Tensor, b: Tensor) -> Tensor:
-    return _like("SUB", a, b)
+    return _binary("SUB", a, b)
 
 
 def rms_norm(a: Tensor) -> Tensor:
@@ -202,7 +222,7 @@ def clamp(a: Tensor) -> Tensor:
 
 
 def div(a: Tensor, b: Tensor) -> Tensor:
-    return _like("DIV", a, b)
+    return _binary("DIV", a, b)
 
 
 def cast(a: Tensor, type_: GGMLType) -> Tensor:

@@ -125,3 +125,46 @@ def test_sliding_window_lfm2_is_refused():
                      attention={"head_count": 2, "head_count_kv": [0, 1], "sliding_window": 512})
     with pytest.raises(ComputeModelError, match="sliding-window"):
         compute_buffer(spec, ContextParams())
+
+
+# MiniMax-01 settings outside the golden grid, measured like it (scripts/llamacpp-truth: probe on a bf16 skeleton
+# of the preset, no_alloc, first pp reserve's CPU compute bytes; n_outputs_max = n_batch):
+#   build/llamacpp-truth/probe -m minimax-text-01-bf16.gguf -c 4096 -np 3 -kvu   (and so on)
+# -np 3 loads with one KV stream (-kvu) or with an -ub that 3 divides; see the refusal below for the rest.
+MINIMAX_CASES = [
+    (dict(n_seq_max=3, kv_unified=True), 474_441_376),
+    (dict(n_seq_max=3, n_ubatch=510), 433_200_128),
+    (dict(n_seq_max=4, n_ubatch=510, kv_unified=True), 433_249_280),
+    (dict(n_seq_max=5, kv_unified=True, flash_attn="off"), 629_942_144),
+]
+
+
+@pytest.mark.parametrize(("flags", "expected"), MINIMAX_CASES, ids=lambda c: str(c))
+def test_minimax_compute_buffer_outside_the_grid_equals_llama_cpp(flags: dict, expected: int) -> None:
+    from rsplan.hparams.sources import load_builtin_preset
+
+    spec = load_builtin_preset("minimax-text-01")
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, **flags), n_outputs_max=0)
+    assert cb.dry_run_bytes == expected
+
+
+def test_minimax_with_a_stream_per_sequence_that_does_not_divide_the_ubatch_is_refused_as_llama_cpp_aborts():
+    """-c 4096 -np 3: llama.cpp aborts in sched_reserve (GGML_ASSERT(ggml_can_repeat(b, a)) in ggml_add, called
+    from llama_model_minimax_01::graph; the golden file records the crash). Its third reserve graph has 512 tokens
+    in one sequence, but the KV cache has 3 streams: the attention keeps 3 x (512 // 3) = 510 rows, which the
+    residual of 512 rows cannot be added to."""
+    from rsplan.hparams.sources import load_builtin_preset
+    from rsplan.planner.compute import LlamaAbortError
+
+    spec = load_builtin_preset("minimax-text-01")
+    with pytest.raises(LlamaAbortError, match=r"'pp \(1 seq\)' graph \(512 tokens in 1 sequence\).*"
+                                              r"\[6144, 512, 1, 1\] does not repeat onto a of shape \[6144, 510"):
+        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=3))
+
+
+def test_rwkv7_without_its_lora_ranks_is_refused():
+    spec = make_spec(arch="rwkv7", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=256, wkv={"head_size": 16},
+                     attention={"decay_lora_rank": 8, "iclr_lora_rank": 8, "gate_lora_rank": 8})
+    with pytest.raises(ComputeModelError, match="value_residual_mix_lora_rank"):
+        compute_buffer(spec, ContextParams())
