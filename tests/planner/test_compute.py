@@ -168,3 +168,31 @@ def test_rwkv7_without_its_lora_ranks_is_refused():
                      attention={"decay_lora_rank": 8, "iclr_lora_rank": 8, "gate_lora_rank": 8})
     with pytest.raises(ComputeModelError, match="value_residual_mix_lora_rank"):
         compute_buffer(spec, ContextParams())
+
+
+# A small MiniMax-01 (same graph: 16 layers, layers 7 and 15 softmax attention, 8 heads of 64, 2 KV heads, 4
+# experts of 768, 2 used, vocabulary 32000), f32 skeleton, measured both ways: a real run (probe --alloc: the
+# buffer grows to the largest of the three reserves, the third with ONE sequence) and the dry run (the first
+# reserve). n_outputs_max = n_batch. Reproduce: write the preset below as YAML (plus name/source), then
+#   make_skeleton.py minimax-tiny.yaml --outtype f32 -o mmt.gguf; build/llamacpp-truth/probe -m mmt.gguf FLAGS [--alloc]
+# (flags, real compute bytes, dry-run compute bytes)
+MINIMAX_TINY_CASES = [
+    (dict(n_ctx=4096), 70_797_312, 70_797_312),
+    (dict(n_ctx=4096, n_seq_max=2, flash_attn="off"), 69_748_736, 69_748_736),
+    (dict(n_ctx=4096, n_seq_max=4), 70_797_312, 67_635_200),
+    (dict(n_ctx=4096, n_seq_max=2, kv_unified=True, flash_attn="off"), 89_712_704, 85_518_400),
+    (dict(n_ctx=8192, n_seq_max=8, kv_unified=True, n_ubatch=256), 34_874_368, 34_874_368),
+    (dict(n_ctx=4096, n_seq_max=3, n_ubatch=510), 70_520_768, 67_371_008),
+    (dict(n_ctx=2048, n_seq_max=4, flash_attn="off", type_k="q8_0"), 67_635_200, 67_635_200),
+    (dict(n_ctx=4096, n_seq_max=2, n_rs_seq=3, flash_attn="on"), 70_797_312, 67_635_200),
+    (dict(n_ctx=16384, n_seq_max=4, kv_unified=True, n_ubatch=1024, flash_attn="off"), 649_187_392, 624_021_568),
+]
+
+
+@pytest.mark.parametrize(("flags", "real", "dry"), MINIMAX_TINY_CASES, ids=lambda c: str(c))
+def test_minimax_real_run_keeps_the_largest_reserve_as_llama_cpp_does(flags: dict, real: int, dry: int) -> None:
+    spec = make_spec(arch="minimax-01", context_length=65536, embedding_length=512, block_count=16, vocab_size=32000,
+                     feed_forward_length=768, expert_count=4, expert_used_count=2,
+                     attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 64})
+    cb = compute_buffer(spec, ContextParams(**flags), n_outputs_max=0)
+    assert (cb.bytes, cb.dry_run_bytes) == (real, dry)
