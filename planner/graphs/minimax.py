@@ -122,6 +122,10 @@ def build_minimax_01(p: GraphParams) -> Graph:
     """llama_model_minimax_01::graph."""
     _require_experts(p)
     spec = p.spec
+    head_v = spec.attention.value_length or p.n_embd // spec.head_count(0)
+    if head_v != _head_dim(p, 0):
+        raise g.GGMLAbort(f"GGML_ASSERT(n_embd_head == hparams.n_embd_head_k()) fails in "
+                          f"llama_model_minimax_01::graph (V head {head_v}, K head {_head_dim(p, 0)})")
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     rs = lg.rs_inp()

@@ -127,6 +127,9 @@ def _last_token(normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> 
 
 def build_rwkv7(p: GraphParams) -> Graph:
     """llama_model_rwkv7::graph (token_shift_count 2, as llama.cpp asserts)."""
+    if p.spec.wkv.token_shift_count != 2:
+        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in llama_model_rwkv7::graph "
+                          f"(token_shift_count {p.spec.wkv.token_shift_count})")
     lg = LlamaGraph(p)
     n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
     n_embd_r = 2 * n_embd

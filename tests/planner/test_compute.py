@@ -196,3 +196,20 @@ def test_minimax_real_run_keeps_the_largest_reserve_as_llama_cpp_does(flags: dic
                      attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 64})
     cb = compute_buffer(spec, ContextParams(**flags), n_outputs_max=0)
     assert (cb.bytes, cb.dry_run_bytes) == (real, dry)
+
+
+def test_graphs_llama_cpp_asserts_against_are_refused():
+    """rwkv7.cpp asserts token_shift_count == 2; minimax-01.cpp asserts equal K and V head dims."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    rwkv = make_spec(arch="rwkv7", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=256, wkv={"head_size": 16, "token_shift_count": 3},
+                     attention={"decay_lora_rank": 8, "iclr_lora_rank": 8, "value_residual_mix_lora_rank": 8,
+                                "gate_lora_rank": 8})
+    with pytest.raises(LlamaAbortError, match="token_shift_count == 2"):
+        compute_buffer(rwkv, ContextParams())
+    minimax = make_spec(arch="minimax-01", context_length=4096, embedding_length=512, block_count=8, vocab_size=100,
+                        feed_forward_length=768, expert_count=4, expert_used_count=2,
+                        attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 32})
+    with pytest.raises(LlamaAbortError, match=r"V head 32, K head 64"):
+        compute_buffer(minimax, ContextParams())
