@@ -103,14 +103,15 @@ class GGMLAbort(RsplanError):
 
 def _can_repeat(t0: Tensor, t1: Tensor) -> bool:
     """ggml_can_repeat(t0, t1): t0 broadcasts over t1 (an empty t0 only onto an empty t1)."""
-    if 0 in t0.ne:
-        return 0 in t1.ne
-    return all(n1 % n0 == 0 for n0, n1 in zip(t0.ne, t1.ne, strict=True))
+    a, b = t0.ne, t1.ne
+    if 0 in a:
+        return 0 in b
+    return b[0] % a[0] == 0 and b[1] % a[1] == 0 and b[2] % a[2] == 0 and b[3] % a[3] == 0
 
 
 def _binary(op: str, a: Tensor, b: Tensor) -> Tensor:
     """ggml_add / sub / mul / div: ``b`` is broadcast over ``a`` (GGML_ASSERT(ggml_can_repeat(b, a)))."""
-    if not _can_repeat(b, a):
+    if b.ne != a.ne and not _can_repeat(b, a):  # same shapes (the common case) always repeat
         raise GGMLAbort(f"GGML_ASSERT(ggml_can_repeat(b, a)) fails in ggml_{op.lower()}: b of shape {list(b.ne)} "
                         f"does not repeat onto a of shape {list(a.ne)}")
     return _like(op, a, b)
