@@ -69,7 +69,8 @@ def _run_case(llama: Path, model: str, flags: list[str], free: list[int], host: 
         subprocess.run([sys.executable, str(HERE / "make_skeleton.py"), model, "--outtype", "bf16", "-o", str(gguf)],
                        check=True, stdout=subprocess.DEVNULL)
     endpoints = [f"127.0.0.1:{PORT0 + i}" for i in range(len(free))]
-    fake = [f"RPC0[{ep}]={f * MiB}:{f * MiB}" for ep, f in zip(endpoints, free, strict=True)]
+    # device names are RPC0, RPC1, ... in --rpc order; their buffer types print as RPC0[HOST:PORT]
+    fake = [f"RPC{i}={f * MiB}:{f * MiB}" for i, f in enumerate(free)]
     fake.append(f"CPU={host * MiB}:{host * MiB}")
     env = dict(os.environ, LD_PRELOAD=str(SHIM), RSPLAN_FAKE_MEMORY=";".join(fake))
     cmd = [str(llama / "build/bin/llama-fit-params"), "-m", str(gguf), *flags]
