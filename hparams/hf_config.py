@@ -26,6 +26,7 @@ from typing import Any
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import JSONValueError, parse_json, path_kind
 from rsplan.hparams import hf_aliases as A
+from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.llama_loader import KEY_ARCH, KEY_NAME, LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import HF_DTYPES, MAX_LAYERS, ModelSpec, ServingSpec
@@ -162,10 +163,107 @@ class _Config:
         return value
 
 
+# -- the config keys each converter looks up, named in its order (hf_aliases.pick checks them at import) -------
+
+
+class _TextModel:
+    """TextModel.__init__ / set_gguf_parameters (conversion/base.py)."""
+
+    BLOCK_COUNT = pick("BLOCK_COUNT", "n_layers", "num_hidden_layers", "n_layer", "num_layers")
+    CONTEXT_LENGTH = pick("CONTEXT_LENGTH", "max_position_embeddings", "n_ctx", "n_positions", "max_length",
+                          "max_sequence_length", "model_max_length")
+    EMBEDDING_LENGTH = pick("HIDDEN_SIZE", "hidden_size", "n_embd", "dim")
+    FEED_FORWARD_LENGTH = pick("FEED_FORWARD_LENGTH", "prefix_dense_intermediate_size", "dense_intermediate_size",
+                               "intermediate_size", "n_inner", "hidden_dim")
+    HEAD_COUNT = pick("HEAD_COUNT", "num_attention_heads", "n_head", "n_heads")
+    HEAD_COUNT_KV = pick("HEAD_COUNT_KV", "num_key_value_heads", "n_kv_heads")
+    HEAD_DIM = pick("HEAD_DIM", "head_dim")
+    #: the per-layer KV head count of the hybrids (LFM2, Granite, Nemotron-H): one list for all of them
+    HEAD_COUNT_KV_PER_LAYER = pick("HEAD_COUNT_KV", "num_key_value_heads", "n_kv_heads", "n_head_kv")
+
+
+class _Mamba1:
+    """MambaModel (conversion/mamba.py)."""
+
+    D_MODEL = pick("HIDDEN_SIZE", "hidden_size", "d_model")
+    D_CONV = pick("SSM_CONV_KERNEL", "conv_kernel", "d_conv")
+    D_INNER = pick("SSM_INNER_SIZE", "intermediate_size", "d_inner")
+    D_STATE = pick("SSM_STATE_SIZE", "state_size", "d_state")
+    DT_RANK = pick("SSM_DT_RANK", "time_step_rank", "dt_rank")
+
+
+class _Mamba2:
+    """Mamba2Model (conversion/mamba.py); FalconH1Model reads the same lists (and only mamba_d_ssm)."""
+
+    D_MODEL = pick("HIDDEN_SIZE", "hidden_size", "d_model", "dim")
+    EXPAND = pick("SSM_EXPAND", "mamba_expand", "expand")
+    D_INNER = pick("SSM_INNER_SIZE", "mamba_d_ssm", "intermediate_size", "d_inner")
+    FALCON_D_INNER = pick("SSM_INNER_SIZE", "mamba_d_ssm")
+    N_GROUP = pick("SSM_GROUP_COUNT", "n_groups")
+    D_CONV = pick("SSM_CONV_KERNEL", "conv_kernel", "d_conv")
+    D_STATE = pick("SSM_STATE_SIZE", "state_size", "d_state")
+    HEAD_DIM = pick("SSM_HEAD_DIM", "mamba_d_head", "head_dim")
+
+
+class _Jamba:
+    """JambaModel (conversion/jamba.py)."""
+
+    D_MODEL = pick("HIDDEN_SIZE", "hidden_size", "mamba_d_model")
+    D_CONV = pick("SSM_CONV_KERNEL", "mamba_d_conv")
+    EXPAND = pick("SSM_EXPAND", "mamba_expand")
+    D_STATE = pick("SSM_STATE_SIZE", "mamba_d_state")
+    DT_RANK = pick("SSM_DT_RANK", "mamba_dt_rank")
+    CONTEXT_LENGTH = pick("CONTEXT_LENGTH", "max_position_embeddings", "n_ctx")
+    FEED_FORWARD_LENGTH = pick("FEED_FORWARD_LENGTH", "intermediate_size")
+    HEAD_COUNT = pick("HEAD_COUNT", "num_attention_heads")
+    HEAD_COUNT_KV = pick("HEAD_COUNT_KV", "num_key_value_heads")
+
+
+class _FalconH1:
+    """FalconH1Model's own attention keys (conversion/falcon_h1.py); its Mamba keys are _Mamba2's."""
+
+    CONTEXT_LENGTH = pick("CONTEXT_LENGTH", "max_position_embeddings")
+    FEED_FORWARD_LENGTH = pick("FEED_FORWARD_LENGTH", "intermediate_size")
+    HEAD_COUNT = pick("HEAD_COUNT", "num_attention_heads")
+    HEAD_COUNT_KV = pick("HEAD_COUNT_KV", "num_key_value_heads")
+    HEAD_DIM = pick("HEAD_DIM", "head_dim")
+
+
+class _GraniteHybrid:
+    """GraniteHybridModel (conversion/granite.py); NemotronHModel inherits its Mamba keys."""
+
+    D_CONV = pick("SSM_CONV_KERNEL", "conv_kernel", "d_conv")
+    D_STATE = pick("SSM_STATE_SIZE", "state_size", "d_state", "state_dim", "ssm_state_size")
+    N_GROUP = pick("SSM_GROUP_COUNT", "n_groups", "num_groups")
+    N_HEAD = pick("SSM_HEAD_COUNT", "n_heads", "num_heads")
+    INNER_UNIT = pick("SSM_INNER_UNIT", "mamba_head_dim", "hidden_size", "d_model")
+    INNER_FACTOR = pick("SSM_INNER_FACTOR", "expand", "num_heads")
+
+
+class _NemotronH:
+    """NemotronHModel (conversion/nemotron.py)."""
+
+    HEAD_DIM = pick("HEAD_DIM", "head_dim", "attention_head_dim")
+    INNER_UNIT = _GraniteHybrid.INNER_UNIT
+    N_HEAD = pick("SSM_HEAD_COUNT", "num_heads")
+    FEED_FORWARD_LENGTH = pick("FEED_FORWARD_LENGTH", "intermediate_size", "n_inner", "hidden_dim")
+
+
+class _Other:
+    """The single keys of RWKV, LFM2, Kimi-Linear and Qwen3-Next / Qwen3.5 that are aliases elsewhere."""
+
+    RWKV_HIDDEN_SIZE = pick("HIDDEN_SIZE", "hidden_size")
+    RWKV_FEED_FORWARD_LENGTH = pick("FEED_FORWARD_LENGTH", "intermediate_size")
+    LFM2_FF_DIM = pick("LFM2_FF_DIM", "block_ff_dim", "intermediate_size")
+    BLOCK_COUNT_TRANSFORMERS = pick("BLOCK_COUNT", "num_hidden_layers")  # Kimi-Linear, Qwen3-Next, Qwen3.5
+    KV_LORA_RANK = pick("KV_LORA_RANK", "kv_lora_rank", "n_lora_kv")
+    ROPE_HEAD_DIM = pick("ROPE_HEAD_DIM", "qk_rope_head_dim", "n_rot")
+
+
 # -- what TextModel.set_gguf_parameters writes ---------------------------------------------------------------
 
 
-def _block_count(cfg: _Config, aliases: Sequence[str] = A.BLOCK_COUNT) -> tuple[int, str]:
+def _block_count(cfg: _Config, aliases: Sequence[str] = _TextModel.BLOCK_COUNT) -> tuple[int, str]:
     n, key = cfg.layers(aliases)
     assert n is not None
     return n, key
@@ -177,11 +275,11 @@ def _base(cfg: _Config, w: _Writer, *, head_dim: bool = True) -> None:
     n, key = _block_count(cfg)
     w.u32("block_count", n, key)
     for gguf_key, aliases in (
-        ("context_length", A.CONTEXT_LENGTH),
-        ("embedding_length", A.HIDDEN_SIZE[:1] + A.HIDDEN_SIZE[2:4]),  # hidden_size, n_embd, dim
-        ("feed_forward_length", A.FEED_FORWARD_LENGTH),
-        ("attention.head_count", A.HEAD_COUNT),
-        ("attention.head_count_kv", A.HEAD_COUNT_KV[:2]),
+        ("context_length", _TextModel.CONTEXT_LENGTH),
+        ("embedding_length", _TextModel.EMBEDDING_LENGTH),
+        ("feed_forward_length", _TextModel.FEED_FORWARD_LENGTH),
+        ("attention.head_count", _TextModel.HEAD_COUNT),
+        ("attention.head_count_kv", _TextModel.HEAD_COUNT_KV),
     ):
         value, key = cfg.opt(aliases)
         if value is not None:
@@ -189,7 +287,7 @@ def _base(cfg: _Config, w: _Writer, *, head_dim: bool = True) -> None:
         else:
             w.want(gguf_key, aliases)
     if head_dim:
-        value, key = cfg.opt("head_dim")
+        value, key = cfg.opt(_TextModel.HEAD_DIM)
         if value is not None:
             w.u32("attention.key_length", value, key)
             w.u32("attention.value_length", value, key)
@@ -197,7 +295,7 @@ def _base(cfg: _Config, w: _Writer, *, head_dim: bool = True) -> None:
 
 def _kv_heads_where(cfg: _Config, w: _Writer, n: int, attention: Sequence[bool], origin: str) -> None:
     """head_count_kv as a per-layer array: num_key_value_heads on attention layers, 0 elsewhere."""
-    n_kv, key = cfg.need(A.HEAD_COUNT_KV)
+    n_kv, key = cfg.need(_TextModel.HEAD_COUNT_KV_PER_LAYER)
     cfg.check_int(key, n_kv, I32_MAX)
     w.array("attention.head_count_kv", [n_kv if attention[il] else 0 for il in range(n)], f"{key} + {origin}")
 
@@ -207,17 +305,17 @@ def _kv_heads_where(cfg: _Config, w: _Writer, n: int, attention: Sequence[bool],
 
 def _mamba1(cfg: _Config, w: _Writer) -> str:
     """MambaModel (mamba, falcon_mamba): writes no attention keys and a constant context length."""
-    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:2])  # hidden_size, d_model
-    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[:2], 4)
-    d_inner, k_inner = cfg.opt(A.SSM_INNER_SIZE[1:])  # intermediate_size, d_inner
+    d_model, k_model = cfg.need(_Mamba1.D_MODEL)
+    d_conv, k_conv = cfg.or_default(_Mamba1.D_CONV, 4)
+    d_inner, k_inner = cfg.opt(_Mamba1.D_INNER)
     if not d_inner:
         d_inner, k_inner = 2 * d_model, f"2 * {k_model}"
-    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[:2], 16)
-    key, raw = cfg.lookup(A.SSM_DT_RANK[:2])
+    d_state, k_state = cfg.or_default(_Mamba1.D_STATE, 16)
+    key, raw = cfg.lookup(_Mamba1.DT_RANK)
     if raw == "auto":  # transformers MambaConfig resolves "auto" to ceil(hidden_size / 16)
         dt_rank, k_dt = math.ceil(d_model / 16), f"{key}=auto: ceil({k_model} / 16)"
     else:
-        dt_rank, k_dt = cfg.or_default(A.SSM_DT_RANK[:2], -(d_model // -16))
+        dt_rank, k_dt = cfg.or_default(_Mamba1.DT_RANK, -(d_model // -16))
     if d_inner != 2 * d_model:
         raise cfg.fail(k_inner, f"llama.cpp's converter requires d_inner == 2 * d_model, got {d_inner} vs {d_model}")
     _write_mamba_common(cfg, w, (d_model, k_model), (d_conv, k_conv), (d_inner, k_inner), (d_state, k_state))
@@ -242,15 +340,15 @@ def _write_mamba_common(cfg: _Config, w: _Writer, model: tuple[int, str], conv: 
 
 def _mamba2(cfg: _Config, w: _Writer) -> str:
     """Mamba2Model: d_inner from mamba_d_ssm / intermediate_size / d_inner or expand * d_model."""
-    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:2] + A.HIDDEN_SIZE[3:4])  # hidden_size, d_model, dim
-    expand, k_expand = cfg.or_default(A.SSM_EXPAND, 2)
-    d_inner, k_inner = cfg.opt(A.SSM_INNER_SIZE)
+    d_model, k_model = cfg.need(_Mamba2.D_MODEL)
+    expand, k_expand = cfg.or_default(_Mamba2.EXPAND, 2)
+    d_inner, k_inner = cfg.opt(_Mamba2.D_INNER)
     if not d_inner:
         d_inner, k_inner = expand * d_model, f"{k_expand} * {k_model}"
-    n_group, k_group = cfg.or_default(A.SSM_GROUP_COUNT[:1], 1)
-    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[:2], 4)
-    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[:2], 128)
-    head_dim, k_head = cfg.or_default(A.SSM_HEAD_DIM[:2], 64)
+    n_group, k_group = cfg.or_default(_Mamba2.N_GROUP, 1)
+    d_conv, k_conv = cfg.or_default(_Mamba2.D_CONV, 4)
+    d_state, k_state = cfg.or_default(_Mamba2.D_STATE, 128)
+    head_dim, k_head = cfg.or_default(_Mamba2.HEAD_DIM, 64)
     if d_inner != expand * d_model or d_inner % head_dim:
         raise cfg.fail(
             k_inner,
@@ -283,12 +381,12 @@ def _mamba_ssm(cfg: _Config, w: _Writer) -> str:
 
 def _rwkv(cfg: _Config, w: _Writer, *, version: int) -> str:
     """Rwkv6Model / Rwkv7Model: head size (RWKV-7 fla-hub configs call it head_dim), constant context."""
-    hidden, k_hidden = cfg.need("hidden_size")
+    hidden, k_hidden = cfg.need(_Other.RWKV_HIDDEN_SIZE)
     if version == 7 and not (cfg.has("head_size") and cfg.has("layer_norm_epsilon")):
         head, k_head = cfg.need("head_dim")  # fla-hub rwkv7 naming
     else:
         head, k_head = cfg.need("head_size")
-    ff, k_ff = cfg.opt("intermediate_size")
+    ff, k_ff = cfg.opt(_Other.RWKV_FEED_FORWARD_LENGTH)
     if ff is None:
         ff, k_ff = ((hidden * 4, "4 * hidden_size") if version == 7
                     else (int(hidden * 3.5) // 32 * 32, "hidden_size * 3.5 rounded down to 32"))
@@ -325,7 +423,7 @@ def _lfm2(cfg: _Config, w: _Writer, *, sliding_window: bool = False) -> str:
     _kv_heads_where(cfg, w, len(types), [t != "conv" for t in types], origin)
     l_cache, k_l = cfg.need("conv_L_cache")
     w.u32("shortconv.l_cache", l_cache, k_l)
-    ff, k_ff = cfg.need(A.LFM2_FF_DIM)
+    ff, k_ff = cfg.need(_Other.LFM2_FF_DIM)
     # transformers Lfm2Config defaults for the three adjustment keys
     auto = cfg.data.get("block_auto_adjust_ff_dim", True)
     multiplier = cfg.data.get("block_ffn_dim_multiplier", 1.0)
@@ -372,7 +470,7 @@ def _kimi_linear(cfg: _Config, w: _Writer) -> str:
     full_list = sub.list_of("full_attn_layers", int)
     assert full_list is not None
     full = set(full_list)
-    n, _ = _block_count(cfg, ("num_hidden_layers",))
+    n, _ = _block_count(cfg, _Other.BLOCK_COUNT_TRANSFORMERS)
     w.array(
         "attention.head_count_kv", [1 if il + 1 in full else 0 for il in range(n)],
         "linear_attn_config.full_attn_layers (1 KV head: MLA as MQA)",
@@ -383,8 +481,8 @@ def _kimi_linear(cfg: _Config, w: _Writer) -> str:
             w.u32(gguf_key, value, f"linear_attn_config.{key}")
         else:
             w.want(gguf_key, [f"linear_attn_config.{key}"])
-    rank, k_rank = cfg.need(("kv_lora_rank", "n_lora_kv"))
-    rope, k_rope = cfg.need(("qk_rope_head_dim", "n_rot"))
+    rank, k_rank = cfg.need(_Other.KV_LORA_RANK)
+    rope, k_rope = cfg.need(_Other.ROPE_HEAD_DIM)
     w.u32("attention.kv_lora_rank", rank, k_rank)
     w.u32("attention.key_length", rank + rope, f"{k_rank} + {k_rope}")
     k_mla, k_k = cfg.opt("n_embd_head_k_mla")
@@ -451,7 +549,7 @@ def _qwen_gdn(cfg: _Config, w: _Writer, *, arch: str) -> str:
     """Qwen3NextModel and the Qwen3.5 text models: gated delta net on the ssm keys, layer_types as
     recurrent_layers, MTP layers appended to the block count."""
     _base(cfg, w)
-    n, k_n = _block_count(cfg, ("num_hidden_layers",))
+    n, k_n = _block_count(cfg, _Other.BLOCK_COUNT_TRANSFORMERS)
     n_mtp, k_mtp = cfg.layers("mtp_num_hidden_layers", required=False)
     if not n_mtp:
         # Qwen3-Next's config has no mtp_num_hidden_layers: the converter counts the checkpoint's MTP tensors
@@ -481,26 +579,26 @@ def _qwen_gdn(cfg: _Config, w: _Writer, *, arch: str) -> str:
 
 def _jamba(cfg: _Config, w: _Writer) -> str:
     """JambaModel: attention on layers offset, offset + period, ...; Mamba-1 elsewhere."""
-    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:1] + A.HIDDEN_SIZE[4:])  # hidden_size, mamba_d_model
-    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[3:], 4)  # mamba_d_conv
-    expand, k_expand = cfg.need("mamba_expand")
-    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[5:], 16)  # mamba_d_state
-    dt_rank, k_dt = cfg.or_default(A.SSM_DT_RANK[2:], -(d_model // -16))  # mamba_dt_rank
+    d_model, k_model = cfg.need(_Jamba.D_MODEL)
+    d_conv, k_conv = cfg.or_default(_Jamba.D_CONV, 4)
+    expand, k_expand = cfg.need(_Jamba.EXPAND)
+    d_state, k_state = cfg.or_default(_Jamba.D_STATE, 16)
+    dt_rank, k_dt = cfg.or_default(_Jamba.DT_RANK, -(d_model // -16))
     n, k_n = _block_count(cfg)
     offset, k_off = cfg.layers("attn_layer_offset")
     assert offset is not None
     period, k_per = cfg.need("attn_layer_period")
     if period == 0:
         raise cfg.fail(k_per, "must be > 0")
-    ctx, k_ctx = cfg.need(A.CONTEXT_LENGTH[:2])
+    ctx, k_ctx = cfg.need(_Jamba.CONTEXT_LENGTH)
     w.u32("block_count", n, k_n)
     w.u32("context_length", ctx, k_ctx)
     w.u32("embedding_length", d_model, k_model)
-    w.u32("feed_forward_length", *cfg.need("intermediate_size"))
-    w.u32("attention.head_count", *cfg.need("num_attention_heads"))
+    w.u32("feed_forward_length", *cfg.need(_Jamba.FEED_FORWARD_LENGTH))
+    w.u32("attention.head_count", *cfg.need(_Jamba.HEAD_COUNT))
     # the converter's list: `offset` zeros, then one entry per layer from offset on (longer than n when
     # offset > n, which llama.cpp then refuses as a wrong array length)
-    n_kv, k_kv = cfg.need("num_key_value_heads")
+    n_kv, k_kv = cfg.need(_Jamba.HEAD_COUNT_KV)
     cfg.check_int(k_kv, n_kv, I32_MAX)
     kv = [0] * offset + [n_kv if (il - offset) % period == 0 else 0 for il in range(offset, n)]
     w.array("attention.head_count_kv", kv, f"{k_kv} + {k_off} / {k_per}")
@@ -513,21 +611,21 @@ def _jamba(cfg: _Config, w: _Writer) -> str:
 
 def _falcon_h1(cfg: _Config, w: _Writer) -> str:
     """FalconH1Model (a Mamba2Model with "mamba_"-prefixed keys): every layer has attention and Mamba-2."""
-    d_model, k_model = cfg.need(A.HIDDEN_SIZE[:2] + A.HIDDEN_SIZE[3:4])
-    n_group, k_group = cfg.need(A.SSM_GROUP_COUNT[:1])  # n_groups (+ mamba_n_groups by prefix)
-    d_inner, k_inner = cfg.need("mamba_d_ssm")  # FalconH1Model reads only this key
-    d_conv, k_conv = cfg.or_default(A.SSM_CONV_KERNEL[:2], 4)
-    d_state, k_state = cfg.or_default(A.SSM_STATE_SIZE[:2], 128)
-    head_dim, k_head = cfg.or_default(A.SSM_HEAD_DIM[:2], 64)
+    d_model, k_model = cfg.need(_Mamba2.D_MODEL)
+    n_group, k_group = cfg.need(_Mamba2.N_GROUP)  # n_groups (+ mamba_n_groups by prefix)
+    d_inner, k_inner = cfg.need(_Mamba2.FALCON_D_INNER)  # FalconH1Model reads only this key
+    d_conv, k_conv = cfg.or_default(_Mamba2.D_CONV, 4)
+    d_state, k_state = cfg.or_default(_Mamba2.D_STATE, 128)
+    head_dim, k_head = cfg.or_default(_Mamba2.HEAD_DIM, 64)
     n, k_n = _block_count(cfg)
-    ctx, k_ctx = cfg.opt("max_position_embeddings")
+    ctx, k_ctx = cfg.opt(_FalconH1.CONTEXT_LENGTH)
     w.u32("block_count", n, k_n)
     w.u32("context_length", ctx or 0, k_ctx if ctx is not None else "default 0 (converter)")
     w.u32("embedding_length", d_model, k_model)
-    w.u32("feed_forward_length", *cfg.need("intermediate_size"))
-    w.u32("attention.head_count", *cfg.need("num_attention_heads"))
-    w.u32("attention.head_count_kv", *cfg.need("num_key_value_heads"))
-    attn_head_dim, k_ahd = cfg.need("head_dim")
+    w.u32("feed_forward_length", *cfg.need(_FalconH1.FEED_FORWARD_LENGTH))
+    w.u32("attention.head_count", *cfg.need(_FalconH1.HEAD_COUNT))
+    w.u32("attention.head_count_kv", *cfg.need(_FalconH1.HEAD_COUNT_KV))
+    attn_head_dim, k_ahd = cfg.need(_FalconH1.HEAD_DIM)
     w.u32("attention.key_length", attn_head_dim, k_ahd)
     w.u32("attention.value_length", attn_head_dim, k_ahd)
     w.u32("ssm.conv_kernel", d_conv, k_conv)
@@ -557,11 +655,11 @@ def _granite_attn_layers(cfg: _Config, n: int) -> tuple[list[int], str]:
 
 def _granite_ssm(cfg: _Config, w: _Writer, n: int, ssm_layers: Sequence[int], d_inner: tuple[int, str]) -> None:
     """GraniteHybridModel.set_gguf_parameters' Mamba keys, and its context length rule."""
-    w.u32("ssm.conv_kernel", *cfg.need(A.SSM_CONV_KERNEL[:2]))  # + "mamba_" prefixed
-    w.u32("ssm.state_size", *cfg.need(A.SSM_STATE_SIZE[:4]))  # + "mamba_" prefixed by the config's prefix
-    w.u32("ssm.group_count", *cfg.need(A.SSM_GROUP_COUNT[:2]))
+    w.u32("ssm.conv_kernel", *cfg.need(_GraniteHybrid.D_CONV))  # + "mamba_" prefixed
+    w.u32("ssm.state_size", *cfg.need(_GraniteHybrid.D_STATE))
+    w.u32("ssm.group_count", *cfg.need(_GraniteHybrid.N_GROUP))
     w.u32("ssm.inner_size", *d_inner)
-    w.u32("ssm.time_step_rank", *cfg.need(A.SSM_HEAD_COUNT[:2]))
+    w.u32("ssm.time_step_rank", *cfg.need(_GraniteHybrid.N_HEAD))
     architectures = cfg.list_of("architectures", str, required=False) or []
     if not ("BambaForCausalLM" in architectures or not ssm_layers):
         # no RoPE: the converter writes an arbitrary context length
@@ -579,8 +677,8 @@ def _granite_hybrid(cfg: _Config, w: _Writer) -> str:
             f"{cfg.where}: {origin}: every layer is attention, so llama.cpp converts this model as 'granite', "
             "which has no recurrent state"
         )
-    unit, k_unit = cfg.need(A.SSM_INNER_UNIT)
-    factor, k_factor = cfg.need(A.SSM_INNER_FACTOR[:2])
+    unit, k_unit = cfg.need(_GraniteHybrid.INNER_UNIT)
+    factor, k_factor = cfg.need(_GraniteHybrid.INNER_FACTOR)
     _base(cfg, w, head_dim=False)
     _kv_heads_where(cfg, w, n, [i in attn for i in range(n)], origin)
     _granite_ssm(cfg, w, n, [i for i in range(n) if i not in attn], (factor * unit, f"{k_factor} * {k_unit}"))
@@ -617,9 +715,9 @@ def _nemotron_h(cfg: _Config, w: _Writer) -> str:
         attn = [i for i, m in enumerate(marks) if m in attn_types]
         ssm = [i for i, m in enumerate(marks) if m in ssm_types]
         mlp = [i for i, m in enumerate(marks) if m in mlp_types]
-    head_dim, k_hd = cfg.need(A.HEAD_DIM)
-    unit, k_unit = cfg.need(A.SSM_INNER_UNIT)
-    heads, k_heads = cfg.need(A.SSM_HEAD_COUNT[1:2])  # num_heads (+ mamba_num_heads by prefix)
+    head_dim, k_hd = cfg.need(_NemotronH.HEAD_DIM)
+    unit, k_unit = cfg.need(_NemotronH.INNER_UNIT)
+    heads, k_heads = cfg.need(_NemotronH.N_HEAD)  # num_heads (+ mamba_num_heads by prefix)
     n_all, n_mtp = n, 0
     if is_moe:
         n_mtp, _ = cfg.opt("num_nextn_predict_layers")
@@ -635,7 +733,7 @@ def _nemotron_h(cfg: _Config, w: _Writer) -> str:
     _granite_ssm(cfg, w, n_all, ssm, (heads * unit, f"{k_heads} * {k_unit}"))
     w.u32("attention.key_length", head_dim, k_hd)
     w.u32("attention.value_length", head_dim, k_hd)
-    ff_key = "moe_intermediate_size" if is_moe else A.FEED_FORWARD_LENGTH[2:]
+    ff_key = "moe_intermediate_size" if is_moe else _NemotronH.FEED_FORWARD_LENGTH
     ff, k_ff = cfg.need(ff_key)
     cfg.check_int(k_ff, ff, I32_MAX)
     w.array("feed_forward_length", [ff if i in mlp else 0 for i in range(n_all)], f"{k_ff} + {pattern_key}")

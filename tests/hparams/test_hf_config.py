@@ -814,3 +814,25 @@ def test_each_converter_looks_up_its_keys_in_its_order(case, tmp_path, monkeypat
     seen = _lookups(monkeypatch)
     read_hf_config(_model_dir(tmp_path, config, files))
     assert seen == KEY_ORDER[case]
+
+
+def test_every_alias_in_the_tables_is_looked_up_by_a_converter():
+    from rsplan.hparams.hf_aliases import TABLES
+
+    looked_up = {key for lookups in KEY_ORDER.values() for lookup in lookups for key in lookup.split()}
+    for table, keys in TABLES.items():
+        assert set(keys) <= looked_up, (table, set(keys) - looked_up)
+
+
+def test_pick_names_keys_of_its_table_only():
+    from rsplan.hparams.hf_aliases import pick
+
+    assert pick("HEAD_DIM", "attention_head_dim", "head_dim") == ("attention_head_dim", "head_dim")
+    with pytest.raises(ValueError, match=r"^pick\(HEAD_DIM, \.\.\.\): hidden_size not in the HEAD_DIM alias table$"):
+        pick("HEAD_DIM", "head_dim", "hidden_size")
+    with pytest.raises(ValueError, match="name each key once"):
+        pick("HEAD_DIM", "head_dim", "head_dim")
+    with pytest.raises(ValueError, match="name each key once"):
+        pick("HEAD_DIM")
+    with pytest.raises(KeyError):
+        pick("NO_SUCH_TABLE", "head_dim")
