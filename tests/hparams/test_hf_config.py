@@ -779,10 +779,10 @@ KEY_ORDER_EXTRA: dict[str, dict[str, Any]] = {
 
 def _lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every find_hparam list (with its "mamba_" keys) and every per-layer list the converters read."""
-    from rsplan.hparams import hf_config
+    from rsplan.hparams.hf_base import HFParams
 
     seen: list[str] = []
-    lookup, list_of = hf_config._Config.lookup, hf_config._Config.list_of
+    lookup, list_of = HFParams.lookup, HFParams.list_of
 
     def traced_lookup(self, aliases):
         keys = list(aliases) + ([f"{self.prefix}_{k}" for k in aliases] if self.prefix else [])
@@ -793,8 +793,8 @@ def _lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append(f"list {key}")
         return list_of(self, key, kind, required=required)
 
-    monkeypatch.setattr(hf_config._Config, "lookup", traced_lookup)
-    monkeypatch.setattr(hf_config._Config, "list_of", traced_list_of)
+    monkeypatch.setattr(HFParams, "lookup", traced_lookup)
+    monkeypatch.setattr(HFParams, "list_of", traced_list_of)
     return seen
 
 
