@@ -34,8 +34,6 @@ _PER_LAYER_ELEMS = ("u32", "i32", "bool")
 #: Element types it names as merely the wrong type; anything else is "not a string/float32/uint32/int32/uint64".
 _OTHER_ARRAY_ELEMS = ("u64", "f32", "str")
 
-#: Archs whose loader reads attention.key_length / value_length even when layer 0 has no heads (plamo2.cpp).
-_HEAD_DIMS_WITHOUT_HEADS = frozenset({"plamo2"})
 #: Longest general.name kept (ModelSpec.name's limit).
 MAX_NAME_CHARS = 200
 #: Longest source kept (ModelSpec.source's limit).
@@ -222,7 +220,7 @@ def load_spec(
     else:
         r.default("attention.head_count_kv", "attention.head_count")
     n_head0 = head_count[0] if isinstance(head_count, list) else (head_count or 0)
-    if n_head0 > 0 or arch in _HEAD_DIMS_WITHOUT_HEADS:
+    if n_head0 > 0 or info.head_dims_without_heads:  # archs.py: plamo2.cpp reads them anyway
         for dim in ("key_length", "value_length"):
             _read_into(r, attention, "attention", dim)
             if dim not in attention and n_head0 > 0:
