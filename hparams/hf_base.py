@@ -17,6 +17,7 @@ from typing import Any
 
 from rsplan.errors import ModelFileError
 from rsplan.files import JSONValueError, parse_json
+from rsplan.hparams.gguf_keys import ARCH_KEYS, LLM, Attention
 from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.llama_loader import MetaInfo, printable
 from rsplan.hparams.model import MAX_LAYERS
@@ -53,15 +54,22 @@ class KeyWriter:
     wanted: dict[str, str] = field(default_factory=dict)  # key -> config keys looked for but not found
 
     def u32(self, key: str, value: int, origin: str) -> None:
-        self.kv[key] = WrittenKey(MetaInfo("u32"), value, origin)
+        self.kv[_known(key)] = WrittenKey(MetaInfo("u32"), value, origin)
 
     def array(self, key: str, values: Sequence[int | bool], origin: str) -> None:
         """GGUFWriter.add_array: the element type is the first value's (bool -> bool, int -> i32)."""
         elem = "bool" if values and isinstance(values[0], bool) else "i32"
-        self.kv[key] = WrittenKey(MetaInfo("arr", elem, len(values)), list(values), origin)
+        self.kv[_known(key)] = WrittenKey(MetaInfo("arr", elem, len(values)), list(values), origin)
 
     def want(self, key: str, aliases: Sequence[str]) -> None:
-        self.wanted.setdefault(key, ", ".join(aliases))
+        self.wanted.setdefault(_known(key), ", ".join(aliases))
+
+
+def _known(key: str) -> str:
+    """An arch key of gguf_keys (a converter writes no other)."""
+    if key not in ARCH_KEYS:
+        raise KeyError(f"{key}: not a GGUF key of gguf_keys")
+    return key
 
 
 class HFParams:
@@ -180,13 +188,13 @@ def write_text_model(cfg: HFParams, w: KeyWriter, *, head_dim: bool = True) -> N
     """TextModel.set_gguf_parameters (the cache-relevant keys); ``head_dim=False`` for the Granite family,
     whose GraniteModel drops head_dim first."""
     n, key = block_count(cfg)
-    w.u32("block_count", n, key)
+    w.u32(LLM.BLOCK_COUNT, n, key)
     for gguf_key, aliases in (
-        ("context_length", TextModelKeys.CONTEXT_LENGTH),
-        ("embedding_length", TextModelKeys.EMBEDDING_LENGTH),
-        ("feed_forward_length", TextModelKeys.FEED_FORWARD_LENGTH),
-        ("attention.head_count", TextModelKeys.HEAD_COUNT),
-        ("attention.head_count_kv", TextModelKeys.HEAD_COUNT_KV),
+        (LLM.CONTEXT_LENGTH, TextModelKeys.CONTEXT_LENGTH),
+        (LLM.EMBEDDING_LENGTH, TextModelKeys.EMBEDDING_LENGTH),
+        (LLM.FEED_FORWARD_LENGTH, TextModelKeys.FEED_FORWARD_LENGTH),
+        (Attention.HEAD_COUNT, TextModelKeys.HEAD_COUNT),
+        (Attention.HEAD_COUNT_KV, TextModelKeys.HEAD_COUNT_KV),
     ):
         value, key = cfg.opt(aliases)
         if value is not None:
@@ -196,15 +204,15 @@ def write_text_model(cfg: HFParams, w: KeyWriter, *, head_dim: bool = True) -> N
     if head_dim:
         value, key = cfg.opt(TextModelKeys.HEAD_DIM)
         if value is not None:
-            w.u32("attention.key_length", value, key)
-            w.u32("attention.value_length", value, key)
+            w.u32(Attention.KEY_LENGTH, value, key)
+            w.u32(Attention.VALUE_LENGTH, value, key)
 
 
 def write_kv_heads(cfg: HFParams, w: KeyWriter, n: int, attention: Sequence[bool], origin: str) -> None:
     """head_count_kv as a per-layer array: num_key_value_heads on attention layers, 0 elsewhere."""
     n_kv, key = cfg.need(TextModelKeys.HEAD_COUNT_KV_PER_LAYER)
     cfg.check_int(key, n_kv, I32_MAX)
-    w.array("attention.head_count_kv", [n_kv if attention[il] else 0 for il in range(n)], f"{key} + {origin}")
+    w.array(Attention.HEAD_COUNT_KV, [n_kv if attention[il] else 0 for il in range(n)], f"{key} + {origin}")
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,12 @@ from typing import Any
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import path_kind
 from rsplan.hparams import hf_aliases as A
+from rsplan.hparams.gguf_keys import General
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.hf_base import HFConverter, HFParams, KeyWriter, WrittenKey, parse_json_text
 from rsplan.hparams.hf_converters import WRITERS
 from rsplan.hparams.hf_ssm_converters import MAMBA_SSM
-from rsplan.hparams.llama_loader import KEY_ARCH, KEY_NAME, LoadedModel, MetaInfo, load_spec, printable
+from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import HF_DTYPES, ModelSpec, ServingSpec
 from rsplan.hparams.yaml_preset import read_text_file
 
@@ -45,8 +46,8 @@ class _HFMetadata:
         self.where = where
         self.prefix = f"{arch}."
         self.kv = dict(w.kv)
-        self.kv[KEY_ARCH] = WrittenKey(MetaInfo("str"), arch, "model_type")
-        self.kv[KEY_NAME] = WrittenKey(MetaInfo("str"), name, "directory name")
+        self.kv[General.ARCHITECTURE] = WrittenKey(MetaInfo("str"), arch, "model_type")
+        self.kv[General.NAME] = WrittenKey(MetaInfo("str"), name, "directory name")
         self.wanted = w.wanted
 
     def _local(self, key: str) -> str:

@@ -16,6 +16,7 @@ from functools import partial
 
 from rsplan.errors import ModelFileError
 from rsplan.files import path_kind
+from rsplan.hparams.gguf_keys import KDA, LLM, SSM, WKV, Attention, ShortConv
 from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.hf_base import (
     U32_MAX,
@@ -75,12 +76,12 @@ def _rwkv(cfg: HFParams, w: KeyWriter, *, version: int) -> str:
         ff, k_ff = ((hidden * 4, "4 * hidden_size") if version == 7
                     else (int(hidden * 3.5) // 32 * 32, "hidden_size * 3.5 rounded down to 32"))
     n, k_n = block_count(cfg)
-    w.u32("block_count", n, k_n)
-    w.u32("context_length", CTX_RWKV, "constant 1048576 (converter)")
-    w.u32("embedding_length", hidden, k_hidden)
-    w.u32("feed_forward_length", ff, k_ff)
-    w.u32("attention.head_count", 0, "constant 0 (converter)")
-    w.u32("wkv.head_size", head, k_head)
+    w.u32(LLM.BLOCK_COUNT, n, k_n)
+    w.u32(LLM.CONTEXT_LENGTH, CTX_RWKV, "constant 1048576 (converter)")
+    w.u32(LLM.EMBEDDING_LENGTH, hidden, k_hidden)
+    w.u32(LLM.FEED_FORWARD_LENGTH, ff, k_ff)
+    w.u32(Attention.HEAD_COUNT, 0, "constant 0 (converter)")
+    w.u32(WKV.HEAD_SIZE, head, k_head)
     return f"rwkv{version}"
 
 
@@ -101,12 +102,12 @@ def _lfm2(cfg: HFParams, w: KeyWriter, *, sliding_window: bool = False) -> str:
     ``sliding_window``: LFM25AudioTokenizer also writes the config's sliding_window, which LFM2's loader reads."""
     write_text_model(cfg, w)
     if sliding_window:
-        w.u32("attention.sliding_window", *cfg.need("sliding_window"))
+        w.u32(Attention.SLIDING_WINDOW, *cfg.need("sliding_window"))
     n, _ = block_count(cfg)
     types, origin = _layer_types(cfg, n)
     write_kv_heads(cfg, w, len(types), [t != "conv" for t in types], origin)
     l_cache, k_l = cfg.need("conv_L_cache")
-    w.u32("shortconv.l_cache", l_cache, k_l)
+    w.u32(ShortConv.L_CACHE, l_cache, k_l)
     ff, k_ff = cfg.need(_Lfm2.FF_DIM)
     # transformers Lfm2Config defaults for the three adjustment keys
     auto = cfg.data.get("block_auto_adjust_ff_dim", True)
@@ -128,7 +129,7 @@ def _lfm2(cfg: HFParams, w: KeyWriter, *, sliding_window: bool = False) -> str:
         if ff > U32_MAX:  # the converter writes it as a u32
             raise cfg.fail("block_multiple_of", f"rounds the feed-forward width up to {ff}, outside a GGUF u32")
         k_ff = f"{k_ff} adjusted (block_auto_adjust_ff_dim)"
-    w.u32("feed_forward_length", ff, k_ff)
+    w.u32(LLM.FEED_FORWARD_LENGTH, ff, k_ff)
     return "lfm2"
 
 
@@ -139,7 +140,7 @@ def _lfm2_moe(cfg: HFParams, w: KeyWriter) -> str:
     types, origin = _layer_types(cfg, n)
     write_kv_heads(cfg, w, len(types), [t == "full_attention" for t in types], origin)
     l_cache, k_l = cfg.need("conv_L_cache")
-    w.u32("shortconv.l_cache", l_cache, k_l)
+    w.u32(ShortConv.L_CACHE, l_cache, k_l)
     return "lfm2moe"
 
 
@@ -156,10 +157,10 @@ def _kimi_linear(cfg: HFParams, w: KeyWriter) -> str:
     full = set(full_list)
     n, _ = block_count(cfg, _Transformers.BLOCK_COUNT)
     w.array(
-        "attention.head_count_kv", [1 if il + 1 in full else 0 for il in range(n)],
+        Attention.HEAD_COUNT_KV, [1 if il + 1 in full else 0 for il in range(n)],
         "linear_attn_config.full_attn_layers (1 KV head: MLA as MQA)",
     )
-    for gguf_key, key in (("ssm.conv_kernel", "short_conv_kernel_size"), ("kda.head_dim", "head_dim")):
+    for gguf_key, key in ((SSM.CONV_KERNEL, "short_conv_kernel_size"), (KDA.HEAD_DIM, "head_dim")):
         value, _ = sub.opt(key)
         if value is not None:
             w.u32(gguf_key, value, f"linear_attn_config.{key}")
@@ -167,23 +168,23 @@ def _kimi_linear(cfg: HFParams, w: KeyWriter) -> str:
             w.want(gguf_key, [f"linear_attn_config.{key}"])
     rank, k_rank = cfg.need(_KimiLinear.KV_LORA_RANK)
     rope, k_rope = cfg.need(_KimiLinear.ROPE_HEAD_DIM)
-    w.u32("attention.kv_lora_rank", rank, k_rank)
-    w.u32("attention.key_length", rank + rope, f"{k_rank} + {k_rope}")
+    w.u32(Attention.KV_LORA_RANK, rank, k_rank)
+    w.u32(Attention.KEY_LENGTH, rank + rope, f"{k_rank} + {k_rope}")
     k_mla, k_k = cfg.opt("n_embd_head_k_mla")
     nope, k_nope = cfg.opt("qk_nope_head_dim")
     if k_mla is not None:
-        w.u32("attention.key_length_mla", k_mla, k_k)
+        w.u32(Attention.KEY_LENGTH_MLA, k_mla, k_k)
     elif nope is not None:
-        w.u32("attention.key_length_mla", nope + rope, f"{k_nope} + {k_rope}")
+        w.u32(Attention.KEY_LENGTH_MLA, nope + rope, f"{k_nope} + {k_rope}")
     else:
-        w.want("attention.key_length_mla", ["n_embd_head_k_mla", "qk_nope_head_dim"])
+        w.want(Attention.KEY_LENGTH_MLA, ["n_embd_head_k_mla", "qk_nope_head_dim"])
     for key in ("n_embd_head_v_mla", "v_head_dim"):
         v_mla, k_v = cfg.opt(key)
         if v_mla is not None:
-            w.u32("attention.value_length_mla", v_mla, k_v)
+            w.u32(Attention.VALUE_LENGTH_MLA, v_mla, k_v)
             break
     else:
-        w.want("attention.value_length_mla", ["n_embd_head_v_mla", "v_head_dim"])
+        w.want(Attention.VALUE_LENGTH_MLA, ["n_embd_head_v_mla", "v_head_dim"])
     return "kimi-linear"
 
 
@@ -239,24 +240,24 @@ def _qwen_gdn(cfg: HFParams, w: KeyWriter, *, arch: str) -> str:
         # Qwen3-Next's config has no mtp_num_hidden_layers: the converter counts the checkpoint's MTP tensors
         n_mtp = _count_mtp_layers(cfg)
         k_mtp = "mtp.layers.* in model.safetensors.index.json" if n_mtp else "no MTP layers found"
-    w.u32("block_count", n + n_mtp, f"{k_n} + {k_mtp}" if n_mtp else k_n)
+    w.u32(LLM.BLOCK_COUNT, n + n_mtp, f"{k_n} + {k_mtp}" if n_mtp else k_n)
     if n_mtp:
-        w.u32("nextn_predict_layers", n_mtp, k_mtp)
-    w.u32("ssm.conv_kernel", *cfg.need("linear_conv_kernel_dim"))
-    w.u32("ssm.state_size", *cfg.need("linear_key_head_dim"))
-    w.u32("ssm.group_count", *cfg.need("linear_num_key_heads"))
+        w.u32(LLM.NEXTN_PREDICT_LAYERS, n_mtp, k_mtp)
+    w.u32(SSM.CONV_KERNEL, *cfg.need("linear_conv_kernel_dim"))
+    w.u32(SSM.STATE_SIZE, *cfg.need("linear_key_head_dim"))
+    w.u32(SSM.GROUP_COUNT, *cfg.need("linear_num_key_heads"))
     n_v, k_nv = cfg.need("linear_num_value_heads")
     d_v, k_dv = cfg.need("linear_value_head_dim")
-    w.u32("ssm.time_step_rank", n_v, k_nv)
-    w.u32("ssm.inner_size", d_v * n_v, f"{k_dv} * {k_nv}")
+    w.u32(SSM.TIME_STEP_RANK, n_v, k_nv)
+    w.u32(SSM.INNER_SIZE, d_v * n_v, f"{k_dv} * {k_nv}")
     types = cfg.list_of("layer_types", str, required=False)
     if types is not None:
         if len(types) != n:
             raise cfg.fail("layer_types", f"has {len(types)} entries, expected num_hidden_layers ({n})")
-        w.array("attention.recurrent_layers", [t == "linear_attention" for t in types] + [False] * n_mtp,
+        w.array(Attention.RECURRENT_LAYERS, [t == "linear_attention" for t in types] + [False] * n_mtp,
                 "layer_types")
     interval, k_int = cfg.opt("full_attention_interval")
-    w.u32("full_attention_interval", 4 if interval is None else interval,
+    w.u32(LLM.FULL_ATTENTION_INTERVAL, 4 if interval is None else interval,
           k_int if interval is not None else "default 4 (converter)")
     return arch
 

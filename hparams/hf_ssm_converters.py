@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 from rsplan.errors import UnsupportedArchError
+from rsplan.hparams.gguf_keys import LLM, SSM, Attention
 from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.hf_base import (
     I32_MAX,
@@ -113,7 +114,7 @@ def _mamba1(cfg: HFParams, w: KeyWriter) -> str:
     if d_inner != 2 * d_model:
         raise cfg.fail(k_inner, f"llama.cpp's converter requires d_inner == 2 * d_model, got {d_inner} vs {d_model}")
     _write_mamba_common(cfg, w, (d_model, k_model), (d_conv, k_conv), (d_inner, k_inner), (d_state, k_state))
-    w.u32("ssm.time_step_rank", dt_rank, k_dt)
+    w.u32(SSM.TIME_STEP_RANK, dt_rank, k_dt)
     return "mamba"
 
 
@@ -122,14 +123,14 @@ def _write_mamba_common(cfg: HFParams, w: KeyWriter, model: tuple[int, str], con
     """The keys MambaModel and Mamba2Model write alike: (value, config key) pairs, the 2^20 context and the zero
     feed-forward width and head count of a model without attention."""
     n, k_n = block_count(cfg)
-    w.u32("block_count", n, k_n)
-    w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter)")
-    w.u32("embedding_length", *model)
-    w.u32("feed_forward_length", 0, "constant 0 (converter)")
-    w.u32("attention.head_count", 0, "constant 0 (converter)")
-    w.u32("ssm.conv_kernel", *conv)
-    w.u32("ssm.inner_size", *inner)
-    w.u32("ssm.state_size", *state)
+    w.u32(LLM.BLOCK_COUNT, n, k_n)
+    w.u32(LLM.CONTEXT_LENGTH, CTX_MAMBA, "constant 2^20 (converter)")
+    w.u32(LLM.EMBEDDING_LENGTH, *model)
+    w.u32(LLM.FEED_FORWARD_LENGTH, 0, "constant 0 (converter)")
+    w.u32(Attention.HEAD_COUNT, 0, "constant 0 (converter)")
+    w.u32(SSM.CONV_KERNEL, *conv)
+    w.u32(SSM.INNER_SIZE, *inner)
+    w.u32(SSM.STATE_SIZE, *state)
 
 
 def _mamba2(cfg: HFParams, w: KeyWriter) -> str:
@@ -150,8 +151,8 @@ def _mamba2(cfg: HFParams, w: KeyWriter) -> str:
             f"got d_inner {d_inner}, expand {expand}, d_model {d_model}, head dim {head_dim}",
         )
     _write_mamba_common(cfg, w, (d_model, k_model), (d_conv, k_conv), (d_inner, k_inner), (d_state, k_state))
-    w.u32("ssm.time_step_rank", d_inner // head_dim, f"{k_inner} / {k_head}")
-    w.u32("ssm.group_count", n_group, k_group)
+    w.u32(SSM.TIME_STEP_RANK, d_inner // head_dim, f"{k_inner} / {k_head}")
+    w.u32(SSM.GROUP_COUNT, n_group, k_group)
     return "mamba2"
 
 
@@ -187,21 +188,21 @@ def _jamba(cfg: HFParams, w: KeyWriter) -> str:
     if period == 0:
         raise cfg.fail(k_per, "must be > 0")
     ctx, k_ctx = cfg.need(_Jamba.CONTEXT_LENGTH)
-    w.u32("block_count", n, k_n)
-    w.u32("context_length", ctx, k_ctx)
-    w.u32("embedding_length", d_model, k_model)
-    w.u32("feed_forward_length", *cfg.need(_Jamba.FEED_FORWARD_LENGTH))
-    w.u32("attention.head_count", *cfg.need(_Jamba.HEAD_COUNT))
+    w.u32(LLM.BLOCK_COUNT, n, k_n)
+    w.u32(LLM.CONTEXT_LENGTH, ctx, k_ctx)
+    w.u32(LLM.EMBEDDING_LENGTH, d_model, k_model)
+    w.u32(LLM.FEED_FORWARD_LENGTH, *cfg.need(_Jamba.FEED_FORWARD_LENGTH))
+    w.u32(Attention.HEAD_COUNT, *cfg.need(_Jamba.HEAD_COUNT))
     # the converter's list: `offset` zeros, then one entry per layer from offset on (longer than n when
     # offset > n, which llama.cpp then refuses as a wrong array length)
     n_kv, k_kv = cfg.need(_Jamba.HEAD_COUNT_KV)
     cfg.check_int(k_kv, n_kv, I32_MAX)
     kv = [0] * offset + [n_kv if (il - offset) % period == 0 else 0 for il in range(offset, n)]
-    w.array("attention.head_count_kv", kv, f"{k_kv} + {k_off} / {k_per}")
-    w.u32("ssm.conv_kernel", d_conv, k_conv)
-    w.u32("ssm.inner_size", expand * d_model, f"{k_expand} * {k_model}")
-    w.u32("ssm.state_size", d_state, k_state)
-    w.u32("ssm.time_step_rank", dt_rank, k_dt)
+    w.array(Attention.HEAD_COUNT_KV, kv, f"{k_kv} + {k_off} / {k_per}")
+    w.u32(SSM.CONV_KERNEL, d_conv, k_conv)
+    w.u32(SSM.INNER_SIZE, expand * d_model, f"{k_expand} * {k_model}")
+    w.u32(SSM.STATE_SIZE, d_state, k_state)
+    w.u32(SSM.TIME_STEP_RANK, dt_rank, k_dt)
     return "jamba"
 
 
@@ -215,20 +216,20 @@ def _falcon_h1(cfg: HFParams, w: KeyWriter) -> str:
     head_dim, k_head = cfg.or_default(_Mamba2.HEAD_DIM, 64)
     n, k_n = block_count(cfg)
     ctx, k_ctx = cfg.opt(_FalconH1.CONTEXT_LENGTH)
-    w.u32("block_count", n, k_n)
-    w.u32("context_length", ctx or 0, k_ctx if ctx is not None else "default 0 (converter)")
-    w.u32("embedding_length", d_model, k_model)
-    w.u32("feed_forward_length", *cfg.need(_FalconH1.FEED_FORWARD_LENGTH))
-    w.u32("attention.head_count", *cfg.need(_FalconH1.HEAD_COUNT))
-    w.u32("attention.head_count_kv", *cfg.need(_FalconH1.HEAD_COUNT_KV))
+    w.u32(LLM.BLOCK_COUNT, n, k_n)
+    w.u32(LLM.CONTEXT_LENGTH, ctx or 0, k_ctx if ctx is not None else "default 0 (converter)")
+    w.u32(LLM.EMBEDDING_LENGTH, d_model, k_model)
+    w.u32(LLM.FEED_FORWARD_LENGTH, *cfg.need(_FalconH1.FEED_FORWARD_LENGTH))
+    w.u32(Attention.HEAD_COUNT, *cfg.need(_FalconH1.HEAD_COUNT))
+    w.u32(Attention.HEAD_COUNT_KV, *cfg.need(_FalconH1.HEAD_COUNT_KV))
     attn_head_dim, k_ahd = cfg.need(_FalconH1.HEAD_DIM)
-    w.u32("attention.key_length", attn_head_dim, k_ahd)
-    w.u32("attention.value_length", attn_head_dim, k_ahd)
-    w.u32("ssm.conv_kernel", d_conv, k_conv)
-    w.u32("ssm.inner_size", d_inner, k_inner)
-    w.u32("ssm.state_size", d_state, k_state)
-    w.u32("ssm.time_step_rank", d_inner // head_dim, f"{k_inner} / {k_head}")
-    w.u32("ssm.group_count", n_group, k_group)
+    w.u32(Attention.KEY_LENGTH, attn_head_dim, k_ahd)
+    w.u32(Attention.VALUE_LENGTH, attn_head_dim, k_ahd)
+    w.u32(SSM.CONV_KERNEL, d_conv, k_conv)
+    w.u32(SSM.INNER_SIZE, d_inner, k_inner)
+    w.u32(SSM.STATE_SIZE, d_state, k_state)
+    w.u32(SSM.TIME_STEP_RANK, d_inner // head_dim, f"{k_inner} / {k_head}")
+    w.u32(SSM.GROUP_COUNT, n_group, k_group)
     return "falcon-h1"
 
 
@@ -251,15 +252,15 @@ def _granite_attn_layers(cfg: HFParams, n: int) -> tuple[list[int], str]:
 
 def _granite_ssm(cfg: HFParams, w: KeyWriter, n: int, ssm_layers: Sequence[int], d_inner: tuple[int, str]) -> None:
     """GraniteHybridModel.set_gguf_parameters' Mamba keys, and its context length rule."""
-    w.u32("ssm.conv_kernel", *cfg.need(_GraniteHybrid.D_CONV))  # + "mamba_" prefixed
-    w.u32("ssm.state_size", *cfg.need(_GraniteHybrid.D_STATE))
-    w.u32("ssm.group_count", *cfg.need(_GraniteHybrid.N_GROUP))
-    w.u32("ssm.inner_size", *d_inner)
-    w.u32("ssm.time_step_rank", *cfg.need(_GraniteHybrid.N_HEAD))
+    w.u32(SSM.CONV_KERNEL, *cfg.need(_GraniteHybrid.D_CONV))  # + "mamba_" prefixed
+    w.u32(SSM.STATE_SIZE, *cfg.need(_GraniteHybrid.D_STATE))
+    w.u32(SSM.GROUP_COUNT, *cfg.need(_GraniteHybrid.N_GROUP))
+    w.u32(SSM.INNER_SIZE, *d_inner)
+    w.u32(SSM.TIME_STEP_RANK, *cfg.need(_GraniteHybrid.N_HEAD))
     architectures = cfg.list_of("architectures", str, required=False) or []
     if not ("BambaForCausalLM" in architectures or not ssm_layers):
         # no RoPE: the converter writes an arbitrary context length
-        w.u32("context_length", CTX_MAMBA, "constant 2^20 (converter: hybrid without RoPE)")
+        w.u32(LLM.CONTEXT_LENGTH, CTX_MAMBA, "constant 2^20 (converter: hybrid without RoPE)")
 
 
 def _granite_hybrid(cfg: HFParams, w: KeyWriter) -> str:
@@ -324,17 +325,17 @@ def _nemotron_h(cfg: HFParams, w: KeyWriter) -> str:
             n_all = n + 1  # the MTP block has an attention and a MoE sub-layer
             attn, mlp = [*attn, n], [*mlp, n]
     write_text_model(cfg, w, head_dim=False)
-    w.u32("block_count", n_all, f"{k_n} + num_nextn_predict_layers" if n_mtp else k_n)
+    w.u32(LLM.BLOCK_COUNT, n_all, f"{k_n} + num_nextn_predict_layers" if n_mtp else k_n)
     write_kv_heads(cfg, w, n_all, [i in attn for i in range(n_all)], pattern_key)
     _granite_ssm(cfg, w, n_all, ssm, (heads * unit, f"{k_heads} * {k_unit}"))
-    w.u32("attention.key_length", head_dim, k_hd)
-    w.u32("attention.value_length", head_dim, k_hd)
+    w.u32(Attention.KEY_LENGTH, head_dim, k_hd)
+    w.u32(Attention.VALUE_LENGTH, head_dim, k_hd)
     ff_key = "moe_intermediate_size" if is_moe else _NemotronH.FEED_FORWARD_LENGTH
     ff, k_ff = cfg.need(ff_key)
     cfg.check_int(k_ff, ff, I32_MAX)
-    w.array("feed_forward_length", [ff if i in mlp else 0 for i in range(n_all)], f"{k_ff} + {pattern_key}")
+    w.array(LLM.FEED_FORWARD_LENGTH, [ff if i in mlp else 0 for i in range(n_all)], f"{k_ff} + {pattern_key}")
     if n_mtp:
-        w.u32("nextn_predict_layers", n_mtp, "num_nextn_predict_layers")
+        w.u32(LLM.NEXTN_PREDICT_LAYERS, n_mtp, "num_nextn_predict_layers")
     return "nemotron_h_moe" if is_moe else "nemotron_h"
 
 

@@ -15,7 +15,6 @@ Every problem is a one-line ``ModelFileError`` (or ``UnsupportedArchError``) nam
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,11 +22,8 @@ from pydantic import ValidationError
 
 from rsplan.errors import ModelFileError, UnsupportedArchError, printable
 from rsplan.hparams.archs import ArchInfo, arch_info
+from rsplan.hparams.gguf_keys import LLM, Attention, General, Tokenizer, field_key, gguf_key
 from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelSpec
-
-KEY_ARCH = "general.architecture"
-KEY_TOKENS = "tokenizer.ggml.tokens"
-KEY_NAME = "general.name"
 
 #: Element types llama.cpp's get_arr accepts for a per-layer u32 array (llama_model_loader::get_arr).
 _PER_LAYER_ELEMS = ("u32", "i32", "bool")
@@ -171,54 +167,54 @@ def load_spec(
         weights_bytes: bytes of the weights, when known.
         description: an optional one-line description.
     """
-    arch_raw = read_string(meta, KEY_ARCH, required=True)
+    arch_raw = read_string(meta, General.ARCHITECTURE, required=True)
     assert arch_raw is not None
     arch = printable(arch_raw)
     try:
         info = arch_info(arch)
     except UnsupportedArchError as exc:
-        raise UnsupportedArchError(f"{meta.where}: {meta.describe(KEY_ARCH)}: {exc}") from None
+        raise UnsupportedArchError(f"{meta.where}: {meta.describe(General.ARCHITECTURE)}: {exc}") from None
 
     # a file name is not always valid text (undecodable bytes arrive as surrogates): escape it like a name
-    name = printable(read_string(meta, KEY_NAME, required=False) or "").strip() or printable(fallback_name)
+    name = printable(read_string(meta, General.NAME, required=False) or "").strip() or printable(fallback_name)
     r = _Reader(meta, arch)
-    r.sources["arch"] = meta.describe(KEY_ARCH)
+    r.sources["arch"] = meta.describe(General.ARCHITECTURE)
     data: dict[str, Any] = {
         "name": name[:MAX_NAME_CHARS],
         "source": printable(source)[:MAX_SOURCE_CHARS],
         "arch": arch,
-        "context_length": r.u32("context_length", required=True),
-        "embedding_length": r.u32("embedding_length", required=True),
+        "context_length": r.u32(LLM.CONTEXT_LENGTH, required=True),
+        "embedding_length": r.u32(LLM.EMBEDDING_LENGTH, required=True),
     }
-    n_layer_all = r.u32("block_count", required=True)
+    n_layer_all = r.u32(LLM.BLOCK_COUNT, required=True)
     assert n_layer_all is not None
     if not 0 < n_layer_all <= MAX_LAYERS:
-        raise r.fail(r.key("block_count"), f"must be in 1..{MAX_LAYERS} (LLAMA_MAX_LAYERS), got {n_layer_all}")
+        raise r.fail(r.key(LLM.BLOCK_COUNT), f"must be in 1..{MAX_LAYERS} (LLAMA_MAX_LAYERS), got {n_layer_all}")
     data["block_count"] = n_layer_all
-    nextn = r.u32("nextn_predict_layers", required=False)
+    nextn = r.u32(LLM.NEXTN_PREDICT_LAYERS, required=False)
     if nextn is not None:
         if nextn > n_layer_all:
-            raise r.fail(r.key("nextn_predict_layers"), f"{nextn} exceeds block_count ({n_layer_all})")
+            raise r.fail(r.key(LLM.NEXTN_PREDICT_LAYERS), f"{nextn} exceeds block_count ({n_layer_all})")
         data["nextn_predict_layers"] = nextn
     else:
         r.default("nextn_predict_layers", "0 (no MTP layers)")
 
-    ff = r.per_layer("feed_forward_length", n_layer_all, MAX_DIM)
+    ff = r.per_layer(LLM.FEED_FORWARD_LENGTH, n_layer_all, MAX_DIM)
     if ff is not None:
         data["feed_forward_length"] = ff
     else:
         r.default("feed_forward_length", "0")
     attention: dict[str, Any] = {}
-    head_count = r.per_layer("attention.head_count", n_layer_all, MAX_HEADS)
+    head_count = r.per_layer(Attention.HEAD_COUNT, n_layer_all, MAX_HEADS)
     if head_count is not None:
         attention["head_count"] = head_count
     else:
-        r.default("attention.head_count", "0 (no attention heads)")
-    head_count_kv = r.per_layer("attention.head_count_kv", n_layer_all, MAX_HEADS)
+        r.default(Attention.HEAD_COUNT, "0 (no attention heads)")
+    head_count_kv = r.per_layer(Attention.HEAD_COUNT_KV, n_layer_all, MAX_HEADS)
     if head_count_kv is not None:
         attention["head_count_kv"] = head_count_kv
     else:
-        r.default("attention.head_count_kv", "attention.head_count")
+        r.default(Attention.HEAD_COUNT_KV, Attention.HEAD_COUNT)
     n_head0 = head_count[0] if isinstance(head_count, list) else (head_count or 0)
     if n_head0 > 0 or info.head_dims_without_heads:  # archs.py: plamo2.cpp reads them anyway
         for dim in ("key_length", "value_length"):
@@ -229,15 +225,15 @@ def load_spec(
         _read_into(r, attention, "attention", dim)
     _read_arch_keys(r, info, data, attention, n_layer_all)
     data["attention"] = attention
-    for key in ("expert_count", "expert_used_count", "expert_feed_forward_length",
-                "expert_shared_feed_forward_length", "leading_dense_block_count"):
+    for key in (LLM.EXPERT_COUNT, LLM.EXPERT_USED_COUNT, LLM.EXPERT_FEED_FORWARD_LENGTH,
+                LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, LLM.LEADING_DENSE_BLOCK_COUNT):
         value = r.u32(key, required=False)
         if value is not None:
             data[key] = value
-    tokens = meta.info(KEY_TOKENS)
+    tokens = meta.info(Tokenizer.TOKENS)
     if tokens is not None and tokens.type == "arr" and tokens.count > 0:
         data["vocab_size"] = tokens.count
-        r.sources["vocab_size"] = f"{KEY_TOKENS} (array length)"
+        r.sources["vocab_size"] = f"{Tokenizer.TOKENS} (array length)"
     if weights_bytes is not None:
         data["weights_bytes"] = weights_bytes
     if description is not None:
@@ -250,7 +246,8 @@ def load_spec(
 
 
 def _read_into(r: _Reader, into: dict[str, Any], section: str, key: str, *, required: bool = False) -> None:
-    value = r.u32(f"{section}.{key}", required=required)
+    """ModelSpec field ``<section>.<key>``, read from its GGUF key (gguf_keys.field_key) into ``into[key]``."""
+    value = r.u32(field_key(f"{section}.{key}"), required=required)
     if value is not None:
         into[key] = value
 
@@ -265,7 +262,7 @@ def _read_arch_keys(
             _read_into(r, values, section, key, required=True)
         if section == "wkv":
             # every RWKV loader reads {arch}.token_shift_count (outside the wkv prefix), default 2
-            shift = r.u32("token_shift_count", required=False, spec_field="wkv.token_shift_count")
+            shift = r.u32(field_key("wkv.token_shift_count"), required=False, spec_field="wkv.token_shift_count")
             if shift is not None:
                 values["token_shift_count"] = shift
             else:
@@ -275,35 +272,22 @@ def _read_arch_keys(
         for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
             _read_into(r, attention, "attention", key, required=True)
     if info.layer_rule == "interval":
-        flags = r.per_layer("attention.recurrent_layers", n_layer_all, 1 << 32)
+        flags = r.per_layer(Attention.RECURRENT_LAYERS, n_layer_all, 1 << 32)
         if flags is not None:
             attention["recurrent_layers"] = (
                 [bool(v) for v in flags] if isinstance(flags, list) else [bool(flags)] * n_layer_all
             )
         else:
             # llama.cpp reads full_attention_interval only when recurrent_layers is absent
-            interval = r.u32("full_attention_interval", required=False)
+            interval = r.u32(LLM.FULL_ATTENTION_INTERVAL, required=False)
             if interval is not None:
                 if not 0 < interval <= MAX_LAYERS:
-                    raise r.fail(r.key("full_attention_interval"), f"must be in 1..{MAX_LAYERS}, got {interval}")
+                    raise r.fail(r.key(LLM.FULL_ATTENTION_INTERVAL), f"must be in 1..{MAX_LAYERS}, got {interval}")
                 data["full_attention_interval"] = interval
             else:
-                r.default("full_attention_interval", str(info.full_attention_interval))
+                r.default(LLM.FULL_ATTENTION_INTERVAL, str(info.full_attention_interval))
     if info.reads_sliding_window:
         _read_into(r, attention, "attention", "sliding_window")
-
-
-#: ModelSpec fields whose GGUF key is not ``{arch}.<field>``.
-_FIELD_KEYS: dict[str, Callable[[str], str]] = {
-    "wkv.token_shift_count": lambda arch: f"{arch}.token_shift_count",
-    "arch": lambda arch: KEY_ARCH,
-}
-
-
-def gguf_key(arch: str, spec_field: str) -> str:
-    """The GGUF key a ModelSpec field is read from (``ssm.state_size`` -> ``mamba2.ssm.state_size``)."""
-    special = _FIELD_KEYS.get(spec_field)
-    return special(arch) if special else f"{arch}.{spec_field}"
 
 
 def _validation_error(exc: ValidationError, r: _Reader) -> ModelFileError:
