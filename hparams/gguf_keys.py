@@ -51,6 +51,8 @@ class LLM:
     EXPERT_SHARED_FEED_FORWARD_LENGTH = "expert_shared_feed_forward_length"
     EXPERT_SHARED_COUNT = "expert_shared_count"
     LEADING_DENSE_BLOCK_COUNT = "leading_dense_block_count"
+    EXPERT_GATING_FUNC = "expert_gating_func"
+    RESIDUAL_SCALE = "residual_scale"  # MiniMax-01
 
 
 class Attention:
