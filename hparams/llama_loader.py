@@ -186,43 +186,8 @@ def load_spec(
         "context_length": r.u32(LLM.CONTEXT_LENGTH, required=True),
         "embedding_length": r.u32(LLM.EMBEDDING_LENGTH, required=True),
     }
-    n_layer_all = r.u32(LLM.BLOCK_COUNT, required=True)
-    assert n_layer_all is not None
-    if not 0 < n_layer_all <= MAX_LAYERS:
-        raise r.fail(r.key(LLM.BLOCK_COUNT), f"must be in 1..{MAX_LAYERS} (LLAMA_MAX_LAYERS), got {n_layer_all}")
-    data["block_count"] = n_layer_all
-    nextn = r.u32(LLM.NEXTN_PREDICT_LAYERS, required=False)
-    if nextn is not None:
-        if nextn > n_layer_all:
-            raise r.fail(r.key(LLM.NEXTN_PREDICT_LAYERS), f"{nextn} exceeds block_count ({n_layer_all})")
-        data["nextn_predict_layers"] = nextn
-    else:
-        r.default("nextn_predict_layers", "0 (no MTP layers)")
-
-    ff = r.per_layer(LLM.FEED_FORWARD_LENGTH, n_layer_all, MAX_DIM)
-    if ff is not None:
-        data["feed_forward_length"] = ff
-    else:
-        r.default("feed_forward_length", "0")
-    attention: dict[str, Any] = {}
-    head_count = r.per_layer(Attention.HEAD_COUNT, n_layer_all, MAX_HEADS)
-    if head_count is not None:
-        attention["head_count"] = head_count
-    else:
-        r.default(Attention.HEAD_COUNT, "0 (no attention heads)")
-    head_count_kv = r.per_layer(Attention.HEAD_COUNT_KV, n_layer_all, MAX_HEADS)
-    if head_count_kv is not None:
-        attention["head_count_kv"] = head_count_kv
-    else:
-        r.default(Attention.HEAD_COUNT_KV, Attention.HEAD_COUNT)
-    n_head0 = head_count[0] if isinstance(head_count, list) else (head_count or 0)
-    if n_head0 > 0 or info.head_dims_without_heads:  # archs.py: plamo2.cpp reads them anyway
-        for dim in ("key_length", "value_length"):
-            _read_into(r, attention, "attention", dim)
-            if dim not in attention and n_head0 > 0:
-                r.default(f"attention.{dim}", "embedding_length / attention.head_count")
-    for dim in ("key_length_swa", "value_length_swa"):
-        _read_into(r, attention, "attention", dim)
+    n_layer_all = _read_layer_counts(r, data)
+    attention = _read_attention(r, info, n_layer_all)
     _read_arch_keys(r, info, data, attention, n_layer_all)
     data["attention"] = attention
     for key in (LLM.EXPERT_COUNT, LLM.EXPERT_USED_COUNT, LLM.EXPERT_FEED_FORWARD_LENGTH,
@@ -243,6 +208,55 @@ def load_spec(
     except ValidationError as exc:
         raise _validation_error(exc, r) from None
     return LoadedModel(spec, r.sources)
+
+
+def _read_layer_counts(r: _Reader, data: dict[str, Any]) -> int:
+    """block_count (1..LLAMA_MAX_LAYERS), nextn_predict_layers and the per-layer feed_forward_length into
+    ``data``; returns block_count."""
+    n_layer_all = r.u32(LLM.BLOCK_COUNT, required=True)
+    assert n_layer_all is not None
+    if not 0 < n_layer_all <= MAX_LAYERS:
+        raise r.fail(r.key(LLM.BLOCK_COUNT), f"must be in 1..{MAX_LAYERS} (LLAMA_MAX_LAYERS), got {n_layer_all}")
+    data["block_count"] = n_layer_all
+    nextn = r.u32(LLM.NEXTN_PREDICT_LAYERS, required=False)
+    if nextn is not None:
+        if nextn > n_layer_all:
+            raise r.fail(r.key(LLM.NEXTN_PREDICT_LAYERS), f"{nextn} exceeds block_count ({n_layer_all})")
+        data["nextn_predict_layers"] = nextn
+    else:
+        r.default("nextn_predict_layers", "0 (no MTP layers)")
+
+    ff = r.per_layer(LLM.FEED_FORWARD_LENGTH, n_layer_all, MAX_DIM)
+    if ff is not None:
+        data["feed_forward_length"] = ff
+    else:
+        r.default("feed_forward_length", "0")
+    return n_layer_all
+
+
+def _read_attention(r: _Reader, info: ArchInfo, n_layer_all: int) -> dict[str, Any]:
+    """The attention keys every arch's loader reads: head counts (per layer), and the head dims, read only when
+    layer 0 has heads (or the arch reads them anyway, ArchInfo.head_dims_without_heads)."""
+    attention: dict[str, Any] = {}
+    head_count = r.per_layer(Attention.HEAD_COUNT, n_layer_all, MAX_HEADS)
+    if head_count is not None:
+        attention["head_count"] = head_count
+    else:
+        r.default(Attention.HEAD_COUNT, "0 (no attention heads)")
+    head_count_kv = r.per_layer(Attention.HEAD_COUNT_KV, n_layer_all, MAX_HEADS)
+    if head_count_kv is not None:
+        attention["head_count_kv"] = head_count_kv
+    else:
+        r.default(Attention.HEAD_COUNT_KV, Attention.HEAD_COUNT)
+    n_head0 = head_count[0] if isinstance(head_count, list) else (head_count or 0)
+    if n_head0 > 0 or info.head_dims_without_heads:
+        for dim in ("key_length", "value_length"):
+            _read_into(r, attention, "attention", dim)
+            if dim not in attention and n_head0 > 0:
+                r.default(f"attention.{dim}", "embedding_length / attention.head_count")
+    for dim in ("key_length_swa", "value_length_swa"):
+        _read_into(r, attention, "attention", dim)
+    return attention
 
 
 def _read_into(r: _Reader, into: dict[str, Any], section: str, key: str, *, required: bool = False) -> None:
@@ -272,22 +286,29 @@ def _read_arch_keys(
         for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
             _read_into(r, attention, "attention", key, required=True)
     if info.layer_rule == "interval":
-        flags = r.per_layer(Attention.RECURRENT_LAYERS, n_layer_all, 1 << 32)
-        if flags is not None:
-            attention["recurrent_layers"] = (
-                [bool(v) for v in flags] if isinstance(flags, list) else [bool(flags)] * n_layer_all
-            )
-        else:
-            # llama.cpp reads full_attention_interval only when recurrent_layers is absent
-            interval = r.u32(LLM.FULL_ATTENTION_INTERVAL, required=False)
-            if interval is not None:
-                if not 0 < interval <= MAX_LAYERS:
-                    raise r.fail(r.key(LLM.FULL_ATTENTION_INTERVAL), f"must be in 1..{MAX_LAYERS}, got {interval}")
-                data["full_attention_interval"] = interval
-            else:
-                r.default(LLM.FULL_ATTENTION_INTERVAL, str(info.full_attention_interval))
+        _read_layer_pattern(r, info, data, attention, n_layer_all)
     if info.reads_sliding_window:
         _read_into(r, attention, "attention", "sliding_window")
+
+
+def _read_layer_pattern(
+    r: _Reader, info: ArchInfo, data: dict[str, Any], attention: dict[str, Any], n_layer_all: int
+) -> None:
+    """The "interval" archs' recurrent layers: attention.recurrent_layers (a u32 applies to every layer), else
+    full_attention_interval (llama.cpp reads it only when recurrent_layers is absent)."""
+    flags = r.per_layer(Attention.RECURRENT_LAYERS, n_layer_all, 1 << 32)
+    if flags is not None:
+        attention["recurrent_layers"] = (
+            [bool(v) for v in flags] if isinstance(flags, list) else [bool(flags)] * n_layer_all
+        )
+        return
+    interval = r.u32(LLM.FULL_ATTENTION_INTERVAL, required=False)
+    if interval is not None:
+        if not 0 < interval <= MAX_LAYERS:
+            raise r.fail(r.key(LLM.FULL_ATTENTION_INTERVAL), f"must be in 1..{MAX_LAYERS}, got {interval}")
+        data["full_attention_interval"] = interval
+    else:
+        r.default(LLM.FULL_ATTENTION_INTERVAL, str(info.full_attention_interval))
 
 
 def _validation_error(exc: ValidationError, r: _Reader) -> ModelFileError:
