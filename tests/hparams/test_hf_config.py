@@ -836,3 +836,19 @@ def test_pick_names_keys_of_its_table_only():
         pick("HEAD_DIM")
     with pytest.raises(KeyError):
         pick("NO_SUCH_TABLE", "head_dim")
+
+
+def test_estimate_of_a_builtin_preset_imports_no_model_file_reader():
+    """The cold start of ``rsplan estimate`` on a preset stays the same: the config.json reader, its converters and
+    alias tables, the GGUF key table and the GGUF loader are imported only for those inputs."""
+    import subprocess
+    import sys
+
+    readers = ("hf_config", "hf_base", "hf_converters", "hf_ssm_converters", "hf_aliases", "gguf_keys",
+               "llama_loader", "gguf_file")
+    code = ("import sys; from rsplan.cli import main\n"
+            "sys.argv = ['rsplan', 'estimate', '--model', 'qwen3-next-80b-a3b', '-c', '8192']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('READERS', sorted(m for m in sys.modules if m.split('.')[-1] in {readers!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "READERS []"
