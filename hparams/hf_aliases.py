@@ -7,6 +7,7 @@ PRESENT wins, even when its value is null), with ``pick(TABLE, key, ...)``, whic
 named key is in the table. So adding an alias to a table changes no converter, and a converter's list reads as
 its source does (hf_converters.py; tests/hparams/test_hf_config.py holds every converter's lookup order).
 Model-specific keys that have no alternative (``linear_key_head_dim``, ``conv_L_cache``, ...) are read by name.
+The reader's own lists at the end (nested text configs, vLLM's context keys, dtypes) are read whole, in order.
 """
 
 from __future__ import annotations
