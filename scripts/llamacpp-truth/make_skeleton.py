@@ -28,6 +28,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -91,7 +92,7 @@ def _tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
 def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
     a = spec.arch
     att = spec.attention
-    kv: dict[str, object] = {
+    kv: dict[str, Any] = {
         **spec_metadata(spec),
         Attention.LAYERNORM_RMS_EPS: 1e-6,
         Attention.LAYERNORM_EPS: 1e-5,
@@ -141,6 +142,7 @@ def write_skeleton(spec: ModelSpec, outtype: str, path: Path) -> tuple[int, int]
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
+        assert w.fout is not None
         fout = w.fout[0]
         end = fout.tell()
         data_offset = -(-end // w.data_alignment) * w.data_alignment

@@ -72,7 +72,7 @@ def qkv(il: int, n_embd: int, n_q: int, n_kv: int, n_out_in: int | None = None) 
 
 def dense_ffn(il: int, n_embd: int, n_ff: int, gate: bool = True) -> list[Tensor]:
     b = f"blk.{il}."
-    out = [(b + "ffn_up.weight", (n_embd, n_ff)), (b + "ffn_down.weight", (n_ff, n_embd))]
+    out: list[Tensor] = [(b + "ffn_up.weight", (n_embd, n_ff)), (b + "ffn_down.weight", (n_ff, n_embd))]
     if gate:
         out.append((b + "ffn_gate.weight", (n_embd, n_ff)))
     return out
