@@ -27,6 +27,7 @@ from typing import Any
 
 from rsplan.errors import ModelFileError, require
 from rsplan.files import open_regular, path_kind
+from rsplan.hparams.gguf_keys import General, Split
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
 
@@ -298,14 +299,14 @@ def _scan_kv(cur: _Cursor, tables: _Tables, n_kv: int) -> dict[str, _Entry]:
 
 
 def _alignment(cur: _Cursor, tables: _Tables, entries: dict[str, _Entry]) -> int:
-    entry = entries.get("general.alignment")
+    entry = entries.get(General.ALIGNMENT)
     if entry is None:
         return tables.default_alignment
     if entry.info.type != "u32":
-        raise cur.fail("general.alignment", f"wrong type {entry.info.type}, expected u32")
+        raise cur.fail(General.ALIGNMENT, f"wrong type {entry.info.type}, expected u32")
     (alignment,) = _U32.unpack_from(cur.buf, entry.offset)
     if alignment == 0 or alignment & (alignment - 1):
-        raise cur.fail("general.alignment", f"{alignment} is not a power of 2")
+        raise cur.fail(General.ALIGNMENT, f"{alignment} is not a power of 2")
     return alignment
 
 
@@ -485,16 +486,16 @@ def split_part_names(name: str, buf: Any, index: GGUFIndex, where: str) -> list[
     """The file names of the other parts of a model split in parts (llama_split_path), from the first part's
     ``split.count`` / ``split.no`` keys and its file name ``name``; [] for a model in one file."""
     cur = _Cursor(buf, len(buf), where)
-    count = _u16(cur, index.entries, "split.count") or 1
+    count = _u16(cur, index.entries, Split.COUNT) or 1
     if count <= 1:
         return []
-    no = _u16(cur, index.entries, "split.no") or 0
+    no = _u16(cur, index.entries, Split.NO) or 0
     if no != 0:
-        raise cur.fail("split.no", f"this is part {no + 1} of {count}; give the first part of the model")
+        raise cur.fail(Split.NO, f"this is part {no + 1} of {count}; give the first part of the model")
     match = _SPLIT_NAME.match(name)
     if match is None or int(match["count"]) != count:
         raise cur.fail(
-            "split.count", f"a model in {count} parts, but the file name is not '<name>-00001-of-{count:05d}.gguf'"
+            Split.COUNT, f"a model in {count} parts, but the file name is not '<name>-00001-of-{count:05d}.gguf'"
         )
     return [f"{match['prefix']}-{i + 1:05d}-of-{count:05d}.gguf" for i in range(1, count)]
 

@@ -156,12 +156,13 @@ def _local_weights(directory: Path) -> tuple[dict[str, int], int, list[str]] | N
     """Bytes per dtype from the safetensors headers of a local model directory (the index's shards, else
     model.safetensors, else every *.safetensors), tensors and files; None without safetensors files."""
     from rsplan.hparams import safetensors_header as st
-    from rsplan.hparams.hf_config import MAX_CONFIG_BYTES, _parse
+    from rsplan.hparams.hf_base import parse_json_text
+    from rsplan.hparams.hf_config import MAX_CONFIG_BYTES
     from rsplan.hparams.yaml_preset import read_text_file
 
     index = directory / "model.safetensors.index.json"
     if path_kind(index) == "file":
-        data = _parse(read_text_file(index, MAX_CONFIG_BYTES * 16), index)
+        data = parse_json_text(read_text_file(index, MAX_CONFIG_BYTES * 16), index)
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) and "/" not in v and v not in (".", "..")
                                                        for v in weight_map.values()):
