@@ -73,15 +73,15 @@ def _run_case(llama: Path, model: str, flags: list[str], free: list[int], host: 
     fake = [f"RPC{i}={f * MiB}:{f * MiB}" for i, f in enumerate(free)]
     fake.append(f"CPU={host * MiB}:{host * MiB}")
     env = dict(os.environ, LD_PRELOAD=str(SHIM), RSPLAN_FAKE_MEMORY=";".join(fake))
-    cmd = [str(llama / "build/bin/llama-fit-params"), "-m", str(gguf), *flags]
+    cmd = [str(llama / "build/bin/llama-fit-params"), "-m", str(gguf), *flags, "-v"]
     if endpoints:
         cmd += ["--rpc", ",".join(endpoints)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     printed = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     for i, ep in enumerate(endpoints):
         printed = printed.replace(f"RPC0[{ep}]", f"DEV{i}")
-    trace = [ln.split(": ", 1)[1] for ln in proc.stderr.splitlines()
-             if ln.startswith(("common_params_fit_impl: ", "common_fit_params: "))]
+    trace = [ln.split("common_params_fit_impl: ", 1)[1] for ln in proc.stderr.splitlines()
+             if "common_params_fit_impl: " in ln]
     return {"model": model, "outtype": "bf16", "flags": flags, "free_mib": free, "host_total_mib": host,
             "exit": proc.returncode, "printed": printed, "trace": trace}
 
