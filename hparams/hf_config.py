@@ -28,7 +28,7 @@ from rsplan.files import JSONValueError, parse_json, path_kind
 from rsplan.hparams import hf_aliases as A
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.llama_loader import KEY_ARCH, KEY_NAME, LoadedModel, MetaInfo, load_spec, printable
-from rsplan.hparams.model import HF_DTYPES, MAX_LAYERS, ModelSpec, ServingSpec
+from rsplan.hparams.model import MAX_LAYERS, HFDtype, ModelSpec, ServingSpec, is_hf_dtype
 from rsplan.hparams.yaml_preset import read_text_file
 
 #: config.json is small (the largest real ones, with a vision tower, are a few KiB).
@@ -622,8 +622,8 @@ def _nemotron_h(cfg: _Config, w: _Writer) -> str:
     heads, k_heads = cfg.need(A.SSM_HEAD_COUNT[1:2])  # num_heads (+ mamba_num_heads by prefix)
     n_all, n_mtp = n, 0
     if is_moe:
-        n_mtp, _ = cfg.opt("num_nextn_predict_layers")
-        n_mtp = n_mtp or 0
+        given_mtp, _ = cfg.opt("num_nextn_predict_layers")
+        n_mtp = given_mtp or 0
         if n_mtp > 1:
             raise cfg.fail("num_nextn_predict_layers", "llama.cpp's converter supports at most 1 MTP layer")
         if n_mtp:
@@ -831,7 +831,7 @@ def _converter(data: dict[str, Any], where: str) -> tuple[str | None, HFConverte
 
 
 def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str,
-                 sources: dict[str, str], field_name: str) -> str | None:
+                 sources: dict[str, str], field_name: str) -> HFDtype | None:
     """The first of ``aliases`` present, as one of HF_DTYPES ("torch.bfloat16" is read as "bfloat16").
 
     Another dtype name (a float8 or int8 checkpoint's, "auto") reads as None: the serving engines then treat the
@@ -844,10 +844,10 @@ def _dtype_value(flat: dict[str, Any], aliases: Sequence[str], where: str,
         if not isinstance(value, str):
             raise ModelFileError(f"{where}: {key}: expected a dtype name, got {json.dumps(value)[:40]}")
         name = value.removeprefix("torch.")
-        if name not in HF_DTYPES:
-            return None
-        sources[f"serving.{field_name}"] = key
-        return name
+        if is_hf_dtype(name):
+            sources[f"serving.{field_name}"] = key
+            return name
+        return None
     return None
 
 
