@@ -91,6 +91,7 @@ def _is_recurrent(spec: ModelSpec, info: ArchInfo, il: int) -> bool:
     if flags is not None:
         return flags[il]
     interval = spec.full_attention_interval or info.full_attention_interval
+    assert interval is not None, "every 'interval' arch has a default full_attention_interval (archs.py)"
     return (il + 1) % interval != 0
 
 

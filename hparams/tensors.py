@@ -371,6 +371,12 @@ def _lfm2_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     return ("lfm2_ffn" if dense else "lfm2_moe", "shortconv" if recr else "lfm2_attn")
 
 
+def _jamba_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    expert_layers = spec.expert_layers
+    assert expert_layers is not None, "jamba's ArchTensors needs expert_layers"
+    return ("jamba_mamba" if recr else "jamba_attn", "jamba_moe" if expert_layers[il] else "jamba_ffn")
+
+
 def _nemotron_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     if recr:
         return ("mamba2",)
@@ -410,9 +416,7 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
     "jamba": ArchTensors(
         "output_norm",
-        lambda spec, il, recr: (
-            "jamba_mamba" if recr else "jamba_attn", "jamba_moe" if spec.expert_layers[il] else "jamba_ffn"
-        ),
+        _jamba_kinds,
         ("vocab_size", "feed_forward_length", "expert_count", "expert_layers"),
     ),
     "kimi-linear": ArchTensors(

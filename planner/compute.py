@@ -142,6 +142,7 @@ def compute_buffer(
             f"model '{spec.name}' does not give its vocabulary size (vocab_size), which sizes the logits; "
             "pass --compute to give the size"
         )
+    n_vocab = spec.vocab_size
     from rsplan.planner.ggml_alloc import reserve_size
     from rsplan.planner.ggml_ops import GGMLAbort
     from rsplan.planner.graphs import builder as graph_builder
@@ -170,7 +171,7 @@ def compute_buffer(
     def reserve(name: str, n_tok: int, n_sq: int, n_out: int) -> ReserveGraph:
         n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
         p = GraphParams(
-            n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
+            n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=n_vocab,
             n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
             layout=layout, ctx=ctx, embeddings=embeddings,
         )

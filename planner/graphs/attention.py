@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Tensor
-from rsplan.planner.graphs.common import LlamaGraph
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def _rotations(lg: LlamaGraph) -> tuple[int | None, int | None]:
     return k, v
 
 
-def _kv_ids(p: object) -> set[int]:
+def _kv_ids(p: GraphParams) -> set[int]:
     return {layer.il for layer in p.layout.kv_layers}
 
 

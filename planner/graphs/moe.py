@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Tensor
-from rsplan.planner.graphs.common import LlamaGraph
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph
 
 
 def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, *, gating: str = "softmax",
@@ -44,7 +44,7 @@ def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, 
     return g.cont(out) if n_used == 1 else out
 
 
-def require_experts(p: object) -> None:
+def require_experts(p: GraphParams) -> None:
     """Refuse a MoE model whose expert counts / widths are unknown (ComputeModelError)."""
     from rsplan.planner.compute import ComputeModelError
 

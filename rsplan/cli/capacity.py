@@ -172,6 +172,7 @@ def _device_budgets(budget: str | None, gpu: str | None, gpu_memory: str | None)
         return out
     from rsplan.gpu import gpu_memory as read_gpus
 
+    assert gpu is not None  # one of --budget and --gpu is given (checked above)
     indices = None
     if gpu != "all":
         try:
