@@ -248,4 +248,5 @@ def device_bars(planner: CapacityPlanner) -> DeviceBars:
                        ("output", out), ("margin", 0)):
         parts[key].append(value)
     names = [d.name for d in budget.devices] + [HOST]
-    return DeviceBars(names, parts, [d.budget_bytes for d in budget.devices] + [budget.host_budget_bytes])
+    budgets: list[int | None] = [d.budget_bytes for d in budget.devices]
+    return DeviceBars(names, parts, [*budgets, budget.host_budget_bytes])
