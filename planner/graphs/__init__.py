@@ -24,6 +24,8 @@ BUILDERS: dict[str, str] = {
     "qwen35moe": "qwen35:build_qwen35",
     "qwen3next": "qwen35:build_qwen35",
     "nemotron_h": "nemotron_h:build_nemotron_h",
+    "jamba": "jamba:build_jamba",
+    "kimi-linear": "kimi_linear:build_kimi_linear",
 }
 
 MTP_BUILDERS: dict[str, str] = {

@@ -55,8 +55,9 @@ EXTRA_KEYS: dict[str, dict[str, object]] = {
     # minimax-01: residual_scale is required; conversion/minimax.py writes layernorm_full_attention_alpha
     # (its value changes no size)
     "minimax-01": {"residual_scale": 1.0},
-    # kimi-linear: expert_gating_func is required (Kimi routes with a sigmoid: 2)
-    "kimi-linear": {"expert_gating_func": 2},
+    # kimi-linear: expert_gating_func is required (Kimi routes with a sigmoid: 2); conversion/kimi_linear.py always
+    # writes expert_weights_scale = routed_scaling_factor (2.446), which adds one SCALE node per MoE layer
+    "kimi-linear": {"expert_gating_func": 2, "expert_weights_scale": 2.446},
 }
 
 
