@@ -26,6 +26,7 @@ BUILDERS: dict[str, str] = {
     "nemotron_h": "nemotron_h:build_nemotron_h",
     "jamba": "jamba:build_jamba",
     "kimi-linear": "kimi_linear:build_kimi_linear",
+    "granitehybrid": "granite_hybrid:build_granite_hybrid",
 }
 
 MTP_BUILDERS: dict[str, str] = {

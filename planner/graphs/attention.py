@@ -130,6 +130,19 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
 
 
+def qkv_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
+    """build_qkv with separate Q/K/V projections (no biases, norms or RoPE), then build_attn with the output
+    projection (Jamba, Granite-4.0-H). Head dim: value_length, else n_embd / n_head. cur: [n_embd, n_tokens]."""
+    p = lg.p
+    spec = p.spec
+    n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
+    hd = spec.attention.value_length or p.n_embd // n_head  # n_embd_head_v
+    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
+    return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
+
+
 def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, v_mla: Tensor | None = None) -> Tensor:
     """build_attn_mha. ``v_mla``: MLA's per-head V up-projection [kv_lora_rank, head_dim_v, n_head], applied to
     the attention output (the latent V is the K cache's first kv_lora_rank columns, not transposed)."""

@@ -6,23 +6,11 @@ from __future__ import annotations
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
+from rsplan.planner.graphs.attention import attn_inputs, qkv_attn
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, ffn_width
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 from rsplan.planner.graphs.mamba import mamba_layer
 from rsplan.planner.graphs.moe import moe_ffn
-
-
-def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
-    """build_qkv (separate Q/K/V, no biases, no norms) and build_attn with the output projection; no RoPE."""
-    p = lg.p
-    spec = p.spec
-    n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
-    hd = spec.attention.value_length or p.n_embd // n_head  # n_embd_head_v
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
 
 
 def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
@@ -59,7 +47,7 @@ def build_jamba(p: GraphParams) -> Graph:
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
         cur = lg.norm(inp, p.n_embd)
-        cur = mamba_layer(lg, cur, rs, il, dt_b_c_norm=True) if il in recurrent else _attention(lg, cur, attn, il)
+        cur = mamba_layer(lg, cur, rs, il, dt_b_c_norm=True) if il in recurrent else qkv_attn(lg, cur, attn, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)
             inp = g.get_rows(inp, out_ids)

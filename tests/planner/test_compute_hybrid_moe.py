@@ -1,5 +1,5 @@
-"""Compute buffers of Jamba and Kimi-Linear beyond the golden sweep: settings measured by hand with the probe
-(scripts/llamacpp-truth, llama.cpp 0c1e57098 CPU build, bf16 skeleton of the preset, no_alloc dry run), the
+"""Compute buffers of Jamba, Kimi-Linear and Granite-4.0-H beyond the golden sweep: settings measured by hand
+with the probe (scripts/llamacpp-truth, llama.cpp 0c1e57098 CPU build, bf16 skeleton of the preset, no_alloc dry run), the
 settings where llama.cpp aborts, and models that do not give what the graph needs."""
 
 from __future__ import annotations
@@ -52,4 +52,11 @@ def test_kimi_linear_without_the_kda_head_dim_is_refused() -> None:
     spec = load_builtin_preset("kimi-linear-48b-a3b")
     spec = spec.model_copy(update={"kda": None})
     with pytest.raises(ComputeModelError, match=r"does not give kda\.head_dim"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))
+
+
+def test_dense_granite_hybrid_is_refused() -> None:
+    spec = load_builtin_preset("granite-4.0-h-tiny").model_copy(
+        update={"expert_count": 0, "expert_used_count": 0, "expert_shared_feed_forward_length": 0})
+    with pytest.raises(ComputeModelError, match=r"only the MoE Granite-4\.0-H models"):
         compute_buffer(spec, ContextParams(n_ctx=4096))
