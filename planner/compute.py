@@ -94,20 +94,6 @@ def n_outputs_max_for(tool: str, ctx: EffectiveContext, n_draft: int = 0) -> int
     raise ComputeModelError(f"unknown tool '{tool}' (allowed: {', '.join(TOOLS)})")
 
 
-def _check_one_seq_reserve(arch: str, n_tokens: int, n_stream: int) -> None:
-    """The third reserve graph of ONE_SEQ_RESERVE_ARCHS holds ``n_tokens`` tokens of one sequence, which
-    build_attn_mha splits evenly over the KV cache's streams: when they do not divide, the attention output has
-    fewer rows than the residual and llama.cpp aborts in ggml_add (GGML_ASSERT(ggml_can_repeat(b, a))), in a dry
-    run too. Measured on 0c1e57098: kimi-linear -c 4096 -np 3 and -np 4 -ub 510 abort; -np 3 -kvu, -np 6 -ub 516
-    and -np 3 -c 300 (n_ubatch 300) load."""
-    if n_stream > 1 and n_tokens % n_stream:
-        raise ComputeModelError(
-            f"llama.cpp aborts while reserving the {arch} graph: its one-sequence prompt graph of {n_tokens} tokens "
-            f"does not split into {n_stream} KV streams (GGML_ASSERT in ggml_add); use an -np that divides "
-            f"{n_tokens}, an -ub that -np divides, or -kvu"
-        )
-
-
 def has_compute_model(arch: str) -> bool:
     from rsplan.planner.graphs import BUILDERS
 
@@ -181,8 +167,8 @@ def compute_buffer(
         n_out_max = n_outputs_max_for(tool, ctx, n_draft)
     n_seqs = ctx.n_seq_max
     n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
-    if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
-        _check_one_seq_reserve(spec.arch, n_tokens, ctx.n_stream)
+    # a one-sequence reserve whose tokens the KV streams do not divide makes llama.cpp abort in ggml_add
+    # (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml_ops' broadcast check raises it from the graph
 
     def reserve(name: str, n_tok: int, n_sq: int, n_out: int) -> ReserveGraph:
         n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs

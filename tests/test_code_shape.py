@@ -28,7 +28,6 @@ LONG_FUNCTIONS = {
     "rsplan.planner.engines.vllm_rules.derive": "owned by a refactor in flight (engines, issue 15 item 3)",
     "rsplan.profiler.families.family_of": "owned by a refactor in flight (RecurrentDims, issue 15 item 1)",
     "rsplan.profiler.families.make_inputs": "owned by a refactor in flight (RecurrentDims, issue 15 item 1)",
-    "rsplan.hparams.llama_loader.load_spec": "owned by a refactor in flight (hf_config / GGUF keys, issue 15 item 2)",
     "rsplan.planner.compute.compute_buffer": "owned by a refactor in flight (compute graphs)",
     "rsplan.kernels._chunk.chunk_scan": "owned by a refactor in flight (kernel speed work)",
 }
