@@ -1,13 +1,15 @@
 """What each recurrent family runs per layer: its kernels, their pool views, inputs and byte counts.
 
 A ``Family`` knows, for one model, how to view a layer's ``cache_r_l*`` / ``cache_s_l*`` tensors as kernel pools,
-how to build plausible inputs for a ubatch of N sequences x T tokens, and how many bytes each kernel moves.
-Per family (llama.cpp 0c1e57098 src/models/*.cpp):
+how to build plausible inputs for a ubatch of N sequences x T tokens, and how many bytes each kernel moves. Which
+ops a family runs and their sizes come from the model's ``RecurrentDims`` (hparams.recurrent: ``FAMILY_OPS``); this
+module knows each op (``OP_DIMS``, ``make_inputs``, ``kernel_bytes``), not each family. Per family (llama.cpp
+0c1e57098 src/models/*.cpp):
 - mamba2 (Mamba-2, Falcon-H1, PLaMo-2, Granite-4.0-H, Nemotron-H): conv over ``x | B | C`` then ssm_scan;
 - mamba (Mamba-1, Jamba): conv over x then the Mamba-1 scan (no snapshot planes);
 - gated_delta_net (Qwen3-Next, Qwen3.5): conv over ``q | k | v`` with every plane written, then gated_delta;
 - kda (Kimi Linear): the same with per-key decays;
-- rwkv (RWKV-6/7): the token shift (a W = 2 conv_state) then the arch's op in ``RWKV_OPS``: wkv6, gla
+- rwkv (RWKV-6/7): the token shift (a W = 2 conv_state) then the arch's op in hparams' ``RWKV_OPS``: wkv6, gla
   (ggml_gated_linear_attn, RWKV6-Qwen2) or wkv7;
 - shortconv (LFM2): shortconv only (no S state);
 - lightning (MiniMax-01): lightning only (no R state).
@@ -21,13 +23,8 @@ from importlib import import_module
 from typing import Any
 
 from rsplan.hparams.layout import CacheLayout
-from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.recurrent import RecurrentDims
 from rsplan.profiler.errors import WorkloadError, import_torch
-
-#: The op of each RWKV arch's time mixing (src/models/rwkv6-base.cpp: RWKV6-Qwen2 has no time_mix_first, so
-#: ``is_qrwkv`` and the graph calls ggml_gated_linear_attn; rwkv7-base.cpp: ggml_rwkv_wkv7 for both RWKV-7s).
-#: Every arch of family "rwkv" must be listed (tests/profiler/test_families.py checks against the arch table).
-RWKV_OPS: dict[str, str] = {"rwkv6": "rwkv6", "rwkv6qwen2": "gla", "rwkv7": "rwkv7", "arwkv7": "rwkv7"}
 
 #: Inputs whose dim 1 is the token axis (sliced for prefix checks); the others are parameters.
 TOKEN_INPUTS = frozenset({"x", "dt", "B", "C", "q", "k", "v", "g", "beta", "r", "w", "a", "b", "c"})
@@ -66,100 +63,39 @@ class Family:
         return any(k.planes for k in self.kernels)
 
 
-def family_of(spec: ModelSpec, layout: CacheLayout) -> Family:
-    """The kernels rsplan runs for ``spec``'s recurrent layers, checked against the planned row widths."""
-    fam, ssm = layout.family, spec.ssm
-    n_embd = spec.embedding_length
-    kernels: list[Kernel] = []
-    if fam in ("mamba2", "mamba", "gated_delta_net"):
-        assert ssm is not None and ssm.conv_kernel and ssm.inner_size and ssm.state_size
-        d_conv, d_inner, d_state = ssm.conv_kernel, ssm.inner_size, ssm.state_size
-        n_group = ssm.group_count or 0
-        channels = d_inner + 2 * n_group * d_state
-        conv = Kernel(
-            "conv_state",
-            "r",
-            (channels, d_conv - 1),
-            True,
-            clamp=fam == "gated_delta_net",
-            dims={"D": channels, "W": d_conv},
+#: How each op's sizes (its kernel's keyword dims, legend of rsplan.kernels) are read off the model's RecurrentDims.
+OP_DIMS: dict[str, Callable[[RecurrentDims], dict[str, int]]] = {
+    "conv_state": lambda d: {"D": d.conv_channels, "W": d.conv_width},
+    "shortconv": lambda d: {"D": d.conv_channels, "L": d.conv_width},
+    "ssm_scan": lambda d: {"H": d.n_heads, "P": d.head_dim, "G": d.n_groups, "S": d.state_size},
+    "gated_delta": lambda d: {"Hk": d.n_groups, "Hv": d.n_heads, "Dk": d.state_size, "Dv": d.head_dim},
+    "rwkv6": lambda d: {"H": d.n_heads, "S": d.state_size},
+    "gla": lambda d: {"H": d.n_heads, "S": d.state_size},
+    "rwkv7": lambda d: {"H": d.n_heads, "S": d.state_size},
+    "lightning": lambda d: {"H": d.n_heads, "S": d.state_size},
+}
+
+
+def family_of(layout: CacheLayout) -> Family:
+    """The kernels rsplan runs for a model's recurrent layers, from its RecurrentDims (``layout.recurrent``).
+
+    Raises:
+        RecurrentDimsError: a state that does not split into whole heads and groups.
+    """
+    dims = layout.recurrent.require_heads()
+    kernels = tuple(
+        Kernel(
+            op.op,
+            op.pool,
+            dims.conv_row if op.pool == "r" else dims.state_row,
+            op.planes,
+            clamp=op.clamp,
+            dims={**OP_DIMS[op.op](dims), **dict.fromkeys(op.modes, 1)},
+            token_shift=op.token_shift,
         )
-        kernels.append(conv)
-        if fam == "mamba2":
-            n_head = ssm.time_step_rank or 0
-            if not n_head or d_inner % n_head or n_head % max(n_group, 1):
-                raise WorkloadError(
-                    f"ssm: inner_size {d_inner} / time_step_rank {n_head} / group_count {n_group} "
-                    "do not make whole heads and groups"
-                )
-            P = d_inner // n_head
-            kernels.append(
-                Kernel(
-                    "ssm_scan", "s", (n_head, P, d_state), True, dims={"H": n_head, "P": P, "G": n_group, "S": d_state}
-                )
-            )
-        elif fam == "mamba":
-            kernels.append(
-                Kernel(
-                    "ssm_scan",
-                    "s",
-                    (d_inner, 1, d_state),
-                    False,
-                    dims={"H": d_inner, "P": 1, "G": 1, "S": d_state, "mamba1": 1},
-                )
-            )
-        else:
-            hv, hk = ssm.time_step_rank or 0, n_group
-            if not hv or not hk or d_inner % hv or hv % hk:
-                raise WorkloadError(
-                    f"ssm: time_step_rank {hv} (value heads) must divide inner_size {d_inner} and "
-                    f"be a multiple of group_count {hk} (key heads)"
-                )
-            dv = d_inner // hv
-            kernels.append(
-                Kernel("gated_delta", "s", (hv, dv, d_state), True, dims={"Hk": hk, "Hv": hv, "Dk": d_state, "Dv": dv})
-            )
-    elif fam == "kda":
-        assert spec.kda is not None and spec.kda.head_dim and ssm is not None
-        h, hd = spec.head_count(0), spec.kda.head_dim
-        d_conv = ssm.conv_kernel or 4
-        kernels.append(
-            Kernel("conv_state", "r", (3 * h * hd, d_conv - 1), True, clamp=True, dims={"D": 3 * h * hd, "W": d_conv})
-        )
-        kernels.append(
-            Kernel("gated_delta", "s", (h, hd, hd), True, dims={"Hk": h, "Hv": h, "Dk": hd, "Dv": hd, "kda": 1})
-        )
-    elif fam == "rwkv":
-        assert spec.wkv is not None and spec.wkv.head_size
-        hs = spec.wkv.head_size
-        if n_embd % hs:
-            raise WorkloadError(f"wkv.head_size {hs} does not divide embedding_length {n_embd}")
-        tsc = spec.wkv.token_shift_count
-        kernels.append(
-            Kernel("conv_state", "r", (tsc * n_embd, 1), False, dims={"D": tsc * n_embd, "W": 2}, token_shift=True)
-        )
-        op = RWKV_OPS.get(spec.arch)
-        if op is None:  # pragma: no cover - the table test keeps RWKV_OPS complete
-            raise WorkloadError(f"arch '{spec.arch}': no RWKV time-mixing op is known for it")
-        kernels.append(Kernel(op, "s", (n_embd // hs, hs, hs), False, dims={"H": n_embd // hs, "S": hs}))
-    elif fam == "shortconv":
-        assert spec.shortconv is not None and spec.shortconv.l_cache
-        L = spec.shortconv.l_cache
-        kernels.append(Kernel("shortconv", "r", (n_embd, L - 1), True, dims={"D": n_embd, "L": L}))
-    elif fam == "lightning":
-        h = spec.head_count(0)
-        hd = spec.attention.key_length or n_embd // h
-        kernels.append(Kernel("lightning", "s", (h, hd, hd), False, dims={"H": h, "S": hd}))
-    else:  # pragma: no cover - the arch table has no other family
-        raise WorkloadError(f"no kernels for recurrent family '{fam}'")
-    for k in kernels:
-        width = layout.n_embd_r if k.kind == "r" else layout.n_embd_s
-        n = 1
-        for d in k.row_shape:
-            n *= d
-        if n != width:
-            raise WorkloadError(f"{k.op}: row {k.row_shape} has {n} elements, the plan's n_embd_{k.kind} is {width}")
-    return Family(fam if fam != "rwkv" else kernels[-1].op, tuple(kernels), layout.n_layer)
+        for op in dims.ops
+    )
+    return Family(dims.name, kernels, layout.n_layer)
 
 
 def make_inputs(k: Kernel, n_seqs: int, n_tokens: int, layer: int, n_layer: int, dev: Any, seed: int) -> dict:

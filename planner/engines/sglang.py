@@ -173,7 +173,7 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
     attn = attention_shape(spec, layout, tp, engine=f"SGLang {VERSION}")
     n_attention = len(attn.layers) if attn else 0
     n_recurrent = len(layout.recurrent_layers)
-    rec = recurrent_shapes(spec, tp, engine=f"SGLang {VERSION}") if n_recurrent else None
+    rec = recurrent_shapes(layout.recurrent, tp, engine=f"SGLang {VERSION}") if n_recurrent else None
     config_ssm = spec.serving.mamba_ssm_dtype if spec.serving else None
     if s.mamba_ssm_dtype is not None:
         ssm_dtype = s.mamba_ssm_dtype

@@ -62,6 +62,9 @@ DEFAULT_OVERHEAD_BYTES = 4 << 30
 #: Recurrent kinds whose layers add a prefill-checkpoint block per request with prefix caching (MambaMixer2
 #: always; Qwen GDN with the FlashInfer prefill kernel, the SM90 default).
 CHECKPOINT_BLOCK_KINDS = frozenset({"mamba2", "gated_delta_net"})
+#: Archs vLLM 0.33.0 serves with a Mamba-style state (a model class with get_mamba_state_shape_from_config).
+SERVED = frozenset({"mamba", "jamba", "mamba2", "nemotron_h", "nemotron_h_moe", "falcon-h1", "granitehybrid",
+                    "qwen3next", "qwen35", "qwen35moe", "kimi-linear", "lfm2", "lfm2moe"})
 #: Archs vLLM 0.33 no longer serves, with its own words.
 REMOVED_ARCHS = {
     "minimax-01": "MiniMaxText01ForCausalLM was supported in vLLM until v0.23.0, and is not supported anymore",
@@ -256,6 +259,9 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
     """Everything vLLM derives for ``spec`` at ``s`` (per GPU rank), before the memory budget."""
     if spec.arch in REMOVED_ARCHS:
         raise EngineError(f"vLLM {VERSION} does not serve this model: {REMOVED_ARCHS[spec.arch]}")
+    if spec.arch not in SERVED:
+        raise EngineError(f"vLLM {VERSION} does not serve arch '{spec.arch}' (rsplan models it for: "
+                          f"{', '.join(sorted(SERVED))})")
     notes: list[str] = []
     lines: list[str] = []
     tp = s.tensor_parallel_size
@@ -290,13 +296,13 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
     conv_dtype = ssm_dtype = ""
     mamba_page = align_page = 0
     if n_recurrent:
-        rec = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}", conv_extra=num_spec,
+        rec = recurrent_shapes(layout.recurrent, tp, engine=f"vLLM {VERSION}", conv_extra=num_spec,
                                groups_split_only_from_one=True)
         conv_dtype, ssm_dtype, ssm_dtype_aligned = _state_dtypes(spec, rec.kind, s, model_dtype, notes)
         mamba_page = _page(rec, conv_dtype, ssm_dtype)
         # the block alignment reads the model class's shapes: LFM2's omit the draft tokens
-        rec_for_alignment = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}",
-                                             conv_extra=0 if rec.kind == "short_conv" else num_spec,
+        rec_for_alignment = recurrent_shapes(layout.recurrent, tp, engine=f"vLLM {VERSION}",
+                                             conv_extra=0 if rec.kind == "shortconv" else num_spec,
                                              groups_split_only_from_one=True)
         align_page = _page(rec_for_alignment, conv_dtype, ssm_dtype_aligned)
 
@@ -342,7 +348,7 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
                 f"page but the block alignment assumed {align_page:,} B and padded it to {page_bytes:,} B "
                 "(MambaSpec asserts page_size_padded >= page size)"
                 + ("; LFM2's model class leaves the draft tokens out of its conv state: drop "
-                   "--num-speculative-tokens" if rec is not None and rec.kind == "short_conv"
+                   "--num-speculative-tokens" if rec is not None and rec.kind == "shortconv"
                    else "; Kimi's KDA layer keeps float32: drop --mamba-ssm-cache-dtype")
             )
     elif attn is not None:
