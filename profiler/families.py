@@ -3,7 +3,7 @@
 A ``Family`` knows, for one model, how to view a layer's ``cache_r_l*`` / ``cache_s_l*`` tensors as kernel pools,
 how to build plausible inputs for a ubatch of N sequences x T tokens, and how many bytes each kernel moves. Which
 ops a family runs and their sizes come from the model's ``RecurrentDims`` (hparams.recurrent: ``FAMILY_OPS``); this
-module knows each op (``OP_DIMS``, ``make_inputs``, ``kernel_bytes``), not each family. Per family (llama.cpp
+module knows each op (``OP_DIMS``, ``INPUTS``, ``kernel_bytes``), not each family. Per family (llama.cpp
 0c1e57098 src/models/*.cpp):
 - mamba2 (Mamba-2, Falcon-H1, PLaMo-2, Granite-4.0-H, Nemotron-H): conv over ``x | B | C`` then ssm_scan;
 - mamba (Mamba-1, Jamba): conv over x then the Mamba-1 scan (no snapshot planes);
@@ -98,86 +98,117 @@ def family_of(layout: CacheLayout) -> Family:
     return Family(dims.name, kernels, layout.n_layer)
 
 
+@dataclass(frozen=True)
+class _Draw:
+    """What the input builders draw from: torch, one seeded generator, N sequences x T tokens and the layer."""
+
+    torch: Any
+    g: Any
+    N: int
+    T: int
+    layer: int
+    n_layer: int
+
+    def r(self, *shape: int, scale: float = 1.0) -> Any:
+        return self.torch.randn(*shape, generator=self.g) * scale
+
+    def decay(self, *shape: int) -> Any:
+        """``exp(-exp(x - 1))``: per-element decays in (0, 1)."""
+        return self.torch.exp(-self.torch.exp(self.r(*shape) - 1.0))
+
+
+def _conv_state_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    d = k.dims
+    if k.token_shift:  # a conv whose output is x[t - 1]
+        weight = x.torch.zeros(d["D"], 2)
+        weight[:, 0] = 1.0
+    else:
+        weight = x.r(d["D"], d["W"], scale=0.3)
+    return {"x": x.r(x.N, x.T, d["D"]), "weight": weight}
+
+
+def _shortconv_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    D = k.dims["D"]
+    return {"b": x.r(x.N, x.T, D), "c": x.r(x.N, x.T, D), "x": x.r(x.N, x.T, D),
+            "weight": x.r(D, k.dims["L"], scale=0.3)}
+
+
+def _ssm_scan_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    d, N, T = k.dims, x.N, x.T
+    H, P, G, S = d["H"], d["P"], d["G"], d["S"]
+    a_shape = (H, S) if d.get("mamba1") else (H,)
+    return {
+        "x": x.r(N, T, H, P, scale=0.5),
+        "dt": x.r(N, T, H, scale=0.5) - 2.0,
+        "A": -x.torch.exp(x.torch.rand(*a_shape, generator=x.g) * 2.7),  # -exp(A_log), A_log in [0, log 16)
+        "B": x.r(N, T, G, S, scale=0.3),
+        "C": x.r(N, T, G, S, scale=0.3),
+    }
+
+
+def _gated_delta_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    d, N, T, F = k.dims, x.N, x.T, x.torch.nn.functional
+    Hk, Hv, Dk, Dv = d["Hk"], d["Hv"], d["Dk"], d["Dv"]
+    g_shape = (N, T, Hv, Dk) if d.get("kda") else (N, T, Hv)
+    return {
+        "q": F.normalize(x.r(N, T, Hk, Dk), dim=-1),
+        "k": F.normalize(x.r(N, T, Hk, Dk), dim=-1),
+        "v": x.r(N, T, Hv, Dv, scale=0.5),
+        "g": -F.softplus(x.r(*g_shape) - 2.0),
+        "beta": x.torch.sigmoid(x.r(N, T, Hv)),
+    }
+
+
+def _rwkv6_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    shape = (x.N, x.T, k.dims["H"], k.dims["S"])
+    return {"r": x.r(*shape, scale=0.5), "k": x.r(*shape, scale=0.1), "v": x.r(*shape, scale=0.5),
+            "w": x.decay(*shape), "u": x.r(k.dims["H"], k.dims["S"], scale=0.1)}
+
+
+def _gla_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    """RWKV6-Qwen2: k is scaled by (1 - w) before the op, q is the receptance."""
+    shape = (x.N, x.T, k.dims["H"], k.dims["S"])
+    w = x.decay(*shape)
+    return {"q": x.r(*shape, scale=0.5), "k": x.r(*shape, scale=0.1) * (1 - w), "v": x.r(*shape, scale=0.5),
+            "g": w}
+
+
+def _rwkv7_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    shape = (x.N, x.T, k.dims["H"], k.dims["S"])
+    kk = x.torch.nn.functional.normalize(x.r(*shape), dim=-1)
+    return {"r": x.r(*shape, scale=0.5), "w": x.decay(*shape), "k": x.r(*shape, scale=0.1),
+            "v": x.r(*shape, scale=0.5), "a": -kk, "b": kk * x.torch.sigmoid(x.r(*shape))}
+
+
+def _lightning_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    from rsplan.kernels.lightning import lightning_slopes
+
+    H, S = k.dims["H"], k.dims["S"]
+    silu = x.torch.nn.functional.silu
+    return {"q": silu(x.r(x.N, x.T, H, S)) / S**0.5, "k": silu(x.r(x.N, x.T, H, S)) / S**0.5,
+            "v": silu(x.r(x.N, x.T, H, S)), "slope": lightning_slopes(H, x.layer, x.n_layer)}
+
+
+#: op -> the builder of its inputs (fp32; decays below 1 keep states bounded).
+INPUTS: dict[str, Callable[[Kernel, _Draw], dict[str, Any]]] = {
+    "conv_state": _conv_state_inputs,
+    "shortconv": _shortconv_inputs,
+    "ssm_scan": _ssm_scan_inputs,
+    "gated_delta": _gated_delta_inputs,
+    "rwkv6": _rwkv6_inputs,
+    "gla": _gla_inputs,
+    "rwkv7": _rwkv7_inputs,
+    "lightning": _lightning_inputs,
+}
+
+
 def make_inputs(k: Kernel, n_seqs: int, n_tokens: int, layer: int, n_layer: int, dev: Any, seed: int) -> dict:
     """Plausible inputs of kernel ``k`` for N sequences x T tokens (fp32; decays below 1 keep states bounded)."""
     torch = import_torch()
-    F = torch.nn.functional
-    g = torch.Generator().manual_seed(seed)
-    N, T, d = n_seqs, n_tokens, k.dims
-
-    def r(*shape: int, scale: float = 1.0) -> Any:
-        return torch.randn(*shape, generator=g) * scale
-
-    if k.op == "conv_state":
-        if k.token_shift:  # a conv whose output is x[t - 1]
-            weight = torch.zeros(d["D"], 2)
-            weight[:, 0] = 1.0
-        else:
-            weight = r(d["D"], d["W"], scale=0.3)
-        out = {"x": r(N, T, d["D"]), "weight": weight}
-    elif k.op == "shortconv":
-        out = {"b": r(N, T, d["D"]), "c": r(N, T, d["D"]), "x": r(N, T, d["D"]), "weight": r(d["D"], d["L"], scale=0.3)}
-    elif k.op == "ssm_scan":
-        H, P, G, S = d["H"], d["P"], d["G"], d["S"]
-        a_shape = (H, S) if d.get("mamba1") else (H,)
-        out = {
-            "x": r(N, T, H, P, scale=0.5),
-            "dt": r(N, T, H, scale=0.5) - 2.0,
-            "A": -torch.exp(torch.rand(*a_shape, generator=g) * 2.7),  # -exp(A_log), A_log in [0, log 16)
-            "B": r(N, T, G, S, scale=0.3),
-            "C": r(N, T, G, S, scale=0.3),
-        }
-    elif k.op == "gated_delta":
-        Hk, Hv, Dk, Dv = d["Hk"], d["Hv"], d["Dk"], d["Dv"]
-        g_shape = (N, T, Hv, Dk) if d.get("kda") else (N, T, Hv)
-        out = {
-            "q": F.normalize(r(N, T, Hk, Dk), dim=-1),
-            "k": F.normalize(r(N, T, Hk, Dk), dim=-1),
-            "v": r(N, T, Hv, Dv, scale=0.5),
-            "g": -F.softplus(r(*g_shape) - 2.0),
-            "beta": torch.sigmoid(r(N, T, Hv)),
-        }
-    elif k.op == "rwkv6":
-        H, S = d["H"], d["S"]
-        out = {
-            "r": r(N, T, H, S, scale=0.5),
-            "k": r(N, T, H, S, scale=0.1),
-            "v": r(N, T, H, S, scale=0.5),
-            "w": torch.exp(-torch.exp(r(N, T, H, S) - 1.0)),
-            "u": r(H, S, scale=0.1),
-        }
-    elif k.op == "gla":  # RWKV6-Qwen2: k is scaled by (1 - w) before the op, q is the receptance
-        H, S = d["H"], d["S"]
-        w = torch.exp(-torch.exp(r(N, T, H, S) - 1.0))
-        out = {
-            "q": r(N, T, H, S, scale=0.5),
-            "k": r(N, T, H, S, scale=0.1) * (1 - w),
-            "v": r(N, T, H, S, scale=0.5),
-            "g": w,
-        }
-    elif k.op == "rwkv7":
-        H, S = d["H"], d["S"]
-        kk = F.normalize(r(N, T, H, S), dim=-1)
-        out = {
-            "r": r(N, T, H, S, scale=0.5),
-            "w": torch.exp(-torch.exp(r(N, T, H, S) - 1.0)),
-            "k": r(N, T, H, S, scale=0.1),
-            "v": r(N, T, H, S, scale=0.5),
-            "a": -kk,
-            "b": kk * torch.sigmoid(r(N, T, H, S)),
-        }
-    elif k.op == "lightning":
-        from rsplan.kernels.lightning import lightning_slopes
-
-        H, S = d["H"], d["S"]
-        out = {
-            "q": F.silu(r(N, T, H, S)) / S**0.5,
-            "k": F.silu(r(N, T, H, S)) / S**0.5,
-            "v": F.silu(r(N, T, H, S)),
-            "slope": lightning_slopes(H, layer, n_layer),
-        }
-    else:  # pragma: no cover
+    build = INPUTS.get(k.op)
+    if build is None:  # pragma: no cover - the table test keeps INPUTS complete
         raise WorkloadError(f"no inputs for kernel {k.op}")
+    out = build(k, _Draw(torch, torch.Generator().manual_seed(seed), n_seqs, n_tokens, layer, n_layer))
     return {name: t.to(dev) for name, t in out.items()}
 
 

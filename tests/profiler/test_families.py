@@ -8,7 +8,7 @@ import yaml
 from rsplan.hparams.archs import ARCHS
 from rsplan.hparams.recurrent import FAMILY_OPS as OPS_TABLE
 from rsplan.hparams.recurrent import RWKV_OPS
-from rsplan.profiler.families import OP_DIMS, family_of
+from rsplan.profiler.families import INPUTS, OP_DIMS, family_of
 
 pytest.importorskip("torch")
 
@@ -42,7 +42,7 @@ def test_the_ops_table_runs_llamacpps_ops(family):
 
 def test_every_op_has_its_dims():
     ops = {op.op for ops in OPS_TABLE.values() for op in ops} | set(RWKV_OPS.values())
-    assert ops == set(OP_DIMS)
+    assert ops == set(OP_DIMS) == set(INPUTS)
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED_RWKV))
