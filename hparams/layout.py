@@ -94,6 +94,7 @@ def _is_recurrent(spec: ModelSpec, info: ArchInfo, il: int) -> bool:
     if flags is not None:
         return flags[il]
     interval = spec.full_attention_interval or info.full_attention_interval
+    assert interval is not None, "every arch with the interval rule has a full_attention_interval in ARCHS"
     return (il + 1) % interval != 0
 
 

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's rules (planner.engines.vllm_rules / vllm) against numbers derived by hand from the presets' config
+"""vLLM 0.33.0's rules (planner.engines.vllm: rules, answers) against numbers derived by hand from the presets' config
 values and vLLM's source (docs/engine-vllm.md).
 
 Conventions of the derivations: bf16 = 2 B, fp32 = 4 B. A Mamba-2 conv state is ``(d_conv - 1 + num_spec) x
@@ -17,8 +17,8 @@ import pytest
 
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.engines.base import EngineError, ServingBudget
-from rsplan.planner.engines.vllm import capacity, estimate_max_model_len, plan
-from rsplan.planner.engines.vllm_rules import VllmSettings, derive
+from rsplan.planner.engines.vllm.answers import capacity, estimate_max_model_len, plan
+from rsplan.planner.engines.vllm.rules import VllmSettings, derive
 
 GIB = 1 << 30
 BF16, FP32 = 2, 4
