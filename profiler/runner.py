@@ -137,7 +137,7 @@ def run_profile(
         notes.append(f"n_rs_seq {n_rs_seq} -> 0: {plan.context.n_rs_seq_clamp_reason}")
     if "spec" in names and req.draft > eff_rs:
         raise WorkloadError(f"--draft {req.draft} needs --n-rs-seq >= {req.draft} (the plan has n_rs_seq = {eff_rs})")
-    family = family_of(spec, layout)
+    family = family_of(layout)
     N = plan.context.n_seq_max
     T = max(1, req.ubatch // N)
 
