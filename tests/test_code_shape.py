@@ -25,9 +25,6 @@ LONG_FUNCTIONS = {
         "mirrors llama_memory_recurrent::find_slot (src/llama-memory-recurrent.cpp) line by line",
     "rsplan.profiler.runner.run_profile": "owned by a refactor in flight (the profile command, issue 15 item 4)",
     "rsplan.profiler.report.render": "owned by a refactor in flight (the typed profile result, issue 15 item 4)",
-    "rsplan.planner.engines.vllm_rules.derive": "owned by a refactor in flight (engines, issue 15 item 3)",
-    "rsplan.profiler.families.family_of": "owned by a refactor in flight (RecurrentDims, issue 15 item 1)",
-    "rsplan.profiler.families.make_inputs": "owned by a refactor in flight (RecurrentDims, issue 15 item 1)",
     "rsplan.planner.compute.compute_buffer": "owned by a refactor in flight (compute graphs)",
     "rsplan.kernels._chunk.chunk_scan": "owned by a refactor in flight (kernel speed work)",
 }
