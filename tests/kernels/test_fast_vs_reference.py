@@ -71,6 +71,15 @@ ALL_CASES = [
         id="conv_state-clamp-decode-rollback",
     ),
     pytest.param("conv_state", Case(2, 3, {"D": 8, "W": 2}, M=2), id="conv_state-token-shift-W2"),
+    # D = 8192: the prefill conv works in blocks of 16 tokens (PREFILL_BLOCK_BYTES), so T = 37 spans three
+    pytest.param(
+        "conv_state",
+        Case(3, 37, {"D": 8192, "W": 4}, K=3, M=4, src=(5, -1, 0), dst=(1, 2, -1), clamp=True),
+        id="conv_state-prefill-blocks-pad-rollback",
+    ),
+    pytest.param(
+        "conv_state", Case(2, 33, {"D": 4096, "W": 4}, K=2, M=2, src=(1, 0), dst=(0, 1)), id="conv_state-blocks-swapped"
+    ),
     *cases_for("shortconv", SHORT),
     *cases_for("gated_delta", GDN),
     *cases_for("gated_delta", KDA, "kda"),
