@@ -172,6 +172,8 @@ PREFILL = {
     "kimi-linear kda prefill -np 1": ("gated_delta", {"Hk": 32, "Hv": 32, "Dk": 128, "Dv": 128, "kda": 1}, 1, 512),
     "mamba2-130m ssm prefill -np 1": ("ssm_scan", {"H": 24, "P": 64, "G": 1, "S": 128}, 1, 512),
     "qrwkv6-7b gla prefill -np 1": ("gla", {"H": 56, "S": 64}, 1, 512),
+    "rwkv6-7b wkv6 prefill -np 1": ("rwkv6", {"H": 64, "S": 64}, 1, 512),
+    "minimax-01 lightning prefill -np 1": ("lightning", {"H": 64, "S": 128}, 1, 512),
 }
 
 
@@ -223,7 +225,7 @@ def prefill_main(args: argparse.Namespace) -> list[dict]:
         row["speedup"] = row["chunked_tokens_per_s"] / row["token_loop_tokens_per_s"]
         rows.append(row)
         print(
-            f"{name:30s} {n} x {T} tokens, one layer | chunked {row['chunked_tokens_per_s']:8.0f} tok/s "
+            f"{name:34s} {n} x {T} tokens, one layer | chunked {row['chunked_tokens_per_s']:8.0f} tok/s "
             f"(best {row['chunked_tokens_per_s_best']:8.0f}) | token loop {row['token_loop_tokens_per_s']:7.0f} tok/s "
             f"(best {row['token_loop_tokens_per_s_best']:7.0f}) | x{row['speedup']:.1f}"
         )

@@ -44,9 +44,9 @@ CHUNK = 32
 CHUNK_PER_KEY = 16
 #: Ubatches with fewer tokens per sequence run the token loop (decode, draft verification).
 MIN_TOKENS = 8
-#: With per-key decays, a chunk whose summed log-decay stays above -FACTOR_LIMIT everywhere factors
+#: With per-key decays, a head whose summed log-decay over a chunk stays above -FACTOR_LIMIT everywhere factors
 #: ``exp(G_t - G_s)`` into ``exp(G_t) * exp(-G_s)`` (GEMMs; exp(60) is far from fp32's overflow and exp(-60)
-#: from its underflow); other chunks use the pairwise form.
+#: from its underflow); the other heads of that chunk use the pairwise form.
 FACTOR_LIMIT = 60.0
 #: Bytes of prepared per-chunk tensors held at once: chunks are prepared in blocks of about this size.
 PREPARE_BYTES = 24 << 20
@@ -104,22 +104,26 @@ def _prepare(
 def _per_key(
     q5: torch.Tensor, k5: torch.Tensor, G: torch.Tensor, delta: bool, scale: float, heads: Heads, incl: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-    """One log-decay per key column (G [n, N, H, C, Dk]): GEMMs of ``q * exp(G)`` and ``k * exp(-G)`` for the
-    chunks whose decay stays within FACTOR_LIMIT, the pairwise ``[C, C, Dk]`` form for the others."""
+    """One log-decay per key column (G [n, N, H, C, Dk]): GEMMs of ``q * exp(G)`` and ``k * exp(-G)``, then the
+    pairwise ``[C, C, Dk]`` form for the heads of the chunks whose decay exceeds FACTOR_LIMIT."""
     n, C = G.shape[0], G.shape[3]
     eG = G.exp()
     qt, kt = heads.times(q5, eG), heads.times(k5, eG)  # [n, B, C, Dk]
-    k_inv = heads.times(k5, (-G).exp_())  # overflows in strong chunks only, which are recomputed below
+    k_inv = heads.times(k5, (-G).exp_())  # overflows in strong heads only, which are recomputed below
     bm = torch.matmul(qt, k_inv.transpose(-1, -2)).masked_fill_(~incl, 0.0)
     am = torch.matmul(kt, k_inv.transpose(-1, -2)) if delta else None
     G4 = G.view(n, -1, C, G.shape[-1])
-    for i in (G4[:, :, -1].amin((1, 2)) <= -FACTOR_LIMIT).nonzero().flatten().tolist():
-        pair = (G4[i][:, :, None] - G4[i][:, None]).masked_fill_(~incl[:, :, None], float("-inf")).exp_()
-        kh = heads.times(k5[i : i + 1], torch.ones_like(G[i : i + 1]))[0]  # [B, C, Dk]
-        kd = kh[:, None] * pair  # [B, t, s, Dk]: k_s * exp(G_t - G_s); cannot overflow
-        bm[i] = (heads.times(q5[i : i + 1], torch.ones_like(G[i : i + 1]))[0][:, :, None] * kd).sum(-1)
+    strong = (G4[:, :, -1].amin(-1) <= -FACTOR_LIMIT).nonzero()  # (chunk, head) pairs
+    if len(strong):  # exp(-G_s) could overflow there; the pairwise [m, t, s, Dk] form cannot
+        i, b = strong[:, 0], strong[:, 1]
+        kb = heads.key_rows(b)
+        qr, kr = q5.reshape(n, -1, C, q5.shape[-1])[i, kb], k5.reshape(n, -1, C, k5.shape[-1])[i, kb]
+        Gs = G4[i, b]  # [m, C, Dk]
+        pair = (Gs[:, :, None] - Gs[:, None]).masked_fill_(~incl[:, :, None], float("-inf")).exp_()
+        kd = kr[:, None] * pair  # [m, t, s, Dk]: k_s * exp(G_t - G_s)
+        bm[i, b] = (qr[:, :, None] * kd).sum(-1)
         if am is not None:
-            am[i] = (kh[:, :, None] * kd).sum(-1)
+            am[i, b] = (kr[:, :, None] * kd).sum(-1)
     bm.mul_(scale)
     qk = torch.cat([qt.mul_(scale), kt], 2) if delta else qt.mul_(scale)
     k_end = heads.times(k5, (G[:, :, :, -1:] - G).exp_())

@@ -37,6 +37,11 @@ class Heads:
     def R(self) -> int:
         return self.H // self.Hk
 
+    def key_rows(self, b: torch.Tensor) -> torch.Tensor:
+        """The key row (``n * Hk + key head``) that value row b (``n * H + h``) reads."""
+        seq, h = b // self.H, b % self.H
+        return seq * self.Hk + (h // self.R if self.how == "div" else h % self.Hk)
+
     def grouped(self, x: torch.Tensor, dim: int = 2) -> torch.Tensor:
         """x with its value-head axis ``dim`` (size H) split into (Hk, R): key head first (a view)."""
         shape = x.shape[:dim]

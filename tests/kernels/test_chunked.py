@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from rsplan.kernels._chunk import chunk_scan
+from rsplan.kernels.lightning import lightning_slopes, lightning_torch
+from rsplan.kernels.rwkv6 import rwkv6_torch
 
 F = torch.nn.functional
 
@@ -91,3 +93,56 @@ def test_chunk_scan_updates_a_strided_state_in_place():
     chunk_scan(pool.transpose(1, 2), (q, k, v, g, None), 1.0, y, chunk=8)
     torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(pool.transpose(1, 2).double(), states[-1], rtol=1e-4, atol=1e-4)
+
+
+def wkv6_loop(state, r, k, v, w, u):
+    """RWKV-6 by its definition in float64: y_t = r_t . (S + u k_t v_t^T); S = w_t S + k_t v_t^T (S [key, value])."""
+    s = state.double().clone()  # [N, H, S, S]
+    y = torch.zeros(r.shape, dtype=torch.float64)
+    for t in range(r.shape[1]):
+        rt, kt, vt, wt = (x[:, t].double() for x in (r, k, v, w))
+        kv = kt[..., :, None] * vt[..., None, :]
+        y[:, t] = ((u.double()[:, :, None] * kv + s) * rt[..., :, None]).sum(-2)
+        s = wt[..., :, None] * s + kv
+    return y, s
+
+
+def lightning_loop(state, q, k, v, slope):
+    """Lightning attention in float64: S = exp(-slope) S + v_t k_t^T (S [value, key]); y_t = S q_t."""
+    s = state.double().clone()
+    y = torch.zeros(q.shape, dtype=torch.float64)
+    decay = torch.exp(-slope.double())[:, None, None]
+    for t in range(q.shape[1]):
+        s = decay * s + v[:, t].double()[..., :, None] * k[:, t].double()[..., None, :]
+        y[:, t] = (s @ q[:, t].double()[..., None])[..., 0]
+    return y, s
+
+
+@pytest.mark.parametrize("T", [8, 33, 70])
+def test_rwkv6_chunked_matches_a_float64_loop(T):
+    """The chunked wkv6 (receptance shifted by one token, u's bonus added outside the scan) against wkv6's
+    definition, strong decays included (w = exp(-exp(.)) underflows to 0 for some keys)."""
+    gen = torch.Generator().manual_seed(T)
+    N, H, S = 2, 3, 8
+    r, v = torch.randn(N, T, H, S, generator=gen), torch.randn(N, T, H, S, generator=gen)
+    k = torch.randn(N, T, H, S, generator=gen) * 0.3
+    w = torch.exp(-torch.exp(torch.randn(N, T, H, S, generator=gen) * 2))
+    u = torch.randn(H, S, generator=gen)
+    pool = torch.randn(N, H, S, S, generator=gen)
+    y_want, s_want = wkv6_loop(pool, r, k, v, w, u)
+    (y,) = rwkv6_torch(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=[0, 1], dst_rows=[0, 1])
+    torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("T", [8, 70])
+def test_lightning_chunked_matches_a_float64_loop(T):
+    gen = torch.Generator().manual_seed(T)
+    N, H, S = 2, 4, 8
+    q, k, v = (F.silu(torch.randn(N, T, H, S, generator=gen)) for _ in range(3))
+    slope = lightning_slopes(H, 0, 4)
+    pool = torch.randn(N, H, S, S, generator=gen)
+    y_want, s_want = lightning_loop(pool, q, k, v, slope)
+    (y,) = lightning_torch(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=[0, 1], dst_rows=[0, 1])
+    torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)

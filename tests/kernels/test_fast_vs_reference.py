@@ -101,9 +101,17 @@ ALL_CASES = [
     *cases_for("gla", WKV),
     pytest.param("gla", Case(2, 40, WKV, M=3, src=(2, 0), dst=(0, 2)), id="gla-chunked-T40"),
     pytest.param("gla", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="gla-chunked-bf16"),
+    pytest.param("rwkv6", Case(3, 40, WKV, M=4, src=(2, -1, 0), dst=(1, 3, 2)), id="rwkv6-chunked-T40-pad-swapped"),
+    pytest.param("rwkv6", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="rwkv6-chunked-bf16"),
     *cases_for("rwkv7", WKV),
     pytest.param("rwkv7", Case(2, 2, {"H": 2, "S": 20}, M=2), id="rwkv7-head-size-20"),
     *cases_for("lightning", WKV),
+    pytest.param(
+        "lightning", Case(3, 45, WKV, M=4, src=(2, -1, 0), dst=(1, 3, 2)), id="lightning-chunked-T45-pad-swapped"
+    ),
+    pytest.param(
+        "lightning", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="lightning-chunked-bf16"
+    ),
 ]
 
 
