@@ -224,7 +224,8 @@ def prefill_main(args: argparse.Namespace) -> list[dict]:
             row[f"{k}_times_s"] = v
         row["speedup"] = row["chunked_tokens_per_s"] / row["token_loop_tokens_per_s"]
         # each round's pair ran back to back: the median of their ratios is the least disturbed by load swings
-        row["speedup_round_median"] = statistics.median(a / b for a, b in zip(t["token_loop"], t["chunked"], strict=True))
+        pairs = zip(t["token_loop"], t["chunked"], strict=True)
+        row["speedup_round_median"] = statistics.median(a / b for a, b in pairs)
         rows.append(row)
         print(
             f"{name:34s} {n} x {T} tokens, one layer | chunked {row['chunked_tokens_per_s']:8.0f} tok/s "
