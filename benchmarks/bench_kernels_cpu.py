@@ -31,6 +31,7 @@ import statistics
 import time
 from collections.abc import Callable
 from importlib import import_module
+from typing import Any
 
 import torch
 
@@ -265,7 +266,7 @@ def conv_prefill(args: argparse.Namespace) -> list[dict]:
     rows = []
     for name, (D, W, n, T) in PREFILL_CONV.items():
         t = measure(conv_case(D, W, n, T), args.prefill_rounds, 1)
-        row = {"shape": name, "op": "conv_state", "n_seqs": n, "tokens_per_seq": T}
+        row: dict[str, Any] = {"shape": name, "op": "conv_state", "n_seqs": n, "tokens_per_seq": T}
         for k, v in t.items():
             row[f"{k}_tokens_per_s"] = n * T / statistics.median(v)
             row[f"{k}_tokens_per_s_best"] = n * T / min(v)
