@@ -108,10 +108,11 @@ def _per_key(
     pairwise ``[C, C, Dk]`` form for the heads of the chunks whose decay exceeds FACTOR_LIMIT."""
     n, C = G.shape[0], G.shape[3]
     eG = G.exp()
-    qt, kt = heads.times(q5, eG), heads.times(k5, eG)  # [n, B, C, Dk]
+    qt = heads.times(q5, eG)  # [n, B, C, Dk]
+    kt = heads.times(k5, eG) if delta else None
     k_inv = heads.times(k5, (-G).exp_())  # overflows in strong heads only, which are recomputed below
     bm = torch.matmul(qt, k_inv.transpose(-1, -2)).masked_fill_(~incl, 0.0)
-    am = torch.matmul(kt, k_inv.transpose(-1, -2)) if delta else None
+    am = torch.matmul(kt, k_inv.transpose(-1, -2)) if kt is not None else None
     G4 = G.view(n, -1, C, G.shape[-1])
     strong = (G4[:, :, -1].amin(-1) <= -FACTOR_LIMIT).nonzero()  # (chunk, head) pairs
     if len(strong):  # exp(-G_s) could overflow there; the pairwise [m, t, s, Dk] form cannot
@@ -125,7 +126,7 @@ def _per_key(
         if am is not None:
             am[i, b] = (kr[:, :, None] * kd).sum(-1)
     bm.mul_(scale)
-    qk = torch.cat([qt.mul_(scale), kt], 2) if delta else qt.mul_(scale)
+    qk = torch.cat([qt.mul_(scale), kt], 2) if kt is not None else qt.mul_(scale)
     k_end = heads.times(k5, (G[:, :, :, -1:] - G).exp_())
     return bm, am, qk, k_end
 
