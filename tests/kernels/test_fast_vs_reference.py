@@ -118,3 +118,13 @@ ALL_CASES = [
 @pytest.mark.parametrize(("op", "case"), ALL_CASES)
 def test_torch_path_matches_reference(op, case):
     run_and_compare(op, case, OPS[op].torch)
+
+
+@pytest.mark.parametrize(
+    ("op", "dims"),
+    [("gated_delta", GDN), ("gated_delta", KDA), ("ssm_scan", SSM), ("gla", WKV), ("rwkv6", WKV), ("lightning", WKV)],
+    ids=["gated_delta", "kda", "ssm_scan", "gla", "rwkv6", "lightning"],
+)
+def test_chunked_torch_path_fills_a_permuted_output(op, dims):
+    """The chunked prefill writes its outputs straight into the caller's ``out``, whatever its strides."""
+    run_and_compare(op, Case(2, 40, dims, M=3, src=(2, 0), dst=(0, 2)), OPS[op].torch, permuted_out=True)
