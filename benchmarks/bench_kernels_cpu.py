@@ -10,7 +10,9 @@ counted are the least each step must move (each state read once and written once
 the copy moves ``2 * buffer`` bytes.
 
 Prefill: one layer's scan over a ubatch (the default -ub 512 split over the sequences), the chunked form
-against the token loop (``_chunk.MIN_TOKENS`` raised for the latter), interleaved; tokens/s and the speed-up.
+against the token loop (``_chunk.MIN_TOKENS`` raised for the latter), interleaved; tokens/s and the speed-up
+(of the medians, and the median of each round's ratio). Then the delta-net conv over the same ubatch against
+one grouped conv1d.
 
     python benchmarks/bench_kernels_cpu.py                  # everything, torch's thread count
     python benchmarks/bench_kernels_cpu.py --part prefill   # only the prefill comparison
@@ -29,6 +31,7 @@ import statistics
 import time
 from collections.abc import Callable
 from importlib import import_module
+from typing import Any
 
 import torch
 
@@ -149,10 +152,8 @@ class Case:
             naive_mamba2_step(pool, i["x"], i["dt"], i["A"], i["B"], i["C"], self.rows_t)
 
 
-def measure(
-    fns: dict[str, Callable[[], None]], rounds: int, warmup: int, keep: bool = False
-) -> dict[str, float] | dict[str, list[float]]:
-    """Median seconds per function over ``rounds`` interleaved rounds (``keep``: every round's seconds)."""
+def measure(fns: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, list[float]]:
+    """Every round's seconds per function over ``rounds`` interleaved rounds."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -162,7 +163,7 @@ def measure(
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    return times if keep else {k: statistics.median(v) for k, v in times.items()}
+    return times
 
 
 #: name -> (op, dims, sequences, tokens per sequence): prefill ubatches of real models (preset values; the
@@ -172,6 +173,8 @@ PREFILL = {
     "kimi-linear kda prefill -np 1": ("gated_delta", {"Hk": 32, "Hv": 32, "Dk": 128, "Dv": 128, "kda": 1}, 1, 512),
     "mamba2-130m ssm prefill -np 1": ("ssm_scan", {"H": 24, "P": 64, "G": 1, "S": 128}, 1, 512),
     "qrwkv6-7b gla prefill -np 1": ("gla", {"H": 56, "S": 64}, 1, 512),
+    "rwkv6-7b wkv6 prefill -np 1": ("rwkv6", {"H": 64, "S": 64}, 1, 512),
+    "minimax-01 lightning prefill -np 1": ("lightning", {"H": 64, "S": 128}, 1, 512),
 }
 
 
@@ -213,7 +216,7 @@ def prefill_main(args: argparse.Namespace) -> list[dict]:
             finally:
                 _chunk.MIN_TOKENS = min_tokens
 
-        t = measure({"chunked": call, "token_loop": token_loop}, args.prefill_rounds, 1, keep=True)
+        t = measure({"chunked": call, "token_loop": token_loop}, args.prefill_rounds, 1)
         row = {"shape": name, "op": op, "n_seqs": n, "tokens_per_seq": T}
         for k, v in t.items():
             med, lo = statistics.median(v), min(v)
@@ -221,11 +224,58 @@ def prefill_main(args: argparse.Namespace) -> list[dict]:
             row[f"{k}_tokens_per_s_best"] = n * T / lo
             row[f"{k}_times_s"] = v
         row["speedup"] = row["chunked_tokens_per_s"] / row["token_loop_tokens_per_s"]
+        # each round's pair ran back to back: the median of their ratios is the least disturbed by load swings
+        pairs = zip(t["token_loop"], t["chunked"], strict=True)
+        row["speedup_round_median"] = statistics.median(a / b for a, b in pairs)
         rows.append(row)
         print(
-            f"{name:30s} {n} x {T} tokens, one layer | chunked {row['chunked_tokens_per_s']:8.0f} tok/s "
+            f"{name:34s} {n} x {T} tokens, one layer | chunked {row['chunked_tokens_per_s']:8.0f} tok/s "
             f"(best {row['chunked_tokens_per_s_best']:8.0f}) | token loop {row['token_loop_tokens_per_s']:7.0f} tok/s "
-            f"(best {row['token_loop_tokens_per_s_best']:7.0f}) | x{row['speedup']:.1f}"
+            f"(best {row['token_loop_tokens_per_s_best']:7.0f}) | x{row['speedup']:.1f} "
+            f"(median of round ratios x{row['speedup_round_median']:.1f})"
+        )
+    return rows + conv_prefill(args)
+
+
+#: name -> (channels, width, sequences, tokens per sequence): the conv before a delta net's scan (q | k | v)
+PREFILL_CONV = {"qwen3-next conv prefill -np 2": (2 * 16 * 128 + 32 * 128, 4, 2, 256)}
+
+
+def conv1d_prefill(pool: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+    """The conv as one grouped conv1d over ``[window | x]`` channel-major (the previous fast path), plane 0."""
+    T, D, W = x.shape[1], x.shape[2], weight.shape[1]
+    ext = torch.cat([pool, x.transpose(1, 2)], dim=2)  # [n, D, W - 1 + T]
+    out.copy_(torch.nn.functional.conv1d(ext, weight.unsqueeze(1), groups=D).transpose(1, 2))
+    pool.copy_(ext[:, :, T : T + W - 1])
+
+
+def conv_case(D: int, W: int, n: int, T: int) -> dict[str, Callable[[], None]]:
+    """The conv_state prefill and the grouped conv1d on the same inputs (n sequences, T tokens, D channels)."""
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(n, T, D, generator=g), torch.randn(D, W, generator=g) * 0.3
+    pool, out, seqs = torch.zeros(n, D, W - 1), torch.empty(n, T, D), list(range(n))
+
+    def fast() -> None:
+        conv_state_torch(pool=pool, x=x, weight=weight, src_rows=seqs, dst_rows=seqs, clamp_planes=True, out=out)
+
+    return {"fast": fast, "conv1d": lambda: conv1d_prefill(pool, x, weight, out)}
+
+
+def conv_prefill(args: argparse.Namespace) -> list[dict]:
+    """tokens/s of the conv_state prefill against one grouped conv1d, interleaved."""
+    rows = []
+    for name, (D, W, n, T) in PREFILL_CONV.items():
+        t = measure(conv_case(D, W, n, T), args.prefill_rounds, 1)
+        row: dict[str, Any] = {"shape": name, "op": "conv_state", "n_seqs": n, "tokens_per_seq": T}
+        for k, v in t.items():
+            row[f"{k}_tokens_per_s"] = n * T / statistics.median(v)
+            row[f"{k}_tokens_per_s_best"] = n * T / min(v)
+        row["speedup"] = row["fast_tokens_per_s"] / row["conv1d_tokens_per_s"]
+        rows.append(row)
+        print(
+            f"{name:34s} {n} x {T} tokens, one layer | fast    {row['fast_tokens_per_s']:8.0f} tok/s "
+            f"(best {row['fast_tokens_per_s_best']:8.0f}) | conv1d     {row['conv1d_tokens_per_s']:7.0f} tok/s "
+            f"(best {row['conv1d_tokens_per_s_best']:7.0f}) | x{row['speedup']:.1f}"
         )
     return rows
 
@@ -254,12 +304,13 @@ def main() -> None:
     if copy is not None:
         print(f"# copy baseline: {copy.bytes / 2**20:.0f} MiB buffer, {copy.llc_source} = {copy.llc} bytes")
     for name in args.shape or list(SHAPES) if copy is not None else []:
+        assert copy is not None
         family, dims, n = SHAPES[name]
         case = Case(family, dims, n, args.layers, seed=0, copy=copy)
         fns = {"copy": case.copy, "scan": case.scan, "conv": case.conv}
         if family == "mamba2":
             fns["naive"] = case.naive
-        every = measure(fns, args.rounds, args.warmup, keep=True)
+        every = measure(fns, args.rounds, args.warmup)
         t = {k: statistics.median(v) for k, v in every.items()}
         copy_gb_s = 2 * copy.bytes / t["copy"] / 1e9
         ordered = sorted(every["copy"])

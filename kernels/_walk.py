@@ -109,6 +109,14 @@ def per_sequence(groups_: list[Group], seq_bytes: int = 0) -> list[Group]:
     return out
 
 
+def begin(grp: Group) -> torch.Tensor:
+    """``grp.work`` holding the input states, for updates in place: an in-place group that reads other rows
+    than it writes copies them over first (its rows are read by no other sequence: the plan has no hazard)."""
+    if grp.work.data_ptr() != grp.src.data_ptr():
+        grp.work.copy_(grp.src)
+    return grp.work
+
+
 def finish(pool: torch.Tensor, plan: RowPlan, grp: Group) -> None:
     """Store plane 0 of a gathered group (in-place groups already hold it)."""
     if not grp.in_place:

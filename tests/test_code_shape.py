@@ -26,7 +26,6 @@ LONG_FUNCTIONS = {
     "rsplan.profiler.runner.run_profile": "owned by a refactor in flight (the profile command, issue 15 item 4)",
     "rsplan.profiler.report.render": "owned by a refactor in flight (the typed profile result, issue 15 item 4)",
     "rsplan.planner.compute.compute_buffer": "owned by a refactor in flight (compute graphs)",
-    "rsplan.kernels._chunk.chunk_scan": "owned by a refactor in flight (kernel speed work)",
 }
 
 

@@ -83,42 +83,20 @@ def _chunked(
     o: torch.Tensor,
     n_planes: int,
 ) -> None:
-    """One group over all T tokens in the chunked form (``_chunk.chunk_scan``): the state after the last token
-    into ``grp.work``, the snapshot planes stored, the outputs into ``o``.
-
-    The value heads are reordered so that those sharing a key head are adjacent (value head ``r * Hk + hk``
-    goes to ``hk * R + r``, R = Hv / Hk): chunk_scan then reads q and k once per key head."""
-    q, k, v, g, beta = inputs  # q, k [n, T, Hk, Dk]; v [n, T, Hv, Dv]; g [n, T, Hv(, Dk)]; beta [n, T, Hv]
-    n, T, Hk, Dk = q.shape
-    Hv, Dv = v.shape[2], v.shape[3]
-    R = Hv // Hk
-
-    def value_heads_first(x: torch.Tensor) -> torch.Tensor:  # [n, T, Hv, ...] -> [n * Hk * R, T, ...]
-        x = x.reshape(n, T, R, Hk, *x.shape[3:]).transpose(2, 3)  # [n, T, Hk, R, ...]
-        return x.movedim(1, 3).reshape(n * Hv, T, *x.shape[4:])
-
-    def to_pool_order(s: torch.Tensor) -> torch.Tensor:  # [n * Hk * R, Dv, Dk] -> [n, Hv, Dv, Dk]
-        return s.view(n, Hk, R, Dv, Dk).transpose(1, 2).reshape(n, Hv, Dv, Dk)
-
-    state = grp.src.float().view(n, R, Hk, Dv, Dk).transpose(1, 2).reshape(n * Hv, Dv, Dk).clone()
-    y = torch.empty(n * Hv, T, Dv, dtype=torch.float32, device=q.device)
+    """One group over all T tokens in the chunked form (``_chunk.chunk_scan``; value head h reads key head
+    h % Hk, as ggml_repeat lays q and k out): the state after the last token updated in ``grp.work``, the
+    snapshot planes stored, the outputs written into ``o``."""
+    q, k, v, g, beta = (t.float() for t in inputs)  # q, k [n, T, Hk, Dk]; v [n, T, Hv, Dv]
+    n, T, Hv, Dv = v.shape
+    Dk = q.shape[3]
+    state = walk.begin(grp).view(n * Hv, Dv, Dk)
+    y = o[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, Hv, Dv, device=v.device)
     taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
-    saved = chunked.chunk_scan(
-        state,
-        q.float().transpose(1, 2).reshape(n * Hk, T, Dk),
-        k.float().transpose(1, 2).reshape(n * Hk, T, Dk),
-        value_heads_first(v.float()),
-        value_heads_first(g.float()),
-        value_heads_first(beta.float()),
-        1.0 / math.sqrt(Dk),
-        y,
-        taps=tuple(taps),
-        rep=R,
-    )
-    o[grp.sel] = y.view(n, Hk, R, T, Dv).permute(0, 3, 2, 1, 4).reshape(n, T, Hv, Dv)
+    saved = chunked.chunk_scan(state, (q, k, v, g, beta), 1.0 / math.sqrt(Dk), y, taps=tuple(taps), key_heads="mod")
+    if not isinstance(grp.sel, slice):
+        o[grp.sel] = y
     for t, p in taps.items():
-        walk.store(pool, plan, grp, p, to_pool_order(saved[t]))
-    grp.work.copy_(to_pool_order(state))
+        walk.store(pool, plan, grp, p, saved[t].view(n, Hv, Dv, Dk))
 
 
 def gated_delta(

@@ -56,19 +56,15 @@ def gla_torch(
 
 def _chunked(grp: walk.Group, inputs: tuple[torch.Tensor, ...], scale: float, y: torch.Tensor) -> None:
     """One group over all T tokens in the chunked form (``_chunk.chunk_scan`` without the delta rule; its state
-    is [value, key], the transpose of this op's)."""
+    is [value, key], a transposed view of this op's [key, value] rows, updated in place in ``grp.work``)."""
     q, k, v, g = inputs  # [n, T, H, S]
     n, T, H, S = q.shape
-
-    def heads_first(x: torch.Tensor) -> torch.Tensor:
-        return x.transpose(1, 2).reshape(n * H, T, S)
-
-    state = grp.src.float().transpose(-1, -2).reshape(n * H, S, S).clone()  # [value j, key i]
-    yb = torch.empty(n * H, T, S, dtype=torch.float32, device=q.device)
+    state = walk.begin(grp).view(n * H, S, S).transpose(1, 2)  # [value j, key i]
+    yg = y[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, H, S, device=q.device)
     log_g = torch.log(g).clamp_min_(MIN_LOG_DECAY)
-    chunked.chunk_scan(state, heads_first(q), heads_first(k), heads_first(v), heads_first(log_g), None, scale, yb)
-    y[grp.sel] = yb.view(n, H, T, S).transpose(1, 2)
-    grp.work.copy_(state.view(n, H, S, S).transpose(-1, -2))
+    chunked.chunk_scan(state, (q, k, v, log_g, None), scale, yg)
+    if not isinstance(grp.sel, slice):
+        y[grp.sel] = yg
 
 
 def gla(
@@ -85,7 +81,8 @@ def gla(
 ) -> tuple[torch.Tensor]:
     """Gated linear attention (Triton on CUDA, torch elsewhere); arguments and return as ``gla_ref``:
     pool [R, H, S, S]; q, k, v, g [N, T, H, S]; returns (y [N, T, H, S] fp32,)."""
-    fn = gla_torch
     if use_triton(pool):
-        from rsplan.kernels.gla.fused import gla_triton as fn
-    return fn(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)
+        from rsplan.kernels.gla.fused import gla_triton
+
+        return gla_triton(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)
+    return gla_torch(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)

@@ -1,9 +1,11 @@
-"""Fast lightning attention state update: a vectorised torch path and the Triton dispatch."""
+"""Fast lightning attention state update: a vectorised torch path (token loop for short ubatches, chunks for
+prefill) and the Triton dispatch."""
 
 from __future__ import annotations
 
 import torch
 
+from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows, use_triton
 from rsplan.kernels.lightning.reference import check_lightning_args
@@ -26,8 +28,19 @@ def lightning_torch(
     o = output(out, (N, T, H, S), q)
     if not plan.active:
         return (o,)
-    decay = torch.exp(-slope.float())[:, None, None]  # [H, 1, 1]
     qf, kf, vf = q.float(), k.float(), v.float()
+    if T >= chunked.MIN_TOKENS:  # one log-decay per head, -slope, the same at every token
+        g = (-slope.float()).expand(N, T, H)
+        for grp in walk.groups(pool, plan):
+            sel = grp.sel
+            state = walk.begin(grp).view(len(grp.seqs) * H, S, S)  # [value j, key i], as the chunked scan's
+            yg = o[sel] if isinstance(sel, slice) else torch.empty(len(grp.seqs), T, H, S, device=q.device)
+            chunked.chunk_scan(state, (qf[sel], kf[sel], vf[sel], g[sel], None), 1.0, yg)
+            if not isinstance(sel, slice):
+                o[sel] = yg
+            walk.finish(pool, plan, grp)
+        return (o,)
+    decay = torch.exp(-slope.float())[:, None, None]  # [H, 1, 1]
     for grp in walk.per_sequence(walk.groups(pool, plan), H * S * S * 4):
         sel = grp.sel
         for h0, h1 in walk.head_blocks(H, len(grp.seqs) * S * S * 4, T):

@@ -76,7 +76,6 @@ def ssm_scan_torch(
     hg = H // G
     d = F.softplus(dt.float(), beta=1.0, threshold=20.0)  # [N, T, H]
     mamba1 = A.dim() == 2
-    dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
     xd = x.float() * d[..., None]  # [N, T, H, P]
     Bf, Cf = B.float(), C.float()
     if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
@@ -88,6 +87,7 @@ def ssm_scan_torch(
         if y is not y_out:
             y_out.copy_(y)
         return (y_out,)
+    dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
     for grp in walk.per_sequence(walk.groups(pool, plan), H * P * S * 4):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * P * S * 4, T, align=hg):
@@ -122,35 +122,20 @@ def _chunked(
     n_planes: int,
 ) -> None:
     """One group over all T tokens in the chunked (SSD) form of ``_chunk.chunk_scan``: ``x * dt`` is the value,
-    B the key, C the query, ``dt * A`` the log-decay (Mamba-1: one per state column); the heads of a B/C group
-    are adjacent, so q and k are read once per group. The state after the last token goes into ``grp.work``,
-    the snapshot planes are stored, the outputs go into ``y``."""
+    B the key, C the query, ``dt * A`` the log-decay (Mamba-1: one per state column); head h reads group
+    h // (H / G). The state after the last token is updated in ``grp.work``, the snapshot planes are stored,
+    the outputs go into ``y``."""
     xd, log_a, B, C = inputs  # [n, T, H, P], [n, T, H(, S)], [n, T, G, S] x 2
     n, T, H, P = xd.shape
-    G, S = B.shape[2], B.shape[3]
-    state = grp.src.float().reshape(n * H, P, S).clone()
-    yb = torch.empty(n * H, T, P, dtype=torch.float32, device=xd.device)
+    S = B.shape[3]
+    state = walk.begin(grp).view(n * H, P, S)
+    yg = y[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, H, P, device=xd.device)
     taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
-
-    def heads_first(t: torch.Tensor) -> torch.Tensor:  # [n, T, H', ...] -> [n * H', T, ...]
-        return t.transpose(1, 2).reshape(n * t.shape[2], T, *t.shape[3:])
-
-    saved = chunked.chunk_scan(
-        state,
-        heads_first(C),
-        heads_first(B),
-        heads_first(xd),
-        heads_first(log_a),
-        None,
-        1.0,
-        yb,
-        taps=tuple(taps),
-        rep=H // G,
-    )
-    y[grp.sel] = yb.view(n, H, T, P).transpose(1, 2)
+    saved = chunked.chunk_scan(state, (C, B, xd, log_a, None), 1.0, yg, taps=tuple(taps), key_heads="div")
+    if not isinstance(grp.sel, slice):
+        y[grp.sel] = yg
     for t, p in taps.items():
         walk.store(pool, plan, grp, p, saved[t].view(n, H, P, S))
-    grp.work.copy_(state.view(n, H, P, S))
 
 
 def ssm_scan(

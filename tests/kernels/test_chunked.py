@@ -1,5 +1,6 @@
 """The chunked form of the decayed linear recurrence (kernels/_chunk.py) against its token loop, written here
-from the recurrence's definition in float64, on chunk edges, strong decays, shared key heads and taps."""
+from the recurrence's definition in float64, on chunk edges, strong decays, shared key heads (both head maps)
+and taps."""
 
 from __future__ import annotations
 
@@ -9,57 +10,139 @@ import pytest
 import torch
 
 from rsplan.kernels._chunk import chunk_scan
+from rsplan.kernels.lightning import lightning_slopes, lightning_torch
+from rsplan.kernels.rwkv6 import rwkv6_torch
 
 F = torch.nn.functional
 
 
-def token_loop(state, q, k, v, g, beta, scale, rep):
+def key_head_of(H: int, Hk: int, how: str) -> torch.Tensor:
+    """The key head each value head reads: h // (H / Hk) or h % Hk."""
+    h = torch.arange(H)
+    return h // (H // Hk) if how == "div" else h % Hk
+
+
+def token_loop(state, q, k, v, g, beta, scale, how):
     """S' = S * exp(g); d = beta (v - S' k) (or v); S = S' + outer(d, k); y = scale S q; float64, one token at
-    a time. Returns y and the state after every token."""
-    s = state.double().clone()
-    q, k = q.double().repeat_interleave(rep, 0), k.double().repeat_interleave(rep, 0)
-    v, g = v.double(), g.double()
-    B, T, Dv = v.shape
-    y = torch.zeros(B, T, Dv, dtype=torch.float64)
+    a time, every head of every sequence. Returns y [N, T, H, Dv] and the state [N * H, Dv, Dk] after every
+    token."""
+    N, T, H, Dv = v.shape
+    kh = key_head_of(H, q.shape[2], how)
+    q, k = q.double()[:, :, kh], k.double()[:, :, kh]  # [N, T, H, Dk]
+    s = state.double().clone().view(N, H, Dv, -1)
+    y = torch.zeros(N, T, H, Dv, dtype=torch.float64)
     states = []
     for t in range(T):
-        e = torch.exp(g[:, t])
-        s = s * (e[:, None, :] if g.dim() == 3 else e[:, None, None])
+        e = torch.exp(g[:, t].double())  # [N, H] or [N, H, Dk]
+        s = s * (e[:, :, None, :] if g.dim() == 4 else e[:, :, None, None])
         kt = k[:, t]
-        d = v[:, t] if beta is None else beta[:, t].double()[:, None] * (v[:, t] - (s @ kt[..., None])[..., 0])
-        s = s + d[:, :, None] * kt[:, None, :]
+        d = v[:, t].double()
+        if beta is not None:
+            d = beta[:, t].double()[..., None] * (d - (s @ kt[..., None])[..., 0])
+        s = s + d[..., :, None] * kt[..., None, :]
         y[:, t] = scale * (s @ q[:, t][..., None])[..., 0]
-        states.append(s.clone())
+        states.append(s.reshape(N * H, Dv, -1).clone())
     return y, states
 
 
 @pytest.mark.parametrize("strong", [True, False], ids=["strong-and-weak-decays", "weak-decays"])
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-head-decay", "per-key-decay"])
 @pytest.mark.parametrize("delta", [True, False], ids=["delta-rule", "linear-attention"])
-@pytest.mark.parametrize(("T", "chunk", "rep"), [(1, 4, 1), (37, 8, 2), (64, 16, 1), (70, None, 3)])
-def test_chunk_scan_matches_the_token_loop(per_key, delta, T, chunk, rep, strong):
-    """Strong decays send per-key chunks to the pairwise form, weak ones to the factored GEMMs."""
+@pytest.mark.parametrize(
+    ("T", "chunk", "rep", "how"),
+    [(1, 4, 1, "div"), (37, 8, 2, "div"), (37, 8, 2, "mod"), (64, 16, 1, "div"), (70, None, 3, "mod")],
+)
+def test_chunk_scan_matches_the_token_loop(per_key, delta, T, chunk, rep, how, strong):
+    """Strong decays send per-key chunks to the pairwise form, weak ones to the factored GEMMs; T not a multiple
+    of the chunk pads the last chunk."""
     gen = torch.Generator().manual_seed(T * 7 + rep)
-    Bk, Dk, Dv = 2, 6, 5
-    B = Bk * rep
-    q = F.normalize(torch.randn(Bk, T, Dk, generator=gen), dim=-1)
-    k = F.normalize(torch.randn(Bk, T, Dk, generator=gen), dim=-1)
-    v = torch.randn(B, T, Dv, generator=gen)
+    N, Hk, Dk, Dv = 2, 2, 6, 5
+    H = Hk * rep
+    q = F.normalize(torch.randn(N, T, Hk, Dk, generator=gen), dim=-1)
+    k = F.normalize(torch.randn(N, T, Hk, Dk, generator=gen), dim=-1)
+    v = torch.randn(N, T, H, Dv, generator=gen)
     # strong and weak decays side by side: exp of a chunk's summed log-decay underflows in fp32
-    g_shape = (B, T, Dk) if per_key else (B, T)
-    scales = torch.tensor([0.01, 40.0 if strong else 0.5]).repeat(B // 2 + 1)[:B]
-    g = -torch.rand(*g_shape, generator=gen) * scales.view(B, *([1] * (len(g_shape) - 1)))
-    beta = torch.rand(B, T, generator=gen) if delta else None
-    state0 = torch.randn(B, Dv, Dk, generator=gen)
+    g_shape = (N, T, H, Dk) if per_key else (N, T, H)
+    scales = torch.tensor([0.01, 40.0 if strong else 0.5]).repeat(H // 2 + 1)[:H]
+    g = -torch.rand(*g_shape, generator=gen) * scales.view(1, 1, H, *([1] * (len(g_shape) - 3)))
+    beta = torch.rand(N, T, H, generator=gen) if delta else None
+    state0 = torch.randn(N * H, Dv, Dk, generator=gen)
     taps = tuple(sorted({T - 1, max(0, T - 3), T // 2}))
-    y_want, states = token_loop(state0, q, k, v, g, beta, 0.5, rep)
+    y_want, states = token_loop(state0, q, k, v, g, beta, 0.5, how)
 
     state = state0.clone()
-    y = torch.full((B, T, Dv), float("nan"))
-    saved = chunk_scan(state, q, k, v, g, beta, 0.5, y, taps=taps, chunk=chunk, rep=rep)
+    y = torch.full((N, T, H, Dv), float("nan"))
+    saved = chunk_scan(state, (q, k, v, g, beta), 0.5, y, taps=taps, chunk=chunk, key_heads=how)
     torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(state.double(), states[-1], rtol=1e-4, atol=1e-4)
     assert set(saved) == set(taps)
     for t in taps:
         torch.testing.assert_close(saved[t].double(), states[t], rtol=1e-4, atol=1e-4, msg=f"tap {t}")
     assert torch.isfinite(y).all() and math.isfinite(state.sum().item())
+
+
+def test_chunk_scan_updates_a_strided_state_in_place():
+    """The state may be a transposed view of a pool (GLA keeps [key, value]): it is updated through the view."""
+    gen = torch.Generator().manual_seed(3)
+    N, T, H, D = 1, 20, 2, 4
+    q, k, v = (torch.randn(N, T, H, D, generator=gen) for _ in range(3))
+    g = -torch.rand(N, T, H, D, generator=gen)
+    pool = torch.randn(N * H, D, D, generator=gen)  # [key, value]
+    y_want, states = token_loop(pool.transpose(1, 2), q, k, v, g, None, 1.0, "div")
+    y = torch.empty(N, T, H, D)
+    chunk_scan(pool.transpose(1, 2), (q, k, v, g, None), 1.0, y, chunk=8)
+    torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pool.transpose(1, 2).double(), states[-1], rtol=1e-4, atol=1e-4)
+
+
+def wkv6_loop(state, r, k, v, w, u):
+    """RWKV-6 by its definition in float64: y_t = r_t . (S + u k_t v_t^T); S = w_t S + k_t v_t^T (S [key, value])."""
+    s = state.double().clone()  # [N, H, S, S]
+    y = torch.zeros(r.shape, dtype=torch.float64)
+    for t in range(r.shape[1]):
+        rt, kt, vt, wt = (x[:, t].double() for x in (r, k, v, w))
+        kv = kt[..., :, None] * vt[..., None, :]
+        y[:, t] = ((u.double()[:, :, None] * kv + s) * rt[..., :, None]).sum(-2)
+        s = wt[..., :, None] * s + kv
+    return y, s
+
+
+def lightning_loop(state, q, k, v, slope):
+    """Lightning attention in float64: S = exp(-slope) S + v_t k_t^T (S [value, key]); y_t = S q_t."""
+    s = state.double().clone()
+    y = torch.zeros(q.shape, dtype=torch.float64)
+    decay = torch.exp(-slope.double())[:, None, None]
+    for t in range(q.shape[1]):
+        s = decay * s + v[:, t].double()[..., :, None] * k[:, t].double()[..., None, :]
+        y[:, t] = (s @ q[:, t].double()[..., None])[..., 0]
+    return y, s
+
+
+@pytest.mark.parametrize("T", [8, 33, 70])
+def test_rwkv6_chunked_matches_a_float64_loop(T):
+    """The chunked wkv6 (receptance shifted by one token, u's bonus added outside the scan) against wkv6's
+    definition, strong decays included (w = exp(-exp(.)) underflows to 0 for some keys)."""
+    gen = torch.Generator().manual_seed(T)
+    N, H, S = 2, 3, 8
+    r, v = torch.randn(N, T, H, S, generator=gen), torch.randn(N, T, H, S, generator=gen)
+    k = torch.randn(N, T, H, S, generator=gen) * 0.3
+    w = torch.exp(-torch.exp(torch.randn(N, T, H, S, generator=gen) * 2))
+    u = torch.randn(H, S, generator=gen)
+    pool = torch.randn(N, H, S, S, generator=gen)
+    y_want, s_want = wkv6_loop(pool, r, k, v, w, u)
+    (y,) = rwkv6_torch(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=[0, 1], dst_rows=[0, 1])
+    torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("T", [8, 70])
+def test_lightning_chunked_matches_a_float64_loop(T):
+    gen = torch.Generator().manual_seed(T)
+    N, H, S = 2, 4, 8
+    q, k, v = (F.silu(torch.randn(N, T, H, S, generator=gen)) for _ in range(3))
+    slope = lightning_slopes(H, 0, 4)
+    pool = torch.randn(N, H, S, S, generator=gen)
+    y_want, s_want = lightning_loop(pool, q, k, v, slope)
+    (y,) = lightning_torch(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=[0, 1], dst_rows=[0, 1])
+    torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)

@@ -71,6 +71,15 @@ ALL_CASES = [
         id="conv_state-clamp-decode-rollback",
     ),
     pytest.param("conv_state", Case(2, 3, {"D": 8, "W": 2}, M=2), id="conv_state-token-shift-W2"),
+    # D = 8192: the prefill conv works in blocks of 16 tokens (PREFILL_BLOCK_BYTES), so T = 37 spans three
+    pytest.param(
+        "conv_state",
+        Case(3, 37, {"D": 8192, "W": 4}, K=3, M=4, src=(5, -1, 0), dst=(1, 2, -1), clamp=True),
+        id="conv_state-prefill-blocks-pad-rollback",
+    ),
+    pytest.param(
+        "conv_state", Case(2, 33, {"D": 4096, "W": 4}, K=2, M=2, src=(1, 0), dst=(0, 1)), id="conv_state-blocks-swapped"
+    ),
     *cases_for("shortconv", SHORT),
     *cases_for("gated_delta", GDN),
     *cases_for("gated_delta", KDA, "kda"),
@@ -92,12 +101,30 @@ ALL_CASES = [
     *cases_for("gla", WKV),
     pytest.param("gla", Case(2, 40, WKV, M=3, src=(2, 0), dst=(0, 2)), id="gla-chunked-T40"),
     pytest.param("gla", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="gla-chunked-bf16"),
+    pytest.param("rwkv6", Case(3, 40, WKV, M=4, src=(2, -1, 0), dst=(1, 3, 2)), id="rwkv6-chunked-T40-pad-swapped"),
+    pytest.param("rwkv6", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="rwkv6-chunked-bf16"),
     *cases_for("rwkv7", WKV),
     pytest.param("rwkv7", Case(2, 2, {"H": 2, "S": 20}, M=2), id="rwkv7-head-size-20"),
     *cases_for("lightning", WKV),
+    pytest.param(
+        "lightning", Case(3, 45, WKV, M=4, src=(2, -1, 0), dst=(1, 3, 2)), id="lightning-chunked-T45-pad-swapped"
+    ),
+    pytest.param(
+        "lightning", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="lightning-chunked-bf16"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("op", "case"), ALL_CASES)
 def test_torch_path_matches_reference(op, case):
     run_and_compare(op, case, OPS[op].torch)
+
+
+@pytest.mark.parametrize(
+    ("op", "dims"),
+    [("gated_delta", GDN), ("gated_delta", KDA), ("ssm_scan", SSM), ("gla", WKV), ("rwkv6", WKV), ("lightning", WKV)],
+    ids=["gated_delta", "kda", "ssm_scan", "gla", "rwkv6", "lightning"],
+)
+def test_chunked_torch_path_fills_a_permuted_output(op, dims):
+    """The chunked prefill writes its outputs straight into the caller's ``out``, whatever its strides."""
+    run_and_compare(op, Case(2, 40, dims, M=3, src=(2, 0), dst=(0, 2)), OPS[op].torch, permuted_out=True)
