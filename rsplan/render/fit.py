@@ -44,6 +44,8 @@ def fit_table(a: FitAnswer) -> str:
     else:
         lines.append(f"Chosen: {a.fitted_flags}" + ("" if r.changed else "  (no change needed)"))
         lines.append(f"Command: {_command(a)}")
+        if not a.is_file:
+            lines.append(f"  (MODEL.gguf: your GGUF of {a.model}, {a.weights_source})")
     rows = [_usage_row(f"{n} ({s})", free, m, u) for n, s, free, m, u in
             zip(a.device_names, a.device_sources, a.device_free, a.margins[:len(a.device_names)], r.usage.devices,
                 strict=True)]
