@@ -72,15 +72,15 @@ def validate(req: ProfileRequest) -> None:
     if req.warmup < 0:
         raise WorkloadError(f"--warmup must be 0 or more, got {req.warmup}")
     if req.draft < 1:
-        raise WorkloadError(f"--draft must be at least 1, got {req.draft}")
+        raise WorkloadError(f"--spec-draft-n-max must be at least 1, got {req.draft}")
     if req.ubatch < req.n_seq_max:
         raise WorkloadError(
-            f"--ubatch {req.ubatch} is smaller than -np {req.n_seq_max}: a prefill ubatch needs one token per sequence"
+            f"-ub {req.ubatch} is smaller than -np {req.n_seq_max}: a prefill ubatch needs one token per sequence"
         )
     if req.max_seconds is not None and not req.max_seconds >= 0:
         raise WorkloadError(f"--max-seconds must be 0 (no limit) or more, got {req.max_seconds}")
     if req.state_type not in ("f32", "bf16"):
-        raise WorkloadError(f"--state-type must be f32 or bf16, got {req.state_type}")
+        raise WorkloadError(f"--type-r/--type-s must be f32 or bf16, got {req.state_type}")
 
 
 def run_profile(
@@ -136,7 +136,9 @@ def run_profile(
     if plan.context.n_rs_seq_clamp_reason:
         notes.append(f"n_rs_seq {n_rs_seq} -> 0: {plan.context.n_rs_seq_clamp_reason}")
     if "spec" in names and req.draft > eff_rs:
-        raise WorkloadError(f"--draft {req.draft} needs --n-rs-seq >= {req.draft} (the plan has n_rs_seq = {eff_rs})")
+        raise WorkloadError(
+            f"--spec-draft-n-max {req.draft} needs --n-rs-seq >= {req.draft} (the plan has n_rs_seq = {eff_rs})"
+        )
     family = family_of(spec, layout)
     N = plan.context.n_seq_max
     T = max(1, req.ubatch // N)

@@ -159,16 +159,17 @@ def test_spec_on_an_arch_without_rollback_is_refused(tmp_path):
 
 
 def test_draft_longer_than_the_rollback_planes_is_refused(tmp_path):
-    with pytest.raises(WorkloadError, match=r"--draft 3 needs --n-rs-seq >= 3 \(the plan has n_rs_seq = 1\)"):
+    with pytest.raises(WorkloadError,
+                       match=r"--spec-draft-n-max 3 needs --n-rs-seq >= 3 \(the plan has n_rs_seq = 1\)"):
         run_profile(small(preset(tmp_path, "lfm2"), workload="spec", draft=3, n_rs_seq=1))
 
 
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"ubatch": 1}, r"--ubatch 1 is smaller than -np 2"),
+        ({"ubatch": 1}, r"-ub 1 is smaller than -np 2"),
         ({"iters": 0}, r"--iters must be at least 1"),
-        ({"state_type": "f16"}, r"--state-type must be f32 or bf16"),
+        ({"state_type": "f16"}, r"--type-r/--type-s must be f32 or bf16"),
     ],
     ids=["ubatch", "iters", "state-type"],
 )
