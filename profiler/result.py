@@ -41,7 +41,8 @@ class TimeSummary:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TimeSummary:
-        return cls(*(_nan(d[k]) for k in ("median_s", "p10_s", "p90_s", "min_s", "max_s", "spread")), d["n"])
+        return cls(_nan(d["median_s"]), _nan(d["p10_s"]), _nan(d["p90_s"]), _nan(d["min_s"]), _nan(d["max_s"]),
+                   _nan(d["spread"]), d["n"])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -341,7 +342,7 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
-class Checks:
+class CheckSummary:
     """The correctness checks: the recurrent layers the step checks ran on (all, or a sample drawn with
     ``sampled_with_seed``) and each check's result."""
 
@@ -359,7 +360,7 @@ class Checks:
         return len(self.results) - self.failed
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Checks:
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckSummary:
         return cls(tuple(d["layers_checked"]), d["layers_total"], d["sampled_with_seed"],
                    tuple(CheckResult(r["check"], r["ok"], r["detail"]) for r in d["results"]))
 
@@ -385,7 +386,7 @@ class ProfileResult:
     copy_bandwidth: CopyBaseline
     time: TimeBudget
     workloads: dict[str, WorkloadResult]
-    checks: Checks
+    checks: CheckSummary
     third_party: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -404,7 +405,7 @@ class ProfileResult:
             copy_bandwidth=CopyBaseline.from_dict(d["copy_bandwidth"]),
             time=TimeBudget.from_dict(d["time"]),
             workloads={k: WorkloadResult.from_dict(v) for k, v in d["workloads"].items()},
-            checks=Checks.from_dict(d["checks"]),
+            checks=CheckSummary.from_dict(d["checks"]),
             third_party=dict(d["third_party"]),
             notes=tuple(d["notes"]),
         )

@@ -1,7 +1,7 @@
 """``rsplan profile``'s runtime: plan, allocate, drive the workloads, measure, and build the report.
 
-``run_profile(ProfileRequest(...))`` returns a JSON-ready dict with every figure (the table renderer reads the
-same dict). torch is imported here, never at ``import rsplan`` time.
+``run_profile(ProfileRequest(...))`` returns a ProfileResult (profiler.result) with every figure; its renderers
+are in rsplan.render.profile. torch is imported here, never at ``import rsplan`` time.
 """
 
 from __future__ import annotations
@@ -9,10 +9,27 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from rsplan.profiler.errors import RsplanError, WorkloadError, import_torch
+from rsplan.profiler.result import (
+    Allocation,
+    CheckSummary,
+    CopyBaseline,
+    KernelFigures,
+    KernelShape,
+    KindAllocation,
+    ProfileContext,
+    ProfileResult,
+    RatioFlag,
+    Snapshots,
+    StatePath,
+    TimeBudget,
+    TimeSummary,
+    Timing,
+    WorkloadResult,
+)
 
 Workload = Literal["decode", "prefill", "spec", "all"]
 WORKLOADS = ("decode", "prefill", "spec")
@@ -87,7 +104,7 @@ def run_profile(
     req: ProfileRequest,
     progress: Callable[[int], Callable[[int], None]] | None = None,
     announce: Callable[[str], None] | None = None,
-) -> dict:
+) -> ProfileResult:
     """Run a profile. ``progress(total)`` returns a callback advanced once per step (None: silent);
     ``announce(line)`` receives the expected duration before the timed work starts (None: not shown)."""
     validate(req)
@@ -193,11 +210,8 @@ def run_profile(
                 measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
             timing[name] = _timing_mode(engine)
         bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
-        copy = copy_baseline(bursts, llc, llc_source)
-        results = {}
-        for name, m in measured.items():
-            results[name] = _figures(m, copy, n_seqs=N)
-            results[name]["timing"] = timing[name]
+        copy = CopyBaseline.from_dict(copy_baseline(bursts, llc, llc_source))
+        results = {name: _figures(m, copy, N, timing[name]) for name, m in measured.items()}
         third = _third_party(dev, family, N, req) if dev.type == "cuda" else {}
     finally:
         cache.release()
@@ -209,68 +223,56 @@ def run_profile(
             f"the load average ({load:g}) exceeds the {cpus} CPUs: the timings include waiting for other jobs "
             "(torch's threads wait for each other most; --threads 1 suffers least)"
         )
-    flagged = [f"{w} {k}" for w, r in results.items() for k, v in r["kernels"].items() if v.get("flag")]
-    if copy["noisy"]:
+    flagged = [f"{w} {k}" for w, r in results.items() for k, v in r.kernels.items() if v.flag]
+    if copy.noisy:
         notes.append("the copy baseline is noisy on this run (see its spread and drift): ratios to it are unreliable")
     if flagged:
         notes.append(f"{len(flagged)} ratio(s) above 100% of copy are measurement problems, not speed: see the flags")
 
-    report = {
-        "model": spec.name,
-        "arch": spec.arch,
-        "family": family.name,
-        "recurrent_layers": len(layout.recurrent_layers),
-        "request": asdict(req),
-        "device": facts,
-        "context": {
-            "n_ctx": plan.context.n_ctx,
-            "n_seq_max": N,
-            "n_rs_seq": eff_rs,
-            "n_rs_seq_requested": plan.context.n_rs_seq_requested,
-            "n_planes": eff_rs + 1,
-            "state_type": req.state_type,
-            "ubatch_tokens_per_seq": T if "prefill" in names else None,
-            "draft": req.draft if "spec" in names else None,
-        },
-        "kernels": [
-            {"op": k.op, "pool": k.kind, "row_shape": list(k.row_shape), "dims": k.dims} for k in family.kernels
-        ],
-        "allocation": allocation,
-        "copy_bandwidth": copy,
-        "time": {**budget.summary(), "elapsed_s": time.perf_counter() - t_start},
-        "workloads": results,
-        "third_party": third,
-        "checks": checks.summary(len(layout.recurrent_layers)),
-        "notes": notes + cache.notes,
-    }
-    return report
+    return ProfileResult(
+        model=spec.name,
+        arch=spec.arch,
+        family=family.name,
+        recurrent_layers=len(layout.recurrent_layers),
+        request=req,
+        device=facts,
+        context=ProfileContext(
+            n_ctx=plan.context.n_ctx,
+            n_seq_max=N,
+            n_rs_seq=eff_rs,
+            n_rs_seq_requested=plan.context.n_rs_seq_requested,
+            n_planes=eff_rs + 1,
+            state_type=req.state_type,
+            ubatch_tokens_per_seq=T if "prefill" in names else None,
+            draft=req.draft if "spec" in names else None,
+        ),
+        kernels=tuple(KernelShape(k.op, k.kind, tuple(k.row_shape), k.dims) for k in family.kernels),
+        allocation=allocation,
+        copy_bandwidth=copy,
+        time=TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start),
+        workloads=results,
+        third_party=third,
+        checks=CheckSummary.from_dict(checks.summary(len(layout.recurrent_layers))),
+        notes=(*notes, *cache.notes),
+    )
 
 
-def _timing_mode(engine: Any) -> dict:
+def _timing_mode(engine: Any) -> Timing:
     g = engine.graphs
     if g is None:
-        return {"mode": "eager", "clock": "cuda events" if engine.dev.type == "cuda" else "perf_counter"}
-    return {
-        "mode": "cuda graphs" if g.replays and not g.eager else ("mixed" if g.replays else "eager"),
-        "clock": "cuda events",
-        "graph_steps": g.replays,
-        "eager_steps": g.eager,
-        "capture_errors": g.errors[:3],
-    }
+        return Timing("eager", "cuda events" if engine.dev.type == "cuda" else "perf_counter")
+    return Timing(
+        "cuda graphs" if g.replays and not g.eager else ("mixed" if g.replays else "eager"),
+        "cuda events",
+        graph_steps=g.replays,
+        eager_steps=g.eager,
+        capture_errors=tuple(g.errors[:3]),
+    )
 
 
-def _allocation_report(plan: Any, cache: Any) -> dict:
-    kinds = {}
-    for kind in "kvrs":
-        p, a = cache.planned_bytes[kind], cache.allocated_bytes[kind]
-        kinds[kind] = {"planned_bytes": p, "allocated_bytes": a, "equal": p == a}
-    return {
-        "per_kind": kinds,
-        "planned_bytes": sum(cache.planned_bytes.values()),
-        "allocated_bytes": sum(cache.allocated_bytes.values()),
-        "tensors": len(cache.tensors),
-        "equal": all(v["equal"] for v in kinds.values()),
-    }
+def _allocation_report(plan: Any, cache: Any) -> Allocation:
+    kinds = {kind: KindAllocation(cache.planned_bytes[kind], cache.allocated_bytes[kind]) for kind in "kvrs"}
+    return Allocation(kinds, len(cache.tensors))
 
 
 def _pools(plan: Any, cache: Any, family: Any) -> dict[int, dict[str, Any]]:
@@ -290,7 +292,7 @@ def _zero(pools: dict[int, dict[str, Any]]) -> None:
             pool.zero_()
 
 
-def ratio_flag(ratio: float, bytes_per_step: int, copy: dict) -> dict | None:
+def ratio_flag(ratio: float, bytes_per_step: int, copy: CopyBaseline) -> RatioFlag | None:
     """Why a ratio above 100% of the copy bandwidth is a measurement problem (None at or below 100%).
 
     Reasons: ``cache``: the working set (about half the bytes moved: each state is read and written back)
@@ -301,60 +303,48 @@ def ratio_flag(ratio: float, bytes_per_step: int, copy: dict) -> dict | None:
         return None
     reasons = []
     working_set = bytes_per_step // 2
-    if copy.get("llc_bytes") and working_set <= copy["llc_bytes"]:
+    if copy.llc_bytes and working_set <= copy.llc_bytes:
         reasons.append("cache")
-    if copy.get("noisy"):
+    if copy.noisy:
         reasons.append("noisy")
-    return {"reasons": reasons or ["unexplained"], "working_set_bytes": working_set}
+    return RatioFlag(tuple(reasons or ["unexplained"]), working_set)
 
 
-def _figures(m: Any, copy: dict, n_seqs: int) -> dict:
-    copy_gb_s = copy["gb_s"]
+def _figures(m: Any, copy: CopyBaseline, n_seqs: int, timing: Timing) -> WorkloadResult:
+    """One workload's figures from its measurement ``m`` (workloads.Measured): each kernel phase, their sum (the
+    state path), the rollback planes' cost and the accepted drafts."""
     kernels = {}
     total_s = 0.0
     total_bytes = 0
     for name, samples in m.regions.items():
-        s = samples.summary()
+        s = TimeSummary.from_dict(samples.summary())
         b = m.bytes.get(name, 0)
-        gb_s = b / s["median_s"] / 1e9 if s["median_s"] > 0 else float("nan")
-        ratio = gb_s / copy_gb_s
-        kernels[name] = {"bytes_per_step": b, "time": s, "gb_s": gb_s, "copy_ratio": ratio}
-        flag = ratio_flag(ratio, b, copy)
-        if flag:
-            kernels[name]["flag"] = flag
-        total_s += s["median_s"]
+        gb_s = b / s.median_s / 1e9 if s.median_s > 0 else float("nan")
+        ratio = gb_s / copy.gb_s
+        kernels[name] = KernelFigures(b, s, gb_s, ratio, ratio_flag(ratio, b, copy))
+        total_s += s.median_s
         total_bytes += b
-    ratio = total_bytes / total_s / 1e9 / copy_gb_s if total_s else float("nan")
-    out: dict[str, Any] = {
-        "n_seqs": n_seqs,
-        "tokens_per_step": m.tokens_per_step,
-        "kernels": kernels,
-        "state_path": {
-            "bytes_per_step": total_bytes,
-            "time_s": total_s,
-            "gb_s": total_bytes / total_s / 1e9 if total_s else float("nan"),
-            "copy_ratio": ratio,
-            "tokens_per_s": m.tokens_per_step / total_s if total_s else float("nan"),
-        },
-        "bookkeeping": m.bookkeeping.summary(),
-    }
-    flag = ratio_flag(ratio, total_bytes, copy)
-    if flag:
-        out["state_path"]["flag"] = flag
+    ratio = total_bytes / total_s / 1e9 / copy.gb_s if total_s else float("nan")
+    state_path = StatePath(
+        bytes_per_step=total_bytes,
+        time_s=total_s,
+        gb_s=total_bytes / total_s / 1e9 if total_s else float("nan"),
+        copy_ratio=ratio,
+        tokens_per_s=m.tokens_per_step / total_s if total_s else float("nan"),
+        flag=ratio_flag(ratio, total_bytes, copy),
+    )
+    snapshots = None
     k1 = m.extra.get("k1")
     if k1 is not None:
         t1 = sum(s.median for s in k1.regions.values())
-        out["snapshots"] = {
-            "time_k_s": total_s,
-            "time_k1_s": t1,
-            "bytes_k": total_bytes,
-            "bytes_k1": sum(k1.bytes.values()),
-            "overhead": total_s / t1 - 1.0 if t1 else float("nan"),
-        }
+        snapshots = Snapshots(total_s, t1, total_bytes, sum(k1.bytes.values()),
+                              total_s / t1 - 1.0 if t1 else float("nan"))
+    accepted_mean = None
     if "accepted" in m.extra:
         acc = m.extra["accepted"]
-        out["accepted_mean"] = sum(acc) / len(acc) if acc else None
-    return out
+        accepted_mean = sum(acc) / len(acc) if acc else float("nan")
+    return WorkloadResult(n_seqs, m.tokens_per_step, kernels, state_path, TimeSummary.from_dict(
+        m.bookkeeping.summary()), timing, snapshots, accepted_mean)
 
 
 @dataclass

@@ -6,7 +6,6 @@ torch is imported inside the command body (by the profiler), never when this mod
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -73,16 +72,6 @@ def _progress_bar(quiet: bool) -> ProgressBar | None:
     if quiet or not sys.stderr.isatty():
         return None
     return ProgressBar(sys.stderr)
-
-
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
-    return x
 
 
 DEVICE_OPTIONS = [
@@ -167,8 +156,8 @@ def profile(
       rsplan profile --model qwen3-next-80b-a3b --gpu -np 8 --n-rs-seq 3 --format json
       rsplan profile --model lfm2-1.2b -np 2 -ub 32 --spec-draft-n-max 3 --type-r bf16 --type-s bf16
     """
-    from rsplan.profiler.report import for_report, render
     from rsplan.profiler.runner import CheckError, ProfileRequest, run_profile
+    from rsplan.render.profile import for_report, profile_json, render_profile
 
     target = None
     if report_json is not None:
@@ -183,21 +172,18 @@ def profile(
 
     finished = False
     try:
-        report = run_profile(req, progress=bar.start if bar else None, announce=None if quiet else announce)
+        result = run_profile(req, progress=bar.start if bar else None, announce=None if quiet else announce)
         finished = True
     finally:
         if bar is not None:
             bar.close(finished)
-    if fmt == "json":
-        click.echo(json.dumps(_json_safe(report), indent=2))
-    else:
-        click.echo(render(report))
+    click.echo(profile_json(result) if fmt == "json" else render_profile(result))
     if target is not None:
-        target.commit(json.dumps(for_report(report), indent=2) + "\n")
-    failed = report["checks"]["failed"]
+        target.commit(json.dumps(for_report(result), indent=2) + "\n")
+    failed = result.checks.failed
     if failed:
-        first = next(r for r in report["checks"]["results"] if not r["ok"])
-        raise CheckError(f"{failed} correctness check(s) failed, first: {first['check']}: {first['detail']}")
+        first = next(r for r in result.checks.results if not r.ok)
+        raise CheckError(f"{failed} correctness check(s) failed, first: {first.check}: {first.detail}")
 
 
 def _request_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
