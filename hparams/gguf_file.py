@@ -27,6 +27,7 @@ from typing import Any
 
 from rsplan.errors import ModelFileError, require
 from rsplan.files import open_regular, path_kind
+from rsplan.hparams.gguf_keys import General, Split
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
 
@@ -111,6 +112,7 @@ class GGUFIndex:
         data_bytes: bytes of the data section (tensors padded to the alignment).
         alignment: data alignment, bytes.
         tensors: (name, bytes) of each tensor, in file order.
+        tensor_rows: (ggml type name, ``ne[0]``) of each tensor, in the same order (how a device buffer pads it).
     """
 
     version: int
@@ -122,6 +124,7 @@ class GGUFIndex:
     data_bytes: int
     alignment: int
     tensors: tuple[tuple[str, int], ...] = ()
+    tensor_rows: tuple[tuple[str, int], ...] = ()
 
     @property
     def weights_bytes(self) -> int:
@@ -296,22 +299,24 @@ def _scan_kv(cur: _Cursor, tables: _Tables, n_kv: int) -> dict[str, _Entry]:
 
 
 def _alignment(cur: _Cursor, tables: _Tables, entries: dict[str, _Entry]) -> int:
-    entry = entries.get("general.alignment")
+    entry = entries.get(General.ALIGNMENT)
     if entry is None:
         return tables.default_alignment
     if entry.info.type != "u32":
-        raise cur.fail("general.alignment", f"wrong type {entry.info.type}, expected u32")
+        raise cur.fail(General.ALIGNMENT, f"wrong type {entry.info.type}, expected u32")
     (alignment,) = _U32.unpack_from(cur.buf, entry.offset)
     if alignment == 0 or alignment & (alignment - 1):
-        raise cur.fail("general.alignment", f"{alignment} is not a power of 2")
+        raise cur.fail(General.ALIGNMENT, f"{alignment} is not a power of 2")
     return alignment
 
 
 def _scan_tensors(
     cur: _Cursor, tables: _Tables, n_tensors: int, alignment: int
-) -> tuple[dict[str, int], dict[str, int], int, tuple[tuple[str, int], ...]]:
-    """The tensor infos: bytes and counts per ggml type, the data section's offset, and each tensor's bytes."""
+) -> tuple[dict[str, int], dict[str, int], int, tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """The tensor infos: bytes and counts per ggml type, the data section's offset, each tensor's bytes and each
+    tensor's (type, row length)."""
     sizes: list[tuple[str, int]] = []
+    rows: list[tuple[str, int]] = []
     seen: set[bytes] = set()
     tensor_bytes: dict[str, int] = {}
     tensor_counts: dict[str, int] = {}
@@ -357,6 +362,7 @@ def _scan_tensors(
         tensor_bytes[type_name] = tensor_bytes.get(type_name, 0) + n_bytes
         tensor_counts[type_name] = tensor_counts.get(type_name, 0) + 1
         sizes.append((name, n_bytes))
+        rows.append((type_name, row))
         last = (name, offset + n_bytes)
     data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
     if n_tensors and data_offset + last[1] > cur.size:
@@ -365,7 +371,7 @@ def _scan_tensors(
             f"data ends at byte {data_offset + last[1]}, beyond the end of the file ({cur.size} bytes): "
             "truncated or corrupt",
         )
-    return tensor_bytes, tensor_counts, data_offset, tuple(sizes)
+    return tensor_bytes, tensor_counts, data_offset, tuple(sizes), tuple(rows)
 
 
 @contextmanager
@@ -398,7 +404,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
     version, n_tensors, n_kv = _scan_header(cur, tables)
     entries = _scan_kv(cur, tables, n_kv)
     alignment = _alignment(cur, tables, entries)
-    tensor_bytes, tensor_counts, data_offset, sizes = _scan_tensors(cur, tables, n_tensors, alignment)
+    tensor_bytes, tensor_counts, data_offset, sizes, rows = _scan_tensors(cur, tables, n_tensors, alignment)
     return GGUFIndex(
         version=version,
         entries=entries,
@@ -409,6 +415,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
         data_bytes=sum(_pad(n, alignment) for n in tensor_bytes.values()),
         alignment=alignment,
         tensors=sizes,
+        tensor_rows=rows,
     )
 
 
@@ -479,16 +486,16 @@ def split_part_names(name: str, buf: Any, index: GGUFIndex, where: str) -> list[
     """The file names of the other parts of a model split in parts (llama_split_path), from the first part's
     ``split.count`` / ``split.no`` keys and its file name ``name``; [] for a model in one file."""
     cur = _Cursor(buf, len(buf), where)
-    count = _u16(cur, index.entries, "split.count") or 1
+    count = _u16(cur, index.entries, Split.COUNT) or 1
     if count <= 1:
         return []
-    no = _u16(cur, index.entries, "split.no") or 0
+    no = _u16(cur, index.entries, Split.NO) or 0
     if no != 0:
-        raise cur.fail("split.no", f"this is part {no + 1} of {count}; give the first part of the model")
+        raise cur.fail(Split.NO, f"this is part {no + 1} of {count}; give the first part of the model")
     match = _SPLIT_NAME.match(name)
     if match is None or int(match["count"]) != count:
         raise cur.fail(
-            "split.count", f"a model in {count} parts, but the file name is not '<name>-00001-of-{count:05d}.gguf'"
+            Split.COUNT, f"a model in {count} parts, but the file name is not '<name>-00001-of-{count:05d}.gguf'"
         )
     return [f"{match['prefix']}-{i + 1:05d}-of-{count:05d}.gguf" for i in range(1, count)]
 

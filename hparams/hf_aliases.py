@@ -1,11 +1,13 @@
-"""Hugging Face config.json key aliases: one tuple per canonical field, as data.
+"""Hugging Face config.json key aliases: one table per canonical field, as data, and ``pick``.
 
-Each tuple lists the config keys llama.cpp's converter (convert_hf_to_gguf.py, conversion/<model>.py) looks for,
-in its order: the first key PRESENT wins, even when its value is null (``ModelBase.find_hparam``). Where two
-converters search different lists for the same field, the tuple is their union in an order that gives every
-supported model the key its converter would pick; the comment names a model that uses each alias.
-Model-specific keys that have no alternative (``linear_key_head_dim``, ``conv_L_cache``, ...) are read by name
-in hf_config.py.
+Each table lists every config key one of llama.cpp's converters (convert_hf_to_gguf.py, conversion/<model>.py)
+looks up for that field, the comment naming a model or converter that uses it. A converter never reads a table
+whole or by position: it names the keys it looks up, in its own order (``ModelBase.find_hparam``: the first key
+PRESENT wins, even when its value is null), with ``pick(TABLE, key, ...)``, which checks at import time that each
+named key is in the table. So adding an alias to a table changes no converter, and a converter's list reads as
+its source does (hf_converters.py; tests/hparams/test_hf_config.py holds every converter's lookup order).
+Model-specific keys that have no alternative (``linear_key_head_dim``, ``conv_L_cache``, ...) are read by name.
+The reader's own lists at the end (nested text configs, vLLM's context keys, dtypes) are read whole, in order.
 """
 
 from __future__ import annotations
@@ -148,6 +150,18 @@ SSM_DT_RANK: tuple[str, ...] = (
     "mamba_dt_rank",  # Jamba
 )
 
+#: MLA latent rank (attention.kv_lora_rank).
+KV_LORA_RANK: tuple[str, ...] = (
+    "kv_lora_rank",  # Kimi-Linear (transformers DeepSeek-style configs)
+    "n_lora_kv",  # KimiLinearModel converter list
+)
+
+#: MLA rope head dim (the rope part of the cached latent row).
+ROPE_HEAD_DIM: tuple[str, ...] = (
+    "qk_rope_head_dim",  # Kimi-Linear
+    "n_rot",  # KimiLinearModel converter list
+)
+
 #: The keys vLLM derives its default max_model_len from (the smallest present wins; model_max_length, when
 #: present, overrides them all): vllm/transformers_utils/model_arch_config_convertor.py, vLLM 0.33.0.
 SERVING_CONTEXT: tuple[str, ...] = (
@@ -176,3 +190,33 @@ TEXT_CONFIG: tuple[str, ...] = (
     "language_config",  # DeepSeek-OCR
     "lfm",  # LFM2-Audio
 )
+
+#: table name -> its keys: every table a converter picks from
+TABLES: dict[str, tuple[str, ...]] = {
+    "BLOCK_COUNT": BLOCK_COUNT, "CONTEXT_LENGTH": CONTEXT_LENGTH, "HIDDEN_SIZE": HIDDEN_SIZE,
+    "FEED_FORWARD_LENGTH": FEED_FORWARD_LENGTH, "LFM2_FF_DIM": LFM2_FF_DIM, "HEAD_COUNT": HEAD_COUNT,
+    "HEAD_COUNT_KV": HEAD_COUNT_KV, "HEAD_DIM": HEAD_DIM, "SSM_CONV_KERNEL": SSM_CONV_KERNEL,
+    "SSM_STATE_SIZE": SSM_STATE_SIZE, "SSM_INNER_SIZE": SSM_INNER_SIZE, "SSM_EXPAND": SSM_EXPAND,
+    "SSM_GROUP_COUNT": SSM_GROUP_COUNT, "SSM_HEAD_DIM": SSM_HEAD_DIM, "SSM_HEAD_COUNT": SSM_HEAD_COUNT,
+    "SSM_INNER_UNIT": SSM_INNER_UNIT, "SSM_INNER_FACTOR": SSM_INNER_FACTOR, "SSM_DT_RANK": SSM_DT_RANK,
+    "KV_LORA_RANK": KV_LORA_RANK, "ROPE_HEAD_DIM": ROPE_HEAD_DIM,
+}
+
+
+def pick(table: str, *keys: str) -> tuple[str, ...]:
+    """The config keys a converter looks up for the field of ``table``, in the converter's order.
+
+    Called at import time by the converters, so a key missing from the table (a typo, or an alias not written
+    down) stops the import instead of silently reading nothing.
+
+    Raises:
+        KeyError: ``table`` is not in TABLES.
+        ValueError: no keys, a repeated key, or a key that is not in the table.
+    """
+    known = TABLES[table]
+    if not keys or len(set(keys)) != len(keys):
+        raise ValueError(f"pick({table}, {', '.join(keys)}): name each key once")
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise ValueError(f"pick({table}, ...): {', '.join(unknown)} not in the {table} alias table")
+    return keys

@@ -451,9 +451,10 @@ def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapsh
 
     if "model.safetensors.index.json" in files:
         path = _download(ref, env, commit, "model.safetensors.index.json", snapshot, origin)
-        from rsplan.hparams.hf_config import MAX_CONFIG_BYTES, _parse
+        from rsplan.hparams.hf_base import parse_json_text
+        from rsplan.hparams.hf_config import MAX_CONFIG_BYTES
 
-        data = _parse(read_text_file(path, MAX_CONFIG_BYTES * 16), path)
+        data = parse_json_text(read_text_file(path, MAX_CONFIG_BYTES * 16), path)
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ModelFileError(f"{ref.repo}: model.safetensors.index.json: weight_map is not an object of file "

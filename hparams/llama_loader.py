@@ -15,7 +15,6 @@ Every problem is a one-line ``ModelFileError`` (or ``UnsupportedArchError``) nam
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,19 +22,14 @@ from pydantic import ValidationError
 
 from rsplan.errors import ModelFileError, UnsupportedArchError, printable
 from rsplan.hparams.archs import ArchInfo, arch_info
+from rsplan.hparams.gguf_keys import LLM, Attention, General, Tokenizer, field_key, gguf_key
 from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelSpec
-
-KEY_ARCH = "general.architecture"
-KEY_TOKENS = "tokenizer.ggml.tokens"
-KEY_NAME = "general.name"
 
 #: Element types llama.cpp's get_arr accepts for a per-layer u32 array (llama_model_loader::get_arr).
 _PER_LAYER_ELEMS = ("u32", "i32", "bool")
 #: Element types it names as merely the wrong type; anything else is "not a string/float32/uint32/int32/uint64".
 _OTHER_ARRAY_ELEMS = ("u64", "f32", "str")
 
-#: Archs whose loader reads attention.key_length / value_length even when layer 0 has no heads (plamo2.cpp).
-_HEAD_DIMS_WITHOUT_HEADS = frozenset({"plamo2"})
 #: Longest general.name kept (ModelSpec.name's limit).
 MAX_NAME_CHARS = 200
 #: Longest source kept (ModelSpec.source's limit).
@@ -173,73 +167,38 @@ def load_spec(
         weights_bytes: bytes of the weights, when known.
         description: an optional one-line description.
     """
-    arch_raw = read_string(meta, KEY_ARCH, required=True)
+    arch_raw = read_string(meta, General.ARCHITECTURE, required=True)
     assert arch_raw is not None
     arch = printable(arch_raw)
     try:
         info = arch_info(arch)
     except UnsupportedArchError as exc:
-        raise UnsupportedArchError(f"{meta.where}: {meta.describe(KEY_ARCH)}: {exc}") from None
+        raise UnsupportedArchError(f"{meta.where}: {meta.describe(General.ARCHITECTURE)}: {exc}") from None
 
     # a file name is not always valid text (undecodable bytes arrive as surrogates): escape it like a name
-    name = printable(read_string(meta, KEY_NAME, required=False) or "").strip() or printable(fallback_name)
+    name = printable(read_string(meta, General.NAME, required=False) or "").strip() or printable(fallback_name)
     r = _Reader(meta, arch)
-    r.sources["arch"] = meta.describe(KEY_ARCH)
+    r.sources["arch"] = meta.describe(General.ARCHITECTURE)
     data: dict[str, Any] = {
         "name": name[:MAX_NAME_CHARS],
         "source": printable(source)[:MAX_SOURCE_CHARS],
         "arch": arch,
-        "context_length": r.u32("context_length", required=True),
-        "embedding_length": r.u32("embedding_length", required=True),
+        "context_length": r.u32(LLM.CONTEXT_LENGTH, required=True),
+        "embedding_length": r.u32(LLM.EMBEDDING_LENGTH, required=True),
     }
-    n_layer_all = r.u32("block_count", required=True)
-    assert n_layer_all is not None
-    if not 0 < n_layer_all <= MAX_LAYERS:
-        raise r.fail(r.key("block_count"), f"must be in 1..{MAX_LAYERS} (LLAMA_MAX_LAYERS), got {n_layer_all}")
-    data["block_count"] = n_layer_all
-    nextn = r.u32("nextn_predict_layers", required=False)
-    if nextn is not None:
-        if nextn > n_layer_all:
-            raise r.fail(r.key("nextn_predict_layers"), f"{nextn} exceeds block_count ({n_layer_all})")
-        data["nextn_predict_layers"] = nextn
-    else:
-        r.default("nextn_predict_layers", "0 (no MTP layers)")
-
-    ff = r.per_layer("feed_forward_length", n_layer_all, MAX_DIM)
-    if ff is not None:
-        data["feed_forward_length"] = ff
-    else:
-        r.default("feed_forward_length", "0")
-    attention: dict[str, Any] = {}
-    head_count = r.per_layer("attention.head_count", n_layer_all, MAX_HEADS)
-    if head_count is not None:
-        attention["head_count"] = head_count
-    else:
-        r.default("attention.head_count", "0 (no attention heads)")
-    head_count_kv = r.per_layer("attention.head_count_kv", n_layer_all, MAX_HEADS)
-    if head_count_kv is not None:
-        attention["head_count_kv"] = head_count_kv
-    else:
-        r.default("attention.head_count_kv", "attention.head_count")
-    n_head0 = head_count[0] if isinstance(head_count, list) else (head_count or 0)
-    if n_head0 > 0 or arch in _HEAD_DIMS_WITHOUT_HEADS:
-        for dim in ("key_length", "value_length"):
-            _read_into(r, attention, "attention", dim)
-            if dim not in attention and n_head0 > 0:
-                r.default(f"attention.{dim}", "embedding_length / attention.head_count")
-    for dim in ("key_length_swa", "value_length_swa"):
-        _read_into(r, attention, "attention", dim)
+    n_layer_all = _read_layer_counts(r, data)
+    attention = _read_attention(r, info, n_layer_all)
     _read_arch_keys(r, info, data, attention, n_layer_all)
     data["attention"] = attention
-    for key in ("expert_count", "expert_used_count", "expert_feed_forward_length",
-                "expert_shared_feed_forward_length", "leading_dense_block_count"):
+    for key in (LLM.EXPERT_COUNT, LLM.EXPERT_USED_COUNT, LLM.EXPERT_FEED_FORWARD_LENGTH,
+                LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, LLM.LEADING_DENSE_BLOCK_COUNT):
         value = r.u32(key, required=False)
         if value is not None:
             data[key] = value
-    tokens = meta.info(KEY_TOKENS)
+    tokens = meta.info(Tokenizer.TOKENS)
     if tokens is not None and tokens.type == "arr" and tokens.count > 0:
         data["vocab_size"] = tokens.count
-        r.sources["vocab_size"] = f"{KEY_TOKENS} (array length)"
+        r.sources["vocab_size"] = f"{Tokenizer.TOKENS} (array length)"
     if weights_bytes is not None:
         data["weights_bytes"] = weights_bytes
     if description is not None:
@@ -251,8 +210,58 @@ def load_spec(
     return LoadedModel(spec, r.sources)
 
 
+def _read_layer_counts(r: _Reader, data: dict[str, Any]) -> int:
+    """block_count (1..LLAMA_MAX_LAYERS), nextn_predict_layers and the per-layer feed_forward_length into
+    ``data``; returns block_count."""
+    n_layer_all = r.u32(LLM.BLOCK_COUNT, required=True)
+    assert n_layer_all is not None
+    if not 0 < n_layer_all <= MAX_LAYERS:
+        raise r.fail(r.key(LLM.BLOCK_COUNT), f"must be in 1..{MAX_LAYERS} (LLAMA_MAX_LAYERS), got {n_layer_all}")
+    data["block_count"] = n_layer_all
+    nextn = r.u32(LLM.NEXTN_PREDICT_LAYERS, required=False)
+    if nextn is not None:
+        if nextn > n_layer_all:
+            raise r.fail(r.key(LLM.NEXTN_PREDICT_LAYERS), f"{nextn} exceeds block_count ({n_layer_all})")
+        data["nextn_predict_layers"] = nextn
+    else:
+        r.default("nextn_predict_layers", "0 (no MTP layers)")
+
+    ff = r.per_layer(LLM.FEED_FORWARD_LENGTH, n_layer_all, MAX_DIM)
+    if ff is not None:
+        data["feed_forward_length"] = ff
+    else:
+        r.default("feed_forward_length", "0")
+    return n_layer_all
+
+
+def _read_attention(r: _Reader, info: ArchInfo, n_layer_all: int) -> dict[str, Any]:
+    """The attention keys every arch's loader reads: head counts (per layer), and the head dims, read only when
+    layer 0 has heads (or the arch reads them anyway, ArchInfo.head_dims_without_heads)."""
+    attention: dict[str, Any] = {}
+    head_count = r.per_layer(Attention.HEAD_COUNT, n_layer_all, MAX_HEADS)
+    if head_count is not None:
+        attention["head_count"] = head_count
+    else:
+        r.default(Attention.HEAD_COUNT, "0 (no attention heads)")
+    head_count_kv = r.per_layer(Attention.HEAD_COUNT_KV, n_layer_all, MAX_HEADS)
+    if head_count_kv is not None:
+        attention["head_count_kv"] = head_count_kv
+    else:
+        r.default(Attention.HEAD_COUNT_KV, Attention.HEAD_COUNT)
+    n_head0 = head_count[0] if isinstance(head_count, list) else (head_count or 0)
+    if n_head0 > 0 or info.head_dims_without_heads:
+        for dim in ("key_length", "value_length"):
+            _read_into(r, attention, "attention", dim)
+            if dim not in attention and n_head0 > 0:
+                r.default(f"attention.{dim}", "embedding_length / attention.head_count")
+    for dim in ("key_length_swa", "value_length_swa"):
+        _read_into(r, attention, "attention", dim)
+    return attention
+
+
 def _read_into(r: _Reader, into: dict[str, Any], section: str, key: str, *, required: bool = False) -> None:
-    value = r.u32(f"{section}.{key}", required=required)
+    """ModelSpec field ``<section>.<key>``, read from its GGUF key (gguf_keys.field_key) into ``into[key]``."""
+    value = r.u32(field_key(f"{section}.{key}"), required=required)
     if value is not None:
         into[key] = value
 
@@ -267,7 +276,7 @@ def _read_arch_keys(
             _read_into(r, values, section, key, required=True)
         if section == "wkv":
             # every RWKV loader reads {arch}.token_shift_count (outside the wkv prefix), default 2
-            shift = r.u32("token_shift_count", required=False, spec_field="wkv.token_shift_count")
+            shift = r.u32(field_key("wkv.token_shift_count"), required=False, spec_field="wkv.token_shift_count")
             if shift is not None:
                 values["token_shift_count"] = shift
             else:
@@ -277,35 +286,29 @@ def _read_arch_keys(
         for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
             _read_into(r, attention, "attention", key, required=True)
     if info.layer_rule == "interval":
-        flags = r.per_layer("attention.recurrent_layers", n_layer_all, 1 << 32)
-        if flags is not None:
-            attention["recurrent_layers"] = (
-                [bool(v) for v in flags] if isinstance(flags, list) else [bool(flags)] * n_layer_all
-            )
-        else:
-            # llama.cpp reads full_attention_interval only when recurrent_layers is absent
-            interval = r.u32("full_attention_interval", required=False)
-            if interval is not None:
-                if not 0 < interval <= MAX_LAYERS:
-                    raise r.fail(r.key("full_attention_interval"), f"must be in 1..{MAX_LAYERS}, got {interval}")
-                data["full_attention_interval"] = interval
-            else:
-                r.default("full_attention_interval", str(info.full_attention_interval))
+        _read_layer_pattern(r, info, data, attention, n_layer_all)
     if info.reads_sliding_window:
         _read_into(r, attention, "attention", "sliding_window")
 
 
-#: ModelSpec fields whose GGUF key is not ``{arch}.<field>``.
-_FIELD_KEYS: dict[str, Callable[[str], str]] = {
-    "wkv.token_shift_count": lambda arch: f"{arch}.token_shift_count",
-    "arch": lambda arch: KEY_ARCH,
-}
-
-
-def gguf_key(arch: str, spec_field: str) -> str:
-    """The GGUF key a ModelSpec field is read from (``ssm.state_size`` -> ``mamba2.ssm.state_size``)."""
-    special = _FIELD_KEYS.get(spec_field)
-    return special(arch) if special else f"{arch}.{spec_field}"
+def _read_layer_pattern(
+    r: _Reader, info: ArchInfo, data: dict[str, Any], attention: dict[str, Any], n_layer_all: int
+) -> None:
+    """The "interval" archs' recurrent layers: attention.recurrent_layers (a u32 applies to every layer), else
+    full_attention_interval (llama.cpp reads it only when recurrent_layers is absent)."""
+    flags = r.per_layer(Attention.RECURRENT_LAYERS, n_layer_all, 1 << 32)
+    if flags is not None:
+        attention["recurrent_layers"] = (
+            [bool(v) for v in flags] if isinstance(flags, list) else [bool(flags)] * n_layer_all
+        )
+        return
+    interval = r.u32(LLM.FULL_ATTENTION_INTERVAL, required=False)
+    if interval is not None:
+        if not 0 < interval <= MAX_LAYERS:
+            raise r.fail(r.key(LLM.FULL_ATTENTION_INTERVAL), f"must be in 1..{MAX_LAYERS}, got {interval}")
+        data["full_attention_interval"] = interval
+    else:
+        r.default(LLM.FULL_ATTENTION_INTERVAL, str(info.full_attention_interval))
 
 
 def _validation_error(exc: ValidationError, r: _Reader) -> ModelFileError:

@@ -64,7 +64,7 @@ def resolve(name: str) -> OllamaModel:
         ModelFileError: no such model in the store, an unreadable or malformed manifest, no model layer, a
             missing blob or one whose size is not the manifest's.
     """
-    from rsplan.hparams.hf_config import _parse
+    from rsplan.hparams.hf_base import parse_json_text
 
     manifest = manifest_path(name)
     where = f"ollama:{printable(name)}"
@@ -75,7 +75,7 @@ def resolve(name: str) -> OllamaModel:
     if kind != "file":
         raise ModelFileError(f"{where}: not in the Ollama store ({manifest} not found; OLLAMA_MODELS="
                              f"{models_dir()}); pull it with `ollama pull {printable(name)}`")
-    data: Any = _parse(read_text_file(manifest, MAX_MANIFEST), manifest)
+    data: Any = parse_json_text(read_text_file(manifest, MAX_MANIFEST), manifest)
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):
         raise ModelFileError(f"{manifest}: layers: expected a list of layers")

@@ -122,6 +122,7 @@ class ReadModel:
             and ``origin``: how the reference was resolved (file, URL, repo and revision, bytes fetched).
         tensors: a local single-file GGUF's tensor table, (name, ggml_nbytes) per tensor, for exact model bytes;
             None for other inputs.
+        tensor_rows: the same tensors' (ggml type name, ``ne[0]``), for device buffers' row padding.
     """
 
     spec: ModelSpec
@@ -129,6 +130,7 @@ class ReadModel:
     sources: dict[str, str] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
     tensors: tuple[tuple[str, int], ...] | None = None
+    tensor_rows: tuple[tuple[str, int], ...] | None = None
 
 
 def _gguf_read(g: Any, origin: dict[str, Any]) -> ReadModel:
@@ -154,12 +156,13 @@ def _local_weights(directory: Path) -> tuple[dict[str, int], int, list[str]] | N
     """Bytes per dtype from the safetensors headers of a local model directory (the index's shards, else
     model.safetensors, else every *.safetensors), tensors and files; None without safetensors files."""
     from rsplan.hparams import safetensors_header as st
-    from rsplan.hparams.hf_config import MAX_CONFIG_BYTES, _parse
+    from rsplan.hparams.hf_base import parse_json_text
+    from rsplan.hparams.hf_config import MAX_CONFIG_BYTES
     from rsplan.hparams.yaml_preset import read_text_file
 
     index = directory / "model.safetensors.index.json"
     if path_kind(index) == "file":
-        data = _parse(read_text_file(index, MAX_CONFIG_BYTES * 16), index)
+        data = parse_json_text(read_text_file(index, MAX_CONFIG_BYTES * 16), index)
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) and "/" not in v and v not in (".", "..")
                                                        for v in weight_map.values()):
@@ -293,6 +296,7 @@ def read_model(ref: str) -> ReadModel:
         read = _gguf_read(g, {"form": "file", "file": str(path)})
         if len(g.files) == 1:
             read.tensors = g.index.tensors
+            read.tensor_rows = g.index.tensor_rows
         return read
     if kind == "hf":
         return _read_local_hf(path)

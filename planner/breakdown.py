@@ -9,9 +9,10 @@ Sources of each figure:
 
 - context: the cache tensors of planner.plan, padded per tensor to the buffer's alignment (exact);
 - compute: planner.compute (exact on the CPU backend for the archs it models; otherwise None, said in ``notes``);
-- model: ``model_bytes_by_buffer``, the one place that knows where weights go. Today it spreads the model's total
-  weight bytes over the offloadable layers as planner.placement does (an estimate: ``model_bytes_exact`` is
-  False); a per-tensor list with each tensor's buffer type replaces it without changing its callers.
+- model: ``model_bytes_by_buffer``, the one place that knows where weights go: tensor by tensor
+  (planner.weight_placement) when the tensors are known (a GGUF, ``--quant``), exact on the CPU and on a GPU;
+  otherwise the model's total weight bytes spread over the offloadable layers as planner.placement does (an
+  estimate: ``model_bytes_exact`` is False).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.buffers import CPU_RULE
+from rsplan.planner.buffers import CPU_RULE, CUDA_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.outputs import (
@@ -39,6 +40,7 @@ from rsplan.planner.outputs import (
 )
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
+from rsplan.planner.weight_placement import gguf_weights, place_weights
 
 
 class BreakdownError(RsplanError):
@@ -131,6 +133,7 @@ def model_bytes_by_buffer(
     backend: str,
     tensors: Sequence[tuple[str, int]] | None = None,
     load_mtp: bool = False,
+    tensor_rows: Sequence[tuple[str, int]] | None = None,
 ) -> tuple[dict[str, int] | None, bool]:
     """Weight bytes per buffer type name for a run with every offloadable layer on ``backend``, and whether the
     figures are exact.
@@ -142,8 +145,18 @@ def model_bytes_by_buffer(
     layers (planner.placement): on the CPU backend all of it in ``CPU``; on a GPU backend every layer and the output
     layer on the device (the token embedding, which llama.cpp keeps on the host, is charged to the device too).
     Not exact: llama.cpp pads each tensor and keeps the input layer in host memory. (None, False) without weights.
+    With the tensors' types and rows (``tensor_rows``) on a GPU backend: exact, tensor by tensor
+    (planner.weight_placement: the token embedding in host memory, a tied output copied onto the device, each
+    tensor padded by the device buffer's rule).
     """
     kind = _backend_kind(backend)
+    if tensors and tensor_rows and kind == "CUDA":
+        weights = gguf_weights(tensors, tensor_rows, spec.n_layer, load_mtp)
+        placed = place_weights(weights, place_layers(spec.block_count, 1), CUDA_RULE)
+        out = {backend: placed.device[0]}
+        if placed.host:
+            out["CPU"] = placed.host
+        return out, True
     if tensors and kind == "CPU":
         total = 0
         for name, n_bytes in tensors:
@@ -175,6 +188,7 @@ def build_breakdown(
     embeddings: bool = False,
     mtp: bool = False,
     tensors: Sequence[tuple[str, int]] | None = None,
+    tensor_rows: Sequence[tuple[str, int]] | None = None,
 ) -> Breakdown:
     """The buffers of a context of ``spec`` under ``params`` with every layer on ``backend``.
 
@@ -186,6 +200,7 @@ def build_breakdown(
         embeddings: ``--embeddings``.
         mtp: ``--spec-type mtp``: also size the draft context (models with nextn layers).
         tensors: the model's tensor table (name, bytes), when known (a GGUF): exact model bytes on the CPU.
+        tensor_rows: the same tensors' (type, ne0): exact model bytes on a GPU too.
     """
     kind = _backend_kind(backend)
     notes: list[str] = []
@@ -205,7 +220,7 @@ def build_breakdown(
                             buffer_type="CPU" if kind == "CPU" else "CUDA_Host")
     except OutputsError as exc:
         notes.append(f"output buffer: {exc}")
-    model, exact = model_bytes_by_buffer(spec, backend, tensors, load_mtp=mtp)
+    model, exact = model_bytes_by_buffer(spec, backend, tensors, load_mtp=mtp, tensor_rows=tensor_rows)
     if model is None:
         notes.append("model bytes: the model's weight size is unknown (give a GGUF, or --quant TYPE for a preset "
                      "with a tensor list)")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.context import (
     CTX_PAD,
     MAX_CTX,
@@ -32,9 +33,11 @@ from rsplan.planner.context import (
     resolve_context,
 )
 from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
+from rsplan.planner.outputs import output_buffer
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout, weights_by_device
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
+from rsplan.planner.weight_placement import Weight, place_weights
 
 MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
@@ -79,6 +82,11 @@ class Budget:
         margin_bytes: per device, the margin left free (``--fit-target``).
         compute_bytes: per device, the compute buffer charged (``--compute``, or planner.compute's figure).
         compute_source: where compute_bytes comes from.
+        weights: the loaded weight tensors, when known (a GGUF's, ``--quant``): each device's share is then
+            placed tensor by tensor (planner.weight_placement) instead of spread over the layers.
+        host_budget_bytes: host memory (``--host-budget``); None: the host is not checked. What must fit there:
+            the weights and caches that stay on the host, the output buffer, and the compute buffer when layers
+            run on the host (``CapacityPlanner.host_bytes``).
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -87,6 +95,9 @@ class Budget:
     margin_bytes: tuple[int, ...]
     compute_bytes: int
     compute_source: str = "--compute"
+    weights: tuple[Weight, ...] | None = None
+    host_budget_bytes: int | None = None
+    host_source: str = "--host-budget"
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -182,6 +193,10 @@ class RsAnswer:
     bound_device: str | None = None
 
 
+#: The name a host-memory limit is reported under (``bound_device``).
+HOST = "host memory"
+
+
 def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int:
     """The largest n in [lo, hi] with ``pred(n)``, or ``lo - 1`` if there is none, for a ``pred`` that is true up
     to some n and false after it (binary search: about log2(hi - lo) calls).
@@ -258,8 +273,12 @@ class CapacityPlanner:
         )
         resolve_context(self.layout, self.base)  # refuse settings llama.cpp refuses, once, up front
         self._split = split_layout(self.layout, self.placement)
-        weights = self.budget.weights_bytes or 0
-        self.weights_on_device, self.weights_on_host = weights_by_device(weights, self.placement)
+        if self.budget.weights:
+            placed = place_weights(self.budget.weights, self.placement, CUDA_RULE)
+            self.weights_on_device, self.weights_on_host = list(placed.device), placed.host
+        else:
+            self.weights_on_device, self.weights_on_host = weights_by_device(self.budget.weights_bytes or 0,
+                                                                             self.placement)
         self.cache_budget = [
             d.budget_bytes - w - m - self.budget.compute_bytes
             for d, w, m in zip(self.budget.devices, self.weights_on_device, self.budget.margin_bytes, strict=True)
@@ -309,12 +328,22 @@ class CapacityPlanner:
                 )
 
     def bound_device(self, params: ContextParams) -> str | None:
-        """The device whose cache budget ``params`` exceeds the most (None when it fits)."""
+        """The device (or ``host memory``) whose budget ``params`` exceeds the most (None when it fits)."""
         use = self.usage(params)
         over = [(t.total_bytes - b, d.name) for b, t, d in
                 zip(self.cache_budget, use.devices, self.budget.devices, strict=True)]
+        if self.budget.host_budget_bytes is not None:
+            over.append((self.host_bytes(params, use) - self.budget.host_budget_bytes, HOST))
         worst = max(over)
         return worst[1] if worst[0] > 0 else None
+
+    def host_bytes(self, params: ContextParams, use: Usage | None = None) -> int:
+        """Host memory a start with ``params`` needs: weights and caches left on the host, the output buffer
+        (host memory on every backend), the compute buffer when layers run there."""
+        use = use or self.usage(params)
+        out = output_buffer(self.spec, params).bytes if self.spec.vocab_size else 0
+        on_host = any(d is None for d in self.placement.unit_device[:-1])
+        return self.weights_on_host + use.host.total_bytes + out + (self.budget.compute_bytes if on_host else 0)
 
     # -- evaluating one setting ---------------------------------------------------------------------------
 
@@ -330,9 +359,12 @@ class CapacityPlanner:
         return Usage(ctx, tuple(devices), host)
 
     def headroom(self, params: ContextParams) -> int:
-        """The smallest margin left over the GPUs' cache budgets (negative: does not fit)."""
+        """The smallest margin left over the GPUs' cache budgets and the host budget (negative: does not fit)."""
         use = self.usage(params)
-        return min(b - t.total_bytes for b, t in zip(self.cache_budget, use.devices, strict=True))
+        room = min(b - t.total_bytes for b, t in zip(self.cache_budget, use.devices, strict=True))
+        if self.budget.host_budget_bytes is not None:
+            room = min(room, self.budget.host_budget_bytes - self.host_bytes(params, use))
+        return room
 
     def fits(self, params: ContextParams) -> bool:
         return self.headroom(params) >= 0

@@ -44,6 +44,12 @@ class ComputeModelError(RsplanError):
     """No compute-buffer model for this model (arch not modelled, or a size it needs is unknown)."""
 
 
+class LlamaAbortError(ComputeModelError):
+    """llama.cpp itself aborts while reserving a graph for these flags (a GGML_ASSERT on shapes fails), so no
+    context, and no compute buffer, exists (e.g. MiniMax-01 with a KV stream per sequence when n_seq_max does not
+    divide the ubatch)."""
+
+
 @dataclass(frozen=True)
 class ReserveGraph:
     """One graph llama.cpp reserves: its ubatch and the buffer bytes it needs."""
@@ -120,6 +126,7 @@ def compute_buffer(
 
     Raises:
         ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
+        LlamaAbortError: llama.cpp aborts while building one of the reserve graphs for these flags.
     """
     from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
 
@@ -136,6 +143,7 @@ def compute_buffer(
             "pass --compute to give the size"
         )
     from rsplan.planner.ggml_alloc import reserve_size
+    from rsplan.planner.ggml_ops import GGMLAbort
     from rsplan.planner.graphs import builder as graph_builder
     from rsplan.planner.graphs.common import GraphParams
 
@@ -166,7 +174,14 @@ def compute_buffer(
             n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
             layout=layout, ctx=ctx, embeddings=embeddings,
         )
-        graph = build(p)
+        try:
+            graph = build(p)
+        except GGMLAbort as exc:
+            seqs = f"{n_sq} sequence{'s' if n_sq > 1 else ''}"
+            raise LlamaAbortError(
+                f"llama.cpp aborts while reserving its '{name}' graph ({n_tok} tokens in {seqs}) for these flags: "
+                f"{exc}"
+            ) from None
         return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
 
     n_outputs_pp = min(n_tokens, n_out_max)

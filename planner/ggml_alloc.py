@@ -61,7 +61,9 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        """ggml_nbytes: the bytes from the first element to one past the last."""
+        """ggml_nbytes: the bytes from the first element to one past the last (0 for an empty tensor)."""
+        if 0 in self.ne:
+            return 0
         bs = self.type.block_size
         if bs == 1:
             n = self.type.type_size

@@ -8,6 +8,7 @@ source (a view's ``view_src`` is always the tensor that owns the memory, and its
 
 from __future__ import annotations
 
+from rsplan.errors import RsplanError
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
 
@@ -96,16 +97,50 @@ def _like(op: str, a: Tensor, *src: Tensor) -> Tensor:
     return Tensor(op=op, type=a.type, ne=a.ne, nb=_contiguous_nb(a.type, a.ne), src=(a, *src))
 
 
+class GGMLAbort(RsplanError):
+    """A shape check ggml asserts (GGML_ASSERT) failed: llama.cpp aborts while building this graph."""
+
+
+def _can_repeat(t0: Tensor, t1: Tensor) -> bool:
+    """ggml_can_repeat(t0, t1): t0 broadcasts over t1 (an empty t0 only onto an empty t1)."""
+    a, b = t0.ne, t1.ne
+    if 0 in a:
+        return 0 in b
+    return b[0] % a[0] == 0 and b[1] % a[1] == 0 and b[2] % a[2] == 0 and b[3] % a[3] == 0
+
+
+def _binary(op: str, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_add / sub / mul / div: ``b`` is broadcast over ``a`` (GGML_ASSERT(ggml_can_repeat(b, a)))."""
+    if b.ne != a.ne and not _can_repeat(b, a):  # same shapes (the common case) always repeat
+        raise GGMLAbort(f"GGML_ASSERT(ggml_can_repeat(b, a)) fails in ggml_{op.lower()}: b of shape {list(b.ne)} "
+                        f"does not repeat onto a of shape {list(a.ne)}")
+    return _like(op, a, b)
+
+
 def add(a: Tensor, b: Tensor) -> Tensor:
-    return _like("ADD", a, b)
+    return _binary("ADD", a, b)
 
 
 def mul(a: Tensor, b: Tensor) -> Tensor:
-    return _like("MUL", a, b)
+    return _binary("MUL", a, b)
+
+
+def sub(a: Tensor, b: Tensor) -> Tensor:
+    return _binary("SUB", a, b)
 
 
 def rms_norm(a: Tensor) -> Tensor:
     return _like("RMS_NORM", a)
+
+
+def norm(a: Tensor) -> Tensor:
+    """ggml_norm: layer norm without weights (GGML_OP_NORM, not in-place)."""
+    return _like("NORM", a)
+
+
+def l2_norm(a: Tensor) -> Tensor:
+    """ggml_l2_norm (GGML_OP_L2_NORM, not in-place)."""
+    return _like("L2_NORM", a)
 
 
 def sqr(a: Tensor) -> Tensor:
@@ -188,7 +223,7 @@ def clamp(a: Tensor) -> Tensor:
 
 
 def div(a: Tensor, b: Tensor) -> Tensor:
-    return _like("DIV", a, b)
+    return _binary("DIV", a, b)
 
 
 def cast(a: Tensor, type_: GGMLType) -> Tensor:
@@ -236,6 +271,13 @@ def ssm_scan(s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, 
     """y for every token, then K state planes per sequence, in one f32 vector."""
     n = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3] + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
     return new_tensor(F32, n, op="SSM_SCAN", src=(s, x, dt, a, b, c, ids))
+
+
+def rwkv_wkv7(r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor) -> Tensor:
+    """ggml_rwkv_wkv7: the output rows of every token, then the new state of each sequence, in one f32 matrix
+    [S * H, n_tokens + S * n_seqs] (k: [S, H, n_tokens]; state: [S * S * H, n_seqs])."""
+    s, h, n_tokens = k.ne[0], k.ne[1], k.ne[2]
+    return new_tensor(F32, s * h, n_tokens + s * state.ne[1], op="RWKV_WKV7", src=(r, w, k, v, a, b, state))
 
 
 class GraphBuilder:

@@ -13,6 +13,7 @@ model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.model import ModelSpec
@@ -46,6 +47,11 @@ class QuantWeights:
         """(name, bytes) of every tensor in the file, bytes = ggml_nbytes (planner.breakdown's tensor table)."""
         return tuple((t.name, t.n_bytes) for t in self.plan.tensors)
 
+    @property
+    def rows(self) -> tuple[tuple[str, int], ...]:
+        """(ggml type, ``ne[0]``) of every tensor, in ``table``'s order (a device buffer's row padding)."""
+        return tuple((t.type, t.ne[0]) for t in self.plan.tensors)
+
     def buffer_bytes(self, rule: BufferRule, load_mtp: bool = False) -> int:
         """Bytes of the loaded tensors in one buffer of ``rule``, each padded as that buffer type pads it."""
         return sum(rule.alloc_nbytes(t.n_bytes, t.type, t.ne[0]) for t in self.plan.tensors
@@ -68,8 +74,24 @@ def quantized_weights(spec: ModelSpec, quant: str) -> QuantWeights:
     return QuantWeights(plan, frozenset(t.name for t in infos if t.loaded))
 
 
-def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU"
-                    ) -> tuple[ModelSpec, tuple[tuple[str, int], ...], str]:
+#: What ``quantized_model`` returns: the spec, the tensor table and where the weights come from.
+Quantized = tuple[ModelSpec, tuple[tuple[str, int], ...], str]
+#: The same with each tensor's (type, ne0) (``with_rows``).
+QuantizedRows = tuple[ModelSpec, tuple[tuple[str, int], ...], str, tuple[tuple[str, int], ...]]
+
+
+@overload
+def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = ..., *,
+                    with_rows: Literal[False] = ...) -> Quantized: ...
+
+
+@overload
+def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = ..., *,
+                    with_rows: Literal[True]) -> QuantizedRows: ...
+
+
+def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU", *, with_rows: bool = False
+                    ) -> Quantized | QuantizedRows:
     """``--quant TYPE`` (estimate, capacity, report) for one model given as ``ref``.
 
     A config.json's spec has no vocab_size (hparams.hf_config does not read the tokenizer), so it gets the error
@@ -82,7 +104,7 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU"
         The spec with ``weights_bytes`` set to the loaded tensors' bytes, each padded as ``backend``'s buffer type
         pads it (``CPU``: 32 B; a GPU: CUDA's 128 B and 512-element rows), the tensor table (name, ggml_nbytes)
         of every tensor in the file (exact model bytes on the CPU backend), and a line saying where the weights
-        come from.
+        come from; with ``with_rows`` also each tensor's (type, ne0) in the table's order (exact device bytes).
 
     Raises:
         RsplanError: a GGUF input; an arch without a tensor list or a spec missing a key it needs (named); an
@@ -103,7 +125,8 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU"
     note = (f"llama-quantize {weights.ftype} of the converter's {SOURCE_OUTTYPE} GGUF ({len(weights.plan.tensors)} "
             "tensors" + (f", {n_fallback} with a fallback type" if n_fallback else "") + ")")
     n_bytes = weights.buffer_bytes(CPU_RULE if backend == "CPU" else CUDA_RULE)
-    return spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note
+    out = spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note
+    return (*out, weights.rows) if with_rows else out
 
 
 def is_gguf(ref: str) -> bool:

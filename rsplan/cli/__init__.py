@@ -21,6 +21,7 @@ from rsplan import __version__
 COMMANDS: dict[str, str] = {
     "capacity": "rsplan.cli.capacity:capacity",
     "estimate": "rsplan.cli.estimate:estimate",
+    "fit": "rsplan.cli.fit:fit",
     "inspect": "rsplan.cli.inspect:inspect",
     "presets": "rsplan.cli.presets:presets",
     "profile": "rsplan.cli.profile:profile",

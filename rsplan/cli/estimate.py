@@ -96,20 +96,22 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     reads = [read_model(ref) for ref in refs]
     specs = [r.spec for r in reads]
     tables = [r.tensors for r in reads]
+    rows = [r.tensor_rows for r in reads]
     notes: list[str | None] = [None] * len(refs)
     if quant is not None:
         from rsplan.planner.quant_weights import quantized_model
 
         for i, ref in enumerate(refs):
-            specs[i], tables[i], source = quantized_model(ref, specs[i], quant, backend)
+            specs[i], tables[i], source, rows[i] = quantized_model(ref, specs[i], quant, backend, with_rows=True)
             notes[i] = f"model bytes: {source}"
     plans = [build_plan(spec, params) for spec in specs]
     _check_runnable_draft(specs, plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
     breakdowns = [build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
-                                  mtp=spec_type == "mtp", tensors=table) if breakdown_backend else None
-                  for spec, plan, table in zip(specs, plans, tables, strict=True)]
+                                  mtp=spec_type == "mtp", tensors=table, tensor_rows=row)
+                  if breakdown_backend else None
+                  for spec, plan, table, row in zip(specs, plans, tables, rows, strict=True)]
     breakdowns = [dataclasses.replace(bd, notes=(*bd.notes, note)) if bd is not None and note else bd
                   for bd, note in zip(breakdowns, notes, strict=True)]
     if fmt == "json":

@@ -17,4 +17,6 @@ g++ -O1 -std=c++17 -rdynamic "$here/probe.cpp" -o "$OUT" \
     -I"$LLAMA/include" -I"$LLAMA/src" -I"$LLAMA/ggml/include" -I"$LLAMA/common" \
     -L"$LLAMA/build/bin" -lllama -lllama-common -lggml -lggml-base -ldl \
     -Wl,-rpath,"$LLAMA/build/bin"
+# the LD_PRELOAD shim fit_compare.py runs llama-fit-params with (devices of any size, see fake_memory.c)
+gcc -O1 -shared -fPIC "$here/fake_memory.c" -o "$(dirname "$OUT")/fake_memory.so" -ldl
 echo "$OUT"

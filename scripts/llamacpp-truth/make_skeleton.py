@@ -28,11 +28,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
 
 from rsplan.errors import RsplanError
+from rsplan.hparams.gguf_keys import LLM, Attention, Rope, arch_key, spec_metadata
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_model
 from rsplan.hparams.tensors import OUTTYPES, tensor_list, tensor_nbytes, tensor_type
@@ -48,15 +50,15 @@ _FTYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F1
 #: qwen35 / qwen35moe: rope.dimension_sections is required (get_key_or_arr(..., required=true)):
 #: Qwen3.5's mrope_section.
 EXTRA_KEYS: dict[str, dict[str, object]] = {
-    "qwen35": {"rope.dimension_sections": [11, 11, 10, 0]},
-    "qwen35moe": {"rope.dimension_sections": [11, 11, 10, 0]},
+    "qwen35": {Rope.DIMENSION_SECTIONS: [11, 11, 10, 0]},
+    "qwen35moe": {Rope.DIMENSION_SECTIONS: [11, 11, 10, 0]},
     # lfm2moe: expert_gating_func is required; conversion/lfm2.py writes SIGMOID (2)
-    "lfm2moe": {"expert_gating_func": 2},
+    "lfm2moe": {LLM.EXPERT_GATING_FUNC: 2},
     # minimax-01: residual_scale is required; conversion/minimax.py writes layernorm_full_attention_alpha
     # (its value changes no size)
-    "minimax-01": {"residual_scale": 1.0},
+    "minimax-01": {LLM.RESIDUAL_SCALE: 1.0},
     # kimi-linear: expert_gating_func is required (Kimi routes with a sigmoid: 2)
-    "kimi-linear": {"expert_gating_func": 2},
+    "kimi-linear": {LLM.EXPERT_GATING_FUNC: 2},
 }
 
 
@@ -89,52 +91,27 @@ def _tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
 
 def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
     a = spec.arch
-    kv: dict[str, object] = {
-        "context_length": spec.context_length,
-        "embedding_length": spec.embedding_length,
-        "block_count": spec.block_count,
-        "feed_forward_length": spec.feed_forward_length,
-        "attention.head_count": spec.attention.head_count,
-        "attention.layer_norm_rms_epsilon": 1e-6,
-        "attention.layer_norm_epsilon": 1e-5,
-    }
     att = spec.attention
-    optional = {
-        "attention.head_count_kv": att.head_count_kv,
-        "attention.key_length": att.key_length,
-        "attention.value_length": att.value_length,
-        "attention.key_length_swa": att.key_length_swa,
-        "attention.value_length_swa": att.value_length_swa,
-        "attention.key_length_mla": att.key_length_mla,
-        "attention.value_length_mla": att.value_length_mla,
-        "attention.kv_lora_rank": att.kv_lora_rank,
-        "attention.sliding_window": att.sliding_window or None,
-        "attention.recurrent_layers": att.recurrent_layers,
-        "attention.decay_lora_rank": att.decay_lora_rank,
-        "attention.iclr_lora_rank": att.iclr_lora_rank,
-        "attention.value_residual_mix_lora_rank": att.value_residual_mix_lora_rank,
-        "attention.gate_lora_rank": att.gate_lora_rank,
-        "nextn_predict_layers": spec.nextn_predict_layers or None,
-        "full_attention_interval": spec.full_attention_interval,
-        "vocab_size": spec.vocab_size if a in ("lfm2", "lfm2moe") else None,
-        "expert_count": spec.expert_count or None,
-        "expert_used_count": spec.expert_used_count or None,
-        "expert_feed_forward_length": spec.expert_feed_forward_length or None,
-        "expert_shared_feed_forward_length": spec.expert_shared_feed_forward_length or None,
-        "expert_shared_count": spec.expert_shared_count or None,
-        "leading_dense_block_count": spec.leading_dense_block_count or None,
-        # MLA: the rope part of the cached latent row (conversion/kimi_linear.py writes qk_rope_head_dim)
-        "rope.dimension_count": (att.key_length - att.kv_lora_rank) if att.kv_lora_rank and att.key_length else None,
+    kv: dict[str, Any] = {
+        **spec_metadata(spec),
+        Attention.LAYERNORM_RMS_EPS: 1e-6,
+        Attention.LAYERNORM_EPS: 1e-5,
     }
-    for section in ("ssm", "wkv", "shortconv", "kda"):
-        sub = getattr(spec, section)
-        if sub is not None:
-            for key, value in sub.model_dump().items():
-                optional[f"{section}.{key}"] = value
+    optional = {
+        LLM.VOCAB_SIZE: spec.vocab_size if a in ("lfm2", "lfm2moe") else None,
+        LLM.EXPERT_COUNT: spec.expert_count or None,
+        LLM.EXPERT_USED_COUNT: spec.expert_used_count or None,
+        LLM.EXPERT_FEED_FORWARD_LENGTH: spec.expert_feed_forward_length or None,
+        LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: spec.expert_shared_feed_forward_length or None,
+        LLM.EXPERT_SHARED_COUNT: spec.expert_shared_count or None,
+        LLM.LEADING_DENSE_BLOCK_COUNT: spec.leading_dense_block_count or None,
+        # MLA: the rope part of the cached latent row (conversion/kimi_linear.py writes qk_rope_head_dim)
+        Rope.DIMENSION_COUNT: (att.key_length - att.kv_lora_rank) if att.kv_lora_rank and att.key_length else None,
+    }
     kv.update({k: v for k, v in optional.items() if v is not None})
     kv.update(EXTRA_KEYS.get(a, {}))
     for key, value in kv.items():
-        full = f"{a}.{key}"
+        full = arch_key(a, key)
         if isinstance(value, bool):
             w.add_bool(full, value)
         elif isinstance(value, list):
@@ -165,6 +142,7 @@ def write_skeleton(spec: ModelSpec, outtype: str, path: Path) -> tuple[int, int]
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
+        assert w.fout is not None
         fout = w.fout[0]
         end = fout.tell()
         data_offset = -(-end // w.data_alignment) * w.data_alignment

@@ -17,7 +17,9 @@
 // Flags follow llama.cpp's names: -m FILE, -c N, -np N, -b N, -ub N, -fa on|off|auto, -ctk T, -ctv T, -kvu,
 // --n-rs-seq N, -ngl N, --n-outputs-max N, --n-outputs-max-per-seq N, --load-mtp, --ctx-mtp (MTP context type),
 // --embeddings, --swa-full, -nkvo, --no-extra-bufts, --full-log (every log line in the JSON), --log-stderr (echo
-// the log to stderr as it comes: what llama.cpp said before an abort). Unset flags keep llama_context_default_params()
+// the log to stderr as it comes: what llama.cpp said before an abort), --alloc (a real run instead of the dry run:
+// no_alloc off and the model memory-mapped, so compute = the largest of the reserved graphs; a skeleton's weights
+// read as zeros, but the mapping is touched in full: small models only). Unset flags keep llama_context_default_params()
 // / llama_model_default_params() (n_ctx 512, n_batch 2048, n_ubatch 512, n_seq_max 1, f16 K/V, fa auto).
 //
 // Exit codes: 0 = context created (JSON with "ok": true); 3 = llama.cpp refused the model or the context (JSON
@@ -255,6 +257,10 @@ int main(int argc, char ** argv) {
         } else if (a == "-nkvo") {
             flag();
             cp.offload_kqv = false;
+        } else if (a == "--alloc") {
+            flag();
+            mp.no_alloc  = false;
+            mp.load_mode = llama_model_default_params().load_mode;
         } else if (a == "--no-extra-bufts") {
             flag();
             mp.use_extra_bufts = false;

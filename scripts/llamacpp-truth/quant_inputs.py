@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
+from rsplan.hparams.gguf_keys import LLM, Attention, arch_key, spec_metadata
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset
 
@@ -71,7 +72,7 @@ def qkv(il: int, n_embd: int, n_q: int, n_kv: int, n_out_in: int | None = None) 
 
 def dense_ffn(il: int, n_embd: int, n_ff: int, gate: bool = True) -> list[Tensor]:
     b = f"blk.{il}."
-    out = [(b + "ffn_up.weight", (n_embd, n_ff)), (b + "ffn_down.weight", (n_ff, n_embd))]
+    out: list[Tensor] = [(b + "ffn_up.weight", (n_embd, n_ff)), (b + "ffn_down.weight", (n_ff, n_embd))]
     if gate:
         out.append((b + "ffn_gate.weight", (n_embd, n_ff)))
     return out
@@ -377,9 +378,9 @@ def synthetic(arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv: int,
     return SimpleNamespace(
         arch=arch, block_count=n_layer, n_layer=n_layer, nextn_predict_layers=0, embedding_length=n_embd,
         feed_forward_length=n_ff, attention=SimpleNamespace(head_count=n_head, head_count_kv=n_head_kv),
-        kv={"context_length": 4096, "embedding_length": n_embd, "block_count": n_layer, "feed_forward_length": n_ff,
-            "attention.head_count": n_head, "attention.head_count_kv": n_head_kv,
-            "attention.layer_norm_rms_epsilon": 1e-5},
+        kv={LLM.CONTEXT_LENGTH: 4096, LLM.EMBEDDING_LENGTH: n_embd, LLM.BLOCK_COUNT: n_layer,
+            LLM.FEED_FORWARD_LENGTH: n_ff, Attention.HEAD_COUNT: n_head, Attention.HEAD_COUNT_KV: n_head_kv,
+            Attention.LAYERNORM_RMS_EPS: 1e-5},
     )  # fmt: skip
 
 
@@ -390,79 +391,58 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
     "qwen3-next-80b-a3b": (
         "qwen3-next-80b-a3b", t_qwen3next,
         {"n_vocab": 151936, "n_expert": 512, "n_ff_exp": 512, "n_ff_shexp": 512},
-        {"expert_count": 512, "expert_used_count": 10, "expert_feed_forward_length": 512,
-         "expert_shared_feed_forward_length": 512},
+        {LLM.EXPERT_COUNT: 512, LLM.EXPERT_USED_COUNT: 10, LLM.EXPERT_FEED_FORWARD_LENGTH: 512,
+         LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: 512},
     ),
     "lfm2-1.2b": ("lfm2-1.2b", t_lfm2, {"n_vocab": 65536, "n_ff": 8192}, {}),
     "lfm2-8b-a1b": (
         "lfm2-8b-a1b", t_lfm2,
         {"n_vocab": 65536, "n_ff": 7168, "n_ff_exp": 1792, "n_expert": 32, "n_dense_lead": 2},
-        {"expert_count": 32, "expert_used_count": 4, "expert_feed_forward_length": 1792,
-         "leading_dense_block_count": 2, "expert_gating_func": 2},
+        {LLM.EXPERT_COUNT: 32, LLM.EXPERT_USED_COUNT: 4, LLM.EXPERT_FEED_FORWARD_LENGTH: 1792,
+         LLM.LEADING_DENSE_BLOCK_COUNT: 2, LLM.EXPERT_GATING_FUNC: 2},
     ),
     "nemotron-h-8b-base-8k": (
         "nemotron-h-8b-base-8k", t_hybrid_mamba2, {"n_vocab": 131072, "tied": False},
-        {"attention.layer_norm_epsilon": 1e-5},
+        {Attention.LAYERNORM_EPS: 1e-5},
     ),
     "granite-4.0-h-tiny": (
         "granite-4.0-h-tiny", t_hybrid_mamba2,
         {"n_vocab": 100352, "tied": True, "n_expert": 64, "n_ff": 512, "n_ff_shexp": 1024},
-        {"feed_forward_length": 512, "expert_count": 64, "expert_used_count": 6,
-         "expert_shared_feed_forward_length": 1024},
+        {LLM.FEED_FORWARD_LENGTH: 512, LLM.EXPERT_COUNT: 64, LLM.EXPERT_USED_COUNT: 6,
+         LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: 1024},
     ),
     "jamba-v0.1": (
         "jamba-v0.1", t_jamba, {"n_vocab": 65536, "n_expert": 16, "n_ff": 14336},
-        {"feed_forward_length": 14336, "expert_count": 16, "expert_used_count": 2},
+        {LLM.FEED_FORWARD_LENGTH: 14336, LLM.EXPERT_COUNT: 16, LLM.EXPERT_USED_COUNT: 2},
     ),
     "kimi-linear-48b-a3b": (
         "kimi-linear-48b-a3b", t_kimi,
         {"n_vocab": 163840, "n_expert": 256, "n_ff_exp": 1024, "n_ff": 9216, "n_dense_lead": 1},
-        {"expert_count": 256, "expert_used_count": 8, "expert_feed_forward_length": 1024, "expert_shared_count": 1,
-         "leading_dense_block_count": 1, "expert_gating_func": 2},
+        {LLM.EXPERT_COUNT: 256, LLM.EXPERT_USED_COUNT: 8, LLM.EXPERT_FEED_FORWARD_LENGTH: 1024,
+         LLM.EXPERT_SHARED_COUNT: 1, LLM.LEADING_DENSE_BLOCK_COUNT: 1, LLM.EXPERT_GATING_FUNC: 2},
     ),
     "rwkv7-0.4b-world": (
         "rwkv7-0.4b-world", t_rwkv7,
         {"n_vocab": 65536, "n_ff": 4096, "decay": 64, "iclr": 64, "vmix": 32, "gate": 128},
-        {"attention.decay_lora_rank": 64, "attention.iclr_lora_rank": 64,
-         "attention.value_residual_mix_lora_rank": 32, "attention.gate_lora_rank": 128,
-         "attention.layer_norm_epsilon": 1e-5},
+        {Attention.DECAY_LORA_RANK: 64, Attention.ICLR_LORA_RANK: 64,
+         Attention.VALUE_RESIDUAL_MIX_LORA_RANK: 32, Attention.GATE_LORA_RANK: 128,
+         Attention.LAYERNORM_EPS: 1e-5},
     ),
     "synthetic-llama-70b": (synthetic("llama", 80, 1024, 8, 1, 2816), t_llama, {"n_vocab": 32000}, {}),
     "synthetic-falcon-7b-layout": (
         synthetic("falcon", 32, 1024, 16, 1, 4096), t_falcon, {"n_vocab": 65024},
-        {"attention.layer_norm_epsilon": 1e-5},
+        {Attention.LAYERNORM_EPS: 1e-5},
     ),
     "synthetic-llama-8x-moe": (
         synthetic("llama", 32, 1024, 8, 2, 1792), t_llama, {"n_vocab": 32000, "n_expert": 8},
-        {"expert_count": 8, "expert_used_count": 2},
+        {LLM.EXPERT_COUNT: 8, LLM.EXPERT_USED_COUNT: 2},
     ),
 }  # fmt: skip
 
 def gguf_keys(spec: ModelSpec) -> dict[str, Any]:
-    """The preset's GGUF keys without the ``{arch}.`` prefix (as the converter writes them)."""
-    kv: dict[str, Any] = {
-        "context_length": spec.context_length,
-        "embedding_length": spec.embedding_length,
-        "block_count": spec.block_count,
-        "feed_forward_length": spec.feed_forward_length,
-        "attention.layer_norm_rms_epsilon": 1e-5,
-    }
-    if spec.nextn_predict_layers:
-        kv["nextn_predict_layers"] = spec.nextn_predict_layers
-    if spec.full_attention_interval is not None:
-        kv["full_attention_interval"] = spec.full_attention_interval
-    for key, value in spec.attention.model_dump(exclude_none=True).items():
-        if key == "sliding_window" and value == 0:
-            continue
-        kv[f"attention.{key}"] = value
-    for section in ("ssm", "shortconv", "kda"):
-        block = getattr(spec, section)
-        if block is not None:
-            kv.update({f"{section}.{k}": v for k, v in block.model_dump(exclude_none=True).items()})
-    if spec.wkv is not None:
-        kv["wkv.head_size"] = spec.wkv.head_size
-        kv["token_shift_count"] = spec.wkv.token_shift_count
-    return kv
+    """The preset's GGUF keys without the ``{arch}.`` prefix (as the converter writes them), with the norm epsilon
+    the loaders require."""
+    return {**spec_metadata(spec), Attention.LAYERNORM_RMS_EPS: 1e-5}
 
 
 def add_kv(w: GGUFWriter, key: str, value: Any) -> None:
@@ -491,12 +471,12 @@ def write_case(case: str, out_dir: Path) -> dict[str, Any]:
     path = out_dir / f"{case}.gguf"
     w = GGUFWriter(path, spec.arch)
     kv = (spec.kv if isinstance(spec, SimpleNamespace) else gguf_keys(spec)) | extra
-    kv = {k: v for k, v in kv.items() if not (k == "feed_forward_length" and spec.arch == "rwkv7")}
+    kv = {k: v for k, v in kv.items() if not (k == LLM.FEED_FORWARD_LENGTH and spec.arch == "rwkv7")}
     if spec.arch == "rwkv7":
-        kv["feed_forward_length"] = facts["n_ff"]
+        kv[LLM.FEED_FORWARD_LENGTH] = facts["n_ff"]
     for key, value in kv.items():
-        add_kv(w, f"{spec.arch}.{key}", value)
-    add_kv(w, f"{spec.arch}.vocab_size", facts["n_vocab"])
+        add_kv(w, arch_key(spec.arch, key), value)
+    add_kv(w, arch_key(spec.arch, LLM.VOCAB_SIZE), facts["n_vocab"])
     records = []
     for name, ne in tensors:
         t = stored_type(name, ne)

@@ -69,3 +69,21 @@ def test_mtp_draft_context_is_reported_beside_the_target():
     # KV 8,388,608 bytes; compute (-ub 512, n_outputs_max = n_batch) see tests/planner/test_compute.py
     assert draft["kv_bytes"] == 8_388_608
     assert draft["buffer_type"] == "CPU"
+
+
+def test_gpu_weights_tensor_by_tensor_keep_the_embedding_on_the_host():
+    # mamba-130m as llama-quantize Q8_0 writes it, all layers on CUDA0. The token embedding (50280 x 768, q8_0:
+    # 768 / 32 blocks x 34 bytes = 816 bytes a row) stays in host memory: 50280 x 816 = 41,028,480 bytes, a
+    # multiple of the CPU's 32. The model ties its output to the embedding, so llama.cpp loads a second copy on the
+    # output layer's device: 41,028,480 + one 256-element pad of the 768-element rows to 1024 (8 blocks x 34 = 272)
+    # = 41,028,752, padded to CUDA's 128 bytes = 41,028,864, inside CUDA0's model bytes.
+    r = CliRunner().invoke(cli, ["estimate", "-m", "mamba-130m", "--quant", "Q8_0", "--backend", "CUDA0",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    rows = {row["buffer_type"]: row for row in data["breakdown"]}
+    assert rows["CPU"]["model_bytes"] == 41_028_480
+    # the CPU backend's total (measured with llama.cpp: 141,412,224) minus the host part, plus the device copy,
+    # is a lower bound of the device's bytes (CUDA pads every tensor to 128 bytes, CPU to 32)
+    assert rows["CUDA0"]["model_bytes"] >= 141_412_224 - 41_028_480 + 41_028_864
+    assert data["model_bytes_exact"] is True

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rsplan.cli import cli
+from rsplan.hparams.gguf_keys import arch_key
 
 #: A small tensor table: (name, numpy-order shape, ggml type name). Its bytes are derived in the tests.
 TENSORS: list[tuple[str, tuple[int, ...], str]] = [
@@ -59,7 +60,7 @@ def write_gguf(
               "f32": GGUFValueType.FLOAT32, "bool": GGUFValueType.BOOL, "str": GGUFValueType.STRING,
               "u32": GGUFValueType.UINT32, "i64": GGUFValueType.INT64, "u8": GGUFValueType.UINT8}
     for key, value in kv.items():
-        full = key if key.startswith(("general.", "split.")) else f"{arch}.{key}"
+        full = key if key.startswith(("general.", "split.")) else arch_key(arch, key)
         if isinstance(value, tuple):
             vtype, v = value
             if isinstance(v, list):

@@ -397,3 +397,19 @@ def test_scanner_agrees_with_gguf_reader(model):
     assert index.data_offset == reader.data_offset
     assert g.spec.weights_bytes == sum(by_type.values())
     assert json.loads(g.spec.model_dump_json())["arch"] == model
+
+
+def test_every_key_the_loader_reads_is_in_the_key_table():
+    """The loader names each arch's section keys from archs.py; each must be a key of gguf_keys (one spelling)."""
+    from rsplan.hparams.archs import ARCHS
+    from rsplan.hparams.gguf_keys import ARCH_KEYS, field_key, gguf_key
+
+    for info in ARCHS.values():
+        for section, keys in info.sections.items():
+            for key in keys:
+                assert field_key(f"{section}.{key}") == f"{section}.{key}" in ARCH_KEYS
+    assert gguf_key("rwkv7", "wkv.token_shift_count") == "rwkv7.token_shift_count"
+    assert gguf_key("mamba2", "ssm.state_size") == "mamba2.ssm.state_size"
+    assert gguf_key("mamba2", "arch") == "general.architecture"
+    with pytest.raises(KeyError, match=r"ssm\.state_sizes: no GGUF key"):
+        field_key("ssm.state_sizes")

@@ -16,7 +16,7 @@ import pytest
 
 from rsplan.hparams.archs import ARCHS
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME, CONVERTER_CLASSES, hf_classes
-from rsplan.hparams.hf_config import WRITERS
+from rsplan.hparams.hf_converters import WRITERS
 
 LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
 #: converter classes whose arch changes at run time (the parse sees only the class attribute)

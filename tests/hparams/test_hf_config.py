@@ -666,3 +666,189 @@ def test_classes_rsplan_does_not_read_are_refused_with_the_reason(name, tmp_path
     assert output == (f"Error: {path}: architectures[0]: '{name}' ({c.converter}, llama.cpp arch {'/'.join(c.archs)}): "
                       f"rsplan does not read this config.json because {c.unread}; size the converted GGUF file "
                       "instead\n")
+
+
+# -- the config keys each converter looks up, in its order ----------------------------------------------------
+#
+# Every lookup a converter makes (ModelBase.find_hparam: the first key present wins), in the order it makes them,
+# with the keys in the order it tries them: a changed alias list, a reordered list or a lookup moved to another
+# point of the conversion changes what a config reads (the first key present wins), so each twin config's lookups
+# are checked against this table. Lookups are space-separated key lists; ``P(keys)`` is a list the converter also
+# searches with "mamba_" in front of each key, after the plain keys (FalconH1Model / GraniteHybridModel /
+# NemotronHModel.find_hparam); ``list <key>`` is a per-layer list read by its one name.
+
+
+def P(keys: str) -> str:
+    return f"{keys} {' '.join('mamba_' + k for k in keys.split())}"
+
+
+BLOCKS = "n_layers num_hidden_layers n_layer num_layers"
+CTX = "max_position_embeddings n_ctx n_positions max_length max_sequence_length model_max_length"
+EMBD = "hidden_size n_embd dim"
+FF = "prefix_dense_intermediate_size dense_intermediate_size intermediate_size n_inner hidden_dim"
+HEADS = "num_attention_heads n_head n_heads"
+KV_HEADS = "num_key_value_heads n_kv_heads"
+KV_HEADS_ALL = "num_key_value_heads n_kv_heads n_head_kv"
+#: TextModel.set_gguf_parameters (conversion/base.py); the Granite family drops head_dim first
+TEXT_MODEL = [BLOCKS, CTX, EMBD, FF, HEADS, KV_HEADS, "head_dim"]
+GRANITE_TEXT_MODEL = [P(k) for k in TEXT_MODEL[:-1]]
+#: GraniteHybridModel.set_gguf_parameters' Mamba keys (NemotronHModel inherits them)
+GRANITE_SSM = [
+    P("conv_kernel d_conv"), P("state_size d_state state_dim ssm_state_size"), P("n_groups num_groups"),
+    P("n_heads num_heads"), "list architectures",
+]
+QWEN_GDN = [
+    *TEXT_MODEL, "num_hidden_layers", "mtp_num_hidden_layers", "linear_conv_kernel_dim", "linear_key_head_dim",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim", "list layer_types",
+    "full_attention_interval",
+]
+MAMBA1 = ["hidden_size d_model", "conv_kernel d_conv", "intermediate_size d_inner", "state_size d_state"]
+MAMBA2 = [
+    "hidden_size d_model dim", "mamba_expand expand", "mamba_d_ssm intermediate_size d_inner", "n_groups",
+    "conv_kernel d_conv", "state_size d_state", "mamba_d_head head_dim", BLOCKS,
+]
+LFM2_LOOKUPS = [*TEXT_MODEL, BLOCKS, "list layer_types", KV_HEADS_ALL, "conv_L_cache"]
+LFM2_FF = ["block_ff_dim intermediate_size", "block_multiple_of"]
+NEMOTRON_TAIL = [*GRANITE_TEXT_MODEL, P(KV_HEADS_ALL), *GRANITE_SSM]
+
+#: twin case (or extra case) -> the lookups its converter makes, in order
+KEY_ORDER: dict[str, list[str]] = {
+    # MambaModel: "auto" is resolved before the default is looked up again
+    "mamba (transformers, time_step_rank auto)": [*MAMBA1, "time_step_rank dt_rank", BLOCKS],
+    "falcon_mamba": [*MAMBA1, "time_step_rank dt_rank", "time_step_rank dt_rank", BLOCKS],
+    "mamba_ssm raw Mamba-1 (state-spaces/mamba-130m layout)": [
+        *MAMBA1, "time_step_rank dt_rank", "time_step_rank dt_rank", BLOCKS,
+    ],
+    "mamba2 (transformers)": MAMBA2,
+    "mamba_ssm raw Mamba-2 (state-spaces/mamba2-130m layout)": MAMBA2,
+    "rwkv7 (fla-hub)": ["hidden_size", "head_dim", "intermediate_size", BLOCKS],
+    "rwkv6": ["hidden_size", "head_size", "intermediate_size", BLOCKS],
+    "lfm2 (layer_types)": [*LFM2_LOOKUPS, *LFM2_FF],
+    "lfm2 (full_attn_idxs, the original LiquidAI layout)": [
+        *TEXT_MODEL, BLOCKS, "list layer_types", "list full_attn_idxs", KV_HEADS_ALL, "conv_L_cache", *LFM2_FF,
+    ],
+    "lfm2_moe": LFM2_LOOKUPS,
+    "lfm2 ColBERT (Lfm2Model)": [*LFM2_LOOKUPS, *LFM2_FF],
+    "lfm2 audio tokenizer (sliding_window)": [*TEXT_MODEL, "sliding_window", *LFM2_LOOKUPS[7:], *LFM2_FF],
+    "kimi_linear (linear_attn_config, MLA as MQA)": [
+        *TEXT_MODEL, "list full_attn_layers", "num_hidden_layers", "short_conv_kernel_size", "head_dim",
+        "kv_lora_rank n_lora_kv", "qk_rope_head_dim n_rot", "n_embd_head_k_mla", "qk_nope_head_dim",
+        "n_embd_head_v_mla", "v_head_dim",
+    ],
+    "minimax_text_01 (attn_type_list, every 8th softmax)": [*TEXT_MODEL, "list attn_type_list"],
+    "qwen3_next (layer_types, MTP counted from the safetensors index)": QWEN_GDN,
+    "qwen3_next (full_attention_interval only, no checkpoint index)": QWEN_GDN,
+    "qwen3_5 (text_config nesting)": QWEN_GDN,
+    "qwen3_5_moe (text_config nesting)": QWEN_GDN,
+    "qwen3_5_moe_text (flat)": QWEN_GDN,
+    "jamba (attn_layer_offset / period)": [
+        "hidden_size mamba_d_model", "mamba_d_conv", "mamba_expand", "mamba_d_state", "mamba_dt_rank", BLOCKS,
+        "attn_layer_offset", "attn_layer_period", "max_position_embeddings n_ctx", "intermediate_size",
+        "num_attention_heads", "num_key_value_heads",
+    ],
+    # FalconH1Model: every key also with the "mamba_" prefix, prefixed keys included ("mamba_mamba_d_ssm")
+    "falcon_h1 (mamba_ prefixed keys)": [
+        P("hidden_size d_model dim"), P("n_groups"), P("mamba_d_ssm"), P("conv_kernel d_conv"),
+        P("state_size d_state"), P("mamba_d_head head_dim"), P(BLOCKS), P("max_position_embeddings"),
+        P("intermediate_size"), P("num_attention_heads"), P("num_key_value_heads"), P("head_dim"),
+    ],
+    "nemotron_h (hybrid_override_pattern)": [
+        P(BLOCKS), P("head_dim attention_head_dim"), P("mamba_head_dim hidden_size d_model"), P("num_heads"),
+        *NEMOTRON_TAIL, P("intermediate_size n_inner hidden_dim"),
+    ],
+    "nemotron_h MoE (layers_block_type, one MTP layer)": [
+        "list layers_block_type", P(BLOCKS), "list layers_block_type", P("head_dim attention_head_dim"),
+        P("mamba_head_dim hidden_size d_model"), P("num_heads"), P("num_nextn_predict_layers"),
+        *NEMOTRON_TAIL, P("moe_intermediate_size"),
+    ],
+    "granitemoehybrid (layer_types, Granite-4.0-H)": [
+        P(BLOCKS), "list layer_types", P("mamba_head_dim hidden_size d_model"), P("expand num_heads"),
+        *GRANITE_TEXT_MODEL, P(KV_HEADS_ALL), *GRANITE_SSM,
+    ],
+    "bamba (attn_layer_indices, RoPE keeps the context)": [
+        P(BLOCKS), "list attn_layer_indices", P("mamba_head_dim hidden_size d_model"), P("expand num_heads"),
+        *GRANITE_TEXT_MODEL, P(KV_HEADS_ALL), *GRANITE_SSM,
+    ],
+}
+#: converters no twin reads: LFM2's config under their class names
+KEY_ORDER_EXTRA: dict[str, dict[str, Any]] = {
+    "lfm2 ColBERT (Lfm2Model)": {**LFM2, "architectures": ["Lfm2Model"]},
+    "lfm2 audio tokenizer (sliding_window)": {**LFM2, "architectures": ["Lfm25AudioTokenizer"], "sliding_window": 30},
+}
+
+
+def _lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every find_hparam list (with its "mamba_" keys) and every per-layer list the converters read."""
+    from rsplan.hparams.hf_base import HFParams
+
+    seen: list[str] = []
+    lookup, list_of = HFParams.lookup, HFParams.list_of
+
+    def traced_lookup(self, aliases):
+        keys = list(aliases) + ([f"{self.prefix}_{k}" for k in aliases] if self.prefix else [])
+        seen.append(" ".join(keys))
+        return lookup(self, aliases)
+
+    def traced_list_of(self, key, kind, *, required=True):
+        seen.append(f"list {key}")
+        return list_of(self, key, kind, required=required)
+
+    monkeypatch.setattr(HFParams, "lookup", traced_lookup)
+    monkeypatch.setattr(HFParams, "list_of", traced_list_of)
+    return seen
+
+
+def test_key_order_table_covers_every_converter():
+    assert set(KEY_ORDER) == set(TWINS) | set(KEY_ORDER_EXTRA)
+    converters = set()
+    for config, _, _, _ in [*TWINS.values(), *((c, {}, None, None) for c in KEY_ORDER_EXTRA.values())]:
+        name = config.get("architectures", [None])[0]
+        cls = BY_NAME[name] if name else BY_MODEL_TYPE.get(config.get("model_type", ""))
+        converters.add(cls.converter if cls else "mamba_ssm")
+    assert converters == {c.converter for c in CONVERTER_CLASSES if c.unread is None} | {"mamba_ssm"}
+
+
+@pytest.mark.parametrize("case", list(KEY_ORDER))
+def test_each_converter_looks_up_its_keys_in_its_order(case, tmp_path, monkeypatch):
+    config, files = (KEY_ORDER_EXTRA[case], {}) if case in KEY_ORDER_EXTRA else TWINS[case][:2]
+    seen = _lookups(monkeypatch)
+    read_hf_config(_model_dir(tmp_path, config, files))
+    assert seen == KEY_ORDER[case]
+
+
+def test_every_alias_in_the_tables_is_looked_up_by_a_converter():
+    from rsplan.hparams.hf_aliases import TABLES
+
+    looked_up = {key for lookups in KEY_ORDER.values() for lookup in lookups for key in lookup.split()}
+    for table, keys in TABLES.items():
+        assert set(keys) <= looked_up, (table, set(keys) - looked_up)
+
+
+def test_pick_names_keys_of_its_table_only():
+    from rsplan.hparams.hf_aliases import pick
+
+    assert pick("HEAD_DIM", "attention_head_dim", "head_dim") == ("attention_head_dim", "head_dim")
+    with pytest.raises(ValueError, match=r"^pick\(HEAD_DIM, \.\.\.\): hidden_size not in the HEAD_DIM alias table$"):
+        pick("HEAD_DIM", "head_dim", "hidden_size")
+    with pytest.raises(ValueError, match="name each key once"):
+        pick("HEAD_DIM", "head_dim", "head_dim")
+    with pytest.raises(ValueError, match="name each key once"):
+        pick("HEAD_DIM")
+    with pytest.raises(KeyError):
+        pick("NO_SUCH_TABLE", "head_dim")
+
+
+def test_estimate_of_a_builtin_preset_imports_no_model_file_reader():
+    """The cold start of ``rsplan estimate`` on a preset stays the same: the config.json reader, its converters and
+    alias tables, the GGUF key table and the GGUF loader are imported only for those inputs."""
+    import subprocess
+    import sys
+
+    readers = ("hf_config", "hf_base", "hf_converters", "hf_ssm_converters", "hf_aliases", "gguf_keys",
+               "llama_loader", "gguf_file")
+    code = ("import sys; from rsplan.cli import main\n"
+            "sys.argv = ['rsplan', 'estimate', '--model', 'qwen3-next-80b-a3b', '-c', '8192']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('READERS', sorted(m for m in sys.modules if m.split('.')[-1] in {readers!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "READERS []"

@@ -3,11 +3,9 @@ types), reads back through the GGUF loader as the same model and gives the same 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.gguf_keys import spec_metadata
 from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 
 FLAGS = [
@@ -17,36 +15,10 @@ FLAGS = [
 ]
 
 
-def gguf_keys(spec: ModelSpec) -> dict[str, Any]:
-    """The GGUF metadata (keys without the ``{arch}.`` prefix) that carries ``spec``."""
-    kv: dict[str, Any] = {
-        "context_length": spec.context_length,
-        "embedding_length": spec.embedding_length,
-        "block_count": spec.block_count,
-        "feed_forward_length": spec.feed_forward_length,
-    }
-    if spec.nextn_predict_layers:
-        kv["nextn_predict_layers"] = spec.nextn_predict_layers
-    if spec.full_attention_interval is not None:
-        kv["full_attention_interval"] = spec.full_attention_interval
-    for key, value in spec.attention.model_dump(exclude_none=True).items():
-        if key == "sliding_window" and value == 0:
-            continue
-        kv[f"attention.{key}"] = value
-    for section in ("ssm", "shortconv", "kda"):
-        block = getattr(spec, section)
-        if block is not None:
-            kv.update({f"{section}.{k}": v for k, v in block.model_dump(exclude_none=True).items()})
-    if spec.wkv is not None:
-        kv["wkv.head_size"] = spec.wkv.head_size
-        kv["token_shift_count"] = spec.wkv.token_shift_count  # {arch}.token_shift_count, outside wkv.
-    return kv
-
-
 @pytest.mark.parametrize("name", builtin_preset_names())
 def test_preset_and_its_gguf_give_the_same_plan(name, gguf_file, estimate_json):
     spec = load_builtin_preset(name)
-    path = gguf_file(spec.arch, gguf_keys(spec), filename=f"{name}.gguf")
+    path = gguf_file(spec.arch, spec_metadata(spec), filename=f"{name}.gguf")
     for flags in FLAGS:
         from_preset = estimate_json(name, *flags)
         from_gguf = estimate_json(path, *flags)
@@ -58,3 +30,24 @@ def test_preset_and_its_gguf_give_the_same_plan(name, gguf_file, estimate_json):
                         "server_host"):
                 d.pop(key)
         assert from_gguf == from_preset, (name, flags)
+
+
+#: the ModelSpec fields spec_metadata writes that the loader reads back (the rest are labels, weights or serving
+#: facts; full_attention_interval is read only without attention.recurrent_layers, as llama.cpp reads it)
+WRITTEN = ("arch", "context_length", "embedding_length", "block_count", "nextn_predict_layers", "feed_forward_length",
+           "ssm", "wkv", "shortconv", "kda")
+#: RWKV-7's LoRA ranks shape weights only: llama.cpp's hparams loader does not read them
+NOT_READ = {"decay_lora_rank", "iclr_lora_rank", "value_residual_mix_lora_rank", "gate_lora_rank"}
+
+
+@pytest.mark.parametrize("name", builtin_preset_names())
+def test_preset_metadata_reads_back_as_the_same_fields(name, gguf_file):
+    from rsplan.hparams.gguf_file import load_gguf
+
+    spec = load_builtin_preset(name)
+    back = load_gguf(gguf_file(spec.arch, spec_metadata(spec), filename=f"{name}.gguf"))
+    assert {f: getattr(back, f) for f in WRITTEN} == {f: getattr(spec, f) for f in WRITTEN}
+    attention = {k: v for k, v in spec.attention.model_dump().items() if k not in NOT_READ}
+    assert {k: v for k, v in back.attention.model_dump().items() if k not in NOT_READ} == attention
+    if spec.attention.recurrent_layers is None:
+        assert back.full_attention_interval == spec.full_attention_interval

@@ -34,7 +34,7 @@ def test_compute_flag_overrides_the_model():
 
 
 def test_unmodelled_arch_keeps_the_allowance_and_says_why():
-    d = capacity_json("--model", "rwkv7-0.4b-world", "--budget", "24GiB", "--ctx", "4k")
+    d = capacity_json("--model", "falcon-h1-0.5b-instruct", "--budget", "24GiB", "--ctx", "4k")
     gpu = d["devices"][0]
     assert gpu["compute_bytes"] == 512 * MIB
-    assert "no compute-buffer model for arch 'rwkv7'" in gpu["compute_source"]
+    assert "no compute-buffer model for arch 'falcon-h1'" in gpu["compute_source"]

@@ -125,3 +125,91 @@ def test_sliding_window_lfm2_is_refused():
                      attention={"head_count": 2, "head_count_kv": [0, 1], "sliding_window": 512})
     with pytest.raises(ComputeModelError, match="sliding-window"):
         compute_buffer(spec, ContextParams())
+
+
+# MiniMax-01 settings outside the golden grid, measured like it (scripts/llamacpp-truth: probe on a bf16 skeleton
+# of the preset, no_alloc, first pp reserve's CPU compute bytes; n_outputs_max = n_batch):
+#   build/llamacpp-truth/probe -m minimax-text-01-bf16.gguf -c 4096 -np 3 -kvu   (and so on)
+# -np 3 loads with one KV stream (-kvu) or with an -ub that 3 divides; see the refusal below for the rest.
+MINIMAX_CASES = [
+    (dict(n_seq_max=3, kv_unified=True), 474_441_376),
+    (dict(n_seq_max=3, n_ubatch=510), 433_200_128),
+    (dict(n_seq_max=4, n_ubatch=510, kv_unified=True), 433_249_280),
+    (dict(n_seq_max=5, kv_unified=True, flash_attn="off"), 629_942_144),
+]
+
+
+@pytest.mark.parametrize(("flags", "expected"), MINIMAX_CASES, ids=lambda c: str(c))
+def test_minimax_compute_buffer_outside_the_grid_equals_llama_cpp(flags: dict, expected: int) -> None:
+    from rsplan.hparams.sources import load_builtin_preset
+
+    spec = load_builtin_preset("minimax-text-01")
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, **flags), n_outputs_max=0)
+    assert cb.dry_run_bytes == expected
+
+
+def test_minimax_with_a_stream_per_sequence_that_does_not_divide_the_ubatch_is_refused_as_llama_cpp_aborts():
+    """-c 4096 -np 3: llama.cpp aborts in sched_reserve (GGML_ASSERT(ggml_can_repeat(b, a)) in ggml_add, called
+    from llama_model_minimax_01::graph; the golden file records the crash). Its third reserve graph has 512 tokens
+    in one sequence, but the KV cache has 3 streams: the attention keeps 3 x (512 // 3) = 510 rows, which the
+    residual of 512 rows cannot be added to."""
+    from rsplan.hparams.sources import load_builtin_preset
+    from rsplan.planner.compute import LlamaAbortError
+
+    spec = load_builtin_preset("minimax-text-01")
+    with pytest.raises(LlamaAbortError, match=r"'pp \(1 seq\)' graph \(512 tokens in 1 sequence\).*"
+                                              r"\[6144, 512, 1, 1\] does not repeat onto a of shape \[6144, 510"):
+        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=3))
+
+
+def test_rwkv7_without_its_lora_ranks_is_refused():
+    spec = make_spec(arch="rwkv7", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=256, wkv={"head_size": 16},
+                     attention={"decay_lora_rank": 8, "iclr_lora_rank": 8, "gate_lora_rank": 8})
+    with pytest.raises(ComputeModelError, match="value_residual_mix_lora_rank"):
+        compute_buffer(spec, ContextParams())
+
+
+# A small MiniMax-01 (same graph: 16 layers, layers 7 and 15 softmax attention, 8 heads of 64, 2 KV heads, 4
+# experts of 768, 2 used, vocabulary 32000), f32 skeleton, measured both ways: a real run (probe --alloc: the
+# buffer grows to the largest of the three reserves, the third with ONE sequence) and the dry run (the first
+# reserve). n_outputs_max = n_batch. Reproduce: write the preset below as YAML (plus name/source), then
+#   make_skeleton.py minimax-tiny.yaml --outtype f32 -o mmt.gguf; build/llamacpp-truth/probe -m mmt.gguf FLAGS [--alloc]
+# (flags, real compute bytes, dry-run compute bytes)
+MINIMAX_TINY_CASES = [
+    (dict(n_ctx=4096), 70_797_312, 70_797_312),
+    (dict(n_ctx=4096, n_seq_max=2, flash_attn="off"), 69_748_736, 69_748_736),
+    (dict(n_ctx=4096, n_seq_max=4), 70_797_312, 67_635_200),
+    (dict(n_ctx=4096, n_seq_max=2, kv_unified=True, flash_attn="off"), 89_712_704, 85_518_400),
+    (dict(n_ctx=8192, n_seq_max=8, kv_unified=True, n_ubatch=256), 34_874_368, 34_874_368),
+    (dict(n_ctx=4096, n_seq_max=3, n_ubatch=510), 70_520_768, 67_371_008),
+    (dict(n_ctx=2048, n_seq_max=4, flash_attn="off", type_k="q8_0"), 67_635_200, 67_635_200),
+    (dict(n_ctx=4096, n_seq_max=2, n_rs_seq=3, flash_attn="on"), 70_797_312, 67_635_200),
+    (dict(n_ctx=16384, n_seq_max=4, kv_unified=True, n_ubatch=1024, flash_attn="off"), 649_187_392, 624_021_568),
+]
+
+
+@pytest.mark.parametrize(("flags", "real", "dry"), MINIMAX_TINY_CASES, ids=lambda c: str(c))
+def test_minimax_real_run_keeps_the_largest_reserve_as_llama_cpp_does(flags: dict, real: int, dry: int) -> None:
+    spec = make_spec(arch="minimax-01", context_length=65536, embedding_length=512, block_count=16, vocab_size=32000,
+                     feed_forward_length=768, expert_count=4, expert_used_count=2,
+                     attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 64})
+    cb = compute_buffer(spec, ContextParams(**flags), n_outputs_max=0)
+    assert (cb.bytes, cb.dry_run_bytes) == (real, dry)
+
+
+def test_graphs_llama_cpp_asserts_against_are_refused():
+    """rwkv7.cpp asserts token_shift_count == 2; minimax-01.cpp asserts equal K and V head dims."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    rwkv = make_spec(arch="rwkv7", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=256, wkv={"head_size": 16, "token_shift_count": 3},
+                     attention={"decay_lora_rank": 8, "iclr_lora_rank": 8, "value_residual_mix_lora_rank": 8,
+                                "gate_lora_rank": 8})
+    with pytest.raises(LlamaAbortError, match="token_shift_count == 2"):
+        compute_buffer(rwkv, ContextParams())
+    minimax = make_spec(arch="minimax-01", context_length=4096, embedding_length=512, block_count=8, vocab_size=100,
+                        feed_forward_length=768, expert_count=4, expert_used_count=2,
+                        attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 32})
+    with pytest.raises(LlamaAbortError, match=r"V head 32, K head 64"):
+        compute_buffer(minimax, ContextParams())

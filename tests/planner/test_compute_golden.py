@@ -92,3 +92,34 @@ def test_compute_and_output_buffer_equal_llama_cpp(case: tuple) -> None:
     except ComputeModelError as exc:  # a preset without the weight shapes the graph needs (feed_forward_length)
         pytest.skip(str(exc))
     assert cb.dry_run_bytes == c["breakdown"]["CPU"]["compute"]
+
+
+def _crashed() -> list[tuple[str, dict, dict]]:
+    if not GOLDEN.is_dir():
+        return []
+    out = []
+    for path in sorted(GOLDEN.glob("*.json")):
+        data = json.loads(path.read_text())
+        out.extend((data["model"]["name"], data["model"], c) for c in data["cases"] if c.get("crashed"))
+    return out
+
+
+CRASHED = _crashed()
+
+
+@pytest.mark.skipif(not CRASHED, reason=f"no crashed cases in {GOLDEN}")
+@pytest.mark.parametrize("case", CRASHED, ids=_id)
+def test_flags_llama_cpp_aborts_on_are_refused(case: tuple) -> None:
+    """Where llama.cpp aborts while reserving the graphs (a GGML_ASSERT), a modelled arch's graph fails the same
+    check: no compute buffer is given for a context that cannot exist."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    _, model, c = case
+    spec = _spec(model)
+    if not has_compute_model(spec.arch):
+        pytest.skip(f"no compute-buffer model for {spec.arch}")
+    if spec.vocab_size is None:
+        pytest.skip("the preset does not give its vocabulary size")
+    assert "ggml_can_repeat" in c["error"]
+    with pytest.raises(LlamaAbortError, match="ggml_can_repeat"):
+        compute_buffer(spec, _params(c["flags"]), n_outputs_max=c["flags"].get("--n-outputs-max", 0))

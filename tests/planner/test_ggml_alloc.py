@@ -45,3 +45,14 @@ def test_external_tensors_take_no_room():
     inp = t("NONE", 8, flags=FLAG_INPUT)
     a = t("MUL_MAT", 8, w, inp)
     assert reserve_size(Graph(nodes=[a], leafs=[w, inp]), 32) == 64
+
+
+def test_an_empty_tensor_takes_no_room():
+    """ggml_nbytes is 0 when any dimension is 0, whatever the strides (the sum of (ne - 1) * nb alone would give
+    4 + 3 * 4 - 16 + 2 * 64 = 128 B for this [4, 0, 3] slice of a [4, 4, 3] tensor)."""
+    assert Tensor(op="CONT", type=F32, ne=(4, 0, 3, 1), nb=(4, 16, 64, 192)).nbytes == 0
+    inp = t("NONE", 16, flags=FLAG_INPUT)  # [0, 64)
+    empty = Tensor(op="GET_ROWS", type=F32, ne=(0, 3, 1, 1), nb=(4, 0, 0, 0), src=(inp,))  # 0 B at 64
+    a = t("CONT", 16, empty)  # inp died after `empty`: [0, 64)
+    b = t("CONT", 16, a)  # [64, 128)
+    assert reserve_size(Graph(nodes=[empty, a, b], leafs=[inp]), 32) == 128

@@ -1,0 +1,138 @@
+"""What one llama.cpp start would use per device and on the host: the measurement ``--fit`` takes at every step.
+
+llama.cpp's common/fit.cpp ``common_get_device_memory_data`` loads the model and a context with ``no_alloc`` and
+sums ``llama_get_memory_breakdown`` per device: ``model`` (weights), ``context`` (KV and recurrent caches) and
+``compute`` (the scheduler's compute buffer); host buffers (CPU, CPU_Mapped, CUDA_Host) go to the host row. The
+output buffer is not in the breakdown and --fit does not count it.
+
+rsplan's figures for the same (``DeviceUsage``):
+
+- model: planner.weight_placement, tensor by tensor (exact, given the tensor list and the buffer rule);
+- context: each cache tensor of planner.plan on its layer's device (``-nkvo``: host), padded by the buffer rule
+  (exact);
+- compute: planner.compute's CPU-backend figure of the first reserve graph, charged in full to every device that
+  holds a repeating layer or the output layer, and to the host when a repeating layer stays there. Exact on the
+  CPU-only path (no device); an estimate for devices: the scheduler splits the graph between backends and a GPU
+  backend sizes its own nodes, which rsplan does not model (``compute_exact`` False; ``--compute`` overrides it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rsplan.hparams.layout import CacheLayout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CPU_RULE, BufferRule
+from rsplan.planner.compute import compute_buffer
+from rsplan.planner.context import ContextParams
+from rsplan.planner.placement import Placement, place_layers
+from rsplan.planner.plan import build_plan
+from rsplan.planner.weight_placement import TensorOverride, Weight, place_weights
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """One row of llama.cpp's memory breakdown, bytes."""
+
+    model: int
+    context: int
+    compute: int
+
+    @property
+    def total(self) -> int:
+        return self.model + self.context + self.compute
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Per-device rows (device order) and the host row of one start."""
+
+    devices: tuple[DeviceUsage, ...]
+    host: DeviceUsage
+
+
+@dataclass(frozen=True)
+class StartFlags:
+    """The flags --fit varies: ``n_gpu_layers`` None is llama.cpp's default (-1: all layers), ``tensor_split``
+    None the default split by free memory."""
+
+    n_ctx: int
+    n_gpu_layers: int | None = None
+    tensor_split: tuple[float, ...] | None = None
+    overrides: tuple[TensorOverride, ...] = ()
+
+
+@dataclass
+class MemoryModel:
+    """Everything fixed for one fit: the model, its loaded weights, the devices and the context flags.
+
+    Attributes:
+        spec / layout: the model and its cache layout.
+        weights: the tensors a context loads (planner.weight_placement.Weight).
+        params: the context flags (``n_ctx`` is replaced by each measurement's).
+        device_free: each device's free memory (bytes): the default layer split follows it.
+        device_rule: how a device buffer pads a tensor.
+        compute_override: a fixed compute buffer per device (``--compute``), else rsplan's model.
+        offload_kqv: False with ``-nkvo``.
+        tool: whose n_outputs_max the compute graph is sized for (``server``/``cli``).
+    """
+
+    spec: ModelSpec
+    layout: CacheLayout
+    weights: Sequence[Weight]
+    params: ContextParams
+    device_free: tuple[int, ...]
+    device_rule: BufferRule
+    compute_override: int | None = None
+    offload_kqv: bool = True
+    tool: str = "server"
+    _compute: dict[int, int] = field(default_factory=dict)
+    calls: int = 0
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.device_free)
+
+    def placement(self, flags: StartFlags) -> Placement:
+        ngl = flags.n_gpu_layers
+        if ngl is not None and ngl < 0:
+            ngl = None
+        split = flags.tensor_split
+        if split is not None and not any(split):
+            split = None  # llama.cpp: all zero is the default split, by free memory
+        return place_layers(self.spec.block_count, self.n_devices, n_gpu_layers=ngl,
+                            tensor_split=list(split) if split else None,
+                            free_bytes=list(self.device_free), offload_kqv=self.offload_kqv)
+
+    def compute_bytes(self, n_ctx: int) -> int:
+        """The compute buffer at context ``n_ctx`` (cached per context: the graph does not depend on placement)."""
+        if self.compute_override is not None:
+            return self.compute_override
+        if n_ctx not in self._compute:
+            params = dataclasses.replace(self.params, n_ctx=n_ctx)
+            self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, layout=self.layout).bytes
+        return self._compute[n_ctx]
+
+    def measure(self, flags: StartFlags) -> Usage:
+        """The breakdown of one start with ``flags`` (llama.cpp's ``common_get_device_memory_data``)."""
+        self.calls += 1
+        placement = self.placement(flags)
+        weights = place_weights(self.weights, placement, self.device_rule, flags.overrides)
+        context = [0] * self.n_devices
+        host_context = 0
+        plan = build_plan(self.spec, dataclasses.replace(self.params, n_ctx=flags.n_ctx), self.layout)
+        for t in plan.tensors:
+            dev = placement.cache_device(t.layer)
+            if dev is None:
+                host_context += CPU_RULE.alloc_nbytes(t.bytes, t.type, t.shape[0])
+            else:
+                context[dev] += self.device_rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
+        compute = self.compute_bytes(flags.n_ctx)
+        busy = {d for d in placement.unit_device if d is not None}
+        host_layers = any(d is None for d in placement.unit_device[:-1])
+        devices = tuple(DeviceUsage(weights.device[d], context[d], compute if d in busy else 0)
+                        for d in range(self.n_devices))
+        host = DeviceUsage(weights.host, host_context, compute if host_layers or not busy else 0)
+        return Usage(devices, host)

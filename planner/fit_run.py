@@ -1,0 +1,222 @@
+"""One ``rsplan fit`` answer: read the model, lay its weights out, run planner.fit, check the host.
+
+The host check is rsplan's own (llama.cpp's --fit looks at the host only when there is no device): what stays in
+host memory after the fit (weights, host caches, the host compute buffer), the output buffer (host memory on every
+backend), and llama-server's context checkpoints at their default count, against the host budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
+from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.fit import DEFAULT_FIT_CTX, UINT32_MAX, FitRequest, FitResult, MiB, fit
+from rsplan.planner.fit_memory import MemoryModel, StartFlags
+from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, checkpoint_bytes, output_buffer
+from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
+from rsplan.planner.weight_placement import (
+    FFN_EXPS_REGEX,
+    TensorOverride,
+    Weight,
+    gguf_weights,
+    loaded,
+    n_cpu_moe_overrides,
+    parse_overrides,
+)
+
+#: Device buffer rules by backend (planner.buffers); RPC forwards to the server's backend, a CPU here.
+DEVICE_RULES: dict[str, BufferRule] = {"CUDA": CUDA_RULE, "ROCm": CUDA_RULE, "MUSA": CUDA_RULE, "SYCL": CUDA_RULE,
+                                       "RPC": CPU_RULE}
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The command's flags, parsed (sizes in bytes; ``budgets``: (where it came from, free bytes) per device)."""
+
+    budgets: list[tuple[str, int]] | None
+    device_kind: str = "CUDA"
+    host_total: int = 0
+    host_available: int = 0
+    host_source: str = "--host-budget"
+    margins_mib: list[int] = field(default_factory=lambda: [1024])
+    fit_ctx: int = DEFAULT_FIT_CTX
+    explicit_zero_ctx: bool = False
+    n_gpu_layers: int | None = None
+    tensor_split: str | None = None
+    override_tensor: str | None = None
+    cpu_moe: bool = False
+    n_cpu_moe: int | None = None
+    no_kv_offload: bool = False
+    compute: int | None = None
+    quant: str | None = None
+    tool: str = "server"
+
+
+@dataclass(frozen=True)
+class HostItem:
+    """One thing in host memory: ``grows`` for what is not there at start but can grow to ``bytes``."""
+
+    what: str
+    bytes: int
+    grows: bool = False
+
+
+@dataclass
+class FitAnswer:
+    """A fit and what rsplan adds to it."""
+
+    model: str
+    model_ref: str
+    is_file: bool
+    params: ContextParams
+    device_names: list[str]
+    device_sources: list[str]
+    device_free: list[int]
+    margins: list[int]
+    result: FitResult
+    host_items: list[HostItem]
+    host_budget: int
+    host_budget_source: str
+    weights_source: str
+    compute_exact: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def host_bytes(self) -> int:
+        """Host memory at most (checkpoints grown to their limit)."""
+        return sum(i.bytes for i in self.host_items)
+
+    @property
+    def host_start_bytes(self) -> int:
+        """Host memory once the server has started."""
+        return sum(i.bytes for i in self.host_items if not i.grows)
+
+    @property
+    def fitted_flags(self) -> str:
+        """The flags as llama-fit-params prints them: ``-c N -ngl N [-ts A,B] [-ot "..."]``."""
+        flags = self.result.flags
+        out = f"-c {flags.n_ctx} -ngl {-1 if flags.n_gpu_layers is None else flags.n_gpu_layers}"
+        if flags.tensor_split and len(self.device_names) > 1:
+            parts = list(flags.tensor_split)
+            while len(parts) > 1 and parts[-1] == 0:
+                parts.pop()
+            if len(parts) > 1:
+                out += " -ts " + ",".join(str(int(p)) for p in parts)
+        if flags.overrides:
+            out += ' -ot "' + ",".join(o.flag_text(self.device_names) for o in flags.overrides) + '"'
+        return out
+
+
+def _weights(read: object, spec: ModelSpec, quant: str | None) -> tuple[list[Weight], str]:
+    tensors = getattr(read, "tensors", None)
+    rows = getattr(read, "tensor_rows", None)
+    if tensors is not None and rows is not None:
+        if quant is not None:
+            raise RsplanError("--quant: the model is a GGUF; its own tensors are its weights")
+        return gguf_weights(tensors, rows, spec.n_layer), "the GGUF's tensors"
+    if quant is None:
+        raise RsplanError("fit needs the model's weights tensor by tensor: give a GGUF file, or --quant TYPE "
+                          "(e.g. Q4_K_M, BF16) for a preset with a tensor list")
+    from rsplan.errors import UnsupportedArchError
+    from rsplan.planner.quant_weights import SOURCE_OUTTYPE, quantized_weights
+
+    try:
+        qw = quantized_weights(spec, quant)
+    except UnsupportedArchError as exc:
+        raise RsplanError(f"--quant {quant}: {exc}") from None
+    weights = [Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in qw.plan.tensors
+               if loaded(t.name, spec.n_layer, False)]
+    return weights, f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF"
+
+
+def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverride, ...]:
+    out: list[TensorOverride] = []
+    if opts.override_tensor:
+        out += parse_overrides(opts.override_tensor, device_names)
+    if opts.cpu_moe:
+        out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
+    if opts.n_cpu_moe is not None:
+        out += n_cpu_moe_overrides(opts.n_cpu_moe)
+    return tuple(out)
+
+
+def _tensor_split(text: str | None, n_devices: int) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        parts = [float(p) for p in text.replace("/", ",").split(",")]
+    except ValueError:
+        raise RsplanError(f"--tensor-split: cannot read '{text}' as proportions (example: 3,1)") from None
+    return tuple(check_tensor_split(parts, max(n_devices, 1)))
+
+
+def converter_weights(spec: ModelSpec, outtype: str = "bf16") -> list[Weight]:
+    """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors)."""
+    from rsplan.hparams.tensors import tensor_list, tensor_nbytes, tensor_type
+
+    out = []
+    for t in tensor_list(spec):
+        type_ = tensor_type(t, outtype)
+        if t.loaded:
+            out.append(Weight(t.name, tensor_nbytes(t, type_), type_, t.shape[0]))
+    return out
+
+
+def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswer:
+    """``rsplan fit``: read the model and its weights, then ``fit_model``."""
+    from rsplan.hparams.sources import read_model
+
+    read = read_model(model_ref)
+    weights, weights_source = _weights(read, read.spec, opts.quant)
+    return fit_model(read.spec, weights, params, opts, model_ref=model_ref, is_file=read.kind == "gguf",
+                     weights_source=weights_source)
+
+
+def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opts: FitOptions, *,
+              model_ref: str = "", is_file: bool = False, weights_source: str = "") -> FitAnswer:
+    """The fit of ``spec`` with ``weights`` (the loaded tensors) and the host check (module docstring)."""
+    layout = cache_layout(spec)
+    budgets = opts.budgets or []
+    if len(budgets) > MAX_DEVICES:
+        raise RsplanError(f"--budget: {len(budgets)} devices; llama.cpp handles at most {MAX_DEVICES}")
+    names = [f"{opts.device_kind}{i}" for i in range(len(budgets))]
+    margins = [m * MiB for m in opts.margins_mib]
+    if len(margins) == 1:
+        margins = margins * max(len(budgets), 1)
+    elif len(margins) != len(budgets):
+        raise RsplanError(f"--fit-target: {len(margins)} values for {len(budgets)} devices (give one, or one each)")
+    user = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=opts.n_gpu_layers,
+                      tensor_split=_tensor_split(opts.tensor_split, len(budgets)),
+                      overrides=_overrides(opts, names))
+    model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
+                        compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool)
+    req = FitRequest(user, UINT32_MAX if opts.explicit_zero_ctx else opts.fit_ctx, tuple(margins), opts.host_total)
+    result = fit(model, req, n_seq_max=params.n_seq_max, kv_unified=params.kv_unified, n_layer=spec.n_layer,
+                 n_ctx_train=spec.context_length, n_expert=spec.expert_count or 0)
+    answer = FitAnswer(spec.name, model_ref, is_file, replace(params, n_ctx=result.flags.n_ctx), names,
+                       [s for s, _ in budgets], [b for _, b in budgets], margins, result, [], opts.host_available,
+                       opts.host_source, weights_source, opts.compute is not None or not budgets)
+    _host_check(answer, spec, layout)
+    return answer
+
+
+def _host_check(answer: FitAnswer, spec: ModelSpec, layout: object) -> None:
+    host = answer.result.usage.host
+    answer.host_items += [HostItem("weights on the host", host.model), HostItem("caches on the host", host.context),
+                          HostItem("host compute buffer", host.compute)]
+    params = answer.params
+    try:
+        out = output_buffer(spec, params)
+        answer.host_items.append(HostItem("output buffer", out.bytes))
+    except OutputsError as exc:
+        answer.notes.append(f"output buffer not counted: {exc}")
+    if getattr(layout, "recurrent_layers", ()):
+        ctx = resolve_context(layout, params)  # type: ignore[arg-type]
+        per = checkpoint_bytes(layout, ctx)  # type: ignore[arg-type]
+        answer.host_items.append(HostItem(
+            f"llama-server checkpoints ({DEFAULT_CTX_CHECKPOINTS} per slot x {ctx.n_seq_max})",
+            per * DEFAULT_CTX_CHECKPOINTS * ctx.n_seq_max, grows=True))

@@ -1,0 +1,164 @@
+"""RWKV-7 (src/models/rwkv7.cpp ``graph``, src/models/rwkv7-base.cpp ``build_rwkv7_time_mix`` /
+``build_rwkv7_channel_mix``, src/llama-graph.cpp ``build_rwkv_token_shift_load`` / ``_store``).
+
+Every layer reads two recurrent rows: R, the token shift (the last normed token of the time mix and of the channel
+mix, 2 x n_embd) and S, the WKV state (n_embd x head_size). The time mix projects six lerped copies of the input
+(r, w, k, v, a, g) and runs the fused RWKV_WKV7 op, whose output holds the token rows and then the new states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml_alloc import Graph, Tensor
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+
+#: The low-rank widths the time mix's projections need: GGUF key (attention.*) -> what it sizes.
+LORA_KEYS: dict[str, str] = {
+    "decay_lora_rank": "w1/w2 (decay)",
+    "iclr_lora_rank": "a1/a2 (in-context learning rate)",
+    "value_residual_mix_lora_rank": "v1/v2 (value residual mix)",
+    "gate_lora_rank": "g1/g2 (output gate)",
+}
+#: The lerped inputs of the time mix, in the order of the fused lerp weight (time_mix_lerp_fused, {n_embd, 1, 1, 6}).
+LERPS = ("r", "w", "k", "v", "a", "g")
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    decay: int
+    iclr: int
+    value_mix: int
+    gate: int
+
+
+def _ranks(p: GraphParams) -> _Ranks:
+    """The LoRA ranks of ``p.spec`` (ComputeModelError naming the first missing one)."""
+    from rsplan.planner.compute import ComputeModelError
+
+    att = p.spec.attention
+    values = [getattr(att, key) for key in LORA_KEYS]
+    for key, value in zip(LORA_KEYS, values, strict=True):
+        if not value:
+            raise ComputeModelError(
+                f"model '{p.spec.name}' does not give attention.{key}, which sizes RWKV-7's {LORA_KEYS[key]} "
+                "projections; pass --compute to give the size"
+            )
+    return _Ranks(*values)
+
+
+def layer_norm(cur: Tensor, width: int) -> Tensor:
+    """build_norm(LLM_NORM) with a weight and a bias."""
+    return g.add(g.mul(g.norm(cur), g.weight(width)), g.weight(width))
+
+
+def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor) -> dict[str, Tensor]:
+    """The six lerped inputs: (x_prev - x) repeated 6 times, times the fused lerp, plus x; one [n_embd, n_tokens]
+    view each."""
+    n_embd, n_tokens = p.n_embd, p.n_tokens
+    sx = g.repeat(g.sub(x_prev, cur), n_embd, p.n_seq_tokens, p.n_seqs, len(LERPS))
+    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1, len(LERPS))), cur)
+    return {name: g.view(xxx, (n_embd, n_tokens), (xxx.nb[1],), i * n_embd * n_tokens * 4)
+            for i, name in enumerate(LERPS)}
+
+
+def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, first: list[Tensor],
+              il: int) -> Tensor:
+    """build_rwkv7_time_mix. ``first`` holds layer 0's value (the value residual of every later layer)."""
+    p = lg.p
+    n_embd, n_tokens = p.n_embd, p.n_tokens
+    hs = p.spec.wkv.head_size
+    hc = n_embd // hs
+    rk = _ranks(p)
+    x = _time_mix_inputs(p, cur, x_prev)
+
+    def mm(inp: Tensor, rows: int) -> Tensor:
+        return g.mul_mat(g.weight(inp.ne[0], rows), inp)
+
+    r = mm(x["r"], n_embd)
+    w = g.add(mm(g.unary(mm(x["w"], rk.decay)), n_embd), g.weight(n_embd))
+    w = g.unary(g.scale(g.unary(w)))  # exp(-0.606531 * sigmoid(w))
+    k = mm(x["k"], n_embd)
+    v = mm(x["v"], n_embd)
+    if not first:
+        first.append(v)
+    else:
+        mix = g.unary(g.add(mm(mm(x["v"], rk.value_mix), n_embd), g.weight(n_embd)))
+        v = g.add(v, g.mul(g.sub(first[0], v), mix))
+    gate = mm(g.unary(mm(x["g"], rk.gate)), n_embd)
+    a = g.unary(g.add(mm(mm(x["a"], rk.iclr), n_embd), g.weight(n_embd)))
+    kk = g.l2_norm(g.reshape(g.mul(k, g.weight(n_embd)), hs, hc, n_tokens))
+    ka = g.mul(k, g.weight(n_embd))
+    k = g.add(k, g.sub(g.mul(a, ka), ka))
+    r, w, k, v, a = (g.reshape(t, hs, hc, n_tokens) for t in (r, w, k, v, a))
+
+    n_embd_s = n_embd * hs
+    s_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    state = lg.rs(s_all, n_embd_s, rs)
+    out = g.rwkv_wkv7(r, w, k, v, g.unary(kk), g.mul(kk, a), state)
+    cur = g.view(out, (n_embd * n_tokens,), (), 0)
+    new_state = g.view(out, (n_embd_s * p.n_seqs,), (), n_embd * n_tokens * 4)
+    lg.expand(g.cpy(new_state, g.view(s_all, (n_embd_s * p.n_seqs,), (), 0)))
+
+    cur = g.norm(g.reshape(cur, n_embd // hc, hc, n_tokens))  # group norm, one group per head
+    cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd)), g.weight(n_embd))
+    bonus = g.sum_rows(g.mul(g.mul(k, r), g.reshape(g.weight(n_embd), hs, hc)))
+    cur = g.add(cur, g.reshape(g.mul(v, bonus), n_embd, n_tokens))
+    cur = mm(g.mul(cur, gate), n_embd)
+    return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
+
+
+def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
+    """build_rwkv7_channel_mix: value(relu(key(lerp))^2)."""
+    xk = g.add(g.mul(g.sub(x_prev, cur), g.weight(n_embd)), cur)
+    k = g.sqr(g.unary(g.mul_mat(g.weight(n_embd, n_ff), xk)))
+    return g.mul_mat(g.weight(n_ff, n_embd), k)
+
+
+def _shifted(shift: Tensor, normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
+    """The previous token of every token: the stored shift row, then the ubatch's tokens but the last."""
+    head = g.view(normed, (n_embd, n_seq_tokens - 1, n_seqs), (normed.nb[1], normed.nb[2]), 0)
+    return g.concat(shift, head, 1)
+
+
+def _last_token(normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
+    return g.view(normed, (n_embd, 1, n_seqs), (normed.nb[1], normed.nb[2]), (n_seq_tokens - 1) * n_embd * 4)
+
+
+def build_rwkv7(p: GraphParams) -> Graph:
+    """llama_model_rwkv7::graph (token_shift_count 2, as llama.cpp asserts)."""
+    if p.spec.wkv.token_shift_count != 2:
+        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in llama_model_rwkv7::graph "
+                          f"(token_shift_count {p.spec.wkv.token_shift_count})")
+    lg = LlamaGraph(p)
+    n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
+    n_embd_r = 2 * n_embd
+    inp = layer_norm(lg.inp_embd(), n_embd)
+    rs = lg.rs_inp()
+    out_ids = lg.inp_out_ids()
+    first: list[Tensor] = []
+    for il in range(p.n_layer):
+        inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
+        r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
+        shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
+        att_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), 0)
+        ffn_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), n_embd * 4)
+        att_norm = layer_norm(inp, n_embd)
+        x_prev = _shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
+        cur = _time_mix(lg, rs, att_norm, x_prev, first, il)
+        ffn_inp = g.add(cur, inp)
+        ffn_norm = layer_norm(ffn_inp, n_embd)
+        x_prev = _shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
+        shift = g.concat(_last_token(att_norm, n_embd, n_seq_tokens, n_seqs),
+                         _last_token(ffn_norm, n_embd, n_seq_tokens, n_seqs), 1)
+        lg.expand(g.cpy(g.view(shift, (n_embd_r * n_seqs,), (), 0), g.view(r_all, (n_embd_r * n_seqs,), (), 0)))
+        ffn_inp, ffn_norm, x_prev = (g.reshape(t, n_embd, p.n_tokens) for t in (ffn_inp, ffn_norm, x_prev))
+        if il == p.n_layer - 1:
+            ffn_inp, ffn_norm, x_prev = (g.get_rows(t, out_ids) for t in (ffn_inp, ffn_norm, x_prev))
+        inp = g.add(_channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
+    cur = layer_norm(inp, n_embd)
+    g.GraphBuilder.set_output(cur)
+    out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)
+    g.GraphBuilder.set_output(out)
+    lg.expand(out)
+    return lg.b.graph

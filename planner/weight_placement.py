@@ -1,0 +1,188 @@
+"""Which buffer each weight tensor lands in, and the bytes per device: llama.cpp's ``load_tensors``, tensor by tensor.
+
+llama.cpp 0c1e57098:
+
+- src/llama-model.cpp ``load_tensors``: the input layer (``LLM_TENSOR_LAYER_INPUT``: ``token_embd``) always stays
+  on the CPU; repeating layer ``il`` (``blk.{il}.*``, and ``token_embd_norm``, which the loaders create with layer
+  number 0) goes where planner.placement puts unit ``il``; the output layer (``LLM_TENSOR_LAYER_OUTPUT``:
+  ``output``, ``output_norm``) where it puts unit ``n_layer_all``.
+- A model without ``output.weight`` (tied embeddings) creates the output as a ``TENSOR_DUPLICATED`` copy of
+  ``token_embd`` in the OUTPUT layer's buffer (src/llama-model-loader.cpp ``create_tensor``): on a GPU that is a
+  second copy of the embedding matrix; on the host the mapped file is shared and it is not counted twice.
+- src/llama-model-loader.cpp ``buft_for_tensor``: the first ``-ot PATTERN=BUFT`` whose pattern ``regex_search``-es
+  the tensor name wins; an override to ``CPU`` puts the tensor in host memory, one to a device's buffer type on
+  that device. ``--cpu-moe`` is ``-ot '\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU'`` and ``--n-cpu-moe N`` adds
+  ``blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU`` for ``i < N`` (common/common.h).
+- Each tensor takes ``GGML_PAD(get_alloc_size, alignment)`` bytes of its buffer (planner.buffers rules).
+
+Not modelled here: ``-sm row`` (split buffer types), CPU_REPACK (no repack for the f16/bf16/q8_0 checked so far),
+a host buffer without mmap (``--no-mmap`` keeps the same bytes in host memory under another name).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rsplan.errors import RsplanError
+from rsplan.planner.buffers import CPU_RULE, BufferRule
+from rsplan.planner.placement import Placement
+
+#: common/common.h LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+#: Tensors outside ``blk.N.`` and their layer (llama-arch.cpp ``llm_tensor_info_mapping``): "input", "output", or
+#: a repeating layer number (``token_embd_norm`` is created with layer number 0).
+NAMED_LAYERS: dict[str, str | int] = {
+    "token_embd": "input",
+    "pos_embd": "input",
+    "token_types": "input",
+    "token_embd_norm": 0,
+    "output": "output",
+    "output_norm": "output",
+}
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+class WeightPlacementError(RsplanError):
+    """A tensor or an override llama.cpp would refuse."""
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One weight tensor: its GGUF name, bytes (``ggml_nbytes``), ggml type name and row length ``ne[0]``."""
+
+    name: str
+    n_bytes: int
+    type: str
+    ne0: int
+
+
+@dataclass(frozen=True)
+class TensorOverride:
+    """One ``-ot PATTERN=BUFT`` entry: ``buffer`` is ``CPU`` or a device index (its buffer type)."""
+
+    pattern: str
+    buffer: str | int
+
+    def flag_text(self, device_names: Sequence[str]) -> str:
+        """``PATTERN=BUFT`` as llama.cpp prints it (the device's buffer type name, e.g. ``CUDA0``)."""
+        name = self.buffer if isinstance(self.buffer, str) else device_names[self.buffer]
+        return f"{self.pattern}={name}"
+
+
+def n_cpu_moe_overrides(n: int) -> list[TensorOverride]:
+    """``--n-cpu-moe N``: the experts of the first ``n`` layers on the host."""
+    if n < 0:
+        raise WeightPlacementError(f"--n-cpu-moe {n}: must be >= 0")
+    return [TensorOverride(rf"blk\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(n)]
+
+
+def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverride]:
+    """``-ot`` / ``--override-tensor`` text: ``PATTERN=BUFT,...`` with BUFT ``CPU`` or one of ``device_names``."""
+    out: list[TensorOverride] = []
+    for item in text.split(","):
+        pattern, sep, buft = item.partition("=")
+        if not sep:
+            raise WeightPlacementError(f"-ot '{item}': expected PATTERN=BUFFER_TYPE")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise WeightPlacementError(f"-ot '{item}': bad pattern: {exc}") from None
+        if buft == "CPU":
+            out.append(TensorOverride(pattern, "CPU"))
+        elif buft in device_names:
+            out.append(TensorOverride(pattern, list(device_names).index(buft)))
+        else:
+            raise WeightPlacementError(
+                f"-ot '{item}': unknown buffer type '{buft}' (have: CPU, {', '.join(device_names)})")
+    return out
+
+
+def layer_of(name: str, n_layer_all: int) -> str | int:
+    """The layer a tensor belongs to: ``"input"``, ``"output"`` or a repeating layer number."""
+    m = _BLOCK.match(name)
+    if m:
+        il = int(m.group(1))
+        if il >= n_layer_all:
+            raise WeightPlacementError(f"tensor {name}: layer {il} but the model has {n_layer_all} layers")
+        return il
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+    if stem not in NAMED_LAYERS:
+        raise WeightPlacementError(f"tensor {name}: no llama.cpp layer known for it")
+    return NAMED_LAYERS[stem]
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Weight bytes per device (index = device) and in host memory, as the buffers hold them."""
+
+    device: tuple[int, ...]
+    host: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.device) + self.host
+
+
+def place_weights(
+    weights: Sequence[Weight],
+    placement: Placement,
+    device_rule: BufferRule,
+    overrides: Sequence[TensorOverride] = (),
+    host_rule: BufferRule = CPU_RULE,
+) -> WeightBytes:
+    """Bytes of ``weights`` (the tensors a context loads) per device and on the host.
+
+    Args:
+        weights: loaded tensors (MTP layers' tensors only when they are loaded).
+        placement: planner.placement's unit -> device assignment (``-ngl``, ``-ts``).
+        device_rule: how the devices' buffer type pads a tensor (CUDA_RULE on CUDA, CPU_RULE for RPC to a CPU).
+        overrides: ``-ot`` entries in order (``--cpu-moe`` / ``--n-cpu-moe`` expanded), first match wins.
+        host_rule: the host buffer's padding.
+    """
+    device = [0] * placement.n_devices
+    host = 0
+    names = {w.name for w in weights}
+    tied = "token_embd.weight" in names and "output.weight" not in names
+    for w in weights:
+        layer = layer_of(w.name, placement.n_layer_all)
+        where = _where(w.name, layer, placement, overrides)
+        if where is None:
+            host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
+        else:
+            device[where] += device_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
+        if tied and w.name == "token_embd.weight":
+            out = placement.unit_device[placement.n_layer_all]
+            if out is not None:  # the duplicated output copy; on the host the mapping is shared
+                device[out] += device_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
+    return WeightBytes(tuple(device), host)
+
+
+def _where(name: str, layer: str | int, placement: Placement, overrides: Sequence[TensorOverride]) -> int | None:
+    for o in overrides:
+        if re.search(o.pattern, name):
+            return None if o.buffer == "CPU" else int(o.buffer)
+    if layer == "input":
+        return None
+    if layer == "output":
+        return placement.unit_device[placement.n_layer_all]
+    return placement.unit_device[int(layer)]
+
+
+def loaded(name: str, n_layer: int, load_mtp: bool) -> bool:
+    """Whether a context loads tensor ``name``: the MTP (nextn) layers ``blk.{il >= n_layer}`` only with
+    ``--spec-type mtp`` (llama.cpp's ``load_mtp``)."""
+    m = _BLOCK.match(name)
+    return load_mtp or not (m and int(m.group(1)) >= n_layer)
+
+
+def gguf_weights(tensors: Sequence[tuple[str, int]], rows: Sequence[tuple[str, int]], n_layer: int,
+                 load_mtp: bool = False) -> list[Weight]:
+    """The loaded tensors of a GGUF from its tensor table ((name, bytes)) and rows ((type, ne0)), same order."""
+    if len(tensors) != len(rows):
+        raise WeightPlacementError("the GGUF tensor table and its row table differ in length")
+    return [Weight(name, n_bytes, type_, ne0) for (name, n_bytes), (type_, ne0) in zip(tensors, rows, strict=True)
+            if loaded(name, n_layer, load_mtp)]

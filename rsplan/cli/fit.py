@@ -1,0 +1,184 @@
+"""``rsplan fit``: llama.cpp's ``--fit`` offline (planner.fit), for devices the user gives or has.
+
+It answers what llama-server / llama-cli would choose at start-up (``--fit on`` is their default) on devices with
+the given free memory: the context, ``-ngl``, ``-ts`` and ``-ot``, as ``llama-fit-params`` prints them, with the
+projected memory per device and on the host, and a check llama.cpp does not make: whether the host can hold what
+stays there (weights, host caches and compute buffer, the output buffer, llama-server's checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from rsplan.cli.errors import user_errors
+from rsplan.cli.options import context_options, model_options, pop_context_params
+from rsplan.cli.sections import SectionedCommand, section
+from rsplan.errors import RsplanError
+from rsplan.render.units import parse_size
+
+#: The buffer types devices may be, with the padding rule planner.buffers gives them.
+DEVICE_KINDS = ("CUDA", "ROCm", "MUSA", "SYCL", "RPC")
+
+FIT_OPTIONS = [
+    click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
+                 help="Free memory per device, with units (24GiB, 81920MiB); several values = several devices. "
+                 "Without --budget and --gpu: no device (a CPU-only build, as llama.cpp on a machine without "
+                 "GPUs)."),
+    click.option("--gpu", metavar="[INDEX,...]", is_flag=False, flag_value="all", default=None,
+                 help="Read the devices' free memory from these NVIDIA GPUs via NVML (no value: every GPU)."),
+    click.option("--device-kind", type=click.Choice(DEVICE_KINDS), default="CUDA", show_default=True,
+                 help="The devices' backend (buffer names and padding; RPC: rpc-server on a CPU)."),
+    click.option("--host-budget", metavar="SIZE", default=None,
+                 help="Host memory. Default: this machine's (llama.cpp's --fit without devices budgets the "
+                 "total memory; rsplan's host check the memory available now)."),
+    click.option("-fitt", "--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
+                 help="Margin to leave free per device, MiB (one value for all devices)."),
+    click.option("-fitc", "--fit-ctx", "fit_ctx", type=click.IntRange(0, 2**32 - 1), default=4096,
+                 show_default=True, metavar="N", help="Smallest context per sequence --fit may choose."),
+    click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "n_gpu_layers", metavar="N|auto|all", default=None,
+                 help="As given to llama.cpp: a value other than auto stops --fit from moving layers."),
+    click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
+                 help="As given to llama.cpp (several devices: stops --fit from moving layers)."),
+    click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", default=None,
+                 help="As given to llama.cpp (stops --fit from moving layers)."),
+    click.option("-cmoe", "--cpu-moe", "cpu_moe", is_flag=True, help="llama.cpp --cpu-moe: every expert on the host."),
+    click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), default=None, metavar="N",
+                 help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
+    click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
+                 help="llama.cpp -nkvo: every cache in host memory."),
+    click.option("--compute", "compute", metavar="SIZE", default=None,
+                 help="Compute buffer per device instead of rsplan's model of it (e.g. read from a real log)."),
+    click.option("--quant", metavar="TYPE", default=None,
+                 help="Weights as llama-quantize TYPE writes them from the bf16 GGUF (presets with a tensor "
+                 "list); a GGUF gives its own tensors."),
+]
+
+OUTPUT_OPTIONS = [
+    click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
+                 help="Whose start-up fit: llama-server's (its outputs size the compute buffer) or llama-cli's / "
+                 "llama-fit-params' (n_batch outputs)."),
+    click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+                 help="table, or json (every number)."),
+]
+
+
+@click.command(cls=SectionedCommand, context_settings={"default_map": {"n_ctx": 0}})
+@model_options()
+@context_options
+@section("Devices and --fit", FIT_OPTIONS)
+@section("Output", OUTPUT_OPTIONS)
+@user_errors
+def fit(model_ref: str, fmt: str, **options: Any) -> None:
+    """What llama.cpp's --fit would choose: context, -ngl, -ts, -ot, for the given devices.
+
+    Mirrors llama.cpp's start-up fitting (common/fit.cpp, on by default in llama-server and llama-cli) step by
+    step, with rsplan's byte counts in place of its dry runs; -c defaults to 0 (the training context, reduced
+    as needed) as in llama.cpp.
+
+    \b
+    Examples:
+      rsplan fit -m lfm2-8b-a1b --quant Q4_K_M --budget 8GiB
+      rsplan fit -m qwen3-next-80b-a3b --quant Q4_K_M --budget 24GiB,24GiB -np 4
+      rsplan fit -m model.gguf --gpu
+    """
+    from rsplan.planner.fit_run import FitOptions, run_fit
+    from rsplan.render.fit import fit_json, fit_table
+
+    ctx = click.get_current_context()
+    explicit_ctx = ctx.get_parameter_source("n_ctx") == ParameterSource.COMMANDLINE
+    params = pop_context_params(options)
+    opts = FitOptions(
+        budgets=_budgets(options["budget"], options["gpu"]),
+        device_kind=options["device_kind"],
+        **_host(options["host_budget"]),
+        margins_mib=_fit_target(options["fit_target"]),
+        fit_ctx=options["fit_ctx"], explicit_zero_ctx=explicit_ctx and params.n_ctx == 0,
+        n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=options["tensor_split"],
+        override_tensor=options["override_tensor"], cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
+        no_kv_offload=options["no_kv_offload"],
+        compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
+        quant=options["quant"], tool=options["tool"],
+    )
+    answer = run_fit(model_ref, params, opts)
+    click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
+
+
+def _host(text: str | None) -> dict[str, Any]:
+    if text is not None:
+        size = _size_or_none(text, "--host-budget")
+        return {"host_total": size, "host_available": size, "host_source": f"--host-budget {text.strip()}"}
+    total, available = host_memory()
+    return {"host_total": total, "host_available": available, "host_source": "this machine"}
+
+
+def _size_or_none(text: str | None, what: str, allow_zero: bool = False) -> int | None:
+    if text is None:
+        return None
+    if text.strip().startswith("-"):
+        raise RsplanError(f"{what}: must be positive, got '{text.strip()}'")
+    return parse_size(text, what, allow_zero=allow_zero, require_unit=True)
+
+
+def _budgets(budget: str | None, gpu: str | None) -> list[tuple[str, int]] | None:
+    """(description, free bytes) per device; None without devices."""
+    if budget is not None and gpu is not None:
+        raise RsplanError("give either --budget or --gpu, not both")
+    if budget is not None:
+        out = []
+        for size in (s.strip() for s in budget.split(",")):
+            if size.startswith("-"):
+                raise RsplanError(f"--budget: must be positive, got '{size}'")
+            out.append((f"--budget {size}", parse_size(size, "--budget", require_unit=True)))
+        return out
+    if gpu is None:
+        return None
+    from rsplan.gpu import gpu_memory as read_gpus
+
+    indices = None
+    if gpu != "all":
+        try:
+            indices = [int(i) for i in gpu.split(",")]
+        except ValueError:
+            raise RsplanError(f"--gpu: expected GPU indices like 0 or 0,1, got '{gpu}'") from None
+    return [(f"NVML GPU{g.index} {g.name} free memory", g.free_bytes) for g in read_gpus(indices)]
+
+
+def _fit_target(text: str) -> list[int]:
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or len(item) > 12:
+            raise RsplanError(f"--fit-target: cannot read '{item}' as a whole number of MiB >= 0")
+        out.append(int(item))
+    return out
+
+
+def _ngl(text: str | None) -> int | None:
+    """llama.cpp's -ngl: ``auto`` (or unset) None (= -1), ``all`` -2, else the number."""
+    if text is None or text.strip().lower() == "auto":
+        return None
+    if text.strip().lower() == "all":
+        return -2
+    item = text.strip()
+    if not item.lstrip("-").isdigit() or len(item) > 10:
+        raise RsplanError(f"-ngl: cannot read '{item}' as a number of layers, auto or all")
+    return int(item)
+
+
+def host_memory() -> tuple[int, int]:
+    """This machine's (total, available) memory, bytes: sysconf as ggml's CPU device reads it, and
+    /proc/meminfo's MemAvailable (the total where it cannot be read)."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return total, int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return total, total

@@ -1,0 +1,103 @@
+"""``rsplan fit`` output: the flags llama.cpp's --fit would choose, per-device memory, the host check, the steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from typing import Any
+
+from rsplan.planner.fit_memory import DeviceUsage
+from rsplan.planner.fit_run import FitAnswer
+from rsplan.render.tables import prose, table
+from rsplan.render.units import mib
+
+
+def _command(a: FitAnswer) -> str:
+    model = shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
+    extra = []
+    p = a.params
+    if p.n_seq_max != 1:
+        extra.append(f"-np {p.n_seq_max}")
+    if p.kv_unified:
+        extra.append("-kvu")
+    for flag, value, default in (("-ctk", p.type_k, "f16"), ("-ctv", p.type_v, "f16"), ("-fa", p.flash_attn, "auto"),
+                                 ("-b", p.n_batch, 2048), ("-ub", p.n_ubatch, 512)):
+        if value != default:
+            extra.append(f"{flag} {value}")
+    # the flags are already fitted: --fit off keeps llama.cpp from fitting again (it would refuse: -ngl is set)
+    return " ".join(["llama-server -m", model, *extra, a.fitted_flags, "--fit off"])
+
+
+def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) -> list[str]:
+    left = "" if free is None else mib(free - u.total)
+    return [name, "" if free is None else mib(free), mib(u.model), mib(u.context), mib(u.compute), mib(u.total),
+            left, "" if margin is None else mib(margin)]
+
+
+def fit_table(a: FitAnswer) -> str:
+    r = a.result
+    lines = [f"llama.cpp --fit for {a.model} ({a.weights_source}), "
+             + (f"{len(a.device_names)} device(s)" if a.device_names else "no device (CPU only)")]
+    if r.failure:
+        lines.append(f"--fit gives up: {r.failure}; llama.cpp starts with the flags as given "
+                     "(llama-fit-params exits 1)")
+    else:
+        lines.append(f"Chosen: {a.fitted_flags}" + ("" if r.changed else "  (no change needed)"))
+        lines.append(f"Command: {_command(a)}")
+    rows = [_usage_row(f"{n} ({s})", free, m, u) for n, s, free, m, u in
+            zip(a.device_names, a.device_sources, a.device_free, a.margins[:len(a.device_names)], r.usage.devices,
+                strict=True)]
+    rows.append(_usage_row("Host", None, None, r.usage.host))
+    lines += ["", table(rows, ["device", "free MiB", "model MiB", "context MiB", "compute MiB", "total MiB",
+                               "left MiB", "margin MiB"],
+                        align=["left"] + ["right"] * 7, wrap=[0])]
+    lines += ["", f"Host memory ({a.host_budget_source}: {mib(a.host_budget)} MiB):"]
+    items = [[i.what, mib(i.bytes), "grows to" if i.grows else "at start"] for i in a.host_items]
+    lines.append(table([*items, ["at start", mib(a.host_start_bytes), ""], ["at most", mib(a.host_bytes), ""]],
+                       ["host item", "MiB", "when"], align=["left", "right", "left"]))
+    if a.host_start_bytes > a.host_budget:
+        lines.append(f"Limited by: host memory: {mib(a.host_start_bytes)} MiB needed at start, {mib(a.host_budget)} "
+                     "MiB available: this start would swap or fail (llama.cpp's --fit checks the host only when "
+                     "there is no device)")
+    elif a.host_bytes > a.host_budget:
+        lines.append(f"Host memory: llama-server's context checkpoints can grow past the host budget ("
+                     f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (default 32 per "
+                     "slot) to bound them")
+    lines += ["", "Steps:"] + [prose(t) for t in r.trace]
+    notes = list(a.notes)
+    if not a.compute_exact:
+        notes.append("compute buffers on devices are rsplan's CPU-backend figure charged to each device holding "
+                     "layers (an estimate: a GPU backend sizes its own graph split); --compute SIZE overrides")
+    if notes:
+        lines += ["", "Notes:"] + [prose(n) for n in notes]
+    return "\n".join(lines)
+
+
+def fit_json(a: FitAnswer) -> dict[str, Any]:
+    r = a.result
+    return {
+        "model": a.model,
+        "weights": a.weights_source,
+        "fitted_flags": None if r.failure else a.fitted_flags,
+        "command": None if r.failure else _command(a),
+        "changed": r.changed,
+        "failure": r.failure,
+        "n_ctx": r.flags.n_ctx,
+        "n_gpu_layers": -1 if r.flags.n_gpu_layers is None else r.flags.n_gpu_layers,
+        "tensor_split": list(r.flags.tensor_split) if r.flags.tensor_split else None,
+        "overrides": [o.flag_text(a.device_names) for o in r.flags.overrides],
+        "devices": [{"name": n, "source": s, "free_bytes": f, "margin_bytes": m, **dataclasses.asdict(u),
+                     "total_bytes": u.total}
+                    for n, s, f, m, u in zip(a.device_names, a.device_sources, a.device_free,
+                                             a.margins[:len(a.device_names)], r.usage.devices, strict=True)],
+        "host": {**dataclasses.asdict(r.usage.host), "total_bytes": r.usage.host.total},
+        "host_check": {"budget_bytes": a.host_budget, "source": a.host_budget_source,
+                       "items": [dataclasses.asdict(i) for i in a.host_items],
+                       "start_bytes": a.host_start_bytes, "max_bytes": a.host_bytes,
+                       "fits_at_start": a.host_start_bytes <= a.host_budget,
+                       "fits_at_most": a.host_bytes <= a.host_budget},
+        "compute_exact": a.compute_exact,
+        "trace": r.trace,
+        "measurements": r.measurements,
+        "notes": a.notes,
+    }

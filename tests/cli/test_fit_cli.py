@@ -1,0 +1,68 @@
+"""``rsplan fit``: the command line, its output and its refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+
+MiB = 1 << 20
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["fit", *args])
+
+
+def test_two_devices_print_runnable_flags_and_json_agrees():
+    r = run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "3GiB,2GiB", "--host-budget", "64GiB")
+    assert r.exit_code == 0, r.output
+    chosen = next(line for line in r.output.splitlines() if line.startswith("Chosen: "))
+    assert " -ngl " in chosen and " -ts " in chosen
+    j = json.loads(run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "3GiB,2GiB", "--host-budget", "64GiB",
+                       "--format", "json").output)
+    assert chosen == f"Chosen: {j['fitted_flags']}"
+    # every device keeps its margin (1024 MiB) with the chosen flags
+    for d in j["devices"]:
+        assert d["free_bytes"] - d["total_bytes"] >= d["margin_bytes"]
+    assert j["host_check"]["fits_at_start"]
+
+
+def test_cpu_only_reduces_the_context_to_the_host():
+    j = json.loads(run("-m", "lfm2-1.2b", "--quant", "Q8_0", "--host-budget", "3GiB", "-np", "4",
+                       "--format", "json").output)
+    assert j["devices"] == [] and j["failure"] is None
+    # the chosen context is a multiple of 256 x 4 streams and leaves the 1024 MiB margin of the host
+    assert j["n_ctx"] % 1024 == 0
+    assert 3 * 1024 * MiB - j["host"]["total_bytes"] >= 1024 * MiB
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-m", "lfm2-1.2b", "--budget", "24GiB"], "give a GGUF file, or --quant TYPE"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "24"], "has no unit"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "-2GiB"], "must be positive"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "-ot", "blk=GPU7"], "unknown buffer type 'GPU7'"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "-ot", "nope"], "expected PATTERN=BUFFER_TYPE"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "-ot", "blk[=CPU"], "bad pattern"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "-ngl", "lots"], "-ngl: cannot read 'lots'"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB,8GiB", "--fit-target", "1,2,3"], "3 values for 2"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--fit-target", "x"], "whole number of MiB"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "-ts", "a,b"], "--tensor-split"),
+    (["-m", "lfm2-1.2b", "--quant", "Q9_9", "--budget", "8GiB"], "Q9_9"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", ",".join(["1GiB"] * 17)], "at most 16"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--gpu"], "not both"),
+])
+def test_bad_input_is_one_line(args, message):
+    r = run(*args)
+    assert r.exit_code != 0
+    assert r.output.startswith("Error: ") and r.output.count("\n") == 1, r.output
+    if message:
+        assert message in r.output
+
+
+def test_user_layers_stop_the_search_and_say_so():
+    r = run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "2GiB", "-ngl", "20", "--host-budget", "64GiB")
+    assert r.exit_code == 0, r.output
+    assert "--fit gives up: n_gpu_layers already set by user to 20, abort" in r.output

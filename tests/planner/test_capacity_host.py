@@ -1,0 +1,39 @@
+"""Capacity answers check host memory too: what stays on the host must fit --host-budget (issue: only advice
+that works). Expected values by hand from mamba-130m's published shapes."""
+
+from __future__ import annotations
+
+from rsplan.hparams.sources import read_model
+from rsplan.planner.capacity import HOST, Budget, CapacityPlanner, DeviceBudget
+from rsplan.planner.context import ContextParams
+
+GiB = 1 << 30
+# mamba-130m: 24 layers, d_inner 1536, d_conv 4, d_state 16: per sequence and layer (3 x 1536 + 16 x 1536) f32
+# = 116,736 bytes; 24 layers = 2,801,664 bytes. Output buffer: 4 bytes x 50,280 logits per sequence = 201,120.
+PER_SEQ_HOST = 2_801_664 + 201_120
+
+
+def planner(host_budget: int | None, n_gpu_layers: int | None) -> CapacityPlanner:
+    spec = read_model("mamba-130m").spec
+    budget = Budget((DeviceBudget("GPU", 8 * GiB, "--budget 8GiB"),), GiB, "--weights 1GiB", (0,), 0,
+                    host_budget_bytes=host_budget)
+    return CapacityPlanner(spec, ContextParams(n_ctx=4096), budget, n_gpu_layers=n_gpu_layers)
+
+
+def test_layers_left_on_the_host_bind_on_host_memory():
+    # -ngl 0: the weights (1 GiB) and every layer's state stay on the host; 10 sequences fit, 11 do not
+    p = planner(GiB + 10 * PER_SEQ_HOST, n_gpu_layers=0)
+    rung = p.max_parallel(4096)
+    assert rung.max_parallel == 10 and rung.limited_by == "memory" and rung.bound_device == HOST
+
+
+def test_all_layers_on_the_gpu_leave_only_the_output_buffer_on_the_host():
+    # everything offloaded: the host holds the output buffer only (201,120 bytes a sequence) -> 256 sequences
+    # (llama.cpp's maximum) fit in 60 MiB of host memory; 50 MB does not hold 256 of them (51,486,720 bytes)
+    assert planner(60 << 20, None).max_parallel(4096).limited_by == "max_seq"
+    rung = planner(50_000_000, None).max_parallel(4096)
+    assert rung.max_parallel == 50_000_000 // 201_120 and rung.bound_device == HOST
+
+
+def test_without_a_host_budget_the_host_is_not_checked():
+    assert planner(None, 0).max_parallel(4096).bound_device != HOST
