@@ -317,8 +317,8 @@ def _nemotron_h(cfg: HFParams, w: KeyWriter) -> str:
     heads, k_heads = cfg.need(_NemotronH.N_HEAD)  # num_heads (+ mamba_num_heads by prefix)
     n_all, n_mtp = n, 0
     if is_moe:
-        n_mtp, _ = cfg.opt("num_nextn_predict_layers")
-        n_mtp = n_mtp or 0
+        given_mtp, _ = cfg.opt("num_nextn_predict_layers")
+        n_mtp = given_mtp or 0
         if n_mtp > 1:
             raise cfg.fail("num_nextn_predict_layers", "llama.cpp's converter supports at most 1 MTP layer")
         if n_mtp:

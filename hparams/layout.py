@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rsplan.hparams.archs import ArchInfo
 from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.recurrent import RecurrentDims, recurrent_dims
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class CacheLayout:
         n_layer: trunk layers (block_count - nextn_predict_layers).
         recurrent_layers: indices of the layers with R/S state (all < n_layer).
         kv_layers: the layers with a KV cache, in layer order.
-        n_embd_r: conv-state row width, elements (the same for every recurrent layer).
-        n_embd_s: recurrent-state row width, elements.
+        recurrent: the recurrent state's dimensions (the same for every recurrent layer; hparams.recurrent).
+        n_embd_r: conv-state row width, elements (``recurrent.n_embd_r``).
+        n_embd_s: recurrent-state row width, elements (``recurrent.n_embd_s``).
         n_embd_v_gqa_max: the widest V row over ALL layers (V padding without flash attention).
         has_v: False for MLA (K-only cache).
         head_dim_k / head_dim_v: per trunk layer, for llama.cpp's quantized-cache block checks.
@@ -49,6 +51,7 @@ class CacheLayout:
     n_layer: int
     recurrent_layers: tuple[int, ...]
     kv_layers: tuple[KVLayer, ...]
+    recurrent: RecurrentDims
     n_embd_r: int
     n_embd_s: int
     n_embd_v_gqa_max: int
@@ -91,6 +94,7 @@ def _is_recurrent(spec: ModelSpec, info: ArchInfo, il: int) -> bool:
     if flags is not None:
         return flags[il]
     interval = spec.full_attention_interval or info.full_attention_interval
+    assert interval is not None, "every 'interval' arch has a default full_attention_interval (archs.py)"
     return (il + 1) % interval != 0
 
 
@@ -106,30 +110,6 @@ def _has_kv(spec: ModelSpec, info: ArchInfo, il: int, recr: bool) -> bool:
     if f == "nemotron":
         return not recr and spec.feed_forward(il) == 0
     return il < spec.n_layer and not recr  # trunk_not_recurrent
-
-
-def _row_widths(spec: ModelSpec, info: ArchInfo, head_k_full: int) -> tuple[int, int]:
-    """(n_embd_r, n_embd_s): llama_hparams::n_embd_r / n_embd_s; the first matching branch wins."""
-    n_embd = spec.embedding_length
-    n_head0 = spec.head_count(0)
-    ssm = spec.ssm
-    d_conv = ssm.conv_kernel if ssm and ssm.conv_kernel else 0
-    if spec.wkv is not None and spec.wkv.head_size:
-        return spec.wkv.token_shift_count * n_embd, n_embd * spec.wkv.head_size
-    if spec.shortconv is not None and spec.shortconv.l_cache:
-        # n_embd_s falls through to ssm_d_state * ssm_d_inner, which LFM2 leaves at 0
-        return n_embd * (spec.shortconv.l_cache - 1), 0
-    if spec.kda is not None and spec.kda.head_dim:
-        head_dim = spec.kda.head_dim
-        return 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head0 * head_dim, head_dim * head_dim * n_head0
-    d_inner = ssm.inner_size if ssm and ssm.inner_size else 0
-    d_state = ssm.state_size if ssm and ssm.state_size else 0
-    n_group = ssm.group_count if ssm and ssm.group_count else 0  # Mamba-1 and Jamba never set it
-    n_embd_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
-    if info.family == "lightning":
-        # MiniMax-01: n_embd_head_la = n_embd_head_k_full, the attention key head dim; no conv state
-        return n_embd_r, head_k_full * head_k_full * n_head0
-    return n_embd_r, d_state * d_inner
 
 
 def cache_layout(spec: ModelSpec) -> CacheLayout:
@@ -169,15 +149,16 @@ def cache_layout(spec: ModelSpec) -> CacheLayout:
         if _has_kv(spec, info, il, recr):
             kv_layers.append(KVLayer(il, hk * n_kv, hv * n_kv, is_swa))
 
-    n_embd_r, n_embd_s = _row_widths(spec, info, head_k_full)
+    dims = recurrent_dims(spec)
     return CacheLayout(
         arch=info,
         n_layer_all=spec.block_count,
         n_layer=spec.n_layer,
         recurrent_layers=tuple(recurrent),
         kv_layers=tuple(kv_layers),
-        n_embd_r=n_embd_r,
-        n_embd_s=n_embd_s,
+        recurrent=dims,
+        n_embd_r=dims.n_embd_r,
+        n_embd_s=dims.n_embd_s,
         n_embd_v_gqa_max=v_max,
         has_v=not info.mla,
         head_dim_k=tuple(head_dim_k),

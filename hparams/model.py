@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeGuard, TypeVar
 
 from rsplan.hparams.archs import ArchInfo, arch_info
 
@@ -47,6 +47,12 @@ WEIGHT_SHAPE_KEYS = frozenset({
 #: Floating-point types a Hugging Face config names for its weights or states (``torch_dtype`` / ``dtype``).
 HF_DTYPES = ("float32", "float16", "bfloat16")
 HFDtype = Literal["float32", "float16", "bfloat16"]
+
+
+def is_hf_dtype(name: str) -> TypeGuard[HFDtype]:
+    """``name`` is one of HF_DTYPES."""
+    return name in HF_DTYPES
+
 
 R = TypeVar("R", bound="Record")
 
@@ -128,10 +134,7 @@ class Record:
         return json.dumps(self.model_dump(**kwargs), separators=(",", ":"))
 
 
-_RECORD = dict(frozen=True, init=False, repr=True, eq=True)
-
-
-@dataclass(**_RECORD)
+@dataclass(frozen=True, init=False, kw_only=True)
 class AttentionSpec(Record):
     """``{arch}.attention.*``: attention heads and dimensions."""
 
@@ -153,7 +156,7 @@ class AttentionSpec(Record):
     gate_lora_rank: int | None = None  # RWKV-7: g1/g2 rank
 
 
-@dataclass(**_RECORD)
+@dataclass(frozen=True, init=False, kw_only=True)
 class SSMSpec(Record):
     """``{arch}.ssm.*``: Mamba-style state (also used by gated delta nets and the KDA conv kernel)."""
 
@@ -164,7 +167,7 @@ class SSMSpec(Record):
     group_count: int | None = None  # PLaMo-2 GGUFs write 0
 
 
-@dataclass(**_RECORD)
+@dataclass(frozen=True, init=False, kw_only=True)
 class WKVSpec(Record):
     """``{arch}.wkv.head_size`` and ``{arch}.token_shift_count`` (RWKV)."""
 
@@ -172,21 +175,21 @@ class WKVSpec(Record):
     token_shift_count: int = 2
 
 
-@dataclass(**_RECORD)
+@dataclass(frozen=True, init=False, kw_only=True)
 class ShortConvSpec(Record):
     """``{arch}.shortconv.l_cache`` (LFM2)."""
 
     l_cache: int | None = None
 
 
-@dataclass(**_RECORD)
+@dataclass(frozen=True, init=False, kw_only=True)
 class KDASpec(Record):
     """``{arch}.kda.head_dim`` (Kimi Delta Attention)."""
 
     head_dim: int | None = None
 
 
-@dataclass(**_RECORD)
+@dataclass(frozen=True, init=False, kw_only=True)
 class ServingSpec(Record):
     """Facts of the Hugging Face config that serving engines (vLLM, SGLang) read and GGUF has no key for.
 
@@ -205,7 +208,7 @@ def _no_attention() -> AttentionSpec:
     return AttentionSpec.from_trusted_values({})
 
 
-@dataclass(**_RECORD)
+@dataclass(frozen=True, init=False, kw_only=True)
 class ModelSpec(Record):
     """A model's cache-relevant hyper-parameters, named as llama.cpp's GGUF keys.
 
@@ -293,6 +296,23 @@ _SECTIONS: dict[str, type[Record]] = {
 }
 
 
+def _check_section(spec: Any, info: ArchInfo, section: str) -> None:
+    """A hyper-parameter section (ssm, wkv, ...) is given exactly when the arch reads it, with the keys it
+    requires and no key it does not read."""
+    given = getattr(spec, section)
+    required = info.sections.get(section)
+    if given is not None and required is None:
+        raise ValueError(f"{section}: not read by llama.cpp for arch '{spec.arch}'; remove it")
+    if required is None:
+        return
+    for key in required:
+        if given is None or getattr(given, key) is None:
+            raise ValueError(f"{section}.{key} is required for arch '{spec.arch}'")
+    unread = sorted(given.model_fields_set - set(required) - _OPTIONAL_KEYS.get(section, set()))
+    if unread:
+        raise ValueError(f"{section}.{unread[0]}: not read by llama.cpp for arch '{spec.arch}'")
+
+
 def check_consistency(spec: Any) -> None:
     """The cross-field rules of a model (a ModelSpec, or its schema object while it is validated).
 
@@ -315,18 +335,7 @@ def check_consistency(spec: Any) -> None:
         if isinstance(value, list) and len(value) != n:
             raise ValueError(f"{key} has wrong array length; expected {n} (block_count), got {len(value)}")
     for section in ("ssm", "wkv", "shortconv", "kda"):
-        given = getattr(spec, section)
-        required = info.sections.get(section)
-        if given is not None and required is None:
-            raise ValueError(f"{section}: not read by llama.cpp for arch '{spec.arch}'; remove it")
-        if required is None:
-            continue
-        for key in required:
-            if given is None or getattr(given, key) is None:
-                raise ValueError(f"{section}.{key} is required for arch '{spec.arch}'")
-        unread = sorted(given.model_fields_set - set(required) - _OPTIONAL_KEYS.get(section, set()))
-        if unread:
-            raise ValueError(f"{section}.{unread[0]}: not read by llama.cpp for arch '{spec.arch}'")
+        _check_section(spec, info, section)
     if info.mla:
         for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
             if getattr(attention, key) is None:

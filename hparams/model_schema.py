@@ -137,21 +137,21 @@ class ModelSchema(_Strict):
 
 
 #: record class -> its schema
-SCHEMAS: dict[type, type[_Strict]] = {
+SCHEMAS: dict[type[M.Record], type[_Strict]] = {
     M.AttentionSpec: AttentionSchema, M.SSMSpec: SSMSchema, M.WKVSpec: WKVSchema, M.ShortConvSpec: ShortConvSchema,
     M.KDASpec: KDASchema, M.ServingSpec: ServingSchema, M.ModelSpec: ModelSchema,
 }
 _RECORDS = {schema: record for record, schema in SCHEMAS.items()}
 
-R = TypeVar("R")
+R = TypeVar("R", bound=M.Record)
 
 
-def _record(value: BaseModel) -> Any:
+def _record(value: _Strict) -> Any:
     """The record of a validated schema object, with its sections' records and the keys it was given."""
     values = {}
     for name in type(value).model_fields:
         v = getattr(value, name)
-        values[name] = _record(v) if isinstance(v, BaseModel) else v
+        values[name] = _record(v) if isinstance(v, _Strict) else v
     return _RECORDS[type(value)].from_trusted_values(values, value.model_fields_set)
 
 

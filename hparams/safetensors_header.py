@@ -78,28 +78,9 @@ def parse_header(raw: bytes, where: str, file_size: int | None = None) -> Safete
     spans: list[tuple[int, int, str]] = []
     dtype_bytes: dict[str, int] = {}
     for name, info in tensors:
-        what = f"{where}: tensor '{printable(name[:100])}'"
-        if not isinstance(info, dict):
-            raise ModelFileError(f"{what}: expected an object with dtype, shape, data_offsets")
-        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
-        if bits is None:
-            raise ModelFileError(f"{what}: dtype {json.dumps(dtype)[:40]} is not a safetensors dtype rsplan knows "
-                                 f"({', '.join(DTYPE_BITS)})")
-        if not isinstance(shape, list) or len(shape) > 16 or not all(_uint(d) for d in shape):
-            raise ModelFileError(f"{what}: shape {json.dumps(shape)[:60]} is not a list of dimensions")
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_uint(o) for o in offsets) \
-                or offsets[0] > offsets[1]:
-            raise ModelFileError(f"{what}: data_offsets {json.dumps(offsets)[:60]} is not [begin, end]")
-        n_elements = 1
-        for d in shape:
-            n_elements *= d
-        n_bits = n_elements * bits
-        if n_bits % 8 or n_bits // 8 != offsets[1] - offsets[0]:
-            raise ModelFileError(f"{what}: {offsets[1] - offsets[0]} bytes of data for shape {shape} of {dtype} "
-                                 f"({n_bits / 8:g} bytes)")
-        spans.append((offsets[0], offsets[1], name))
-        dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + offsets[1] - offsets[0]
+        dtype, begin, stop = _tensor_entry(f"{where}: tensor '{printable(name[:100])}'", info)
+        spans.append((begin, stop, name))
+        dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + stop - begin
     spans.sort()
     end = 0
     for begin, stop, name in spans:
@@ -111,6 +92,30 @@ def parse_header(raw: bytes, where: str, file_size: int | None = None) -> Safete
         raise ModelFileError(f"{where}: header and data make {8 + len(raw) + end} bytes, the file has {file_size}: "
                              "truncated or corrupt")
     return SafetensorsHeader(8 + len(raw), end, dict(sorted(dtype_bytes.items())), len(tensors))
+
+
+def _tensor_entry(what: str, info: object) -> tuple[str, int, int]:
+    """``(dtype, begin, end)`` of one tensor's header entry, checked: a known dtype, a shape of at most 16
+    dimensions, and data offsets that hold exactly its bytes."""
+    if not isinstance(info, dict):
+        raise ModelFileError(f"{what}: expected an object with dtype, shape, data_offsets")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or (bits := DTYPE_BITS.get(dtype)) is None:
+        raise ModelFileError(f"{what}: dtype {json.dumps(dtype)[:40]} is not a safetensors dtype rsplan knows "
+                             f"({', '.join(DTYPE_BITS)})")
+    if not isinstance(shape, list) or len(shape) > 16 or not all(_uint(d) for d in shape):
+        raise ModelFileError(f"{what}: shape {json.dumps(shape)[:60]} is not a list of dimensions")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_uint(o) for o in offsets) \
+            or offsets[0] > offsets[1]:
+        raise ModelFileError(f"{what}: data_offsets {json.dumps(offsets)[:60]} is not [begin, end]")
+    n_elements = 1
+    for d in shape:
+        n_elements *= d
+    n_bits = n_elements * bits
+    if n_bits % 8 or n_bits // 8 != offsets[1] - offsets[0]:
+        raise ModelFileError(f"{what}: {offsets[1] - offsets[0]} bytes of data for shape {shape} of {dtype} "
+                             f"({n_bits / 8:g} bytes)")
+    return dtype, offsets[0], offsets[1]
 
 
 def _uint(v: object) -> bool:

@@ -238,7 +238,7 @@ def _read_url(url: str) -> ReadModel:
         return reader(base.rsplit("/", 1)[0] + "/" + part_name)
 
     g = read_remote_gguf(reader(url), name, part)
-    origin = {"form": "url", "files": [{"url": shown_url(u), "bytes_fetched": log.bytes_read,
+    origin: dict[str, Any] = {"form": "url", "files": [{"url": shown_url(u), "bytes_fetched": log.bytes_read,
                                         "requests": log.requests} for u, log in logs]}
     origin["bytes_fetched"] = sum(f["bytes_fetched"] for f in origin["files"])
     return _gguf_read(g, origin)

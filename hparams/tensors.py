@@ -18,9 +18,9 @@ the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_bac
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
 
-Archs with a table: mamba, mamba2, rwkv7, jamba, nemotron_h, lfm2, lfm2moe, qwen35, qwen35moe, qwen3next,
-kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys (vocab_size, expert_*, ...); a missing one
-is an UnsupportedArchError naming it.
+Archs with a table: mamba, mamba2, rwkv7, jamba, nemotron_h, granitehybrid (MoE), lfm2, lfm2moe, qwen35,
+qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys (vocab_size, expert_*,
+...); a missing one is an UnsupportedArchError naming it.
 """
 
 from __future__ import annotations
@@ -197,6 +197,26 @@ KINDS: dict[str, list[Template]] = {
         ("ssm_norm.weight", lambda d, il: (d.d_inner // d.n_group, d.n_group)),
         ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
     ],
+    # Granite-4.0-H (src/models/granite-hybrid.cpp, conversion/granite.py GraniteHybridModel): Mamba-2 layers are
+    # the "mamba2" kind, attention layers separate Q/K/V without biases; every layer then has experts as wide as
+    # feed_forward_length and a shared expert (expert_shared_feed_forward_length)
+    "granite_attn": [
+        ("attn_norm.weight", _NORM),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+    ],
+    "granite_moe": [
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+        ("ffn_gate_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
+        ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
+        ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
+    ],
     # Nemotron-H (src/models/nemotron-h.cpp): Mamba-2 layers are the "mamba2" kind; '*' layers attention only,
     # '-' layers a squared-ReLU MLP only (no gate); the converter writes no attention / MLP biases
     "nemotron_attn": [
@@ -371,6 +391,12 @@ def _lfm2_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     return ("lfm2_ffn" if dense else "lfm2_moe", "shortconv" if recr else "lfm2_attn")
 
 
+def _jamba_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    expert_layers = spec.expert_layers
+    assert expert_layers is not None, "jamba's ArchTensors needs expert_layers"
+    return ("jamba_mamba" if recr else "jamba_attn", "jamba_moe" if expert_layers[il] else "jamba_ffn")
+
+
 def _nemotron_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     if recr:
         return ("mamba2",)
@@ -410,9 +436,7 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
     "jamba": ArchTensors(
         "output_norm",
-        lambda spec, il, recr: (
-            "jamba_mamba" if recr else "jamba_attn", "jamba_moe" if spec.expert_layers[il] else "jamba_ffn"
-        ),
+        _jamba_kinds,
         ("vocab_size", "feed_forward_length", "expert_count", "expert_layers"),
     ),
     "kimi-linear": ArchTensors(
@@ -428,6 +452,11 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
         ("vocab_size", "feed_forward_length", "expert_count"),
     ),
     "nemotron_h": ArchTensors("output_norm", _nemotron_kinds, ("vocab_size", "feed_forward_length")),
+    # the MoE Granite-4.0-H models (tiny, small); the dense ones (h-1b, h-micro) have no table yet
+    "granitehybrid": ArchTensors(
+        "output_norm", lambda spec, il, recr: ("mamba2" if recr else "granite_attn", "granite_moe"),
+        ("vocab_size", "feed_forward_length", "expert_count", "expert_shared_feed_forward_length"),
+    ),
     "lfm2": ArchTensors("token_embd_norm", _lfm2_kinds, ("vocab_size", "feed_forward_length")),
     "lfm2moe": ArchTensors(
         "token_embd_norm", _lfm2_kinds,

@@ -46,10 +46,17 @@ def _shown(value: str) -> str:
     return value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value
 
 
+def _line(event: yaml.Event) -> int:
+    """The 1-based line where ``event`` starts (yaml.parse gives every event its marks)."""
+    mark = event.start_mark
+    assert mark is not None, "yaml.parse events carry their marks"
+    return mark.line + 1
+
+
 def _check_scalar(event: yaml.ScalarEvent, where: str, is_key: bool) -> None:
     """A value must be plain text (no control characters: they would act on the terminal that prints the
     preset's name or source); a key must be a name, not something YAML reads as a number, bool or null."""
-    line = event.start_mark.line + 1
+    line = _line(event)
     control = _CONTROL.search(event.value)
     if control:
         raise ModelFileError(
@@ -78,7 +85,7 @@ def _count_item(top: list | None, event: yaml.Event, where: str) -> None:
     top[3] += 1
     if top[3] > MAX_LIST:
         raise ModelFileError(
-            f"{where}: a list of more than {MAX_LIST} entries at line {event.start_mark.line + 1} "
+            f"{where}: a list of more than {MAX_LIST} entries at line {_line(event)} "
             f"(per-layer lists have block_count entries, at most {MAX_LAYERS})"
         )
 
@@ -97,11 +104,11 @@ def _check_events(text: str, where: str) -> None:
         if tag not in (None, "!"):
             shown = "!!" + tag.removeprefix(_YAML_TAG) if tag.startswith(_YAML_TAG) else tag
             raise ModelFileError(
-                f"{where}: YAML tags ({_shown(shown)} at line {event.start_mark.line + 1}) are not allowed in presets"
+                f"{where}: YAML tags ({_shown(shown)} at line {_line(event)}) are not allowed in presets"
             )
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             if top is not None and top[0] and top[2]:
-                raise ModelFileError(f"{where}: only plain keys are allowed (line {event.start_mark.line + 1})")
+                raise ModelFileError(f"{where}: only plain keys are allowed (line {_line(event)})")
             if len(stack) >= MAX_DEPTH:
                 raise ModelFileError(f"{where}: YAML nested deeper than {MAX_DEPTH} levels")
             _count_item(top, event, where)
@@ -118,7 +125,7 @@ def _check_events(text: str, where: str) -> None:
                 if is_key:
                     if event.value in top[1]:
                         raise ModelFileError(
-                            f"{where}: duplicate key '{_shown(event.value)}' at line {event.start_mark.line + 1}"
+                            f"{where}: duplicate key '{_shown(event.value)}' at line {_line(event)}"
                         )
                     top[1].add(event.value)
                 top[2] = not top[2]

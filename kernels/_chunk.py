@@ -118,6 +118,7 @@ def chunk_scan(
         if beta is not None:
             qs, ks = qs_ks[:, :n], qs_ks[:, n:]
             bc = beta[:, c0:c1]
+            assert Am is not None  # computed above whenever beta is given
             L = (Am.tril(-1) * bc[..., None]) + torch.eye(n, device=k.device)
             rhs = bc[..., None] * (vc - ks)
             d = torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)  # [B, n, Dv]

@@ -7,7 +7,7 @@ lists ``src_rows_ptr`` / ``dst_rows_ptr``, and is launched with keyword argument
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
@@ -62,7 +62,8 @@ def launch_rows(
     if not plan.active:
         return (y,)
     y_buf = y.contiguous()  # a copy when y is strided: padding rows keep the caller's values
-    src, src_pool = plan.src, pool
+    src: Sequence[int] = plan.src
+    src_pool = pool
     if plan.hazard:
         src_pool, src = gather_inputs(pool, plan)
     extra = {"M": plan.mem_size} if pass_mem_size else {}

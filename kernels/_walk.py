@@ -104,7 +104,7 @@ def per_sequence(groups_: list[Group], seq_bytes: int = 0) -> list[Group]:
         for k0 in range(0, len(grp.seqs), per_chunk):
             k1 = min(len(grp.seqs), k0 + per_chunk)
             seqs = grp.seqs[k0:k1]
-            sel = slice(seqs[0], seqs[-1] + 1) if grp.in_place else grp.sel[k0:k1]
+            sel = grp.sel[k0:k1] if isinstance(grp.sel, torch.Tensor) else slice(seqs[0], seqs[-1] + 1)
             out.append(Group(seqs, sel, grp.src[k0:k1], grp.work[k0:k1], grp.in_place))
     return out
 

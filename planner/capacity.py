@@ -427,7 +427,6 @@ class CapacityPlanner:
         """The most rollback planes per sequence at ``-c n_ctx -np n_seq_max`` (rollback-capable archs only),
         at most the longest draft llama.cpp decodes at the effective ``-ub``, with a draft type the model can use."""
         draft = self.draft
-        extra = {"spec_type": draft.spec_type, "needs_draft_model": draft.needs_draft_model}
         if not self.layout.arch.rollback:
             return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
                             f"arch '{self.layout.arch.name}' does not support recurrent rollback "
@@ -437,12 +436,14 @@ class CapacityPlanner:
         if bound < 1:
             return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
                             f"an effective -ub {n_ubatch} leaves no draft: llama.cpp asserts n_ubatch > n_rs_seq + 1",
-                            draft_bound=bound, **extra)
+                            draft_bound=bound, spec_type=draft.spec_type,
+                            needs_draft_model=draft.needs_draft_model)
         n = largest(lambda r: self.fits(self.params(n_ctx, n_seq_max, r)), 0, bound)
         if n < 0:
             return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
                             f"-c {n_ctx} -np {n_seq_max} does not fit even without rollback planes",
-                            draft_bound=bound, **extra)
+                            draft_bound=bound, spec_type=draft.spec_type,
+                            needs_draft_model=draft.needs_draft_model)
         params = self.params(n_ctx, n_seq_max, n)
         use = self.usage(params)
         if n < bound:
@@ -460,7 +461,8 @@ class CapacityPlanner:
             draft_bound=bound,
             bound_device=(self.bound_device(self.params(n_ctx, n_seq_max, n + 1)) if limited_by == "memory"
                           else None),
-            **extra,
+            spec_type=draft.spec_type,
+            needs_draft_model=draft.needs_draft_model,
         )
 
 

@@ -142,6 +142,7 @@ def compute_buffer(
             f"model '{spec.name}' does not give its vocabulary size (vocab_size), which sizes the logits; "
             "pass --compute to give the size"
         )
+    n_vocab = spec.vocab_size
     from rsplan.planner.ggml_alloc import reserve_size
     from rsplan.planner.ggml_ops import GGMLAbort
     from rsplan.planner.graphs import builder as graph_builder
@@ -166,11 +167,13 @@ def compute_buffer(
         n_out_max = n_outputs_max_for(tool, ctx, n_draft)
     n_seqs = ctx.n_seq_max
     n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
+    # a one-sequence reserve whose tokens the KV streams do not divide makes llama.cpp abort in ggml_add
+    # (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml_ops' broadcast check raises it from the graph
 
     def reserve(name: str, n_tok: int, n_sq: int, n_out: int) -> ReserveGraph:
         n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
         p = GraphParams(
-            n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
+            n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=n_vocab,
             n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
             layout=layout, ctx=ctx, embeddings=embeddings,
         )

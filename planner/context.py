@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rsplan.errors import ContextError
 from rsplan.hparams.ggml_types import GGMLType, ggml_type
@@ -73,8 +73,9 @@ class ContextParams:
             if type(getattr(self, name)) is not bool:
                 raise ContextError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
-    def replace(self, **changes: object) -> ContextParams:
-        """A copy with some fields changed (validated again)."""
+    def replace(self, **changes: Any) -> ContextParams:
+        """A copy with some fields changed; any value is accepted here because ``__post_init__`` checks each
+        field's type and range again (a wrong one raises ContextError)."""
         return dataclasses.replace(self, **changes)
 
 
@@ -149,49 +150,11 @@ def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveCont
     type_r, type_s = ggml_type(params.type_r), ggml_type(params.type_s)
     warnings: list[str] = []
     info = layout.arch
-
-    if info.mla and type_k.name != type_v.name:
-        raise ContextError(
-            f"model does not support different K ({type_k.name}) and V ({type_v.name}) cache types"
-        )
-    flash = params.flash_attn
-    if type_v.is_quantized and flash != "on":
-        if flash == "off":
-            raise ContextError("quantized V cache requires flash_attn to be enabled (-fa on or auto)")
-        flash = "on"  # llama.cpp: "enabling flash_attn since it is required for quantized V cache"
-    flash_on = flash != "off"  # auto counts as ON when the memory is created
-    if flash_on:
-        _check_block_sizes(layout, type_k, layout.head_dim_k, "K")
-        _check_block_sizes(layout, type_v, layout.head_dim_v, "V")
-
-    n_ctx = params.n_ctx or layout.n_ctx_train
-    n_ctx_unpadded = n_ctx
+    flash_on = _flash_attn(layout, params.flash_attn, type_k, type_v)
+    n_ctx, n_ctx_seq, n_stream = _context_size(layout, params, warnings)
     n_seq_max = params.n_seq_max
-    n_ctx = _pad(n_ctx, CTX_PAD)
-    if params.kv_unified:
-        n_stream, n_ctx_seq = 1, n_ctx
-    else:
-        n_stream = n_seq_max
-        n_ctx_seq = _pad(n_ctx // n_seq_max, CTX_PAD)
-        if n_ctx_seq == 0:
-            raise ContextError(f"n_ctx_seq == 0: -c {n_ctx} is too small for -np {n_seq_max}")
-        if n_ctx != n_ctx_seq * n_seq_max:
-            n_ctx = n_ctx_seq * n_seq_max
-            warnings.append(f"n_ctx is not divisible by n_seq_max - rounding down to {n_ctx}")
-    if n_ctx > MAX_CTX:
-        why = f" (-c 0 = the training context {layout.n_ctx_train})" if params.n_ctx == 0 else ""
-        raise ContextError(f"n_ctx {n_ctx} (after padding) does not fit llama.cpp's uint32{why}")
-    if n_ctx_seq < layout.n_ctx_train:
-        warnings.append(
-            f"n_ctx_seq ({n_ctx_seq}) < n_ctx_train ({layout.n_ctx_train}) -- "
-            "the full capacity of the model will not be utilized"
-        )
-    elif n_ctx_seq > layout.n_ctx_train:
-        warnings.append(
-            f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({layout.n_ctx_train}) -- possible training context overflow"
-        )
 
-    n_batch = min(n_ctx_unpadded, params.n_batch)
+    n_batch = min(params.n_ctx or layout.n_ctx_train, params.n_batch)  # the unpadded -c
     n_ubatch = min(n_batch, params.n_ubatch)
 
     n_rs_seq = params.n_rs_seq
@@ -228,3 +191,52 @@ def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveCont
         type_s=type_s,
         warnings=tuple(warnings),
     )
+
+
+def _flash_attn(layout: CacheLayout, flash: str, type_k: GGMLType, type_v: GGMLType) -> bool:
+    """Whether flash attention is on when the memory is created (``-fa auto`` counts as on), after the cache type
+    checks: MLA needs one K/V type, a quantized V cache needs flash attention, and with flash attention each
+    cache type's block size must divide the head dimensions."""
+    if layout.arch.mla and type_k.name != type_v.name:
+        raise ContextError(
+            f"model does not support different K ({type_k.name}) and V ({type_v.name}) cache types"
+        )
+    if type_v.is_quantized and flash != "on":
+        if flash == "off":
+            raise ContextError("quantized V cache requires flash_attn to be enabled (-fa on or auto)")
+        flash = "on"  # llama.cpp: "enabling flash_attn since it is required for quantized V cache"
+    flash_on = flash != "off"  # auto counts as ON when the memory is created
+    if flash_on:
+        _check_block_sizes(layout, type_k, layout.head_dim_k, "K")
+        _check_block_sizes(layout, type_v, layout.head_dim_v, "V")
+    return flash_on
+
+
+def _context_size(layout: CacheLayout, params: ContextParams, warnings: list[str]) -> tuple[int, int, int]:
+    """``(n_ctx, n_ctx_seq, n_stream)``: -c (0: the training context) padded to 256, split over the sequences'
+    streams unless the cache is unified; appends llama.cpp's warnings about them to ``warnings``."""
+    n_ctx = _pad(params.n_ctx or layout.n_ctx_train, CTX_PAD)
+    n_seq_max = params.n_seq_max
+    if params.kv_unified:
+        n_stream, n_ctx_seq = 1, n_ctx
+    else:
+        n_stream = n_seq_max
+        n_ctx_seq = _pad(n_ctx // n_seq_max, CTX_PAD)
+        if n_ctx_seq == 0:
+            raise ContextError(f"n_ctx_seq == 0: -c {n_ctx} is too small for -np {n_seq_max}")
+        if n_ctx != n_ctx_seq * n_seq_max:
+            n_ctx = n_ctx_seq * n_seq_max
+            warnings.append(f"n_ctx is not divisible by n_seq_max - rounding down to {n_ctx}")
+    if n_ctx > MAX_CTX:
+        why = f" (-c 0 = the training context {layout.n_ctx_train})" if params.n_ctx == 0 else ""
+        raise ContextError(f"n_ctx {n_ctx} (after padding) does not fit llama.cpp's uint32{why}")
+    if n_ctx_seq < layout.n_ctx_train:
+        warnings.append(
+            f"n_ctx_seq ({n_ctx_seq}) < n_ctx_train ({layout.n_ctx_train}) -- "
+            "the full capacity of the model will not be utilized"
+        )
+    elif n_ctx_seq > layout.n_ctx_train:
+        warnings.append(
+            f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({layout.n_ctx_train}) -- possible training context overflow"
+        )
+    return n_ctx, n_ctx_seq, n_stream

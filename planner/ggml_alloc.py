@@ -156,89 +156,116 @@ class _State:
 def reserve_size(graph: Graph, alignment: int) -> int:
     """The buffer size ``ggml_gallocr_reserve`` needs for ``graph`` on a backend of ``alignment`` bytes
     (ggml_gallocr_alloc_graph_impl with one buffer; allocation size = ggml_nbytes, as on the CPU)."""
-    alloc = _DynAllocator(alignment)
-    state: dict[int, _State] = {}
+    galloc = _Gallocr(alignment)
+    galloc.alloc_graph(graph)
+    return galloc.alloc.max_size
 
-    def st(t: Tensor) -> _State:
-        s = state.get(id(t))
+
+class _Gallocr:
+    """ggml_gallocr with one buffer: the per-tensor hash state and the allocator, with ggml-alloc.c's functions
+    (ggml_gallocr_allocate_node, ggml_gallocr_free_extra_space, ggml_gallocr_free_node,
+    ggml_gallocr_alloc_graph_impl) as methods."""
+
+    def __init__(self, alignment: int) -> None:
+        self.alignment = alignment
+        self.alloc = _DynAllocator(alignment)
+        self.state: dict[int, _State] = {}
+
+    def st(self, t: Tensor) -> _State:
+        """ggml_gallocr_hash_get: the state of ``t``, created on first use."""
+        s = self.state.get(id(t))
         if s is None:
-            s = state[id(t)] = _State()
+            s = self.state[id(t)] = _State()
         return s
 
-    def is_own(t: Tensor) -> bool:
-        return st(t).allocated
+    def is_own(self, t: Tensor) -> bool:
+        return self.st(t).allocated
 
-    def free_extra(node: Tensor, parent: Tensor) -> None:
-        p_size = _aligned(parent.nbytes, alignment)
-        n_size = _aligned(node.nbytes, alignment)
+    def free_extra(self, node: Tensor, parent: Tensor) -> None:
+        """ggml_gallocr_free_extra_space: ``node`` reuses ``parent``'s memory; free what it does not need."""
+        p_size = _aligned(parent.nbytes, self.alignment)
+        n_size = _aligned(node.nbytes, self.alignment)
         if p_size > n_size:
-            alloc.free(st(parent).offset + n_size, p_size - n_size)
+            self.alloc.free(self.st(parent).offset + n_size, p_size - n_size)
 
-    def allocate(node: Tensor) -> None:
-        hn = st(node)
+    def allocate(self, node: Tensor) -> None:
+        """ggml_gallocr_allocate_node: in place over a parent that dies here when the op allows it, else a new
+        block."""
+        hn = self.st(node)
         if node.external or hn.allocated or node.view_src is not None:
             return
         hn.allocated = True
-        if node.op in INPLACE_OPS:
-            for parent in node.src:
-                if not is_own(parent):
-                    continue
-                if parent.flags & FLAG_OUTPUT or (
-                    parent.view_src is not None and parent.view_src.flags & FLAG_OUTPUT
-                ):
-                    continue
-                if not node.same_layout(parent):
-                    continue
-                p_hn = st(parent)
-                if p_hn.n_children == 1 and p_hn.n_views == 0:
-                    if parent.view_src is not None:
-                        vs = parent.view_src
-                        vs_hn = st(vs)
-                        if vs_hn.n_views == 1 and vs_hn.n_children == 0 and parent.view_offs == 0:
-                            hn.offset = p_hn.offset
-                            p_hn.allocated = False
-                            vs_hn.allocated = False
-                            free_extra(node, vs)
-                            return
-                    else:
-                        hn.offset = p_hn.offset
-                        p_hn.allocated = False
-                        free_extra(node, parent)
-                        return
-        hn.offset = alloc.alloc(node.nbytes)
-
-    def free(node: Tensor) -> None:
-        if node.flags & FLAG_OUTPUT:
+        if node.op in INPLACE_OPS and self._reuse_parent(node, hn):
             return
-        hn = st(node)
-        alloc.free(hn.offset, node.nbytes)
-        hn.allocated = False
+        hn.offset = self.alloc.alloc(node.nbytes)
 
-    for leaf in graph.leafs:
-        allocate(leaf)
-    for node in graph.nodes:
-        if node.view_src is not None and node.op != "NONE":
-            st(node.view_src).n_views += 1
-        if node.flags & FLAG_INPUT:
-            allocate(node)
-        for src in node.src:
-            st(src).n_children += 1
-            if src.flags & FLAG_INPUT:
-                allocate(src)
-    for node in graph.nodes:
+    def _reuse_parent(self, node: Tensor, hn: _State) -> bool:
+        """The in-place branch of ggml_gallocr_allocate_node: take over the memory of the first parent (or its
+        view source) that has no other consumer; False when none qualifies."""
         for parent in node.src:
-            allocate(parent)
-        allocate(node)
-        for parent in node.src:
-            p_hn = st(parent)
-            p_hn.n_children -= 1
-            if p_hn.n_children == 0 and p_hn.n_views == 0:
+            if not self.is_own(parent):
+                continue
+            if parent.flags & FLAG_OUTPUT or (parent.view_src is not None and parent.view_src.flags & FLAG_OUTPUT):
+                continue
+            if not node.same_layout(parent):
+                continue
+            p_hn = self.st(parent)
+            if p_hn.n_children == 1 and p_hn.n_views == 0:
                 if parent.view_src is not None:
                     vs = parent.view_src
-                    vs_hn = st(vs)
-                    vs_hn.n_views -= 1
-                    if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
-                        free(vs)
-                elif p_hn.allocated:
-                    free(parent)
-    return alloc.max_size
+                    vs_hn = self.st(vs)
+                    if vs_hn.n_views == 1 and vs_hn.n_children == 0 and parent.view_offs == 0:
+                        hn.offset = p_hn.offset
+                        p_hn.allocated = False
+                        vs_hn.allocated = False
+                        self.free_extra(node, vs)
+                        return True
+                else:
+                    hn.offset = p_hn.offset
+                    p_hn.allocated = False
+                    self.free_extra(node, parent)
+                    return True
+        return False
+
+    def free(self, node: Tensor) -> None:
+        """ggml_gallocr_free_node (graph outputs are never freed)."""
+        if node.flags & FLAG_OUTPUT:
+            return
+        hn = self.st(node)
+        self.alloc.free(hn.offset, node.nbytes)
+        hn.allocated = False
+
+    def alloc_graph(self, graph: Graph) -> None:
+        """ggml_gallocr_alloc_graph_impl: count children and views, allocate the inputs, then walk the nodes,
+        allocating each node's parents and itself and freeing parents whose last consumer it was."""
+        for leaf in graph.leafs:
+            self.allocate(leaf)
+        for node in graph.nodes:
+            if node.view_src is not None and node.op != "NONE":
+                self.st(node.view_src).n_views += 1
+            if node.flags & FLAG_INPUT:
+                self.allocate(node)
+            for src in node.src:
+                self.st(src).n_children += 1
+                if src.flags & FLAG_INPUT:
+                    self.allocate(src)
+        for node in graph.nodes:
+            for parent in node.src:
+                self.allocate(parent)
+            self.allocate(node)
+            for parent in node.src:
+                self._release(parent)
+
+    def _release(self, parent: Tensor) -> None:
+        """One consumer of ``parent`` is done: free it (or its view source) when nothing else uses it."""
+        p_hn = self.st(parent)
+        p_hn.n_children -= 1
+        if p_hn.n_children == 0 and p_hn.n_views == 0:
+            if parent.view_src is not None:
+                vs = parent.view_src
+                vs_hn = self.st(vs)
+                vs_hn.n_views -= 1
+                if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
+                    self.free(vs)
+            elif p_hn.allocated:
+                self.free(parent)

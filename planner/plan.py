@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rsplan.hparams.ggml_types import row_nbytes
+from rsplan.hparams.ggml_types import GGMLType, row_nbytes
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
@@ -181,10 +181,10 @@ def _tensors(layout: CacheLayout, ctx: EffectiveContext) -> list[TensorPlan]:
             if layer.is_swa != swa:
                 continue
             cells = _kv_cells(ctx, layer.is_swa)
-            rows = [("k", layer.n_embd_k_gqa, ctx.type_k)]
+            kv_rows: list[tuple[TensorKind, int, GGMLType]] = [("k", layer.n_embd_k_gqa, ctx.type_k)]
             if layout.has_v:
-                rows.append(("v", _v_row(layout, ctx, layer.n_embd_v_gqa), ctx.type_v))
-            for kind, width, type_ in rows:
+                kv_rows.append(("v", _v_row(layout, ctx, layer.n_embd_v_gqa), ctx.type_v))
+            for kind, width, type_ in kv_rows:
                 row_bytes = row_nbytes(type_, width)
                 out.append(
                     TensorPlan(
@@ -198,9 +198,13 @@ def _tensors(layout: CacheLayout, ctx: EffectiveContext) -> list[TensorPlan]:
                         row_bytes=row_bytes,
                     )
                 )
-    rows = ctx.rs_rows
+    rs_rows = ctx.rs_rows
+    rs_kinds: tuple[tuple[TensorKind, int, GGMLType], ...] = (
+        ("r", layout.n_embd_r, ctx.type_r),
+        ("s", layout.n_embd_s, ctx.type_s),
+    )
     for il in layout.recurrent_layers:
-        for kind, width, type_ in (("r", layout.n_embd_r, ctx.type_r), ("s", layout.n_embd_s, ctx.type_s)):
+        for kind, width, type_ in rs_kinds:
             row_bytes = row_nbytes(type_, width)
             out.append(
                 TensorPlan(
@@ -208,9 +212,9 @@ def _tensors(layout: CacheLayout, ctx: EffectiveContext) -> list[TensorPlan]:
                     layer=il,
                     kind=kind,
                     cache="recurrent",
-                    shape=(width, rows),
+                    shape=(width, rs_rows),
                     type=type_.name,
-                    bytes=row_bytes * rows,
+                    bytes=row_bytes * rs_rows,
                     row_bytes=row_bytes,
                 )
             )

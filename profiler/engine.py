@@ -117,7 +117,7 @@ class Engine:
         self._inputs: dict[tuple, dict] = {}
         self._outs: dict[tuple, Any] = {}
         self.pos: dict[int, int] = {}  # seq -> last position
-        self.itemsize = {
+        self.itemsize: dict[str, int] = {  # pool kind ("r", "s") -> bytes per element
             kind: next(iter(pools.values()))[kind].element_size()
             for kind in ("r", "s")
             if kind in next(iter(pools.values()))

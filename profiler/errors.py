@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from rsplan.errors import DependencyError, DeviceError, RsplanError
 
 __all__ = ["DependencyError", "DeviceError", "WorkloadError"]
@@ -14,7 +16,7 @@ class WorkloadError(RsplanError):
 TORCH_HINT = "pip install torch==2.13.0 (CPU or the CUDA build for your driver), then pip install 'rsplan[profile]'"
 
 
-def import_torch():  # type: ignore[no-untyped-def]
+def import_torch() -> ModuleType:
     """``import torch`` with an install hint instead of a traceback."""
     try:
         import torch

@@ -1,13 +1,15 @@
 """What each recurrent family runs per layer: its kernels, their pool views, inputs and byte counts.
 
 A ``Family`` knows, for one model, how to view a layer's ``cache_r_l*`` / ``cache_s_l*`` tensors as kernel pools,
-how to build plausible inputs for a ubatch of N sequences x T tokens, and how many bytes each kernel moves.
-Per family (llama.cpp 0c1e57098 src/models/*.cpp):
+how to build plausible inputs for a ubatch of N sequences x T tokens, and how many bytes each kernel moves. Which
+ops a family runs and their sizes come from the model's ``RecurrentDims`` (hparams.recurrent: ``FAMILY_OPS``); this
+module knows each op (``OP_DIMS``, ``INPUTS``, ``kernel_bytes``), not each family. Per family (llama.cpp
+0c1e57098 src/models/*.cpp):
 - mamba2 (Mamba-2, Falcon-H1, PLaMo-2, Granite-4.0-H, Nemotron-H): conv over ``x | B | C`` then ssm_scan;
 - mamba (Mamba-1, Jamba): conv over x then the Mamba-1 scan (no snapshot planes);
 - gated_delta_net (Qwen3-Next, Qwen3.5): conv over ``q | k | v`` with every plane written, then gated_delta;
 - kda (Kimi Linear): the same with per-key decays;
-- rwkv (RWKV-6/7): the token shift (a W = 2 conv_state) then the arch's op in ``RWKV_OPS``: wkv6, gla
+- rwkv (RWKV-6/7): the token shift (a W = 2 conv_state) then the arch's op in hparams' ``RWKV_OPS``: wkv6, gla
   (ggml_gated_linear_attn, RWKV6-Qwen2) or wkv7;
 - shortconv (LFM2): shortconv only (no S state);
 - lightning (MiniMax-01): lightning only (no R state).
@@ -21,13 +23,8 @@ from importlib import import_module
 from typing import Any
 
 from rsplan.hparams.layout import CacheLayout
-from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.recurrent import RecurrentDims
 from rsplan.profiler.errors import WorkloadError, import_torch
-
-#: The op of each RWKV arch's time mixing (src/models/rwkv6-base.cpp: RWKV6-Qwen2 has no time_mix_first, so
-#: ``is_qrwkv`` and the graph calls ggml_gated_linear_attn; rwkv7-base.cpp: ggml_rwkv_wkv7 for both RWKV-7s).
-#: Every arch of family "rwkv" must be listed (tests/profiler/test_families.py checks against the arch table).
-RWKV_OPS: dict[str, str] = {"rwkv6": "rwkv6", "rwkv6qwen2": "gla", "rwkv7": "rwkv7", "arwkv7": "rwkv7"}
 
 #: Inputs whose dim 1 is the token axis (sliced for prefix checks); the others are parameters.
 TOKEN_INPUTS = frozenset({"x", "dt", "B", "C", "q", "k", "v", "g", "beta", "r", "w", "a", "b", "c"})
@@ -66,182 +63,152 @@ class Family:
         return any(k.planes for k in self.kernels)
 
 
-def family_of(spec: ModelSpec, layout: CacheLayout) -> Family:
-    """The kernels rsplan runs for ``spec``'s recurrent layers, checked against the planned row widths."""
-    fam, ssm = layout.family, spec.ssm
-    n_embd = spec.embedding_length
-    kernels: list[Kernel] = []
-    if fam in ("mamba2", "mamba", "gated_delta_net"):
-        assert ssm is not None and ssm.conv_kernel and ssm.inner_size and ssm.state_size
-        d_conv, d_inner, d_state = ssm.conv_kernel, ssm.inner_size, ssm.state_size
-        n_group = ssm.group_count or 0
-        channels = d_inner + 2 * n_group * d_state
-        conv = Kernel(
-            "conv_state",
-            "r",
-            (channels, d_conv - 1),
-            True,
-            clamp=fam == "gated_delta_net",
-            dims={"D": channels, "W": d_conv},
+#: How each op's sizes (its kernel's keyword dims, legend of rsplan.kernels) are read off the model's RecurrentDims.
+OP_DIMS: dict[str, Callable[[RecurrentDims], dict[str, int]]] = {
+    "conv_state": lambda d: {"D": d.conv_channels, "W": d.conv_width},
+    "shortconv": lambda d: {"D": d.conv_channels, "L": d.conv_width},
+    "ssm_scan": lambda d: {"H": d.n_heads, "P": d.head_dim, "G": d.n_groups, "S": d.state_size},
+    "gated_delta": lambda d: {"Hk": d.n_groups, "Hv": d.n_heads, "Dk": d.state_size, "Dv": d.head_dim},
+    "rwkv6": lambda d: {"H": d.n_heads, "S": d.state_size},
+    "gla": lambda d: {"H": d.n_heads, "S": d.state_size},
+    "rwkv7": lambda d: {"H": d.n_heads, "S": d.state_size},
+    "lightning": lambda d: {"H": d.n_heads, "S": d.state_size},
+}
+
+
+def family_of(layout: CacheLayout) -> Family:
+    """The kernels rsplan runs for a model's recurrent layers, from its RecurrentDims (``layout.recurrent``).
+
+    Raises:
+        RecurrentDimsError: a state that does not split into whole heads and groups.
+    """
+    dims = layout.recurrent.require_heads()
+    kernels = tuple(
+        Kernel(
+            op.op,
+            op.pool,
+            dims.conv_row if op.pool == "r" else dims.state_row,
+            op.planes,
+            clamp=op.clamp,
+            dims={**OP_DIMS[op.op](dims), **dict.fromkeys(op.modes, 1)},
+            token_shift=op.token_shift,
         )
-        kernels.append(conv)
-        if fam == "mamba2":
-            n_head = ssm.time_step_rank or 0
-            if not n_head or d_inner % n_head or n_head % max(n_group, 1):
-                raise WorkloadError(
-                    f"ssm: inner_size {d_inner} / time_step_rank {n_head} / group_count {n_group} "
-                    "do not make whole heads and groups"
-                )
-            P = d_inner // n_head
-            kernels.append(
-                Kernel(
-                    "ssm_scan", "s", (n_head, P, d_state), True, dims={"H": n_head, "P": P, "G": n_group, "S": d_state}
-                )
-            )
-        elif fam == "mamba":
-            kernels.append(
-                Kernel(
-                    "ssm_scan",
-                    "s",
-                    (d_inner, 1, d_state),
-                    False,
-                    dims={"H": d_inner, "P": 1, "G": 1, "S": d_state, "mamba1": 1},
-                )
-            )
-        else:
-            hv, hk = ssm.time_step_rank or 0, n_group
-            if not hv or not hk or d_inner % hv or hv % hk:
-                raise WorkloadError(
-                    f"ssm: time_step_rank {hv} (value heads) must divide inner_size {d_inner} and "
-                    f"be a multiple of group_count {hk} (key heads)"
-                )
-            dv = d_inner // hv
-            kernels.append(
-                Kernel("gated_delta", "s", (hv, dv, d_state), True, dims={"Hk": hk, "Hv": hv, "Dk": d_state, "Dv": dv})
-            )
-    elif fam == "kda":
-        assert spec.kda is not None and spec.kda.head_dim and ssm is not None
-        h, hd = spec.head_count(0), spec.kda.head_dim
-        d_conv = ssm.conv_kernel or 4
-        kernels.append(
-            Kernel("conv_state", "r", (3 * h * hd, d_conv - 1), True, clamp=True, dims={"D": 3 * h * hd, "W": d_conv})
-        )
-        kernels.append(
-            Kernel("gated_delta", "s", (h, hd, hd), True, dims={"Hk": h, "Hv": h, "Dk": hd, "Dv": hd, "kda": 1})
-        )
-    elif fam == "rwkv":
-        assert spec.wkv is not None and spec.wkv.head_size
-        hs = spec.wkv.head_size
-        if n_embd % hs:
-            raise WorkloadError(f"wkv.head_size {hs} does not divide embedding_length {n_embd}")
-        tsc = spec.wkv.token_shift_count
-        kernels.append(
-            Kernel("conv_state", "r", (tsc * n_embd, 1), False, dims={"D": tsc * n_embd, "W": 2}, token_shift=True)
-        )
-        op = RWKV_OPS.get(spec.arch)
-        if op is None:  # pragma: no cover - the table test keeps RWKV_OPS complete
-            raise WorkloadError(f"arch '{spec.arch}': no RWKV time-mixing op is known for it")
-        kernels.append(Kernel(op, "s", (n_embd // hs, hs, hs), False, dims={"H": n_embd // hs, "S": hs}))
-    elif fam == "shortconv":
-        assert spec.shortconv is not None and spec.shortconv.l_cache
-        L = spec.shortconv.l_cache
-        kernels.append(Kernel("shortconv", "r", (n_embd, L - 1), True, dims={"D": n_embd, "L": L}))
-    elif fam == "lightning":
-        h = spec.head_count(0)
-        hd = spec.attention.key_length or n_embd // h
-        kernels.append(Kernel("lightning", "s", (h, hd, hd), False, dims={"H": h, "S": hd}))
-    else:  # pragma: no cover - the arch table has no other family
-        raise WorkloadError(f"no kernels for recurrent family '{fam}'")
-    for k in kernels:
-        width = layout.n_embd_r if k.kind == "r" else layout.n_embd_s
-        n = 1
-        for d in k.row_shape:
-            n *= d
-        if n != width:
-            raise WorkloadError(f"{k.op}: row {k.row_shape} has {n} elements, the plan's n_embd_{k.kind} is {width}")
-    return Family(fam if fam != "rwkv" else kernels[-1].op, tuple(kernels), layout.n_layer)
+        for op in dims.ops
+    )
+    return Family(dims.name, kernels, layout.n_layer)
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """What the input builders draw from: torch, one seeded generator, N sequences x T tokens and the layer."""
+
+    torch: Any
+    g: Any
+    N: int
+    T: int
+    layer: int
+    n_layer: int
+
+    def r(self, *shape: int, scale: float = 1.0) -> Any:
+        return self.torch.randn(*shape, generator=self.g) * scale
+
+    def decay(self, *shape: int) -> Any:
+        """``exp(-exp(x - 1))``: per-element decays in (0, 1)."""
+        return self.torch.exp(-self.torch.exp(self.r(*shape) - 1.0))
+
+
+def _conv_state_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    d = k.dims
+    if k.token_shift:  # a conv whose output is x[t - 1]
+        weight = x.torch.zeros(d["D"], 2)
+        weight[:, 0] = 1.0
+    else:
+        weight = x.r(d["D"], d["W"], scale=0.3)
+    return {"x": x.r(x.N, x.T, d["D"]), "weight": weight}
+
+
+def _shortconv_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    D = k.dims["D"]
+    return {"b": x.r(x.N, x.T, D), "c": x.r(x.N, x.T, D), "x": x.r(x.N, x.T, D),
+            "weight": x.r(D, k.dims["L"], scale=0.3)}
+
+
+def _ssm_scan_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    d, N, T = k.dims, x.N, x.T
+    H, P, G, S = d["H"], d["P"], d["G"], d["S"]
+    a_shape = (H, S) if d.get("mamba1") else (H,)
+    return {
+        "x": x.r(N, T, H, P, scale=0.5),
+        "dt": x.r(N, T, H, scale=0.5) - 2.0,
+        "A": -x.torch.exp(x.torch.rand(*a_shape, generator=x.g) * 2.7),  # -exp(A_log), A_log in [0, log 16)
+        "B": x.r(N, T, G, S, scale=0.3),
+        "C": x.r(N, T, G, S, scale=0.3),
+    }
+
+
+def _gated_delta_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    d, N, T, F = k.dims, x.N, x.T, x.torch.nn.functional
+    Hk, Hv, Dk, Dv = d["Hk"], d["Hv"], d["Dk"], d["Dv"]
+    g_shape = (N, T, Hv, Dk) if d.get("kda") else (N, T, Hv)
+    return {
+        "q": F.normalize(x.r(N, T, Hk, Dk), dim=-1),
+        "k": F.normalize(x.r(N, T, Hk, Dk), dim=-1),
+        "v": x.r(N, T, Hv, Dv, scale=0.5),
+        "g": -F.softplus(x.r(*g_shape) - 2.0),
+        "beta": x.torch.sigmoid(x.r(N, T, Hv)),
+    }
+
+
+def _rwkv6_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    shape = (x.N, x.T, k.dims["H"], k.dims["S"])
+    return {"r": x.r(*shape, scale=0.5), "k": x.r(*shape, scale=0.1), "v": x.r(*shape, scale=0.5),
+            "w": x.decay(*shape), "u": x.r(k.dims["H"], k.dims["S"], scale=0.1)}
+
+
+def _gla_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    """RWKV6-Qwen2: k is scaled by (1 - w) before the op, q is the receptance."""
+    shape = (x.N, x.T, k.dims["H"], k.dims["S"])
+    w = x.decay(*shape)
+    return {"q": x.r(*shape, scale=0.5), "k": x.r(*shape, scale=0.1) * (1 - w), "v": x.r(*shape, scale=0.5),
+            "g": w}
+
+
+def _rwkv7_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    shape = (x.N, x.T, k.dims["H"], k.dims["S"])
+    kk = x.torch.nn.functional.normalize(x.r(*shape), dim=-1)
+    return {"r": x.r(*shape, scale=0.5), "w": x.decay(*shape), "k": x.r(*shape, scale=0.1),
+            "v": x.r(*shape, scale=0.5), "a": -kk, "b": kk * x.torch.sigmoid(x.r(*shape))}
+
+
+def _lightning_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
+    from rsplan.kernels.lightning import lightning_slopes
+
+    H, S = k.dims["H"], k.dims["S"]
+    silu = x.torch.nn.functional.silu
+    return {"q": silu(x.r(x.N, x.T, H, S)) / S**0.5, "k": silu(x.r(x.N, x.T, H, S)) / S**0.5,
+            "v": silu(x.r(x.N, x.T, H, S)), "slope": lightning_slopes(H, x.layer, x.n_layer)}
+
+
+#: op -> the builder of its inputs (fp32; decays below 1 keep states bounded).
+INPUTS: dict[str, Callable[[Kernel, _Draw], dict[str, Any]]] = {
+    "conv_state": _conv_state_inputs,
+    "shortconv": _shortconv_inputs,
+    "ssm_scan": _ssm_scan_inputs,
+    "gated_delta": _gated_delta_inputs,
+    "rwkv6": _rwkv6_inputs,
+    "gla": _gla_inputs,
+    "rwkv7": _rwkv7_inputs,
+    "lightning": _lightning_inputs,
+}
 
 
 def make_inputs(k: Kernel, n_seqs: int, n_tokens: int, layer: int, n_layer: int, dev: Any, seed: int) -> dict:
     """Plausible inputs of kernel ``k`` for N sequences x T tokens (fp32; decays below 1 keep states bounded)."""
     torch = import_torch()
-    F = torch.nn.functional
-    g = torch.Generator().manual_seed(seed)
-    N, T, d = n_seqs, n_tokens, k.dims
-
-    def r(*shape: int, scale: float = 1.0) -> Any:
-        return torch.randn(*shape, generator=g) * scale
-
-    if k.op == "conv_state":
-        if k.token_shift:  # a conv whose output is x[t - 1]
-            weight = torch.zeros(d["D"], 2)
-            weight[:, 0] = 1.0
-        else:
-            weight = r(d["D"], d["W"], scale=0.3)
-        out = {"x": r(N, T, d["D"]), "weight": weight}
-    elif k.op == "shortconv":
-        out = {"b": r(N, T, d["D"]), "c": r(N, T, d["D"]), "x": r(N, T, d["D"]), "weight": r(d["D"], d["L"], scale=0.3)}
-    elif k.op == "ssm_scan":
-        H, P, G, S = d["H"], d["P"], d["G"], d["S"]
-        a_shape = (H, S) if d.get("mamba1") else (H,)
-        out = {
-            "x": r(N, T, H, P, scale=0.5),
-            "dt": r(N, T, H, scale=0.5) - 2.0,
-            "A": -torch.exp(torch.rand(*a_shape, generator=g) * 2.7),  # -exp(A_log), A_log in [0, log 16)
-            "B": r(N, T, G, S, scale=0.3),
-            "C": r(N, T, G, S, scale=0.3),
-        }
-    elif k.op == "gated_delta":
-        Hk, Hv, Dk, Dv = d["Hk"], d["Hv"], d["Dk"], d["Dv"]
-        g_shape = (N, T, Hv, Dk) if d.get("kda") else (N, T, Hv)
-        out = {
-            "q": F.normalize(r(N, T, Hk, Dk), dim=-1),
-            "k": F.normalize(r(N, T, Hk, Dk), dim=-1),
-            "v": r(N, T, Hv, Dv, scale=0.5),
-            "g": -F.softplus(r(*g_shape) - 2.0),
-            "beta": torch.sigmoid(r(N, T, Hv)),
-        }
-    elif k.op == "rwkv6":
-        H, S = d["H"], d["S"]
-        out = {
-            "r": r(N, T, H, S, scale=0.5),
-            "k": r(N, T, H, S, scale=0.1),
-            "v": r(N, T, H, S, scale=0.5),
-            "w": torch.exp(-torch.exp(r(N, T, H, S) - 1.0)),
-            "u": r(H, S, scale=0.1),
-        }
-    elif k.op == "gla":  # RWKV6-Qwen2: k is scaled by (1 - w) before the op, q is the receptance
-        H, S = d["H"], d["S"]
-        w = torch.exp(-torch.exp(r(N, T, H, S) - 1.0))
-        out = {
-            "q": r(N, T, H, S, scale=0.5),
-            "k": r(N, T, H, S, scale=0.1) * (1 - w),
-            "v": r(N, T, H, S, scale=0.5),
-            "g": w,
-        }
-    elif k.op == "rwkv7":
-        H, S = d["H"], d["S"]
-        kk = F.normalize(r(N, T, H, S), dim=-1)
-        out = {
-            "r": r(N, T, H, S, scale=0.5),
-            "w": torch.exp(-torch.exp(r(N, T, H, S) - 1.0)),
-            "k": r(N, T, H, S, scale=0.1),
-            "v": r(N, T, H, S, scale=0.5),
-            "a": -kk,
-            "b": kk * torch.sigmoid(r(N, T, H, S)),
-        }
-    elif k.op == "lightning":
-        from rsplan.kernels.lightning import lightning_slopes
-
-        H, S = d["H"], d["S"]
-        out = {
-            "q": F.silu(r(N, T, H, S)) / S**0.5,
-            "k": F.silu(r(N, T, H, S)) / S**0.5,
-            "v": F.silu(r(N, T, H, S)),
-            "slope": lightning_slopes(H, layer, n_layer),
-        }
-    else:  # pragma: no cover
+    build = INPUTS.get(k.op)
+    if build is None:  # pragma: no cover - the table test keeps INPUTS complete
         raise WorkloadError(f"no inputs for kernel {k.op}")
+    out = build(k, _Draw(torch, torch.Generator().manual_seed(seed), n_seqs, n_tokens, layer, n_layer))
     return {name: t.to(dev) for name, t in out.items()}
 
 

@@ -156,7 +156,7 @@ def run_profile(
         raise WorkloadError(
             f"--spec-draft-n-max {req.draft} needs --n-rs-seq >= {req.draft} (the plan has n_rs_seq = {eff_rs})"
         )
-    family = family_of(spec, layout)
+    family = family_of(layout)
     N = plan.context.n_seq_max
     T = max(1, req.ubatch // N)
 

@@ -23,6 +23,11 @@ class ModelFileError(RsplanError):
     """A model description (preset YAML, GGUF, config.json) is unreadable, malformed or inconsistent."""
 
 
+class RecurrentDimsError(ModelFileError):
+    """A model whose recurrent state does not split into whole heads and groups (hparams.recurrent): llama.cpp
+    sizes its rows, but the kernels and the serving engines work per head."""
+
+
 class UnsupportedArchError(RsplanError):
     """The model's architecture is not one rsplan can size exactly."""
 

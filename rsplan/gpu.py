@@ -8,6 +8,7 @@ and renumbers devices. rsplan reports NVML indices and names, so a mixed machine
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 from rsplan.errors import DeviceError
 
@@ -23,7 +24,7 @@ class GpuMemory:
     used_bytes: int
 
 
-def _nvml():  # type: ignore[no-untyped-def]
+def _nvml() -> ModuleType:
     try:
         import pynvml
     except ImportError:

@@ -10,7 +10,7 @@ For each preset and tensor-parallel size it builds SGLang's config object (``Nem
 ``Qwen3_5TextConfig``, ``FalconH1Config``, ``GraniteMoeHybridConfig``, ``Lfm2Config``, ``KimiLinearConfig``,
 ``Mamba2Config``) from the preset's numbers, and compares its ``mamba2_cache_params`` (state shapes, dtypes from
 ``mamba2_state_dtype``, recurrent layers, ``mamba_cache_per_req``) and its full-attention layer count with
-``planner.engines.sglang.derive``. The pool split itself (``KVCacheConfigurator``) needs a running server and is
+``planner.engines.sglang.rules.derive``. The pool split itself (``KVCacheConfigurator``) needs a running server and is
 covered by the hand-derived tests only.
 """
 
@@ -34,7 +34,7 @@ def main(sglang_src: str) -> int:
     import sglang.srt.runtime_context as runtime
 
     from rsplan.hparams.sources import load_builtin_preset
-    from rsplan.planner.engines.sglang import SglangSettings, derive
+    from rsplan.planner.engines.sglang.rules import SglangSettings, derive
 
     def set_tp(tp: int) -> None:  # the distributed runtime's answers, for every config module
         parallel = types.SimpleNamespace(attn_tp_size=tp, tp_size=tp)

@@ -12,7 +12,7 @@ For each preset and setting it builds the Hugging Face config fields vLLM's mode
 numbers), runs vLLM's ``get_mamba_state_shape_from_config`` / ``get_mamba_state_dtype_from_config``, the platform's
 ``_align_hybrid_block_size`` (the hybrid block size and Mamba page padding), the layer grouping
 ``_get_kv_cache_groups_uniform_page_size`` and the per-group ``max_memory_usage_bytes``, and compares the block
-size, padded page, groups, bytes per block and blocks per request with ``planner.engines.vllm_rules.derive``.
+size, padded page, groups, bytes per block and blocks per request with ``planner.engines.vllm.rules.derive``.
 Two facts come from the GPU and are supplied here as rsplan assumes them for SM90: the attention backend
 (FLASH_ATTN, FLASH_ATTN_MLA for MLA) and the FlashInfer GDN prefill checkpoint alignment (64, align mode only).
 """
@@ -36,7 +36,7 @@ def main(vllm_src: str) -> int:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, MLAAttentionSpec, get_kv_quant_mode
 
     from rsplan.hparams.sources import load_builtin_preset
-    from rsplan.planner.engines.vllm_rules import VllmSettings, derive
+    from rsplan.planner.engines.vllm.rules import VllmSettings, derive
 
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
               "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}

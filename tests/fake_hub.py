@@ -123,132 +123,136 @@ _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    return type("Handler", (_Handler,), {"hub": hub})
 
-        def log_message(self, *args: Any) -> None:
-            pass
 
-        def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(raw)
+class _Handler(BaseHTTPRequestHandler):
+    """The fake Hub's HTTP handler; ``_handler`` subclasses it for one hub."""
 
-        def _error(self, status: int, code: str | None = None) -> None:
-            self._json(status, {"error": code or "error"}, {"X-Error-Code": code} if code else {})
+    hub: FakeHub
+    protocol_version = "HTTP/1.1"
 
-        def _authorized(self, repo: Repo) -> bool:
-            return not repo.gated or self.headers.get("Authorization") == f"Bearer {hub.token}"
+    def log_message(self, *args: Any) -> None:
+        pass
 
-        def _apply(self, fault: Fault | None, path: str) -> bool:
-            """Answer with the fault; True if the request is done."""
-            if fault is None:
-                return False
-            if fault.kind == "status":
-                self._json(fault.status, {"error": "fault"}, fault.headers)
-                return True
-            if fault.kind == "stall":
-                time.sleep(fault.seconds)
-                self.close_connection = True
-                return True
-            if fault.kind == "loop":
-                self.send_response(302)
-                self.send_header("Location", self.path)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return True
+    def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(raw)
+
+    def _error(self, status: int, code: str | None = None) -> None:
+        self._json(status, {"error": code or "error"}, {"X-Error-Code": code} if code else {})
+
+    def _authorized(self, repo: Repo) -> bool:
+        return not repo.gated or self.headers.get("Authorization") == f"Bearer {self.hub.token}"
+
+    def _apply(self, fault: Fault | None, path: str) -> bool:
+        """Answer with the fault; True if the request is done."""
+        if fault is None:
             return False
+        if fault.kind == "status":
+            self._json(fault.status, {"error": "fault"}, fault.headers)
+            return True
+        if fault.kind == "stall":
+            time.sleep(fault.seconds)
+            self.close_connection = True
+            return True
+        if fault.kind == "loop":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        return False
 
-        def do_HEAD(self) -> None:
-            self.do_GET()
+    def do_HEAD(self) -> None:
+        self.do_GET()
 
-        def do_GET(self) -> None:
-            path = unquote(urlsplit(self.path).path)
-            with hub.lock:
-                hub.requests.append((self.command, path, self.headers.get("Range")))
-                hub.auth_seen[path] = self.headers.get("Authorization")
-            m = re.match(r"^/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?$", path)
-            if m:
-                return self._api(m[1], m[2])
-            m = re.match(r"^/(cdn/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
-            if m:
-                return self._resolve(m[2], m[3], m[4], cdn=bool(m[1]))
-            self._error(404)
+    def do_GET(self) -> None:
+        path = unquote(urlsplit(self.path).path)
+        with self.hub.lock:
+            self.hub.requests.append((self.command, path, self.headers.get("Range")))
+            self.hub.auth_seen[path] = self.headers.get("Authorization")
+        m = re.match(r"^/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?$", path)
+        if m:
+            return self._api(m[1], m[2])
+        m = re.match(r"^/(cdn/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        if m:
+            return self._resolve(m[2], m[3], m[4], cdn=bool(m[1]))
+        self._error(404)
 
-        def _api(self, name: str, revision: str | None) -> None:
-            if self._apply(hub.fault(f"api:{name}"), name):
-                return
-            repo = hub.repos.get(name)
-            if repo is None:
-                return self._error(401 if not self.headers.get("Authorization") else 404, "RepoNotFound")
-            if not self._authorized(repo):
-                return self._error(401, "GatedRepo")
-            if revision not in (None, "main", repo.commit):
-                return self._error(404, "RevisionNotFound")
-            self._json(200, {"id": name, "modelId": name, "sha": repo.commit, "private": False,
-                             "siblings": [{"rfilename": f} for f in sorted(repo.files)]})
+    def _api(self, name: str, revision: str | None) -> None:
+        if self._apply(self.hub.fault(f"api:{name}"), name):
+            return
+        repo = self.hub.repos.get(name)
+        if repo is None:
+            return self._error(401 if not self.headers.get("Authorization") else 404, "RepoNotFound")
+        if not self._authorized(repo):
+            return self._error(401, "GatedRepo")
+        if revision not in (None, "main", repo.commit):
+            return self._error(404, "RevisionNotFound")
+        self._json(200, {"id": name, "modelId": name, "sha": repo.commit, "private": False,
+                         "siblings": [{"rfilename": f} for f in sorted(repo.files)]})
 
-        def _resolve(self, name: str, revision: str, file: str, *, cdn: bool) -> None:
-            repo = hub.repos.get(name)
-            if repo is None:
-                return self._error(404, "RepoNotFound")
-            if not self._authorized(repo) and not cdn:
-                return self._error(401, "GatedRepo")
-            if revision not in ("main", repo.commit):
-                return self._error(404, "RevisionNotFound")
-            data = repo.files.get(file)
-            if data is None:
-                return self._error(404, "EntryNotFound")
-            fault = hub.fault(file)
-            if self._apply(fault, file):
-                return
-            size = _size(data)
-            headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{_etag(data)}"', "Accept-Ranges": "bytes"}
-            if size >= LFS_MIN and not cdn:
-                headers.update({"X-Linked-Etag": f'"{_etag(data)}"', "X-Linked-Size": str(size),
-                                "Location": f"http://{hub.cdn_host}:{self.server.server_address[1]}"
-                                            f"/cdn/{name}/resolve/{repo.commit}/{file}"})
-                self.send_response(302)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            start, end, status = 0, size, 200
-            rng = _RANGE.match(self.headers.get("Range", ""))
-            if rng and not (fault and fault.kind == "no_range"):
-                start = int(rng[1])
-                end = min(size, int(rng[2]) + 1) if rng[2] else size
-                if start >= size:
-                    self.send_response(416)
-                    self.send_header("Content-Range", f"bytes */{size}")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                status = 206
-                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-            self.send_response(status)
+    def _resolve(self, name: str, revision: str, file: str, *, cdn: bool) -> None:
+        repo = self.hub.repos.get(name)
+        if repo is None:
+            return self._error(404, "RepoNotFound")
+        if not self._authorized(repo) and not cdn:
+            return self._error(401, "GatedRepo")
+        if revision not in ("main", repo.commit):
+            return self._error(404, "RevisionNotFound")
+        data = repo.files.get(file)
+        if data is None:
+            return self._error(404, "EntryNotFound")
+        fault = self.hub.fault(file)
+        if self._apply(fault, file):
+            return
+        size = _size(data)
+        headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{_etag(data)}"', "Accept-Ranges": "bytes"}
+        if size >= LFS_MIN and not cdn:
+            headers.update({"X-Linked-Etag": f'"{_etag(data)}"', "X-Linked-Size": str(size),
+                            "Location": f"http://{self.hub.cdn_host}:{self.server.server_address[1]}"
+                                        f"/cdn/{name}/resolve/{repo.commit}/{file}"})
+            self.send_response(302)
             for k, v in headers.items():
                 self.send_header(k, v)
-            self.send_header("Content-Length", str(end - start))
+            self.send_header("Content-Length", "0")
             self.end_headers()
-            if self.command == "HEAD":
+            return
+        start, end, status = 0, size, 200
+        rng = _RANGE.match(self.headers.get("Range", ""))
+        if rng and not (fault and fault.kind == "no_range"):
+            start = int(rng[1])
+            end = min(size, int(rng[2]) + 1) if rng[2] else size
+            if start >= size:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
                 return
-            if fault and fault.kind == "truncate":
-                end = start + fault.keep
-                self.close_connection = True
-            with hub.lock:  # counted before sending, so a test sees it as soon as its client has read the body
-                hub.sent[file] = hub.sent.get(file, 0) + end - start
-            try:
-                for pos in range(start, end, 1 << 16):
-                    self.wfile.write(_slice(data, pos, min(end, pos + (1 << 16))))
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-    return Handler
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(end - start))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if fault and fault.kind == "truncate":
+            end = start + fault.keep
+            self.close_connection = True
+        with self.hub.lock:  # counted before sending, so a test sees it as soon as its client has read the body
+            self.hub.sent[file] = self.hub.sent.get(file, 0) + end - start
+        try:
+            for pos in range(start, end, 1 << 16):
+                self.wfile.write(_slice(data, pos, min(end, pos + (1 << 16))))
+        except (BrokenPipeError, ConnectionResetError):
+            pass

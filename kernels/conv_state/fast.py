@@ -60,7 +60,7 @@ def _decode_step(
     plan,
     x: torch.Tensor,
     weight: torch.Tensor,
-    y: torch.Tensor,  # type: ignore[no-untyped-def]
+    y: torch.Tensor,
     n_written: int,
 ) -> None:
     """One token: ``y = window . w[:, :W-1] + x * w[:, W-1]``, the shifted window to plane 0 and (delta-net

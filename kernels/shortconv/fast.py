@@ -9,7 +9,7 @@ from rsplan.kernels.conv_state import conv_state, conv_state_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
 
 
-def _shortconv(conv_fn, *, pool, b, c, x, weight, src_rows, dst_rows, n_planes, out):  # type: ignore[no-untyped-def]
+def _shortconv(conv_fn, *, pool, b, c, x, weight, src_rows, dst_rows, n_planes, out):
     N, T, D, _ = check_shortconv_args(pool, b, c, x, weight)
     y = output(out, (N, T, D), x)
     src, dst = host_rows(src_rows), host_rows(dst_rows)

@@ -49,7 +49,8 @@ class StateTensor:
     """One cache tensor of one kind of layer, per GPU rank.
 
     Attributes:
-        layer_kind: ``attention``, ``mla``, ``mamba1``, ``mamba2``, ``gated_delta_net``, ``kda``, ``short_conv``.
+        layer_kind: ``attention``, ``mla``, or the recurrent family (hparams.archs): ``mamba``, ``mamba2``,
+            ``gated_delta_net``, ``kda``, ``shortconv``.
         tensor: ``k``, ``v``, ``kv`` (MLA latent), ``conv`` or ``ssm``.
         shape: elements per slot: one token for attention (``per == "token"``), one request's state for the
             recurrent kinds (``per == "state"``).

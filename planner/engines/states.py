@@ -4,7 +4,7 @@ Both engines keep, per request and recurrent layer, a conv state and (except sho
 SSM state, with tensor parallelism splitting the channels and heads; the shapes below are the ones of
 ``MambaStateShapeCalculator`` (vllm/model_executor/layers/mamba/mamba_utils.py, vLLM 0.33.0) and
 ``Mamba2StateShape`` / ``KimiLinearStateShape`` (sglang/srt/configs/mamba_utils.py, SGLang 0.5.23). They are read
-from the same ``ModelSpec`` fields llama.cpp's sizes come from (docs/preset-schema.md):
+from the model's ``RecurrentDims`` (hparams.recurrent), the dimensions llama.cpp's sizes come from:
 
 - Mamba-1 (``mamba``, ``jamba``): conv ``(d_conv - 1, d_inner / TP)``, SSM ``(d_inner / TP, d_state)``.
 - Mamba-2 (``mamba2``, ``nemotron_h``, ``falcon-h1``, ``granitehybrid``): ``n_groups`` raised to TP when TP does
@@ -25,25 +25,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rsplan.hparams.archs import Family
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.recurrent import RecurrentDims
 from rsplan.planner.engines.base import EngineError, StateTensor, divide, dtype_bytes, prod
 
-#: llama.cpp arch -> the state kind both engines give its recurrent layers.
-STATE_KIND: dict[str, str] = {
-    "mamba": "mamba1",
-    "jamba": "mamba1",
-    "mamba2": "mamba2",
-    "nemotron_h": "mamba2",
-    "nemotron_h_moe": "mamba2",
-    "falcon-h1": "mamba2",
-    "granitehybrid": "mamba2",
-    "qwen3next": "gated_delta_net",
-    "qwen35": "gated_delta_net",
-    "qwen35moe": "gated_delta_net",
-    "kimi-linear": "kda",
-    "lfm2": "short_conv",
-    "lfm2moe": "short_conv",
+
+@dataclass(frozen=True)
+class StateSplit:
+    """How both engines lay out and split one family's state per rank (MambaStateShapeCalculator).
+
+    Attributes:
+        channels / heads: how an error names the conv channels / the heads when the tensor-parallel size does not
+            divide them.
+        draft_inputs: the conv state keeps the draft tokens' inputs (``conv_extra``); Mamba-1's does not.
+        flat_ssm: the SSM state is ``(channels / TP, d_state)`` (Mamba-1: a head per channel).
+        replicate_groups: groups TP does not divide are replicated to TP ranks (Mamba-2).
+    """
+
+    channels: str
+    heads: str = ""
+    draft_inputs: bool = True
+    flat_ssm: bool = False
+    replicate_groups: bool = False
+
+
+#: The families both engines serve, and how they split them; the engines' SERVED tables say which archs.
+STATE_SPLITS: dict[Family, StateSplit] = {
+    "mamba": StateSplit("ssm.inner_size", "ssm.inner_size", draft_inputs=False, flat_ssm=True),
+    "mamba2": StateSplit("the Mamba-2 conv channels (d_inner + 2 * n_groups * d_state)",
+                         "Mamba-2 heads (ssm.time_step_rank)", replicate_groups=True),
+    "gated_delta_net": StateSplit("the gated delta net's conv channels (2 * k_heads * k_dim + v_dim)",
+                                  "value heads (ssm.time_step_rank)"),
+    "kda": StateSplit("3 * KDA heads * head_dim (the conv channels)", "KDA heads (attention.head_count)"),
+    "shortconv": StateSplit("embedding_length (the short conv's channels)"),
 }
 
 
@@ -52,7 +68,7 @@ class RecurrentShapes:
     """One recurrent layer's state, per request, per GPU rank.
 
     Attributes:
-        kind: ``mamba1``, ``mamba2``, ``gated_delta_net``, ``kda`` or ``short_conv``.
+        kind: the arch's family (hparams.archs): ``mamba``, ``mamba2``, ``gated_delta_net``, ``kda``, ``shortconv``.
         conv: ``(state_len, channels)``: the last inputs of the causal convolution.
         ssm: the temporal state's shape, or None (short convolutions keep none).
     """
@@ -75,68 +91,40 @@ def extra_groups_for_head_shards(n_groups: int, tp: int) -> int:
     return tp - n_groups
 
 
-def state_kind(spec: ModelSpec, engine: str) -> str:
-    """The recurrent state kind of ``spec``'s arch, or an EngineError when ``engine`` does not serve it."""
-    try:
-        return STATE_KIND[spec.arch]
-    except KeyError:
-        raise EngineError(f"{engine} does not serve arch '{spec.arch}' (rsplan models it for: "
-                          f"{', '.join(sorted(STATE_KIND))})") from None
-
-
-def recurrent_shapes(spec: ModelSpec, tp: int, *, engine: str, conv_extra: int = 0,
+def recurrent_shapes(dims: RecurrentDims, tp: int, *, engine: str, conv_extra: int = 0,
                      groups_split_only_from_one: bool = False) -> RecurrentShapes:
-    """The per-rank conv and temporal state shapes of ``spec``'s recurrent layers at tensor-parallel size ``tp``.
+    """The per-rank conv and temporal state shapes of a model's recurrent layers at tensor-parallel size ``tp``.
 
     Args:
-        spec: the model.
+        dims: the model's recurrent state dimensions (``cache_layout(spec).recurrent``).
         tp: tensor-parallel size (>= 1).
         engine: the engine's name, for error messages.
         conv_extra: positions added to the conv state (vLLM: ``num_speculative_tokens``; not for Mamba-1).
         groups_split_only_from_one: Mamba-2 groups that TP does not divide are replicated only from a single group
             (vLLM's MambaMixer2 asserts it; SGLang replicates any smaller count).
+
+    Raises:
+        EngineError: a family neither engine serves, or a split that is not whole.
+        RecurrentDimsError: a state that does not split into whole heads and groups.
     """
-    kind = state_kind(spec, engine)
-    ssm = spec.ssm
-    if kind == "short_conv":
-        assert spec.shortconv is not None and spec.shortconv.l_cache is not None
-        channels = divide(spec.embedding_length, tp, "embedding_length (the short conv's channels)")
-        return RecurrentShapes(kind, (spec.shortconv.l_cache - 1 + conv_extra, channels), None)
-    assert ssm is not None and ssm.conv_kernel is not None
-    d_conv = ssm.conv_kernel
-    if kind == "kda":
-        assert spec.kda is not None and spec.kda.head_dim is not None
-        heads, head_dim = spec.head_count(0), spec.kda.head_dim
-        channels = divide(3 * heads * head_dim, tp, "3 * KDA heads * head_dim (the conv channels)")
-        return RecurrentShapes(kind, (d_conv - 1 + conv_extra, channels),
-                               (divide(heads, tp, "KDA heads (attention.head_count)"), head_dim, head_dim))
-    assert ssm.inner_size is not None and ssm.state_size is not None
-    d_inner, d_state = ssm.inner_size, ssm.state_size
-    if kind == "mamba1":
-        per_rank = divide(d_inner, tp, "ssm.inner_size")
-        return RecurrentShapes(kind, (d_conv - 1, per_rank), (per_rank, d_state))
-    n_heads = ssm.time_step_rank or 0
-    if n_heads < 1 or d_inner % n_heads:
-        raise EngineError(f"ssm.inner_size ({d_inner}) must be a multiple of ssm.time_step_rank ({n_heads}), "
-                          "the number of heads")
-    head_dim = d_inner // n_heads
-    n_groups = ssm.group_count or 0
-    if kind == "gated_delta_net":
-        conv_dim = 2 * n_groups * d_state + d_inner
-        return RecurrentShapes(kind, (d_conv - 1 + conv_extra, divide(conv_dim, tp, "the gated delta net's conv "
-                                                                      "channels (2 * k_heads * k_dim + v_dim)")),
-                               (divide(n_heads, tp, "value heads (ssm.time_step_rank)"), head_dim, d_state))
-    if n_groups < 1:
-        raise EngineError("ssm.group_count must be >= 1 for a Mamba-2 state")
-    if groups_split_only_from_one and n_groups % tp and n_groups != 1:
-        # MambaMixer2's own check (mamba_mixer2.py): groups are replicated to follow the heads only from 1 group
-        raise EngineError(f"{engine} refuses -tp {tp}: if tensor parallel world size does not divide num_groups "
-                          f"({n_groups}), then num_groups must equal 1")
-    n_groups += extra_groups_for_head_shards(n_groups, tp)
-    conv_dim = d_inner + 2 * n_groups * d_state
-    return RecurrentShapes(kind, (d_conv - 1 + conv_extra, divide(conv_dim, tp, "the Mamba-2 conv channels "
-                                                                  "(d_inner + 2 * n_groups * d_state)")),
-                           (divide(n_heads, tp, "Mamba-2 heads (ssm.time_step_rank)"), head_dim, d_state))
+    split = STATE_SPLITS.get(dims.family)
+    if split is None:
+        raise EngineError(f"{engine} has no state layout for the {dims.family} family")
+    dims.require_heads()
+    channels = dims.conv_channels
+    if split.replicate_groups:
+        n_groups = dims.n_groups
+        if groups_split_only_from_one and n_groups % tp and n_groups != 1:
+            # MambaMixer2's own check (mamba_mixer2.py): groups are replicated to follow the heads only from 1 group
+            raise EngineError(f"{engine} refuses -tp {tp}: if tensor parallel world size does not divide num_groups "
+                              f"({n_groups}), then num_groups must equal 1")
+        channels += 2 * extra_groups_for_head_shards(n_groups, tp) * dims.state_size
+    conv = (dims.conv_width - 1 + (conv_extra if split.draft_inputs else 0), divide(channels, tp, split.channels))
+    if not dims.has_state:
+        return RecurrentShapes(dims.family, conv, None)
+    heads = divide(dims.n_heads, tp, split.heads)
+    ssm = (heads, dims.state_size) if split.flat_ssm else (heads, dims.head_dim, dims.state_size)
+    return RecurrentShapes(dims.family, conv, ssm)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ BUILDERS: dict[str, str] = {
     "nemotron_h": "nemotron_h:build_nemotron_h",
     "rwkv7": "rwkv7:build_rwkv7",
     "minimax-01": "minimax:build_minimax_01",
+    "jamba": "jamba:build_jamba",
+    "kimi-linear": "kimi_linear:build_kimi_linear",
+    "granitehybrid": "granite_hybrid:build_granite_hybrid",
 }
 
 MTP_BUILDERS: dict[str, str] = {

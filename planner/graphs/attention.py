@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Tensor
-from rsplan.planner.graphs.common import LlamaGraph
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def _rotations(lg: LlamaGraph) -> tuple[int | None, int | None]:
     return k, v
 
 
-def _kv_ids(p: object) -> set[int]:
+def _kv_ids(p: GraphParams) -> set[int]:
     return {layer.il for layer in p.layout.kv_layers}
 
 
@@ -130,8 +130,24 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
 
 
-def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+def qkv_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
+    """build_qkv with separate Q/K/V projections (no biases, norms or RoPE), then build_attn with the output
+    projection (Jamba, Granite-4.0-H). Head dim: value_length, else n_embd / n_head. cur: [n_embd, n_tokens]."""
+    p = lg.p
+    spec = p.spec
+    n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
+    hd = spec.attention.value_length or p.n_embd // n_head  # n_embd_head_v
+    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
+    return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
+
+
+def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, v_mla: Tensor | None = None) -> Tensor:
+    """build_attn_mha. ``v_mla``: MLA's per-head V up-projection [kv_lora_rank, head_dim_v, n_head], applied to
+    the attention output (the latent V is the K cache's first kv_lora_rank columns, not transposed)."""
     ctx = lg.p.ctx
+    v_trans = v.nb[1] > v.nb[2]
     n_stream = k.ne[3]
     per = q.ne[2] // n_stream
     q = g.view(q, (q.ne[0], q.ne[1], per, n_stream), (q.nb[1], q.nb[2], q.nb[2] * per), 0)
@@ -139,17 +155,69 @@ def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tenso
     k = g.permute(k, 0, 2, 1, 3)
     v = g.permute(v, 0, 2, 1, 3)
     if ctx.flash_attn:
+        if v_trans:
+            v = g.transpose(v)
         if k.type == g.F32:
             k = g.cast(k, g.F16)
         if v.type == g.F32:
             v = g.cast(v, g.F16)
         cur = g.flash_attn_ext(q, k, v, mask)
+        if v_mla is not None:
+            cur = g.cont(g.permute(g.mul_mat(v_mla, g.permute(cur, 0, 2, 1, 3)), 0, 2, 1, 3))
         cur = g.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
     else:
         kq = g.mul_mat(k, q)
         kq = g.soft_max_ext(kq, mask)
+        if not v_trans:
+            v = g.cont(g.transpose(v))
         kqv = g.mul_mat(v, kq)
+        if v_mla is not None:
+            kqv = g.mul_mat(v_mla, kqv)
         cur = g.permute(kqv, 0, 2, 1, 3)
         cur = g.cont_nd(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
     lg.expand(cur)
     return cur
+
+
+@dataclass(frozen=True)
+class AttnKInputs:
+    """The inputs of a K-only cache (build_attn_inp_k, MLA): no V rows to store, no rotations."""
+
+    k_idxs: Tensor
+    kq_mask: Tensor
+
+
+def attn_k_inputs(lg: LlamaGraph) -> AttnKInputs:
+    """build_attn_inp_k_impl: where the new K rows go, and the mask (f16 with flash attention)."""
+    inp = attn_inputs(lg)  # the same k_idxs and mask; its V indices and rotations never enter the graph
+    if inp.k_rot is not None or inp.v_rot is not None:
+        from rsplan.planner.compute import ComputeModelError
+
+        raise ComputeModelError("a quantized K cache on an MLA (K-only) cache is not modelled; pass --compute")
+    return AttnKInputs(inp.k_idxs, inp.kq_mask)
+
+
+def attn_k(lg: LlamaGraph, inp: AttnKInputs, q: Tensor, k: Tensor, v: Tensor, il: int, v_mla: Tensor,
+           wo_rows: int) -> Tensor:
+    """build_attn with a K-only cache (llm_graph_input_attn_k): store K, attend with V as the first ``v.ne[0]``
+    columns of the cached K rows, up-project V per head (``v_mla``) and project to ``wo_rows``.
+
+    q: [head_dim_k, n_head, n_tokens]; k: [head_dim_k, 1, n_tokens] (the latent row); v: [kv_lora_rank, 1, n_tokens].
+    """
+    ctx = lg.p.ctx
+    kv_size, ns = ctx.n_ctx_seq, ctx.n_stream
+    hd, n_head_kv = k.ne[0], k.ne[1]
+    gqa = hd * n_head_kv
+    type_k = ctx.type_k
+    k_cache = g.new_tensor(type_k, gqa, kv_size, ns, external=True, name=f"cache_k_l{il}")
+    lg.expand(q)
+    lg.expand(v)
+    lg.expand(k)
+    k_cur = g.view(k, (gqa, k.ne[2]), (k.nb[2],), 0)
+    k_dst = g.reshape(k_cache, gqa, kv_size * ns) if ns > 1 else k_cache
+    lg.expand(g.set_rows(k_dst, k_cur, inp.k_idxs))
+    kr = lambda n: type_k.type_size * n // type_k.block_size  # noqa: E731
+    k_all = g.view(k_cache, (hd, n_head_kv, kv_size, ns), (kr(hd), kr(gqa), kr(gqa * kv_size)), 0)
+    v_all = g.view(k_all, (v.ne[0], k_all.ne[1], k_all.ne[2], k_all.ne[3]), k_all.nb[1:], 0)
+    cur = _mha(lg, q, k_all, v_all, inp.kq_mask, v_mla)
+    return g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)

@@ -4,9 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Tensor
+
+if TYPE_CHECKING:
+    from rsplan.hparams.layout import CacheLayout
+    from rsplan.hparams.model import ModelSpec
+    from rsplan.planner.context import EffectiveContext
 
 
 @dataclass(frozen=True)
@@ -35,9 +41,9 @@ class GraphParams:
     rs_size: int
     rs_rows: int
     n_rs_seq: int
-    spec: object
-    layout: object = None
-    ctx: object = None
+    spec: ModelSpec
+    layout: CacheLayout
+    ctx: EffectiveContext
     embeddings: bool = False
 
     @property

@@ -75,8 +75,11 @@ def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     return g.mul_mat(g.weight(d_inner, p.n_embd), y)
 
 
-def _mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
-    """build_mamba_layer (Mamba-1; the B/C/dt RMS norms of Falcon-Mamba and Jamba are not modelled)."""
+def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int, *,
+                dt_b_c_norm: bool = False) -> Tensor:
+    """build_mamba_layer (Mamba-1). ``dt_b_c_norm``: dt, B and C go through RMS norms with weights (Jamba's
+    ssm_dt_norm / ssm_b_norm / ssm_c_norm) instead of a plain copy of dt; Falcon-Mamba's weightless variant
+    (ssm.dt_b_c_rms) is not modelled."""
     p = lg.p
     ssm = p.spec.ssm
     d_conv, d_inner, d_state, dt_rank = ssm.conv_kernel, ssm.inner_size, ssm.state_size, ssm.time_step_rank
@@ -100,7 +103,11 @@ def _mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     b = g.view(x_db, (d_state, 1, n_seq_tokens, n_seqs), (d_state * x_db.nb[0], x_db.nb[1], x_db.nb[2]), es * dt_rank)
     c = g.view(x_db, (d_state, 1, n_seq_tokens, n_seqs), (d_state * x_db.nb[0], x_db.nb[1], x_db.nb[2]),
                es * (dt_rank + d_state))
-    dt = g.add(g.mul_mat(g.weight(dt_rank, d_inner), g.cont(dt)), g.weight(d_inner))
+    if dt_b_c_norm:
+        dt, b, c = lg.norm(dt, dt_rank), lg.norm(b, d_state), lg.norm(c, d_state)
+    else:
+        dt = g.cont(dt)
+    dt = g.add(g.mul_mat(g.weight(dt_rank, d_inner), dt), g.weight(d_inner))
     cur = x
     x = g.reshape(x, 1, d_inner, n_seq_tokens, n_seqs)
     a = g.weight(d_state, d_inner)
@@ -120,7 +127,7 @@ def _mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
 
 def build_mamba(p: GraphParams) -> Graph:
     """llama_model_mamba::graph (LLM_ARCH_MAMBA and LLM_ARCH_MAMBA2)."""
-    layer = mamba2_layer if p.spec.arch == "mamba2" else _mamba_layer
+    layer = mamba2_layer if p.spec.arch == "mamba2" else mamba_layer
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     rs = lg.rs_inp()

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Tensor
-from rsplan.planner.graphs.common import LlamaGraph
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph
 
 
 def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, *, gating: str = "softmax",
-            norm_w: bool = True, gated: bool = True, selection_bias: bool = False) -> Tensor:
+            norm_w: bool = True, gated: bool = True, selection_bias: bool = False, scaled: bool = False) -> Tensor:
     """build_moe_ffn with separate up / gate / down expert tensors, SiLU (swiglu when ``gated``), no biases, no
-    expert groups, no weight scale. ``gating``: ``softmax`` or ``sigmoid``; ``selection_bias``: an expert
-    selection bias (exp_probs_b) is added before the top-k. cur: [n_embd, n_tokens]."""
+    expert groups. ``gating``: ``softmax`` or ``sigmoid``; ``selection_bias``: an expert selection bias
+    (exp_probs_b) is added before the top-k; ``scaled``: the weights are multiplied by expert_weights_scale (a
+    GGUF value other than 0 and 1). cur: [n_embd, n_tokens]."""
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     logits = g.mul_mat(g.weight(n_embd, n_expert), cur)
     probs = g.soft_max(logits) if gating == "softmax" else g.unary(logits)
@@ -24,6 +25,8 @@ def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, 
         weights = g.reshape(weights, n_used, n_tokens)
         total = g.clamp(g.sum_rows(weights))
         weights = g.reshape(g.div(weights, total), 1, n_used, n_tokens)
+    if scaled:
+        weights = g.scale(weights)
     lg.expand(weights)
     cur = g.reshape(cur, n_embd, 1, n_tokens)
     up = g.mul_mat_id(g.weight(n_embd, n_ff, n_expert), cur, selected)
@@ -44,7 +47,7 @@ def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, 
     return g.cont(out) if n_used == 1 else out
 
 
-def require_experts(p: object) -> None:
+def require_experts(p: GraphParams) -> None:
     """Refuse a MoE model whose expert counts / widths are unknown (ComputeModelError)."""
     from rsplan.planner.compute import ComputeModelError
 

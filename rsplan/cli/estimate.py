@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -21,6 +21,12 @@ from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import BackendError
 from rsplan.planner.engines import NATIVE
+
+if TYPE_CHECKING:
+    from rsplan.hparams.model import ModelSpec
+    from rsplan.planner.breakdown import Breakdown
+    from rsplan.planner.buffers import Backend
+    from rsplan.planner.plan import MemoryPlan
 
 #: The buffers the table can show (planner.plan.BUFFER_RULES); --format log knows more (planner.buffers).
 _TABLE_BACKEND = re.compile(r"^(CPU|CUDA[0-9]{1,2})$")
@@ -70,27 +76,10 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     if engine != NATIVE:
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
+    from rsplan.planner.breakdown import build_breakdown
     from rsplan.planner.plan import build_plan
 
-    if fmt != "table" and per_layer:
-        raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
-    if fmt == "log" and len(refs) > 1:
-        raise click.UsageError(f"--format log prints one llama.cpp run's lines: give one --model (got {len(refs)}), "
-                               "or compare with --format table or json", ctx)
-    if per_layer and len(refs) > 1:
-        raise click.UsageError(f"--per-layer shows one model's layers: give one --model (got {len(refs)})", ctx)
-    from rsplan.planner.buffers import parse_backend
-
-    try:
-        buffer = parse_backend(backend)
-    except BackendError as exc:
-        raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
-    breakdown_backend = _TABLE_BACKEND.match(backend) is not None
-    if fmt != "log" and not breakdown_backend:
-        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, CUDA1, ... buffers; "
-                                 "the other backends' cache lines come with --format log", ctx, param_hint="--backend")
-    from rsplan.planner.breakdown import build_breakdown
-
+    buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
     reads = [read_model(ref) for ref in refs]
@@ -114,6 +103,36 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
                   for spec, plan, table, row in zip(specs, plans, tables, rows, strict=True)]
     breakdowns = [dataclasses.replace(bd, notes=(*bd.notes, note)) if bd is not None and note else bd
                   for bd, note in zip(breakdowns, notes, strict=True)]
+    _print_native(plans, breakdowns, specs, buffer, per_layer, fmt, backend)
+
+
+def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx: click.Context
+                   ) -> tuple[Backend, bool]:
+    """Check the output options of a llama.cpp estimate; return ``--backend``'s buffer rule and whether the table
+    and json (the whole-device breakdown) can show it."""
+    if fmt != "table" and per_layer:
+        raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
+    if fmt == "log" and len(refs) > 1:
+        raise click.UsageError(f"--format log prints one llama.cpp run's lines: give one --model (got {len(refs)}), "
+                               "or compare with --format table or json", ctx)
+    if per_layer and len(refs) > 1:
+        raise click.UsageError(f"--per-layer shows one model's layers: give one --model (got {len(refs)})", ctx)
+    from rsplan.planner.buffers import parse_backend
+
+    try:
+        buffer = parse_backend(backend)
+    except BackendError as exc:
+        raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
+    breakdown_backend = _TABLE_BACKEND.match(backend) is not None
+    if fmt != "log" and not breakdown_backend:
+        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, CUDA1, ... buffers; "
+                                 "the other backends' cache lines come with --format log", ctx, param_hint="--backend")
+    return buffer, breakdown_backend
+
+
+def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], specs: list[ModelSpec],
+                  buffer: Backend, per_layer: bool, fmt: str, backend: str) -> None:
+    """Print the llama.cpp plans (one per model) with their breakdowns, as ``fmt``."""
     if fmt == "json":
         dicts = [{**plan.to_dict(), **bd.to_dict()}
                  for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]
@@ -127,9 +146,9 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
         for line in log_lines(plans[0], backend=buffer, has_kv_cache=specs[0].info.memory == "hybrid"):
             click.echo(line)
         for row in breakdown.breakdown if breakdown is not None else ():
-            line = compute_buffer_line(row.buffer_type, row.compute_bytes) if row.compute_bytes else None
-            if line:
-                click.echo(line)
+            compute_line = compute_buffer_line(row.buffer_type, row.compute_bytes) if row.compute_bytes else None
+            if compute_line:
+                click.echo(compute_line)
     elif len(plans) > 1:
         from rsplan.render.plan_table import render_comparison
 

@@ -169,6 +169,18 @@ def notes(planner: CapacityPlanner) -> list[str]:
 
 def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
     """The text form of ``rsplan capacity``."""
+    lines = [
+        *_budget_lines(planner), "",
+        *_device_lines(planner, result), "",
+        *_ladder_lines(planner, result), "",
+        *_largest_lines(planner, result), "",
+    ]
+    lines.extend(f"Note: {n}" for n in notes(planner))
+    return "\n".join(prose(line) for line in lines)
+
+
+def _budget_lines(planner: CapacityPlanner) -> list[str]:
+    """The model, the context limit, and where each part of the budget comes from."""
     spec, layout, budget = planner.spec, planner.layout, planner.budget
     lines = [
         f"Model {spec.name} ({spec.arch}): {layout.n_layer} layers, {len(layout.kv_layers)} with KV cache, "
@@ -190,33 +202,39 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
     lines.append("Margin:   " + ", ".join(human(m) for m in margins) + " per GPU (--fit-target)")
     lines.append(f"Compute:  {human(budget.compute_bytes)} per GPU ({budget.compute_source})")
     lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches")
-    lines.append("")
+    return lines
 
+
+def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
+    """The per-device table at the given -c/-np (the host only when it holds layers or caches)."""
+    n_devices = len(planner.budget.devices)
     rows = []
-    for i, d in enumerate(device_rows(planner, result)):
-        host = i == len(budget.devices)
-        if host and not d["layers"] and not d["cache_bytes"]:
+    for i, row in enumerate(device_rows(planner, result)):
+        host = i == n_devices
+        if host and not row["layers"] and not row["cache_bytes"]:
             continue
         rows.append([
-            d["name"],
-            human(d["budget_bytes"]) if d["budget_bytes"] is not None else "-",
+            row["name"],
+            human(row["budget_bytes"]) if row["budget_bytes"] is not None else "-",
             _layers(planner.placement, None if host else i),
-            human(d["weights_bytes"]),
-            human(d["cache_budget_bytes"]) if d["cache_budget_bytes"] is not None else "-",
-            human(d["cache_bytes"]),
+            human(row["weights_bytes"]),
+            human(row["cache_budget_bytes"]) if row["cache_budget_bytes"] is not None else "-",
+            human(row["cache_bytes"]),
         ])
     p = result.params
-    lines.append(table(rows, ["device", "budget", "layers", "weights", "cache budget",
-                              f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2)))
+    lines = [table(rows, ["device", "budget", "layers", "weights", "cache budget",
+                          f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2))]
     if result.usage.ctx.n_rs_seq:
         lines.append(f"Rollback snapshots: {human(result.usage.snapshot_bytes)} ({result.usage.snapshot_bytes:,} B) "
                      f"of these caches: n_rs_seq {result.usage.ctx.n_rs_seq} planes of R and S per sequence")
-    lines.append("")
+    return lines
 
-    lines.append("Most parallel sequences per context (llama.cpp's -c is the total over all sequences):")
-    ladder_rows = []
+
+def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
+    """The most parallel sequences at each context per sequence."""
+    ladder_rows: list[list[Any]] = []
     for r in result.ladder:
-        if r.max_parallel == 0:
+        if r.n_ctx_flag is None or r.cache_bytes is None or r.headroom_bytes is None:  # not even one sequence fits
             ladder_rows.append([f"{r.ctx_per_seq:,}", 0, "nothing fits", "does not fit", "-", "-"])
             continue
         ladder_rows.append([
@@ -227,12 +245,18 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
             human(r.cache_bytes),
             human(r.headroom_bytes),
         ])
-    lines.append(table(ladder_rows, ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"],
-                       wrap=(3,)))
-    lines.append("")
+    return [
+        "Most parallel sequences per context (llama.cpp's -c is the total over all sequences):",
+        table(ladder_rows, ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"],
+              wrap=(3,)),
+    ]
 
+
+def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
+    """The largest context at the given -np, and the largest n_rs_seq at the given -c/-np."""
+    lines = []
     m = result.max_ctx
-    if m.n_ctx_flag is None:
+    if m.n_ctx_flag is None or m.cache_bytes is None:
         lines.append(f"Largest context at -np {m.n_seq_max}: nothing fits (not even 256 tokens per sequence)")
     else:
         limit = f", limited by {limit_words(planner, m.limited_by, m.bound_device)}"
@@ -241,7 +265,7 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
             f"{planner.flags(planner.params(m.n_ctx_flag, m.n_seq_max))} (caches {human(m.cache_bytes)})"
         )
     rs = result.max_rs
-    if rs.n_rs_seq is None:
+    if rs.n_rs_seq is None or rs.cache_bytes is None:
         lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: n/a, {rs.reason}")
     else:
         limit = f", limited by {limit_words(planner, rs.limited_by or '', rs.bound_device, rs.draft_bound)}"
@@ -251,6 +275,4 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
                      f"(caches {human(rs.cache_bytes)})")
         lines.append(f"Rollback snapshots at n_rs_seq {rs.n_rs_seq}: {human(rs.snapshot_bytes or 0)} "
                      f"({rs.snapshot_bytes or 0:,} B) of those caches")
-    lines.append("")
-    lines.extend(f"Note: {n}" for n in notes(planner))
-    return "\n".join(prose(line) for line in lines)
+    return lines

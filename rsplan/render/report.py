@@ -40,6 +40,9 @@ COLOURS = {
     "s": "#2ca02c",
 }
 BUDGET_COLOUR = "#d62728"
+#: The per-device chart's components, in the same colours where they are the same thing.
+DEVICE_COLOURS = {"weights": COLOURS["weights"], "kv": COLOURS["kv"], "recurrent": COLOURS["state"],
+                  "compute": COLOURS["compute"], "output": "#e377c2", "margin": COLOURS["margin"]}
 #: Line colours for the compared options (plotly's qualitative palette, then dashes per model).
 LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 DASHES = ("solid", "dash", "dot", "dashdot")
@@ -107,6 +110,35 @@ def memory_figure(m: ModelReport) -> Any:
         barmode="stack",
         xaxis={"title": {"text": "context per sequence (tokens)"}, "type": "category"},
         yaxis={"title": {"text": "GPU memory (GiB = 2^30 B)"}, "rangemode": "tozero"},
+        legend={"traceorder": "reversed"},
+    ))
+    return fig
+
+
+def devices_figure(m: ModelReport) -> Any:
+    """One stacked bar per GPU and one for host memory at the flags as given, each with its budget."""
+    import plotly.graph_objects as go
+
+    bars = data.device_bars(m.planner)
+    fig = go.Figure()
+    for key, label in data.DEVICE_COMPONENTS:
+        values = bars.parts[key]
+        if not any(values):
+            continue
+        fig.add_bar(x=bars.names, y=[v / GIB for v in values], name=label, customdata=values,
+                    marker_color=DEVICE_COLOURS[key],
+                    hovertemplate=f"{label}<br>%{{x}}<br>%{{y:.3f}} GiB = %{{customdata:,}} B<extra></extra>")
+    for name, budget in zip(bars.names, bars.budgets, strict=True):
+        if budget is None:
+            continue
+        fig.add_scatter(x=[name], y=[budget / GIB], mode="markers", marker={"symbol": "line-ew-open", "size": 40,
+                        "color": BUDGET_COLOUR, "line": {"width": 3}}, name=f"budget of {name}", customdata=[budget],
+                        hovertemplate="budget %{y:.3f} GiB = %{customdata:,} B<extra></extra>")
+    p = m.planner.base
+    fig.update_layout(**_layout(
+        f"{m.planner.spec.name}: memory per device at -c {p.n_ctx} -np {p.n_seq_max}", barmode="stack",
+        xaxis={"title": {"text": "device"}, "type": "category"},
+        yaxis={"title": {"text": "memory (GiB = 2^30 B)"}, "rangemode": "tozero"},
         legend={"traceorder": "reversed"},
     ))
     return fig
@@ -486,6 +518,11 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
                         "Stacked GPU memory at the chosen -np as the context per sequence grows, with the budget. "
                         "Hover for exact bytes; click a legend entry (e.g. weights) to hide it and rescale.",
                         memory_figure(m)))
+    for m in models:
+        figures.append((f"{m.planner.spec.name}: memory per device",
+                        "Each GPU and the host at the -c / -np given: weights (placed layer by layer as llama.cpp "
+                        "places them), caches, compute buffer, the output buffer (host memory), the margin, and each "
+                        "budget (the host's with --host-budget).", devices_figure(m)))
     figures.append(("Options compared: most parallel sequences",
                     "Each line: the most -np that fits at each context per sequence, for the flags as given and "
                     "the options worth trying (q8_0 KV cache, rollback planes).", parallel_figure(models)))

@@ -202,3 +202,51 @@ def layer_bars(planner: CapacityPlanner) -> LayerBars:
 
 def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
     return [variant.planner.max_parallel(c).max_parallel for c in contexts]
+
+
+@dataclass(frozen=True)
+class DeviceBars:
+    """Memory per device (and the host) at the flags as given: ``parts[key][i]`` bytes of component ``key`` on
+    ``names[i]`` (the GPUs, then ``host memory``); ``budgets[i]`` that device's budget (None: the host without
+    ``--host-budget``). Output buffer and host compute only on the host."""
+
+    names: list[str]
+    parts: dict[str, list[int]]
+    budgets: list[int | None]
+
+
+#: The stacked components of the per-device chart, bottom to top: (key, legend label).
+DEVICE_COMPONENTS = (
+    ("weights", "weights"),
+    ("kv", "KV cache (K+V)"),
+    ("recurrent", "recurrent state (R+S, with rollback planes)"),
+    ("compute", "compute buffer"),
+    ("output", "output buffer"),
+    ("margin", "margin (--fit-target)"),
+)
+
+
+def device_bars(planner: CapacityPlanner) -> DeviceBars:
+    """Each GPU's and the host's memory at ``planner.base`` (-c / -np as given)."""
+    from rsplan.planner.capacity import HOST
+    from rsplan.planner.outputs import output_buffer
+
+    budget = planner.budget
+    params = planner.base
+    use = planner.usage(params)
+    on_host = any(d is None for d in planner.placement.unit_device[:-1])
+    parts: dict[str, list[int]] = {key: [] for key, _ in DEVICE_COMPONENTS}
+    for i, t in enumerate(use.devices):
+        busy = planner.placement.units_on(i) > 0
+        for key, value in (("weights", planner.weights_on_device[i]), ("kv", t.kv_bytes),
+                           ("recurrent", t.recurrent_bytes), ("compute", budget.compute_bytes if busy else 0),
+                           ("output", 0), ("margin", budget.margin_bytes[i])):
+            parts[key].append(value)
+    out = output_buffer(planner.spec, params).bytes if planner.spec.vocab_size else 0
+    for key, value in (("weights", planner.weights_on_host), ("kv", use.host.kv_bytes),
+                       ("recurrent", use.host.recurrent_bytes), ("compute", budget.compute_bytes if on_host else 0),
+                       ("output", out), ("margin", 0)):
+        parts[key].append(value)
+    names = [d.name for d in budget.devices] + [HOST]
+    budgets: list[int | None] = [d.budget_bytes for d in budget.devices]
+    return DeviceBars(names, parts, [*budgets, budget.host_budget_bytes])

@@ -57,8 +57,15 @@ EXTRA_KEYS: dict[str, dict[str, object]] = {
     # minimax-01: residual_scale is required; conversion/minimax.py writes layernorm_full_attention_alpha
     # (its value changes no size)
     "minimax-01": {LLM.RESIDUAL_SCALE: 1.0},
-    # kimi-linear: expert_gating_func is required (Kimi routes with a sigmoid: 2)
-    "kimi-linear": {LLM.EXPERT_GATING_FUNC: 2},
+    # kimi-linear: expert_gating_func is required (Kimi routes with a sigmoid: 2); conversion/kimi_linear.py always
+    # writes expert_weights_scale = routed_scaling_factor (2.446), which adds one SCALE node per MoE layer
+    "kimi-linear": {LLM.EXPERT_GATING_FUNC: 2, "expert_weights_scale": 2.446},
+    # granitehybrid: conversion/granite.py writes rope.scaling.finetuned = false for a hybrid with Mamba layers (no
+    # RoPE, no inp_pos) and the four muP multipliers of the config; only their presence shapes the graph (one SCALE
+    # each for the embeddings, the logits and twice per layer the residual branch); the values are those of the
+    # transformers granitemoehybrid example config
+    "granitehybrid": {"rope.scaling.finetuned": False, "attention.scale": 0.015625, "embedding_scale": 12.0,
+                      "residual_scale": 0.22, "logit_scale": 2.0},
 }
 
 

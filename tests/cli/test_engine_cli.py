@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from rsplan.cli import cli
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.engines.base import ServingBudget
-from rsplan.planner.engines.sglang import SglangSettings
-from rsplan.planner.engines.sglang import capacity as sglang_capacity
-from rsplan.planner.engines.vllm import capacity as vllm_capacity
-from rsplan.planner.engines.vllm import plan as vllm_plan
-from rsplan.planner.engines.vllm_rules import VllmSettings
+from rsplan.planner.engines.sglang.answers import capacity as sglang_capacity
+from rsplan.planner.engines.sglang.rules import SglangSettings
+from rsplan.planner.engines.vllm.answers import capacity as vllm_capacity
+from rsplan.planner.engines.vllm.answers import plan as vllm_plan
+from rsplan.planner.engines.vllm.rules import VllmSettings
 from rsplan_testing import fake_pynvml, one_line_error
 
 GIB = 1 << 30

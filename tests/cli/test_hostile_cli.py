@@ -19,7 +19,7 @@ def run(*args: str):
 
 
 @pytest.mark.parametrize(("args", "commands"), [
-    ((), ["capacity", "estimate", "inspect", "presets", "profile", "report"]),
+    ((), ["capacity", "estimate", "fit", "inspect", "presets", "profile", "report"]),
     (("presets",), ["list", "show"]),
 ], ids=["rsplan", "rsplan presets"])
 def test_a_group_alone_prints_its_help(args, commands):

@@ -67,3 +67,13 @@ def test_from_trusted_refuses_what_it_cannot_build():
         ModelSpec.from_trusted({k: v for k, v in MAMBA2.items() if k != "block_count"})
     with pytest.raises(ValueError, match="nextn_predict_layers \\(3\\) exceeds block_count \\(2\\)"):
         ModelSpec.from_trusted({**MAMBA2, "nextn_predict_layers": 3})
+
+
+def test_every_interval_arch_has_a_default_interval():
+    # hparams/layout marks layer il recurrent by (il + 1) % interval, with the arch's default when a model gives
+    # neither attention.recurrent_layers nor full_attention_interval
+    from rsplan.hparams.archs import ARCHS
+
+    interval_archs = [info for info in ARCHS.values() if info.layer_rule == "interval"]
+    assert {info.name for info in interval_archs} >= {"qwen3next", "qwen35", "minimax-01"}
+    assert all(info.full_attention_interval for info in interval_archs)

@@ -160,7 +160,7 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
     for name in ("mamba-130m", "mamba2-130m", "mamba-codestral-7b", "rwkv7-0.4b-world", "lfm2-1.2b", "lfm2-2.6b",
                  "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
-                 "minimax-text-01", "jamba-v0.1"):
+                 "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)

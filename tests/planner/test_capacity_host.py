@@ -37,3 +37,18 @@ def test_all_layers_on_the_gpu_leave_only_the_output_buffer_on_the_host():
 
 def test_without_a_host_budget_the_host_is_not_checked():
     assert planner(None, 0).max_parallel(4096).bound_device != HOST
+
+
+def test_device_bars_put_each_byte_where_llama_cpp_puts_it():
+    from rsplan.render.report_data import device_bars
+
+    # all layers offloaded (-np 1): the GPU holds the weights (1 GiB spread over the 25 units, all offloaded) and
+    # the recurrent state (2,801,664 bytes); the host holds only the output buffer (201,120 bytes)
+    bars = device_bars(planner(None, None))
+    assert bars.names == ["GPU", HOST]
+    assert bars.parts["weights"] == [GiB, 0] and bars.parts["recurrent"] == [2_801_664, 0]
+    assert bars.parts["output"] == [0, 201_120] and bars.budgets == [8 * GiB, None]
+    # -ngl 0: everything on the host, nothing on the GPU
+    bars = device_bars(planner(2 * GiB, 0))
+    assert bars.parts["weights"] == [0, GiB] and bars.parts["recurrent"] == [0, 2_801_664]
+    assert bars.budgets == [8 * GiB, 2 * GiB]

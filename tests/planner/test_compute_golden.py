@@ -15,7 +15,7 @@ import pytest
 from rsplan.hparams.gguf_file import read_gguf
 from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.breakdown import model_bytes_by_buffer
-from rsplan.planner.compute import ComputeModelError, compute_buffer, has_compute_model
+from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer, has_compute_model
 from rsplan.planner.context import ContextParams
 from rsplan.planner.outputs import mtp_draft_kv, output_buffer
 from rsplan_testing import shared_dir
@@ -84,14 +84,50 @@ def test_compute_and_output_buffer_equal_llama_cpp(case: tuple) -> None:
     draft = bool(flags.get("--ctx-mtp"))
     if draft:  # the --spec-type mtp draft context: its own KV cache over the nextn layers
         assert mtp_draft_kv(spec, params).bytes == c["breakdown"]["CPU"]["context"]
-    if not has_compute_model(spec.arch):
-        pytest.skip(f"no compute-buffer model for {spec.arch}")
-    try:
-        cb = compute_buffer(spec, params, n_outputs_max=flags.get("--n-outputs-max", 0), embeddings=embeddings,
-                            mtp_draft=draft)
-    except ComputeModelError as exc:  # a preset without the weight shapes the graph needs (feed_forward_length)
-        pytest.skip(str(exc))
-    assert cb.dry_run_bytes == c["breakdown"]["CPU"]["compute"]
+    assert _compute(case).dry_run_bytes == c["breakdown"]["CPU"]["compute"]
+
+
+_COMPUTED: dict[str, ComputeBuffer | str] = {}
+
+
+def _compute(case: tuple) -> ComputeBuffer:
+    """The modelled compute buffer of a golden case (computed once for the tests that read it); skips a case
+    without a compute model."""
+    key = _id(case)
+    if key not in _COMPUTED:
+        _, model, c = case
+        spec = _spec(model)
+        if spec.vocab_size is None:  # a preset without it yet: the vocabulary is an input here, not a result
+            spec = spec.model_copy(update={"vocab_size": c["resolved"]["n_vocab"]})
+        flags = c["flags"]
+        if not has_compute_model(spec.arch):
+            _COMPUTED[key] = f"no compute-buffer model for {spec.arch}"
+        else:
+            try:
+                _COMPUTED[key] = compute_buffer(
+                    spec, _params(flags), n_outputs_max=flags.get("--n-outputs-max", 0),
+                    embeddings=bool(flags.get("--embeddings")), mtp_draft=bool(flags.get("--ctx-mtp")))
+            except ComputeModelError as exc:  # a preset without the weight shapes the graph needs
+                _COMPUTED[key] = str(exc)
+    result = _COMPUTED[key]
+    if isinstance(result, str):
+        pytest.skip(result)
+    return result
+
+
+def _logged_nodes(case: dict) -> int:
+    """The pp reserve graph's node count from llama.cpp's log ("graph: nodes = N", or "N / M" with the tg
+    graph's count second)."""
+    line = next(ln for ln in case["log"] if "graph" in ln and "nodes = " in ln)
+    return int(line.split("nodes = ")[1].split()[0].rstrip(","))
+
+
+@pytest.mark.skipif(not CASES, reason=f"no golden breakdowns in {GOLDEN}")
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_reserve_graph_has_llama_cpps_node_count(case: tuple) -> None:
+    """The modelled pp graph has exactly as many nodes as the one llama.cpp reserved: the same ops, not only the
+    same buffer size (a missing or extra op that happens to fit in freed memory would fail here)."""
+    assert _compute(case).graphs[0].n_nodes == _logged_nodes(case[2])
 
 
 def _crashed() -> list[tuple[str, dict, dict]]:

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.engines.base import EngineError, ServingBudget
-from rsplan.planner.engines.sglang import SglangSettings
-from rsplan.planner.engines.sglang import capacity as sglang_capacity
-from rsplan.planner.engines.sglang import plan as sglang_plan
-from rsplan.planner.engines.vllm import capacity as vllm_capacity
-from rsplan.planner.engines.vllm import plan as vllm_plan
-from rsplan.planner.engines.vllm_rules import VllmSettings, derive
+from rsplan.planner.engines.sglang.answers import capacity as sglang_capacity
+from rsplan.planner.engines.sglang.answers import plan as sglang_plan
+from rsplan.planner.engines.sglang.rules import SglangSettings
+from rsplan.planner.engines.vllm.answers import capacity as vllm_capacity
+from rsplan.planner.engines.vllm.answers import plan as vllm_plan
+from rsplan.planner.engines.vllm.rules import VllmSettings, derive
 
 GIB = 1 << 30
 PRESETS = ["qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "nemotron-h-8b-base-8k", "falcon-h1-0.5b-instruct",

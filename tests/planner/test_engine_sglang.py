@@ -1,5 +1,5 @@
-"""SGLang 0.5.23's pool rules (planner.engines.sglang) against numbers derived by hand from the presets' config values
-and SGLang's source (docs/engine-sglang.md).
+"""SGLang 0.5.23's pool rules (planner.engines.sglang: rules, answers) against numbers derived by hand from the
+presets' config values and SGLang's source (docs/engine-sglang.md).
 
 Conventions: conv states bf16 (SGLANG_MAMBA_CONV_DTYPE's default, 2 B), SSM states fp32 (4 B) unless the config's
 ``mamba_ssm_dtype`` says otherwise; one Mamba slot = every recurrent layer's conv + SSM state; one KV cell = one token
@@ -14,13 +14,12 @@ import pytest
 
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.engines.base import EngineError, ServingBudget
-from rsplan.planner.engines.sglang import (
+from rsplan.planner.engines.sglang.answers import capacity, plan
+from rsplan.planner.engines.sglang.rules import (
     SglangSettings,
-    capacity,
     default_mem_fraction_static,
     derive,
     needed_bytes,
-    plan,
     prefill_graph_sizes,
     split,
 )

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's rules (planner.engines.vllm_rules / vllm) against numbers derived by hand from the presets' config
+"""vLLM 0.33.0's rules (planner.engines.vllm: rules, answers) against numbers derived by hand from the presets' config
 values and vLLM's source (docs/engine-vllm.md).
 
 Conventions of the derivations: bf16 = 2 B, fp32 = 4 B. A Mamba-2 conv state is ``(d_conv - 1 + num_spec) x
@@ -17,8 +17,8 @@ import pytest
 
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.engines.base import EngineError, ServingBudget
-from rsplan.planner.engines.vllm import capacity, estimate_max_model_len, plan
-from rsplan.planner.engines.vllm_rules import VllmSettings, derive
+from rsplan.planner.engines.vllm.answers import capacity, estimate_max_model_len, plan
+from rsplan.planner.engines.vllm.rules import VllmSettings, derive
 
 GIB = 1 << 30
 BF16, FP32 = 2, 4
@@ -174,7 +174,7 @@ def test_lfm2_small_conv_state_is_padded_to_one_attention_block():
     assert out.block_size == 16  # never lowered: 16 x 2048 B already holds the 8 KiB state
     assert out.page_bytes == 32768
     # 6 attention vs 10 conv layers: 10 >= 1.5 x 6, so groups of 6: the conv bucket splits 5 + 5 (2 padding layers)
-    assert out.groups == (("attention", 6), ("short_conv", 5), ("short_conv", 5))
+    assert out.groups == (("attention", 6), ("shortconv", 5), ("shortconv", 5))
     assert out.log_lines[-2:] == (
         "Padding mamba page size by 300.00% to ensure that mamba page size and attention page size are exactly equal.",
         "Add 2 padding layers, may waste at most 20.00% KV cache memory",

@@ -6,7 +6,9 @@ import pytest
 import yaml
 
 from rsplan.hparams.archs import ARCHS
-from rsplan.profiler.families import RWKV_OPS, family_of
+from rsplan.hparams.recurrent import FAMILY_OPS as OPS_TABLE
+from rsplan.hparams.recurrent import RWKV_OPS
+from rsplan.profiler.families import INPUTS, OP_DIMS, family_of
 
 pytest.importorskip("torch")
 
@@ -33,6 +35,16 @@ def test_every_family_is_covered():
     assert {a.family for a in ARCHS.values()} == set(FAMILY_OPS) | {"rwkv"}
 
 
+@pytest.mark.parametrize("family", sorted(FAMILY_OPS))
+def test_the_ops_table_runs_llamacpps_ops(family):
+    assert tuple(op.op for op in OPS_TABLE[family]) == FAMILY_OPS[family]
+
+
+def test_every_op_has_its_dims():
+    ops = {op.op for ops in OPS_TABLE.values() for op in ops} | set(RWKV_OPS.values())
+    assert ops == set(OP_DIMS) == set(INPUTS)
+
+
 @pytest.mark.parametrize("arch", sorted(EXPECTED_RWKV))
 def test_rwkv_archs_build_the_right_kernels(tmp_path, arch):
     from rsplan.hparams.layout import cache_layout
@@ -50,7 +62,7 @@ def test_rwkv_archs_build_the_right_kernels(tmp_path, arch):
     }
     path.write_text(yaml.safe_dump(cfg))
     spec = load_model(str(path))
-    fam = family_of(spec, cache_layout(spec))
+    fam = family_of(cache_layout(spec))
     assert [k.op for k in fam.kernels] == ["conv_state", EXPECTED_RWKV[arch]]
     assert fam.name == EXPECTED_RWKV[arch]
     for k in fam.kernels:  # the op exists with both paths

@@ -110,8 +110,8 @@ def test_report_is_self_contained_and_complete(hybrid, mamba2, profile_file, tmp
     assert text.count("plotly.js v") >= 1 and text.count('<script type="text/javascript">/**') <= 1
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=[\"']?(https?:)?//", text)
     assert "<script src" not in text
-    # 2 memory + 1 comparison + 2 heat maps + 2 per-layer + 1 profile plots
-    assert len(re.findall(r'<div id="plot-\d+"', text)) == 8
+    # 2 memory + 2 per-device + 1 comparison + 2 heat maps + 2 per-layer + 1 profile plots
+    assert len(re.findall(r'<div id="plot-\d+"', text)) == 10
     for words in ("GiB = 2^30 B", "MiB = 2^20 B", "= 10^9 B", "budget 48.00 GiB", "--weights 20GiB",
                   "Parameters and sources", "hybrid-48l", "mamba2-64l", "Test GPU", "out of memory"):
         assert words in text, words

@@ -74,7 +74,7 @@ def test_report_renders_every_plot_offline_without_errors(browser, hybrid, mamba
     assert r.exit_code == 0, r.output
     html = out.read_text()
     n_plots = len(re.findall(r'<div id="plot-\d+"', html))
-    assert n_plots == 8
+    assert n_plots == 10  # 2 memory, 2 per-device, 1 comparison, 2 heat maps, 2 per-layer, 1 profile
 
     probed = tmp_path / "probed.html"
     probed.write_text(html.replace("<head>", "<head>" + PROBE, 1))

@@ -1,7 +1,7 @@
 """``--engine vllm``: vLLM 0.33.0's cache layout, blocks, concurrency and start-up checks for a model and budget.
 
-The rules themselves (pages, block alignment, groups, blocks per request) are in planner.engines.vllm_rules; this
-module turns them into the engine-neutral answers of planner.engines.base. docs/engine-vllm.md has every rule
+The rules themselves (pages, block alignment, groups, blocks per request) are in vllm.rules; this module turns them
+into the engine-neutral answers of planner.engines.base. docs/engine-vllm.md has every rule
 with the vLLM source file it comes from.
 """
 
@@ -27,11 +27,11 @@ from rsplan.planner.engines.base import (
     cdiv,
     default_contexts,
 )
+from rsplan.planner.engines.flag import command_line, non_default
 from rsplan.planner.engines.states import state_tensors
-from rsplan.planner.engines.vllm_flags import FLAGS
-from rsplan.planner.engines.vllm_rules import (
+from rsplan.planner.engines.vllm.flags import FLAGS
+from rsplan.planner.engines.vllm.rules import (
     DEFAULT_BLOCK_SIZE,
-    DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_OVERHEAD_BYTES,
     DOC,
     NAME,
@@ -220,33 +220,26 @@ def kv_memory_bytes(lay: Layout, budget: ServingBudget) -> tuple[int, list[Fact]
     return requested - weights - budget.overhead_bytes, facts, warnings
 
 
+def _prefix_caching_flag(lay: Layout) -> bool | None:
+    """--enable-prefix-caching / --no-enable-prefix-caching when the model's default differs (on for hybrids)."""
+    given = lay.settings.enable_prefix_caching
+    if given is False and lay.rec is not None and lay.attn is not None:
+        return False
+    if given is True and lay.attn is None:
+        return True
+    return None
+
+
 def flags(lay: Layout, max_model_len: int, max_num_seqs: int) -> str:
-    """The vLLM flags for a setting (defaults left out, except the two capacity answers)."""
+    """The vLLM flags for a setting (defaults left out, except the two capacity answers), printed from FLAGS."""
     s = lay.settings
-    out = [f"--max-model-len {max_model_len}", f"--max-num-seqs {max_num_seqs}"]
-    if s.tensor_parallel_size > 1:
-        out.append(f"-tp {s.tensor_parallel_size}")
+    values = non_default(s)
     if s.kv_cache_memory_bytes is not None:
-        out.append(f"--kv-cache-memory-bytes {s.kv_cache_memory_bytes}")
-    elif s.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION:
-        out.append(f"--gpu-memory-utilization {s.gpu_memory_utilization}")
-    for key, flag in (("dtype", "--dtype"), ("kv_cache_dtype", "--kv-cache-dtype"),
-                      ("mamba_cache_dtype", "--mamba-cache-dtype"),
-                      ("mamba_ssm_cache_dtype", "--mamba-ssm-cache-dtype")):
-        if getattr(s, key) != "auto":
-            out.append(f"{flag} {getattr(s, key)}")
-    if lay.speculative_method is not None:
-        out.append(f"--speculative-config '{{\"method\": \"{lay.speculative_method}\", \"num_speculative_tokens\": "
-                   f"{s.num_speculative_tokens}}}'")
-    if s.enable_prefix_caching is False and lay.rec is not None and lay.attn is not None:
-        out.append("--no-enable-prefix-caching")
-    if s.enable_prefix_caching is True and lay.attn is None:
-        out.append("--enable-prefix-caching")
-    if s.block_size is not None:
-        out.append(f"--block-size {s.block_size}")
-    if s.enforce_eager:
-        out.append("--enforce-eager")
-    return " ".join(out)
+        values.pop("gpu_memory_utilization", None)  # vLLM reads one or the other
+    values.update(max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                  num_speculative_tokens=s.num_speculative_tokens if lay.speculative_method else None,
+                  speculative_method=lay.speculative_method, enable_prefix_caching=_prefix_caching_flag(lay))
+    return command_line(FLAGS, values)
 
 
 def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
@@ -309,4 +302,5 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
                           tuple(lines), tuple(warnings))
 
 
-ENGINE = Engine(NAME, VERSION, DOC, FLAGS, DEFAULT_OVERHEAD_BYTES, settings, plan, capacity)
+ENGINE = Engine(name=NAME, version=VERSION, doc=DOC, flags=FLAGS, default_overhead_bytes=DEFAULT_OVERHEAD_BYTES,
+                settings=settings, plan=plan, capacity=capacity)

@@ -21,7 +21,7 @@ rule with its file. Per GPU rank (tensor parallelism only; no DP attention, no p
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,27 +30,15 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
     GIB,
     MIB,
-    ConcurrencyPoint,
-    Engine,
-    EngineCapacity,
     EngineError,
-    EnginePlan,
-    Fact,
-    ServingBudget,
-    StateTensor,
-    byte_fact,
-    cdiv,
-    default_contexts,
     dtype_bytes,
     prod,
 )
-from rsplan.planner.engines.sglang_flags import FLAGS
 from rsplan.planner.engines.states import (
     AttentionShape,
     RecurrentShapes,
     attention_shape,
     recurrent_shapes,
-    state_tensors,
 )
 
 NAME = "sglang"
@@ -149,6 +137,57 @@ class Pools:
 _KV_NAMES = {"bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16"}
 
 
+def _context_length(spec: ModelSpec, s: SglangSettings, notes: list[str]) -> int:
+    """ModelConfig's context length: the config's (2048 when it names none); --context-length may not exceed it."""
+    derived = spec.serving.max_model_len if spec.serving else None
+    if derived is None:
+        notes.append(f"the model's config names no context length: SGLang assumes {DEFAULT_CONTEXT_LENGTH}")
+        derived = DEFAULT_CONTEXT_LENGTH
+    if s.context_length is not None and s.context_length > derived:
+        raise EngineError(f"--context-length {s.context_length} is longer than the model's {derived}; SGLang "
+                          "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+    return s.context_length or derived
+
+
+def _mamba2_state_dtype(spec: ModelSpec, s: SglangSettings, notes: list[str]) -> str:
+    """configs/mamba_utils.py ``mamba2_state_dtype``: --mamba-ssm-dtype, else the config's mamba_ssm_dtype for the
+    config classes that pass it, else float32."""
+    config_ssm = spec.serving.mamba_ssm_dtype if spec.serving else None
+    if s.mamba_ssm_dtype is not None:
+        return s.mamba_ssm_dtype
+    if config_ssm is not None and spec.arch in READS_CONFIG_SSM_DTYPE:
+        notes.append(f"SSM state dtype {config_ssm}: the config's mamba_ssm_dtype")
+        return config_ssm
+    return DEFAULT_SSM_DTYPE
+
+
+def _calculate_mamba_ratio(spec: ModelSpec, s: SglangSettings) -> tuple[int, str]:
+    """server_args.py ``_calculate_mamba_ratio``: Mamba slots per running request, and the radix-cache strategy."""
+    if s.disable_radix_cache:
+        return RATIO_NO_RADIX, "radix cache off"
+    if spec.arch in EXTRA_BUFFER_ARCHS:
+        return RATIO_EXTRA_BUFFER, "extra_buffer (2 tracking slots, overlap scheduling)"
+    if s.page_size != 1 and spec.arch in NO_BUFFER_ARCHS:
+        raise EngineError(f"SGLang refuses --page-size {s.page_size} for {spec.arch}: its Mamba radix cache "
+                          "(no_buffer) needs page size 1; add --disable-radix-cache or drop --page-size")
+    return RATIO_NO_BUFFER, "no_buffer"
+
+
+def _cell_size(spec: ModelSpec, attn: AttentionShape | None, n_attention: int, kv_dtype: str, draft: int,
+               notes: list[str]) -> int:
+    """The KV pool's bytes per token over every full-attention layer (0: no attention); with speculative decoding,
+    the MTP draft's own KV rides in the target's cells: ``cell += int(cell * draft_layers / layers)``."""
+    if attn is None:
+        return 0
+    per_layer = attn.head_size if attn.mla else attn.elements
+    cell = per_layer * n_attention * dtype_bytes(kv_dtype, "--kv-cache-dtype")
+    if draft and spec.nextn_predict_layers:
+        cell += cell * spec.nextn_predict_layers // n_attention
+        notes.append(f"speculative decoding: the {spec.nextn_predict_layers} MTP layer(s)' KV is added to each "
+                     "token cell")
+    return cell
+
+
 def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
     """The state and KV sizes SGLang gives ``spec`` at ``s`` (per GPU rank)."""
     if spec.arch not in SERVED:
@@ -157,14 +196,7 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
     notes: list[str] = []
     tp = s.tensor_parallel_size
     layout = cache_layout(spec)
-    derived = spec.serving.max_model_len if spec.serving else None
-    if derived is None:
-        notes.append(f"the model's config names no context length: SGLang assumes {DEFAULT_CONTEXT_LENGTH}")
-        derived = DEFAULT_CONTEXT_LENGTH
-    if s.context_length is not None and s.context_length > derived:
-        raise EngineError(f"--context-length {s.context_length} is longer than the model's {derived}; SGLang "
-                          "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
-    context = s.context_length or derived
+    context = _context_length(spec, s, notes)
     config_dtype = spec.serving.torch_dtype if spec.serving else None
     # SGLang's dtype "auto": a float32 (or unnamed) config runs in float16
     model_dtype = config_dtype if config_dtype in ("bfloat16", "float16") else "float16"
@@ -173,42 +205,22 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
     attn = attention_shape(spec, layout, tp, engine=f"SGLang {VERSION}")
     n_attention = len(attn.layers) if attn else 0
     n_recurrent = len(layout.recurrent_layers)
-    rec = recurrent_shapes(spec, tp, engine=f"SGLang {VERSION}") if n_recurrent else None
-    config_ssm = spec.serving.mamba_ssm_dtype if spec.serving else None
-    if s.mamba_ssm_dtype is not None:
-        ssm_dtype = s.mamba_ssm_dtype
-    elif config_ssm is not None and spec.arch in READS_CONFIG_SSM_DTYPE:
-        ssm_dtype = config_ssm
-        notes.append(f"SSM state dtype {ssm_dtype}: the config's mamba_ssm_dtype")
-    else:
-        ssm_dtype = DEFAULT_SSM_DTYPE
+    rec = recurrent_shapes(layout.recurrent, tp, engine=f"SGLang {VERSION}") if n_recurrent else None
+    ssm_dtype = _mamba2_state_dtype(spec, s, notes)
     conv_bytes = ssm_bytes = 0
     if rec is not None:
         conv_bytes = prod(rec.conv) * dtype_bytes(s.mamba_conv_dtype, "--mamba-conv-dtype") * n_recurrent
         if rec.ssm is not None:
             ssm_bytes = prod(rec.ssm) * dtype_bytes(ssm_dtype, "--mamba-ssm-dtype") * n_recurrent
-    cell = 0
-    if attn is not None:
-        per_layer = attn.head_size if attn.mla else attn.elements
-        cell = per_layer * n_attention * dtype_bytes(kv_dtype, "--kv-cache-dtype")
-    draft = s.speculative_num_draft_tokens
-    if draft and spec.nextn_predict_layers and attn is not None:
-        # the MTP draft's own KV rides in the target's cells: cell += int(cell * draft_layers / layers)
-        cell += cell * spec.nextn_predict_layers // n_attention
-        notes.append(f"speculative decoding: the {spec.nextn_predict_layers} MTP layer(s)' KV is added to each "
-                     "token cell")
-    if s.disable_radix_cache:
-        ratio, strategy = RATIO_NO_RADIX, "radix cache off"
-    elif spec.arch in EXTRA_BUFFER_ARCHS:
-        ratio, strategy = RATIO_EXTRA_BUFFER, "extra_buffer (2 tracking slots, overlap scheduling)"
-    else:
-        ratio, strategy = RATIO_NO_BUFFER, "no_buffer"
-        if s.page_size != 1 and spec.arch in NO_BUFFER_ARCHS:
-            raise EngineError(f"SGLang refuses --page-size {s.page_size} for {spec.arch}: its Mamba radix cache "
-                              "(no_buffer) needs page size 1; add --disable-radix-cache or drop --page-size")
-    return Pools(s, context, model_dtype, kv_dtype, s.mamba_conv_dtype, ssm_dtype, attn, n_attention, rec,
-                 n_recurrent, conv_bytes, ssm_bytes, conv_bytes + ssm_bytes, cell, ratio, strategy, draft,
-                 spec.nextn_predict_layers > 0, tuple(notes))
+    cell = _cell_size(spec, attn, n_attention, kv_dtype, s.speculative_num_draft_tokens, notes)
+    ratio, strategy = _calculate_mamba_ratio(spec, s)
+    return Pools(
+        settings=s, context_length=context, model_dtype=model_dtype, kv_dtype=kv_dtype,
+        conv_dtype=s.mamba_conv_dtype, ssm_dtype=ssm_dtype, attn=attn, n_attention=n_attention, rec=rec,
+        n_recurrent=n_recurrent, conv_bytes=conv_bytes, ssm_bytes=ssm_bytes, per_req_bytes=conv_bytes + ssm_bytes,
+        cell_bytes=cell, ratio=ratio, strategy=strategy, draft_tokens=s.speculative_num_draft_tokens,
+        has_mtp=spec.nextn_predict_layers > 0, notes=tuple(notes),
+    )
 
 
 def _decode_max_bs(gpu_mib: int, tp: int) -> int:
@@ -325,12 +337,7 @@ def split(p: Pools, rest_bytes: int) -> Split:
     return Split(rest_bytes, slots, intermediate, kv_bytes, tokens, reqs, limited_by)
 
 
-def _states(p: Pools) -> tuple[StateTensor, ...]:
-    return state_tensors(p.attn, p.n_attention, p.kv_dtype, p.rec, p.n_recurrent, p.conv_dtype,
-                         p.ssm_dtype)
-
-
-def _intermediate_bytes(p: Pools, rows: int) -> tuple[int, int]:
+def intermediate_bytes(p: Pools, rows: int) -> tuple[int, int]:
     """MambaPool's speculative buffers: per-draft-token SSM states ``[L, rows, D, *ssm]`` and the conv windows, in
     the deduplicated CUDA layout ``[L, rows, channels, D + window - 1]`` (KDA keeps the dense ``[L, rows, D,
     *conv]``). ``rows`` = running requests + 1."""
@@ -346,61 +353,6 @@ def _intermediate_bytes(p: Pools, rows: int) -> tuple[int, int]:
     return issm, iconv
 
 
-def _log_lines(p: Pools, sp: Split) -> list[str]:
-    lines = []
-    if p.rec is not None:
-        rows = sp.mamba_slots + 1
-        conv, ssm = p.conv_bytes * rows / GIB, p.ssm_bytes * rows / GIB
-        line = (f"Mamba Cache is allocated. max_mamba_cache_size: {sp.mamba_slots}, conv_state size: {conv:.2f}GB, "
-                f"ssm_state size: {ssm:.2f}GB ")
-        if p.draft_tokens:
-            issm, iconv = _intermediate_bytes(p, sp.max_running_requests + 1)
-            line += (f"intermediate_ssm_state_cache size: {issm / GIB:.2f}GB "
-                     f"intermediate_conv_window_cache size: {iconv / GIB:.2f}GB ")
-        lines.append(line)
-    if p.attn is not None:
-        rows = sp.max_total_tokens + p.settings.page_size
-        dtype = f"torch.{p.kv_dtype}" if not p.kv_dtype.startswith("fp8") else "torch.float8_e4m3fn" \
-            if p.kv_dtype == "fp8_e4m3" else "torch.float8_e5m2"
-        if p.attn.mla:
-            lines.append(f"KV Cache is allocated. dtype: {dtype}, #tokens: {sp.max_total_tokens}, KV size: "
-                         f"{p.cell_bytes * rows / GIB:.2f} GB")
-        else:
-            half = p.cell_bytes * rows / 2 / GIB
-            lines.append(f"KV Cache is allocated. dtype: {dtype}, #tokens: {sp.max_total_tokens}, K size: "
-                         f"{half:.2f} GB, V size: {half:.2f} GB")
-    return lines
-
-
-def _settings_dict(p: Pools) -> dict[str, Any]:
-    s = p.settings
-    return {
-        "context_length": p.context_length, "max_running_requests": s.max_running_requests,
-        "tensor_parallel_size": s.tensor_parallel_size, "mem_fraction_static": s.mem_fraction_static,
-        "dtype": p.model_dtype, "kv_cache_dtype": p.kv_dtype, "mamba_conv_dtype": p.conv_dtype,
-        "mamba_ssm_dtype": p.ssm_dtype, "mamba_full_memory_ratio": s.mamba_full_memory_ratio,
-        "max_mamba_cache_size": s.max_mamba_cache_size,
-        "speculative_num_draft_tokens": s.speculative_num_draft_tokens,
-        "disable_radix_cache": s.disable_radix_cache, "page_size": s.page_size, "mamba_ratio": p.ratio,
-    }
-
-
-def _base_facts(p: Pools) -> list[Fact]:
-    facts = [
-        Fact("context_length", p.context_length,
-             "--context-length" if p.settings.context_length else "from the config"),
-        Fact("tensor_parallel_size", p.settings.tensor_parallel_size, "sizes below are per GPU"),
-        Fact("model dtype", p.model_dtype, "auto: the config's torch_dtype (float32 runs as float16)"),
-        Fact("full-attention layers", p.n_attention), Fact("recurrent layers", p.n_recurrent),
-    ]
-    if p.rec is not None:
-        facts += [byte_fact("Mamba slot", p.per_req_bytes, "conv + SSM state of every recurrent layer, one request"),
-                  Fact("Mamba slots per running request", p.ratio, p.strategy)]
-    if p.attn is not None:
-        facts.append(byte_fact("KV cell", p.cell_bytes, "one token over every full-attention layer"))
-    return facts
-
-
 def needed_bytes(p: Pools, requests: int) -> int:
     """Pool memory per GPU for ``requests`` running requests of context_length tokens each: ``ratio`` Mamba slots
     per request (+1 padding slot), the speculative reserve, and their KV tokens (+1 padding page)."""
@@ -412,116 +364,6 @@ def needed_bytes(p: Pools, requests: int) -> int:
     return mamba + inter + (tokens + page) * p.cell_bytes
 
 
-def plan(spec: ModelSpec, s: SglangSettings) -> EnginePlan:
-    """SGLang's state and KV sizes for ``spec``; the pool memory --max-running-requests (default 1) needs."""
-    p = derive(spec, s)
-    requests = s.max_running_requests or (SPEC_MAX_RUNNING_REQUESTS if p.draft_tokens else 1)
-    total = needed_bytes(p, requests)
-    facts = [*_base_facts(p), byte_fact(
-        f"pool memory for {requests} request(s) of {p.context_length:,} tokens", total,
-        "--max-running-requests" if s.max_running_requests else "give --max-running-requests for more")]
-    warnings = list(p.notes)
-    if p.draft_tokens:
-        warnings.append(f"speculative decoding: SGLang sets --max-running-requests {SPEC_MAX_RUNNING_REQUESTS} "
-                        "when it is not given")
-    return EnginePlan(NAME, VERSION, spec.name, _settings_dict(p), _states(p), tuple(facts), (), tuple(warnings),
-                      total)
-
-
-def rest_bytes(p: Pools, budget: ServingBudget, facts: list[Fact]) -> int:
-    """_profile_available_bytes: ``pre * mem_fraction_static - weights / TP`` (``pre`` = the GPU's memory before
-    the weights, less the overhead allowance)."""
-    s = p.settings
-    mfs = s.mem_fraction_static
-    if mfs is None:
-        mla = bool(p.attn and p.attn.mla)
-        mfs = default_mem_fraction_static(budget.gpu_bytes, s.tensor_parallel_size, mla)
-        if mfs <= 0:
-            raise EngineError(
-                f"SGLang's default --mem-fraction-static for a {budget.gpu_bytes / MIB:,.0f} MiB GPU is {mfs} (it "
-                f"reserves {reserved_mib(budget.gpu_bytes, s.tensor_parallel_size, mla):,.0f} MiB for activations "
-                "and CUDA graphs): give --mem-fraction-static, or use a larger GPU")
-    base = budget.gpu_free_bytes if budget.gpu_free_bytes is not None else budget.gpu_bytes
-    pre = base - budget.overhead_bytes
-    weights = cdiv(budget.weights_bytes or 0, s.tensor_parallel_size)
-    rest = int(pre * mfs) - weights
-    facts += [
-        byte_fact("GPU memory", budget.gpu_bytes, budget.gpu_source),
-        byte_fact("overhead allowance", budget.overhead_bytes, "--overhead: CUDA context before the weights load"),
-        Fact("mem_fraction_static", mfs, "--mem-fraction-static" if s.mem_fraction_static else
-             "SGLang's default for this GPU size"),
-        byte_fact("weights per GPU", weights, budget.weights_source),
-        byte_fact("pool memory (rest)", rest, "pre-load memory x mem_fraction_static - weights"),
-    ]
-    if rest <= 0:
-        raise EngineError(f"SGLang refuses to start: the weights leave no GPU memory for the KV cache under "
-                          f"--mem-fraction-static={mfs}")
-    return rest
-
-
-def _flags(p: Pools, context: int, requests: int) -> str:
-    s = p.settings
-    out = [f"--context-length {context}", f"--max-running-requests {requests}"]
-    if s.tensor_parallel_size > 1:
-        out.append(f"--tp-size {s.tensor_parallel_size}")
-    if s.mem_fraction_static is not None:
-        out.append(f"--mem-fraction-static {s.mem_fraction_static}")
-    if s.kv_cache_dtype != "auto":
-        out.append(f"--kv-cache-dtype {s.kv_cache_dtype}")
-    if s.mamba_ssm_dtype is not None:
-        out.append(f"--mamba-ssm-dtype {s.mamba_ssm_dtype}")
-    if s.mamba_full_memory_ratio != DEFAULT_MAMBA_FULL_MEMORY_RATIO:
-        out.append(f"--mamba-full-memory-ratio {s.mamba_full_memory_ratio}")
-    if s.max_mamba_cache_size is not None:
-        out.append(f"--max-mamba-cache-size {s.max_mamba_cache_size}")
-    if s.speculative_num_draft_tokens:
-        # NEXTN: the model's own MTP layers draft; other models need a draft model (--speculative-draft-model-path)
-        algorithm = "NEXTN" if p.has_mtp else "EAGLE"
-        out.append(f"--speculative-algorithm {algorithm} --speculative-num-draft-tokens "
-                   f"{s.speculative_num_draft_tokens}")
-    if s.disable_radix_cache:
-        out.append("--disable-radix-cache")
-    if s.page_size != 1:
-        out.append(f"--page-size {s.page_size}")
-    return " ".join(out)
-
-
-def capacity(spec: ModelSpec, s: SglangSettings, budget: ServingBudget,
-             contexts: Sequence[int] | None = None) -> EngineCapacity:
-    """SGLang's pools in ``budget``: Mamba slots, KV tokens, running requests, per context length."""
-    p = derive(spec, s)
-    facts = _base_facts(p)
-    rest = rest_bytes(p, budget, facts)
-    sp = split(p, rest)
-    facts += [
-        Fact("max_mamba_cache_size", sp.mamba_slots, "Mamba slots (the pool holds one more, for padding)"),
-        byte_fact("speculative reserve", sp.intermediate_bytes),
-        byte_fact("KV memory", sp.kv_bytes, "rest after the Mamba pool"),
-        Fact("max_total_num_tokens", sp.max_total_tokens, "KV tokens"),
-        Fact("max_running_requests", sp.max_running_requests, f"limited by {sp.limited_by}"),
-    ]
-    warnings = list(p.notes)
-    if budget.weights_bytes is None:
-        warnings.append("weights are NOT counted (unknown for this model): give --weights SIZE")
-    if p.rec is not None and "Mamba slots" in sp.limited_by:
-        warnings.append(f"max_running_requests is capped to {sp.max_running_requests} by the mamba state cache "
-                        f"(max_mamba_cache_size={sp.mamba_slots}, {p.ratio} state slots per request): raise "
-                        "--mamba-full-memory-ratio or --max-mamba-cache-size, or use --mamba-ssm-dtype bfloat16")
-    ladder = []
-    for ctx in contexts or default_contexts(p.context_length):
-        if ctx > p.context_length:
-            ladder.append(ConcurrencyPoint(ctx, 0, "", f"longer than context_length {p.context_length:,}"))
-            continue
-        n = full_length_requests(p, sp, ctx)
-        ladder.append(ConcurrencyPoint(ctx, n, _flags(p, ctx, n) if n else "", "" if n else "not one request fits"))
-    answer = full_length_requests(p, sp, p.context_length)
-    if answer == 0:
-        warnings.append(f"one request of {p.context_length:,} tokens does not fit the {sp.max_total_tokens:,}-token "
-                        "KV pool: lower --context-length")
-    return EngineCapacity(plan(spec, s), sp.kv_bytes, tuple(facts), tuple(ladder),
-                          _flags(p, p.context_length, max(1, answer)), tuple(_log_lines(p, sp)), tuple(warnings))
-
-
 def full_length_requests(p: Pools, sp: Split, context: int) -> int:
     """Running requests that all hold ``context`` tokens at once: the KV tokens // context (every token lives in
     the one shared pool), within SGLang's running-request cap."""
@@ -530,4 +372,3 @@ def full_length_requests(p: Pools, sp: Split, context: int) -> int:
     return min(sp.max_total_tokens // context, sp.max_running_requests)
 
 
-ENGINE = Engine(NAME, VERSION, DOC, FLAGS, DEFAULT_OVERHEAD_BYTES, settings, plan, capacity)

@@ -1,5 +1,5 @@
 """vLLM's KV-cache and Mamba-state memory rules for hybrid and recurrent models (vLLM 0.33.0, CUDA SM90): what vLLM
-derives from a model and its flags before any memory budget (planner.engines.vllm answers with it).
+derives from a model and its flags before any memory budget (vllm.answers turns it into rsplan's answers).
 
 Followed from vLLM 0.33.0's source (``pip download --no-deps vllm==0.33.0``); docs/engine-vllm.md lists each rule
 with the file it comes from. In short, per GPU rank:
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsplan.hparams.hf_architectures import hf_classes
-from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import (
     GIB,
@@ -62,6 +62,9 @@ DEFAULT_OVERHEAD_BYTES = 4 << 30
 #: Recurrent kinds whose layers add a prefill-checkpoint block per request with prefix caching (MambaMixer2
 #: always; Qwen GDN with the FlashInfer prefill kernel, the SM90 default).
 CHECKPOINT_BLOCK_KINDS = frozenset({"mamba2", "gated_delta_net"})
+#: Archs vLLM 0.33.0 serves with a Mamba-style state (a model class with get_mamba_state_shape_from_config).
+SERVED = frozenset({"mamba", "jamba", "mamba2", "nemotron_h", "nemotron_h_moe", "falcon-h1", "granitehybrid",
+                    "qwen3next", "qwen35", "qwen35moe", "kimi-linear", "lfm2", "lfm2moe"})
 #: Archs vLLM 0.33 no longer serves, with its own words.
 REMOVED_ARCHS = {
     "minimax-01": "MiniMaxText01ForCausalLM was supported in vLLM until v0.23.0, and is not supported anymore",
@@ -159,17 +162,18 @@ def settings(values: Mapping[str, Any]) -> VllmSettings:
     return VllmSettings(**given)
 
 
-def _model_dtype(spec: ModelSpec, flag: str) -> str:
-    """--dtype auto: the config's dtype; a float32 (or unnamed) config is downcast to bfloat16 on SM80+."""
+def _resolve_auto_dtype(spec: ModelSpec, flag: str) -> str:
+    """config/model.py ``_resolve_auto_dtype``: --dtype auto is the config's dtype; a float32 (or unnamed) config is
+    downcast to bfloat16 on SM80+."""
     if flag != "auto":
         return flag
     config = spec.serving.torch_dtype if spec.serving else None
     return config if config in ("bfloat16", "float16") else "bfloat16"
 
 
-def _max_model_len(spec: ModelSpec, flag: int | None, notes: list[str]) -> int:
-    """vLLM's _get_and_verify_max_len: a config that names no context length takes --max-model-len as given
-    (its 2048 default applies only when the flag is absent); otherwise the flag may not exceed the config's."""
+def _get_and_verify_max_len(spec: ModelSpec, flag: int | None, notes: list[str]) -> int:
+    """config/model.py ``_get_and_verify_max_len``: a config that names no context length takes --max-model-len as
+    given (its 2048 default applies only when the flag is absent); otherwise the flag may not exceed the config's."""
     derived = spec.serving.max_model_len if spec.serving else None
     if derived is None:
         if flag is not None:
@@ -205,9 +209,11 @@ def _model_class(spec: ModelSpec, notes: list[str]) -> str:
     return "<unknown architecture>"
 
 
-def _state_dtypes(spec: ModelSpec, kind: str, s: VllmSettings, model_dtype: str, notes: list[str]
-                  ) -> tuple[str, str, str]:
-    """(conv dtype, SSM dtype as allocated, SSM dtype the block alignment assumes)."""
+def get_mamba_state_dtype_from_config(spec: ModelSpec, kind: str, s: VllmSettings, model_dtype: str,
+                                      notes: list[str]) -> tuple[str, str, str]:
+    """The model classes' ``get_mamba_state_dtype_from_config`` (MambaStateDtypeCalculator, with the config hooks
+    of model_executor/models/config.py): (conv dtype, SSM dtype as allocated, SSM dtype the block alignment
+    assumes)."""
     conv = model_dtype if s.mamba_cache_dtype == "auto" else s.mamba_cache_dtype
     ssm_flag = s.mamba_ssm_cache_dtype
     serving = spec.serving
@@ -226,16 +232,12 @@ def _state_dtypes(spec: ModelSpec, kind: str, s: VllmSettings, model_dtype: str,
     return conv, ssm, ssm
 
 
-def _page(rec: RecurrentShapes, conv_dtype: str, ssm_dtype: str) -> int:
+def page_size_bytes(rec: RecurrentShapes, conv_dtype: str, ssm_dtype: str) -> int:
+    """v1/kv_cache_interface.py ``MambaSpec.page_size_bytes`` (unpadded): one request's states of one layer."""
     out = prod(rec.conv) * dtype_bytes(conv_dtype, "--mamba-cache-dtype")
     if rec.ssm is not None:
         out += prod(rec.ssm) * dtype_bytes(ssm_dtype, "--mamba-ssm-cache-dtype")
     return out
-
-
-def _group_size(counts: Sequence[int]) -> int:
-    small, large = min(counts), max(counts)
-    return large if large < small * 1.5 else small
 
 
 def default_max_num_seqs(gpu_bytes: int | None) -> int:
@@ -252,56 +254,78 @@ def default_max_num_batched_tokens(gpu_bytes: int | None) -> int:
     return 16384 if gpu_bytes >= 160 * GIB else 8192 if gpu_bytes >= 70 * GIB else 2048
 
 
-def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> Layout:
-    """Everything vLLM derives for ``spec`` at ``s`` (per GPU rank), before the memory budget."""
-    if spec.arch in REMOVED_ARCHS:
-        raise EngineError(f"vLLM {VERSION} does not serve this model: {REMOVED_ARCHS[spec.arch]}")
-    notes: list[str] = []
-    lines: list[str] = []
-    tp = s.tensor_parallel_size
-    layout = cache_layout(spec)
-    max_model_len = _max_model_len(spec, s.max_model_len, notes)
-    max_num_seqs = s.max_num_seqs if s.max_num_seqs is not None else default_max_num_seqs(gpu_bytes)
+def _verify_args(max_num_seqs: int | None, gpu_bytes: int | None) -> int:
+    """config/scheduler.py ``SchedulerConfig._verify_args`` on the batch defaults (EngineArgs.get_batch_defaults):
+    the effective max_num_seqs, refused above max_num_batched_tokens."""
+    seqs = max_num_seqs if max_num_seqs is not None else default_max_num_seqs(gpu_bytes)
     batched = default_max_num_batched_tokens(gpu_bytes)
-    if max_num_seqs > batched:
-        raise EngineError(f"vLLM refuses --max-num-seqs {max_num_seqs}: max_num_batched_tokens ({batched}, its "
+    if seqs > batched:
+        raise EngineError(f"vLLM refuses --max-num-seqs {seqs}: max_num_batched_tokens ({batched}, its "
                           "default for this GPU) must be greater than or equal to max_num_seqs")
-    model_dtype = _model_dtype(spec, s.dtype)
-    kv_dtype = model_dtype if s.kv_cache_dtype == "auto" else s.kv_cache_dtype
-    num_spec = s.num_speculative_tokens
+    return seqs
 
-    attn = attention_shape(spec, layout, tp, engine=f"vLLM {VERSION}")
-    n_attention = len(attn.layers) if attn else 0
+
+def _speculative_config(spec: ModelSpec, s: VllmSettings, attn: AttentionShape | None, notes: list[str]
+                        ) -> tuple[str, int]:
+    """config/speculative.py ``SpeculativeConfig``: the draft method (mtp when the model has MTP layers, else ngram,
+    unless given) and the attention layers the drafts add (the MTP layers' KV, ``qwen3_next_mtp.py``)."""
+    num_spec = s.num_speculative_tokens
     method = s.speculative_method or ("mtp" if spec.nextn_predict_layers and num_spec else "ngram")
     if num_spec and s.speculative_method is None and method == "ngram":
         notes.append(f"--num-speculative-tokens {num_spec} without --speculative-method: the model has no MTP layers "
                      "(nextn_predict_layers 0), so the drafts are sized as ngram (prompt lookup: no draft KV); give "
                      "--speculative-method to choose")
-    if num_spec and method == "mtp":
-        if not spec.nextn_predict_layers:
-            raise EngineError("--speculative-method mtp: the model has no MTP layers (nextn_predict_layers 0)")
-        if attn is None:
-            raise EngineError("--speculative-method mtp on an attention-free model is not modelled")
-        n_attention += spec.nextn_predict_layers
-        notes.append(f"MTP drafting: the {spec.nextn_predict_layers} MTP layer(s) hold attention KV too")
+    if not (num_spec and method == "mtp"):
+        return method, 0
+    if not spec.nextn_predict_layers:
+        raise EngineError("--speculative-method mtp: the model has no MTP layers (nextn_predict_layers 0)")
+    if attn is None:
+        raise EngineError("--speculative-method mtp on an attention-free model is not modelled")
+    notes.append(f"MTP drafting: the {spec.nextn_predict_layers} MTP layer(s) hold attention KV too")
+    return method, spec.nextn_predict_layers
 
-    n_recurrent = len(layout.recurrent_layers)
-    rec = rec_for_alignment = None
-    conv_dtype = ssm_dtype = ""
-    mamba_page = align_page = 0
-    if n_recurrent:
-        rec = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}", conv_extra=num_spec,
-                               groups_split_only_from_one=True)
-        conv_dtype, ssm_dtype, ssm_dtype_aligned = _state_dtypes(spec, rec.kind, s, model_dtype, notes)
-        mamba_page = _page(rec, conv_dtype, ssm_dtype)
-        # the block alignment reads the model class's shapes: LFM2's omit the draft tokens
-        rec_for_alignment = recurrent_shapes(spec, tp, engine=f"vLLM {VERSION}",
-                                             conv_extra=0 if rec.kind == "short_conv" else num_spec,
-                                             groups_split_only_from_one=True)
-        align_page = _page(rec_for_alignment, conv_dtype, ssm_dtype_aligned)
 
-    hybrid = attn is not None and n_recurrent > 0
-    prefix_caching = s.enable_prefix_caching if s.enable_prefix_caching is not None else attn is not None
+@dataclass(frozen=True)
+class MambaLayers:
+    """The recurrent layers' MambaSpec (v1/kv_cache_interface.py), per GPU rank.
+
+    Attributes:
+        rec: the state shapes the layers allocate (with the draft tokens' conv inputs).
+        conv_dtype / ssm_dtype: as allocated.
+        page_bytes: one request's states of one layer, as allocated (unpadded).
+        align_page_bytes: the same as the model class's shapes and dtypes say, which the block alignment reads.
+    """
+
+    rec: RecurrentShapes
+    conv_dtype: str
+    ssm_dtype: str
+    page_bytes: int
+    align_page_bytes: int
+
+
+def get_kv_cache_spec(spec: ModelSpec, layout: CacheLayout, s: VllmSettings, model_dtype: str, notes: list[str]
+                      ) -> MambaLayers:
+    """The Mamba layers' ``MambaBase.get_kv_cache_spec``: shapes from the model class's
+    ``get_mamba_state_shape_from_config`` (planner.engines.states), dtypes from
+    ``get_mamba_state_dtype_from_config``."""
+    engine = f"vLLM {VERSION}"
+    rec = recurrent_shapes(layout.recurrent, s.tensor_parallel_size, engine=engine,
+                           conv_extra=s.num_speculative_tokens, groups_split_only_from_one=True)
+    conv_dtype, ssm_dtype, ssm_dtype_aligned = get_mamba_state_dtype_from_config(spec, rec.kind, s, model_dtype,
+                                                                                 notes)
+    # the block alignment reads the model class's shapes: LFM2's omit the draft tokens
+    rec_for_alignment = recurrent_shapes(layout.recurrent, s.tensor_parallel_size, engine=engine,
+                                         conv_extra=0 if rec.kind == "shortconv" else s.num_speculative_tokens,
+                                         groups_split_only_from_one=True)
+    return MambaLayers(rec, conv_dtype, ssm_dtype, page_size_bytes(rec, conv_dtype, ssm_dtype),
+                       page_size_bytes(rec_for_alignment, conv_dtype, ssm_dtype_aligned))
+
+
+def verify_and_update_config(spec: ModelSpec, s: VllmSettings, has_attention: bool, n_recurrent: int,
+                             notes: list[str], lines: list[str]) -> tuple[bool, str]:
+    """model_executor/models/config.py ``MambaModelConfig.verify_and_update_config`` (with prefix caching's default,
+    engine/arg_utils.py): (prefix caching on, the Mamba cache mode)."""
+    prefix_caching = s.enable_prefix_caching if s.enable_prefix_caching is not None else has_attention
     mode = "align" if prefix_caching and n_recurrent else "none"
     if s.mamba_cache_mode is not None and s.mamba_cache_mode != mode:
         notes.append(f"vLLM {VERSION} ignores --mamba-cache-mode {s.mamba_cache_mode} (deprecated): the mode follows "
@@ -312,68 +336,116 @@ def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> La
                      "caching is enabled")
     elif n_recurrent and s.enable_prefix_caching is None:
         notes.append("prefix caching is off by default for attention-free models (Mamba cache mode 'none')")
+    return prefix_caching, mode
 
-    attn_bytes_per_token = 0
-    if attn is not None:
-        attn_bytes_per_token = attn.elements * dtype_bytes(kv_dtype, "--kv-cache-dtype")
+
+def _align_hybrid_block_size(block: int, attn: AttentionShape, attn_bytes_per_token: int, mamba: MambaLayers,
+                             mode: str, lines: list[str]) -> tuple[int, int]:
+    """platforms/interface.py ``Platform._align_hybrid_block_size``: (the attention block, raised until one
+    attention page holds a Mamba page; that page, to which the Mamba page is padded)."""
+    a = max(KERNEL_BLOCK, block)
+    if attn.mla:
+        a = max(a, MLA_BLOCK_ALIGNMENT)
+    if mode == "align" and mamba.rec.kind == "gated_delta_net":
+        a = math.lcm(a, GDN_CHECKPOINT_ALIGNMENT)
+    attn_block = a * cdiv(mamba.align_page_bytes, a * attn_bytes_per_token)
+    attn_block = KERNEL_BLOCK * cdiv(attn_block, KERNEL_BLOCK)
+    if block < attn_block:
+        block = attn_block
+        lines.append(f"Setting attention block size to {block} tokens to ensure that attention page size is >= "
+                     "mamba page size.")
+    page_bytes = block * attn_bytes_per_token
+    if page_bytes != mamba.align_page_bytes:
+        lines.append(f"Padding mamba page size by "
+                     f"{100 * (page_bytes - mamba.align_page_bytes) / mamba.align_page_bytes:.2f}% to ensure that "
+                     "mamba page size and attention page size are exactly equal.")
+    if mamba.page_bytes > page_bytes:
+        raise EngineError(
+            f"vLLM {VERSION} fails at start-up with these settings: the layers allocate a {mamba.page_bytes:,} B "
+            f"state page but the block alignment assumed {mamba.align_page_bytes:,} B and padded it to "
+            f"{page_bytes:,} B (MambaSpec asserts page_size_padded >= page size)"
+            + ("; LFM2's model class leaves the draft tokens out of its conv state: drop --num-speculative-tokens"
+               if mamba.rec.kind == "shortconv" else "; Kimi's KDA layer keeps float32: drop --mamba-ssm-cache-dtype")
+        )
+    return block, page_bytes
+
+
+def _group_size(counts: Sequence[int]) -> int:
+    small, large = min(counts), max(counts)
+    return large if large < small * 1.5 else small
+
+
+def _get_kv_cache_groups_uniform_page_size(n_attention: int, recurrent_kind: str, n_recurrent: int,
+                                           lines: list[str]) -> tuple[int, list[tuple[str, int]]]:
+    """v1/core/kv_cache_planning.py ``_get_kv_cache_groups_uniform_page_size``: (layers per group, (kind, layers)
+    of each group). Attention-free models are one uniform group of every layer."""
+    if not n_attention and n_recurrent:
+        return n_recurrent, [(recurrent_kind, n_recurrent)]
+    buckets = [(kind, n) for kind, n in (("attention", n_attention), (recurrent_kind, n_recurrent)) if n]
+    group_size = _group_size([n for _, n in buckets])
+    groups: list[tuple[str, int]] = []
+    for kind, n in buckets:
+        n_groups = cdiv(n, group_size)
+        pad = group_size - n % group_size
+        if pad != group_size:
+            lines.append(f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV cache memory")
+        groups += [(kind, len(range(i, n, n_groups))) for i in range(n_groups)]
+    return group_size, groups
+
+
+def max_memory_usage_blocks(kind: str, num_spec: int, mode: str) -> int:
+    """v1/kv_cache_interface.py ``MambaSpec.max_memory_usage_bytes`` in blocks: the blocks one request takes in a
+    Mamba group: ``1 + num_spec``, or with prefix caching (``align``) ``2 + num_spec``, plus a prefill checkpoint
+    for Mamba-2 mixers and Qwen gated delta nets (mamba_mixer2.py)."""
+    if mode != "align":
+        return 1 + num_spec
+    return 2 + num_spec + (1 if kind in CHECKPOINT_BLOCK_KINDS else 0)
+
+
+def _verify_served(spec: ModelSpec) -> None:
+    """ModelRegistry: the arch must have a model class vLLM 0.33.0 serves with a Mamba-style state."""
+    if spec.arch in REMOVED_ARCHS:
+        raise EngineError(f"vLLM {VERSION} does not serve this model: {REMOVED_ARCHS[spec.arch]}")
+    if spec.arch not in SERVED:
+        raise EngineError(f"vLLM {VERSION} does not serve arch '{spec.arch}' (rsplan models it for: "
+                          f"{', '.join(sorted(SERVED))})")
+
+
+def derive(spec: ModelSpec, s: VllmSettings, gpu_bytes: int | None = None) -> Layout:
+    """Everything vLLM derives for ``spec`` at ``s`` (per GPU rank) before the memory budget, step by step as its
+    start-up does; each step is the function of vLLM 0.33.0 it is named after."""
+    _verify_served(spec)
+    notes: list[str] = []
+    lines: list[str] = []
+    layout = cache_layout(spec)
+    max_model_len = _get_and_verify_max_len(spec, s.max_model_len, notes)
+    max_num_seqs = _verify_args(s.max_num_seqs, gpu_bytes)
+    model_dtype = _resolve_auto_dtype(spec, s.dtype)
+    kv_dtype = model_dtype if s.kv_cache_dtype == "auto" else s.kv_cache_dtype
+    attn = attention_shape(spec, layout, s.tensor_parallel_size, engine=f"vLLM {VERSION}")
+    method, n_draft_layers = _speculative_config(spec, s, attn, notes)
+    n_attention = (len(attn.layers) if attn else 0) + n_draft_layers
+    n_recurrent = len(layout.recurrent_layers)
+    mamba = get_kv_cache_spec(spec, layout, s, model_dtype, notes) if n_recurrent else None
+    prefix_caching, mode = verify_and_update_config(spec, s, attn is not None, n_recurrent, notes, lines)
+
+    attn_bytes_per_token = attn.elements * dtype_bytes(kv_dtype, "--kv-cache-dtype") if attn is not None else 0
     block = s.block_size or DEFAULT_BLOCK_SIZE
     if attn is not None and block % KERNEL_BLOCK:
         raise EngineError(f"--block-size {block}: FLASH_ATTN supports multiples of {KERNEL_BLOCK} only")
-    page_bytes = mamba_page
-    if hybrid:
-        a = max(KERNEL_BLOCK, block)
-        if attn is not None and attn.mla:
-            a = max(a, MLA_BLOCK_ALIGNMENT)
-        if mode == "align" and rec is not None and rec.kind == "gated_delta_net":
-            a = math.lcm(a, GDN_CHECKPOINT_ALIGNMENT)
-        attn_block = a * cdiv(align_page, a * attn_bytes_per_token)
-        attn_block = KERNEL_BLOCK * cdiv(attn_block, KERNEL_BLOCK)
-        if block < attn_block:
-            block = attn_block
-            lines.append(f"Setting attention block size to {block} tokens to ensure that attention page size is >= "
-                         "mamba page size.")
-        page_bytes = block * attn_bytes_per_token
-        if page_bytes != align_page:
-            lines.append(f"Padding mamba page size by {100 * (page_bytes - align_page) / align_page:.2f}% to ensure "
-                         "that mamba page size and attention page size are exactly equal.")
-        if mamba_page > page_bytes:
-            raise EngineError(
-                f"vLLM {VERSION} fails at start-up with these settings: the layers allocate a {mamba_page:,} B state "
-                f"page but the block alignment assumed {align_page:,} B and padded it to {page_bytes:,} B "
-                "(MambaSpec asserts page_size_padded >= page size)"
-                + ("; LFM2's model class leaves the draft tokens out of its conv state: drop "
-                   "--num-speculative-tokens" if rec is not None and rec.kind == "short_conv"
-                   else "; Kimi's KDA layer keeps float32: drop --mamba-ssm-cache-dtype")
-            )
-    elif attn is not None:
-        page_bytes = block * attn_bytes_per_token
-
-    buckets = [(kind, n) for kind, n in (("attention", n_attention), (rec.kind if rec else "", n_recurrent)) if n]
-    if attn is None and n_recurrent:
-        group_size = n_recurrent  # attention-free: one uniform group of every layer
-        groups: list[tuple[str, int]] = [(buckets[0][0], n_recurrent)]
+    if attn is not None and mamba is not None:
+        block, page_bytes = _align_hybrid_block_size(block, attn, attn_bytes_per_token, mamba, mode, lines)
     else:
-        group_size = _group_size([n for _, n in buckets])
-        groups = []
-        for kind, n in buckets:
-            n_groups = cdiv(n, group_size)
-            pad = group_size - n % group_size
-            if pad != group_size:
-                lines.append(f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV cache memory")
-            groups += [(kind, len(range(i, n, n_groups))) for i in range(n_groups)]
-    bytes_per_block = group_size * page_bytes
-
-    mamba_blocks = 0
-    if rec is not None:
-        mamba_blocks = 1 + num_spec
-        if mode == "align":
-            mamba_blocks = 2 + num_spec + (1 if rec.kind in CHECKPOINT_BLOCK_KINDS else 0)
+        page_bytes = block * attn_bytes_per_token if attn is not None else mamba.page_bytes if mamba else 0
+    rec_kind = mamba.rec.kind if mamba else ""
+    group_size, groups = _get_kv_cache_groups_uniform_page_size(n_attention, rec_kind, n_recurrent, lines)
     return Layout(
         settings=s, max_model_len=max_model_len, max_num_seqs=max_num_seqs, model_dtype=model_dtype,
-        kv_dtype=kv_dtype, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype, prefix_caching=prefix_caching, mode=mode,
-        n_attention=n_attention, n_recurrent=n_recurrent, attn=attn, rec=rec,
-        attn_bytes_per_token=attn_bytes_per_token, mamba_page=mamba_page, block_size=block, page_bytes=page_bytes,
-        group_size=group_size, groups=tuple(groups), bytes_per_block=bytes_per_block,
-        mamba_blocks_per_request=mamba_blocks, speculative_method=method if num_spec else None,
-        notes=tuple(notes), log_lines=tuple(lines),
+        kv_dtype=kv_dtype, conv_dtype=mamba.conv_dtype if mamba else "", ssm_dtype=mamba.ssm_dtype if mamba else "",
+        prefix_caching=prefix_caching, mode=mode, n_attention=n_attention, n_recurrent=n_recurrent, attn=attn,
+        rec=mamba.rec if mamba else None, attn_bytes_per_token=attn_bytes_per_token,
+        mamba_page=mamba.page_bytes if mamba else 0, block_size=block, page_bytes=page_bytes, group_size=group_size,
+        groups=tuple(groups), bytes_per_block=group_size * page_bytes,
+        mamba_blocks_per_request=max_memory_usage_blocks(rec_kind, s.num_speculative_tokens, mode) if mamba else 0,
+        speculative_method=method if s.num_speculative_tokens else None, notes=tuple(notes), log_lines=tuple(lines),
     )

@@ -1,0 +1,84 @@
+"""Granite-4.0-H with experts (granitehybrid): Mamba-2 layers and GQA attention without RoPE, each followed by
+softmax-routed experts with normalised weights plus a shared expert, and Granite's muP multipliers as SCALE ops
+(src/models/granite-hybrid.cpp ``graph``, ``build_attention_layer``, ``build_layer_ffn``; src/llama-graph.cpp
+``build_inp_embd`` for the embedding scale)."""
+
+from __future__ import annotations
+
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml_alloc import Graph, Tensor
+from rsplan.planner.graphs.attention import attn_inputs, qkv_attn
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, ffn_width
+from rsplan.planner.graphs.lfm2 import ffn_silu_par
+from rsplan.planner.graphs.mamba import mamba2_layer
+from rsplan.planner.graphs.moe import moe_ffn
+
+#: Granite's muP multipliers that add a SCALE op: conversion/granite.py writes embedding_multiplier,
+#: residual_multiplier and logits_scaling whenever the config has them, and every Granite-4.0 config does
+#: (transformers' GraniteMoeHybridConfig carries all four; attention_multiplier only sets the kq scale).
+SCALES = {"embedding": True, "residual": True, "logits": True}
+
+
+def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
+    """build_layer_ffn's MoE branch: experts as wide as feed_forward_length (softmax, normalised weights, no
+    weight scale) plus the shared expert. cur: the normed [n_embd, n_tokens]."""
+    p = lg.p
+    spec = p.spec
+    moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, ffn_width(p, il))
+    return g.add(moe_out, ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length))
+
+
+def _residual(cur: Tensor) -> Tensor:
+    return g.scale(cur) if SCALES["residual"] else cur
+
+
+def build_granite_hybrid(p: GraphParams) -> Graph:
+    """llama_model_granite_hybrid::graph for the MoE models (without RoPE: the converter writes
+    rope.scaling.finetuned = false for a hybrid)."""
+    _require_moe(p)
+    lg = LlamaGraph(p)
+    inp = lg.inp_embd()
+    if SCALES["embedding"]:
+        inp = lg.expand(g.scale(inp))
+    rs = lg.rs_inp()
+    attn = attn_inputs(lg)
+    out_ids = lg.inp_out_ids()
+    recurrent = set(p.layout.recurrent_layers)
+    for il in range(p.n_layer):
+        inp_sa = inp
+        cur = lg.norm(inp, p.n_embd)
+        cur = mamba2_layer(lg, cur, rs, il) if il in recurrent else qkv_attn(lg, cur, attn, il)
+        if il == p.n_layer - 1:
+            cur = g.get_rows(cur, out_ids)
+            inp_sa = g.get_rows(inp_sa, out_ids)
+        ffn_inp = g.add(_residual(cur), inp_sa)
+        cur = _ffn(lg, lg.norm(ffn_inp, p.n_embd), il)
+        inp = g.add(_residual(cur), ffn_inp)
+    return _output(lg, inp)
+
+
+def _output(lg: LlamaGraph, cur: Tensor) -> Graph:
+    """The final norm (t_embd) and the lm head, whose logits are divided by logits_scaling: the scaled logits are
+    the output (t_logits), so the SCALE may reuse the matmul's memory."""
+    p = lg.p
+    cur = lg.norm(cur, p.n_embd)
+    g.GraphBuilder.set_output(cur)
+    cur = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
+    if SCALES["logits"]:
+        cur = g.scale(cur)
+    g.GraphBuilder.set_output(cur)
+    lg.expand(cur)
+    return lg.b.graph
+
+
+def _require_moe(p: GraphParams) -> None:
+    """Only the MoE Granite-4.0-H models are modelled (ComputeModelError otherwise)."""
+    from rsplan.planner.compute import ComputeModelError
+
+    spec = p.spec
+    if not (spec.expert_count and spec.expert_used_count and spec.expert_shared_feed_forward_length):
+        raise ComputeModelError(
+            f"model '{spec.name}': only the MoE Granite-4.0-H models (expert_count, expert_used_count and "
+            "expert_shared_feed_forward_length given) have a compute-buffer model; dense granitehybrid models "
+            "(Granite-4.0-H-1B / micro, Bamba with RoPE) do not; pass --compute to give the size"
+        )

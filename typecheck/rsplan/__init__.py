@@ -1,0 +1,1 @@
+../../rsplan/__init__.py
