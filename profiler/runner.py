@@ -100,6 +100,29 @@ def validate(req: ProfileRequest) -> None:
         raise WorkloadError(f"--type-r/--type-s must be f32 or bf16, got {req.state_type}")
 
 
+@dataclass
+class _Setup:
+    """What a run profiles: the model, its plan, the workloads and the family of kernels.
+
+    ``n_seqs``: the sequences (cells, llama.cpp -np); ``tokens``: prefill tokens per sequence (-ub split equally);
+    ``notes``: the run's notes so far.
+    """
+
+    spec: Any
+    layout: Any
+    plan: Any
+    names: list[str]
+    family: Any
+    n_seqs: int
+    tokens: int
+    notes: list[str]
+
+    @property
+    def n_rs_seq(self) -> int:
+        """The rollback planes per sequence the plan keeps (after llama.cpp's clamp)."""
+        return int(self.plan.context.n_rs_seq)
+
+
 def run_profile(
     req: ProfileRequest,
     progress: Callable[[int], Callable[[int], None]] | None = None,
@@ -109,12 +132,7 @@ def run_profile(
     ``announce(line)`` receives the expected duration before the timed work starts (None: not shown)."""
     validate(req)
     torch = import_torch()
-    from rsplan.hparams.layout import cache_layout
-    from rsplan.hparams.sources import load_model
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.plan import build_plan
-    from rsplan.profiler import workloads as wl
-    from rsplan.profiler.alloc import allocate, state_dtype_check
+    from rsplan.profiler.alloc import allocate
     from rsplan.profiler.device import (
         copy_bandwidth,
         copy_baseline,
@@ -122,12 +140,50 @@ def run_profile(
         device_facts,
         free_bytes,
         last_level_cache,
-        resolve_device,
     )
-    from rsplan.profiler.engine import Engine
-    from rsplan.profiler.families import family_of, kernel_bytes
 
     t_start = time.perf_counter()
+    dev = _device(req, torch)
+    setup = _setup(req)
+    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache; inputs and snapshots are the
+    # rest of the workspace
+    llc, llc_source = last_level_cache(dev)
+    copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
+    facts = device_facts(dev)
+    cache = allocate(setup.plan, dev, 2 * copy_bytes + _workspace_bytes(req, setup))
+    try:
+        allocation = _allocation_report(setup.plan, cache)
+        pools = _pools(setup.plan, cache, setup.family)
+        copy_iters = COPY_ITERS[dev.type]
+        t0 = time.perf_counter()
+        bursts = [copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
+        copy_s = time.perf_counter() - t0
+        checks = _checks(req)
+        budget = _budget(req, dev, setup.names, pools, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq,
+                         copy_s, checks, t_start)
+        if announce is not None:
+            announce(budget.announcement())
+        if budget.note:
+            setup.notes.append(budget.note)
+        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress)
+        bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
+        copy = CopyBaseline.from_dict(copy_baseline(bursts, llc, llc_source))
+        results = {name: _figures(m, copy, setup.n_seqs, timing[name]) for name, m in measured.items()}
+        third = _third_party(dev, setup.family, setup.n_seqs, req) if dev.type == "cuda" else {}
+    finally:
+        cache.release()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    notes = [*setup.notes, *_run_notes(facts, copy, results), *cache.notes]
+    return _result(req, setup, facts, allocation, copy,
+                   TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start), results, third,
+                   CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
+
+
+def _device(req: ProfileRequest, torch: Any) -> Any:
+    """The torch device of the request, with its CPU threads set and denormals flushed on a CPU."""
+    from rsplan.profiler.device import resolve_device
+
     dev = resolve_device(req.gpu, req.device)
     if req.threads is not None:
         if dev.type != "cpu":
@@ -137,6 +193,19 @@ def run_profile(
         # decayed states and the chunked scans' exp(G_t - G_s) reach subnormal floats, which x86 CPUs compute
         # up to 100x slower; flushed to zero they change nothing above 1.2e-38 (the GPU flushes them anyway)
         torch.set_flush_denormal(True)
+    return dev
+
+
+def _setup(req: ProfileRequest) -> _Setup:
+    """Load the model, choose the workloads, plan the caches (n_rs_seq defaults to the draft length for spec) and
+    pick the family's kernels; refuse what cannot run."""
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.context import ContextParams
+    from rsplan.planner.plan import build_plan
+    from rsplan.profiler.alloc import state_dtype_check
+    from rsplan.profiler.families import family_of
+
     spec = load_model(req.model)
     layout = cache_layout(spec)
     if not layout.recurrent_layers:
@@ -156,67 +225,68 @@ def run_profile(
         raise WorkloadError(
             f"--spec-draft-n-max {req.draft} needs --n-rs-seq >= {req.draft} (the plan has n_rs_seq = {eff_rs})"
         )
-    family = family_of(layout)
-    N = plan.context.n_seq_max
-    T = max(1, req.ubatch // N)
+    n_seqs = plan.context.n_seq_max
+    return _Setup(spec, layout, plan, names, family_of(layout), n_seqs, max(1, req.ubatch // n_seqs), notes)
 
-    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache; inputs and snapshots are the
-    # rest of the workspace
-    llc, llc_source = last_level_cache(dev)
-    copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
+
+def _workspace_bytes(req: ProfileRequest, setup: _Setup) -> int:
+    """The device memory a run needs besides the caches and the copy baseline: the inputs and outputs of the
+    largest step and snapshots of one layer's pools."""
+    from rsplan.profiler.families import kernel_bytes
+
+    names, plan = setup.names, setup.plan
     # tokens per sequence of the largest step that runs: a prefill ubatch, a draft verification, or one token
-    step_tokens = max([1] + [T for n in names if n == "prefill"] + [1 + req.draft for n in names if n == "spec"])
-    io_bytes = sum(kernel_bytes(k, N, step_tokens, 1, 0) for k in family.kernels)
+    step_tokens = max([1] + [setup.tokens for n in names if n == "prefill"]
+                      + [1 + req.draft for n in names if n == "spec"])
+    io_bytes = sum(kernel_bytes(k, setup.n_seqs, step_tokens, 1, 0) for k in setup.family.kernels)
     layer_pool_bytes = plan.recurrent.rows * sum(
-        t.row_bytes for t in plan.tensors if t.layer == layout.recurrent_layers[0] and t.kind in "rs"
+        t.row_bytes for t in plan.tensors if t.layer == setup.layout.recurrent_layers[0] and t.kind in "rs"
     )
-    workspace = 2 * copy_bytes + 3 * io_bytes + 4 * layer_pool_bytes
+    return 3 * io_bytes + 4 * layer_pool_bytes
 
-    facts = device_facts(dev)
-    cache = allocate(plan, dev, workspace)
-    try:
-        allocation = _allocation_report(plan, cache)
-        pools = _pools(plan, cache, family)
-        copy_iters = COPY_ITERS[dev.type]
-        t0 = time.perf_counter()
-        bursts = [copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
-        copy_s = time.perf_counter() - t0
-        tol = (2e-3, 2e-3) if req.state_type == "f32" else (3e-2, 3e-2)
-        checks = wl.Checks(*tol, seed=req.seed)
-        budget = _budget(req, dev, names, pools, family, N, T, eff_rs, copy_s, checks, t_start)
-        if announce is not None:
-            announce(budget.announcement())
-        if budget.note:
-            notes.append(budget.note)
-        iters, warmup = budget.iters, budget.warmup
-        # the steps that advance the progress: the timed loops (prefill and spec time again with K = 1)
-        again = 2 if eff_rs > 0 else 1
-        steps = {
-            "decode": warmup + iters,
-            "prefill": (again if T > 1 else 1) * (warmup + iters),
-            "spec": again * (warmup + iters),
-        }
-        tick = progress(sum(steps[n] for n in names)) if progress else (lambda _n: None)
-        measured: dict[str, Any] = {}
-        timing: dict[str, Any] = {}
-        for name in names:
-            _zero(pools)
-            engine = Engine(family, pools, N, eff_rs, dev, req.seed, cuda_graphs=req.cuda_graphs)
-            if name == "decode":
-                measured[name] = wl.decode(engine, checks, iters, warmup, tick)
-            elif name == "prefill":
-                measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick)
-            else:
-                measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
-            timing[name] = _timing_mode(engine)
-        bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
-        copy = CopyBaseline.from_dict(copy_baseline(bursts, llc, llc_source))
-        results = {name: _figures(m, copy, N, timing[name]) for name, m in measured.items()}
-        third = _third_party(dev, family, N, req) if dev.type == "cuda" else {}
-    finally:
-        cache.release()
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
+
+def _checks(req: ProfileRequest) -> Any:
+    """The correctness checks, with the tolerances of the state type."""
+    from rsplan.profiler import workloads as wl
+
+    tol = (2e-3, 2e-3) if req.state_type == "f32" else (3e-2, 3e-2)
+    return wl.Checks(*tol, seed=req.seed)
+
+
+def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict[str, Any]], checks: Any,
+             budget: Budget, progress: Callable[[int], Callable[[int], None]] | None
+             ) -> tuple[dict[str, Any], dict[str, Timing]]:
+    """Drive each workload through the cells and kernels: its measurement (workloads.Measured) and timing mode."""
+    from rsplan.profiler import workloads as wl
+    from rsplan.profiler.engine import Engine
+
+    iters, warmup, T = budget.iters, budget.warmup, setup.tokens
+    # the steps that advance the progress: the timed loops (prefill and spec time again with K = 1)
+    again = 2 if setup.n_rs_seq > 0 else 1
+    steps = {
+        "decode": warmup + iters,
+        "prefill": (again if T > 1 else 1) * (warmup + iters),
+        "spec": again * (warmup + iters),
+    }
+    tick = progress(sum(steps[n] for n in setup.names)) if progress else (lambda _n: None)
+    measured: dict[str, Any] = {}
+    timing: dict[str, Timing] = {}
+    for name in setup.names:
+        _zero(pools)
+        engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs)
+        if name == "decode":
+            measured[name] = wl.decode(engine, checks, iters, warmup, tick)
+        elif name == "prefill":
+            measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick)
+        else:
+            measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
+        timing[name] = _timing_mode(engine)
+    return measured, timing
+
+
+def _run_notes(facts: dict[str, Any], copy: CopyBaseline, results: dict[str, WorkloadResult]) -> list[str]:
+    """What makes this run's figures less reliable: a loaded machine, a noisy baseline, flagged ratios."""
+    notes = []
     load, cpus = facts.get("load_average"), facts.get("cpus")
     if load is not None and cpus and load > cpus:
         notes.append(
@@ -228,32 +298,38 @@ def run_profile(
         notes.append("the copy baseline is noisy on this run (see its spread and drift): ratios to it are unreliable")
     if flagged:
         notes.append(f"{len(flagged)} ratio(s) above 100% of copy are measurement problems, not speed: see the flags")
+    return notes
 
+
+def _result(req: ProfileRequest, setup: _Setup, facts: dict[str, Any], allocation: Allocation, copy: CopyBaseline,
+            time_budget: TimeBudget, results: dict[str, WorkloadResult], third: dict[str, Any],
+            checks: CheckSummary, notes: list[str]) -> ProfileResult:
+    plan, names, eff_rs = setup.plan, setup.names, setup.n_rs_seq
     return ProfileResult(
-        model=spec.name,
-        arch=spec.arch,
-        family=family.name,
-        recurrent_layers=len(layout.recurrent_layers),
+        model=setup.spec.name,
+        arch=setup.spec.arch,
+        family=setup.family.name,
+        recurrent_layers=len(setup.layout.recurrent_layers),
         request=req,
         device=facts,
         context=ProfileContext(
             n_ctx=plan.context.n_ctx,
-            n_seq_max=N,
+            n_seq_max=setup.n_seqs,
             n_rs_seq=eff_rs,
             n_rs_seq_requested=plan.context.n_rs_seq_requested,
             n_planes=eff_rs + 1,
             state_type=req.state_type,
-            ubatch_tokens_per_seq=T if "prefill" in names else None,
+            ubatch_tokens_per_seq=setup.tokens if "prefill" in names else None,
             draft=req.draft if "spec" in names else None,
         ),
-        kernels=tuple(KernelShape(k.op, k.kind, tuple(k.row_shape), k.dims) for k in family.kernels),
+        kernels=tuple(KernelShape(k.op, k.kind, tuple(k.row_shape), k.dims) for k in setup.family.kernels),
         allocation=allocation,
         copy_bandwidth=copy,
-        time=TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start),
+        time=time_budget,
         workloads=results,
         third_party=third,
-        checks=CheckSummary.from_dict(checks.summary(len(layout.recurrent_layers))),
-        notes=(*notes, *cache.notes),
+        checks=checks,
+        notes=tuple(notes),
     )
 
 
