@@ -58,7 +58,7 @@ def capacity_process(runs: int) -> list[float]:
 
 
 def capacity_in_process(repeats: int = 20) -> float:
-    from rsplan.cli.capacity import parse_ctx_list
+    from rsplan.cli.budget import parse_ctx_list
     from rsplan.hparams.sources import load_model
     from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, run_capacity
     from rsplan.planner.context import ContextParams
@@ -126,7 +126,7 @@ def engine_process(engine: str, runs: int) -> list[float]:
 
 
 def engine_in_process(engine: str, repeats: int = 20) -> float:
-    from rsplan.cli.capacity import parse_serving_ctx_list
+    from rsplan.cli.budget import parse_serving_ctx_list
     from rsplan.hparams.sources import load_model
     from rsplan.planner.engines import engine as load_engine
     from rsplan.planner.engines.base import ServingBudget

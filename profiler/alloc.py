@@ -58,7 +58,7 @@ def allocate(plan: MemoryPlan, dev: Any, workspace_bytes: int) -> AllocatedCache
     if needed > free - reserve:
         kept = f" ({_gib(reserve)} of it left to the rest of the system)" if reserve else ""
         # the caches grow with -c, -np and the rollback planes; the workspace with the tokens of a step
-        lower = "-c, -np or --n-rs-seq" if plan.total_bytes >= workspace_bytes else "--ubatch, --draft or -np"
+        lower = "-c, -np or --n-rs-seq" if plan.total_bytes >= workspace_bytes else "-ub, --spec-draft-n-max or -np"
         raise DeviceError(
             f"out of memory on {dev}: the plan needs {_gib(plan.total_bytes)} for the caches plus "
             f"{_gib(workspace_bytes)} of profiling workspace ({_gib(needed)}), {_gib(free)} is free{kept}; "
@@ -92,7 +92,9 @@ def state_dtype_check(plan: MemoryPlan) -> None:
     """The kernels read f32 and bf16 state pools only."""
     for kind, type_name in (("r", plan.recurrent.type_r), ("s", plan.recurrent.type_s)):
         if type_name not in ("f32", "bf16"):
-            raise WorkloadError(f"--state-type: the kernels read f32 or bf16 {kind.upper()} pools, not {type_name}")
+            raise WorkloadError(
+                f"--type-r/--type-s: the kernels read f32 or bf16 {kind.upper()} pools, not {type_name}"
+            )
 
 
 def _gib(n: int) -> str:

@@ -1,7 +1,7 @@
 """``rsplan profile``'s runtime: plan, allocate, drive the workloads, measure, and build the report.
 
-``run_profile(ProfileRequest(...))`` returns a JSON-ready dict with every figure (the table renderer reads the
-same dict). torch is imported here, never at ``import rsplan`` time.
+``run_profile(ProfileRequest(...))`` returns a ProfileResult (profiler.result) with every figure; its renderers
+are in rsplan.render.profile. torch is imported here, never at ``import rsplan`` time.
 """
 
 from __future__ import annotations
@@ -9,10 +9,27 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from rsplan.profiler.errors import RsplanError, WorkloadError, import_torch
+from rsplan.profiler.result import (
+    Allocation,
+    CheckSummary,
+    CopyBaseline,
+    KernelFigures,
+    KernelShape,
+    KindAllocation,
+    ProfileContext,
+    ProfileResult,
+    RatioFlag,
+    Snapshots,
+    StatePath,
+    TimeBudget,
+    TimeSummary,
+    Timing,
+    WorkloadResult,
+)
 
 Workload = Literal["decode", "prefill", "spec", "all"]
 WORKLOADS = ("decode", "prefill", "spec")
@@ -72,32 +89,50 @@ def validate(req: ProfileRequest) -> None:
     if req.warmup < 0:
         raise WorkloadError(f"--warmup must be 0 or more, got {req.warmup}")
     if req.draft < 1:
-        raise WorkloadError(f"--draft must be at least 1, got {req.draft}")
+        raise WorkloadError(f"--spec-draft-n-max must be at least 1, got {req.draft}")
     if req.ubatch < req.n_seq_max:
         raise WorkloadError(
-            f"--ubatch {req.ubatch} is smaller than -np {req.n_seq_max}: a prefill ubatch needs one token per sequence"
+            f"-ub {req.ubatch} is smaller than -np {req.n_seq_max}: a prefill ubatch needs one token per sequence"
         )
     if req.max_seconds is not None and not req.max_seconds >= 0:
         raise WorkloadError(f"--max-seconds must be 0 (no limit) or more, got {req.max_seconds}")
     if req.state_type not in ("f32", "bf16"):
-        raise WorkloadError(f"--state-type must be f32 or bf16, got {req.state_type}")
+        raise WorkloadError(f"--type-r/--type-s must be f32 or bf16, got {req.state_type}")
+
+
+@dataclass
+class _Setup:
+    """What a run profiles: the model, its plan, the workloads and the family of kernels.
+
+    ``n_seqs``: the sequences (cells, llama.cpp -np); ``tokens``: prefill tokens per sequence (-ub split equally);
+    ``notes``: the run's notes so far.
+    """
+
+    spec: Any
+    layout: Any
+    plan: Any
+    names: list[str]
+    family: Any
+    n_seqs: int
+    tokens: int
+    notes: list[str]
+
+    @property
+    def n_rs_seq(self) -> int:
+        """The rollback planes per sequence the plan keeps (after llama.cpp's clamp)."""
+        return int(self.plan.context.n_rs_seq)
 
 
 def run_profile(
     req: ProfileRequest,
     progress: Callable[[int], Callable[[int], None]] | None = None,
     announce: Callable[[str], None] | None = None,
-) -> dict:
+) -> ProfileResult:
     """Run a profile. ``progress(total)`` returns a callback advanced once per step (None: silent);
     ``announce(line)`` receives the expected duration before the timed work starts (None: not shown)."""
     validate(req)
     torch = import_torch()
-    from rsplan.hparams.layout import cache_layout
-    from rsplan.hparams.sources import load_model
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.plan import build_plan
-    from rsplan.profiler import workloads as wl
-    from rsplan.profiler.alloc import allocate, state_dtype_check
+    from rsplan.profiler.alloc import allocate
     from rsplan.profiler.device import (
         copy_bandwidth,
         copy_baseline,
@@ -105,12 +140,50 @@ def run_profile(
         device_facts,
         free_bytes,
         last_level_cache,
-        resolve_device,
     )
-    from rsplan.profiler.engine import Engine
-    from rsplan.profiler.families import family_of, kernel_bytes
 
     t_start = time.perf_counter()
+    dev = _device(req, torch)
+    setup = _setup(req)
+    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache; inputs and snapshots are the
+    # rest of the workspace
+    llc, llc_source = last_level_cache(dev)
+    copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
+    facts = device_facts(dev)
+    cache = allocate(setup.plan, dev, 2 * copy_bytes + _workspace_bytes(req, setup))
+    try:
+        allocation = _allocation_report(setup.plan, cache)
+        pools = _pools(setup.plan, cache, setup.family)
+        copy_iters = COPY_ITERS[dev.type]
+        t0 = time.perf_counter()
+        bursts = [copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
+        copy_s = time.perf_counter() - t0
+        checks = _checks(req)
+        budget = _budget(req, dev, setup.names, pools, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq,
+                         copy_s, checks, t_start)
+        if announce is not None:
+            announce(budget.announcement())
+        if budget.note:
+            setup.notes.append(budget.note)
+        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress)
+        bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
+        copy = CopyBaseline.from_dict(copy_baseline(bursts, llc, llc_source))
+        results = {name: _figures(m, copy, setup.n_seqs, timing[name]) for name, m in measured.items()}
+        third = _third_party(dev, setup.family, setup.n_seqs, req) if dev.type == "cuda" else {}
+    finally:
+        cache.release()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    notes = [*setup.notes, *_run_notes(facts, copy, results), *cache.notes]
+    return _result(req, setup, facts, allocation, copy,
+                   TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start), results, third,
+                   CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
+
+
+def _device(req: ProfileRequest, torch: Any) -> Any:
+    """The torch device of the request, with its CPU threads set and denormals flushed on a CPU."""
+    from rsplan.profiler.device import resolve_device
+
     dev = resolve_device(req.gpu, req.device)
     if req.threads is not None:
         if dev.type != "cpu":
@@ -120,6 +193,19 @@ def run_profile(
         # decayed states and the chunked scans' exp(G_t - G_s) reach subnormal floats, which x86 CPUs compute
         # up to 100x slower; flushed to zero they change nothing above 1.2e-38 (the GPU flushes them anyway)
         torch.set_flush_denormal(True)
+    return dev
+
+
+def _setup(req: ProfileRequest) -> _Setup:
+    """Load the model, choose the workloads, plan the caches (n_rs_seq defaults to the draft length for spec) and
+    pick the family's kernels; refuse what cannot run."""
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.context import ContextParams
+    from rsplan.planner.plan import build_plan
+    from rsplan.profiler.alloc import state_dtype_check
+    from rsplan.profiler.families import family_of
+
     spec = load_model(req.model)
     layout = cache_layout(spec)
     if not layout.recurrent_layers:
@@ -136,139 +222,133 @@ def run_profile(
     if plan.context.n_rs_seq_clamp_reason:
         notes.append(f"n_rs_seq {n_rs_seq} -> 0: {plan.context.n_rs_seq_clamp_reason}")
     if "spec" in names and req.draft > eff_rs:
-        raise WorkloadError(f"--draft {req.draft} needs --n-rs-seq >= {req.draft} (the plan has n_rs_seq = {eff_rs})")
-    family = family_of(layout)
-    N = plan.context.n_seq_max
-    T = max(1, req.ubatch // N)
+        raise WorkloadError(
+            f"--spec-draft-n-max {req.draft} needs --n-rs-seq >= {req.draft} (the plan has n_rs_seq = {eff_rs})"
+        )
+    n_seqs = plan.context.n_seq_max
+    return _Setup(spec, layout, plan, names, family_of(layout), n_seqs, max(1, req.ubatch // n_seqs), notes)
 
-    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache; inputs and snapshots are the
-    # rest of the workspace
-    llc, llc_source = last_level_cache(dev)
-    copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
+
+def _workspace_bytes(req: ProfileRequest, setup: _Setup) -> int:
+    """The device memory a run needs besides the caches and the copy baseline: the inputs and outputs of the
+    largest step and snapshots of one layer's pools."""
+    from rsplan.profiler.families import kernel_bytes
+
+    names, plan = setup.names, setup.plan
     # tokens per sequence of the largest step that runs: a prefill ubatch, a draft verification, or one token
-    step_tokens = max([1] + [T for n in names if n == "prefill"] + [1 + req.draft for n in names if n == "spec"])
-    io_bytes = sum(kernel_bytes(k, N, step_tokens, 1, 0) for k in family.kernels)
+    step_tokens = max([1] + [setup.tokens for n in names if n == "prefill"]
+                      + [1 + req.draft for n in names if n == "spec"])
+    io_bytes = sum(kernel_bytes(k, setup.n_seqs, step_tokens, 1, 0) for k in setup.family.kernels)
     layer_pool_bytes = plan.recurrent.rows * sum(
-        t.row_bytes for t in plan.tensors if t.layer == layout.recurrent_layers[0] and t.kind in "rs"
+        t.row_bytes for t in plan.tensors if t.layer == setup.layout.recurrent_layers[0] and t.kind in "rs"
     )
-    workspace = 2 * copy_bytes + 3 * io_bytes + 4 * layer_pool_bytes
+    return 3 * io_bytes + 4 * layer_pool_bytes
 
-    facts = device_facts(dev)
-    cache = allocate(plan, dev, workspace)
-    try:
-        allocation = _allocation_report(plan, cache)
-        pools = _pools(plan, cache, family)
-        copy_iters = COPY_ITERS[dev.type]
-        t0 = time.perf_counter()
-        bursts = [copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
-        copy_s = time.perf_counter() - t0
-        tol = (2e-3, 2e-3) if req.state_type == "f32" else (3e-2, 3e-2)
-        checks = wl.Checks(*tol, seed=req.seed)
-        budget = _budget(req, dev, names, pools, family, N, T, eff_rs, copy_s, checks, t_start)
-        if announce is not None:
-            announce(budget.announcement())
-        if budget.note:
-            notes.append(budget.note)
-        iters, warmup = budget.iters, budget.warmup
-        # the steps that advance the progress: the timed loops (prefill and spec time again with K = 1)
-        again = 2 if eff_rs > 0 else 1
-        steps = {
-            "decode": warmup + iters,
-            "prefill": (again if T > 1 else 1) * (warmup + iters),
-            "spec": again * (warmup + iters),
-        }
-        tick = progress(sum(steps[n] for n in names)) if progress else (lambda _n: None)
-        measured: dict[str, Any] = {}
-        timing: dict[str, Any] = {}
-        for name in names:
-            _zero(pools)
-            engine = Engine(family, pools, N, eff_rs, dev, req.seed, cuda_graphs=req.cuda_graphs)
-            if name == "decode":
-                measured[name] = wl.decode(engine, checks, iters, warmup, tick)
-            elif name == "prefill":
-                measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick)
-            else:
-                measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
-            timing[name] = _timing_mode(engine)
-        bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
-        copy = copy_baseline(bursts, llc, llc_source)
-        results = {}
-        for name, m in measured.items():
-            results[name] = _figures(m, copy, n_seqs=N)
-            results[name]["timing"] = timing[name]
-        third = _third_party(dev, family, N, req) if dev.type == "cuda" else {}
-    finally:
-        cache.release()
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
+
+def _checks(req: ProfileRequest) -> Any:
+    """The correctness checks, with the tolerances of the state type."""
+    from rsplan.profiler import workloads as wl
+
+    tol = (2e-3, 2e-3) if req.state_type == "f32" else (3e-2, 3e-2)
+    return wl.Checks(*tol, seed=req.seed)
+
+
+def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict[str, Any]], checks: Any,
+             budget: Budget, progress: Callable[[int], Callable[[int], None]] | None
+             ) -> tuple[dict[str, Any], dict[str, Timing]]:
+    """Drive each workload through the cells and kernels: its measurement (workloads.Measured) and timing mode."""
+    from rsplan.profiler import workloads as wl
+    from rsplan.profiler.engine import Engine
+
+    iters, warmup, T = budget.iters, budget.warmup, setup.tokens
+    # the steps that advance the progress: the timed loops (prefill and spec time again with K = 1)
+    again = 2 if setup.n_rs_seq > 0 else 1
+    steps = {
+        "decode": warmup + iters,
+        "prefill": (again if T > 1 else 1) * (warmup + iters),
+        "spec": again * (warmup + iters),
+    }
+    tick = progress(sum(steps[n] for n in setup.names)) if progress else (lambda _n: None)
+    measured: dict[str, Any] = {}
+    timing: dict[str, Timing] = {}
+    for name in setup.names:
+        _zero(pools)
+        engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs)
+        if name == "decode":
+            measured[name] = wl.decode(engine, checks, iters, warmup, tick)
+        elif name == "prefill":
+            measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick)
+        else:
+            measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
+        timing[name] = _timing_mode(engine)
+    return measured, timing
+
+
+def _run_notes(facts: dict[str, Any], copy: CopyBaseline, results: dict[str, WorkloadResult]) -> list[str]:
+    """What makes this run's figures less reliable: a loaded machine, a noisy baseline, flagged ratios."""
+    notes = []
     load, cpus = facts.get("load_average"), facts.get("cpus")
     if load is not None and cpus and load > cpus:
         notes.append(
             f"the load average ({load:g}) exceeds the {cpus} CPUs: the timings include waiting for other jobs "
             "(torch's threads wait for each other most; --threads 1 suffers least)"
         )
-    flagged = [f"{w} {k}" for w, r in results.items() for k, v in r["kernels"].items() if v.get("flag")]
-    if copy["noisy"]:
+    flagged = [f"{w} {k}" for w, r in results.items() for k, v in r.kernels.items() if v.flag]
+    if copy.noisy:
         notes.append("the copy baseline is noisy on this run (see its spread and drift): ratios to it are unreliable")
     if flagged:
         notes.append(f"{len(flagged)} ratio(s) above 100% of copy are measurement problems, not speed: see the flags")
-
-    report = {
-        "model": spec.name,
-        "arch": spec.arch,
-        "family": family.name,
-        "recurrent_layers": len(layout.recurrent_layers),
-        "request": asdict(req),
-        "device": facts,
-        "context": {
-            "n_ctx": plan.context.n_ctx,
-            "n_seq_max": N,
-            "n_rs_seq": eff_rs,
-            "n_rs_seq_requested": plan.context.n_rs_seq_requested,
-            "n_planes": eff_rs + 1,
-            "state_type": req.state_type,
-            "ubatch_tokens_per_seq": T if "prefill" in names else None,
-            "draft": req.draft if "spec" in names else None,
-        },
-        "kernels": [
-            {"op": k.op, "pool": k.kind, "row_shape": list(k.row_shape), "dims": k.dims} for k in family.kernels
-        ],
-        "allocation": allocation,
-        "copy_bandwidth": copy,
-        "time": {**budget.summary(), "elapsed_s": time.perf_counter() - t_start},
-        "workloads": results,
-        "third_party": third,
-        "checks": checks.summary(len(layout.recurrent_layers)),
-        "notes": notes + cache.notes,
-    }
-    return report
+    return notes
 
 
-def _timing_mode(engine: Any) -> dict:
+def _result(req: ProfileRequest, setup: _Setup, facts: dict[str, Any], allocation: Allocation, copy: CopyBaseline,
+            time_budget: TimeBudget, results: dict[str, WorkloadResult], third: dict[str, Any],
+            checks: CheckSummary, notes: list[str]) -> ProfileResult:
+    plan, names, eff_rs = setup.plan, setup.names, setup.n_rs_seq
+    return ProfileResult(
+        model=setup.spec.name,
+        arch=setup.spec.arch,
+        family=setup.family.name,
+        recurrent_layers=len(setup.layout.recurrent_layers),
+        request=req,
+        device=facts,
+        context=ProfileContext(
+            n_ctx=plan.context.n_ctx,
+            n_seq_max=setup.n_seqs,
+            n_rs_seq=eff_rs,
+            n_rs_seq_requested=plan.context.n_rs_seq_requested,
+            n_planes=eff_rs + 1,
+            state_type=req.state_type,
+            ubatch_tokens_per_seq=setup.tokens if "prefill" in names else None,
+            draft=req.draft if "spec" in names else None,
+        ),
+        kernels=tuple(KernelShape(k.op, k.kind, tuple(k.row_shape), k.dims) for k in setup.family.kernels),
+        allocation=allocation,
+        copy_bandwidth=copy,
+        time=time_budget,
+        workloads=results,
+        third_party=third,
+        checks=checks,
+        notes=tuple(notes),
+    )
+
+
+def _timing_mode(engine: Any) -> Timing:
     g = engine.graphs
     if g is None:
-        return {"mode": "eager", "clock": "cuda events" if engine.dev.type == "cuda" else "perf_counter"}
-    return {
-        "mode": "cuda graphs" if g.replays and not g.eager else ("mixed" if g.replays else "eager"),
-        "clock": "cuda events",
-        "graph_steps": g.replays,
-        "eager_steps": g.eager,
-        "capture_errors": g.errors[:3],
-    }
+        return Timing("eager", "cuda events" if engine.dev.type == "cuda" else "perf_counter")
+    return Timing(
+        "cuda graphs" if g.replays and not g.eager else ("mixed" if g.replays else "eager"),
+        "cuda events",
+        graph_steps=g.replays,
+        eager_steps=g.eager,
+        capture_errors=tuple(g.errors[:3]),
+    )
 
 
-def _allocation_report(plan: Any, cache: Any) -> dict:
-    kinds = {}
-    for kind in "kvrs":
-        p, a = cache.planned_bytes[kind], cache.allocated_bytes[kind]
-        kinds[kind] = {"planned_bytes": p, "allocated_bytes": a, "equal": p == a}
-    return {
-        "per_kind": kinds,
-        "planned_bytes": sum(cache.planned_bytes.values()),
-        "allocated_bytes": sum(cache.allocated_bytes.values()),
-        "tensors": len(cache.tensors),
-        "equal": all(v["equal"] for v in kinds.values()),
-    }
+def _allocation_report(plan: Any, cache: Any) -> Allocation:
+    kinds = {kind: KindAllocation(cache.planned_bytes[kind], cache.allocated_bytes[kind]) for kind in "kvrs"}
+    return Allocation(kinds, len(cache.tensors))
 
 
 def _pools(plan: Any, cache: Any, family: Any) -> dict[int, dict[str, Any]]:
@@ -288,7 +368,7 @@ def _zero(pools: dict[int, dict[str, Any]]) -> None:
             pool.zero_()
 
 
-def ratio_flag(ratio: float, bytes_per_step: int, copy: dict) -> dict | None:
+def ratio_flag(ratio: float, bytes_per_step: int, copy: CopyBaseline) -> RatioFlag | None:
     """Why a ratio above 100% of the copy bandwidth is a measurement problem (None at or below 100%).
 
     Reasons: ``cache``: the working set (about half the bytes moved: each state is read and written back)
@@ -299,60 +379,48 @@ def ratio_flag(ratio: float, bytes_per_step: int, copy: dict) -> dict | None:
         return None
     reasons = []
     working_set = bytes_per_step // 2
-    if copy.get("llc_bytes") and working_set <= copy["llc_bytes"]:
+    if copy.llc_bytes and working_set <= copy.llc_bytes:
         reasons.append("cache")
-    if copy.get("noisy"):
+    if copy.noisy:
         reasons.append("noisy")
-    return {"reasons": reasons or ["unexplained"], "working_set_bytes": working_set}
+    return RatioFlag(tuple(reasons or ["unexplained"]), working_set)
 
 
-def _figures(m: Any, copy: dict, n_seqs: int) -> dict:
-    copy_gb_s = copy["gb_s"]
+def _figures(m: Any, copy: CopyBaseline, n_seqs: int, timing: Timing) -> WorkloadResult:
+    """One workload's figures from its measurement ``m`` (workloads.Measured): each kernel phase, their sum (the
+    state path), the rollback planes' cost and the accepted drafts."""
     kernels = {}
     total_s = 0.0
     total_bytes = 0
     for name, samples in m.regions.items():
-        s = samples.summary()
+        s = TimeSummary.from_dict(samples.summary())
         b = m.bytes.get(name, 0)
-        gb_s = b / s["median_s"] / 1e9 if s["median_s"] > 0 else float("nan")
-        ratio = gb_s / copy_gb_s
-        kernels[name] = {"bytes_per_step": b, "time": s, "gb_s": gb_s, "copy_ratio": ratio}
-        flag = ratio_flag(ratio, b, copy)
-        if flag:
-            kernels[name]["flag"] = flag
-        total_s += s["median_s"]
+        gb_s = b / s.median_s / 1e9 if s.median_s > 0 else float("nan")
+        ratio = gb_s / copy.gb_s
+        kernels[name] = KernelFigures(b, s, gb_s, ratio, ratio_flag(ratio, b, copy))
+        total_s += s.median_s
         total_bytes += b
-    ratio = total_bytes / total_s / 1e9 / copy_gb_s if total_s else float("nan")
-    out: dict[str, Any] = {
-        "n_seqs": n_seqs,
-        "tokens_per_step": m.tokens_per_step,
-        "kernels": kernels,
-        "state_path": {
-            "bytes_per_step": total_bytes,
-            "time_s": total_s,
-            "gb_s": total_bytes / total_s / 1e9 if total_s else float("nan"),
-            "copy_ratio": ratio,
-            "tokens_per_s": m.tokens_per_step / total_s if total_s else float("nan"),
-        },
-        "bookkeeping": m.bookkeeping.summary(),
-    }
-    flag = ratio_flag(ratio, total_bytes, copy)
-    if flag:
-        out["state_path"]["flag"] = flag
+    ratio = total_bytes / total_s / 1e9 / copy.gb_s if total_s else float("nan")
+    state_path = StatePath(
+        bytes_per_step=total_bytes,
+        time_s=total_s,
+        gb_s=total_bytes / total_s / 1e9 if total_s else float("nan"),
+        copy_ratio=ratio,
+        tokens_per_s=m.tokens_per_step / total_s if total_s else float("nan"),
+        flag=ratio_flag(ratio, total_bytes, copy),
+    )
+    snapshots = None
     k1 = m.extra.get("k1")
     if k1 is not None:
         t1 = sum(s.median for s in k1.regions.values())
-        out["snapshots"] = {
-            "time_k_s": total_s,
-            "time_k1_s": t1,
-            "bytes_k": total_bytes,
-            "bytes_k1": sum(k1.bytes.values()),
-            "overhead": total_s / t1 - 1.0 if t1 else float("nan"),
-        }
+        snapshots = Snapshots(total_s, t1, total_bytes, sum(k1.bytes.values()),
+                              total_s / t1 - 1.0 if t1 else float("nan"))
+    accepted_mean = None
     if "accepted" in m.extra:
         acc = m.extra["accepted"]
-        out["accepted_mean"] = sum(acc) / len(acc) if acc else None
-    return out
+        accepted_mean = sum(acc) / len(acc) if acc else float("nan")
+    return WorkloadResult(n_seqs, m.tokens_per_step, kernels, state_path, TimeSummary.from_dict(
+        m.bookkeeping.summary()), timing, snapshots, accepted_mean)
 
 
 @dataclass

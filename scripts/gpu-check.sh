@@ -102,13 +102,13 @@ if [ "$DEVICE" = cuda ]; then
   [ $QUICK = 1 ] && ITERS=5
   G=(--gpu --iters "$ITERS" --warmup 3 --max-seconds 120)
   profile mamba2-2.7b 300 --model mamba2-2.7b -np 8 --workload all "${G[@]}"
-  profile nemotron-h-8b-spec 300 --model nemotron-h-8b-base-8k -np 8 --n-rs-seq 4 --draft 4 "${G[@]}"
-  profile qwen3.5-35b-a3b 300 --model qwen3.5-35b-a3b -np 8 --draft 3 "${G[@]}"
-  profile qwen3.5-35b-a3b-bf16 300 --model qwen3.5-35b-a3b -np 8 --draft 3 --state-type bf16 --workload spec "${G[@]}"
+  profile nemotron-h-8b-spec 300 --model nemotron-h-8b-base-8k -np 8 --n-rs-seq 4 --spec-draft-n-max 4 "${G[@]}"
+  profile qwen3.5-35b-a3b 300 --model qwen3.5-35b-a3b -np 8 --spec-draft-n-max 3 "${G[@]}"
+  profile qwen3.5-35b-a3b-bf16 300 --model qwen3.5-35b-a3b -np 8 --spec-draft-n-max 3 --type-r bf16 --type-s bf16 --workload spec "${G[@]}"
   profile kimi-linear-48b-a3b 300 --model kimi-linear-48b-a3b -np 4 "${G[@]}"
-  profile lfm2-2.6b 300 --model lfm2-2.6b -np 16 --draft 3 "${G[@]}"
+  profile lfm2-2.6b 300 --model lfm2-2.6b -np 16 --spec-draft-n-max 3 "${G[@]}"
   profile rwkv7-0.4b-world 300 --model rwkv7-0.4b-world -np 16 "${G[@]}"
-  profile minimax-text-01 300 --model minimax-text-01 -np 2 --ubatch 256 --workload decode "${G[@]}"
+  profile minimax-text-01 300 --model minimax-text-01 -np 2 -ub 256 --workload decode "${G[@]}"
   for i in 1 2 3; do
     profile "copy-baseline-$i" 120 --model mamba2-130m -np 8 --workload decode --gpu --iters 5 --warmup 1
   done
@@ -116,11 +116,11 @@ else
   step pytest-cpu 600 "$PY" -m pytest tests/kernels tests/profiler -q -p no:cacheprovider \
     --junitxml="$OUT/pytest-cpu.xml"
   C=(--device cpu --iters 5 --warmup 1 --max-seconds 120)
-  profile mamba2-130m 300 --model mamba2-130m -np 4 --ubatch 64 "${C[@]}"
-  profile lfm2-1.2b-spec 300 --model lfm2-1.2b -np 2 --ubatch 32 --draft 3 "${C[@]}"
-  profile rwkv7-0.4b-world 300 --model rwkv7-0.4b-world -np 2 --ubatch 16 "${C[@]}"
+  profile mamba2-130m 300 --model mamba2-130m -np 4 -ub 64 "${C[@]}"
+  profile lfm2-1.2b-spec 300 --model lfm2-1.2b -np 2 -ub 32 --spec-draft-n-max 3 "${C[@]}"
+  profile rwkv7-0.4b-world 300 --model rwkv7-0.4b-world -np 2 -ub 16 "${C[@]}"
   if [ $QUICK = 0 ]; then
-    profile qwen3.5-35b-a3b-spec 600 --model qwen3.5-35b-a3b -np 1 --ubatch 8 --draft 2 --workload spec "${C[@]}"
+    profile qwen3.5-35b-a3b-spec 600 --model qwen3.5-35b-a3b -np 1 -ub 8 --spec-draft-n-max 2 --workload spec "${C[@]}"
   fi
   for i in 1 2 3; do
     profile "copy-baseline-$i" 120 --model mamba2-130m -np 4 --workload decode --device cpu --iters 5 --warmup 1

@@ -23,8 +23,6 @@ MAX_LINES = 80
 LONG_FUNCTIONS = {
     "rsplan.profiler.cells.RecurrentCells.find_slot":
         "mirrors llama_memory_recurrent::find_slot (src/llama-memory-recurrent.cpp) line by line",
-    "rsplan.profiler.runner.run_profile": "owned by a refactor in flight (the profile command, issue 15 item 4)",
-    "rsplan.profiler.report.render": "owned by a refactor in flight (the typed profile result, issue 15 item 4)",
     "rsplan.planner.compute.compute_buffer": "owned by a refactor in flight (compute graphs)",
 }
 

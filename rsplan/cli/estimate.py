@@ -88,7 +88,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     rows = [r.tensor_rows for r in reads]
     notes: list[str | None] = [None] * len(refs)
     if quant is not None:
-        from rsplan.cli.quant_weights import quantized_model
+        from rsplan.planner.quant_weights import quantized_model
 
         for i, ref in enumerate(refs):
             specs[i], tables[i], source, rows[i] = quantized_model(ref, specs[i], quant, backend, with_rows=True)

@@ -3,12 +3,14 @@
 Context flag names follow llama.cpp's (``-c``, ``-np``, ``-kvu``, ``-ctk``, ``-ctv``, ``-fa``, ``-b``, ``-ub``,
 ``--swa-full``, ``--n-rs-seq``, ``--spec-type``, ``--draft-max``); ``--type-r`` / ``--type-s`` are rsplan's own.
 Each group is a list of ``click.option(...)`` lines shown under one ``--help`` section (rsplan.cli.sections):
-adding an option to a group is adding its line to the list (and its key to the command that reads it).
+adding an option to a group is adding its line to the list (and its key to the command that reads it). A command
+that reads only some context flags (``rsplan profile``) takes them one by one from ``CONTEXT_OPTION``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
@@ -61,43 +63,56 @@ def model_options(*, multiple: bool = False, help_text: str = MODEL_HELP) -> Dec
     return section("Model", [model, *MODEL_OPTIONS])
 
 
-CONTEXT_OPTIONS: list[Decorator] = [
-    click.option("-c", "--ctx-size", "n_ctx", type=Tokens(0, MAX_CTX), default=4096, show_default=True,
-                 help="Total KV cells over all sequences (llama.cpp -c; 32k = 32768); 0 = the model's training "
-                 "context."),
-    click.option("-np", "--parallel", "n_seq_max", type=click.IntRange(1, MAX_SEQ), default=1, metavar="N",
-                 show_default=True, help="Parallel sequences (llama.cpp -np)."),
-    click.option("-kvu", "--kv-unified", "kv_unified", is_flag=True,
-                 help="One KV stream shared by all sequences (llama.cpp -kvu)."),
-    click.option("-ctk", "--cache-type-k", "type_k", type=CACHE_TYPE, default="f16", show_default=True,
-                 help="K cache type."),
-    click.option("-ctv", "--cache-type-v", "type_v", type=CACHE_TYPE, default="f16", show_default=True,
-                 help="V cache type."),
-    click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default="auto",
-                 show_default=True, help="Flash attention; auto counts as on when the caches are created."),
-    click.option("--swa-full", is_flag=True, help="Full-size sliding-window caches."),
-    click.option("-b", "--batch-size", "n_batch", type=Tokens(1, MAX_CTX), default=2048, show_default=True,
-                 help="Logical batch size (llama.cpp -b)."),
-    click.option("-ub", "--ubatch-size", "n_ubatch", type=Tokens(1, MAX_CTX), default=512,
-                 show_default=True, help="Physical batch size (llama.cpp -ub)."),
-    click.option("--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None, metavar="N",
-                 help="Rollback snapshot planes per sequence (clamped to 0 on archs without rollback)."),
-    click.option("--spec-type", type=click.Choice(["none", "mtp", "eagle3", "dflash", "dspark"]), default="none",
-                 show_default=True, help="Speculative decoding type; mtp/eagle3/dflash/dspark set n_rs_seq to "
-                 "--draft-max."),
-    click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(0, MAX_RS_SEQ), default=None,
-                 metavar="N",
-                 help="Draft length (default 3), used as n_rs_seq with --spec-type (llama.cpp: --spec-draft-n-max)."),
-    click.option("--type-r", "type_r", type=CACHE_TYPE, default="f32", show_default=True,
-                 help="Conv-state (R) type; llama.cpp always uses f32."),
-    click.option("--type-s", "type_s", type=CACHE_TYPE, default="f32", show_default=True,
-                 help="Recurrent-state (S) type; llama.cpp always uses f32."),
-]
+#: Each llama.cpp context flag, by the key its value is passed under: ``CONTEXT_OPTION[key]()`` is its
+#: click.option decorator, and ``CONTEXT_OPTION[key](help=...)`` the same option with a command's own help text
+#: (``rsplan profile`` takes a few of them).
+CONTEXT_OPTION: dict[str, Callable[..., Decorator]] = {
+    "n_ctx": partial(
+        click.option, "-c", "--ctx-size", "n_ctx", type=Tokens(0, MAX_CTX), default=4096, show_default=True,
+        help="Total KV cells over all sequences (llama.cpp -c; 32k = 32768); 0 = the model's training context."),
+    "n_seq_max": partial(
+        click.option, "-np", "--parallel", "n_seq_max", type=click.IntRange(1, MAX_SEQ), default=1, metavar="N",
+        show_default=True, help="Parallel sequences (llama.cpp -np)."),
+    "kv_unified": partial(
+        click.option, "-kvu", "--kv-unified", "kv_unified", is_flag=True,
+        help="One KV stream shared by all sequences (llama.cpp -kvu)."),
+    "type_k": partial(
+        click.option, "-ctk", "--cache-type-k", "type_k", type=CACHE_TYPE, default="f16", show_default=True,
+        help="K cache type."),
+    "type_v": partial(
+        click.option, "-ctv", "--cache-type-v", "type_v", type=CACHE_TYPE, default="f16", show_default=True,
+        help="V cache type."),
+    "flash_attn": partial(
+        click.option, "-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default="auto",
+        show_default=True, help="Flash attention; auto counts as on when the caches are created."),
+    "swa_full": partial(click.option, "--swa-full", is_flag=True, help="Full-size sliding-window caches."),
+    "n_batch": partial(
+        click.option, "-b", "--batch-size", "n_batch", type=Tokens(1, MAX_CTX), default=2048, show_default=True,
+        help="Logical batch size (llama.cpp -b)."),
+    "n_ubatch": partial(
+        click.option, "-ub", "--ubatch-size", "n_ubatch", type=Tokens(1, MAX_CTX), default=512, show_default=True,
+        help="Physical batch size (llama.cpp -ub)."),
+    "n_rs_seq": partial(
+        click.option, "--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None, metavar="N",
+        help="Rollback snapshot planes per sequence (clamped to 0 on archs without rollback)."),
+    "spec_type": partial(
+        click.option, "--spec-type", type=click.Choice(["none", "mtp", "eagle3", "dflash", "dspark"]),
+        default="none", show_default=True,
+        help="Speculative decoding type; mtp/eagle3/dflash/dspark set n_rs_seq to --draft-max."),
+    "draft_max": partial(
+        click.option, "--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(0, MAX_RS_SEQ),
+        default=None, metavar="N",
+        help="Draft length (default 3), used as n_rs_seq with --spec-type (llama.cpp: --spec-draft-n-max)."),
+    "type_r": partial(
+        click.option, "--type-r", "type_r", type=CACHE_TYPE, default="f32", show_default=True,
+        help="Conv-state (R) type; llama.cpp always uses f32."),
+    "type_s": partial(
+        click.option, "--type-s", "type_s", type=CACHE_TYPE, default="f32", show_default=True,
+        help="Recurrent-state (S) type; llama.cpp always uses f32."),
+}
+CONTEXT_OPTIONS: list[Decorator] = [make() for make in CONTEXT_OPTION.values()]
 
-CONTEXT_KEYS = (
-    "n_ctx", "n_seq_max", "kv_unified", "type_k", "type_v", "flash_attn", "swa_full", "n_batch", "n_ubatch",
-    "n_rs_seq", "spec_type", "draft_max", "type_r", "type_s",
-)
+CONTEXT_KEYS = tuple(CONTEXT_OPTION)
 
 
 def context_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -6,7 +6,6 @@ torch is imported inside the command body (by the profiler), never when this mod
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,10 +13,14 @@ from typing import Any
 import click
 
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import Tokens, model_options
+from rsplan.cli.options import CONTEXT_OPTION, Tokens, model_options
+from rsplan.cli.renamed import Renamed, apply_renamed
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
-from rsplan.planner.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ
+from rsplan.planner.context import DEFAULT_DRAFT_MAX, MAX_CTX, MAX_RS_SEQ
+
+#: The state pool types the profiler's kernels read.
+STATE_TYPE = click.Choice(["f32", "bf16"], case_sensitive=False)
 
 
 class ProgressBar:
@@ -71,16 +74,6 @@ def _progress_bar(quiet: bool) -> ProgressBar | None:
     return ProgressBar(sys.stderr)
 
 
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
-    return x
-
-
 DEVICE_OPTIONS = [
     click.option("--gpu", is_flag=True, help="Run on the first CUDA device (same as --device cuda)."),
     click.option("--device", default=None, metavar="DEV", help="cpu (default), cuda or cuda:N."),
@@ -90,24 +83,33 @@ DEVICE_OPTIONS = [
                  help="On CUDA, time replays of captured graphs (eager Python launches would time the host)."),
 ]
 
-CELL_OPTIONS = [
-    click.option("-np", "--parallel", "n_seq_max", type=click.IntRange(1, MAX_SEQ), default=1, show_default=True,
-                 metavar="N", help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory."),
-    click.option("-c", "--ctx-size", "n_ctx", type=Tokens(0, MAX_CTX), default=4096, show_default=True,
-                 help="Total KV cells (llama.cpp -c; 32k = 32768); sizes the KV tensors of hybrid models."),
-    click.option("--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None, metavar="N",
-                 help="Rollback snapshot planes per sequence (default: --draft for the spec workload, else 0)."),
-    click.option("--state-type", type=click.Choice(["f32", "bf16"]), default="f32", show_default=True,
-                 help="Type of the R and S state pools (llama.cpp uses f32)."),
+#: The llama.cpp context flags the profiler reads: the shared options (rsplan.cli.options), with llama.cpp's names.
+CONTEXT_OPTIONS = [
+    CONTEXT_OPTION["n_seq_max"](help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory."),
+    CONTEXT_OPTION["n_ctx"](help="Total KV cells (llama.cpp -c; 32k = 32768); sizes the KV tensors of hybrid "
+                            "models; 0 = the model's training context."),
+    CONTEXT_OPTION["n_ubatch"](help="Prefill ubatch size in tokens (llama.cpp -ub), split equally over the "
+                               "sequences."),
+    CONTEXT_OPTION["n_rs_seq"](help="Rollback snapshot planes per sequence (default: the draft length for the spec "
+                               "workload, else 0)."),
+    CONTEXT_OPTION["draft_max"](type=click.IntRange(1, MAX_RS_SEQ),
+                                help="Draft tokens verified per speculative round (default 3; llama.cpp: "
+                                "--spec-draft-n-max)."),
+    CONTEXT_OPTION["type_r"](type=STATE_TYPE, help="Type of the R (conv) state pool: f32 (llama.cpp's) or bf16; "
+                             "the same as --type-s."),
+    CONTEXT_OPTION["type_s"](type=STATE_TYPE, help="Type of the S (recurrent) state pool: f32 (llama.cpp's) or "
+                             "bf16; the same as --type-r."),
 ]
+#: The names these options had before they took llama.cpp's (hidden; removed in the next release).
+RENAMED = (
+    Renamed("--ubatch", "-ub / --ubatch-size", ("n_ubatch",), Tokens(1, MAX_CTX)),
+    Renamed("--draft", "--spec-draft-n-max", ("draft_max",), click.IntRange(1, MAX_RS_SEQ)),
+    Renamed("--state-type", "--type-r and --type-s", ("type_r", "type_s"), STATE_TYPE),
+)
 
 WORKLOAD_OPTIONS = [
     click.option("--workload", type=click.Choice(["decode", "prefill", "spec", "all"]), default="all",
                  show_default=True, help="What to drive through the cells and kernels."),
-    click.option("--ubatch", type=Tokens(1, MAX_CTX), default=512, show_default=True,
-                 help="Prefill ubatch size in tokens (llama.cpp -ub), split equally over the sequences."),
-    click.option("--draft", type=click.IntRange(1, MAX_RS_SEQ), default=3, show_default=True, metavar="N",
-                 help="Draft tokens verified per speculative round."),
     click.option("--iters", type=click.IntRange(1, 100000), default=20, show_default=True, metavar="N",
                  help="Timed steps per workload."),
     click.option("--warmup", type=click.IntRange(0, 100000), default=3, show_default=True, metavar="N",
@@ -131,9 +133,10 @@ OUTPUT_OPTIONS = [
 @click.command(cls=SectionedCommand)
 @model_options()
 @section("Device", DEVICE_OPTIONS)
-@section("llama.cpp cells", CELL_OPTIONS)
+@section("llama.cpp context", CONTEXT_OPTIONS)
 @section("Workload", WORKLOAD_OPTIONS)
 @section("Output", OUTPUT_OPTIONS)
+@section("Old names", [renamed.option() for renamed in RENAMED])
 @user_errors
 def profile(
     model_ref: str, gpu: bool, device: str | None, fmt: str, quiet: bool, report_json: str | None, **kwargs: Any
@@ -151,16 +154,17 @@ def profile(
     Examples:
       rsplan profile --model mamba2-130m -np 4 --workload decode
       rsplan profile --model qwen3-next-80b-a3b --gpu -np 8 --n-rs-seq 3 --format json
+      rsplan profile --model lfm2-1.2b -np 2 -ub 32 --spec-draft-n-max 3 --type-r bf16 --type-s bf16
     """
-    from rsplan.profiler.report import for_report, render
     from rsplan.profiler.runner import CheckError, ProfileRequest, run_profile
+    from rsplan.render.profile import for_report, profile_json, render_profile
 
     target = None
     if report_json is not None:
         from rsplan.files import AtomicFile
 
         target = AtomicFile(report_json, "the --report-json file", RsplanError)  # before the run, not after it
-    req = ProfileRequest(model=model_ref, gpu=gpu, device=device, **kwargs)
+    req = ProfileRequest(model=model_ref, gpu=gpu, device=device, **_request_fields(kwargs))
     bar = _progress_bar(quiet)
 
     def announce(line: str) -> None:
@@ -168,18 +172,27 @@ def profile(
 
     finished = False
     try:
-        report = run_profile(req, progress=bar.start if bar else None, announce=None if quiet else announce)
+        result = run_profile(req, progress=bar.start if bar else None, announce=None if quiet else announce)
         finished = True
     finally:
         if bar is not None:
             bar.close(finished)
-    if fmt == "json":
-        click.echo(json.dumps(_json_safe(report), indent=2))
-    else:
-        click.echo(render(report))
+    click.echo(profile_json(result) if fmt == "json" else render_profile(result))
     if target is not None:
-        target.commit(json.dumps(for_report(report), indent=2) + "\n")
-    failed = report["checks"]["failed"]
+        target.commit(json.dumps(for_report(result), indent=2) + "\n")
+    failed = result.checks.failed
     if failed:
-        first = next(r for r in report["checks"]["results"] if not r["ok"])
-        raise CheckError(f"{failed} correctness check(s) failed, first: {first['check']}: {first['detail']}")
+        first = next(r for r in result.checks.results if not r.ok)
+        raise CheckError(f"{failed} correctness check(s) failed, first: {first.check}: {first.detail}")
+
+
+def _request_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The command's workload and context values as ProfileRequest's fields (the old option names applied)."""
+    apply_renamed(kwargs, RENAMED)
+    type_r, type_s = kwargs.pop("type_r").lower(), kwargs.pop("type_s").lower()
+    if type_r != type_s:
+        raise click.UsageError(f"the profiler runs the R and S pools in one type: give --type-r and --type-s alike "
+                               f"(got --type-r {type_r}, --type-s {type_s})")
+    draft_max, ubatch = kwargs.pop("draft_max"), kwargs.pop("n_ubatch")
+    draft = DEFAULT_DRAFT_MAX if draft_max is None else draft_max
+    return {**kwargs, "ubatch": ubatch, "draft": draft, "state_type": type_r}

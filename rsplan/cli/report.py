@@ -5,18 +5,17 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from rsplan.cli.capacity import (
+from rsplan.cli.budget import (
     NATIVE_BUDGET_KEYS,
     budget_options,
+    budget_request,
     ladder_option,
-    make_planners,
     parse_ctx_list,
     pop_budget_options,
-    serving_budget,
 )
 from rsplan.cli.engine_options import engine_options, pop_engines_values
 from rsplan.cli.errors import user_errors
@@ -24,6 +23,9 @@ from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError, require
 from rsplan.planner.engines import NATIVE
+
+if TYPE_CHECKING:
+    from rsplan.planner.budget import BudgetRequest
 
 OUTPUT_OPTIONS = [
     click.option("--profile", "profile_path", metavar="FILE", default=None,
@@ -73,6 +75,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
            kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]]) -> str:
     """The report's HTML."""
     from rsplan.hparams.sources import load_model
+    from rsplan.planner.budget import make_planners
     from rsplan.planner.capacity import run_capacity
     from rsplan.render.report import ModelReport, build_html
 
@@ -88,27 +91,29 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 
         profile = load_profile(profile_path)
     specs = [load_model(ref) for ref in model_refs]
-    planners = make_planners(specs, list(model_refs), params, options, spec_type)
+    request = budget_request(options)
+    planners = make_planners(specs, list(model_refs), params, request, spec_type)
     models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
-    serving = _engine_reports(specs, list(model_refs), engines, values, options, contexts)
+    serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \
         "rsplan report"
     return build_html(models, profile, profile_path, command, serving)
 
 
 def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], values: dict[str, dict[str, Any]],
-                    options: dict[str, Any], contexts: list[int] | None) -> list[Any]:
+                    request: BudgetRequest, contexts: list[int] | None) -> list[Any]:
     """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's."""
+    from rsplan.planner.budget import serving_budget
     from rsplan.planner.engines import engine as load_engine
     from rsplan.render.report import EngineReport
 
     out = []
-    weights = list(options["weights"])
+    weights = request.weights
     for name in engines:
         rules = load_engine(name)
         settings = rules.settings(values[name])
         for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
-            budget = serving_budget(spec, ref, options, weights[i] if weights else None,
+            budget = serving_budget(spec, ref, request, weights[i] if weights else None,
                                     settings.tensor_parallel_size, rules.default_overhead_bytes)
             try:
                 out.append(EngineReport(spec.name, name, rules.version, rules.capacity(spec, settings, budget,

@@ -3,7 +3,7 @@
 A command made with ``@click.command(cls=SectionedCommand)`` prints its options section by section, in the order
 they are declared; ``section(title, options)`` applies a list of ``click.option(...)`` decorators and files them
 under ``title``. Each group of options is such a list (``options.MODEL_OPTIONS``, ``options.CONTEXT_OPTIONS``,
-``capacity.BUDGET_OPTIONS``, ``OUTPUT`` sections in each command): adding an option to a group is adding one
+``budget.BUDGET_OPTIONS``, ``OUTPUT`` sections in each command): adding an option to a group is adding one
 ``click.option(...)`` line to its list. An option declared outside any section (``--help``) is listed last,
 under "Other options".
 

@@ -50,7 +50,7 @@ def test_estimate_help_sections_in_order():
                   "Output", OTHER]),
     ("report", ["Model", "Memory budget", "Context ladder", "llama.cpp context", "Serving engine", "vLLM", "SGLang",
                 "Output", OTHER]),
-    ("profile", ["Model", "Device", "llama.cpp cells", "Workload", "Output", OTHER]),
+    ("profile", ["Model", "Device", "llama.cpp context", "Workload", "Output", OTHER]),
     ("inspect", ["Model", "Output", OTHER]),
 ])
 def test_other_commands_have_sections(command, titles):

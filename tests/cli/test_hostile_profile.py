@@ -84,7 +84,8 @@ def test_cpu_memory_is_not_planned_to_the_last_byte(monkeypatch):
     message = one_line_error(run("-m", "mamba2-130m", *FAST))
     assert message == (
         "out of memory on cpu: the plan needs 0.02 GiB for the caches plus 0.29 GiB of profiling workspace "
-        "(0.31 GiB), 1.00 GiB is free (1.00 GiB of it left to the rest of the system); lower --ubatch, --draft or -np"
+        "(0.31 GiB), 1.00 GiB is free (1.00 GiB of it left to the rest of the system); "
+        "lower -ub, --spec-draft-n-max or -np"
     )
 
 
@@ -99,15 +100,15 @@ def test_threads_on_a_gpu_is_refused_not_ignored(monkeypatch):
 def test_a_huge_ubatch_names_the_workspace_flags(monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setattr("rsplan.profiler.device.last_level_cache", lambda dev: (32 << 20, "L3 (test)"))
-    message = one_line_error(run("-m", "mamba2-130m", *FAST, "--ubatch", "4294967295"))
+    message = one_line_error(run("-m", "mamba2-130m", *FAST, "-ub", "4294967295"))
     assert message.startswith("out of memory on cpu: the plan needs 0.02 GiB for the caches plus 332928.25 GiB of "
                               "profiling workspace")
-    assert message.endswith("; lower --ubatch, --draft or -np")
+    assert message.endswith("; lower -ub, --spec-draft-n-max or -np")
 
 
 def test_a_huge_ubatch_does_not_size_a_decode_only_run():
     pytest.importorskip("torch")
-    r = run("-m", "mamba2-130m", *FAST, "--ubatch", "4294967295", "--workload", "decode", "--format", "json")
+    r = run("-m", "mamba2-130m", *FAST, "-ub", "4294967295", "--workload", "decode", "--format", "json")
     assert r.exit_code == 0, r.output
 
 

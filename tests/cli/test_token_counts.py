@@ -52,7 +52,8 @@ def test_profile_reads_the_same_counts():
     params = {p.name: p for p in profile.params}
     ctx = click.Context(profile)
     assert params["n_ctx"].type_cast_value(ctx, "32k") == 32768
-    assert params["ubatch"].type_cast_value(ctx, "1k") == 1024
+    assert params["n_ubatch"].type_cast_value(ctx, "1k") == 1024
+    assert params["renamed_ubatch"].type_cast_value(ctx, "1k") == 1024  # the old name --ubatch, still read
 
 
 def test_capacity_ctx_list_and_c_agree():

@@ -73,47 +73,54 @@ def test_copy_baseline_median_spread_and_drift():
     assert spread["spread"] > 0.5 and spread["noisy"] and spread["llc_factor"] is None
 
 
+def _copy(llc_bytes, noisy, spread=0.3, bursts=(8.0, 12.0), gb_s=10.0):
+    from rsplan.profiler.result import CopyBaseline, TimeSummary
+
+    time = TimeSummary(0.01, 0.01, 0.01, 0.01, 0.01, 0.0, 10)
+    return CopyBaseline(256 * MIB, 512 * MIB, gb_s, spread, 0.0, bursts, 10, noisy, llc_bytes, "L3 (sysfs)",
+                        None if llc_bytes is None else 256 * MIB / llc_bytes, time)
+
+
 def test_ratio_flags_name_their_reason():
-    copy = {"llc_bytes": 32 * MIB, "noisy": False}
+    from rsplan.profiler.result import RatioFlag
+
+    copy = _copy(32 * MIB, noisy=False)
+    noisy = _copy(32 * MIB, noisy=True)
     assert ratio_flag(0.99, 1 << 30, copy) is None
-    assert ratio_flag(1.5, 40 * MIB, copy) == {"reasons": ["cache"], "working_set_bytes": 20 * MIB}
-    assert ratio_flag(1.5, 1 << 30, {**copy, "noisy": True})["reasons"] == ["noisy"]
-    assert ratio_flag(1.5, 40 * MIB, {**copy, "noisy": True})["reasons"] == ["cache", "noisy"]
-    assert ratio_flag(1.5, 1 << 30, copy)["reasons"] == ["unexplained"]
+    assert ratio_flag(1.5, 40 * MIB, copy) == RatioFlag(("cache",), 20 * MIB)
+    assert ratio_flag(1.5, 1 << 30, noisy).reasons == ("noisy",)
+    assert ratio_flag(1.5, 40 * MIB, noisy).reasons == ("cache", "noisy")
+    assert ratio_flag(1.5, 1 << 30, copy).reasons == ("unexplained",)
+    assert ratio_flag(1.5, 1, _copy(None, noisy=False)).reasons == ("unexplained",)  # no cache size known
 
 
 def test_flags_reach_the_table_and_the_report_json():
-    from rsplan.profiler.report import flag_text, for_report
+    import json
+    from pathlib import Path
 
-    copy = {"llc_bytes": 32 * MIB, "noisy": True, "spread": 0.3, "bursts_gb_s": [8.0, 12.0], "gb_s": 10.0}
-    text = flag_text({"reasons": ["cache", "noisy"], "working_set_bytes": 3 * MIB}, copy)
+    from rsplan.profiler.result import ProfileResult, RatioFlag
+    from rsplan.render.profile import flag_text, for_report
+
+    copy = _copy(32 * MIB, noisy=True)
+    text = flag_text(RatioFlag(("cache", "noisy"), 3 * MIB), copy)
     assert text == (
         "above 100% of copy is a measurement problem: its working set (about 3.00 MiB) fits in the 32.00 MiB "
         "last-level cache, the copy baseline does not; the copy baseline is noisy (spread 30%, bursts 8.0 / 12.0 GB/s)"
     )
-    report = {
-        "copy_bandwidth": copy,
-        "context": {"state_type": "f32"},
-        "device": {"device": "cpu", "name": "x"},
-        "model": "m",
-        "workloads": {
-            "decode": {
-                "kernels": {
-                    "ssm_scan": {
-                        "gb_s": 20.0,
-                        "bytes_per_step": 6 * MIB,
-                        "time": {"median_s": 1e-3},
-                        "copy_ratio": 2.0,
-                        "flag": {"reasons": ["cache"], "working_set_bytes": 3 * MIB},
-                    },
-                    "conv_state": {"gb_s": 5.0, "bytes_per_step": MIB, "time": {"median_s": 1e-3}, "copy_ratio": 0.5},
-                }
-            }
-        },
-    }
-    kernels = {k["name"]: k for k in for_report(report)["kernels"]}
-    assert kernels["decode ssm_scan f32"]["flag"].startswith("above 100% of copy is a measurement problem")
+    report = json.loads((Path(__file__).parent / "data" / "profile-cpu.json").read_text())
+    time = report["copy_bandwidth"]["time"]
+    report["copy_bandwidth"] = {**_copy(32 * MIB, noisy=True).to_dict(), "time": time}
+    report["workloads"] = {"decode": {**report["workloads"]["decode"], "kernels": {
+        "ssm_scan": {"gb_s": 20.0, "bytes_per_step": 6 * MIB, "time": {**time, "median_s": 1e-3}, "copy_ratio": 2.0,
+                     "flag": {"reasons": ["cache"], "working_set_bytes": 3 * MIB}},
+        "conv_state": {"gb_s": 5.0, "bytes_per_step": MIB, "time": {**time, "median_s": 1e-3}, "copy_ratio": 0.5},
+    }}}
+    kernels = {k["name"]: k for k in for_report(ProfileResult.from_dict(report))["kernels"]}
+    assert kernels["decode ssm_scan f32"]["flag"] == (
+        "above 100% of copy is a measurement problem: its working set (about 3.00 MiB) fits in the 32.00 MiB "
+        "last-level cache, the copy baseline does not")
     assert "flag" not in kernels["decode conv_state f32"]
+    assert (kernels["decode ssm_scan f32"]["gbps"], kernels["decode ssm_scan f32"]["copy_gbps"]) == (20.0, 10.0)
 
 
 TINY = {
@@ -142,7 +149,7 @@ def _req(model, **kw):
 
 def test_max_seconds_lowers_the_iterations_and_says_so(tiny):
     lines = []
-    report = run_profile(_req(tiny, iters=50, warmup=3, max_seconds=1e-6), announce=lines.append)
+    report = run_profile(_req(tiny, iters=50, warmup=3, max_seconds=1e-6), announce=lines.append).to_dict()
     t = report["time"]
     assert t["lowered"] and (t["iters"], t["warmup"]) == (1, 0) and t["iters_requested"] == 50
     assert len(lines) == 1 and lines[0].startswith("expected duration about ")
@@ -167,7 +174,7 @@ def test_fit_iterations_by_hand():
 
 
 def test_no_limit_keeps_the_iterations(tiny):
-    report = run_profile(_req(tiny, iters=3, warmup=0, max_seconds=0, workload="decode"))
+    report = run_profile(_req(tiny, iters=3, warmup=0, max_seconds=0, workload="decode")).to_dict()
     assert not report["time"]["lowered"] and report["time"]["iters"] == 3
     assert report["time"]["expected_s"] > 0 and report["time"]["elapsed_s"] > 0
 
@@ -188,7 +195,7 @@ def test_progress_reaches_the_total(tiny):
 
 
 def test_step_checks_cover_every_layer(tiny):
-    report = run_profile(_req(tiny, workload="prefill", max_seconds=0))
+    report = run_profile(_req(tiny, workload="prefill", max_seconds=0)).to_dict()
     checks = report["checks"]
     assert checks["layers_checked"] == [0, 1, 2, 4, 5, 6] and checks["layers_total"] == 6
     assert checks["sampled_with_seed"] is None
@@ -217,15 +224,15 @@ def test_a_wrong_last_layer_is_caught(tiny, monkeypatch):
 
     monkeypatch.setattr("rsplan.profiler.engine.call", call)
     monkeypatch.setattr("rsplan.profiler.runner._pools", spy)
-    report = run_profile(_req(tiny, workload="decode", max_seconds=0))
+    report = run_profile(_req(tiny, workload="decode", max_seconds=0)).to_dict()
     failed = [r for r in report["checks"]["results"] if not r["ok"]]
     assert failed and "layer 6 s row" in failed[0]["detail"]
 
 
 def test_a_seeded_sample_when_the_pools_are_large(tiny, monkeypatch):
     monkeypatch.setattr("rsplan.profiler.workloads.CHECK_SNAPSHOT_BYTES", 1)
-    a = run_profile(_req(tiny, workload="decode", max_seconds=0, seed=3))["checks"]
-    b = run_profile(_req(tiny, workload="decode", max_seconds=0, seed=3))["checks"]
+    a = run_profile(_req(tiny, workload="decode", max_seconds=0, seed=3)).to_dict()["checks"]
+    b = run_profile(_req(tiny, workload="decode", max_seconds=0, seed=3)).to_dict()["checks"]
     assert a["layers_checked"] == b["layers_checked"] == [0, 6]  # at least the first and the last
     assert a["sampled_with_seed"] == 3
     assert "(layers 0, 6 of 6)" in a["results"][0]["check"]

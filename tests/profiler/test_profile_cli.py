@@ -23,7 +23,7 @@ MAMBA2 = {
     "block_count": 2,
     "ssm": {"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4, "group_count": 2},
 }
-FAST = ["--iters", "2", "--warmup", "0", "--ubatch", "4", "-np", "2", "-c", "512"]
+FAST = ["--iters", "2", "--warmup", "0", "-ub", "4", "-np", "2", "-c", "512"]
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_no_progress_bar_when_not_a_terminal(model):
             "Error: --workload spec: arch 'mamba2' does not support recurrent rollback "
             "(llama.cpp clamps n_rs_seq to 0)\n",
         ),
-        (["--ubatch", "1"], "Error: --ubatch 1 is smaller than -np 2: a prefill ubatch needs one token per sequence\n"),
+        (["-ub", "1"], "Error: -ub 1 is smaller than -np 2: a prefill ubatch needs one token per sequence\n"),
         (["--device", "tpu"], "Error: --device tpu: not a device (use cpu, cuda or cuda:N)\n"),
         (["--device", "meta"], "Error: --device meta: only cpu and cuda devices are supported\n"),
     ],

@@ -38,7 +38,7 @@ def test_profile_a_real_preset(family):
     from rsplan.hparams.sources import load_builtin_preset
 
     rollback = arch_info(load_builtin_preset(preset).arch).rollback
-    workload = ["--workload", "spec", "--draft", "2"] if rollback else ["--workload", "decode"]
+    workload = ["--workload", "spec", "--spec-draft-n-max", "2"] if rollback else ["--workload", "decode"]
     r = CliRunner().invoke(cli, ["profile", "--model", preset, "--device", "cpu", "-c", "256", "-np", "2",
                                  *workload, "--iters", "1", "--warmup", "0", "--quiet", "--format", "json"])
     assert r.exit_code == 0, r.output

@@ -104,7 +104,7 @@ def small(model: str, **kw) -> ProfileRequest:
 
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_every_family_profiles_with_exact_allocation_and_passing_checks(tmp_path, name):
-    report = run_profile(small(preset(tmp_path, name)))
+    report = run_profile(small(preset(tmp_path, name))).to_dict()
     assert [k["op"] for k in report["kernels"]] == OPS[name]
     assert report["allocation"]["equal"]
     for kind, v in report["allocation"]["per_kind"].items():
@@ -121,7 +121,7 @@ def test_every_family_profiles_with_exact_allocation_and_passing_checks(tmp_path
 
 
 def test_spec_rounds_check_every_rollback_against_a_fresh_scan(tmp_path):
-    report = run_profile(small(preset(tmp_path, "qwen35"), workload="spec", draft=3, iters=3, warmup=1))
+    report = run_profile(small(preset(tmp_path, "qwen35"), workload="spec", draft=3, iters=3, warmup=1)).to_dict()
     rollbacks = [r for r in report["checks"]["results"] if r["check"].startswith("spec: state after accepting")]
     assert len(rollbacks) == 2 * (3 + 1)  # two sequences, four rounds
     assert all(r["ok"] for r in rollbacks)
@@ -132,19 +132,19 @@ def test_spec_rounds_check_every_rollback_against_a_fresh_scan(tmp_path):
 
 
 def test_prefill_reports_the_cost_of_snapshots(tmp_path):
-    report = run_profile(small(preset(tmp_path, "nemotron_h"), workload="prefill", n_rs_seq=2))
+    report = run_profile(small(preset(tmp_path, "nemotron_h"), workload="prefill", n_rs_seq=2)).to_dict()
     snap = report["workloads"]["prefill"]["snapshots"]
     assert snap["time_k_s"] > 0 and snap["time_k1_s"] > 0
 
 
 def test_bf16_state(tmp_path):
-    report = run_profile(small(preset(tmp_path, "mamba2"), state_type="bf16", workload="decode"))
+    report = run_profile(small(preset(tmp_path, "mamba2"), state_type="bf16", workload="decode")).to_dict()
     assert report["checks"]["failed"] == 0
     assert report["allocation"]["per_kind"]["s"]["planned_bytes"] == 2 * 2 * (16 * 128) * 2  # layers x rows x row
 
 
 def test_allocation_includes_kv_of_hybrids(tmp_path):
-    report = run_profile(small(preset(tmp_path, "qwen35"), workload="decode"))
+    report = run_profile(small(preset(tmp_path, "qwen35"), workload="decode")).to_dict()
     kinds = report["allocation"]["per_kind"]
     # one attention layer (il 3): K and V of 16 x 1 elements, f16, 512 cells per stream x 2 streams
     assert kinds["k"]["allocated_bytes"] == kinds["v"]["allocated_bytes"] == 16 * 2 * 256 * 2
@@ -159,16 +159,17 @@ def test_spec_on_an_arch_without_rollback_is_refused(tmp_path):
 
 
 def test_draft_longer_than_the_rollback_planes_is_refused(tmp_path):
-    with pytest.raises(WorkloadError, match=r"--draft 3 needs --n-rs-seq >= 3 \(the plan has n_rs_seq = 1\)"):
+    with pytest.raises(WorkloadError,
+                       match=r"--spec-draft-n-max 3 needs --n-rs-seq >= 3 \(the plan has n_rs_seq = 1\)"):
         run_profile(small(preset(tmp_path, "lfm2"), workload="spec", draft=3, n_rs_seq=1))
 
 
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"ubatch": 1}, r"--ubatch 1 is smaller than -np 2"),
+        ({"ubatch": 1}, r"-ub 1 is smaller than -np 2"),
         ({"iters": 0}, r"--iters must be at least 1"),
-        ({"state_type": "f16"}, r"--state-type must be f32 or bf16"),
+        ({"state_type": "f16"}, r"--type-r/--type-s must be f32 or bf16"),
     ],
     ids=["ubatch", "iters", "state-type"],
 )
@@ -207,3 +208,13 @@ def test_missing_torch_gives_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(DependencyError, match=r"pip install torch==2\.13\.0"):
         run_profile(small(preset(tmp_path, "mamba2")))
+
+
+def test_the_result_reads_back_from_its_json(tmp_path):
+    import json
+
+    from rsplan.profiler.result import ProfileResult
+
+    result = run_profile(small(preset(tmp_path, "qwen35"), workload="spec", draft=2))
+    assert isinstance(result, ProfileResult) and result.workloads["spec"].snapshots is not None
+    assert ProfileResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result

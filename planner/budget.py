@@ -1,0 +1,200 @@
+"""Budget assembly for ``rsplan capacity`` and ``rsplan report``: the budget flags' values in, a capacity planner
+per model (llama.cpp) or one GPU's serving budget (vLLM, SGLang) out.
+
+The flags arrive parsed (rsplan.cli.budget): sizes are exact bytes, each with the text it was given as, because
+every figure of the output says where it comes from (``--budget 24GiB``, ``weights_bytes of lfm2-1.2b``, NVML's
+free memory). This module chooses among the sources (``--weights`` over ``--quant`` over the model file's size),
+reads the GPUs through NVML for ``--gpu``, charges the compute buffer llama.cpp would allocate, and checks the
+counts of per-GPU and per-model values against each other. No click here: errors are RsplanError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.capacity import (
+    DEFAULT_COMPUTE_BYTES,
+    DEFAULT_FIT_TARGET_MIB,
+    Budget,
+    CapacityPlanner,
+    DeviceBudget,
+)
+from rsplan.planner.context import ContextParams
+from rsplan.planner.context_limit import RopeFlags
+from rsplan.planner.engines.base import ServingBudget
+
+#: ``--gpu-memory``: budget a GPU's free memory (llama.cpp's --fit reads it) or its total memory (an empty GPU).
+GpuMemory = Literal["free", "total"]
+#: The "where it comes from" line of weights nobody gave.
+WEIGHTS_UNKNOWN = "unknown for this model: NOT counted (give --weights SIZE)"
+
+
+@dataclass(frozen=True)
+class GivenSize:
+    """A size given on the command line: its exact bytes and its text as given (``24GiB``), for the source lines."""
+
+    n_bytes: int
+    text: str
+
+
+@dataclass(frozen=True)
+class BudgetRequest:
+    """The budget flags, parsed.
+
+    Attributes:
+        devices: one DeviceBudget per GPU (``--budget`` sizes, or NVML's figures from ``nvml_devices``).
+        from_nvml: the devices come from ``--gpu`` (named so in errors), not ``--budget``.
+        margin_bytes: ``--fit-target`` per GPU, bytes: one value (for every GPU) or one per GPU.
+        compute: ``--compute``, or None (then llama.cpp's compute buffer as planner.compute models it).
+        weights: ``--weights``, one per model or none.
+        quant: ``--quant TYPE`` (llama-quantize's ftype name), or None.
+        n_gpu_layers: ``-ngl`` (None: all layers).
+        tensor_split: ``-ts`` proportions, or None (by the GPUs' budgets).
+        offload_kqv: False with ``--no-kv-offload``.
+        overhead: ``--overhead`` of a serving engine, or None (the engine's default).
+        rope: the RoPE-scaling flags.
+    """
+
+    devices: tuple[DeviceBudget, ...]
+    from_nvml: bool = False
+    margin_bytes: tuple[int, ...] = (DEFAULT_FIT_TARGET_MIB << 20,)
+    compute: GivenSize | None = None
+    weights: tuple[GivenSize, ...] = ()
+    quant: str | None = None
+    n_gpu_layers: int | None = None
+    tensor_split: tuple[float, ...] | None = None
+    offload_kqv: bool = True
+    overhead: GivenSize | None = None
+    rope: RopeFlags = field(default_factory=RopeFlags)
+
+
+def size_budgets(sizes: Sequence[GivenSize]) -> tuple[DeviceBudget, ...]:
+    """``--budget A,B,...``: one DeviceBudget per size, named ``GPU`` (one) or ``GPU 0``, ``GPU 1``, ..."""
+    return tuple(DeviceBudget(f"GPU {i}" if len(sizes) > 1 else "GPU", size.n_bytes, f"--budget {size.text}")
+                 for i, size in enumerate(sizes))
+
+
+def nvml_devices(indices: list[int] | None, which: GpuMemory = "free") -> tuple[DeviceBudget, ...]:
+    """``--gpu [INDEX,...]``: the GPUs' free or total memory as NVML reports it (``indices`` None: every GPU).
+
+    Raises:
+        DeviceError: no NVML, no GPU, or an index that does not exist.
+    """
+    from rsplan.gpu import gpu_memory
+
+    return tuple(DeviceBudget(f"GPU{g.index} {g.name}", g.free_bytes if which == "free" else g.total_bytes,
+                              f"NVML GPU{g.index} {which} memory", total_bytes=g.total_bytes,
+                              free_bytes=g.free_bytes)
+                 for g in gpu_memory(indices))
+
+
+def _margins(request: BudgetRequest) -> tuple[int, ...]:
+    margins, n_devices = request.margin_bytes, len(request.devices)
+    if len(margins) == 1:
+        return margins * n_devices
+    if len(margins) != n_devices:
+        raise RsplanError(f"--fit-target has {len(margins)} values for {n_devices} device(s)")
+    return margins
+
+
+def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
+    n_weights = len(request.weights)
+    if n_weights and n_weights != n_models:
+        models = f"{n_models} model" + ("s" if n_models > 1 else "")
+        raise RsplanError(f"give --weights once per --model ({models}, {n_weights} --weights)")
+
+
+def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | None
+             ) -> tuple[ModelSpec, int | None, str]:
+    """(spec, weights bytes or None, where they come from): ``--weights`` over ``--quant`` over the model file's
+    size; with ``--quant`` the spec returned carries the quantized weights."""
+    if given is not None:
+        return spec, given.n_bytes, f"--weights {given.text}" + (" (overrides --quant)" if quant is not None else "")
+    if quant is not None:
+        from rsplan.planner.quant_weights import quantized_model
+
+        spec, _, how = quantized_model(ref, spec, quant, backend="GPU")
+        return spec, spec.weights_bytes, f"{how} of {ref}, padded as in a CUDA buffer"
+    if spec.weights_bytes is not None:
+        return spec, spec.weights_bytes, f"weights_bytes of {ref}"
+    return spec, None, WEIGHTS_UNKNOWN
+
+
+def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | None) -> tuple[int, str]:
+    """The compute buffer charged to each GPU, and where the figure comes from: ``--compute``, llama.cpp's
+    compute buffer as planner.compute models it, or DEFAULT_COMPUTE_BYTES for archs it does not model."""
+    from rsplan.planner.compute import ComputeModelError, compute_buffer
+
+    if given is not None:
+        return given.n_bytes, f"--compute {given.text}"
+    try:
+        cb = compute_buffer(spec, params)
+    except ComputeModelError as exc:
+        return DEFAULT_COMPUTE_BYTES, f"an allowance: {exc}"
+    return cb.bytes, (f"llama.cpp's compute buffer at -c {params.n_ctx} -np {params.n_seq_max} "
+                      f"(n_outputs_max {cb.n_outputs_max}, as llama-server; CPU-backend graph, used for every "
+                      "setting searched)")
+
+
+def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: ContextParams, request: BudgetRequest,
+                  spec_type: str | None = None) -> list[CapacityPlanner]:
+    """One CapacityPlanner per model (``refs``: how each was given, named in the source lines); the flags as given
+    are checked against each model's context limit and llama.cpp's draft bound. ``spec_type``: ``--spec-type``
+    (None or ``none``: the draft type each model can use).
+
+    Raises:
+        RsplanError: value counts that do not match (``--fit-target`` per GPU, ``--weights`` per model), a
+            ``--quant`` the model cannot take, or flags the model cannot run (CapacityPlanner.check_request).
+    """
+    margins = _margins(request)
+    _check_weights_count(request, len(specs))
+    planners = []
+    for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
+        given = request.weights[i] if request.weights else None
+        spec, weights, source = _weights(spec, ref, given, request.quant)
+        compute, compute_source = compute_bytes(spec, params, request.compute)
+        budget = Budget(request.devices, weights, source, margins, compute, compute_source)
+        planner = CapacityPlanner(
+            spec, params, budget,
+            n_gpu_layers=request.n_gpu_layers,
+            tensor_split=request.tensor_split,
+            offload_kqv=request.offload_kqv,
+            rope=request.rope,
+            spec_type=None if spec_type == "none" else spec_type,
+        )
+        planner.check_request()
+        planners.append(planner)
+    return planners
+
+
+def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: GivenSize | None, tp: int,
+                   default_overhead_bytes: int) -> ServingBudget:
+    """The ServingBudget of a serving engine (vLLM, SGLang): one GPU's memory (the smallest of the GPUs given,
+    whose count must be the tensor-parallel size ``tp``; a GPU read through NVML counts its total memory), the
+    weights (``weights``, else the model file's size) and the overhead (``--overhead``, else the engine's
+    ``default_overhead_bytes``).
+
+    Raises:
+        RsplanError: more than one GPU, but not ``tp`` of them.
+    """
+    devices = request.devices
+    if len(devices) not in (1, tp):
+        what = "--gpu" if request.from_nvml else "--budget"
+        raise RsplanError(f"{what} gives {len(devices)} GPUs but the tensor-parallel size is {tp}: give one GPU "
+                          f"budget, or -tp {len(devices)}")
+    smallest = min(devices, key=lambda d: d.total_bytes if d.total_bytes is not None else d.budget_bytes)
+    gpu_bytes = smallest.total_bytes if smallest.total_bytes is not None else smallest.budget_bytes
+    source = (f"NVML {smallest.name} total memory" if smallest.total_bytes is not None else smallest.source)
+    if weights is not None:
+        weights_bytes, w_source = weights.n_bytes, f"--weights {weights.text}"
+    elif spec.weights_bytes is not None:
+        weights_bytes, w_source = spec.weights_bytes, f"weights_bytes of {ref}"
+    else:
+        weights_bytes, w_source = None, WEIGHTS_UNKNOWN
+    overhead = default_overhead_bytes if request.overhead is None else request.overhead.n_bytes
+    return ServingBudget(gpu_bytes=gpu_bytes, gpu_source=source, weights_bytes=weights_bytes,
+                         weights_source=w_source, overhead_bytes=overhead, gpu_free_bytes=smallest.free_bytes)

@@ -1,0 +1,431 @@
+"""The result of ``rsplan profile``: typed records the runner builds, ``to_dict`` for ``--format json``.
+
+Every figure keeps its unit in its name: bytes are ``*_bytes`` ints, times ``*_s`` seconds, bandwidths ``gb_s``
+(10^9 bytes per second, read + write counted), ratios are fractions. A figure that could not be measured is
+NaN (``null`` in the JSON). ``to_dict`` gives the JSON object field by field in a fixed order (docs/profiler.md);
+``ProfileResult.from_dict`` reads such an object back. The renderers are in rsplan.render.profile.
+
+Two parts keep the shape their producers give them, because it varies with the device: ``device`` (the facts
+profiler.device reads: CPU model and threads, or the CUDA device, its driver and NVML's figures) and
+``third_party`` (the optional comparisons with other libraries' kernels, on CUDA only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rsplan.profiler.runner import ProfileRequest
+
+
+def _nan(value: Any) -> float:
+    """A figure read back from JSON: ``null`` was a NaN."""
+    return math.nan if value is None else value
+
+
+@dataclass(frozen=True)
+class TimeSummary:
+    """Per-step times of one measured thing, seconds: median, p10, p90, min, max, the relative spread
+    ``(p90 - p10) / median`` and the number of samples ``n``."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    min_s: float
+    max_s: float
+    spread: float
+    n: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TimeSummary:
+        return cls(_nan(d["median_s"]), _nan(d["p10_s"]), _nan(d["p90_s"]), _nan(d["min_s"]), _nan(d["max_s"]),
+                   _nan(d["spread"]), d["n"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RatioFlag:
+    """Why a ratio above 100% of the copy bandwidth is a measurement problem (runner.ratio_flag).
+
+    Attributes:
+        reasons: ``cache`` (the working set fits in the last-level cache), ``noisy`` (the copy baseline is), or
+            ``unexplained``.
+        working_set_bytes: about half the bytes moved per step (each state is read and written back).
+    """
+
+    reasons: tuple[str, ...]
+    working_set_bytes: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> RatioFlag | None:
+        return None if d is None else cls(tuple(d["reasons"]), d["working_set_bytes"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reasons": list(self.reasons), "working_set_bytes": self.working_set_bytes}
+
+
+@dataclass(frozen=True)
+class CopyBaseline:
+    """The device's copy bandwidth, measured in two bursts (before and after the workloads) of copies of a buffer
+    ``llc_factor`` x the last-level cache (profiler.device.copy_baseline)."""
+
+    buffer_bytes: int
+    bytes_moved: int
+    gb_s: float
+    spread: float
+    drift: float
+    bursts_gb_s: tuple[float, ...]
+    samples: int
+    noisy: bool
+    llc_bytes: int | None
+    llc_source: str | None
+    llc_factor: float | None
+    time: TimeSummary
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CopyBaseline:
+        return cls(d["buffer_bytes"], d["bytes_moved"], _nan(d["gb_s"]), _nan(d["spread"]), _nan(d["drift"]),
+                   tuple(_nan(g) for g in d["bursts_gb_s"]), d["samples"], d["noisy"], d["llc_bytes"],
+                   d["llc_source"], d["llc_factor"], TimeSummary.from_dict(d["time"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["bursts_gb_s"] = list(self.bursts_gb_s)
+        out["time"] = self.time.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class KernelFigures:
+    """One kernel phase of a workload over all recurrent layers: bytes it moves per step, time, GB/s and the ratio to
+    the copy bandwidth (``flag``: set when that ratio is above 1 and why)."""
+
+    bytes_per_step: int
+    time: TimeSummary
+    gb_s: float
+    copy_ratio: float
+    flag: RatioFlag | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> KernelFigures:
+        return cls(d["bytes_per_step"], TimeSummary.from_dict(d["time"]), _nan(d["gb_s"]), _nan(d["copy_ratio"]),
+                   RatioFlag.from_dict(d.get("flag")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"bytes_per_step": self.bytes_per_step, "time": self.time.to_dict(), "gb_s": self.gb_s,
+               "copy_ratio": self.copy_ratio}
+        if self.flag is not None:
+            out["flag"] = self.flag.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class StatePath:
+    """Every kernel phase of a workload together: the sum of their medians and bytes per step."""
+
+    bytes_per_step: int
+    time_s: float
+    gb_s: float
+    copy_ratio: float
+    tokens_per_s: float
+    flag: RatioFlag | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StatePath:
+        return cls(d["bytes_per_step"], _nan(d["time_s"]), _nan(d["gb_s"]), _nan(d["copy_ratio"]),
+                   _nan(d["tokens_per_s"]), RatioFlag.from_dict(d.get("flag")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in ("bytes_per_step", "time_s", "gb_s", "copy_ratio", "tokens_per_s")}
+        if self.flag is not None:
+            out["flag"] = self.flag.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    """What the rollback planes cost: the state path with K = 1 + n_rs_seq planes against K = 1."""
+
+    time_k_s: float
+    time_k1_s: float
+    bytes_k: int
+    bytes_k1: int
+    overhead: float  # time_k_s / time_k1_s - 1
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Snapshots | None:
+        if d is None:
+            return None
+        return cls(_nan(d["time_k_s"]), _nan(d["time_k1_s"]), d["bytes_k"], d["bytes_k1"], _nan(d["overhead"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How a workload's steps were timed: ``eager`` launches, ``cuda graphs`` replays, or ``mixed``; on CUDA the
+    steps replayed and run eagerly and the first graph-capture errors (None without graphs)."""
+
+    mode: str
+    clock: str
+    graph_steps: int | None = None
+    eager_steps: int | None = None
+    capture_errors: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Timing:
+        errors = d.get("capture_errors")
+        return cls(d["mode"], d["clock"], d.get("graph_steps"), d.get("eager_steps"),
+                   None if errors is None else tuple(errors))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, "clock": self.clock}
+        if self.capture_errors is not None:
+            out.update(graph_steps=self.graph_steps, eager_steps=self.eager_steps,
+                       capture_errors=list(self.capture_errors))
+        return out
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    """One workload (decode, prefill or spec): its kernels, their sum, the cells' bookkeeping per step, the rollback
+    planes' cost (None: not measured) and, for spec, the mean number of drafts accepted per round (None: not
+    spec; NaN: no round)."""
+
+    n_seqs: int
+    tokens_per_step: int
+    kernels: dict[str, KernelFigures]
+    state_path: StatePath
+    bookkeeping: TimeSummary
+    timing: Timing
+    snapshots: Snapshots | None = None
+    accepted_mean: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WorkloadResult:
+        accepted = _nan(d["accepted_mean"]) if "accepted_mean" in d else None  # null: no round was measured
+        return cls(d["n_seqs"], d["tokens_per_step"],
+                   {k: KernelFigures.from_dict(v) for k, v in d["kernels"].items()},
+                   StatePath.from_dict(d["state_path"]), TimeSummary.from_dict(d["bookkeeping"]),
+                   Timing.from_dict(d["timing"]), Snapshots.from_dict(d.get("snapshots")), accepted)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "n_seqs": self.n_seqs,
+            "tokens_per_step": self.tokens_per_step,
+            "kernels": {k: v.to_dict() for k, v in self.kernels.items()},
+            "state_path": self.state_path.to_dict(),
+            "bookkeeping": self.bookkeeping.to_dict(),
+        }
+        if self.snapshots is not None:
+            out["snapshots"] = self.snapshots.to_dict()
+        if self.accepted_mean is not None:
+            out["accepted_mean"] = self.accepted_mean
+        out["timing"] = self.timing.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class KindAllocation:
+    """The bytes of one kind of cache tensor (K, V, R or S) the plan gives and the device allocated."""
+
+    planned_bytes: int
+    allocated_bytes: int
+
+    @property
+    def equal(self) -> bool:
+        return self.planned_bytes == self.allocated_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"planned_bytes": self.planned_bytes, "allocated_bytes": self.allocated_bytes, "equal": self.equal}
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The cache tensors allocated on the device against the plan: per kind (``k``, ``v``, ``r``, ``s``)."""
+
+    per_kind: dict[str, KindAllocation]
+    tensors: int
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(k.planned_bytes for k in self.per_kind.values())
+
+    @property
+    def allocated_bytes(self) -> int:
+        return sum(k.allocated_bytes for k in self.per_kind.values())
+
+    @property
+    def equal(self) -> bool:
+        return all(k.equal for k in self.per_kind.values())
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Allocation:
+        return cls({k: KindAllocation(v["planned_bytes"], v["allocated_bytes"]) for k, v in d["per_kind"].items()},
+                   d["tensors"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"per_kind": {k: v.to_dict() for k, v in self.per_kind.items()}, "planned_bytes": self.planned_bytes,
+                "allocated_bytes": self.allocated_bytes, "tensors": self.tensors, "equal": self.equal}
+
+
+@dataclass(frozen=True)
+class ProfileContext:
+    """The llama.cpp context profiled: ``n_planes`` = 1 + n_rs_seq rows per sequence; the prefill's tokens per
+    sequence and the draft length (None: that workload did not run)."""
+
+    n_ctx: int
+    n_seq_max: int
+    n_rs_seq: int
+    n_rs_seq_requested: int
+    n_planes: int
+    state_type: str
+    ubatch_tokens_per_seq: int | None
+    draft: int | None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ProfileContext:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    """One kernel of the family: its op, the pool it updates (``r`` or ``s``), one row's shape and its dims."""
+
+    op: str
+    pool: str
+    row_shape: tuple[int, ...]
+    dims: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "pool": self.pool, "row_shape": list(self.row_shape), "dims": dict(self.dims)}
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """The run's duration: expected (from the one-step probes), the limit, the iterations asked for and run."""
+
+    expected_s: float
+    max_seconds: float
+    probe_s: dict[str, float]
+    iters_requested: int
+    warmup_requested: int
+    iters: int
+    warmup: int
+    lowered: bool
+    elapsed_s: float
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TimeBudget:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One correctness check: its name, whether it passed, and what differed."""
+
+    check: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """The correctness checks: the recurrent layers the step checks ran on (all, or a sample drawn with
+    ``sampled_with_seed``) and each check's result."""
+
+    layers_checked: tuple[int, ...]
+    layers_total: int
+    sampled_with_seed: int | None
+    results: tuple[CheckResult, ...]
+
+    @property
+    def failed(self) -> int:
+        return sum(not r.ok for r in self.results)
+
+    @property
+    def passed(self) -> int:
+        return len(self.results) - self.failed
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckSummary:
+        return cls(tuple(d["layers_checked"]), d["layers_total"], d["sampled_with_seed"],
+                   tuple(CheckResult(r["check"], r["ok"], r["detail"]) for r in d["results"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "failed": self.failed, "layers_checked": list(self.layers_checked),
+                "layers_total": self.layers_total, "sampled_with_seed": self.sampled_with_seed,
+                "results": [asdict(r) for r in self.results]}
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """Everything ``rsplan profile`` measured (see the module docstring for units)."""
+
+    model: str
+    arch: str
+    family: str
+    recurrent_layers: int
+    request: ProfileRequest
+    device: dict[str, Any]
+    context: ProfileContext
+    kernels: tuple[KernelShape, ...]
+    allocation: Allocation
+    copy_bandwidth: CopyBaseline
+    time: TimeBudget
+    workloads: dict[str, WorkloadResult]
+    checks: CheckSummary
+    third_party: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
+        """Read back the object ``to_dict`` gives (a saved ``--format json`` output)."""
+        from rsplan.profiler.runner import ProfileRequest
+
+        return cls(
+            model=d["model"], arch=d["arch"], family=d["family"], recurrent_layers=d["recurrent_layers"],
+            request=ProfileRequest(**d["request"]), device=dict(d["device"]),
+            context=ProfileContext.from_dict(d["context"]),
+            kernels=tuple(KernelShape(k["op"], k["pool"], tuple(k["row_shape"]), dict(k["dims"]))
+                          for k in d["kernels"]),
+            allocation=Allocation.from_dict(d["allocation"]),
+            copy_bandwidth=CopyBaseline.from_dict(d["copy_bandwidth"]),
+            time=TimeBudget.from_dict(d["time"]),
+            workloads={k: WorkloadResult.from_dict(v) for k, v in d["workloads"].items()},
+            checks=CheckSummary.from_dict(d["checks"]),
+            third_party=dict(d["third_party"]),
+            notes=tuple(d["notes"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``--format json`` (NaN figures stay NaN; the renderer writes them as null)."""
+        return {
+            "model": self.model,
+            "arch": self.arch,
+            "family": self.family,
+            "recurrent_layers": self.recurrent_layers,
+            "request": asdict(self.request),
+            "device": self.device,
+            "context": self.context.to_dict(),
+            "kernels": [k.to_dict() for k in self.kernels],
+            "allocation": self.allocation.to_dict(),
+            "copy_bandwidth": self.copy_bandwidth.to_dict(),
+            "time": self.time.to_dict(),
+            "workloads": {k: v.to_dict() for k, v in self.workloads.items()},
+            "third_party": self.third_party,
+            "checks": self.checks.to_dict(),
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,223 @@
+"""The budget flags of ``rsplan capacity`` and ``rsplan report``, and their parsing into planner.budget's request.
+
+``--budget`` / ``--gpu``, ``--weights``, ``--fit-target``, ``--compute``, ``-ngl``, ``--tensor-split``,
+``--no-kv-offload`` ... are declared once here (BUDGET_OPTIONS, under "Memory budget" in ``--help``) with the
+context ladder ``--ctx``; ``budget_request`` turns their text into bytes, counts and proportions
+(planner.budget.BudgetRequest), and planner.budget assembles the planners from it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from rsplan.cli.sections import Decorator, section
+from rsplan.errors import RsplanError
+from rsplan.planner.context import CTX_PAD, MAX_CTX
+from rsplan.planner.placement import MAX_DEVICES
+from rsplan.render.units import MAX_SIZE, parse_size, shown
+
+if TYPE_CHECKING:
+    from rsplan.planner.budget import BudgetRequest, GivenSize
+    from rsplan.planner.capacity import DeviceBudget
+
+#: ``--ctx`` entries: tokens, or ``<n>k`` for n * 1024 tokens (as people say "8k context").
+_CTX = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
+#: The largest context per sequence: llama.cpp pads it to a multiple of 256 and keeps it in a uint32.
+MAX_CTX_PER_SEQ = MAX_CTX // CTX_PAD * CTX_PAD
+
+#: The "Memory budget" section of capacity's and report's --help (rsplan.cli.sections): one line per option.
+BUDGET_OPTIONS: list[Decorator] = [
+    click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
+                 help="Memory per GPU, with units (24GiB, 80GB, 81920MiB); several values = several GPUs."),
+    click.option("--gpu", metavar="[INDEX,...]", is_flag=False, flag_value="all", default=None,
+                 help="Read the budget from these NVIDIA GPUs via NVML (no value: every GPU)."),
+    click.option("--gpu-memory", type=click.Choice(["free", "total"]), default=None,
+                 help="With --gpu: budget the GPUs' free memory (default, as llama.cpp's --fit does) or their "
+                 "total memory (an empty GPU)."),
+    click.option("--weights", "weights", metavar="SIZE", multiple=True,
+                 help="Model weights, with units; overrides the model file's size. Without it and without a "
+                 "size in the model file, weights are NOT counted (the output says so)."),
+    click.option("--quant", "quant", metavar="TYPE", default=None,
+                 help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF "
+                 "(presets with vocab_size); --weights overrides it."),
+    click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
+                 help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
+    click.option("--compute", "compute", metavar="SIZE", default=None,
+                 help="Compute buffer per GPU. Default: llama.cpp's compute buffer for -c/-np as rsplan models "
+                 "it (llama-server's outputs), or 512MiB for archs it does not model."),
+    click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "n_gpu_layers", metavar="N|all", default=None,
+                 help="Layers on the GPUs, counted from the last (llama.cpp -ngl); default all."),
+    click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
+                 help="Proportions of the layers per GPU (llama.cpp -ts); default: by free memory / budget."),
+    click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
+                 help="Keep every cache in host memory (llama.cpp -nkvo)."),
+    click.option("--overhead", "overhead", metavar="SIZE", default=None,
+                 help="vllm / sglang: memory per GPU besides weights and caches (vLLM: activations and CUDA graphs, "
+                 "default 4GiB; SGLang: the CUDA context before the weights load, default 1GiB)."),
+    click.option("--rope-scaling", "rope_scaling", type=click.Choice(["none", "linear", "yarn"]), default=None,
+                 help="llama.cpp --rope-scaling. Recommendations stop at the training context unless YaRN "
+                 "(--rope-scaling yarn --rope-scale N) extends it."),
+    click.option("--rope-scale", "rope_scale", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None,
+                 metavar="N",
+                 help="llama.cpp --rope-scale: context scaling factor (YaRN context = --yarn-orig-ctx x N)."),
+    click.option("--yarn-orig-ctx", "yarn_orig_ctx", type=click.IntRange(0, MAX_CTX), default=None, metavar="N",
+                 help="llama.cpp --yarn-orig-ctx: the model's original context (default: its training context)."),
+]
+
+BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "quant", "fit_target", "compute", "n_gpu_layers",
+               "tensor_split", "no_kv_offload", "overhead", "rope_scaling", "rope_scale", "yarn_orig_ctx")
+#: Budget flags only llama.cpp's planner reads.
+NATIVE_BUDGET_KEYS = ("gpu_memory", "quant", "fit_target", "compute", "n_gpu_layers", "tensor_split",
+                      "no_kv_offload", "rope_scaling", "rope_scale", "yarn_orig_ctx")
+
+
+def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the budget and placement flags to a click command, under "Memory budget"."""
+    return section("Memory budget", BUDGET_OPTIONS)(func)
+
+
+def ladder_option(help_text: str) -> Decorator:
+    """``--ctx N[,N...]``: the per-sequence contexts a capacity table answers for."""
+    return section("Context ladder", [click.option("--ctx", "ctx_list", metavar="N[,N...]", default=None,
+                                                  help=help_text)])
+
+
+def pop_budget_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove the budget flags from a command's kwargs: {key: value as given}."""
+    return {key: kwargs.pop(key) for key in BUDGET_KEYS}
+
+
+def parse_ctx_list(text: str, largest: int = MAX_CTX_PER_SEQ,
+                   why: str = f"llama.cpp's largest context {MAX_CTX_PER_SEQ} (a uint32, padded to {CTX_PAD})",
+                   ) -> list[int]:
+    """``--ctx 4096,8k,32768`` -> [4096, 8192, 32768] tokens per sequence (each once, each at most ``largest``:
+    by default a context llama.cpp can hold)."""
+    out: list[int] = []
+    for item in text.split(","):
+        m = _CTX.match(item)
+        if not m or int(m.group(1)) == 0:
+            raise RsplanError(f"--ctx: cannot read '{shown(item.strip())}' as a context length > 0 "
+                              "(examples: 4096, 8k, 32768)")
+        ctx = int(m.group(1)) * (1024 if m.group(2) else 1)
+        if ctx > largest:
+            raise RsplanError(f"--ctx: {item.strip()} is {ctx} tokens, more than {why}")
+        if ctx in out:
+            raise RsplanError(f"--ctx: {ctx} tokens given twice")
+        out.append(ctx)
+    return out
+
+
+def parse_serving_ctx_list(text: str) -> list[int]:
+    """``--ctx`` for a serving engine: the same syntax; each value is a --max-model-len / --context-length (contexts
+    beyond the model's are left out of the answers)."""
+    return parse_ctx_list(text, MAX_CTX, f"the largest context a model config holds ({MAX_CTX})")
+
+
+def size_or_zero(text: str, what: str) -> int:
+    """A size with units, where zero is allowed (``--compute 0``); a number without a unit is refused."""
+    return parse_size(text, what, allow_zero=True, require_unit=True)
+
+
+def _given_size(text: str | None, flag: str) -> GivenSize | None:
+    from rsplan.planner.budget import GivenSize
+
+    return None if text is None else GivenSize(size_or_zero(text, flag), text)
+
+
+def _parse_ngl(text: str | None) -> int | None:
+    if text is None or text.strip().lower() == "all":
+        return None
+    if not re.fullmatch(r"\s*-?[0-9]+\s*", text, re.ASCII):
+        raise RsplanError(f"-ngl: expected a number of layers or 'all', got '{shown(text)}'")
+    if len(text.strip().lstrip("-")) > 9:
+        raise RsplanError(f"-ngl {shown(text.strip())}: more layers than any model has; use -ngl all")
+    return int(text)
+
+
+def _parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    parts = []
+    for item in re.split(r"[,/]+", text.strip()):
+        try:
+            if len(item) > 40 or not item.isascii():
+                raise ValueError(item)
+            parts.append(float(item))
+        except ValueError:
+            raise RsplanError(f"--tensor-split: cannot read '{shown(item)}' as a proportion (example: 3,1)") from None
+    return tuple(parts)
+
+
+def _parse_fit_target(text: str) -> tuple[int, ...]:
+    out = []
+    for item in re.split(r"[,/]+", text.strip()):
+        if not re.fullmatch(r"\s*-?[0-9]+\s*", item, re.ASCII):
+            raise RsplanError(f"--fit-target: cannot read '{shown(item)}' as a whole number of MiB")
+        if len(item.strip().lstrip("-")) > 20:  # before int(): Python refuses to convert thousands of digits
+            raise RsplanError(f"--fit-target: '{shown(item.strip())}' MiB is absurdly large")
+        value = int(item)
+        if value < 0:
+            raise RsplanError(f"--fit-target: must be >= 0 MiB, got {value}")
+        if value << 20 > MAX_SIZE:
+            raise RsplanError(f"--fit-target: '{value}' MiB is absurdly large")
+        out.append(value << 20)
+    return tuple(out)
+
+
+def _devices(budget: str | None, gpu: str | None, gpu_memory: str | None) -> tuple[DeviceBudget, ...]:
+    """``--budget`` sizes, or the ``--gpu`` indices read through NVML: planner.capacity.DeviceBudget each."""
+    from rsplan.planner.budget import GivenSize, nvml_devices, size_budgets
+
+    if budget is not None and gpu is not None:
+        raise RsplanError("give either --budget or --gpu, not both")
+    if budget is None and gpu is None:
+        raise RsplanError("give a memory budget: --budget SIZE (e.g. 24GiB) or --gpu [INDEX,...]")
+    if gpu_memory is not None and gpu is None:
+        raise RsplanError("--gpu-memory applies to --gpu only")
+    if budget is not None:
+        sizes = [s.strip() for s in budget.split(",")]
+        if len(sizes) > MAX_DEVICES:
+            raise RsplanError(f"--budget: {len(sizes)} GPUs; llama.cpp handles at most {MAX_DEVICES}")
+        given = []
+        for size in sizes:
+            if size.startswith("-"):
+                raise RsplanError(f"--budget: must be positive, got '{size}'")
+            given.append(GivenSize(parse_size(size, "--budget", require_unit=True), size))
+        return size_budgets(given)
+    indices = None
+    if gpu is not None and gpu != "all":
+        try:
+            indices = [int(i) for i in gpu.split(",")]
+        except ValueError:
+            raise RsplanError(f"--gpu: expected GPU indices like 0 or 0,1, got '{shown(gpu)}'") from None
+    return nvml_devices(indices, "total" if gpu_memory == "total" else "free")
+
+
+def budget_request(options: dict[str, Any]) -> BudgetRequest:
+    """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.budget.BudgetRequest.
+
+    Raises:
+        RsplanError: a value that cannot be read (named with its flag), or ``--budget`` and ``--gpu`` together /
+            neither; NVML errors for ``--gpu``.
+    """
+    from rsplan.planner.budget import BudgetRequest, GivenSize
+    from rsplan.planner.context_limit import RopeFlags
+
+    devices = _devices(options["budget"], options["gpu"], options["gpu_memory"])
+    return BudgetRequest(
+        devices=devices,
+        from_nvml=options["gpu"] is not None,
+        margin_bytes=_parse_fit_target(options["fit_target"]),
+        compute=_given_size(options["compute"], "--compute"),
+        weights=tuple(GivenSize(size_or_zero(text, "--weights"), text) for text in options["weights"]),
+        quant=options["quant"],
+        n_gpu_layers=_parse_ngl(options["n_gpu_layers"]),
+        tensor_split=_parse_tensor_split(options["tensor_split"]),
+        offload_kqv=not options["no_kv_offload"],
+        overhead=_given_size(options["overhead"], "--overhead"),
+        rope=RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"]),
+    )

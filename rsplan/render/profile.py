@@ -1,0 +1,218 @@
+"""``rsplan profile``'s output: the text tables, the ``--format json`` object and the ``--report-json`` file, all
+from one ProfileResult (rsplan.profiler.result). Bytes become MiB only here.
+
+This module imports no torch: a saved result renders without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from rsplan.render.tables import table
+
+if TYPE_CHECKING:
+    from rsplan.profiler.result import (
+        CopyBaseline,
+        KernelFigures,
+        ProfileResult,
+        RatioFlag,
+        StatePath,
+        WorkloadResult,
+    )
+
+KIND_NAMES = {
+    "k": "K (cache_k_l*)",
+    "v": "V (cache_v_l*)",
+    "r": "R conv state (cache_r_l*)",
+    "s": "S recurrent state (cache_s_l*)",
+}
+#: The longest flag text and device / model name the ``--report-json`` file keeps (rsplan report reads it).
+REPORT_FLAG_CHARS = 300
+REPORT_NAME_CHARS = 200
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def _t(seconds: float) -> str:
+    if seconds != seconds:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:,.1f} us"
+    return f"{seconds * 1e3:,.3f} ms"
+
+
+def _bursts(copy: CopyBaseline) -> str:
+    return " / ".join(f"{g:,.1f}" for g in copy.bursts_gb_s)
+
+
+def flag_text(flag: RatioFlag, copy: CopyBaseline) -> str:
+    """Why a ratio above 100% of copy is a measurement problem, in words (the reasons of runner.ratio_flag)."""
+    words = []
+    for reason in flag.reasons:
+        if reason == "cache":
+            words.append(
+                f"its working set (about {_mib(flag.working_set_bytes)}) fits in the "
+                f"{_mib(copy.llc_bytes or 0)} last-level cache, the copy baseline does not"
+            )
+        elif reason == "noisy":
+            words.append(f"the copy baseline is noisy (spread {100 * copy.spread:.0f}%, bursts {_bursts(copy)} GB/s)")
+        else:
+            words.append("neither the cache nor a noisy baseline explains it: the byte count or the timer is suspect")
+    return "above 100% of copy is a measurement problem: " + "; ".join(words)
+
+
+def _ratio(entry: KernelFigures | StatePath) -> str:
+    return f"{100 * entry.copy_ratio:.0f}%" + (" !" if entry.flag else "")
+
+
+def _copy_line(copy: CopyBaseline) -> str:
+    where = ""
+    if copy.llc_bytes:
+        where = f" = {copy.buffer_bytes / copy.llc_bytes:.1f}x the {_mib(copy.llc_bytes)} {copy.llc_source}"
+    line = (
+        f"copy bandwidth {copy.gb_s:,.1f} GB/s (median of {copy.samples} device copies of "
+        f"{_mib(copy.buffer_bytes)}{where}, read + write counted; spread {100 * copy.spread:.0f}%, "
+        f"before / after the workloads {_bursts(copy)} GB/s)"
+    )
+    if copy.noisy:
+        line += " NOISY: ratios to it are unreliable"
+    return line
+
+
+def _header(result: ProfileResult) -> list[str]:
+    dev, ctx = result.device, result.context
+    return [
+        f"model {result.model} (arch {result.arch}, {result.family}, {result.recurrent_layers} recurrent layers)",
+        f"device {dev['device']}: {dev.get('name', '?')}"
+        + (f", {dev['threads']} threads" if "threads" in dev else "")
+        + (f", peak DRAM {dev['dram_peak_gb_s']} GB/s (NVML)" if dev.get("dram_peak_gb_s") else ""),
+        f"context -c {ctx.n_ctx} -np {ctx.n_seq_max} n_rs_seq {ctx.n_rs_seq} (K = {ctx.n_planes} planes), "
+        f"state {ctx.state_type}"
+        + (f", prefill {ctx.ubatch_tokens_per_seq} tokens/sequence" if ctx.ubatch_tokens_per_seq else "")
+        + (f", draft {ctx.draft}" if ctx.draft else ""),
+        "",
+    ]
+
+
+def _allocation_table(result: ProfileResult) -> str:
+    alloc = result.allocation
+    yes = {True: "yes", False: "NO"}
+    rows = [[KIND_NAMES[k], _mib(v.planned_bytes), _mib(v.allocated_bytes), yes[v.equal]]
+            for k, v in alloc.per_kind.items() if v.planned_bytes or v.allocated_bytes]
+    rows.append(["total", _mib(alloc.planned_bytes), _mib(alloc.allocated_bytes), yes[alloc.equal]])
+    return table(rows, ["allocated tensors", "planned", "allocated", "equal"], align=("left", "right", "right", "left"))
+
+
+def _time_line(result: ProfileResult) -> str:
+    tm = result.time
+    return (f"time {tm.elapsed_s:.0f} s (expected {tm.expected_s:.0f} s; --iters {tm.iters}, --warmup {tm.warmup}"
+            + (f", lowered from {tm.iters_requested} / {tm.warmup_requested}" if tm.lowered else "") + ")")
+
+
+def _workload_lines(name: str, w: WorkloadResult, copy: CopyBaseline) -> list[str]:
+    lines = ["", f"{name}: {w.n_seqs} sequences, {w.tokens_per_step} tokens per step"]
+    rows = [[kname, _mib(k.bytes_per_step), _t(k.time.median_s), f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}",
+             f"{k.gb_s:,.1f}", _ratio(k)] for kname, k in w.kernels.items()]
+    sp = w.state_path
+    rows.append(["state path (all)", _mib(sp.bytes_per_step), _t(sp.time_s), "", f"{sp.gb_s:,.1f}", _ratio(sp)])
+    lines.append(table(rows, ["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", "of copy"],
+                       align=("left", "right", "right", "right", "right", "right")))
+    extra = [
+        f"timing {w.timing.mode}",
+        f"state-path tokens/s {sp.tokens_per_s:,.0f}",
+        f"bookkeeping {_t(w.bookkeeping.median_s)}/step",
+    ]
+    if w.snapshots is not None:
+        extra.append(f"snapshots cost {100 * w.snapshots.overhead:+.0f}% vs K = 1 ({_t(w.snapshots.time_k1_s)})")
+    if w.accepted_mean is not None and not math.isnan(w.accepted_mean):
+        extra.append(f"mean accepted drafts {w.accepted_mean:.2f}")
+    lines.append("  " + "; ".join(extra))
+    flagged: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path", sp)]
+    lines += [f"  ! {kname}: {flag_text(k.flag, copy)}" for kname, k in flagged if k.flag]
+    return lines
+
+
+def _third_party_lines(third: dict[str, Any]) -> list[str]:
+    if not third:
+        return []
+    lines = ["", "third-party kernels (one decode step, same shapes):"]
+    for lib, entry in third.items():
+        if not isinstance(entry, dict) or not entry.get("theirs"):
+            reason = entry.get("reason") or entry.get("error") if isinstance(entry, dict) else entry
+            lines.append(f"  {lib}: {reason}")
+            continue
+        theirs, ours = entry["theirs"], entry["rsplan"]
+        lines.append(f"  {lib}: {_t(theirs['time']['median_s'])} ({theirs['gb_s']:,.1f} GB/s); "
+                     f"rsplan {_t(ours['time']['median_s'])} ({ours['gb_s']:,.1f} GB/s)")
+    return lines
+
+
+def _checks_lines(result: ProfileResult) -> list[str]:
+    checks = result.checks
+    where = ""
+    if checks.layers_total:
+        n, total = len(checks.layers_checked), checks.layers_total
+        where = (f" (step checks on all {total} recurrent layers" if n == total else
+                 f" (step checks on {n} of {total} recurrent layers, sampled with seed {checks.sampled_with_seed}")
+        spec = any(r.check.startswith("spec:") for r in checks.results)
+        where += "; rollback checks on one layer per round drawn with the seed)" if spec else ")"
+    lines = ["", f"checks: {checks.passed} passed, {checks.failed} failed{where}"]
+    lines += [f"  FAILED {r.check}: {r.detail}" for r in checks.results if not r.ok]
+    return lines
+
+
+def render_profile(result: ProfileResult) -> str:
+    """The text report: the run, the allocation against the plan, the copy baseline, one table per workload, the
+    third-party comparisons, the checks and the notes."""
+    lines = _header(result)
+    lines.append(_allocation_table(result))
+    lines += ["", _copy_line(result.copy_bandwidth), _time_line(result)]
+    for name, w in result.workloads.items():
+        lines += _workload_lines(name, w, result.copy_bandwidth)
+    lines += _third_party_lines(result.third_party)
+    lines += _checks_lines(result)
+    lines += [f"note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def profile_json(result: ProfileResult) -> str:
+    """``--format json``: every figure, non-finite ones as null."""
+    return json.dumps(_json_safe(result.to_dict()), indent=2)
+
+
+def for_report(result: ProfileResult) -> dict[str, Any]:
+    """The kernel bandwidths in the shape ``rsplan report --profile`` reads (docs/report.md): one entry per
+    workload and kernel phase, named ``"<workload> <kernel> <state type>"``; non-finite figures are left out."""
+    copy = result.copy_bandwidth
+    dtype = result.context.state_type
+    kernels = []
+    for wname, w in result.workloads.items():
+        for kname, k in w.kernels.items():
+            gbps, t = float(k.gb_s), float(k.time.median_s)
+            if not (gbps == gbps and gbps >= 0 and gbps != float("inf") and t == t):
+                continue
+            entry: dict[str, Any] = {"name": f"{wname} {kname} {dtype}", "gbps": gbps, "copy_gbps": float(copy.gb_s),
+                                     "bytes": int(k.bytes_per_step), "time_s": t, "dtype": dtype}
+            if k.flag:
+                entry["flag"] = flag_text(k.flag, copy)[:REPORT_FLAG_CHARS]
+            kernels.append(entry)
+    device = result.device
+    return {
+        "device": str(device.get("name") or device["device"])[:REPORT_NAME_CHARS],
+        "model": result.model[:REPORT_NAME_CHARS],
+        "kernels": kernels,
+    }

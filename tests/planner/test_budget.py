@@ -1,0 +1,118 @@
+"""Budget assembly (planner.budget): parsed flag values in, planners and serving budgets out, with no click."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsplan.errors import RsplanError
+from rsplan.planner.budget import (
+    WEIGHTS_UNKNOWN,
+    BudgetRequest,
+    GivenSize,
+    compute_bytes,
+    make_planners,
+    serving_budget,
+    size_budgets,
+)
+from rsplan.planner.capacity import DEFAULT_COMPUTE_BYTES, DeviceBudget
+from rsplan.planner.context import ContextParams
+from rsplan_testing import make_spec
+
+MIB = 1 << 20
+GIB = 1 << 30
+# a small Mamba-2 (recurrent only): planner.compute may or may not model it; the tests give --compute where the
+# figure matters
+MAMBA2 = dict(arch="mamba2", context_length=8192, embedding_length=256, block_count=4,
+              ssm={"conv_kernel": 4, "inner_size": 512, "state_size": 16, "time_step_rank": 8, "group_count": 1})
+
+
+def request(**kw: object) -> BudgetRequest:
+    kw.setdefault("devices", size_budgets([GivenSize(24 * GIB, "24GiB")]))
+    kw.setdefault("compute", GivenSize(256 * MIB, "256MiB"))
+    return BudgetRequest(**kw)  # type: ignore[arg-type]
+
+
+def test_size_budgets_name_one_gpu_or_number_several():
+    (one,) = size_budgets([GivenSize(24 * GIB, "24GiB")])
+    assert (one.name, one.budget_bytes, one.source) == ("GPU", 24 * GIB, "--budget 24GiB")
+    two = size_budgets([GivenSize(GIB, "1GiB"), GivenSize(2 * GIB, "2GiB")])
+    assert [(d.name, d.budget_bytes, d.source) for d in two] == [
+        ("GPU 0", GIB, "--budget 1GiB"), ("GPU 1", 2 * GIB, "--budget 2GiB")]
+
+
+def test_one_margin_applies_to_every_gpu_and_several_must_match():
+    devices = size_budgets([GivenSize(GIB, "1GiB"), GivenSize(GIB, "1GiB")])
+    spec = make_spec(**MAMBA2)
+    (p,) = make_planners([spec], ["m"], ContextParams(), request(devices=devices, margin_bytes=(7 * MIB,)))
+    assert p.budget.margin_bytes == (7 * MIB, 7 * MIB)
+    (p,) = make_planners([spec], ["m"], ContextParams(), request(devices=devices, margin_bytes=(1 * MIB, 2 * MIB)))
+    assert p.budget.margin_bytes == (MIB, 2 * MIB)
+    with pytest.raises(RsplanError, match=r"^--fit-target has 3 values for 2 device\(s\)$"):
+        make_planners([spec], ["m"], ContextParams(), request(devices=devices, margin_bytes=(0, 0, 0)))
+
+
+def test_weights_come_from_the_flag_then_the_model_file_then_nowhere():
+    with_size = make_spec(**MAMBA2, weights_bytes=123_456_789)
+    without = make_spec(**MAMBA2)
+    flag = GivenSize(5 * GIB, "5GiB")
+    p_flag, p_file = make_planners([with_size, with_size], ["a", "b"], ContextParams(),
+                                   request(weights=(flag, GivenSize(0, "0"))))
+    assert (p_flag.budget.weights_bytes, p_flag.budget.weights_source) == (5 * GIB, "--weights 5GiB")
+    assert (p_file.budget.weights_bytes, p_file.budget.weights_source) == (0, "--weights 0")
+    (p,) = make_planners([with_size], ["my.yaml"], ContextParams(), request())
+    assert (p.budget.weights_bytes, p.budget.weights_source) == (123_456_789, "weights_bytes of my.yaml")
+    (p,) = make_planners([without], ["x"], ContextParams(), request())
+    assert (p.budget.weights_bytes, p.budget.weights_source) == (None, WEIGHTS_UNKNOWN)
+    with pytest.raises(RsplanError, match=r"^give --weights once per --model \(2 models, 1 --weights\)$"):
+        make_planners([without, without], ["x", "y"], ContextParams(), request(weights=(flag,)))
+
+
+def test_weights_flag_overrides_quant_and_says_so():
+    (p,) = make_planners([make_spec(**MAMBA2)], ["m"], ContextParams(),
+                         request(weights=(GivenSize(GIB, "1GiB"),), quant="Q4_K_M"))
+    assert p.budget.weights_source == "--weights 1GiB (overrides --quant)"
+
+
+def test_placement_flags_reach_the_planner():
+    devices = size_budgets([GivenSize(GIB, "1GiB"), GivenSize(3 * GIB, "3GiB")])
+    (p,) = make_planners([make_spec(**MAMBA2)], ["m"], ContextParams(),
+                         request(devices=devices, margin_bytes=(0,), n_gpu_layers=2, tensor_split=(1.0, 3.0),
+                                 offload_kqv=False))
+    assert (p.n_gpu_layers, p.tensor_split, p.offload_kqv) == (2, (1.0, 3.0), False)
+
+
+def test_compute_flag_or_the_modelled_buffer_or_the_allowance():
+    from rsplan.planner.compute import compute_buffer
+
+    params = ContextParams(n_ctx=4096, n_seq_max=2)
+    no_vocab = make_spec(**MAMBA2)
+    assert compute_bytes(no_vocab, params, GivenSize(0, "0")) == (0, "--compute 0")
+    assert compute_bytes(no_vocab, params, None) == (
+        DEFAULT_COMPUTE_BYTES, "an allowance: model 'test' does not give its vocabulary size (vocab_size), which "
+        "sizes the logits; pass --compute to give the size")
+    spec = make_spec(**MAMBA2, vocab_size=50280)
+    cb = compute_buffer(spec, params)
+    assert compute_bytes(spec, params, None) == (
+        cb.bytes, f"llama.cpp's compute buffer at -c 4096 -np 2 (n_outputs_max {cb.n_outputs_max}, as llama-server; "
+        "CPU-backend graph, used for every setting searched)")
+    (p,) = make_planners([spec], ["m"], params, request(compute=None))
+    assert p.budget.compute_bytes == cb.bytes > 0
+
+
+def test_serving_budget_takes_the_smallest_gpu_and_checks_the_tp_size():
+    nvml = (DeviceBudget("GPU0 big", 70 * GIB, "NVML GPU0 free memory", total_bytes=80 * GIB, free_bytes=70 * GIB),
+            DeviceBudget("GPU1 small", 30 * GIB, "NVML GPU1 free memory", total_bytes=40 * GIB, free_bytes=30 * GIB))
+    spec = make_spec(**MAMBA2, weights_bytes=3 * GIB)
+    b = serving_budget(spec, "m", request(devices=nvml, from_nvml=True), None, 2, 4 * GIB)
+    assert (b.gpu_bytes, b.gpu_source, b.gpu_free_bytes) == (40 * GIB, "NVML GPU1 small total memory", 30 * GIB)
+    assert (b.weights_bytes, b.weights_source, b.overhead_bytes) == (3 * GIB, "weights_bytes of m", 4 * GIB)
+    with pytest.raises(RsplanError, match=r"^--gpu gives 2 GPUs but the tensor-parallel size is 4: give one GPU "
+                                          r"budget, or -tp 2$"):
+        serving_budget(spec, "m", request(devices=nvml, from_nvml=True), None, 4, 4 * GIB)
+    sized = size_budgets([GivenSize(24 * GIB, "24GiB")])
+    b = serving_budget(make_spec(**MAMBA2), "m", request(devices=sized, overhead=GivenSize(GIB, "1GiB")),
+                       GivenSize(2 * GIB, "2GiB"), 8, 4 * GIB)
+    assert (b.gpu_bytes, b.gpu_source, b.gpu_free_bytes) == (24 * GIB, "--budget 24GiB", None)
+    assert (b.weights_bytes, b.weights_source, b.overhead_bytes) == (2 * GIB, "--weights 2GiB", GIB)
+    b = serving_budget(make_spec(**MAMBA2), "m", request(devices=sized), None, 1, 4 * GIB)
+    assert (b.weights_bytes, b.weights_source) == (None, WEIGHTS_UNKNOWN)

@@ -1,0 +1,62 @@
+"""``rsplan profile``'s renderers (rsplan.render.profile) on fixed results: the text table, ``--format json`` and
+the ``--report-json`` file, byte for byte.
+
+The expected files were written by the renderer of the untyped result dict this one replaced, from the same
+results (tests/profiler/data/profile-*.json: one real CPU run of a tiny Qwen3.5, and two variants of it that
+reach the other branches: a CUDA device, flags, a NaN figure, graph timings, lowered iterations, third-party
+kernels, a failed check). The results are read back with ProfileResult.from_dict, so these tests also pin that
+``to_dict`` gives the JSON object field by field as before. No torch needed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rsplan.profiler.result import ProfileResult
+from rsplan.render.profile import for_report, profile_json, render_profile
+
+DATA = Path(__file__).parent / "data"
+NAMES = ["cpu", "cuda", "third-party-error"]
+
+
+def result(name: str) -> ProfileResult:
+    return ProfileResult.from_dict(json.loads((DATA / f"profile-{name}.json").read_text()))
+
+
+def expected(name: str, suffix: str) -> str:
+    return (DATA / f"profile-{name}.{suffix}").read_text()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_table(name):
+    assert render_profile(result(name)) + "\n" == expected(name, "table.txt")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_json(name):
+    assert profile_json(result(name)) + "\n" == expected(name, "out.json")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_report_json(name):
+    assert json.dumps(for_report(result(name)), indent=2) + "\n" == expected(name, "report.json")
+
+
+def test_the_fixtures_reach_every_branch():
+    cuda = result("cuda")
+    assert cuda.checks.failed == 1 and cuda.time.lowered and cuda.third_party
+    assert cuda.workloads["decode"].state_path.flag is not None
+    assert cuda.workloads["prefill"].timing.capture_errors == ("RuntimeError: capture failed",)
+    assert "NaN" in (DATA / "profile-cuda.json").read_text() and "NaN" not in expected("cuda", "out.json")
+    assert result("cpu").workloads["spec"].accepted_mean == 1.0
+    assert result("third-party-error").third_party == {"error": "RuntimeError: no kernel image"}
+
+
+def test_allocation_totals_and_equality_come_from_the_kinds():
+    alloc = result("cpu").allocation
+    assert alloc.planned_bytes == 16384 + 16384 + 13824 + 18432 == alloc.allocated_bytes
+    assert alloc.equal and alloc.to_dict()["per_kind"]["s"] == {
+        "planned_bytes": 18432, "allocated_bytes": 18432, "equal": True}
