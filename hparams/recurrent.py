@@ -179,7 +179,8 @@ def _gated_delta_net(spec: ModelSpec) -> RecurrentDims:
 def _kda(spec: ModelSpec) -> RecurrentDims:
     """Kimi Delta Attention: ``attention.head_count`` heads of ``kda.head_dim`` (keys and values alike); the conv
     runs over ``q | k | v`` (llama.cpp: ``3 * (d_conv - 1 or 3) * heads * head_dim``)."""
-    assert spec.kda is not None and spec.kda.head_dim is not None  # required for the kda family (archs.py)
+    if spec.kda is None or spec.kda.head_dim is None:  # required for the kda family (archs.py): a validated spec has it
+        raise RecurrentDimsError(f"{spec.name}: the kda family needs kda.head_dim, which the model does not give")
     d_conv = _ssm(spec)[0]
     n_head, head_dim = spec.head_count(0), spec.kda.head_dim
     return RecurrentDims("kda", "kda", d_conv if d_conv > 0 else 4, 3 * n_head * head_dim, n_head, n_head, head_dim,
