@@ -26,6 +26,7 @@ from rsplan.planner.capacity import (
 from rsplan.planner.context import ContextParams
 from rsplan.planner.context_limit import RopeFlags
 from rsplan.planner.engines.base import ServingBudget
+from rsplan.planner.weight_placement import Weight
 
 #: ``--gpu-memory``: budget a GPU's free memory (llama.cpp's --fit reads it) or its total memory (an empty GPU).
 GpuMemory = Literal["free", "total"]
@@ -56,6 +57,7 @@ class BudgetRequest:
         tensor_split: ``-ts`` proportions, or None (by the GPUs' budgets).
         offload_kqv: False with ``--no-kv-offload``.
         overhead: ``--overhead`` of a serving engine, or None (the engine's default).
+        host_budget: ``--host-budget`` (or the machine's available memory), or None: the host is not checked.
         rope: the RoPE-scaling flags.
     """
 
@@ -69,6 +71,7 @@ class BudgetRequest:
     tensor_split: tuple[float, ...] | None = None
     offload_kqv: bool = True
     overhead: GivenSize | None = None
+    host_budget: GivenSize | None = None
     rope: RopeFlags = field(default_factory=RopeFlags)
 
 
@@ -109,19 +112,23 @@ def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
 
 
 def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | None
-             ) -> tuple[ModelSpec, int | None, str]:
-    """(spec, weights bytes or None, where they come from): ``--weights`` over ``--quant`` over the model file's
-    size; with ``--quant`` the spec returned carries the quantized weights."""
+             ) -> tuple[ModelSpec, int | None, str, tuple[Weight, ...] | None]:
+    """(spec, weights bytes or None, where they come from, the loaded tensors when known): ``--weights`` over
+    ``--quant`` over the model file's size; with ``--quant`` the spec returned carries the quantized weights and
+    the tensors are placed one by one (planner.weight_placement)."""
     if given is not None:
-        return spec, given.n_bytes, f"--weights {given.text}" + (" (overrides --quant)" if quant is not None else "")
+        return (spec, given.n_bytes, f"--weights {given.text}" + (" (overrides --quant)" if quant is not None else ""),
+                None)
     if quant is not None:
         from rsplan.planner.quant_weights import quantized_model
+        from rsplan.planner.weight_placement import gguf_weights
 
-        spec, _, how = quantized_model(ref, spec, quant, backend="GPU")
-        return spec, spec.weights_bytes, f"{how} of {ref}, padded as in a CUDA buffer"
+        spec, table, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True)
+        tensors = tuple(gguf_weights(table, rows, spec.n_layer))
+        return spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in CUDA buffers", tensors
     if spec.weights_bytes is not None:
-        return spec, spec.weights_bytes, f"weights_bytes of {ref}"
-    return spec, None, WEIGHTS_UNKNOWN
+        return spec, spec.weights_bytes, f"weights_bytes of {ref}", None
+    return spec, None, WEIGHTS_UNKNOWN, None
 
 
 def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | None) -> tuple[int, str]:
@@ -155,9 +162,11 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
     planners = []
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
-        spec, weights, source = _weights(spec, ref, given, request.quant)
+        spec, weights, source, tensors = _weights(spec, ref, given, request.quant)
         compute, compute_source = compute_bytes(spec, params, request.compute)
-        budget = Budget(request.devices, weights, source, margins, compute, compute_source)
+        host = request.host_budget
+        budget = Budget(request.devices, weights, source, margins, compute, compute_source, weights=tensors,
+                        host_budget_bytes=host.n_bytes if host else None, host_source=host.text if host else "")
         planner = CapacityPlanner(
             spec, params, budget,
             n_gpu_layers=request.n_gpu_layers,

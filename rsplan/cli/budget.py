@@ -55,6 +55,9 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="Proportions of the layers per GPU (llama.cpp -ts); default: by free memory / budget."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="Keep every cache in host memory (llama.cpp -nkvo)."),
+    click.option("--host-budget", "host_budget", metavar="SIZE", default=None,
+                 help="llama.cpp: host memory for what stays there (weights of layers not offloaded, -nkvo caches, "
+                 "the output buffer, host compute). Default: this machine's available memory."),
     click.option("--overhead", "overhead", metavar="SIZE", default=None,
                  help="vllm / sglang: memory per GPU besides weights and caches (vLLM: activations and CUDA graphs, "
                  "default 4GiB; SGLang: the CUDA context before the weights load, default 1GiB)."),
@@ -69,10 +72,11 @@ BUDGET_OPTIONS: list[Decorator] = [
 ]
 
 BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "quant", "fit_target", "compute", "n_gpu_layers",
-               "tensor_split", "no_kv_offload", "overhead", "rope_scaling", "rope_scale", "yarn_orig_ctx")
+               "tensor_split", "no_kv_offload", "host_budget", "overhead", "rope_scaling", "rope_scale",
+               "yarn_orig_ctx")
 #: Budget flags only llama.cpp's planner reads.
 NATIVE_BUDGET_KEYS = ("gpu_memory", "quant", "fit_target", "compute", "n_gpu_layers", "tensor_split",
-                      "no_kv_offload", "rope_scaling", "rope_scale", "yarn_orig_ctx")
+                      "no_kv_offload", "host_budget", "rope_scaling", "rope_scale", "yarn_orig_ctx")
 
 
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -197,6 +201,30 @@ def _devices(budget: str | None, gpu: str | None, gpu_memory: str | None) -> tup
     return nvml_devices(indices, "total" if gpu_memory == "total" else "free")
 
 
+def host_memory() -> tuple[int, int]:
+    """This machine's (total, available) memory, bytes: sysconf as ggml's CPU device reads it, and
+    /proc/meminfo's MemAvailable (the total where it cannot be read)."""
+    import os
+
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return total, int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return total, total
+
+
+def _host_budget(text: str | None) -> Any:
+    from rsplan.planner.budget import GivenSize
+
+    if text is not None:
+        return _given_size(text, "--host-budget")
+    return GivenSize(host_memory()[1], "this machine's available memory")
+
+
 def budget_request(options: dict[str, Any]) -> BudgetRequest:
     """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.budget.BudgetRequest.
 
@@ -219,5 +247,6 @@ def budget_request(options: dict[str, Any]) -> BudgetRequest:
         tensor_split=_parse_tensor_split(options["tensor_split"]),
         offload_kqv=not options["no_kv_offload"],
         overhead=_given_size(options["overhead"], "--overhead"),
+        host_budget=_host_budget(options.get("host_budget")),
         rope=RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"]),
     )

@@ -9,7 +9,6 @@ stays there (weights, host caches and compute buffer, the output buffer, llama-s
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import click
@@ -112,6 +111,8 @@ def _host(text: str | None) -> dict[str, Any]:
     if text is not None:
         size = _size_or_none(text, "--host-budget")
         return {"host_total": size, "host_available": size, "host_source": f"--host-budget {text.strip()}"}
+    from rsplan.cli.budget import host_memory
+
     total, available = host_memory()
     return {"host_total": total, "host_available": available, "host_source": "this machine"}
 
@@ -168,17 +169,3 @@ def _ngl(text: str | None) -> int | None:
     if not item.lstrip("-").isdigit() or len(item) > 10:
         raise RsplanError(f"-ngl: cannot read '{item}' as a number of layers, auto or all")
     return int(item)
-
-
-def host_memory() -> tuple[int, int]:
-    """This machine's (total, available) memory, bytes: sysconf as ggml's CPU device reads it, and
-    /proc/meminfo's MemAvailable (the total where it cannot be read)."""
-    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return total, int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return total, total

@@ -155,9 +155,18 @@ def notes(planner: CapacityPlanner) -> list[str]:
     if planner.budget.weights_bytes is None:
         out.append("weights are NOT counted: their size is unknown for this model (give --weights SIZE)")
     out.append(f"compute buffer: {human(planner.budget.compute_bytes)} per GPU, {planner.budget.compute_source}")
-    if planner.placement.n_devices > 1 or planner.placement.n_gpu_layers <= planner.placement.n_layer_all:
+    if planner.budget.weights:
+        out.append("weights per device placed tensor by tensor as llama.cpp places them (the token embedding stays "
+                   "in host memory)")
+    elif planner.placement.n_devices > 1 or planner.placement.n_gpu_layers <= planner.placement.n_layer_all:
         out.append("weights per device are spread evenly over the offloadable layers (an estimate); cache bytes "
                    "per device are exact")
+    host = planner.budget.host_budget_bytes
+    if host is not None:
+        need = planner.host_bytes(planner.base)
+        out.append(f"host memory: {human(host)} ({planner.budget.host_source}) must hold what stays on the host "
+                   f"(weights not offloaded, host caches, the output buffer, host compute): {human(need)} at the "
+                   "flags given")
     out.append("-c is the total over all sequences: each of the -np sequences gets -c / -np tokens")
     if planner.layout.arch.rollback and planner.draft.needs_draft_model:
         out.append(f"rollback planes need a draft model (-md FILE, --spec-type {planner.draft.spec_type}; eagle3, "

@@ -133,7 +133,7 @@ def test_capacity_charges_the_quantized_weights_padded_for_cuda():
     assert data["weights_bytes"] == expected
     assert data["weights_counted"] is True
     assert data["weights_source"] == ("llama-quantize Q4_K_M of the converter's bf16 GGUF (863 tensors) of "
-                                      "qwen3-next-80b-a3b, padded as in a CUDA buffer")
+                                      "qwen3-next-80b-a3b, placed tensor by tensor as in CUDA buffers")
     # the loaded tensors' data (MTP layer left out) plus CUDA's padding: each tensor to 128 B, quantized rows
     # by at most 511 elements (420 bytes of q6_K); qwen3-next's rows of 2048 and 512 need none
     loaded = [t for t in weights.plan.tensors if t.name in weights.loaded]
