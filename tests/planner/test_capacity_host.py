@@ -52,3 +52,17 @@ def test_device_bars_put_each_byte_where_llama_cpp_puts_it():
     bars = device_bars(planner(2 * GiB, 0))
     assert bars.parts["weights"] == [0, GiB] and bars.parts["recurrent"] == [0, 2_801_664]
     assert bars.budgets == [8 * GiB, 2 * GiB]
+
+
+def test_capacity_command_names_host_memory_as_the_limit():
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+
+    host = GiB + 10 * PER_SEQ_HOST  # as in the first test: 10 sequences of -ngl 0 fit, 11 do not
+    r = CliRunner().invoke(cli, ["capacity", "-m", "mamba-130m", "--budget", "8GiB", "--weights", "1GiB", "-ngl", "0",
+                                 "--host-budget", f"{host}B", "--ctx", "4096", "--compute", "0"])
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("4,096"))
+    assert row.split()[1] == "10" and "host memory's budget" in row
+    assert "-c 40960 -np 10 -ngl 0" in row
