@@ -25,7 +25,7 @@ Each graph is built from shape rules (planner.graphs) and placed by a model of g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
@@ -100,6 +100,54 @@ def has_compute_model(arch: str) -> bool:
     return arch in BUILDERS
 
 
+def _graph_builder(spec: ModelSpec, mtp_draft: bool) -> Any:
+    """The graph builder of ``spec``'s arch (its MTP draft's with ``mtp_draft``); refuses an arch without one and
+    a model without its vocabulary size."""
+    from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
+    from rsplan.planner.graphs import builder as graph_builder
+
+    builders = MTP_BUILDERS if mtp_draft else BUILDERS
+    if spec.arch not in builders:
+        what = "MTP draft compute-buffer model" if mtp_draft else "compute-buffer model"
+        raise ComputeModelError(
+            f"no {what} for arch '{spec.arch}' (modelled: {', '.join(sorted(builders))}); "
+            "pass --compute to give the size"
+        )
+    if spec.vocab_size is None:
+        raise ComputeModelError(
+            f"model '{spec.name}' does not give its vocabulary size (vocab_size), which sizes the logits; "
+            "pass --compute to give the size"
+        )
+    build = graph_builder(builders, spec.arch)
+    assert build is not None
+    return build
+
+
+def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str, n_tok: int,
+             n_sq: int, n_out: int) -> ReserveGraph:
+    """llama_context::graph_reserve of one graph: ``n_tok`` tokens (rounded up to a multiple of ``n_sq``) in
+    ``n_sq`` sequences with ``n_out`` outputs, built and laid out by ggml-alloc's rules."""
+    from rsplan.planner.ggml_alloc import reserve_size
+    from rsplan.planner.ggml_ops import GGMLAbort
+    from rsplan.planner.graphs.common import GraphParams
+
+    n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
+    assert spec.vocab_size is not None  # checked by _graph_builder
+    p = GraphParams(
+        n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
+        n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
+        layout=layout, ctx=ctx, embeddings=embeddings,
+    )
+    try:
+        graph = build(p)
+    except GGMLAbort as exc:
+        seqs = f"{n_sq} sequence{'s' if n_sq > 1 else ''}"
+        raise LlamaAbortError(
+            f"llama.cpp aborts while reserving its '{name}' graph ({n_tok} tokens in {seqs}) for these flags: {exc}"
+        ) from None
+    return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
+
+
 def compute_buffer(
     spec: ModelSpec,
     params: ContextParams,
@@ -128,28 +176,7 @@ def compute_buffer(
         ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
         LlamaAbortError: llama.cpp aborts while building one of the reserve graphs for these flags.
     """
-    from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
-
-    builders = MTP_BUILDERS if mtp_draft else BUILDERS
-    if spec.arch not in builders:
-        what = "MTP draft compute-buffer model" if mtp_draft else "compute-buffer model"
-        raise ComputeModelError(
-            f"no {what} for arch '{spec.arch}' (modelled: {', '.join(sorted(builders))}); "
-            "pass --compute to give the size"
-        )
-    if spec.vocab_size is None:
-        raise ComputeModelError(
-            f"model '{spec.name}' does not give its vocabulary size (vocab_size), which sizes the logits; "
-            "pass --compute to give the size"
-        )
-    n_vocab = spec.vocab_size
-    from rsplan.planner.ggml_alloc import reserve_size
-    from rsplan.planner.ggml_ops import GGMLAbort
-    from rsplan.planner.graphs import builder as graph_builder
-    from rsplan.planner.graphs.common import GraphParams
-
-    build = graph_builder(builders, spec.arch)
-    assert build is not None
+    build = _graph_builder(spec, mtp_draft)
     layout = layout or cache_layout(spec)
     if mtp_draft:
         from rsplan.planner.outputs import OutputsError, mtp_draft_layout
@@ -171,21 +198,7 @@ def compute_buffer(
     # (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml_ops' broadcast check raises it from the graph
 
     def reserve(name: str, n_tok: int, n_sq: int, n_out: int) -> ReserveGraph:
-        n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
-        p = GraphParams(
-            n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=n_vocab,
-            n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
-            layout=layout, ctx=ctx, embeddings=embeddings,
-        )
-        try:
-            graph = build(p)
-        except GGMLAbort as exc:
-            seqs = f"{n_sq} sequence{'s' if n_sq > 1 else ''}"
-            raise LlamaAbortError(
-                f"llama.cpp aborts while reserving its '{name}' graph ({n_tok} tokens in {seqs}) for these flags: "
-                f"{exc}"
-            ) from None
-        return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
+        return _reserve(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
 
     n_outputs_pp = min(n_tokens, n_out_max)
     graphs = [reserve("pp", n_tokens, n_seqs, n_outputs_pp), reserve("tg", n_seqs, n_seqs, n_seqs)]

@@ -23,7 +23,6 @@ MAX_LINES = 80
 LONG_FUNCTIONS = {
     "rsplan.profiler.cells.RecurrentCells.find_slot":
         "mirrors llama_memory_recurrent::find_slot (src/llama-memory-recurrent.cpp) line by line",
-    "rsplan.planner.compute.compute_buffer": "owned by a refactor in flight (compute graphs)",
 }
 
 
