@@ -54,7 +54,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
       rsplan capacity --model qwen3-next-80b-a3b --engine vllm --budget 141GiB --weights 151GB -tp 2
       rsplan capacity --model nemotron-h-8b-base-8k --engine sglang --gpu 0
     """
-    from rsplan.hparams.sources import load_model
+    from rsplan.hparams.sources import read_model
 
     values = pop_engine_values(kwargs, engine, CONTEXT_KEYS + NATIVE_BUDGET_KEYS)
     if engine != NATIVE:
@@ -70,8 +70,9 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     options = pop_budget_options(kwargs)
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
-    spec = load_model(model_ref)
-    (planner,) = make_planners([spec], [model_ref], params, budget_request(options), spec_type)
+    read = read_model(model_ref)
+    table = (read.tensors, read.tensor_rows) if read.tensors and read.tensor_rows else None
+    (planner,) = make_planners([read.spec], [model_ref], params, budget_request(options), spec_type, [table])
     result = run_capacity(planner, contexts)
     if fmt == "json":
         click.echo(json.dumps(capacity_dict(planner, result), indent=2))

@@ -74,7 +74,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
            kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]]) -> str:
     """The report's HTML."""
-    from rsplan.hparams.sources import load_model
+    from rsplan.hparams.sources import read_model
     from rsplan.planner.budget import make_planners
     from rsplan.planner.capacity import run_capacity
     from rsplan.render.report import ModelReport, build_html
@@ -90,9 +90,11 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
         from rsplan.render.profile_input import load_profile
 
         profile = load_profile(profile_path)
-    specs = [load_model(ref) for ref in model_refs]
+    reads = [read_model(ref) for ref in model_refs]
+    specs = [r.spec for r in reads]
+    tables = [(r.tensors, r.tensor_rows) if r.tensors and r.tensor_rows else None for r in reads]
     request = budget_request(options)
-    planners = make_planners(specs, list(model_refs), params, request, spec_type)
+    planners = make_planners(specs, list(model_refs), params, request, spec_type, tables)
     models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
     serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \

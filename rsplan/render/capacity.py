@@ -71,8 +71,9 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
     host = result.usage.host
     rows.append({
         "name": "host",
-        "budget_bytes": None,
-        "budget_source": "not budgeted",
+        "budget_bytes": planner.budget.host_budget_bytes,
+        "budget_source": planner.budget.host_source if planner.budget.host_budget_bytes is not None else "not budgeted",
+        "needed_bytes": planner.host_bytes(planner.base),
         "total_bytes": None,
         "free_bytes": None,
         "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev is None],

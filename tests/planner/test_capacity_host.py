@@ -66,3 +66,32 @@ def test_capacity_command_names_host_memory_as_the_limit():
     row = next(line for line in r.output.splitlines() if line.startswith("4,096"))
     assert row.split()[1] == "10" and "host memory's budget" in row
     assert "-c 40960 -np 10 -ngl 0" in row
+
+
+def test_a_gguf_places_its_own_tensors():
+    import json
+
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+    from rsplan.hparams.gguf_file import read_gguf
+    from rsplan_testing import shared_dir
+
+    path = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
+    if not path.exists():
+        import pytest
+
+        pytest.skip(f"{path} not present")
+    r = CliRunner().invoke(cli, ["capacity", "-m", str(path), "--budget", "2GiB", "--host-budget", "1GiB",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    devices = json.loads(r.output)["devices"]
+    # by hand from the file's tensor table (all f32: no row padding): the token embedding in host memory padded to
+    # 32 bytes; every other tensor on the GPU padded to CUDA's 128, plus the tied output's copy of the embedding
+    tensors = dict(read_gguf(str(path)).index.tensors)
+    pad = lambda n, a: -(-n // a) * a  # noqa: E731
+    embd = tensors.pop("token_embd.weight")
+    tied = "output.weight" not in tensors
+    assert devices[1]["name"] == "host" and devices[1]["weights_bytes"] == pad(embd, 32)
+    assert devices[0]["weights_bytes"] == sum(pad(n, 128) for n in tensors.values()) + (pad(embd, 128) if tied else 0)
+    assert devices[1]["budget_bytes"] == GiB and devices[1]["needed_bytes"] >= pad(embd, 32)
