@@ -90,6 +90,10 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
 
     ctx = click.get_current_context()
     explicit_ctx = ctx.get_parameter_source("n_ctx") == ParameterSource.COMMANDLINE
+    if options["spec_type"] != "none":
+        raise RsplanError("--spec-type: rsplan fit does not model the draft context llama.cpp's --fit measures with "
+                          "the model (the MTP context, or -md's model) yet; fit without it, or give the rollback "
+                          "planes alone with --n-rs-seq N")
     params = pop_context_params(options)
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),
