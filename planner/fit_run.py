@@ -14,7 +14,7 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.fit import DEFAULT_FIT_CTX, UINT32_MAX, FitRequest, FitResult, MiB, fit
+from rsplan.planner.fit import DEFAULT_FIT_CTX, DEFAULT_MARGIN, UINT32_MAX, FitRequest, FitResult, fit
 from rsplan.planner.fit_memory import MemoryModel, StartFlags
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, checkpoint_bytes, output_buffer
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
@@ -42,11 +42,11 @@ class FitOptions:
     host_total: int = 0
     host_available: int = 0
     host_source: str = "--host-budget"
-    margins_mib: list[int] = field(default_factory=lambda: [1024])
+    margins: tuple[int, ...] = (DEFAULT_MARGIN,)
     fit_ctx: int = DEFAULT_FIT_CTX
     explicit_zero_ctx: bool = False
     n_gpu_layers: int | None = None
-    tensor_split: str | None = None
+    tensor_split: tuple[float, ...] | None = None
     override_tensor: str | None = None
     cpu_moe: bool = False
     n_cpu_moe: int | None = None
@@ -144,16 +144,6 @@ def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverrid
     return tuple(out)
 
 
-def _tensor_split(text: str | None, n_devices: int) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        parts = [float(p) for p in text.replace("/", ",").split(",")]
-    except ValueError:
-        raise RsplanError(f"--tensor-split: cannot read '{text}' as proportions (example: 3,1)") from None
-    return tuple(check_tensor_split(parts, max(n_devices, 1)))
-
-
 def converter_weights(spec: ModelSpec, outtype: str = "bf16") -> list[Weight]:
     """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors)."""
     from rsplan.hparams.tensors import tensor_list, tensor_nbytes, tensor_type
@@ -184,13 +174,14 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     if len(budgets) > MAX_DEVICES:
         raise RsplanError(f"--budget: {len(budgets)} devices; llama.cpp handles at most {MAX_DEVICES}")
     names = [f"{opts.device_kind}{i}" for i in range(len(budgets))]
-    margins = [m * MiB for m in opts.margins_mib]
+    margins = list(opts.margins)
     if len(margins) == 1:
         margins = margins * max(len(budgets), 1)
     elif len(margins) != len(budgets):
         raise RsplanError(f"--fit-target: {len(margins)} values for {len(budgets)} devices (give one, or one each)")
     user = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=opts.n_gpu_layers,
-                      tensor_split=_tensor_split(opts.tensor_split, len(budgets)),
+                      tensor_split=(tuple(check_tensor_split(list(opts.tensor_split), max(len(budgets), 1)))
+                                    if opts.tensor_split is not None else None),
                       overrides=_overrides(opts, names))
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
                         compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool)

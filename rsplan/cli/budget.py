@@ -142,7 +142,7 @@ def _parse_ngl(text: str | None) -> int | None:
     return int(text)
 
 
-def _parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
+def parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
     if text is None:
         return None
     parts = []
@@ -156,7 +156,7 @@ def _parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
     return tuple(parts)
 
 
-def _parse_fit_target(text: str) -> tuple[int, ...]:
+def parse_fit_target(text: str) -> tuple[int, ...]:
     out = []
     for item in re.split(r"[,/]+", text.strip()):
         if not re.fullmatch(r"\s*-?[0-9]+\s*", item, re.ASCII):
@@ -239,12 +239,12 @@ def budget_request(options: dict[str, Any]) -> BudgetRequest:
     return BudgetRequest(
         devices=devices,
         from_nvml=options["gpu"] is not None,
-        margin_bytes=_parse_fit_target(options["fit_target"]),
+        margin_bytes=parse_fit_target(options["fit_target"]),
         compute=_given_size(options["compute"], "--compute"),
         weights=tuple(GivenSize(size_or_zero(text, "--weights"), text) for text in options["weights"]),
         quant=options["quant"],
         n_gpu_layers=_parse_ngl(options["n_gpu_layers"]),
-        tensor_split=_parse_tensor_split(options["tensor_split"]),
+        tensor_split=parse_tensor_split(options["tensor_split"]),
         offload_kqv=not options["no_kv_offload"],
         overhead=_given_size(options["overhead"], "--overhead"),
         host_budget=_host_budget(options.get("host_budget")),

@@ -14,6 +14,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from rsplan.cli.budget import parse_fit_target, parse_tensor_split
 from rsplan.cli.errors import user_errors
 from rsplan.cli.options import context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
@@ -99,9 +100,9 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         budgets=_budgets(options["budget"], options["gpu"]),
         device_kind=options["device_kind"],
         **_host(options["host_budget"]),
-        margins_mib=_fit_target(options["fit_target"]),
+        margins=parse_fit_target(options["fit_target"]),
         fit_ctx=options["fit_ctx"], explicit_zero_ctx=explicit_ctx and params.n_ctx == 0,
-        n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=options["tensor_split"],
+        n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=parse_tensor_split(options["tensor_split"]),
         override_tensor=options["override_tensor"], cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
@@ -151,16 +152,6 @@ def _budgets(budget: str | None, gpu: str | None) -> list[tuple[str, int]] | Non
         except ValueError:
             raise RsplanError(f"--gpu: expected GPU indices like 0 or 0,1, got '{gpu}'") from None
     return [(f"NVML GPU{g.index} {g.name} free memory", g.free_bytes) for g in read_gpus(indices)]
-
-
-def _fit_target(text: str) -> list[int]:
-    out = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item.isdigit() or len(item) > 12:
-            raise RsplanError(f"--fit-target: cannot read '{item}' as a whole number of MiB >= 0")
-        out.append(int(item))
-    return out
 
 
 def _ngl(text: str | None) -> int | None:
