@@ -84,6 +84,7 @@ class FitAnswer:
     weights_source: str
     compute_exact: bool
     notes: list[str] = field(default_factory=list)
+    no_kv_offload: bool = False
 
     @property
     def host_bytes(self) -> int:
@@ -98,8 +99,13 @@ class FitAnswer:
     @property
     def fitted_flags(self) -> str:
         """The flags as llama-fit-params prints them: ``-c N -ngl N [-ts A,B] [-ot "..."]``."""
+        return f"-c {self.result.flags.n_ctx} {self.placement_flags}"
+
+    @property
+    def placement_flags(self) -> str:
+        """The layer flags of the fit: ``-ngl N [-ts A,B] [-ot "..."]``."""
         flags = self.result.flags
-        out = f"-c {flags.n_ctx} -ngl {-1 if flags.n_gpu_layers is None else flags.n_gpu_layers}"
+        out = f"-ngl {-1 if flags.n_gpu_layers is None else flags.n_gpu_layers}"
         if flags.tensor_split and len(self.device_names) > 1:
             parts = list(flags.tensor_split)
             while len(parts) > 1 and parts[-1] == 0:
@@ -190,7 +196,8 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                  n_ctx_train=spec.context_length, n_expert=spec.expert_count or 0)
     answer = FitAnswer(spec.name, model_ref, is_file, replace(params, n_ctx=result.flags.n_ctx), names,
                        [s for s, _ in budgets], [b for _, b in budgets], margins, result, [], opts.host_available,
-                       opts.host_source, weights_source, opts.compute is not None or not budgets)
+                       opts.host_source, weights_source, opts.compute is not None or not budgets,
+                       no_kv_offload=opts.no_kv_offload)
     _host_check(answer, spec, layout)
     return answer
 

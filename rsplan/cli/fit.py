@@ -91,10 +91,12 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
 
     ctx = click.get_current_context()
     explicit_ctx = ctx.get_parameter_source("n_ctx") == ParameterSource.COMMANDLINE
-    if options["spec_type"] != "none":
-        raise RsplanError("--spec-type: rsplan fit does not model the draft context llama.cpp's --fit measures with "
-                          "the model (the MTP context, or -md's model) yet; fit without it, or give the rollback "
-                          "planes alone with --n-rs-seq N")
+    if options["spec_type"] != "none" or (options["n_rs_seq"] or 0) > 0:
+        # llama.cpp keeps rollback planes only with speculative decoding, whose draft context (the MTP context, or
+        # -md's model) its --fit measures with the model
+        flag = "--spec-type" if options["spec_type"] != "none" else "--n-rs-seq"
+        raise RsplanError(f"{flag}: rsplan fit does not model the draft context llama.cpp's --fit measures with the "
+                          "model yet (rollback planes come only with speculative decoding); fit without it")
     params = pop_context_params(options)
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),

@@ -13,19 +13,14 @@ from rsplan.render.units import mib
 
 
 def _command(a: FitAnswer) -> str:
+    """llama-server with the context flags as given (planner.capacity.llama_flags, the fitted -c) and the fitted
+    layer flags; the flags are already fitted, so --fit off keeps llama.cpp from fitting again (it would refuse:
+    -ngl is set)."""
+    from rsplan.planner.capacity import llama_flags
+
     model = shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
-    extra = []
-    p = a.params
-    if p.n_seq_max != 1:
-        extra.append(f"-np {p.n_seq_max}")
-    if p.kv_unified:
-        extra.append("-kvu")
-    for flag, value, default in (("-ctk", p.type_k, "f16"), ("-ctv", p.type_v, "f16"), ("-fa", p.flash_attn, "auto"),
-                                 ("-b", p.n_batch, 2048), ("-ub", p.n_ubatch, 512)):
-        if value != default:
-            extra.append(f"{flag} {value}")
-    # the flags are already fitted: --fit off keeps llama.cpp from fitting again (it would refuse: -ngl is set)
-    return " ".join(["llama-server -m", model, *extra, a.fitted_flags, "--fit off"])
+    nkvo = ["-nkvo"] if a.no_kv_offload else []
+    return " ".join(["llama-server -m", model, llama_flags(a.params), a.placement_flags, *nkvo, "--fit off"])
 
 
 def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) -> list[str]:

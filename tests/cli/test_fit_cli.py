@@ -24,6 +24,9 @@ def test_two_devices_print_runnable_flags_and_json_agrees():
     j = json.loads(run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "3GiB,2GiB", "--host-budget", "64GiB",
                        "--format", "json").output)
     assert chosen == f"Chosen: {j['fitted_flags']}"
+    # the command repeats the context flags through llama_flags and the fitted layer flags
+    layers = j["fitted_flags"].split(" ", 2)[2]  # after "-c N"
+    assert j["command"] == f"llama-server -m MODEL.gguf -c {j['n_ctx']} -np 1 {layers} --fit off"
     # every device keeps its margin (1024 MiB) with the chosen flags
     for d in j["devices"]:
         assert d["free_bytes"] - d["total_bytes"] >= d["margin_bytes"]
@@ -54,6 +57,7 @@ def test_cpu_only_reduces_the_context_to_the_host():
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", ",".join(["1GiB"] * 17)], "at most 16"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--gpu"], "not both"),
     (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "mtp"], "draft context"),
+    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--n-rs-seq", "3"], "draft context"),
 ])
 def test_bad_input_is_one_line(args, message):
     r = run(*args)
