@@ -83,6 +83,8 @@ class RecurrentDims:
         state_size: S, state elements per value element (d_state, the key head dim).
         ops: the ops llama.cpp runs on these states.
         split_error: why the state does not split into whole heads and groups (None: it does).
+        dt_rank: Mamba-1's time-step rank (``ssm.time_step_rank``, the width of its dt projection; Mamba-2 and
+            the delta nets read that key as their head count, ``n_heads``); 0 for the other families.
     """
 
     family: Family
@@ -96,6 +98,7 @@ class RecurrentDims:
     state_size: int
     ops: tuple[StateOp, ...]
     split_error: str | None = None
+    dt_rank: int = 0
 
     @property
     def n_embd_r(self) -> int:
@@ -146,9 +149,10 @@ def _mamba_conv(spec: ModelSpec) -> tuple[int, int]:
 
 def _mamba1(spec: ModelSpec) -> RecurrentDims:
     """Mamba-1 (and Jamba): every channel is its own head of one element; B and C form one group."""
-    _, d_inner, d_state, _, _ = _ssm(spec)
+    _, d_inner, d_state, _, dt_rank = _ssm(spec)
     width, channels = _mamba_conv(spec)
-    return RecurrentDims("mamba", "mamba", width, channels, 1, d_inner, 1, d_inner, d_state, FAMILY_OPS["mamba"])
+    return RecurrentDims("mamba", "mamba", width, channels, 1, d_inner, 1, d_inner, d_state, FAMILY_OPS["mamba"],
+                         dt_rank=dt_rank)
 
 
 def _mamba2(spec: ModelSpec) -> RecurrentDims:
