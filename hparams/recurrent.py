@@ -63,8 +63,9 @@ FAMILY_OPS: dict[Family, tuple[StateOp, ...]] = {
     "lightning": (StateOp("lightning", "s", planes=False),),
 }
 
-#: The time-mixing op of each RWKV arch (src/models/rwkv6-base.cpp: RWKV6-Qwen2 has no time_mix_first, so
-#: ``is_qrwkv`` and the graph calls ggml_gated_linear_attn; rwkv7-base.cpp: ggml_rwkv_wkv7 for both RWKV-7s).
+#: The time-mixing op of each RWKV arch (RWKV6-Qwen2 has no time_mix_first, so src/models/rwkv6-base.cpp:50
+#: is_qrwkv and the graph calls ggml_gated_linear_attn; src/models/rwkv7-base.cpp:107 ggml_rwkv_wkv7 for both
+#: RWKV-7s).
 RWKV_OPS: dict[str, str] = {"rwkv6": "rwkv6", "rwkv6qwen2": "gla", "rwkv7": "rwkv7", "arwkv7": "rwkv7"}
 
 
@@ -142,13 +143,15 @@ def _ssm(spec: ModelSpec) -> tuple[int, int, int, int, int]:
 
 
 def _mamba_conv(spec: ModelSpec) -> tuple[int, int]:
-    """(W, D) of Mamba's conv over ``x | B | C``, also the gated delta nets' over ``q | k | v``."""
+    """(W, D) of Mamba's conv over ``x | B | C``, also the gated delta nets' over ``q | k | v``
+    (src/llama-hparams.cpp:229 n_conv)."""
     d_conv, d_inner, d_state, n_group, _ = _ssm(spec)
     return d_conv, d_inner + 2 * n_group * d_state
 
 
 def _mamba1(spec: ModelSpec) -> RecurrentDims:
-    """Mamba-1 (and Jamba): every channel is its own head of one element; B and C form one group."""
+    """Mamba-1 (and Jamba): every channel is its own head of one element; B and C form one group; dt projected
+    from ``time_step_rank`` (src/models/mamba-base.cpp:23 dt_rank); S rows src/llama-hparams.cpp:257 ssm_d_state."""
     _, d_inner, d_state, _, dt_rank = _ssm(spec)
     width, channels = _mamba_conv(spec)
     return RecurrentDims("mamba", "mamba", width, channels, 1, d_inner, 1, d_inner, d_state, FAMILY_OPS["mamba"],
@@ -156,7 +159,9 @@ def _mamba1(spec: ModelSpec) -> RecurrentDims:
 
 
 def _mamba2(spec: ModelSpec) -> RecurrentDims:
-    """Mamba-2: ``time_step_rank`` heads of ``d_inner / heads`` x ``d_state``, ``group_count`` groups of B / C."""
+    """Mamba-2: ``time_step_rank`` heads of ``d_inner / heads`` x ``d_state``, ``group_count`` groups of B / C
+    (src/models/mamba-base.cpp:166 n_head, whole heads and groups asserted at src/models/mamba-base.cpp:177
+    GGML_ASSERT)."""
     _, d_inner, d_state, n_group, n_head = _ssm(spec)
     width, channels = _mamba_conv(spec)
     error = None
@@ -169,7 +174,8 @@ def _mamba2(spec: ModelSpec) -> RecurrentDims:
 
 def _gated_delta_net(spec: ModelSpec) -> RecurrentDims:
     """Gated delta nets (Qwen3-Next, Qwen3.5): ``group_count`` key heads of ``state_size``, ``time_step_rank``
-    value heads of ``inner_size / value heads``."""
+    value heads of ``inner_size / value heads`` (src/models/qwen35.cpp:343 head_k_dim, src/models/qwen35.cpp:346
+    head_v_dim)."""
     _, d_inner, d_state, n_k_heads, n_v_heads = _ssm(spec)
     width, channels = _mamba_conv(spec)
     error = None
@@ -182,7 +188,8 @@ def _gated_delta_net(spec: ModelSpec) -> RecurrentDims:
 
 def _kda(spec: ModelSpec) -> RecurrentDims:
     """Kimi Delta Attention: ``attention.head_count`` heads of ``kda.head_dim`` (keys and values alike); the conv
-    runs over ``q | k | v`` (llama.cpp: ``3 * (d_conv - 1 or 3) * heads * head_dim``)."""
+    runs over ``q | k | v`` (llama.cpp: ``3 * (d_conv - 1 or 3) * heads * head_dim``, src/llama-hparams.cpp:219
+    n_embd_head_kda; S rows src/llama-hparams.cpp:242 n_embd_head_kda)."""
     if spec.kda is None or spec.kda.head_dim is None:  # required for the kda family (archs.py): a validated spec has it
         raise RecurrentDimsError(f"{spec.name}: the kda family needs kda.head_dim, which the model does not give")
     d_conv = _ssm(spec)[0]
@@ -193,7 +200,8 @@ def _kda(spec: ModelSpec) -> RecurrentDims:
 
 def _rwkv(spec: ModelSpec) -> RecurrentDims:
     """RWKV-6/7: ``embedding_length / head_size`` heads of ``head_size`` x ``head_size``; the token shift keeps
-    ``token_shift_count`` rows of ``n_embd`` (one W = 2 conv state)."""
+    ``token_shift_count`` rows of ``n_embd`` (one W = 2 conv state): src/llama-hparams.cpp:209 wkv_head_size,
+    src/llama-hparams.cpp:237 wkv_head_size."""
     assert spec.wkv is not None and spec.wkv.head_size is not None  # required for the rwkv family (archs.py)
     n_embd, head_size = spec.embedding_length, spec.wkv.head_size
     op = RWKV_OPS[spec.arch]
@@ -206,7 +214,8 @@ def _rwkv(spec: ModelSpec) -> RecurrentDims:
 
 
 def _shortconv(spec: ModelSpec) -> RecurrentDims:
-    """LFM2's short convolution over ``n_embd`` channels, width ``l_cache``; no S state (its row width is 0)."""
+    """LFM2's short convolution over ``n_embd`` channels, width ``l_cache``; no S state (its row width is 0):
+    src/llama-hparams.cpp:214 n_shortconv_l_cache."""
     assert spec.shortconv is not None and spec.shortconv.l_cache is not None  # required for shortconv (archs.py)
     return RecurrentDims("shortconv", "shortconv", spec.shortconv.l_cache, spec.embedding_length, 0, 0, 0, 0, 0,
                          FAMILY_OPS["shortconv"])
@@ -214,7 +223,8 @@ def _shortconv(spec: ModelSpec) -> RecurrentDims:
 
 def _lightning(spec: ModelSpec) -> RecurrentDims:
     """MiniMax-01's lightning attention: ``head_count`` heads of the attention key head dim squared
-    (``n_embd_head_la = n_embd_head_k_full``); no conv state."""
+    (``n_embd_head_la = n_embd_head_k_full``: src/models/minimax-01.cpp:9 n_embd_head_la, S rows
+    src/llama-hparams.cpp:249 n_embd_head_la); no conv state."""
     n_head = spec.head_count(0)  # > 0: a hybrid arch (model.check_consistency)
     head_dim = spec.attention.key_length or spec.embedding_length // n_head
     width, channels = _mamba_conv(spec)  # llama.cpp's Mamba branch of n_embd_r: 0 without ssm keys

@@ -77,7 +77,8 @@ def test_find_slot_says_it_mirrors_llama_cpp():
     path, line = where.rsplit(":", 1)
     lines = (REPO / path).read_text(encoding="utf-8").splitlines()
     before = " ".join(s.strip(" #") for s in lines[int(line) - 4 : int(line)])
-    assert "mirrors llama_memory_recurrent::find_slot" in before and "line by line" in before
+    assert "mirrors src/llama-memory-recurrent.cpp:505 llama_memory_recurrent::find_slot" in before
+    assert "line by line" in before
 
 
 def test_mypy_link_tree_matches_the_installed_layout():
