@@ -2,9 +2,10 @@
 
 Every reader of a recurrent state's shape takes it from ``RecurrentDims``: the cache row widths (hparams.layout's
 ``n_embd_r`` / ``n_embd_s``), the serving engines' per-rank state shapes (planner.engines.states applies their
-tensor-parallel split) and the profiler's kernel pools (profiler.families). ``recurrent_dims(spec)`` calls the
-builder of the arch's family in ``BUILDERS``; a new family is one builder, its line there and its ops in
-``FAMILY_OPS`` (docs/adding-a-recurrent-family.md).
+tensor-parallel split), the compute-buffer graphs (planner.graphs) and the profiler's kernel pools
+(profiler.families, with each op's dims from kernels.registry). ``recurrent_dims(spec)`` calls the builder of the
+arch's family in ``BUILDERS``; a new family is one builder, its line there and its ops in ``FAMILY_OPS``
+(docs/adding-a-recurrent-family.md).
 
 Shapes, in elements, with the legend of rsplan.kernels:
     conv state:      ``W - 1`` past inputs of ``D`` channels, pool row ``[D, W - 1]``: ``n_embd_r = (W - 1) * D``
