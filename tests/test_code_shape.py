@@ -101,14 +101,17 @@ def test_mypy_link_tree_matches_the_installed_layout():
         assert f'"typecheck/rsplan/{name}"' in mypy_files
 
 
-#: The functions past ruff's complexity limit (pyproject.toml [tool.ruff.lint.mccabe]), each a `# noqa: C901`
-#: mirror of one llama.cpp function, named with its `path:line symbol` in the comment above it (the citation test
-#: checks the line against the source): qualified name -> the llama.cpp symbol it follows.
+#: The functions past ruff's complexity limit (pyproject.toml [tool.ruff.lint.mccabe]), each carrying the C901 noqa:
+#: mirrors of one llama.cpp function, named with its `path:line symbol` in the comment above the def (the citation
+#: test checks the line against the source): qualified name -> the llama.cpp symbol it follows.
 COMPLEX_MIRRORS = {
     "rsplan.profiler.cells.RecurrentCells.find_slot": "llama_memory_recurrent::find_slot",
     "rsplan.profiler.cells.RecurrentCells.seq_rm": "llama_memory_recurrent::seq_rm",
     "rsplan.planner.quant._mixture_type": "llama_tensor_get_type_impl",
 }
+
+
+NOQA_C901 = "noqa: " + "C901"  # split so that ruff does not read this line as a directive
 
 
 def _noqa_c901() -> dict[str, str]:
@@ -119,7 +122,7 @@ def _noqa_c901() -> dict[str, str]:
         for path in sorted((REPO / folder).rglob("*.py")):
             lines = path.read_text(encoding="utf-8").splitlines()
             for n, line in enumerate(lines, 1):
-                if "noqa: C901" in line:
+                if NOQA_C901 in line:
                     name = by_place[f"{path.relative_to(REPO)}:{n}"]  # a KeyError: the noqa is not on a def line
                     out[name] = " ".join(s.strip(" #") for s in lines[max(0, n - 4) : n - 1])
     return out
