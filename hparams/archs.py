@@ -4,7 +4,8 @@ For each arch string (``general.architecture``): whether its memory is purely re
 loader marks recurrent layers (``layer_rule``), which layers its KV filter keeps, which hyper-parameter sections
 its loader reads (``sections``) and which of their keys it requires, whether it supports recurrent rollback
 (``llm_arch_supports_rs_rollback``), and its default ``full_attention_interval``.
-Sources: src/llama-arch.cpp, src/models/<arch>.cpp ``load_arch_hparams``, src/llama-model.cpp ``create_memory``.
+Sources: src/llama-arch.cpp, src/models/<arch>.cpp ``load_arch_hparams``, src/llama-model.cpp ``create_memory``;
+``memory`` follows src/llama-arch.cpp:1071 llm_arch_is_recurrent and src/llama-arch.cpp:1085 llm_arch_is_hybrid.
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ ARCHS: dict[str, ArchInfo] = {
     )
 }
 
-#: Architectures llama.cpp lets keep rollback snapshots (llm_arch_supports_rs_rollback). Only the ones in
-#: ARCHS can be sized by rsplan; the rest are listed so the clamp rule reads like its source.
+#: Architectures llama.cpp lets keep rollback snapshots (src/llama-arch.cpp:1123 llm_arch_supports_rs_rollback).
+#: Only the ones in ARCHS can be sized by rsplan; the rest are listed so the clamp rule reads like its source.
 ROLLBACK_ARCHS: frozenset[str] = frozenset(
     {
         "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next",

@@ -3,7 +3,20 @@
 ``cache_layout(spec)`` is computed once per model; the planner sizes any context from it with integer
 arithmetic only. Rules: llama.cpp 0c1e57098 src/llama-hparams.cpp (n_embd_r, n_embd_s, n_embd_k_gqa, ...),
 src/models/<arch>.cpp (which layers are recurrent / sliding-window) and src/llama-model.cpp ``create_memory``
-(which layers each cache keeps). docs/sizing.md explains each rule.
+(which layers each cache keeps). docs/sizing.md explains each rule. The lines followed:
+
+- head dims: key_length / value_length, else ``n_embd / n_head`` when layer 0 has heads, else 0
+  (src/llama-model.cpp:1435 n_head, the non-transformer branch at src/llama-model.cpp:1456 n_embd_head_k_full);
+- K / V rows: src/llama-hparams.cpp:156 llama_hparams::n_embd_k_gqa, src/llama-hparams.cpp:162
+  llama_hparams::n_embd_v_gqa, the widest V row src/llama-hparams.cpp:199 llama_hparams::n_embd_v_gqa_max;
+- R / S rows: src/llama-hparams.cpp:208 llama_hparams::n_embd_r, src/llama-hparams.cpp:236 llama_hparams::n_embd_s
+  (hparams.recurrent);
+- recurrent layers: src/llama-hparams.cpp:260 llama_hparams::is_recr, set by each loader (``kv_zero``:
+  src/models/jamba.cpp:12 is_recr_impl; ``nemotron``: src/models/nemotron-h.cpp:15 is_recr_impl; ``interval``:
+  src/models/qwen35.cpp:17 LLM_KV_ATTENTION_RECURRENT_LAYERS; ``all``: src/models/falcon-h1.cpp:14 is_recr_impl);
+- which memory keeps which layer: src/llama-model.cpp:2352 llama_model::create_memory (the default hybrid filter
+  src/llama-memory-hybrid.cpp:48 filter_attn, Falcon-H1 src/llama-model.cpp:2688 LLM_ARCH_FALCON_H1, Nemotron-H
+  src/llama-model.cpp:2691 LLM_ARCH_NEMOTRON_H, the trunk-only filter src/llama-model.cpp:2698 LLM_ARCH_QWEN3NEXT).
 """
 
 from __future__ import annotations

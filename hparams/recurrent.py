@@ -2,9 +2,10 @@
 
 Every reader of a recurrent state's shape takes it from ``RecurrentDims``: the cache row widths (hparams.layout's
 ``n_embd_r`` / ``n_embd_s``), the serving engines' per-rank state shapes (planner.engines.states applies their
-tensor-parallel split) and the profiler's kernel pools (profiler.families). ``recurrent_dims(spec)`` calls the
-builder of the arch's family in ``BUILDERS``; a new family is one builder, its line there and its ops in
-``FAMILY_OPS`` (docs/adding-a-recurrent-family.md).
+tensor-parallel split), the compute-buffer graphs (planner.graphs) and the profiler's kernel pools
+(profiler.families, with each op's dims from kernels.registry). ``recurrent_dims(spec)`` calls the builder of the
+arch's family in ``BUILDERS``; a new family is one builder, its line there and its ops in ``FAMILY_OPS``
+(docs/adding-a-recurrent-family.md).
 
 Shapes, in elements, with the legend of rsplan.kernels:
     conv state:      ``W - 1`` past inputs of ``D`` channels, pool row ``[D, W - 1]``: ``n_embd_r = (W - 1) * D``
@@ -63,8 +64,9 @@ FAMILY_OPS: dict[Family, tuple[StateOp, ...]] = {
     "lightning": (StateOp("lightning", "s", planes=False),),
 }
 
-#: The time-mixing op of each RWKV arch (src/models/rwkv6-base.cpp: RWKV6-Qwen2 has no time_mix_first, so
-#: ``is_qrwkv`` and the graph calls ggml_gated_linear_attn; rwkv7-base.cpp: ggml_rwkv_wkv7 for both RWKV-7s).
+#: The time-mixing op of each RWKV arch (RWKV6-Qwen2 has no time_mix_first, so src/models/rwkv6-base.cpp:50
+#: is_qrwkv and the graph calls ggml_gated_linear_attn; src/models/rwkv7-base.cpp:107 ggml_rwkv_wkv7 for both
+#: RWKV-7s).
 RWKV_OPS: dict[str, str] = {"rwkv6": "rwkv6", "rwkv6qwen2": "gla", "rwkv7": "rwkv7", "arwkv7": "rwkv7"}
 
 
@@ -83,6 +85,8 @@ class RecurrentDims:
         state_size: S, state elements per value element (d_state, the key head dim).
         ops: the ops llama.cpp runs on these states.
         split_error: why the state does not split into whole heads and groups (None: it does).
+        dt_rank: Mamba-1's time-step rank (``ssm.time_step_rank``, the width of its dt projection; Mamba-2 and
+            the delta nets read that key as their head count, ``n_heads``); 0 for the other families.
     """
 
     family: Family
@@ -96,6 +100,7 @@ class RecurrentDims:
     state_size: int
     ops: tuple[StateOp, ...]
     split_error: str | None = None
+    dt_rank: int = 0
 
     @property
     def n_embd_r(self) -> int:
@@ -139,20 +144,25 @@ def _ssm(spec: ModelSpec) -> tuple[int, int, int, int, int]:
 
 
 def _mamba_conv(spec: ModelSpec) -> tuple[int, int]:
-    """(W, D) of Mamba's conv over ``x | B | C``, also the gated delta nets' over ``q | k | v``."""
+    """(W, D) of Mamba's conv over ``x | B | C``, also the gated delta nets' over ``q | k | v``
+    (src/llama-hparams.cpp:229 n_conv)."""
     d_conv, d_inner, d_state, n_group, _ = _ssm(spec)
     return d_conv, d_inner + 2 * n_group * d_state
 
 
 def _mamba1(spec: ModelSpec) -> RecurrentDims:
-    """Mamba-1 (and Jamba): every channel is its own head of one element; B and C form one group."""
-    _, d_inner, d_state, _, _ = _ssm(spec)
+    """Mamba-1 (and Jamba): every channel is its own head of one element; B and C form one group; dt projected
+    from ``time_step_rank`` (src/models/mamba-base.cpp:23 dt_rank); S rows src/llama-hparams.cpp:257 ssm_d_state."""
+    _, d_inner, d_state, _, dt_rank = _ssm(spec)
     width, channels = _mamba_conv(spec)
-    return RecurrentDims("mamba", "mamba", width, channels, 1, d_inner, 1, d_inner, d_state, FAMILY_OPS["mamba"])
+    return RecurrentDims("mamba", "mamba", width, channels, 1, d_inner, 1, d_inner, d_state, FAMILY_OPS["mamba"],
+                         dt_rank=dt_rank)
 
 
 def _mamba2(spec: ModelSpec) -> RecurrentDims:
-    """Mamba-2: ``time_step_rank`` heads of ``d_inner / heads`` x ``d_state``, ``group_count`` groups of B / C."""
+    """Mamba-2: ``time_step_rank`` heads of ``d_inner / heads`` x ``d_state``, ``group_count`` groups of B / C
+    (src/models/mamba-base.cpp:166 n_head, whole heads and groups asserted at src/models/mamba-base.cpp:177
+    GGML_ASSERT)."""
     _, d_inner, d_state, n_group, n_head = _ssm(spec)
     width, channels = _mamba_conv(spec)
     error = None
@@ -165,7 +175,8 @@ def _mamba2(spec: ModelSpec) -> RecurrentDims:
 
 def _gated_delta_net(spec: ModelSpec) -> RecurrentDims:
     """Gated delta nets (Qwen3-Next, Qwen3.5): ``group_count`` key heads of ``state_size``, ``time_step_rank``
-    value heads of ``inner_size / value heads``."""
+    value heads of ``inner_size / value heads`` (src/models/qwen35.cpp:343 head_k_dim, src/models/qwen35.cpp:346
+    head_v_dim)."""
     _, d_inner, d_state, n_k_heads, n_v_heads = _ssm(spec)
     width, channels = _mamba_conv(spec)
     error = None
@@ -178,7 +189,8 @@ def _gated_delta_net(spec: ModelSpec) -> RecurrentDims:
 
 def _kda(spec: ModelSpec) -> RecurrentDims:
     """Kimi Delta Attention: ``attention.head_count`` heads of ``kda.head_dim`` (keys and values alike); the conv
-    runs over ``q | k | v`` (llama.cpp: ``3 * (d_conv - 1 or 3) * heads * head_dim``)."""
+    runs over ``q | k | v`` (llama.cpp: ``3 * (d_conv - 1 or 3) * heads * head_dim``, src/llama-hparams.cpp:219
+    n_embd_head_kda; S rows src/llama-hparams.cpp:242 n_embd_head_kda)."""
     if spec.kda is None or spec.kda.head_dim is None:  # required for the kda family (archs.py): a validated spec has it
         raise RecurrentDimsError(f"{spec.name}: the kda family needs kda.head_dim, which the model does not give")
     d_conv = _ssm(spec)[0]
@@ -189,7 +201,8 @@ def _kda(spec: ModelSpec) -> RecurrentDims:
 
 def _rwkv(spec: ModelSpec) -> RecurrentDims:
     """RWKV-6/7: ``embedding_length / head_size`` heads of ``head_size`` x ``head_size``; the token shift keeps
-    ``token_shift_count`` rows of ``n_embd`` (one W = 2 conv state)."""
+    ``token_shift_count`` rows of ``n_embd`` (one W = 2 conv state): src/llama-hparams.cpp:209 wkv_head_size,
+    src/llama-hparams.cpp:237 wkv_head_size."""
     assert spec.wkv is not None and spec.wkv.head_size is not None  # required for the rwkv family (archs.py)
     n_embd, head_size = spec.embedding_length, spec.wkv.head_size
     op = RWKV_OPS[spec.arch]
@@ -202,7 +215,8 @@ def _rwkv(spec: ModelSpec) -> RecurrentDims:
 
 
 def _shortconv(spec: ModelSpec) -> RecurrentDims:
-    """LFM2's short convolution over ``n_embd`` channels, width ``l_cache``; no S state (its row width is 0)."""
+    """LFM2's short convolution over ``n_embd`` channels, width ``l_cache``; no S state (its row width is 0):
+    src/llama-hparams.cpp:214 n_shortconv_l_cache."""
     assert spec.shortconv is not None and spec.shortconv.l_cache is not None  # required for shortconv (archs.py)
     return RecurrentDims("shortconv", "shortconv", spec.shortconv.l_cache, spec.embedding_length, 0, 0, 0, 0, 0,
                          FAMILY_OPS["shortconv"])
@@ -210,7 +224,8 @@ def _shortconv(spec: ModelSpec) -> RecurrentDims:
 
 def _lightning(spec: ModelSpec) -> RecurrentDims:
     """MiniMax-01's lightning attention: ``head_count`` heads of the attention key head dim squared
-    (``n_embd_head_la = n_embd_head_k_full``); no conv state."""
+    (``n_embd_head_la = n_embd_head_k_full``: src/models/minimax-01.cpp:9 n_embd_head_la, S rows
+    src/llama-hparams.cpp:249 n_embd_head_la); no conv state."""
     n_head = spec.head_count(0)  # > 0: a hybrid arch (model.check_consistency)
     head_dim = spec.attention.key_length or spec.embedding_length // n_head
     width, channels = _mamba_conv(spec)  # llama.cpp's Mamba branch of n_embd_r: 0 without ssm keys

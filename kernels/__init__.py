@@ -2,7 +2,9 @@
 
 Each op folder holds ``reference.py`` with ``<op>_ref`` (plain torch, fp32, one recurrence step per line), the
 fast ``<op>`` (Triton on CUDA, a vectorised torch path elsewhere; ``<op>_torch`` and ``<op>_triton`` can be
-called directly, the latter from ``fused.py``) and ``*_bytes`` helpers (the least bytes a call moves).
+called directly, the latter from ``fused.py``), ``*_bytes`` helpers (the least bytes a call moves) and
+``profile.py`` (the profiler's inputs and byte count of one call); ``registry.py`` lists the ops with their
+keyword dims (``OPS``).
 Reference and fast path share one keyword-only signature, one return tuple and one set of row rules.
 
 Ops: ``state_copy`` (``state_gather`` = ggml_get_rows with the zero row, ``state_scatter`` = copy-back of the

@@ -1,7 +1,8 @@
 """The backend buffers llama.cpp allocates its caches in, as data: the name it prints and how it sizes a tensor.
 
-``ggml_backend_alloc_ctx_tensors_from_buft`` (ggml/src/ggml-alloc.c) gives each tensor
-``GGML_PAD(get_alloc_size(tensor), get_alignment())`` bytes and the cache prints the buffer's size, the sum of them
+``ggml_backend_alloc_ctx_tensors_from_buft`` (ggml/src/ggml-alloc.c:1239 ggml_backend_alloc_ctx_tensors_from_buft)
+gives each tensor ``GGML_PAD(get_alloc_size(tensor), get_alignment())`` bytes (ggml/src/ggml-alloc.c:1184
+ggml_backend_buft_get_alloc_size) and the cache prints the buffer's size, the sum of them
 (a buffer split at ``get_max_size()`` into several is one multi-buffer of the same name and the same sum; a single
 tensor larger than the device allows fails to allocate, which rsplan does not predict). The rules per backend come
 from ggml/src/ggml-<backend>/ at llama.cpp 0c1e57098.
@@ -51,9 +52,14 @@ class BufferType:
     source: str
 
 
-#: ggml's CPU buffer: TENSOR_ALIGNMENT, ggml_nbytes (also what a Metal buffer does with a cache tensor).
+#: ggml's CPU buffer: TENSOR_ALIGNMENT, ggml_nbytes (also what a Metal buffer does with a cache tensor):
+#: ggml/src/ggml-backend.cpp:2474 ggml_backend_cpu_buffer_type_get_alignment,
+#: ggml/src/ggml-metal/ggml-metal.cpp:269 ggml_backend_metal_buffer_type_shared_get_alignment.
 CPU_RULE = BufferRule(TENSOR_ALIGNMENT)
-#: CUDA's buffer type, also built for HIP and MUSA, and SYCL's: 128-byte alignment, quantized rows padded to 512.
+#: CUDA's buffer type, also built for HIP and MUSA, and SYCL's: 128-byte alignment, quantized rows padded to 512
+#: (ggml/src/ggml-cuda/ggml-cuda.cu:897 ggml_backend_cuda_buffer_type_get_alignment,
+#: ggml/src/ggml-cuda/ggml-cuda.cu:915 MATRIX_ROW_PADDING, ggml/src/ggml-sycl/ggml-sycl.cpp:1021
+#: ggml_backend_sycl_buffer_type_get_alignment).
 CUDA_RULE = BufferRule(128, 512)
 
 BUFFER_TYPES: tuple[BufferType, ...] = (

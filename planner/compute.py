@@ -1,22 +1,23 @@
 """The compute buffer llama.cpp reserves for a context, per backend buffer type.
 
-llama.cpp 0c1e57098, src/llama-context.cpp ``sched_reserve``: the scheduler's graph allocator reserves three graphs
-in turn and keeps, per buffer, the largest size any of them needed (``ggml_gallocr_reserve_n`` only ever grows a
-buffer):
+llama.cpp 0c1e57098, src/llama-context.cpp:615 llama_context::sched_reserve: the scheduler's graph allocator
+reserves three graphs in turn and keeps, per buffer, the largest size any of them needed (``ggml_gallocr_reserve_n``
+only ever grows a buffer):
 
 1. pp: ``n_tokens = min(n_ctx, n_ubatch)`` tokens (rounded up to a multiple of n_seq_max) in ``n_seq_max``
-   sequences, ``n_outputs = min(n_tokens, n_outputs_max)`` rows of logits;
-2. tg: ``n_seq_max`` tokens, one per sequence, ``n_seq_max`` outputs;
+   sequences, ``n_outputs = min(n_tokens, n_outputs_max)`` rows of logits (src/llama-context.cpp:670 n_outputs_pp);
+2. tg: ``n_seq_max`` tokens, one per sequence, ``n_seq_max`` outputs (src/llama-context.cpp:700 graph_reserve);
 3. pp again (for kimi-linear and minimax-01 with one sequence: a tensor there grows with the square of the
-   tokens per sequence).
+   tokens per sequence; src/llama-context.cpp:719 TAG_RESERVE_DIAG_DECAY).
 
 Under ``no_alloc`` (``llama-fit-params``, a dry run) llama.cpp records the size of graph 1 only; a real run
 allocates the maximum. ``compute_buffer`` returns both.
 
 ``n_outputs_max`` depends on the program: llama-cli, llama-bench and library users leave it at 0, which means
-``n_batch``; llama-server sets it to ``min(n_batch, n_parallel * (1 + n_draft))`` (tools/server/server-context.cpp
-``server_output_limits``, common/speculative.cpp ``common_speculative_get_output_limits``). rsplan defaults to the
-server's value, since serving is what rsplan plans for.
+``n_batch`` (src/llama-context.cpp:250 cparams.n_outputs_max); llama-server sets it to
+``min(n_batch, n_parallel * (1 + n_draft))`` (tools/server/server-context.cpp:41 server_output_limits,
+common/speculative.cpp:2586 common_speculative_get_output_limits). rsplan defaults to the server's value, since
+serving is what rsplan plans for.
 
 Each graph is built from shape rules (planner.graphs) and placed by a model of ggml's allocator
 (planner.ggml_alloc). Only the CPU backend is modelled: one backend, one buffer type (``CPU``), alignment 32.

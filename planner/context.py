@@ -14,9 +14,9 @@ from rsplan.errors import ContextError
 from rsplan.hparams.ggml_types import GGMLType, ggml_type
 from rsplan.hparams.layout import CacheLayout
 
-#: llama.cpp's LLAMA_MAX_SEQ
+#: llama.cpp's LLAMA_MAX_SEQ (src/llama-context.cpp:101 LLAMA_MAX_SEQ)
 MAX_SEQ = 256
-#: llama.cpp pads n_ctx (and each stream's n_ctx_seq) to a multiple of this.
+#: llama.cpp pads n_ctx (and each stream's n_ctx_seq) to a multiple of this (src/llama-context.cpp:290 GGML_PAD).
 CTX_PAD = 256
 #: The largest -c / draft length rsplan accepts (llama.cpp stores them as uint32).
 MAX_CTX = (1 << 32) - 1
@@ -145,7 +145,15 @@ def _check_block_sizes(layout: CacheLayout, t: GGMLType, dims: tuple[int, ...], 
 
 
 def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveContext:
-    """Apply llama.cpp's context rules (llama_init_from_model + llama_context constructor)."""
+    """Apply llama.cpp's context rules (llama_init_from_model + llama_context constructor):
+
+    - n_batch: the unpadded -c at most (src/llama-context.cpp:246 cparams.n_batch); n_ubatch at most n_batch
+      (src/llama-context.cpp:248 cparams.n_ubatch);
+    - n_rs_seq clamped to 0 for an arch without rollback (src/llama-context.cpp:106 llm_arch_supports_rs_rollback);
+    - sliding-window cells: ``GGML_PAD(min(n_ctx_seq, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256)``, all of
+      n_ctx_seq with --swa-full (src/llama-kv-cache-iswa.cpp:73 size_swa);
+    - flash attention and the cache types (_flash_attn), the context and its streams (_context_size).
+    """
     type_k, type_v = ggml_type(params.type_k), ggml_type(params.type_v)
     type_r, type_s = ggml_type(params.type_r), ggml_type(params.type_s)
     warnings: list[str] = []
@@ -195,8 +203,10 @@ def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveCont
 
 def _flash_attn(layout: CacheLayout, flash: str, type_k: GGMLType, type_v: GGMLType) -> bool:
     """Whether flash attention is on when the memory is created (``-fa auto`` counts as on), after the cache type
-    checks: MLA needs one K/V type, a quantized V cache needs flash attention, and with flash attention each
-    cache type's block size must divide the head dimensions."""
+    checks: MLA needs one K/V type (src/llama-context.cpp:3835 is_mla), a quantized V cache needs flash attention
+    (src/llama-context.cpp:3840 ggml_is_quantized), and with flash attention each cache type's block size must
+    divide the head dimensions (src/llama-context.cpp:3852 ggml_blck_size for K, src/llama-context.cpp:3863
+    ggml_blck_size for V)."""
     if layout.arch.mla and type_k.name != type_v.name:
         raise ContextError(
             f"model does not support different K ({type_k.name}) and V ({type_v.name}) cache types"
@@ -213,8 +223,10 @@ def _flash_attn(layout: CacheLayout, flash: str, type_k: GGMLType, type_v: GGMLT
 
 
 def _context_size(layout: CacheLayout, params: ContextParams, warnings: list[str]) -> tuple[int, int, int]:
-    """``(n_ctx, n_ctx_seq, n_stream)``: -c (0: the training context) padded to 256, split over the sequences'
-    streams unless the cache is unified; appends llama.cpp's warnings about them to ``warnings``."""
+    """``(n_ctx, n_ctx_seq, n_stream)``: -c (0: the training context) padded to 256
+    (src/llama-context.cpp:290 cparams.n_ctx), split over the sequences' streams unless the cache is unified, each
+    stream padded to 256 and n_ctx rounded down to the streams' total (src/llama-context.cpp:295 cparams.n_ctx_seq);
+    appends llama.cpp's warnings about them to ``warnings`` (src/llama-context.cpp:322 n_ctx_train)."""
     n_ctx = _pad(params.n_ctx or layout.n_ctx_train, CTX_PAD)
     n_seq_max = params.n_seq_max
     if params.kv_unified:

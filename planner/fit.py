@@ -1,18 +1,22 @@
 """llama.cpp's ``--fit``, offline: the context, ``-ngl``, ``-ts`` and ``-ot`` a start would choose on given devices.
 
-A transcription of common/fit.cpp ``common_params_fit_impl`` at llama.cpp 0c1e57098 (``llama-fit-params`` prints
+A transcription of common/fit.cpp:179 common_params_fit_impl at llama.cpp 0c1e57098 (``llama-fit-params`` prints
 its choice; llama-server and llama-cli run it at start-up, ``--fit on`` is the default). Every measurement llama.cpp
 takes with a no-alloc dry run is taken from planner.fit_memory instead; the search itself (integer arithmetic,
 step order, the false-position search over layers per device, the MoE passes) is llama.cpp's:
 
 1. Measure the default start; with ``-c`` unset the context is the training context times the sequences (non
-   unified KV). If every device keeps its margin (``--fit-target``, default 1024 MiB) nothing changes.
+   unified KV). If every device keeps its margin (``--fit-target``, default 1024 MiB) nothing changes
+   (common/fit.cpp:261 step, the margin check at common/fit.cpp:353 projected_free_per_device).
 2. With ``-c`` unset, shrink the context: linear interpolation between the training context and ``--fit-ctx``
-   (default 4096) per sequence, rounded down to 256 x sequences. Without devices this is the only step.
+   (default 4096) per sequence, rounded down to 256 x sequences (common/fit.cpp:425 sum_used_target, the
+   rounding at common/fit.cpp:429 align). Without devices this is the only step.
 3. Unless ``-ngl`` / ``-ts`` / ``-ot`` were given: fill devices back to front with whole layers (for MoE models,
-   with the experts in host memory), each device's count found by false position between 0 and all unassigned.
+   with the experts in host memory), each device's count found by false position between 0 and all unassigned
+   (common/fit.cpp:488 step, common/fit.cpp:663 ngl_per_device).
 4. MoE models whose dense part fits: turn host-expert layers into full layers front to back, then try to put
-   part of one more layer on a device (``up`` / ``gate`` / ``attn`` overflow patterns).
+   part of one more layer on a device (``up`` / ``gate`` / ``attn`` overflow patterns: common/fit.cpp:735 step,
+   the patterns at common/fit.cpp:493 get_overflow_pattern).
 
 The result is the flags llama-fit-params prints (``-c N -ngl N [-ts A,B] [-ot "..."]``), the projected usage per
 device and a trace of the steps (llama.cpp's own trace lines, in words).
@@ -35,7 +39,8 @@ DEFAULT_MARGIN = 1024 * MiB
 DEFAULT_FIT_CTX = 4096
 #: llama_max_tensor_buft_overrides()
 MAX_OVERRIDES = 4096
-#: common/fit.cpp: the patterns a partial layer leaves on the host (by how much of the layer stays on the device).
+#: common/fit.cpp:493 get_overflow_pattern: the patterns a partial layer leaves on the host (by how much of the
+#: layer stays on the device).
 OVERFLOW_PATTERNS = {
     "attn": r"blk\.{il}\.ffn_(gate|up|gate_up|down).*",
     "up": r"blk\.{il}\.ffn_(gate|gate_up|down).*",
@@ -85,7 +90,7 @@ class FitRequest:
 
 @dataclass
 class LayersOnDevice:
-    """common/fit.cpp ``ngl_t``: layers given to one device, the last ``n_part`` of them partial."""
+    """common/fit.cpp:532 ngl_t: layers given to one device, the last ``n_part`` of them partial."""
 
     n_layer: int = 0
     n_part: int = 0
@@ -256,7 +261,7 @@ LayerPlan = list[LayersOnDevice]
 
 
 def _flags_for(f: _Fit, ngl: LayerPlan, overflow_bufts: list[str | int]) -> StartFlags:
-    """common/fit.cpp ``set_ngl_tensor_split_tbo``: -ngl, -ts and the overflow -ot entries of a layer plan."""
+    """common/fit.cpp:548 set_ngl_tensor_split_tbo: -ngl, -ts and the overflow -ot entries of a layer plan."""
     n_gpu_layers = sum(d.n_layer for d in ngl)
     split = tuple(float(d.n_layer) for d in ngl) if f.nd > 1 else None
     il0 = f.hp_ngl + 1 - n_gpu_layers

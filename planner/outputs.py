@@ -1,16 +1,17 @@
 """What llama.cpp and llama-server allocate besides weights, caches and compute buffers (llama.cpp 0c1e57098).
 
-- ``output_buffer``: the logits (and embeddings) buffer of a context (src/llama-context.cpp
-  ``llama_context::output_reserve``, called from the constructor with ``n_seq_max`` outputs): ``n_vocab`` floats per
-  output, plus ``n_embd_out`` floats per output with ``--embeddings``; host memory of the device that holds the
-  output layer (``CPU``; ``CUDA_Host`` when the output layer is on a CUDA GPU). It grows at decode time when a
-  batch asks for more outputs, up to ``n_outputs_max`` rows, and with MTP drafting the target context adds
-  ``n_embd * n_batch`` floats of next-token hidden states (``embeddings_nextn``, unmasked): ``grown_bytes``.
+- ``output_buffer``: the logits (and embeddings) buffer of a context
+  (src/llama-context.cpp:2116 llama_context::output_reserve, called from the constructor with ``n_seq_max``
+  outputs): ``n_vocab`` floats per output, plus ``n_embd_out`` floats per output with ``--embeddings``; host memory
+  of the device that holds the output layer (``CPU``; ``CUDA_Host`` when the output layer is on a CUDA GPU). It
+  grows at decode time when a batch asks for more outputs, up to ``n_outputs_max`` rows, and with MTP drafting the
+  target context adds ``n_embd * n_batch`` floats of next-token hidden states (``embeddings_nextn``, unmasked):
+  ``grown_bytes``.
 - ``mtp_draft_kv``: the KV cache of the ``--spec-type mtp`` draft context (common/speculative.cpp
   ``common_speculative_init_result``; src/llama-model.cpp ``create_memory`` with ``LLAMA_CONTEXT_TYPE_MTP``): a plain
   KV cache over the MTP (nextn) layers only, with the target's ``n_ctx``, ``-np``, ``-kvu`` and cache types, and
   no recurrent state (n_rs_seq 0).
-- ``checkpoint_bytes``: one llama-server context checkpoint (tools/server/server-context.cpp ``create_checkpoint``,
+- ``checkpoint_bytes``: one llama-server context checkpoint (tools/server/server-context.cpp:2290 create_checkpoint,
   common/common.cpp ``common_prompt_checkpoint::update_tgt``): ``llama_state_seq_get_size_ext(ctx, seq,
   LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)``, i.e. the serialized recurrent state of one sequence (the KV part is
   skipped by ``llama_memory_hybrid::state_write`` under PARTIAL_ONLY), in host memory; up to
@@ -31,14 +32,17 @@ from rsplan.planner.context import ContextParams, EffectiveContext, resolve_cont
 from rsplan.planner.plan import plan_totals
 
 MIB = 1 << 20
-#: llama-server's defaults (common/common.h): checkpoints per slot, prompt-cache limit in MiB.
+#: llama-server's defaults: checkpoints per slot (common/common.h:631 n_ctx_checkpoints), prompt-cache limit in MiB
+#: (common/common.h:634 cache_ram_mib).
 DEFAULT_CTX_CHECKPOINTS = 32
 DEFAULT_CACHE_RAM_MIB = 8192
-#: Archs whose MTP draft context gets a plain KV cache over the nextn layers (``mtp_on_hybrid_qwen``).
+#: Archs whose MTP draft context gets a plain KV cache over the nextn layers (src/llama-model.cpp:2661
+#: mtp_on_hybrid_qwen, src/llama-model.cpp:2666 mtp_on_hybrid_nemotron).
 MTP_KV_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "bailingmoe3", "nemotron_h_moe"})
-#: Bytes of a sequence state's fixed header and per-layer headers (llama_context::state_seq_get_size,
-#: llama_memory_recurrent::state_write): magic u32 + seq_id i32 + cell_count u32 + (pos i32, n_seq_id u32)
-#: + s_trans u32 + n_layer u32; then per tensor of each layer a type i32 and a row size u64.
+#: Bytes of a sequence state's fixed header and per-layer headers (src/llama-context.cpp:3191
+#: llama_context::state_seq_get_size, src/llama-memory-recurrent.cpp:766 llama_memory_recurrent::state_write):
+#: magic u32 + seq_id i32 + cell_count u32 + (pos i32, n_seq_id u32) + s_trans u32 + n_layer u32; then per tensor
+#: of each layer a type i32 and a row size u64.
 STATE_HEADER_BYTES = 4 + 4 + 4 + (4 + 4) + 4 + 4
 STATE_TENSOR_HEADER_BYTES = 4 + 8
 

@@ -6,7 +6,15 @@ Two entry points share one arithmetic:
 - ``build_plan(spec, params)``: the full plan, with one ``TensorPlan`` per tensor, buffer sizes and the
   effective parameters.
 Rules: llama.cpp 0c1e57098, src/llama-kv-cache.cpp, src/llama-kv-cache-iswa.cpp,
-src/llama-memory-recurrent.cpp (see docs/sizing.md).
+src/llama-memory-recurrent.cpp (see docs/sizing.md):
+
+- K and V: ``[row, cells, n_stream]`` per KV layer (src/llama-kv-cache.cpp:233 ggml_new_tensor_3d), V rows the
+  widest of all layers without flash attention (src/llama-kv-cache.cpp:210 n_embd_v_gqa_max);
+- R and S: ``[n_embd_r or n_embd_s, mem_size * (1 + n_rs_seq)]`` per recurrent layer
+  (src/llama-memory-recurrent.cpp:101 n_rows), ``mem_size = max(1, n_seq_max)`` (src/llama-model.cpp:2675
+  n_seq_max);
+- a hybrid builds its KV cache before its recurrent memory (src/llama-memory-hybrid.cpp:34 mem_attn,
+  src/llama-memory-hybrid.cpp:54 mem_recr).
 """
 
 from __future__ import annotations
@@ -142,6 +150,7 @@ class PlanTotals:
 
 def _v_row(layout: CacheLayout, ctx: EffectiveContext, n_embd_v_gqa: int) -> int:
     # [TAG_V_CACHE_VARIABLE]: without flash attention V is transposed and every row is the widest one
+    # (src/llama-kv-cache.cpp:210 n_embd_v_gqa)
     return layout.n_embd_v_gqa_max if ctx.v_trans else n_embd_v_gqa
 
 

@@ -444,7 +444,7 @@ class _State:
         return counter, n_layer
 
 
-# mirrors llama_tensor_get_type_impl (src/llama-quant.cpp:446 at 0c1e57098) branch by branch, so that the two read
+# mirrors src/llama-quant.cpp:446 llama_tensor_get_type_impl (at 0c1e57098) branch by branch, so that the two read
 # side by side: past the complexity limit on purpose (the noqa)
 def _mixture_type(qs: _State, new_type: str, tensor: WeightTensor, ftype: str, cat: str) -> str:  # noqa: C901
     """``llama_tensor_get_type_impl``: the mixture's type for one tensor (``new_type`` is the ftype's default)."""

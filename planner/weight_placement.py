@@ -3,16 +3,18 @@
 llama.cpp 0c1e57098:
 
 - src/llama-model.cpp ``load_tensors``: the input layer (``LLM_TENSOR_LAYER_INPUT``: ``token_embd``) always stays
-  on the CPU; repeating layer ``il`` (``blk.{il}.*``, and ``token_embd_norm``, which the loaders create with layer
-  number 0) goes where planner.placement puts unit ``il``; the output layer (``LLM_TENSOR_LAYER_OUTPUT``:
-  ``output``, ``output_norm``) where it puts unit ``n_layer_all``.
+  on the CPU (src/llama-model.cpp:1605 dev_input); repeating layer ``il`` (``blk.{il}.*``, and ``token_embd_norm``,
+  which the loaders create with layer number 0) goes where planner.placement puts unit ``il``; the output layer
+  (``LLM_TENSOR_LAYER_OUTPUT``: ``output``, ``output_norm``) where it puts unit ``n_layer_all``
+  (src/llama-model.cpp:1614 dev_output).
 - A model without ``output.weight`` (tied embeddings) creates the output as a ``TENSOR_DUPLICATED`` copy of
-  ``token_embd`` in the OUTPUT layer's buffer (src/llama-model-loader.cpp ``create_tensor``): on a GPU that is a
-  second copy of the embedding matrix; on the host the mapped file is shared and it is not counted twice.
+  ``token_embd`` in the OUTPUT layer's buffer (src/llama-model-loader.cpp:1166 TENSOR_DUPLICATED): on a GPU that
+  is a second copy of the embedding matrix; on the host the mapped file is shared and it is not counted twice.
 - src/llama-model-loader.cpp ``buft_for_tensor``: the first ``-ot PATTERN=BUFT`` whose pattern ``regex_search``-es
-  the tensor name wins; an override to ``CPU`` puts the tensor in host memory, one to a device's buffer type on
-  that device. ``--cpu-moe`` is ``-ot '\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU'`` and ``--n-cpu-moe N`` adds
-  ``blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU`` for ``i < N`` (common/common.h).
+  the tensor name wins (src/llama-model-loader.cpp:1237 tensor_buft_overrides); an override to ``CPU`` puts the
+  tensor in host memory, one to a device's buffer type on that device. ``--cpu-moe`` is
+  ``-ot '\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU'`` and ``--n-cpu-moe N`` adds
+  ``blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU`` for ``i < N`` (common/common.h:1198 LLM_FFN_EXPS_REGEX).
 - Each tensor takes ``GGML_PAD(get_alloc_size, alignment)`` bytes of its buffer (planner.buffers rules).
 
 Not modelled here: ``-sm row`` (split buffer types), CPU_REPACK (no repack for the f16/bf16/q8_0 checked so far),
@@ -29,11 +31,12 @@ from rsplan.errors import RsplanError
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.placement import Placement
 
-#: common/common.h LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
+#: common/common.h:1198 LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
-#: Tensors outside ``blk.N.`` and their layer (llama-arch.cpp ``llm_tensor_info_mapping``): "input", "output", or
-#: a repeating layer number (``token_embd_norm`` is created with layer number 0).
+#: Tensors outside ``blk.N.`` and their layer (src/llama-arch.cpp:727 LLM_TENSOR_INFOS): "input", "output", or a
+#: repeating layer number (``token_embd_norm`` is created with layer number 0: src/llama-arch.cpp:732
+#: LLM_TENSOR_TOKEN_EMBD_NORM).
 NAMED_LAYERS: dict[str, str | int] = {
     "token_embd": "input",
     "pos_embd": "input",

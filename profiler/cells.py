@@ -186,7 +186,7 @@ class RecurrentCells:
 
     # -- sequence operations ------------------------------------------------------------------------
 
-    # mirrors llama_memory_recurrent::seq_rm (src/llama-memory-recurrent.cpp:161 at 0c1e57098) branch by branch:
+    # mirrors src/llama-memory-recurrent.cpp:161 llama_memory_recurrent::seq_rm (at 0c1e57098) branch by branch:
     # past the complexity limit on purpose (the noqa)
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:  # noqa: C901
         """Remove positions ``[p0, p1)`` of ``seq_id`` (negative bounds mean 0 / infinity).
@@ -348,7 +348,7 @@ class RecurrentCells:
         """``llama_memory_recurrent_context::apply``: the real ``find_slot`` of one prepared ubatch."""
         return self.find_slot(ubatch)
 
-    # find_slot mirrors llama_memory_recurrent::find_slot (src/llama-memory-recurrent.cpp:505 at 0c1e57098) line by
+    # find_slot mirrors src/llama-memory-recurrent.cpp:505 llama_memory_recurrent::find_slot (at 0c1e57098) line by
     # line, so that the two read side by side: it stays one function, past the 80-line limit
     # (tests/test_code_shape.py lists it) and the complexity limit (the noqa below).
     def find_slot(self, ubatch: UBatch) -> bool:  # noqa: C901

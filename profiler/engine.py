@@ -19,7 +19,15 @@ from typing import Any
 from rsplan.profiler.cells import RecurrentCells, UBatch
 from rsplan.profiler.device import Timer
 from rsplan.profiler.errors import WorkloadError, import_torch
-from rsplan.profiler.families import Family, Kernel, call, kernel_bytes, make_inputs, state_row_bytes
+from rsplan.profiler.families import (
+    Family,
+    Kernel,
+    call,
+    inputs_depend_on_layer,
+    kernel_bytes,
+    make_inputs,
+    state_row_bytes,
+)
 
 GATHER = "state_gather"
 SCATTER = "state_scatter"
@@ -126,8 +134,9 @@ class Engine:
     # -- inputs ---------------------------------------------------------------------------------------------
 
     def inputs(self, k: Kernel, layer: int, n_seqs: int, n_tokens: int) -> dict:
-        """Inputs per (kernel, N, T), shared by the layers except where they depend on the layer (lightning)."""
-        key = (k.op, n_seqs, n_tokens, layer if k.op == "lightning" else -1)
+        """Inputs per (kernel, N, T), shared by the layers except where they depend on the layer (lightning's
+        slopes: kernels.registry ``layer_inputs``)."""
+        key = (k.op, n_seqs, n_tokens, layer if inputs_depend_on_layer(k) else -1)
         if key not in self._inputs:
             self._inputs[key] = make_inputs(
                 k, n_seqs, n_tokens, layer, self.family.n_layer, self.dev, self.seed + len(self._inputs)

@@ -130,9 +130,20 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
 
 
+def require_equal_head_dims(p: GraphParams, graph: str) -> None:
+    """``GGML_ASSERT(n_embd_head == hparams.n_embd_head_k())`` of the graphs that size attention by
+    ``n_embd_head_v()`` alone (nemotron-h.cpp, granite-hybrid.cpp): K and V heads of one width, else llama.cpp
+    aborts (GGMLAbort)."""
+    k, v = p.layout.head_dim_k[0], p.layout.head_dim_v[0]
+    if k != v:
+        raise g.GGMLAbort(f"GGML_ASSERT(n_embd_head == hparams.n_embd_head_k()) fails in {graph} "
+                          f"(V head {v}, K head {k})")
+
+
 def qkv_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
     """build_qkv with separate Q/K/V projections (no biases, norms or RoPE), then build_attn with the output
-    projection (Jamba, Granite-4.0-H). Head dim: value_length, else n_embd / n_head. cur: [n_embd, n_tokens]."""
+    projection (Jamba, Granite-4.0-H, Nemotron-H). Head dim: value_length, else n_embd / n_head (Nemotron-H and
+    Granite-4.0-H assert it equals the K head dim: require_equal_head_dims). cur: [n_embd, n_tokens]."""
     p = lg.p
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)

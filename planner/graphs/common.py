@@ -12,6 +12,7 @@ from rsplan.planner.ggml_alloc import Tensor
 if TYPE_CHECKING:
     from rsplan.hparams.layout import CacheLayout
     from rsplan.hparams.model import ModelSpec
+    from rsplan.hparams.recurrent import RecurrentDims
     from rsplan.planner.context import EffectiveContext
 
 
@@ -137,6 +138,19 @@ def ffn_width(p: GraphParams, il: int) -> int:
             "pass --compute to give the size"
         )
     return n_ff
+
+
+def state_dims(p: GraphParams) -> RecurrentDims:
+    """The recurrent layers' state dimensions (hparams.recurrent, derived once per model: ``p.layout.recurrent``),
+    which every graph's recurrent layer reads its sizes from. A state that does not split into whole heads and
+    groups has no graph here: the graphs view it per head (ComputeModelError naming why)."""
+    dims = p.layout.recurrent
+    if dims.split_error is not None:
+        from rsplan.planner.compute import ComputeModelError
+
+        raise ComputeModelError(f"model '{p.spec.name}': {dims.split_error}, and its graph views the state per head; "
+                                "pass --compute to give the size")
+    return dims
 
 
 def cache(width: int, rows: int, name: str = "") -> Tensor:

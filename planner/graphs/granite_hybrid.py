@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.attention import attn_inputs, qkv_attn
+from rsplan.planner.graphs.attention import attn_inputs, qkv_attn, require_equal_head_dims
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, ffn_width
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 from rsplan.planner.graphs.mamba import mamba2_layer
@@ -36,6 +36,7 @@ def build_granite_hybrid(p: GraphParams) -> Graph:
     """llama_model_granite_hybrid::graph for the MoE models (without RoPE: the converter writes
     rope.scaling.finetuned = false for a hybrid)."""
     _require_moe(p)
+    require_equal_head_dims(p, "llama_model_granite_hybrid::graph")
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     if SCALES["embedding"]:

@@ -5,29 +5,55 @@ followed by a dense SiLU FFN (the leading layers) or sigmoid-routed experts plus
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TypedDict
+
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnKInputs, attn_k, attn_k_inputs
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 from rsplan.planner.graphs.moe import moe_ffn, require_experts
 from rsplan.planner.graphs.qwen35 import gated_delta_net
 
+
+class _Routing(TypedDict):
+    """moe_ffn's routing keywords."""
+
+    gating: str
+    selection_bias: bool
+    norm_w: bool
+    scaled: bool
+
+
 #: How Kimi-Linear routes (conversion/kimi_linear.py): expert_gating_func = sigmoid, an expert selection bias
 #: (exp_probs_b), normalised weights, then expert_weights_scale = routed_scaling_factor (2.446 in the released
 #: model; the converter always writes it, and any value other than 0 and 1 adds the one SCALE op).
-ROUTING = {"gating": "sigmoid", "selection_bias": True, "norm_w": True, "scaled": True}
+ROUTING: _Routing = {"gating": "sigmoid", "selection_bias": True, "norm_w": True, "scaled": True}
+
+
+@dataclass(frozen=True)
+class _MLAWidths:
+    """The MLA layers' widths (attention.*), all given (_require_kimi): the latent, the cached row (latent + rope
+    part), and the per-head K and V widths."""
+
+    kv_lora_rank: int
+    key_length: int
+    key_length_mla: int
+    value_length_mla: int
 
 
 def _causal_conv1d(lg: LlamaGraph, cur: Tensor, conv_all: Tensor, conv_states: Tensor, part: int) -> Tensor:
     """kimi-linear.cpp causal_conv1d for Q (part 0), K (1) or V (2): project, prepend that part's cached conv
     window, store the new window, convolve and SiLU. Returns [head_dim, n_head, n_seq_tokens, n_seqs]."""
     p = lg.p
-    head_dim, n_head, d_conv = p.spec.kda.head_dim, p.spec.head_count(0), p.spec.ssm.conv_kernel
+    dims = state_dims(p)
+    # the graph's d_conv is ssm.conv_kernel itself (_require_kimi: given), n_embd_r's default of 4 never applies
+    head_dim, n_head, d_conv = dims.head_dim, dims.n_heads, dims.conv_width
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
-    d_inner = head_dim * n_head
+    d_inner = dims.inner_size  # head_dim * n_head
     window = (d_conv - 1) * d_inner
-    n_embd_r = 3 * window
+    n_embd_r = dims.n_embd_r  # 3 * window: Q, K and V
     state = g.view(conv_states, (d_conv - 1, d_inner, n_seqs), ((d_conv - 1) * 4, n_embd_r * 4), part * window * 4)
     x = g.reshape(g.mul_mat(g.weight(p.n_embd, d_inner), cur), d_inner, n_seq_tokens, n_seqs)
     conv_x = g.concat(state, g.transpose(x), 0)
@@ -48,10 +74,11 @@ def _kda(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Ten
     """The KDA layer: short convolutions of Q, K and V, the per-channel decay g1, beta, the fused delta-net
     update of the [head_dim, head_dim, n_head] state, and the sigmoid-gated output norm. cur: [n_embd, n_tokens]."""
     p = lg.p
-    head_dim, n_head = p.spec.kda.head_dim, p.spec.head_count(il)
+    dims = state_dims(p)
+    head_dim, n_head = dims.head_dim, dims.n_heads  # kimi-linear.cpp: n_embd_head_kda, hparams.n_head()
     n_seqs, n_seq_tokens, n_tokens = p.n_seqs, p.n_seq_tokens, p.n_tokens
-    d_inner = head_dim * n_head
-    n_embd_r, n_embd_s = p.layout.n_embd_r, p.layout.n_embd_s
+    d_inner = dims.inner_size
+    n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s
     conv_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
     conv_states = lg.rs(conv_all, n_embd_r, rs)
     q, k, v = (_causal_conv1d(lg, cur, conv_all, conv_states, part) for part in range(3))
@@ -79,14 +106,13 @@ def _kda(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Ten
     return g.mul_mat(g.weight(d_inner, p.n_embd), gated)
 
 
-def _mla(lg: LlamaGraph, cur: Tensor, inp: AttnKInputs, il: int) -> Tensor:
+def _mla(lg: LlamaGraph, cur: Tensor, inp: AttnKInputs, mla: _MLAWidths, il: int) -> Tensor:
     """The MLA layer with the absorbed K up-projection (wk_b, wv_b; no Q LoRA, no RoPE): the cached row is the
     normed latent [kv_lora_rank] and the rope part [n_rot]. cur: [n_embd, n_tokens]."""
     p = lg.p
-    att = p.spec.attention
     n_head, n_tokens = p.spec.head_count(il), p.n_tokens
-    kv_lora, hd_k_mla, hd_v_mla = att.kv_lora_rank, att.key_length_mla, att.value_length_mla
-    n_rot = att.key_length - kv_lora  # the cached row is kv_lora_rank + n_rot wide
+    kv_lora, hd_k_mla, hd_v_mla = mla.kv_lora_rank, mla.key_length_mla, mla.value_length_mla
+    n_rot = mla.key_length - kv_lora  # the cached row is kv_lora_rank + n_rot wide
     nope = hd_k_mla - n_rot
     es = 4
     q_all = g.mul_mat(g.weight(p.n_embd, n_head * hd_k_mla), cur)
@@ -120,7 +146,7 @@ def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
 
 def build_kimi_linear(p: GraphParams) -> Graph:
     """llama_model_kimi_linear::graph with the MLA KV cache (a K-only latent cache, build_inp_mem_hybrid_k)."""
-    _require_kimi(p)
+    mla = _require_kimi(p)
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     rs = lg.rs_inp()
@@ -130,7 +156,7 @@ def build_kimi_linear(p: GraphParams) -> Graph:
     for il in range(p.n_layer):
         inp_sa = inp
         cur = lg.expand(lg.norm(inp, p.n_embd))
-        cur = _kda(lg, cur, rs, il) if il in recurrent else _mla(lg, cur, attn, il)
+        cur = _kda(lg, cur, rs, il) if il in recurrent else _mla(lg, cur, attn, mla, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)
             inp_sa = g.get_rows(inp_sa, out_ids)
@@ -141,19 +167,22 @@ def build_kimi_linear(p: GraphParams) -> Graph:
     return lg.b.graph
 
 
-def _require_kimi(p: GraphParams) -> None:
-    """Refuse a model without the KDA head dim, the MLA widths or the expert sizes (ComputeModelError)."""
+def _require_kimi(p: GraphParams) -> _MLAWidths:
+    """The MLA widths; refuses a model without them, the KDA head dim, the conv width (the graph's d_conv, which
+    has no default there) or the expert sizes (ComputeModelError)."""
     from rsplan.planner.compute import ComputeModelError
 
     spec = p.spec
     att = spec.attention
+    kv_lora, key_length, key_mla, value_mla = att.kv_lora_rank, att.key_length, att.key_length_mla, att.value_length_mla
     missing = [name for name, value in (
         ("kda.head_dim", spec.kda and spec.kda.head_dim), ("ssm.conv_kernel", spec.ssm and spec.ssm.conv_kernel),
-        ("attention.kv_lora_rank", att.kv_lora_rank), ("attention.key_length", att.key_length),
-        ("attention.key_length_mla", att.key_length_mla), ("attention.value_length_mla", att.value_length_mla),
+        ("attention.kv_lora_rank", kv_lora), ("attention.key_length", key_length),
+        ("attention.key_length_mla", key_mla), ("attention.value_length_mla", value_mla),
     ) if not value]
-    if missing:
+    if missing or not (kv_lora and key_length and key_mla and value_mla):
         raise ComputeModelError(f"model '{spec.name}' does not give {', '.join(missing)}, which size its KDA and "
                                 "MLA layers; pass --compute to give the size")
     if spec.leading_dense_block_count < p.n_layer:
         require_experts(p)
+    return _MLAWidths(kv_lora, key_length, key_mla, value_mla)

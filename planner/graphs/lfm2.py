@@ -7,16 +7,17 @@ from __future__ import annotations
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.graphs.moe import moe_ffn, require_experts
 
 
 def _shortconv(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
     p = lg.p
+    dims = state_dims(p)
     n_embd = p.n_embd
-    d_conv = p.spec.shortconv.l_cache - 1
+    d_conv = dims.conv_width - 1  # l_cache - 1 past inputs of n_embd channels
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
-    n_embd_r = n_embd * d_conv
+    n_embd_r = dims.n_embd_r
     cur = g.reshape(cur, n_embd, n_seq_tokens, n_seqs)
     bcx = g.mul_mat(g.weight(n_embd, 3 * n_embd), cur)
     chunk = bcx.ne[0] // 3

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, state_dims
 
 
 def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
     p = lg.p
-    ssm = p.spec.ssm
-    d_conv, d_inner, d_state = ssm.conv_kernel, ssm.inner_size, ssm.state_size
-    n_head, n_group = ssm.time_step_rank, ssm.group_count
-    head_dim = d_inner // n_head
+    dims = state_dims(p)
+    d_conv, d_inner, d_state = dims.conv_width, dims.inner_size, dims.state_size
+    n_head, n_group, head_dim = dims.n_heads, dims.n_groups, dims.head_dim
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
     k = p.n_rs_seq + 1 if p.n_rs_seq > 0 else 1
-    conv_dim = d_inner + 2 * n_group * d_state
-    n_embd_r = (d_conv - 1) * conv_dim
-    n_embd_s = d_state * d_inner
+    conv_dim = dims.conv_channels  # d_inner + 2 * n_group * d_state
+    n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s
 
     conv_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
     ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
@@ -81,11 +79,10 @@ def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int,
     ssm_dt_norm / ssm_b_norm / ssm_c_norm) instead of a plain copy of dt; Falcon-Mamba's weightless variant
     (ssm.dt_b_c_rms) is not modelled."""
     p = lg.p
-    ssm = p.spec.ssm
-    d_conv, d_inner, d_state, dt_rank = ssm.conv_kernel, ssm.inner_size, ssm.state_size, ssm.time_step_rank
+    dims = state_dims(p)
+    d_conv, d_inner, d_state, dt_rank = dims.conv_width, dims.inner_size, dims.state_size, dims.dt_rank
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
-    n_embd_r = (d_conv - 1) * d_inner
-    n_embd_s = d_state * d_inner
+    n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s  # (d_conv - 1) * d_inner, d_state * d_inner
     es = 4
     conv_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
     ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.graphs.moe import moe_ffn
 
 
@@ -73,10 +73,10 @@ def _lightning_core(lg: LlamaGraph, la: _LAInputs, q: Tensor, k: Tensor, v: Tens
 def _lightning(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], la: _LAInputs, il: int) -> Tensor:
     """A lightning-attention layer: gated, RMS-normed linear attention over the ubatch and the carried state."""
     p = lg.p
-    spec = p.spec
-    n_head, hd = spec.head_count(il), _head_dim(p, il)
+    dims = state_dims(p)
+    n_head, hd = dims.n_heads, dims.head_dim  # hparams.n_head(), n_embd_head_la (= n_embd_head_k)
     n_seq_tokens, n_seqs = p.n_seq_tokens, p.n_seqs
-    n_embd_r, n_embd_s = p.layout.n_embd_r, p.layout.n_embd_s
+    n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s
     r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
     lg.rs(r_all, n_embd_r, rs)  # the unused conv state is gathered all the same
     slope_rate = g.scale(la.slopes)

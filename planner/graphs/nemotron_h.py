@@ -5,21 +5,9 @@ from __future__ import annotations
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
+from rsplan.planner.graphs.attention import attn_inputs, qkv_attn, require_equal_head_dims
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph
 from rsplan.planner.graphs.mamba import mamba2_layer
-
-
-def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
-    """build_qkv (separate Q/K/V, no norms, no RoPE) and build_attn with the output projection."""
-    p = lg.p
-    spec = p.spec
-    n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
-    hd = spec.attention.key_length or p.n_embd // n_head
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
 
 
 def _mlp(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
@@ -29,7 +17,9 @@ def _mlp(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
 
 
 def build_nemotron_h(p: GraphParams) -> Graph:
-    """llama_model_nemotron_h::graph."""
+    """llama_model_nemotron_h::graph (its attention layers: build_qkv with separate Q/K/V, no norms, no RoPE, and
+    build_attn with the output projection, as qkv_attn builds them)."""
+    require_equal_head_dims(p, "llama_model_nemotron_h::graph")
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     lg.expand(inp)
@@ -43,7 +33,7 @@ def build_nemotron_h(p: GraphParams) -> Graph:
         if il in recurrent:
             cur = mamba2_layer(lg, cur, rs, il)
         elif p.spec.feed_forward(il) == 0:
-            cur = _attention(lg, cur, attn, il)
+            cur = qkv_attn(lg, cur, attn, il)
         else:
             cur = _mlp(cur, p.n_embd, p.spec.feed_forward(il))
         inp = g.add(cur, inp_sa)

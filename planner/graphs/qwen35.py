@@ -7,7 +7,7 @@ from __future__ import annotations
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 from rsplan.planner.graphs.moe import moe_ffn, require_experts
 
@@ -66,12 +66,11 @@ def recurrent_attn(lg: LlamaGraph, ssm_all: Tensor, q: Tensor, k: Tensor, v: Ten
 
 def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
     p = lg.p
-    ssm = p.spec.ssm
-    head_k, n_k_heads, n_v_heads = ssm.state_size, ssm.group_count, ssm.time_step_rank
-    d_inner, d_conv = ssm.inner_size, ssm.conv_kernel
-    head_v = d_inner // n_v_heads
+    dims = state_dims(p)
+    head_k, n_k_heads, n_v_heads = dims.state_size, dims.n_groups, dims.n_heads
+    d_inner, d_conv, head_v = dims.inner_size, dims.conv_width, dims.head_dim
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
-    channels = d_inner + 2 * n_k_heads * head_k
+    channels = dims.conv_channels  # d_inner + 2 * n_k_heads * head_k
     qkv = g.mul_mat(g.weight(p.n_embd, channels), cur)
     qkv = g.reshape(qkv, qkv.ne[0], n_seq_tokens, n_seqs)
     z = g.mul_mat(g.weight(p.n_embd, d_inner), cur)
@@ -92,8 +91,8 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
         gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads))), g.weight(n_v_heads))
     gate = g.reshape(gate, 1, n_v_heads, n_seq_tokens, n_seqs)
 
-    conv_all = cache((d_conv - 1) * channels, p.rs_rows, f"cache_r_l{il}")
-    n_embd_s = head_v * d_inner
+    conv_all = cache(dims.n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    n_embd_s = dims.n_embd_s  # hparams.n_embd_s(): d_state * d_inner (qwen35.cpp build_rs)
     ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
     conv_input = conv_state(lg, conv_all, qkv, d_conv, channels, rs)
     state = g.reshape(lg.rs(ssm_all, n_embd_s, rs), head_v, head_v, n_v_heads, n_seqs)

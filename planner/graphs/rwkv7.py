@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 
 #: The low-rank widths the time mix's projections need: GGUF key (attention.*) -> what it sizes.
 LORA_KEYS: dict[str, str] = {
@@ -66,9 +66,9 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
               il: int) -> Tensor:
     """build_rwkv7_time_mix. ``first`` holds layer 0's value (the value residual of every later layer)."""
     p = lg.p
+    dims = state_dims(p)
     n_embd, n_tokens = p.n_embd, p.n_tokens
-    hs = p.spec.wkv.head_size
-    hc = n_embd // hs
+    hs, hc = dims.head_dim, dims.n_heads  # wkv.head_size, n_embd / head_size
     rk = _ranks(p)
     x = _time_mix_inputs(p, cur, x_prev)
 
@@ -92,7 +92,7 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     k = g.add(k, g.sub(g.mul(a, ka), ka))
     r, w, k, v, a = (g.reshape(t, hs, hc, n_tokens) for t in (r, w, k, v, a))
 
-    n_embd_s = n_embd * hs
+    n_embd_s = dims.n_embd_s  # n_embd * head_size
     s_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
     state = lg.rs(s_all, n_embd_s, rs)
     out = g.rwkv_wkv7(r, w, k, v, g.unary(kk), g.mul(kk, a), state)
@@ -127,12 +127,14 @@ def _last_token(normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> 
 
 def build_rwkv7(p: GraphParams) -> Graph:
     """llama_model_rwkv7::graph (token_shift_count 2, as llama.cpp asserts)."""
-    if p.spec.wkv.token_shift_count != 2:
-        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in llama_model_rwkv7::graph "
-                          f"(token_shift_count {p.spec.wkv.token_shift_count})")
-    lg = LlamaGraph(p)
     n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
-    n_embd_r = 2 * n_embd
+    dims = state_dims(p)
+    token_shift_count = dims.conv_channels // n_embd  # the token shift keeps token_shift_count rows of n_embd
+    if token_shift_count != 2:
+        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in llama_model_rwkv7::graph "
+                          f"(token_shift_count {token_shift_count})")
+    n_embd_r = dims.n_embd_r  # 2 * n_embd
+    lg = LlamaGraph(p)
     inp = layer_norm(lg.inp_embd(), n_embd)
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()

@@ -55,14 +55,17 @@ def test_head_views_multiply_back_to_the_row_widths(name):
     # MiniMax-Text-01: 64 heads of key_length 128 (not 6144 / 64 = 96); no conv state
     ("minimax-text-01", dict(conv_width=0, n_heads=64, head_dim=128, state_size=128, n_embd_r=0,
                              n_embd_s=128 * 128 * 64)),
-    # Mamba-1 130m: d_inner 1536 channels, each a head of one element; one group of B / C; d_state 16
+    # Mamba-1 130m: d_inner 1536 channels, each a head of one element; one group of B / C; d_state 16; the dt
+    # projection's rank ceil(768 / 16) = 48
     ("mamba-130m", dict(conv_width=4, conv_channels=1536, n_groups=1, n_heads=1536, head_dim=1, state_size=16,
-                        n_embd_r=3 * 1536, n_embd_s=1536 * 16)),
+                        dt_rank=48, n_embd_r=3 * 1536, n_embd_s=1536 * 16)),
 ])
 def test_dims_of_each_family(preset, expected):
     spec = load_builtin_preset(preset)
     dims = recurrent_dims(spec)
     assert {key: getattr(dims, key) for key in expected} == expected
+    if dims.family != "mamba":
+        assert dims.dt_rank == 0  # only Mamba-1 reads time_step_rank as a projection rank
     layout = cache_layout(spec)
     assert layout.recurrent == dims
     assert (layout.n_embd_r, layout.n_embd_s) == (expected["n_embd_r"], expected["n_embd_s"])

@@ -213,3 +213,37 @@ def test_graphs_llama_cpp_asserts_against_are_refused():
                         attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 32})
     with pytest.raises(LlamaAbortError, match=r"V head 32, K head 64"):
         compute_buffer(minimax, ContextParams())
+
+
+def test_nemotron_h_and_granite_hybrid_assert_equal_head_dims():
+    """nemotron-h.cpp and granite-hybrid.cpp size attention by n_embd_head_v() and assert it equals
+    n_embd_head_k(): a model whose K and V heads differ aborts there (here: K 64, V 32)."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    ssm = {"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4, "group_count": 1}
+    attention = {"head_count": 4, "head_count_kv": [0, 2, 0], "key_length": 64, "value_length": 32}
+    nemotron = make_spec(arch="nemotron_h", context_length=4096, embedding_length=64, block_count=3, vocab_size=100,
+                         feed_forward_length=[0, 0, 256], attention=attention, ssm=ssm)
+    with pytest.raises(LlamaAbortError, match=r"llama_model_nemotron_h::graph \(V head 32, K head 64\)"):
+        compute_buffer(nemotron, ContextParams())
+    granite = make_spec(arch="granitehybrid", context_length=4096, embedding_length=64, block_count=3,
+                        vocab_size=100, feed_forward_length=256, expert_count=4, expert_used_count=2,
+                        expert_shared_feed_forward_length=128, attention=attention, ssm=ssm)
+    with pytest.raises(LlamaAbortError, match=r"llama_model_granite_hybrid::graph \(V head 32, K head 64\)"):
+        compute_buffer(granite, ContextParams())
+    # the same models with equal heads build (the check is the only thing that refused them)
+    for spec in (nemotron, granite):
+        fixed = spec.model_copy(update={"attention": spec.attention.model_copy(update={"value_length": 64})})
+        assert compute_buffer(fixed, ContextParams()).bytes > 0
+
+
+def test_a_state_without_whole_heads_has_no_graph():
+    """The graphs read the state's sizes per head from RecurrentDims; a Mamba-2 state of 100 channels in 3 heads
+    is sized for the cache (hparams.recurrent) but has no compute model, with the reason named."""
+    spec = make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     ssm={"conv_kernel": 4, "inner_size": 100, "state_size": 16, "time_step_rank": 3,
+                          "group_count": 1})
+    assert cache_layout(spec).n_embd_s == 100 * 16
+    with pytest.raises(ComputeModelError, match=r"inner_size 100 / time_step_rank 3 / group_count 1 do not make "
+                                                r"whole heads and groups, and its graph views the state per head"):
+        compute_buffer(spec, ContextParams())

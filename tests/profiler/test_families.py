@@ -8,7 +8,8 @@ import yaml
 from rsplan.hparams.archs import ARCHS
 from rsplan.hparams.recurrent import FAMILY_OPS as OPS_TABLE
 from rsplan.hparams.recurrent import RWKV_OPS
-from rsplan.profiler.families import INPUTS, OP_DIMS, family_of
+from rsplan.kernels.registry import OPS
+from rsplan.profiler.families import Kernel, family_of, kernel_bytes
 
 pytest.importorskip("torch")
 
@@ -42,7 +43,21 @@ def test_the_ops_table_runs_llamacpps_ops(family):
 
 def test_every_op_has_its_dims():
     ops = {op.op for ops in OPS_TABLE.values() for op in ops} | set(RWKV_OPS.values())
-    assert ops == set(OP_DIMS) == set(INPUTS)
+    assert ops == set(OPS)
+
+
+@pytest.mark.parametrize(("kernel", "expected"), [
+    # wkv ops: N states of H x S x S read and written (2 * 3 * 2*4*4 * 4 = 768) plus the [N, T, H, S] fp32 inputs and
+    # y once: lightning reads q, k, v (4 * 3*5*2*4 * 4 = 1920), RWKV-7 r, w, k, v, a, b (4 * 120 * 7 = 3360)
+    (Kernel("lightning", "s", (2, 4, 4), False, dims={"H": 2, "S": 4}), 768 + 1920),
+    (Kernel("rwkv7", "s", (2, 4, 4), False, dims={"H": 2, "S": 4}), 768 + 3360),
+    # shortconv D 8, L 3, 2 planes: windows of 8 x 2 x 4 bytes read once and written on min(T, 2) planes
+    # (3 * 64 * 3 = 576), x and y fp32 (4 * 2 * 3*5*8 = 960), the weights (4 * 8 * 3 = 96), b and c (8 * 120 = 960)
+    (Kernel("shortconv", "r", (8, 2), True, dims={"D": 8, "L": 3}), 576 + 960 + 96 + 960),
+], ids=["lightning", "rwkv7", "shortconv"])
+def test_kernel_bytes_per_op(kernel, expected):
+    """The bytes of one call as each op's profile module counts them (N 3, T 5, 2 planes, fp32 pools)."""
+    assert kernel_bytes(kernel, 3, 5, 2, 4) == expected
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED_RWKV))

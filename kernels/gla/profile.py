@@ -1,0 +1,21 @@
+"""Profiling glue of gla (kernels.registry): inputs and the bytes of one call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsplan.kernels.registry import Draw
+from rsplan.kernels.rwkv6.fast import rwkv_bytes
+
+
+def inputs(dims: dict[str, int], draw: Draw, token_shift: bool) -> dict[str, Any]:
+    """RWKV6-Qwen2: q (the receptance), k scaled by ``1 - w`` before the op, v and the decay g ``[N, T, H, S]``."""
+    shape = (draw.N, draw.T, dims["H"], dims["S"])
+    w = draw.decay(*shape)
+    return {"q": draw.r(*shape, scale=0.5), "k": draw.r(*shape, scale=0.1) * (1 - w), "v": draw.r(*shape, scale=0.5),
+            "g": w}
+
+
+def call_bytes(dims: dict[str, int], *, n_seqs: int, n_tokens: int, n_planes: int, clamp: bool, itemsize: int) -> int:
+    return rwkv_bytes(n_seqs=n_seqs, n_tokens=n_tokens, n_head=dims["H"], head_size=dims["S"], n_inputs=4,
+                      state_itemsize=itemsize)
