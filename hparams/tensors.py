@@ -18,7 +18,7 @@ the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_bac
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
 
-Archs with a table: mamba, mamba2, rwkv7, jamba, nemotron_h, granitehybrid (MoE), lfm2, lfm2moe, qwen35,
+Archs with a table: mamba, mamba2, rwkv6, rwkv7, jamba, nemotron_h, granitehybrid (MoE), lfm2, lfm2moe, qwen35,
 qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys (vocab_size, expert_*,
 ...); a missing one is an UnsupportedArchError naming it.
 """
@@ -68,6 +68,8 @@ class Dims:
     head_k_mla: int
     head_v_mla: int
     n_expert_shared: int
+    rwkv6_extra: tuple[int, int]  # RWKV-6: time_mix_extra_dim (token-shift LoRA), time_decay_extra_dim (decay LoRA)
+    wkv_head: int  # RWKV: wkv.head_size
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,35 @@ KINDS: dict[str, list[Template]] = {
         ("channel_mix_lerp_k.weight", _NORM),
         ("channel_mix_key.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
         ("channel_mix_value.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
+    ],
+    # RWKV-6 (src/models/rwkv6.cpp, conversion/rwkv.py Rwkv6Model): the converter squeezes time_mix_decay and the
+    # lerps ({n_embd, 1, 1} in llama.cpp, {n_embd} in the file) and stacks the five time-mix lerps (w, k, v, r, g)
+    # into time_mix_lerp_fused; the attention width is n_embd
+    "rwkv6": [
+        ("attn_norm.weight", _NORM),
+        ("attn_norm.bias", _NORM),
+        ("attn_norm_2.weight", _NORM),
+        ("attn_norm_2.bias", _NORM),
+        ("time_mix_w1.weight", lambda d, il: (d.n_embd, 5 * d.rwkv6_extra[0])),
+        ("time_mix_w2.weight", lambda d, il: (d.rwkv6_extra[0], d.n_embd, 5)),
+        ("time_mix_lerp_x.weight", _NORM),
+        ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 5)),
+        ("time_mix_first.weight", lambda d, il: (d.wkv_head, d.n_embd // d.wkv_head)),
+        ("time_mix_decay.weight", _NORM),
+        ("time_mix_decay_w1.weight", lambda d, il: (d.n_embd, d.rwkv6_extra[1])),
+        ("time_mix_decay_w2.weight", lambda d, il: (d.rwkv6_extra[1], d.n_embd)),
+        ("time_mix_key.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_value.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_gate.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_ln.weight", _NORM),
+        ("time_mix_ln.bias", _NORM),
+        ("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("channel_mix_lerp_k.weight", _NORM),
+        ("channel_mix_lerp_r.weight", _NORM),
+        ("channel_mix_key.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
+        ("channel_mix_value.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
+        ("channel_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
     ],
     # Mamba-1 block (src/models/mamba.cpp; the loader requires d_inner = 2 * n_embd)
     "mamba": [
@@ -433,6 +464,12 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
         extra_global=(("token_embd_norm.weight", "after_embd"), ("token_embd_norm.bias", "after_embd"),
                       ("output_norm.bias", "after_norm")),
     ),
+    "rwkv6": ArchTensors(
+        "output_norm", lambda spec, il, recr: ("rwkv6",),
+        ("vocab_size", "feed_forward_length", "time_mix_extra_dim", "time_decay_extra_dim"),
+        extra_global=(("token_embd_norm.weight", "after_embd"), ("token_embd_norm.bias", "after_embd"),
+                      ("output_norm.bias", "after_norm")),
+    ),
     "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
     "jamba": ArchTensors(
         "output_norm",
@@ -523,6 +560,8 @@ def dims(spec: ModelSpec) -> Dims:
         head_k_mla=att.key_length_mla or 0,
         head_v_mla=att.value_length_mla or 0,
         n_expert_shared=spec.expert_shared_count,
+        rwkv6_extra=(spec.time_mix_extra_dim, spec.time_decay_extra_dim),
+        wkv_head=(spec.wkv.head_size or 0) if spec.wkv else 0,
     )
 
 

@@ -112,6 +112,9 @@ def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
         LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: spec.expert_shared_feed_forward_length or None,
         LLM.EXPERT_SHARED_COUNT: spec.expert_shared_count or None,
         LLM.LEADING_DENSE_BLOCK_COUNT: spec.leading_dense_block_count or None,
+        LLM.TIME_MIX_EXTRA_DIM: spec.time_mix_extra_dim or None,
+        LLM.TIME_DECAY_EXTRA_DIM: spec.time_decay_extra_dim or None,
+        LLM.RESCALE_EVERY_N_LAYERS: spec.rescale_every_n_layers or None,
         # MLA: the rope part of the cached latent row (conversion/kimi_linear.py writes qk_rope_head_dim)
         Rope.DIMENSION_COUNT: (att.key_length - att.kv_lora_rank) if att.kv_lora_rank and att.key_length else None,
     }

@@ -131,6 +131,8 @@ def test_qwen3_next_parameter_count_is_the_published_one():
         ("lfm2-1.2b", 1.2),
         ("lfm2-2.6b", 2.6),
         ("rwkv7-0.4b-world", 0.45),
+        # RWKV-6 Finch 1.6B (the model card's "1.6B"; llama.cpp types it LLM_TYPE_1_6B)
+        ("rwkv6-1.6b-world", 1.6),
     ],
 )
 def test_parameter_counts_round_to_the_published_ones(preset, params):
@@ -157,7 +159,8 @@ def test_qwen3_next_layer_kinds():
 
 def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
     archs = set()
-    for name in ("mamba-130m", "mamba2-130m", "mamba-codestral-7b", "rwkv7-0.4b-world", "lfm2-1.2b", "lfm2-2.6b",
+    for name in ("mamba-130m", "mamba2-130m", "mamba-codestral-7b", "rwkv6-1.6b-world", "rwkv7-0.4b-world",
+                 "lfm2-1.2b", "lfm2-2.6b",
                  "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
                  "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny"):
@@ -210,3 +213,24 @@ def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: no tensor list for architecture 'falcon-h1'")
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_rwkv6_tensor_list_counts_llama_cpps_parameters():
+    """RWKV-6 1.6B (hidden 2048, FFN 7168, 24 layers, LoRA ranks 32 / 64, head size 64, vocabulary 65536): per
+    layer 16 vectors of n_embd (4 norm weights/biases, lerp_x, 5 fused lerps, time_mix_first's 32 x 64, decay,
+    ln weight/bias, 2 channel-mix lerps), the token-shift LoRA (w1 + w2: 2 x 5 x 32 x 2048), the decay LoRA
+    (2 x 64 x 2048), six n_embd x n_embd matrices (key, value, receptance, gate, output, channel receptance) and
+    the channel-mix key/value; embeddings and head untied, plus the embedding and output layer norms. The total
+    is llama_model_n_params of the skeleton (tests/golden/llamacpp-breakdown/rwkv6-1.6b-world-bf16.json)."""
+    e, ff, v = 2048, 7168, 65536
+    layer = 16 * e + 10 * e * 32 + 2 * e * 64 + 6 * e * e + 2 * e * ff
+    tensors = tensor_list(load_builtin_preset("rwkv6-1.6b-world"))
+    assert sum(t.n_elements for t in tensors) == 24 * layer + 2 * e * v + 4 * e == 1_599_873_024
+    shapes = {t.name: t.shape for t in tensors}
+    assert shapes["blk.0.time_mix_w2.weight"] == (32, 2048, 5)
+    assert shapes["blk.0.time_mix_lerp_fused.weight"] == (2048, 1, 1, 5)
+    assert shapes["blk.0.time_mix_first.weight"] == (64, 32)
+    assert shapes["blk.23.time_mix_decay_w2.weight"] == (64, 2048)
+    # the converter keeps the LoRA, decay-LoRA, lerp and bonus tensors in F32 for every output type
+    assert {tensor_type(t, "bf16") for t in tensors if ".time_mix_w" in t.name or "decay_w" in t.name
+            or "first" in t.name or "lerp_fused" in t.name} == {"f32"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rsplan.hparams.layout import cache_layout
-from rsplan.hparams.sources import load_model
+from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.compute import ComputeModelError, compute_buffer, n_outputs_max_for
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan_testing import make_spec, shared_dir
@@ -213,3 +213,21 @@ def test_graphs_llama_cpp_asserts_against_are_refused():
                         attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 32})
     with pytest.raises(LlamaAbortError, match=r"V head 32, K head 64"):
         compute_buffer(minimax, ContextParams())
+
+
+def test_rwkv6_without_its_lora_ranks_is_refused():
+    spec = make_spec(arch="rwkv6", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=224, wkv={"head_size": 16}, time_mix_extra_dim=32)
+    with pytest.raises(ComputeModelError, match="time_decay_extra_dim"):
+        compute_buffer(spec, ContextParams())
+
+
+def test_rwkv6_rescale_adds_one_scale_every_n_layers():
+    """rwkv6.cpp halves the residual after layers n, 2n, ... (ggml_scale): 24 layers every 6 = 4 more nodes in
+    every reserve graph; the RWKV-6 1.6B golden cases (rescale 6) have llama.cpp's node count with them."""
+    spec = load_builtin_preset("rwkv6-1.6b-world")
+    assert spec.rescale_every_n_layers == 6
+    with_scale = compute_buffer(spec, ContextParams(n_ctx=4096), n_outputs_max=0)
+    without = compute_buffer(spec.model_copy(update={"rescale_every_n_layers": 0}), ContextParams(n_ctx=4096),
+                             n_outputs_max=0)
+    assert [gr.n_nodes - gn.n_nodes for gr, gn in zip(with_scale.graphs, without.graphs, strict=True)] == [4, 4]

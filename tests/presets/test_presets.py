@@ -49,6 +49,7 @@ REQUIRED = (
     "nemotron-h-8b-base-8k",
     "qwen3-next-80b-a3b",
     "qwen3.5-35b-a3b",
+    "rwkv6-1.6b-world",
     "rwkv7-0.4b-world",
 )
 
@@ -113,6 +114,15 @@ EXPECTED = (
         kv=(),
         kv_bytes=0,
         recurrent_bytes=64 * 4 * 4 * (30720 + 1048576),
+    ),
+    Expected(
+        "rwkv6-1.6b-world",
+        n_embd_r=2 * 2048,  # token_shift_count 2 * hidden 2048
+        n_embd_s=2048 * 64,  # hidden * head_size (32 heads of 64 x 64)
+        recurrent=tuple(range(24)),
+        kv=(),
+        kv_bytes=0,
+        recurrent_bytes=24 * 4 * 4 * (4096 + 131072),
     ),
     Expected(
         "rwkv7-0.4b-world",
@@ -359,6 +369,7 @@ def test_mtp_layers_are_blocks_but_carry_no_cache(name, block_count, n_layer):
         ("mamba-130m", 1 << 20),  # conversion/mamba.py: 2**20 for every Mamba model
         ("mamba-codestral-7b", 1 << 20),
         ("rwkv7-0.4b-world", 1 << 20),  # conversion/rwkv.py: "RWKV isn't context limited"
+        ("rwkv6-1.6b-world", 1 << 20),
         ("nemotron-h-8b-base-8k", 1 << 20),  # GraniteHybridModel overwrites it for hybrids without RoPE
         ("granite-4.0-h-tiny", 1 << 20),
         ("kimi-linear-48b-a3b", 1048576),  # model_max_length; the config has no max_position_embeddings
