@@ -341,6 +341,33 @@ def t_rwkv7(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     return out
 
 
+def t_rwkv6(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/rwkv6.cpp load_arch_tensors, in the shapes conversion/rwkv.py writes (lerps and decay squeezed,
+    the five time-mix lerps fused)."""
+    n_embd = spec.embedding_length
+    out = embeddings(n_embd, x["n_vocab"], tied=False)
+    out += [("token_embd_norm.weight", (n_embd,)), ("token_embd_norm.bias", (n_embd,)), ("output_norm.bias", (n_embd,))]
+    tm, td, hs, ff = x["mix_extra"], x["decay_extra"], x["head_size"], x["n_ff"]
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        out += [
+            (b + "attn_norm.weight", (n_embd,)), (b + "attn_norm.bias", (n_embd,)),
+            (b + "attn_norm_2.weight", (n_embd,)), (b + "attn_norm_2.bias", (n_embd,)),
+            (b + "time_mix_w1.weight", (n_embd, 5 * tm)), (b + "time_mix_w2.weight", (tm, n_embd, 5)),
+            (b + "time_mix_lerp_x.weight", (n_embd,)), (b + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5)),
+            (b + "time_mix_first.weight", (hs, n_embd // hs)), (b + "time_mix_decay.weight", (n_embd,)),
+            (b + "time_mix_decay_w1.weight", (n_embd, td)), (b + "time_mix_decay_w2.weight", (td, n_embd)),
+            (b + "time_mix_key.weight", (n_embd, n_embd)), (b + "time_mix_value.weight", (n_embd, n_embd)),
+            (b + "time_mix_receptance.weight", (n_embd, n_embd)), (b + "time_mix_gate.weight", (n_embd, n_embd)),
+            (b + "time_mix_ln.weight", (n_embd,)), (b + "time_mix_ln.bias", (n_embd,)),
+            (b + "time_mix_output.weight", (n_embd, n_embd)),
+            (b + "channel_mix_lerp_k.weight", (n_embd,)), (b + "channel_mix_lerp_r.weight", (n_embd,)),
+            (b + "channel_mix_key.weight", (n_embd, ff)), (b + "channel_mix_value.weight", (ff, n_embd)),
+            (b + "channel_mix_receptance.weight", (n_embd, n_embd)),
+        ]  # fmt: skip
+    return out
+
+
 def t_llama(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     att = spec.attention
     n_embd = spec.embedding_length
@@ -426,6 +453,12 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
         {"n_vocab": 65536, "n_ff": 4096, "decay": 64, "iclr": 64, "vmix": 32, "gate": 128},
         {Attention.DECAY_LORA_RANK: 64, Attention.ICLR_LORA_RANK: 64,
          Attention.VALUE_RESIDUAL_MIX_LORA_RANK: 32, Attention.GATE_LORA_RANK: 128,
+         Attention.LAYERNORM_EPS: 1e-5},
+    ),
+    "rwkv6-1.6b-world": (
+        "rwkv6-1.6b-world", t_rwkv6,
+        {"n_vocab": 65536, "n_ff": 7168, "mix_extra": 32, "decay_extra": 64, "head_size": 64},
+        {LLM.TIME_MIX_EXTRA_DIM: 32, LLM.TIME_DECAY_EXTRA_DIM: 64, LLM.RESCALE_EVERY_N_LAYERS: 6,
          Attention.LAYERNORM_EPS: 1e-5},
     ),
     "synthetic-llama-70b": (synthetic("llama", 80, 1024, 8, 1, 2816), t_llama, {"n_vocab": 32000}, {}),
