@@ -18,9 +18,9 @@ the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_bac
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
 
-Archs with a table: mamba, mamba2, rwkv6, rwkv7, jamba, nemotron_h, granitehybrid (MoE), lfm2, lfm2moe, qwen35,
-qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys (vocab_size, expert_*,
-...); a missing one is an UnsupportedArchError naming it.
+Archs with a table: mamba, mamba2, rwkv6, rwkv7, jamba, nemotron_h, falcon-h1, granitehybrid (MoE), lfm2,
+lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys
+(vocab_size, expert_*, ...); a missing one is an UnsupportedArchError naming it.
 """
 
 from __future__ import annotations
@@ -165,6 +165,30 @@ KINDS: dict[str, list[Template]] = {
         ("channel_mix_key.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
         ("channel_mix_value.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
         ("channel_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ],
+    # Falcon-H1 (src/models/falcon-h1.cpp, conversion/falcon_h1.py): every layer has a Mamba-2 mixer (the grouped
+    # norm only with mamba_rms_norm), GQA attention and a SwiGLU FFN; one pre-norm (attn_norm) feeds both mixers;
+    # gguf-py maps pre_ff_layernorm.weight to FFN_PRE_NORM by its full name, so the FFN norm has no ".weight"
+    "falcon_h1_mamba": [
+        ("ssm_in.weight", lambda d, il: (d.n_embd, 2 * d.d_inner + 2 * d.n_group * d.d_state + d.dt_rank)),
+        ("ssm_conv1d.weight", lambda d, il: (d.d_conv, d.d_inner + 2 * d.n_group * d.d_state)),
+        ("ssm_conv1d.bias", lambda d, il: (d.d_inner + 2 * d.n_group * d.d_state,)),
+        ("ssm_dt.bias", lambda d, il: (d.dt_rank,)),
+        ("ssm_a", lambda d, il: (1, d.dt_rank)),
+        ("ssm_d", lambda d, il: (1, d.dt_rank)),
+    ],
+    "falcon_h1_ssm_norm": [("ssm_norm.weight", lambda d, il: (d.d_inner // d.n_group, d.n_group))],
+    "falcon_h1_block": [
+        ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+        ("attn_norm.weight", _NORM),
+        ("ffn_norm", _NORM),
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
     ],
     # Mamba-1 block (src/models/mamba.cpp; the loader requires d_inner = 2 * n_embd)
     "mamba": [
@@ -434,6 +458,16 @@ def _nemotron_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     return ("nemotron_attn",) if spec.feed_forward(il) == 0 else ("nemotron_mlp",)
 
 
+def _falcon_h1_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    if spec.mamba_rms_norm is None:
+        raise UnsupportedArchError(
+            f"{spec.name}: mamba_rms_norm is needed for the tensor list of arch 'falcon-h1' (whether the Mamba-2 "
+            "mixer has its ssm_norm tensors: config.json mamba_rms_norm)"
+        )
+    norm = ("falcon_h1_ssm_norm",) if spec.mamba_rms_norm else ()
+    return ("falcon_h1_mamba", *norm, "falcon_h1_block")
+
+
 def _qwen_kinds(ba: str, ffn: str) -> Callable[[ModelSpec, int, bool], tuple[str, ...]]:
     def kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
         mixer = ("gdn_qkv", ba, "gdn_out") if recr else ("qwen_attn",)
@@ -489,6 +523,7 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
         ("vocab_size", "feed_forward_length", "expert_count"),
     ),
     "nemotron_h": ArchTensors("output_norm", _nemotron_kinds, ("vocab_size", "feed_forward_length")),
+    "falcon-h1": ArchTensors("output_norm", _falcon_h1_kinds, ("vocab_size", "feed_forward_length")),
     # the MoE Granite-4.0-H models (tiny, small); the dense ones (h-1b, h-micro) have no table yet
     "granitehybrid": ArchTensors(
         "output_norm", lambda spec, il, recr: ("mamba2" if recr else "granite_attn", "granite_moe"),

@@ -24,6 +24,7 @@ BUILDERS: dict[str, str] = {
     "qwen35moe": "qwen35:build_qwen35",
     "qwen3next": "qwen35:build_qwen35",
     "nemotron_h": "nemotron_h:build_nemotron_h",
+    "falcon-h1": "falcon_h1:build_falcon_h1",
     "rwkv6": "rwkv6:build_rwkv6",
     "rwkv7": "rwkv7:build_rwkv7",
     "minimax-01": "minimax:build_minimax_01",

@@ -368,6 +368,24 @@ def t_rwkv6(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     return out
 
 
+def t_falcon_h1(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/falcon-h1.cpp load_arch_tensors, as conversion/falcon_h1.py writes them: a Mamba-2 mixer without
+    the grouped norm (mamba_rms_norm false), separate Q/K/V, and the FFN norm named without ".weight"."""
+    ssm, att = spec.ssm, spec.attention
+    assert ssm is not None and ssm.inner_size and ssm.state_size and ssm.group_count and ssm.time_step_rank
+    n_embd, hd = spec.embedding_length, att.key_length or 0
+    n_q, n_kv = hd * per_layer(att.head_count, 0), hd * per_layer(att.head_count_kv, 0)
+    out = embeddings(n_embd, x["n_vocab"], tied=False)
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        mixer = mamba2_mixer(il, n_embd, ssm.inner_size, ssm.state_size, ssm.group_count, ssm.time_step_rank)
+        out += [t for t in mixer if not t[0].endswith("ssm_norm.weight")]
+        out += qkv(il, n_embd, n_q, n_kv)
+        out += [(b + "attn_norm.weight", (n_embd,)), (b + "ffn_norm", (n_embd,))]
+        out += dense_ffn(il, n_embd, x["n_ff"])
+    return out
+
+
 def t_llama(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     att = spec.attention
     n_embd = spec.embedding_length
@@ -460,6 +478,9 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
         {"n_vocab": 65536, "n_ff": 7168, "mix_extra": 32, "decay_extra": 64, "head_size": 64},
         {LLM.TIME_MIX_EXTRA_DIM: 32, LLM.TIME_DECAY_EXTRA_DIM: 64, LLM.RESCALE_EVERY_N_LAYERS: 6,
          Attention.LAYERNORM_EPS: 1e-5},
+    ),
+    "falcon-h1-0.5b-instruct": (
+        "falcon-h1-0.5b-instruct", t_falcon_h1, {"n_vocab": 32784, "n_ff": 2048}, {},
     ),
     "synthetic-llama-70b": (synthetic("llama", 80, 1024, 8, 1, 2816), t_llama, {"n_vocab": 32000}, {}),
     "synthetic-falcon-7b-layout": (

@@ -17,7 +17,7 @@ import pytest
 from rsplan.errors import UnsupportedArchError
 from rsplan.hparams.gguf_file import load_gguf, scan_gguf
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.sources import load_builtin_preset
+from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.hparams.tensors import (
     ARCH_TENSORS,
     TensorInfo,
@@ -31,6 +31,18 @@ from rsplan_testing import shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
+#: An arch with neither a tensor list nor a compute graph (RWKV-6 with Qwen-2 attention: the GLA time mix), as a
+#: preset file: every size rsplan gives for it comes from the cache rules alone.
+NO_TABLE_PRESET = """name: qrwkv-test
+source: test
+arch: rwkv6qwen2
+context_length: 4096
+embedding_length: 1024
+block_count: 4
+wkv:
+  head_size: 64
+vocab_size: 1000
+"""
 
 
 @pytest.mark.parametrize(
@@ -133,6 +145,8 @@ def test_qwen3_next_parameter_count_is_the_published_one():
         ("rwkv7-0.4b-world", 0.45),
         # RWKV-6 Finch 1.6B (the model card's "1.6B"; llama.cpp types it LLM_TYPE_1_6B)
         ("rwkv6-1.6b-world", 1.6),
+        # Falcon-H1-0.5B: models derived from it name 521M (the "0.5B" rounds the same count)
+        ("falcon-h1-0.5b-instruct", 0.521),
     ],
 )
 def test_parameter_counts_round_to_the_published_ones(preset, params):
@@ -163,18 +177,23 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
                  "lfm2-1.2b", "lfm2-2.6b",
                  "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
-                 "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny"):
+                 "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny", "falcon-h1-0.5b-instruct"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)
     assert archs | {"qwen35"} == set(ARCH_TENSORS)
 
 
-def test_missing_vocab_or_unknown_arch_is_a_clear_error():
+def test_missing_vocab_or_unknown_arch_is_a_clear_error(tmp_path):
     with pytest.raises(UnsupportedArchError, match="vocab_size"):
         tensor_list(load_builtin_preset("mamba2-2.7b"))
-    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'falcon-h1'"):
-        tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct"))
+    (tmp_path / "qrwkv.yaml").write_text(NO_TABLE_PRESET)
+    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'rwkv6qwen2'"):
+        tensor_list(load_model(str(tmp_path / "qrwkv.yaml")))
+    # Falcon-H1's ssm_norm tensors exist only with mamba_rms_norm, which no GGUF key carries
+    falcon = load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": None})
+    with pytest.raises(UnsupportedArchError, match="mamba_rms_norm"):
+        tensor_list(falcon)
 
 
 def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
@@ -204,15 +223,18 @@ def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
 
 
 def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
-    out = tmp_path / "x.gguf"
+    preset = tmp_path / "in" / "qrwkv.yaml"
+    preset.parent.mkdir()
+    preset.write_text(NO_TABLE_PRESET)
+    out = tmp_path / "out" / "x.gguf"
+    out.parent.mkdir()
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), "falcon-h1-0.5b-instruct",
-         "-o", str(out)],
+        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), str(preset), "-o", str(out)],
         capture_output=True, text=True, timeout=120, env={**os.environ},
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("Error: no tensor list for architecture 'falcon-h1'")
-    assert not out.exists() and not list(tmp_path.iterdir())
+    assert proc.stderr.startswith("Error: no tensor list for architecture 'rwkv6qwen2'")
+    assert not out.exists() and not list(out.parent.iterdir())
 
 
 def test_rwkv6_tensor_list_counts_llama_cpps_parameters():
@@ -234,3 +256,25 @@ def test_rwkv6_tensor_list_counts_llama_cpps_parameters():
     # the converter keeps the LoRA, decay-LoRA, lerp and bonus tensors in F32 for every output type
     assert {tensor_type(t, "bf16") for t in tensors if ".time_mix_w" in t.name or "decay_w" in t.name
             or "first" in t.name or "lerp_fused" in t.name} == {"f32"}
+
+
+def test_falcon_h1_tensor_list_counts_llama_cpps_parameters():
+    """Falcon-H1-0.5B (hidden 1024, 36 layers, 8 heads / 2 KV heads of 64, Mamba-2 d_inner 1536 in 24 heads,
+    1 group, d_state 128, conv 4, FFN 2048, vocabulary 32784, untied, no grouped norm): per layer the Mamba-2
+    in-projection (z, x, B, C, dt: 2 x 1536 + 2 x 128 + 24 rows), its conv kernel and bias over x, B and C
+    (1792 channels), dt bias, A and D per head, out-projection, Q / K / V / O, the two norms and the SwiGLU FFN.
+    The total is llama_model_n_params of the skeleton (tests/golden/llamacpp-breakdown/
+    falcon-h1-0.5b-instruct-bf16.json)."""
+    e, ff, v, di, conv, nh = 1024, 2048, 32784, 1536, 1792, 24
+    mamba = e * (2 * di + 2 * 128 + nh) + 4 * conv + conv + 3 * nh + di * e
+    attn = e * 512 + 2 * e * 128 + 512 * e
+    layer = mamba + attn + 2 * e + 3 * e * ff
+    tensors = tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct"))
+    assert sum(t.n_elements for t in tensors) == 36 * layer + 2 * e * v + e == 521_411_104
+    names = {t.name for t in tensors}
+    # the FFN norm is stored without ".weight" (gguf-py's FFN_PRE_NORM), and llama.cpp asks for it so
+    assert "blk.0.ffn_norm" in names and "blk.0.ffn_norm.weight" not in names
+    assert "blk.0.ssm_norm.weight" not in names  # mamba_rms_norm false
+    with_norm = tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": True}))
+    assert {t.shape for t in with_norm if t.name == "blk.35.ssm_norm.weight"} == {(1536, 1)}
+    assert tensor_type(next(t for t in tensors if t.name == "blk.0.ffn_norm"), "bf16") == "f32"

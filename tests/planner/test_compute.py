@@ -231,3 +231,20 @@ def test_rwkv6_rescale_adds_one_scale_every_n_layers():
     without = compute_buffer(spec.model_copy(update={"rescale_every_n_layers": 0}), ContextParams(n_ctx=4096),
                              n_outputs_max=0)
     assert [gr.n_nodes - gn.n_nodes for gr, gn in zip(with_scale.graphs, without.graphs, strict=True)] == [4, 4]
+
+
+def test_falcon_h1_needs_to_know_its_mamba_norm():
+    spec = load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": None})
+    with pytest.raises(ComputeModelError, match="mamba_rms_norm"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))
+
+
+def test_falcon_h1_grouped_norm_adds_three_nodes_per_layer():
+    """mamba-base.cpp build_mamba2_layer: with ssm_norm, y is reshaped to the groups and RMS-normed with a weight
+    (RESHAPE, RMS_NORM, MUL); the 0.5B model (mamba_rms_norm false) has none, and its golden cases have
+    llama.cpp's node count without them."""
+    spec = load_builtin_preset("falcon-h1-0.5b-instruct")
+    plain = compute_buffer(spec, ContextParams(n_ctx=4096), n_outputs_max=0)
+    normed = compute_buffer(spec.model_copy(update={"mamba_rms_norm": True}), ContextParams(n_ctx=4096),
+                            n_outputs_max=0)
+    assert [b.n_nodes - a.n_nodes for a, b in zip(plain.graphs, normed.graphs, strict=True)] == [3 * 36, 3 * 36]
