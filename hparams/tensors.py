@@ -18,7 +18,7 @@ the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_bac
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
 
-Archs with a table: mamba, mamba2, rwkv6, rwkv7, jamba, nemotron_h, falcon-h1, granitehybrid (MoE), lfm2,
+Archs with a table: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, jamba, nemotron_h, falcon-h1, granitehybrid (MoE), lfm2,
 lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys
 (vocab_size, expert_*, ...); a missing one is an UnsupportedArchError naming it.
 """
@@ -94,6 +94,12 @@ Template = tuple[str, Shape]
 
 
 _NORM: Shape = lambda d, il: (d.n_embd,)  # noqa: E731
+
+
+def _qrwkv_kv(d: Dims, il: int) -> int:
+    """RWKV6-Qwen2's K / V width: n_embd, or n_head_kv heads of wkv.head_size when the KV heads are fewer."""
+    n_kv = d.n_head_kv[il]
+    return d.n_embd if n_kv == 0 or d.n_embd // d.wkv_head == n_kv else n_kv * d.wkv_head
 
 #: Layer kinds: the tensors each adds to a block, in the loader's order.
 KINDS: dict[str, list[Template]] = {
@@ -189,6 +195,31 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
         ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
         ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ],
+    # RWKV6-Qwen2 (src/models/rwkv6qwen2.cpp; conversion/rwkv.py RWKV6Qwen2Model): the RWKV-6 time mix without
+    # time_mix_first and the group norm, K / V as wide as the KV heads (GQA), the Qwen-2 attention biases on
+    # receptance / key / value, RMS norms and a SwiGLU FFN
+    "rwkv6qwen2": [
+        ("attn_norm.weight", _NORM),
+        ("time_mix_w1.weight", lambda d, il: (d.n_embd, 5 * d.rwkv6_extra[0])),
+        ("time_mix_w2.weight", lambda d, il: (d.rwkv6_extra[0], d.n_embd, 5)),
+        ("time_mix_lerp_x.weight", _NORM),
+        ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 5)),
+        ("time_mix_decay.weight", _NORM),
+        ("time_mix_decay_w1.weight", lambda d, il: (d.n_embd, d.rwkv6_extra[1])),
+        ("time_mix_decay_w2.weight", lambda d, il: (d.rwkv6_extra[1], d.n_embd)),
+        ("time_mix_key.weight", lambda d, il: (d.n_embd, _qrwkv_kv(d, il))),
+        ("time_mix_value.weight", lambda d, il: (d.n_embd, _qrwkv_kv(d, il))),
+        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_gate.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_key.bias", lambda d, il: (_qrwkv_kv(d, il),)),
+        ("time_mix_value.bias", lambda d, il: (_qrwkv_kv(d, il),)),
+        ("time_mix_receptance.bias", _NORM),
+        ("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
     ],
     # Mamba-1 block (src/models/mamba.cpp; the loader requires d_inner = 2 * n_embd)
     "mamba": [
@@ -503,6 +534,10 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
         ("vocab_size", "feed_forward_length", "time_mix_extra_dim", "time_decay_extra_dim"),
         extra_global=(("token_embd_norm.weight", "after_embd"), ("token_embd_norm.bias", "after_embd"),
                       ("output_norm.bias", "after_norm")),
+    ),
+    "rwkv6qwen2": ArchTensors(
+        "output_norm", lambda spec, il, recr: ("rwkv6qwen2",),
+        ("vocab_size", "feed_forward_length", "time_mix_extra_dim", "time_decay_extra_dim"),
     ),
     "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
     "jamba": ArchTensors(

@@ -26,6 +26,7 @@ BUILDERS: dict[str, str] = {
     "nemotron_h": "nemotron_h:build_nemotron_h",
     "falcon-h1": "falcon_h1:build_falcon_h1",
     "rwkv6": "rwkv6:build_rwkv6",
+    "rwkv6qwen2": "rwkv6:build_rwkv6qwen2",
     "rwkv7": "rwkv7:build_rwkv7",
     "minimax-01": "minimax:build_minimax_01",
     "jamba": "jamba:build_jamba",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width
+from rsplan.planner.graphs.lfm2 import ffn_silu_par
 from rsplan.planner.graphs.rwkv7 import last_token, layer_norm, shifted
 
 #: The LoRA ranks the time mix needs: ModelSpec key -> what it sizes.
@@ -54,38 +55,58 @@ def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor, extra: int) ->
             for i, name in enumerate(LERPS)}
 
 
-def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, il: int) -> Tensor:
-    """build_rwkv6_time_mix for RWKV-6 (time_mix_first present: no QRWKV branch; head_count_kv 0: no K/V
-    repeat)."""
+def _rkv(p: GraphParams, x: dict[str, Tensor], qrwkv: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Receptance, key, value ([head_size, n_head, n_tokens] each) and the output gate ([n_embd, n_tokens]).
+    RWKV6-Qwen2 adds the Qwen-2 attention biases, gates with a sigmoid instead of a SiLU, and repeats its
+    GQA-wide K / V over the heads."""
+    n_embd, n_tokens = p.n_embd, p.n_tokens
+    hs = p.spec.wkv.head_size
+    n_head, n_head_kv = n_embd // hs, p.spec.head_count_kv(0) if qrwkv else 0
+    kv = n_head_kv * hs if n_head_kv and n_head_kv != n_head else n_embd
+    r = g.mul_mat(g.weight(n_embd, n_embd), x["r"])
+    k = g.mul_mat(g.weight(n_embd, kv), x["k"])
+    v = g.mul_mat(g.weight(n_embd, kv), x["v"])
+    if qrwkv:
+        r, k, v = g.add(r, g.weight(n_embd)), g.add(k, g.weight(kv)), g.add(v, g.weight(kv))
+    gate = g.unary(g.mul_mat(g.weight(n_embd, n_embd), x["g"]))  # sigmoid (QRWKV) or silu
+    if n_head_kv and n_head_kv != n_head:
+        k, v = (g.repeat(g.reshape(t, hs, 1, n_head_kv, n_tokens), hs, n_head // n_head_kv, n_head_kv, n_tokens)
+                for t in (k, v))
+    k, v, r = (g.reshape(t, hs, n_head, n_tokens) for t in (k, v, r))
+    return r, k, v, gate
+
+
+def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, il: int,
+              qrwkv: bool = False) -> Tensor:
+    """build_rwkv6_time_mix: RWKV-6 (time_mix_first: the RWKV_WKV6 op and a group norm) or, with ``qrwkv``,
+    RWKV6-Qwen2 (no time_mix_first: k scaled by 1 - w, the GATED_LINEAR_ATTN op, no norm)."""
     p = lg.p
     n_embd, n_tokens = p.n_embd, p.n_tokens
     hs = p.spec.wkv.head_size
     n_head = n_embd // hs
     mix_extra, decay_extra = _extra_dims(p)
     x = _time_mix_inputs(p, cur, x_prev, mix_extra)
-
-    def mm(inp: Tensor, rows: int) -> Tensor:
-        return g.mul_mat(g.weight(inp.ne[0], rows), inp)
-
-    r = mm(x["r"], n_embd)
-    k = mm(x["k"], n_embd)
-    v = mm(x["v"], n_embd)
-    gate = g.unary(mm(x["g"], n_embd))  # silu
-    k, v, r = (g.reshape(t, hs, n_head, n_tokens) for t in (k, v, r))
-    w = g.add(mm(g.unary(mm(x["w"], decay_extra)), n_embd), g.weight(n_embd))
+    r, k, v, gate = _rkv(p, x, qrwkv)
+    w = g.mul_mat(g.weight(decay_extra, n_embd), g.unary(g.mul_mat(g.weight(n_embd, decay_extra), x["w"])))
+    w = g.add(w, g.weight(n_embd))
     w = g.reshape(g.unary(g.unary(g.unary(w))), hs, n_head, n_tokens)  # exp(-exp(w))
+    if qrwkv:
+        k = g.sub(k, g.mul(k, w))
 
     n_embd_s = n_embd * hs
     s_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
     state = lg.rs(s_all, n_embd_s, rs)
-    out = g.rwkv_wkv6(k, v, r, g.weight(hs, n_head), w, state)
+    out = g.gated_linear_attn(k, v, r, w, state) if qrwkv else g.rwkv_wkv6(k, v, r, g.weight(hs, n_head), w, state)
     cur = g.view(out, (n_embd * n_tokens,), (), 0)
     new_state = g.view(out, (n_embd_s * p.n_seqs,), (), n_embd * n_tokens * 4)
     lg.expand(g.cpy(new_state, g.view(s_all, (n_embd_s * p.n_seqs,), (), 0)))
 
-    cur = g.norm(g.reshape(cur, n_embd // n_head, n_head, n_tokens))  # group norm, one group per head
-    cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd)), g.weight(n_embd))
-    cur = mm(g.mul(cur, gate), n_embd)
+    if qrwkv:
+        cur = g.reshape(cur, n_embd, n_tokens)
+    else:
+        cur = g.norm(g.reshape(cur, n_embd // n_head, n_head, n_tokens))  # group norm, one group per head
+        cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd)), g.weight(n_embd))
+    cur = g.mul_mat(g.weight(n_embd, n_embd), g.mul(cur, gate))
     return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
 
 
@@ -137,4 +158,33 @@ def build_rwkv6(p: GraphParams) -> Graph:
     out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)
     g.GraphBuilder.set_output(out)
     lg.expand(out)
+    return lg.b.graph
+
+
+def build_rwkv6qwen2(p: GraphParams) -> Graph:
+    """llama_model_rwkv6qwen2::graph: RMS pre-norms, one token shift (the time mix's), the QRWKV time mix and
+    Qwen-2's SwiGLU FFN."""
+    if p.spec.wkv.token_shift_count != 1:
+        raise g.GGMLAbort(f"GGML_ASSERT(n_embd == hparams.n_embd_r()) fails in llama_model_rwkv6qwen2::graph "
+                          f"(token_shift_count {p.spec.wkv.token_shift_count})")
+    lg = LlamaGraph(p)
+    n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
+    inp = lg.inp_embd()
+    rs = lg.rs_inp()
+    out_ids = lg.inp_out_ids()
+    for il in range(p.n_layer):
+        inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
+        r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
+        shift = g.reshape(lg.rs(r_all, n_embd, rs), n_embd, 1, n_seqs)
+        att_norm = lg.norm(inp, n_embd)
+        x_prev = shifted(shift, att_norm, n_embd, n_seq_tokens, n_seqs)
+        cur = _time_mix(lg, rs, att_norm, x_prev, il, qrwkv=True)
+        shift = last_token(att_norm, n_embd, n_seq_tokens, n_seqs)
+        lg.expand(g.cpy(g.view(shift, (n_embd * n_seqs,), (), 0), g.view(r_all, (n_embd * n_seqs,), (), 0)))
+        ffn_inp = g.reshape(g.add(cur, inp), n_embd, p.n_tokens)
+        if il == p.n_layer - 1:
+            ffn_inp = g.get_rows(ffn_inp, out_ids)
+        cur = ffn_silu_par(lg.norm(ffn_inp, n_embd), n_embd, ffn_width(p, il))
+        inp = g.add(cur, ffn_inp)
+    lg.output(inp)
     return lg.b.graph

@@ -368,6 +368,31 @@ def t_rwkv6(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     return out
 
 
+def t_rwkv6qwen2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/rwkv6qwen2.cpp load_arch_tensors, as conversion/rwkv.py RWKV6Qwen2Model writes them (lerps and
+    decay squeezed, no time_mix_first, the Qwen-2 attention biases on receptance / key / value)."""
+    n_embd = spec.embedding_length
+    out = embeddings(n_embd, x["n_vocab"], tied=False)
+    tm, td, kv, ff = x["mix_extra"], x["decay_extra"], x["kv"], x["n_ff"]
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        out += [
+            (b + "attn_norm.weight", (n_embd,)),
+            (b + "time_mix_w1.weight", (n_embd, 5 * tm)), (b + "time_mix_w2.weight", (tm, n_embd, 5)),
+            (b + "time_mix_lerp_x.weight", (n_embd,)), (b + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5)),
+            (b + "time_mix_decay.weight", (n_embd,)),
+            (b + "time_mix_decay_w1.weight", (n_embd, td)), (b + "time_mix_decay_w2.weight", (td, n_embd)),
+            (b + "time_mix_key.weight", (n_embd, kv)), (b + "time_mix_value.weight", (n_embd, kv)),
+            (b + "time_mix_receptance.weight", (n_embd, n_embd)), (b + "time_mix_gate.weight", (n_embd, n_embd)),
+            (b + "time_mix_key.bias", (kv,)), (b + "time_mix_value.bias", (kv,)),
+            (b + "time_mix_receptance.bias", (n_embd,)),
+            (b + "time_mix_output.weight", (n_embd, n_embd)),
+            (b + "ffn_norm.weight", (n_embd,)),
+        ]  # fmt: skip
+        out += dense_ffn(il, n_embd, ff)
+    return out
+
+
 def t_falcon_h1(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     """src/models/falcon-h1.cpp load_arch_tensors, as conversion/falcon_h1.py writes them: a Mamba-2 mixer without
     the grouped norm (mamba_rms_norm false), separate Q/K/V, and the FFN norm named without ".weight"."""
@@ -478,6 +503,11 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
         {"n_vocab": 65536, "n_ff": 7168, "mix_extra": 32, "decay_extra": 64, "head_size": 64},
         {LLM.TIME_MIX_EXTRA_DIM: 32, LLM.TIME_DECAY_EXTRA_DIM: 64, LLM.RESCALE_EVERY_N_LAYERS: 6,
          Attention.LAYERNORM_EPS: 1e-5},
+    ),
+    "qrwkv6-32b-instruct-preview": (
+        "qrwkv6-32b-instruct-preview", t_rwkv6qwen2,
+        {"n_vocab": 152064, "n_ff": 27648, "mix_extra": 64, "decay_extra": 128, "kv": 1024},
+        {LLM.TIME_MIX_EXTRA_DIM: 64, LLM.TIME_DECAY_EXTRA_DIM: 128},
     ),
     "falcon-h1-0.5b-instruct": (
         "falcon-h1-0.5b-instruct", t_falcon_h1, {"n_vocab": 32784, "n_ff": 2048}, {},

@@ -63,6 +63,7 @@ MODELS: dict[str, dict] = {
     "rwkv7-0.4b-world-bf16": {"preset": "rwkv7-0.4b-world", "outtype": "bf16"},
     "rwkv6-1.6b-world-bf16": {"preset": "rwkv6-1.6b-world", "outtype": "bf16"},
     "falcon-h1-0.5b-instruct-bf16": {"preset": "falcon-h1-0.5b-instruct", "outtype": "bf16"},
+    "qrwkv6-32b-instruct-preview-bf16": {"preset": "qrwkv6-32b-instruct-preview", "outtype": "bf16"},
     "jamba-v0.1-bf16": {"preset": "jamba-v0.1", "outtype": "bf16"},
     "kimi-linear-48b-a3b-bf16": {"preset": "kimi-linear-48b-a3b", "outtype": "bf16"},
     "granite-4.0-h-tiny-bf16": {"preset": "granite-4.0-h-tiny", "outtype": "bf16"},

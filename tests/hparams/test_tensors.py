@@ -31,16 +31,17 @@ from rsplan_testing import shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
-#: An arch with neither a tensor list nor a compute graph (RWKV-6 with Qwen-2 attention: the GLA time mix), as a
+#: An arch with neither a tensor list nor a compute graph (ARWKV-7: the RWKV-7 time mix in a Qwen-2.5 body), as a
 #: preset file: every size rsplan gives for it comes from the cache rules alone.
-NO_TABLE_PRESET = """name: qrwkv-test
+NO_TABLE_PRESET = """name: arwkv-test
 source: test
-arch: rwkv6qwen2
+arch: arwkv7
 context_length: 4096
 embedding_length: 1024
 block_count: 4
 wkv:
   head_size: 64
+  token_shift_count: 1
 vocab_size: 1000
 """
 
@@ -177,7 +178,8 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
                  "lfm2-1.2b", "lfm2-2.6b",
                  "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
-                 "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny", "falcon-h1-0.5b-instruct"):
+                 "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny", "falcon-h1-0.5b-instruct",
+                 "qrwkv6-32b-instruct-preview"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)
@@ -187,9 +189,9 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
 def test_missing_vocab_or_unknown_arch_is_a_clear_error(tmp_path):
     with pytest.raises(UnsupportedArchError, match="vocab_size"):
         tensor_list(load_builtin_preset("mamba2-2.7b"))
-    (tmp_path / "qrwkv.yaml").write_text(NO_TABLE_PRESET)
-    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'rwkv6qwen2'"):
-        tensor_list(load_model(str(tmp_path / "qrwkv.yaml")))
+    (tmp_path / "arwkv.yaml").write_text(NO_TABLE_PRESET)
+    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'arwkv7'"):
+        tensor_list(load_model(str(tmp_path / "arwkv.yaml")))
     # Falcon-H1's ssm_norm tensors exist only with mamba_rms_norm, which no GGUF key carries
     falcon = load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": None})
     with pytest.raises(UnsupportedArchError, match="mamba_rms_norm"):
@@ -223,7 +225,7 @@ def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
 
 
 def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
-    preset = tmp_path / "in" / "qrwkv.yaml"
+    preset = tmp_path / "in" / "arwkv.yaml"
     preset.parent.mkdir()
     preset.write_text(NO_TABLE_PRESET)
     out = tmp_path / "out" / "x.gguf"
@@ -233,7 +235,7 @@ def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
         capture_output=True, text=True, timeout=120, env={**os.environ},
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("Error: no tensor list for architecture 'rwkv6qwen2'")
+    assert proc.stderr.startswith("Error: no tensor list for architecture 'arwkv7'")
     assert not out.exists() and not list(out.parent.iterdir())
 
 
@@ -278,3 +280,21 @@ def test_falcon_h1_tensor_list_counts_llama_cpps_parameters():
     with_norm = tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": True}))
     assert {t.shape for t in with_norm if t.name == "blk.35.ssm_norm.weight"} == {(1536, 1)}
     assert tensor_type(next(t for t in tensors if t.name == "blk.0.ffn_norm"), "bf16") == "f32"
+
+
+def test_rwkv6qwen2_tensor_list_counts_llama_cpps_parameters():
+    """QRWKV6-32B (hidden 5120, 64 layers, 40 heads of 128 with 8 KV heads, FFN 27648, LoRA ranks 64 / 128,
+    vocabulary 152064, untied): per layer ten vectors of n_embd (the two norms, lerp_x, the 5 fused lerps, the
+    decay, the receptance bias), the token-shift LoRA (2 x 5 x 64 x 5120), the decay LoRA (2 x 128 x 5120),
+    receptance / gate / output (3 x 5120^2), K and V as wide as 8 heads (2 x 5120 x 1024) with their biases, and
+    the SwiGLU FFN; no time_mix_first, group norm or output-norm bias. The total is llama_model_n_params of the
+    skeleton
+    (tests/golden/llamacpp-breakdown/qrwkv6-32b-instruct-preview-bf16.json)."""
+    e, ff, v, kv = 5120, 27648, 152064, 8 * 128
+    vectors = e * (1 + 1 + 5 + 1 + 1 + 1)  # attn_norm, lerp_x, lerp_fused, decay, receptance bias, ffn_norm
+    layer = vectors + 10 * e * 64 + 2 * e * 128 + 3 * e * e + 2 * e * kv + 2 * kv + 3 * e * ff
+    tensors = tensor_list(load_builtin_preset("qrwkv6-32b-instruct-preview"))
+    assert sum(t.n_elements for t in tensors) == 64 * layer + 2 * e * v + e == 34_737_492_992
+    shapes = {t.name: t.shape for t in tensors}
+    assert shapes["blk.0.time_mix_key.weight"] == (5120, 1024) and shapes["blk.0.time_mix_key.bias"] == (1024,)
+    assert "blk.0.time_mix_first.weight" not in shapes and "output_norm.bias" not in shapes

@@ -34,11 +34,11 @@ def test_compute_flag_overrides_the_model():
 
 
 def test_unmodelled_arch_keeps_the_allowance_and_says_why(tmp_path):
-    # RWKV-6 with Qwen-2 attention (the GLA time mix) has no compute graph here
-    preset = tmp_path / "qrwkv.yaml"
-    preset.write_text("name: qrwkv-test\nsource: test\narch: rwkv6qwen2\ncontext_length: 4096\nembedding_length: 1024\n"
-                      "block_count: 4\nwkv:\n  head_size: 64\nvocab_size: 1000\n")
+    # ARWKV-7 (the RWKV-7 time mix in a Qwen-2.5 body) has no compute graph here
+    preset = tmp_path / "arwkv.yaml"
+    preset.write_text("name: arwkv-test\nsource: test\narch: arwkv7\ncontext_length: 4096\nembedding_length: 1024\n"
+                      "block_count: 4\nwkv:\n  head_size: 64\n  token_shift_count: 1\nvocab_size: 1000\n")
     d = capacity_json("--model", str(preset), "--budget", "24GiB", "--ctx", "4k")
     gpu = d["devices"][0]
     assert gpu["compute_bytes"] == 512 * MIB
-    assert "no compute-buffer model for arch 'rwkv6qwen2'" in gpu["compute_source"]
+    assert "no compute-buffer model for arch 'arwkv7'" in gpu["compute_source"]

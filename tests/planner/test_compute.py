@@ -248,3 +248,13 @@ def test_falcon_h1_grouped_norm_adds_three_nodes_per_layer():
     normed = compute_buffer(spec.model_copy(update={"mamba_rms_norm": True}), ContextParams(n_ctx=4096),
                             n_outputs_max=0)
     assert [b.n_nodes - a.n_nodes for a, b in zip(plain.graphs, normed.graphs, strict=True)] == [3 * 36, 3 * 36]
+
+
+def test_rwkv6qwen2_needs_one_token_shift():
+    """rwkv6qwen2.cpp asserts n_embd == n_embd_r(): one token shift per layer (the converter writes 1)."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    spec = load_builtin_preset("qrwkv6-32b-instruct-preview")
+    spec = spec.model_copy(update={"wkv": spec.wkv.model_copy(update={"token_shift_count": 2})})
+    with pytest.raises(LlamaAbortError, match="n_embd_r"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))

@@ -44,7 +44,7 @@ def _mib(n_bytes: int, quantized: bool) -> str:
 
 
 def test_the_cases_are_there():
-    assert len(CASES) == 15, CASES
+    assert len(CASES) == 16, CASES
     for case in CASES:
         assert len(_case(case)["results"]) == len(_case(case)["results_imatrix"]) == 39
 

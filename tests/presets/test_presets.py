@@ -49,6 +49,7 @@ REQUIRED = (
     "nemotron-h-8b-base-8k",
     "qwen3-next-80b-a3b",
     "qwen3.5-35b-a3b",
+    "qrwkv6-32b-instruct-preview",
     "rwkv6-1.6b-world",
     "rwkv7-0.4b-world",
 )
@@ -114,6 +115,15 @@ EXPECTED = (
         kv=(),
         kv_bytes=0,
         recurrent_bytes=64 * 4 * 4 * (30720 + 1048576),
+    ),
+    Expected(
+        "qrwkv6-32b-instruct-preview",
+        n_embd_r=1 * 5120,  # token_shift_count 1 (the converter writes it) * hidden 5120
+        n_embd_s=5120 * 128,  # hidden * head_size (5120 / 40 heads)
+        recurrent=tuple(range(64)),
+        kv=(),  # head_count_kv 8 sizes K / V weights, not a KV cache
+        kv_bytes=0,
+        recurrent_bytes=64 * 4 * 4 * (5120 + 655360),
     ),
     Expected(
         "rwkv6-1.6b-world",
@@ -370,6 +380,7 @@ def test_mtp_layers_are_blocks_but_carry_no_cache(name, block_count, n_layer):
         ("mamba-codestral-7b", 1 << 20),
         ("rwkv7-0.4b-world", 1 << 20),  # conversion/rwkv.py: "RWKV isn't context limited"
         ("rwkv6-1.6b-world", 1 << 20),
+        ("qrwkv6-32b-instruct-preview", 1 << 20),
         ("nemotron-h-8b-base-8k", 1 << 20),  # GraniteHybridModel overwrites it for hybrids without RoPE
         ("granite-4.0-h-tiny", 1 << 20),
         ("kimi-linear-48b-a3b", 1048576),  # model_max_length; the config has no max_position_embeddings
