@@ -18,9 +18,9 @@ the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_bac
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
 
-Archs with a table: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, jamba, nemotron_h, falcon-h1, granitehybrid (MoE), lfm2,
-lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys
-(vocab_size, expert_*, ...); a missing one is an UnsupportedArchError naming it.
+Archs with a table: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, jamba, nemotron_h, nemotron_h_moe, falcon-h1,
+granitehybrid (MoE), lfm2, lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the
+weight-only ModelSpec keys (vocab_size, expert_*, ...); a missing one is an UnsupportedArchError naming it.
 """
 
 from __future__ import annotations
@@ -317,6 +317,17 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
         ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
     ],
+    # Nemotron-H MoE (src/models/nemotron-h.cpp, arch nemotron_h_moe): the 'E' layers hold sigmoid-routed experts
+    # without a gate (relu^2) and a shared expert; no latent projections (moe_latent_size unset)
+    "nemotron_moe": [
+        ("attn_norm.weight", _NORM),
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("exp_probs_b.bias", lambda d, il: (d.n_expert,)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff_exp, d.n_embd, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
+        ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
+    ],
     # MiniMax-01 (src/models/minimax-01.cpp): softmax attention or lightning attention, then a MoE over n_ff
     "minimax_softmax": [
         ("attn_norm.weight", _NORM),
@@ -486,7 +497,9 @@ def _jamba_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
 def _nemotron_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     if recr:
         return ("mamba2",)
-    return ("nemotron_attn",) if spec.feed_forward(il) == 0 else ("nemotron_mlp",)
+    if spec.feed_forward(il) == 0:
+        return ("nemotron_attn",)
+    return ("nemotron_moe",) if spec.arch == "nemotron_h_moe" else ("nemotron_mlp",)
 
 
 def _falcon_h1_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
@@ -558,6 +571,11 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
         ("vocab_size", "feed_forward_length", "expert_count"),
     ),
     "nemotron_h": ArchTensors("output_norm", _nemotron_kinds, ("vocab_size", "feed_forward_length")),
+    "nemotron_h_moe": ArchTensors(
+        "output_norm", _nemotron_kinds,
+        ("vocab_size", "feed_forward_length", "expert_count", "expert_feed_forward_length",
+         "expert_shared_feed_forward_length"),
+    ),
     "falcon-h1": ArchTensors("output_norm", _falcon_h1_kinds, ("vocab_size", "feed_forward_length")),
     # the MoE Granite-4.0-H models (tiny, small); the dense ones (h-1b, h-micro) have no table yet
     "granitehybrid": ArchTensors(

@@ -24,6 +24,7 @@ BUILDERS: dict[str, str] = {
     "qwen35moe": "qwen35:build_qwen35",
     "qwen3next": "qwen35:build_qwen35",
     "nemotron_h": "nemotron_h:build_nemotron_h",
+    "nemotron_h_moe": "nemotron_h:build_nemotron_h",
     "falcon-h1": "falcon_h1:build_falcon_h1",
     "rwkv6": "rwkv6:build_rwkv6",
     "rwkv6qwen2": "rwkv6:build_rwkv6qwen2",

@@ -64,6 +64,9 @@ EXTRA_KEYS: dict[str, dict[str, object]] = {
     # RoPE, no inp_pos) and the four muP multipliers of the config; only their presence shapes the graph (one SCALE
     # each for the embeddings, the logits and twice per layer the residual branch); the values are those of the
     # transformers granitemoehybrid example config
+    # nemotron_h_moe: conversion/nemotron.py writes norm_topk_prob, routed_scaling_factor (2.5: one SCALE per MoE
+    # layer) and n_group (1: no expert groups)
+    "nemotron_h_moe": {"expert_weights_norm": True, "expert_weights_scale": 2.5, "expert_group_count": 1},
     "granitehybrid": {"rope.scaling.finetuned": False, "attention.scale": 0.015625, "embedding_scale": 12.0,
                       "residual_scale": 0.22, "logit_scale": 2.0},
 }

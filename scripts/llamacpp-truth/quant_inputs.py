@@ -145,7 +145,8 @@ def t_mamba(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
 
 
 def t_hybrid_mamba2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
-    """nemotron_h (mamba / attention / MLP layers) and granitehybrid (mamba or attention, then MoE)."""
+    """nemotron_h (mamba / attention / MLP layers), nemotron_h_moe (the MLP layers are ungated experts with a
+    selection bias, plus a shared expert) and granitehybrid (mamba or attention, then MoE)."""
     ssm, att = spec.ssm, spec.attention
     assert ssm is not None
     n_embd = spec.embedding_length
@@ -159,6 +160,11 @@ def t_hybrid_mamba2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
             out += qkv(il, n_embd, head_dim * att.head_count, head_dim * n_kv)
         elif spec.arch == "nemotron_h" and n_ff:
             out += dense_ffn(il, n_embd, n_ff, gate=False)
+        elif spec.arch == "nemotron_h_moe" and n_ff:
+            b = f"blk.{il}."
+            out += moe_ffn(il, n_embd, n_ff, x["n_expert"], gate=False)
+            out += [(b + "exp_probs_b.bias", (x["n_expert"],)), (b + "ffn_up_shexp.weight", (n_embd, x["n_ff_shexp"])),
+                    (b + "ffn_down_shexp.weight", (x["n_ff_shexp"], n_embd))]
         else:
             out += mamba2_mixer(il, n_embd, ssm.inner_size, ssm.state_size, ssm.group_count, ssm.time_step_rank)
         if spec.arch == "granitehybrid":
@@ -474,6 +480,12 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
     "nemotron-h-8b-base-8k": (
         "nemotron-h-8b-base-8k", t_hybrid_mamba2, {"n_vocab": 131072, "tied": False},
         {Attention.LAYERNORM_EPS: 1e-5},
+    ),
+    "nemotron-3-nano-30b-a3b": (
+        "nemotron-3-nano-30b-a3b", t_hybrid_mamba2,
+        {"n_vocab": 131072, "tied": False, "n_expert": 128, "n_ff_shexp": 3712},
+        {LLM.EXPERT_COUNT: 128, LLM.EXPERT_USED_COUNT: 6, LLM.EXPERT_FEED_FORWARD_LENGTH: 1856,
+         LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: 3712, LLM.EXPERT_SHARED_COUNT: 1, Attention.LAYERNORM_EPS: 1e-5},
     ),
     "granite-4.0-h-tiny": (
         "granite-4.0-h-tiny", t_hybrid_mamba2,

@@ -55,6 +55,7 @@ MODELS: dict[str, dict] = {
     "lfm2-2.6b-bf16": {"preset": "lfm2-2.6b", "outtype": "bf16"},
     "lfm2-8b-a1b-bf16": {"preset": "lfm2-8b-a1b", "outtype": "bf16"},
     "nemotron-h-8b-bf16": {"preset": "nemotron-h-8b-base-8k", "outtype": "bf16"},
+    "nemotron-3-nano-30b-a3b-bf16": {"preset": "nemotron-3-nano-30b-a3b", "outtype": "bf16"},
     "qwen3.5-35b-a3b-bf16": {"preset": "qwen3.5-35b-a3b", "outtype": "bf16", "extra": MTP_GRID},
     "qwen3-next-80b-a3b-bf16": {"preset": "qwen3-next-80b-a3b", "outtype": "bf16", "extra": MTP_GRID},
     # q8_0 as the converter writes it (rows that are not whole blocks fall back to F16: Mamba's dt projection)

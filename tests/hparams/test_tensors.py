@@ -179,7 +179,7 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
                  "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
                  "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny", "falcon-h1-0.5b-instruct",
-                 "qrwkv6-32b-instruct-preview"):
+                 "qrwkv6-32b-instruct-preview", "nemotron-3-nano-30b-a3b"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)
@@ -298,3 +298,22 @@ def test_rwkv6qwen2_tensor_list_counts_llama_cpps_parameters():
     shapes = {t.name: t.shape for t in tensors}
     assert shapes["blk.0.time_mix_key.weight"] == (5120, 1024) and shapes["blk.0.time_mix_key.bias"] == (1024,)
     assert "blk.0.time_mix_first.weight" not in shapes and "output_norm.bias" not in shapes
+
+
+def test_nemotron_h_moe_tensor_list_counts_llama_cpps_parameters():
+    """Nemotron-3-Nano-30B-A3B (hidden 2688, 52 layers: 23 Mamba-2, 6 attention, 23 MoE; vocabulary 131072,
+    untied): a Mamba-2 layer has the in-projection (z, x: 2 x 4096, B, C: 2 x 8 x 128, dt: 64 heads), the conv
+    kernel and bias over 4096 + 2048 channels, dt bias / A / D per head, the grouped norm (4096) and the
+    out-projection; an attention layer Q / O of 32 heads of 128 and K / V of 2; an expert layer the router and
+    selection bias over 128 experts, 128 x (up + down) of 1856 and the shared expert's up + down of 3712; every
+    layer its pre-norm. The total is llama_model_n_params of the skeleton (31.6B: NVIDIA's "31.6B total")."""
+    e, v, di, conv = 2688, 131072, 4096, 4096 + 2 * 8 * 128
+    mamba = e * (2 * di + 2 * 8 * 128 + 64) + 4 * conv + conv + 3 * 64 + di + di * e
+    attn = 2 * e * 32 * 128 + 2 * e * 2 * 128
+    moe = e * 128 + 128 + 128 * 2 * e * 1856 + 2 * e * 3712
+    tensors = tensor_list(load_builtin_preset("nemotron-3-nano-30b-a3b"))
+    total = 23 * mamba + 6 * attn + 23 * moe + 52 * e + 2 * e * v + e
+    assert sum(t.n_elements for t in tensors) == total == 31_577_940_288
+    shapes = {t.name: t.shape for t in tensors}
+    assert shapes["blk.1.ffn_up_exps.weight"] == (2688, 1856, 128) and shapes["blk.1.exp_probs_b.bias"] == (128,)
+    assert shapes["blk.5.attn_k.weight"] == (2688, 256) and "blk.5.ffn_up_exps.weight" not in shapes
