@@ -53,6 +53,9 @@ class LLM:
     LEADING_DENSE_BLOCK_COUNT = "leading_dense_block_count"
     EXPERT_GATING_FUNC = "expert_gating_func"
     RESIDUAL_SCALE = "residual_scale"  # MiniMax-01
+    TIME_MIX_EXTRA_DIM = "time_mix_extra_dim"  # RWKV-6
+    TIME_DECAY_EXTRA_DIM = "time_decay_extra_dim"  # RWKV-6
+    RESCALE_EVERY_N_LAYERS = "rescale_every_n_layers"  # RWKV-6
 
 
 class Attention:

@@ -82,6 +82,11 @@ def _rwkv(cfg: HFParams, w: KeyWriter, *, version: int) -> str:
     w.u32(LLM.FEED_FORWARD_LENGTH, ff, k_ff)
     w.u32(Attention.HEAD_COUNT, 0, "constant 0 (converter)")
     w.u32(WKV.HEAD_SIZE, head, k_head)
+    if version == 6:  # the LoRA ranks follow the width only (4096: the 7B and 14B), not the config
+        w.u32(LLM.TIME_MIX_EXTRA_DIM, 64 if hidden == 4096 else 32, "64 if hidden_size == 4096 else 32 (converter)")
+        w.u32(LLM.TIME_DECAY_EXTRA_DIM, 128 if hidden == 4096 else 64,
+              "128 if hidden_size == 4096 else 64 (converter)")
+        w.u32(LLM.RESCALE_EVERY_N_LAYERS, *cfg.need("rescale_every"))
     return f"rwkv{version}"
 
 

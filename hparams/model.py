@@ -42,7 +42,10 @@ WEIGHT_SHAPE_ATTENTION_KEYS = frozenset({
 WEIGHT_SHAPE_KEYS = frozenset({
     "vocab_size", "tie_word_embeddings", "expert_count", "expert_used_count", "expert_feed_forward_length",
     "expert_shared_feed_forward_length", "expert_shared_count", "expert_layers", "leading_dense_block_count",
+    "time_mix_extra_dim", "time_decay_extra_dim", "mamba_rms_norm",
 })
+#: ModelSpec keys that only shape the compute graph (planner/graphs): no cache or weight size depends on them.
+GRAPH_SHAPE_KEYS = frozenset({"rescale_every_n_layers"})
 
 #: Floating-point types a Hugging Face config names for its weights or states (``torch_dtype`` / ``dtype``).
 HF_DTYPES = ("float32", "float16", "bfloat16")
@@ -245,6 +248,13 @@ class ModelSpec(Record):
     expert_layers: list[bool] | None = None
     expert_shared_count: int = 0  # {arch}.expert_shared_count: shared experts (Kimi)
     leading_dense_block_count: int = 0  # first layers with a dense FFN instead of experts
+    time_mix_extra_dim: int = 0  # {arch}.time_mix_extra_dim: RWKV-6 token-shift LoRA rank (time_mix_w1 / w2)
+    time_decay_extra_dim: int = 0  # {arch}.time_decay_extra_dim: RWKV-6 decay LoRA rank (time_mix_decay_w1 / w2)
+    #: (rsplan only) falcon-h1: the Mamba-2 mixer has its grouped RMS norm (config.json mamba_rms_norm), which a
+    #: GGUF marks only by the presence of the ssm_norm tensors; it also adds the norm to the graph
+    mamba_rms_norm: bool | None = None
+    # -- compute graph only (planner/graphs) ------------------------------------------------------------------
+    rescale_every_n_layers: int = 0  # {arch}.rescale_every_n_layers: RWKV-6 halves the residual every n layers
     serving: ServingSpec | None = None  # config.json facts for vLLM / SGLang
 
     @classmethod

@@ -128,6 +128,19 @@ class ModelSchema(_Strict):
     leading_dense_block_count: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = Field(
         0, description="{arch}.leading_dense_block_count: first layers with a dense FFN instead of experts"
     )
+    time_mix_extra_dim: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
+        0, description="{arch}.time_mix_extra_dim: RWKV-6 token-shift LoRA rank (time_mix_w1 / w2)"
+    )
+    time_decay_extra_dim: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
+        0, description="{arch}.time_decay_extra_dim: RWKV-6 decay LoRA rank (time_mix_decay_w1 / w2)"
+    )
+    mamba_rms_norm: bool | None = Field(
+        None, description="(rsplan only) falcon-h1: the Mamba-2 mixer has its grouped RMS norm (ssm_norm tensors; "
+        "config.json mamba_rms_norm)"
+    )
+    rescale_every_n_layers: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = Field(
+        0, description="{arch}.rescale_every_n_layers: RWKV-6 halves the residual every n layers (graph only)"
+    )
     serving: ServingSchema | None = Field(None, description="config.json facts for vLLM / SGLang")
 
     @model_validator(mode="after")

@@ -18,9 +18,9 @@ the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_bac
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
 
-Archs with a table: mamba, mamba2, rwkv7, jamba, nemotron_h, granitehybrid (MoE), lfm2, lfm2moe, qwen35,
-qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the weight-only ModelSpec keys (vocab_size, expert_*,
-...); a missing one is an UnsupportedArchError naming it.
+Archs with a table: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, jamba, nemotron_h, nemotron_h_moe, falcon-h1,
+granitehybrid (MoE), lfm2, lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the
+weight-only ModelSpec keys (vocab_size, expert_*, ...); a missing one is an UnsupportedArchError naming it.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ class Dims:
     head_k_mla: int
     head_v_mla: int
     n_expert_shared: int
+    rwkv6_extra: tuple[int, int]  # RWKV-6: time_mix_extra_dim (token-shift LoRA), time_decay_extra_dim (decay LoRA)
+    wkv_head: int  # RWKV: wkv.head_size
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,12 @@ Template = tuple[str, Shape]
 
 
 _NORM: Shape = lambda d, il: (d.n_embd,)  # noqa: E731
+
+
+def _qrwkv_kv(d: Dims, il: int) -> int:
+    """RWKV6-Qwen2's K / V width: n_embd, or n_head_kv heads of wkv.head_size when the KV heads are fewer."""
+    n_kv = d.n_head_kv[il]
+    return d.n_embd if n_kv == 0 or d.n_embd // d.wkv_head == n_kv else n_kv * d.wkv_head
 
 #: Layer kinds: the tensors each adds to a block, in the loader's order.
 KINDS: dict[str, list[Template]] = {
@@ -134,6 +142,84 @@ KINDS: dict[str, list[Template]] = {
         ("channel_mix_lerp_k.weight", _NORM),
         ("channel_mix_key.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
         ("channel_mix_value.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
+    ],
+    # RWKV-6 (src/models/rwkv6.cpp, conversion/rwkv.py Rwkv6Model): the converter squeezes time_mix_decay and the
+    # lerps ({n_embd, 1, 1} in llama.cpp, {n_embd} in the file) and stacks the five time-mix lerps (w, k, v, r, g)
+    # into time_mix_lerp_fused; the attention width is n_embd
+    "rwkv6": [
+        ("attn_norm.weight", _NORM),
+        ("attn_norm.bias", _NORM),
+        ("attn_norm_2.weight", _NORM),
+        ("attn_norm_2.bias", _NORM),
+        ("time_mix_w1.weight", lambda d, il: (d.n_embd, 5 * d.rwkv6_extra[0])),
+        ("time_mix_w2.weight", lambda d, il: (d.rwkv6_extra[0], d.n_embd, 5)),
+        ("time_mix_lerp_x.weight", _NORM),
+        ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 5)),
+        ("time_mix_first.weight", lambda d, il: (d.wkv_head, d.n_embd // d.wkv_head)),
+        ("time_mix_decay.weight", _NORM),
+        ("time_mix_decay_w1.weight", lambda d, il: (d.n_embd, d.rwkv6_extra[1])),
+        ("time_mix_decay_w2.weight", lambda d, il: (d.rwkv6_extra[1], d.n_embd)),
+        ("time_mix_key.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_value.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_gate.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_ln.weight", _NORM),
+        ("time_mix_ln.bias", _NORM),
+        ("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("channel_mix_lerp_k.weight", _NORM),
+        ("channel_mix_lerp_r.weight", _NORM),
+        ("channel_mix_key.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
+        ("channel_mix_value.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
+        ("channel_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ],
+    # Falcon-H1 (src/models/falcon-h1.cpp, conversion/falcon_h1.py): every layer has a Mamba-2 mixer (the grouped
+    # norm only with mamba_rms_norm), GQA attention and a SwiGLU FFN; one pre-norm (attn_norm) feeds both mixers;
+    # gguf-py maps pre_ff_layernorm.weight to FFN_PRE_NORM by its full name, so the FFN norm has no ".weight"
+    "falcon_h1_mamba": [
+        ("ssm_in.weight", lambda d, il: (d.n_embd, 2 * d.d_inner + 2 * d.n_group * d.d_state + d.dt_rank)),
+        ("ssm_conv1d.weight", lambda d, il: (d.d_conv, d.d_inner + 2 * d.n_group * d.d_state)),
+        ("ssm_conv1d.bias", lambda d, il: (d.d_inner + 2 * d.n_group * d.d_state,)),
+        ("ssm_dt.bias", lambda d, il: (d.dt_rank,)),
+        ("ssm_a", lambda d, il: (1, d.dt_rank)),
+        ("ssm_d", lambda d, il: (1, d.dt_rank)),
+    ],
+    "falcon_h1_ssm_norm": [("ssm_norm.weight", lambda d, il: (d.d_inner // d.n_group, d.n_group))],
+    "falcon_h1_block": [
+        ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
+        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
+        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+        ("attn_norm.weight", _NORM),
+        ("ffn_norm", _NORM),
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ],
+    # RWKV6-Qwen2 (src/models/rwkv6qwen2.cpp; conversion/rwkv.py RWKV6Qwen2Model): the RWKV-6 time mix without
+    # time_mix_first and the group norm, K / V as wide as the KV heads (GQA), the Qwen-2 attention biases on
+    # receptance / key / value, RMS norms and a SwiGLU FFN
+    "rwkv6qwen2": [
+        ("attn_norm.weight", _NORM),
+        ("time_mix_w1.weight", lambda d, il: (d.n_embd, 5 * d.rwkv6_extra[0])),
+        ("time_mix_w2.weight", lambda d, il: (d.rwkv6_extra[0], d.n_embd, 5)),
+        ("time_mix_lerp_x.weight", _NORM),
+        ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 5)),
+        ("time_mix_decay.weight", _NORM),
+        ("time_mix_decay_w1.weight", lambda d, il: (d.n_embd, d.rwkv6_extra[1])),
+        ("time_mix_decay_w2.weight", lambda d, il: (d.rwkv6_extra[1], d.n_embd)),
+        ("time_mix_key.weight", lambda d, il: (d.n_embd, _qrwkv_kv(d, il))),
+        ("time_mix_value.weight", lambda d, il: (d.n_embd, _qrwkv_kv(d, il))),
+        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_gate.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_key.bias", lambda d, il: (_qrwkv_kv(d, il),)),
+        ("time_mix_value.bias", lambda d, il: (_qrwkv_kv(d, il),)),
+        ("time_mix_receptance.bias", _NORM),
+        ("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("ffn_norm.weight", _NORM),
+        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
     ],
     # Mamba-1 block (src/models/mamba.cpp; the loader requires d_inner = 2 * n_embd)
     "mamba": [
@@ -230,6 +316,17 @@ KINDS: dict[str, list[Template]] = {
         ("attn_norm.weight", _NORM),
         ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
         ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ],
+    # Nemotron-H MoE (src/models/nemotron-h.cpp, arch nemotron_h_moe): the 'E' layers hold sigmoid-routed experts
+    # without a gate (relu^2) and a shared expert; no latent projections (moe_latent_size unset)
+    "nemotron_moe": [
+        ("attn_norm.weight", _NORM),
+        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+        ("exp_probs_b.bias", lambda d, il: (d.n_expert,)),
+        ("ffn_down_exps.weight", lambda d, il: (d.n_ff_exp, d.n_embd, d.n_expert)),
+        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff_exp, d.n_expert)),
+        ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
+        ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
     ],
     # MiniMax-01 (src/models/minimax-01.cpp): softmax attention or lightning attention, then a MoE over n_ff
     "minimax_softmax": [
@@ -400,7 +497,19 @@ def _jamba_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
 def _nemotron_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     if recr:
         return ("mamba2",)
-    return ("nemotron_attn",) if spec.feed_forward(il) == 0 else ("nemotron_mlp",)
+    if spec.feed_forward(il) == 0:
+        return ("nemotron_attn",)
+    return ("nemotron_moe",) if spec.arch == "nemotron_h_moe" else ("nemotron_mlp",)
+
+
+def _falcon_h1_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    if spec.mamba_rms_norm is None:
+        raise UnsupportedArchError(
+            f"{spec.name}: mamba_rms_norm is needed for the tensor list of arch 'falcon-h1' (whether the Mamba-2 "
+            "mixer has its ssm_norm tensors: config.json mamba_rms_norm)"
+        )
+    norm = ("falcon_h1_ssm_norm",) if spec.mamba_rms_norm else ()
+    return ("falcon_h1_mamba", *norm, "falcon_h1_block")
 
 
 def _qwen_kinds(ba: str, ffn: str) -> Callable[[ModelSpec, int, bool], tuple[str, ...]]:
@@ -433,6 +542,16 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
         extra_global=(("token_embd_norm.weight", "after_embd"), ("token_embd_norm.bias", "after_embd"),
                       ("output_norm.bias", "after_norm")),
     ),
+    "rwkv6": ArchTensors(
+        "output_norm", lambda spec, il, recr: ("rwkv6",),
+        ("vocab_size", "feed_forward_length", "time_mix_extra_dim", "time_decay_extra_dim"),
+        extra_global=(("token_embd_norm.weight", "after_embd"), ("token_embd_norm.bias", "after_embd"),
+                      ("output_norm.bias", "after_norm")),
+    ),
+    "rwkv6qwen2": ArchTensors(
+        "output_norm", lambda spec, il, recr: ("rwkv6qwen2",),
+        ("vocab_size", "feed_forward_length", "time_mix_extra_dim", "time_decay_extra_dim"),
+    ),
     "mamba2": ArchTensors("output_norm", lambda spec, il, recr: ("mamba2",)),
     "jamba": ArchTensors(
         "output_norm",
@@ -452,6 +571,12 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
         ("vocab_size", "feed_forward_length", "expert_count"),
     ),
     "nemotron_h": ArchTensors("output_norm", _nemotron_kinds, ("vocab_size", "feed_forward_length")),
+    "nemotron_h_moe": ArchTensors(
+        "output_norm", _nemotron_kinds,
+        ("vocab_size", "feed_forward_length", "expert_count", "expert_feed_forward_length",
+         "expert_shared_feed_forward_length"),
+    ),
+    "falcon-h1": ArchTensors("output_norm", _falcon_h1_kinds, ("vocab_size", "feed_forward_length")),
     # the MoE Granite-4.0-H models (tiny, small); the dense ones (h-1b, h-micro) have no table yet
     "granitehybrid": ArchTensors(
         "output_norm", lambda spec, il, recr: ("mamba2" if recr else "granite_attn", "granite_moe"),
@@ -523,6 +648,8 @@ def dims(spec: ModelSpec) -> Dims:
         head_k_mla=att.key_length_mla or 0,
         head_v_mla=att.value_length_mla or 0,
         n_expert_shared=spec.expert_shared_count,
+        rwkv6_extra=(spec.time_mix_extra_dim, spec.time_decay_extra_dim),
+        wkv_head=(spec.wkv.head_size or 0) if spec.wkv else 0,
     )
 
 

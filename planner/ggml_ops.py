@@ -280,6 +280,19 @@ def rwkv_wkv7(r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, 
     return new_tensor(F32, s * h, n_tokens + s * state.ne[1], op="RWKV_WKV7", src=(r, w, k, v, a, b, state))
 
 
+def rwkv_wkv6(k: Tensor, v: Tensor, r: Tensor, tf: Tensor, td: Tensor, state: Tensor) -> Tensor:
+    """ggml_rwkv_wkv6: the output rows of every token, then the new state of each sequence, in one f32 matrix
+    [S * H, n_tokens + S * n_seqs] (k: [S, H, n_tokens]; state: [S * S * H, n_seqs])."""
+    s, h, n_tokens = k.ne[0], k.ne[1], k.ne[2]
+    return new_tensor(F32, s * h, n_tokens + s * state.ne[1], op="RWKV_WKV6", src=(k, v, r, tf, td, state))
+
+
+def gated_linear_attn(k: Tensor, v: Tensor, q: Tensor, g: Tensor, state: Tensor) -> Tensor:
+    """ggml_gated_linear_attn: laid out as ggml_rwkv_wkv6's result (the token rows, then the new states)."""
+    s, h, n_tokens = k.ne[0], k.ne[1], k.ne[2]
+    return new_tensor(F32, s * h, n_tokens + s * state.ne[1], op="GATED_LINEAR_ATTN", src=(k, v, q, g, state))
+
+
 class GraphBuilder:
     """Collects nodes and leafs in ``ggml_build_forward_expand`` order (sources first, left to right)."""
 

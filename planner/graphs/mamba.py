@@ -8,7 +8,10 @@ from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, state_dims
 
 
-def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Tensor:
+def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int, *, group_norm: bool = True
+                 ) -> Tensor:
+    """build_mamba2_layer. ``group_norm``: the layer has its grouped RMS norm (ssm_norm; Falcon-H1 models without
+    mamba_rms_norm have none)."""
     p = lg.p
     dims = state_dims(p)
     d_conv, d_inner, d_state = dims.conv_width, dims.inner_size, dims.state_size
@@ -67,8 +70,9 @@ def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
                (x.nb[1], n_head * x.nb[1], n_seq_tokens * n_head * x.nb[1]), 0)
     y = g.add(y, g.mul(x, g.weight(1, n_head)))
     y = g.swiglu_split(g.cont(z), y)
-    y = g.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
-    y = lg.norm(y, d_inner // n_group)
+    if group_norm:
+        y = g.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
+        y = lg.norm(y, d_inner // n_group)
     y = g.reshape(y, d_inner, n_seq_tokens * n_seqs)
     return g.mul_mat(g.weight(d_inner, p.n_embd), y)
 

@@ -9,11 +9,12 @@ from rsplan.planner.graphs.common import GraphParams, LlamaGraph
 
 
 def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, *, gating: str = "softmax",
-            norm_w: bool = True, gated: bool = True, selection_bias: bool = False, scaled: bool = False) -> Tensor:
-    """build_moe_ffn with separate up / gate / down expert tensors, SiLU (swiglu when ``gated``), no biases, no
-    expert groups. ``gating``: ``softmax`` or ``sigmoid``; ``selection_bias``: an expert selection bias
-    (exp_probs_b) is added before the top-k; ``scaled``: the weights are multiplied by expert_weights_scale (a
-    GGUF value other than 0 and 1). cur: [n_embd, n_tokens]."""
+            norm_w: bool = True, gated: bool = True, selection_bias: bool = False, scaled: bool = False,
+            relu_sqr: bool = False) -> Tensor:
+    """build_moe_ffn with separate up / gate / down expert tensors, SiLU (swiglu when ``gated``; relu^2 without a
+    gate when ``relu_sqr``: LLM_FFN_RELU_SQR), no biases, no expert groups. ``gating``: ``softmax`` or
+    ``sigmoid``; ``selection_bias``: an expert selection bias (exp_probs_b) is added before the top-k; ``scaled``:
+    the weights are multiplied by expert_weights_scale (a GGUF value other than 0 and 1). cur: [n_embd, n_tokens]."""
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     logits = g.mul_mat(g.weight(n_embd, n_expert), cur)
     probs = g.soft_max(logits) if gating == "softmax" else g.unary(logits)
@@ -34,7 +35,7 @@ def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, 
         gate = g.mul_mat_id(g.weight(n_embd, n_ff, n_expert), cur, selected)
         act = g.swiglu_split(gate, up)
     else:
-        act = g.unary(up)
+        act = g.sqr(g.unary(up)) if relu_sqr else g.unary(up)
     experts = g.mul_mat_id(g.weight(n_ff, n_embd, n_expert), act, selected)
     experts = g.mul(experts, weights)
     lg.expand(experts)

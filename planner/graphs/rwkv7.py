@@ -115,13 +115,13 @@ def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
     return g.mul_mat(g.weight(n_ff, n_embd), k)
 
 
-def _shifted(shift: Tensor, normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
+def shifted(shift: Tensor, normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
     """The previous token of every token: the stored shift row, then the ubatch's tokens but the last."""
     head = g.view(normed, (n_embd, n_seq_tokens - 1, n_seqs), (normed.nb[1], normed.nb[2]), 0)
     return g.concat(shift, head, 1)
 
 
-def _last_token(normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
+def last_token(normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
     return g.view(normed, (n_embd, 1, n_seqs), (normed.nb[1], normed.nb[2]), (n_seq_tokens - 1) * n_embd * 4)
 
 
@@ -146,13 +146,13 @@ def build_rwkv7(p: GraphParams) -> Graph:
         att_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), 0)
         ffn_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), n_embd * 4)
         att_norm = layer_norm(inp, n_embd)
-        x_prev = _shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
+        x_prev = shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
         cur = _time_mix(lg, rs, att_norm, x_prev, first, il)
         ffn_inp = g.add(cur, inp)
         ffn_norm = layer_norm(ffn_inp, n_embd)
-        x_prev = _shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
-        shift = g.concat(_last_token(att_norm, n_embd, n_seq_tokens, n_seqs),
-                         _last_token(ffn_norm, n_embd, n_seq_tokens, n_seqs), 1)
+        x_prev = shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
+        shift = g.concat(last_token(att_norm, n_embd, n_seq_tokens, n_seqs),
+                         last_token(ffn_norm, n_embd, n_seq_tokens, n_seqs), 1)
         lg.expand(g.cpy(g.view(shift, (n_embd_r * n_seqs,), (), 0), g.view(r_all, (n_embd_r * n_seqs,), (), 0)))
         ffn_inp, ffn_norm, x_prev = (g.reshape(t, n_embd, p.n_tokens) for t in (ffn_inp, ffn_norm, x_prev))
         if il == p.n_layer - 1:

@@ -64,6 +64,9 @@ EXTRA_KEYS: dict[str, dict[str, object]] = {
     # RoPE, no inp_pos) and the four muP multipliers of the config; only their presence shapes the graph (one SCALE
     # each for the embeddings, the logits and twice per layer the residual branch); the values are those of the
     # transformers granitemoehybrid example config
+    # nemotron_h_moe: conversion/nemotron.py writes norm_topk_prob, routed_scaling_factor (2.5: one SCALE per MoE
+    # layer) and n_group (1: no expert groups)
+    "nemotron_h_moe": {"expert_weights_norm": True, "expert_weights_scale": 2.5, "expert_group_count": 1},
     "granitehybrid": {"rope.scaling.finetuned": False, "attention.scale": 0.015625, "embedding_scale": 12.0,
                       "residual_scale": 0.22, "logit_scale": 2.0},
 }
@@ -112,6 +115,9 @@ def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
         LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: spec.expert_shared_feed_forward_length or None,
         LLM.EXPERT_SHARED_COUNT: spec.expert_shared_count or None,
         LLM.LEADING_DENSE_BLOCK_COUNT: spec.leading_dense_block_count or None,
+        LLM.TIME_MIX_EXTRA_DIM: spec.time_mix_extra_dim or None,
+        LLM.TIME_DECAY_EXTRA_DIM: spec.time_decay_extra_dim or None,
+        LLM.RESCALE_EVERY_N_LAYERS: spec.rescale_every_n_layers or None,
         # MLA: the rope part of the cached latent row (conversion/kimi_linear.py writes qk_rope_head_dim)
         Rope.DIMENSION_COUNT: (att.key_length - att.kv_lora_rank) if att.kv_lora_rank and att.key_length else None,
     }

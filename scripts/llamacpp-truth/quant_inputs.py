@@ -145,7 +145,8 @@ def t_mamba(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
 
 
 def t_hybrid_mamba2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
-    """nemotron_h (mamba / attention / MLP layers) and granitehybrid (mamba or attention, then MoE)."""
+    """nemotron_h (mamba / attention / MLP layers), nemotron_h_moe (the MLP layers are ungated experts with a
+    selection bias, plus a shared expert) and granitehybrid (mamba or attention, then MoE)."""
     ssm, att = spec.ssm, spec.attention
     assert ssm is not None
     n_embd = spec.embedding_length
@@ -159,6 +160,11 @@ def t_hybrid_mamba2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
             out += qkv(il, n_embd, head_dim * att.head_count, head_dim * n_kv)
         elif spec.arch == "nemotron_h" and n_ff:
             out += dense_ffn(il, n_embd, n_ff, gate=False)
+        elif spec.arch == "nemotron_h_moe" and n_ff:
+            b = f"blk.{il}."
+            out += moe_ffn(il, n_embd, n_ff, x["n_expert"], gate=False)
+            out += [(b + "exp_probs_b.bias", (x["n_expert"],)), (b + "ffn_up_shexp.weight", (n_embd, x["n_ff_shexp"])),
+                    (b + "ffn_down_shexp.weight", (x["n_ff_shexp"], n_embd))]
         else:
             out += mamba2_mixer(il, n_embd, ssm.inner_size, ssm.state_size, ssm.group_count, ssm.time_step_rank)
         if spec.arch == "granitehybrid":
@@ -341,6 +347,76 @@ def t_rwkv7(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     return out
 
 
+def t_rwkv6(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/rwkv6.cpp load_arch_tensors, in the shapes conversion/rwkv.py writes (lerps and decay squeezed,
+    the five time-mix lerps fused)."""
+    n_embd = spec.embedding_length
+    out = embeddings(n_embd, x["n_vocab"], tied=False)
+    out += [("token_embd_norm.weight", (n_embd,)), ("token_embd_norm.bias", (n_embd,)), ("output_norm.bias", (n_embd,))]
+    tm, td, hs, ff = x["mix_extra"], x["decay_extra"], x["head_size"], x["n_ff"]
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        out += [
+            (b + "attn_norm.weight", (n_embd,)), (b + "attn_norm.bias", (n_embd,)),
+            (b + "attn_norm_2.weight", (n_embd,)), (b + "attn_norm_2.bias", (n_embd,)),
+            (b + "time_mix_w1.weight", (n_embd, 5 * tm)), (b + "time_mix_w2.weight", (tm, n_embd, 5)),
+            (b + "time_mix_lerp_x.weight", (n_embd,)), (b + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5)),
+            (b + "time_mix_first.weight", (hs, n_embd // hs)), (b + "time_mix_decay.weight", (n_embd,)),
+            (b + "time_mix_decay_w1.weight", (n_embd, td)), (b + "time_mix_decay_w2.weight", (td, n_embd)),
+            (b + "time_mix_key.weight", (n_embd, n_embd)), (b + "time_mix_value.weight", (n_embd, n_embd)),
+            (b + "time_mix_receptance.weight", (n_embd, n_embd)), (b + "time_mix_gate.weight", (n_embd, n_embd)),
+            (b + "time_mix_ln.weight", (n_embd,)), (b + "time_mix_ln.bias", (n_embd,)),
+            (b + "time_mix_output.weight", (n_embd, n_embd)),
+            (b + "channel_mix_lerp_k.weight", (n_embd,)), (b + "channel_mix_lerp_r.weight", (n_embd,)),
+            (b + "channel_mix_key.weight", (n_embd, ff)), (b + "channel_mix_value.weight", (ff, n_embd)),
+            (b + "channel_mix_receptance.weight", (n_embd, n_embd)),
+        ]  # fmt: skip
+    return out
+
+
+def t_rwkv6qwen2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/rwkv6qwen2.cpp load_arch_tensors, as conversion/rwkv.py RWKV6Qwen2Model writes them (lerps and
+    decay squeezed, no time_mix_first, the Qwen-2 attention biases on receptance / key / value)."""
+    n_embd = spec.embedding_length
+    out = embeddings(n_embd, x["n_vocab"], tied=False)
+    tm, td, kv, ff = x["mix_extra"], x["decay_extra"], x["kv"], x["n_ff"]
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        out += [
+            (b + "attn_norm.weight", (n_embd,)),
+            (b + "time_mix_w1.weight", (n_embd, 5 * tm)), (b + "time_mix_w2.weight", (tm, n_embd, 5)),
+            (b + "time_mix_lerp_x.weight", (n_embd,)), (b + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5)),
+            (b + "time_mix_decay.weight", (n_embd,)),
+            (b + "time_mix_decay_w1.weight", (n_embd, td)), (b + "time_mix_decay_w2.weight", (td, n_embd)),
+            (b + "time_mix_key.weight", (n_embd, kv)), (b + "time_mix_value.weight", (n_embd, kv)),
+            (b + "time_mix_receptance.weight", (n_embd, n_embd)), (b + "time_mix_gate.weight", (n_embd, n_embd)),
+            (b + "time_mix_key.bias", (kv,)), (b + "time_mix_value.bias", (kv,)),
+            (b + "time_mix_receptance.bias", (n_embd,)),
+            (b + "time_mix_output.weight", (n_embd, n_embd)),
+            (b + "ffn_norm.weight", (n_embd,)),
+        ]  # fmt: skip
+        out += dense_ffn(il, n_embd, ff)
+    return out
+
+
+def t_falcon_h1(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/falcon-h1.cpp load_arch_tensors, as conversion/falcon_h1.py writes them: a Mamba-2 mixer without
+    the grouped norm (mamba_rms_norm false), separate Q/K/V, and the FFN norm named without ".weight"."""
+    ssm, att = spec.ssm, spec.attention
+    assert ssm is not None and ssm.inner_size and ssm.state_size and ssm.group_count and ssm.time_step_rank
+    n_embd, hd = spec.embedding_length, att.key_length or 0
+    n_q, n_kv = hd * per_layer(att.head_count, 0), hd * per_layer(att.head_count_kv, 0)
+    out = embeddings(n_embd, x["n_vocab"], tied=False)
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        mixer = mamba2_mixer(il, n_embd, ssm.inner_size, ssm.state_size, ssm.group_count, ssm.time_step_rank)
+        out += [t for t in mixer if not t[0].endswith("ssm_norm.weight")]
+        out += qkv(il, n_embd, n_q, n_kv)
+        out += [(b + "attn_norm.weight", (n_embd,)), (b + "ffn_norm", (n_embd,))]
+        out += dense_ffn(il, n_embd, x["n_ff"])
+    return out
+
+
 def t_llama(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     att = spec.attention
     n_embd = spec.embedding_length
@@ -405,6 +481,12 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
         "nemotron-h-8b-base-8k", t_hybrid_mamba2, {"n_vocab": 131072, "tied": False},
         {Attention.LAYERNORM_EPS: 1e-5},
     ),
+    "nemotron-3-nano-30b-a3b": (
+        "nemotron-3-nano-30b-a3b", t_hybrid_mamba2,
+        {"n_vocab": 131072, "tied": False, "n_expert": 128, "n_ff_shexp": 3712},
+        {LLM.EXPERT_COUNT: 128, LLM.EXPERT_USED_COUNT: 6, LLM.EXPERT_FEED_FORWARD_LENGTH: 1856,
+         LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: 3712, LLM.EXPERT_SHARED_COUNT: 1, Attention.LAYERNORM_EPS: 1e-5},
+    ),
     "granite-4.0-h-tiny": (
         "granite-4.0-h-tiny", t_hybrid_mamba2,
         {"n_vocab": 100352, "tied": True, "n_expert": 64, "n_ff": 512, "n_ff_shexp": 1024},
@@ -427,6 +509,20 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
         {Attention.DECAY_LORA_RANK: 64, Attention.ICLR_LORA_RANK: 64,
          Attention.VALUE_RESIDUAL_MIX_LORA_RANK: 32, Attention.GATE_LORA_RANK: 128,
          Attention.LAYERNORM_EPS: 1e-5},
+    ),
+    "rwkv6-1.6b-world": (
+        "rwkv6-1.6b-world", t_rwkv6,
+        {"n_vocab": 65536, "n_ff": 7168, "mix_extra": 32, "decay_extra": 64, "head_size": 64},
+        {LLM.TIME_MIX_EXTRA_DIM: 32, LLM.TIME_DECAY_EXTRA_DIM: 64, LLM.RESCALE_EVERY_N_LAYERS: 6,
+         Attention.LAYERNORM_EPS: 1e-5},
+    ),
+    "qrwkv6-32b-instruct-preview": (
+        "qrwkv6-32b-instruct-preview", t_rwkv6qwen2,
+        {"n_vocab": 152064, "n_ff": 27648, "mix_extra": 64, "decay_extra": 128, "kv": 1024},
+        {LLM.TIME_MIX_EXTRA_DIM: 64, LLM.TIME_DECAY_EXTRA_DIM: 128},
+    ),
+    "falcon-h1-0.5b-instruct": (
+        "falcon-h1-0.5b-instruct", t_falcon_h1, {"n_vocab": 32784, "n_ff": 2048}, {},
     ),
     "synthetic-llama-70b": (synthetic("llama", 80, 1024, 8, 1, 2816), t_llama, {"n_vocab": 32000}, {}),
     "synthetic-falcon-7b-layout": (

@@ -117,7 +117,8 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
          "head_size": 16, "intermediate_size": None, "layer_norm_epsilon": 1e-5, "rescale_every": 6},
         {}, "rwkv6",
         {"context_length": 1048576, "embedding_length": 64, "feed_forward_length": 224,  # 64 * 3.5 // 32 * 32
-         "attention.head_count": 0, "wkv.head_size": 16},
+         "attention.head_count": 0, "wkv.head_size": 16, "time_mix_extra_dim": 32, "time_decay_extra_dim": 64,
+         "rescale_every_n_layers": 6},
     ),
     "lfm2 (layer_types)": (LFM2, {}, "lfm2", LFM2_GGUF),
     "lfm2 (full_attn_idxs, the original LiquidAI layout)": (
@@ -722,7 +723,7 @@ KEY_ORDER: dict[str, list[str]] = {
     "mamba2 (transformers)": MAMBA2,
     "mamba_ssm raw Mamba-2 (state-spaces/mamba2-130m layout)": MAMBA2,
     "rwkv7 (fla-hub)": ["hidden_size", "head_dim", "intermediate_size", BLOCKS],
-    "rwkv6": ["hidden_size", "head_size", "intermediate_size", BLOCKS],
+    "rwkv6": ["hidden_size", "head_size", "intermediate_size", BLOCKS, "rescale_every"],
     "lfm2 (layer_types)": [*LFM2_LOOKUPS, *LFM2_FF],
     "lfm2 (full_attn_idxs, the original LiquidAI layout)": [
         *TEXT_MODEL, BLOCKS, "list layer_types", "list full_attn_idxs", KV_HEADS_ALL, "conv_L_cache", *LFM2_FF,

@@ -24,7 +24,7 @@ import pytest
 
 from rsplan.errors import ModelFileError
 from rsplan.hparams.hf_config import load_hf_config
-from rsplan.hparams.model import WEIGHT_SHAPE_ATTENTION_KEYS, WEIGHT_SHAPE_KEYS
+from rsplan.hparams.model import GRAPH_SHAPE_KEYS, WEIGHT_SHAPE_ATTENTION_KEYS, WEIGHT_SHAPE_KEYS
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.context import ContextParams
 from rsplan.planner.plan import build_plan
@@ -127,7 +127,8 @@ REFUSED = {
 #: Keys no cache depends on outside nemotron_h* (docs/preset-schema.md): presets omit them, the converter writes them.
 NOT_CACHE_KEYS = {
     **dict.fromkeys(
-        {"name", "source", "description", "weights_bytes", "feed_forward_length", "serving", *WEIGHT_SHAPE_KEYS},
+        {"name", "source", "description", "weights_bytes", "feed_forward_length", "serving", *WEIGHT_SHAPE_KEYS,
+         *GRAPH_SHAPE_KEYS},
         True,
     ),
     "attention": dict.fromkeys(WEIGHT_SHAPE_ATTENTION_KEYS, True),

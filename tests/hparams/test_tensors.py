@@ -17,7 +17,7 @@ import pytest
 from rsplan.errors import UnsupportedArchError
 from rsplan.hparams.gguf_file import load_gguf, scan_gguf
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.sources import load_builtin_preset
+from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.hparams.tensors import (
     ARCH_TENSORS,
     TensorInfo,
@@ -31,6 +31,19 @@ from rsplan_testing import shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
+#: An arch with neither a tensor list nor a compute graph (ARWKV-7: the RWKV-7 time mix in a Qwen-2.5 body), as a
+#: preset file: every size rsplan gives for it comes from the cache rules alone.
+NO_TABLE_PRESET = """name: arwkv-test
+source: test
+arch: arwkv7
+context_length: 4096
+embedding_length: 1024
+block_count: 4
+wkv:
+  head_size: 64
+  token_shift_count: 1
+vocab_size: 1000
+"""
 
 
 @pytest.mark.parametrize(
@@ -131,6 +144,10 @@ def test_qwen3_next_parameter_count_is_the_published_one():
         ("lfm2-1.2b", 1.2),
         ("lfm2-2.6b", 2.6),
         ("rwkv7-0.4b-world", 0.45),
+        # RWKV-6 Finch 1.6B (the model card's "1.6B"; llama.cpp types it LLM_TYPE_1_6B)
+        ("rwkv6-1.6b-world", 1.6),
+        # Falcon-H1-0.5B: models derived from it name 521M (the "0.5B" rounds the same count)
+        ("falcon-h1-0.5b-instruct", 0.521),
     ],
 )
 def test_parameter_counts_round_to_the_published_ones(preset, params):
@@ -157,21 +174,28 @@ def test_qwen3_next_layer_kinds():
 
 def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
     archs = set()
-    for name in ("mamba-130m", "mamba2-130m", "mamba-codestral-7b", "rwkv7-0.4b-world", "lfm2-1.2b", "lfm2-2.6b",
+    for name in ("mamba-130m", "mamba2-130m", "mamba-codestral-7b", "rwkv6-1.6b-world", "rwkv7-0.4b-world",
+                 "lfm2-1.2b", "lfm2-2.6b",
                  "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
-                 "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny"):
+                 "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny", "falcon-h1-0.5b-instruct",
+                 "qrwkv6-32b-instruct-preview", "nemotron-3-nano-30b-a3b"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)
     assert archs | {"qwen35"} == set(ARCH_TENSORS)
 
 
-def test_missing_vocab_or_unknown_arch_is_a_clear_error():
+def test_missing_vocab_or_unknown_arch_is_a_clear_error(tmp_path):
     with pytest.raises(UnsupportedArchError, match="vocab_size"):
         tensor_list(load_builtin_preset("mamba2-2.7b"))
-    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'falcon-h1'"):
-        tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct"))
+    (tmp_path / "arwkv.yaml").write_text(NO_TABLE_PRESET)
+    with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'arwkv7'"):
+        tensor_list(load_model(str(tmp_path / "arwkv.yaml")))
+    # Falcon-H1's ssm_norm tensors exist only with mamba_rms_norm, which no GGUF key carries
+    falcon = load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": None})
+    with pytest.raises(UnsupportedArchError, match="mamba_rms_norm"):
+        tensor_list(falcon)
 
 
 def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
@@ -201,12 +225,95 @@ def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
 
 
 def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
-    out = tmp_path / "x.gguf"
+    preset = tmp_path / "in" / "arwkv.yaml"
+    preset.parent.mkdir()
+    preset.write_text(NO_TABLE_PRESET)
+    out = tmp_path / "out" / "x.gguf"
+    out.parent.mkdir()
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), "falcon-h1-0.5b-instruct",
-         "-o", str(out)],
+        [sys.executable, str(REPO / "scripts" / "llamacpp-truth" / "make_skeleton.py"), str(preset), "-o", str(out)],
         capture_output=True, text=True, timeout=120, env={**os.environ},
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("Error: no tensor list for architecture 'falcon-h1'")
-    assert not out.exists() and not list(tmp_path.iterdir())
+    assert proc.stderr.startswith("Error: no tensor list for architecture 'arwkv7'")
+    assert not out.exists() and not list(out.parent.iterdir())
+
+
+def test_rwkv6_tensor_list_counts_llama_cpps_parameters():
+    """RWKV-6 1.6B (hidden 2048, FFN 7168, 24 layers, LoRA ranks 32 / 64, head size 64, vocabulary 65536): per
+    layer 16 vectors of n_embd (4 norm weights/biases, lerp_x, 5 fused lerps, time_mix_first's 32 x 64, decay,
+    ln weight/bias, 2 channel-mix lerps), the token-shift LoRA (w1 + w2: 2 x 5 x 32 x 2048), the decay LoRA
+    (2 x 64 x 2048), six n_embd x n_embd matrices (key, value, receptance, gate, output, channel receptance) and
+    the channel-mix key/value; embeddings and head untied, plus the embedding and output layer norms. The total
+    is llama_model_n_params of the skeleton (tests/golden/llamacpp-breakdown/rwkv6-1.6b-world-bf16.json)."""
+    e, ff, v = 2048, 7168, 65536
+    layer = 16 * e + 10 * e * 32 + 2 * e * 64 + 6 * e * e + 2 * e * ff
+    tensors = tensor_list(load_builtin_preset("rwkv6-1.6b-world"))
+    assert sum(t.n_elements for t in tensors) == 24 * layer + 2 * e * v + 4 * e == 1_599_873_024
+    shapes = {t.name: t.shape for t in tensors}
+    assert shapes["blk.0.time_mix_w2.weight"] == (32, 2048, 5)
+    assert shapes["blk.0.time_mix_lerp_fused.weight"] == (2048, 1, 1, 5)
+    assert shapes["blk.0.time_mix_first.weight"] == (64, 32)
+    assert shapes["blk.23.time_mix_decay_w2.weight"] == (64, 2048)
+    # the converter keeps the LoRA, decay-LoRA, lerp and bonus tensors in F32 for every output type
+    assert {tensor_type(t, "bf16") for t in tensors if ".time_mix_w" in t.name or "decay_w" in t.name
+            or "first" in t.name or "lerp_fused" in t.name} == {"f32"}
+
+
+def test_falcon_h1_tensor_list_counts_llama_cpps_parameters():
+    """Falcon-H1-0.5B (hidden 1024, 36 layers, 8 heads / 2 KV heads of 64, Mamba-2 d_inner 1536 in 24 heads,
+    1 group, d_state 128, conv 4, FFN 2048, vocabulary 32784, untied, no grouped norm): per layer the Mamba-2
+    in-projection (z, x, B, C, dt: 2 x 1536 + 2 x 128 + 24 rows), its conv kernel and bias over x, B and C
+    (1792 channels), dt bias, A and D per head, out-projection, Q / K / V / O, the two norms and the SwiGLU FFN.
+    The total is llama_model_n_params of the skeleton (tests/golden/llamacpp-breakdown/
+    falcon-h1-0.5b-instruct-bf16.json)."""
+    e, ff, v, di, conv, nh = 1024, 2048, 32784, 1536, 1792, 24
+    mamba = e * (2 * di + 2 * 128 + nh) + 4 * conv + conv + 3 * nh + di * e
+    attn = e * 512 + 2 * e * 128 + 512 * e
+    layer = mamba + attn + 2 * e + 3 * e * ff
+    tensors = tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct"))
+    assert sum(t.n_elements for t in tensors) == 36 * layer + 2 * e * v + e == 521_411_104
+    names = {t.name for t in tensors}
+    # the FFN norm is stored without ".weight" (gguf-py's FFN_PRE_NORM), and llama.cpp asks for it so
+    assert "blk.0.ffn_norm" in names and "blk.0.ffn_norm.weight" not in names
+    assert "blk.0.ssm_norm.weight" not in names  # mamba_rms_norm false
+    with_norm = tensor_list(load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": True}))
+    assert {t.shape for t in with_norm if t.name == "blk.35.ssm_norm.weight"} == {(1536, 1)}
+    assert tensor_type(next(t for t in tensors if t.name == "blk.0.ffn_norm"), "bf16") == "f32"
+
+
+def test_rwkv6qwen2_tensor_list_counts_llama_cpps_parameters():
+    """QRWKV6-32B (hidden 5120, 64 layers, 40 heads of 128 with 8 KV heads, FFN 27648, LoRA ranks 64 / 128,
+    vocabulary 152064, untied): per layer ten vectors of n_embd (the two norms, lerp_x, the 5 fused lerps, the
+    decay, the receptance bias), the token-shift LoRA (2 x 5 x 64 x 5120), the decay LoRA (2 x 128 x 5120),
+    receptance / gate / output (3 x 5120^2), K and V as wide as 8 heads (2 x 5120 x 1024) with their biases, and
+    the SwiGLU FFN; no time_mix_first, group norm or output-norm bias. The total is llama_model_n_params of the
+    skeleton
+    (tests/golden/llamacpp-breakdown/qrwkv6-32b-instruct-preview-bf16.json)."""
+    e, ff, v, kv = 5120, 27648, 152064, 8 * 128
+    vectors = e * (1 + 1 + 5 + 1 + 1 + 1)  # attn_norm, lerp_x, lerp_fused, decay, receptance bias, ffn_norm
+    layer = vectors + 10 * e * 64 + 2 * e * 128 + 3 * e * e + 2 * e * kv + 2 * kv + 3 * e * ff
+    tensors = tensor_list(load_builtin_preset("qrwkv6-32b-instruct-preview"))
+    assert sum(t.n_elements for t in tensors) == 64 * layer + 2 * e * v + e == 34_737_492_992
+    shapes = {t.name: t.shape for t in tensors}
+    assert shapes["blk.0.time_mix_key.weight"] == (5120, 1024) and shapes["blk.0.time_mix_key.bias"] == (1024,)
+    assert "blk.0.time_mix_first.weight" not in shapes and "output_norm.bias" not in shapes
+
+
+def test_nemotron_h_moe_tensor_list_counts_llama_cpps_parameters():
+    """Nemotron-3-Nano-30B-A3B (hidden 2688, 52 layers: 23 Mamba-2, 6 attention, 23 MoE; vocabulary 131072,
+    untied): a Mamba-2 layer has the in-projection (z, x: 2 x 4096, B, C: 2 x 8 x 128, dt: 64 heads), the conv
+    kernel and bias over 4096 + 2048 channels, dt bias / A / D per head, the grouped norm (4096) and the
+    out-projection; an attention layer Q / O of 32 heads of 128 and K / V of 2; an expert layer the router and
+    selection bias over 128 experts, 128 x (up + down) of 1856 and the shared expert's up + down of 3712; every
+    layer its pre-norm. The total is llama_model_n_params of the skeleton (31.6B: NVIDIA's "31.6B total")."""
+    e, v, di, conv = 2688, 131072, 4096, 4096 + 2 * 8 * 128
+    mamba = e * (2 * di + 2 * 8 * 128 + 64) + 4 * conv + conv + 3 * 64 + di + di * e
+    attn = 2 * e * 32 * 128 + 2 * e * 2 * 128
+    moe = e * 128 + 128 + 128 * 2 * e * 1856 + 2 * e * 3712
+    tensors = tensor_list(load_builtin_preset("nemotron-3-nano-30b-a3b"))
+    total = 23 * mamba + 6 * attn + 23 * moe + 52 * e + 2 * e * v + e
+    assert sum(t.n_elements for t in tensors) == total == 31_577_940_288
+    shapes = {t.name: t.shape for t in tensors}
+    assert shapes["blk.1.ffn_up_exps.weight"] == (2688, 1856, 128) and shapes["blk.1.exp_probs_b.bias"] == (128,)
+    assert shapes["blk.5.attn_k.weight"] == (2688, 256) and "blk.5.ffn_up_exps.weight" not in shapes

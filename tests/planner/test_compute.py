@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rsplan.hparams.layout import cache_layout
-from rsplan.hparams.sources import load_model
+from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.compute import ComputeModelError, compute_buffer, n_outputs_max_for
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan_testing import make_spec, shared_dir
@@ -247,3 +247,48 @@ def test_a_state_without_whole_heads_has_no_graph():
     with pytest.raises(ComputeModelError, match=r"inner_size 100 / time_step_rank 3 / group_count 1 do not make "
                                                 r"whole heads and groups, and its graph views the state per head"):
         compute_buffer(spec, ContextParams())
+
+
+def test_rwkv6_without_its_lora_ranks_is_refused():
+    spec = make_spec(arch="rwkv6", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
+                     feed_forward_length=224, wkv={"head_size": 16}, time_mix_extra_dim=32)
+    with pytest.raises(ComputeModelError, match="time_decay_extra_dim"):
+        compute_buffer(spec, ContextParams())
+
+
+def test_rwkv6_rescale_adds_one_scale_every_n_layers():
+    """rwkv6.cpp halves the residual after layers n, 2n, ... (ggml_scale): 24 layers every 6 = 4 more nodes in
+    every reserve graph; the RWKV-6 1.6B golden cases (rescale 6) have llama.cpp's node count with them."""
+    spec = load_builtin_preset("rwkv6-1.6b-world")
+    assert spec.rescale_every_n_layers == 6
+    with_scale = compute_buffer(spec, ContextParams(n_ctx=4096), n_outputs_max=0)
+    without = compute_buffer(spec.model_copy(update={"rescale_every_n_layers": 0}), ContextParams(n_ctx=4096),
+                             n_outputs_max=0)
+    assert [gr.n_nodes - gn.n_nodes for gr, gn in zip(with_scale.graphs, without.graphs, strict=True)] == [4, 4]
+
+
+def test_falcon_h1_needs_to_know_its_mamba_norm():
+    spec = load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": None})
+    with pytest.raises(ComputeModelError, match="mamba_rms_norm"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))
+
+
+def test_falcon_h1_grouped_norm_adds_three_nodes_per_layer():
+    """mamba-base.cpp build_mamba2_layer: with ssm_norm, y is reshaped to the groups and RMS-normed with a weight
+    (RESHAPE, RMS_NORM, MUL); the 0.5B model (mamba_rms_norm false) has none, and its golden cases have
+    llama.cpp's node count without them."""
+    spec = load_builtin_preset("falcon-h1-0.5b-instruct")
+    plain = compute_buffer(spec, ContextParams(n_ctx=4096), n_outputs_max=0)
+    normed = compute_buffer(spec.model_copy(update={"mamba_rms_norm": True}), ContextParams(n_ctx=4096),
+                            n_outputs_max=0)
+    assert [b.n_nodes - a.n_nodes for a, b in zip(plain.graphs, normed.graphs, strict=True)] == [3 * 36, 3 * 36]
+
+
+def test_rwkv6qwen2_needs_one_token_shift():
+    """rwkv6qwen2.cpp asserts n_embd == n_embd_r(): one token shift per layer (the converter writes 1)."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    spec = load_builtin_preset("qrwkv6-32b-instruct-preview")
+    spec = spec.model_copy(update={"wkv": spec.wkv.model_copy(update={"token_shift_count": 2})})
+    with pytest.raises(LlamaAbortError, match="n_embd_r"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))

@@ -46,9 +46,12 @@ REQUIRED = (
     "mamba2-130m",
     "mamba2-2.7b",
     "minimax-text-01",
+    "nemotron-3-nano-30b-a3b",
     "nemotron-h-8b-base-8k",
     "qwen3-next-80b-a3b",
     "qwen3.5-35b-a3b",
+    "qrwkv6-32b-instruct-preview",
+    "rwkv6-1.6b-world",
     "rwkv7-0.4b-world",
 )
 
@@ -76,6 +79,8 @@ class Expected:
 
 # Nemotron-H-8B's hybrid_override_pattern (config.json): M = Mamba-2, * = attention, - = MLP.
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+# Nemotron-3-Nano-30B-A3B's: E = the MoE layers (no cache).
+NEMOTRON_3_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 
 EXPECTED = (
     Expected(
@@ -113,6 +118,24 @@ EXPECTED = (
         kv=(),
         kv_bytes=0,
         recurrent_bytes=64 * 4 * 4 * (30720 + 1048576),
+    ),
+    Expected(
+        "qrwkv6-32b-instruct-preview",
+        n_embd_r=1 * 5120,  # token_shift_count 1 (the converter writes it) * hidden 5120
+        n_embd_s=5120 * 128,  # hidden * head_size (5120 / 40 heads)
+        recurrent=tuple(range(64)),
+        kv=(),  # head_count_kv 8 sizes K / V weights, not a KV cache
+        kv_bytes=0,
+        recurrent_bytes=64 * 4 * 4 * (5120 + 655360),
+    ),
+    Expected(
+        "rwkv6-1.6b-world",
+        n_embd_r=2 * 2048,  # token_shift_count 2 * hidden 2048
+        n_embd_s=2048 * 64,  # hidden * head_size (32 heads of 64 x 64)
+        recurrent=tuple(range(24)),
+        kv=(),
+        kv_bytes=0,
+        recurrent_bytes=24 * 4 * 4 * (4096 + 131072),
     ),
     Expected(
         "rwkv7-0.4b-world",
@@ -213,6 +236,15 @@ EXPECTED = (
         kv=(7, 18, 29, 40),  # the '*' positions; the 24 '-' MLP layers carry no cache
         kv_bytes=4 * 2 * (8 * 128 * F16) * CELLS,
         recurrent_bytes=24 * 4 * 4 * (30720 + 1048576),
+    ),
+    Expected(
+        "nemotron-3-nano-30b-a3b",
+        n_embd_r=(4 - 1) * (64 * 64 + 2 * 8 * 128),  # 64 Mamba heads of 64, n_groups 8, d_state 128
+        n_embd_s=128 * (64 * 64),
+        recurrent=tuple(i for i, c in enumerate(NEMOTRON_3_NANO_PATTERN) if c == "M"),
+        kv=(5, 12, 19, 26, 33, 42),  # the '*' positions; the 23 'E' expert layers carry no cache
+        kv_bytes=6 * 2 * (2 * 128 * F16) * CELLS,
+        recurrent_bytes=23 * 4 * 4 * (18432 + 524288),
     ),
     Expected(
         "granite-4.0-h-tiny",
@@ -359,8 +391,11 @@ def test_mtp_layers_are_blocks_but_carry_no_cache(name, block_count, n_layer):
         ("mamba-130m", 1 << 20),  # conversion/mamba.py: 2**20 for every Mamba model
         ("mamba-codestral-7b", 1 << 20),
         ("rwkv7-0.4b-world", 1 << 20),  # conversion/rwkv.py: "RWKV isn't context limited"
+        ("rwkv6-1.6b-world", 1 << 20),
+        ("qrwkv6-32b-instruct-preview", 1 << 20),
         ("nemotron-h-8b-base-8k", 1 << 20),  # GraniteHybridModel overwrites it for hybrids without RoPE
         ("granite-4.0-h-tiny", 1 << 20),
+        ("nemotron-3-nano-30b-a3b", 1 << 20),
         ("kimi-linear-48b-a3b", 1048576),  # model_max_length; the config has no max_position_embeddings
         ("lfm2-1.2b", 128000),  # max_position_embeddings
         ("minimax-text-01", 10240000),

@@ -1,0 +1,198 @@
+"""RWKV-6 (src/models/rwkv6.cpp ``graph``, src/models/rwkv6-base.cpp ``build_rwkv6_time_mix`` /
+``build_rwkv6_channel_mix``, src/llama-graph.cpp ``build_rwkv_token_shift_load`` / ``_store``).
+
+Every layer reads two recurrent rows, as RWKV-7's: R, the token shift (2 x n_embd) and S, the WKV state
+(n_embd x head_size). The time mix lerps the input through a rank-``time_mix_extra_dim`` LoRA into five copies
+(w, k, v, r, g, with the converter's fused lerp weight), computes the decay through a rank-``time_decay_extra_dim``
+LoRA and runs the fused RWKV_WKV6 op, whose output holds the token rows and then the new states. The channel mix is
+gated by a sigmoid receptance; every ``rescale_every_n_layers`` layers the residual is halved (one SCALE)."""
+
+from __future__ import annotations
+
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml_alloc import Graph, Tensor
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
+from rsplan.planner.graphs.lfm2 import ffn_silu_par
+from rsplan.planner.graphs.rwkv7 import last_token, layer_norm, shifted
+
+#: The LoRA ranks the time mix needs: ModelSpec key -> what it sizes.
+EXTRA_DIMS: dict[str, str] = {
+    "time_mix_extra_dim": "token-shift LoRA (time_mix_w1 / w2)",
+    "time_decay_extra_dim": "decay LoRA (time_mix_decay_w1 / w2)",
+}
+#: The lerped inputs, in the order of the fused lerp weight (time_mix_lerp_fused, {n_embd, 1, 1, 5}).
+LERPS = ("w", "k", "v", "r", "g")
+
+
+def _token_shift_count(p: GraphParams) -> int:
+    """Rows of n_embd the token shift keeps (the W = 2 conv state's channels over n_embd)."""
+    return state_dims(p).conv_channels // p.n_embd
+
+
+def _extra_dims(p: GraphParams) -> tuple[int, int]:
+    """(time_mix_extra_dim, time_decay_extra_dim) of ``p.spec`` (ComputeModelError naming the first missing one)."""
+    from rsplan.planner.compute import ComputeModelError
+
+    values = [getattr(p.spec, key) for key in EXTRA_DIMS]
+    for key, value in zip(EXTRA_DIMS, values, strict=True):
+        if not value:
+            raise ComputeModelError(
+                f"model '{p.spec.name}' does not give {key}, which sizes RWKV-6's {EXTRA_DIMS[key]}; "
+                "pass --compute to give the size"
+            )
+    return values[0], values[1]
+
+
+def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor, extra: int) -> dict[str, Tensor]:
+    """The five lerped inputs: tanh(w1 (x + sx * lerp_x)) through w2, plus the fused lerp, times sx, plus x;
+    one [n_embd, n_tokens] view each."""
+    n_embd, n_tokens = p.n_embd, p.n_tokens
+    sx = g.reshape(g.sub(x_prev, cur), n_embd, n_tokens)
+    cur = g.reshape(cur, n_embd, n_tokens)
+    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1)), cur)
+    xxx = g.reshape(g.unary(g.mul_mat(g.weight(n_embd, 5 * extra), xxx)), extra, 1, 5, n_tokens)
+    xxx = g.cont(g.permute(xxx, 0, 1, 3, 2))
+    xxx = g.mul_mat(g.reshape(g.weight(extra, n_embd, 5), extra, n_embd, 1, 5), xxx)
+    sx = g.reshape(sx, n_embd, 1, n_tokens)
+    cur = g.reshape(cur, n_embd, 1, n_tokens)
+    xxx = g.add(g.mul(g.add(xxx, g.weight(n_embd, 1, 1, 5)), sx), cur)
+    return {name: g.view(xxx, (n_embd, n_tokens), (xxx.nb[1],), i * n_embd * n_tokens * 4)
+            for i, name in enumerate(LERPS)}
+
+
+def _rkv(p: GraphParams, x: dict[str, Tensor], qrwkv: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Receptance, key, value ([head_size, n_head, n_tokens] each) and the output gate ([n_embd, n_tokens]).
+    RWKV6-Qwen2 adds the Qwen-2 attention biases, gates with a sigmoid instead of a SiLU, and repeats its
+    GQA-wide K / V over the heads."""
+    n_embd, n_tokens = p.n_embd, p.n_tokens
+    dims = state_dims(p)
+    hs, n_head = dims.head_dim, dims.n_heads
+    n_head_kv = p.spec.head_count_kv(0) if qrwkv else 0
+    kv = n_head_kv * hs if n_head_kv and n_head_kv != n_head else n_embd
+    r = g.mul_mat(g.weight(n_embd, n_embd), x["r"])
+    k = g.mul_mat(g.weight(n_embd, kv), x["k"])
+    v = g.mul_mat(g.weight(n_embd, kv), x["v"])
+    if qrwkv:
+        r, k, v = g.add(r, g.weight(n_embd)), g.add(k, g.weight(kv)), g.add(v, g.weight(kv))
+    gate = g.unary(g.mul_mat(g.weight(n_embd, n_embd), x["g"]))  # sigmoid (QRWKV) or silu
+    if n_head_kv and n_head_kv != n_head:
+        k, v = (g.repeat(g.reshape(t, hs, 1, n_head_kv, n_tokens), hs, n_head // n_head_kv, n_head_kv, n_tokens)
+                for t in (k, v))
+    k, v, r = (g.reshape(t, hs, n_head, n_tokens) for t in (k, v, r))
+    return r, k, v, gate
+
+
+def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, il: int,
+              qrwkv: bool = False) -> Tensor:
+    """build_rwkv6_time_mix: RWKV-6 (time_mix_first: the RWKV_WKV6 op and a group norm) or, with ``qrwkv``,
+    RWKV6-Qwen2 (no time_mix_first: k scaled by 1 - w, the GATED_LINEAR_ATTN op, no norm)."""
+    p = lg.p
+    n_embd, n_tokens = p.n_embd, p.n_tokens
+    dims = state_dims(p)
+    hs, n_head = dims.head_dim, dims.n_heads
+    mix_extra, decay_extra = _extra_dims(p)
+    x = _time_mix_inputs(p, cur, x_prev, mix_extra)
+    r, k, v, gate = _rkv(p, x, qrwkv)
+    w = g.mul_mat(g.weight(decay_extra, n_embd), g.unary(g.mul_mat(g.weight(n_embd, decay_extra), x["w"])))
+    w = g.add(w, g.weight(n_embd))
+    w = g.reshape(g.unary(g.unary(g.unary(w))), hs, n_head, n_tokens)  # exp(-exp(w))
+    if qrwkv:
+        k = g.sub(k, g.mul(k, w))
+
+    n_embd_s = dims.n_embd_s  # n_embd x head_size
+    s_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    state = lg.rs(s_all, n_embd_s, rs)
+    out = g.gated_linear_attn(k, v, r, w, state) if qrwkv else g.rwkv_wkv6(k, v, r, g.weight(hs, n_head), w, state)
+    cur = g.view(out, (n_embd * n_tokens,), (), 0)
+    new_state = g.view(out, (n_embd_s * p.n_seqs,), (), n_embd * n_tokens * 4)
+    lg.expand(g.cpy(new_state, g.view(s_all, (n_embd_s * p.n_seqs,), (), 0)))
+
+    if qrwkv:
+        cur = g.reshape(cur, n_embd, n_tokens)
+    else:
+        cur = g.norm(g.reshape(cur, n_embd // n_head, n_head, n_tokens))  # group norm, one group per head
+        cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd)), g.weight(n_embd))
+    cur = g.mul_mat(g.weight(n_embd, n_embd), g.mul(cur, gate))
+    return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
+
+
+def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
+    """build_rwkv6_channel_mix: sigmoid(receptance(lerp_r)) * value(relu(key(lerp_k))^2)."""
+    sx = g.sub(x_prev, cur)
+    xk = g.add(g.mul(sx, g.weight(n_embd)), cur)
+    xr = g.add(g.mul(sx, g.weight(n_embd)), cur)
+    r = g.unary(g.mul_mat(g.weight(n_embd, n_embd), xr))
+    k = g.sqr(g.unary(g.mul_mat(g.weight(n_embd, n_ff), xk)))
+    return g.mul(r, g.mul_mat(g.weight(n_ff, n_embd), k))
+
+
+def build_rwkv6(p: GraphParams) -> Graph:
+    """llama_model_rwkv6::graph (token_shift_count 2, as llama.cpp asserts)."""
+    token_shift_count = _token_shift_count(p)
+    if token_shift_count != 2:
+        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in llama_model_rwkv6::graph "
+                          f"(token_shift_count {token_shift_count})")
+    lg = LlamaGraph(p)
+    n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
+    n_embd_r = 2 * n_embd
+    rescale = p.spec.rescale_every_n_layers
+    inp = layer_norm(lg.inp_embd(), n_embd)
+    rs = lg.rs_inp()
+    out_ids = lg.inp_out_ids()
+    for il in range(p.n_layer):
+        inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
+        r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
+        shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
+        att_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), 0)
+        ffn_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), n_embd * 4)
+        att_norm = layer_norm(inp, n_embd)
+        x_prev = shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
+        cur = _time_mix(lg, rs, att_norm, x_prev, il)
+        ffn_inp = g.add(cur, inp)
+        ffn_norm = layer_norm(ffn_inp, n_embd)
+        x_prev = shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
+        shift = g.concat(last_token(att_norm, n_embd, n_seq_tokens, n_seqs),
+                         last_token(ffn_norm, n_embd, n_seq_tokens, n_seqs), 1)
+        lg.expand(g.cpy(g.view(shift, (n_embd_r * n_seqs,), (), 0), g.view(r_all, (n_embd_r * n_seqs,), (), 0)))
+        ffn_inp, ffn_norm, x_prev = (g.reshape(t, n_embd, p.n_tokens) for t in (ffn_inp, ffn_norm, x_prev))
+        if il == p.n_layer - 1:
+            ffn_inp, ffn_norm, x_prev = (g.get_rows(t, out_ids) for t in (ffn_inp, ffn_norm, x_prev))
+        inp = g.add(_channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
+        if rescale and (il + 1) % rescale == 0:
+            inp = g.scale(inp)
+    cur = layer_norm(inp, n_embd)
+    g.GraphBuilder.set_output(cur)
+    out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)
+    g.GraphBuilder.set_output(out)
+    lg.expand(out)
+    return lg.b.graph
+
+
+def build_rwkv6qwen2(p: GraphParams) -> Graph:
+    """llama_model_rwkv6qwen2::graph: RMS pre-norms, one token shift (the time mix's), the QRWKV time mix and
+    Qwen-2's SwiGLU FFN."""
+    token_shift_count = _token_shift_count(p)
+    if token_shift_count != 1:
+        raise g.GGMLAbort(f"GGML_ASSERT(n_embd == hparams.n_embd_r()) fails in llama_model_rwkv6qwen2::graph "
+                          f"(token_shift_count {token_shift_count})")
+    lg = LlamaGraph(p)
+    n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
+    inp = lg.inp_embd()
+    rs = lg.rs_inp()
+    out_ids = lg.inp_out_ids()
+    for il in range(p.n_layer):
+        inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
+        r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
+        shift = g.reshape(lg.rs(r_all, n_embd, rs), n_embd, 1, n_seqs)
+        att_norm = lg.norm(inp, n_embd)
+        x_prev = shifted(shift, att_norm, n_embd, n_seq_tokens, n_seqs)
+        cur = _time_mix(lg, rs, att_norm, x_prev, il, qrwkv=True)
+        shift = last_token(att_norm, n_embd, n_seq_tokens, n_seqs)
+        lg.expand(g.cpy(g.view(shift, (n_embd * n_seqs,), (), 0), g.view(r_all, (n_embd * n_seqs,), (), 0)))
+        ffn_inp = g.reshape(g.add(cur, inp), n_embd, p.n_tokens)
+        if il == p.n_layer - 1:
+            ffn_inp = g.get_rows(ffn_inp, out_ids)
+        cur = ffn_silu_par(lg.norm(ffn_inp, n_embd), n_embd, ffn_width(p, il))
+        inp = g.add(cur, ffn_inp)
+    lg.output(inp)
+    return lg.b.graph
