@@ -24,8 +24,8 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
 
 def _mlp(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
     """build_ffn(up, down, LLM_FFN_RELU_SQR): down(relu(up(x))^2)."""
-    up = g.mul_mat(g.weight(n_embd, n_ff), cur)
-    return g.mul_mat(g.weight(n_ff, n_embd), g.sqr(g.unary(up)))
+    up = g.mul_mat(g.weight(n_embd, n_ff, name="ffn_up"), cur)
+    return g.mul_mat(g.weight(n_ff, n_embd, name="ffn_down"), g.sqr(g.unary(up)))
 
 
 def build_nemotron_h(p: GraphParams) -> Graph:
@@ -38,6 +38,7 @@ def build_nemotron_h(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
+        lg.layer(il)
         inp_sa = inp
         cur = lg.norm(inp, p.n_embd)
         if il in recurrent:

@@ -138,6 +138,7 @@ def build_rwkv7(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     first: list[Tensor] = []
     for il in range(p.n_layer):
+        lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
         r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
         shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
@@ -156,6 +157,7 @@ def build_rwkv7(p: GraphParams) -> Graph:
         if il == p.n_layer - 1:
             ffn_inp, ffn_norm, x_prev = (g.get_rows(t, out_ids) for t in (ffn_inp, ffn_norm, x_prev))
         inp = g.add(_channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
+    g.set_layer("output")
     cur = layer_norm(inp, n_embd)
     g.GraphBuilder.set_output(cur)
     out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)
