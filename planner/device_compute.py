@@ -5,10 +5,15 @@ llama.cpp 0c1e57098, src/llama-context.cpp ``sched_reserve``: pp (``min(n_ctx, n
 (``n_seq_max`` tokens), pp again (one sequence for kimi-linear and minimax-01); each ``ggml_gallocr_reserve_n``
 only grows a backend's buffer, so a real run keeps each backend's largest; under ``no_alloc`` (llama-fit-params)
 the sizes of the first pp graph are reported.
+
+Before that, ``-fa auto`` is resolved as ``resolve_fused_ops`` does: a one-token-per-sequence graph with flash
+attention goes through the scheduler, and flash attention is turned off when one of its nodes does not land on its
+layer's device; the caches keep the layout made for flash attention (V not transposed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from rsplan.hparams.layout import CacheLayout, cache_layout
@@ -20,7 +25,7 @@ from rsplan.planner.compute import (
     n_outputs_max_for,
 )
 from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.sched import SchedResult, SchedSetup, schedule
+from rsplan.planner.sched import SchedResult, SchedSetup, flash_attn_on_layer_devices, schedule
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,12 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     build = _graph_builder(spec, False)
     layout = layout or cache_layout(spec)
     ctx = resolve_context(layout, params)
+    if params.flash_attn == "auto" and ctx.flash_attn and layout.kv_layers:
+        probe = build_reserve_graph(build, spec, layout, ctx, embeddings, "flash-attention probe", ctx.n_seq_max,
+                                    ctx.n_seq_max, ctx.n_seq_max)
+        if not flash_attn_on_layer_devices(probe, setup, ctx.n_seq_max):
+            # the caches were made for flash attention (V not transposed); the graphs are built without it
+            ctx = dataclasses.replace(ctx, flash_attn=False)
     n_out_max = n_outputs_max_for(tool, ctx, n_draft)
     n_seqs = ctx.n_seq_max
     n_tokens = min(ctx.n_ctx, ctx.n_ubatch)

@@ -371,6 +371,16 @@ def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) 
     ``pins``: the assignments made while building the graph hold. They do in ``ggml_backend_sched_reserve`` (a real
     run) but not in ``ggml_backend_sched_reserve_size`` (the no_alloc dry run): ``set_tensor_backend`` marks the
     scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them."""
+    s = _assign(graph, setup, n_tokens, pins)
+    splits, copies = s.split()
+    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
+    buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
+    sizes = reserve_sizes(sched_graph, buffers, node_ids, leaf_ids)
+    return SchedResult(tuple(sizes), len(splits), setup.n_copies)
+
+
+def _assign(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> _Sched:
+    """Passes 1 to 4: every node and leaf of ``graph`` gets a backend."""
     s = _Sched(graph, setup, n_tokens)
     if pins:
         s.pin()
@@ -382,8 +392,17 @@ def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) 
     s.expand(nodes[::-1], skip_cpu=False)
     s.pass3()
     s.pass4()
-    splits, copies = s.split()
-    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
-    buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
-    sizes = reserve_sizes(sched_graph, buffers, node_ids, leaf_ids)
-    return SchedResult(tuple(sizes), len(splits), setup.n_copies)
+    return s
+
+
+def flash_attn_on_layer_devices(graph: Graph, setup: SchedSetup, n_tokens: int) -> bool:
+    """llama_context::resolve_fused_ops for ``-fa auto``: every FLASH_ATTN_EXT node of the probe graph (one token
+    per sequence, built with flash attention) runs on its layer's device; False makes llama.cpp turn flash
+    attention off (e.g. with ``-nkvo``, where the op lands on the CPU beside the cache)."""
+    s = _assign(graph, setup, n_tokens, pins=True)
+    for node in graph.nodes:
+        if node.op == "FLASH_ATTN_EXT" and isinstance(node.layer, int):
+            dev = setup.placement.layer_device(node.layer)
+            if s.ids[id(node)] != (setup.cpu if dev is None else dev):
+                return False
+    return True

@@ -162,6 +162,7 @@ def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, v_mla: T
         if v.type == g.F32:
             v = g.cast(v, g.F16)
         cur = g.flash_attn_ext(q, k, v, mask)
+        cur.layer = g.current_layer()  # resolve_fused_ops compares its backend with the layer's device
         if v_mla is not None:
             cur = g.cont(g.permute(g.mul_mat(v_mla, g.permute(cur, 0, 2, 1, 3)), 0, 2, 1, 3))
         cur = g.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
