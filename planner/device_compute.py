@@ -33,14 +33,15 @@ class DeviceCompute:
     """Compute buffer bytes per backend: ``devices`` in device order, then ``host`` (the CPU backend).
 
     Attributes:
-        devices / host: what a real run allocates (each backend's largest reserve).
+        devices / host: what a real run allocates (each backend's largest reserve); None when only the dry run
+            was asked for.
         dry_devices / dry_host: what ``no_alloc`` runs (llama-fit-params) report: the first pp graph's.
         n_splits: splits of the dry run's pp graph; n_copies: input copies (4 with pipeline parallelism).
         exact: the device kind's rules are complete and checked (planner.sched.DeviceKind.exact).
     """
 
-    devices: tuple[int, ...]
-    host: int
+    devices: tuple[int, ...] | None
+    host: int | None
     dry_devices: tuple[int, ...]
     dry_host: int
     n_splits: int
@@ -49,9 +50,10 @@ class DeviceCompute:
 
 
 def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
-                   n_draft: int = 0, embeddings: bool = False, layout: CacheLayout | None = None) -> DeviceCompute:
+                   n_draft: int = 0, embeddings: bool = False, layout: CacheLayout | None = None,
+                   real_run: bool = True) -> DeviceCompute:
     """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
-    ``setup``.
+    ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures).
 
     Raises:
         ComputeModelError / LlamaAbortError: as planner.compute.compute_buffer.
@@ -75,11 +77,12 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
         reserves.append(("pp (1 seq)", n_tokens, 1, n_outputs_pp))
     # a real run reserves each graph with its pinned nodes; the dry run sizes the first pp graph without them
     results: list[SchedResult] = []
-    for i, (name, n_tok, n_sq, n_out) in enumerate([reserves[0], *reserves]):
+    for i, (name, n_tok, n_sq, n_out) in enumerate([reserves[0], *(reserves if real_run else [])]):
         n_tok = -(-n_tok // n_sq) * n_sq
         graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
         results.append(schedule(graph, setup, n_tok, pins=i > 0))
     first = results.pop(0)
-    most = tuple(max(r.bytes[i] for r in results) for i in range(setup.n_backends))
-    return DeviceCompute(devices=most[:-1], host=most[-1], dry_devices=first.bytes[:-1], dry_host=first.bytes[-1],
+    most = tuple(max(r.bytes[i] for r in results) for i in range(setup.n_backends)) if real_run else None
+    return DeviceCompute(devices=most[:-1] if most else None, host=most[-1] if most else None,
+                         dry_devices=first.bytes[:-1], dry_host=first.bytes[-1],
                          n_splits=first.n_splits, n_copies=first.n_copies, exact=setup.kind.exact)
