@@ -7,8 +7,8 @@ treats as a GPU), the devices' free memory set by the LD_PRELOAD shim fake_memor
 follows it), and keeps ``llama_get_memory_breakdown``'s exact compute bytes per device (in ``--rpc`` order) and
 for the host (``CPU``), plus the split count llama.cpp logs.
 
-Output: tests/golden/llamacpp-sched/cases.json. Needs llama.cpp built with ``-DGGML_RPC=ON
--DBUILD_SHARED_LIBS=ON`` and ``build.sh`` run. Usage:
+Output: tests/golden/llamacpp-sched/cases.json (``alloc`` true: a real run, ``--alloc``). Needs llama.cpp built
+with ``-DGGML_RPC=ON -DBUILD_SHARED_LIBS=ON`` and ``build.sh`` run. Usage:
 
     .venv/bin/python scripts/llamacpp-truth/sched_cases.py [--llama DIR] [--skeletons DIR]
 """
@@ -48,6 +48,17 @@ CASES: list[tuple[str, list[str], list[int]]] = [
     ("qwen3-next-80b-a3b", ["-c", "16384", "-ngl", "49", "--n-cpu-moe", "30"], [16384, 8192]),
     ("mamba-codestral-7b", ["-c", "4096", "-np", "4", "-ngl", "65"], [8192, 8192]),
 ]
+
+#: Real runs (``--alloc``: every buffer allocated, each backend's largest reserve, the pins kept) on the tiny real
+#: lfm2.gguf of shared/data/llamacpp-measured (f32, five layers), small enough to upload over RPC.
+ALLOC_CASES: list[tuple[str, list[str], list[int]]] = [
+    ("lfm2.gguf", ["-c", "4096", "-ngl", "6"], [3072, 2048]),
+    ("lfm2.gguf", ["-c", "4096", "-np", "2", "-ngl", "6"], [3072, 2048]),
+    ("lfm2.gguf", ["-c", "2048", "-ngl", "3"], [3072, 2048]),
+    ("lfm2.gguf", ["-c", "4096", "-ngl", "6", "-nkvo"], [3072, 2048]),
+    ("lfm2.gguf", ["-c", "4096", "-ngl", "6", "-ub", "16"], [3072, 2048]),
+]
+MEASURED = Path(os.environ.get("RSPLAN_SHARED_DIR", ROOT.parent / "shared")) / "data" / "llamacpp-measured"
 
 
 def _servers(llama: Path, n: int) -> list[subprocess.Popen[bytes]]:
@@ -90,6 +101,11 @@ def main() -> None:
             got = _run(gguf, flags, free)
             cases.append({"model": model, "outtype": "bf16", "flags": flags, "free_mib": free, "compute": got})
             print(model, " ".join(flags), free, got, file=sys.stderr)
+        for gguf_name, flags, free in ALLOC_CASES:
+            for alloc in (False, True):
+                got = _run(MEASURED / gguf_name, flags + (["--alloc"] if alloc else []), free)
+                cases.append({"gguf": gguf_name, "alloc": alloc, "flags": flags, "free_mib": free, "compute": got})
+                print(gguf_name, " ".join(flags), "real" if alloc else "dry", free, got, file=sys.stderr)
     finally:
         for p in procs:
             p.terminate()
