@@ -150,7 +150,8 @@ def _backend_of_buffer(t: Tensor, setup: SchedSetup) -> int:
             raise SchedModelError(f"cache tensor '{t.name}' has no layer: its buffer is unknown")
         dev = setup.placement.cache_device(t.layer)
     elif t.kind == "weight":
-        dev = where_weight(_gguf_name(t), t.layer, setup.placement, setup.overrides)
+        layer = 0 if t.layer == "token_embd_norm" else t.layer  # created with layer number 0 (NAMED_LAYERS)
+        dev = where_weight(_gguf_name(t), layer, setup.placement, setup.overrides)
     else:
         raise SchedModelError(f"external tensor '{t.name}' is neither a weight nor a cache: its buffer is unknown")
     return setup.cpu if dev is None else dev
@@ -159,6 +160,8 @@ def _backend_of_buffer(t: Tensor, setup: SchedSetup) -> int:
 def _gguf_name(t: Tensor) -> str:
     """The GGUF name of weight ``t`` as ``-ot`` patterns see it (weights the graph builders leave unnamed get
     ``unnamed``: no override in rsplan's own flags matches them)."""
+    if t.layer == "token_embd_norm":
+        return "token_embd_norm.weight"
     if t.layer == "input" or (t.layer == "output" and t.name == "output"):
         return f"{t.name}.weight"
     if t.layer == "output":

@@ -48,8 +48,12 @@ def _ranks(p: GraphParams) -> _Ranks:
 
 
 def layer_norm(cur: Tensor, width: int) -> Tensor:
-    """build_norm(LLM_NORM) with a weight and a bias."""
-    return g.add(g.mul(g.norm(cur), g.weight(width)), g.weight(width))
+    """build_norm(LLM_NORM) with a weight and a bias; inside a layer the NORM node is named ``norm`` with the
+    layer's number (llama_context::graph_get_cb may pin it to the layer's device)."""
+    normed = g.norm(cur)
+    if isinstance(g.current_layer(), int):
+        normed.name, normed.layer = "norm", g.current_layer()
+    return g.add(g.mul(normed, g.weight(width)), g.weight(width))
 
 
 def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor) -> dict[str, Tensor]:
@@ -133,7 +137,9 @@ def build_rwkv7(p: GraphParams) -> Graph:
     lg = LlamaGraph(p)
     n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
     n_embd_r = 2 * n_embd
-    inp = layer_norm(lg.inp_embd(), n_embd)
+    embd = lg.inp_embd()
+    g.set_layer("token_embd_norm")  # llama.cpp creates it with layer number 0; build_norm gets il -1: no pin
+    inp = layer_norm(embd, n_embd)
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
     first: list[Tensor] = []

@@ -47,6 +47,13 @@ CASES: list[tuple[str, list[str], list[int]]] = [
     ("lfm2-8b-a1b", ["-c", "16384", "-ngl", "25"], [6144, 6144, 4096]),
     ("qwen3-next-80b-a3b", ["-c", "16384", "-ngl", "49", "--n-cpu-moe", "30"], [16384, 8192]),
     ("mamba-codestral-7b", ["-c", "4096", "-np", "4", "-ngl", "65"], [8192, 8192]),
+    ("rwkv7-0.4b-world", ["-c", "4096", "-np", "2", "-ngl", "25"], [2048, 2048]),
+    ("rwkv7-0.4b-world", ["-c", "4096", "-ngl", "12"], [2048]),
+    ("granite-4.0-h-tiny", ["-c", "32768", "-ngl", "41"], [8192, 4096, 4096]),
+    ("jamba-v0.1", ["-c", "8192", "-ngl", "20", "--n-cpu-moe", "6"], [16384, 16384]),
+    ("kimi-linear-48b-a3b", ["-c", "16384", "-ngl", "28"], [32768, 32768]),
+    ("minimax-text-01", ["-c", "4096", "-ngl", "81", "-ts", "1,1,2"], [65536, 65536, 65536]),
+    ("qwen3.5-35b-a3b", ["-c", "65536", "-np", "2", "-ngl", "41", "--n-cpu-moe", "10"], [12288, 12288]),
 ]
 
 #: Real runs (``--alloc``: every buffer allocated, each backend's largest reserve, the pins kept) on the tiny real
