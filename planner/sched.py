@@ -27,9 +27,10 @@ and every device reports async compute and events (llama_context's constructor):
 
 What each device kind does is data (``DEVICE_KINDS``): RPC devices (a CPU backend behind the wire: supports every
 op, offloads none, 32-byte alignment, ``ggml_nbytes`` as allocation size) are checked against llama.cpp; for CUDA
-(and its ROCm / MUSA builds) the rules above come from the source, but its graph reordering
-(``graph_optimize``), its flash-attention scratch in ``get_alloc_size`` and the pinned ``CUDA_Host`` CPU buffer
-are not modelled, so its figures are estimates (``DeviceKind.exact`` False).
+(and its ROCm / MUSA builds) the rules above come from the source, but the allocation dependencies its
+``graph_optimize`` adds for fused ops and the flash-attention scratch its ``get_alloc_size`` adds are not modelled,
+so its figures are estimates (``DeviceKind.exact`` False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's
+alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ class DeviceKind:
 
 
 _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (taken as every op), offload_op get_op_batch_size >= 32 (MUL_MAT ne1, "
-                "MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props async + events; not modelled: "
-                "graph_optimize reordering, flash-attention scratch in get_alloc_size, the CUDA_Host CPU buffer")
+                "MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props async + events, host buffers not "
+                "readable by a discrete GPU; not modelled: graph_optimize's allocation dependencies for fused ops, "
+                "the flash-attention f16 scratch in get_alloc_size, integrated GPUs")
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "

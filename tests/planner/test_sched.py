@@ -3,13 +3,15 @@ fit's per-device compute source (exact for RPC, an estimate for CUDA)."""
 
 from __future__ import annotations
 
+import pytest
+
 from rsplan.hparams.sources import read_model
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.context import ContextParams
 from rsplan.planner.device_compute import device_compute
 from rsplan.planner.ggml_alloc import Buffer, Graph, reserve_sizes
 from rsplan.planner.placement import place_layers
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup, schedule
+from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup, schedule
 
 RPC = DEVICE_KINDS["RPC"]
 
@@ -95,3 +97,13 @@ def test_fit_says_when_device_compute_is_an_estimate():
     assert not answers["CUDA"].compute_exact
     assert any("CUDA scheduler rules not verified" in n for n in answers["CUDA"].notes)
     assert any("no scheduler model for SYCL" in n for n in answers["SYCL"].notes)
+
+
+def test_a_weight_without_a_layer_is_refused():
+    # a builder that does not place a weight (the MTP draft graph): no silent guess of its buffer
+    b = g.GraphBuilder()
+    g.set_layer(None)
+    x = g.mul_mat(g.weight(4, 4), g.input_tensor(g.F32, 4, 16))
+    b.expand(x)
+    with pytest.raises(SchedModelError, match="has no layer"):
+        schedule(b.graph, SchedSetup(RPC, _placement()), 16)
