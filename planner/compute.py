@@ -100,7 +100,7 @@ def has_compute_model(arch: str) -> bool:
     return arch in BUILDERS
 
 
-def _graph_builder(spec: ModelSpec, mtp_draft: bool) -> Any:
+def reserve_graph_builder(spec: ModelSpec, mtp_draft: bool) -> Any:
     """The graph builder of ``spec``'s arch (its MTP draft's with ``mtp_draft``); refuses an arch without one and
     a model without its vocabulary size."""
     from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
@@ -141,7 +141,7 @@ def build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: A
     from rsplan.planner.ggml_ops import GGMLAbort
     from rsplan.planner.graphs.common import GraphParams
 
-    assert spec.vocab_size is not None  # checked by _graph_builder
+    assert spec.vocab_size is not None  # checked by reserve_graph_builder
     p = GraphParams(
         n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
         n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
@@ -185,7 +185,7 @@ def compute_buffer(
         ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
         LlamaAbortError: llama.cpp aborts while building one of the reserve graphs for these flags.
     """
-    build = _graph_builder(spec, mtp_draft)
+    build = reserve_graph_builder(spec, mtp_draft)
     layout = layout or cache_layout(spec)
     if mtp_draft:
         from rsplan.planner.outputs import OutputsError, mtp_draft_layout

@@ -20,9 +20,9 @@ from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.compute import (
     ONE_SEQ_RESERVE_ARCHS,
-    _graph_builder,
     build_reserve_graph,
     n_outputs_max_for,
+    reserve_graph_builder,
 )
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.sched import SchedResult, SchedSetup, flash_attn_on_layer_devices, schedule
@@ -59,7 +59,7 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
         ComputeModelError / LlamaAbortError: as planner.compute.compute_buffer.
         SchedModelError: a tensor of the graph has no known buffer (an arch whose builder does not place it).
     """
-    build = _graph_builder(spec, False)
+    build = reserve_graph_builder(spec, False)
     layout = layout or cache_layout(spec)
     ctx = resolve_context(layout, params)
     if params.flash_attn == "auto" and ctx.flash_attn and layout.kv_layers:
