@@ -235,13 +235,32 @@ def build_breakdown(
         rows.append(BufferBreakdown("CPU", "Host", model["CPU"] if model else None, context,
                                     compute.bytes if compute else None))
     else:
-        notes.append(f"compute buffer on {backend}: not modelled (CUDA has its own op support, graph splits and "
-                     "host compute buffer; see docs/sizing.md)")
-        rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, None))
-        rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, 0, None))
+        dev_compute, host_compute = _gpu_compute(spec, params, layout, tool, n_draft, embeddings, backend, notes)
+        rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, dev_compute))
+        rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, 0, host_compute))
     draft = _draft(spec, params, kind, backend, tool, n_draft, notes) if mtp else None
     host = _server_host(layout, params) if tool == "server" else None
     return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, host)
+
+
+def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,
+                 embeddings: bool, backend: str, notes: list[str]) -> tuple[int | None, int | None]:
+    """(device, host) compute buffers of a real run with every layer on one CUDA device: the scheduler model
+    (planner.sched) with CUDA's rules, an estimate (said in ``notes``); (None, None) where it does not apply."""
+    from rsplan.planner.device_compute import device_compute
+    from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
+
+    kind = DEVICE_KINDS["CUDA"]
+    setup = SchedSetup(kind, place_layers(spec.block_count, 1))
+    try:
+        got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout)
+    except (ComputeModelError, SchedModelError) as exc:
+        notes.append(f"compute buffer on {backend}: {exc}")
+        return None, None
+    notes.append(f"compute buffers on {backend} and the host: the scheduler model with CUDA's rules, an estimate "
+                 f"({kind.source}); llama.cpp names the host one CUDA_Host; see docs/sizing.md")
+    assert got.devices is not None and got.host is not None  # a real run was sized
+    return got.devices[0], got.host
 
 
 def _server_host(layout: CacheLayout, params: ContextParams) -> ServerHost:

@@ -101,7 +101,7 @@ def has_compute_model(arch: str) -> bool:
     return arch in BUILDERS
 
 
-def _graph_builder(spec: ModelSpec, mtp_draft: bool) -> Any:
+def reserve_graph_builder(spec: ModelSpec, mtp_draft: bool) -> Any:
     """The graph builder of ``spec``'s arch (its MTP draft's with ``mtp_draft``); refuses an arch without one and
     a model without its vocabulary size."""
     from rsplan.planner.graphs import BUILDERS, MTP_BUILDERS
@@ -129,11 +129,20 @@ def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddi
     """llama_context::graph_reserve of one graph: ``n_tok`` tokens (rounded up to a multiple of ``n_sq``) in
     ``n_sq`` sequences with ``n_out`` outputs, built and laid out by ggml-alloc's rules."""
     from rsplan.planner.ggml_alloc import reserve_size
+
+    n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
+    graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
+    return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
+
+
+def build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str,
+                        n_tok: int, n_sq: int, n_out: int) -> Any:
+    """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``); a shape assertion llama.cpp would
+    fail raises LlamaAbortError."""
     from rsplan.planner.ggml_ops import GGMLAbort
     from rsplan.planner.graphs.common import GraphParams
 
-    n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
-    assert spec.vocab_size is not None  # checked by _graph_builder
+    assert spec.vocab_size is not None  # checked by reserve_graph_builder
     p = GraphParams(
         n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
         n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
@@ -146,7 +155,7 @@ def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddi
         raise LlamaAbortError(
             f"llama.cpp aborts while reserving its '{name}' graph ({n_tok} tokens in {seqs}) for these flags: {exc}"
         ) from None
-    return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
+    return graph
 
 
 def compute_buffer(
@@ -177,7 +186,7 @@ def compute_buffer(
         ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
         LlamaAbortError: llama.cpp aborts while building one of the reserve graphs for these flags.
     """
-    build = _graph_builder(spec, mtp_draft)
+    build = reserve_graph_builder(spec, mtp_draft)
     layout = layout or cache_layout(spec)
     if mtp_draft:
         from rsplan.planner.outputs import OutputsError, mtp_draft_layout

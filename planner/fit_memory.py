@@ -10,10 +10,14 @@ rsplan's figures for the same (``DeviceUsage``):
 - model: planner.weight_placement, tensor by tensor (exact, given the tensor list and the buffer rule);
 - context: each cache tensor of planner.plan on its layer's device (``-nkvo``: host), padded by the buffer rule
   (exact);
-- compute: planner.compute's CPU-backend figure of the first reserve graph, charged in full to every device that
-  holds a repeating layer or the output layer, and to the host when a repeating layer stays there. Exact on the
-  CPU-only path (no device); an estimate for devices: the scheduler splits the graph between backends and a GPU
-  backend sizes its own nodes, which rsplan does not model (``compute_exact`` False; ``--compute`` overrides it).
+- compute: without devices, planner.compute's CPU figure (exact). With devices, planner.device_compute: the
+  scheduler model (planner.sched) splits the first pp graph between the device backends and the CPU, as the dry
+  run llama-fit-params measures does, and gives each its own buffer (exact for RPC devices, checked against
+  llama.cpp; an estimate for CUDA / ROCm / MUSA, whose reordering and flash-attention scratch are not modelled).
+  Where the scheduler model does not apply (a device kind without rules, SYCL; a graph whose tensors it cannot
+  place, the MTP draft) the CPU figure is charged in full to every device holding a repeating layer or the
+  output layer, and to the host when a repeating layer stays there (an estimate). ``compute_exact`` says which;
+  ``--compute`` overrides it.
 """
 
 from __future__ import annotations
@@ -88,8 +92,12 @@ class MemoryModel:
     compute_override: int | None = None
     offload_kqv: bool = True
     tool: str = "server"
+    device_kind: str = "CUDA"
     _compute: dict[int, int] = field(default_factory=dict)
+    _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     calls: int = 0
+    #: why the per-device compute is an estimate (None: the scheduler model gave every figure, exact for the kind)
+    compute_estimate: str | None = None
 
     @property
     def n_devices(self) -> int:
@@ -129,10 +137,46 @@ class MemoryModel:
                 host_context += CPU_RULE.alloc_nbytes(t.bytes, t.type, t.shape[0])
             else:
                 context[dev] += self.device_rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
+        dev_compute, host_compute = self.compute_split(flags, placement)
+        devices = tuple(DeviceUsage(weights.device[d], context[d], dev_compute[d]) for d in range(self.n_devices))
+        host = DeviceUsage(weights.host, host_context, host_compute)
+        return Usage(devices, host)
+
+    def compute_split(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int]:
+        """(compute per device, host compute) of one start: the scheduler model's dry-run figures with devices,
+        else the CPU figure where a layer runs (module docstring)."""
+        if self.n_devices and self.compute_override is None:
+            key = (flags.n_ctx, placement.unit_device, placement.n_gpu_layers, flags.overrides)
+            if key not in self._per_device:
+                got = self._scheduled(flags, placement)
+                if got is not None:
+                    self._per_device[key] = got
+            if key in self._per_device:
+                return self._per_device[key]
         compute = self.compute_bytes(flags.n_ctx)
         busy = {d for d in placement.unit_device if d is not None}
         host_layers = any(d is None for d in placement.unit_device[:-1])
-        devices = tuple(DeviceUsage(weights.device[d], context[d], compute if d in busy else 0)
-                        for d in range(self.n_devices))
-        host = DeviceUsage(weights.host, host_context, compute if host_layers or not busy else 0)
-        return Usage(devices, host)
+        return (tuple(compute if d in busy else 0 for d in range(self.n_devices)),
+                compute if host_layers or not busy else 0)
+
+    def _scheduled(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int] | None:
+        """planner.device_compute's dry-run figures, or None (with ``compute_estimate`` saying why) where the
+        scheduler model does not apply."""
+        from rsplan.planner.device_compute import device_compute
+        from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
+
+        kind = DEVICE_KINDS.get(self.device_kind)
+        if kind is None:
+            self.compute_estimate = (f"no scheduler model for {self.device_kind} devices: the CPU compute buffer is "
+                                     "charged to every device that runs a layer")
+            return None
+        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv)
+        params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
+        try:
+            got = device_compute(self.spec, params, setup, tool=self.tool, layout=self.layout, real_run=False)
+        except SchedModelError as exc:
+            self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
+            return None
+        if not kind.exact and self.compute_estimate is None:
+            self.compute_estimate = f"{kind.name} scheduler rules not verified against llama.cpp ({kind.source})"
+        return got.dry_devices, got.dry_host

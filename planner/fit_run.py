@@ -190,14 +190,18 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                                     if opts.tensor_split is not None else None),
                       overrides=_overrides(opts, names))
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
-                        compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool)
+                        compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool,
+                        device_kind=opts.device_kind)
     req = FitRequest(user, UINT32_MAX if opts.explicit_zero_ctx else opts.fit_ctx, tuple(margins), opts.host_total)
     result = fit(model, req, n_seq_max=params.n_seq_max, kv_unified=params.kv_unified, n_layer=spec.n_layer,
                  n_ctx_train=spec.context_length, n_expert=spec.expert_count or 0)
     answer = FitAnswer(spec.name, model_ref, is_file, replace(params, n_ctx=result.flags.n_ctx), names,
                        [s for s, _ in budgets], [b for _, b in budgets], margins, result, [], opts.host_available,
-                       opts.host_source, weights_source, opts.compute is not None or not budgets,
+                       opts.host_source, weights_source,
+                       opts.compute is not None or not budgets or model.compute_estimate is None,
                        no_kv_offload=opts.no_kv_offload)
+    if budgets and opts.compute is None and model.compute_estimate is not None:
+        answer.notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
     _host_check(answer, spec, layout)
     return answer
 

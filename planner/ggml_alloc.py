@@ -9,10 +9,14 @@ allocator's free list, so it is reproduced here by running the same algorithm ov
   output flags, and whether memory outside the allocator already holds it: weights, caches);
 - ``Graph``: the nodes in execution order and the leafs (tensors without an op), as ``ggml_build_forward_expand``
   records them;
-- ``reserve_size(graph, alignment)``: the bytes ``ggml_gallocr_reserve`` asks the backend for.
+- ``reserve_size(graph, alignment)``: the bytes ``ggml_gallocr_reserve`` asks the backend for (one buffer);
+- ``reserve_sizes(graph, buffers, node_buffer_ids, leaf_buffer_ids)``: ``ggml_gallocr_reserve_n`` with one buffer
+  per backend, each node and leaf placed in the buffer its id names (the scheduler's split graph, planner.sched);
+  buffers of the same buffer type share one allocator, as ``ggml_gallocr_new_n`` makes them.
 
-Only what decides sizes is modelled: one buffer (one backend), one chunk (the CPU buffer type's maximum size is
-unbounded), ``ggml_nbytes`` as the CPU buffer type's allocation size.
+Only what decides sizes is modelled: one chunk per buffer (the CPU and RPC buffer types' maximum size is
+unbounded), ``ggml_nbytes`` as the allocation size (the CPU buffer type's, and the RPC one's for the unquantized
+tensors of a compute graph).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ class Tensor:
         flags: FLAG_INPUT / FLAG_OUTPUT bits.
         external: memory outside the graph allocator holds it (weights, KV / recurrent caches).
         name: for debugging and error messages.
+        kind: what holds an external tensor: ``weight`` (a model buffer, usage WEIGHTS) or ``cache`` (a KV or
+            recurrent cache buffer); empty for tensors of the graph allocator.
+        layer: the llama.cpp layer a weight or cache belongs to (a repeating layer number, ``input`` or
+            ``output``), and the layer of a per-layer norm node (``build_norm``'s ``il``); None elsewhere.
     """
 
     op: str
@@ -58,6 +66,8 @@ class Tensor:
     external: bool = False
     name: str = ""
     view_offs: int = 0
+    kind: str = ""
+    layer: int | str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -144,31 +154,49 @@ class _DynAllocator:
 
 
 class _State:
-    __slots__ = ("allocated", "n_children", "n_views", "offset")
+    __slots__ = ("allocated", "buffer_id", "n_children", "n_views", "offset")
 
     def __init__(self) -> None:
         self.n_children = 0
         self.n_views = 0
         self.allocated = False
         self.offset = 0
+        self.buffer_id = 0
 
 
 def reserve_size(graph: Graph, alignment: int) -> int:
     """The buffer size ``ggml_gallocr_reserve`` needs for ``graph`` on a backend of ``alignment`` bytes
     (ggml_gallocr_alloc_graph_impl with one buffer; allocation size = ggml_nbytes, as on the CPU)."""
-    galloc = _Gallocr(alignment)
-    galloc.alloc_graph(graph)
-    return galloc.alloc.max_size
+    return reserve_sizes(graph, (Buffer(alignment),), None, None)[0]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One buffer of ``ggml_gallocr_new_n``: its buffer type's alignment, and ``same_as``, the index of an earlier
+    buffer of the same buffer type (they share one allocator, so one size), or None."""
+
+    alignment: int
+    same_as: int | None = None
+
+
+def reserve_sizes(graph: Graph, buffers: tuple[Buffer, ...], node_buffer_ids: list[int] | None,
+                  leaf_buffer_ids: list[int] | None) -> list[int]:
+    """``ggml_gallocr_reserve_n_size``: the bytes each buffer needs for ``graph`` when node ``i`` is placed in
+    buffer ``node_buffer_ids[i]`` and leaf ``i`` in ``leaf_buffer_ids[i]`` (None: everything in buffer 0)."""
+    galloc = _Gallocr(buffers)
+    galloc.alloc_graph(graph, node_buffer_ids, leaf_buffer_ids)
+    return [galloc.allocs[i].max_size for i in range(len(buffers))]
 
 
 class _Gallocr:
-    """ggml_gallocr with one buffer: the per-tensor hash state and the allocator, with ggml-alloc.c's functions
+    """ggml_gallocr: the per-tensor hash state and one allocator per buffer type, with ggml-alloc.c's functions
     (ggml_gallocr_allocate_node, ggml_gallocr_free_extra_space, ggml_gallocr_free_node,
     ggml_gallocr_alloc_graph_impl) as methods."""
 
-    def __init__(self, alignment: int) -> None:
-        self.alignment = alignment
-        self.alloc = _DynAllocator(alignment)
+    def __init__(self, buffers: tuple[Buffer, ...]) -> None:
+        self.allocs: list[_DynAllocator] = []
+        for b in buffers:
+            self.allocs.append(self.allocs[b.same_as] if b.same_as is not None else _DynAllocator(b.alignment))
         self.state: dict[int, _State] = {}
 
     def st(self, t: Tensor) -> _State:
@@ -183,25 +211,28 @@ class _Gallocr:
 
     def free_extra(self, node: Tensor, parent: Tensor) -> None:
         """ggml_gallocr_free_extra_space: ``node`` reuses ``parent``'s memory; free what it does not need."""
-        p_size = _aligned(parent.nbytes, self.alignment)
-        n_size = _aligned(node.nbytes, self.alignment)
+        p_hn = self.st(parent)
+        alloc = self.allocs[p_hn.buffer_id]
+        p_size = _aligned(parent.nbytes, alloc.alignment)
+        n_size = _aligned(node.nbytes, alloc.alignment)
         if p_size > n_size:
-            self.alloc.free(self.st(parent).offset + n_size, p_size - n_size)
+            alloc.free(p_hn.offset + n_size, p_size - n_size)
 
-    def allocate(self, node: Tensor) -> None:
+    def allocate(self, node: Tensor, buffer_id: int) -> None:
         """ggml_gallocr_allocate_node: in place over a parent that dies here when the op allows it, else a new
-        block."""
+        block in buffer ``buffer_id``."""
         hn = self.st(node)
         if node.external or hn.allocated or node.view_src is not None:
             return
         hn.allocated = True
         if node.op in INPLACE_OPS and self._reuse_parent(node, hn):
             return
-        hn.offset = self.alloc.alloc(node.nbytes)
+        hn.buffer_id = buffer_id
+        hn.offset = self.allocs[buffer_id].alloc(node.nbytes)
 
     def _reuse_parent(self, node: Tensor, hn: _State) -> bool:
-        """The in-place branch of ggml_gallocr_allocate_node: take over the memory of the first parent (or its
-        view source) that has no other consumer; False when none qualifies."""
+        """The in-place branch of ggml_gallocr_allocate_node: take over the memory (and buffer) of the first parent
+        (or its view source) that has no other consumer; False when none qualifies."""
         for parent in node.src:
             if not self.is_own(parent):
                 continue
@@ -215,13 +246,13 @@ class _Gallocr:
                     vs = parent.view_src
                     vs_hn = self.st(vs)
                     if vs_hn.n_views == 1 and vs_hn.n_children == 0 and parent.view_offs == 0:
-                        hn.offset = p_hn.offset
+                        hn.buffer_id, hn.offset = p_hn.buffer_id, p_hn.offset
                         p_hn.allocated = False
                         vs_hn.allocated = False
                         self.free_extra(node, vs)
                         return True
                 else:
-                    hn.offset = p_hn.offset
+                    hn.buffer_id, hn.offset = p_hn.buffer_id, p_hn.offset
                     p_hn.allocated = False
                     self.free_extra(node, parent)
                     return True
@@ -232,27 +263,30 @@ class _Gallocr:
         if node.flags & FLAG_OUTPUT:
             return
         hn = self.st(node)
-        self.alloc.free(hn.offset, node.nbytes)
+        self.allocs[hn.buffer_id].free(hn.offset, node.nbytes)
         hn.allocated = False
 
-    def alloc_graph(self, graph: Graph) -> None:
-        """ggml_gallocr_alloc_graph_impl: count children and views, allocate the inputs, then walk the nodes,
-        allocating each node's parents and itself and freeing parents whose last consumer it was."""
-        for leaf in graph.leafs:
-            self.allocate(leaf)
-        for node in graph.nodes:
+    def alloc_graph(self, graph: Graph, node_ids: list[int] | None, leaf_ids: list[int] | None) -> None:
+        """ggml_gallocr_alloc_graph_impl: allocate the leafs, count children and views while allocating the
+        inputs, then walk the nodes, allocating each node's parents and itself and freeing parents whose last
+        consumer it was. A node's parents are allocated in the node's buffer."""
+        for i, leaf in enumerate(graph.leafs):
+            self.allocate(leaf, leaf_ids[i] if leaf_ids else 0)
+        for i, node in enumerate(graph.nodes):
+            buffer_id = node_ids[i] if node_ids else 0
             if node.view_src is not None and node.op != "NONE":
                 self.st(node.view_src).n_views += 1
             if node.flags & FLAG_INPUT:
-                self.allocate(node)
+                self.allocate(node, buffer_id)
             for src in node.src:
                 self.st(src).n_children += 1
                 if src.flags & FLAG_INPUT:
-                    self.allocate(src)
-        for node in graph.nodes:
+                    self.allocate(src, buffer_id)
+        for i, node in enumerate(graph.nodes):
+            buffer_id = node_ids[i] if node_ids else 0
             for parent in node.src:
-                self.allocate(parent)
-            self.allocate(node)
+                self.allocate(parent, buffer_id)
+            self.allocate(node, buffer_id)
             for parent in node.src:
                 self._release(parent)
 

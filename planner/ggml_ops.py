@@ -41,9 +41,37 @@ def new_tensor(type_: GGMLType, *ne: int, op: str = "NONE", src: tuple[Tensor, .
                   external=external, name=name)
 
 
+#: The name of the merged attention output (without flash attention) that ``-nkvo`` pins to the CPU
+#: (llm_graph_context::build_attn_mha: ggml_backend_sched_set_tensor_backend(cur, backend_cpu)).
+KQV_OUT_NO_OFFLOAD = "kqv_out (CPU with -nkvo)"
+
+#: The llama.cpp layer whose tensors a graph builder is creating now (``set_layer``): weights, caches and per-layer
+#: norms take it, so that the scheduler model (planner.sched) knows which buffer holds each of them.
+_LAYER: list[int | str | None] = [None]
+
+
+def set_layer(layer: int | str | None) -> None:
+    """Start building the tensors of ``layer`` (a repeating layer number, ``input``, ``output``; None: none)."""
+    _LAYER[0] = layer
+
+
+def current_layer() -> int | str | None:
+    return _LAYER[0]
+
+
 def weight(*ne: int, name: str = "") -> Tensor:
-    """A model tensor: held by the model's buffers, never by the compute buffer (its type does not matter here)."""
-    return new_tensor(F32, *ne, external=True, name=name)
+    """A model tensor of the current layer: held by the model's buffers, never by the compute buffer (its type does
+    not matter here). ``name``: its GGUF name within the layer (``ffn_up_exps``), which ``-ot`` patterns match."""
+    t = new_tensor(F32, *ne, external=True, name=name)
+    t.kind, t.layer = "weight", _LAYER[0]
+    return t
+
+
+def cache_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
+    """A KV or recurrent cache tensor of the current layer: memory of the context, not of the compute buffer."""
+    t = new_tensor(type_, *ne, external=True, name=name)
+    t.kind, t.layer = "cache", _LAYER[0]
+    return t
 
 
 def input_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:

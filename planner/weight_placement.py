@@ -152,7 +152,7 @@ def place_weights(
     tied = "token_embd.weight" in names and "output.weight" not in names
     for w in weights:
         layer = layer_of(w.name, placement.n_layer_all)
-        where = _where(w.name, layer, placement, overrides)
+        where = where_weight(w.name, layer, placement, overrides)
         if where is None:
             host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
         else:
@@ -164,7 +164,10 @@ def place_weights(
     return WeightBytes(tuple(device), host)
 
 
-def _where(name: str, layer: str | int, placement: Placement, overrides: Sequence[TensorOverride]) -> int | None:
+def where_weight(name: str, layer: str | int | None, placement: Placement,
+                 overrides: Sequence[TensorOverride]) -> int | None:
+    """The device holding weight ``name`` of ``layer`` (None: host memory): the first matching override, else its
+    layer's device (the input layer always on the host)."""
     for o in overrides:
         if re.search(o.pattern, name):
             return None if o.buffer == "CPU" else int(o.buffer)
@@ -172,7 +175,9 @@ def _where(name: str, layer: str | int, placement: Placement, overrides: Sequenc
         return None
     if layer == "output":
         return placement.unit_device[placement.n_layer_all]
-    return placement.unit_device[int(layer)]
+    if not isinstance(layer, int):
+        raise WeightPlacementError(f"tensor {name}: no llama.cpp layer known for it")
+    return placement.unit_device[layer]
 
 
 def loaded(name: str, n_layer: int, load_mtp: bool) -> bool:

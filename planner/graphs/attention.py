@@ -87,8 +87,8 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     gqa = n_embd_head * n_head_kv
     type_k, type_v = ctx.type_k, ctx.type_v
     v_row = p.layout.n_embd_v_gqa_max if ctx.v_trans else gqa
-    k_cache = g.new_tensor(type_k, gqa, kv_size, ns, external=True, name=f"cache_k_l{il}")
-    v_cache = g.new_tensor(type_v, v_row, kv_size, ns, external=True, name=f"cache_v_l{il}")
+    k_cache = g.cache_tensor(type_k, gqa, kv_size, ns, name=f"cache_k_l{il}")
+    v_cache = g.cache_tensor(type_v, v_row, kv_size, ns, name=f"cache_v_l{il}")
 
     if inp.k_rot is not None:
         q = hadamard(q, inp.k_rot)
@@ -173,6 +173,7 @@ def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, v_mla: T
         if v.type == g.F32:
             v = g.cast(v, g.F16)
         cur = g.flash_attn_ext(q, k, v, mask)
+        cur.layer = g.current_layer()  # resolve_fused_ops compares its backend with the layer's device
         if v_mla is not None:
             cur = g.cont(g.permute(g.mul_mat(v_mla, g.permute(cur, 0, 2, 1, 3)), 0, 2, 1, 3))
         cur = g.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
@@ -186,6 +187,7 @@ def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, v_mla: T
             kqv = g.mul_mat(v_mla, kqv)
         cur = g.permute(kqv, 0, 2, 1, 3)
         cur = g.cont_nd(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+        cur.name = g.KQV_OUT_NO_OFFLOAD
     lg.expand(cur)
     return cur
 
@@ -220,7 +222,7 @@ def attn_k(lg: LlamaGraph, inp: AttnKInputs, q: Tensor, k: Tensor, v: Tensor, il
     hd, n_head_kv = k.ne[0], k.ne[1]
     gqa = hd * n_head_kv
     type_k = ctx.type_k
-    k_cache = g.new_tensor(type_k, gqa, kv_size, ns, external=True, name=f"cache_k_l{il}")
+    k_cache = g.cache_tensor(type_k, gqa, kv_size, ns, name=f"cache_k_l{il}")
     lg.expand(q)
     lg.expand(v)
     lg.expand(k)

@@ -58,6 +58,12 @@ class LlamaGraph:
     def __init__(self, p: GraphParams) -> None:
         self.p = p
         self.b = g.GraphBuilder()
+        g.set_layer(None)
+
+    @staticmethod
+    def layer(il: int) -> None:
+        """The builder starts layer ``il``: its weights, caches and norms belong to it (planner.sched)."""
+        g.set_layer(il)
 
     def expand(self, t: Tensor) -> Tensor:
         return self.b.expand(t)
@@ -68,7 +74,9 @@ class LlamaGraph:
         p = self.p
         tokens = g.input_tensor(g.I32, p.n_tokens, name="inp_tokens")
         embd = g.input_tensor(g.F32, p.n_embd, p.n_tokens, name="inp_embd")
+        g.set_layer("input")
         rows = g.get_rows(g.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
+        g.set_layer(None)
         # ggml_build_forward_select: both alternatives are visited, then the selected one is expanded
         self.expand(rows)
         self.expand(embd)
@@ -103,8 +111,12 @@ class LlamaGraph:
         return out
 
     def norm(self, cur: Tensor, width: int) -> Tensor:
-        """build_norm, RMS with a weight."""
-        return g.mul(g.rms_norm(cur), g.weight(width))
+        """build_norm, RMS with a weight; inside a layer the RMS_NORM node is named ``norm`` with the layer's
+        number, which llama_context::graph_get_cb may pin to the layer's device."""
+        normed = g.rms_norm(cur)
+        if isinstance(g.current_layer(), int):
+            normed.name, normed.layer = "norm", g.current_layer()
+        return g.mul(normed, g.weight(width))
 
     def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True,
                rows_output: bool = True) -> Tensor:
@@ -112,6 +124,7 @@ class LlamaGraph:
         ``out_ids`` the normed hidden state of every token is an output too (the MTP head's input, t_h_nextn),
         and the output rows are selected after the norm. ``logits=False``: the graph ends at the norm."""
         p = self.p
+        g.set_layer("output")
         cur = self.norm(cur, p.n_embd)
         g.GraphBuilder.set_output(cur)
         if out_ids is not None:
@@ -155,4 +168,4 @@ def state_dims(p: GraphParams) -> RecurrentDims:
 
 def cache(width: int, rows: int, name: str = "") -> Tensor:
     """A KV or recurrent cache tensor: memory of the context, not of the compute buffer."""
-    return g.new_tensor(g.F32, width, rows, external=True, name=name)
+    return g.cache_tensor(g.F32, width, rows, name=name)

@@ -51,6 +51,7 @@ def build_falcon_h1(p: GraphParams) -> Graph:
     attn = attn_inputs(lg)
     out_ids = lg.inp_out_ids()
     for il in range(p.n_layer):
+        lg.layer(il)
         inp_sa = inp
         attn_out = _attention(lg, lg.norm(inp, p.n_embd), attn, pos, il)
         ssm_out = mamba2_layer(lg, lg.norm(inp, p.n_embd), rs, il, group_norm=group_norm)

@@ -25,7 +25,7 @@ def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
     p = lg.p
     spec = p.spec
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, ffn_width(p, il))
-    return g.add(moe_out, ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length))
+    return g.add(moe_out, ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length, "_shexp"))
 
 
 def _residual(cur: Tensor) -> Tensor:
@@ -46,6 +46,7 @@ def build_granite_hybrid(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
+        lg.layer(il)
         inp_sa = inp
         cur = lg.norm(inp, p.n_embd)
         cur = mamba2_layer(lg, cur, rs, il) if il in recurrent else qkv_attn(lg, cur, attn, il)
@@ -62,6 +63,7 @@ def _output(lg: LlamaGraph, cur: Tensor) -> Graph:
     """The final norm (t_embd) and the lm head, whose logits are divided by logits_scaling: the scaled logits are
     the output (t_logits), so the SCALE may reuse the matmul's memory."""
     p = lg.p
+    g.set_layer("output")
     cur = lg.norm(cur, p.n_embd)
     g.GraphBuilder.set_output(cur)
     cur = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)

@@ -46,6 +46,7 @@ def build_jamba(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
+        lg.layer(il)
         cur = lg.norm(inp, p.n_embd)
         cur = mamba_layer(lg, cur, rs, il, dt_b_c_norm=True) if il in recurrent else qkv_attn(lg, cur, attn, il)
         if il == p.n_layer - 1:

@@ -140,7 +140,7 @@ def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
         return ffn_silu_par(cur, p.n_embd, ffn_width(p, il))
     n_ff_exp = spec.expert_feed_forward_length
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, n_ff_exp, **ROUTING)
-    shexp = ffn_silu_par(cur, p.n_embd, n_ff_exp * max(spec.expert_shared_count, 1))
+    shexp = ffn_silu_par(cur, p.n_embd, n_ff_exp * max(spec.expert_shared_count, 1), "_shexp")
     return g.add(moe_out, shexp)
 
 
@@ -154,6 +154,7 @@ def build_kimi_linear(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
+        lg.layer(il)
         inp_sa = inp
         cur = lg.expand(lg.norm(inp, p.n_embd))
         cur = _kda(lg, cur, rs, il) if il in recurrent else _mla(lg, cur, attn, mla, il)

@@ -54,11 +54,12 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
 
 
-def ffn_silu_par(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
-    """build_ffn(up, gate, down, LLM_FFN_SILU, LLM_FFN_PAR): down(swiglu(gate(x), up(x)))."""
-    up = g.mul_mat(g.weight(n_embd, n_ff), cur)
-    gate = g.mul_mat(g.weight(n_embd, n_ff), cur)
-    return g.mul_mat(g.weight(n_ff, n_embd), g.swiglu_split(gate, up))
+def ffn_silu_par(cur: Tensor, n_embd: int, n_ff: int, suffix: str = "") -> Tensor:
+    """build_ffn(up, gate, down, LLM_FFN_SILU, LLM_FFN_PAR): down(swiglu(gate(x), up(x))). ``suffix``: the GGUF
+    names' (``_shexp`` for a shared expert)."""
+    up = g.mul_mat(g.weight(n_embd, n_ff, name=f"ffn_up{suffix}"), cur)
+    gate = g.mul_mat(g.weight(n_embd, n_ff, name=f"ffn_gate{suffix}"), cur)
+    return g.mul_mat(g.weight(n_ff, n_embd, name=f"ffn_down{suffix}"), g.swiglu_split(gate, up))
 
 
 def build_lfm2(p: GraphParams) -> Graph:
@@ -80,6 +81,7 @@ def build_lfm2(p: GraphParams) -> Graph:
     if moe:
         require_experts(p)
     for il in range(p.n_layer):
+        lg.layer(il)
         prev = cur
         cur = lg.norm(cur, p.n_embd)
         cur = _shortconv(lg, cur, rs, il) if il in recurrent else _attention(lg, cur, attn, pos, il)

@@ -134,6 +134,7 @@ def build_mamba(p: GraphParams) -> Graph:
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
     for il in range(p.n_layer):
+        lg.layer(il)
         cur = lg.norm(inp, p.n_embd)
         cur = layer(lg, cur, rs, il)
         if il == p.n_layer - 1:

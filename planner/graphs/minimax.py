@@ -135,6 +135,7 @@ def build_minimax_01(p: GraphParams) -> Graph:
     la = _la_inputs(p, spec.head_count(0))
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
+        lg.layer(il)
         cur = lg.norm(inp, p.n_embd)
         residual = cur
         cur = _lightning(lg, cur, rs, la, il) if il in recurrent else _softmax_attn(lg, cur, attn, pos, il)

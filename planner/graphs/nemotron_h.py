@@ -12,10 +12,11 @@ from rsplan.planner.graphs.mamba import mamba2_layer
 from rsplan.planner.graphs.moe import moe_ffn, require_experts
 
 
-def _mlp(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
-    """build_ffn(up, down, LLM_FFN_RELU_SQR): down(relu(up(x))^2)."""
-    up = g.mul_mat(g.weight(n_embd, n_ff), cur)
-    return g.mul_mat(g.weight(n_ff, n_embd), g.sqr(g.unary(up)))
+def _mlp(cur: Tensor, n_embd: int, n_ff: int, suffix: str = "") -> Tensor:
+    """build_ffn(up, down, LLM_FFN_RELU_SQR): down(relu(up(x))^2); ``suffix`` ``_shexp`` names the shared
+    expert's tensors."""
+    up = g.mul_mat(g.weight(n_embd, n_ff, name=f"ffn_up{suffix}"), cur)
+    return g.mul_mat(g.weight(n_ff, n_embd, name=f"ffn_down{suffix}"), g.sqr(g.unary(up)))
 
 
 def _moe(lg: LlamaGraph, cur: Tensor) -> Tensor:
@@ -25,7 +26,7 @@ def _moe(lg: LlamaGraph, cur: Tensor) -> Tensor:
     spec = lg.p.spec
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length,
                       gating="sigmoid", gated=False, selection_bias=True, scaled=True, relu_sqr=True)
-    return g.add(moe_out, _mlp(cur, lg.p.n_embd, spec.expert_shared_feed_forward_length))
+    return g.add(moe_out, _mlp(cur, lg.p.n_embd, spec.expert_shared_feed_forward_length, "_shexp"))
 
 
 def build_nemotron_h(p: GraphParams) -> Graph:
@@ -43,6 +44,7 @@ def build_nemotron_h(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
+        lg.layer(il)
         inp_sa = inp
         cur = lg.norm(inp, p.n_embd)
         if il in recurrent:

@@ -161,8 +161,8 @@ def _moe_layer_ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length)
     if not spec.expert_shared_feed_forward_length:
         return moe_out
-    shexp = ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length)
-    gate = g.unary(g.mul_mat(g.weight(p.n_embd, 1), cur))
+    shexp = ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length, "_shexp")
+    gate = g.unary(g.mul_mat(g.weight(p.n_embd, 1, name="ffn_gate_inp_shexp"), cur))
     return g.add(moe_out, g.mul(shexp, gate))
 
 
@@ -181,6 +181,7 @@ def build_qwen35(p: GraphParams) -> Graph:
     if moe:
         require_experts(p)
     for il in range(p.n_layer):
+        lg.layer(il)
         inp_sa = inp
         cur = lg.expand(lg.norm(inp, p.n_embd))
         cur = _linear_attn(lg, cur, rs, il) if il in recurrent else _gated_attn(lg, cur, attn, pos, il)

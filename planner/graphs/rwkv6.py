@@ -136,10 +136,13 @@ def build_rwkv6(p: GraphParams) -> Graph:
     n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
     n_embd_r = 2 * n_embd
     rescale = p.spec.rescale_every_n_layers
-    inp = layer_norm(lg.inp_embd(), n_embd)
+    embd = lg.inp_embd()
+    g.set_layer("token_embd_norm")  # llama.cpp creates it with layer number 0; build_norm gets il -1: no pin
+    inp = layer_norm(embd, n_embd)
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
     for il in range(p.n_layer):
+        lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
         r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
         shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
@@ -160,6 +163,7 @@ def build_rwkv6(p: GraphParams) -> Graph:
         inp = g.add(_channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
         if rescale and (il + 1) % rescale == 0:
             inp = g.scale(inp)
+    g.set_layer("output")
     cur = layer_norm(inp, n_embd)
     g.GraphBuilder.set_output(cur)
     out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)
@@ -181,6 +185,7 @@ def build_rwkv6qwen2(p: GraphParams) -> Graph:
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
     for il in range(p.n_layer):
+        lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
         r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
         shift = g.reshape(lg.rs(r_all, n_embd, rs), n_embd, 1, n_seqs)

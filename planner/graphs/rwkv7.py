@@ -48,8 +48,12 @@ def _ranks(p: GraphParams) -> _Ranks:
 
 
 def layer_norm(cur: Tensor, width: int) -> Tensor:
-    """build_norm(LLM_NORM) with a weight and a bias."""
-    return g.add(g.mul(g.norm(cur), g.weight(width)), g.weight(width))
+    """build_norm(LLM_NORM) with a weight and a bias; inside a layer the NORM node is named ``norm`` with the
+    layer's number (llama_context::graph_get_cb may pin it to the layer's device)."""
+    normed = g.norm(cur)
+    if isinstance(g.current_layer(), int):
+        normed.name, normed.layer = "norm", g.current_layer()
+    return g.add(g.mul(normed, g.weight(width)), g.weight(width))
 
 
 def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor) -> dict[str, Tensor]:
@@ -135,11 +139,14 @@ def build_rwkv7(p: GraphParams) -> Graph:
                           f"(token_shift_count {token_shift_count})")
     n_embd_r = dims.n_embd_r  # 2 * n_embd
     lg = LlamaGraph(p)
-    inp = layer_norm(lg.inp_embd(), n_embd)
+    embd = lg.inp_embd()
+    g.set_layer("token_embd_norm")  # llama.cpp creates it with layer number 0; build_norm gets il -1: no pin
+    inp = layer_norm(embd, n_embd)
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
     first: list[Tensor] = []
     for il in range(p.n_layer):
+        lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
         r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
         shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
@@ -158,6 +165,7 @@ def build_rwkv7(p: GraphParams) -> Graph:
         if il == p.n_layer - 1:
             ffn_inp, ffn_norm, x_prev = (g.get_rows(t, out_ids) for t in (ffn_inp, ffn_norm, x_prev))
         inp = g.add(_channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
+    g.set_layer("output")
     cur = layer_norm(inp, n_embd)
     g.GraphBuilder.set_output(cur)
     out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)

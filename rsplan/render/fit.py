@@ -61,10 +61,9 @@ def fit_table(a: FitAnswer) -> str:
                      f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (default 32 per "
                      "slot) to bound them")
     lines += ["", "Steps:"] + [prose(t) for t in r.trace]
-    notes = list(a.notes)
+    notes = list(a.notes)  # fit_run notes why per-device compute is an estimate where it is (compute_exact)
     if not a.compute_exact:
-        notes.append("compute buffers on devices are rsplan's CPU-backend figure charged to each device holding "
-                     "layers (an estimate: a GPU backend sizes its own graph split); --compute SIZE overrides")
+        notes.append("--compute SIZE overrides the per-device compute buffer")
     if notes:
         lines += ["", "Notes:"] + [prose(n) for n in notes]
     return "\n".join(lines)

@@ -16,7 +16,8 @@
 //
 // Flags follow llama.cpp's names: -m FILE, -c N, -np N, -b N, -ub N, -fa on|off|auto, -ctk T, -ctv T, -kvu,
 // --n-rs-seq N, -ngl N, --n-outputs-max N, --n-outputs-max-per-seq N, --load-mtp, --ctx-mtp (MTP context type),
-// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --full-log (every log line in the JSON), --log-stderr (echo
+// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --rpc HOST:PORT,... (RPC devices, as llama.cpp's --rpc),
+// -ts A,B,... (tensor split), --n-cpu-moe N (the experts of the first N layers on the CPU), --full-log (every log line in the JSON), --log-stderr (echo
 // the log to stderr as it comes: what llama.cpp said before an abort), --alloc (a real run instead of the dry run:
 // no_alloc off and the model memory-mapped, so compute = the largest of the reserved graphs; a skeleton's weights
 // read as zeros, but the mapping is touched in full: small models only). Unset flags keep llama_context_default_params()
@@ -43,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -144,7 +146,8 @@ namespace {
     fprintf(stderr,
             "usage: probe -m FILE [-c N] [-np N] [-b N] [-ub N] [-fa on|off|auto] [-ctk T] [-ctv T] [-kvu]\n"
             "             [--n-rs-seq N] [-ngl N] [--n-outputs-max N] [--n-outputs-max-per-seq N] [--load-mtp]\n"
-            "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--full-log] [--log-stderr]\n");
+            "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--rpc HOST:PORT,...]\n"
+            "             [-ts A,B,...] [--n-cpu-moe N] [--full-log] [--log-stderr]\n");
     exit(2);
 }
 
@@ -166,6 +169,33 @@ ggml_type parse_type(const std::string & flag, const char * v) {
         }
     }
     usage("bad value for " + flag + ": unknown ggml type '" + v + "'");
+}
+
+std::vector<std::string> split_list(const std::string & v) {
+    std::vector<std::string> out;
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        out.push_back(item);
+    }
+    return out;
+}
+
+// common/arg.cpp add_rpc_devices: one RPC backend registry per server, its devices become GPUs
+void add_rpc_devices(const std::string & servers) {
+    ggml_backend_load_all();
+    ggml_backend_reg_t rpc_reg = ggml_backend_reg_by_name("RPC");
+    if (!rpc_reg) {
+        usage("--rpc: this llama.cpp build has no RPC backend");
+    }
+    typedef ggml_backend_reg_t (*add_server_t)(const char * endpoint);
+    auto add = (add_server_t) ggml_backend_reg_get_proc_address(rpc_reg, "ggml_backend_rpc_add_server");
+    if (!add) {
+        usage("--rpc: ggml_backend_rpc_add_server not found");
+    }
+    for (const auto & server : split_list(servers)) {
+        ggml_backend_register(add(server.c_str()));
+    }
 }
 
 bool keep_line(const std::string & l) {
@@ -195,6 +225,9 @@ int main(int argc, char ** argv) {
     std::string model;
     bool full_log = false;
     std::vector<std::pair<std::string, std::string>> flags;  // as given, for the record
+    std::vector<float> tensor_split(128, 0.0f);
+    std::vector<std::string> ot_patterns;
+    std::vector<llama_model_tensor_buft_override> overrides;
 
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -264,6 +297,19 @@ int main(int argc, char ** argv) {
         } else if (a == "--no-extra-bufts") {
             flag();
             mp.use_extra_bufts = false;
+        } else if (a == "--rpc") {
+            add_rpc_devices(val());
+        } else if (a == "-ts") {
+            const auto parts = split_list(val());
+            for (size_t k = 0; k < parts.size() && k < tensor_split.size(); k++) {
+                tensor_split[k] = strtof(parts[k].c_str(), nullptr);
+            }
+            mp.tensor_split = tensor_split.data();
+        } else if (a == "--n-cpu-moe") {
+            const uint32_t n = parse_u32(a, val());
+            for (uint32_t k = 0; k < n; k++) {
+                ot_patterns.push_back("blk\\." + std::to_string(k) + "\\.ffn_(up|down|gate|gate_up)_(ch|)exps");
+            }
         } else if (a == "--full-log") {
             full_log = true;
         } else if (a == "--log-stderr") {
@@ -283,6 +329,14 @@ int main(int argc, char ** argv) {
 
     llama_log_set(log_cb, nullptr);
     llama_backend_init();
+    if (!ot_patterns.empty()) {
+        ggml_backend_buffer_type_t cpu = ggml_backend_dev_buffer_type(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
+        for (const auto & p : ot_patterns) {
+            overrides.push_back({p.c_str(), cpu});
+        }
+        overrides.push_back({nullptr, nullptr});
+        mp.tensor_buft_overrides = overrides.data();
+    }
 
     std::string error;
     llama_model *   mdl = nullptr;

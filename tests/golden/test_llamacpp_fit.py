@@ -23,21 +23,10 @@ CASES_FILE = Path(__file__).parent / "llamacpp-fit" / "cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"] if CASES_FILE.exists() else []
 MiB = 1 << 20
 
-#: case id -> why rsplan's choice differs from llama.cpp's (each entry is checked to still differ).
-_COMPUTE = ("compute buffers on several devices: weights and caches per device equal llama.cpp's to the MiB, but "
-            "llama.cpp's scheduler gives each backend its own compute buffer for its part of the split graph with "
-            "copies of the graph inputs ({}), where rsplan charges its one-backend CPU figure ({}) to each device")
-KNOWN_DIFFERENCES: dict[str, str] = {
-    # measured with llama-fit-params -fitp at the default split, -c 128000: 587 / 603 / 668 MiB of compute on the
-    # three devices; rsplan 200 MiB each, so llama.cpp projects 8,759 MiB (reduces the context to 95,232) where
-    # rsplan projects 7,501 (keeps 128,000 and fills layers)
-    "lfm2-2.6b[defaults][6144,2048,3072][host 65536]": _COMPUTE.format("587-668 MiB", "200 MiB"),
-    # the same on Nemotron-H: the per-device compute decides one or two layers
-    "nemotron-h-8b-base-8k[defaults][6144,2048,3072][host 65536]": _COMPUTE.format("measured larger", "smaller"),
-    # two devices at the full 128,000 context: llama.cpp's larger per-device compute buffers make it shrink the
-    # context to 100,096 and leave the up tensor of the partial layer on the host; rsplan keeps the context
-    "lfm2-8b-a1b[defaults][12288,8192][host 262144]": _COMPUTE.format("measured larger", "smaller"),
-}
+#: case id -> why rsplan's choice differs from llama.cpp's (each entry is checked to still differ). Empty since the
+#: scheduler model (planner.sched) gives each device its own compute buffer: the three multi-device cases listed
+#: here before (lfm2-2.6b and nemotron-h-8b over 6144/2048/3072 MiB, lfm2-8b-a1b over 12288/8192 MiB) now agree.
+KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 def case_id(case: dict) -> str:

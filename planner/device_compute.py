@@ -1,0 +1,88 @@
+"""The compute buffer of every backend when llama.cpp runs a model over devices: the three reserve graphs of
+planner.compute, each through the scheduler model (planner.sched), the largest per backend.
+
+llama.cpp 0c1e57098, src/llama-context.cpp ``sched_reserve``: pp (``min(n_ctx, n_ubatch)`` tokens), tg
+(``n_seq_max`` tokens), pp again (one sequence for kimi-linear and minimax-01); each ``ggml_gallocr_reserve_n``
+only grows a backend's buffer, so a real run keeps each backend's largest; under ``no_alloc`` (llama-fit-params)
+the sizes of the first pp graph are reported.
+
+Before that, ``-fa auto`` is resolved as ``resolve_fused_ops`` does: a one-token-per-sequence graph with flash
+attention goes through the scheduler, and flash attention is turned off when one of its nodes does not land on its
+layer's device; the caches keep the layout made for flash attention (V not transposed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from rsplan.hparams.layout import CacheLayout, cache_layout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.compute import (
+    ONE_SEQ_RESERVE_ARCHS,
+    build_reserve_graph,
+    n_outputs_max_for,
+    reserve_graph_builder,
+)
+from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.sched import SchedResult, SchedSetup, flash_attn_on_layer_devices, schedule
+
+
+@dataclass(frozen=True)
+class DeviceCompute:
+    """Compute buffer bytes per backend: ``devices`` in device order, then ``host`` (the CPU backend).
+
+    Attributes:
+        devices / host: what a real run allocates (each backend's largest reserve); None when only the dry run
+            was asked for.
+        dry_devices / dry_host: what ``no_alloc`` runs (llama-fit-params) report: the first pp graph's.
+        n_splits: splits of the dry run's pp graph; n_copies: input copies (4 with pipeline parallelism).
+        exact: the device kind's rules are complete and checked (planner.sched.DeviceKind.exact).
+    """
+
+    devices: tuple[int, ...] | None
+    host: int | None
+    dry_devices: tuple[int, ...]
+    dry_host: int
+    n_splits: int
+    n_copies: int
+    exact: bool
+
+
+def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
+                   n_draft: int = 0, embeddings: bool = False, layout: CacheLayout | None = None,
+                   real_run: bool = True) -> DeviceCompute:
+    """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
+    ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures).
+
+    Raises:
+        ComputeModelError / LlamaAbortError: as planner.compute.compute_buffer.
+        SchedModelError: a tensor of the graph has no known buffer (an arch whose builder does not place it).
+    """
+    build = reserve_graph_builder(spec, False)
+    layout = layout or cache_layout(spec)
+    ctx = resolve_context(layout, params)
+    if params.flash_attn == "auto" and ctx.flash_attn and layout.kv_layers:
+        probe = build_reserve_graph(build, spec, layout, ctx, embeddings, "flash-attention probe", ctx.n_seq_max,
+                                    ctx.n_seq_max, ctx.n_seq_max)
+        if not flash_attn_on_layer_devices(probe, setup, ctx.n_seq_max):
+            # the caches were made for flash attention (V not transposed); the graphs are built without it
+            ctx = dataclasses.replace(ctx, flash_attn=False)
+    n_out_max = n_outputs_max_for(tool, ctx, n_draft)
+    n_seqs = ctx.n_seq_max
+    n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
+    n_outputs_pp = min(n_tokens, n_out_max)
+    reserves = [("pp", n_tokens, n_seqs, n_outputs_pp), ("tg", n_seqs, n_seqs, n_seqs)]
+    if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
+        reserves.append(("pp (1 seq)", n_tokens, 1, n_outputs_pp))
+    # a real run reserves each graph with its pinned nodes; the dry run sizes the first pp graph without them
+    results: list[SchedResult] = []
+    for i, (name, n_tok, n_sq, n_out) in enumerate([reserves[0], *(reserves if real_run else [])]):
+        n_tok = -(-n_tok // n_sq) * n_sq
+        graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
+        results.append(schedule(graph, setup, n_tok, pins=i > 0))
+    first = results.pop(0)
+    most = tuple(max(r.bytes[i] for r in results) for i in range(setup.n_backends)) if real_run else None
+    return DeviceCompute(devices=most[:-1] if most else None, host=most[-1] if most else None,
+                         dry_devices=first.bytes[:-1], dry_host=first.bytes[-1],
+                         n_splits=first.n_splits, n_copies=first.n_copies, exact=setup.kind.exact)

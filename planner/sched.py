@@ -1,0 +1,413 @@
+"""llama.cpp's backend scheduler on one reserve graph: which backend runs each node, where the graph splits, and
+the compute buffer each backend then needs (ggml/src/ggml-backend.cpp ``ggml_backend_sched_split_graph`` and
+``ggml_backend_sched_reserve_size``, llama.cpp 0c1e57098).
+
+With devices, llama.cpp's scheduler holds one backend per device (in device order) and the CPU backend last, and
+one graph-allocator buffer per backend. For a graph it
+
+1. pins what memory already decides: a weight's or cache's node to the backend of its buffer, a view of one to
+   the same, a graph input to the CPU, and an op that reads a weight to the weight's backend (ROPE and
+   FLASH_ATTN_EXT excepted); with ``op_offload`` an op reading a host weight goes to the first device whose
+   ``offload_op`` accepts it (CUDA: a batch of at least 32; RPC: never). llama_context::graph_get_cb pins a layer's
+   ``norm`` node to the layer's device when every layer is offloaded or the ubatch has fewer than 32 tokens, and
+   ``-nkvo`` pins the merged attention output (without flash attention) to the CPU;
+2. spreads device backends down then up over unassigned nodes, then any backend down then up;
+3. gives what is still unassigned the backend supporting most of its inputs;
+4. gives views their source's backend and unassigned sources their consumer's;
+5. cuts the node list where the backend changes and, for each split, copies every source held by another
+   backend into the split's backend (one copy per backend and source; with pipeline parallelism ``n_copies`` = 4
+   copies each, kept for the whole graph, and 4 copies of every graph input on its own backend);
+
+then ``ggml_gallocr_reserve_n`` lays out the split graph (each split's input copies first) with one buffer per
+backend (planner.ggml_alloc.reserve_sizes): each backend's compute buffer is its high-water mark.
+
+Pipeline parallelism (``n_copies`` 4) is on when there is more than one device, every layer is offloaded
+(``-ngl`` above the layer count), the split mode is ``layer``, the KV cache is offloaded, no ``-ot`` is given,
+and every device reports async compute and events (llama_context's constructor): CUDA and RPC devices do.
+
+What each device kind does is data (``DEVICE_KINDS``): RPC devices (a CPU backend behind the wire: supports every
+op, offloads none, 32-byte alignment, ``ggml_nbytes`` as allocation size) are checked against llama.cpp; for CUDA
+(and its ROCm / MUSA builds) the rules above come from the source, but the allocation dependencies its
+``graph_optimize`` adds for fused ops and the flash-attention scratch its ``get_alloc_size`` adds are not modelled,
+so its figures are estimates (``DeviceKind.exact`` False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's
+alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rsplan.errors import RsplanError
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
+from rsplan.planner.placement import Placement
+from rsplan.planner.weight_placement import TensorOverride, where_weight
+
+#: ggml_is_view_op: nodes the expansion passes and the split skip.
+VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
+#: Ops whose weight source does not choose the backend (pass 1 skips them).
+NO_WEIGHT_RULE_OPS = frozenset({"ROPE", "FLASH_ATTN_EXT"})
+#: GGML_SCHED_MAX_COPIES: input copies with pipeline parallelism.
+MAX_COPIES = 4
+#: llama_context::graph_get_cb pins ``norm`` nodes below this many ubatch tokens (or with every layer offloaded).
+NORM_PIN_TOKENS = 32
+#: CPU buffer type alignment (TENSOR_ALIGNMENT).
+CPU_ALIGNMENT = 32
+
+
+class SchedModelError(RsplanError):
+    """The scheduler model cannot place this graph (a tensor whose buffer is unknown, a device kind without a
+    model)."""
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """What the scheduler asks of one kind of device backend.
+
+    Attributes:
+        name: rsplan's ``--device-kind``.
+        alignment: the device buffer type's alignment (compute buffer).
+        offload_min_batch: ``offload_op`` accepts an op reading a host weight from this batch size on (None: the
+            backend offloads nothing).
+        pipeline: the device reports async compute and events (pipeline parallelism possible).
+        exact: the model is complete for this kind and was checked against llama.cpp.
+        source: where the rules come from.
+    """
+
+    name: str
+    alignment: int
+    offload_min_batch: int | None
+    pipeline: bool
+    exact: bool
+    source: str
+
+
+_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (taken as every op), offload_op get_op_batch_size >= 32 (MUL_MAT ne1, "
+                "MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props async + events, host buffers not "
+                "readable by a discrete GPU; not modelled: graph_optimize's allocation dependencies for fused ops, "
+                "the flash-attention f16 scratch in get_alloc_size, integrated GPUs")
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "RPC": DeviceKind("RPC", 32, None, True, True,
+                      "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
+                      "alloc size of the remote CPU backend (32, ggml_nbytes)"),
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE),
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE),
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE),
+}
+
+
+@dataclass(frozen=True)
+class SchedSetup:
+    """The scheduler's setting for one context.
+
+    Attributes:
+        kind: the devices' kind.
+        placement: planner.placement's layer split (``n_devices`` backends before the CPU).
+        overrides: ``-ot`` entries (``--n-cpu-moe`` expanded) in order.
+        offload_kqv: False with ``-nkvo``.
+        op_offload: llama.cpp's ``op_offload`` (on unless ``--no-op-offload``).
+    """
+
+    kind: DeviceKind
+    placement: Placement
+    overrides: tuple[TensorOverride, ...] = ()
+    offload_kqv: bool = True
+    op_offload: bool = True
+
+    @property
+    def n_backends(self) -> int:
+        return self.placement.n_devices + 1
+
+    @property
+    def cpu(self) -> int:
+        return self.placement.n_devices
+
+    @property
+    def full_offload(self) -> bool:
+        return self.placement.n_gpu_layers > self.placement.n_layer_all
+
+    @property
+    def n_copies(self) -> int:
+        """GGML_SCHED_MAX_COPIES with pipeline parallelism, else 1."""
+        parallel = (self.placement.n_devices > 1 and self.full_offload and self.offload_kqv
+                    and not self.overrides and self.kind.pipeline)
+        return MAX_COPIES if parallel else 1
+
+
+@dataclass(frozen=True)
+class SchedResult:
+    """One reserve graph through the scheduler: bytes per backend (devices in order, then the CPU), the number of
+    splits and of input copies."""
+
+    bytes: tuple[int, ...]
+    n_splits: int
+    n_copies: int
+
+
+def _backend_of_buffer(t: Tensor, setup: SchedSetup) -> int:
+    """The backend whose buffer holds external tensor ``t`` (a weight or a cache)."""
+    if t.kind == "cache":
+        if not isinstance(t.layer, int):
+            raise SchedModelError(f"cache tensor '{t.name}' has no layer: its buffer is unknown")
+        dev = setup.placement.cache_device(t.layer)
+    elif t.kind == "weight":
+        layer = 0 if t.layer == "token_embd_norm" else t.layer  # created with layer number 0 (NAMED_LAYERS)
+        dev = where_weight(_gguf_name(t), layer, setup.placement, setup.overrides)
+    else:
+        raise SchedModelError(f"external tensor '{t.name}' is neither a weight nor a cache: its buffer is unknown")
+    return setup.cpu if dev is None else dev
+
+
+def _gguf_name(t: Tensor) -> str:
+    """The GGUF name of weight ``t`` as ``-ot`` patterns see it (weights the graph builders leave unnamed get
+    ``unnamed``: no override in rsplan's own flags matches them)."""
+    if t.layer == "token_embd_norm":
+        return "token_embd_norm.weight"
+    if t.layer == "input" or (t.layer == "output" and t.name == "output"):
+        return f"{t.name}.weight"
+    if t.layer == "output":
+        return f"{t.name or 'output_norm'}.weight"
+    if isinstance(t.layer, int):
+        return f"blk.{t.layer}.{t.name or 'unnamed'}.weight"
+    raise SchedModelError(f"weight '{t.name or '?'}' has no layer: the graph builder does not place it")
+
+
+class _Sched:
+    """ggml_backend_sched state for one graph: the backend of every tensor (by id) and the split list."""
+
+    def __init__(self, graph: Graph, setup: SchedSetup, n_tokens: int) -> None:
+        self.graph = graph
+        self.setup = setup
+        self.n_tokens = n_tokens
+        self.cpu = setup.cpu
+        self.ids: dict[int, int] = {}
+        # backend of each external tensor's buffer, and whether that buffer holds weights
+        self.buffer: dict[int, int] = {}
+        for t in [*graph.leafs, *graph.nodes]:
+            for x in (t, *t.src, *((t.view_src,) if t.view_src is not None else ())):
+                if x.external and id(x) not in self.buffer:
+                    self.buffer[id(x)] = _backend_of_buffer(x, setup)
+
+    def bid(self, t: Tensor | None) -> int:
+        return -1 if t is None else self.ids.get(id(t), -1)
+
+    def buft_of(self, t: Tensor) -> int | None:
+        """The buffer type (as the backend index owning it) ``t`` lives in or will: its buffer's, else its
+        backend's (ggml_backend_sched_buffer_supported)."""
+        root = t.view_src if t.view_src is not None else t
+        if id(root) in self.buffer:
+            return self.buffer[id(root)]
+        b = self.bid(t)
+        if b == -1 and t.view_src is not None:
+            b = self.bid(t.view_src)
+        return None if b == -1 else b
+
+    def supported(self, t: Tensor, backend: int) -> bool:
+        """ggml_backend_sched_buffer_supported: every buffer type here is supported only by its own backend."""
+        return self.buft_of(t) == backend
+
+    def from_cur(self, t: Tensor) -> int:
+        """ggml_backend_sched_backend_id_from_cur (pass 1)."""
+        root = t.view_src if t.view_src is not None else t
+        if id(root) in self.buffer:
+            return self.buffer[id(root)]
+        if t.flags & FLAG_INPUT:
+            return self.cpu
+        if t.op in NO_WEIGHT_RULE_OPS:
+            return -1
+        for src in t.src:
+            if src.kind == "weight":
+                b = self.buffer[id(src)]
+                if self.setup.op_offload and b == self.cpu:
+                    for dev in range(self.cpu):
+                        if _offloads(self.setup.kind, t):
+                            return dev
+                return b
+        return -1
+
+    def pin(self) -> None:
+        """The assignments llama.cpp makes while building the graph (llama_context::graph_get_cb, -nkvo)."""
+        setup = self.setup
+        pin_norm = self.n_tokens < NORM_PIN_TOKENS or setup.full_offload
+        for node in self.graph.nodes:
+            if pin_norm and node.name == "norm" and isinstance(node.layer, int):
+                dev = setup.placement.layer_device(node.layer)
+                self.ids[id(node)] = self.cpu if dev is None else dev
+            elif node.name == g.KQV_OUT_NO_OFFLOAD and not setup.offload_kqv:
+                self.ids[id(node)] = self.cpu
+
+    def pass1(self) -> None:
+        for t in [*self.graph.leafs, *self.graph.nodes]:
+            if id(t) not in self.ids:
+                self.ids[id(t)] = self.from_cur(t)
+
+    def expand(self, order: Sequence[Tensor], skip_cpu: bool) -> None:
+        """One expansion pass over ``order``: unassigned nodes take the backend of the last assigned one
+        (``skip_cpu``: the CPU's nodes stop the run instead)."""
+        cur = -1
+        for node in order:
+            if node.op in VIEW_OPS:
+                continue
+            b = self.ids[id(node)]
+            if b != -1:
+                cur = -1 if skip_cpu and b == self.cpu else b
+            elif cur != -1:
+                self.ids[id(node)] = cur
+
+    def pass3(self) -> None:
+        """Unassigned nodes: the backend with the most inputs in a buffer it supports (no upgrades: every buffer
+        type here belongs to one backend)."""
+        for node in self.graph.nodes:
+            if node.op in VIEW_OPS or self.ids[id(node)] != -1:
+                continue
+            best = -1
+            for b in range(self.setup.n_backends):
+                n = sum(1 for s in node.src if (self.bid(s) != -1 or self.bid(s.view_src) != -1)
+                        and self.supported(s, b))
+                if n > best:
+                    best, self.ids[id(node)] = n, b
+
+    def pass4(self) -> None:
+        for node in self.graph.nodes:
+            if node.view_src is not None and self.ids[id(node)] == -1:
+                self.ids[id(node)] = self.bid(node.view_src)
+            for src in node.src:
+                if self.bid(src) == -1:
+                    self.ids[id(src)] = self.bid(src.view_src) if src.view_src is not None else self.ids[id(node)]
+            if self.ids[id(node)] == -1:
+                self.ids[id(node)] = 0
+
+    def split(self) -> tuple[list[tuple[int, int, list[Tensor]]], dict[tuple[int, int], list[Tensor]]]:
+        """Pass 5: the splits as (backend, first node, inputs) and the copies of each (source, backend); the
+        nodes' sources are redirected to copy 0 (the scheduler's cur_copy during a reserve)."""
+        n_copies = self.setup.n_copies
+        nodes = self.graph.nodes
+        splits: list[tuple[int, int, list[Tensor]]] = []
+        copies: dict[tuple[int, int], list[Tensor]] = {}
+        first = next((n for n in nodes if n.op not in VIEW_OPS), None)
+        cur = self.ids[id(first)] if first is not None else self.cpu
+        inputs: list[Tensor] = []
+        splits.append((cur, 0, inputs))
+        for i, node in enumerate(nodes):
+            if node.op in VIEW_OPS:
+                continue
+            b = self.ids[id(node)]
+            if b != cur or (inputs and self._weight_elsewhere(node, cur)):
+                cur, inputs = b, []
+                splits.append((cur, i, inputs))
+            new_src = list(node.src)
+            for j, src in enumerate(node.src):
+                sb = self.ids[id(src)]
+                if sb == cur or self.supported(src, cur):
+                    continue
+                key = (id(src), cur)
+                if key not in copies:
+                    copies[key] = [_copy(src, n_copies) for _ in range(n_copies)]
+                    inputs.append(src)
+                new_src[j] = copies[key][0]
+            node.src = tuple(new_src)
+        return splits, copies
+
+    def _weight_elsewhere(self, node: Tensor, cur: int) -> bool:
+        """A weight source on another backend whose buffer ``cur`` cannot read starts a new split."""
+        return any(s.kind == "weight" and self.ids[id(s)] != cur and not self.supported(s, cur) for s in node.src)
+
+
+def _offloads(kind: DeviceKind, t: Tensor) -> bool:
+    """``offload_op`` of a device of ``kind`` for node ``t`` (get_op_batch_size against the minimum batch)."""
+    if kind.offload_min_batch is None:
+        return False
+    if t.op == "GET_ROWS":
+        batch = 0
+    elif t.op == "MUL_MAT":
+        batch = t.ne[1]
+    elif t.op in ("MUL_MAT_ID", "ROPE"):
+        batch = t.ne[2]
+    else:
+        batch = t.ne[1] * t.ne[2] * t.ne[3]
+    return batch >= kind.offload_min_batch
+
+
+def _copy(src: Tensor, n_copies: int) -> Tensor:
+    """ggml_dup_tensor_layout: a tensor of ``src``'s type, shape and strides; with several copies an input and an
+    output (never overwritten, never freed)."""
+    flags = FLAG_INPUT | FLAG_OUTPUT if n_copies > 1 else 0
+    return Tensor(op="NONE", type=src.type, ne=src.ne, nb=src.nb, flags=flags, name=f"copy of {src.name}")
+
+
+def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]],
+                copies: dict[tuple[int, int], list[Tensor]]) -> tuple[Graph, list[int], list[int]]:
+    """The scheduler's graph copy with its node and leaf backend ids: each split's inputs (a dependency on the
+    source, then the copy) before its nodes; with several copies the graph inputs' and the split inputs' copies
+    as the first leafs."""
+    nodes, node_ids = [], []
+    bounds = [start for _, start, _ in splits[1:]] + [len(s.graph.nodes)]
+    for (backend, start, inputs), end in zip(splits, bounds, strict=True):
+        for src in inputs:
+            dep = g.view_tensor(src, "NONE", (src,))
+            nodes += [dep, copies[(id(src), backend)][0]]
+            node_ids += [s.ids[id(src)], backend]
+        for node in s.graph.nodes[start:end]:
+            nodes.append(node)
+            node_ids.append(s.ids[id(node)])
+    leafs: list[Tensor] = []
+    leaf_ids: list[int] = []
+    if s.setup.n_copies > 1:
+        for leaf in s.graph.leafs:
+            if leaf.flags & FLAG_INPUT:
+                leaf.flags |= FLAG_OUTPUT
+                dups = [leaf] + [_copy(leaf, s.setup.n_copies) for _ in range(s.setup.n_copies - 1)]
+                leafs += dups
+                leaf_ids += [s.ids[id(leaf)]] * len(dups)
+        for backend, _, inputs in splits:
+            for src in inputs:
+                leafs += copies[(id(src), backend)]
+                leaf_ids += [backend] * s.setup.n_copies
+    leafs += s.graph.leafs
+    leaf_ids += [s.ids[id(leaf)] for leaf in s.graph.leafs]
+    return Graph(nodes=nodes, leafs=leafs), node_ids, leaf_ids
+
+
+def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) -> SchedResult:
+    """Assign ``graph`` (a freshly built reserve graph of ``n_tokens`` tokens; its nodes' sources are rewritten)
+    to backends, split it and size each backend's compute buffer (devices in order, then the CPU).
+
+    ``pins``: the assignments made while building the graph hold. They do in ``ggml_backend_sched_reserve`` (a real
+    run) but not in ``ggml_backend_sched_reserve_size`` (the no_alloc dry run): ``set_tensor_backend`` marks the
+    scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them."""
+    s = _assign(graph, setup, n_tokens, pins)
+    splits, copies = s.split()
+    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
+    buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
+    sizes = reserve_sizes(sched_graph, buffers, node_ids, leaf_ids)
+    return SchedResult(tuple(sizes), len(splits), setup.n_copies)
+
+
+def _assign(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> _Sched:
+    """Passes 1 to 4: every node and leaf of ``graph`` gets a backend."""
+    s = _Sched(graph, setup, n_tokens)
+    if pins:
+        s.pin()
+    s.pass1()
+    nodes = graph.nodes
+    s.expand(nodes, skip_cpu=True)
+    s.expand(nodes[::-1], skip_cpu=True)
+    s.expand(nodes, skip_cpu=False)
+    s.expand(nodes[::-1], skip_cpu=False)
+    s.pass3()
+    s.pass4()
+    return s
+
+
+def flash_attn_on_layer_devices(graph: Graph, setup: SchedSetup, n_tokens: int) -> bool:
+    """llama_context::resolve_fused_ops for ``-fa auto``: every FLASH_ATTN_EXT node of the probe graph (one token
+    per sequence, built with flash attention) runs on its layer's device; False makes llama.cpp turn flash
+    attention off (e.g. with ``-nkvo``, where the op lands on the CPU beside the cache)."""
+    s = _assign(graph, setup, n_tokens, pins=True)
+    for node in graph.nodes:
+        if node.op == "FLASH_ATTN_EXT" and isinstance(node.layer, int):
+            dev = setup.placement.layer_device(node.layer)
+            if s.ids[id(node)] != (setup.cpu if dev is None else dev):
+                return False
+    return True

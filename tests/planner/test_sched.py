@@ -1,0 +1,109 @@
+"""planner.sched on graphs small enough to lay out by hand, planner.ggml_alloc with several buffers, and the
+fit's per-device compute source (exact for RPC, an estimate for CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsplan.hparams.sources import read_model
+from rsplan.planner import ggml_ops as g
+from rsplan.planner.context import ContextParams
+from rsplan.planner.device_compute import device_compute
+from rsplan.planner.ggml_alloc import Buffer, Graph, reserve_sizes
+from rsplan.planner.placement import place_layers
+from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup, schedule
+
+RPC = DEVICE_KINDS["RPC"]
+
+
+def _two_layer_graph() -> Graph:
+    """token_embd on the host, layer 0 and layer 1 one 4x4 matmul each: 16 tokens of 4 floats (256 bytes)."""
+    b = g.GraphBuilder()
+    g.set_layer("input")
+    tokens = g.input_tensor(g.I32, 16, name="inp_tokens")  # 64 bytes
+    rows = g.get_rows(g.weight(4, 100, name="token_embd"), tokens)
+    g.set_layer(0)
+    h0 = g.mul_mat(g.weight(4, 4), rows)
+    g.set_layer(1)
+    h1 = g.mul_mat(g.weight(4, 4), h0)
+    g.set_layer(None)
+    b.set_output(h1)
+    b.expand(h1)
+    return b.graph
+
+
+def _placement():
+    # -ts 1,2 over two devices: split points 1/3 and 1; units 0 (layer 0), 1 (layer 1), 2 (output) at 0, 1/3, 2/3
+    p = place_layers(2, 2, tensor_split=[1.0, 2.0])
+    assert p.unit_device == (0, 1, 1)
+    return p
+
+
+def test_pipeline_parallel_keeps_four_copies_of_every_input():
+    # every layer offloaded over two RPC devices: pipeline parallelism, 4 copies.
+    # CPU: the 4 copies of inp_tokens (64 B each) as leafs, then get_rows (256 B) after them: 512.
+    # device 0: 4 copies of get_rows' output (1024), then h0 (256): 1280. device 1: 4 copies of h0, h1: 1280.
+    r = schedule(_two_layer_graph(), SchedSetup(RPC, _placement()), 16)
+    assert (r.bytes, r.n_splits, r.n_copies) == ((1280, 1280, 512), 3, 4)
+
+
+def test_one_copy_is_a_node_freed_after_its_last_use():
+    # -nkvo turns pipeline parallelism off: one copy each, allocated where its split starts and freed after use.
+    # CPU: inp_tokens 64 + get_rows 256 = 320; device 0: copy 256 + h0 256 = 512; device 1: the same.
+    r = schedule(_two_layer_graph(), SchedSetup(RPC, _placement(), offload_kqv=False), 16)
+    assert (r.bytes, r.n_splits, r.n_copies) == ((512, 512, 320), 3, 1)
+
+
+def test_an_in_place_op_keeps_its_parents_buffer():
+    # ggml_gallocr_allocate_node reuses a dying parent's memory whatever buffer the node was meant for: x (32 B,
+    # buffer 0), y = unary(x) in place over x, z = unary(y) in place over y: buffer 1 stays empty
+    b = g.GraphBuilder()
+    x = g.input_tensor(g.F32, 8)
+    z = g.unary(g.unary(x))
+    b.set_output(z)
+    b.expand(z)
+    assert reserve_sizes(b.graph, (Buffer(32), Buffer(32)), [0, 1], [0]) == [32, 0]
+    # two buffers of one buffer type share an allocator, hence one size
+    assert reserve_sizes(b.graph, (Buffer(32), Buffer(32, same_as=0)), [0, 1], [0]) == [32, 32]
+
+
+def test_kv_on_the_host_turns_auto_flash_attention_off():
+    # lfm2-2.6b with -nkvo over two RPC devices: llama.cpp's probe graph puts FLASH_ATTN_EXT on the CPU beside
+    # the host cache, so -fa auto ends off (llama.cpp warns "Flash Attention not supported, set to disabled"): the
+    # host runs the attention without flash attention (an f32 KQ and softmax per layer: far more than with it),
+    # over a V cache laid out for flash attention (not transposed: a contiguous transposed copy of V per layer,
+    # more than with -fa off). Measured: tests/golden/llamacpp-sched, -c 16384 host 1,134,573,600 (auto) vs
+    # 1,119,889,440 (off)
+    spec = read_model("lfm2-2.6b").spec
+    placement = place_layers(spec.block_count, 2, offload_kqv=False)
+    setup = SchedSetup(RPC, placement, offload_kqv=False)
+    auto = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", real_run=False)
+    off = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="off"), setup, tool="cli", real_run=False)
+    on = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="on"), setup, tool="cli", real_run=False)
+    assert on.dry_host < off.dry_host < auto.dry_host
+
+
+def test_fit_says_when_device_compute_is_an_estimate():
+    from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+
+    spec = read_model("lfm2-2.6b").spec
+    weights = converter_weights(spec)
+    answers = {}
+    for kind in ("RPC", "CUDA", "SYCL"):
+        opts = FitOptions(budgets=[("4096 MiB", 4096 << 20)], device_kind=kind, host_total=64 << 30,
+                          host_available=64 << 30, tool="cli")
+        answers[kind] = fit_model(spec, weights, ContextParams(n_ctx=4096), opts)
+    assert answers["RPC"].compute_exact and not any("estimate" in n for n in answers["RPC"].notes)
+    assert not answers["CUDA"].compute_exact
+    assert any("CUDA scheduler rules not verified" in n for n in answers["CUDA"].notes)
+    assert any("no scheduler model for SYCL" in n for n in answers["SYCL"].notes)
+
+
+def test_a_weight_without_a_layer_is_refused():
+    # a builder that does not place a weight (the MTP draft graph): no silent guess of its buffer
+    b = g.GraphBuilder()
+    g.set_layer(None)
+    x = g.mul_mat(g.weight(4, 4), g.input_tensor(g.F32, 4, 16))
+    b.expand(x)
+    with pytest.raises(SchedModelError, match="has no layer"):
+        schedule(b.graph, SchedSetup(RPC, _placement()), 16)
