@@ -2,7 +2,8 @@
 
 The host check is rsplan's own (llama.cpp's --fit looks at the host only when there is no device): what stays in
 host memory after the fit (weights, host caches, the host compute buffer), the output buffer (host memory on every
-backend), and llama-server's context checkpoints at their default count, against the host budget.
+backend), and llama-server's context checkpoints at ``--ctx-checkpoints`` per slot (planner.outputs
+``server_checkpoints``: recurrent models only), against the host budget.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rsplan.errors import RsplanError
-from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.fit import DEFAULT_FIT_CTX, DEFAULT_MARGIN, UINT32_MAX, FitRequest, FitResult, fit
 from rsplan.planner.fit_memory import MemoryModel, StartFlags
-from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, checkpoint_bytes, output_buffer
+from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.weight_placement import (
     FFN_EXPS_REGEX,
@@ -54,6 +55,7 @@ class FitOptions:
     compute: int | None = None
     quant: str | None = None
     tool: str = "server"
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class FitAnswer:
     compute_exact: bool
     notes: list[str] = field(default_factory=list)
     no_kv_offload: bool = False
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
 
     @property
     def host_bytes(self) -> int:
@@ -197,12 +200,12 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     answer = FitAnswer(spec.name, model_ref, is_file, replace(params, n_ctx=result.flags.n_ctx), names,
                        [s for s, _ in budgets], [b for _, b in budgets], margins, result, [], opts.host_available,
                        opts.host_source, weights_source, opts.compute is not None or not budgets,
-                       no_kv_offload=opts.no_kv_offload)
-    _host_check(answer, spec, layout)
+                       no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints)
+    _host_check(answer, spec, layout, opts.ctx_checkpoints)
     return answer
 
 
-def _host_check(answer: FitAnswer, spec: ModelSpec, layout: object) -> None:
+def _host_check(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_checkpoints: int) -> None:
     host = answer.result.usage.host
     answer.host_items += [HostItem("weights on the host", host.model), HostItem("caches on the host", host.context),
                           HostItem("host compute buffer", host.compute)]
@@ -212,9 +215,10 @@ def _host_check(answer: FitAnswer, spec: ModelSpec, layout: object) -> None:
         answer.host_items.append(HostItem("output buffer", out.bytes))
     except OutputsError as exc:
         answer.notes.append(f"output buffer not counted: {exc}")
-    if getattr(layout, "recurrent_layers", ()):
-        ctx = resolve_context(layout, params)  # type: ignore[arg-type]
-        per = checkpoint_bytes(layout, ctx)  # type: ignore[arg-type]
+    cps = server_checkpoints(layout, resolve_context(layout, params), n_ctx_checkpoints, swa_full=params.swa_full)
+    if cps.note is None:
         answer.host_items.append(HostItem(
-            f"llama-server checkpoints ({DEFAULT_CTX_CHECKPOINTS} per slot x {ctx.n_seq_max})",
-            per * DEFAULT_CTX_CHECKPOINTS * ctx.n_seq_max, grows=True))
+            f"llama-server checkpoints ({cps.per_slot} per slot x {cps.n_slots}, "
+            f"{cps.per_checkpoint_bytes:,} bytes each)", cps.bytes, grows=True))
+    else:
+        answer.notes.append(f"llama-server context checkpoints: {cps.note}")

@@ -51,6 +51,10 @@ FIT_OPTIONS = [
                  help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="llama.cpp -nkvo: every cache in host memory."),
+    click.option("-ctxcp", "--ctx-checkpoints", "ctx_checkpoints", type=click.IntRange(0, 1 << 20), default=32,
+                 show_default=True, metavar="N",
+                 help="llama-server --ctx-checkpoints: context checkpoints per slot, counted in the host check at "
+                 "this limit; 0 turns them off."),
     click.option("--compute", "compute", metavar="SIZE", default=None,
                  help="Compute buffer per device instead of rsplan's model of it (e.g. read from a real log)."),
     click.option("--quant", metavar="TYPE", default=None,
@@ -108,7 +112,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         override_tensor=options["override_tensor"], cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
-        quant=options["quant"], tool=options["tool"],
+        quant=options["quant"], tool=options["tool"], ctx_checkpoints=options["ctx_checkpoints"],
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))

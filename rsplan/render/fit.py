@@ -20,7 +20,8 @@ def _command(a: FitAnswer) -> str:
 
     model = shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
     nkvo = ["-nkvo"] if a.no_kv_offload else []
-    return " ".join(["llama-server -m", model, llama_flags(a.params), a.placement_flags, *nkvo, "--fit off"])
+    return " ".join(["llama-server -m", model, llama_flags(a.params, ctx_checkpoints=a.ctx_checkpoints),
+                     a.placement_flags, *nkvo, "--fit off"])
 
 
 def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) -> list[str]:
@@ -58,8 +59,8 @@ def fit_table(a: FitAnswer) -> str:
                      "there is no device)")
     elif a.host_bytes > a.host_budget:
         lines.append(f"Host memory: llama-server's context checkpoints can grow past the host budget ("
-                     f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (default 32 per "
-                     "slot) to bound them")
+                     f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (now "
+                     f"{a.ctx_checkpoints} per slot) to bound them")
     lines += ["", "Steps:"] + [prose(t) for t in r.trace]
     notes = list(a.notes)
     if not a.compute_exact:
