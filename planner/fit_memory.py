@@ -77,6 +77,8 @@ class MemoryModel:
         compute_override: a fixed compute buffer per device (``--compute``), else rsplan's model.
         offload_kqv: False with ``-nkvo``.
         tool: whose n_outputs_max the compute graph is sized for (``server``/``cli``).
+        n_draft: llama-server's draft length (``--spec-draft-n-max`` with ``--spec-type mtp``; its outputs grow
+            with it), else 0.
     """
 
     spec: ModelSpec
@@ -88,6 +90,7 @@ class MemoryModel:
     compute_override: int | None = None
     offload_kqv: bool = True
     tool: str = "server"
+    n_draft: int = 0
     _compute: dict[int, int] = field(default_factory=dict)
     calls: int = 0
 
@@ -112,7 +115,8 @@ class MemoryModel:
             return self.compute_override
         if n_ctx not in self._compute:
             params = dataclasses.replace(self.params, n_ctx=n_ctx)
-            self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, layout=self.layout).bytes
+            self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, n_draft=self.n_draft,
+                                                layout=self.layout).bytes
         return self._compute[n_ctx]
 
     def measure(self, flags: StartFlags) -> Usage:

@@ -95,12 +95,15 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
 
     ctx = click.get_current_context()
     explicit_ctx = ctx.get_parameter_source("n_ctx") == ParameterSource.COMMANDLINE
-    if options["spec_type"] != "none" or (options["n_rs_seq"] or 0) > 0:
-        # llama.cpp keeps rollback planes only with speculative decoding, whose draft context (the MTP context, or
-        # -md's model) its --fit measures with the model
-        flag = "--spec-type" if options["spec_type"] != "none" else "--n-rs-seq"
-        raise RsplanError(f"{flag}: rsplan fit does not model the draft context llama.cpp's --fit measures with the "
-                          "model yet (rollback planes come only with speculative decoding); fit without it")
+    spec_type = options["spec_type"]
+    if spec_type not in ("none", "mtp"):
+        raise RsplanError(f"--spec-type {spec_type}: needs a separate draft model (-md), whose weights, caches and "
+                          "compute llama.cpp's --fit adds as an extra model; rsplan fit models only --spec-type mtp "
+                          "(the draft context on the model's own MTP layers)")
+    if spec_type == "none" and (options["n_rs_seq"] or 0) > 0:
+        # llama.cpp keeps rollback planes only with speculative decoding (n_rs_seq is --spec-draft-n-max)
+        raise RsplanError("--n-rs-seq: llama.cpp keeps rollback planes only with speculative decoding; give "
+                          "--spec-type mtp [--spec-draft-n-max N] instead")
     params = pop_context_params(options)
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),
@@ -113,6 +116,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
         quant=options["quant"], tool=options["tool"], ctx_checkpoints=options["ctx_checkpoints"],
+        spec_mtp=spec_type == "mtp",
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))

@@ -56,8 +56,10 @@ def test_cpu_only_reduces_the_context_to_the_host():
     (["-m", "lfm2-1.2b", "--quant", "Q9_9", "--budget", "8GiB"], "Q9_9"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", ",".join(["1GiB"] * 17)], "at most 16"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--gpu"], "not both"),
-    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "mtp"], "draft context"),
-    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--n-rs-seq", "3"], "draft context"),
+    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "eagle3"],
+     "separate draft model"),
+    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--n-rs-seq", "3"], "--spec-type mtp"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "mtp"], "no MTP"),
 ])
 def test_bad_input_is_one_line(args, message):
     r = run(*args)

@@ -129,7 +129,8 @@ def test_capacity_table_shows_draft_model_and_snapshot_line():
     assert r.exit_code == 0, r.output
     assert "--spec-type draft-mtp --spec-draft-n-max" not in r.output and "--draft-max" not in r.output
     line = _paragraph(r.output, "Largest n_rs_seq")
-    assert "with an eagle3 draft model" in line and "--spec-type draft-eagle3 -md DRAFT.gguf --spec-draft-n-max 510" in line
+    assert "with an eagle3 draft model" in line
+    assert "--spec-type draft-eagle3 -md DRAFT.gguf --spec-draft-n-max 510" in line
     assert "limited by llama.cpp's draft bound 510 (n_rs_seq + 1 < n_ubatch 512)" in line
     assert any(x.startswith("Rollback snapshots at n_rs_seq 510: ") for x in r.output.splitlines())
 
