@@ -66,13 +66,14 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="vllm / sglang: memory per GPU besides weights and caches (vLLM: activations and CUDA graphs, "
                  "default 4GiB; SGLang: the CUDA context before the weights load, default 1GiB)."),
     click.option("--rope-scaling", "rope_scaling", type=click.Choice(["none", "linear", "yarn"]), default=None,
-                 help="llama.cpp --rope-scaling. Recommendations stop at the training context unless YaRN "
-                 "(--rope-scaling yarn --rope-scale N) extends it."),
+                 help="llama.cpp --rope-scaling (default: the model file's rope.scaling.type). Recommendations stop "
+                 "at the training context unless YaRN (--rope-scaling yarn --rope-scale N) extends it."),
     click.option("--rope-scale", "rope_scale", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None,
                  metavar="N",
                  help="llama.cpp --rope-scale: context scaling factor (YaRN context = --yarn-orig-ctx x N)."),
     click.option("--yarn-orig-ctx", "yarn_orig_ctx", type=click.IntRange(0, MAX_CTX), default=None, metavar="N",
-                 help="llama.cpp --yarn-orig-ctx: the model's original context (default: its training context)."),
+                 help="llama.cpp --yarn-orig-ctx: the model's original context (default: the file's "
+                 "rope.scaling.original_context_length, else its training context)."),
 ]
 
 BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "quant", "fit_target", "compute", "n_gpu_layers",
