@@ -103,6 +103,13 @@ class KDA:
 class Rope:
     DIMENSION_COUNT = "rope.dimension_count"
     DIMENSION_SECTIONS = "rope.dimension_sections"
+    # the file's RoPE scaling (llama.cpp load_hparams): type (string), factor (float32; the old key
+    # rope.scale_linear when it is absent), YaRN's original context (u32), and whether it was fine-tuned (bool)
+    SCALING_TYPE = "rope.scaling.type"
+    SCALING_FACTOR = "rope.scaling.factor"
+    SCALE_LINEAR = "rope.scale_linear"
+    SCALING_ORIG_CTX_LEN = "rope.scaling.original_context_length"
+    SCALING_FINETUNED = "rope.scaling.finetuned"
 
 
 #: every ``{arch}.<key>`` named above
@@ -114,7 +121,13 @@ ARCH_KEYS: frozenset[str] = frozenset(
 )
 
 #: ModelSpec fields whose arch key is not their dotted path.
-_FIELD_KEYS: dict[str, str] = {"wkv.token_shift_count": LLM.TOKEN_SHIFT_COUNT}
+_FIELD_KEYS: dict[str, str] = {
+    "wkv.token_shift_count": LLM.TOKEN_SHIFT_COUNT,
+    "rope_scaling.type": Rope.SCALING_TYPE,
+    "rope_scaling.factor": Rope.SCALING_FACTOR,
+    "rope_scaling.original_context_length": Rope.SCALING_ORIG_CTX_LEN,
+    "rope_scaling.finetuned": Rope.SCALING_FINETUNED,
+}
 
 
 def arch_key(arch: str, key: str) -> str:
@@ -161,4 +174,7 @@ def spec_metadata(spec: ModelSpec) -> dict[str, Any]:
     if spec.wkv is not None:
         kv[WKV.HEAD_SIZE] = spec.wkv.head_size
         kv[field_key("wkv.token_shift_count")] = spec.wkv.token_shift_count
+    if spec.rope_scaling is not None:
+        kv.update({field_key(f"rope_scaling.{k}"): v
+                   for k, v in spec.rope_scaling.model_dump(exclude_none=True).items()})
     return kv

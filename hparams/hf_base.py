@@ -10,6 +10,8 @@ picks the converter. llama.cpp 0c1e57098.
 from __future__ import annotations
 
 import json
+import math
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 from rsplan.errors import ModelFileError
 from rsplan.files import JSONValueError, parse_json
-from rsplan.hparams.gguf_keys import ARCH_KEYS, LLM, Attention
+from rsplan.hparams.gguf_keys import ARCH_KEYS, LLM, Attention, Rope
 from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.llama_loader import MetaInfo, printable
 from rsplan.hparams.model import MAX_LAYERS
@@ -55,6 +57,10 @@ class KeyWriter:
 
     def u32(self, key: str, value: int, origin: str) -> None:
         self.kv[_known(key)] = WrittenKey(MetaInfo("u32"), value, origin)
+
+    def scalar(self, key: str, type_: str, value: Any, origin: str) -> None:
+        """GGUFWriter.add_string / add_float32 / add_bool (``type_`` str, f32, bool)."""
+        self.kv[_known(key)] = WrittenKey(MetaInfo(type_), value, origin)
 
     def array(self, key: str, values: Sequence[int | bool], origin: str) -> None:
         """GGUFWriter.add_array: the element type is the first value's (bool -> bool, int -> i32)."""
@@ -206,6 +212,54 @@ def write_text_model(cfg: HFParams, w: KeyWriter, *, head_dim: bool = True) -> N
         if value is not None:
             w.u32(Attention.KEY_LENGTH, value, key)
             w.u32(Attention.VALUE_LENGTH, value, key)
+    write_rope_scaling(cfg, w)
+
+
+def _rope_parameters(cfg: HFParams) -> tuple[dict[str, Any], str]:
+    """ModelBase.__init__'s ``rope_parameters``: config ``rope_parameters``, else ``rope_scaling`` (null: none),
+    ``type`` mirrored as ``rope_type`` and a top-level ``original_max_position_embeddings`` copied in, then
+    set_gguf_parameters' ``full_attention`` part when there is one."""
+    name = "rope_parameters" if cfg.has("rope_parameters") else "rope_scaling"
+    params = cfg.data.get(name) or {}
+    if not isinstance(params, dict):
+        raise cfg.fail(name, f"expected an object, got {type(params).__name__}")
+    params = dict(params)
+    if "full_attention" not in params and "sliding_attention" not in params:
+        if "rope_type" not in params and params.get("type") is not None:
+            params["rope_type"] = params["type"]
+        if "original_max_position_embeddings" not in params and cfg.has("original_max_position_embeddings"):
+            params["original_max_position_embeddings"] = cfg.data["original_max_position_embeddings"]
+    full = params.get("full_attention", params)
+    if not isinstance(full, dict):
+        raise cfg.fail(f"{name}.full_attention", f"expected an object, got {type(full).__name__}")
+    return full, name
+
+
+def write_rope_scaling(cfg: HFParams, w: KeyWriter) -> None:
+    """TextModel.set_gguf_parameters' RoPE scaling: ``linear`` with a factor -> type linear + factor; ``yarn``
+    with a factor -> type yarn + factor + original_max_position_embeddings (required); ``su``/``longrope`` ->
+    type longrope; any other type (``default``, ``dynamic``, ``llama3``, ...) writes no key."""
+    params, name = _rope_parameters(cfg)
+    rope_type = params.get("rope_type")
+    factor = params.get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not math.isfinite(factor)):
+        raise cfg.fail(f"{name}.factor", f"expected a number, got {json.dumps(factor)[:40]}")
+    if rope_type in ("linear", "yarn") and factor is not None:
+        w.scalar(Rope.SCALING_TYPE, "str", rope_type, f"{name}.rope_type")
+        w.scalar(Rope.SCALING_FACTOR, "f32", _f32(float(factor)), f"{name}.factor")
+        if rope_type == "yarn":
+            key = f"{name}.original_max_position_embeddings"
+            if "original_max_position_embeddings" not in params:
+                raise cfg.fail(key, "required key not found (rope_type yarn)")
+            w.u32(Rope.SCALING_ORIG_CTX_LEN, cfg.check_int(key, params["original_max_position_embeddings"]), key)
+    elif rope_type in ("su", "longrope"):
+        w.scalar(Rope.SCALING_TYPE, "str", "longrope", f"{name}.rope_type")
+
+
+def _f32(x: float) -> float:
+    """``x`` as GGUFWriter.add_float32 stores it."""
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
 
 
 def write_kv_heads(cfg: HFParams, w: KeyWriter, n: int, attention: Sequence[bool], origin: str) -> None:

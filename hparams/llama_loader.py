@@ -15,6 +15,7 @@ Every problem is a one-line ``ModelFileError`` (or ``UnsupportedArchError``) nam
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,8 +23,8 @@ from pydantic import ValidationError
 
 from rsplan.errors import ModelFileError, UnsupportedArchError, printable
 from rsplan.hparams.archs import ArchInfo, arch_info
-from rsplan.hparams.gguf_keys import LLM, Attention, General, Tokenizer, field_key, gguf_key
-from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ModelSpec
+from rsplan.hparams.gguf_keys import LLM, Attention, General, Rope, Tokenizer, field_key, gguf_key
+from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ROPE_SCALING_TYPES, ModelSpec
 
 #: Element types llama.cpp's get_arr accepts for a per-layer u32 array (llama_model_loader::get_arr).
 _PER_LAYER_ELEMS = ("u32", "i32", "bool")
@@ -133,6 +134,18 @@ class _Reader:
     def default(self, name: str, how: str) -> None:
         self.sources.setdefault(name, f"default: {how}")
 
+    def scalar(self, name: str, type_: str, spec_field: str) -> Any:
+        """llama_model_loader::get_key of a scalar of GGUF type ``type_`` (``str``, ``f32``, ``bool``, ``u32``),
+        optional: None when absent."""
+        key = self.key(name)
+        info = self.meta.info(key)
+        if info is None:
+            return None
+        if info.type != type_:
+            raise self.fail(key, f"wrong type {_type_name(info)}, expected {type_}")
+        self.sources[spec_field] = self.meta.describe(key)
+        return self.meta.value(key)
+
 
 def _type_name(info: MetaInfo) -> str:
     return f"{info.elem} array" if info.type == "arr" else info.type
@@ -196,6 +209,9 @@ def load_spec(
         value = r.u32(key, required=False)
         if value is not None:
             data[key] = value
+    rope = _read_rope_scaling(r)
+    if rope:
+        data["rope_scaling"] = rope
     tokens = meta.info(Tokenizer.TOKENS)
     if tokens is not None and tokens.type == "arr" and tokens.count > 0:
         data["vocab_size"] = tokens.count
@@ -209,6 +225,33 @@ def load_spec(
     except ValidationError as exc:
         raise _validation_error(exc, r) from None
     return LoadedModel(spec, r.sources)
+
+
+def _read_rope_scaling(r: _Reader) -> dict[str, Any]:
+    """The file's RoPE scaling as llama.cpp's load_hparams reads it: rope.scaling.type (a name it knows, else it
+    asserts), rope.scaling.factor or the old rope.scale_linear, rope.scaling.original_context_length,
+    rope.scaling.finetuned; only the keys present."""
+    out: dict[str, Any] = {}
+    type_ = r.scalar(Rope.SCALING_TYPE, "str", "rope_scaling.type")
+    if type_ is not None:
+        if type_ not in ROPE_SCALING_TYPES:
+            raise r.fail(r.key(Rope.SCALING_TYPE), f"unknown RoPE scaling type '{printable(str(type_))[:40]}' "
+                         f"(llama.cpp knows {', '.join(ROPE_SCALING_TYPES)} and asserts on any other)")
+        out["type"] = type_
+    factor = r.scalar(Rope.SCALING_FACTOR, "f32", "rope_scaling.factor")
+    if factor is None:
+        factor = r.scalar(Rope.SCALE_LINEAR, "f32", "rope_scaling.factor")
+    if factor is not None:
+        if not (math.isfinite(factor) and 0 <= factor <= 1e6):
+            raise r.fail(r.key(Rope.SCALING_FACTOR), f"{factor} is not a context scale factor (0 .. 1e6)")
+        out["factor"] = float(factor)
+    orig = r.scalar(Rope.SCALING_ORIG_CTX_LEN, "u32", "rope_scaling.original_context_length")
+    if orig is not None:
+        out["original_context_length"] = int(orig)
+    finetuned = r.scalar(Rope.SCALING_FINETUNED, "bool", "rope_scaling.finetuned")
+    if finetuned is not None:
+        out["finetuned"] = bool(finetuned)
+    return out
 
 
 def _read_layer_counts(r: _Reader, data: dict[str, Any]) -> int:

@@ -192,6 +192,21 @@ class KDASpec(Record):
     head_dim: int | None = None
 
 
+#: The RoPE scaling types llama.cpp names (src/llama-model.cpp LLAMA_ROPE_SCALING_TYPES).
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
+
+@dataclass(frozen=True, init=False, kw_only=True)
+class RopeScalingSpec(Record):
+    """``{arch}.rope.scaling.*``: the RoPE scaling the model file declares (None: the key is absent; llama.cpp then
+    takes type linear, factor 1 and the training context as YaRN's original context)."""
+
+    type: str | None = None  # rope.scaling.type: none, linear, yarn, longrope
+    factor: float | None = None  # rope.scaling.factor (or rope.scale_linear): context scale N (freq scale 1/N)
+    original_context_length: int | None = None  # rope.scaling.original_context_length: YaRN's n_ctx_orig
+    finetuned: bool | None = None  # rope.scaling.finetuned
+
+
 @dataclass(frozen=True, init=False, kw_only=True)
 class ServingSpec(Record):
     """Facts of the Hugging Face config that serving engines (vLLM, SGLang) read and GGUF has no key for.
@@ -256,6 +271,7 @@ class ModelSpec(Record):
     # -- compute graph only (planner/graphs) ------------------------------------------------------------------
     rescale_every_n_layers: int = 0  # {arch}.rescale_every_n_layers: RWKV-6 halves the residual every n layers
     serving: ServingSpec | None = None  # config.json facts for vLLM / SGLang
+    rope_scaling: RopeScalingSpec | None = None  # {arch}.rope.scaling.* (planner.context_limit)
 
     @classmethod
     def from_trusted(cls, data: dict[str, Any]) -> ModelSpec:
@@ -302,7 +318,7 @@ class ModelSpec(Record):
 #: ModelSpec's sections, by field name.
 _SECTIONS: dict[str, type[Record]] = {
     "attention": AttentionSpec, "ssm": SSMSpec, "wkv": WKVSpec, "shortconv": ShortConvSpec, "kda": KDASpec,
-    "serving": ServingSpec,
+    "serving": ServingSpec, "rope_scaling": RopeScalingSpec,
 }
 
 

@@ -9,7 +9,7 @@ estimate of a built-in preset builds no pydantic schema and runs no pydantic plu
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -67,6 +67,16 @@ class ShortConvSchema(_Strict):
 
 class KDASchema(_Strict):
     head_dim: Dim | None = None
+
+
+class RopeScalingSchema(_Strict):
+    type: Literal["none", "linear", "yarn", "longrope"] | None = Field(
+        None, description="{arch}.rope.scaling.type (absent: llama.cpp takes linear)")
+    factor: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] | None = Field(
+        None, description="{arch}.rope.scaling.factor: context scale N (0 or absent: 1)")
+    original_context_length: Annotated[int, Field(ge=0, le=MAX_CTX)] | None = Field(
+        None, description="{arch}.rope.scaling.original_context_length: YaRN's original context")
+    finetuned: bool | None = Field(None, description="{arch}.rope.scaling.finetuned")
 
 
 class ServingSchema(_Strict):
@@ -142,6 +152,8 @@ class ModelSchema(_Strict):
         0, description="{arch}.rescale_every_n_layers: RWKV-6 halves the residual every n layers (graph only)"
     )
     serving: ServingSchema | None = Field(None, description="config.json facts for vLLM / SGLang")
+    rope_scaling: RopeScalingSchema | None = Field(
+        None, description="the file's RoPE scaling ({arch}.rope.scaling.*): the training-context limit uses it")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSchema:
@@ -152,7 +164,8 @@ class ModelSchema(_Strict):
 #: record class -> its schema
 SCHEMAS: dict[type[M.Record], type[_Strict]] = {
     M.AttentionSpec: AttentionSchema, M.SSMSpec: SSMSchema, M.WKVSpec: WKVSchema, M.ShortConvSpec: ShortConvSchema,
-    M.KDASpec: KDASchema, M.ServingSpec: ServingSchema, M.ModelSpec: ModelSchema,
+    M.KDASpec: KDASchema, M.ServingSpec: ServingSchema, M.RopeScalingSpec: RopeScalingSchema,
+    M.ModelSpec: ModelSchema,
 }
 _RECORDS = {schema: record for record, schema in SCHEMAS.items()}
 

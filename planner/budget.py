@@ -26,6 +26,7 @@ from rsplan.planner.capacity import (
 from rsplan.planner.context import ContextParams
 from rsplan.planner.context_limit import RopeFlags
 from rsplan.planner.engines.base import ServingBudget
+from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS
 from rsplan.planner.weight_placement import Weight
 
 #: ``--gpu-memory``: budget a GPU's free memory (llama.cpp's --fit reads it) or its total memory (an empty GPU).
@@ -59,6 +60,7 @@ class BudgetRequest:
         overhead: ``--overhead`` of a serving engine, or None (the engine's default).
         host_budget: ``--host-budget`` (or the machine's available memory), or None: the host is not checked.
         rope: the RoPE-scaling flags.
+        ctx_checkpoints: llama-server's ``--ctx-checkpoints`` (per slot; 0: none), charged to the host.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -73,6 +75,7 @@ class BudgetRequest:
     overhead: GivenSize | None = None
     host_budget: GivenSize | None = None
     rope: RopeFlags = field(default_factory=RopeFlags)
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
 
 
 def size_budgets(sizes: Sequence[GivenSize]) -> tuple[DeviceBudget, ...]:
@@ -176,7 +179,8 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
         compute, compute_source = compute_bytes(spec, params, request.compute)
         host = request.host_budget
         budget = Budget(request.devices, weights, source, margins, compute, compute_source, weights=tensors,
-                        host_budget_bytes=host.n_bytes if host else None, host_source=host.text if host else "")
+                        host_budget_bytes=host.n_bytes if host else None, host_source=host.text if host else "",
+                        ctx_checkpoints=request.ctx_checkpoints)
         planner = CapacityPlanner(
             spec, params, budget,
             n_gpu_layers=request.n_gpu_layers,

@@ -33,7 +33,7 @@ from rsplan.planner.context import (
     resolve_context,
 )
 from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
-from rsplan.planner.outputs import output_buffer
+from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, Checkpoints, output_buffer, server_checkpoints
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout, weights_by_device
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
@@ -85,8 +85,9 @@ class Budget:
         weights: the loaded weight tensors, when known (a GGUF's, ``--quant``): each device's share is then
             placed tensor by tensor (planner.weight_placement) instead of spread over the layers.
         host_budget_bytes: host memory (``--host-budget``); None: the host is not checked. What must fit there:
-            the weights and caches that stay on the host, the output buffer, and the compute buffer when layers
-            run on the host (``CapacityPlanner.host_bytes``).
+            the weights and caches that stay on the host, the output buffer, the compute buffer when layers
+            run on the host, and llama-server's context checkpoints at their limit (``CapacityPlanner.host_bytes``).
+        ctx_checkpoints: llama-server's ``--ctx-checkpoints`` (checkpoints per slot; 0: none).
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -98,8 +99,11 @@ class Budget:
     weights: tuple[Weight, ...] | None = None
     host_budget_bytes: int | None = None
     host_source: str = "--host-budget"
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
 
     def __post_init__(self) -> None:
+        if self.ctx_checkpoints < 0:
+            raise CapacityError(f"--ctx-checkpoints {self.ctx_checkpoints}: must be >= 0 (0 turns them off)")
         if not self.devices:
             raise CapacityError("no device budget given")
         if len(self.margin_bytes) != len(self.devices):
@@ -300,7 +304,7 @@ class CapacityPlanner:
     def flags(self, params: ContextParams) -> str:
         """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags)."""
         return llama_flags(params, self.placement, draft=self.draft, tensor_split=self.split_parts,
-                           rope=self.ctx_limit.rope)
+                           rope=self.ctx_limit.rope, ctx_checkpoints=self.budget.ctx_checkpoints)
 
     def check_request(self) -> None:
         """Refuse flags as given that llama.cpp would not run as asked: a context per sequence past the context
@@ -338,12 +342,19 @@ class CapacityPlanner:
         return worst[1] if worst[0] > 0 else None
 
     def host_bytes(self, params: ContextParams, use: Usage | None = None) -> int:
-        """Host memory a start with ``params`` needs: weights and caches left on the host, the output buffer
-        (host memory on every backend), the compute buffer when layers run there."""
+        """Host memory llama-server with ``params`` needs: weights and caches left on the host, the output buffer
+        (host memory on every backend), the compute buffer when layers run there, and its context checkpoints
+        grown to ``--ctx-checkpoints`` per slot (``checkpoints``)."""
         use = use or self.usage(params)
         out = output_buffer(self.spec, params).bytes if self.spec.vocab_size else 0
         on_host = any(d is None for d in self.placement.unit_device[:-1])
-        return self.weights_on_host + use.host.total_bytes + out + (self.budget.compute_bytes if on_host else 0)
+        return (self.weights_on_host + use.host.total_bytes + out + (self.budget.compute_bytes if on_host else 0)
+                + self.checkpoints(params, use).bytes)
+
+    def checkpoints(self, params: ContextParams, use: Usage | None = None) -> Checkpoints:
+        """llama-server's context checkpoints with ``params`` at ``--ctx-checkpoints`` per slot (planner.outputs)."""
+        ctx = (use or self.usage(params)).ctx
+        return server_checkpoints(self.layout, ctx, self.budget.ctx_checkpoints, swa_full=params.swa_full)
 
     # -- evaluating one setting ---------------------------------------------------------------------------
 
@@ -477,13 +488,14 @@ def llama_flags(
     draft: DraftSetup | None = None,
     tensor_split: Sequence[float] | None = None,
     rope: RopeFlags | None = None,
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS,
 ) -> str:
     """The llama.cpp command-line flags that reproduce ``params`` (and the layer placement).
 
     Flags that only rsplan knows (``--type-r`` / ``--type-s``: llama.cpp always uses f32) are not printed.
     n_rs_seq has no llama.cpp flag of its own: it is the draft length of MTP/EAGLE3/DFLASH/DSPARK speculative
     decoding, printed as ``--spec-type TYPE [-md DRAFT.gguf] --spec-draft-n-max N`` (``draft``; default mtp).
-    RoPE-scaling flags (``rope``) are printed as given.
+    RoPE-scaling flags (``rope``) are printed as given; ``--ctx-checkpoints N`` when not llama-server's default.
     """
     out = [f"-c {params.n_ctx}", f"-np {params.n_seq_max}"]
     if params.kv_unified:
@@ -504,6 +516,8 @@ def llama_flags(
         out.append((draft or DraftSetup("mtp")).flags(params.n_rs_seq))
     if rope is not None and rope.given:
         out.append(rope.flags())
+    if ctx_checkpoints != DEFAULT_CTX_CHECKPOINTS:
+        out.append(f"--ctx-checkpoints {ctx_checkpoints}")
     if placement is not None:
         n_units = placement.n_layer_all + 1
         out.append("-ngl all" if placement.n_gpu_layers >= n_units else f"-ngl {placement.n_gpu_layers}")

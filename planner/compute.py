@@ -158,6 +158,19 @@ def build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: A
     return graph
 
 
+def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout,
+                            params: ContextParams) -> tuple[CacheLayout, ContextParams]:
+    """The ``--spec-type mtp`` draft context's cache layout (its KV over the nextn layers) and flags (no rollback
+    planes), from the target's."""
+    from rsplan.planner.outputs import OutputsError, mtp_draft_layout
+
+    try:
+        draft = mtp_draft_layout(spec, layout)
+    except OutputsError as exc:
+        raise ComputeModelError(str(exc)) from None
+    return draft, params.replace(n_rs_seq=0)
+
+
 def compute_buffer(
     spec: ModelSpec,
     params: ContextParams,
@@ -189,13 +202,7 @@ def compute_buffer(
     build = reserve_graph_builder(spec, mtp_draft)
     layout = layout or cache_layout(spec)
     if mtp_draft:
-        from rsplan.planner.outputs import OutputsError, mtp_draft_layout
-
-        try:
-            layout = mtp_draft_layout(spec, layout)
-        except OutputsError as exc:
-            raise ComputeModelError(str(exc)) from None
-        params = params.replace(n_rs_seq=0)
+        layout, params = draft_layout_and_params(spec, layout, params)
     ctx = resolve_context(layout, params)
     if n_outputs_max is not None:
         n_out_max = n_outputs_max or ctx.n_batch

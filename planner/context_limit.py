@@ -18,8 +18,13 @@ Three cases need more than ``n_ctx_train``:
   context, and the converters write a constant (2**20, "RWKV isn't context limited"). The recommendation stops at
   llama.cpp's n_ctx_train all the same, since that is where llama.cpp warns and llama-server caps each slot.
 - RoPE-scaling flags on an arch that applies no RoPE change nothing and are refused.
-rsplan does not read the file's rope.scaling.* keys: it takes llama.cpp's defaults for a file without them
-(type linear, factor 1, original context = n_ctx_train), and says so.
+The file's rope.scaling.* keys (``spec.rope_scaling``; llama.cpp's defaults without them: type linear, factor 1,
+original context = n_ctx_train) set what the flags leave unset, as llama.cpp's ``llama_context`` does: the type
+(``--rope-scaling`` unset: the file's), the frequency scale (``--rope-scale`` unset: the file's 1 / factor; type
+none: 1) and YaRN's original context (``--yarn-orig-ctx`` unset: the file's). n_ctx_train is re-adjusted only
+when the type is yarn and the frequency scale differs from the file's: a file that declares YaRN (Qwen3.5's
+long-context recipe: yarn, factor 4, original 262,144) keeps its n_ctx_train until ``--rope-scale`` asks for
+another factor; then the derived context starts from the file's original context.
 """
 
 from __future__ import annotations
@@ -119,6 +124,36 @@ def yarn_context(n_ctx_orig: int, rope_scale: float) -> int:
     return int(_f32(_f32(float(n_ctx_orig)) / freq_scale))
 
 
+@dataclass(frozen=True)
+class FileRope:
+    """The RoPE scaling llama.cpp's load_hparams takes from the file (``spec.rope_scaling``), with its defaults.
+
+    Attributes:
+        type: rope.scaling.type, ``linear`` when absent.
+        factor: rope.scaling.factor, 1 when absent or 0.
+        freq_scale: ``hparams.rope_freq_scale_train``: 1 / factor in float32 (1 for factor 0).
+        original_context_length: rope.scaling.original_context_length, 0 when absent (n_ctx_train is used).
+        declared / declared_factor: the type / the factor came from the file.
+    """
+
+    type: str
+    factor: float
+    freq_scale: float
+    original_context_length: int
+    declared: bool
+    declared_factor: bool
+
+
+def file_rope(spec: ModelSpec) -> FileRope:
+    """llama.cpp's hparams from the file's rope.scaling.* keys (src/llama-model.cpp load_hparams)."""
+    rs = spec.rope_scaling
+    type_ = rs.type if rs is not None and rs.type is not None else "linear"
+    factor = rs.factor if rs is not None and rs.factor else 0.0
+    freq = 1.0 if factor == 0.0 else _f32(1.0 / _f32(factor))
+    orig = rs.original_context_length if rs is not None and rs.original_context_length else 0
+    return FileRope(type_, factor or 1.0, freq, orig, rs is not None and rs.type is not None, bool(factor))
+
+
 def context_limit(spec: ModelSpec, rope: RopeFlags | None = None) -> ContextLimit:
     """The context limit for ``spec`` under the RoPE flags; a ContextError naming the limit for flags that
     cannot extend it."""
@@ -153,32 +188,40 @@ def context_limit(spec: ModelSpec, rope: RopeFlags | None = None) -> ContextLimi
             f"RoPE-scaling flags: {spec.arch} applies no RoPE in llama.cpp, so they cannot extend its context; "
             f"recommendations stop at {base:,} tokens per sequence"
         )
-    if rope.scaling is None:
-        raise ContextError("--rope-scale/--yarn-orig-ctx: give --rope-scaling yarn too (rsplan does not read the "
-                           "model's rope.scaling.type; only YaRN re-adjusts llama.cpp's n_ctx_train)")
-    if rope.scaling != "yarn":
+    file = file_rope(spec)
+    scaling = rope.scaling or file.type
+    from_file = "" if rope.scaling else f" (the file's rope.scaling.type{'' if file.declared else ', absent'})"
+    label = f"--rope-scaling {scaling}" if rope.scaling else f"RoPE scaling {scaling}{from_file}"
+    if scaling != "yarn":
         if rope.yarn_orig_ctx is not None:
-            raise ContextError(f"--yarn-orig-ctx applies to --rope-scaling yarn, not {rope.scaling}")
+            raise ContextError(f"--yarn-orig-ctx applies to YaRN scaling, not {label}")
         raise ContextError(
-            f"--rope-scaling {rope.scaling}: llama.cpp keeps n_ctx_train {n_train:,} (only YaRN re-adjusts it) and "
-            f"llama-server caps each slot there; recommendations stop at {base:,} tokens per sequence "
+            f"{label}: llama.cpp keeps n_ctx_train {n_train:,} (only YaRN re-adjusts it) "
+            f"and llama-server caps each slot there; recommendations stop at {base:,} tokens per sequence "
             "(use --rope-scaling yarn --rope-scale N to extend)"
         )
-    if rope.scale is None or _f32(1.0 / _f32(rope.scale)) == 1.0:
+    freq_scale = _f32(1.0 / _f32(rope.scale)) if rope.scale is not None else file.freq_scale
+    if freq_scale == file.freq_scale:
         raise ContextError(
-            "--rope-scaling yarn: give --rope-scale N > 1; with the model's frequency scale llama.cpp keeps "
-            f"n_ctx_train {n_train:,}"
+            f"YaRN{from_file}: give --rope-scale N, a factor other than the model's "
+            f"({file.factor:g}{'' if file.declared_factor else ', the default'}); at the model's own frequency "
+            f"scale llama.cpp keeps n_ctx_train {n_train:,}"
         )
-    orig = rope.yarn_orig_ctx or n_train
-    derived = yarn_context(orig, rope.scale)
+    orig = rope.yarn_orig_ctx or file.original_context_length or n_train
+    derived = int(_f32(_f32(float(orig)) / freq_scale))
+    assert rope.scale is not None  # a frequency scale other than the file's comes from --rope-scale
     if not 1 <= derived <= MAX_CTX:
         raise ContextError(f"--rope-scale {rope.scale:g}: the YaRN context {orig:,} x {rope.scale:g} = {derived:,} "
                            f"is outside llama.cpp's uint32 n_ctx_train (1..{MAX_CTX:,})")
-    orig_words = (f"--yarn-orig-ctx {orig:,}" if rope.yarn_orig_ctx
-                  else f"n_ctx_train {orig:,}, llama.cpp's default when the file has no "
-                       "rope.scaling.original_context_length")
+    if rope.yarn_orig_ctx:
+        orig_words = f"--yarn-orig-ctx {orig:,}"
+    elif file.original_context_length:
+        orig_words = f"the file's rope.scaling.original_context_length {orig:,}"
+    else:
+        orig_words = (f"n_ctx_train {orig:,}, llama.cpp's default when the file has no "
+                      "rope.scaling.original_context_length")
     return ContextLimit(
         derived, n_train, "yarn", rope,
-        f"YaRN: llama.cpp re-adjusts n_ctx_train to {orig_words} / (1 / {rope.scale:g}) = {derived:,} (float32); "
-        f"the model was trained at {base:,}",
+        f"YaRN{from_file}: llama.cpp re-adjusts n_ctx_train to {orig_words} / (1 / {rope.scale:g}) = {derived:,} "
+        f"(float32); the model was trained at {base:,}",
     )

@@ -21,6 +21,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.compute import (
     ONE_SEQ_RESERVE_ARCHS,
     build_reserve_graph,
+    draft_layout_and_params,
     n_outputs_max_for,
     reserve_graph_builder,
 )
@@ -50,17 +51,22 @@ class DeviceCompute:
 
 
 def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
-                   n_draft: int = 0, embeddings: bool = False, layout: CacheLayout | None = None,
-                   real_run: bool = True) -> DeviceCompute:
+                   n_draft: int = 0, n_outputs_max: int | None = None, embeddings: bool = False,
+                   layout: CacheLayout | None = None, real_run: bool = True,
+                   mtp_draft: bool = False) -> DeviceCompute:
     """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
-    ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures).
+    ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures). ``n_outputs_max`` given
+    (0 = n_batch) overrides ``tool``'s; ``mtp_draft`` sizes the ``--spec-type mtp`` draft context instead, as
+    planner.compute.compute_buffer does (its graph over the nextn layer on that layer's device in ``setup``).
 
     Raises:
         ComputeModelError / LlamaAbortError: as planner.compute.compute_buffer.
         SchedModelError: a tensor of the graph has no known buffer (an arch whose builder does not place it).
     """
-    build = reserve_graph_builder(spec, False)
+    build = reserve_graph_builder(spec, mtp_draft)
     layout = layout or cache_layout(spec)
+    if mtp_draft:
+        layout, params = draft_layout_and_params(spec, layout, params)
     ctx = resolve_context(layout, params)
     if params.flash_attn == "auto" and ctx.flash_attn and layout.kv_layers:
         probe = build_reserve_graph(build, spec, layout, ctx, embeddings, "flash-attention probe", ctx.n_seq_max,
@@ -68,7 +74,8 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
         if not flash_attn_on_layer_devices(probe, setup, ctx.n_seq_max):
             # the caches were made for flash attention (V not transposed); the graphs are built without it
             ctx = dataclasses.replace(ctx, flash_attn=False)
-    n_out_max = n_outputs_max_for(tool, ctx, n_draft)
+    explicit = n_outputs_max is not None
+    n_out_max = (n_outputs_max or ctx.n_batch) if explicit else n_outputs_max_for(tool, ctx, n_draft)
     n_seqs = ctx.n_seq_max
     n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
     n_outputs_pp = min(n_tokens, n_out_max)

@@ -81,6 +81,8 @@ class MemoryModel:
         compute_override: a fixed compute buffer per device (``--compute``), else rsplan's model.
         offload_kqv: False with ``-nkvo``.
         tool: whose n_outputs_max the compute graph is sized for (``server``/``cli``).
+        n_draft: llama-server's draft length (``--spec-draft-n-max`` with ``--spec-type mtp``; its outputs grow
+            with it), else 0.
     """
 
     spec: ModelSpec
@@ -93,6 +95,7 @@ class MemoryModel:
     offload_kqv: bool = True
     tool: str = "server"
     device_kind: str = "CUDA"
+    n_draft: int = 0
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     calls: int = 0
@@ -120,7 +123,8 @@ class MemoryModel:
             return self.compute_override
         if n_ctx not in self._compute:
             params = dataclasses.replace(self.params, n_ctx=n_ctx)
-            self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, layout=self.layout).bytes
+            self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, n_draft=self.n_draft,
+                                                layout=self.layout).bytes
         return self._compute[n_ctx]
 
     def measure(self, flags: StartFlags) -> Usage:
@@ -173,7 +177,8 @@ class MemoryModel:
         setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv)
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
-            got = device_compute(self.spec, params, setup, tool=self.tool, layout=self.layout, real_run=False)
+            got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
+                                 real_run=False)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
             return None

@@ -2,7 +2,8 @@
 
 The host check is rsplan's own (llama.cpp's --fit looks at the host only when there is no device): what stays in
 host memory after the fit (weights, host caches, the host compute buffer), the output buffer (host memory on every
-backend), and llama-server's context checkpoints at their default count, against the host budget.
+backend), and llama-server's context checkpoints at ``--ctx-checkpoints`` per slot (planner.outputs
+``server_checkpoints``: recurrent models only), against the host budget.
 """
 
 from __future__ import annotations
@@ -10,13 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rsplan.errors import RsplanError
-from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.fit import DEFAULT_FIT_CTX, DEFAULT_MARGIN, UINT32_MAX, FitRequest, FitResult, fit
-from rsplan.planner.fit_memory import MemoryModel, StartFlags
-from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, checkpoint_bytes, output_buffer
+from rsplan.planner.fit import (
+    DEFAULT_FIT_CTX,
+    DEFAULT_MARGIN,
+    UINT32_MAX,
+    FitRequest,
+    FitResult,
+    MemoryOracle,
+    fit,
+)
+from rsplan.planner.fit_draft import DraftMemory, WithDraft
+from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.weight_placement import (
     FFN_EXPS_REGEX,
@@ -54,6 +64,8 @@ class FitOptions:
     compute: int | None = None
     quant: str | None = None
     tool: str = "server"
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
+    spec_mtp: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,8 @@ class FitAnswer:
     compute_exact: bool
     notes: list[str] = field(default_factory=list)
     no_kv_offload: bool = False
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
+    draft: Usage | None = None
 
     @property
     def host_bytes(self) -> int:
@@ -117,13 +131,13 @@ class FitAnswer:
         return out
 
 
-def _weights(read: object, spec: ModelSpec, quant: str | None) -> tuple[list[Weight], str]:
+def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False) -> tuple[list[Weight], str]:
     tensors = getattr(read, "tensors", None)
     rows = getattr(read, "tensor_rows", None)
     if tensors is not None and rows is not None:
         if quant is not None:
             raise RsplanError("--quant: the model is a GGUF; its own tensors are its weights")
-        return gguf_weights(tensors, rows, spec.n_layer), "the GGUF's tensors"
+        return gguf_weights(tensors, rows, spec.n_layer, load_mtp), "the GGUF's tensors"
     if quant is None:
         raise RsplanError("fit needs the model's weights tensor by tensor: give a GGUF file, or --quant TYPE "
                           "(e.g. Q4_K_M, BF16) for a preset with a tensor list")
@@ -135,7 +149,7 @@ def _weights(read: object, spec: ModelSpec, quant: str | None) -> tuple[list[Wei
     except UnsupportedArchError as exc:
         raise RsplanError(f"--quant {quant}: {exc}") from None
     weights = [Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in qw.plan.tensors
-               if loaded(t.name, spec.n_layer, False)]
+               if loaded(t.name, spec.n_layer, load_mtp)]
     return weights, f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF"
 
 
@@ -150,14 +164,15 @@ def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverrid
     return tuple(out)
 
 
-def converter_weights(spec: ModelSpec, outtype: str = "bf16") -> list[Weight]:
-    """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors)."""
+def converter_weights(spec: ModelSpec, outtype: str = "bf16", load_mtp: bool = False) -> list[Weight]:
+    """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors); the
+    MTP layers' too with ``load_mtp``."""
     from rsplan.hparams.tensors import tensor_list, tensor_nbytes, tensor_type
 
     out = []
     for t in tensor_list(spec):
         type_ = tensor_type(t, outtype)
-        if t.loaded:
+        if t.loaded or load_mtp:
             out.append(Weight(t.name, tensor_nbytes(t, type_), type_, t.shape[0]))
     return out
 
@@ -167,7 +182,7 @@ def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswe
     from rsplan.hparams.sources import read_model
 
     read = read_model(model_ref)
-    weights, weights_source = _weights(read, read.spec, opts.quant)
+    weights, weights_source = _weights(read, read.spec, opts.quant, opts.spec_mtp)
     return fit_model(read.spec, weights, params, opts, model_ref=model_ref, is_file=read.kind == "gguf",
                      weights_source=weights_source)
 
@@ -191,22 +206,32 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                       overrides=_overrides(opts, names))
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
                         compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool,
-                        device_kind=opts.device_kind)
+                        device_kind=opts.device_kind, n_draft=params.n_rs_seq if opts.spec_mtp else 0)
+    oracle: MemoryOracle = model
+    draft = None
+    if opts.spec_mtp:
+        draft = DraftMemory(model, user, compute_override=opts.compute)
+        oracle = WithDraft(model, draft)
     req = FitRequest(user, UINT32_MAX if opts.explicit_zero_ctx else opts.fit_ctx, tuple(margins), opts.host_total)
-    result = fit(model, req, n_seq_max=params.n_seq_max, kv_unified=params.kv_unified, n_layer=spec.n_layer,
+    # llama.cpp's hp_ngl: the trunk's layers, and the MTP layers when they are loaded
+    n_layer = spec.n_layer + (spec.nextn_predict_layers if opts.spec_mtp else 0)
+    result = fit(oracle, req, n_seq_max=params.n_seq_max, kv_unified=params.kv_unified, n_layer=n_layer,
                  n_ctx_train=spec.context_length, n_expert=spec.expert_count or 0)
     answer = FitAnswer(spec.name, model_ref, is_file, replace(params, n_ctx=result.flags.n_ctx), names,
                        [s for s, _ in budgets], [b for _, b in budgets], margins, result, [], opts.host_available,
                        opts.host_source, weights_source,
                        opts.compute is not None or not budgets or model.compute_estimate is None,
-                       no_kv_offload=opts.no_kv_offload)
+                       no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints,
+                       draft=draft.measure(result.flags.n_ctx) if draft else None)
     if budgets and opts.compute is None and model.compute_estimate is not None:
         answer.notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
-    _host_check(answer, spec, layout)
+    _host_check(answer, spec, layout, opts.ctx_checkpoints)
+    if draft is not None:
+        _draft_host(answer, spec, draft)
     return answer
 
 
-def _host_check(answer: FitAnswer, spec: ModelSpec, layout: object) -> None:
+def _host_check(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_checkpoints: int) -> None:
     host = answer.result.usage.host
     answer.host_items += [HostItem("weights on the host", host.model), HostItem("caches on the host", host.context),
                           HostItem("host compute buffer", host.compute)]
@@ -216,9 +241,23 @@ def _host_check(answer: FitAnswer, spec: ModelSpec, layout: object) -> None:
         answer.host_items.append(HostItem("output buffer", out.bytes))
     except OutputsError as exc:
         answer.notes.append(f"output buffer not counted: {exc}")
-    if getattr(layout, "recurrent_layers", ()):
-        ctx = resolve_context(layout, params)  # type: ignore[arg-type]
-        per = checkpoint_bytes(layout, ctx)  # type: ignore[arg-type]
+    cps = server_checkpoints(layout, resolve_context(layout, params), n_ctx_checkpoints, swa_full=params.swa_full)
+    if cps.note is None:
         answer.host_items.append(HostItem(
-            f"llama-server checkpoints ({DEFAULT_CTX_CHECKPOINTS} per slot x {ctx.n_seq_max})",
-            per * DEFAULT_CTX_CHECKPOINTS * ctx.n_seq_max, grows=True))
+            f"llama-server checkpoints ({cps.per_slot} per slot x {cps.n_slots}, "
+            f"{cps.per_checkpoint_bytes:,} bytes each)", cps.bytes, grows=True))
+    else:
+        answer.notes.append(f"llama-server context checkpoints: {cps.note}")
+
+
+def _draft_host(answer: FitAnswer, spec: ModelSpec, draft: DraftMemory) -> None:
+    """The MTP draft context's host memory beside the breakdown: its own output buffer (n_seq_max rows of logits,
+    llama_context::output_reserve), and what its share of each checkpoint would hold (not counted)."""
+    try:
+        out = output_buffer(spec, draft.params(answer.params.n_ctx))
+        answer.host_items.append(HostItem("MTP draft output buffer", out.bytes))
+    except OutputsError as exc:
+        answer.notes.append(f"MTP draft output buffer not counted: {exc}")
+    answer.notes.append(
+        "with --spec-type mtp each llama-server checkpoint also holds the draft context's KV cells of its sequence "
+        "(common_prompt_checkpoint::update_dft; up to n_ctx_seq cells of the nextn layers' K and V): NOT counted")

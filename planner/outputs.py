@@ -16,6 +16,10 @@
   LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)``, i.e. the serialized recurrent state of one sequence (the KV part is
   skipped by ``llama_memory_hybrid::state_write`` under PARTIAL_ONLY), in host memory; up to
   ``--ctx-checkpoints`` (default 32) per slot.
+- ``server_checkpoints``: how many of those llama-server keeps and what they hold, per model: it makes them
+  (``create_checkpoint``, gated in ``update_slots`` by ``do_checkpoint``) only when ``--ctx-checkpoints`` > 0 and
+  the target cannot drop the end of a sequence in place: recurrent state (``common_context_can_seq_rm`` answers
+  FULL, or RS with rollback planes) or SWA without ``--swa-full``; a KV-only model gets none.
 - ``cache_ram_bytes``: the host-memory limit of llama-server's prompt cache (``--cache-ram`` MiB, default 8192;
   -1 = no limit, 0 = off): the cache holds whole sequence states up to that limit.
 """
@@ -150,6 +154,44 @@ def checkpoint_bytes(layout: CacheLayout, ctx: EffectiveContext) -> int:
     per_layer = (2 * STATE_TENSOR_HEADER_BYTES + row_nbytes(ctx.type_r, layout.n_embd_r)
                  + row_nbytes(ctx.type_s, layout.n_embd_s))
     return STATE_HEADER_BYTES + len(layout.recurrent_layers) * per_layer
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """llama-server's context checkpoints of one start, at their limit (host memory; they grow as prompts come).
+
+    Attributes:
+        per_checkpoint_bytes: one checkpoint (``checkpoint_bytes``); 0 when none are made or they are not sized.
+        per_slot: checkpoints a slot keeps at most (``--ctx-checkpoints``; 0 when none are made).
+        n_slots: slots (``-np``).
+        note: why none are counted (None when they are).
+    """
+
+    per_checkpoint_bytes: int
+    per_slot: int
+    n_slots: int
+    note: str | None = None
+
+    @property
+    def bytes(self) -> int:
+        """All slots' checkpoints at the limit."""
+        return self.per_checkpoint_bytes * self.per_slot * self.n_slots
+
+
+def server_checkpoints(layout: CacheLayout, ctx: EffectiveContext,
+                       n_ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS, *, swa_full: bool = False) -> Checkpoints:
+    """The checkpoints llama-server keeps for ``ctx`` with ``--ctx-checkpoints n_ctx_checkpoints`` (module
+    docstring): recurrent models, one recurrent state per checkpoint; a model whose only non-rollback cache is SWA
+    is not sized (said in ``note``); a KV-only model gets none."""
+    n = ctx.n_seq_max
+    if n_ctx_checkpoints <= 0:
+        return Checkpoints(0, 0, n, f"none: --ctx-checkpoints {n_ctx_checkpoints} turns them off")
+    if layout.recurrent_layers:
+        return Checkpoints(checkpoint_bytes(layout, ctx), n_ctx_checkpoints, n)
+    if layout.n_swa > 0 and not swa_full and any(k.is_swa for k in layout.kv_layers):
+        return Checkpoints(0, 0, n, "NOT counted: llama-server checkpoints the SWA cache of this model (without "
+                           "--swa-full); rsplan does not size those")
+    return Checkpoints(0, 0, n, "none: every cache of this model can drop tokens in place")
 
 
 def cache_ram_bytes(cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB) -> int | None:

@@ -33,6 +33,10 @@ DEFAULT_DRAFT_MODEL_TYPE = "eagle3"
 DRAFT_MODEL_PLACEHOLDER = "DRAFT.gguf"
 #: llama.cpp's draft-length flag (common/arg.cpp).
 DRAFT_FLAG = "--spec-draft-n-max"
+#: llama.cpp's names of the draft types on its command line (common/speculative.cpp
+#: ``common_speculative_type_from_name_map``): ``--spec-type mtp`` is refused there, ``draft-mtp`` is the flag.
+LLAMA_SPEC_TYPE_NAMES = {"mtp": "draft-mtp", "eagle3": "draft-eagle3", "dflash": "draft-dflash",
+                         "dspark": "draft-dspark"}
 
 
 class SpeculativeError(ContextError):
@@ -94,7 +98,7 @@ class DraftSetup:
     def flags(self, n_rs_seq: int) -> str:
         """The llama.cpp flags that give ``n_rs_seq`` rollback planes."""
         model = f" -md {DRAFT_MODEL_PLACEHOLDER}" if self.needs_draft_model else ""
-        return f"--spec-type {self.spec_type}{model} {DRAFT_FLAG} {n_rs_seq}"
+        return f"--spec-type {LLAMA_SPEC_TYPE_NAMES[self.spec_type]}{model} {DRAFT_FLAG} {n_rs_seq}"
 
     def describe(self) -> str:
         """``MTP draft (the model's nextn layers)`` or ``an eagle3/dflash/dspark draft model``, for labels."""

@@ -204,11 +204,14 @@ def build_qwen35_mtp(p: GraphParams) -> Graph:
     spec = p.spec
     il = p.n_layer
     tokens = g.input_tensor(g.I32, p.n_tokens, name="inp_tokens")
+    g.set_layer("input")
     tok_embd = g.get_rows(g.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
+    g.set_layer(None)
     h = g.input_tensor(g.F32, p.n_embd, p.n_tokens, name="mtp_h_input")
     pos = lg.inp_pos(1 if spec.arch == "qwen3next" else N_POS_PER_EMBD)
     out_ids = lg.inp_out_ids()
     attn = attn_inputs(lg)
+    lg.layer(il)  # the nextn block: its weights, its KV cache and its norms belong to layer n_layer
     h_norm = lg.norm(h, p.n_embd)
     e_norm = lg.norm(tok_embd, p.n_embd)
     cur = g.mul_mat(g.weight(2 * p.n_embd, p.n_embd), g.concat(e_norm, h_norm, 0))

@@ -58,25 +58,31 @@ BUDGET_OPTIONS: list[Decorator] = [
     click.option("--host-budget", "host_budget", metavar="SIZE", default=None,
                  help="llama.cpp: host memory for what stays there (weights of layers not offloaded, -nkvo caches, "
                  "the output buffer, host compute). Default: this machine's available memory."),
+    click.option("-ctxcp", "--ctx-checkpoints", "ctx_checkpoints", type=click.IntRange(0, 1 << 20), default=32,
+                 show_default=True, metavar="N",
+                 help="llama-server --ctx-checkpoints: context checkpoints per slot (one recurrent state each), "
+                 "charged to the host budget at this limit; 0 turns them off."),
     click.option("--overhead", "overhead", metavar="SIZE", default=None,
                  help="vllm / sglang: memory per GPU besides weights and caches (vLLM: activations and CUDA graphs, "
                  "default 4GiB; SGLang: the CUDA context before the weights load, default 1GiB)."),
     click.option("--rope-scaling", "rope_scaling", type=click.Choice(["none", "linear", "yarn"]), default=None,
-                 help="llama.cpp --rope-scaling. Recommendations stop at the training context unless YaRN "
-                 "(--rope-scaling yarn --rope-scale N) extends it."),
+                 help="llama.cpp --rope-scaling (default: the model file's rope.scaling.type). Recommendations stop "
+                 "at the training context unless YaRN (--rope-scaling yarn --rope-scale N) extends it."),
     click.option("--rope-scale", "rope_scale", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None,
                  metavar="N",
                  help="llama.cpp --rope-scale: context scaling factor (YaRN context = --yarn-orig-ctx x N)."),
     click.option("--yarn-orig-ctx", "yarn_orig_ctx", type=click.IntRange(0, MAX_CTX), default=None, metavar="N",
-                 help="llama.cpp --yarn-orig-ctx: the model's original context (default: its training context)."),
+                 help="llama.cpp --yarn-orig-ctx: the model's original context (default: the file's "
+                 "rope.scaling.original_context_length, else its training context)."),
 ]
 
 BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "quant", "fit_target", "compute", "n_gpu_layers",
-               "tensor_split", "no_kv_offload", "host_budget", "overhead", "rope_scaling", "rope_scale",
-               "yarn_orig_ctx")
+               "tensor_split", "no_kv_offload", "host_budget", "ctx_checkpoints", "overhead", "rope_scaling",
+               "rope_scale", "yarn_orig_ctx")
 #: Budget flags only llama.cpp's planner reads.
 NATIVE_BUDGET_KEYS = ("gpu_memory", "quant", "fit_target", "compute", "n_gpu_layers", "tensor_split",
-                      "no_kv_offload", "host_budget", "rope_scaling", "rope_scale", "yarn_orig_ctx")
+                      "no_kv_offload", "host_budget", "ctx_checkpoints", "rope_scaling", "rope_scale",
+                      "yarn_orig_ctx")
 
 
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -249,4 +255,5 @@ def budget_request(options: dict[str, Any]) -> BudgetRequest:
         overhead=_given_size(options["overhead"], "--overhead"),
         host_budget=_host_budget(options.get("host_budget")),
         rope=RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"]),
+        ctx_checkpoints=options["ctx_checkpoints"],
     )

@@ -51,6 +51,10 @@ FIT_OPTIONS = [
                  help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="llama.cpp -nkvo: every cache in host memory."),
+    click.option("-ctxcp", "--ctx-checkpoints", "ctx_checkpoints", type=click.IntRange(0, 1 << 20), default=32,
+                 show_default=True, metavar="N",
+                 help="llama-server --ctx-checkpoints: context checkpoints per slot, counted in the host check at "
+                 "this limit; 0 turns them off."),
     click.option("--compute", "compute", metavar="SIZE", default=None,
                  help="Compute buffer per device instead of rsplan's model of it (e.g. read from a real log)."),
     click.option("--quant", metavar="TYPE", default=None,
@@ -91,12 +95,15 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
 
     ctx = click.get_current_context()
     explicit_ctx = ctx.get_parameter_source("n_ctx") == ParameterSource.COMMANDLINE
-    if options["spec_type"] != "none" or (options["n_rs_seq"] or 0) > 0:
-        # llama.cpp keeps rollback planes only with speculative decoding, whose draft context (the MTP context, or
-        # -md's model) its --fit measures with the model
-        flag = "--spec-type" if options["spec_type"] != "none" else "--n-rs-seq"
-        raise RsplanError(f"{flag}: rsplan fit does not model the draft context llama.cpp's --fit measures with the "
-                          "model yet (rollback planes come only with speculative decoding); fit without it")
+    spec_type = options["spec_type"]
+    if spec_type not in ("none", "mtp"):
+        raise RsplanError(f"--spec-type {spec_type}: needs a separate draft model (-md), whose weights, caches and "
+                          "compute llama.cpp's --fit adds as an extra model; rsplan fit models only --spec-type mtp "
+                          "(the draft context on the model's own MTP layers)")
+    if spec_type == "none" and (options["n_rs_seq"] or 0) > 0:
+        # llama.cpp keeps rollback planes only with speculative decoding (n_rs_seq is --spec-draft-n-max)
+        raise RsplanError("--n-rs-seq: llama.cpp keeps rollback planes only with speculative decoding; give "
+                          "--spec-type mtp [--spec-draft-n-max N] instead")
     params = pop_context_params(options)
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),
@@ -108,7 +115,8 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         override_tensor=options["override_tensor"], cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
-        quant=options["quant"], tool=options["tool"],
+        quant=options["quant"], tool=options["tool"], ctx_checkpoints=options["ctx_checkpoints"],
+        spec_mtp=spec_type == "mtp",
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))

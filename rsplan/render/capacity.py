@@ -69,6 +69,7 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
             "recurrent_bytes": result.usage.devices[i].recurrent_bytes,
         })
     host = result.usage.host
+    cps = planner.checkpoints(planner.base)
     rows.append({
         "name": "host",
         "budget_bytes": planner.budget.host_budget_bytes,
@@ -84,6 +85,9 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
         "cache_bytes": host.total_bytes,
         "kv_bytes": host.kv_bytes,
         "recurrent_bytes": host.recurrent_bytes,
+        "checkpoint_bytes": cps.bytes,
+        "checkpoints": {"per_checkpoint_bytes": cps.per_checkpoint_bytes, "per_slot": cps.per_slot,
+                        "n_slots": cps.n_slots, "ctx_checkpoints": planner.budget.ctx_checkpoints, "note": cps.note},
     })
     return rows
 
@@ -166,8 +170,9 @@ def notes(planner: CapacityPlanner) -> list[str]:
     if host is not None:
         need = planner.host_bytes(planner.base)
         out.append(f"host memory: {human(host)} ({planner.budget.host_source}) must hold what stays on the host "
-                   f"(weights not offloaded, host caches, the output buffer, host compute): {human(need)} at the "
-                   "flags given")
+                   f"(weights not offloaded, host caches, the output buffer, host compute, llama-server's context "
+                   f"checkpoints): {human(need)} at the flags given")
+        out.append(_checkpoint_words(planner))
     out.append("-c is the total over all sequences: each of the -np sequences gets -c / -np tokens")
     if planner.layout.arch.rollback and planner.draft.needs_draft_model:
         out.append(f"rollback planes need a draft model (-md FILE, --spec-type {planner.draft.spec_type}; eagle3, "
@@ -175,6 +180,16 @@ def notes(planner: CapacityPlanner) -> list[str]:
                                           f": {planner.spec.name} has no MTP (nextn) layers for --spec-type mtp")
                    + "; the draft model's own weights and caches are not counted")
     return out
+
+
+def _checkpoint_words(planner: CapacityPlanner) -> str:
+    """llama-server's context checkpoints at the flags given, in a sentence."""
+    cps = planner.checkpoints(planner.base)
+    if cps.note is not None:
+        return f"llama-server context checkpoints: {cps.note}"
+    return (f"llama-server context checkpoints (host memory): {cps.per_slot} per slot (--ctx-checkpoints) x "
+            f"{cps.n_slots} slots x {human(cps.per_checkpoint_bytes)} ({cps.per_checkpoint_bytes:,} B, one "
+            f"sequence's recurrent state) = {human(cps.bytes)} at most, charged to the host budget")
 
 
 def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:

@@ -20,7 +20,8 @@ def _command(a: FitAnswer) -> str:
 
     model = shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
     nkvo = ["-nkvo"] if a.no_kv_offload else []
-    return " ".join(["llama-server -m", model, llama_flags(a.params), a.placement_flags, *nkvo, "--fit off"])
+    return " ".join(["llama-server -m", model, llama_flags(a.params, ctx_checkpoints=a.ctx_checkpoints),
+                     a.placement_flags, *nkvo, "--fit off"])
 
 
 def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) -> list[str]:
@@ -48,6 +49,12 @@ def fit_table(a: FitAnswer) -> str:
     lines += ["", table(rows, ["device", "free MiB", "model MiB", "context MiB", "compute MiB", "total MiB",
                                "left MiB", "margin MiB"],
                         align=["left"] + ["right"] * 7, wrap=[0])]
+    if a.draft is not None:
+        parts = [f"{n} KV {mib(u.context)} + compute {mib(u.compute)} MiB"
+                 for n, u in zip([*a.device_names, "Host"], [*a.draft.devices, a.draft.host], strict=True)
+                 if u.context or u.compute]
+        lines.append("MTP draft context (--spec-type mtp; included in the rows above, as --fit adds it): "
+                     + "; ".join(parts))
     lines += ["", f"Host memory ({a.host_budget_source}: {mib(a.host_budget)} MiB):"]
     items = [[i.what, mib(i.bytes), "grows to" if i.grows else "at start"] for i in a.host_items]
     lines.append(table([*items, ["at start", mib(a.host_start_bytes), ""], ["at most", mib(a.host_bytes), ""]],
@@ -58,8 +65,8 @@ def fit_table(a: FitAnswer) -> str:
                      "there is no device)")
     elif a.host_bytes > a.host_budget:
         lines.append(f"Host memory: llama-server's context checkpoints can grow past the host budget ("
-                     f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (default 32 per "
-                     "slot) to bound them")
+                     f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (now "
+                     f"{a.ctx_checkpoints} per slot) to bound them")
     lines += ["", "Steps:"] + [prose(t) for t in r.trace]
     notes = list(a.notes)  # fit_run notes why per-device compute is an estimate where it is (compute_exact)
     if not a.compute_exact:
@@ -93,6 +100,10 @@ def fit_json(a: FitAnswer) -> dict[str, Any]:
                        "fits_at_start": a.host_start_bytes <= a.host_budget,
                        "fits_at_most": a.host_bytes <= a.host_budget},
         "compute_exact": a.compute_exact,
+        "mtp_draft": None if a.draft is None else {
+            "devices": [{"name": n, **dataclasses.asdict(u)} for n, u in zip(a.device_names, a.draft.devices,
+                                                                               strict=True)],
+            "host": dataclasses.asdict(a.draft.host)},
         "trace": r.trace,
         "measurements": r.measurements,
         "notes": a.notes,

@@ -42,7 +42,8 @@ COLOURS = {
 BUDGET_COLOUR = "#d62728"
 #: The per-device chart's components, in the same colours where they are the same thing.
 DEVICE_COLOURS = {"weights": COLOURS["weights"], "kv": COLOURS["kv"], "recurrent": COLOURS["state"],
-                  "compute": COLOURS["compute"], "output": "#e377c2", "margin": COLOURS["margin"]}
+                  "compute": COLOURS["compute"], "output": "#e377c2", "checkpoints": "#bcbd22",
+                  "margin": COLOURS["margin"]}
 #: Line colours for the compared options (plotly's qualitative palette, then dashes per model).
 LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 DASHES = ("solid", "dash", "dot", "dashdot")

@@ -208,7 +208,7 @@ def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
 class DeviceBars:
     """Memory per device (and the host) at the flags as given: ``parts[key][i]`` bytes of component ``key`` on
     ``names[i]`` (the GPUs, then ``host memory``); ``budgets[i]`` that device's budget (None: the host without
-    ``--host-budget``). Output buffer and host compute only on the host."""
+    ``--host-budget``). Output buffer, host compute and llama-server's checkpoints only on the host."""
 
     names: list[str]
     parts: dict[str, list[int]]
@@ -222,6 +222,7 @@ DEVICE_COMPONENTS = (
     ("recurrent", "recurrent state (R+S, with rollback planes)"),
     ("compute", "compute buffer"),
     ("output", "output buffer"),
+    ("checkpoints", "llama-server context checkpoints (at --ctx-checkpoints)"),
     ("margin", "margin (--fit-target)"),
 )
 
@@ -240,12 +241,12 @@ def device_bars(planner: CapacityPlanner) -> DeviceBars:
         busy = planner.placement.units_on(i) > 0
         for key, value in (("weights", planner.weights_on_device[i]), ("kv", t.kv_bytes),
                            ("recurrent", t.recurrent_bytes), ("compute", budget.compute_bytes if busy else 0),
-                           ("output", 0), ("margin", budget.margin_bytes[i])):
+                           ("output", 0), ("checkpoints", 0), ("margin", budget.margin_bytes[i])):
             parts[key].append(value)
     out = output_buffer(planner.spec, params).bytes if planner.spec.vocab_size else 0
     for key, value in (("weights", planner.weights_on_host), ("kv", use.host.kv_bytes),
                        ("recurrent", use.host.recurrent_bytes), ("compute", budget.compute_bytes if on_host else 0),
-                       ("output", out), ("margin", 0)):
+                       ("output", out), ("checkpoints", planner.checkpoints(params, use).bytes), ("margin", 0)):
         parts[key].append(value)
     names = [d.name for d in budget.devices] + [HOST]
     budgets: list[int | None] = [d.budget_bytes for d in budget.devices]

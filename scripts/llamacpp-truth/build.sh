@@ -17,6 +17,11 @@ g++ -O1 -std=c++17 -rdynamic "$here/probe.cpp" -o "$OUT" \
     -I"$LLAMA/include" -I"$LLAMA/src" -I"$LLAMA/ggml/include" -I"$LLAMA/common" \
     -L"$LLAMA/build/bin" -lllama -lllama-common -lggml -lggml-base -ldl \
     -Wl,-rpath,"$LLAMA/build/bin"
+# llama-server's start-up fit with its MTP draft as the extra model (fit_compare.py --server)
+g++ -O1 -std=c++17 "$here/fit_server.cpp" -o "$(dirname "$OUT")/fit_server" \
+    -I"$LLAMA/include" -I"$LLAMA/src" -I"$LLAMA/ggml/include" -I"$LLAMA/common" \
+    -L"$LLAMA/build/bin" -lllama -lllama-common -lggml -lggml-base -ldl \
+    -Wl,-rpath,"$LLAMA/build/bin"
 # the LD_PRELOAD shim fit_compare.py runs llama-fit-params with (devices of any size, see fake_memory.c)
 gcc -O1 -shared -fPIC "$here/fake_memory.c" -o "$(dirname "$OUT")/fake_memory.so" -ldl
 echo "$OUT"

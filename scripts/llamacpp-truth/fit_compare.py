@@ -9,6 +9,10 @@ devices' free memory, the host's total, llama-fit-params' exit status and the fl
 (``-c N -ngl N [-ts ...] [-ot "..."]``), with device buffer names written as ``DEV{i}``.
 tests/golden/test_llamacpp_fit.py compares rsplan's planner.fit with every case.
 
+``--server``: the same over ``fit_server`` (fit_server.cpp, built by build.sh): llama-server's start-up fit, with
+the ``--spec-type draft-mtp`` draft context measured as common/fit.cpp's extra model (llama-fit-params passes none),
+for SERVER_CASES; output tests/golden/llamacpp-fit/server_cases.json (test: tests/golden/test_llamacpp_fit_mtp.py).
+
 Needs llama.cpp built with ``-DGGML_RPC=ON -DBUILD_SHARED_LIBS=ON`` (targets llama-fit-params, ggml-rpc-server) and
 ``build.sh`` run (it builds fake_memory.so). Usage:
 
@@ -31,7 +35,7 @@ OUT = ROOT / "tests" / "golden" / "llamacpp-fit" / "cases.json"
 SKELETONS = ROOT / "build" / "llamacpp-truth" / "skeletons"
 SHIM = ROOT / "build" / "llamacpp-truth" / "fake_memory.so"
 MiB = 1 << 20
-PORT0 = 50170
+PORT0 = int(os.environ.get("RSPLAN_RPC_PORT0", "50170"))  # first RPC server port (one per device)
 
 #: (preset, extra flags, free MiB per device, host total MiB)
 CASES: list[tuple[str, list[str], list[int], int]] = []
@@ -54,6 +58,19 @@ for _model in ("lfm2-8b-a1b", "qwen3-next-80b-a3b"):
     ]
 
 
+#: llama-server's fit with the MTP draft (``--server``): (preset, flags, free MiB per device, host total MiB).
+SERVER_CASES: list[tuple[str, list[str], list[int], int]] = [
+    ("qwen3.5-35b-a3b", ["--spec-type", "draft-mtp", "-np", "1"], [], 72000),
+    ("qwen3.5-35b-a3b", ["--spec-type", "draft-mtp", "-np", "2", "--spec-draft-n-max", "8"], [], 80000),
+    ("qwen3.5-35b-a3b", ["--spec-type", "draft-mtp", "-np", "1"], [40960], 262144),
+    ("qwen3.5-35b-a3b", ["--spec-type", "draft-mtp", "-np", "2"], [24576, 49152], 262144),
+    ("qwen3.5-35b-a3b", ["--spec-type", "draft-mtp", "-np", "1", "-c", "32768"], [72704], 262144),
+    ("qwen3.5-35b-a3b", ["-np", "1"], [40960], 262144),
+    ("qwen3-next-80b-a3b", ["--spec-type", "draft-mtp", "-np", "1"], [81920], 262144),
+    ("qwen3-next-80b-a3b", ["--spec-type", "draft-mtp", "-np", "4"], [98304, 65536], 262144),
+]
+
+
 def _servers(llama: Path, n: int) -> list[subprocess.Popen[bytes]]:
     procs = []
     for i in range(n):
@@ -63,7 +80,8 @@ def _servers(llama: Path, n: int) -> list[subprocess.Popen[bytes]]:
     return procs
 
 
-def _run_case(llama: Path, model: str, flags: list[str], free: list[int], host: int) -> dict[str, object]:
+def _run_case(llama: Path, model: str, flags: list[str], free: list[int], host: int,
+              binary: Path | None = None) -> dict[str, object]:
     gguf = SKELETONS / f"{model}-bf16.gguf"
     if not gguf.exists():
         subprocess.run([sys.executable, str(HERE / "make_skeleton.py"), model, "--outtype", "bf16", "-o", str(gguf)],
@@ -73,7 +91,7 @@ def _run_case(llama: Path, model: str, flags: list[str], free: list[int], host: 
     fake = [f"RPC{i}={f * MiB}:{f * MiB}" for i, f in enumerate(free)]
     fake.append(f"CPU={host * MiB}:{host * MiB}")
     env = dict(os.environ, LD_PRELOAD=str(SHIM), RSPLAN_FAKE_MEMORY=";".join(fake))
-    cmd = [str(llama / "build/bin/llama-fit-params"), "-m", str(gguf), *flags, "-v"]
+    cmd = [str(binary or llama / "build/bin/llama-fit-params"), "-m", str(gguf), *flags, "-v"]
     if endpoints:
         cmd += ["--rpc", ",".join(endpoints)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -91,29 +109,35 @@ def main() -> int:
     default = os.environ.get("LLAMA_CPP_DIR", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp")
     ap.add_argument("--llama", type=Path, default=Path(default))
     ap.add_argument("--only", default=None)
+    ap.add_argument("--server", action="store_true", help="llama-server's fit (fit_server) over SERVER_CASES")
     args = ap.parse_args()
+    out = OUT.with_name("server_cases.json") if args.server else OUT
+    binary = ROOT / "build" / "llamacpp-truth" / "fit_server" if args.server else None
+    all_cases = SERVER_CASES if args.server else CASES
     commit = subprocess.run(["git", "-C", str(args.llama), "rev-parse", "--short=9", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "0c1e57098"
-    servers = _servers(args.llama, max(len(c[2]) for c in CASES))
+    servers = _servers(args.llama, max(len(c[2]) for c in all_cases))
     cases = []
     try:
-        for model, flags, free, host in CASES:
+        for model, flags, free, host in all_cases:
             if args.only and model != args.only:
                 continue
-            case = _run_case(args.llama, model, flags, free, host)
+            case = _run_case(args.llama, model, flags, free, host, binary)
             print(f"{model:24} {' '.join(flags):18} {free!s:22} {host:7} -> {case['exit']} {case['printed']}",
                   flush=True)
             cases.append(case)
     finally:
         for p in servers:
             p.terminate()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    if args.only and OUT.exists():
-        old = [c for c in json.loads(OUT.read_text())["cases"] if c["model"] != args.only]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.only and out.exists():
+        old = [c for c in json.loads(out.read_text())["cases"] if c["model"] != args.only]
         cases = old + cases
-    OUT.write_text(json.dumps({"llama_commit": commit, "devices": "ggml-rpc-server (CPU backend) per device",
-                               "cases": cases}, indent=1) + "\n")
-    print(f"wrote {OUT} ({len(cases)} cases)")
+    tool = "fit_server (llama-server's start-up fit)" if args.server else "llama-fit-params"
+    out.write_text(json.dumps({"llama_commit": commit, "tool": tool,
+                               "devices": "ggml-rpc-server (CPU backend) per device", "cases": cases}, indent=1)
+                   + "\n")
+    print(f"wrote {out} ({len(cases)} cases)")
     return 0
 
 

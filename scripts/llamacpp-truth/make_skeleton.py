@@ -131,6 +131,8 @@ def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
             w.add_array(full, value)
         elif isinstance(value, float):
             w.add_float32(full, value)
+        elif isinstance(value, str):
+            w.add_string(full, value)
         else:
             w.add_uint32(full, int(value))
     w.add_name(spec.name)

@@ -56,8 +56,10 @@ def test_cpu_only_reduces_the_context_to_the_host():
     (["-m", "lfm2-1.2b", "--quant", "Q9_9", "--budget", "8GiB"], "Q9_9"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", ",".join(["1GiB"] * 17)], "at most 16"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--gpu"], "not both"),
-    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "mtp"], "draft context"),
-    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--n-rs-seq", "3"], "draft context"),
+    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "eagle3"],
+     "separate draft model"),
+    (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--n-rs-seq", "3"], "--spec-type mtp"),
+    (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "mtp"], "no MTP"),
 ])
 def test_bad_input_is_one_line(args, message):
     r = run(*args)
@@ -71,3 +73,17 @@ def test_user_layers_stop_the_search_and_say_so():
     r = run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "2GiB", "-ngl", "20", "--host-budget", "64GiB")
     assert r.exit_code == 0, r.output
     assert "--fit gives up: n_gpu_layers already set by user to 20, abort" in r.output
+
+
+def test_checkpoints_follow_ctx_checkpoints_in_the_host_check():
+    # mamba-130m: one checkpoint = 28 + 24 x (2 x 12 + 3 x 1536 x 4 + 16 x 1536 x 4) = 2,802,268 bytes (the
+    # recurrent state of one sequence); -np 2 slots
+    per = 28 + 24 * (2 * 12 + 3 * 1536 * 4 + 16 * 1536 * 4)
+    args = ["-m", "mamba-130m", "--quant", "F16", "--budget", "8GiB", "--host-budget", "64GiB", "-np", "2"]
+    for n, flag in ((32, []), (4, ["--ctx-checkpoints", "4"]), (0, ["--ctx-checkpoints", "0"])):
+        j = json.loads(run(*args, *flag, "--format", "json").output)
+        items = [i for i in j["host_check"]["items"] if "checkpoints" in i["what"]]
+        assert [i["bytes"] for i in items] == ([2 * n * per] if n else [])
+        assert j["host_check"]["max_bytes"] - j["host_check"]["start_bytes"] == 2 * n * per
+        assert ("--ctx-checkpoints" in j["command"]) == (n != 32)
+    assert any("--ctx-checkpoints 0 turns them off" in note for note in j["notes"])

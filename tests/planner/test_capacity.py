@@ -144,7 +144,7 @@ def test_ladder_default_and_flags():
     assert default_ladder(40960) == [4096, 8192, 16384, 32768, 40960]
     assert default_ladder(2048) == [2048]
     params = ContextParams(n_ctx=32768, n_seq_max=4, type_k="q8_0", type_v="q8_0", kv_unified=True, n_rs_seq=3)
-    assert llama_flags(params) == "-c 32768 -np 4 -kvu -ctk q8_0 -ctv q8_0 --spec-type mtp --spec-draft-n-max 3"
+    assert llama_flags(params) == "-c 32768 -np 4 -kvu -ctk q8_0 -ctv q8_0 --spec-type draft-mtp --spec-draft-n-max 3"
 
 
 @pytest.mark.parametrize(("true_up_to", "expected"), [(0, 0), (1, 1), (3, 3), (7, 7), (9, 7)])

@@ -54,7 +54,7 @@ def capacity_json(*args: str) -> dict:
 
 
 def test_json_has_every_number_and_the_ladder(example):
-    d = capacity_json("--model", str(example), "--budget", "24GiB", "--weights", "10GiB")
+    d = capacity_json("--model", str(example), "--budget", "24GiB", "--weights", "10GiB", "--host-budget", "4096GiB")
     assert d["budget_bytes"] == 24 * GIB
     assert (d["weights_bytes"], d["weights_counted"], d["weights_source"]) == (10 * GIB, True, "--weights 10GiB")
     assert (d["margin_bytes"], d["compute_bytes"]) == (1024 * MIB, 512 * MIB)

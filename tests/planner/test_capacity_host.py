@@ -11,12 +11,16 @@ GiB = 1 << 30
 # mamba-130m: 24 layers, d_inner 1536, d_conv 4, d_state 16: per sequence and layer (3 x 1536 + 16 x 1536) f32
 # = 116,736 bytes; 24 layers = 2,801,664 bytes. Output buffer: 4 bytes x 50,280 logits per sequence = 201,120.
 PER_SEQ_HOST = 2_801_664 + 201_120
+# One llama-server checkpoint (llama_state_seq_get_size_ext, PARTIAL_ONLY: the recurrent state of one sequence):
+# magic u32, seq_id i32, cell_count u32, one cell (pos i32, n_seq_id u32), s_trans u32, n_layer u32 = 28 bytes;
+# per layer a type i32 + row size u64 before each of R and S (2 x 12) and the rows (18,432 + 98,304 bytes).
+PER_CHECKPOINT = 28 + 24 * (2 * 12 + 3 * 1536 * 4 + 16 * 1536 * 4)
 
 
-def planner(host_budget: int | None, n_gpu_layers: int | None) -> CapacityPlanner:
+def planner(host_budget: int | None, n_gpu_layers: int | None, ctx_checkpoints: int = 0) -> CapacityPlanner:
     spec = read_model("mamba-130m").spec
     budget = Budget((DeviceBudget("GPU", 8 * GiB, "--budget 8GiB"),), GiB, "--weights 1GiB", (0,), 0,
-                    host_budget_bytes=host_budget)
+                    host_budget_bytes=host_budget, ctx_checkpoints=ctx_checkpoints)
     return CapacityPlanner(spec, ContextParams(n_ctx=4096), budget, n_gpu_layers=n_gpu_layers)
 
 
@@ -52,6 +56,9 @@ def test_device_bars_put_each_byte_where_llama_cpp_puts_it():
     bars = device_bars(planner(2 * GiB, 0))
     assert bars.parts["weights"] == [0, GiB] and bars.parts["recurrent"] == [0, 2_801_664]
     assert bars.budgets == [8 * GiB, 2 * GiB]
+    # 32 checkpoints of one slot on the host
+    bars = device_bars(planner(2 * GiB, None, ctx_checkpoints=32))
+    assert bars.parts["checkpoints"] == [0, 32 * PER_CHECKPOINT]
 
 
 def test_capacity_command_names_host_memory_as_the_limit():
@@ -61,11 +68,67 @@ def test_capacity_command_names_host_memory_as_the_limit():
 
     host = GiB + 10 * PER_SEQ_HOST  # as in the first test: 10 sequences of -ngl 0 fit, 11 do not
     r = CliRunner().invoke(cli, ["capacity", "-m", "mamba-130m", "--budget", "8GiB", "--weights", "1GiB", "-ngl", "0",
-                                 "--host-budget", f"{host}B", "--ctx", "4096", "--compute", "0"])
+                                 "--host-budget", f"{host}B", "--ctx", "4096", "--compute", "0",
+                                 "--ctx-checkpoints", "0"])
     assert r.exit_code == 0, r.output
     row = next(line for line in r.output.splitlines() if line.startswith("4,096"))
     assert row.split()[1] == "10" and "host memory's budget" in row
-    assert "-c 40960 -np 10 -ngl 0" in row
+    assert "-c 40960 -np 10 --ctx-checkpoints 0 -ngl 0" in row
+
+
+def test_checkpoints_are_charged_to_the_host_at_32_per_slot():
+    assert PER_CHECKPOINT == 2_802_268
+    # everything offloaded: per sequence the host holds its logits (201,120 bytes) and 32 checkpoints
+    # (89,672,576 bytes): 1 GiB holds 11 sequences (988,610,656 bytes), not 12 (1,078,484,352)
+    p = planner(GiB, None, ctx_checkpoints=32)
+    assert p.checkpoints(p.base).bytes == 32 * PER_CHECKPOINT
+    assert p.host_bytes(p.params(4096 * 11, 11)) == 11 * (201_120 + 32 * PER_CHECKPOINT) == 988_610_656
+    rung = p.max_parallel(4096)
+    assert (rung.max_parallel, rung.limited_by, rung.bound_device) == (11, "memory", HOST)
+    # 8 per slot: 22,619,264 bytes a sequence, 47 sequences (1,063,105,408 bytes), not 48 (1,085,724,672)
+    assert planner(GiB, None, ctx_checkpoints=8).max_parallel(4096).max_parallel == 47
+    # none: only the logits are left, 256 sequences (llama.cpp's maximum) fit
+    assert planner(GiB, None, ctx_checkpoints=0).max_parallel(4096).limited_by == "max_seq"
+
+
+def test_server_checkpoints_count_slots_and_the_limit():
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.planner.context import resolve_context
+    from rsplan.planner.outputs import server_checkpoints
+
+    spec = read_model("mamba-130m").spec
+    ctx = resolve_context(cache_layout(spec), ContextParams(n_ctx=4096, n_seq_max=3))
+    cps = server_checkpoints(cache_layout(spec), ctx, 32)
+    assert (cps.per_checkpoint_bytes, cps.per_slot, cps.n_slots, cps.bytes) == (PER_CHECKPOINT, 32, 3,
+                                                                                 96 * PER_CHECKPOINT)
+    off = server_checkpoints(cache_layout(spec), ctx, 0)
+    assert off.bytes == 0 and "--ctx-checkpoints 0" in (off.note or "")
+
+
+def test_capacity_command_charges_checkpoints_and_prints_the_flag():
+    import json
+
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+
+    base = ["capacity", "-m", "mamba-130m", "--budget", "8GiB", "--weights", "1GiB", "--compute", "0",
+            "--host-budget", "1GiB", "--ctx", "4096"]
+    r = CliRunner().invoke(cli, base)
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("4,096"))
+    assert row.split()[1] == "11" and "host memory's budget" in row and "--ctx-checkpoints" not in row
+    assert "32 per slot (--ctx-checkpoints) x 1 slots" in " ".join(r.output.split())
+    r = CliRunner().invoke(cli, [*base, "--ctx-checkpoints", "8", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["ladder"][0]["max_parallel"] == 47 and "--ctx-checkpoints 8" in d["ladder"][0]["flags"]
+    host = d["devices"][-1]
+    assert host["checkpoint_bytes"] == 8 * PER_CHECKPOINT
+    assert host["checkpoints"]["per_checkpoint_bytes"] == PER_CHECKPOINT
+    assert host["needed_bytes"] == 201_120 + 8 * PER_CHECKPOINT
+    r = CliRunner().invoke(cli, [*base, "--ctx-checkpoints", "-1"])
+    assert r.exit_code != 0 and "--ctx-checkpoints" in r.output
 
 
 def test_a_gguf_places_its_own_tensors():

@@ -95,10 +95,13 @@ def test_yarn_flags_extend_the_limit_and_are_printed():
     ("nemotron-h-8b-base-8k", RopeFlags("yarn", 4.0), "nemotron_h applies no RoPE in llama.cpp.*stop at 8,192"),
     ("mamba-130m", RopeFlags("yarn", 2.0), "mamba applies no RoPE"),
     ("lfm2-1.2b", RopeFlags("linear", 4.0), "llama.cpp keeps n_ctx_train 128,000 \\(only YaRN re-adjusts it\\)"),
-    ("lfm2-1.2b", RopeFlags(None, 4.0), "give --rope-scaling yarn too"),
-    ("lfm2-1.2b", RopeFlags("linear", None, 4096), "--yarn-orig-ctx applies to --rope-scaling yarn"),
-    ("lfm2-1.2b", RopeFlags("yarn"), "give --rope-scale N > 1"),
-    ("lfm2-1.2b", RopeFlags("yarn", 1.0), "give --rope-scale N > 1"),
+    # no --rope-scaling: the file's type, linear when it declares none (llama.cpp's default)
+    ("lfm2-1.2b", RopeFlags(None, 4.0), "RoPE scaling linear \\(the file's rope.scaling.type, absent\\)"),
+    ("lfm2-1.2b", RopeFlags("linear", None, 4096),
+     "--yarn-orig-ctx applies to YaRN scaling, not --rope-scaling linear"),
+    # the model's own frequency scale (factor 1 without the key) re-adjusts nothing
+    ("lfm2-1.2b", RopeFlags("yarn"), "give --rope-scale N, a factor other than the model's \\(1, the default\\)"),
+    ("lfm2-1.2b", RopeFlags("yarn", 1.0), "give --rope-scale N, a factor other than the model's"),
     ("lfm2-1.2b", RopeFlags("yarn", float("nan")), "expected a positive factor"),
     ("lfm2-1.2b", RopeFlags("yarn", 1e6, 1 << 31), "outside llama.cpp's uint32 n_ctx_train"),
 ])

@@ -30,7 +30,7 @@ PRESETS = sorted(builtin_preset_names())
 
 
 def parse_flags(text: str) -> dict[str, str]:
-    """``-c 8192 -np 2 --spec-type mtp --spec-draft-n-max 3 -ngl all`` -> {flag: value}; flags without a value
+    """``-c 8192 -np 2 --spec-type draft-mtp --spec-draft-n-max 3 -ngl all`` -> {flag: value}; flags without a value
     (-kvu, -nkvo, --swa-full) map to ''."""
     out: dict[str, str] = {}
     tokens = shlex.split(text)
@@ -62,9 +62,11 @@ def check_runnable(p: CapacityPlanner, flags: str, has_rope_flags: bool, spec_ty
         assert "--rope-scaling" in f, flags
     if "--spec-type" in f:
         assert p.layout.arch.rollback, flags
-        assert f["--spec-type"] != "mtp" or spec.nextn_predict_layers > 0, flags
-        assert f["--spec-type"] == "mtp" or "-md" in f, flags
-        assert spec_type is None or f["--spec-type"] == spec_type, flags
+        # llama.cpp's own names (common_speculative_type_from_name_map): draft-mtp, draft-eagle3, ...
+        assert f["--spec-type"] in ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"), flags
+        assert f["--spec-type"] != "draft-mtp" or spec.nextn_predict_layers > 0, flags
+        assert f["--spec-type"] == "draft-mtp" or "-md" in f, flags
+        assert spec_type is None or f["--spec-type"] == f"draft-{spec_type}", flags
         draft = int(f["--spec-draft-n-max"])
         n_ubatch = min(int(f.get("-ub", 512)), int(f.get("-b", 2048)), n_ctx)
         assert draft >= 1 and draft + 1 < n_ubatch, flags

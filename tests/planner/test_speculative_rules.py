@@ -63,11 +63,11 @@ def test_mtp_only_for_models_with_nextn_layers():
 
 
 def test_draft_flags_are_llamacpps_current_names():
-    assert DraftSetup("mtp").flags(3) == "--spec-type mtp --spec-draft-n-max 3"
-    assert DraftSetup("dflash").flags(7) == "--spec-type dflash -md DRAFT.gguf --spec-draft-n-max 7"
+    assert DraftSetup("mtp").flags(3) == "--spec-type draft-mtp --spec-draft-n-max 3"
+    assert DraftSetup("dflash").flags(7) == "--spec-type draft-dflash -md DRAFT.gguf --spec-draft-n-max 7"
     params = ContextParams(n_ctx=8192, n_seq_max=2, n_rs_seq=4)
     assert llama_flags(params, draft=DraftSetup("eagle3")) == (
-        "-c 8192 -np 2 --spec-type eagle3 -md DRAFT.gguf --spec-draft-n-max 4")
+        "-c 8192 -np 2 --spec-type draft-eagle3 -md DRAFT.gguf --spec-draft-n-max 4")
 
 
 # -- the draft bound ---------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_lfm2_is_offered_at_most_510_planes_at_the_default_ubatch():
     assert (rs.n_rs_seq, rs.limited_by, rs.draft_bound, rs.spec_type, rs.needs_draft_model) == (
         510, "draft_max", 510, "eagle3", True)
     assert p.flags(p.params(8192, 2, 510)) == (
-        "-c 8192 -np 2 --spec-type eagle3 -md DRAFT.gguf --spec-draft-n-max 510 -ngl all")
+        "-c 8192 -np 2 --spec-type draft-eagle3 -md DRAFT.gguf --spec-draft-n-max 510 -ngl all")
 
 
 def test_effective_ubatch_is_bounded_by_the_batch():
@@ -127,9 +127,10 @@ def test_arch_without_rollback_offers_no_planes():
 def test_capacity_table_shows_draft_model_and_snapshot_line():
     r = run("capacity", "-m", "lfm2-1.2b", "--budget", "80GiB", "--weights", "2GiB", "-c", "8192")
     assert r.exit_code == 0, r.output
-    assert "--spec-type mtp --spec-draft-n-max" not in r.output and "--draft-max" not in r.output
+    assert "--spec-type draft-mtp --spec-draft-n-max" not in r.output and "--draft-max" not in r.output
     line = _paragraph(r.output, "Largest n_rs_seq")
-    assert "with an eagle3 draft model" in line and "--spec-type eagle3 -md DRAFT.gguf --spec-draft-n-max 510" in line
+    assert "with an eagle3 draft model" in line
+    assert "--spec-type draft-eagle3 -md DRAFT.gguf --spec-draft-n-max 510" in line
     assert "limited by llama.cpp's draft bound 510 (n_rs_seq + 1 < n_ubatch 512)" in line
     assert any(x.startswith("Rollback snapshots at n_rs_seq 510: ") for x in r.output.splitlines())
 
@@ -180,7 +181,7 @@ def test_mtp_is_printed_for_a_model_with_nextn_layers():
     r = run("capacity", "-m", "qwen3.5-35b-a3b", "--budget", "80GiB", "--weights", "20GiB", "-c", "8192")
     assert r.exit_code == 0, r.output
     line = _paragraph(r.output, "Largest n_rs_seq")
-    assert "--spec-type mtp --spec-draft-n-max " in line and "-md" not in line
+    assert "--spec-type draft-mtp --spec-draft-n-max " in line and "-md" not in line
 
 
 def test_report_variant_names_the_draft_type():
