@@ -27,6 +27,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import model_buffer_bytes
 from rsplan.planner.context import ContextParams
+from rsplan.planner.outputs import mtp_draft_layout
 from rsplan.planner.plan import build_plan
 from rsplan_testing import shared_dir
 
@@ -105,7 +106,13 @@ def test_context_bytes_equal_the_plan(case):
     if c.get("crashed"):
         pytest.skip(f"llama.cpp aborted: {c['error']}")
     if c["flags"].get("--ctx-mtp"):
-        pytest.skip("the MTP draft context's own cache is recorded, not planned by rsplan yet")
+        # the probe created the MTP draft context only: its KV cache over the nextn layers, no rollback planes
+        draft = build_plan(spec, params.replace(n_rs_seq=0), mtp_draft_layout(spec))
+        assert c["ok"] and set(c["breakdown"]) <= {"CPU", "CPU_REPACK"}
+        assert draft.buffer_bytes["CPU"]["recurrent"] == 0
+        assert draft.buffer_bytes["CPU"]["kv"] == sum(b["context"] for b in c["breakdown"].values())
+        assert draft.context.n_ctx_seq == c["resolved"]["n_ctx_seq"]
+        return
     if not c["ok"]:
         with pytest.raises(RsplanError):
             build_plan(spec, params)
