@@ -1,0 +1,216 @@
+/* rsplan's CPU decode kernels: one token of a recurrent-state update, each state row read once and written
+ * once (the row is updated in registers / L1 and stored in the same pass), as ggml's CPU ops do.
+ *
+ * Built at first use by rsplan.kernels._native (cc -O3 -march=native -shared) and called through ctypes; the
+ * Python wrappers (kernels/<op>/native.py) check every shape, row and dtype before calling, so nothing here
+ * validates again. Work items (sequence x head, or sequence x block of channels) are split into contiguous
+ * ranges over `nthreads` POSIX threads; different sequences write disjoint rows (the wrappers only call with
+ * plans where no sequence reads a row another one writes), so the ranges never race.
+ *
+ * Layouts (all fp32, contiguous, N = sequences of the call, n = active ones; rows index the pool's first axis):
+ *   gated delta: pool [R, Hv, Dv, Dk]; q, k [N, Hk, Dk]; v [N, Hv, Dv]; e = exp(g) [N, Hv] or [N, Hv, Dk];
+ *                beta [N, Hv]; o [N, Hv, Dv]
+ *   ssm scan:    pool [R, H, P, S]; xd = x * softplus(dt) [N, H, P]; dA = exp(softplus(dt) * A) [N, H] or
+ *                [N, H, S]; B, C [N, G, S]; y [N, H, P]
+ *   conv state:  pool [R, D, W - 1]; x [N, D]; wt = weight [D, W]; y [N, D]
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define RS_HAVE_CSR 1
+#endif
+
+#define RS_MAX_THREADS 256
+
+typedef void (*rs_range_fn)(const void *args, int64_t i0, int64_t i1);
+
+typedef struct {
+    rs_range_fn fn;
+    const void *args;
+    int64_t i0, i1;
+    unsigned csr;
+} rs_job;
+
+static void *rs_run_job(void *p) {
+    const rs_job *j = (const rs_job *)p;
+#ifdef RS_HAVE_CSR
+    _mm_setcsr(j->csr); /* the caller's denormal mode (torch.set_flush_denormal) holds in every thread */
+#endif
+    j->fn(j->args, j->i0, j->i1);
+    return NULL;
+}
+
+/* fn over items [0, n) in nthreads contiguous ranges; the calling thread runs the last range (and any range
+ * whose thread could not be started). */
+static void rs_parallel(rs_range_fn fn, const void *args, int64_t n, int nthreads) {
+    pthread_t th[RS_MAX_THREADS];
+    rs_job jobs[RS_MAX_THREADS];
+    int started[RS_MAX_THREADS];
+    unsigned csr = 0;
+    if (nthreads > n) nthreads = (int)n;
+    if (nthreads < 1) nthreads = 1;
+    if (nthreads > RS_MAX_THREADS) nthreads = RS_MAX_THREADS;
+#ifdef RS_HAVE_CSR
+    csr = _mm_getcsr();
+#endif
+    for (int t = 0; t < nthreads; t++) {
+        rs_job j = {fn, args, n * t / nthreads, n * (t + 1) / nthreads, csr};
+        jobs[t] = j;
+    }
+    for (int t = 0; t < nthreads - 1; t++) started[t] = pthread_create(&th[t], NULL, rs_run_job, &jobs[t]) == 0;
+    fn(args, jobs[nthreads - 1].i0, jobs[nthreads - 1].i1);
+    for (int t = 0; t < nthreads - 1; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            fn(args, jobs[t].i0, jobs[t].i1);
+    }
+}
+
+/* ---------------------------------------------------------------- gated delta rule (GDN and KDA), one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq; /* per active sequence: row read, row written, index along N */
+    int64_t Hk, Hv, Dk, Dv;
+    int kda;
+    const float *q, *k, *v, *e, *beta;
+    float *o;
+    float scale;
+} rs_gdn_args;
+
+/* Per value row j of head h: ks = S[j] . (e * k); delta = (v[j] - ks) * beta;
+ * S'[j] = e * S[j] + delta * k (stored at once); o[j] = (S'[j] . q) * scale. */
+static void rs_gdn_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_gdn_args *a = (const rs_gdn_args *)p;
+    const int64_t Dk = a->Dk, Dv = a->Dv, Hv = a->Hv, Hk = a->Hk;
+    float dec[Dk], ek[Dk];
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / Hv, h = it % Hv, n = a->seq[i], nh = n * Hv + h;
+        const float *s0 = a->pool + (a->src[i] * Hv + h) * Dv * Dk;
+        float *s1 = a->pool + (a->dst[i] * Hv + h) * Dv * Dk;
+        const float *k = a->k + (n * Hk + h % Hk) * Dk, *q = a->q + (n * Hk + h % Hk) * Dk;
+        const float *v = a->v + nh * Dv;
+        const float b = a->beta[nh];
+        float *o = a->o + nh * Dv;
+        for (int64_t c = 0; c < Dk; c++) {
+            dec[c] = a->kda ? a->e[nh * Dk + c] : a->e[nh];
+            ek[c] = dec[c] * k[c];
+        }
+        for (int64_t j = 0; j < Dv; j++) {
+            const float *r0 = s0 + j * Dk;
+            float *r1 = s1 + j * Dk;
+            float ks = 0.0f, acc = 0.0f;
+            for (int64_t c = 0; c < Dk; c++) ks += r0[c] * ek[c];
+            const float delta = (v[j] - ks) * b;
+            for (int64_t c = 0; c < Dk; c++) {
+                const float s = r0[c] * dec[c] + delta * k[c];
+                r1[c] = s;
+                acc += s * q[c];
+            }
+            o[j] = acc * a->scale;
+        }
+    }
+}
+
+void rs_gated_delta_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                           int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int kda, const float *q, const float *k,
+                           const float *v, const float *e, const float *beta, float *o, float scale, int nthreads) {
+    rs_gdn_args a = {pool, src, dst, seq, Hk, Hv, Dk, Dv, kda, q, k, v, e, beta, o, scale};
+    rs_parallel(rs_gdn_range, &a, n_act * Hv, nthreads);
+}
+
+/* ---------------------------------------------------------------- selective scan (Mamba-2 and Mamba-1), one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq;
+    int64_t H, P, G, S;
+    int mamba1;
+    const float *xd, *dA, *B, *C;
+    float *y;
+} rs_ssm_args;
+
+/* Per row p of head h (group g = h / (H / G)): S'[p] = dA * S[p] + xd[p] * B[g] (stored at once);
+ * y[p] = S'[p] . C[g]. */
+static void rs_ssm_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_ssm_args *a = (const rs_ssm_args *)p;
+    const int64_t H = a->H, P = a->P, S = a->S, hg = a->H / a->G;
+    float da[S];
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / H, h = it % H, n = a->seq[i], nh = n * H + h, ng = n * a->G + h / hg;
+        const float *s0 = a->pool + (a->src[i] * H + h) * P * S;
+        float *s1 = a->pool + (a->dst[i] * H + h) * P * S;
+        const float *B = a->B + ng * S, *C = a->C + ng * S, *xd = a->xd + nh * P;
+        float *y = a->y + nh * P;
+        for (int64_t c = 0; c < S; c++) da[c] = a->mamba1 ? a->dA[nh * S + c] : a->dA[nh];
+        for (int64_t r = 0; r < P; r++) {
+            const float *r0 = s0 + r * S;
+            float *r1 = s1 + r * S;
+            const float x = xd[r];
+            float acc = 0.0f;
+            for (int64_t c = 0; c < S; c++) {
+                const float s = r0[c] * da[c] + x * B[c];
+                r1[c] = s;
+                acc += s * C[c];
+            }
+            y[r] = acc;
+        }
+    }
+}
+
+void rs_ssm_scan_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                        int64_t H, int64_t P, int64_t G, int64_t S, int mamba1, const float *xd, const float *dA,
+                        const float *B, const float *C, float *y, int nthreads) {
+    rs_ssm_args a = {pool, src, dst, seq, H, P, G, S, mamba1, xd, dA, B, C, y};
+    rs_parallel(rs_ssm_range, &a, n_act * H, nthreads);
+}
+
+/* ---------------------------------------------------------------- conv state (ggml_ssm_conv + window planes), one token */
+
+#define RS_CONV_BLOCK 512 /* channels per work item */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *rows, *seq; /* rows [n_written][n_act]: the row of plane p of each active sequence */
+    int64_t n_act, n_written, D, W;
+    const float *x, *wt;
+    float *y;
+} rs_conv_args;
+
+/* Per channel: y = window . wt[:W-1] + x * wt[W-1]; planes 1 .. n_written-1 get the old window, plane 0 the
+ * window shifted by one with x appended. The channel's old window is read before any of its rows is written. */
+static void rs_conv_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_conv_args *a = (const rs_conv_args *)p;
+    const int64_t D = a->D, W = a->W, nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
+    float old[W];
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / nb, c0 = (it % nb) * RS_CONV_BLOCK, n = a->seq[i];
+        const int64_t c1 = c0 + RS_CONV_BLOCK < D ? c0 + RS_CONV_BLOCK : D;
+        for (int64_t c = c0; c < c1; c++) {
+            const float *win = a->pool + (a->src[i] * D + c) * (W - 1), *w = a->wt + c * W;
+            const float x = a->x[n * D + c];
+            float acc = x * w[W - 1];
+            for (int64_t t = 0; t < W - 1; t++) {
+                old[t] = win[t];
+                acc += old[t] * w[t];
+            }
+            a->y[n * D + c] = acc;
+            for (int64_t pl = 1; pl < a->n_written; pl++)
+                memcpy(a->pool + (a->rows[pl * a->n_act + i] * D + c) * (W - 1), old, (size_t)(W - 1) * sizeof(float));
+            float *w0 = a->pool + (a->rows[i] * D + c) * (W - 1);
+            for (int64_t t = 0; t + 1 < W - 1; t++) w0[t] = old[t + 1];
+            w0[W - 2] = x;
+        }
+    }
+}
+
+void rs_conv_state_decode(float *pool, const int64_t *src, const int64_t *rows, const int64_t *seq, int64_t n_act,
+                          int64_t n_written, int64_t D, int64_t W, const float *x, const float *wt, float *y,
+                          int nthreads) {
+    rs_conv_args a = {pool, src, rows, seq, n_act, n_written, D, W, x, wt, y};
+    const int64_t nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
+    rs_parallel(rs_conv_range, &a, n_act * nb, nthreads);
+}
