@@ -180,29 +180,47 @@ typedef struct {
     float *y;
 } rs_conv_args;
 
-/* Per channel: y = window . wt[:W-1] + x * wt[W-1]; planes 1 .. n_written-1 get the old window, plane 0 the
- * window shifted by one with x appended. The channel's old window is read before any of its rows is written. */
+/* Channels [c0, c1) of active sequence i, the width a compile-time constant where the macro below instantiates
+ * it (the loops over the window then unroll). The source window and plane 0 may be the same row (no restrict
+ * on them): each channel reads its whole old window before writing it. Per channel:
+ * y = window . wt[:W-1] + x * wt[W-1]; planes 1 .. n_written-1 get the old window, plane 0 the window
+ * shifted by one with x appended. A channel's old window is read before any of its rows is written. */
+#define RS_CONV_BODY(W)                                                                                          \
+    do {                                                                                                         \
+        const float *win = a->pool + a->src[i] * D * ((W) - 1);                                         \
+        float *w0 = a->pool + a->rows[i] * D * ((W) - 1);                                               \
+        const float *restrict wt = a->wt, *restrict xs = a->x + n * D;                                           \
+        float *restrict y = a->y + n * D;                                                                        \
+        for (int64_t pl = 1; pl < a->n_written; pl++)                                                            \
+            memmove(a->pool + (a->rows[pl * a->n_act + i] * D + c0) * ((W) - 1), win + c0 * ((W) - 1),            \
+                   (size_t)((c1 - c0) * ((W) - 1)) * sizeof(float));                                             \
+        for (int64_t c = c0; c < c1; c++) {                                                                      \
+            float old[(W) - 1];                                                                                  \
+            float acc = xs[c] * wt[c * (W) + (W) - 1];                                                           \
+            for (int64_t t = 0; t < (W) - 1; t++) {                                                              \
+                old[t] = win[c * ((W) - 1) + t];                                                                 \
+                acc += old[t] * wt[c * (W) + t];                                                                 \
+            }                                                                                                    \
+            y[c] = acc;                                                                                          \
+            for (int64_t t = 0; t + 1 < (W) - 1; t++) w0[c * ((W) - 1) + t] = old[t + 1];                        \
+            w0[c * ((W) - 1) + (W) - 2] = xs[c];                                                                 \
+        }                                                                                                        \
+    } while (0)
+
 static void rs_conv_range(const void *p, int64_t i0, int64_t i1) {
     const rs_conv_args *a = (const rs_conv_args *)p;
     const int64_t D = a->D, W = a->W, nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
-    float old[W];
     for (int64_t it = i0; it < i1; it++) {
         const int64_t i = it / nb, c0 = (it % nb) * RS_CONV_BLOCK, n = a->seq[i];
         const int64_t c1 = c0 + RS_CONV_BLOCK < D ? c0 + RS_CONV_BLOCK : D;
-        for (int64_t c = c0; c < c1; c++) {
-            const float *win = a->pool + (a->src[i] * D + c) * (W - 1), *w = a->wt + c * W;
-            const float x = a->x[n * D + c];
-            float acc = x * w[W - 1];
-            for (int64_t t = 0; t < W - 1; t++) {
-                old[t] = win[t];
-                acc += old[t] * w[t];
-            }
-            a->y[n * D + c] = acc;
-            for (int64_t pl = 1; pl < a->n_written; pl++)
-                memcpy(a->pool + (a->rows[pl * a->n_act + i] * D + c) * (W - 1), old, (size_t)(W - 1) * sizeof(float));
-            float *w0 = a->pool + (a->rows[i] * D + c) * (W - 1);
-            for (int64_t t = 0; t + 1 < W - 1; t++) w0[t] = old[t + 1];
-            w0[W - 2] = x;
+        /* the planes are written before plane 0 (the old windows are copied from the source rows first); a
+         * source row that is also one of the sequence's plane rows then holds the same window again */
+        switch (W) {
+        case 2: RS_CONV_BODY(2); break;
+        case 3: RS_CONV_BODY(3); break;
+        case 4: RS_CONV_BODY(4); break;
+        case 5: RS_CONV_BODY(5); break;
+        default: RS_CONV_BODY(W); break;
         }
     }
 }
