@@ -146,3 +146,18 @@ def test_lightning_chunked_matches_a_float64_loop(T):
     (y,) = lightning_torch(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=[0, 1], dst_rows=[0, 1])
     torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)
+
+
+def test_unit_lower_inverse_reads_the_strict_lower_triangle_and_keeps_the_thread_count():
+    """``(I + L)^-1`` against float64 ``inv`` of the matrix built by hand; the diagonal and upper triangle hold
+    garbage that must not be read; torch's thread count is the caller's again afterwards."""
+    from rsplan.kernels._chunk_common import unit_lower_inverse
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(5, 3, 16, 16, generator=g) * 0.3
+    garbage = a + torch.triu(torch.full((16, 16), 1e6))  # diagonal and above: huge values
+    expected = torch.linalg.inv(torch.eye(16, dtype=torch.float64) + a.double().tril(-1))
+    threads = torch.get_num_threads()
+    got = unit_lower_inverse(garbage)
+    assert torch.get_num_threads() == threads
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
