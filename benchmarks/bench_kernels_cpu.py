@@ -194,6 +194,7 @@ PREFILL = {
     "qrwkv6-7b gla prefill -np 1": ("gla", {"H": 56, "S": 64}, 1, 512),
     "rwkv6-7b wkv6 prefill -np 1": ("rwkv6", {"H": 64, "S": 64}, 1, 512),
     "minimax-01 lightning prefill -np 1": ("lightning", {"H": 64, "S": 128}, 1, 512),
+    "rwkv7-0.4b wkv7 prefill -np 1": ("rwkv7", {"H": 16, "S": 64}, 1, 512),
 }
 
 

@@ -176,7 +176,9 @@ def _gla_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
 def _rwkv7_inputs(k: Kernel, x: _Draw) -> dict[str, Any]:
     shape = (x.N, x.T, k.dims["H"], k.dims["S"])
     kk = x.torch.nn.functional.normalize(x.r(*shape), dim=-1)
-    return {"r": x.r(*shape, scale=0.5), "w": x.decay(*shape), "k": x.r(*shape, scale=0.1),
+    # llama.cpp's rwkv7 graph: w = exp(-0.606531 * sigmoid(.)) (models/rwkv7-base.cpp), in [0.545, 1)
+    w = x.torch.exp(-0.606531 * x.torch.sigmoid(x.r(*shape)))
+    return {"r": x.r(*shape, scale=0.5), "w": w, "k": x.r(*shape, scale=0.1),
             "v": x.r(*shape, scale=0.5), "a": -kk, "b": kk * x.torch.sigmoid(x.r(*shape))}
 
 
