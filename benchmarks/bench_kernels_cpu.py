@@ -46,6 +46,9 @@ from rsplan.kernels.conv_state import conv_state_bytes, conv_state_torch
 from rsplan.kernels.conv_state.native import conv_state_native
 from rsplan.kernels.gated_delta import gated_delta_bytes, gated_delta_torch
 from rsplan.kernels.gated_delta.native import gated_delta_native
+from rsplan.kernels.rwkv6 import rwkv_bytes
+from rsplan.kernels.rwkv7 import rwkv7_torch
+from rsplan.kernels.rwkv7.native import rwkv7_native
 from rsplan.kernels.ssm_scan import ssm_scan_bytes, ssm_scan_torch
 from rsplan.kernels.ssm_scan.native import ssm_scan_native
 
@@ -56,6 +59,8 @@ SHAPES = {
     "nemotron-h-8b -np 2": ("mamba2", {"H": 128, "P": 64, "G": 8, "S": 128, "W": 4}, 2),
     "qwen3-next gdn -np 2": ("gdn", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128, "W": 4}, 2),
     "qwen3-next gdn -np 8": ("gdn", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128, "W": 4}, 8),
+    # the conv is RWKV's token shift: one previous token (W = 2) of the time-mix and channel-mix inputs
+    "rwkv7-0.4b -np 8": ("rwkv7", {"H": 16, "S": 64, "D": 2 * 1024, "W": 2}, 8),
 }
 
 
@@ -71,6 +76,14 @@ def naive_mamba2_step(pool, x, dt, A, B, C, rows):  # type: ignore[no-untyped-de
     y = (s * Ch[:, :, None, :]).sum(-1)
     pool.index_copy_(0, rows, s)
     return y
+
+
+#: family -> (torch path, C wrapper) of its scan
+SCANS: dict[str, tuple[Callable[..., tuple], Callable[..., tuple]]] = {
+    "mamba2": (ssm_scan_torch, ssm_scan_native),
+    "gdn": (gated_delta_torch, gated_delta_native),
+    "rwkv7": (rwkv7_torch, rwkv7_native),
+}
 
 
 class Copy:
@@ -112,6 +125,19 @@ class Case:
             self.scan_bytes = ssm_scan_bytes(
                 n_seqs=n, n_tokens=1, n_head=H, head_dim=P, n_group=G, d_state=S, n_planes=1, state_itemsize=4
             )
+        elif family == "rwkv7":
+            H, S = dims["H"], dims["S"]
+            self.pools = [torch.randn(n, H, S, S, generator=g) * 0.1 for _ in range(layers)]
+            kk = torch.nn.functional.normalize(torch.randn(n, 1, H, S, generator=g), dim=-1)
+            self.inp = {
+                "r": torch.randn(n, 1, H, S, generator=g) * 0.5,
+                "w": torch.exp(-0.606531 * torch.sigmoid(torch.randn(n, 1, H, S, generator=g))),
+                "k": torch.randn(n, 1, H, S, generator=g) * 0.1,
+                "v": torch.randn(n, 1, H, S, generator=g) * 0.5,
+                "a": -kk,
+                "b": kk * torch.rand(n, 1, H, S, generator=g),
+            }
+            self.scan_bytes = rwkv_bytes(n_seqs=n, n_tokens=1, n_head=H, head_size=S, n_inputs=6, state_itemsize=4)
         else:
             Hk, Hv, Dk, Dv = dims["Hk"], dims["Hv"], dims["Dk"], dims["Dv"]
             F = torch.nn.functional
@@ -145,10 +171,12 @@ class Case:
         d = self.dims
         if self.family == "mamba2":
             return d["H"] * d["P"] + 2 * d["G"] * d["S"], d["W"]
+        if self.family == "rwkv7":
+            return d["D"], d["W"]
         return 2 * d["Hk"] * d["Dk"] + d["Hv"] * d["Dv"], d["W"]
 
     def scan(self) -> None:
-        fn = ssm_scan_torch if self.family == "mamba2" else gated_delta_torch
+        fn = SCANS[self.family][0]
         for pool in self.pools:
             fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
 
@@ -157,7 +185,7 @@ class Case:
             conv_state_torch(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
 
     def scan_c(self) -> None:
-        fn = ssm_scan_native if self.family == "mamba2" else gated_delta_native
+        fn = SCANS[self.family][1]
         for pool in self.pools:
             fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
 

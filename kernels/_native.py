@@ -1,9 +1,9 @@
 """The C decode kernels of ``native.c``: built with the machine's C compiler at first use, called via ctypes.
 
-On CPU, the fast path of ``ssm_scan``, ``gated_delta`` and ``conv_state`` runs one-token steps here: each state
-row is read once and written once, as ggml's CPU ops do, where the torch path needs several passes over the
-state per token (a GEMV, a scale, a rank-1 update). Everything else (several tokens, bf16 pools, rows that one
-sequence reads and another writes) stays on the torch path; ``<op>/native.py`` decides.
+On CPU, the fast path of ``ssm_scan``, ``gated_delta``, ``rwkv7`` and ``conv_state`` runs one-token steps
+here: each state row is read once and written once, as ggml's CPU ops do, where the torch path needs several
+passes over the state per token (a GEMV, a scale, a rank-1 update). Everything else (several tokens, bf16
+pools, rows that one sequence reads and another writes) stays on the torch path; ``<op>/native.py`` decides.
 
 The library is compiled once per process into a temporary folder (``$CC``, else ``cc``; about a second) and
 loaded from there; nothing is cached on disk, so a stale build cannot be picked up. When no compiler is found
@@ -40,14 +40,17 @@ FLAGS = (
 )
 #: Largest head / state size the kernels keep on the stack (floats per work item).
 MAX_DIM = 4096
-#: State bytes per thread below which more threads cost more to start than they save.
-BYTES_PER_THREAD = 1 << 20
+#: State bytes per thread: a thread costs tens of microseconds to start, so a call gets one thread per this many
+#: bytes (at most torch's count). Measured on 2 cores (bench_kernels_cpu.py shapes, load 1.2): 2 MiB per layer
+#: ran 56% of copy on one thread, 43% on two; 4 to 16 MiB ran 72-86% on one thread, 93-125% on two.
+BYTES_PER_THREAD = 2 << 20
 
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _SIGNATURES = {
     "rs_gated_delta_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_ssm_scan_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _I],
     "rs_conv_state_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _P, _P, _P, _I],
+    "rs_rwkv7_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _P, _P, _I],
 }
 
 

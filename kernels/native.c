@@ -12,6 +12,7 @@
  *                beta [N, Hv]; o [N, Hv, Dv]
  *   ssm scan:    pool [R, H, P, S]; xd = x * softplus(dt) [N, H, P]; dA = exp(softplus(dt) * A) [N, H] or
  *                [N, H, S]; B, C [N, G, S]; y [N, H, P]
+ *   rwkv7:       pool [R, H, S, S] (value rows); r, w, k, v, a, b [N, H, S]; y [N, H, S]
  *   conv state:  pool [R, D, W - 1]; x [N, D]; wt = weight [D, W]; y [N, D]
  */
 #include <pthread.h>
@@ -166,6 +167,51 @@ void rs_ssm_scan_decode(float *pool, const int64_t *src, const int64_t *dst, con
                         const float *B, const float *C, float *y, int nthreads) {
     rs_ssm_args a = {pool, src, dst, seq, H, P, G, S, mamba1, xd, dA, B, C, y};
     rs_parallel(rs_ssm_range, &a, n_act * H, nthreads);
+}
+
+/* ---------------------------------------------------------------- RWKV-7 wkv, one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq;
+    int64_t H, S;
+    const float *r, *w, *k, *v, *a, *b;
+    float *y;
+} rs_wkv7_args;
+
+/* Per value row i of head h: sa = S[i] . a; S'[i] = S[i] * w + v[i] * k + sa * b (stored at once);
+ * y[i] = S'[i] . r. */
+static void rs_wkv7_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_wkv7_args *a = (const rs_wkv7_args *)p;
+    const int64_t H = a->H, S = a->S;
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / H, h = it % H, nh = a->seq[i] * H + h;
+        const float *s0 = a->pool + (a->src[i] * H + h) * S * S;
+        float *s1 = a->pool + (a->dst[i] * H + h) * S * S;
+        const float *r = a->r + nh * S, *w = a->w + nh * S, *k = a->k + nh * S, *v = a->v + nh * S;
+        const float *av = a->a + nh * S, *b = a->b + nh * S;
+        float *y = a->y + nh * S;
+        for (int64_t row = 0; row < S; row++) {
+            const float *r0 = s0 + row * S;
+            float *r1 = s1 + row * S;
+            float sa = 0.0f, acc = 0.0f;
+            for (int64_t c = 0; c < S; c++) sa += r0[c] * av[c];
+            const float vi = v[row];
+            for (int64_t c = 0; c < S; c++) {
+                const float s = r0[c] * w[c] + vi * k[c] + sa * b[c];
+                r1[c] = s;
+                acc += s * r[c];
+            }
+            y[row] = acc;
+        }
+    }
+}
+
+void rs_rwkv7_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                     int64_t H, int64_t S, const float *r, const float *w, const float *k, const float *v,
+                     const float *a, const float *b, float *y, int nthreads) {
+    rs_wkv7_args args = {pool, src, dst, seq, H, S, r, w, k, v, a, b, y};
+    rs_parallel(rs_wkv7_range, &args, n_act * H, nthreads);
 }
 
 /* ---------------------------------------------------------------- conv state (ggml_ssm_conv + window planes), one token */

@@ -8,6 +8,7 @@ from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._chunk_dplr import dplr_scan
 from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.rwkv7.reference import check_wkv7_args
 
 
@@ -87,4 +88,8 @@ def rwkv7(
         from rsplan.kernels.rwkv7.fused import rwkv7_triton
 
         return rwkv7_triton(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
+    if use_native(pool):
+        from rsplan.kernels.rwkv7.native import rwkv7_native
+
+        return rwkv7_native(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
     return rwkv7_torch(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)

@@ -8,17 +8,19 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_cases import Case, make_call, run_and_compare
-from test_fast_vs_reference import ALL_CASES, CONV, GDN, KDA, SSM
+from test_fast_vs_reference import ALL_CASES, CONV, GDN, KDA, SSM, WKV
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels.conv_state import native as conv_native
 from rsplan.kernels.gated_delta import native as gdn_native
+from rsplan.kernels.rwkv7 import native as wkv7_native
 from rsplan.kernels.ssm_scan import native as ssm_native
 
 NATIVE = {
     "ssm_scan": (ssm_native, "ssm_scan_native", "ssm_scan_torch"),
     "conv_state": (conv_native, "conv_state_native", "conv_state_torch"),
     "gated_delta": (gdn_native, "gated_delta_native", "gated_delta_torch"),
+    "rwkv7": (wkv7_native, "rwkv7_native", "rwkv7_torch"),
 }
 
 
@@ -60,11 +62,13 @@ def _decode_params() -> list:
         ("gated_delta", BIG_GDN, "gdn-wide"),
         ("ssm_scan", SSM, "ssm"),
         ("ssm_scan", MAMBA1, "mamba1"),
+        ("rwkv7", WKV, "rwkv7"),
+        ("rwkv7", {"H": 3, "S": 64}, "rwkv7-head-64"),
         ("conv_state", CONV, "conv"),
         ("conv_state", {"D": 1100, "W": 4}, "conv-blocks"),
     ]:
         for cid, n, k, m, src, dst, clamp in DECODE:
-            if (clamp and op != "conv_state") or (k > 1 and "mamba1" in dims):
+            if (clamp and op != "conv_state") or (k > 1 and ("mamba1" in dims or op == "rwkv7")):
                 continue
             case = Case(n, 1, dims, K=k, M=m, src=src, dst=dst, clamp=clamp)
             out.append(pytest.param(op, case, id=f"{name}-{cid}"))
