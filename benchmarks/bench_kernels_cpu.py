@@ -1,13 +1,18 @@
-"""CPU bandwidth of the decode state path (rsplan's fast torch kernels vs a naive torch step vs a plain copy),
-and CPU prefill speed (the chunked scans vs the token loop).
+"""CPU bandwidth of the decode state path (rsplan's torch kernels and C kernels vs a naive torch step vs a plain
+copy), and CPU prefill speed (the chunked scans vs the token loop).
 
 Decode: for each shape, ``--layers`` separate state pools (one per layer, as in a model) are updated by one
-decode step each (T = 1, every sequence reads and writes its own row). The copy baseline is the profiler's:
+decode step each (T = 1, every sequence reads and writes its own row), by the torch path (``*_torch``) and by
+the C kernels (``*_native``, kernels/native.c) when they built here. The copy baseline is the profiler's:
 a buffer of 4x the last-level cache (at least 64 MiB), so that it measures memory, not cache. Timings are
-interleaved round by round (copy, naive, fast, ...) so that a noisy machine slows all of them alike; the
-figure is the median over rounds, and the copy's spread (p90 - p10) / median is printed beside it. Bytes
-counted are the least each step must move (each state read once and written once, plus the small inputs), and
-the copy moves ``2 * buffer`` bytes.
+interleaved round by round (copy, torch, C, naive, ...) so that a noisy machine slows all of them alike; the
+figure is the median over rounds, and the copy's spread (p90 - p10) / median is printed beside it.
+
+Bytes: GB/s is the op's bytes over its time, the op's bytes being each state row read once and written once
+plus the small inputs and outputs read or written once (``*_bytes``): what llama.cpp's op moves, and exactly
+what the C kernels move (one pass per row, updated in place). The torch path moves at least that (its extra
+passes over a block of state mostly hit the cache), so its figure is a lower bound on its memory traffic.
+The copy moves ``2 * buffer`` bytes (read and write). "% of copy" divides the two GB/s.
 
 Prefill: one layer's scan over a ubatch (the default -ub 512 split over the sequences), the chunked form
 against the token loop (``_chunk.MIN_TOKENS`` raised for the latter), interleaved; tokens/s and the speed-up
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -35,9 +41,16 @@ from typing import Any
 
 import torch
 
+from rsplan.kernels import _native
 from rsplan.kernels.conv_state import conv_state_bytes, conv_state_torch
+from rsplan.kernels.conv_state.native import conv_state_native
 from rsplan.kernels.gated_delta import gated_delta_bytes, gated_delta_torch
+from rsplan.kernels.gated_delta.native import gated_delta_native
+from rsplan.kernels.rwkv6 import rwkv_bytes
+from rsplan.kernels.rwkv7 import rwkv7_torch
+from rsplan.kernels.rwkv7.native import rwkv7_native
 from rsplan.kernels.ssm_scan import ssm_scan_bytes, ssm_scan_torch
+from rsplan.kernels.ssm_scan.native import ssm_scan_native
 
 #: name -> (family, dims, sequences): decode shapes of real models (preset values)
 SHAPES = {
@@ -46,6 +59,8 @@ SHAPES = {
     "nemotron-h-8b -np 2": ("mamba2", {"H": 128, "P": 64, "G": 8, "S": 128, "W": 4}, 2),
     "qwen3-next gdn -np 2": ("gdn", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128, "W": 4}, 2),
     "qwen3-next gdn -np 8": ("gdn", {"Hk": 16, "Hv": 32, "Dk": 128, "Dv": 128, "W": 4}, 8),
+    # the conv is RWKV's token shift: one previous token (W = 2) of the time-mix and channel-mix inputs
+    "rwkv7-0.4b -np 8": ("rwkv7", {"H": 16, "S": 64, "D": 2 * 1024, "W": 2}, 8),
 }
 
 
@@ -61,6 +76,14 @@ def naive_mamba2_step(pool, x, dt, A, B, C, rows):  # type: ignore[no-untyped-de
     y = (s * Ch[:, :, None, :]).sum(-1)
     pool.index_copy_(0, rows, s)
     return y
+
+
+#: family -> (torch path, C wrapper) of its scan
+SCANS: dict[str, tuple[Callable[..., tuple], Callable[..., tuple]]] = {
+    "mamba2": (ssm_scan_torch, ssm_scan_native),
+    "gdn": (gated_delta_torch, gated_delta_native),
+    "rwkv7": (rwkv7_torch, rwkv7_native),
+}
 
 
 class Copy:
@@ -102,6 +125,19 @@ class Case:
             self.scan_bytes = ssm_scan_bytes(
                 n_seqs=n, n_tokens=1, n_head=H, head_dim=P, n_group=G, d_state=S, n_planes=1, state_itemsize=4
             )
+        elif family == "rwkv7":
+            H, S = dims["H"], dims["S"]
+            self.pools = [torch.randn(n, H, S, S, generator=g) * 0.1 for _ in range(layers)]
+            kk = torch.nn.functional.normalize(torch.randn(n, 1, H, S, generator=g), dim=-1)
+            self.inp = {
+                "r": torch.randn(n, 1, H, S, generator=g) * 0.5,
+                "w": torch.exp(-0.606531 * torch.sigmoid(torch.randn(n, 1, H, S, generator=g))),
+                "k": torch.randn(n, 1, H, S, generator=g) * 0.1,
+                "v": torch.randn(n, 1, H, S, generator=g) * 0.5,
+                "a": -kk,
+                "b": kk * torch.rand(n, 1, H, S, generator=g),
+            }
+            self.scan_bytes = rwkv_bytes(n_seqs=n, n_tokens=1, n_head=H, head_size=S, n_inputs=6, state_itemsize=4)
         else:
             Hk, Hv, Dk, Dv = dims["Hk"], dims["Hv"], dims["Dk"], dims["Dv"]
             F = torch.nn.functional
@@ -135,16 +171,27 @@ class Case:
         d = self.dims
         if self.family == "mamba2":
             return d["H"] * d["P"] + 2 * d["G"] * d["S"], d["W"]
+        if self.family == "rwkv7":
+            return d["D"], d["W"]
         return 2 * d["Hk"] * d["Dk"] + d["Hv"] * d["Dv"], d["W"]
 
     def scan(self) -> None:
-        fn = ssm_scan_torch if self.family == "mamba2" else gated_delta_torch
+        fn = SCANS[self.family][0]
         for pool in self.pools:
             fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
 
     def conv(self) -> None:
         for pool in self.conv_pools:
             conv_state_torch(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
+
+    def scan_c(self) -> None:
+        fn = SCANS[self.family][1]
+        for pool in self.pools:
+            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
+
+    def conv_c(self) -> None:
+        for pool in self.conv_pools:
+            conv_state_native(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
 
     def naive(self) -> None:
         i = self.inp
@@ -175,6 +222,7 @@ PREFILL = {
     "qrwkv6-7b gla prefill -np 1": ("gla", {"H": 56, "S": 64}, 1, 512),
     "rwkv6-7b wkv6 prefill -np 1": ("rwkv6", {"H": 64, "S": 64}, 1, 512),
     "minimax-01 lightning prefill -np 1": ("lightning", {"H": 64, "S": 128}, 1, 512),
+    "rwkv7-0.4b wkv7 prefill -np 1": ("rwkv7", {"H": 16, "S": 64}, 1, 512),
 }
 
 
@@ -280,6 +328,61 @@ def conv_prefill(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def decode_main(args: argparse.Namespace, copy: Copy) -> list[dict]:
+    """GB/s of one decode step per shape: the torch path (scan, conv), the C kernels (scan_c, conv_c) where they
+    built, the naive step, each against the copy baseline measured in the same rounds."""
+    c = _native.native().lib is not None and os.environ.get("RSPLAN_KERNELS", "") != "torch"
+    results = []
+    for name in args.shape or list(SHAPES):
+        family, dims, n = SHAPES[name]
+        case = Case(family, dims, n, args.layers, seed=0, copy=copy)
+        fns = {"copy": case.copy, "scan": case.scan, "conv": case.conv}
+        if c:
+            fns.update(scan_c=case.scan_c, conv_c=case.conv_c)
+        if family == "mamba2":
+            fns["naive"] = case.naive
+        every = measure(fns, args.rounds, args.warmup)
+        row = decode_row(name, case, every, copy, args.layers)
+        results.append(row)
+        pct = row["pct_copy"]
+        paths = f"torch scan {pct['scan']:3.0f}% conv {pct['conv']:3.0f}% path {pct['decode_path']:3.0f}%"
+        if c:
+            paths += f" | C scan {pct['scan_c']:3.0f}% conv {pct['conv_c']:3.0f}% path {pct['decode_path_c']:3.0f}%"
+        if "naive" in pct:
+            paths += f" | naive {pct['naive']:3.0f}%"
+        print(
+            f"{name:22s} state {row['state_mib']:6.1f} MiB | copy {row['copy_gb_s']:5.1f} GB/s "
+            f"(spread {100 * row['copy_spread']:3.0f}%) | decode path {row['decode_path_gb_s']:5.1f} GB/s torch, "
+            f"{row.get('decode_path_c_gb_s') or 0:5.1f} GB/s C | % of copy: {paths}"
+        )
+    return results
+
+
+def decode_row(name: str, case: Case, every: dict[str, list[float]], copy: Copy, layers: int) -> dict[str, Any]:
+    """One shape's figures: medians, GB/s on the op's bytes, and each as a percentage of the copy's GB/s."""
+    t = {k: statistics.median(v) for k, v in every.items()}
+    ordered = sorted(every["copy"])
+    p10, p90 = ordered[len(ordered) // 10], ordered[(9 * len(ordered)) // 10]
+    scan_b, conv_b = case.scan_bytes * layers, case.conv_bytes * layers
+    gb = {"copy": 2 * copy.bytes / t["copy"] / 1e9}
+    for k, b in (("scan", scan_b), ("conv", conv_b), ("naive", scan_b), ("scan_c", scan_b), ("conv_c", conv_b)):
+        if k in t:
+            gb[k] = b / t[k] / 1e9
+    gb["decode_path"] = (scan_b + conv_b) / (t["scan"] + t["conv"]) / 1e9
+    if "scan_c" in t:
+        gb["decode_path_c"] = (scan_b + conv_b) / (t["scan_c"] + t["conv_c"]) / 1e9
+    row: dict[str, Any] = {
+        "shape": name,
+        "state_mib": case.state_bytes / 2**20,
+        "copy_spread": (1 / p10 - 1 / p90) * t["copy"],
+        "copy_buffer_bytes": copy.bytes,
+        "times_s": t,
+        "pct_copy": {k: 100 * v / gb["copy"] for k, v in gb.items() if k != "copy"},
+    }
+    row.update({f"{k}_gb_s": v for k, v in gb.items()})
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -299,52 +402,11 @@ def main() -> None:
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, {args.layers} layers per shape, median of {args.rounds} rounds"
     )
-    results = []
     copy = Copy() if args.part != "prefill" else None
     if copy is not None:
         print(f"# copy baseline: {copy.bytes / 2**20:.0f} MiB buffer, {copy.llc_source} = {copy.llc} bytes")
-    for name in args.shape or list(SHAPES) if copy is not None else []:
-        assert copy is not None
-        family, dims, n = SHAPES[name]
-        case = Case(family, dims, n, args.layers, seed=0, copy=copy)
-        fns = {"copy": case.copy, "scan": case.scan, "conv": case.conv}
-        if family == "mamba2":
-            fns["naive"] = case.naive
-        every = measure(fns, args.rounds, args.warmup)
-        t = {k: statistics.median(v) for k, v in every.items()}
-        copy_gb_s = 2 * copy.bytes / t["copy"] / 1e9
-        ordered = sorted(every["copy"])
-        p10, p90 = ordered[len(ordered) // 10], ordered[(9 * len(ordered)) // 10]
-        copy_spread = (1 / p10 - 1 / p90) * t["copy"]
-        scan_b, conv_b = case.scan_bytes * args.layers, case.conv_bytes * args.layers
-        row = {
-            "shape": name,
-            "state_mib": case.state_bytes / 2**20,
-            "copy_gb_s": copy_gb_s,
-            "copy_spread": copy_spread,
-            "copy_buffer_bytes": copy.bytes,
-            "scan_gb_s": scan_b / t["scan"] / 1e9,
-            "conv_gb_s": conv_b / t["conv"] / 1e9,
-            "decode_path_gb_s": (scan_b + conv_b) / (t["scan"] + t["conv"]) / 1e9,
-            "naive_gb_s": scan_b / t["naive"] / 1e9 if "naive" in t else None,
-            "times_s": t,
-        }
-        row["decode_path_pct_copy"] = 100 * row["decode_path_gb_s"] / copy_gb_s
-        row["scan_pct_copy"] = 100 * row["scan_gb_s"] / copy_gb_s
-        row["naive_pct_copy"] = 100 * row["naive_gb_s"] / copy_gb_s if row["naive_gb_s"] else None
-        results.append(row)
-        naive = (
-            f"naive {row['naive_gb_s']:6.1f} GB/s ({row['naive_pct_copy']:3.0f}%)"
-            if row["naive_gb_s"]
-            else "naive      -"
-        )
-        print(
-            f"{name:22s} state {row['state_mib']:7.1f} MiB | copy {copy_gb_s:6.1f} GB/s "
-            f"(spread {100 * copy_spread:3.0f}%) | "
-            f"scan {row['scan_gb_s']:6.1f} GB/s ({row['scan_pct_copy']:3.0f}%) | conv {row['conv_gb_s']:5.1f} GB/s | "
-            f"decode path {row['decode_path_gb_s']:6.1f} GB/s ({row['decode_path_pct_copy']:3.0f}% of copy) | "
-            f"{naive}"
-        )
+        print(f"# C decode kernels: {_native.describe()}")
+    results = decode_main(args, copy) if copy is not None else []
     prefill = prefill_main(args) if args.part != "decode" else []
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rsplan.kernels._chunk_common import Heads, KeyHeads, tokens
+from rsplan.kernels._chunk_common import Heads, KeyHeads, tokens, unit_lower_inverse
 from rsplan.kernels._chunk_head import scan_per_head
 
 #: Tokens per chunk with one decay per head (the [C, C] matrices are cheap) and with one per key.
@@ -95,8 +95,7 @@ def _prepare(
         return _Chunks(qk, bm, None, val.reshape(n, B, C, -1), k_end, decay_end, G)
     bc = tokens(beta, t0, t1, C).reshape(n, B, C)
     am = am.mul_(bc[..., None]).tril_(-1)  # rows scaled by beta_t; k_inv may overflow above the diagonal
-    eye = torch.eye(C, device=q.device).expand_as(am)
-    tinv = torch.linalg.solve_triangular(am, eye, upper=False, unitriangular=True)
+    tinv = unit_lower_inverse(am)
     tinv.mul_(bc[:, :, None, :])  # (I + diag(beta) A)^-1 diag(beta): D = tinv @ (V - K~ @ S0^T)
     return _Chunks(qk, bm, tinv, val, k_end, decay_end, G)
 

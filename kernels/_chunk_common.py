@@ -3,6 +3,8 @@ and the map from value heads to the key heads they read."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -78,3 +80,32 @@ class Heads:
             return
         Dv, Dk = state.shape[1:]
         self.grouped(state.view(self.N, self.H, Dv, Dk), 1).copy_(sg.view(self.N, self.Hk, self.R, Dv, Dk))
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch (and its BLAS) on one thread inside the block, the caller's count restored after."""
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def unit_lower_inverse(a: torch.Tensor) -> torch.Tensor:
+    """``(I + L)^-1`` for L the strictly lower triangle of a [..., C, C] (its diagonal and upper triangle are
+    not read), one batched triangular solve.
+
+    The solve runs on one thread: the batch is hundreds of small matrices and BLAS's trsm opens a parallel
+    region per matrix, so with several threads every matrix waits for all of them; on a loaded machine that
+    made the solve 3x to 100x slower than on one thread (and most of a chunked prefill's time).
+    """
+    eye = torch.eye(a.shape[-1], device=a.device).expand_as(a)
+    if a.device.type != "cpu":
+        return torch.linalg.solve_triangular(a, eye, upper=False, unitriangular=True)
+    with one_thread():
+        return torch.linalg.solve_triangular(a, eye, upper=False, unitriangular=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rsplan.kernels._chunk_common import Heads, tokens
+from rsplan.kernels._chunk_common import Heads, tokens, unit_lower_inverse
 
 
 @dataclass
@@ -79,8 +79,7 @@ def _prepare(
     assert beta is not None  # the delta rule always has its per-token beta
     bg = heads.grouped(tokens(beta, t0, t1, C))  # [n, N, Hk, R, C]
     am = (diff * prods[:, :, :, None, C:]).mul_(bg[..., None]).view(n, B, C, C)  # the solve reads below the diagonal
-    eye = torch.eye(C, device=q.device).expand_as(am)
-    tinv = torch.linalg.solve_triangular(am, eye, upper=False, unitriangular=True)
+    tinv = unit_lower_inverse(am)
     tinv.mul_(bg.reshape(n, B, 1, C))  # (I + diag(beta) A)^-1 diag(beta): D = tinv @ (V - K~ @ S0^T)
     return _Block(rows, keys, bm.view(n, B, C, C), tinv, vg, eG, eG * scale, e_end, decay_end, G)
 

@@ -131,6 +131,13 @@ def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _cpu_kernels() -> str:
+    """Which kernels the CPU fast path runs (the C decode kernels build here at first use)."""
+    from rsplan.kernels import _native
+
+    return _native.describe()
+
+
 def device_facts(dev: Any) -> dict[str, Any]:
     """What the report says about the device."""
     torch = import_torch()
@@ -157,6 +164,7 @@ def device_facts(dev: Any) -> dict[str, Any]:
         facts.update(
             name=_cpu_model(),
             threads=torch.get_num_threads(),
+            kernels=_cpu_kernels(),
             flush_denormal=True,  # set by the runner on CPU
             load_average=_load_average(),
             cpus=os.cpu_count(),

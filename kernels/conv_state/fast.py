@@ -7,6 +7,7 @@ import torch
 
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.conv_state.reference import check_conv_args
 
 
@@ -137,6 +138,19 @@ def conv_state(
         from rsplan.kernels.conv_state.fused import conv_state_triton
 
         return conv_state_triton(
+            pool=pool,
+            x=x,
+            weight=weight,
+            src_rows=src_rows,
+            dst_rows=dst_rows,
+            n_planes=n_planes,
+            clamp_planes=clamp_planes,
+            out=out,
+        )
+    if use_native(pool):
+        from rsplan.kernels.conv_state.native import conv_state_native
+
+        return conv_state_native(
             pool=pool,
             x=x,
             weight=weight,

@@ -9,6 +9,7 @@ import torch
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 
@@ -129,6 +130,12 @@ def gated_delta(
             dst_rows=dst_rows,
             n_planes=n_planes,
             out=out,
+        )
+    if use_native(pool):
+        from rsplan.kernels.gated_delta.native import gated_delta_native
+
+        return gated_delta_native(
+            pool=pool, q=q, k=k, v=v, g=g, beta=beta, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
         )
     return gated_delta_torch(
         pool=pool, q=q, k=k, v=v, g=g, beta=beta, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out

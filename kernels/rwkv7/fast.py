@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
+from rsplan.kernels._chunk_dplr import dplr_scan
 from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.rwkv7.reference import check_wkv7_args
 
 
@@ -29,6 +32,16 @@ def rwkv7_torch(
     if not plan.active:
         return (y,)
     rf, wf, kf, vf, af, bf = (t.float() for t in (r, w, k, v, a, b))
+    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+        for grp in walk.groups(pool, plan):
+            sel, n = grp.sel, len(grp.seqs)
+            yg = y[sel] if isinstance(sel, slice) else torch.empty(n, T, H, S, device=r.device)
+            state = walk.begin(grp).view(n * H, S, S)
+            dplr_scan(state, tuple(x[sel] for x in (rf, wf, kf, vf, af, bf)), yg)
+            if not isinstance(sel, slice):
+                y[sel] = yg
+            walk.finish(pool, plan, grp)
+        return (y,)
     # y = S_new @ r = S_old @ (w * r) + v (k . r) + sa (b . r): one GEMM with the columns [a, w * r] reads the
     # old state once; the two rank-1 terms go in as one rank-2 baddbmm
     ar = torch.stack([af, wf * rf], dim=-1)  # [N, T, H, S, 2]
@@ -75,4 +88,8 @@ def rwkv7(
         from rsplan.kernels.rwkv7.fused import rwkv7_triton
 
         return rwkv7_triton(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
+    if use_native(pool):
+        from rsplan.kernels.rwkv7.native import rwkv7_native
+
+        return rwkv7_native(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
     return rwkv7_torch(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)

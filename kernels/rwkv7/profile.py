@@ -12,7 +12,9 @@ def inputs(dims: dict[str, int], draw: Draw, token_shift: bool) -> dict[str, Any
     """r, w, k, v ``[N, T, H, S]`` and a = -kk, b = kk * iclr with kk L2-normed."""
     shape = (draw.N, draw.T, dims["H"], dims["S"])
     kk = draw.torch.nn.functional.normalize(draw.r(*shape), dim=-1)
-    return {"r": draw.r(*shape, scale=0.5), "w": draw.decay(*shape), "k": draw.r(*shape, scale=0.1),
+    # llama.cpp's rwkv7 graph: w = exp(-0.606531 * sigmoid(.)) (models/rwkv7-base.cpp), in [0.545, 1)
+    w = draw.torch.exp(-0.606531 * draw.torch.sigmoid(draw.r(*shape)))
+    return {"r": draw.r(*shape, scale=0.5), "w": w, "k": draw.r(*shape, scale=0.1),
             "v": draw.r(*shape, scale=0.5), "a": -kk, "b": kk * draw.torch.sigmoid(draw.r(*shape))}
 
 

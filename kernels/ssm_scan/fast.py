@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 #: Up to this many GEMVs per token use torch.mv writing straight into y; more use one bmm.
@@ -161,6 +162,12 @@ def ssm_scan(
         from rsplan.kernels.ssm_scan.fused import ssm_scan_triton
 
         return ssm_scan_triton(
+            pool=pool, x=x, dt=dt, A=A, B=B, C=C, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
+        )
+    if use_native(pool):
+        from rsplan.kernels.ssm_scan.native import ssm_scan_native
+
+        return ssm_scan_native(
             pool=pool, x=x, dt=dt, A=A, B=B, C=C, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
         )
     return ssm_scan_torch(

@@ -89,6 +89,7 @@ def _header(result: ProfileResult) -> list[str]:
         f"model {result.model} (arch {result.arch}, {result.family}, {result.recurrent_layers} recurrent layers)",
         f"device {dev['device']}: {dev.get('name', '?')}"
         + (f", {dev['threads']} threads" if "threads" in dev else "")
+        + (f", kernels: {dev['kernels']}" if dev.get("kernels") else "")
         + (f", peak DRAM {dev['dram_peak_gb_s']} GB/s (NVML)" if dev.get("dram_peak_gb_s") else ""),
         f"context -c {ctx.n_ctx} -np {ctx.n_seq_max} n_rs_seq {ctx.n_rs_seq} (K = {ctx.n_planes} planes), "
         f"state {ctx.state_type}"

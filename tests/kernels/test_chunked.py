@@ -12,6 +12,7 @@ import torch
 from rsplan.kernels._chunk import chunk_scan
 from rsplan.kernels.lightning import lightning_slopes, lightning_torch
 from rsplan.kernels.rwkv6 import rwkv6_torch
+from rsplan.kernels.rwkv7 import rwkv7_torch
 
 F = torch.nn.functional
 
@@ -146,3 +147,59 @@ def test_lightning_chunked_matches_a_float64_loop(T):
     (y,) = lightning_torch(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=[0, 1], dst_rows=[0, 1])
     torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)
+
+
+def test_unit_lower_inverse_reads_the_strict_lower_triangle_and_keeps_the_thread_count():
+    """``(I + L)^-1`` against float64 ``inv`` of the matrix built by hand; the diagonal and upper triangle hold
+    garbage that must not be read; torch's thread count is the caller's again afterwards."""
+    from rsplan.kernels._chunk_common import unit_lower_inverse
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(5, 3, 16, 16, generator=g) * 0.3
+    garbage = a + torch.triu(torch.full((16, 16), 1e6))  # diagonal and above: huge values
+    expected = torch.linalg.inv(torch.eye(16, dtype=torch.float64) + a.double().tril(-1))
+    threads = torch.get_num_threads()
+    got = unit_lower_inverse(garbage)
+    assert torch.get_num_threads() == threads
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def wkv7_loop(state, r, w, k, v, a, b):
+    """RWKV-7 in float64 (S [value, key]): sa = S a; S = S diag(w) + v k^T + sa b^T; y = S r."""
+    s = state.double().clone()
+    y = torch.zeros(r.shape, dtype=torch.float64)
+    for t in range(r.shape[1]):
+        rt, wt, kt, vt, at, bt = (x[:, t].double() for x in (r, w, k, v, a, b))
+        sa = (s @ at[..., None])[..., 0]
+        s = s * wt[..., None, :] + vt[..., :, None] * kt[..., None, :] + sa[..., :, None] * bt[..., None, :]
+        y[:, t] = (s @ rt[..., None])[..., 0]
+    return y, s
+
+
+@pytest.mark.parametrize("N", [1, 2])
+@pytest.mark.parametrize("T", [8, 16, 33, 70])
+@pytest.mark.parametrize("decays", ["model", "strong", "with-zeros"])
+def test_rwkv7_chunked_matches_a_float64_loop(N, T, decays):
+    """The chunked wkv7 (kernels/_chunk_dplr.py) against wkv7's definition: llama.cpp's decay range
+    (w = exp(-0.606531 sigmoid(.))), strong decays (w = exp(-exp(.)) down to ~1e-30), and decays of exactly 0;
+    a = -kk, b = kk * gate as llama.cpp passes them; T across chunk edges. The inputs are left as they were
+    (with one sequence a token slice of them is a view: the scan must work on copies)."""
+    gen = torch.Generator().manual_seed(T)
+    H, S = 3, 8
+    r, v = torch.randn(N, T, H, S, generator=gen), torch.randn(N, T, H, S, generator=gen)
+    k = torch.randn(N, T, H, S, generator=gen) * 0.3
+    kk = F.normalize(torch.randn(N, T, H, S, generator=gen), dim=-1)
+    a, b = -kk, kk * torch.rand(N, T, H, S, generator=gen)
+    x = torch.randn(N, T, H, S, generator=gen)
+    w = torch.exp(-0.606531 * torch.sigmoid(x)) if decays == "model" else torch.exp(-torch.exp(x * 2))
+    if decays == "with-zeros":
+        w[:, ::5, :, : S // 2] = 0.0
+    pool = torch.randn(N, H, S, S, generator=gen)
+    y_want, s_want = wkv7_loop(pool, r, w, k, v, a, b)
+    before = [x.clone() for x in (r, w, k, v, a, b)]
+    rows = list(range(N))
+    (y,) = rwkv7_torch(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=rows, dst_rows=rows)
+    torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)
+    for x, x0 in zip((r, w, k, v, a, b), before, strict=True):
+        assert torch.equal(x, x0), "the scan changed its inputs"

@@ -105,6 +105,9 @@ ALL_CASES = [
     pytest.param("rwkv6", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="rwkv6-chunked-bf16"),
     *cases_for("rwkv7", WKV),
     pytest.param("rwkv7", Case(2, 2, {"H": 2, "S": 20}, M=2), id="rwkv7-head-size-20"),
+    # T >= 8 runs the chunked DPLR prefill (kernels/_chunk_dplr.py): several chunks, the last one partial
+    pytest.param("rwkv7", Case(3, 37, WKV, M=4, src=(2, -1, 0), dst=(1, 3, 2)), id="rwkv7-chunked-T37-pad-swapped"),
+    pytest.param("rwkv7", Case(2, 20, WKV, M=2, src=(1, 0), dst=(0, 1), dtype=torch.bfloat16), id="rwkv7-chunked-bf16"),
     *cases_for("lightning", WKV),
     pytest.param(
         "lightning", Case(3, 45, WKV, M=4, src=(2, -1, 0), dst=(1, 3, 2)), id="lightning-chunked-T45-pad-swapped"
@@ -122,8 +125,16 @@ def test_torch_path_matches_reference(op, case):
 
 @pytest.mark.parametrize(
     ("op", "dims"),
-    [("gated_delta", GDN), ("gated_delta", KDA), ("ssm_scan", SSM), ("gla", WKV), ("rwkv6", WKV), ("lightning", WKV)],
-    ids=["gated_delta", "kda", "ssm_scan", "gla", "rwkv6", "lightning"],
+    [
+        ("gated_delta", GDN),
+        ("gated_delta", KDA),
+        ("ssm_scan", SSM),
+        ("gla", WKV),
+        ("rwkv6", WKV),
+        ("lightning", WKV),
+        ("rwkv7", WKV),
+    ],
+    ids=["gated_delta", "kda", "ssm_scan", "gla", "rwkv6", "lightning", "rwkv7"],
 )
 def test_chunked_torch_path_fills_a_permuted_output(op, dims):
     """The chunked prefill writes its outputs straight into the caller's ``out``, whatever its strides."""

@@ -286,3 +286,16 @@ def test_the_report_figure_marks_flagged_bars(tmp_path):
     path.write_text(json.dumps({"kernels": kernels}))
     bars = profile_figure(load_profile(path)).data[0]
     assert list(bars.text) == ["200% of copy (flagged)", "50% of copy"]
+
+
+def test_cpu_facts_name_the_kernels(monkeypatch):
+    """The CPU facts carry the line ``kernels._native.describe()`` gives: the C kernels when they built, torch
+    (and why) otherwise, torch when RSPLAN_KERNELS=torch."""
+    import torch
+
+    from rsplan.kernels import _native
+
+    cpu = torch.device("cpu")
+    assert device.device_facts(cpu)["kernels"] == _native.native().why
+    monkeypatch.setenv("RSPLAN_KERNELS", "torch")
+    assert device.device_facts(cpu)["kernels"] == "torch (RSPLAN_KERNELS=torch)"

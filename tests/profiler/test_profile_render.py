@@ -60,3 +60,14 @@ def test_allocation_totals_and_equality_come_from_the_kinds():
     assert alloc.planned_bytes == 16384 + 16384 + 13824 + 18432 == alloc.allocated_bytes
     assert alloc.equal and alloc.to_dict()["per_kind"]["s"] == {
         "planned_bytes": 18432, "allocated_bytes": 18432, "equal": True}
+
+
+def test_the_device_line_names_the_cpu_kernels():
+    """A CPU run records which kernels ran (profiler.device: the C decode kernels or torch, and why); the
+    table's device line carries it; results without it (older files, CUDA) render as before."""
+    res = result("cpu")
+    line = next(x for x in render_profile(res).splitlines() if x.startswith("device "))
+    assert "kernels" not in line
+    res.device["kernels"] = "torch (no C compiler found: set CC to build the C decode kernels)"
+    line = next(x for x in render_profile(res).splitlines() if x.startswith("device "))
+    assert line.endswith(", kernels: torch (no C compiler found: set CC to build the C decode kernels)")

@@ -1,0 +1,142 @@
+"""The C decode kernels of ``native.c``: built with the machine's C compiler at first use, called via ctypes.
+
+On CPU, the fast path of ``ssm_scan``, ``gated_delta``, ``rwkv7`` and ``conv_state`` runs one-token steps
+here: each state row is read once and written once, as ggml's CPU ops do, where the torch path needs several
+passes over the state per token (a GEMV, a scale, a rank-1 update). Everything else (several tokens, bf16
+pools, rows that one sequence reads and another writes) stays on the torch path; ``<op>/native.py`` decides.
+
+The library is compiled once per process into a temporary folder (``$CC``, else ``cc``; about a second) and
+loaded from there; nothing is cached on disk, so a stale build cannot be picked up. When no compiler is found
+or the build fails, ``native()`` says why and the torch path runs; ``describe()`` is the line the profiler
+reports, so which kernels ran is always on record. ``RSPLAN_KERNELS=torch`` turns the C kernels off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("native.c")
+#: -fassociative-math lets the compiler vectorise the dot products (their sums run in another order; rounding
+#: only); -march=native: the library is built on, and for, the machine it runs on.
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fassociative-math",
+    "-fno-signed-zeros",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+)
+#: Largest head / state size the kernels keep on the stack (floats per work item).
+MAX_DIM = 4096
+#: State bytes per thread: a thread costs tens of microseconds to start, so a call gets one thread per this many
+#: bytes (at most torch's count). Measured on 2 cores (bench_kernels_cpu.py shapes, load 1.2): 2 MiB per layer
+#: ran 56% of copy on one thread, 43% on two; 4 to 16 MiB ran 72-86% on one thread, 93-125% on two.
+BYTES_PER_THREAD = 2 << 20
+
+_P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+_SIGNATURES = {
+    "rs_gated_delta_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
+    "rs_ssm_scan_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _I],
+    "rs_conv_state_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _P, _P, _P, _I],
+    "rs_rwkv7_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _P, _P, _I],
+}
+
+
+@dataclass(frozen=True)
+class Native:
+    """The loaded library (None when unavailable) and a one-line account of the CPU kernels."""
+
+    lib: ctypes.CDLL | None
+    why: str
+
+
+def _compiler() -> str | None:
+    cc = os.environ.get("CC") or "cc"
+    return shutil.which(cc) or shutil.which("gcc")
+
+
+@cache
+def native() -> Native:
+    """The C kernels, built and loaded once per process."""
+    return build(_compiler())
+
+
+def build(cc: str | None) -> Native:
+    """Compile ``native.c`` with ``cc`` into a temporary folder and load it (None: no compiler)."""
+    if cc is None:
+        return Native(None, "torch (no C compiler found: set CC to build the C decode kernels)")
+    tmp = tempfile.mkdtemp(prefix="rsplan-kernels-")
+    try:
+        so = os.path.join(tmp, "rsplan_native.so")
+        try:
+            done = subprocess.run(
+                [cc, *FLAGS, "-o", so, str(SOURCE), "-lm"], capture_output=True, text=True, timeout=300
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Native(None, f"torch (the C decode kernels did not build: {exc})")
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no message"])[0]
+            return Native(None, f"torch (the C decode kernels did not build with {cc}: {first})")
+        lib = ctypes.CDLL(so)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the loaded library stays mapped
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, None
+    return Native(lib, f"C for one-token steps ({os.path.basename(cc)} {' '.join(FLAGS[:2])}), torch otherwise")
+
+
+def use_native(t: torch.Tensor) -> bool:
+    """Whether CPU tensor ``t``'s op may run the C kernels (built here, and not turned off)."""
+    if os.environ.get("RSPLAN_KERNELS", "") == "torch" or t.device.type != "cpu":
+        return False
+    return native().lib is not None
+
+
+def describe() -> str:
+    """Which kernels the CPU fast path runs, for the profiler's report."""
+    if os.environ.get("RSPLAN_KERNELS", "") == "torch":
+        return "torch (RSPLAN_KERNELS=torch)"
+    return native().why
+
+
+def threads(state_bytes: int) -> int:
+    """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls."""
+    return max(1, min(torch.get_num_threads(), state_bytes // BYTES_PER_THREAD))
+
+
+def f32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a contiguous fp32 tensor (a copy only when it is not one already)."""
+    return t.to(torch.float32).contiguous()
+
+
+def i64(values: tuple[int, ...]) -> torch.Tensor:
+    """Row indices as an int64 CPU tensor, memoised: a decode loop passes the same rows every step."""
+    return _i64(tuple(values))
+
+
+@lru_cache(maxsize=1024)
+def _i64(values: tuple[int, ...]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def eligible(pool: torch.Tensor, n_tokens: int, hazard: bool) -> bool:
+    """Whether a call runs in C: one token, a contiguous fp32 pool, and no sequence reading a row another one
+    writes (the C kernels update rows in place, sequences in parallel)."""
+    return n_tokens == 1 and pool.dtype == torch.float32 and pool.is_contiguous() and not hazard
+
+
+def ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()

@@ -1,0 +1,280 @@
+/* rsplan's CPU decode kernels: one token of a recurrent-state update, each state row read once and written
+ * once (the row is updated in registers / L1 and stored in the same pass), as ggml's CPU ops do.
+ *
+ * Built at first use by rsplan.kernels._native (cc -O3 -march=native -shared) and called through ctypes; the
+ * Python wrappers (kernels/<op>/native.py) check every shape, row and dtype before calling, so nothing here
+ * validates again. Work items (sequence x head, or sequence x block of channels) are split into contiguous
+ * ranges over `nthreads` POSIX threads; different sequences write disjoint rows (the wrappers only call with
+ * plans where no sequence reads a row another one writes), so the ranges never race.
+ *
+ * Layouts (all fp32, contiguous, N = sequences of the call, n = active ones; rows index the pool's first axis):
+ *   gated delta: pool [R, Hv, Dv, Dk]; q, k [N, Hk, Dk]; v [N, Hv, Dv]; e = exp(g) [N, Hv] or [N, Hv, Dk];
+ *                beta [N, Hv]; o [N, Hv, Dv]
+ *   ssm scan:    pool [R, H, P, S]; xd = x * softplus(dt) [N, H, P]; dA = exp(softplus(dt) * A) [N, H] or
+ *                [N, H, S]; B, C [N, G, S]; y [N, H, P]
+ *   rwkv7:       pool [R, H, S, S] (value rows); r, w, k, v, a, b [N, H, S]; y [N, H, S]
+ *   conv state:  pool [R, D, W - 1]; x [N, D]; wt = weight [D, W]; y [N, D]
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define RS_HAVE_CSR 1
+#endif
+
+#define RS_MAX_THREADS 256
+
+typedef void (*rs_range_fn)(const void *args, int64_t i0, int64_t i1);
+
+typedef struct {
+    rs_range_fn fn;
+    const void *args;
+    int64_t i0, i1;
+    unsigned csr;
+} rs_job;
+
+static void *rs_run_job(void *p) {
+    const rs_job *j = (const rs_job *)p;
+#ifdef RS_HAVE_CSR
+    _mm_setcsr(j->csr); /* the caller's denormal mode (torch.set_flush_denormal) holds in every thread */
+#endif
+    j->fn(j->args, j->i0, j->i1);
+    return NULL;
+}
+
+/* fn over items [0, n) in nthreads contiguous ranges; the calling thread runs the last range (and any range
+ * whose thread could not be started). */
+static void rs_parallel(rs_range_fn fn, const void *args, int64_t n, int nthreads) {
+    pthread_t th[RS_MAX_THREADS];
+    rs_job jobs[RS_MAX_THREADS];
+    int started[RS_MAX_THREADS];
+    unsigned csr = 0;
+    if (nthreads > n) nthreads = (int)n;
+    if (nthreads < 1) nthreads = 1;
+    if (nthreads > RS_MAX_THREADS) nthreads = RS_MAX_THREADS;
+#ifdef RS_HAVE_CSR
+    csr = _mm_getcsr();
+#endif
+    for (int t = 0; t < nthreads; t++) {
+        rs_job j = {fn, args, n * t / nthreads, n * (t + 1) / nthreads, csr};
+        jobs[t] = j;
+    }
+    for (int t = 0; t < nthreads - 1; t++) started[t] = pthread_create(&th[t], NULL, rs_run_job, &jobs[t]) == 0;
+    fn(args, jobs[nthreads - 1].i0, jobs[nthreads - 1].i1);
+    for (int t = 0; t < nthreads - 1; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            fn(args, jobs[t].i0, jobs[t].i1);
+    }
+}
+
+/* ---------------------------------------------------------------- gated delta rule (GDN and KDA), one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq; /* per active sequence: row read, row written, index along N */
+    int64_t Hk, Hv, Dk, Dv;
+    int kda;
+    const float *q, *k, *v, *e, *beta;
+    float *o;
+    float scale;
+} rs_gdn_args;
+
+/* Per value row j of head h: ks = S[j] . (e * k); delta = (v[j] - ks) * beta;
+ * S'[j] = e * S[j] + delta * k (stored at once); o[j] = (S'[j] . q) * scale. */
+static void rs_gdn_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_gdn_args *a = (const rs_gdn_args *)p;
+    const int64_t Dk = a->Dk, Dv = a->Dv, Hv = a->Hv, Hk = a->Hk;
+    float dec[Dk], ek[Dk];
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / Hv, h = it % Hv, n = a->seq[i], nh = n * Hv + h;
+        const float *s0 = a->pool + (a->src[i] * Hv + h) * Dv * Dk;
+        float *s1 = a->pool + (a->dst[i] * Hv + h) * Dv * Dk;
+        const float *k = a->k + (n * Hk + h % Hk) * Dk, *q = a->q + (n * Hk + h % Hk) * Dk;
+        const float *v = a->v + nh * Dv;
+        const float b = a->beta[nh];
+        float *o = a->o + nh * Dv;
+        for (int64_t c = 0; c < Dk; c++) {
+            dec[c] = a->kda ? a->e[nh * Dk + c] : a->e[nh];
+            ek[c] = dec[c] * k[c];
+        }
+        for (int64_t j = 0; j < Dv; j++) {
+            const float *r0 = s0 + j * Dk;
+            float *r1 = s1 + j * Dk;
+            float ks = 0.0f, acc = 0.0f;
+            for (int64_t c = 0; c < Dk; c++) ks += r0[c] * ek[c];
+            const float delta = (v[j] - ks) * b;
+            for (int64_t c = 0; c < Dk; c++) {
+                const float s = r0[c] * dec[c] + delta * k[c];
+                r1[c] = s;
+                acc += s * q[c];
+            }
+            o[j] = acc * a->scale;
+        }
+    }
+}
+
+void rs_gated_delta_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                           int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int kda, const float *q, const float *k,
+                           const float *v, const float *e, const float *beta, float *o, float scale, int nthreads) {
+    rs_gdn_args a = {pool, src, dst, seq, Hk, Hv, Dk, Dv, kda, q, k, v, e, beta, o, scale};
+    rs_parallel(rs_gdn_range, &a, n_act * Hv, nthreads);
+}
+
+/* ---------------------------------------------------------------- selective scan (Mamba-2 and Mamba-1), one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq;
+    int64_t H, P, G, S;
+    int mamba1;
+    const float *xd, *dA, *B, *C;
+    float *y;
+} rs_ssm_args;
+
+/* Per row p of head h (group g = h / (H / G)): S'[p] = dA * S[p] + xd[p] * B[g] (stored at once);
+ * y[p] = S'[p] . C[g]. */
+static void rs_ssm_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_ssm_args *a = (const rs_ssm_args *)p;
+    const int64_t H = a->H, P = a->P, S = a->S, hg = a->H / a->G;
+    float da[S];
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / H, h = it % H, n = a->seq[i], nh = n * H + h, ng = n * a->G + h / hg;
+        const float *s0 = a->pool + (a->src[i] * H + h) * P * S;
+        float *s1 = a->pool + (a->dst[i] * H + h) * P * S;
+        const float *B = a->B + ng * S, *C = a->C + ng * S, *xd = a->xd + nh * P;
+        float *y = a->y + nh * P;
+        for (int64_t c = 0; c < S; c++) da[c] = a->mamba1 ? a->dA[nh * S + c] : a->dA[nh];
+        for (int64_t r = 0; r < P; r++) {
+            const float *r0 = s0 + r * S;
+            float *r1 = s1 + r * S;
+            const float x = xd[r];
+            float acc = 0.0f;
+            for (int64_t c = 0; c < S; c++) {
+                const float s = r0[c] * da[c] + x * B[c];
+                r1[c] = s;
+                acc += s * C[c];
+            }
+            y[r] = acc;
+        }
+    }
+}
+
+void rs_ssm_scan_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                        int64_t H, int64_t P, int64_t G, int64_t S, int mamba1, const float *xd, const float *dA,
+                        const float *B, const float *C, float *y, int nthreads) {
+    rs_ssm_args a = {pool, src, dst, seq, H, P, G, S, mamba1, xd, dA, B, C, y};
+    rs_parallel(rs_ssm_range, &a, n_act * H, nthreads);
+}
+
+/* ---------------------------------------------------------------- RWKV-7 wkv, one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq;
+    int64_t H, S;
+    const float *r, *w, *k, *v, *a, *b;
+    float *y;
+} rs_wkv7_args;
+
+/* Per value row i of head h: sa = S[i] . a; S'[i] = S[i] * w + v[i] * k + sa * b (stored at once);
+ * y[i] = S'[i] . r. */
+static void rs_wkv7_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_wkv7_args *a = (const rs_wkv7_args *)p;
+    const int64_t H = a->H, S = a->S;
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / H, h = it % H, nh = a->seq[i] * H + h;
+        const float *s0 = a->pool + (a->src[i] * H + h) * S * S;
+        float *s1 = a->pool + (a->dst[i] * H + h) * S * S;
+        const float *r = a->r + nh * S, *w = a->w + nh * S, *k = a->k + nh * S, *v = a->v + nh * S;
+        const float *av = a->a + nh * S, *b = a->b + nh * S;
+        float *y = a->y + nh * S;
+        for (int64_t row = 0; row < S; row++) {
+            const float *r0 = s0 + row * S;
+            float *r1 = s1 + row * S;
+            float sa = 0.0f, acc = 0.0f;
+            for (int64_t c = 0; c < S; c++) sa += r0[c] * av[c];
+            const float vi = v[row];
+            for (int64_t c = 0; c < S; c++) {
+                const float s = r0[c] * w[c] + vi * k[c] + sa * b[c];
+                r1[c] = s;
+                acc += s * r[c];
+            }
+            y[row] = acc;
+        }
+    }
+}
+
+void rs_rwkv7_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                     int64_t H, int64_t S, const float *r, const float *w, const float *k, const float *v,
+                     const float *a, const float *b, float *y, int nthreads) {
+    rs_wkv7_args args = {pool, src, dst, seq, H, S, r, w, k, v, a, b, y};
+    rs_parallel(rs_wkv7_range, &args, n_act * H, nthreads);
+}
+
+/* ---------------------------------------------------------------- conv state (ggml_ssm_conv + window planes), one token */
+
+#define RS_CONV_BLOCK 512 /* channels per work item */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *rows, *seq; /* rows [n_written][n_act]: the row of plane p of each active sequence */
+    int64_t n_act, n_written, D, W;
+    const float *x, *wt;
+    float *y;
+} rs_conv_args;
+
+/* Channels [c0, c1) of active sequence i, the width a compile-time constant where the macro below instantiates
+ * it (the loops over the window then unroll). The source window and plane 0 may be the same row (no restrict
+ * on them): each channel reads its whole old window before writing it. Per channel:
+ * y = window . wt[:W-1] + x * wt[W-1]; planes 1 .. n_written-1 get the old window, plane 0 the window
+ * shifted by one with x appended. A channel's old window is read before any of its rows is written. */
+#define RS_CONV_BODY(W)                                                                                          \
+    do {                                                                                                         \
+        const float *win = a->pool + a->src[i] * D * ((W) - 1);                                         \
+        float *w0 = a->pool + a->rows[i] * D * ((W) - 1);                                               \
+        const float *restrict wt = a->wt, *restrict xs = a->x + n * D;                                           \
+        float *restrict y = a->y + n * D;                                                                        \
+        for (int64_t pl = 1; pl < a->n_written; pl++)                                                            \
+            memmove(a->pool + (a->rows[pl * a->n_act + i] * D + c0) * ((W) - 1), win + c0 * ((W) - 1),            \
+                   (size_t)((c1 - c0) * ((W) - 1)) * sizeof(float));                                             \
+        for (int64_t c = c0; c < c1; c++) {                                                                      \
+            float old[(W) - 1];                                                                                  \
+            float acc = xs[c] * wt[c * (W) + (W) - 1];                                                           \
+            for (int64_t t = 0; t < (W) - 1; t++) {                                                              \
+                old[t] = win[c * ((W) - 1) + t];                                                                 \
+                acc += old[t] * wt[c * (W) + t];                                                                 \
+            }                                                                                                    \
+            y[c] = acc;                                                                                          \
+            for (int64_t t = 0; t + 1 < (W) - 1; t++) w0[c * ((W) - 1) + t] = old[t + 1];                        \
+            w0[c * ((W) - 1) + (W) - 2] = xs[c];                                                                 \
+        }                                                                                                        \
+    } while (0)
+
+static void rs_conv_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_conv_args *a = (const rs_conv_args *)p;
+    const int64_t D = a->D, W = a->W, nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / nb, c0 = (it % nb) * RS_CONV_BLOCK, n = a->seq[i];
+        const int64_t c1 = c0 + RS_CONV_BLOCK < D ? c0 + RS_CONV_BLOCK : D;
+        /* the planes are written before plane 0 (the old windows are copied from the source rows first); a
+         * source row that is also one of the sequence's plane rows then holds the same window again */
+        switch (W) {
+        case 2: RS_CONV_BODY(2); break;
+        case 3: RS_CONV_BODY(3); break;
+        case 4: RS_CONV_BODY(4); break;
+        case 5: RS_CONV_BODY(5); break;
+        default: RS_CONV_BODY(W); break;
+        }
+    }
+}
+
+void rs_conv_state_decode(float *pool, const int64_t *src, const int64_t *rows, const int64_t *seq, int64_t n_act,
+                          int64_t n_written, int64_t D, int64_t W, const float *x, const float *wt, float *y,
+                          int nthreads) {
+    rs_conv_args a = {pool, src, rows, seq, n_act, n_written, D, W, x, wt, y};
+    const int64_t nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
+    rs_parallel(rs_conv_range, &a, n_act * nb, nthreads);
+}

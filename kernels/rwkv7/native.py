@@ -1,0 +1,50 @@
+"""The RWKV-7 wkv one-token step in C (``native.c``); other calls go to the torch path."""
+
+from __future__ import annotations
+
+import torch
+
+from rsplan.kernels import _native as nat
+from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels.rwkv7.fast import rwkv7_torch
+from rsplan.kernels.rwkv7.reference import check_wkv7_args
+
+
+def rwkv7_native(
+    *,
+    pool: torch.Tensor,
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """``rwkv7_ref`` with one-token calls on a contiguous fp32 CPU pool (and no row read by one sequence and
+    written by another) run by ``rs_rwkv7_decode``: per value row, ``S . a``, the updated row and ``S' . r``
+    in one pass; shapes and rules as the reference."""
+    N, T, H, S = check_wkv7_args(pool, r, w, k, v, a, b)
+    plan = plan_rows(n_pool_rows=pool.shape[0], src_rows=src_rows, dst_rows=dst_rows, n_seqs=N, n_planes=1, n_written=1)
+    lib = nat.native().lib
+    if lib is None or not nat.eligible(pool, T, plan.hazard) or S > nat.MAX_DIM or not plan.active:
+        return rwkv7_torch(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
+    y = output(out, (N, T, H, S), r)
+    yc = y if y.is_contiguous() else y.contiguous()
+    act = plan.active
+    # the C code reads these through raw pointers: every one stays bound to a name until the call returns
+    rc, wc, kc, vc, ac, bc = (nat.f32(t) for t in (r, w, k, v, a, b))
+    src, dst, seq = nat.i64(tuple(plan.src[i] for i in act)), nat.i64(tuple(plan.dst[i] for i in act)), nat.i64(act)
+    lib.rs_rwkv7_decode(
+        *(nat.ptr(t) for t in (pool, src, dst, seq)),
+        len(act),
+        H,
+        S,
+        *(nat.ptr(t) for t in (rc, wc, kc, vc, ac, bc, yc)),
+        nat.threads(len(act) * H * S * S * 4),
+    )
+    if yc is not y:
+        y.copy_(yc)
+    return (y,)
