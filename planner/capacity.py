@@ -151,7 +151,8 @@ class Rung:
     ``n_ctx_flag`` is llama.cpp's ``-c`` (the total, ``ctx_per_seq * max_parallel``); ``cache_bytes`` is what
     ``rsplan estimate -c n_ctx_flag -np max_parallel`` reports. Both are None when not even one sequence fits.
     ``limited_by``: ``memory``, ``max_seq`` (llama.cpp's 256 sequences), ``max_ctx`` (one more sequence would
-    take -c past llama.cpp's uint32) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose
+    take -c past llama.cpp's uint32), ``llama_abort`` (llama.cpp aborts creating a context with one more
+    sequence: ``CapacityPlanner.aborts``) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose
     budget one more sequence would exceed. ``compute_bytes``: the compute buffer charged per device at this
     setting (None when nothing fits).
     """
@@ -172,8 +173,9 @@ class CtxAnswer:
     """The largest per-sequence context (a multiple of 256) for ``n_seq_max`` sequences.
 
     ``limited_by``: ``memory``, ``n_ctx_train`` (the search stops at the model's context limit: the training
-    context, or YaRN's) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose budget 256 more
-    tokens per sequence would exceed. ``compute_bytes``: the compute buffer charged per device at this setting.
+    context, or YaRN's), ``llama_abort`` (llama.cpp aborts at 256 more tokens per sequence) or
+    ``nothing_fits``. ``bound_device``: with ``memory``, the device whose budget 256 more tokens per sequence
+    would exceed. ``compute_bytes``: the compute buffer charged per device at this setting.
     """
 
     n_seq_max: int
@@ -191,11 +193,11 @@ class RsAnswer:
     """The largest ``n_rs_seq`` (rollback planes per sequence) at ``-c n_ctx -np n_seq_max``.
 
     ``n_rs_seq`` is None when the question has no answer: ``reason`` says why (arch without rollback, or not even
-    ``n_rs_seq = 0`` fits). ``limited_by``: ``memory``, ``draft_max`` (llama.cpp's bound from the effective
-    ``-ub``: n_rs_seq + 1 < n_ubatch) or ``max_rs_seq`` (rsplan's bound, 1024). ``spec_type`` is the draft type the
-    flags use (mtp only for models with nextn layers, else a draft model); ``snapshot_bytes`` the rollback planes'
-    bytes; ``draft_bound`` the longest draft llama.cpp decodes at these flags; ``compute_bytes`` the compute
-    buffer charged per device at this setting.
+    ``n_rs_seq = 0`` fits). ``limited_by``: ``memory``, ``llama_abort`` (at one more plane), ``draft_max``
+    (llama.cpp's bound from the effective ``-ub``: n_rs_seq + 1 < n_ubatch) or ``max_rs_seq`` (rsplan's bound,
+    1024). ``spec_type`` is the draft type the flags use (mtp only for models with nextn layers, else a draft
+    model); ``snapshot_bytes`` the rollback planes' bytes; ``draft_bound`` the longest draft llama.cpp decodes at
+    these flags; ``compute_bytes`` the compute buffer charged per device at this setting.
     """
 
     n_ctx: int
@@ -276,6 +278,7 @@ class CapacityPlanner:
     cache_budget: list[int] = field(init=False)
     _split: SplitLayout = field(init=False, repr=False)
     _compute: dict[tuple[int | None, int, int], int] = field(init=False, repr=False, default_factory=dict)
+    _aborted: dict[tuple[int | None, int, int], str] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.layout = cache_layout(self.spec)
@@ -387,17 +390,38 @@ class CapacityPlanner:
         """
         if not self.budget.compute_per_setting:
             return self.budget.compute_bytes
-        key = (params.n_ctx, params.n_seq_max, params.n_rs_seq)
-        got = self._compute.get(key)
+        got = self._compute_figure(params)
         if got is None:
-            from rsplan.planner.compute import ComputeModelError, compute_buffer
+            raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
+                                f"{params.n_seq_max}: {self.aborts(params)}")
+        return got
 
-            try:
-                got = compute_buffer(self.spec, params, layout=self.layout).bytes
-            except ComputeModelError as exc:
-                raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
-                                    f"{params.n_seq_max}: {exc}") from None
-            self._compute[key] = got
+    def aborts(self, params: ContextParams) -> str | None:
+        """Why llama.cpp aborts creating a context with ``params`` (a reserve graph's shapes do not fit together,
+        planner.compute.LlamaAbortError), or None; known only with ``budget.compute_per_setting``."""
+        if not self.budget.compute_per_setting or self._compute_figure(params) is not None:
+            return None
+        return self._aborted[(params.n_ctx, params.n_seq_max, params.n_rs_seq)]
+
+    def _compute_figure(self, params: ContextParams) -> int | None:
+        """llama.cpp's compute buffer at ``params`` (None: llama.cpp aborts there, the reason in ``_aborted``),
+        computed once per (n_ctx, n_seq_max, n_rs_seq)."""
+        key = (params.n_ctx, params.n_seq_max, params.n_rs_seq)
+        if key in self._compute:
+            return self._compute[key]
+        if key in self._aborted:
+            return None
+        from rsplan.planner.compute import ComputeModelError, LlamaAbortError, compute_buffer
+
+        try:
+            got = compute_buffer(self.spec, params, layout=self.layout).bytes
+        except LlamaAbortError as exc:
+            self._aborted[key] = str(exc)
+            return None
+        except ComputeModelError as exc:
+            raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
+                                f"{params.n_seq_max}: {exc}") from None
+        self._compute[key] = got
         return got
 
     def checkpoints(self, params: ContextParams, use: Usage | None = None) -> Checkpoints:
@@ -429,8 +453,16 @@ class CapacityPlanner:
         return room
 
     def fits(self, params: ContextParams) -> bool:
-        """``params`` fits with its own compute buffer."""
-        return self.headroom(params) >= 0
+        """``params`` fits with its own compute buffer (and llama.cpp does not abort creating its context)."""
+        return self.aborts(params) is None and self.headroom(params) >= 0
+
+    def next_limit(self, params: ContextParams) -> tuple[str, str | None]:
+        """(limited_by, bound_device) of an answer whose next step up is ``params``, which does not fit:
+        (``llama_abort``, None) when llama.cpp aborts creating its context, else (``memory``, the device whose
+        budget it exceeds the most)."""
+        if self.aborts(params) is not None:
+            return "llama_abort", None
+        return "memory", self.bound_device(params)
 
     def search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: int | None = None) -> int:
         """The largest k in [lo, hi] whose setting ``make(k)`` fits with its own compute buffer, or ``lo - 1``:
@@ -440,8 +472,10 @@ class CapacityPlanner:
         exact figures: (1) k_hi = the largest k that fits when charged the compute at ``make(lo)`` (the compute
         never shrinks as k grows, so nothing above k_hi fits); (2) if ``make(k_hi)`` fits exactly, that is the
         answer; else C = the compute at k_hi bounds every k <= k_hi, so k_lo = the largest k that fits when
-        charged C; (3) an exact binary search between k_lo and k_hi. (4) The answer and the next step up are
-        then checked exactly and moved until they hold, so the boundary does not rest on the monotonicity.
+        charged C; (3) an exact binary search between k_lo and k_hi. Where llama.cpp aborts at k_hi (no context,
+        no compute figure: ``aborts``), k_hi steps down to the first k where it does not. (4) The answer and the
+        next step up are then checked exactly and moved until they hold, so the boundary does not rest on the
+        monotonicity.
         ``floor``: a lower bound on the compute of every k (None: the compute at ``make(lo)``); one shared by
         several searches saves an exact figure per search (a loose one only widens step (3)).
         """
@@ -458,10 +492,17 @@ class CapacityPlanner:
 
     def _bounded_search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: int | None) -> int:
         """Steps (1)-(3) of ``search``."""
-        floor = self.compute_at(make(lo)) if floor is None else floor
+        if floor is None:
+            floor = self._compute_figure(make(lo)) or 0  # 0 bounds it too, where llama.cpp aborts at lo
         k_hi = largest(lambda j: self.headroom(make(j), floor) >= 0, lo, hi)
-        if k_hi < lo or self.fits(make(k_hi)):
-            return k_hi
+        while k_hi >= lo and not self.fits(make(k_hi)):
+            if self.aborts(make(k_hi)) is None:
+                return self._exact_below(make, lo, k_hi)
+            k_hi -= 1  # llama.cpp aborts at k_hi: no bound from it; the next one down
+        return k_hi
+
+    def _exact_below(self, make: Callable[[int], ContextParams], lo: int, k_hi: int) -> int:
+        """Steps (2)-(3) of ``search`` below a ``k_hi`` that does not fit with its own compute, C."""
         ceiling = self.compute_at(make(k_hi))
         k_lo = largest(lambda j: self.headroom(make(j), ceiling) >= 0, lo, k_hi - 1)
         return largest(lambda j: self.fits(make(j)), k_lo + 1, k_hi - 1)
@@ -480,7 +521,9 @@ class CapacityPlanner:
             return Rung(ctx_per_seq, 0, None, None, None, None, "nothing_fits")
         params = self.params(ctx_per_seq * n, n)
         use = self.usage(params)
-        limited_by = "max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory")
+        limited_by, bound = "max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory"), None
+        if limited_by == "memory":
+            limited_by, bound = self.next_limit(self.params(ctx_per_seq * (n + 1), n + 1))
         return Rung(
             ctx_per_seq=ctx_per_seq,
             max_parallel=n,
@@ -489,8 +532,7 @@ class CapacityPlanner:
             cache_bytes=use.total_bytes,
             headroom_bytes=self.headroom(params),
             limited_by=limited_by,
-            bound_device=(self.bound_device(self.params(ctx_per_seq * (n + 1), n + 1))
-                          if limited_by == "memory" else None),
+            bound_device=bound,
             compute_bytes=self.compute_at(params),
         )
 
@@ -514,7 +556,9 @@ class CapacityPlanner:
             return CtxAnswer(n_seq_max, 0, None, None, None, "nothing_fits")
         ctx = k * CTX_PAD
         params = self.params(ctx * n_seq_max, n_seq_max)
-        limited_by = "n_ctx_train" if k == cap else "memory"
+        limited_by, bound = "n_ctx_train" if k == cap else "memory", None
+        if limited_by == "memory":
+            limited_by, bound = self.next_limit(self.params((ctx + CTX_PAD) * n_seq_max, n_seq_max))
         return CtxAnswer(
             n_seq_max=n_seq_max,
             ctx_per_seq=ctx,
@@ -522,8 +566,7 @@ class CapacityPlanner:
             cache_bytes=self.usage(params).total_bytes,
             headroom_bytes=self.headroom(params),
             limited_by=limited_by,
-            bound_device=(self.bound_device(self.params((ctx + CTX_PAD) * n_seq_max, n_seq_max))
-                          if limited_by == "memory" else None),
+            bound_device=bound,
             compute_bytes=self.compute_at(params),
         )
 
@@ -550,8 +593,9 @@ class CapacityPlanner:
                             needs_draft_model=draft.needs_draft_model)
         params = self.params(n_ctx, n_seq_max, n)
         use = self.usage(params)
+        bound_device = None
         if n < bound:
-            limited_by = "memory"
+            limited_by, bound_device = self.next_limit(self.params(n_ctx, n_seq_max, n + 1))
         else:
             limited_by = "max_rs_seq" if bound == MAX_RS_SEQ and n_ubatch - 2 > MAX_RS_SEQ else "draft_max"
         return RsAnswer(
@@ -563,8 +607,7 @@ class CapacityPlanner:
             limited_by=limited_by,
             snapshot_bytes=use.snapshot_bytes,
             draft_bound=bound,
-            bound_device=(self.bound_device(self.params(n_ctx, n_seq_max, n + 1)) if limited_by == "memory"
-                          else None),
+            bound_device=bound_device,
             spec_type=draft.spec_type,
             needs_draft_model=draft.needs_draft_model,
             compute_bytes=self.compute_at(params),

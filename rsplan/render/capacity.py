@@ -19,6 +19,7 @@ LIMITS = {
     "draft_max": "llama.cpp's draft bound (n_rs_seq + 1 < n_ubatch)",
     "max_rs_seq": "rsplan's 1024-plane bound",
     "nothing_fits": "nothing fits",
+    "llama_abort": "llama.cpp aborting one step up",
 }
 
 

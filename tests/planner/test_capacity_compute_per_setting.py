@@ -8,6 +8,7 @@ cost S = 201,326,592 + 40,402,944 = 241,729,536 B per sequence.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -139,3 +140,25 @@ def test_recommendations_fit_with_their_own_compute(preset, budget_mib, n_seq, c
         assert ans.compute_bytes == compute_buffer(spec, params).bytes
     if ans.limited_by == "memory":
         assert exact_room(p, p.params((ans.ctx_per_seq + CTX_PAD) * n_seq, n_seq)) < 0
+
+
+def test_a_setting_llama_cpp_aborts_on_is_never_printed():
+    # Kimi-Linear reserves a third graph of 512 tokens in ONE sequence; with a KV stream per sequence the tokens
+    # must split evenly over the -np streams, else ggml_add's repeat assert fails (planner.compute). 512 splits
+    # over 16 streams, not over 17, 18, 19 or 20: with room for 20 sequences, 16 is the answer and the next step
+    # aborts (it is not memory that stops it)
+    spec = load_builtin_preset("kimi-linear-48b-a3b")
+    probe = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), 64 * GIB, 0)
+    per_seq = probe.usage(probe.params(4096, 1)).total_bytes
+    assert probe.usage(probe.params(4096 * 16, 16)).total_bytes == 16 * per_seq
+    c1, c16 = compute_at(spec, 4096, 1), compute_at(spec, 4096 * 16, 16)
+    room = 20 * per_seq + c16
+    p = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), room, c1)
+    rung = p.max_parallel(4096)
+    assert (rung.max_parallel, rung.limited_by, rung.bound_device, rung.compute_bytes) == (16, "llama_abort", None,
+                                                                                           c16)
+    assert rung.headroom_bytes == 4 * per_seq
+    for n in (17, 18, 19, 20):
+        assert "GGML_ASSERT" in (p.aborts(p.params(4096 * n, n)) or "")
+    with pytest.raises(CapacityError, match=r"^no compute buffer for kimi-linear-48b-a3b at -c 69632 -np 17: "):
+        p.compute_at(p.params(4096 * 17, 17))
