@@ -541,11 +541,15 @@ class CapacityPlanner:
         context past it is refused)."""
         contexts = contexts or default_ladder(self.ctx_limit.tokens)
         self.context_bound(contexts)
-        # the compute buffer of one sequence at the shortest context is a lower bound for every rung
-        floor = None
-        if self.budget.compute_per_setting and min(contexts) >= 1 and min(contexts) <= MAX_CTX:
-            floor = self.compute_at(self.params(min(contexts), 1))
+        floor = self.ladder_floor(contexts)
         return [self.max_parallel(c, floor) for c in contexts]
+
+    def ladder_floor(self, contexts: Sequence[int]) -> int | None:
+        """A lower bound on the compute buffer of every rung of ``contexts`` (``max_parallel``'s ``floor``): the
+        compute of one sequence at the shortest context, where that runs; None with a fixed compute figure."""
+        if not self.budget.compute_per_setting or not contexts or not 1 <= min(contexts) <= MAX_CTX:
+            return None
+        return self._compute_figure(self.params(min(contexts), 1))
 
     def max_ctx(self, n_seq_max: int) -> CtxAnswer:
         """The largest per-sequence context, a multiple of 256 up to the context limit, for ``n_seq_max``

@@ -166,7 +166,8 @@ def parallel_figure(models: list[ModelReport]) -> Any:
         contexts = data.plot_contexts(m.planner.ctx_limit.tokens)
         all_contexts.update(contexts)
         for variant in data.variants(m.planner, m.planner.spec.name):
-            rungs = [variant.planner.max_parallel(c) for c in contexts]
+            floor = variant.planner.ladder_floor(contexts)
+            rungs = [variant.planner.max_parallel(c, floor) for c in contexts]
             fig.add_scatter(
                 x=contexts, y=[r.max_parallel for r in rungs], mode="lines+markers", name=variant.label,
                 line={"color": LINE_COLOURS[colour % len(LINE_COLOURS)], "dash": DASHES[mi % len(DASHES)],

@@ -203,7 +203,8 @@ def layer_bars(planner: CapacityPlanner) -> LayerBars:
 
 
 def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
-    return [variant.planner.max_parallel(c).max_parallel for c in contexts]
+    floor = variant.planner.ladder_floor(contexts)
+    return [variant.planner.max_parallel(c, floor).max_parallel for c in contexts]
 
 
 @dataclass(frozen=True)
