@@ -279,6 +279,7 @@ class CapacityPlanner:
     _split: SplitLayout = field(init=False, repr=False)
     _compute: dict[tuple[int | None, int, int], int] = field(init=False, repr=False, default_factory=dict)
     _aborted: dict[tuple[int | None, int, int], str] = field(init=False, repr=False, default_factory=dict)
+    _rungs: dict[int, Rung] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.layout = cache_layout(self.spec)
@@ -511,7 +512,13 @@ class CapacityPlanner:
 
     def max_parallel(self, ctx_per_seq: int, floor: int | None = None) -> Rung:
         """The most sequences of ``ctx_per_seq`` tokens each (flags ``-c ctx_per_seq*n -np n``) that fit.
-        ``floor``: a lower bound on the compute buffer of these settings (``search``)."""
+        ``floor``: a lower bound on the compute buffer of these settings (``search``). Answered once per context
+        (the table and the report's plots ask for the same rungs)."""
+        if ctx_per_seq not in self._rungs:
+            self._rungs[ctx_per_seq] = self._max_parallel(ctx_per_seq, floor)
+        return self._rungs[ctx_per_seq]
+
+    def _max_parallel(self, ctx_per_seq: int, floor: int | None) -> Rung:
         if ctx_per_seq < 1:
             raise CapacityError(f"context per sequence must be >= 1, got {ctx_per_seq}")
         # llama.cpp pads each sequence's context to 256 cells; the padded total must fit its uint32
