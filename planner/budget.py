@@ -145,12 +145,15 @@ def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | Non
     each setting searched is charged its own: ``--compute`` (one fixed figure), llama.cpp's compute buffer as
     planner.compute models it (per setting: it grows with the context per sequence and with -np), or
     DEFAULT_COMPUTE_BYTES for archs it does not model (one fixed allowance)."""
+    from rsplan.hparams.layout import cache_layout
     from rsplan.planner.compute import ComputeModelError, compute_buffer
 
     if given is not None:
         return given.n_bytes, f"--compute {given.text}", False
+    # rollback planes are printed as --spec-draft-n-max n_rs_seq, which grows llama-server's outputs
+    n_draft = params.n_rs_seq if cache_layout(spec).arch.rollback else 0
     try:
-        cb = compute_buffer(spec, params)
+        cb = compute_buffer(spec, params, n_draft=n_draft)
     except ComputeModelError as exc:
         return DEFAULT_COMPUTE_BYTES, f"an allowance: {exc}", False
     return cb.bytes, (f"llama.cpp's compute buffer of each setting (CPU-backend graph, n_outputs_max as "

@@ -397,6 +397,12 @@ class CapacityPlanner:
                                 f"{params.n_seq_max}: {self.aborts(params)}")
         return got
 
+    def n_draft(self, params: ContextParams) -> int:
+        """llama-server's draft length with ``params``: the printed flags run n_rs_seq rollback planes as
+        ``--spec-draft-n-max n_rs_seq``, which sets the server's outputs to ``-np x (1 + n_rs_seq)``
+        (planner.compute.n_outputs_max_for), so the logits of the compute buffer grow with it."""
+        return params.n_rs_seq if self.layout.arch.rollback else 0
+
     def aborts(self, params: ContextParams) -> str | None:
         """Why llama.cpp aborts creating a context with ``params`` (a reserve graph's shapes do not fit together,
         planner.compute.LlamaAbortError), or None; known only with ``budget.compute_per_setting``."""
@@ -415,7 +421,7 @@ class CapacityPlanner:
         from rsplan.planner.compute import ComputeModelError, LlamaAbortError, compute_buffer
 
         try:
-            got = compute_buffer(self.spec, params, layout=self.layout).bytes
+            got = compute_buffer(self.spec, params, layout=self.layout, n_draft=self.n_draft(params)).bytes
         except LlamaAbortError as exc:
             self._aborted[key] = str(exc)
             return None

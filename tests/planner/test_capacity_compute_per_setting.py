@@ -162,3 +162,17 @@ def test_a_setting_llama_cpp_aborts_on_is_never_printed():
         assert "GGML_ASSERT" in (p.aborts(p.params(4096 * n, n)) or "")
     with pytest.raises(CapacityError, match=r"^no compute buffer for kimi-linear-48b-a3b at -c 69632 -np 17: "):
         p.compute_at(p.params(4096 * 17, 17))
+
+
+def test_rollback_planes_are_charged_llama_servers_larger_outputs():
+    # --spec-draft-n-max N makes llama-server size its outputs for -np x (1 + N) tokens (server_output_limits):
+    # 4 x (1 + 3) = 16 rows of logits instead of 4, so the compute buffer at n_rs_seq 3 is the one with n_draft 3
+    spec = load_builtin_preset("lfm2-1.2b")
+    p = planner(spec, ContextParams(n_ctx=16384, n_seq_max=4), 8 * GIB, 0)
+    with_planes = p.params(16384, 4, 3)
+    expected = compute_buffer(spec, with_planes, n_draft=3)
+    assert expected.n_outputs_max == 16
+    assert p.compute_at(with_planes) == expected.bytes > compute_buffer(spec, p.params(16384, 4, 0)).bytes
+    rs = p.max_n_rs_seq(16384, 4)
+    assert rs.n_rs_seq is not None
+    assert rs.compute_bytes == compute_buffer(spec, p.params(16384, 4, rs.n_rs_seq), n_draft=rs.n_rs_seq).bytes
