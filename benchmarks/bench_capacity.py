@@ -57,14 +57,17 @@ def capacity_process(runs: int) -> list[float]:
     return _wall(cmd, runs)
 
 
-def capacity_in_process(repeats: int = 20) -> float:
+def capacity_in_process(repeats: int = 20, per_setting: bool = False) -> float:
+    """The searches alone; ``per_setting``: each setting charged llama.cpp's compute buffer at that setting (what
+    ``rsplan capacity`` does for a modelled arch without --compute), else one fixed 512 MiB figure."""
     from rsplan.cli.budget import parse_ctx_list
     from rsplan.hparams.sources import load_model
     from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, run_capacity
     from rsplan.planner.context import ContextParams
 
     spec = load_model(MODEL)
-    budget = Budget((DeviceBudget("GPU", 80 << 30, "bench"),), 45 << 30, "bench", (1 << 30,), 512 << 20)
+    budget = Budget((DeviceBudget("GPU", 80 << 30, "bench"),), 45 << 30, "bench", (1 << 30,), 512 << 20,
+                    compute_per_setting=per_setting)
     contexts = parse_ctx_list(LADDER)
     best = float("inf")
     for _ in range(repeats):
@@ -152,7 +155,9 @@ def main() -> None:
         f"rsplan capacity, {MODEL}, 10-step ladder: best {min(cap) * 1000:.0f} ms, median "
         f"{statistics.median(cap) * 1000:.0f} ms of {args.runs} runs (whole process; goal well under 1 s)"
     )
-    print(f"  the searches alone (ladder + max -c + max n_rs_seq), in-process: {capacity_in_process() * 1000:.2f} ms")
+    print(f"  the searches alone (ladder + max -c + max n_rs_seq), in-process, one fixed compute figure: "
+          f"{capacity_in_process() * 1000:.2f} ms; with the compute buffer of each setting: "
+          f"{capacity_in_process(max(1, args.runs), per_setting=True) * 1000:.0f} ms")
     rep, size = report_process(args.runs)
     print(
         f"rsplan report, 2 models: best {min(rep) * 1000:.0f} ms, median {statistics.median(rep) * 1000:.0f} ms "

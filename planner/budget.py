@@ -140,20 +140,25 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
     return spec, None, WEIGHTS_UNKNOWN, None
 
 
-def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | None) -> tuple[int, str]:
-    """The compute buffer charged to each GPU, and where the figure comes from: ``--compute``, llama.cpp's
-    compute buffer as planner.compute models it, or DEFAULT_COMPUTE_BYTES for archs it does not model."""
+def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | None) -> tuple[int, str, bool]:
+    """The compute buffer charged to each GPU at the flags as given, where the figure comes from, and whether
+    each setting searched is charged its own: ``--compute`` (one fixed figure), llama.cpp's compute buffer as
+    planner.compute models it (per setting: it grows with the context per sequence and with -np), or
+    DEFAULT_COMPUTE_BYTES for archs it does not model (one fixed allowance)."""
+    from rsplan.hparams.layout import cache_layout
     from rsplan.planner.compute import ComputeModelError, compute_buffer
 
     if given is not None:
-        return given.n_bytes, f"--compute {given.text}"
+        return given.n_bytes, f"--compute {given.text}", False
+    # rollback planes are printed as --spec-draft-n-max n_rs_seq, which grows llama-server's outputs
+    n_draft = params.n_rs_seq if cache_layout(spec).arch.rollback else 0
     try:
-        cb = compute_buffer(spec, params)
+        cb = compute_buffer(spec, params, n_draft=n_draft)
     except ComputeModelError as exc:
-        return DEFAULT_COMPUTE_BYTES, f"an allowance: {exc}"
-    return cb.bytes, (f"llama.cpp's compute buffer at -c {params.n_ctx} -np {params.n_seq_max} "
-                      f"(n_outputs_max {cb.n_outputs_max}, as llama-server; CPU-backend graph, used for every "
-                      "setting searched)")
+        return DEFAULT_COMPUTE_BYTES, f"an allowance: {exc}", False
+    return cb.bytes, (f"llama.cpp's compute buffer of each setting (CPU-backend graph, n_outputs_max as "
+                      f"llama-server); at -c {params.n_ctx} -np {params.n_seq_max}: n_outputs_max "
+                      f"{cb.n_outputs_max}"), True
 
 
 def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: ContextParams, request: BudgetRequest,
@@ -176,11 +181,11 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
         spec, weights, source, tensors = _weights(spec, ref, given, request.quant, tables[i] if tables else None)
-        compute, compute_source = compute_bytes(spec, params, request.compute)
+        compute, compute_source, per_setting = compute_bytes(spec, params, request.compute)
         host = request.host_budget
         budget = Budget(request.devices, weights, source, margins, compute, compute_source, weights=tensors,
                         host_budget_bytes=host.n_bytes if host else None, host_source=host.text if host else "",
-                        ctx_checkpoints=request.ctx_checkpoints)
+                        ctx_checkpoints=request.ctx_checkpoints, compute_per_setting=per_setting)
         planner = CapacityPlanner(
             spec, params, budget,
             n_gpu_layers=request.n_gpu_layers,

@@ -6,6 +6,12 @@ GPU, the caches of the layers placed there (planner.placement) take no more than
 ``plan_totals`` and each answer is a binary search over a monotone predicate (cache bytes never shrink when -np,
 the context or n_rs_seq grows), so the answer fits and the next value does not.
 
+The compute buffer is a fixed figure with ``--compute`` or an allowance (``Budget.compute_per_setting`` False);
+otherwise each setting is charged llama.cpp's compute buffer AT THAT SETTING (planner.compute, which grows with
+the context per sequence and with -np). One such figure costs tens to hundreds of ms, so the searches run on the
+cheap cache-only predicate with a bound on the compute, then settle with exact evaluations near the boundary and
+check the answer and the next step up exactly (``CapacityPlanner.search``).
+
 llama.cpp's ``-c`` is the TOTAL over all sequences: "8192 tokens per sequence, 4 sequences" is ``-c 32768 -np 4``.
 
 Every answer is runnable and names its binding limit: contexts stop at the model's context limit
@@ -80,8 +86,12 @@ class Budget:
         weights_bytes: the model's weights, or None when unknown (then NOT counted, and said so).
         weights_source: where weights_bytes comes from.
         margin_bytes: per device, the margin left free (``--fit-target``).
-        compute_bytes: per device, the compute buffer charged (``--compute``, or planner.compute's figure).
+        compute_bytes: per device, the compute buffer charged (``--compute``, an allowance, or planner.compute's
+            figure at the flags as given).
         compute_source: where compute_bytes comes from.
+        compute_per_setting: charge each setting searched llama.cpp's compute buffer at that setting
+            (planner.compute, real-run bytes) instead of ``compute_bytes``, which then only describes the flags
+            as given.
         weights: the loaded weight tensors, when known (a GGUF's, ``--quant``): each device's share is then
             placed tensor by tensor (planner.weight_placement) instead of spread over the layers.
         host_budget_bytes: host memory (``--host-budget``); None: the host is not checked. What must fit there:
@@ -100,6 +110,7 @@ class Budget:
     host_budget_bytes: int | None = None
     host_source: str = "--host-budget"
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
+    compute_per_setting: bool = False
 
     def __post_init__(self) -> None:
         if self.ctx_checkpoints < 0:
@@ -140,8 +151,10 @@ class Rung:
     ``n_ctx_flag`` is llama.cpp's ``-c`` (the total, ``ctx_per_seq * max_parallel``); ``cache_bytes`` is what
     ``rsplan estimate -c n_ctx_flag -np max_parallel`` reports. Both are None when not even one sequence fits.
     ``limited_by``: ``memory``, ``max_seq`` (llama.cpp's 256 sequences), ``max_ctx`` (one more sequence would
-    take -c past llama.cpp's uint32) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose
-    budget one more sequence would exceed.
+    take -c past llama.cpp's uint32), ``llama_abort`` (llama.cpp aborts creating a context with one more
+    sequence: ``CapacityPlanner.aborts``) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose
+    budget one more sequence would exceed. ``compute_bytes``: the compute buffer charged per device at this
+    setting (None when nothing fits).
     """
 
     ctx_per_seq: int
@@ -152,6 +165,7 @@ class Rung:
     headroom_bytes: int | None
     limited_by: str
     bound_device: str | None = None
+    compute_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -159,8 +173,9 @@ class CtxAnswer:
     """The largest per-sequence context (a multiple of 256) for ``n_seq_max`` sequences.
 
     ``limited_by``: ``memory``, ``n_ctx_train`` (the search stops at the model's context limit: the training
-    context, or YaRN's) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose budget 256 more
-    tokens per sequence would exceed.
+    context, or YaRN's), ``llama_abort`` (llama.cpp aborts at 256 more tokens per sequence) or
+    ``nothing_fits``. ``bound_device``: with ``memory``, the device whose budget 256 more tokens per sequence
+    would exceed. ``compute_bytes``: the compute buffer charged per device at this setting.
     """
 
     n_seq_max: int
@@ -170,6 +185,7 @@ class CtxAnswer:
     headroom_bytes: int | None
     limited_by: str
     bound_device: str | None = None
+    compute_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -177,10 +193,11 @@ class RsAnswer:
     """The largest ``n_rs_seq`` (rollback planes per sequence) at ``-c n_ctx -np n_seq_max``.
 
     ``n_rs_seq`` is None when the question has no answer: ``reason`` says why (arch without rollback, or not even
-    ``n_rs_seq = 0`` fits). ``limited_by``: ``memory``, ``draft_max`` (llama.cpp's bound from the effective
-    ``-ub``: n_rs_seq + 1 < n_ubatch) or ``max_rs_seq`` (rsplan's bound, 1024). ``spec_type`` is the draft type the
-    flags use (mtp only for models with nextn layers, else a draft model); ``snapshot_bytes`` the rollback planes'
-    bytes; ``draft_bound`` the longest draft llama.cpp decodes at these flags.
+    ``n_rs_seq = 0`` fits). ``limited_by``: ``memory``, ``llama_abort`` (at one more plane), ``draft_max``
+    (llama.cpp's bound from the effective ``-ub``: n_rs_seq + 1 < n_ubatch) or ``max_rs_seq`` (rsplan's bound,
+    1024). ``spec_type`` is the draft type the flags use (mtp only for models with nextn layers, else a draft
+    model); ``snapshot_bytes`` the rollback planes' bytes; ``draft_bound`` the longest draft llama.cpp decodes at
+    these flags; ``compute_bytes`` the compute buffer charged per device at this setting.
     """
 
     n_ctx: int
@@ -195,6 +212,7 @@ class RsAnswer:
     snapshot_bytes: int | None = None
     draft_bound: int | None = None
     bound_device: str | None = None
+    compute_bytes: int | None = None
 
 
 #: The name a host-memory limit is reported under (``bound_device``).
@@ -256,8 +274,12 @@ class CapacityPlanner:
     split_parts: tuple[float, ...] = field(init=False)
     weights_on_device: list[int] = field(init=False)
     weights_on_host: int = field(init=False)
+    room: list[int] = field(init=False)
     cache_budget: list[int] = field(init=False)
     _split: SplitLayout = field(init=False, repr=False)
+    _compute: dict[tuple[int | None, int, int], int] = field(init=False, repr=False, default_factory=dict)
+    _aborted: dict[tuple[int | None, int, int], str] = field(init=False, repr=False, default_factory=dict)
+    _rungs: dict[int, Rung] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.layout = cache_layout(self.spec)
@@ -283,10 +305,14 @@ class CapacityPlanner:
         else:
             self.weights_on_device, self.weights_on_host = weights_by_device(self.budget.weights_bytes or 0,
                                                                              self.placement)
-        self.cache_budget = [
-            d.budget_bytes - w - m - self.budget.compute_bytes
+        # per device, what weights and margin leave; the compute buffer of each setting comes off that
+        self.room = [
+            d.budget_bytes - w - m
             for d, w, m in zip(self.budget.devices, self.weights_on_device, self.budget.margin_bytes, strict=True)
         ]
+        # ... and what the caches may take at the flags as given (with compute_per_setting, compute_bytes is the
+        # compute buffer at those flags)
+        self.cache_budget = [r - self.budget.compute_bytes for r in self.room]
         for i, (d, c) in enumerate(zip(self.budget.devices, self.cache_budget, strict=True)):
             if c < 0:
                 raise CapacityError(
@@ -332,24 +358,78 @@ class CapacityPlanner:
                 )
 
     def bound_device(self, params: ContextParams) -> str | None:
-        """The device (or ``host memory``) whose budget ``params`` exceeds the most (None when it fits)."""
+        """The device (or ``host memory``) whose budget ``params`` exceeds the most, charged the compute buffer at
+        ``params`` (None when it fits)."""
         use = self.usage(params)
-        over = [(t.total_bytes - b, d.name) for b, t, d in
-                zip(self.cache_budget, use.devices, self.budget.devices, strict=True)]
+        compute = self.compute_at(params)
+        over = [(t.total_bytes + compute - r, d.name) for r, t, d in
+                zip(self.room, use.devices, self.budget.devices, strict=True)]
         if self.budget.host_budget_bytes is not None:
-            over.append((self.host_bytes(params, use) - self.budget.host_budget_bytes, HOST))
+            over.append((self.host_bytes(params, use, compute) - self.budget.host_budget_bytes, HOST))
         worst = max(over)
         return worst[1] if worst[0] > 0 else None
 
-    def host_bytes(self, params: ContextParams, use: Usage | None = None) -> int:
+    def host_bytes(self, params: ContextParams, use: Usage | None = None, compute: int | None = None) -> int:
         """Host memory llama-server with ``params`` needs: weights and caches left on the host, the output buffer
-        (host memory on every backend), the compute buffer when layers run there, and its context checkpoints
-        grown to ``--ctx-checkpoints`` per slot (``checkpoints``)."""
+        (host memory on every backend), the compute buffer when layers run there (``compute``; None: the one at
+        ``params``), and its context checkpoints grown to ``--ctx-checkpoints`` per slot (``checkpoints``)."""
         use = use or self.usage(params)
         out = output_buffer(self.spec, params).bytes if self.spec.vocab_size else 0
         on_host = any(d is None for d in self.placement.unit_device[:-1])
-        return (self.weights_on_host + use.host.total_bytes + out + (self.budget.compute_bytes if on_host else 0)
+        host_compute = (self.compute_at(params) if compute is None else compute) if on_host else 0
+        return (self.weights_on_host + use.host.total_bytes + out + host_compute
                 + self.checkpoints(params, use).bytes)
+
+    def compute_at(self, params: ContextParams) -> int:
+        """The compute buffer charged per device (and on the host when layers run there) at ``params``, bytes:
+        ``budget.compute_bytes`` (``--compute``, an allowance), or with ``budget.compute_per_setting`` llama.cpp's
+        compute buffer at ``params`` (planner.compute, what a real run allocates), cached per
+        (n_ctx, n_seq_max, n_rs_seq): the other flags are ``base``'s.
+
+        Raises:
+            CapacityError: llama.cpp aborts while reserving the graphs of ``params`` (no context exists).
+        """
+        if not self.budget.compute_per_setting:
+            return self.budget.compute_bytes
+        got = self._compute_figure(params)
+        if got is None:
+            raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
+                                f"{params.n_seq_max}: {self.aborts(params)}")
+        return got
+
+    def n_draft(self, params: ContextParams) -> int:
+        """llama-server's draft length with ``params``: the printed flags run n_rs_seq rollback planes as
+        ``--spec-draft-n-max n_rs_seq``, which sets the server's outputs to ``-np x (1 + n_rs_seq)``
+        (planner.compute.n_outputs_max_for), so the logits of the compute buffer grow with it."""
+        return params.n_rs_seq if self.layout.arch.rollback else 0
+
+    def aborts(self, params: ContextParams) -> str | None:
+        """Why llama.cpp aborts creating a context with ``params`` (a reserve graph's shapes do not fit together,
+        planner.compute.LlamaAbortError), or None; known only with ``budget.compute_per_setting``."""
+        if not self.budget.compute_per_setting or self._compute_figure(params) is not None:
+            return None
+        return self._aborted[(params.n_ctx, params.n_seq_max, params.n_rs_seq)]
+
+    def _compute_figure(self, params: ContextParams) -> int | None:
+        """llama.cpp's compute buffer at ``params`` (None: llama.cpp aborts there, the reason in ``_aborted``),
+        computed once per (n_ctx, n_seq_max, n_rs_seq)."""
+        key = (params.n_ctx, params.n_seq_max, params.n_rs_seq)
+        if key in self._compute:
+            return self._compute[key]
+        if key in self._aborted:
+            return None
+        from rsplan.planner.compute import ComputeModelError, LlamaAbortError, compute_buffer
+
+        try:
+            got = compute_buffer(self.spec, params, layout=self.layout, n_draft=self.n_draft(params)).bytes
+        except LlamaAbortError as exc:
+            self._aborted[key] = str(exc)
+            return None
+        except ComputeModelError as exc:
+            raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
+                                f"{params.n_seq_max}: {exc}") from None
+        self._compute[key] = got
+        return got
 
     def checkpoints(self, params: ContextParams, use: Usage | None = None) -> Checkpoints:
         """llama-server's context checkpoints with ``params`` at ``--ctx-checkpoints`` per slot (planner.outputs)."""
@@ -369,31 +449,94 @@ class CapacityPlanner:
         devices, host = self._split.totals(ctx)
         return Usage(ctx, tuple(devices), host)
 
-    def headroom(self, params: ContextParams) -> int:
-        """The smallest margin left over the GPUs' cache budgets and the host budget (negative: does not fit)."""
+    def headroom(self, params: ContextParams, compute: int | None = None) -> int:
+        """The smallest margin left over the GPUs' budgets and the host budget (negative: does not fit), with
+        ``compute`` charged as the compute buffer (None: the one at ``params``, ``compute_at``)."""
         use = self.usage(params)
-        room = min(b - t.total_bytes for b, t in zip(self.cache_budget, use.devices, strict=True))
+        charged = self.compute_at(params) if compute is None else compute
+        room = min(r - charged - t.total_bytes for r, t in zip(self.room, use.devices, strict=True))
         if self.budget.host_budget_bytes is not None:
-            room = min(room, self.budget.host_budget_bytes - self.host_bytes(params, use))
+            room = min(room, self.budget.host_budget_bytes - self.host_bytes(params, use, charged))
         return room
 
     def fits(self, params: ContextParams) -> bool:
-        return self.headroom(params) >= 0
+        """``params`` fits with its own compute buffer (and llama.cpp does not abort creating its context)."""
+        return self.aborts(params) is None and self.headroom(params) >= 0
+
+    def next_limit(self, params: ContextParams) -> tuple[str, str | None]:
+        """(limited_by, bound_device) of an answer whose next step up is ``params``, which does not fit:
+        (``llama_abort``, None) when llama.cpp aborts creating its context, else (``memory``, the device whose
+        budget it exceeds the most)."""
+        if self.aborts(params) is not None:
+            return "llama_abort", None
+        return "memory", self.bound_device(params)
+
+    def search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: int | None = None) -> int:
+        """The largest k in [lo, hi] whose setting ``make(k)`` fits with its own compute buffer, or ``lo - 1``:
+        ``make(k)`` fits (k >= lo) and ``make(k + 1)`` does not (k < hi), both checked exactly.
+
+        With a fixed compute figure: one binary search (``largest``). With the compute buffer per setting, few
+        exact figures: (1) k_hi = the largest k that fits when charged the compute at ``make(lo)`` (the compute
+        never shrinks as k grows, so nothing above k_hi fits); (2) if ``make(k_hi)`` fits exactly, that is the
+        answer; else C = the compute at k_hi bounds every k <= k_hi, so k_lo = the largest k that fits when
+        charged C; (3) an exact binary search between k_lo and k_hi. Where llama.cpp aborts at k_hi (no context,
+        no compute figure: ``aborts``), k_hi steps down to the first k where it does not. (4) The answer and the
+        next step up are then checked exactly and moved until they hold, so the boundary does not rest on the
+        monotonicity.
+        ``floor``: a lower bound on the compute of every k (None: the compute at ``make(lo)``); one shared by
+        several searches saves an exact figure per search (a loose one only widens step (3)).
+        """
+        if hi < lo:
+            return lo - 1
+        k = largest(lambda j: self.fits(make(j)), lo, hi) if not self.budget.compute_per_setting else \
+            self._bounded_search(make, lo, hi, floor)
+        moved_down = False
+        while k >= lo and not self.fits(make(k)):
+            k, moved_down = k - 1, True
+        while not moved_down and k < hi and self.fits(make(k + 1)):
+            k += 1
+        return k
+
+    def _bounded_search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: int | None) -> int:
+        """Steps (1)-(3) of ``search``."""
+        if floor is None:
+            floor = self._compute_figure(make(lo)) or 0  # 0 bounds it too, where llama.cpp aborts at lo
+        k_hi = largest(lambda j: self.headroom(make(j), floor) >= 0, lo, hi)
+        while k_hi >= lo and not self.fits(make(k_hi)):
+            if self.aborts(make(k_hi)) is None:
+                return self._exact_below(make, lo, k_hi)
+            k_hi -= 1  # llama.cpp aborts at k_hi: no bound from it; the next one down
+        return k_hi
+
+    def _exact_below(self, make: Callable[[int], ContextParams], lo: int, k_hi: int) -> int:
+        """Steps (2)-(3) of ``search`` below a ``k_hi`` that does not fit with its own compute, C."""
+        ceiling = self.compute_at(make(k_hi))
+        k_lo = largest(lambda j: self.headroom(make(j), ceiling) >= 0, lo, k_hi - 1)
+        return largest(lambda j: self.fits(make(j)), k_lo + 1, k_hi - 1)
 
     # -- the questions ------------------------------------------------------------------------------------
 
-    def max_parallel(self, ctx_per_seq: int) -> Rung:
-        """The most sequences of ``ctx_per_seq`` tokens each (flags ``-c ctx_per_seq*n -np n``) that fit."""
+    def max_parallel(self, ctx_per_seq: int, floor: int | None = None) -> Rung:
+        """The most sequences of ``ctx_per_seq`` tokens each (flags ``-c ctx_per_seq*n -np n``) that fit.
+        ``floor``: a lower bound on the compute buffer of these settings (``search``). Answered once per context
+        (the table and the report's plots ask for the same rungs)."""
+        if ctx_per_seq not in self._rungs:
+            self._rungs[ctx_per_seq] = self._max_parallel(ctx_per_seq, floor)
+        return self._rungs[ctx_per_seq]
+
+    def _max_parallel(self, ctx_per_seq: int, floor: int | None) -> Rung:
         if ctx_per_seq < 1:
             raise CapacityError(f"context per sequence must be >= 1, got {ctx_per_seq}")
         # llama.cpp pads each sequence's context to 256 cells; the padded total must fit its uint32
         hi = min(MAX_SEQ, MAX_CTX // (-(-ctx_per_seq // CTX_PAD) * CTX_PAD))
-        n = largest(lambda k: self.fits(self.params(ctx_per_seq * k, k)), 1, hi)
+        n = self.search(lambda k: self.params(ctx_per_seq * k, k), 1, hi, floor)
         if n < 1:
             return Rung(ctx_per_seq, 0, None, None, None, None, "nothing_fits")
         params = self.params(ctx_per_seq * n, n)
         use = self.usage(params)
-        limited_by = "max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory")
+        limited_by, bound = "max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory"), None
+        if limited_by == "memory":
+            limited_by, bound = self.next_limit(self.params(ctx_per_seq * (n + 1), n + 1))
         return Rung(
             ctx_per_seq=ctx_per_seq,
             max_parallel=n,
@@ -402,8 +545,8 @@ class CapacityPlanner:
             cache_bytes=use.total_bytes,
             headroom_bytes=self.headroom(params),
             limited_by=limited_by,
-            bound_device=(self.bound_device(self.params(ctx_per_seq * (n + 1), n + 1))
-                          if limited_by == "memory" else None),
+            bound_device=bound,
+            compute_bytes=self.compute_at(params),
         )
 
     def ladder(self, contexts: Sequence[int] | None = None) -> list[Rung]:
@@ -411,18 +554,28 @@ class CapacityPlanner:
         context past it is refused)."""
         contexts = contexts or default_ladder(self.ctx_limit.tokens)
         self.context_bound(contexts)
-        return [self.max_parallel(c) for c in contexts]
+        floor = self.ladder_floor(contexts)
+        return [self.max_parallel(c, floor) for c in contexts]
+
+    def ladder_floor(self, contexts: Sequence[int]) -> int | None:
+        """A lower bound on the compute buffer of every rung of ``contexts`` (``max_parallel``'s ``floor``): the
+        compute of one sequence at the shortest context, where that runs; None with a fixed compute figure."""
+        if not self.budget.compute_per_setting or not contexts or not 1 <= min(contexts) <= MAX_CTX:
+            return None
+        return self._compute_figure(self.params(min(contexts), 1))
 
     def max_ctx(self, n_seq_max: int) -> CtxAnswer:
         """The largest per-sequence context, a multiple of 256 up to the context limit, for ``n_seq_max``
         sequences (flags ``-c ctx*n_seq_max -np n_seq_max``)."""
         cap = max(1, min(self.ctx_limit.tokens, MAX_CTX // n_seq_max) // CTX_PAD)
-        k = largest(lambda j: self.fits(self.params(j * CTX_PAD * n_seq_max, n_seq_max)), 1, cap)
+        k = self.search(lambda j: self.params(j * CTX_PAD * n_seq_max, n_seq_max), 1, cap)
         if k < 1:
             return CtxAnswer(n_seq_max, 0, None, None, None, "nothing_fits")
         ctx = k * CTX_PAD
         params = self.params(ctx * n_seq_max, n_seq_max)
-        limited_by = "n_ctx_train" if k == cap else "memory"
+        limited_by, bound = "n_ctx_train" if k == cap else "memory", None
+        if limited_by == "memory":
+            limited_by, bound = self.next_limit(self.params((ctx + CTX_PAD) * n_seq_max, n_seq_max))
         return CtxAnswer(
             n_seq_max=n_seq_max,
             ctx_per_seq=ctx,
@@ -430,8 +583,8 @@ class CapacityPlanner:
             cache_bytes=self.usage(params).total_bytes,
             headroom_bytes=self.headroom(params),
             limited_by=limited_by,
-            bound_device=(self.bound_device(self.params((ctx + CTX_PAD) * n_seq_max, n_seq_max))
-                          if limited_by == "memory" else None),
+            bound_device=bound,
+            compute_bytes=self.compute_at(params),
         )
 
     def max_n_rs_seq(self, n_ctx: int, n_seq_max: int) -> RsAnswer:
@@ -449,7 +602,7 @@ class CapacityPlanner:
                             f"an effective -ub {n_ubatch} leaves no draft: llama.cpp asserts n_ubatch > n_rs_seq + 1",
                             draft_bound=bound, spec_type=draft.spec_type,
                             needs_draft_model=draft.needs_draft_model)
-        n = largest(lambda r: self.fits(self.params(n_ctx, n_seq_max, r)), 0, bound)
+        n = self.search(lambda r: self.params(n_ctx, n_seq_max, r), 0, bound)
         if n < 0:
             return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
                             f"-c {n_ctx} -np {n_seq_max} does not fit even without rollback planes",
@@ -457,8 +610,9 @@ class CapacityPlanner:
                             needs_draft_model=draft.needs_draft_model)
         params = self.params(n_ctx, n_seq_max, n)
         use = self.usage(params)
+        bound_device = None
         if n < bound:
-            limited_by = "memory"
+            limited_by, bound_device = self.next_limit(self.params(n_ctx, n_seq_max, n + 1))
         else:
             limited_by = "max_rs_seq" if bound == MAX_RS_SEQ and n_ubatch - 2 > MAX_RS_SEQ else "draft_max"
         return RsAnswer(
@@ -470,10 +624,10 @@ class CapacityPlanner:
             limited_by=limited_by,
             snapshot_bytes=use.snapshot_bytes,
             draft_bound=bound,
-            bound_device=(self.bound_device(self.params(n_ctx, n_seq_max, n + 1)) if limited_by == "memory"
-                          else None),
+            bound_device=bound_device,
             spec_type=draft.spec_type,
             needs_draft_model=draft.needs_draft_model,
+            compute_bytes=self.compute_at(params),
         )
 
 

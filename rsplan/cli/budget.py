@@ -47,8 +47,9 @@ BUDGET_OPTIONS: list[Decorator] = [
     click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
     click.option("--compute", "compute", metavar="SIZE", default=None,
-                 help="Compute buffer per GPU. Default: llama.cpp's compute buffer for -c/-np as rsplan models "
-                 "it (llama-server's outputs), or 512MiB for archs it does not model."),
+                 help="Compute buffer per GPU, one figure for every setting searched. Default: each setting is "
+                 "charged llama.cpp's compute buffer at that setting as rsplan models it (llama-server's "
+                 "outputs), or 512MiB for archs it does not model."),
     click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "n_gpu_layers", metavar="N|all", default=None,
                  help="Layers on the GPUs, counted from the last (llama.cpp -ngl); default all."),
     click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,

@@ -42,9 +42,10 @@ from rsplan.planner.engines import NATIVE
 def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
 
-    Subtracts the weights, a margin (--fit-target) and a compute allowance (--compute) from the budget, then
-    searches the exact cache plan. llama.cpp's -c is the TOTAL over all sequences: 4 sequences of 8192 tokens
-    are -c 32768 -np 4. -c/-np given here are the setting for the --n-rs-seq question and the per-device table.
+    Subtracts the weights, a margin (--fit-target) and the compute buffer of each setting (or --compute) from
+    the budget, then searches the exact cache plan. llama.cpp's -c is the TOTAL over all sequences: 4 sequences
+    of 8192 tokens are -c 32768 -np 4. -c/-np given here are the setting for the --n-rs-seq question and the
+    per-device table.
 
     \b
     Examples:

@@ -19,6 +19,7 @@ LIMITS = {
     "draft_max": "llama.cpp's draft bound (n_rs_seq + 1 < n_ubatch)",
     "max_rs_seq": "rsplan's 1024-plane bound",
     "nothing_fits": "nothing fits",
+    "llama_abort": "llama.cpp aborting one step up",
 }
 
 
@@ -134,6 +135,8 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
         "weights_on_gpus_bytes": sum(planner.weights_on_device),
         "margin_bytes": sum(budget.margin_bytes),
         "compute_bytes": budget.compute_bytes * n_dev,
+        "compute_source": budget.compute_source,
+        "compute_per_setting": budget.compute_per_setting,
         "cache_budget_bytes": sum(planner.cache_budget),
         "params": dataclasses.asdict(result.params),
         "flags": planner.flags(result.params),
@@ -159,7 +162,7 @@ def notes(planner: CapacityPlanner) -> list[str]:
     out = []
     if planner.budget.weights_bytes is None:
         out.append("weights are NOT counted: their size is unknown for this model (give --weights SIZE)")
-    out.append(f"compute buffer: {human(planner.budget.compute_bytes)} per GPU, {planner.budget.compute_source}")
+    out.append(compute_words(planner))
     if planner.budget.weights:
         out.append("weights per device placed tensor by tensor as llama.cpp places them (the token embedding stays "
                    "in host memory)")
@@ -180,6 +183,15 @@ def notes(planner: CapacityPlanner) -> list[str]:
                                           f": {planner.spec.name} has no MTP (nextn) layers for --spec-type mtp")
                    + "; the draft model's own weights and caches are not counted")
     return out
+
+
+def compute_words(planner: CapacityPlanner) -> str:
+    """Where the compute buffer charged to each answer comes from, in a sentence."""
+    budget = planner.budget
+    if not budget.compute_per_setting:
+        return f"compute buffer: {human(budget.compute_bytes)} per GPU for every setting, {budget.compute_source}"
+    return (f"compute buffer: each setting is charged its own on every GPU (and on the host when layers run there), "
+            f"{budget.compute_source}; {human(budget.compute_bytes)} at the flags given, each answer's in its row")
 
 
 def _checkpoint_words(planner: CapacityPlanner) -> str:
@@ -225,8 +237,14 @@ def _budget_lines(planner: CapacityPlanner) -> list[str]:
                      f"from {budget.weights_source}")
     margins = sorted(set(budget.margin_bytes))
     lines.append("Margin:   " + ", ".join(human(m) for m in margins) + " per GPU (--fit-target)")
-    lines.append(f"Compute:  {human(budget.compute_bytes)} per GPU ({budget.compute_source})")
-    lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches")
+    if budget.compute_per_setting:
+        lines.append(f"Compute:  per setting ({budget.compute_source}); {human(budget.compute_bytes)} per GPU at "
+                     f"the flags given")
+        lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches at the flags "
+                     "given")
+    else:
+        lines.append(f"Compute:  {human(budget.compute_bytes)} per GPU ({budget.compute_source})")
+        lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches")
     return lines
 
 
@@ -257,10 +275,12 @@ def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
 
 def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
     """The most parallel sequences at each context per sequence."""
+    per_setting = planner.budget.compute_per_setting
     ladder_rows: list[list[Any]] = []
     for r in result.ladder:
         if r.n_ctx_flag is None or r.cache_bytes is None or r.headroom_bytes is None:  # not even one sequence fits
-            ladder_rows.append([f"{r.ctx_per_seq:,}", 0, "nothing fits", "does not fit", "-", "-"])
+            ladder_rows.append([f"{r.ctx_per_seq:,}", 0, "nothing fits", "does not fit", "-", "-"]
+                               + (["-"] if per_setting else []))
             continue
         ladder_rows.append([
             f"{r.ctx_per_seq:,}",
@@ -269,11 +289,12 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
             planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)),
             human(r.cache_bytes),
             human(r.headroom_bytes),
-        ])
+        ] + ([human(r.compute_bytes or 0)] if per_setting else []))
+    headers = ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"]
     return [
-        "Most parallel sequences per context (llama.cpp's -c is the total over all sequences):",
-        table(ladder_rows, ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"],
-              wrap=(3,)),
+        "Most parallel sequences per context (llama.cpp's -c is the total over all sequences"
+        + ("; compute: the compute buffer charged per GPU at that setting):" if per_setting else "):"),
+        table(ladder_rows, headers + (["compute"] if per_setting else []), wrap=(3,)),
     ]
 
 
@@ -287,7 +308,8 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
         limit = f", limited by {limit_words(planner, m.limited_by, m.bound_device)}"
         lines.append(
             f"Largest context at -np {m.n_seq_max}: {m.ctx_per_seq:,} tokens per sequence{limit}: "
-            f"{planner.flags(planner.params(m.n_ctx_flag, m.n_seq_max))} (caches {human(m.cache_bytes)})"
+            f"{planner.flags(planner.params(m.n_ctx_flag, m.n_seq_max))} (caches {human(m.cache_bytes)}"
+            f"{_compute_part(planner, m.compute_bytes)})"
         )
     rs = result.max_rs
     if rs.n_rs_seq is None or rs.cache_bytes is None:
@@ -297,7 +319,14 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
         flags = planner.flags(planner.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
         how = f" {planner.draft.describe()}" if planner.draft.needs_draft_model else ""
         lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{how}{limit}: {flags} "
-                     f"(caches {human(rs.cache_bytes)})")
+                     f"(caches {human(rs.cache_bytes)}{_compute_part(planner, rs.compute_bytes)})")
         lines.append(f"Rollback snapshots at n_rs_seq {rs.n_rs_seq}: {human(rs.snapshot_bytes or 0)} "
                      f"({rs.snapshot_bytes or 0:,} B) of those caches")
     return lines
+
+
+def _compute_part(planner: CapacityPlanner, compute_bytes: int | None) -> str:
+    """``, compute 215.00 MiB per GPU`` when each setting is charged its own compute buffer, else nothing."""
+    if not planner.budget.compute_per_setting or compute_bytes is None:
+        return ""
+    return f", compute {human(compute_bytes)} per GPU"

@@ -166,7 +166,8 @@ def parallel_figure(models: list[ModelReport]) -> Any:
         contexts = data.plot_contexts(m.planner.ctx_limit.tokens)
         all_contexts.update(contexts)
         for variant in data.variants(m.planner, m.planner.spec.name):
-            rungs = [variant.planner.max_parallel(c) for c in contexts]
+            floor = variant.planner.ladder_floor(contexts)
+            rungs = [variant.planner.max_parallel(c, floor) for c in contexts]
             fig.add_scatter(
                 x=contexts, y=[r.max_parallel for r in rungs], mode="lines+markers", name=variant.label,
                 line={"color": LINE_COLOURS[colour % len(LINE_COLOURS)], "dash": DASHES[mi % len(DASHES)],
@@ -410,15 +411,16 @@ def ladder_table(m: ModelReport) -> str:
     planner = m.planner
     for r in m.result.ladder:
         if r.n_ctx_flag is None:
-            rows.append([f"{r.ctx_per_seq:,}", "0", "nothing fits", "-", "-", "-"])
+            rows.append([f"{r.ctx_per_seq:,}", "0", "nothing fits", "-", "-", "-", "-"])
             continue
         rows.append([
             f"{r.ctx_per_seq:,}", f"{r.max_parallel}", _e(limit_words(planner, r.limited_by, r.bound_device)),
             f"<code>{_e(planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)))}</code>",
             f"{_bytes_cell(r.cache_bytes)} ({r.cache_bytes:,} B)", _bytes_cell(r.headroom_bytes),
+            _bytes_cell(r.compute_bytes),
         ])
-    return _table(["context per sequence", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"],
-                  rows, {0})
+    return _table(["context per sequence", "max -np", "limited by", "llama.cpp flags", "caches", "headroom",
+                   "compute per GPU"], rows, {0})
 
 
 def _budget_line(m: ModelReport) -> str:
@@ -428,9 +430,12 @@ def _budget_line(m: ModelReport) -> str:
         f"weights {human(sum(p.weights_on_device))}"
     n = len(b.devices)
     per = "" if n == 1 else f" over {n} GPUs"
+    at = " at the flags given" if b.compute_per_setting else ""
     text = (f"Budget {human(sum(d.budget_bytes for d in b.devices))}{per} - {weights} - margin "
             f"{human(sum(b.margin_bytes))} - compute {human(b.compute_bytes * n)} = "
-            f"{human(sum(p.cache_budget))} for the caches.")
+            f"{human(sum(p.cache_budget))} for the caches{at}.")
+    if b.compute_per_setting:
+        text += " Each answer is charged the compute buffer of its own setting (the tables show it)."
     return f"<p class='budget'>{_e(text)}</p>"
 
 
@@ -442,7 +447,7 @@ def _answers(m: ModelReport) -> str:
         limit = f", limited by {limit_words(planner, mc.limited_by, mc.bound_device)}"
         flags = planner.flags(planner.params(mc.n_ctx_flag, mc.n_seq_max))
         out.append(f"Largest context at -np {mc.n_seq_max}: {mc.ctx_per_seq:,} tokens per sequence{_e(limit)}: "
-                   f"<code>{_e(flags)}</code>")
+                   f"<code>{_e(flags)}</code>; compute {_bytes_cell(mc.compute_bytes)} per GPU")
     else:
         out.append(f"Largest context at -np {mc.n_seq_max}: nothing fits")
     rs = result.max_rs
@@ -454,7 +459,7 @@ def _answers(m: ModelReport) -> str:
         limit = limit_words(planner, rs.limited_by or "", rs.bound_device, rs.draft_bound)
         out.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{_e(how)}, limited by "
                    f"{_e(limit)}: <code>{_e(flags)}</code>; rollback snapshots {_bytes_cell(rs.snapshot_bytes)} "
-                   f"({rs.snapshot_bytes or 0:,} B)")
+                   f"({rs.snapshot_bytes or 0:,} B); compute {_bytes_cell(rs.compute_bytes)} per GPU")
     return "<ul>" + "".join(f"<li>{line}</li>" for line in out) + "</ul>"
 
 
@@ -471,9 +476,10 @@ def sources_table(models: list[ModelReport], profile: ProfileResults | None, pro
                      _e(d.source + extra)])
     rows.append(["margin per GPU", ", ".join(f"{x:,} B = {_e(human(x))}" for x in budget.margin_bytes),
                  "--fit-target (MiB; llama.cpp's --fit default is 1024)"])
-    rows.append(["compute allowance per GPU", f"{budget.compute_bytes:,} B = {_e(human(budget.compute_bytes))}",
-                 "--compute (default 512 MiB): an allowance, not a measurement; llama.cpp's compute buffer "
-                 "depends on the graph (-ub, vocabulary, attention)"])
+    what = "compute buffer per GPU at the flags given" if budget.compute_per_setting else "compute buffer per GPU"
+    rows.append([what, f"{budget.compute_bytes:,} B = {_e(human(budget.compute_bytes))}",
+                 _e(budget.compute_source) + (" (the heat map charges this figure to every cell)"
+                                              if budget.compute_per_setting else "")])
     for m in models:
         p = m.planner
         spec, layout = p.spec, p.layout

@@ -22,7 +22,7 @@ COMPONENTS = (
     ("conv", "recurrent conv state (R)"),
     ("state", "recurrent state (S)"),
     ("rollback", "rollback planes (R+S snapshots)"),
-    ("compute", "compute allowance"),
+    ("compute", "compute buffer"),
     ("margin", "margin (--fit-target)"),
 )
 #: -np values of the heat map rows.
@@ -72,7 +72,7 @@ def memory_series(planner: CapacityPlanner, n_seq: int, contexts: list[int]) -> 
         parts["conv"].append(r - r_snap)
         parts["state"].append(s - s_snap)
         parts["rollback"].append(r_snap + s_snap)
-        parts["compute"].append(budget.compute_bytes * n_dev)
+        parts["compute"].append(planner.compute_at(planner.params(ctx * n_seq, n_seq)) * n_dev)
         parts["margin"].append(sum(budget.margin_bytes))
         host.append(use.host.total_bytes)
     return MemorySeries(n_seq, contexts, parts, sum(d.budget_bytes for d in budget.devices), host)
@@ -154,10 +154,12 @@ def heatmap_contexts(planner: CapacityPlanner) -> list[int]:
 
 
 def heatmap(planner: CapacityPlanner) -> Heatmap:
+    """Headroom over -np and -c, each cell charged the compute buffer at the flags as given
+    (``budget.compute_bytes``: an exact figure per cell would take a compute-graph model per cell)."""
     contexts = heatmap_contexts(planner)
     rows = []
     for n in HEATMAP_NP:
-        rows.append([planner.headroom(planner.params(c, n)) for c in contexts])
+        rows.append([planner.headroom(planner.params(c, n), planner.budget.compute_bytes) for c in contexts])
     past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
     return Heatmap(list(HEATMAP_NP), contexts, rows, past)
 
@@ -201,7 +203,8 @@ def layer_bars(planner: CapacityPlanner) -> LayerBars:
 
 
 def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
-    return [variant.planner.max_parallel(c).max_parallel for c in contexts]
+    floor = variant.planner.ladder_floor(contexts)
+    return [variant.planner.max_parallel(c, floor).max_parallel for c in contexts]
 
 
 @dataclass(frozen=True)

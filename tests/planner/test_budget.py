@@ -86,17 +86,20 @@ def test_compute_flag_or_the_modelled_buffer_or_the_allowance():
 
     params = ContextParams(n_ctx=4096, n_seq_max=2)
     no_vocab = make_spec(**MAMBA2)
-    assert compute_bytes(no_vocab, params, GivenSize(0, "0")) == (0, "--compute 0")
+    # --compute and the allowance are one fixed figure; the modelled buffer is charged per setting
+    assert compute_bytes(no_vocab, params, GivenSize(0, "0")) == (0, "--compute 0", False)
     assert compute_bytes(no_vocab, params, None) == (
         DEFAULT_COMPUTE_BYTES, "an allowance: model 'test' does not give its vocabulary size (vocab_size), which "
-        "sizes the logits; pass --compute to give the size")
+        "sizes the logits; pass --compute to give the size", False)
     spec = make_spec(**MAMBA2, vocab_size=50280)
     cb = compute_buffer(spec, params)
     assert compute_bytes(spec, params, None) == (
-        cb.bytes, f"llama.cpp's compute buffer at -c 4096 -np 2 (n_outputs_max {cb.n_outputs_max}, as llama-server; "
-        "CPU-backend graph, used for every setting searched)")
+        cb.bytes, "llama.cpp's compute buffer of each setting (CPU-backend graph, n_outputs_max as llama-server); "
+        f"at -c 4096 -np 2: n_outputs_max {cb.n_outputs_max}", True)
     (p,) = make_planners([spec], ["m"], params, request(compute=None))
-    assert p.budget.compute_bytes == cb.bytes > 0
+    assert p.budget.compute_bytes == cb.bytes > 0 and p.budget.compute_per_setting
+    (p,) = make_planners([spec], ["m"], params, request(compute=GivenSize(0, "0")))
+    assert not p.budget.compute_per_setting
 
 
 def test_serving_budget_takes_the_smallest_gpu_and_checks_the_tp_size():

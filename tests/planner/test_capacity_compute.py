@@ -25,7 +25,8 @@ def test_modelled_arch_charges_llama_cpp_compute_buffer():
     d = capacity_json("--model", "lfm2-1.2b", "--budget", "24GiB", "-c", "4096", "-np", "4", "--ctx", "4k")
     gpu = d["devices"][0]
     assert gpu["compute_bytes"] == 64_041_024
-    assert gpu["compute_source"].startswith("llama.cpp's compute buffer at -c 4096 -np 4")
+    assert gpu["compute_source"].startswith("llama.cpp's compute buffer of each setting")
+    assert "at -c 4096 -np 4: n_outputs_max 4" in gpu["compute_source"] and d["compute_per_setting"]
 
 
 def test_compute_flag_overrides_the_model():

@@ -1,0 +1,178 @@
+"""Each capacity answer is charged llama.cpp's compute buffer AT ITS OWN SETTING, not the one at the flags given.
+
+The compute figures are planner.compute's (the oracle for the charge); the answers are derived independently, by
+budget arithmetic in the test: the article's qwen35 (llamacpp-sizing.md section 6) holds 24,576 B of KV per cell
+(12 layers x (K + V) 512 x f16) and one recurrent row of 40,402,944 B per sequence, so 8,192 tokens per sequence
+cost S = 201,326,592 + 40,402,944 = 241,729,536 B per sequence.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget
+from rsplan.planner.compute import compute_buffer
+from rsplan.planner.context import CTX_PAD, ContextParams
+from rsplan_testing import make_spec
+
+MIB = 1 << 20
+GIB = 1 << 30
+ARTICLE = dict(
+    arch="qwen35", context_length=262144, embedding_length=2048, block_count=48, vocab_size=1000,
+    feed_forward_length=6144,
+    attention={"head_count": 16, "head_count_kv": 4, "key_length": 128, "value_length": 128},
+    ssm={"conv_kernel": 4, "inner_size": 2048, "state_size": 128, "time_step_rank": 16, "group_count": 16},
+)
+KV_PER_CELL = 12 * 2 * 512 * 2  # 24,576 B
+ROW_BYTES = 36 * (18432 + 262144) * 4  # 40,402,944 B
+S_8K = KV_PER_CELL * 8192 + ROW_BYTES  # 241,729,536 B per sequence of 8,192 tokens
+WEIGHTS = 10 * GIB
+MARGIN = 1024 * MIB
+
+
+def compute_at(spec, n_ctx: int, n_seq: int) -> int:
+    return compute_buffer(spec, ContextParams(n_ctx=n_ctx, n_seq_max=n_seq)).bytes
+
+
+def planner(spec, base: ContextParams, room: int, base_compute: int, per_setting: bool = True) -> CapacityPlanner:
+    """One device whose budget leaves ``room`` bytes after weights and margin."""
+    budget = Budget((DeviceBudget("d0", WEIGHTS + MARGIN + room, "test"),), WEIGHTS, "test", (MARGIN,),
+                    base_compute, "test", compute_per_setting=per_setting)
+    return CapacityPlanner(spec, base, budget)
+
+
+def test_more_sequences_are_charged_their_larger_compute_buffer():
+    spec = make_spec(**ARTICLE)
+    assert S_8K == 241_729_536
+    c_base, c3, c4 = compute_at(spec, 8192, 1), compute_at(spec, 3 * 8192, 3), compute_at(spec, 4 * 8192, 4)
+    assert c_base < c3 < c4  # the oracle's figures grow with -np (58.9, 59.30, 59.33 MB)
+    # room for 4 sequences of caches plus the compute at -np 3: 3 sequences and their compute fit with one
+    # sequence to spare; 4 sequences need c4 > c3 of compute, so they do not fit
+    room = 4 * S_8K + c3
+    p = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), room, c_base)
+    rung = p.max_parallel(8192)
+    assert (rung.max_parallel, rung.n_ctx_flag, rung.limited_by, rung.bound_device) == (3, 24576, "memory", "d0")
+    assert rung.cache_bytes == 3 * S_8K
+    assert rung.compute_bytes == c3
+    assert rung.headroom_bytes == room - 3 * S_8K - c3 == S_8K
+    # the one figure at the flags given (-np 1) would have printed -np 4, which exceeds the budget by c4 - c3
+    fixed = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), room, c_base, per_setting=False)
+    assert fixed.max_parallel(8192).max_parallel == 4
+    assert room - 4 * S_8K - c4 == c3 - c4 < 0
+
+
+def test_a_longer_context_is_charged_its_larger_compute_buffer():
+    spec = make_spec(**ARTICLE)
+    c_base, c64k, c_next = compute_at(spec, 4096, 1), compute_at(spec, 65536, 1), compute_at(spec, 65792, 1)
+    assert c_base < c64k <= c_next  # 54.7 MB at 4k, 117.6 MB at 64k
+    room = KV_PER_CELL * 65536 + ROW_BYTES + c64k  # exactly 65,536 tokens and their compute
+    p = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), room, c_base)
+    ans = p.max_ctx(1)
+    assert (ans.ctx_per_seq, ans.n_ctx_flag, ans.limited_by, ans.bound_device) == (65536, 65536, "memory", "d0")
+    assert (ans.compute_bytes, ans.headroom_bytes) == (c64k, 0)
+    # 256 more tokens: 6,291,456 B more KV, and compute no smaller
+    assert room - KV_PER_CELL * 65792 - ROW_BYTES - c_next < 0
+    # charged the compute at -c 4096, the answer would run 2,560 tokens past what fits
+    fixed = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), room, c_base, per_setting=False)
+    assert fixed.max_ctx(1).ctx_per_seq == 65536 + (c64k - c_base) // (KV_PER_CELL * CTX_PAD) * CTX_PAD > 65536
+
+
+def test_compute_flag_and_allowance_stay_one_fixed_figure():
+    spec = make_spec(**ARTICLE)
+    room = 4 * S_8K + 5 * MIB
+    p = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), room, 5 * MIB, per_setting=False)
+    rung = p.max_parallel(8192)
+    assert (rung.max_parallel, rung.compute_bytes, rung.headroom_bytes) == (4, 5 * MIB, 0)
+    assert p._compute == {}  # no compute graph was built
+
+
+def test_compute_cache_key_is_the_setting():
+    spec = make_spec(**ARTICLE)
+    p = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), 4 * S_8K, 0)
+    a = p.compute_at(p.params(16384, 2))
+    assert a == compute_at(spec, 16384, 2)
+    assert p._compute == {(16384, 2, 0): a}
+
+
+# -- property: on random budgets, the printed setting fits with its own compute and the next step does not -----
+
+PRESETS = ("lfm2-1.2b", "mamba2-130m", "nemotron-h-8b-base-8k")
+
+
+def exact_room(p: CapacityPlanner, params: ContextParams) -> int:
+    """Budget - weights - margin - llama.cpp's compute at ``params`` - caches, re-estimated outside the planner's
+    search (one device, weights given)."""
+    d = p.budget.devices[0]
+    compute = compute_buffer(p.spec, params).bytes
+    return d.budget_bytes - p.budget.weights_bytes - p.budget.margin_bytes[0] - compute \
+        - p.usage(params).total_bytes
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(preset=st.sampled_from(PRESETS), budget_mib=st.integers(64, 4096), n_seq=st.sampled_from([1, 2, 4, 8]),
+       ctx_per_seq=st.sampled_from([256, 1024, 4096, 8192]))
+def test_recommendations_fit_with_their_own_compute(preset, budget_mib, n_seq, ctx_per_seq):
+    spec = load_builtin_preset(preset)
+    base = ContextParams(n_ctx=ctx_per_seq * n_seq, n_seq_max=n_seq)
+    weights = 16 * MIB
+    budget = Budget((DeviceBudget("d0", weights + MARGIN + budget_mib * MIB, "test"),), weights, "test", (MARGIN,),
+                    compute_at(spec, base.n_ctx, n_seq), "test", compute_per_setting=True)
+    try:
+        p = CapacityPlanner(spec, base, budget)
+    except CapacityError:
+        return  # the compute at the flags given alone exceeds the budget
+    rung = p.max_parallel(ctx_per_seq)
+    if rung.n_ctx_flag is not None:
+        params = p.params(rung.n_ctx_flag, rung.max_parallel)
+        assert exact_room(p, params) == rung.headroom_bytes >= 0
+        assert rung.compute_bytes == compute_buffer(spec, params).bytes
+    else:
+        assert exact_room(p, p.params(ctx_per_seq, 1)) < 0
+    if rung.limited_by == "memory":
+        assert exact_room(p, p.params(ctx_per_seq * (rung.max_parallel + 1), rung.max_parallel + 1)) < 0
+    ans = p.max_ctx(n_seq)
+    if ans.n_ctx_flag is not None:
+        params = p.params(ans.n_ctx_flag, n_seq)
+        assert exact_room(p, params) == ans.headroom_bytes >= 0
+        assert ans.compute_bytes == compute_buffer(spec, params).bytes
+    if ans.limited_by == "memory":
+        assert exact_room(p, p.params((ans.ctx_per_seq + CTX_PAD) * n_seq, n_seq)) < 0
+
+
+def test_a_setting_llama_cpp_aborts_on_is_never_printed():
+    # Kimi-Linear reserves a third graph of 512 tokens in ONE sequence; with a KV stream per sequence the tokens
+    # must split evenly over the -np streams, else ggml_add's repeat assert fails (planner.compute). 512 splits
+    # over 16 streams, not over 17, 18, 19 or 20: with room for 20 sequences, 16 is the answer and the next step
+    # aborts (it is not memory that stops it)
+    spec = load_builtin_preset("kimi-linear-48b-a3b")
+    probe = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), 64 * GIB, 0)
+    per_seq = probe.usage(probe.params(4096, 1)).total_bytes
+    assert probe.usage(probe.params(4096 * 16, 16)).total_bytes == 16 * per_seq
+    c1, c16 = compute_at(spec, 4096, 1), compute_at(spec, 4096 * 16, 16)
+    room = 20 * per_seq + c16
+    p = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), room, c1)
+    rung = p.max_parallel(4096)
+    assert (rung.max_parallel, rung.limited_by, rung.bound_device, rung.compute_bytes) == (16, "llama_abort", None,
+                                                                                           c16)
+    assert rung.headroom_bytes == 4 * per_seq
+    for n in (17, 18, 19, 20):
+        assert "GGML_ASSERT" in (p.aborts(p.params(4096 * n, n)) or "")
+    with pytest.raises(CapacityError, match=r"^no compute buffer for kimi-linear-48b-a3b at -c 69632 -np 17: "):
+        p.compute_at(p.params(4096 * 17, 17))
+
+
+def test_rollback_planes_are_charged_llama_servers_larger_outputs():
+    # --spec-draft-n-max N makes llama-server size its outputs for -np x (1 + N) tokens (server_output_limits):
+    # 4 x (1 + 3) = 16 rows of logits instead of 4, so the compute buffer at n_rs_seq 3 is the one with n_draft 3
+    spec = load_builtin_preset("lfm2-1.2b")
+    p = planner(spec, ContextParams(n_ctx=16384, n_seq_max=4), 8 * GIB, 0)
+    with_planes = p.params(16384, 4, 3)
+    expected = compute_buffer(spec, with_planes, n_draft=3)
+    assert expected.n_outputs_max == 16
+    assert p.compute_at(with_planes) == expected.bytes > compute_buffer(spec, p.params(16384, 4, 0)).bytes
+    rs = p.max_n_rs_seq(16384, 4)
+    assert rs.n_rs_seq is not None
+    assert rs.compute_bytes == compute_buffer(spec, p.params(16384, 4, rs.n_rs_seq), n_draft=rs.n_rs_seq).bytes
