@@ -134,6 +134,9 @@ def test_config_json_without_token_count_says_why(tmp_path):
         "does not give it: without tokenizer.model next to config.json the converter counts tokenizer.json's "
         "tokens, which rsplan does not read (JambaModel: conversion/jamba.py:18 set_vocab, conversion/base.py:2104 "
         "vocab_size); give it in a preset YAML)\n")
+    # capacity's --quant says the same
+    r = run("capacity", "--model", str(config), "--budget", "24GiB", "--quant", "Q4_K_M")
+    assert r.exit_code != 0 and "(config.json does not give it: without tokenizer.model next to config.json" in r.output
     # without --quant the buffers it leaves unsized are noted with the reason
     r = run("estimate", "--model", str(config), "-c", "4096", "--format", "json")
     assert r.exit_code == 0, r.output
