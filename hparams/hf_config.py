@@ -7,7 +7,9 @@ picks it, see hf_architectures.py; by ``model_type`` when a config names no arch
 (convert_hf_to_gguf.py, conversion/<model>.py at llama.cpp 0c1e57098) would write for this config, each tagged
 with the config.json keys it came from; ``llama_loader.load_spec`` then reads them exactly as it reads a GGUF
 file, so a config.json and the GGUF converted from it give the same ModelSpec. Only the keys that reach the
-cache-relevant GGUF keys are read; alias keys live in hf_aliases.py.
+cache-relevant GGUF keys are read; alias keys live in hf_aliases.py. The token list's length (``vocab_size``) is
+the converter's where config.json alone decides it (hf_vocab.py), else left unset with the reason
+(``HFModel.vocab_unknown``).
 
 Known limits (the converter reads more than config.json): Qwen3-Next's MTP layer count comes from the
 checkpoint's tensor names (read here from model.safetensors.index.json when it is next to config.json, else 0,
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +28,12 @@ from typing import Any
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import path_kind
 from rsplan.hparams import hf_aliases as A
-from rsplan.hparams.gguf_keys import General
+from rsplan.hparams.gguf_keys import General, Tokenizer
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.hf_base import HFConverter, HFParams, KeyWriter, WrittenKey, parse_json_text
 from rsplan.hparams.hf_converters import WRITERS
 from rsplan.hparams.hf_ssm_converters import MAMBA_SSM
+from rsplan.hparams.hf_vocab import VocabCount, vocab_count
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
 from rsplan.hparams.model import HF_DTYPES, ModelSpec, ServingSpec
 from rsplan.hparams.yaml_preset import read_text_file
@@ -42,12 +45,14 @@ MAX_CONFIG_BYTES = 4 << 20
 class _HFMetadata:
     """llama_loader.Metadata over the keys the converter would write."""
 
-    def __init__(self, w: KeyWriter, arch: str, name: str, where: str) -> None:
+    def __init__(self, w: KeyWriter, arch: str, name: str, where: str, vocab: VocabCount) -> None:
         self.where = where
         self.prefix = f"{arch}."
         self.kv = dict(w.kv)
         self.kv[General.ARCHITECTURE] = WrittenKey(MetaInfo("str"), arch, "model_type")
         self.kv[General.NAME] = WrittenKey(MetaInfo("str"), name, "directory name")
+        if vocab.n_vocab is not None:  # the token list's length is all the loader reads of it
+            self.kv[Tokenizer.TOKENS] = WrittenKey(MetaInfo("arr", "str", vocab.n_vocab), None, vocab.origin)
         self.wanted = w.wanted
 
     def _local(self, key: str) -> str:
@@ -79,6 +84,8 @@ class HFModel:
     config_path: str
     #: the architecture name that picked the converter (architectures[0]); None when the config names none
     architecture: str | None = None
+    #: why the spec has no vocab_size (the converter's token count needs a file rsplan does not read); None when set
+    vocab_unknown: str | None = None
 
     @property
     def spec(self) -> ModelSpec:
@@ -234,8 +241,11 @@ def _serving(flat: dict[str, Any], architectures: Any, where: str, sources: dict
     return serving if any(value is not None for value in serving.model_dump().values()) else None
 
 
-def read_hf_config(path: str | Path) -> HFModel:
+def read_hf_config(path: str | Path, repo_files: Collection[str] | None = None) -> HFModel:
     """Read a Hugging Face config.json (or a model directory holding one) the way llama.cpp converts it.
+
+    ``repo_files``: the hub repository's file paths when config.json came from one (the token count can depend
+    on which tokenizer files exist: hf_vocab.py); None looks next to config.json.
 
     Raises:
         ModelFileError: unreadable or invalid JSON, a missing, null, wrong-typed or negative key, per-layer
@@ -251,13 +261,17 @@ def read_hf_config(path: str | Path) -> HFModel:
     cfg = HFParams(flat, where, config.parent, prefix="mamba" if family.mamba_prefix else None)
     w = KeyWriter()
     arch = family.write(cfg, w)
+    vocab = vocab_count(cfg, family.converter, arch, repo_files)
     name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
-    meta = _HFMetadata(w, arch, name, where)
+    meta = _HFMetadata(w, arch, name, where, vocab)
     loaded = load_spec(meta, fallback_name=name or "config", source=where)
     sources = dict(loaded.sources)
+    if vocab.n_vocab is not None:
+        sources["vocab_size"] = vocab.origin
     spec = loaded.spec.model_copy(update={"serving": _serving(flat, data.get("architectures"), where, sources)})
     loaded = LoadedModel(spec, sources)
-    return HFModel(loaded, model_type, family.converter, where, architecture)
+    return HFModel(loaded, model_type, family.converter, where, architecture,
+                   None if vocab.n_vocab is not None else vocab.origin)
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

@@ -503,7 +503,7 @@ def _read_config_repo(ref: HubRef, env: HubEnv, commit: str, files: list[str], s
     # the index first: beside config.json in the cache, the config reader counts Qwen3-Next's MTP layers from it
     shards, why = weight_files(ref, env, commit, files, snapshot, origin)
     config = _download(ref, env, commit, "config.json", snapshot, origin)
-    h = read_hf_config(config)
+    h = read_hf_config(config, repo_files=files)
     dtype_bytes: dict[str, int] | None = None
     sources = dict(h.loaded.sources)
     missing = [s for s in shards if _local(snapshot, s) is None]

@@ -149,6 +149,8 @@ def _hf_read(h: Any, origin: dict[str, Any], dtype_bytes: dict[str, int] | None 
                              "origin": origin}
     if dtype_bytes is not None:
         facts["weights_by_dtype"] = dtype_bytes
+    if h.vocab_unknown is not None:
+        facts["vocab_size_unknown"] = h.vocab_unknown
     return ReadModel(h.spec, "hf", h.loaded.sources, facts)
 
 

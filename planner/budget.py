@@ -116,7 +116,7 @@ def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
 
 def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | None,
              table: tuple[Sequence[tuple[str, int]], Sequence[tuple[str, int]]] | None = None,
-             ) -> tuple[ModelSpec, int | None, str, tuple[Weight, ...] | None]:
+             vocab_unknown: str | None = None) -> tuple[ModelSpec, int | None, str, tuple[Weight, ...] | None]:
     """(spec, weights bytes or None, where they come from, the loaded tensors when known): ``--weights`` over
     ``--quant`` over the model file's size; with ``--quant`` the spec returned carries the quantized weights and
     the tensors are placed one by one (planner.weight_placement)."""
@@ -127,7 +127,8 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
         from rsplan.planner.quant_weights import quantized_model
         from rsplan.planner.weight_placement import gguf_weights
 
-        spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True)
+        spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True,
+                                                 vocab_unknown=vocab_unknown)
         tensors = tuple(gguf_weights(names, rows, spec.n_layer))
         return spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in CUDA buffers", tensors
     if table is not None and spec.weights_bytes is not None:
@@ -164,12 +165,13 @@ def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | Non
 def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: ContextParams, request: BudgetRequest,
                   spec_type: str | None = None,
                   tables: Sequence[tuple[Sequence[tuple[str, int]], Sequence[tuple[str, int]]] | None] | None = None,
-                  ) -> list[CapacityPlanner]:
+                  vocab_unknown: Sequence[str | None] | None = None) -> list[CapacityPlanner]:
     """One CapacityPlanner per model (``refs``: how each was given, named in the source lines); the flags as given
     are checked against each model's context limit and llama.cpp's draft bound. ``spec_type``: ``--spec-type``
     (None or ``none``: the draft type each model can use). ``tables``: per model, a GGUF's tensor table and row
     table (hparams.sources.ReadModel.tensors / tensor_rows), when read: its weights are then placed tensor by
-    tensor.
+    tensor. ``vocab_unknown``: per model, why a config.json does not give vocab_size (ReadModel.facts), named in
+    a ``--quant`` error.
 
     Raises:
         RsplanError: value counts that do not match (``--fit-target`` per GPU, ``--weights`` per model), a
@@ -180,7 +182,8 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
     planners = []
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
-        spec, weights, source, tensors = _weights(spec, ref, given, request.quant, tables[i] if tables else None)
+        spec, weights, source, tensors = _weights(spec, ref, given, request.quant, tables[i] if tables else None,
+                                                  vocab_unknown[i] if vocab_unknown else None)
         compute, compute_source, per_setting = compute_bytes(spec, params, request.compute)
         host = request.host_budget
         budget = Budget(request.devices, weights, source, margins, compute, compute_source, weights=tensors,

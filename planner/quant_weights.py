@@ -82,20 +82,21 @@ QuantizedRows = tuple[ModelSpec, tuple[tuple[str, int], ...], str, tuple[tuple[s
 
 @overload
 def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = ..., *,
-                    with_rows: Literal[False] = ...) -> Quantized: ...
+                    with_rows: Literal[False] = ..., vocab_unknown: str | None = ...) -> Quantized: ...
 
 
 @overload
 def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = ..., *,
-                    with_rows: Literal[True]) -> QuantizedRows: ...
+                    with_rows: Literal[True], vocab_unknown: str | None = ...) -> QuantizedRows: ...
 
 
-def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU", *, with_rows: bool = False
-                    ) -> Quantized | QuantizedRows:
+def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU", *, with_rows: bool = False,
+                    vocab_unknown: str | None = None) -> Quantized | QuantizedRows:
     """``--quant TYPE`` (estimate, capacity, report) for one model given as ``ref``.
 
-    A config.json's spec has no vocab_size (hparams.hf_config does not read the tokenizer), so it gets the error
-    naming it. A GGUF is refused: its own tensor table already gives its weights exactly, and what llama-quantize
+    A config.json's spec has the converter's token count where config.json alone decides it (hparams.hf_vocab);
+    otherwise it gets the error naming vocab_size, with ``vocab_unknown`` (why the config does not give it) when
+    known. A GGUF is refused: its own tensor table already gives its weights exactly, and what llama-quantize
     makes of it depends on the types it holds (a quantized input needs ``--allow-requantize`` and its result
     differs from the bf16-sourced one modelled here), so an estimate from it would claim an exactness it does not
     have.
@@ -117,8 +118,9 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
         weights = quantized_weights(spec, quant)
     except UnsupportedArchError as exc:
         hint = ""
-        if " is needed for the tensor list" in str(exc):
-            # a config.json gives no token count (the converter takes it from the tokenizer): a preset says it
+        if vocab_unknown is not None and spec.vocab_size is None:
+            hint = f" (config.json does not give it: {vocab_unknown}; give it in a preset YAML)"
+        elif " is needed for the tensor list" in str(exc):
             hint = " (give it in a preset YAML, as `rsplan presets show mamba-130m` does)"
         raise RsplanError(f"--quant {quant}: {exc}{hint}") from None
     n_fallback = weights.plan.n_fallback

@@ -43,7 +43,7 @@ BUDGET_OPTIONS: list[Decorator] = [
                  "size in the model file, weights are NOT counted (the output says so)."),
     click.option("--quant", "quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF "
-                 "(presets with vocab_size); --weights overrides it."),
+                 "(presets, config.json files giving vocab_size); --weights overrides it."),
     click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
     click.option("--compute", "compute", metavar="SIZE", default=None,

@@ -73,7 +73,8 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     read = read_model(model_ref)
     table = (read.tensors, read.tensor_rows) if read.tensors and read.tensor_rows else None
-    (planner,) = make_planners([read.spec], [model_ref], params, budget_request(options), spec_type, [table])
+    (planner,) = make_planners([read.spec], [model_ref], params, budget_request(options), spec_type, [table],
+                               [read.facts.get("vocab_size_unknown")])
     result = run_capacity(planner, contexts)
     if fmt == "json":
         click.echo(json.dumps(capacity_dict(planner, result), indent=2))

@@ -43,7 +43,7 @@ OUTPUT_OPTIONS = [
                  "llama-cli/llama-bench/library (n_batch)."),
     click.option("--quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF: "
-                 "exact model bytes (presets with vocab_size; not a GGUF)."),
+                 "exact model bytes (presets, config.json files giving vocab_size; not a GGUF)."),
 ]
 
 
@@ -86,12 +86,15 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     specs = [r.spec for r in reads]
     tables = [r.tensors for r in reads]
     rows = [r.tensor_rows for r in reads]
-    notes: list[str | None] = [None] * len(refs)
+    # a config.json that does not give the token count says why, beside the buffers it leaves unsized
+    notes: list[str | None] = [f"vocab_size: {r.facts['vocab_size_unknown']}" if "vocab_size_unknown" in r.facts
+                               else None for r in reads]
     if quant is not None:
         from rsplan.planner.quant_weights import quantized_model
 
         for i, ref in enumerate(refs):
-            specs[i], tables[i], source, rows[i] = quantized_model(ref, specs[i], quant, backend, with_rows=True)
+            specs[i], tables[i], source, rows[i] = quantized_model(
+                ref, specs[i], quant, backend, with_rows=True, vocab_unknown=reads[i].facts.get("vocab_size_unknown"))
             notes[i] = f"model bytes: {source}"
     plans = [build_plan(spec, params) for spec in specs]
     _check_runnable_draft(specs, plans, spec_type)

@@ -94,7 +94,8 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     specs = [r.spec for r in reads]
     tables = [(r.tensors, r.tensor_rows) if r.tensors and r.tensor_rows else None for r in reads]
     request = budget_request(options)
-    planners = make_planners(specs, list(model_refs), params, request, spec_type, tables)
+    planners = make_planners(specs, list(model_refs), params, request, spec_type, tables,
+                             [r.facts.get("vocab_size_unknown") for r in reads])
     models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
     serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \

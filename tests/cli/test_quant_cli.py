@@ -7,6 +7,7 @@ copied); the tiny Mamba's are checked by hand in tests/planner/test_quant_weight
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,13 +105,49 @@ def test_missing_vocab_size_is_named(tmp_path):
                             "'mamba' (give it in a preset YAML, as `rsplan presets show mamba-130m` does)\n")
 
 
-def test_config_json_without_token_count_is_one_line():
-    """hparams.hf_config does not read the tokenizer, so a config.json's spec has no vocab_size: named, not guessed."""
+def test_config_json_quantizes_like_its_preset():
+    """state-spaces/mamba2-130m's config.json gives the converter's token count (vocab_size 50277 rounded up to
+    pad_vocab_size_multiple 16 = 50288, as the preset says), so --quant and the compute and output buffers size it
+    exactly as they size the preset."""
     config = Path(__file__).resolve().parents[1] / "hparams" / "real_configs" / "mamba2-130m" / "config.json"
+    outs = []
+    for model in (str(config), "mamba2-130m"):
+        r = run("estimate", "--model", model, "--quant", "Q4_K_M", "-c", "4096", "--format", "json")
+        assert r.exit_code == 0, r.output
+        outs.append(json.loads(r.output))
+    from_config, from_preset = outs
+    assert from_config["breakdown"] == from_preset["breakdown"]
+    assert from_config["breakdown"][0]["model_bytes"] > 0 and from_config["breakdown"][0]["compute_bytes"] > 0
+    assert from_config["compute"] == from_preset["compute"]
+    # the logits: 50288 floats for the one output of llama-server's default
+    assert from_config["output_buffer"] == from_preset["output_buffer"]
+    assert from_config["output_buffer"]["bytes"] == 50288 * 4
+
+
+def test_config_json_without_token_count_says_why(tmp_path):
+    """Jamba's count comes from tokenizer.json when tokenizer.model is absent: no count, and the error says so."""
+    config = Path(__file__).resolve().parents[1] / "hparams" / "real_configs" / "jamba-v0.1" / "config.json"
     r = run("estimate", "--model", str(config), "--quant", "Q4_K_M")
     assert r.exit_code != 0
-    assert r.output.startswith("Error: --quant Q4_K_M: mamba2-130m: vocab_size is needed for the tensor list of "
-                               "arch 'mamba2'") and r.output.count("\n") == 1
+    assert r.output == (
+        "Error: --quant Q4_K_M: jamba-v0.1: vocab_size is needed for the tensor list of arch 'jamba' (config.json "
+        "does not give it: without tokenizer.model next to config.json the converter counts tokenizer.json's "
+        "tokens, which rsplan does not read (JambaModel: conversion/jamba.py:18 set_vocab, conversion/base.py:2104 "
+        "vocab_size); give it in a preset YAML)\n")
+    # capacity's --quant says the same
+    r = run("capacity", "--model", str(config), "--budget", "24GiB", "--quant", "Q4_K_M")
+    assert r.exit_code != 0 and "(config.json does not give it: without tokenizer.model next to config.json" in r.output
+    # without --quant the buffers it leaves unsized are noted with the reason
+    r = run("estimate", "--model", str(config), "-c", "4096", "--format", "json")
+    assert r.exit_code == 0, r.output
+    notes = json.loads(r.output)["notes"]
+    assert any(n.startswith("vocab_size: without tokenizer.model next to config.json") for n in notes), notes
+    # with tokenizer.model beside it, the count is config.json's vocab_size: the logits are sized (65536 floats)
+    shutil.copy(config, tmp_path / "config.json")
+    (tmp_path / "tokenizer.model").write_bytes(b"")
+    r = run("estimate", "--model", str(tmp_path), "-c", "4096", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["output_buffer"]["bytes"] == 65536 * 4
 
 
 @pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")

@@ -41,7 +41,8 @@ def write_gguf(
     alignment: int | None = None,
     split_max_tensors: int = 0,
 ) -> Path:
-    """Write a GGUF with ``kv`` (keys without the ``{arch}.`` prefix unless they contain ``general.``).
+    """Write a GGUF with ``kv`` (keys without the ``{arch}.`` prefix unless they start with ``general.``,
+    ``split.`` or ``tokenizer.``).
 
     Python values are written the way llama.cpp's converter writes them (GGUFWriter): int -> u32, bool ->
     bool, str -> str, float -> f32, lists -> arrays (of i32 for ints, bool for bools); a ``(type, value)`` pair
@@ -60,7 +61,7 @@ def write_gguf(
               "f32": GGUFValueType.FLOAT32, "bool": GGUFValueType.BOOL, "str": GGUFValueType.STRING,
               "u32": GGUFValueType.UINT32, "i64": GGUFValueType.INT64, "u8": GGUFValueType.UINT8}
     for key, value in kv.items():
-        full = key if key.startswith(("general.", "split.")) else arch_key(arch, key)
+        full = key if key.startswith(("general.", "split.", "tokenizer.")) else arch_key(arch, key)
         if isinstance(value, tuple):
             vtype, v = value
             if isinstance(v, list):

@@ -39,6 +39,11 @@ QWEN35_TEXT = {
     **{k: v for k, v in QWEN_NEXT.items() if k not in ("model_type", "architectures")},
     "model_type": "qwen3_5_text", "mtp_num_hidden_layers": 1, "layer_types": [LINEAR, LINEAR, LINEAR, FULL],
 }
+def tokens(n: int) -> dict[str, list[str]]:
+    """A GGUF token list of ``n`` tokens (llama.cpp's n_vocab is its length)."""
+    return {"tokenizer.ggml.tokens": [f"t{i}" for i in range(n)]}
+
+
 MAMBA2_HF = {
     "model_type": "mamba2", "architectures": ["Mamba2ForCausalLM"], "hidden_size": 64, "expand": 2, "num_heads": 8,
     "head_dim": 16, "state_size": 16, "n_groups": 2, "conv_kernel": 4, "num_hidden_layers": 2, "vocab_size": 1000,
@@ -74,7 +79,8 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
          "state_size": 16, "num_hidden_layers": 2, "conv_kernel": 4, "time_step_rank": "auto", "vocab_size": 100},
         {}, "mamba",
         {"context_length": 1 << 20, "embedding_length": 64, "feed_forward_length": 0, "attention.head_count": 0,
-         "ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16, "ssm.time_step_rank": 4},
+         "ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16, "ssm.time_step_rank": 4,
+         **tokens(104)},  # vocab_size 100 rounded up to MambaModel's default multiple of 8
     ),
     "falcon_mamba": (
         {"model_type": "falcon_mamba", "hidden_size": 64, "intermediate_size": 128, "state_size": 16,
@@ -87,13 +93,14 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
         {"d_model": 64, "n_layer": 2, "vocab_size": 50277, "ssm_cfg": {}, "pad_vocab_size_multiple": 8},
         {}, "mamba",
         {"context_length": 1 << 20, "embedding_length": 64, "feed_forward_length": 0, "attention.head_count": 0,
-         "ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16, "ssm.time_step_rank": 4},
+         "ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16, "ssm.time_step_rank": 4,
+         **tokens(50280)},  # 50277 rounded up to pad_vocab_size_multiple 8 = 6285 * 8
     ),
     "mamba2 (transformers)": (
         MAMBA2_HF, {}, "mamba2",
         {"context_length": 1 << 20, "embedding_length": 64, "feed_forward_length": 0, "attention.head_count": 0,
          "ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16, "ssm.time_step_rank": 128 // 16,
-         "ssm.group_count": 2},
+         "ssm.group_count": 2, **tokens(1008)},  # vocab_size 1000 rounded up to Mamba2Model's default 16: 63 * 16
     ),
     "mamba_ssm raw Mamba-2 (state-spaces/mamba2-130m layout)": (
         {"d_model": 64, "d_intermediate": 0, "n_layer": 2, "vocab_size": 50277, "ssm_cfg": {"layer": "Mamba2"},
@@ -102,7 +109,7 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
         # mamba_ssm defaults as the converter applies them: d_state 128, head dim 64, 1 group
         {"context_length": 1 << 20, "embedding_length": 64, "feed_forward_length": 0, "attention.head_count": 0,
          "ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 128, "ssm.time_step_rank": 2,
-         "ssm.group_count": 1},
+         "ssm.group_count": 1, **tokens(50288)},  # 50277 rounded up to Mamba2Model's default 16 = 3143 * 16
     ),
     "rwkv7 (fla-hub)": (
         {"model_type": "rwkv7", "architectures": ["RWKV7ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
@@ -110,7 +117,7 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
          "a_low_rank_dim": 32, "v_low_rank_dim": 32, "gate_low_rank_dim": 64, "vocab_size": 65536},
         {}, "rwkv7",
         {"context_length": 1048576, "embedding_length": 64, "feed_forward_length": 4 * 64,
-         "attention.head_count": 0, "wkv.head_size": 16},
+         "attention.head_count": 0, "wkv.head_size": 16, **tokens(65536)},  # the world vocab padded to vocab_size
     ),
     "rwkv6": (
         {"model_type": "rwkv6", "architectures": ["Rwkv6ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
@@ -118,7 +125,7 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
         {}, "rwkv6",
         {"context_length": 1048576, "embedding_length": 64, "feed_forward_length": 224,  # 64 * 3.5 // 32 * 32
          "attention.head_count": 0, "wkv.head_size": 16, "time_mix_extra_dim": 32, "time_decay_extra_dim": 64,
-         "rescale_every_n_layers": 6},
+         "rescale_every_n_layers": 6, **tokens(65536)},  # no vocab_size: _set_vocab_rwkv_world's 65536
     ),
     "lfm2 (layer_types)": (LFM2, {}, "lfm2", LFM2_GGUF),
     "lfm2 (full_attn_idxs, the original LiquidAI layout)": (

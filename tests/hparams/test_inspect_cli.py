@@ -73,7 +73,11 @@ def test_hf_config_names_config_keys(tmp_path, rsplan):
                             "converter": "qwen.py Qwen3_5TextModel",
                             "origin": {"form": "file", "file": str(model / "config.json"), "notes": [
                                 "no complete set of safetensors files beside the config (or git-lfs pointers only): "
-                                "weights_bytes unknown"]}}
+                                "weights_bytes unknown"]},
+                            "vocab_size_unknown": (
+                                "config.json has no vocab_size: the converter then takes the tokenizer's own token "
+                                "count, which rsplan does not read (_set_vocab_gpt2: conversion/base.py:1403 "
+                                "set_vocab, conversion/base.py:1587 vocab_size)")}
     assert out["model"]["name"] == "Qwen3.5-tiny" and out["model"]["block_count"] == 5
     assert out["sources"]["ssm.inner_size"] == (
         "linear_value_head_dim * linear_num_value_heads (GGUF qwen35.ssm.inner_size)"
