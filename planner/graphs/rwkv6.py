@@ -13,7 +13,7 @@ from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
-from rsplan.planner.graphs.rwkv7 import last_token, layer_norm, shifted
+from rsplan.planner.graphs.rwkv7 import build_two_shift_rwkv, last_token, shifted
 
 #: The LoRA ranks the time mix needs: ModelSpec key -> what it sizes.
 EXTRA_DIMS: dict[str, str] = {
@@ -127,49 +127,10 @@ def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
 
 
 def build_rwkv6(p: GraphParams) -> Graph:
-    """llama_model_rwkv6::graph (token_shift_count 2, as llama.cpp asserts)."""
-    token_shift_count = _token_shift_count(p)
-    if token_shift_count != 2:
-        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in llama_model_rwkv6::graph "
-                          f"(token_shift_count {token_shift_count})")
-    lg = LlamaGraph(p)
-    n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
-    n_embd_r = 2 * n_embd
-    rescale = p.spec.rescale_every_n_layers
-    embd = lg.inp_embd()
-    g.set_layer("token_embd_norm")  # llama.cpp creates it with layer number 0; build_norm gets il -1: no pin
-    inp = layer_norm(embd, n_embd)
-    rs = lg.rs_inp()
-    out_ids = lg.inp_out_ids()
-    for il in range(p.n_layer):
-        lg.layer(il)
-        inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
-        r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
-        shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
-        att_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), 0)
-        ffn_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), n_embd * 4)
-        att_norm = layer_norm(inp, n_embd)
-        x_prev = shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
-        cur = _time_mix(lg, rs, att_norm, x_prev, il)
-        ffn_inp = g.add(cur, inp)
-        ffn_norm = layer_norm(ffn_inp, n_embd)
-        x_prev = shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
-        shift = g.concat(last_token(att_norm, n_embd, n_seq_tokens, n_seqs),
-                         last_token(ffn_norm, n_embd, n_seq_tokens, n_seqs), 1)
-        lg.expand(g.cpy(g.view(shift, (n_embd_r * n_seqs,), (), 0), g.view(r_all, (n_embd_r * n_seqs,), (), 0)))
-        ffn_inp, ffn_norm, x_prev = (g.reshape(t, n_embd, p.n_tokens) for t in (ffn_inp, ffn_norm, x_prev))
-        if il == p.n_layer - 1:
-            ffn_inp, ffn_norm, x_prev = (g.get_rows(t, out_ids) for t in (ffn_inp, ffn_norm, x_prev))
-        inp = g.add(_channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
-        if rescale and (il + 1) % rescale == 0:
-            inp = g.scale(inp)
-    g.set_layer("output")
-    cur = layer_norm(inp, n_embd)
-    g.GraphBuilder.set_output(cur)
-    out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)
-    g.GraphBuilder.set_output(out)
-    lg.expand(out)
-    return lg.b.graph
+    """llama_model_rwkv6::graph (token_shift_count 2, as llama.cpp asserts): the layer loop RWKV-7 shares, with
+    RWKV-6's time and channel mixes and its residual rescale."""
+    return build_two_shift_rwkv(p, "llama_model_rwkv6::graph", _time_mix, _channel_mix,
+                                rescale=p.spec.rescale_every_n_layers)
 
 
 def build_rwkv6qwen2(p: GraphParams) -> Graph:

@@ -7,6 +7,7 @@ mix, 2 x n_embd) and S, the WKV state (n_embd x head_size). The time mix project
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rsplan.planner import ggml_ops as g
@@ -129,13 +130,33 @@ def last_token(normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> T
     return g.view(normed, (n_embd, 1, n_seqs), (normed.nb[1], normed.nb[2]), (n_seq_tokens - 1) * n_embd * 4)
 
 
+#: A time mix as the shared layer loop calls it: (graph, rs inputs, normed input, shifted input, layer) -> output.
+TimeMix = Callable[[LlamaGraph, tuple[Tensor, Tensor], Tensor, Tensor, int], Tensor]
+#: A channel mix: (normed input, shifted input, n_embd, n_ff) -> output.
+ChannelMix = Callable[[Tensor, Tensor, int, int], Tensor]
+
+
 def build_rwkv7(p: GraphParams) -> Graph:
     """llama_model_rwkv7::graph (token_shift_count 2, as llama.cpp asserts)."""
+    first: list[Tensor] = []  # the first layer's value, which later layers mix in (value residual)
+
+    def time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, il: int) -> Tensor:
+        return _time_mix(lg, rs, cur, x_prev, first, il)
+
+    return build_two_shift_rwkv(p, "llama_model_rwkv7::graph", time_mix, _channel_mix)
+
+
+def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, channel_mix: ChannelMix,
+                         rescale: int = 0) -> Graph:
+    """The graph RWKV-6 and RWKV-7 share (src/models/rwkv6.cpp and rwkv7.cpp ``graph``): a layer-normed token
+    embedding, then per layer the two token shifts (time mix, channel mix) loaded from and stored to the R state,
+    ``time_mix`` and ``channel_mix`` with layer norms before each, the output rows selected at the last layer;
+    every ``rescale`` layers (0: never) the residual is halved (one SCALE). Asserts token_shift_count 2."""
     n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
     dims = state_dims(p)
     token_shift_count = dims.conv_channels // n_embd  # the token shift keeps token_shift_count rows of n_embd
     if token_shift_count != 2:
-        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in llama_model_rwkv7::graph "
+        raise g.GGMLAbort(f"GGML_ASSERT(hparams.token_shift_count == 2) fails in {graph_name} "
                           f"(token_shift_count {token_shift_count})")
     n_embd_r = dims.n_embd_r  # 2 * n_embd
     lg = LlamaGraph(p)
@@ -144,7 +165,6 @@ def build_rwkv7(p: GraphParams) -> Graph:
     inp = layer_norm(embd, n_embd)
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
-    first: list[Tensor] = []
     for il in range(p.n_layer):
         lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
@@ -154,7 +174,7 @@ def build_rwkv7(p: GraphParams) -> Graph:
         ffn_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), n_embd * 4)
         att_norm = layer_norm(inp, n_embd)
         x_prev = shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
-        cur = _time_mix(lg, rs, att_norm, x_prev, first, il)
+        cur = time_mix(lg, rs, att_norm, x_prev, il)
         ffn_inp = g.add(cur, inp)
         ffn_norm = layer_norm(ffn_inp, n_embd)
         x_prev = shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
@@ -164,7 +184,9 @@ def build_rwkv7(p: GraphParams) -> Graph:
         ffn_inp, ffn_norm, x_prev = (g.reshape(t, n_embd, p.n_tokens) for t in (ffn_inp, ffn_norm, x_prev))
         if il == p.n_layer - 1:
             ffn_inp, ffn_norm, x_prev = (g.get_rows(t, out_ids) for t in (ffn_inp, ffn_norm, x_prev))
-        inp = g.add(_channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
+        inp = g.add(channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
+        if rescale and (il + 1) % rescale == 0:
+            inp = g.scale(inp)
     g.set_layer("output")
     cur = layer_norm(inp, n_embd)
     g.GraphBuilder.set_output(cur)
