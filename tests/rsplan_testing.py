@@ -94,3 +94,31 @@ def fake_pynvml(gpus: list[tuple[str, int, int]] | None) -> types.ModuleType:
     m.nvmlDeviceGetMemoryInfo = lambda i: types.SimpleNamespace(
         total=gpus[i][1], free=gpus[i][2], used=gpus[i][1] - gpus[i][2])
     return m
+
+
+# -- llama.cpp --fit golden cases (tests/golden/llamacpp-fit/*.json) ------------------------------------------
+
+MiB = 1 << 20
+
+
+def fit_case_id(case: dict) -> str:
+    """A fit case's test id: model, flags, device free MiB, host total MiB."""
+    devices = ",".join(str(f) for f in case["free_mib"]) or "none"
+    return f"{case['model']}[{' '.join(case['flags']) or 'defaults'}][{devices}][host {case['host_total_mib']}]"
+
+
+def fit_case_budgets(case: dict) -> dict:
+    """The FitOptions a fit case fixes: one RPC device per free-memory entry, the host's total memory."""
+    host = case["host_total_mib"] * MiB
+    return {"budgets": [(f"{f} MiB", f * MiB) for f in case["free_mib"]] or None, "device_kind": "RPC",
+            "host_total": host, "host_available": host}
+
+
+def fit_printed(answer, n_devices: int) -> str | None:
+    """rsplan's fitted flags as the golden records them (device buffers as DEV{i}), or None where --fit failed."""
+    if answer.result.failure:
+        return None
+    printed = answer.fitted_flags
+    for i in range(n_devices):
+        printed = printed.replace(f"RPC{i}", f"DEV{i}")
+    return printed

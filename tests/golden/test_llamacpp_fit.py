@@ -18,20 +18,15 @@ import pytest
 from rsplan.hparams.sources import read_model
 from rsplan.planner.context import ContextParams
 from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+from rsplan_testing import fit_case_budgets, fit_case_id, fit_printed
 
 CASES_FILE = Path(__file__).parent / "llamacpp-fit" / "cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"] if CASES_FILE.exists() else []
-MiB = 1 << 20
 
 #: case id -> why rsplan's choice differs from llama.cpp's (each entry is checked to still differ). Empty since the
 #: scheduler model (planner.sched) gives each device its own compute buffer: the three multi-device cases listed
 #: here before (lfm2-2.6b and nemotron-h-8b over 6144/2048/3072 MiB, lfm2-8b-a1b over 12288/8192 MiB) now agree.
 KNOWN_DIFFERENCES: dict[str, str] = {}
-
-
-def case_id(case: dict) -> str:
-    devices = ",".join(str(f) for f in case["free_mib"]) or "none"
-    return f"{case['model']}[{' '.join(case['flags']) or 'defaults'}][{devices}][host {case['host_total_mib']}]"
 
 
 def rsplan_fit(case: dict) -> tuple[str | None, object]:
@@ -43,24 +38,18 @@ def rsplan_fit(case: dict) -> tuple[str | None, object]:
         values[name] = int(value)
     spec = read_model(case["model"]).spec
     params = ContextParams(n_ctx=values["-c"], n_seq_max=values["-np"])
-    opts = FitOptions(budgets=[(f"{f} MiB", f * MiB) for f in case["free_mib"]] or None, device_kind="RPC",
-                      host_total=case["host_total_mib"] * MiB, host_available=case["host_total_mib"] * MiB,
-                      n_gpu_layers=values["-ngl"], n_cpu_moe=values["--n-cpu-moe"], tool="cli")
+    opts = FitOptions(**fit_case_budgets(case), n_gpu_layers=values["-ngl"], n_cpu_moe=values["--n-cpu-moe"],
+                      tool="cli")
     answer = fit_model(spec, converter_weights(spec, case["outtype"]), params, opts)
-    if answer.result.failure:
-        return None, answer
-    printed = answer.fitted_flags
-    for i in range(len(case["free_mib"])):
-        printed = printed.replace(f"RPC{i}", f"DEV{i}")
-    return printed, answer
+    return fit_printed(answer, len(case["free_mib"])), answer
 
 
 @pytest.mark.skipif(not CASES, reason=f"no fit cases in {CASES_FILE}")
-@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[fit_case_id(c) for c in CASES])
 def test_fit_chooses_what_llama_fit_params_chooses(case):
     printed, answer = rsplan_fit(case)
     expected = case["printed"] if case["exit"] == 0 else None
-    if case_id(case) in KNOWN_DIFFERENCES:
-        assert printed != expected, f"{case_id(case)} now agrees: remove it from KNOWN_DIFFERENCES"
+    if fit_case_id(case) in KNOWN_DIFFERENCES:
+        assert printed != expected, f"{fit_case_id(case)} now agrees: remove it from KNOWN_DIFFERENCES"
         return
     assert printed == expected, answer.result.trace  # type: ignore[attr-defined]

@@ -18,19 +18,14 @@ import pytest
 from rsplan.hparams.sources import read_model
 from rsplan.planner.context import ContextParams
 from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+from rsplan_testing import fit_case_budgets, fit_case_id, fit_printed
 
 CASES_FILE = Path(__file__).parent / "llamacpp-fit" / "server_cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"] if CASES_FILE.exists() else []
-MiB = 1 << 20
 #: case id -> why rsplan's choice differs from llama.cpp's (each entry is checked to still differ). Empty: the two
 #: two-device cases that differed while the target's and the draft's compute were charged as one CPU figure per
 #: device print llama.cpp's flags since both go through the scheduler model (planner.sched).
 KNOWN_DIFFERENCES: dict[str, str] = {}
-
-
-def case_id(case: dict) -> str:
-    devices = ",".join(str(f) for f in case["free_mib"]) or "none"
-    return f"{case['model']}[{' '.join(case['flags']) or 'defaults'}][{devices}][host {case['host_total_mib']}]"
 
 
 def rsplan_fit(case: dict) -> tuple[str | None, object]:
@@ -44,25 +39,18 @@ def rsplan_fit(case: dict) -> tuple[str | None, object]:
     spec = read_model(case["model"]).spec
     params = ContextParams(n_ctx=int(values["-c"]), n_seq_max=int(values["-np"]),  # type: ignore[call-overload]
                            n_rs_seq=int(values["--spec-draft-n-max"]) if mtp else 0)  # type: ignore[call-overload]
-    opts = FitOptions(budgets=[(f"{f} MiB", f * MiB) for f in case["free_mib"]] or None, device_kind="RPC",
-                      host_total=case["host_total_mib"] * MiB, host_available=case["host_total_mib"] * MiB,
-                      tool="server", spec_mtp=mtp)
+    opts = FitOptions(**fit_case_budgets(case), tool="server", spec_mtp=mtp)
     answer = fit_model(spec, converter_weights(spec, case["outtype"], load_mtp=mtp), params, opts)
-    if answer.result.failure:
-        return None, answer
-    printed = answer.fitted_flags
-    for i in range(len(case["free_mib"])):
-        printed = printed.replace(f"RPC{i}", f"DEV{i}")
-    return printed, answer
+    return fit_printed(answer, len(case["free_mib"])), answer
 
 
 @pytest.mark.skipif(not CASES, reason=f"no server fit cases in {CASES_FILE}")
-@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[fit_case_id(c) for c in CASES])
 def test_fit_chooses_what_llama_server_chooses(case):
     printed, answer = rsplan_fit(case)
     expected = case["printed"] if case["exit"] == 0 else None
-    if case_id(case) in KNOWN_DIFFERENCES:
-        assert printed != expected, f"{case_id(case)} now agrees: remove it from KNOWN_DIFFERENCES"
+    if fit_case_id(case) in KNOWN_DIFFERENCES:
+        assert printed != expected, f"{fit_case_id(case)} now agrees: remove it from KNOWN_DIFFERENCES"
         return
     assert printed == expected, answer.result.trace  # type: ignore[attr-defined]
     if not case["free_mib"]:  # no device: every figure exact, so llama.cpp's projection line too
