@@ -191,7 +191,7 @@ KINDS: dict[str, list[Template]] = {
         ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
         ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
         ("attn_norm.weight", _NORM),
-        ("ffn_norm", _NORM),
+        ("ffn_norm", _NORM),  # no ".weight": src/models/falcon-h1.cpp:96 tn(LLM_TENSOR_FFN_NORM, i)
         ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
         ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
         ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
