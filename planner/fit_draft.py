@@ -32,7 +32,7 @@ from rsplan.planner.buffers import CPU_RULE
 from rsplan.planner.compute import ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams
 from rsplan.planner.device_compute import device_compute
-from rsplan.planner.fit_memory import DeviceUsage, MemoryModel, StartFlags, Usage
+from rsplan.planner.fit_memory import DeviceUsage, MemoryModel, StartFlags, Usage, charged_where_units_run
 from rsplan.planner.outputs import OutputsError, mtp_draft_layout
 from rsplan.planner.placement import Placement
 from rsplan.planner.plan import build_plan
@@ -126,12 +126,8 @@ class DraftMemory:
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
             return got.dry_devices, got.dry_host
-        compute = self.compute_bytes(n_ctx)
         mtp_units = placement.unit_device[self.layout.n_layer:]  # the nextn layers, then the output layer
-        busy = {d for d in mtp_units if d is not None}
-        host_layers = any(d is None for d in mtp_units[:-1])
-        return (tuple(compute if d in busy else 0 for d in range(target.n_devices)),
-                compute if host_layers or not busy else 0)
+        return charged_where_units_run(self.compute_bytes(n_ctx), mtp_units, target.n_devices)
 
 
 def _add(a: DeviceUsage, b: DeviceUsage) -> DeviceUsage:

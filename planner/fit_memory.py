@@ -36,6 +36,14 @@ from rsplan.planner.plan import build_plan
 from rsplan.planner.weight_placement import TensorOverride, Weight, place_weights
 
 
+def charged_where_units_run(compute: int, units: Sequence[int | None], n_devices: int) -> tuple[tuple[int, ...], int]:
+    """(per device, host) with one compute figure charged in full to each device holding one of ``units`` (layers
+    then the output layer; None = host), and to the host when a layer stays there or no device holds anything."""
+    busy = {d for d in units if d is not None}
+    host_layers = any(d is None for d in units[:-1])
+    return tuple(compute if d in busy else 0 for d in range(n_devices)), compute if host_layers or not busy else 0
+
+
 @dataclass(frozen=True)
 class DeviceUsage:
     """One row of llama.cpp's memory breakdown, bytes."""
@@ -157,11 +165,7 @@ class MemoryModel:
                     self._per_device[key] = got
             if key in self._per_device:
                 return self._per_device[key]
-        compute = self.compute_bytes(flags.n_ctx)
-        busy = {d for d in placement.unit_device if d is not None}
-        host_layers = any(d is None for d in placement.unit_device[:-1])
-        return (tuple(compute if d in busy else 0 for d in range(self.n_devices)),
-                compute if host_layers or not busy else 0)
+        return charged_where_units_run(self.compute_bytes(flags.n_ctx), placement.unit_device, self.n_devices)
 
     def _scheduled(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int] | None:
         """planner.device_compute's dry-run figures, or None (with ``compute_estimate`` saying why) where the
