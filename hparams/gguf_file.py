@@ -535,7 +535,43 @@ def model_from_index(buf: Any, index: GGUFIndex, where: str, *, fallback_name: s
     loaded.sources["weights_bytes"] = f"tensor table ({index.n_tensors} tensors" + (
         f" in {len(parts) + 1} parts)" if parts else ")"
     )
+    names = {name for name, _ in index.tensors}.union(*({name for name, _ in part.tensors} for _, part in parts))
+    loaded = _flags_from_tensor_table(loaded, names, where)
     return GGUFModel(loaded, index, (where, *(name for name, _ in parts)), split_bytes)
+
+
+#: Spec flags a GGUF says only through its tensor table: (arch, spec field) -> the optional per-layer tensor whose
+#: presence sets it. Falcon-H1's grouped Mamba-2 norm is created TENSOR_NOT_REQUIRED
+#: (src/models/falcon-h1.cpp:83 ssm_norm) and applied where present; no metadata key records config.json's
+#: mamba_rms_norm.
+TENSOR_TABLE_FLAGS: dict[tuple[str, str], str] = {("falcon-h1", "mamba_rms_norm"): "ssm_norm.weight"}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.")
+
+
+def _flags_from_tensor_table(loaded: LoadedModel, names: set[str], where: str) -> LoadedModel:
+    """``loaded`` with each TENSOR_TABLE_FLAGS flag of its arch set from the tensor ``names`` (all files): true when
+    every layer has the tensor, false when none has; a file whose tensor table does not cover every layer (metadata
+    only, a test file) leaves it unset.
+
+    Raises:
+        ModelFileError: only some layers have it (rsplan models the flag for the whole model)."""
+    spec = loaded.spec
+    layers = {int(m.group(1)) for m in map(_LAYER_TENSOR.match, names) if m}
+    if layers != set(range(spec.block_count)):
+        return loaded
+    for (arch, field_name), suffix in TENSOR_TABLE_FLAGS.items():
+        if spec.arch != arch or getattr(spec, field_name) is not None:
+            continue
+        having = [il for il in range(spec.block_count) if f"blk.{il}.{suffix}" in names]
+        if having and len(having) != spec.block_count:
+            raise ModelFileError(
+                f"{where}: blk.N.{suffix}: present in {len(having)} of {spec.block_count} layers; rsplan models "
+                f"{field_name} for all layers or none"
+            )
+        loaded.sources[field_name] = f"tensor table (blk.N.{suffix} {'present' if having else 'absent'})"
+        loaded = LoadedModel(spec.model_copy(update={field_name: bool(having)}), loaded.sources)
+        spec = loaded.spec
+    return loaded
 
 
 def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:

@@ -413,3 +413,34 @@ def test_every_key_the_loader_reads_is_in_the_key_table():
     assert gguf_key("mamba2", "arch") == "general.architecture"
     with pytest.raises(KeyError, match=r"ssm\.state_sizes: no GGUF key"):
         field_key("ssm.state_sizes")
+
+
+
+def _falcon_h1_file(gguf_file, norm_layers):
+    """The 2-layer falcon-h1 case's GGUF, with the grouped Mamba-2 norm (f32 [128 / 1 group, 1 group]) in
+    ``norm_layers`` only."""
+    norms = [(f"blk.{il}.ssm_norm.weight", (128, 1), "f32") for il in norm_layers]
+    layers = [(f"blk.{il}.attn_norm.weight", (64,), "f32") for il in (0, 1)]  # 256 B each
+    embd = ("token_embd.weight", (32, 64), "q8_0")  # 32 rows * 2 blocks * 34 B = 2176
+    return gguf_file("falcon-h1", CASES["falcon-h1 (all layers both)"][1], tensors=[embd, *layers, *norms])
+
+
+@pytest.mark.parametrize(("layers", "expected"), [((0, 1), True), ((), False)])
+def test_falcon_h1_mamba_rms_norm_is_read_off_the_tensor_table(gguf_file, layers, expected):
+    g = read_gguf(_falcon_h1_file(gguf_file, layers))
+    assert g.spec.mamba_rms_norm is expected
+    assert g.loaded.sources["mamba_rms_norm"].startswith("tensor table (blk.N.ssm_norm.weight")
+    # the norm adds 128 f32 per layer that has it
+    assert g.spec.weights_bytes == 2176 + 2 * 256 + 512 * len(layers)
+
+
+def test_falcon_h1_ssm_norm_on_some_layers_only_is_refused(gguf_file, rsplan):
+    r = rsplan("estimate", "--model", str(_falcon_h1_file(gguf_file, (1,))))
+    assert r.exit_code != 0
+    assert "blk.N.ssm_norm.weight: present in 1 of 2 layers" in r.output and "Traceback" not in r.output
+
+
+def test_a_falcon_h1_without_layer_tensors_leaves_mamba_rms_norm_unset(gguf_file):
+    kv = CASES["falcon-h1 (all layers both)"][1]
+    assert load_gguf(gguf_file("falcon-h1", kv, tensors=[])).mamba_rms_norm is None
+    assert load_gguf(gguf_file("falcon-h1", kv)).mamba_rms_norm is None  # layer 0 only has tensors
