@@ -15,8 +15,10 @@ length. How long the converter makes it (llama.cpp 0c1e57098):
   models with SSM layers, the only ones rsplan reads), NemotronHModel too (conversion/nemotron.py:379
   pad_vocab_size_multiple).
 * RWKV-6 / RWKV-7 (``_set_vocab_rwkv_world``, conversion/base.py:2207 vocab_size): ``vocab_size`` (65536 when
-  absent), the world vocabulary file (rwkv_vocab_v20230424.txt) padded up to it; the converter asserts the file
-  fits (conversion/base.py:2225 remainder), which rsplan cannot check without the file.
+  absent), the world vocabulary file (rwkv_vocab_v20230424.txt) padded up to it. The converter asserts the file
+  is there (conversion/base.py:2206 rwkv_vocab_v20230424), so without it (an RWKV model with another tokenizer,
+  e.g. the Pile models' GPT-NeoX one) there is no count; it also asserts the file's tokens fit in vocab_size (conversion/base.py:2225
+  remainder), which rsplan does not check (it does not read the file).
 * Jamba (conversion/jamba.py:18 set_vocab): with tokenizer.model, ``_set_vocab_sentencepiece``: ``vocab_size``
   (conversion/base.py:2104 vocab_size); without, ``_set_vocab_llama_hf``: tokenizer.json's own count, which rsplan
   does not read.
@@ -42,6 +44,8 @@ from rsplan.hparams.hf_base import I32_MAX, HFParams
 NEOX_BUILTIN_TOKENS = 50432
 #: _set_vocab_rwkv_world's count when the config has no vocab_size (conversion/base.py:2207 vocab_size)
 RWKV_WORLD_DEFAULT = 65536
+#: the world vocabulary file _set_vocab_rwkv_world asserts and reads (conversion/base.py:2206 rwkv_vocab_v20230424)
+RWKV_WORLD_VOCAB = "rwkv_vocab_v20230424.txt"
 #: the config key of the token count (``self.hparams["vocab_size"]``: no alias, no "mamba_" prefix)
 VOCAB_SIZE = "vocab_size"
 #: a gemma3n key _create_vocab_sentencepiece prefers to vocab_size (conversion/base.py:2104 vocab_size)
@@ -64,6 +68,7 @@ class VocabRule:
             another tokenizer's own count.
         sentencepiece: a tokenizer.model branch reads vocab_size_per_layer_input before vocab_size.
         no_tokens: why the class writes no token list (None: it writes one).
+        asserts_file: the converter stops (an assert) unless this file is next to config.json.
     """
 
     source: str
@@ -76,6 +81,7 @@ class VocabRule:
     needs: str | None = None
     sentencepiece: bool = False
     no_tokens: str | None = None
+    asserts_file: str | None = None
 
 
 _GPT2 = VocabRule("_set_vocab_gpt2: conversion/base.py:1403 set_vocab, conversion/base.py:1587 vocab_size")
@@ -83,7 +89,9 @@ _MAMBA1 = VocabRule("MambaModel: conversion/mamba.py:29 set_vocab", required=Tru
                     tokenizer_files=("tokenizer.json", "tokenizer.model"), sentencepiece=True)
 _MAMBA2 = VocabRule("Mamba2Model: conversion/mamba.py:123 set_vocab", required=True, pad=16, builtin=True,
                     tokenizer_files=("tokenizer.model", "tokenizer.json"), sentencepiece=True)
-_RWKV = VocabRule("_set_vocab_rwkv_world: conversion/base.py:2207 vocab_size", default=RWKV_WORLD_DEFAULT)
+_RWKV = VocabRule(
+    "_set_vocab_rwkv_world: conversion/base.py:2206 rwkv_vocab_v20230424, conversion/base.py:2207 vocab_size",
+    default=RWKV_WORLD_DEFAULT, asserts_file=RWKV_WORLD_VOCAB)
 
 #: converter class (hf_architectures.CONVERTER_CLASSES) -> its rule; every class rsplan reads
 VOCAB_RULES: dict[str, VocabRule] = {
@@ -155,6 +163,9 @@ def vocab_count(cfg: HFParams, converter: str, arch: str, repo_files: Collection
     rule = VOCAB_RULES.get(converter) or VOCAB_RULES[BY_ARCH[arch]]
     if rule.no_tokens is not None:
         return VocabCount(None, f"{rule.no_tokens} ({rule.source})")
+    if rule.asserts_file is not None and not _present(cfg.directory, rule.asserts_file, repo_files):
+        return VocabCount(None, f"without {rule.asserts_file} next to config.json the converter stops (it asserts "
+                                f"the file; a model with another tokenizer does not convert) ({rule.source})")
     if VOCAB_SIZE not in cfg.data:
         if rule.default is not None:
             return VocabCount(rule.default, f"default {rule.default} ({rule.source})")

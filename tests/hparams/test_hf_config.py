@@ -115,14 +115,14 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
         {"model_type": "rwkv7", "architectures": ["RWKV7ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
          "head_dim": 16, "intermediate_size": None, "norm_eps": 1e-5, "decay_low_rank_dim": 32,
          "a_low_rank_dim": 32, "v_low_rank_dim": 32, "gate_low_rank_dim": 64, "vocab_size": 65536},
-        {}, "rwkv7",
+        {"rwkv_vocab_v20230424.txt": ""}, "rwkv7",  # the converter asserts the world vocabulary file
         {"context_length": 1048576, "embedding_length": 64, "feed_forward_length": 4 * 64,
          "attention.head_count": 0, "wkv.head_size": 16, **tokens(65536)},  # the world vocab padded to vocab_size
     ),
     "rwkv6": (
         {"model_type": "rwkv6", "architectures": ["Rwkv6ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
          "head_size": 16, "intermediate_size": None, "layer_norm_epsilon": 1e-5, "rescale_every": 6},
-        {}, "rwkv6",
+        {"rwkv_vocab_v20230424.txt": ""}, "rwkv6",
         {"context_length": 1048576, "embedding_length": 64, "feed_forward_length": 224,  # 64 * 3.5 // 32 * 32
          "attention.head_count": 0, "wkv.head_size": 16, "time_mix_extra_dim": 32, "time_decay_extra_dim": 64,
          "rescale_every_n_layers": 6, **tokens(65536)},  # no vocab_size: _set_vocab_rwkv_world's 65536

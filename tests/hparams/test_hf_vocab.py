@@ -40,10 +40,11 @@ REAL_COUNTS: dict[str, tuple[int | None, str]] = {
     "mamba-codestral-7b-mlx-8bit": (32768, "16 (default pad_vocab_size_multiple)"),
     # falcon-mamba: 65024 = 8128 * 8 is above the built-in GPT-NeoX list's 50432, so it needs tokenizer.json
     "falcon-mamba-7b-pre-decay": (None, f"cut to {NEOX_BUILTIN_TOKENS} tokens"),
-    # RWKV world vocabulary padded to vocab_size
-    "rwkv7-0.4b-world": (65536, "_set_vocab_rwkv_world"),
-    "rwkv7-1.5b-world": (65536, "_set_vocab_rwkv_world"),
-    "rwkv7-goose-1.4b-pile-hf": (50304, "_set_vocab_rwkv_world"),
+    # RWKV: the converter asserts the world vocabulary file (only config.json is kept here; see
+    # test_rwkv_world_vocabulary_file_decides for the counts with it)
+    "rwkv7-0.4b-world": (None, "without rwkv_vocab_v20230424.txt next to config.json the converter stops"),
+    "rwkv7-1.5b-world": (None, "without rwkv_vocab_v20230424.txt next to config.json the converter stops"),
+    "rwkv7-goose-1.4b-pile-hf": (None, "without rwkv_vocab_v20230424.txt next to config.json the converter stops"),
     # LFM2 (gpt2 vocabulary padded to vocab_size, no rounding: 93083 stays odd)
     "lfm2-1.2b-p-vector": (65536, "_set_vocab_gpt2"),
     "lfm2-700m": (65536, "_set_vocab_gpt2"),
@@ -59,7 +60,7 @@ GOLDEN_TWINS: dict[str, tuple[str, str | None]] = {
     "mamba-130m": ("mamba-130m-bf16", None),
     "mamba2-130m": ("mamba2-130m-bf16", None),
     "mamba-codestral-7b-hf-molbap": ("mamba-codestral-7b-bf16", None),
-    "rwkv7-0.4b-world": ("rwkv7-0.4b-world-bf16", None),
+    "rwkv7-0.4b-world": ("rwkv7-0.4b-world-bf16", "rwkv_vocab_v20230424.txt"),  # the world repos ship it
     "lfm2-1.2b-p-vector": ("lfm2-1.2b-bf16", None),
     "lfm2-8b-a1b-augment-multi-ft2": ("lfm2-8b-a1b-bf16", None),
     "jamba-v0.1": ("jamba-v0.1-bf16", "tokenizer.model"),  # ai21labs/Jamba-v0.1 ships tokenizer.model
@@ -193,8 +194,26 @@ def test_rwkv_without_vocab_size_takes_the_world_default(tmp_path):
     from rsplan.hparams.hf_base import HFParams
     from rsplan.hparams.hf_vocab import vocab_count
 
-    count = vocab_count(HFParams({}, "config.json", None), "rwkv.py Rwkv6Model", "rwkv6")
+    folder = _dir(tmp_path, {})
+    (folder / "rwkv_vocab_v20230424.txt").write_bytes(b"")
+    count = vocab_count(HFParams({}, "config.json", folder), "rwkv.py Rwkv6Model", "rwkv6")
     assert (count.n_vocab, count.origin.split(" (")[0]) == (65536, "default 65536")
+    # a hub repository's file list says the same
+    assert vocab_count(HFParams({}, "config.json", None), "rwkv.py Rwkv7Model", "rwkv7",
+                       repo_files={"config.json", "rwkv_vocab_v20230424.txt"}).n_vocab == 65536
+    assert vocab_count(HFParams({}, "config.json", None), "rwkv.py Rwkv7Model", "rwkv7",
+                       repo_files={"config.json", "tokenizer.json"}).n_vocab is None
+
+
+@pytest.mark.parametrize(("folder", "expected"), [
+    ("rwkv7-0.4b-world", 65536), ("rwkv7-1.5b-world", 65536),
+    # the Pile model's vocab_size is kept as given when the file is there (the converter's later assert that the
+    # world tokens fit is not checked: rsplan does not read the file)
+    ("rwkv7-goose-1.4b-pile-hf", 50304),
+])
+def test_rwkv_world_vocabulary_file_decides(folder, expected, tmp_path):
+    h = read_hf_config(_with_files(tmp_path, folder, ("rwkv_vocab_v20230424.txt",)))
+    assert h.spec.vocab_size == expected and "_set_vocab_rwkv_world" in h.loaded.sources["vocab_size"]
 
 
 @pytest.mark.parametrize(("extra", "message"), [
