@@ -19,7 +19,7 @@ does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-
 against llama.cpp in every measured case).
 
 Archs with a table: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, jamba, nemotron_h, nemotron_h_moe, falcon-h1,
-granitehybrid (MoE), lfm2, lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the
+granitehybrid, lfm2, lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the
 weight-only ModelSpec keys (vocab_size, expert_*, ...); a missing one is an UnsupportedArchError naming it.
 """
 
@@ -285,7 +285,9 @@ KINDS: dict[str, list[Template]] = {
     ],
     # Granite-4.0-H (src/models/granite-hybrid.cpp, conversion/granite.py GraniteHybridModel): Mamba-2 layers are
     # the "mamba2" kind, attention layers separate Q/K/V without biases; every layer then has experts as wide as
-    # feed_forward_length and a shared expert (expert_shared_feed_forward_length)
+    # feed_forward_length and, when expert_shared_feed_forward_length is set, a shared expert; a dense model
+    # (no experts: Granite-4.0-H-1B / 350M) has the gated FFN of "granite_dense" instead (the converter writes
+    # the shared MLP as ffn_gate / ffn_up / ffn_down, no biases)
     "granite_attn": [
         ("attn_norm.weight", _NORM),
         ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
@@ -299,6 +301,8 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
         ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
         ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+    ],
+    "granite_shexp": [
         ("ffn_gate_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
@@ -468,6 +472,7 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
     ],
+    "granite_dense": [("ffn_norm.weight", _NORM)],
     "ffn": [
         ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
         ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
@@ -510,6 +515,15 @@ def _falcon_h1_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
         )
     norm = ("falcon_h1_ssm_norm",) if spec.mamba_rms_norm else ()
     return ("falcon_h1_mamba", *norm, "falcon_h1_block")
+
+
+def _granite_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    """granite-hybrid.cpp load_arch_tensors: the mixer, then experts (+ the shared expert when
+    n_ff_shexp > 0) if n_expert > 0, else the dense gated FFN."""
+    mixer = "mamba2" if recr else "granite_attn"
+    if not spec.expert_count:
+        return (mixer, "granite_dense", "ffn")
+    return (mixer, "granite_moe", *(("granite_shexp",) if spec.expert_shared_feed_forward_length else ()))
 
 
 def _qwen_kinds(ba: str, ffn: str) -> Callable[[ModelSpec, int, bool], tuple[str, ...]]:
@@ -577,11 +591,8 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
          "expert_shared_feed_forward_length"),
     ),
     "falcon-h1": ArchTensors("output_norm", _falcon_h1_kinds, ("vocab_size", "feed_forward_length")),
-    # the MoE Granite-4.0-H models (tiny, small); the dense ones (h-1b, h-micro) have no table yet
-    "granitehybrid": ArchTensors(
-        "output_norm", lambda spec, il, recr: ("mamba2" if recr else "granite_attn", "granite_moe"),
-        ("vocab_size", "feed_forward_length", "expert_count", "expert_shared_feed_forward_length"),
-    ),
+    # the MoE Granite-4.0-H models (tiny, small) and the dense ones (h-1b, h-350m)
+    "granitehybrid": ArchTensors("output_norm", _granite_kinds, ("vocab_size", "feed_forward_length")),
     "lfm2": ArchTensors("token_embd_norm", _lfm2_kinds, ("vocab_size", "feed_forward_length")),
     "lfm2moe": ArchTensors(
         "token_embd_norm", _lfm2_kinds,

@@ -68,6 +68,7 @@ MODELS: dict[str, dict] = {
     "jamba-v0.1-bf16": {"preset": "jamba-v0.1", "outtype": "bf16"},
     "kimi-linear-48b-a3b-bf16": {"preset": "kimi-linear-48b-a3b", "outtype": "bf16"},
     "granite-4.0-h-tiny-bf16": {"preset": "granite-4.0-h-tiny", "outtype": "bf16"},
+    "granite-4.0-h-1b-bf16": {"preset": "granite-4.0-h-1b", "outtype": "bf16"},
     # the recurrent cache is really allocated even in the dry run: 293 MB per sequence here, so -np <= 8
     "minimax-text-01-bf16": {"preset": "minimax-text-01", "outtype": "bf16", "max_np": 8},
 }

@@ -256,6 +256,15 @@ EXPECTED = (
         recurrent_bytes=36 * 4 * 4 * (9984 + 393216),
     ),
     Expected(
+        "granite-4.0-h-1b",  # the Mamba and attention dims of the tiny one; a dense FFN instead of experts
+        n_embd_r=(4 - 1) * (2 * 1536 + 2 * 1 * 128),
+        n_embd_s=128 * (2 * 1536),
+        recurrent=tuple(i for i in range(40) if i not in (5, 15, 25, 35)),
+        kv=(5, 15, 25, 35),
+        kv_bytes=4 * 2 * (4 * 128 * F16) * CELLS,
+        recurrent_bytes=36 * 4 * 4 * (9984 + 393216),
+    ),
+    Expected(
         "article-example-48l",
         n_embd_r=(4 - 1) * (2048 + 2 * 16 * 128),
         n_embd_s=128 * 2048,
@@ -395,6 +404,7 @@ def test_mtp_layers_are_blocks_but_carry_no_cache(name, block_count, n_layer):
         ("qrwkv6-32b-instruct-preview", 1 << 20),
         ("nemotron-h-8b-base-8k", 1 << 20),  # GraniteHybridModel overwrites it for hybrids without RoPE
         ("granite-4.0-h-tiny", 1 << 20),
+        ("granite-4.0-h-1b", 1 << 20),
         ("nemotron-3-nano-30b-a3b", 1 << 20),
         ("kimi-linear-48b-a3b", 1048576),  # model_max_length; the config has no max_position_embeddings
         ("lfm2-1.2b", 128000),  # max_position_embeddings
