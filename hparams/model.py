@@ -42,7 +42,7 @@ WEIGHT_SHAPE_ATTENTION_KEYS = frozenset({
 WEIGHT_SHAPE_KEYS = frozenset({
     "vocab_size", "tie_word_embeddings", "expert_count", "expert_used_count", "expert_feed_forward_length",
     "expert_shared_feed_forward_length", "expert_shared_count", "expert_layers", "leading_dense_block_count",
-    "time_mix_extra_dim", "time_decay_extra_dim", "mamba_rms_norm",
+    "time_mix_extra_dim", "time_decay_extra_dim", "mamba_rms_norm", "wkv_group_norm",
 })
 #: ModelSpec keys that only shape the compute graph (planner/graphs): no cache or weight size depends on them.
 GRAPH_SHAPE_KEYS = frozenset({"rescale_every_n_layers"})
@@ -268,6 +268,9 @@ class ModelSpec(Record):
     #: (rsplan only) falcon-h1: the Mamba-2 mixer has its grouped RMS norm (config.json mamba_rms_norm), which a
     #: GGUF marks only by the presence of the ssm_norm tensors; it also adds the norm to the graph
     mamba_rms_norm: bool | None = None
+    #: (rsplan only) arwkv7: the time mix ends in a group norm (time_mix_ln; config.json wkv_has_group_norm), which
+    #: a GGUF marks only by the presence of the time_mix_ln tensors; it also adds the norm to the graph
+    wkv_group_norm: bool | None = None
     # -- compute graph only (planner/graphs) ------------------------------------------------------------------
     rescale_every_n_layers: int = 0  # {arch}.rescale_every_n_layers: RWKV-6 halves the residual every n layers
     serving: ServingSpec | None = None  # config.json facts for vLLM / SGLang

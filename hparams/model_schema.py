@@ -148,6 +148,10 @@ class ModelSchema(_Strict):
         None, description="(rsplan only) falcon-h1: the Mamba-2 mixer has its grouped RMS norm (ssm_norm tensors; "
         "config.json mamba_rms_norm)"
     )
+    wkv_group_norm: bool | None = Field(
+        None, description="(rsplan only) arwkv7: the time mix ends in a group norm (time_mix_ln tensors; "
+        "config.json wkv_has_group_norm)"
+    )
     rescale_every_n_layers: Annotated[int, Field(ge=0, le=MAX_LAYERS)] = Field(
         0, description="{arch}.rescale_every_n_layers: RWKV-6 halves the residual every n layers (graph only)"
     )

@@ -18,8 +18,8 @@ the rows; ``buffer_bytes`` adds the buffer's per-tensor alignment, as ``ggml_bac
 does, and ``model_buffer_bytes`` is the model bytes llama.cpp reports for a CPU-only run (tests/golden checks it
 against llama.cpp in every measured case).
 
-Archs with a table: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, jamba, nemotron_h, nemotron_h_moe, falcon-h1,
-granitehybrid (MoE), lfm2, lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the
+Archs with a table: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, arwkv7, plamo2, jamba, nemotron_h, nemotron_h_moe,
+falcon-h1, granitehybrid, lfm2, lfm2moe, qwen35, qwen35moe, qwen3next, kimi-linear, minimax-01. Shapes need the
 weight-only ModelSpec keys (vocab_size, expert_*, ...); a missing one is an UnsupportedArchError naming it.
 """
 
@@ -96,6 +96,11 @@ Template = tuple[str, Shape]
 _NORM: Shape = lambda d, il: (d.n_embd,)  # noqa: E731
 
 
+def _plamo2_dt_dim(d: Dims) -> int:
+    """PLaMo-2's dt projection width: max(64, n_embd / 16) (src/models/plamo2.cpp:43 dt_dim)."""
+    return max(64, d.n_embd // 16)
+
+
 def _qrwkv_kv(d: Dims, il: int) -> int:
     """RWKV6-Qwen2's K / V width: n_embd, or n_head_kv heads of wkv.head_size when the KV heads are fewer."""
     n_kv = d.n_head_kv[il]
@@ -143,6 +148,33 @@ KINDS: dict[str, list[Template]] = {
         ("channel_mix_key.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
         ("channel_mix_value.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
     ],
+    # ARWKV-7 (src/models/arwkv7.cpp, conversion/rwkv.py ARwkv7Model): RWKV-7's time mix without the token-embedding
+    # norm, RMS norms without biases, the output gate (g1/g2) only with gate_lora_rank (wkv_has_gate: 6 lerps,
+    # else 5), the group norm (time_mix_ln) only with wkv_group_norm, and Qwen-2's gated FFN ("ffn")
+    "arwkv7": [
+        ("attn_norm.weight", _NORM),
+        ("time_mix_w0.weight", _NORM),
+        ("time_mix_w1.weight", lambda d, il: (d.n_embd, d.lora[0])),
+        ("time_mix_w2.weight", lambda d, il: (d.lora[0], d.n_embd)),
+        ("time_mix_a0.weight", _NORM),
+        ("time_mix_a1.weight", lambda d, il: (d.n_embd, d.lora[1])),
+        ("time_mix_a2.weight", lambda d, il: (d.lora[1], d.n_embd)),
+    ],
+    "arwkv7_gate": [
+        ("time_mix_g1.weight", lambda d, il: (d.n_embd, d.lora[3])),
+        ("time_mix_g2.weight", lambda d, il: (d.lora[3], d.n_embd)),
+    ],
+    "arwkv7_mix": [
+        ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 6 if d.lora[3] else 5)),
+        ("time_mix_k_k.weight", _NORM),
+        ("time_mix_k_a.weight", _NORM),
+        ("time_mix_r_k.weight", _NORM),
+        ("time_mix_key.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_value.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ],
+    "arwkv7_ln": [("time_mix_ln.weight", _NORM), ("time_mix_ln.bias", _NORM)],
+    "arwkv7_out": [("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)), ("ffn_norm.weight", _NORM)],
     # RWKV-6 (src/models/rwkv6.cpp, conversion/rwkv.py Rwkv6Model): the converter squeezes time_mix_decay and the
     # lerps ({n_embd, 1, 1} in llama.cpp, {n_embd} in the file) and stacks the five time-mix lerps (w, k, v, r, g)
     # into time_mix_lerp_fused; the attention width is n_embd
@@ -221,6 +253,39 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_down.weight", lambda d, il: (d.n_ff[0], d.n_embd)),
         ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[0])),
     ],
+    # PLaMo-2 (src/models/plamo2.cpp, conversion/plamo.py Plamo2Model): every layer has a pre-mixer norm, then a
+    # Mamba layer (no groups: ssm_x projects to dt_dim = max(64, n_embd / 16) plus B and C, each RMS-normed; A, D,
+    # the dt/B/C norms without a ".weight" suffix, as llama.cpp names them) or an attention layer (fused QKV,
+    # per-head Q/K norms), then the post-mixer norm and a SwiGLU FFN whose up projection holds gate and up
+    "plamo2_mamba": [
+        ("attn_norm.weight", _NORM),
+        ("ssm_in.weight", lambda d, il: (d.n_embd, 2 * d.d_inner)),
+        ("ssm_conv1d.weight", lambda d, il: (d.d_conv, d.d_inner)),
+        ("ssm_x.weight", lambda d, il: (d.d_inner, _plamo2_dt_dim(d) + 2 * d.d_state)),
+        ("ssm_dt.weight", lambda d, il: (_plamo2_dt_dim(d), d.dt_rank)),
+        ("ssm_dt.bias", lambda d, il: (d.dt_rank,)),
+        ("ssm_a", lambda d, il: (d.dt_rank,)),
+        ("ssm_d", lambda d, il: (d.dt_rank,)),
+        ("ssm_out.weight", lambda d, il: (d.d_inner, d.n_embd)),
+        ("ssm_dt_norm", lambda d, il: (_plamo2_dt_dim(d),)),
+        ("ssm_b_norm", lambda d, il: (d.d_state,)),
+        ("ssm_c_norm", lambda d, il: (d.d_state,)),
+    ],
+    "plamo2_attn": [
+        ("attn_norm.weight", _NORM),
+        ("attn_qkv.weight", lambda d, il: (d.n_embd, (d.n_head[il] + d.n_head_kv[il]) * d.head_k
+                                           + d.n_head_kv[il] * d.head_v)),
+        ("attn_q_norm.weight", lambda d, il: (d.head_k, d.n_head[il])),
+        ("attn_k_norm.weight", lambda d, il: (d.head_k, d.n_head_kv[il])),
+        ("attn_output.weight", lambda d, il: (d.n_head[il] * d.head_v, d.n_embd)),
+    ],
+    "plamo2_ffn": [
+        ("post_attention_norm", _NORM),
+        ("ffn_norm.weight", _NORM),
+        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+        ("ffn_up.weight", lambda d, il: (d.n_embd, 2 * d.n_ff[il])),
+        ("post_ffw_norm", _NORM),
+    ],
     # Mamba-1 block (src/models/mamba.cpp; the loader requires d_inner = 2 * n_embd)
     "mamba": [
         ("attn_norm.weight", _NORM),
@@ -285,7 +350,9 @@ KINDS: dict[str, list[Template]] = {
     ],
     # Granite-4.0-H (src/models/granite-hybrid.cpp, conversion/granite.py GraniteHybridModel): Mamba-2 layers are
     # the "mamba2" kind, attention layers separate Q/K/V without biases; every layer then has experts as wide as
-    # feed_forward_length and a shared expert (expert_shared_feed_forward_length)
+    # feed_forward_length and, when expert_shared_feed_forward_length is set, a shared expert; a dense model
+    # (no experts: Granite-4.0-H-1B / 350M) has the gated FFN of "granite_dense" instead (the converter writes
+    # the shared MLP as ffn_gate / ffn_up / ffn_down, no biases)
     "granite_attn": [
         ("attn_norm.weight", _NORM),
         ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
@@ -299,6 +366,8 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
         ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
         ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+    ],
+    "granite_shexp": [
         ("ffn_gate_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
@@ -468,6 +537,7 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_down_shexp.weight", lambda d, il: (d.n_ff_shexp, d.n_embd)),
     ],
+    "granite_dense": [("ffn_norm.weight", _NORM)],
     "ffn": [
         ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
         ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
@@ -512,6 +582,28 @@ def _falcon_h1_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     return ("falcon_h1_mamba", *norm, "falcon_h1_block")
 
 
+def _granite_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    """granite-hybrid.cpp load_arch_tensors: the mixer, then experts (+ the shared expert when
+    n_ff_shexp > 0) if n_expert > 0, else the dense gated FFN."""
+    mixer = "mamba2" if recr else "granite_attn"
+    if not spec.expert_count:
+        return (mixer, "granite_dense", "ffn")
+    return (mixer, "granite_moe", *(("granite_shexp",) if spec.expert_shared_feed_forward_length else ()))
+
+
+def _arwkv7_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
+    """arwkv7.cpp load_arch_tensors, in its order: layer 0's v0/v1/v2 take the iclr rank (the converter writes
+    copies of a0/a1/a2), the gate and the group norm only when the model has them."""
+    if spec.wkv_group_norm is None:
+        raise UnsupportedArchError(
+            f"{spec.name}: wkv_group_norm is needed for the tensor list of arch 'arwkv7' (whether the time mix has "
+            "its time_mix_ln tensors: config.json wkv_has_group_norm)"
+        )
+    gate = ("arwkv7_gate",) if spec.attention.gate_lora_rank else ()
+    norm = ("arwkv7_ln",) if spec.wkv_group_norm else ()
+    return ("arwkv7", "rwkv7_0" if il == 0 else "rwkv7_v", *gate, "arwkv7_mix", *norm, "arwkv7_out", "ffn")
+
+
 def _qwen_kinds(ba: str, ffn: str) -> Callable[[ModelSpec, int, bool], tuple[str, ...]]:
     def kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
         mixer = ("gdn_qkv", ba, "gdn_out") if recr else ("qwen_attn",)
@@ -541,6 +633,15 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
          "attention.value_residual_mix_lora_rank", "attention.gate_lora_rank"),
         extra_global=(("token_embd_norm.weight", "after_embd"), ("token_embd_norm.bias", "after_embd"),
                       ("output_norm.bias", "after_norm")),
+    ),
+    "arwkv7": ArchTensors(
+        "output_norm", _arwkv7_kinds,
+        ("vocab_size", "feed_forward_length", "attention.decay_lora_rank", "attention.iclr_lora_rank",
+         "attention.value_residual_mix_lora_rank"),
+    ),
+    "plamo2": ArchTensors(
+        "output_norm", lambda spec, il, recr: ("plamo2_mamba" if recr else "plamo2_attn", "plamo2_ffn"),
+        ("vocab_size", "feed_forward_length"),
     ),
     "rwkv6": ArchTensors(
         "output_norm", lambda spec, il, recr: ("rwkv6",),
@@ -577,11 +678,8 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
          "expert_shared_feed_forward_length"),
     ),
     "falcon-h1": ArchTensors("output_norm", _falcon_h1_kinds, ("vocab_size", "feed_forward_length")),
-    # the MoE Granite-4.0-H models (tiny, small); the dense ones (h-1b, h-micro) have no table yet
-    "granitehybrid": ArchTensors(
-        "output_norm", lambda spec, il, recr: ("mamba2" if recr else "granite_attn", "granite_moe"),
-        ("vocab_size", "feed_forward_length", "expert_count", "expert_shared_feed_forward_length"),
-    ),
+    # the MoE Granite-4.0-H models (tiny, small) and the dense ones (h-1b, h-350m)
+    "granitehybrid": ArchTensors("output_norm", _granite_kinds, ("vocab_size", "feed_forward_length")),
     "lfm2": ArchTensors("token_embd_norm", _lfm2_kinds, ("vocab_size", "feed_forward_length")),
     "lfm2moe": ArchTensors(
         "token_embd_norm", _lfm2_kinds,

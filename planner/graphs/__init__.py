@@ -29,10 +29,12 @@ BUILDERS: dict[str, str] = {
     "rwkv6": "rwkv6:build_rwkv6",
     "rwkv6qwen2": "rwkv6:build_rwkv6qwen2",
     "rwkv7": "rwkv7:build_rwkv7",
+    "arwkv7": "rwkv7:build_arwkv7",
     "minimax-01": "minimax:build_minimax_01",
     "jamba": "jamba:build_jamba",
     "kimi-linear": "kimi_linear:build_kimi_linear",
     "granitehybrid": "granite_hybrid:build_granite_hybrid",
+    "plamo2": "plamo2:build_plamo2",
 }
 
 MTP_BUILDERS: dict[str, str] = {

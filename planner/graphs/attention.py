@@ -108,7 +108,12 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
         v_dst = g.reshape(v_cache, gqa, kv_size * ns) if ns > 1 else v_cache
         lg.expand(g.set_rows(v_dst, v_cur, inp.v_idxs))
     else:
-        v_cur = g.reshape(v, gqa, v.ne[2])
+        # cpy_v merges a token's heads in place when they are one row (src/llama-kv-cache.cpp:1398 ggml_row_size),
+        # else copies them (V viewed out of a fused QKV projection: PLaMo-2)
+        if v.type.type_size * gqa // v.type.block_size == v.nb[2]:
+            v_cur = g.reshape(v, gqa, v.ne[2])
+        else:
+            v_cur = g.cont_nd(v, gqa, v.ne[2])
         if gqa < v_row:
             raise NotImplementedError("V rows padded to the widest layer (ggml_pad) are not modelled")
         v_view = g.reshape(v_cache, 1, v_row * kv_size * ns)

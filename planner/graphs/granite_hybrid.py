@@ -1,7 +1,11 @@
-"""Granite-4.0-H with experts (granitehybrid): Mamba-2 layers and GQA attention without RoPE, each followed by
-softmax-routed experts with normalised weights plus a shared expert, and Granite's muP multipliers as SCALE ops
-(src/models/granite-hybrid.cpp ``graph``, ``build_attention_layer``, ``build_layer_ffn``; src/llama-graph.cpp
-``build_inp_embd`` for the embedding scale)."""
+"""Granite-4.0-H (granitehybrid): Mamba-2 layers and GQA attention without RoPE, each followed by softmax-routed
+experts with normalised weights plus a shared expert (tiny, small) or by a dense gated FFN (h-1b, h-350m), and
+Granite's muP multipliers as SCALE ops (src/models/granite-hybrid.cpp ``graph``, ``build_attention_layer``,
+``build_layer_ffn``; src/llama-graph.cpp ``build_inp_embd`` for the embedding scale).
+
+The FFN branch is chosen per layer by whether the layer has a router (src/models/granite-hybrid.cpp:244
+ffn_gate_inp), which the loader creates exactly when the model has experts (src/models/granite-hybrid.cpp:103
+n_expert)."""
 
 from __future__ import annotations
 
@@ -20,11 +24,17 @@ SCALES = {"embedding": True, "residual": True, "logits": True}
 
 
 def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
-    """build_layer_ffn's MoE branch: experts as wide as feed_forward_length (softmax, normalised weights, no
-    weight scale) plus the shared expert. cur: the normed [n_embd, n_tokens]."""
+    """build_layer_ffn on the normed [n_embd, n_tokens]: without experts the dense gated FFN (build_ffn, SiLU,
+    parallel gate, no biases); with them the MoE branch: experts as wide as feed_forward_length (softmax,
+    normalised weights, no weight scale) plus the shared expert when expert_shared_feed_forward_length is set
+    (src/models/granite-hybrid.cpp:275 n_ff_shexp)."""
     p = lg.p
     spec = p.spec
+    if not spec.expert_count:
+        return ffn_silu_par(cur, p.n_embd, ffn_width(p, il))
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, ffn_width(p, il))
+    if not spec.expert_shared_feed_forward_length:
+        return moe_out
     return g.add(moe_out, ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length, "_shexp"))
 
 
@@ -33,9 +43,9 @@ def _residual(cur: Tensor) -> Tensor:
 
 
 def build_granite_hybrid(p: GraphParams) -> Graph:
-    """llama_model_granite_hybrid::graph for the MoE models (without RoPE: the converter writes
-    rope.scaling.finetuned = false for a hybrid)."""
-    _require_moe(p)
+    """llama_model_granite_hybrid::graph (without RoPE: the converter writes rope.scaling.finetuned = false for a
+    hybrid)."""
+    _require_modelled(p)
     require_equal_head_dims(p, "llama_model_granite_hybrid::graph")
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
@@ -74,14 +84,18 @@ def _output(lg: LlamaGraph, cur: Tensor) -> Graph:
     return lg.b.graph
 
 
-def _require_moe(p: GraphParams) -> None:
-    """Only the MoE Granite-4.0-H models are modelled (ComputeModelError otherwise)."""
+def _require_modelled(p: GraphParams) -> None:
+    """What this graph does not build (ComputeModelError): RoPE, which a file with rope.scaling.finetuned = true
+    (Bamba) applies to its attention layers (src/models/granite-hybrid.cpp:210 has_rope), and experts without
+    expert_used_count."""
     from rsplan.planner.compute import ComputeModelError
 
     spec = p.spec
-    if not (spec.expert_count and spec.expert_used_count and spec.expert_shared_feed_forward_length):
+    if spec.rope_scaling is not None and spec.rope_scaling.finetuned:
         raise ComputeModelError(
-            f"model '{spec.name}': only the MoE Granite-4.0-H models (expert_count, expert_used_count and "
-            "expert_shared_feed_forward_length given) have a compute-buffer model; dense granitehybrid models "
-            "(Granite-4.0-H-1B / micro, Bamba with RoPE) do not; pass --compute to give the size"
+            f"model '{spec.name}': rope.scaling.finetuned is true, so llama.cpp applies RoPE to its attention "
+            "layers (Bamba), which rsplan's granitehybrid graph does not build; pass --compute to give the size"
         )
+    if spec.expert_count and not spec.expert_used_count:
+        raise ComputeModelError(f"model '{spec.name}' has {spec.expert_count} experts but does not give "
+                                "expert_used_count, which sizes its expert FFN; pass --compute to give the size")

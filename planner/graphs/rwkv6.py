@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
-from rsplan.planner.graphs.lfm2 import ffn_silu_par
-from rsplan.planner.graphs.rwkv7 import build_two_shift_rwkv, last_token, shifted
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, state_dims
+from rsplan.planner.graphs.rwkv7 import build_one_shift_rwkv, build_two_shift_rwkv
 
 #: The LoRA ranks the time mix needs: ModelSpec key -> what it sizes.
 EXTRA_DIMS: dict[str, str] = {
@@ -22,11 +21,6 @@ EXTRA_DIMS: dict[str, str] = {
 }
 #: The lerped inputs, in the order of the fused lerp weight (time_mix_lerp_fused, {n_embd, 1, 1, 5}).
 LERPS = ("w", "k", "v", "r", "g")
-
-
-def _token_shift_count(p: GraphParams) -> int:
-    """Rows of n_embd the token shift keeps (the W = 2 conv state's channels over n_embd)."""
-    return state_dims(p).conv_channels // p.n_embd
 
 
 def _extra_dims(p: GraphParams) -> tuple[int, int]:
@@ -134,31 +128,9 @@ def build_rwkv6(p: GraphParams) -> Graph:
 
 
 def build_rwkv6qwen2(p: GraphParams) -> Graph:
-    """llama_model_rwkv6qwen2::graph: RMS pre-norms, one token shift (the time mix's), the QRWKV time mix and
-    Qwen-2's SwiGLU FFN."""
-    token_shift_count = _token_shift_count(p)
-    if token_shift_count != 1:
-        raise g.GGMLAbort(f"GGML_ASSERT(n_embd == hparams.n_embd_r()) fails in llama_model_rwkv6qwen2::graph "
-                          f"(token_shift_count {token_shift_count})")
-    lg = LlamaGraph(p)
-    n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
-    inp = lg.inp_embd()
-    rs = lg.rs_inp()
-    out_ids = lg.inp_out_ids()
-    for il in range(p.n_layer):
-        lg.layer(il)
-        inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
-        r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
-        shift = g.reshape(lg.rs(r_all, n_embd, rs), n_embd, 1, n_seqs)
-        att_norm = lg.norm(inp, n_embd)
-        x_prev = shifted(shift, att_norm, n_embd, n_seq_tokens, n_seqs)
-        cur = _time_mix(lg, rs, att_norm, x_prev, il, qrwkv=True)
-        shift = last_token(att_norm, n_embd, n_seq_tokens, n_seqs)
-        lg.expand(g.cpy(g.view(shift, (n_embd * n_seqs,), (), 0), g.view(r_all, (n_embd * n_seqs,), (), 0)))
-        ffn_inp = g.reshape(g.add(cur, inp), n_embd, p.n_tokens)
-        if il == p.n_layer - 1:
-            ffn_inp = g.get_rows(ffn_inp, out_ids)
-        cur = ffn_silu_par(lg.norm(ffn_inp, n_embd), n_embd, ffn_width(p, il))
-        inp = g.add(cur, ffn_inp)
-    lg.output(inp)
-    return lg.b.graph
+    """llama_model_rwkv6qwen2::graph: the one-shift loop ARWKV-7 shares, with the QRWKV time mix."""
+
+    def time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, il: int) -> Tensor:
+        return _time_mix(lg, rs, cur, x_prev, il, qrwkv=True)
+
+    return build_one_shift_rwkv(p, "llama_model_rwkv6qwen2::graph", time_mix)

@@ -1,9 +1,12 @@
-"""RWKV-7 (src/models/rwkv7.cpp ``graph``, src/models/rwkv7-base.cpp ``build_rwkv7_time_mix`` /
-``build_rwkv7_channel_mix``, src/llama-graph.cpp ``build_rwkv_token_shift_load`` / ``_store``).
+"""RWKV-7 and ARWKV-7 (src/models/rwkv7.cpp and arwkv7.cpp ``graph``, src/models/rwkv7-base.cpp
+``build_rwkv7_time_mix`` / ``build_rwkv7_channel_mix``, src/llama-graph.cpp ``build_rwkv_token_shift_load`` /
+``_store``).
 
-Every layer reads two recurrent rows: R, the token shift (the last normed token of the time mix and of the channel
-mix, 2 x n_embd) and S, the WKV state (n_embd x head_size). The time mix projects six lerped copies of the input
-(r, w, k, v, a, g) and runs the fused RWKV_WKV7 op, whose output holds the token rows and then the new states."""
+Every RWKV-7 layer reads two recurrent rows: R, the token shift (the last normed token of the time mix and of the
+channel mix, 2 x n_embd) and S, the WKV state (n_embd x head_size). The time mix projects six lerped copies of the
+input (r, w, k, v, a, g) and runs the fused RWKV_WKV7 op, whose output holds the token rows and then the new states.
+ARWKV-7 keeps only the time mix's shift (R is n_embd wide), may lack the gate (five lerps) and the group norm, and
+replaces the channel mix by Qwen-2's SwiGLU FFN (the one-shift loop RWKV6-Qwen2 uses)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
+from rsplan.planner.graphs.lfm2 import ffn_silu_par
 
 #: The low-rank widths the time mix's projections need: GGUF key (attention.*) -> what it sizes.
 LORA_KEYS: dict[str, str] = {
@@ -33,14 +37,15 @@ class _Ranks:
     gate: int
 
 
-def _ranks(p: GraphParams) -> _Ranks:
-    """The LoRA ranks of ``p.spec`` (ComputeModelError naming the first missing one)."""
+def _ranks(p: GraphParams, gate_required: bool = True) -> _Ranks:
+    """The LoRA ranks of ``p.spec`` (ComputeModelError naming the first missing one); without ``gate_required`` a
+    missing gate rank is 0 (ARWKV-7 without the output gate)."""
     from rsplan.planner.compute import ComputeModelError
 
     att = p.spec.attention
-    values = [getattr(att, key) for key in LORA_KEYS]
+    values = [getattr(att, key) or 0 for key in LORA_KEYS]
     for key, value in zip(LORA_KEYS, values, strict=True):
-        if not value:
+        if not value and (gate_required or key != "gate_lora_rank"):
             raise ComputeModelError(
                 f"model '{p.spec.name}' does not give attention.{key}, which sizes RWKV-7's {LORA_KEYS[key]} "
                 "projections; pass --compute to give the size"
@@ -57,25 +62,30 @@ def layer_norm(cur: Tensor, width: int) -> Tensor:
     return g.add(g.mul(normed, g.weight(width)), g.weight(width))
 
 
-def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor) -> dict[str, Tensor]:
-    """The six lerped inputs: (x_prev - x) repeated 6 times, times the fused lerp, plus x; one [n_embd, n_tokens]
-    view each."""
+def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor, lerps: tuple[str, ...]) -> dict[str, Tensor]:
+    """The lerped inputs (six, or five without the gate's): (x_prev - x) repeated once per lerp, times the fused
+    lerp, plus x; one [n_embd, n_tokens] view each."""
     n_embd, n_tokens = p.n_embd, p.n_tokens
-    sx = g.repeat(g.sub(x_prev, cur), n_embd, p.n_seq_tokens, p.n_seqs, len(LERPS))
-    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1, len(LERPS))), cur)
+    sx = g.repeat(g.sub(x_prev, cur), n_embd, p.n_seq_tokens, p.n_seqs, len(lerps))
+    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1, len(lerps))), cur)
     return {name: g.view(xxx, (n_embd, n_tokens), (xxx.nb[1],), i * n_embd * n_tokens * 4)
-            for i, name in enumerate(LERPS)}
+            for i, name in enumerate(lerps)}
 
 
 def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, first: list[Tensor],
-              il: int) -> Tensor:
-    """build_rwkv7_time_mix. ``first`` holds layer 0's value (the value residual of every later layer)."""
+              il: int, *, arwkv: bool = False) -> Tensor:
+    """build_rwkv7_time_mix (src/models/rwkv7-base.cpp:30 build_rwkv7_time_mix). ``first`` holds layer 0's value
+    (the value residual of every later layer). ``arwkv``: ARWKV-7's optional parts, the output gate only with
+    gate_lora_rank (src/models/rwkv7-base.cpp:49 has_gating) and the group norm only with wkv_group_norm
+    (src/models/rwkv7-base.cpp:116 time_mix_ln); RWKV-7 has both."""
     p = lg.p
     dims = state_dims(p)
     n_embd, n_tokens = p.n_embd, p.n_tokens
     hs, hc = dims.head_dim, dims.n_heads  # wkv.head_size, n_embd / head_size
-    rk = _ranks(p)
-    x = _time_mix_inputs(p, cur, x_prev)
+    rk = _ranks(p, gate_required=not arwkv)
+    gating = rk.gate > 0
+    group_norm = _group_norm(p) if arwkv else True
+    x = _time_mix_inputs(p, cur, x_prev, LERPS if gating else LERPS[:-1])
 
     def mm(inp: Tensor, rows: int) -> Tensor:
         return g.mul_mat(g.weight(inp.ne[0], rows), inp)
@@ -90,7 +100,7 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     else:
         mix = g.unary(g.add(mm(mm(x["v"], rk.value_mix), n_embd), g.weight(n_embd)))
         v = g.add(v, g.mul(g.sub(first[0], v), mix))
-    gate = mm(g.unary(mm(x["g"], rk.gate)), n_embd)
+    gate = mm(g.unary(mm(x["g"], rk.gate)), n_embd) if gating else None
     a = g.unary(g.add(mm(mm(x["a"], rk.iclr), n_embd), g.weight(n_embd)))
     kk = g.l2_norm(g.reshape(g.mul(k, g.weight(n_embd)), hs, hc, n_tokens))
     ka = g.mul(k, g.weight(n_embd))
@@ -105,12 +115,29 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     new_state = g.view(out, (n_embd_s * p.n_seqs,), (), n_embd * n_tokens * 4)
     lg.expand(g.cpy(new_state, g.view(s_all, (n_embd_s * p.n_seqs,), (), 0)))
 
-    cur = g.norm(g.reshape(cur, n_embd // hc, hc, n_tokens))  # group norm, one group per head
-    cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd)), g.weight(n_embd))
+    if group_norm:
+        cur = g.norm(g.reshape(cur, n_embd // hc, hc, n_tokens))  # group norm, one group per head
+        cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd)), g.weight(n_embd))
+    else:
+        cur = g.reshape(cur, n_embd, n_tokens)
     bonus = g.sum_rows(g.mul(g.mul(k, r), g.reshape(g.weight(n_embd), hs, hc)))
     cur = g.add(cur, g.reshape(g.mul(v, bonus), n_embd, n_tokens))
-    cur = mm(g.mul(cur, gate), n_embd)
+    if gate is not None:
+        cur = g.mul(cur, gate)
+    cur = mm(cur, n_embd)
     return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
+
+
+def _group_norm(p: GraphParams) -> bool:
+    """Whether an ARWKV-7 time mix has its group norm (wkv_group_norm; ComputeModelError when not given)."""
+    if p.spec.wkv_group_norm is None:
+        from rsplan.planner.compute import ComputeModelError
+
+        raise ComputeModelError(
+            f"model '{p.spec.name}' does not give wkv_group_norm (whether ARWKV-7's time mix has its group norm, "
+            "time_mix_ln: config.json wkv_has_group_norm); pass --compute to give the size"
+        )
+    return p.spec.wkv_group_norm
 
 
 def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
@@ -144,6 +171,50 @@ def build_rwkv7(p: GraphParams) -> Graph:
         return _time_mix(lg, rs, cur, x_prev, first, il)
 
     return build_two_shift_rwkv(p, "llama_model_rwkv7::graph", time_mix, _channel_mix)
+
+
+def build_arwkv7(p: GraphParams) -> Graph:
+    """llama_model_arwkv7::graph (src/models/arwkv7.cpp:120 graph): the one-shift loop RWKV6-Qwen2 shares, with
+    RWKV-7's time mix (its value residual from layer 0) and Qwen-2's SwiGLU FFN."""
+    first: list[Tensor] = []
+
+    def time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Tensor, il: int) -> Tensor:
+        return _time_mix(lg, rs, cur, x_prev, first, il, arwkv=True)
+
+    return build_one_shift_rwkv(p, "llama_model_arwkv7::graph", time_mix)
+
+
+def build_one_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix) -> Graph:
+    """The graph RWKV6-Qwen2 and ARWKV-7 share (src/models/rwkv6qwen2.cpp:84 graph, src/models/arwkv7.cpp:120
+    graph): RMS pre-norms, one token shift (the time mix's) loaded from and stored to the R state after
+    ``time_mix``, the output rows selected at the last layer, Qwen-2's SwiGLU FFN. Asserts n_embd_r == n_embd
+    (token_shift_count 1)."""
+    n_embd, n_seq_tokens, n_seqs = p.n_embd, p.n_seq_tokens, p.n_seqs
+    token_shift_count = state_dims(p).conv_channels // n_embd  # rows of n_embd the token shift keeps
+    if token_shift_count != 1:
+        raise g.GGMLAbort(f"GGML_ASSERT(n_embd == hparams.n_embd_r()) fails in {graph_name} "
+                          f"(token_shift_count {token_shift_count})")
+    lg = LlamaGraph(p)
+    inp = lg.inp_embd()
+    rs = lg.rs_inp()
+    out_ids = lg.inp_out_ids()
+    for il in range(p.n_layer):
+        lg.layer(il)
+        inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
+        r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
+        shift = g.reshape(lg.rs(r_all, n_embd, rs), n_embd, 1, n_seqs)
+        att_norm = lg.norm(inp, n_embd)
+        x_prev = shifted(shift, att_norm, n_embd, n_seq_tokens, n_seqs)
+        cur = time_mix(lg, rs, att_norm, x_prev, il)
+        shift = last_token(att_norm, n_embd, n_seq_tokens, n_seqs)
+        lg.expand(g.cpy(g.view(shift, (n_embd * n_seqs,), (), 0), g.view(r_all, (n_embd * n_seqs,), (), 0)))
+        ffn_inp = g.reshape(g.add(cur, inp), n_embd, p.n_tokens)
+        if il == p.n_layer - 1:
+            ffn_inp = g.get_rows(ffn_inp, out_ids)
+        cur = ffn_silu_par(lg.norm(ffn_inp, n_embd), n_embd, ffn_width(p, il))
+        inp = g.add(cur, ffn_inp)
+    lg.output(inp)
+    return lg.b.graph
 
 
 def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, channel_mix: ChannelMix,

@@ -146,7 +146,8 @@ def t_mamba(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
 
 def t_hybrid_mamba2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     """nemotron_h (mamba / attention / MLP layers), nemotron_h_moe (the MLP layers are ungated experts with a
-    selection bias, plus a shared expert) and granitehybrid (mamba or attention, then MoE)."""
+    selection bias, plus a shared expert) and granitehybrid (mamba or attention, then MoE, or a dense FFN without
+    experts)."""
     ssm, att = spec.ssm, spec.attention
     assert ssm is not None
     n_embd = spec.embedding_length
@@ -167,7 +168,10 @@ def t_hybrid_mamba2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
                     (b + "ffn_down_shexp.weight", (x["n_ff_shexp"], n_embd))]
         else:
             out += mamba2_mixer(il, n_embd, ssm.inner_size, ssm.state_size, ssm.group_count, ssm.time_step_rank)
-        if spec.arch == "granitehybrid":
+        if spec.arch == "granitehybrid" and not x.get("n_expert"):  # dense: the shared MLP as ffn_gate/up/down
+            out.append((f"blk.{il}.ffn_norm.weight", (n_embd,)))
+            out += dense_ffn(il, n_embd, n_ff)
+        elif spec.arch == "granitehybrid":
             b = f"blk.{il}."
             out.append((b + "ffn_norm.weight", (n_embd,)))
             out += moe_ffn(il, n_embd, n_ff, x["n_expert"])
@@ -347,6 +351,70 @@ def t_rwkv7(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     return out
 
 
+def t_arwkv7(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/arwkv7.cpp load_arch_tensors without the gate and the group norm (wkv_has_gate and
+    wkv_has_group_norm false): RMS norms without biases, five lerps, Qwen-2's gated FFN."""
+    n_embd = spec.embedding_length
+    out = embeddings(n_embd, x["n_vocab"], tied=False)
+    d, i, v, ff = x["decay"], x["iclr"], x["vmix"], x["n_ff"]
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        r = i if il == 0 else v  # layer 0's value-residual mix (unused) has the iclr rank
+        out += [
+            (b + "attn_norm.weight", (n_embd,)),
+            (b + "time_mix_w0.weight", (n_embd,)), (b + "time_mix_w1.weight", (n_embd, d)),
+            (b + "time_mix_w2.weight", (d, n_embd)),
+            (b + "time_mix_a0.weight", (n_embd,)), (b + "time_mix_a1.weight", (n_embd, i)),
+            (b + "time_mix_a2.weight", (i, n_embd)),
+            (b + "time_mix_v0.weight", (n_embd,)), (b + "time_mix_v1.weight", (n_embd, r)),
+            (b + "time_mix_v2.weight", (r, n_embd)),
+            (b + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5)),
+            (b + "time_mix_k_k.weight", (n_embd,)), (b + "time_mix_k_a.weight", (n_embd,)),
+            (b + "time_mix_r_k.weight", (n_embd,)),
+            (b + "time_mix_key.weight", (n_embd, n_embd)), (b + "time_mix_value.weight", (n_embd, n_embd)),
+            (b + "time_mix_receptance.weight", (n_embd, n_embd)),
+            (b + "time_mix_output.weight", (n_embd, n_embd)),
+            (b + "ffn_norm.weight", (n_embd,)),
+        ]  # fmt: skip
+        out += dense_ffn(il, n_embd, ff)
+    return out
+
+
+def t_plamo2(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
+    """src/models/plamo2.cpp load_arch_tensors: Mamba layers (no groups; dt_dim = max(64, n_embd / 16); A, D and the
+    dt/B/C norms without ".weight") or fused-QKV attention layers with per-head Q/K norms, each with post-mixer and
+    post-FFN norms (no ".weight") and an up projection holding gate and up."""
+    ssm, att = spec.ssm, spec.attention
+    assert ssm is not None and ssm.inner_size and ssm.state_size and ssm.time_step_rank and att.key_length
+    n_embd, hd = spec.embedding_length, att.key_length
+    d_inner, d_state, n_heads, dt_dim = ssm.inner_size, ssm.state_size, ssm.time_step_rank, max(64, n_embd // 16)
+    out = embeddings(n_embd, x["n_vocab"], tied=True)
+    for il in range(spec.block_count):
+        b = f"blk.{il}."
+        n_head, n_kv = per_layer(att.head_count, il), per_layer(att.head_count_kv, il)
+        out.append((b + "attn_norm.weight", (n_embd,)))
+        if n_kv == 0:
+            out += [
+                (b + "ssm_in.weight", (n_embd, 2 * d_inner)), (b + "ssm_conv1d.weight", (4, d_inner)),
+                (b + "ssm_x.weight", (d_inner, dt_dim + 2 * d_state)), (b + "ssm_dt.weight", (dt_dim, n_heads)),
+                (b + "ssm_dt.bias", (n_heads,)), (b + "ssm_a", (n_heads,)), (b + "ssm_d", (n_heads,)),
+                (b + "ssm_out.weight", (d_inner, n_embd)), (b + "ssm_dt_norm", (dt_dim,)),
+                (b + "ssm_b_norm", (d_state,)), (b + "ssm_c_norm", (d_state,)),
+            ]  # fmt: skip
+        else:
+            out += [
+                (b + "attn_qkv.weight", (n_embd, (n_head + 2 * n_kv) * hd)),
+                (b + "attn_q_norm.weight", (hd, n_head)), (b + "attn_k_norm.weight", (hd, n_kv)),
+                (b + "attn_output.weight", (n_head * hd, n_embd)),
+            ]  # fmt: skip
+        out += [
+            (b + "post_attention_norm", (n_embd,)), (b + "ffn_norm.weight", (n_embd,)),
+            (b + "ffn_down.weight", (x["n_ff"], n_embd)), (b + "ffn_up.weight", (n_embd, 2 * x["n_ff"])),
+            (b + "post_ffw_norm", (n_embd,)),
+        ]  # fmt: skip
+    return out
+
+
 def t_rwkv6(spec: ModelSpec, x: dict[str, Any]) -> list[Tensor]:
     """src/models/rwkv6.cpp load_arch_tensors, in the shapes conversion/rwkv.py writes (lerps and decay squeezed,
     the five time-mix lerps fused)."""
@@ -493,6 +561,15 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any], dict[str, Any]]] = {
         {LLM.FEED_FORWARD_LENGTH: 512, LLM.EXPERT_COUNT: 64, LLM.EXPERT_USED_COUNT: 6,
          LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: 1024},
     ),
+    "granite-4.0-h-1b": (
+        "granite-4.0-h-1b", t_hybrid_mamba2, {"n_vocab": 100352, "tied": True, "n_ff": 4096},
+        {LLM.FEED_FORWARD_LENGTH: 4096, LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: 4096},
+    ),
+    "arwkv-1.5b": (
+        "arwkv-1.5b", t_arwkv7, {"n_vocab": 151936, "n_ff": 8960, "decay": 64, "iclr": 64, "vmix": 32},
+        {Attention.DECAY_LORA_RANK: 64, Attention.ICLR_LORA_RANK: 64, Attention.VALUE_RESIDUAL_MIX_LORA_RANK: 32},
+    ),
+    "plamo-2-1b": ("plamo-2-1b", t_plamo2, {"n_vocab": 100000, "n_ff": 8192}, {}),
     "jamba-v0.1": (
         "jamba-v0.1", t_jamba, {"n_vocab": 65536, "n_expert": 16, "n_ff": 14336},
         {LLM.FEED_FORWARD_LENGTH: 14336, LLM.EXPERT_COUNT: 16, LLM.EXPERT_USED_COUNT: 2},

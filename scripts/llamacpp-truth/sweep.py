@@ -62,12 +62,15 @@ MODELS: dict[str, dict] = {
     "mamba-130m-q8_0": {"preset": "mamba-130m", "outtype": "q8_0"},
     "qwen3-next-80b-a3b-q8_0": {"preset": "qwen3-next-80b-a3b", "outtype": "q8_0", "extra": MTP_GRID},
     "rwkv7-0.4b-world-bf16": {"preset": "rwkv7-0.4b-world", "outtype": "bf16"},
+    "arwkv-1.5b-bf16": {"preset": "arwkv-1.5b", "outtype": "bf16"},
     "rwkv6-1.6b-world-bf16": {"preset": "rwkv6-1.6b-world", "outtype": "bf16"},
     "falcon-h1-0.5b-instruct-bf16": {"preset": "falcon-h1-0.5b-instruct", "outtype": "bf16"},
     "qrwkv6-32b-instruct-preview-bf16": {"preset": "qrwkv6-32b-instruct-preview", "outtype": "bf16"},
     "jamba-v0.1-bf16": {"preset": "jamba-v0.1", "outtype": "bf16"},
     "kimi-linear-48b-a3b-bf16": {"preset": "kimi-linear-48b-a3b", "outtype": "bf16"},
     "granite-4.0-h-tiny-bf16": {"preset": "granite-4.0-h-tiny", "outtype": "bf16"},
+    "granite-4.0-h-1b-bf16": {"preset": "granite-4.0-h-1b", "outtype": "bf16"},
+    "plamo-2-1b-bf16": {"preset": "plamo-2-1b", "outtype": "bf16"},
     # the recurrent cache is really allocated even in the dry run: 293 MB per sequence here, so -np <= 8
     "minimax-text-01-bf16": {"preset": "minimax-text-01", "outtype": "bf16", "max_np": 8},
 }

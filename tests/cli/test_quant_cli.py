@@ -84,13 +84,14 @@ def test_imatrix_types_are_refused(quant):
     assert r.output.startswith(f"Error: {quant} requires an importance matrix") and r.output.count("\n") == 1
 
 
-def test_arch_without_tensor_list_is_one_line(tmp_path):
-    preset = tmp_path / "arwkv.yaml"  # ARWKV-7: no tensor list
+def test_preset_its_tensor_list_cannot_size_is_one_line(tmp_path):
+    preset = tmp_path / "arwkv.yaml"  # ARWKV-7 without the low-rank widths its tensor list needs
     preset.write_text("name: arwkv-test\nsource: test\narch: arwkv7\ncontext_length: 4096\nembedding_length: 1024\n"
                       "block_count: 4\nwkv:\n  head_size: 64\n  token_shift_count: 1\nvocab_size: 1000\n")
     r = run("estimate", "--model", str(preset), "--quant", "Q8_0")
     assert r.exit_code != 0
-    assert r.output.startswith("Error: --quant Q8_0: no tensor list for architecture 'arwkv7'")
+    assert r.output.startswith("Error: --quant Q8_0: arwkv-test: feed_forward_length is needed for the tensor list "
+                               "of arch 'arwkv7'")
     assert r.output.count("\n") == 1
 
 

@@ -31,9 +31,9 @@ from rsplan_testing import shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
-#: An arch with neither a tensor list nor a compute graph (ARWKV-7: the RWKV-7 time mix in a Qwen-2.5 body), as a
-#: preset file: every size rsplan gives for it comes from the cache rules alone.
-NO_TABLE_PRESET = """name: arwkv-test
+#: An ARWKV-7 preset without the keys its tensor list needs (the low-rank widths; whether the time mix has its
+#: group norm): every size rsplan gives for it comes from the cache rules alone.
+INCOMPLETE_PRESET = """name: arwkv-test
 source: test
 arch: arwkv7
 context_length: 4096
@@ -43,6 +43,7 @@ wkv:
   head_size: 64
   token_shift_count: 1
 vocab_size: 1000
+feed_forward_length: 4096
 """
 
 
@@ -179,19 +180,31 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
                  "lfm2-8b-a1b",
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
                  "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny", "falcon-h1-0.5b-instruct",
-                 "qrwkv6-32b-instruct-preview", "nemotron-3-nano-30b-a3b"):
+                 "qrwkv6-32b-instruct-preview", "nemotron-3-nano-30b-a3b", "granite-4.0-h-1b", "arwkv-1.5b",
+                 "plamo-2-1b"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)
     assert archs | {"qwen35"} == set(ARCH_TENSORS)
 
 
-def test_missing_vocab_or_unknown_arch_is_a_clear_error(tmp_path):
+def test_missing_vocab_or_unknown_arch_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(UnsupportedArchError, match="vocab_size"):
         tensor_list(load_builtin_preset("mamba2-2.7b"))
-    (tmp_path / "arwkv.yaml").write_text(NO_TABLE_PRESET)
+    (tmp_path / "arwkv.yaml").write_text(INCOMPLETE_PRESET)
+    incomplete = load_model(str(tmp_path / "arwkv.yaml"))
+    with pytest.raises(UnsupportedArchError, match=r"arwkv-test: attention\.decay_lora_rank is needed for the "
+                                                   r"tensor list of arch 'arwkv7'"):
+        tensor_list(incomplete)
+    ranks = {"decay_lora_rank": 64, "iclr_lora_rank": 64, "value_residual_mix_lora_rank": 32}
+    ranked = incomplete.model_copy(update={"attention": incomplete.attention.model_copy(update=ranks)})
+    with pytest.raises(UnsupportedArchError, match="wkv_group_norm is needed"):  # no GGUF key carries it
+        tensor_list(ranked)
+    assert tensor_list(ranked.model_copy(update={"wkv_group_norm": False}))
+    # an arch without a table (every arch rsplan sizes has one now): the error names the arch
+    monkeypatch.delitem(ARCH_TENSORS, "arwkv7")
     with pytest.raises(UnsupportedArchError, match="no tensor list for architecture 'arwkv7'"):
-        tensor_list(load_model(str(tmp_path / "arwkv.yaml")))
+        tensor_list(ranked)
     # Falcon-H1's ssm_norm tensors exist only with mamba_rms_norm, which no GGUF key carries
     falcon = load_builtin_preset("falcon-h1-0.5b-instruct").model_copy(update={"mamba_rms_norm": None})
     with pytest.raises(UnsupportedArchError, match="mamba_rms_norm"):
@@ -224,10 +237,10 @@ def test_skeleton_is_sparse_full_size_and_reads_back(tmp_path):
     assert not list(tmp_path.glob("*.part"))
 
 
-def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
+def test_skeleton_refuses_a_preset_its_tensor_list_cannot_size(tmp_path):
     preset = tmp_path / "in" / "arwkv.yaml"
     preset.parent.mkdir()
-    preset.write_text(NO_TABLE_PRESET)
+    preset.write_text(INCOMPLETE_PRESET)
     out = tmp_path / "out" / "x.gguf"
     out.parent.mkdir()
     proc = subprocess.run(
@@ -235,7 +248,8 @@ def test_skeleton_refuses_an_arch_without_a_tensor_list(tmp_path):
         capture_output=True, text=True, timeout=120, env={**os.environ},
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("Error: no tensor list for architecture 'arwkv7'")
+    assert proc.stderr.startswith("Error: arwkv-test: attention.decay_lora_rank is needed for the tensor list of "
+                                  "arch 'arwkv7'")
     assert not out.exists() and not list(out.parent.iterdir())
 
 

@@ -292,3 +292,50 @@ def test_rwkv6qwen2_needs_one_token_shift():
     spec = spec.model_copy(update={"wkv": spec.wkv.model_copy(update={"token_shift_count": 2})})
     with pytest.raises(LlamaAbortError, match="n_embd_r"):
         compute_buffer(spec, ContextParams(n_ctx=4096))
+
+
+# ARWKV-7 1.5B with the output gate (gate_lora_rank 128: g1 / g2, six lerps) and the group norm (time_mix_ln), which
+# no published ARWKV-7 has: the arwkv-1.5b preset with those two keys changed, as a bf16 skeleton (731 tensors, it
+# loads), build/llamacpp-truth/probe -m <it> -c 4096 [-np 4] -> (CPU compute bytes, graph nodes)
+ARWKV_GATED_MEASURED = [(1, 320_606_240, 2828), (4, 320_606_240, 2828)]
+
+
+@pytest.mark.parametrize(("n_seq_max", "expected", "nodes"), ARWKV_GATED_MEASURED)
+def test_arwkv7_with_gate_and_group_norm_equals_llama_cpp(n_seq_max: int, expected: int, nodes: int) -> None:
+    from rsplan.hparams.tensors import model_buffer_bytes
+
+    spec = load_builtin_preset("arwkv-1.5b")
+    spec = spec.model_copy(update={"wkv_group_norm": True,
+                                   "attention": spec.attention.model_copy(update={"gate_lora_rank": 128})})
+    assert model_buffer_bytes(spec, "bf16") == 3_837_597_696
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=n_seq_max), n_outputs_max=0)
+    # the golden arwkv-1.5b cases have 2576 nodes; per layer the gate adds 5 (its lerp VIEW, two MUL_MATs, SIGMOID,
+    # the MUL) and the group norm 4 (a RESHAPE more, NORM, MUL, ADD): 28 layers x 9 = 252
+    assert (cb.dry_run_bytes, cb.graphs[0].n_nodes) == (expected, nodes)
+
+
+def test_arwkv7_needs_to_know_its_group_norm():
+    spec = load_builtin_preset("arwkv-1.5b").model_copy(update={"wkv_group_norm": None})
+    with pytest.raises(ComputeModelError, match="wkv_group_norm"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))
+
+
+def test_arwkv7_needs_one_token_shift():
+    """arwkv7.cpp asserts n_embd == n_embd_r(): one token shift per layer (the converter writes 1)."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    spec = load_builtin_preset("arwkv-1.5b")
+    spec = spec.model_copy(update={"wkv": spec.wkv.model_copy(update={"token_shift_count": 2})})
+    with pytest.raises(LlamaAbortError, match=r"n_embd_r.*llama_model_arwkv7::graph"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))
+
+
+def test_plamo2_asserts_ungrouped_whole_heads():
+    """plamo2.cpp build_plamo2_mamba_layer asserts d_inner % n_heads == 0 and n_group == 0 (the converter writes
+    group_count 0): a PLaMo-2 spec with groups aborts there."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    spec = load_builtin_preset("plamo-2-1b")
+    grouped = spec.model_copy(update={"ssm": spec.ssm.model_copy(update={"group_count": 1})})
+    with pytest.raises(LlamaAbortError, match=r"n_group == 0.*group_count 1"):
+        compute_buffer(grouped, ContextParams(n_ctx=4096))

@@ -59,8 +59,34 @@ def test_kimi_linear_without_the_kda_head_dim_is_refused() -> None:
         compute_buffer(spec, ContextParams(n_ctx=4096))
 
 
-def test_dense_granite_hybrid_is_refused() -> None:
-    spec = load_builtin_preset("granite-4.0-h-tiny").model_copy(
-        update={"expert_count": 0, "expert_used_count": 0, "expert_shared_feed_forward_length": 0})
-    with pytest.raises(ComputeModelError, match=r"only the MoE Granite-4\.0-H models"):
+#: Granite-4.0-H-Tiny without its shared expert (expert_shared_feed_forward_length removed from the preset):
+#: build/llamacpp-truth/probe -m <its bf16 skeleton> -c 4096 [-np 4] -> (CPU compute bytes, graph nodes); the
+#: skeleton loaded, so llama.cpp creates no shexp tensors for it either (546 tensors, 13_510_129_920 model bytes)
+GRANITE_NO_SHEXP_MEASURED = [(1, 211_814_400, 3218), (4, 211_814_400, 3226)]
+
+
+@pytest.mark.parametrize(("n_seq_max", "expected", "nodes"), GRANITE_NO_SHEXP_MEASURED)
+def test_granite_hybrid_experts_without_a_shared_expert(n_seq_max: int, expected: int, nodes: int) -> None:
+    from rsplan.hparams.tensors import model_buffer_bytes
+
+    spec = load_builtin_preset("granite-4.0-h-tiny").model_copy(update={"expert_shared_feed_forward_length": 0})
+    assert model_buffer_bytes(spec, "bf16") == 13_510_129_920
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=n_seq_max), n_outputs_max=0)
+    # with the shared expert the graph has 3 matmuls, a SwiGLU and an add more per layer (40 layers)
+    assert (cb.dry_run_bytes, cb.graphs[0].n_nodes) == (expected, nodes)
+
+
+def test_granite_hybrid_with_rope_is_refused() -> None:
+    """A file saying rope.scaling.finetuned = true (Bamba) ropes its attention layers: no graph here."""
+    from rsplan.hparams.model import RopeScalingSpec
+
+    spec = load_builtin_preset("granite-4.0-h-1b").model_copy(
+        update={"rope_scaling": RopeScalingSpec(finetuned=True)})
+    with pytest.raises(ComputeModelError, match=r"rope\.scaling\.finetuned is true"):
+        compute_buffer(spec, ContextParams(n_ctx=4096))
+
+
+def test_granite_hybrid_experts_without_the_used_count_are_refused() -> None:
+    spec = load_builtin_preset("granite-4.0-h-tiny").model_copy(update={"expert_used_count": 0})
+    with pytest.raises(ComputeModelError, match="expert_used_count"):
         compute_buffer(spec, ContextParams(n_ctx=4096))

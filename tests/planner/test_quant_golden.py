@@ -1,9 +1,10 @@
 """Golden test: llama-quantize's per-tensor type choice and sizes, measured on llama.cpp 0c1e57098.
 
 tests/golden/llamacpp-quantize/<case>.json.gz holds ``llama-quantize --dry-run`` for every ftype it lists
-(39, COPY and the aliases included), without and with ``--imatrix``, on 13 models: Mamba-1, Mamba-2, Qwen3-Next
-(MoE + gated delta net + MTP), LFM2 dense and MoE, Nemotron-H, Granite-4.0-H (MoE), Jamba (MoE), Kimi-Linear
-(KDA + MLA, MoE), RWKV-7, and three synthetic ones (llama 70B type; llama 8 experts; Falcon). written.json.gz:
+(39, COPY and the aliases included), without and with ``--imatrix``, on 20 models: Mamba-1, Mamba-2, Qwen3-Next
+(MoE + gated delta net + MTP), LFM2 dense and MoE, Nemotron-H dense and MoE, Granite-4.0-H (MoE and dense), Jamba
+(MoE), Kimi-Linear (KDA + MLA, MoE), RWKV-6, RWKV6-Qwen2, RWKV-7, ARWKV-7, Falcon-H1, PLaMo-2, and three synthetic
+ones (llama 70B type; llama 8 experts; Falcon). written.json.gz:
 exact bytes of real (not dry) runs. Regenerate with scripts/llamacpp-truth/quant_inputs.py, quant_dryrun.py and
 quant_written.py (see their docstrings).
 """
@@ -44,7 +45,7 @@ def _mib(n_bytes: int, quantized: bool) -> str:
 
 
 def test_the_cases_are_there():
-    assert len(CASES) == 17, CASES
+    assert len(CASES) == 20, CASES
     for case in CASES:
         assert len(_case(case)["results"]) == len(_case(case)["results_imatrix"]) == 39
 

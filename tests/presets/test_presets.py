@@ -256,6 +256,33 @@ EXPECTED = (
         recurrent_bytes=36 * 4 * 4 * (9984 + 393216),
     ),
     Expected(
+        "granite-4.0-h-1b",  # the Mamba and attention dims of the tiny one; a dense FFN instead of experts
+        n_embd_r=(4 - 1) * (2 * 1536 + 2 * 1 * 128),
+        n_embd_s=128 * (2 * 1536),
+        recurrent=tuple(i for i in range(40) if i not in (5, 15, 25, 35)),
+        kv=(5, 15, 25, 35),
+        kv_bytes=4 * 2 * (4 * 128 * F16) * CELLS,
+        recurrent_bytes=36 * 4 * 4 * (9984 + 393216),
+    ),
+    Expected(
+        "arwkv-1.5b",
+        n_embd_r=1 * 1536,  # token_shift_count 1: only the time mix's shift
+        n_embd_s=1536 * 64,  # n_embd x head_size
+        recurrent=tuple(range(28)),
+        kv=(),
+        kv_bytes=0,
+        recurrent_bytes=28 * 4 * 4 * (1536 + 98304),
+    ),
+    Expected(
+        "plamo-2-1b",
+        n_embd_r=(4 - 1) * (4096 + 2 * 0 * 64),  # d_inner 32 heads * 128, group_count 0: no B / C channels
+        n_embd_s=64 * 4096,  # d_state 64
+        recurrent=tuple(range(0, 16, 2)),  # mamba_step 2: the even layers
+        kv=tuple(range(1, 16, 2)),
+        kv_bytes=8 * 2 * (1 * 128 * F16) * CELLS,  # 1 KV head of 128
+        recurrent_bytes=8 * 4 * 4 * (12288 + 262144),
+    ),
+    Expected(
         "article-example-48l",
         n_embd_r=(4 - 1) * (2048 + 2 * 16 * 128),
         n_embd_s=128 * 2048,
@@ -393,8 +420,11 @@ def test_mtp_layers_are_blocks_but_carry_no_cache(name, block_count, n_layer):
         ("rwkv7-0.4b-world", 1 << 20),  # conversion/rwkv.py: "RWKV isn't context limited"
         ("rwkv6-1.6b-world", 1 << 20),
         ("qrwkv6-32b-instruct-preview", 1 << 20),
+        ("arwkv-1.5b", 1 << 20),
+        ("plamo-2-1b", 10485760),  # max_position_embeddings
         ("nemotron-h-8b-base-8k", 1 << 20),  # GraniteHybridModel overwrites it for hybrids without RoPE
         ("granite-4.0-h-tiny", 1 << 20),
+        ("granite-4.0-h-1b", 1 << 20),
         ("nemotron-3-nano-30b-a3b", 1 << 20),
         ("kimi-linear-48b-a3b", 1048576),  # model_max_length; the config has no max_position_embeddings
         ("lfm2-1.2b", 128000),  # max_position_embeddings
