@@ -47,6 +47,8 @@ class ArchInfo:
     mla: bool = False
     #: the loader reads attention.key_length / value_length even when layer 0 has no heads (plamo2.cpp)
     head_dims_without_heads: bool = False
+    #: further attention.* keys the loader reads (weight shapes and the graph), each -> whether it is required
+    attention_keys: tuple[tuple[str, bool], ...] = ()
 
     @property
     def rollback(self) -> bool:
@@ -56,6 +58,10 @@ class ArchInfo:
 
 _SSM_MAMBA1 = ("conv_kernel", "inner_size", "state_size", "time_step_rank")
 _SSM_MAMBA2 = (*_SSM_MAMBA1, "group_count")
+#: RWKV-7's LoRA ranks (src/models/rwkv7.cpp:7 n_lora_decay, the same lines in src/models/arwkv7.cpp): the gate's
+#: is optional (ARWKV-7 files without an output gate)
+_RWKV7_LORA = (("decay_lora_rank", True), ("iclr_lora_rank", True), ("value_residual_mix_lora_rank", True),
+               ("gate_lora_rank", False))
 
 ARCHS: dict[str, ArchInfo] = {
     a.name: a
@@ -64,8 +70,8 @@ ARCHS: dict[str, ArchInfo] = {
         ArchInfo("mamba2", "mamba2", "recurrent", "all", "none", {"ssm": _SSM_MAMBA2}),
         ArchInfo("rwkv6", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
         ArchInfo("rwkv6qwen2", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
-        ArchInfo("rwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
-        ArchInfo("arwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
+        ArchInfo("rwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}, attention_keys=_RWKV7_LORA),
+        ArchInfo("arwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}, attention_keys=_RWKV7_LORA),
         ArchInfo("jamba", "mamba", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA1}),
         ArchInfo("falcon-h1", "mamba2", "hybrid", "all", "all", {"ssm": _SSM_MAMBA2}),
         ArchInfo("plamo2", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2},

@@ -43,6 +43,10 @@ MAMBA2_KV: dict[str, Any] = {
     "ssm.time_step_rank": 8, "ssm.group_count": 2,
 }
 # attention models below: embedding 64 and 4 heads, so the default head dim is 16
+#: the LoRA ranks llama.cpp's rwkv7 / arwkv7 loaders require (src/models/rwkv7.cpp:7); the gate's is optional
+RWKV7_LORA = {"attention.decay_lora_rank": 8, "attention.iclr_lora_rank": 8,
+              "attention.value_residual_mix_lora_rank": 4}
+
 CASES: dict[str, tuple[str, dict[str, Any], Expect]] = {
     "mamba": (
         "mamba",
@@ -67,13 +71,13 @@ CASES: dict[str, tuple[str, dict[str, Any], Expect]] = {
     "rwkv7": (
         "rwkv7",
         {"context_length": 1048576, "embedding_length": 64, "block_count": 3, "attention.head_count": 0,
-         "wkv.head_size": 32},
+         "wkv.head_size": 32, **RWKV7_LORA},
         Expect(2 * 64, 64 * 32, [0, 1, 2]),
     ),
     "arwkv7": (
         "arwkv7",
         {"context_length": 1048576, "embedding_length": 64, "block_count": 2, "attention.head_count": 0,
-         "wkv.head_size": 16, "token_shift_count": 1},
+         "wkv.head_size": 16, "token_shift_count": 1, **RWKV7_LORA},
         Expect(64, 64 * 16, [0, 1]),
     ),
     "jamba (kv_zero)": (
@@ -444,3 +448,15 @@ def test_a_falcon_h1_without_layer_tensors_leaves_mamba_rms_norm_unset(gguf_file
     kv = CASES["falcon-h1 (all layers both)"][1]
     assert load_gguf(gguf_file("falcon-h1", kv, tensors=[])).mamba_rms_norm is None
     assert load_gguf(gguf_file("falcon-h1", kv)).mamba_rms_norm is None  # layer 0 only has tensors
+
+
+@pytest.mark.parametrize("arch", ["rwkv7", "arwkv7"])
+def test_rwkv7_lora_ranks_are_read_and_required(arch, gguf_file, rsplan):
+    kv = dict(CASES[arch][1])
+    spec = load_gguf(gguf_file(arch, {**kv, "attention.gate_lora_rank": 16}))
+    a = spec.attention
+    assert (a.decay_lora_rank, a.iclr_lora_rank, a.value_residual_mix_lora_rank, a.gate_lora_rank) == (8, 8, 4, 16)
+    assert load_gguf(gguf_file(arch, kv, filename="nogate.gguf")).attention.gate_lora_rank is None  # optional
+    del kv["attention.iclr_lora_rank"]
+    r = rsplan("estimate", "--model", str(gguf_file(arch, kv, filename="bad.gguf")))
+    assert r.exit_code != 0 and f"{arch}.attention.iclr_lora_rank: required key not found" in r.output
