@@ -17,11 +17,11 @@ from click.core import ParameterSource
 from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor_split
 from rsplan.cli.errors import user_errors
 from rsplan.cli.options import context_options, model_options, pop_context_params
-from rsplan.cli.sections import SectionedCommand, section
+from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
 from rsplan.render.units import parse_size
 
-FIT_OPTIONS = [
+FIT_OPTIONS: list[Decorator] = [
     click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
                  help="Free memory per device, with units (24GiB, 81920MiB); several values = several devices. "
                  "Without --budget and --gpu: no device (a CPU-only build, as llama.cpp on a machine without "

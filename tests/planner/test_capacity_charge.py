@@ -58,8 +58,8 @@ def test_each_device_is_charged_its_own_compute_and_the_headroom_is_the_budget_a
     spec = make_spec(**SMALL_MTP)
     p = CapacityPlanner(spec, ContextParams(n_ctx=8192, n_seq_max=2), budget([GIB, 2 * GIB], 64 * MIB),
                         tensor_split=(1.0, 1.0))
-    # -ts 1,1 over 10 units: layers 0-4 on d0, 5-8 + output on d1: attention layers 3 | 7, recurrent 0, 1, 2, 4 | 5, 6 (the nextn layer
-    # 8 has no cache in the target's context)
+    # -ts 1,1 over 10 units: layers 0-4 on d0, 5-8 + output on d1: attention layers 3 | 7, recurrent
+    # 0, 1, 2, 4 | 5, 6 (the nextn layer 8 has no cache in the target's context)
     assert p.placement.unit_device == (0, 0, 0, 0, 0, 1, 1, 1, 1, 1)
     params = p.params(8192, 2)
     want = dry(spec, params, p, n_draft=0)
