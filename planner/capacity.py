@@ -420,12 +420,6 @@ class CapacityPlanner:
         """The charge at the flags as given (``base``), or None where llama.cpp aborts there."""
         return self._charge(self.base)
 
-    def n_draft(self, params: ContextParams) -> int:
-        """llama-server's draft length with ``params``: the printed flags run n_rs_seq rollback planes as
-        ``--spec-draft-n-max n_rs_seq``, which sets the server's outputs to ``-np x (1 + n_rs_seq)``
-        (planner.compute.n_outputs_max_for), so the logits of the compute buffer grow with it."""
-        return params.n_rs_seq if self.layout.arch.rollback else 0
-
     def aborts(self, params: ContextParams) -> str | None:
         """Why llama.cpp aborts creating a context with ``params`` (a reserve graph's shapes do not fit together,
         planner.compute.LlamaAbortError), or None; known only with ``budget.compute_per_setting``."""
