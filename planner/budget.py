@@ -119,11 +119,12 @@ def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
 
 def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | None,
              table: tuple[Sequence[tuple[str, int]], Sequence[tuple[str, int]]] | None = None,
-             vocab_unknown: str | None = None) -> tuple[ModelSpec, int | None, str, Tensors | None]:
+             vocab_unknown: str | None = None, kind: str = "CUDA",
+             ) -> tuple[ModelSpec, int | None, str, Tensors | None]:
     """(spec, weights bytes or None, where they come from, the tensors when known: those every context loads and
     the MTP layers' that ``--spec-type mtp`` adds): ``--weights`` over ``--quant`` over the model file's size;
     with ``--quant`` the spec returned carries the quantized weights and the tensors are placed one by one
-    (planner.weight_placement)."""
+    (planner.weight_placement) as ``kind``'s device buffers pad them."""
     if given is not None:
         return (spec, given.n_bytes, f"--weights {given.text}" + (" (overrides --quant)" if quant is not None else ""),
                 None)
@@ -132,10 +133,11 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
 
         spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True,
                                                  vocab_unknown=vocab_unknown)
-        return spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor", _tensors(names, rows, spec)
+        return (spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in {kind} buffers",
+                _tensors(names, rows, spec))
     if table is not None and spec.weights_bytes is not None:
 
-        return (spec, spec.weights_bytes, f"the tensors of {ref}, placed tensor by tensor",
+        return (spec, spec.weights_bytes, f"the tensors of {ref}, placed tensor by tensor as in {kind} buffers",
                 _tensors(table[0], table[1], spec))
     if spec.weights_bytes is not None:
         return spec, spec.weights_bytes, f"weights_bytes of {ref}", None
@@ -196,7 +198,8 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
         spec, weights, source, tensors = _weights(spec, ref, given, request.quant, tables[i] if tables else None,
-                                                  vocab_unknown[i] if vocab_unknown else None)
+                                                  vocab_unknown[i] if vocab_unknown else None,
+                                                  request.device_kind or "CUDA")
         compute, compute_source, per_setting = compute_bytes(spec, params, request.compute)
         host = request.host_budget
         budget = Budget(request.devices, weights, source, margins, compute, compute_source,
