@@ -61,6 +61,8 @@ class BudgetRequest:
         host_budget: ``--host-budget`` (or the machine's available memory), or None: the host is not checked.
         rope: the RoPE-scaling flags.
         ctx_checkpoints: llama-server's ``--ctx-checkpoints`` (per slot; 0: none), charged to the host.
+        device_kind: ``--device-kind`` (the devices' backend: each device's compute buffer by the scheduler model,
+            planner.capacity_charge), or None: the CPU backend's figure on each device that runs a layer.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -76,6 +78,7 @@ class BudgetRequest:
     host_budget: GivenSize | None = None
     rope: RopeFlags = field(default_factory=RopeFlags)
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
+    device_kind: str | None = None
 
 
 def size_budgets(sizes: Sequence[GivenSize]) -> tuple[DeviceBudget, ...]:
@@ -116,50 +119,62 @@ def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
 
 def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | None,
              table: tuple[Sequence[tuple[str, int]], Sequence[tuple[str, int]]] | None = None,
-             vocab_unknown: str | None = None) -> tuple[ModelSpec, int | None, str, tuple[Weight, ...] | None]:
-    """(spec, weights bytes or None, where they come from, the loaded tensors when known): ``--weights`` over
-    ``--quant`` over the model file's size; with ``--quant`` the spec returned carries the quantized weights and
-    the tensors are placed one by one (planner.weight_placement)."""
+             vocab_unknown: str | None = None, kind: str = "CUDA",
+             ) -> tuple[ModelSpec, int | None, str, Tensors | None]:
+    """(spec, weights bytes or None, where they come from, the tensors when known: those every context loads and
+    the MTP layers' that ``--spec-type mtp`` adds): ``--weights`` over ``--quant`` over the model file's size;
+    with ``--quant`` the spec returned carries the quantized weights and the tensors are placed one by one
+    (planner.weight_placement) as ``kind``'s device buffers pad them."""
     if given is not None:
         return (spec, given.n_bytes, f"--weights {given.text}" + (" (overrides --quant)" if quant is not None else ""),
                 None)
     if quant is not None:
         from rsplan.planner.quant_weights import quantized_model
-        from rsplan.planner.weight_placement import gguf_weights
 
         spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True,
                                                  vocab_unknown=vocab_unknown)
-        tensors = tuple(gguf_weights(names, rows, spec.n_layer))
-        return spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in CUDA buffers", tensors
+        return (spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in {kind} buffers",
+                _tensors(names, rows, spec))
     if table is not None and spec.weights_bytes is not None:
-        from rsplan.planner.weight_placement import gguf_weights
 
-        tensors = tuple(gguf_weights(table[0], table[1], spec.n_layer))
-        return spec, spec.weights_bytes, f"the tensors of {ref}, placed tensor by tensor as in CUDA buffers", tensors
+        return (spec, spec.weights_bytes, f"the tensors of {ref}, placed tensor by tensor as in {kind} buffers",
+                _tensors(table[0], table[1], spec))
     if spec.weights_bytes is not None:
         return spec, spec.weights_bytes, f"weights_bytes of {ref}", None
     return spec, None, WEIGHTS_UNKNOWN, None
 
 
+#: (the tensors every context loads, the MTP layers' tensors ``--spec-type mtp`` loads besides)
+Tensors = tuple[tuple[Weight, ...], tuple[Weight, ...]]
+
+
+def _tensors(names: Sequence[tuple[str, int]], rows: Sequence[tuple[str, int]], spec: ModelSpec) -> Tensors:
+    """A tensor table's loaded tensors, and the MTP layers' (planner.weight_placement.loaded)."""
+    from rsplan.planner.weight_placement import gguf_weights
+
+    base = tuple(gguf_weights(names, rows, spec.n_layer))
+    names_base = {w.name for w in base}
+    return base, tuple(w for w in gguf_weights(names, rows, spec.n_layer, load_mtp=True) if w.name not in names_base)
+
+
 def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | None) -> tuple[int, str, bool]:
-    """The compute buffer charged to each GPU at the flags as given, where the figure comes from, and whether
-    each setting searched is charged its own: ``--compute`` (one fixed figure), llama.cpp's compute buffer as
-    planner.compute models it (per setting: it grows with the context per sequence and with -np), or
+    """The CPU backend's compute buffer at the flags as given, where the figure comes from, and whether each
+    setting searched is charged its own: ``--compute`` (one fixed figure per device that runs a layer), llama.cpp's
+    compute buffer as planner.compute / planner.device_compute model it (per setting and per device, by
+    planner.capacity_charge: it grows with the context per sequence and with -np), or
     DEFAULT_COMPUTE_BYTES for archs it does not model (one fixed allowance)."""
-    from rsplan.hparams.layout import cache_layout
     from rsplan.planner.compute import ComputeModelError, compute_buffer
 
     if given is not None:
         return given.n_bytes, f"--compute {given.text}", False
     # rollback planes are printed as --spec-draft-n-max n_rs_seq, which grows llama-server's outputs
-    n_draft = params.n_rs_seq if cache_layout(spec).arch.rollback else 0
+    n_draft = params.n_rs_seq
     try:
         cb = compute_buffer(spec, params, n_draft=n_draft)
     except ComputeModelError as exc:
         return DEFAULT_COMPUTE_BYTES, f"an allowance: {exc}", False
-    return cb.bytes, (f"llama.cpp's compute buffer of each setting (CPU-backend graph, n_outputs_max as "
-                      f"llama-server); at -c {params.n_ctx} -np {params.n_seq_max}: n_outputs_max "
-                      f"{cb.n_outputs_max}"), True
+    return cb.bytes, (f"llama.cpp's compute buffer of each setting (n_outputs_max as llama-server; at "
+                      f"-c {params.n_ctx} -np {params.n_seq_max}: {cb.n_outputs_max})"), True
 
 
 def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: ContextParams, request: BudgetRequest,
@@ -183,12 +198,15 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
         spec, weights, source, tensors = _weights(spec, ref, given, request.quant, tables[i] if tables else None,
-                                                  vocab_unknown[i] if vocab_unknown else None)
+                                                  vocab_unknown[i] if vocab_unknown else None,
+                                                  request.device_kind or "CUDA")
         compute, compute_source, per_setting = compute_bytes(spec, params, request.compute)
         host = request.host_budget
-        budget = Budget(request.devices, weights, source, margins, compute, compute_source, weights=tensors,
-                        host_budget_bytes=host.n_bytes if host else None, host_source=host.text if host else "",
-                        ctx_checkpoints=request.ctx_checkpoints, compute_per_setting=per_setting)
+        budget = Budget(request.devices, weights, source, margins, compute, compute_source,
+                        weights=tensors[0] if tensors else None, host_budget_bytes=host.n_bytes if host else None,
+                        host_source=host.text if host else "", ctx_checkpoints=request.ctx_checkpoints,
+                        compute_per_setting=per_setting, device_kind=request.device_kind,
+                        mtp_weights=tensors[1] if tensors else ())
         planner = CapacityPlanner(
             spec, params, budget,
             n_gpu_layers=request.n_gpu_layers,

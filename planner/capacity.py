@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.buffers import CUDA_RULE
+from rsplan.planner.capacity_charge import Charge, ChargeModel
 from rsplan.planner.context import (
     CTX_PAD,
     MAX_CTX,
@@ -39,11 +39,12 @@ from rsplan.planner.context import (
     resolve_context,
 )
 from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
+from rsplan.planner.fit_memory import StartFlags
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, Checkpoints, output_buffer, server_checkpoints
-from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout, weights_by_device
+from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
-from rsplan.planner.weight_placement import Weight, place_weights
+from rsplan.planner.weight_placement import Weight
 
 MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
@@ -98,6 +99,11 @@ class Budget:
             the weights and caches that stay on the host, the output buffer, the compute buffer when layers
             run on the host, and llama-server's context checkpoints at their limit (``CapacityPlanner.host_bytes``).
         ctx_checkpoints: llama-server's ``--ctx-checkpoints`` (checkpoints per slot; 0: none).
+        device_kind: the devices' backend (``--device-kind``: CUDA, ROCm, MUSA, SYCL, RPC): each device is charged
+            its own compute buffer by the scheduler model where the kind has rules (planner.capacity_charge);
+            None: the CPU backend's figure on each device that runs a layer.
+        mtp_weights: the MTP (nextn) layers' tensors, which the target loads with ``--spec-type mtp`` (charged
+            with ``weights`` to every setting that runs the MTP draft).
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -111,6 +117,8 @@ class Budget:
     host_source: str = "--host-budget"
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     compute_per_setting: bool = False
+    device_kind: str | None = None
+    mtp_weights: tuple[Weight, ...] = ()
 
     def __post_init__(self) -> None:
         if self.ctx_checkpoints < 0:
@@ -154,7 +162,8 @@ class Rung:
     take -c past llama.cpp's uint32), ``llama_abort`` (llama.cpp aborts creating a context with one more
     sequence: ``CapacityPlanner.aborts``) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose
     budget one more sequence would exceed. ``compute_bytes``: the compute buffer charged per device at this
-    setting (None when nothing fits).
+    setting (None when nothing fits), per GPU in device order; ``charge``: everything but the caches charged at this
+    setting, per device and on the host (weights, compute, the MTP draft context: planner.capacity_charge).
     """
 
     ctx_per_seq: int
@@ -165,7 +174,8 @@ class Rung:
     headroom_bytes: int | None
     limited_by: str
     bound_device: str | None = None
-    compute_bytes: int | None = None
+    compute_bytes: tuple[int, ...] | None = None
+    charge: Charge | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +185,7 @@ class CtxAnswer:
     ``limited_by``: ``memory``, ``n_ctx_train`` (the search stops at the model's context limit: the training
     context, or YaRN's), ``llama_abort`` (llama.cpp aborts at 256 more tokens per sequence) or
     ``nothing_fits``. ``bound_device``: with ``memory``, the device whose budget 256 more tokens per sequence
-    would exceed. ``compute_bytes``: the compute buffer charged per device at this setting.
+    would exceed. ``compute_bytes``: the compute buffer charged per GPU at this setting; ``charge``: as Rung's.
     """
 
     n_seq_max: int
@@ -185,7 +195,8 @@ class CtxAnswer:
     headroom_bytes: int | None
     limited_by: str
     bound_device: str | None = None
-    compute_bytes: int | None = None
+    compute_bytes: tuple[int, ...] | None = None
+    charge: Charge | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +208,7 @@ class RsAnswer:
     (llama.cpp's bound from the effective ``-ub``: n_rs_seq + 1 < n_ubatch) or ``max_rs_seq`` (rsplan's bound,
     1024). ``spec_type`` is the draft type the flags use (mtp only for models with nextn layers, else a draft
     model); ``snapshot_bytes`` the rollback planes' bytes; ``draft_bound`` the longest draft llama.cpp decodes at
-    these flags; ``compute_bytes`` the compute buffer charged per device at this setting.
+    these flags; ``compute_bytes`` the compute buffer charged per GPU at this setting; ``charge`` as Rung's.
     """
 
     n_ctx: int
@@ -212,7 +223,8 @@ class RsAnswer:
     snapshot_bytes: int | None = None
     draft_bound: int | None = None
     bound_device: str | None = None
-    compute_bytes: int | None = None
+    compute_bytes: tuple[int, ...] | None = None
+    charge: Charge | None = None
 
 
 #: The name a host-memory limit is reported under (``bound_device``).
@@ -276,8 +288,8 @@ class CapacityPlanner:
     weights_on_host: int = field(init=False)
     room: list[int] = field(init=False)
     cache_budget: list[int] = field(init=False)
+    charges: ChargeModel = field(init=False, repr=False)
     _split: SplitLayout = field(init=False, repr=False)
-    _compute: dict[tuple[int | None, int, int], int] = field(init=False, repr=False, default_factory=dict)
     _aborted: dict[tuple[int | None, int, int], str] = field(init=False, repr=False, default_factory=dict)
     _rungs: dict[int, Rung] = field(init=False, repr=False, default_factory=dict)
 
@@ -299,27 +311,33 @@ class CapacityPlanner:
         )
         resolve_context(self.layout, self.base)  # refuse settings llama.cpp refuses, once, up front
         self._split = split_layout(self.layout, self.placement)
-        if self.budget.weights:
-            placed = place_weights(self.budget.weights, self.placement, CUDA_RULE)
-            self.weights_on_device, self.weights_on_host = list(placed.device), placed.host
-        else:
-            self.weights_on_device, self.weights_on_host = weights_by_device(self.budget.weights_bytes or 0,
-                                                                             self.placement)
-        # per device, what weights and margin leave; the compute buffer of each setting comes off that
-        self.room = [
-            d.budget_bytes - w - m
-            for d, w, m in zip(self.budget.devices, self.weights_on_device, self.budget.margin_bytes, strict=True)
-        ]
-        # ... and what the caches may take at the flags as given (with compute_per_setting, compute_bytes is the
-        # compute buffer at those flags)
-        self.cache_budget = [r - self.budget.compute_bytes for r in self.room]
-        for i, (d, c) in enumerate(zip(self.budget.devices, self.cache_budget, strict=True)):
-            if c < 0:
+        user = StartFlags(self.base.n_ctx, self.n_gpu_layers, self.tensor_split)
+        self.charges = ChargeModel(self.spec, self.layout, self.budget, self.base, self.placement, user,
+                                   tuple(self.split_basis()), self.draft.spec_type == "mtp")
+        weights, self.weights_on_host = self.charges.weights(self.charges.runs_draft(self.base))
+        self.weights_on_device = list(weights)
+        # per device, what the margin leaves; each setting's weights, compute and draft come off that
+        self.room = [d.budget_bytes - m for d, m in zip(self.budget.devices, self.budget.margin_bytes, strict=True)]
+        self._check_smallest()
+        # ... and what the caches may take at the flags as given
+        at_base = self._charge(self.base)
+        self.cache_budget = [r - (at_base.device(i) if at_base else weights[i]) for i, r in enumerate(self.room)]
+
+    def _check_smallest(self) -> None:
+        """Refuse a budget where not even the smallest setting searched (-c 256 -np 1, no rollback planes, so no
+        MTP draft) leaves room for a cache: its weights, margin and compute alone exceed a device's budget."""
+        smallest = self.params(CTX_PAD, 1, 0)
+        charge = self._charge(smallest) or self.charges.zero(smallest)
+        for i, (d, r) in enumerate(zip(self.budget.devices, self.room, strict=True)):
+            if r - charge.device(i) < 0:
                 raise CapacityError(
-                    f"nothing fits on {d.name}: weights {_mib(self.weights_on_device[i])} + margin "
-                    f"{_mib(self.budget.margin_bytes[i])} + compute {_mib(self.budget.compute_bytes)} exceed its "
-                    f"budget of {_mib(d.budget_bytes)} by {_mib(-c)} ({-c:,} bytes)"
-                    + ("; offload fewer layers (-ngl) or split them differently (-ts)" if n_dev > 1 else "")
+                    f"nothing fits on {d.name}: weights {_mib(charge.weights[i])} + margin "
+                    f"{_mib(self.budget.margin_bytes[i])} + compute {_mib(charge.compute[i])}"
+                    + (f" at the smallest setting (-c {CTX_PAD} -np 1)" if self.budget.compute_per_setting else "")
+                    + f" exceed its budget of {_mib(d.budget_bytes)} by "
+                    f"{_mib(charge.device(i) - r)} ({charge.device(i) - r:,} bytes)"
+                    + ("; offload fewer layers (-ngl) or split them differently (-ts)"
+                       if len(self.budget.devices) > 1 else "")
                 )
 
     def split_basis(self) -> list[int]:
@@ -358,78 +376,73 @@ class CapacityPlanner:
                 )
 
     def bound_device(self, params: ContextParams) -> str | None:
-        """The device (or ``host memory``) whose budget ``params`` exceeds the most, charged the compute buffer at
-        ``params`` (None when it fits)."""
+        """The device (or ``host memory``) whose budget ``params`` exceeds the most, charged its own weights,
+        compute and draft at ``params`` (None when it fits)."""
         use = self.usage(params)
-        compute = self.compute_at(params)
-        over = [(t.total_bytes + compute - r, d.name) for r, t, d in
-                zip(self.room, use.devices, self.budget.devices, strict=True)]
+        charge = self.charge_at(params)
+        over = [(t.total_bytes + charge.device(i) - r, d.name) for i, (r, t, d) in
+                enumerate(zip(self.room, use.devices, self.budget.devices, strict=True))]
         if self.budget.host_budget_bytes is not None:
-            over.append((self.host_bytes(params, use, compute) - self.budget.host_budget_bytes, HOST))
+            over.append((self.host_bytes(params, use, charge) - self.budget.host_budget_bytes, HOST))
         worst = max(over)
         return worst[1] if worst[0] > 0 else None
 
-    def host_bytes(self, params: ContextParams, use: Usage | None = None, compute: int | None = None) -> int:
-        """Host memory llama-server with ``params`` needs: weights and caches left on the host, the output buffer
-        (host memory on every backend), the compute buffer when layers run there (``compute``; None: the one at
-        ``params``), and its context checkpoints grown to ``--ctx-checkpoints`` per slot (``checkpoints``)."""
+    def host_bytes(self, params: ContextParams, use: Usage | None = None, charge: Charge | None = None) -> int:
+        """Host memory llama-server with ``params`` needs: caches left on the host, the output buffer (host memory
+        on every backend), its context checkpoints grown to ``--ctx-checkpoints`` per slot (``checkpoints``), and
+        the setting's host charge (``charge``; None: the one at ``params``): weights left there, the host compute
+        buffer, the MTP draft's host part and output buffer."""
         use = use or self.usage(params)
+        charge = charge or self.charge_at(params)
         out = output_buffer(self.spec, params).bytes if self.spec.vocab_size else 0
-        on_host = any(d is None for d in self.placement.unit_device[:-1])
-        host_compute = (self.compute_at(params) if compute is None else compute) if on_host else 0
-        return (self.weights_on_host + use.host.total_bytes + out + host_compute
-                + self.checkpoints(params, use).bytes)
+        return use.host.total_bytes + out + charge.host + self.checkpoints(params, use).bytes
 
-    def compute_at(self, params: ContextParams) -> int:
-        """The compute buffer charged per device (and on the host when layers run there) at ``params``, bytes:
-        ``budget.compute_bytes`` (``--compute``, an allowance), or with ``budget.compute_per_setting`` llama.cpp's
-        compute buffer at ``params`` (planner.compute, what a real run allocates), cached per
-        (n_ctx, n_seq_max, n_rs_seq): the other flags are ``base``'s.
+    def compute_at(self, params: ContextParams) -> tuple[int, ...]:
+        """The compute buffer charged to each GPU at ``params`` (device order), bytes (``charge_at``)."""
+        return self.charge_at(params).compute
+
+    def charge_at(self, params: ContextParams) -> Charge:
+        """Everything but the caches charged at ``params`` (planner.capacity_charge): weights, each device's and
+        the host's compute buffer (``budget.compute_bytes`` where a layer runs with a fixed figure; with
+        ``budget.compute_per_setting`` llama.cpp's at ``params``), the MTP draft when the printed command runs it;
+        cached per (n_ctx, n_seq_max, n_rs_seq): the other flags are ``base``'s.
 
         Raises:
             CapacityError: llama.cpp aborts while reserving the graphs of ``params`` (no context exists).
         """
-        if not self.budget.compute_per_setting:
-            return self.budget.compute_bytes
-        got = self._compute_figure(params)
+        got = self._charge(params)
         if got is None:
             raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
                                 f"{params.n_seq_max}: {self.aborts(params)}")
         return got
 
-    def n_draft(self, params: ContextParams) -> int:
-        """llama-server's draft length with ``params``: the printed flags run n_rs_seq rollback planes as
-        ``--spec-draft-n-max n_rs_seq``, which sets the server's outputs to ``-np x (1 + n_rs_seq)``
-        (planner.compute.n_outputs_max_for), so the logits of the compute buffer grow with it."""
-        return params.n_rs_seq if self.layout.arch.rollback else 0
+    def charge_given(self) -> Charge | None:
+        """The charge at the flags as given (``base``), or None where llama.cpp aborts there."""
+        return self._charge(self.base)
 
     def aborts(self, params: ContextParams) -> str | None:
         """Why llama.cpp aborts creating a context with ``params`` (a reserve graph's shapes do not fit together,
         planner.compute.LlamaAbortError), or None; known only with ``budget.compute_per_setting``."""
-        if not self.budget.compute_per_setting or self._compute_figure(params) is not None:
+        if self._charge(params) is not None:
             return None
         return self._aborted[(params.n_ctx, params.n_seq_max, params.n_rs_seq)]
 
-    def _compute_figure(self, params: ContextParams) -> int | None:
-        """llama.cpp's compute buffer at ``params`` (None: llama.cpp aborts there, the reason in ``_aborted``),
-        computed once per (n_ctx, n_seq_max, n_rs_seq)."""
+    def _charge(self, params: ContextParams) -> Charge | None:
+        """``charges.charge(params)``, or None where llama.cpp aborts (the reason in ``_aborted``)."""
         key = (params.n_ctx, params.n_seq_max, params.n_rs_seq)
-        if key in self._compute:
-            return self._compute[key]
         if key in self._aborted:
             return None
-        from rsplan.planner.compute import ComputeModelError, LlamaAbortError, compute_buffer
+        from rsplan.planner.compute import ComputeModelError, LlamaAbortError
+        from rsplan.planner.fit_draft import DraftFitError
 
         try:
-            got = compute_buffer(self.spec, params, layout=self.layout, n_draft=self.n_draft(params)).bytes
+            return self.charges.charge(params)
         except LlamaAbortError as exc:
             self._aborted[key] = str(exc)
             return None
-        except ComputeModelError as exc:
+        except (ComputeModelError, DraftFitError) as exc:
             raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
                                 f"{params.n_seq_max}: {exc}") from None
-        self._compute[key] = got
-        return got
 
     def checkpoints(self, params: ContextParams, use: Usage | None = None) -> Checkpoints:
         """llama-server's context checkpoints with ``params`` at ``--ctx-checkpoints`` per slot (planner.outputs)."""
@@ -449,12 +462,13 @@ class CapacityPlanner:
         devices, host = self._split.totals(ctx)
         return Usage(ctx, tuple(devices), host)
 
-    def headroom(self, params: ContextParams, compute: int | None = None) -> int:
+    def headroom(self, params: ContextParams, charge: Charge | None = None) -> int:
         """The smallest margin left over the GPUs' budgets and the host budget (negative: does not fit), with
-        ``compute`` charged as the compute buffer (None: the one at ``params``, ``compute_at``)."""
+        ``charge`` as everything but the caches (None: the one at ``params``, ``charge_at``)."""
         use = self.usage(params)
-        charged = self.compute_at(params) if compute is None else compute
-        room = min(r - charged - t.total_bytes for r, t in zip(self.room, use.devices, strict=True))
+        charged = self.charge_at(params) if charge is None else charge
+        room = min(r - charged.device(i) - t.total_bytes
+                   for i, (r, t) in enumerate(zip(self.room, use.devices, strict=True)))
         if self.budget.host_budget_bytes is not None:
             room = min(room, self.budget.host_budget_bytes - self.host_bytes(params, use, charged))
         return room
@@ -471,7 +485,7 @@ class CapacityPlanner:
             return "llama_abort", None
         return "memory", self.bound_device(params)
 
-    def search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: int | None = None) -> int:
+    def search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: Charge | None = None) -> int:
         """The largest k in [lo, hi] whose setting ``make(k)`` fits with its own compute buffer, or ``lo - 1``:
         ``make(k)`` fits (k >= lo) and ``make(k + 1)`` does not (k < hi), both checked exactly.
 
@@ -483,8 +497,10 @@ class CapacityPlanner:
         no compute figure: ``aborts``), k_hi steps down to the first k where it does not. (4) The answer and the
         next step up are then checked exactly and moved until they hold, so the boundary does not rest on the
         monotonicity.
-        ``floor``: a lower bound on the compute of every k (None: the compute at ``make(lo)``); one shared by
-        several searches saves an exact figure per search (a loose one only widens step (3)).
+        "The compute" is the whole charge besides the caches (``charge_at``: compute per device, the MTP draft,
+        the weights), which never shrinks as k grows either. ``floor``: a lower bound on the charge of every k
+        (None: the charge at ``make(lo)``); one shared by several searches saves an exact figure per search (a
+        loose one only widens step (3)).
         """
         if hi < lo:
             return lo - 1
@@ -497,10 +513,10 @@ class CapacityPlanner:
             k += 1
         return k
 
-    def _bounded_search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: int | None) -> int:
+    def _bounded_search(self, make: Callable[[int], ContextParams], lo: int, hi: int, floor: Charge | None) -> int:
         """Steps (1)-(3) of ``search``."""
-        if floor is None:
-            floor = self._compute_figure(make(lo)) or 0  # 0 bounds it too, where llama.cpp aborts at lo
+        if floor is None:  # the weights alone bound it too, where llama.cpp aborts at lo
+            floor = self._charge(make(lo)) or self.charges.zero(make(lo))
         k_hi = largest(lambda j: self.headroom(make(j), floor) >= 0, lo, hi)
         while k_hi >= lo and not self.fits(make(k_hi)):
             if self.aborts(make(k_hi)) is None:
@@ -510,13 +526,13 @@ class CapacityPlanner:
 
     def _exact_below(self, make: Callable[[int], ContextParams], lo: int, k_hi: int) -> int:
         """Steps (2)-(3) of ``search`` below a ``k_hi`` that does not fit with its own compute, C."""
-        ceiling = self.compute_at(make(k_hi))
+        ceiling = self.charge_at(make(k_hi))
         k_lo = largest(lambda j: self.headroom(make(j), ceiling) >= 0, lo, k_hi - 1)
         return largest(lambda j: self.fits(make(j)), k_lo + 1, k_hi - 1)
 
     # -- the questions ------------------------------------------------------------------------------------
 
-    def max_parallel(self, ctx_per_seq: int, floor: int | None = None) -> Rung:
+    def max_parallel(self, ctx_per_seq: int, floor: Charge | None = None) -> Rung:
         """The most sequences of ``ctx_per_seq`` tokens each (flags ``-c ctx_per_seq*n -np n``) that fit.
         ``floor``: a lower bound on the compute buffer of these settings (``search``). Answered once per context
         (the table and the report's plots ask for the same rungs)."""
@@ -524,7 +540,7 @@ class CapacityPlanner:
             self._rungs[ctx_per_seq] = self._max_parallel(ctx_per_seq, floor)
         return self._rungs[ctx_per_seq]
 
-    def _max_parallel(self, ctx_per_seq: int, floor: int | None) -> Rung:
+    def _max_parallel(self, ctx_per_seq: int, floor: Charge | None) -> Rung:
         if ctx_per_seq < 1:
             raise CapacityError(f"context per sequence must be >= 1, got {ctx_per_seq}")
         # llama.cpp pads each sequence's context to 256 cells; the padded total must fit its uint32
@@ -547,6 +563,7 @@ class CapacityPlanner:
             limited_by=limited_by,
             bound_device=bound,
             compute_bytes=self.compute_at(params),
+            charge=self.charge_at(params),
         )
 
     def ladder(self, contexts: Sequence[int] | None = None) -> list[Rung]:
@@ -557,12 +574,12 @@ class CapacityPlanner:
         floor = self.ladder_floor(contexts)
         return [self.max_parallel(c, floor) for c in contexts]
 
-    def ladder_floor(self, contexts: Sequence[int]) -> int | None:
-        """A lower bound on the compute buffer of every rung of ``contexts`` (``max_parallel``'s ``floor``): the
-        compute of one sequence at the shortest context, where that runs; None with a fixed compute figure."""
+    def ladder_floor(self, contexts: Sequence[int]) -> Charge | None:
+        """A lower bound on the charge of every rung of ``contexts`` (``max_parallel``'s ``floor``): the charge of
+        one sequence at the shortest context, where that runs; None with a fixed compute figure."""
         if not self.budget.compute_per_setting or not contexts or not 1 <= min(contexts) <= MAX_CTX:
             return None
-        return self._compute_figure(self.params(min(contexts), 1))
+        return self._charge(self.params(min(contexts), 1))
 
     def max_ctx(self, n_seq_max: int) -> CtxAnswer:
         """The largest per-sequence context, a multiple of 256 up to the context limit, for ``n_seq_max``
@@ -585,6 +602,7 @@ class CapacityPlanner:
             limited_by=limited_by,
             bound_device=bound,
             compute_bytes=self.compute_at(params),
+            charge=self.charge_at(params),
         )
 
     def max_n_rs_seq(self, n_ctx: int, n_seq_max: int) -> RsAnswer:
@@ -628,6 +646,7 @@ class CapacityPlanner:
             spec_type=draft.spec_type,
             needs_draft_model=draft.needs_draft_model,
             compute_bytes=self.compute_at(params),
+            charge=self.charge_at(params),
         )
 
 

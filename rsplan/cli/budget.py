@@ -29,12 +29,20 @@ _CTX = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
 #: The largest context per sequence: llama.cpp pads it to a multiple of 256 and keeps it in a uint32.
 MAX_CTX_PER_SEQ = MAX_CTX // CTX_PAD * CTX_PAD
 
+#: The buffer types devices may be (``--device-kind``), with the padding rule planner.buffers gives them.
+DEVICE_KINDS = ("CUDA", "ROCm", "MUSA", "SYCL", "RPC")
+#: ``--device-kind`` of fit, capacity and report.
+DEVICE_KIND_OPTION: Decorator = click.option(
+    "--device-kind", type=click.Choice(DEVICE_KINDS), default="CUDA", show_default=True,
+    help="The devices' backend (buffer names and padding; RPC: rpc-server on a CPU).")
+
 #: The "Memory budget" section of capacity's and report's --help (rsplan.cli.sections): one line per option.
 BUDGET_OPTIONS: list[Decorator] = [
     click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
                  help="Memory per GPU, with units (24GiB, 80GB, 81920MiB); several values = several GPUs."),
     click.option("--gpu", metavar="[INDEX,...]", is_flag=False, flag_value="all", default=None,
                  help="Read the budget from these NVIDIA GPUs via NVML (no value: every GPU)."),
+    DEVICE_KIND_OPTION,
     click.option("--gpu-memory", type=click.Choice(["free", "total"]), default=None,
                  help="With --gpu: budget the GPUs' free memory (default, as llama.cpp's --fit does) or their "
                  "total memory (an empty GPU)."),
@@ -77,11 +85,11 @@ BUDGET_OPTIONS: list[Decorator] = [
                  "rope.scaling.original_context_length, else its training context)."),
 ]
 
-BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "weights", "quant", "fit_target", "compute", "n_gpu_layers",
-               "tensor_split", "no_kv_offload", "host_budget", "ctx_checkpoints", "overhead", "rope_scaling",
-               "rope_scale", "yarn_orig_ctx")
+BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "device_kind", "weights", "quant", "fit_target", "compute",
+               "n_gpu_layers", "tensor_split", "no_kv_offload", "host_budget", "ctx_checkpoints", "overhead",
+               "rope_scaling", "rope_scale", "yarn_orig_ctx")
 #: Budget flags only llama.cpp's planner reads.
-NATIVE_BUDGET_KEYS = ("gpu_memory", "quant", "fit_target", "compute", "n_gpu_layers", "tensor_split",
+NATIVE_BUDGET_KEYS = ("gpu_memory", "device_kind", "quant", "fit_target", "compute", "n_gpu_layers", "tensor_split",
                       "no_kv_offload", "host_budget", "ctx_checkpoints", "rope_scaling", "rope_scale",
                       "yarn_orig_ctx")
 
@@ -257,4 +265,5 @@ def budget_request(options: dict[str, Any]) -> BudgetRequest:
         host_budget=_host_budget(options.get("host_budget")),
         rope=RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"]),
         ctx_checkpoints=options["ctx_checkpoints"],
+        device_kind=options["device_kind"],
     )

@@ -14,25 +14,21 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from rsplan.cli.budget import parse_fit_target, parse_tensor_split
+from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor_split
 from rsplan.cli.errors import user_errors
 from rsplan.cli.options import context_options, model_options, pop_context_params
-from rsplan.cli.sections import SectionedCommand, section
+from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
 from rsplan.render.units import parse_size
 
-#: The buffer types devices may be, with the padding rule planner.buffers gives them.
-DEVICE_KINDS = ("CUDA", "ROCm", "MUSA", "SYCL", "RPC")
-
-FIT_OPTIONS = [
+FIT_OPTIONS: list[Decorator] = [
     click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
                  help="Free memory per device, with units (24GiB, 81920MiB); several values = several devices. "
                  "Without --budget and --gpu: no device (a CPU-only build, as llama.cpp on a machine without "
                  "GPUs)."),
     click.option("--gpu", metavar="[INDEX,...]", is_flag=False, flag_value="all", default=None,
                  help="Read the devices' free memory from these NVIDIA GPUs via NVML (no value: every GPU)."),
-    click.option("--device-kind", type=click.Choice(DEVICE_KINDS), default="CUDA", show_default=True,
-                 help="The devices' backend (buffer names and padding; RPC: rpc-server on a CPU)."),
+    DEVICE_KIND_OPTION,
     click.option("--host-budget", metavar="SIZE", default=None,
                  help="Host memory. Default: this machine's (llama.cpp's --fit without devices budgets the "
                  "total memory; rsplan's host check the memory available now)."),

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
+from rsplan.planner.capacity_charge import Charge
 from rsplan.planner.speculative import usable_spec_types
 from rsplan.render.tables import prose, table
 from rsplan.render.units import human
@@ -48,10 +49,20 @@ def _layers(placement: Any, device: int | None) -> str:
     return f"{label} ({len(units)})"
 
 
+def _draft_fields(charge: Charge | None, i: int | None) -> dict[str, Any]:
+    """The MTP draft context's bytes on device ``i`` (None: the host) at the flags given (None: no draft)."""
+    if charge is None or charge.draft is None:
+        return {"draft_kv_bytes": None, "draft_compute_bytes": None}
+    row = charge.draft.host if i is None else charge.draft.devices[i]
+    return {"draft_kv_bytes": row.context, "draft_compute_bytes": row.compute}
+
+
 def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[str, Any]]:
-    """Per GPU (then the host): budget, what it holds, and the caches at the given -c/-np."""
+    """Per GPU (then the host): budget, what it holds, its compute buffer, the MTP draft context and the caches at
+    the given -c/-np (compute and draft None where llama.cpp aborts at those flags)."""
     rows = []
     budget = planner.budget
+    charge = planner.charge_given()
     for i, d in enumerate(budget.devices):
         rows.append({
             "name": d.name,
@@ -62,8 +73,9 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
             "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev == i],
             "weights_bytes": planner.weights_on_device[i],
             "margin_bytes": budget.margin_bytes[i],
-            "compute_bytes": budget.compute_bytes,
+            "compute_bytes": charge.compute[i] if charge else None,
             "compute_source": budget.compute_source,
+            **_draft_fields(charge, i),
             "cache_budget_bytes": planner.cache_budget[i],
             "cache_bytes": result.usage.devices[i].total_bytes,
             "kv_bytes": result.usage.devices[i].kv_bytes,
@@ -81,7 +93,9 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
         "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev is None],
         "weights_bytes": planner.weights_on_host,
         "margin_bytes": 0,
-        "compute_bytes": 0,
+        "compute_bytes": charge.compute_host if charge else None,
+        **_draft_fields(charge, None),
+        "draft_output_bytes": charge.draft_output if charge else None,
         "cache_budget_bytes": None,
         "cache_bytes": host.total_bytes,
         "kv_bytes": host.kv_bytes,
@@ -97,7 +111,7 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
     """``rsplan capacity --format json``: every number, in bytes; sums are over the GPUs."""
     budget = planner.budget
     layout = planner.layout
-    n_dev = len(budget.devices)
+    charge = planner.charge_given()
 
     def rung(r: Rung) -> dict[str, Any]:
         d = dataclasses.asdict(r)
@@ -134,9 +148,11 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
         "weights_source": budget.weights_source,
         "weights_on_gpus_bytes": sum(planner.weights_on_device),
         "margin_bytes": sum(budget.margin_bytes),
-        "compute_bytes": budget.compute_bytes * n_dev,
+        "compute_bytes": sum(charge.compute) if charge else None,
         "compute_source": budget.compute_source,
         "compute_per_setting": budget.compute_per_setting,
+        "device_kind": budget.device_kind,
+        "mtp_draft": dataclasses.asdict(charge.draft) if charge and charge.draft else None,
         "cache_budget_bytes": sum(planner.cache_budget),
         "params": dataclasses.asdict(result.params),
         "flags": planner.flags(result.params),
@@ -176,6 +192,9 @@ def notes(planner: CapacityPlanner) -> list[str]:
                    f"(weights not offloaded, host caches, the output buffer, host compute, llama-server's context "
                    f"checkpoints): {human(need)} at the flags given")
         out.append(_checkpoint_words(planner))
+    draft = draft_words(planner)
+    if draft:
+        out.append(draft)
     out.append("-c is the total over all sequences: each of the -np sequences gets -c / -np tokens")
     if planner.layout.arch.rollback and planner.draft.needs_draft_model:
         out.append(f"rollback planes need a draft model (-md FILE, --spec-type {planner.draft.spec_type}; eagle3, "
@@ -188,10 +207,26 @@ def notes(planner: CapacityPlanner) -> list[str]:
 def compute_words(planner: CapacityPlanner) -> str:
     """Where the compute buffer charged to each answer comes from, in a sentence."""
     budget = planner.budget
+    where = ("each GPU that runs a layer (and the host when a layer runs there)" if budget.device_kind is None or
+             not budget.compute_per_setting else
+             f"each {budget.device_kind} device its own share of the graph as llama.cpp's scheduler splits it "
+             "(the host's share in host memory)")
     if not budget.compute_per_setting:
-        return f"compute buffer: {human(budget.compute_bytes)} per GPU for every setting, {budget.compute_source}"
-    return (f"compute buffer: each setting is charged its own on every GPU (and on the host when layers run there), "
-            f"{budget.compute_source}; {human(budget.compute_bytes)} at the flags given, each answer's in its row")
+        return f"compute buffer: {human(budget.compute_bytes)} on {where}, for every setting, {budget.compute_source}"
+    text = (f"compute buffer: each setting is charged its own, on {where}, {budget.compute_source}; each answer's "
+            "in its row")
+    if planner.charges.estimate:
+        text += f" (an estimate: {planner.charges.estimate})"
+    return text
+
+
+def draft_words(planner: CapacityPlanner) -> str | None:
+    """How the MTP draft context is charged, in a sentence (None when no printed command runs it)."""
+    if not planner.charges.mtp:
+        return None
+    return ("--spec-type mtp: every setting with rollback planes (printed with --spec-type draft-mtp) is also charged "
+            "the draft context as llama.cpp's --fit adds it: its KV cache over the nextn layers and its compute buffer "
+            "on the devices holding them, its output buffer on the host, and the target's MTP-layer weights")
 
 
 def _checkpoint_words(planner: CapacityPlanner) -> str:
@@ -237,36 +272,51 @@ def _budget_lines(planner: CapacityPlanner) -> list[str]:
                      f"from {budget.weights_source}")
     margins = sorted(set(budget.margin_bytes))
     lines.append("Margin:   " + ", ".join(human(m) for m in margins) + " per GPU (--fit-target)")
+    kind = f"{budget.device_kind} devices, " if budget.device_kind else ""
     if budget.compute_per_setting:
-        lines.append(f"Compute:  per setting ({budget.compute_source}); {human(budget.compute_bytes)} per GPU at "
-                     f"the flags given")
+        lines.append(f"Compute:  per setting and per device ({kind}{budget.compute_source}); at the flags given in "
+                     "the table below")
         lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches at the flags "
                      "given")
     else:
-        lines.append(f"Compute:  {human(budget.compute_bytes)} per GPU ({budget.compute_source})")
-        lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches")
+        lines.append(f"Compute:  {human(budget.compute_bytes)} on each GPU that runs a layer ({kind}"
+                     f"{budget.compute_source})")
+        lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches at the flags "
+                     "given")
     return lines
 
 
 def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
     """The per-device table at the given -c/-np (the host only when it holds layers or caches)."""
     n_devices = len(planner.budget.devices)
+    charge = planner.charge_given()
+    draft = charge is not None and charge.draft is not None
     rows = []
     for i, row in enumerate(device_rows(planner, result)):
         host = i == n_devices
-        if host and not row["layers"] and not row["cache_bytes"]:
+        if host and not row["layers"] and not row["cache_bytes"] and not row["compute_bytes"]:
             continue
         rows.append([
             row["name"],
             human(row["budget_bytes"]) if row["budget_bytes"] is not None else "-",
             _layers(planner.placement, None if host else i),
             human(row["weights_bytes"]),
+            human(row["compute_bytes"]) if row["compute_bytes"] is not None else "aborts",
+            *([human(row["draft_kv_bytes"] + row["draft_compute_bytes"]
+                     + (row.get("draft_output_bytes") or 0))] if draft else []),
             human(row["cache_budget_bytes"]) if row["cache_budget_bytes"] is not None else "-",
             human(row["cache_bytes"]),
         ])
     p = result.params
-    lines = [table(rows, ["device", "budget", "layers", "weights", "cache budget",
-                          f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2))]
+    lines = [table(rows, ["device", "budget", "layers", "weights", "compute", *(["MTP draft"] if draft else []),
+                          "cache budget", f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2))]
+    if charge is not None and charge.draft is not None:
+        d = charge.draft
+        lines.append("MTP draft context (--spec-type draft-mtp) at the flags given: KV "
+                     + ", ".join(human(r.context) for r in d.devices) + " and compute "
+                     + ", ".join(human(r.compute) for r in d.devices)
+                     + f" on the GPUs; KV {human(d.host.context)}, compute {human(d.host.compute)} and output buffer "
+                     f"{human(charge.draft_output)} on the host")
     if result.usage.ctx.n_rs_seq:
         lines.append(f"Rollback snapshots: {human(result.usage.snapshot_bytes)} ({result.usage.snapshot_bytes:,} B) "
                      f"of these caches: n_rs_seq {result.usage.ctx.n_rs_seq} planes of R and S per sequence")
@@ -276,11 +326,12 @@ def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
 def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
     """The most parallel sequences at each context per sequence."""
     per_setting = planner.budget.compute_per_setting
+    draft = any(r.charge is not None and r.charge.draft is not None for r in result.ladder)
     ladder_rows: list[list[Any]] = []
     for r in result.ladder:
         if r.n_ctx_flag is None or r.cache_bytes is None or r.headroom_bytes is None:  # not even one sequence fits
             ladder_rows.append([f"{r.ctx_per_seq:,}", 0, "nothing fits", "does not fit", "-", "-"]
-                               + (["-"] if per_setting else []))
+                               + (["-"] if per_setting else []) + (["-"] if draft else []))
             continue
         ladder_rows.append([
             f"{r.ctx_per_seq:,}",
@@ -289,12 +340,14 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
             planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)),
             human(r.cache_bytes),
             human(r.headroom_bytes),
-        ] + ([human(r.compute_bytes or 0)] if per_setting else []))
+        ] + ([_per_gpu(r.compute_bytes)] if per_setting else []) + ([_draft_cell(r.charge)] if draft else []))
     headers = ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"]
     return [
         "Most parallel sequences per context (llama.cpp's -c is the total over all sequences"
-        + ("; compute: the compute buffer charged per GPU at that setting):" if per_setting else "):"),
-        table(ladder_rows, headers + (["compute"] if per_setting else []), wrap=(3,)),
+        + ("; compute: the compute buffer charged to each GPU at that setting" if per_setting else "")
+        + ("; MTP draft: the draft context's KV and compute on the GPUs" if draft else "") + "):",
+        table(ladder_rows, headers + (["compute"] if per_setting else []) + (["MTP draft"] if draft else []),
+              wrap=(3,)),
     ]
 
 
@@ -309,7 +362,7 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
         lines.append(
             f"Largest context at -np {m.n_seq_max}: {m.ctx_per_seq:,} tokens per sequence{limit}: "
             f"{planner.flags(planner.params(m.n_ctx_flag, m.n_seq_max))} (caches {human(m.cache_bytes)}"
-            f"{_compute_part(planner, m.compute_bytes)})"
+            f"{_compute_part(planner, m.compute_bytes, m.charge)})"
         )
     rs = result.max_rs
     if rs.n_rs_seq is None or rs.cache_bytes is None:
@@ -319,14 +372,31 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
         flags = planner.flags(planner.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
         how = f" {planner.draft.describe()}" if planner.draft.needs_draft_model else ""
         lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{how}{limit}: {flags} "
-                     f"(caches {human(rs.cache_bytes)}{_compute_part(planner, rs.compute_bytes)})")
+                     f"(caches {human(rs.cache_bytes)}{_compute_part(planner, rs.compute_bytes, rs.charge)})")
         lines.append(f"Rollback snapshots at n_rs_seq {rs.n_rs_seq}: {human(rs.snapshot_bytes or 0)} "
                      f"({rs.snapshot_bytes or 0:,} B) of those caches")
     return lines
 
 
-def _compute_part(planner: CapacityPlanner, compute_bytes: int | None) -> str:
-    """``, compute 215.00 MiB per GPU`` when each setting is charged its own compute buffer, else nothing."""
-    if not planner.budget.compute_per_setting or compute_bytes is None:
-        return ""
-    return f", compute {human(compute_bytes)} per GPU"
+def _per_gpu(compute_bytes: tuple[int, ...] | None) -> str:
+    """``215.00 MiB`` (one GPU) or ``215.00 MiB, 0 B`` (per GPU, in device order)."""
+    return ", ".join(human(c) for c in compute_bytes) if compute_bytes else "-"
+
+
+def _draft_cell(charge: Charge | None) -> str:
+    """The MTP draft context's bytes on the GPUs at one setting (``-`` without a draft)."""
+    if charge is None or charge.draft is None:
+        return "-"
+    return human(sum(d.total for d in charge.draft.devices))
+
+
+def _compute_part(planner: CapacityPlanner, compute_bytes: tuple[int, ...] | None,
+                  charge: Charge | None = None) -> str:
+    """``, compute 215.00 MiB on the GPUs`` when each setting is charged its own compute buffer (and the MTP draft
+    context's bytes on the GPUs when it runs), else nothing."""
+    out = ""
+    if planner.budget.compute_per_setting and compute_bytes is not None:
+        out = f", compute {_per_gpu(compute_bytes)} on the GPU" + ("s" if len(compute_bytes) > 1 else "")
+    if charge is not None and charge.draft is not None:
+        out += f", MTP draft {_draft_cell(charge)} on the GPUs"
+    return out

@@ -33,6 +33,7 @@ COLOURS = {
     "state": "#2ca02c",
     "rollback": "#9467bd",
     "compute": "#8c564b",
+    "draft": "#dbdb8d",
     "margin": "#c7c7c7",
     "k": "#1f77b4",
     "v": "#17becf",
@@ -42,7 +43,8 @@ COLOURS = {
 BUDGET_COLOUR = "#d62728"
 #: The per-device chart's components, in the same colours where they are the same thing.
 DEVICE_COLOURS = {"weights": COLOURS["weights"], "kv": COLOURS["kv"], "recurrent": COLOURS["state"],
-                  "compute": COLOURS["compute"], "output": "#e377c2", "checkpoints": "#bcbd22",
+                  "compute": COLOURS["compute"], "draft": COLOURS["draft"], "output": "#e377c2",
+                  "checkpoints": "#bcbd22",
                   "margin": COLOURS["margin"]}
 #: Line colours for the compared options (plotly's qualitative palette, then dashes per model).
 LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -417,10 +419,15 @@ def ladder_table(m: ModelReport) -> str:
             f"{r.ctx_per_seq:,}", f"{r.max_parallel}", _e(limit_words(planner, r.limited_by, r.bound_device)),
             f"<code>{_e(planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)))}</code>",
             f"{_bytes_cell(r.cache_bytes)} ({r.cache_bytes:,} B)", _bytes_cell(r.headroom_bytes),
-            _bytes_cell(r.compute_bytes),
+            _per_gpu_cell(r.compute_bytes),
         ])
     return _table(["context per sequence", "max -np", "limited by", "llama.cpp flags", "caches", "headroom",
                    "compute per GPU"], rows, {0})
+
+
+def _per_gpu_cell(values: tuple[int, ...] | None) -> str:
+    """Bytes per GPU, in device order (``-`` when unknown)."""
+    return ", ".join(_bytes_cell(v) for v in values) if values else "-"
 
 
 def _budget_line(m: ModelReport) -> str:
@@ -430,12 +437,14 @@ def _budget_line(m: ModelReport) -> str:
         f"weights {human(sum(p.weights_on_device))}"
     n = len(b.devices)
     per = "" if n == 1 else f" over {n} GPUs"
-    at = " at the flags given" if b.compute_per_setting else ""
+    charge = p.charge_given()
+    compute = f"compute {human(sum(charge.compute))}" if charge else "compute (llama.cpp aborts at these flags)"
+    draft = f" - MTP draft {human(sum(d.total for d in charge.draft.devices))}" if charge and charge.draft else ""
     text = (f"Budget {human(sum(d.budget_bytes for d in b.devices))}{per} - {weights} - margin "
-            f"{human(sum(b.margin_bytes))} - compute {human(b.compute_bytes * n)} = "
-            f"{human(sum(p.cache_budget))} for the caches{at}.")
+            f"{human(sum(b.margin_bytes))} - {compute}{draft} = {human(sum(p.cache_budget))} for the caches at the "
+            "flags given.")
     if b.compute_per_setting:
-        text += " Each answer is charged the compute buffer of its own setting (the tables show it)."
+        text += " Each answer is charged the compute buffer of its own setting on each GPU (the tables show it)."
     return f"<p class='budget'>{_e(text)}</p>"
 
 
@@ -447,7 +456,7 @@ def _answers(m: ModelReport) -> str:
         limit = f", limited by {limit_words(planner, mc.limited_by, mc.bound_device)}"
         flags = planner.flags(planner.params(mc.n_ctx_flag, mc.n_seq_max))
         out.append(f"Largest context at -np {mc.n_seq_max}: {mc.ctx_per_seq:,} tokens per sequence{_e(limit)}: "
-                   f"<code>{_e(flags)}</code>; compute {_bytes_cell(mc.compute_bytes)} per GPU")
+                   f"<code>{_e(flags)}</code>; compute {_per_gpu_cell(mc.compute_bytes)} per GPU")
     else:
         out.append(f"Largest context at -np {mc.n_seq_max}: nothing fits")
     rs = result.max_rs
@@ -459,7 +468,7 @@ def _answers(m: ModelReport) -> str:
         limit = limit_words(planner, rs.limited_by or "", rs.bound_device, rs.draft_bound)
         out.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: {rs.n_rs_seq}{_e(how)}, limited by "
                    f"{_e(limit)}: <code>{_e(flags)}</code>; rollback snapshots {_bytes_cell(rs.snapshot_bytes)} "
-                   f"({rs.snapshot_bytes or 0:,} B); compute {_bytes_cell(rs.compute_bytes)} per GPU")
+                   f"({rs.snapshot_bytes or 0:,} B); compute {_per_gpu_cell(rs.compute_bytes)} per GPU")
     return "<ul>" + "".join(f"<li>{line}</li>" for line in out) + "</ul>"
 
 
@@ -476,10 +485,12 @@ def sources_table(models: list[ModelReport], profile: ProfileResults | None, pro
                      _e(d.source + extra)])
     rows.append(["margin per GPU", ", ".join(f"{x:,} B = {_e(human(x))}" for x in budget.margin_bytes),
                  "--fit-target (MiB; llama.cpp's --fit default is 1024)"])
-    what = "compute buffer per GPU at the flags given" if budget.compute_per_setting else "compute buffer per GPU"
-    rows.append([what, f"{budget.compute_bytes:,} B = {_e(human(budget.compute_bytes))}",
-                 _e(budget.compute_source) + (" (the heat map charges this figure to every cell)"
-                                              if budget.compute_per_setting else "")])
+    charge = first.charge_given()
+    per_gpu = ", ".join(f"{c:,} B = {_e(human(c))}" for c in charge.compute) if charge else "llama.cpp aborts"
+    kind = f"{budget.device_kind} devices; " if budget.device_kind else ""
+    rows.append(["compute buffer per GPU at the flags given", per_gpu,
+                 _e(kind + budget.compute_source) + (" (the heat map charges this figure to every cell)"
+                                                     if budget.compute_per_setting else "")])
     for m in models:
         p = m.planner
         spec, layout = p.spec, p.layout

@@ -23,6 +23,7 @@ COMPONENTS = (
     ("state", "recurrent state (S)"),
     ("rollback", "rollback planes (R+S snapshots)"),
     ("compute", "compute buffer"),
+    ("draft", "MTP draft context (KV + compute)"),
     ("margin", "margin (--fit-target)"),
 )
 #: -np values of the heat map rows.
@@ -57,7 +58,6 @@ def plot_contexts(limit: int) -> list[int]:
 
 def memory_series(planner: CapacityPlanner, n_seq: int, contexts: list[int]) -> MemorySeries:
     budget = planner.budget
-    n_dev = len(budget.devices)
     parts: dict[str, list[int]] = {key: [] for key, _ in COMPONENTS}
     host = []
     for ctx in contexts:
@@ -67,12 +67,14 @@ def memory_series(planner: CapacityPlanner, n_seq: int, contexts: list[int]) -> 
         s = sum(t.s_bytes for t in use.devices)
         # R and S have (1 + n_rs) planes of equal size per sequence; n_rs of them are rollback snapshots
         r_snap, s_snap = r // (1 + n_rs) * n_rs, s // (1 + n_rs) * n_rs
-        parts["weights"].append(sum(planner.weights_on_device))
+        charge = planner.charge_at(planner.params(ctx * n_seq, n_seq))
+        parts["weights"].append(sum(charge.weights))
         parts["kv"].append(sum(t.kv_bytes for t in use.devices))
         parts["conv"].append(r - r_snap)
         parts["state"].append(s - s_snap)
         parts["rollback"].append(r_snap + s_snap)
-        parts["compute"].append(planner.compute_at(planner.params(ctx * n_seq, n_seq)) * n_dev)
+        parts["compute"].append(sum(charge.compute))
+        parts["draft"].append(sum(d.total for d in charge.draft.devices) if charge.draft else 0)
         parts["margin"].append(sum(budget.margin_bytes))
         host.append(use.host.total_bytes)
     return MemorySeries(n_seq, contexts, parts, sum(d.budget_bytes for d in budget.devices), host)
@@ -154,12 +156,13 @@ def heatmap_contexts(planner: CapacityPlanner) -> list[int]:
 
 
 def heatmap(planner: CapacityPlanner) -> Heatmap:
-    """Headroom over -np and -c, each cell charged the compute buffer at the flags as given
-    (``budget.compute_bytes``: an exact figure per cell would take a compute-graph model per cell)."""
+    """Headroom over -np and -c, each cell charged the weights, compute buffers and MTP draft of the flags as
+    given (``planner.charge_given``: an exact figure per cell would take a compute-graph model per cell)."""
     contexts = heatmap_contexts(planner)
+    given = planner.charge_given() or planner.charges.zero(planner.base)
     rows = []
     for n in HEATMAP_NP:
-        rows.append([planner.headroom(planner.params(c, n), planner.budget.compute_bytes) for c in contexts])
+        rows.append([planner.headroom(planner.params(c, n), given) for c in contexts])
     past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
     return Heatmap(list(HEATMAP_NP), contexts, rows, past)
 
@@ -224,6 +227,7 @@ DEVICE_COMPONENTS = (
     ("kv", "KV cache (K+V)"),
     ("recurrent", "recurrent state (R+S, with rollback planes)"),
     ("compute", "compute buffer"),
+    ("draft", "MTP draft context (KV + compute; its output buffer on the host)"),
     ("output", "output buffer"),
     ("checkpoints", "llama-server context checkpoints (at --ctx-checkpoints)"),
     ("margin", "margin (--fit-target)"),
@@ -238,17 +242,19 @@ def device_bars(planner: CapacityPlanner) -> DeviceBars:
     budget = planner.budget
     params = planner.base
     use = planner.usage(params)
-    on_host = any(d is None for d in planner.placement.unit_device[:-1])
+    charge = planner.charge_at(params)
+    draft = charge.draft
     parts: dict[str, list[int]] = {key: [] for key, _ in DEVICE_COMPONENTS}
     for i, t in enumerate(use.devices):
-        busy = planner.placement.units_on(i) > 0
-        for key, value in (("weights", planner.weights_on_device[i]), ("kv", t.kv_bytes),
-                           ("recurrent", t.recurrent_bytes), ("compute", budget.compute_bytes if busy else 0),
+        for key, value in (("weights", charge.weights[i]), ("kv", t.kv_bytes),
+                           ("recurrent", t.recurrent_bytes), ("compute", charge.compute[i]),
+                           ("draft", draft.devices[i].total if draft else 0),
                            ("output", 0), ("checkpoints", 0), ("margin", budget.margin_bytes[i])):
             parts[key].append(value)
     out = output_buffer(planner.spec, params).bytes if planner.spec.vocab_size else 0
-    for key, value in (("weights", planner.weights_on_host), ("kv", use.host.kv_bytes),
-                       ("recurrent", use.host.recurrent_bytes), ("compute", budget.compute_bytes if on_host else 0),
+    for key, value in (("weights", charge.weights_host), ("kv", use.host.kv_bytes),
+                       ("recurrent", use.host.recurrent_bytes), ("compute", charge.compute_host),
+                       ("draft", draft.host.total + charge.draft_output if draft else 0),
                        ("output", out), ("checkpoints", planner.checkpoints(params, use).bytes), ("margin", 0)):
         parts[key].append(value)
     names = [d.name for d in budget.devices] + [HOST]

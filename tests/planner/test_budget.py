@@ -94,8 +94,8 @@ def test_compute_flag_or_the_modelled_buffer_or_the_allowance():
     spec = make_spec(**MAMBA2, vocab_size=50280)
     cb = compute_buffer(spec, params)
     assert compute_bytes(spec, params, None) == (
-        cb.bytes, "llama.cpp's compute buffer of each setting (CPU-backend graph, n_outputs_max as llama-server); "
-        f"at -c 4096 -np 2: n_outputs_max {cb.n_outputs_max}", True)
+        cb.bytes, "llama.cpp's compute buffer of each setting (n_outputs_max as llama-server; at -c 4096 -np 2: "
+        f"{cb.n_outputs_max})", True)
     (p,) = make_planners([spec], ["m"], params, request(compute=None))
     assert p.budget.compute_bytes == cb.bytes > 0 and p.budget.compute_per_setting
     (p,) = make_planners([spec], ["m"], params, request(compute=GivenSize(0, "0")))

@@ -22,11 +22,37 @@ def capacity_json(*args: str) -> dict:
 
 
 def test_modelled_arch_charges_llama_cpp_compute_buffer():
-    d = capacity_json("--model", "lfm2-1.2b", "--budget", "24GiB", "-c", "4096", "-np", "4", "--ctx", "4k")
+    # one device of no known kind (Budget.device_kind None): the CPU backend's figure, the golden's
+    from rsplan.hparams.sources import load_builtin_preset
+    from rsplan.planner.budget import BudgetRequest, make_planners
+    from rsplan.planner.capacity import DeviceBudget
+    from rsplan.planner.context import ContextParams
+
+    spec = load_builtin_preset("lfm2-1.2b")
+    request = BudgetRequest(devices=(DeviceBudget("GPU", 24 << 30, "test"),))
+    (p,) = make_planners([spec], ["lfm2-1.2b"], ContextParams(n_ctx=4096, n_seq_max=4), request)
+    assert p.charge_given().compute == (64_041_024,)
+
+
+def test_cli_charges_each_device_its_scheduled_compute():
+    # --device-kind CUDA (the default): each device its share of the pp graph as the scheduler model splits it
+    # (planner.device_compute's dry run, what rsplan fit measures), the CPU backend's share to the host
+    from rsplan.hparams.sources import load_builtin_preset
+    from rsplan.planner.context import ContextParams
+    from rsplan.planner.device_compute import device_compute
+    from rsplan.planner.placement import place_layers
+    from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+
+    d = capacity_json("--model", "lfm2-1.2b", "--budget", "24GiB,8GiB", "-c", "4096", "-np", "4", "--ctx", "4k")
+    spec = load_builtin_preset("lfm2-1.2b")
+    placement = place_layers(spec.block_count, 2, free_bytes=[24 * 1024, 8 * 1024])
+    want = device_compute(spec, ContextParams(n_ctx=4096, n_seq_max=4), SchedSetup(DEVICE_KINDS["CUDA"], placement,
+                          (), True), real_run=False)
+    assert [r["compute_bytes"] for r in d["devices"]] == [*want.dry_devices, want.dry_host]
+    assert d["device_kind"] == "CUDA" and d["compute_bytes"] == sum(want.dry_devices)
     gpu = d["devices"][0]
-    assert gpu["compute_bytes"] == 64_041_024
     assert gpu["compute_source"].startswith("llama.cpp's compute buffer of each setting")
-    assert "at -c 4096 -np 4: n_outputs_max 4" in gpu["compute_source"] and d["compute_per_setting"]
+    assert "at -c 4096 -np 4: 4)" in gpu["compute_source"] and d["compute_per_setting"]
 
 
 def test_compute_flag_overrides_the_model():

@@ -56,7 +56,7 @@ def test_more_sequences_are_charged_their_larger_compute_buffer():
     rung = p.max_parallel(8192)
     assert (rung.max_parallel, rung.n_ctx_flag, rung.limited_by, rung.bound_device) == (3, 24576, "memory", "d0")
     assert rung.cache_bytes == 3 * S_8K
-    assert rung.compute_bytes == c3
+    assert rung.compute_bytes == (c3,)  # Budget.device_kind None: the CPU figure on the one GPU
     assert rung.headroom_bytes == room - 3 * S_8K - c3 == S_8K
     # the one figure at the flags given (-np 1) would have printed -np 4, which exceeds the budget by c4 - c3
     fixed = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), room, c_base, per_setting=False)
@@ -72,7 +72,7 @@ def test_a_longer_context_is_charged_its_larger_compute_buffer():
     p = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), room, c_base)
     ans = p.max_ctx(1)
     assert (ans.ctx_per_seq, ans.n_ctx_flag, ans.limited_by, ans.bound_device) == (65536, 65536, "memory", "d0")
-    assert (ans.compute_bytes, ans.headroom_bytes) == (c64k, 0)
+    assert (ans.compute_bytes, ans.headroom_bytes) == ((c64k,), 0)
     # 256 more tokens: 6,291,456 B more KV, and compute no smaller
     assert room - KV_PER_CELL * 65792 - ROW_BYTES - c_next < 0
     # charged the compute at -c 4096, the answer would run 2,560 tokens past what fits
@@ -85,16 +85,17 @@ def test_compute_flag_and_allowance_stay_one_fixed_figure():
     room = 4 * S_8K + 5 * MIB
     p = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), room, 5 * MIB, per_setting=False)
     rung = p.max_parallel(8192)
-    assert (rung.max_parallel, rung.compute_bytes, rung.headroom_bytes) == (4, 5 * MIB, 0)
-    assert p._compute == {}  # no compute graph was built
+    assert (rung.max_parallel, rung.compute_bytes, rung.headroom_bytes) == (4, (5 * MIB,), 0)
+    assert all(m._compute == {} for m in p.charges._models.values())  # no compute graph was built
 
 
 def test_compute_cache_key_is_the_setting():
     spec = make_spec(**ARTICLE)
     p = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), 4 * S_8K, 0)
     a = p.compute_at(p.params(16384, 2))
-    assert a == compute_at(spec, 16384, 2)
-    assert p._compute == {(16384, 2, 0): a}
+    assert a == (compute_at(spec, 16384, 2),)
+    assert (16384, 2, 0) in p.charges._charges
+    assert p.charges._models[(2, 0)]._compute == {16384: a[0]}
 
 
 # -- property: on random budgets, the printed setting fits with its own compute and the next step does not -----
@@ -128,7 +129,7 @@ def test_recommendations_fit_with_their_own_compute(preset, budget_mib, n_seq, c
     if rung.n_ctx_flag is not None:
         params = p.params(rung.n_ctx_flag, rung.max_parallel)
         assert exact_room(p, params) == rung.headroom_bytes >= 0
-        assert rung.compute_bytes == compute_buffer(spec, params).bytes
+        assert rung.compute_bytes == (compute_buffer(spec, params).bytes,)
     else:
         assert exact_room(p, p.params(ctx_per_seq, 1)) < 0
     if rung.limited_by == "memory":
@@ -137,7 +138,7 @@ def test_recommendations_fit_with_their_own_compute(preset, budget_mib, n_seq, c
     if ans.n_ctx_flag is not None:
         params = p.params(ans.n_ctx_flag, n_seq)
         assert exact_room(p, params) == ans.headroom_bytes >= 0
-        assert ans.compute_bytes == compute_buffer(spec, params).bytes
+        assert ans.compute_bytes == (compute_buffer(spec, params).bytes,)
     if ans.limited_by == "memory":
         assert exact_room(p, p.params((ans.ctx_per_seq + CTX_PAD) * n_seq, n_seq)) < 0
 
@@ -156,7 +157,7 @@ def test_a_setting_llama_cpp_aborts_on_is_never_printed():
     p = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), room, c1)
     rung = p.max_parallel(4096)
     assert (rung.max_parallel, rung.limited_by, rung.bound_device, rung.compute_bytes) == (16, "llama_abort", None,
-                                                                                           c16)
+                                                                                           (c16,))
     assert rung.headroom_bytes == 4 * per_seq
     for n in (17, 18, 19, 20):
         assert "GGML_ASSERT" in (p.aborts(p.params(4096 * n, n)) or "")
@@ -172,7 +173,7 @@ def test_rollback_planes_are_charged_llama_servers_larger_outputs():
     with_planes = p.params(16384, 4, 3)
     expected = compute_buffer(spec, with_planes, n_draft=3)
     assert expected.n_outputs_max == 16
-    assert p.compute_at(with_planes) == expected.bytes > compute_buffer(spec, p.params(16384, 4, 0)).bytes
+    assert p.compute_at(with_planes)[0] == expected.bytes > compute_buffer(spec, p.params(16384, 4, 0)).bytes
     rs = p.max_n_rs_seq(16384, 4)
     assert rs.n_rs_seq is not None
-    assert rs.compute_bytes == compute_buffer(spec, p.params(16384, 4, rs.n_rs_seq), n_draft=rs.n_rs_seq).bytes
+    assert rs.compute_bytes == (compute_buffer(spec, p.params(16384, 4, rs.n_rs_seq), n_draft=rs.n_rs_seq).bytes,)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
 from rsplan.planner.context import CTX_PAD, MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams
@@ -78,10 +79,14 @@ ubatches = st.sampled_from([4, 64, 512, 2048])
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# --spec-type mtp over two GPUs: the MTP layer (and its draft context) on the second
+@example(name="qwen3.5-35b-a3b", budget_gib=40, weights_pct=60, n_seq=2, n_ubatch=512, yarn=None, spec_type="mtp",
+         kv_unified=False, n_dev=2)
 @given(st.sampled_from(PRESETS), budgets, st.integers(0, 100), st.integers(1, 8), ubatches,
-       st.sampled_from([None, 2.0, 4.0]), st.sampled_from([None, "mtp", "eagle3", "dflash"]), st.booleans())
+       st.sampled_from([None, 2.0, 4.0]), st.sampled_from([None, "mtp", "eagle3", "dflash"]), st.booleans(),
+       st.integers(1, 3))
 def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_pct, n_seq, n_ubatch, yarn,
-                                                      spec_type, kv_unified):
+                                                      spec_type, kv_unified, n_dev):
     spec = load_builtin_preset(name)
     if spec_type == "mtp" and spec.nextn_predict_layers == 0:
         with pytest.raises(SpeculativeError):
@@ -91,9 +96,14 @@ def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_
     rope = RopeFlags("yarn", yarn) if yarn is not None and uses_rope(spec) else None
     budget_bytes = budget_gib * GIB
     weights = budget_bytes * weights_pct // 200  # up to half the budget
-    budget = Budget((DeviceBudget("GPU", budget_bytes, "test"),), weights, "test", (1024 * MIB,), 512 * MIB)
+    # one to three GPUs of the same budget (the layers split evenly); the fixed compute on each GPU with a layer,
+    # the MTP draft's KV and compute where its layer is when the flags print --spec-type draft-mtp
+    devices = tuple(DeviceBudget(f"GPU {i}", budget_bytes, "test") for i in range(n_dev))
+    budget = Budget(devices, weights * n_dev, "test", (1024 * MIB,) * n_dev, 512 * MIB)
+    # --spec-type mtp on a rollback arch: the flags given keep 2 planes, so every printed command runs the draft
+    n_rs = 2 if spec_type == "mtp" and cache_layout(spec).arch.rollback else 0
     params = ContextParams(n_ctx=min(4096, 256 * n_seq) * n_seq, n_seq_max=n_seq, n_ubatch=n_ubatch,
-                           n_batch=max(2048, n_ubatch), kv_unified=kv_unified)
+                           n_batch=max(2048, n_ubatch), kv_unified=kv_unified, n_rs_seq=n_rs)
     try:
         p = CapacityPlanner(spec, params, budget, rope=rope, spec_type=spec_type)
         p.check_request()
@@ -109,11 +119,13 @@ def test_every_recommendation_is_runnable_and_maximal(name, budget_gib, weights_
             assert not p.fits(p.params(rung.ctx_per_seq, 1))
             continue
         check_runnable(p, row["flags"], rope is not None, spec_type)
+        # a command that runs the MTP draft context was charged it (and one that does not, was not)
+        assert rung.charge is not None and (rung.charge.draft is not None) == ("draft-mtp" in row["flags"])
         n = rung.max_parallel
         assert p.fits(p.params(rung.ctx_per_seq * n, n))
         if rung.limited_by == "memory":
             assert not p.fits(p.params(rung.ctx_per_seq * (n + 1), n + 1))
-            assert rung.bound_device == "GPU"
+            assert rung.bound_device in {d.name for d in devices}
         elif rung.limited_by == "max_seq":
             assert n == MAX_SEQ
         else:

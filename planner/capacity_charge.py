@@ -1,0 +1,166 @@
+"""What one ``rsplan capacity`` setting is charged besides its caches: weights, compute buffers and the MTP draft
+context, per device and on the host, by the rules ``rsplan fit`` measures with.
+
+- Compute: planner.fit_memory ``MemoryModel.compute_split`` at the setting's flags: with a device kind that has
+  scheduler rules (``--device-kind CUDA|ROCm|MUSA|RPC``) each backend's own buffer from planner.device_compute (the
+  dry run llama.cpp's start-up ``--fit`` measures: the first pp graph split between the devices and the CPU; the
+  host's share is host memory); otherwise (SYCL, a graph the scheduler model cannot place, or no kind given to the
+  library: ``Budget.device_kind`` None) the CPU backend's figure (planner.compute) on each device holding a
+  repeating layer or the output layer, and on the host when a repeating layer stays there
+  (``charged_where_units_run``). ``--compute`` / an allowance is that fixed figure, charged the same way. A device
+  without layers is charged nothing.
+- The MTP draft (``--spec-type mtp``: the command printed for the setting carries ``--spec-type draft-mtp``, i.e.
+  n_rs_seq > 0 on a model whose draft type is mtp): planner.fit_draft ``DraftMemory`` at the setting's context: its
+  KV cache over the nextn layers and its compute buffer where llama.cpp puts them, plus its output buffer on the
+  host (as planner.fit_run), and the target then loads the MTP layers' weights (``Budget.mtp_weights``, placed
+  tensor by tensor with the rest).
+- Weights: planner.weight_placement, tensor by tensor with the device kind's buffer rule (``fit_run.DEVICE_RULES``),
+  or the total spread over the offloadable layers when only a size is known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rsplan.hparams.layout import CacheLayout
+from rsplan.hparams.model import ModelSpec
+from rsplan.planner.buffers import CUDA_RULE, BufferRule
+from rsplan.planner.context import ContextParams
+from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.placement import Placement, weights_by_device
+from rsplan.planner.weight_placement import place_weights
+
+if TYPE_CHECKING:
+    from rsplan.planner.capacity import Budget
+
+#: The MemoryModel device kind of ``Budget.device_kind`` None: a name without scheduler rules, so the CPU backend's
+#: figure is charged where layers run.
+NO_KIND = "unspecified"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """Bytes one setting takes besides its KV and recurrent caches.
+
+    Attributes:
+        weights / weights_host: weights per device (device order) and those left on the host.
+        compute / compute_host: the compute buffer per device and the host's (the CPU backend's share, or the CPU
+            figure when repeating layers run on the host).
+        draft: the MTP draft context per device and on the host (``context``: its KV cache, ``compute``: its
+            compute buffer; ``model`` 0: it shares the target's weights), None when the setting runs no MTP draft.
+        draft_output: the draft context's output buffer (host memory), 0 without a draft.
+    """
+
+    weights: tuple[int, ...]
+    weights_host: int
+    compute: tuple[int, ...]
+    compute_host: int
+    draft: Usage | None = None
+    draft_output: int = 0
+
+    def device(self, i: int) -> int:
+        """Everything but the caches on device ``i``."""
+        return self.weights[i] + self.compute[i] + (self.draft.devices[i].total if self.draft else 0)
+
+    @property
+    def host(self) -> int:
+        """Everything but the target's caches, the output buffer and checkpoints on the host."""
+        return self.weights_host + self.compute_host + (self.draft.host.total if self.draft else 0) + self.draft_output
+
+
+@dataclass
+class ChargeModel:
+    """The charge of every setting for one model, budget and layer placement (cached per setting)."""
+
+    spec: ModelSpec
+    layout: CacheLayout
+    budget: Budget
+    base: ContextParams
+    placement: Placement
+    user: StartFlags
+    device_free: tuple[int, ...]
+    mtp: bool
+    _models: dict[tuple[int, int], MemoryModel] = field(default_factory=dict, repr=False)
+    _weights: dict[bool, tuple[tuple[int, ...], int]] = field(default_factory=dict, repr=False)
+    _charges: dict[tuple[int, int, int], Charge] = field(default_factory=dict, repr=False)
+
+    @property
+    def device_kind(self) -> str:
+        return self.budget.device_kind or NO_KIND
+
+    @property
+    def rule(self) -> BufferRule:
+        from rsplan.planner.fit_run import DEVICE_RULES
+
+        return DEVICE_RULES.get(self.device_kind, CUDA_RULE)
+
+    def runs_draft(self, params: ContextParams) -> bool:
+        """The command printed for ``params`` runs the MTP draft context (``--spec-type draft-mtp``)."""
+        return self.mtp and params.n_rs_seq > 0
+
+    def weights(self, with_mtp: bool) -> tuple[tuple[int, ...], int]:
+        """(weights per device, weights on the host), with the MTP layers' tensors when ``with_mtp``."""
+        if with_mtp not in self._weights:
+            b = self.budget
+            if b.weights:
+                tensors = (*b.weights, *b.mtp_weights) if with_mtp else b.weights
+                placed = place_weights(tensors, self.placement, self.rule)
+                self._weights[with_mtp] = tuple(placed.device), placed.host
+            else:
+                dev, host = weights_by_device(b.weights_bytes or 0, self.placement)
+                self._weights[with_mtp] = tuple(dev), host
+        return self._weights[with_mtp]
+
+    def model(self, params: ContextParams) -> MemoryModel:
+        """fit_memory's model of the target at ``params``' sequences and rollback planes (its compute cache is per
+        context)."""
+        key = (params.n_seq_max, params.n_rs_seq)
+        if key not in self._models:
+            b = self.budget
+            fixed = None if b.compute_per_setting else b.compute_bytes
+            n_draft = params.n_rs_seq  # printed as --spec-draft-n-max: llama-server's outputs grow with it
+            self._models[key] = MemoryModel(self.spec, self.layout, (), params, self.device_free, self.rule,
+                                            compute_override=fixed, offload_kqv=self.placement.offload_kqv,
+                                            device_kind=self.device_kind, n_draft=n_draft)
+        return self._models[key]
+
+    @property
+    def estimate(self) -> str | None:
+        """Why some per-device compute figure is an estimate (fit_memory's words), None when none is."""
+        notes = {m.compute_estimate for m in self._models.values() if m.compute_estimate}
+        return "; ".join(sorted(notes)) if notes else None
+
+    def zero(self, params: ContextParams) -> Charge:
+        """A lower bound on the charge of ``params`` and of every larger setting: its weights, no compute."""
+        weights, host = self.weights(self.runs_draft(params))
+        return Charge(weights, host, (0,) * len(weights), 0)
+
+    def charge(self, params: ContextParams) -> Charge:
+        """The charge of ``params`` (cached per (n_ctx, n_seq_max, n_rs_seq); the other flags are ``base``'s).
+
+        Raises:
+            LlamaAbortError: llama.cpp aborts reserving the target's graphs at ``params``.
+            DraftFitError: the MTP draft's compute cannot be sized (an abort included).
+        """
+        key = (params.n_ctx, params.n_seq_max, params.n_rs_seq)
+        if key not in self._charges:
+            self._charges[key] = self._charge(params)
+        return self._charges[key]
+
+    def _charge(self, params: ContextParams) -> Charge:
+        model = self.model(params)
+        flags = dataclasses.replace(self.user, n_ctx=params.n_ctx)
+        compute, compute_host = model.compute_split(flags, self.placement)
+        draft = self.runs_draft(params)
+        weights, weights_host = self.weights(draft)
+        if not draft:
+            return Charge(weights, weights_host, tuple(compute), compute_host)
+        from rsplan.planner.fit_draft import DraftMemory
+        from rsplan.planner.outputs import output_buffer
+
+        mem = DraftMemory(model, flags, compute_override=model.compute_override)
+        usage = mem.measure(params.n_ctx)
+        out = output_buffer(self.spec, mem.params(params.n_ctx)).bytes if self.spec.vocab_size else 0
+        return Charge(weights, weights_host, tuple(compute), compute_host, usage, out)

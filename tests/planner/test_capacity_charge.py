@@ -1,0 +1,221 @@
+"""``rsplan capacity`` charges what ``rsplan fit`` charges: each device its own compute buffer (none to a device
+without layers), the host its share, and with ``--spec-type draft-mtp`` the MTP draft context and the MTP layers'
+weights (planner.capacity_charge).
+
+The per-device compute figures are planner.device_compute's (the oracle for the charge only); the caches, the
+draft's KV cache and the budget arithmetic are derived by hand here. A small qwen35 with one MTP layer (9 blocks:
+8 trunk layers, full attention every 4th, then the nextn layer, also full attention) holds per sequence one
+recurrent row of (18,432 + 262,144) x 4 = 1,122,304 B per recurrent layer and 4 x (128 + 128) x 2 = 2,048 B of KV
+per cell per attention layer; the draft context's KV is the nextn layer's, 2,048 B per cell of -c.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.sources import read_model
+from rsplan.planner.buffers import CPU_RULE
+from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.context import CTX_PAD, ContextParams, resolve_context
+from rsplan.planner.device_compute import device_compute
+from rsplan.planner.fit_draft import DraftMemory
+from rsplan.planner.fit_memory import MemoryModel, StartFlags
+from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+from rsplan.planner.outputs import output_buffer, server_checkpoints
+from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+from rsplan_testing import make_spec
+
+MIB = 1 << 20
+GIB = 1 << 30
+SMALL_MTP = dict(
+    arch="qwen35", context_length=262144, embedding_length=2048, block_count=9, vocab_size=1000,
+    feed_forward_length=6144, nextn_predict_layers=1,
+    attention={"head_count": 16, "head_count_kv": 4, "key_length": 128, "value_length": 128},
+    ssm={"conv_kernel": 4, "inner_size": 2048, "state_size": 128, "time_step_rank": 16, "group_count": 16},
+)
+ROW = (18432 + 262144) * 4  # 1,122,304 B per recurrent layer per sequence
+KV_CELL = 4 * (128 + 128) * 2  # 2,048 B per cell per attention layer
+
+
+def budget(sizes: list[int], margin: int = 0, **kw) -> Budget:
+    devices = tuple(DeviceBudget(f"d{i}", s, "test") for i, s in enumerate(sizes))
+    return Budget(devices, None, "test", (margin,) * len(sizes), 0, "test", compute_per_setting=True,
+                  device_kind="RPC", **kw)
+
+
+def dry(spec, params: ContextParams, p: CapacityPlanner, **kw):
+    """planner.device_compute's dry run on the planner's placement (the oracle for the compute charge)."""
+    setup = SchedSetup(DEVICE_KINDS["RPC"], p.placement, (), True)
+    return device_compute(spec, params, setup, real_run=False, **kw)
+
+
+def test_each_device_is_charged_its_own_compute_and_the_headroom_is_the_budget_arithmetic():
+    spec = make_spec(**SMALL_MTP)
+    p = CapacityPlanner(spec, ContextParams(n_ctx=8192, n_seq_max=2), budget([GIB, 2 * GIB], 64 * MIB),
+                        tensor_split=(1.0, 1.0))
+    # -ts 1,1 over 10 units: layers 0-4 on d0, 5-8 + output on d1: attention layers 3 | 7, recurrent
+    # 0, 1, 2, 4 | 5, 6 (the nextn layer 8 has no cache in the target's context)
+    assert p.placement.unit_device == (0, 0, 0, 0, 0, 1, 1, 1, 1, 1)
+    params = p.params(8192, 2)
+    want = dry(spec, params, p, n_draft=0)
+    charge = p.charge_at(params)
+    assert (charge.compute, charge.compute_host) == (want.dry_devices, want.dry_host)
+    assert charge.compute[0] != charge.compute[1]  # not one CPU figure charged to each
+    cache_d0 = 4 * ROW * 2 + 1 * KV_CELL * 8192  # layers 0, 1, 2, 4 recurrent; 3 attention; 2 sequences
+    cache_d1 = 2 * ROW * 2 + 1 * KV_CELL * 8192  # layers 5, 6 recurrent; 7 attention
+    assert [t.total_bytes for t in p.usage(params).devices] == [cache_d0, cache_d1]
+    room = [GIB - 64 * MIB - charge.compute[0] - cache_d0, 2 * GIB - 64 * MIB - charge.compute[1] - cache_d1]
+    assert p.headroom(params) == min(room)
+
+
+def test_a_device_without_layers_is_charged_nothing():
+    spec = make_spec(**SMALL_MTP)
+    p = CapacityPlanner(spec, ContextParams(n_ctx=4096, n_seq_max=1), budget([GIB, GIB]), tensor_split=(1.0, 0.0))
+    assert set(p.placement.unit_device) == {0}
+    charge = p.charge_at(p.base)
+    assert charge.compute[1] == 0 and charge.compute[0] == dry(spec, p.base, p).dry_devices[0] > 0
+    assert p.usage(p.base).devices[1].total_bytes == 0
+    # d1 keeps its whole budget, so d0 binds every answer
+    rung = p.max_parallel(4096)
+    assert rung.limited_by == "memory" and rung.bound_device == "d0"
+
+
+def test_the_mtp_draft_is_charged_only_where_the_printed_command_runs_it():
+    spec = make_spec(**SMALL_MTP)
+    p = CapacityPlanner(spec, ContextParams(n_ctx=4096, n_seq_max=1, n_rs_seq=2), budget([GIB, 2 * GIB]),
+                        spec_type="mtp")
+    with_draft = p.charge_at(p.params(16384, 2, 2))
+    assert "--spec-type draft-mtp --spec-draft-n-max 2" in p.flags(p.params(16384, 2, 2))
+    assert with_draft.draft is not None
+    # its KV: the nextn layer (block 8, on d1) over all of -c, f16 K and V
+    assert [d.context for d in with_draft.draft.devices] == [0, 16384 * KV_CELL]
+    # its compute: the draft graph over the nextn layer, n_outputs_max = -np
+    draft_params = dataclasses.replace(p.params(16384, 2, 2), n_rs_seq=0)
+    want = dry(spec, draft_params, p, n_outputs_max=2, mtp_draft=True)
+    assert tuple(d.compute for d in with_draft.draft.devices) == want.dry_devices
+    assert with_draft.draft.host.compute == want.dry_host
+    assert with_draft.draft_output == 2 * 1000 * 4  # -np rows of f32 logits
+    # the headroom of d1 pays the draft's KV and compute on top of its own
+    params = p.params(16384, 2, 2)
+    use = p.usage(params)
+    d1 = 2 * GIB - with_draft.compute[1] - use.devices[1].total_bytes - 16384 * KV_CELL \
+        - with_draft.draft.devices[1].compute
+    d0 = GIB - with_draft.compute[0] - use.devices[0].total_bytes
+    assert p.headroom(params) == min(d0, d1)
+    # no rollback planes: no --spec-type in the printed flags, no draft
+    assert "--spec-type" not in p.flags(p.params(16384, 2, 0))
+    assert p.charge_at(p.params(16384, 2, 0)).draft is None
+
+
+def test_start_up_check_uses_the_smallest_setting_not_the_flags_given():
+    spec = make_spec(**SMALL_MTP)
+    params = ContextParams(n_ctx=262144, n_seq_max=1)
+    probe = CapacityPlanner(spec, ContextParams(n_ctx=CTX_PAD, n_seq_max=1), budget([64 * GIB]))
+    small = probe.charge_at(probe.params(CTX_PAD, 1, 0)).compute[0]
+    big = probe.charge_at(probe.params(262144, 1)).compute[0]
+    assert big > small
+    # room for the smallest setting's compute and a little cache, not for the compute at -c 262144
+    room = small + 64 * MIB
+    assert room < big
+    p = CapacityPlanner(spec, params, budget([room]))
+    ans = p.max_ctx(1)
+    assert ans.n_ctx_flag is not None and ans.headroom_bytes is not None and ans.headroom_bytes >= 0
+    with pytest.raises(CapacityError, match=r"compute [0-9,.]+ MiB at the smallest setting \(-c 256 -np 1\) exceed"):
+        CapacityPlanner(spec, params, budget([small - 1]))
+
+
+def test_capacity_charges_what_fit_measures_at_the_fit_setting():
+    # golden case (tests/golden/llamacpp-fit/server_cases.json): qwen3.5-35b-a3b bf16, --spec-type draft-mtp -np 1
+    # -c 32768 on one 72,704 MiB RPC device; llama-server's --fit keeps -c 32768 -ngl -1
+    spec = read_model("qwen3.5-35b-a3b").spec
+    params = ContextParams(n_ctx=32768, n_seq_max=1, n_rs_seq=3)
+    host = 65536 * MIB
+    opts = FitOptions(budgets=[("72704 MiB", 72704 * MIB)], device_kind="RPC", host_total=host, host_available=host,
+                      tool="server", spec_mtp=True)
+    fit = fit_model(spec, converter_weights(spec, "bf16", load_mtp=True), params, opts)
+    assert fit.fitted_flags == "-c 32768 -ngl -1"
+    base = converter_weights(spec, "bf16")
+    names = {w.name for w in base}
+    mtp = tuple(w for w in converter_weights(spec, "bf16", load_mtp=True) if w.name not in names)
+    assert mtp and all(w.name.startswith("blk.40.") for w in mtp)  # the one nextn layer
+    b = Budget((DeviceBudget("RPC0", 72704 * MIB, "test"),), sum(w.n_bytes for w in base), "test", (1024 * MIB,), 0,
+               "test", weights=tuple(base), compute_per_setting=True, device_kind="RPC", mtp_weights=mtp)
+    p = CapacityPlanner(spec, params, b, spec_type="mtp")
+    charge, use = p.charge_at(params), p.usage(params)
+    measured = fit.result.usage
+    assert charge.device(0) + use.devices[0].total_bytes == measured.devices[0].total == 71_225_119_328
+    assert charge.weights_host + charge.compute_host + charge.draft.host.total == measured.host.total
+    # the MTP layer's weights are charged only with the draft: the difference is blk.40's tensors
+    assert charge.weights[0] - p.charge_at(p.params(32768, 1, 0)).weights[0] == sum(w.n_bytes for w in mtp)
+    # fit keeps -c 32768 with the 1,024 MiB margin: capacity's largest context at -np 1 is at least that
+    assert p.headroom(params) == 72704 * MIB - 1024 * MIB - measured.devices[0].total >= 0
+    assert p.max_ctx(1).ctx_per_seq >= 32768
+
+
+# -- property: on random devices, every printed command fits every device and the host when re-estimated with
+# rsplan fit's memory model (planner.fit_memory + planner.fit_draft), and the next step up does not -------------
+
+
+def re_estimate(p: CapacityPlanner, params: ContextParams) -> tuple[list[int], int]:
+    """(bytes per device, host bytes) of ``params`` measured as rsplan fit measures a start (weights are not
+    counted here: ``Budget.weights_bytes`` None), plus what capacity adds on the host (output buffers,
+    checkpoints)."""
+    spec, layout = p.spec, cache_layout(p.spec)
+    model = MemoryModel(spec, layout, (), params, tuple(p.split_basis()), CPU_RULE, device_kind="RPC",
+                        n_draft=params.n_rs_seq)
+    flags = StartFlags(params.n_ctx, None, p.tensor_split)
+    usage = model.measure(flags)
+    assert model.placement(flags).unit_device == p.placement.unit_device
+    devices = [d.total for d in usage.devices]
+    host = usage.host.total + output_buffer(spec, params).bytes
+    host += server_checkpoints(layout, resolve_context(layout, params), p.budget.ctx_checkpoints).bytes
+    if params.n_rs_seq > 0 and p.draft.spec_type == "mtp":
+        draft = DraftMemory(model, flags)
+        extra = draft.measure(params.n_ctx)
+        devices = [a + e.total for a, e in zip(devices, extra.devices, strict=True)]
+        host += extra.host.total + output_buffer(spec, draft.params(params.n_ctx)).bytes
+    return devices, host
+
+
+def fits(p: CapacityPlanner, params: ContextParams) -> bool:
+    devices, host = re_estimate(p, params)
+    ok = all(used <= d.budget_bytes - m for used, d, m in zip(devices, p.budget.devices, p.budget.margin_bytes,
+                                                                strict=True))
+    return ok and (p.budget.host_budget_bytes is None or host <= p.budget.host_budget_bytes)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(150, 1200), min_size=1, max_size=3), host_mib=st.integers(200, 4000),
+       n_seq=st.sampled_from([1, 2, 3]), n_rs=st.sampled_from([0, 1, 3]), mtp=st.booleans())
+def test_every_printed_command_fits_every_device_and_the_host(sizes, host_mib, n_seq, n_rs, mtp):
+    spec = make_spec(**(SMALL_MTP if mtp else {**SMALL_MTP, "block_count": 8, "nextn_predict_layers": 0}))
+    b = dataclasses.replace(budget([s * MIB for s in sizes], 16 * MIB), host_budget_bytes=host_mib * MIB)
+    try:
+        p = CapacityPlanner(spec, ContextParams(n_ctx=1024 * n_seq, n_seq_max=n_seq, n_rs_seq=n_rs), b,
+                            spec_type="mtp" if mtp else "eagle3")
+    except CapacityError as exc:
+        assert "nothing fits" in str(exc)
+        return
+    result = run_capacity(p, [1024, 4096])
+    for r in result.ladder:
+        if r.n_ctx_flag is None:
+            assert not fits(p, p.params(r.ctx_per_seq, 1))
+            continue
+        assert fits(p, p.params(r.n_ctx_flag, r.max_parallel))
+        if r.limited_by == "memory":
+            assert not fits(p, p.params(r.ctx_per_seq * (r.max_parallel + 1), r.max_parallel + 1))
+    m = result.max_ctx
+    if m.n_ctx_flag is not None:
+        assert fits(p, p.params(m.n_ctx_flag, n_seq))
+        if m.limited_by == "memory":
+            assert not fits(p, p.params((m.ctx_per_seq + CTX_PAD) * n_seq, n_seq))
+    rs = result.max_rs
+    if rs.n_rs_seq is not None:
+        assert fits(p, p.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq))
+        if rs.limited_by == "memory":
+            assert not fits(p, p.params(rs.n_ctx, rs.n_seq_max, rs.n_rs_seq + 1))
