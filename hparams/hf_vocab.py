@@ -17,8 +17,8 @@ length. How long the converter makes it (llama.cpp 0c1e57098):
 * RWKV-6 / RWKV-7 (``_set_vocab_rwkv_world``, conversion/base.py:2207 vocab_size): ``vocab_size`` (65536 when
   absent), the world vocabulary file (rwkv_vocab_v20230424.txt) padded up to it. The converter asserts the file
   is there (conversion/base.py:2206 rwkv_vocab_v20230424), so without it (an RWKV model with another tokenizer,
-  e.g. the Pile models' GPT-NeoX one) there is no count; it also asserts the file's tokens fit in vocab_size (conversion/base.py:2225
-  remainder), which rsplan does not check (it does not read the file).
+  e.g. the Pile models' GPT-NeoX one) there is no count; it also asserts the file's tokens fit in vocab_size
+  (conversion/base.py:2225 remainder), which rsplan does not check (it does not read the file).
 * Jamba (conversion/jamba.py:18 set_vocab): with tokenizer.model, ``_set_vocab_sentencepiece``: ``vocab_size``
   (conversion/base.py:2104 vocab_size); without, ``_set_vocab_llama_hf``: tokenizer.json's own count, which rsplan
   does not read.

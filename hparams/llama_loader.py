@@ -329,8 +329,8 @@ def _read_arch_keys(
     if info.mla:
         for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
             _read_into(r, attention, "attention", key, required=True)
-    for key, required in info.attention_keys:
-        _read_into(r, attention, "attention", key, required=required)
+    for key, needed in info.attention_keys:
+        _read_into(r, attention, "attention", key, required=needed)
     if info.layer_rule == "interval":
         _read_layer_pattern(r, info, data, attention, n_layer_all)
     if info.reads_sliding_window:
