@@ -489,8 +489,8 @@ def sources_table(models: list[ModelReport], profile: ProfileResults | None, pro
     per_gpu = ", ".join(f"{c:,} B = {_e(human(c))}" for c in charge.compute) if charge else "llama.cpp aborts"
     kind = f"{budget.device_kind} devices; " if budget.device_kind else ""
     rows.append(["compute buffer per GPU at the flags given", per_gpu,
-                 _e(kind + budget.compute_source) + (" (the heat map charges this figure to every cell)"
-                                                     if budget.compute_per_setting else "")])
+                 _e(kind + budget.compute_source) + (" (each answer and each heat-map row's boundary is charged "
+                                                     "its own setting's)" if budget.compute_per_setting else "")])
     for m in models:
         p = m.planner
         spec, layout = p.spec, p.layout
@@ -553,7 +553,10 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
     for m in models:
         figures.append((f"{m.planner.spec.name}: headroom map",
                         "Headroom left on the tightest GPU for each -np and total -c; the black line is the "
-                        "out-of-memory boundary (headroom 0).", heatmap_figure(m)))
+                        "out-of-memory boundary (headroom 0), exact per row: its last cell fits with its own compute "
+                        "buffer and draft, the next does not. Cells inside are charged the boundary cell's compute, "
+                        "cells past it the next cell's, so their colour's magnitude is approximate.",
+                        heatmap_figure(m)))
     for m in models:
         figures.append((f"{m.planner.spec.name}: per layer",
                         "KV and recurrent-state bytes of each layer at the given -c / -np (hover: its device).",

@@ -156,15 +156,36 @@ def heatmap_contexts(planner: CapacityPlanner) -> list[int]:
 
 
 def heatmap(planner: CapacityPlanner) -> Heatmap:
-    """Headroom over -np and -c, each cell charged the weights, compute buffers and MTP draft of the flags as
-    given (``planner.charge_given``: an exact figure per cell would take a compute-graph model per cell)."""
+    """Headroom over -np and -c. Each row's out-of-memory boundary is exact: the largest -c of the row that fits
+    with its own charge (``planner.search``: weights, compute buffers, MTP draft at that setting, checked exactly,
+    and the next column checked exactly not to fit). The cells up to it are charged the boundary cell's charge
+    (a larger setting's, so their headroom is not overstated) and the cells past it the next cell's (so they stay
+    out of memory); the magnitudes away from the boundary are therefore approximate, the colours' sign is not."""
     contexts = heatmap_contexts(planner)
-    given = planner.charge_given() or planner.charges.zero(planner.base)
-    rows = []
-    for n in HEATMAP_NP:
-        rows.append([planner.headroom(planner.params(c, n), given) for c in contexts])
+    rows = [_heatmap_row(planner, contexts, n) for n in HEATMAP_NP]
     past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
     return Heatmap(list(HEATMAP_NP), contexts, rows, past)
+
+
+def _heatmap_row(planner: CapacityPlanner, contexts: list[int], n_seq: int) -> list[int]:
+    """One heat-map row (``heatmap``): the headroom of ``-c contexts[j] -np n_seq`` for each column j."""
+    def make(j: int) -> ContextParams:
+        return planner.params(contexts[j], n_seq)
+
+    last = planner.search(make, 0, len(contexts) - 1)  # -1: no column fits
+    inside = planner.charge_at(make(last)) if last >= 0 else None
+    outside = None
+    if last + 1 < len(contexts) and planner.aborts(make(last + 1)) is None:
+        outside = planner.charge_at(make(last + 1))
+    row = []
+    for j in range(len(contexts)):
+        if j <= last:
+            assert inside is not None
+            row.append(planner.headroom(make(j), inside))
+        else:  # past the exact boundary: out of memory, or llama.cpp aborts at the next column
+            charge = outside or inside or planner.charges.zero(make(j))
+            row.append(min(planner.headroom(make(j), charge), -1))
+    return row
 
 
 def oom_boundary(hm: Heatmap) -> tuple[list[float], list[float]]:

@@ -177,3 +177,30 @@ def test_rollback_planes_are_charged_llama_servers_larger_outputs():
     rs = p.max_n_rs_seq(16384, 4)
     assert rs.n_rs_seq is not None
     assert rs.compute_bytes == (compute_buffer(spec, p.params(16384, 4, rs.n_rs_seq), n_draft=rs.n_rs_seq).bytes,)
+
+
+def test_report_heatmap_boundary_is_charged_each_settings_own_compute():
+    """The heat map's out-of-memory boundary is exact per row: a budget where -c 8192 -np 1 misses by one byte
+    with its own compute buffer, but would fit with the compute at the flags given (-c 4096)."""
+    from rsplan.planner.plan import build_plan
+    from rsplan.render import report_data
+
+    spec = make_spec(**ARTICLE)
+    c4k, c8k = compute_at(spec, 4096, 1), compute_at(spec, 8192, 1)
+    assert c4k < c8k  # the oracle: compute grows with the context
+    caches_8k = build_plan(spec, ContextParams(n_ctx=8192, n_seq_max=1)).total_bytes
+    assert caches_8k == S_8K
+    p = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), S_8K + c8k - 1, c4k)
+    hm = report_data.heatmap(p)
+    row = hm.headroom[hm.n_seq.index(1)]
+    j4k, j6k, j8k = hm.n_ctx.index(4096), hm.n_ctx.index(6144), hm.n_ctx.index(8192)
+    assert row[j8k] < 0 <= row[j6k]  # -c 8192 does not fit (one byte short), -c 6144 does
+    assert row[j4k] >= 0 and all(h < 0 for h in row[j8k:])
+    assert not p.fits(p.params(8192, 1)) and p.fits(p.params(6144, 1))
+    for n, cells in zip(hm.n_seq, hm.headroom, strict=True):  # every row's boundary cells, checked exactly
+        last = sum(h >= 0 for h in cells) - 1
+        assert all(h >= 0 for h in cells[: last + 1])
+        if last >= 0:
+            assert p.fits(p.params(hm.n_ctx[last], n))
+        if last + 1 < len(cells) and p.aborts(p.params(hm.n_ctx[last + 1], n)) is None:
+            assert not p.fits(p.params(hm.n_ctx[last + 1], n))
