@@ -2,10 +2,11 @@
 context, per device and on the host, by the rules ``rsplan fit`` measures with.
 
 - Compute: planner.fit_memory ``MemoryModel.compute_split`` at the setting's flags: with a device kind that has
-  scheduler rules (``--device-kind CUDA|ROCm|MUSA|RPC``) each backend's own buffer from planner.device_compute (the
-  dry run llama.cpp's start-up ``--fit`` measures: the first pp graph split between the devices and the CPU; the
-  host's share is host memory); otherwise (SYCL, a graph the scheduler model cannot place, or no kind given to the
-  library: ``Budget.device_kind`` None) the CPU backend's figure (planner.compute) on each device holding a
+  scheduler rules (``--device-kind CUDA|ROCm|MUSA|RPC``) each backend's own buffer from planner.device_compute (as
+  a real run allocates it: each backend's largest reserve over llama.cpp's pp / tg / pp graphs, the memory that
+  must fit; rsplan fit uses the dry run's first pp graph, what --fit measures; the host's share is host memory);
+  otherwise (SYCL, a graph the scheduler model cannot place, or no kind given to the library: ``Budget.device_kind``
+  None) the CPU backend's figure (planner.compute) on each device holding a
   repeating layer or the output layer, and on the host when a repeating layer stays there
   (``charged_where_units_run``). ``--compute`` / an allowance is that fixed figure, charged the same way. A device
   without layers is charged nothing.
@@ -123,7 +124,7 @@ class ChargeModel:
             n_draft = params.n_rs_seq  # printed as --spec-draft-n-max: llama-server's outputs grow with it
             self._models[key] = MemoryModel(self.spec, self.layout, (), params, self.device_free, self.rule,
                                             compute_override=fixed, offload_kqv=self.placement.offload_kqv,
-                                            device_kind=self.device_kind, n_draft=n_draft)
+                                            device_kind=self.device_kind, n_draft=n_draft, real_run=True)
         return self._models[key]
 
     @property

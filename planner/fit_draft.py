@@ -32,7 +32,14 @@ from rsplan.planner.buffers import CPU_RULE
 from rsplan.planner.compute import ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams
 from rsplan.planner.device_compute import device_compute
-from rsplan.planner.fit_memory import DeviceUsage, MemoryModel, StartFlags, Usage, charged_where_units_run
+from rsplan.planner.fit_memory import (
+    DeviceUsage,
+    MemoryModel,
+    StartFlags,
+    Usage,
+    charged_where_units_run,
+    scheduled_figures,
+)
 from rsplan.planner.outputs import OutputsError, mtp_draft_layout
 from rsplan.planner.placement import Placement
 from rsplan.planner.plan import build_plan
@@ -112,20 +119,20 @@ class DraftMemory:
         return Usage(devices, host)
 
     def _compute_split(self, n_ctx: int, placement: Placement) -> tuple[tuple[int, ...], int]:
-        """(compute per device, host compute) of the draft: the scheduler model's dry-run figures with devices of
-        a kind it knows, else the CPU figure on each device holding an MTP layer or the output layer (and on the
-        host when an MTP layer stays there or no device holds anything)."""
+        """(compute per device, host compute) of the draft: the scheduler model's figures (real or dry run as the
+        target's ``real_run``) with devices of a kind it knows, else the CPU figure on each device holding an MTP layer
+        or the output layer (and on the host when an MTP layer stays there or no device holds anything)."""
         target = self.target
         kind = DEVICE_KINDS.get(target.device_kind)
         if target.n_devices and self.compute_override is None and kind is not None:
             params = self.params(n_ctx)
             setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv)
             try:
-                got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max, real_run=False,
-                                     mtp_draft=True)
+                got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
+                                     real_run=target.real_run, mtp_draft=True)
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
-            return got.dry_devices, got.dry_host
+            return scheduled_figures(got, target.real_run)
         mtp_units = placement.unit_device[self.layout.n_layer:]  # the nextn layers, then the output layer
         return charged_where_units_run(self.compute_bytes(n_ctx), mtp_units, target.n_devices)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
@@ -32,6 +33,9 @@ from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.compute import compute_buffer
 from rsplan.planner.context import ContextParams
 from rsplan.planner.placement import Placement, place_layers
+
+if TYPE_CHECKING:
+    from rsplan.planner.device_compute import DeviceCompute
 from rsplan.planner.plan import build_plan
 from rsplan.planner.weight_placement import TensorOverride, Weight, place_weights
 
@@ -42,6 +46,15 @@ def charged_where_units_run(compute: int, units: Sequence[int | None], n_devices
     busy = {d for d in units if d is not None}
     host_layers = any(d is None for d in units[:-1])
     return tuple(compute if d in busy else 0 for d in range(n_devices)), compute if host_layers or not busy else 0
+
+
+def scheduled_figures(got: DeviceCompute, real_run: bool) -> tuple[tuple[int, ...], int]:
+    """(compute per device, host compute) of a scheduler-model answer: the real run's (each backend's largest
+    reserve) or the dry run's (the first pp graph's)."""
+    if real_run:
+        assert got.devices is not None and got.host is not None
+        return got.devices, got.host
+    return got.dry_devices, got.dry_host
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,8 @@ class MemoryModel:
         tool: whose n_outputs_max the compute graph is sized for (``server``/``cli``).
         n_draft: llama-server's draft length (``--spec-draft-n-max`` with ``--spec-type mtp``; its outputs grow
             with it), else 0.
+        real_run: per-device compute as a real run allocates it (each backend's largest reserve: what must fit,
+            rsplan capacity), else as the dry run reports it (what llama.cpp's --fit measures, rsplan fit).
     """
 
     spec: ModelSpec
@@ -104,6 +119,7 @@ class MemoryModel:
     tool: str = "server"
     device_kind: str = "CUDA"
     n_draft: int = 0
+    real_run: bool = False
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     calls: int = 0
@@ -168,8 +184,8 @@ class MemoryModel:
         return charged_where_units_run(self.compute_bytes(flags.n_ctx), placement.unit_device, self.n_devices)
 
     def _scheduled(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int] | None:
-        """planner.device_compute's dry-run figures, or None (with ``compute_estimate`` saying why) where the
-        scheduler model does not apply."""
+        """planner.device_compute's figures (``real_run``: the real run's, else the dry run's), or None (with
+        ``compute_estimate`` saying why) where the scheduler model does not apply."""
         from rsplan.planner.device_compute import device_compute
         from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
 
@@ -182,10 +198,10 @@ class MemoryModel:
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
-                                 real_run=False)
+                                 real_run=self.real_run)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
             return None
         if not kind.exact and self.compute_estimate is None:
             self.compute_estimate = f"{kind.name} scheduler rules not verified against llama.cpp ({kind.source})"
-        return got.dry_devices, got.dry_host
+        return scheduled_figures(got, self.real_run)

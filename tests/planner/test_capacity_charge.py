@@ -48,10 +48,11 @@ def budget(sizes: list[int], margin: int = 0, **kw) -> Budget:
                   device_kind="RPC", **kw)
 
 
-def dry(spec, params: ContextParams, p: CapacityPlanner, **kw):
-    """planner.device_compute's dry run on the planner's placement (the oracle for the compute charge)."""
+def real(spec, params: ContextParams, p: CapacityPlanner, **kw):
+    """planner.device_compute's real run on the planner's placement (the oracle for the compute charge: what a
+    started llama-server allocates, each backend's largest reserve)."""
     setup = SchedSetup(DEVICE_KINDS["RPC"], p.placement, (), True)
-    return device_compute(spec, params, setup, real_run=False, **kw)
+    return device_compute(spec, params, setup, real_run=True, **kw)
 
 
 def test_each_device_is_charged_its_own_compute_and_the_headroom_is_the_budget_arithmetic():
@@ -62,9 +63,10 @@ def test_each_device_is_charged_its_own_compute_and_the_headroom_is_the_budget_a
     # 0, 1, 2, 4 | 5, 6 (the nextn layer 8 has no cache in the target's context)
     assert p.placement.unit_device == (0, 0, 0, 0, 0, 1, 1, 1, 1, 1)
     params = p.params(8192, 2)
-    want = dry(spec, params, p, n_draft=0)
+    want = real(spec, params, p, n_draft=0)
     charge = p.charge_at(params)
-    assert (charge.compute, charge.compute_host) == (want.dry_devices, want.dry_host)
+    assert (charge.compute, charge.compute_host) == (want.devices, want.host)
+    assert charge.compute != want.dry_devices  # the dry run (what --fit measures) differs here: not charged
     assert charge.compute[0] != charge.compute[1]  # not one CPU figure charged to each
     cache_d0 = 4 * ROW * 2 + 1 * KV_CELL * 8192  # layers 0, 1, 2, 4 recurrent; 3 attention; 2 sequences
     cache_d1 = 2 * ROW * 2 + 1 * KV_CELL * 8192  # layers 5, 6 recurrent; 7 attention
@@ -78,7 +80,7 @@ def test_a_device_without_layers_is_charged_nothing():
     p = CapacityPlanner(spec, ContextParams(n_ctx=4096, n_seq_max=1), budget([GIB, GIB]), tensor_split=(1.0, 0.0))
     assert set(p.placement.unit_device) == {0}
     charge = p.charge_at(p.base)
-    assert charge.compute[1] == 0 and charge.compute[0] == dry(spec, p.base, p).dry_devices[0] > 0
+    assert charge.compute[1] == 0 and charge.compute[0] == real(spec, p.base, p).devices[0] > 0
     assert p.usage(p.base).devices[1].total_bytes == 0
     # d1 keeps its whole budget, so d0 binds every answer
     rung = p.max_parallel(4096)
@@ -96,9 +98,9 @@ def test_the_mtp_draft_is_charged_only_where_the_printed_command_runs_it():
     assert [d.context for d in with_draft.draft.devices] == [0, 16384 * KV_CELL]
     # its compute: the draft graph over the nextn layer, n_outputs_max = -np
     draft_params = dataclasses.replace(p.params(16384, 2, 2), n_rs_seq=0)
-    want = dry(spec, draft_params, p, n_outputs_max=2, mtp_draft=True)
-    assert tuple(d.compute for d in with_draft.draft.devices) == want.dry_devices
-    assert with_draft.draft.host.compute == want.dry_host
+    want = real(spec, draft_params, p, n_outputs_max=2, mtp_draft=True)
+    assert tuple(d.compute for d in with_draft.draft.devices) == want.devices
+    assert with_draft.draft.host.compute == want.host
     assert with_draft.draft_output == 2 * 1000 * 4  # -np rows of f32 logits
     # the headroom of d1 pays the draft's KV and compute on top of its own
     params = p.params(16384, 2, 2)
@@ -167,7 +169,7 @@ def re_estimate(p: CapacityPlanner, params: ContextParams) -> tuple[list[int], i
     checkpoints)."""
     spec, layout = p.spec, cache_layout(p.spec)
     model = MemoryModel(spec, layout, (), params, tuple(p.split_basis()), CPU_RULE, device_kind="RPC",
-                        n_draft=params.n_rs_seq)
+                        n_draft=params.n_rs_seq, real_run=True)
     flags = StartFlags(params.n_ctx, None, p.tensor_split)
     usage = model.measure(flags)
     assert model.placement(flags).unit_device == p.placement.unit_device

@@ -36,7 +36,8 @@ def test_modelled_arch_charges_llama_cpp_compute_buffer():
 
 def test_cli_charges_each_device_its_scheduled_compute():
     # --device-kind CUDA (the default): each device its share of the pp graph as the scheduler model splits it
-    # (planner.device_compute's dry run, what rsplan fit measures), the CPU backend's share to the host
+    # (planner.device_compute's real run: what llama-server allocates; rsplan fit measures the dry run), the CPU
+    # backend's share to the host
     from rsplan.hparams.sources import load_builtin_preset
     from rsplan.planner.context import ContextParams
     from rsplan.planner.device_compute import device_compute
@@ -47,9 +48,9 @@ def test_cli_charges_each_device_its_scheduled_compute():
     spec = load_builtin_preset("lfm2-1.2b")
     placement = place_layers(spec.block_count, 2, free_bytes=[24 * 1024, 8 * 1024])
     want = device_compute(spec, ContextParams(n_ctx=4096, n_seq_max=4), SchedSetup(DEVICE_KINDS["CUDA"], placement,
-                          (), True), real_run=False)
-    assert [r["compute_bytes"] for r in d["devices"]] == [*want.dry_devices, want.dry_host]
-    assert d["device_kind"] == "CUDA" and d["compute_bytes"] == sum(want.dry_devices)
+                          (), True), real_run=True)
+    assert [r["compute_bytes"] for r in d["devices"]] == [*want.devices, want.host]
+    assert d["device_kind"] == "CUDA" and d["compute_bytes"] == sum(want.devices)
     gpu = d["devices"][0]
     assert gpu["compute_source"].startswith("llama.cpp's compute buffer of each setting")
     assert "at -c 4096 -np 4: 4)" in gpu["compute_source"] and d["compute_per_setting"]
