@@ -119,12 +119,26 @@ def _nvml_facts(index: int) -> dict[str, Any]:
     return facts
 
 
-def _load_average() -> float | None:
+def load_average() -> float | None:
     """The 1-minute load average (None where the OS has none)."""
     try:
         return round(os.getloadavg()[0], 2)
     except (OSError, AttributeError):
         return None
+
+
+def threads_for_load(default: int, load: float | None, cpus: int | None) -> int:
+    """torch's CPU threads for a run that did not ask for a count: its ``default``, or 1 while the 1-minute
+    ``load`` average already exceeds the ``cpus``.
+
+    On an oversubscribed machine every parallel region of a multi-threaded torch op waits for its slowest
+    thread, which the scheduler has often set aside for another job: a step then takes several times what it
+    takes on one thread, and how many times moves with the load from one minute to the next, so neither the
+    timings nor the one-step probe of the expected duration hold (Qwen3-Next prefill at load 8-14 on 2 CPUs:
+    97 s in the probe, 208 s timed a few minutes later; 12 s on one thread)."""
+    if default > 1 and load is not None and cpus and load > cpus:
+        return 1
+    return default
 
 
 def _str(v: Any) -> str:
@@ -166,7 +180,7 @@ def device_facts(dev: Any) -> dict[str, Any]:
             threads=torch.get_num_threads(),
             kernels=_cpu_kernels(),
             flush_denormal=True,  # set by the runner on CPU
-            load_average=_load_average(),
+            load_average=load_average(),
             cpus=os.cpu_count(),
             free_bytes=free_bytes(dev),
         )

@@ -7,6 +7,7 @@ are in rsplan.render.profile. torch is imported here, never at ``import rsplan``
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,8 +144,10 @@ def run_profile(
     )
 
     t_start = time.perf_counter()
-    dev = _device(req, torch)
+    device_notes: list[str] = []
+    dev = _device(req, torch, device_notes)
     setup = _setup(req)
+    setup.notes[:0] = device_notes
     # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache; inputs and snapshots are the
     # rest of the workspace
     llc, llc_source = last_level_cache(dev)
@@ -180,15 +183,27 @@ def run_profile(
                    CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
 
 
-def _device(req: ProfileRequest, torch: Any) -> Any:
-    """The torch device of the request, with its CPU threads set and denormals flushed on a CPU."""
-    from rsplan.profiler.device import resolve_device
+def _device(req: ProfileRequest, torch: Any, notes: list[str]) -> Any:
+    """The torch device of the request, with its CPU threads set (``threads_for_load`` when not asked; why in
+    ``notes``) and denormals flushed on a CPU."""
+    from rsplan.profiler.device import load_average, resolve_device, threads_for_load
 
     dev = resolve_device(req.gpu, req.device)
     if req.threads is not None:
         if dev.type != "cpu":
             raise WorkloadError(f"--threads sets the CPU threads of torch; it does nothing on {dev}")
         torch.set_num_threads(req.threads)
+    elif dev.type == "cpu":
+        default = torch.get_num_threads()
+        load, cpus = load_average(), os.cpu_count()
+        threads = threads_for_load(default, load, cpus)
+        if threads != default:
+            torch.set_num_threads(threads)
+            notes.append(
+                f"{threads} torch thread instead of its default {default}: the load average ({load:g}) exceeds the "
+                f"{cpus} CPUs, where several threads wait for each other and make the timings and the expected "
+                "duration unreliable (--threads to choose)"
+            )
     if dev.type == "cpu":
         # decayed states and the chunked scans' exp(G_t - G_s) reach subnormal floats, which x86 CPUs compute
         # up to 100x slower; flushed to zero they change nothing above 1.2e-38 (the GPU flushes them anyway)
@@ -289,9 +304,10 @@ def _run_notes(facts: dict[str, Any], copy: CopyBaseline, results: dict[str, Wor
     notes = []
     load, cpus = facts.get("load_average"), facts.get("cpus")
     if load is not None and cpus and load > cpus:
+        hint = " (torch's threads wait for each other most; --threads 1 suffers least)"
         notes.append(
-            f"the load average ({load:g}) exceeds the {cpus} CPUs: the timings include waiting for other jobs "
-            "(torch's threads wait for each other most; --threads 1 suffers least)"
+            f"the load average ({load:g}) exceeds the {cpus} CPUs: the timings include waiting for other jobs"
+            + (hint if (facts.get("threads") or 1) > 1 else "")
         )
     flagged = [f"{w} {k}" for w, r in results.items() for k, v in r.kernels.items() if v.flag]
     if copy.noisy:

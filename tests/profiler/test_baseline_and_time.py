@@ -299,3 +299,52 @@ def test_cpu_facts_name_the_kernels(monkeypatch):
     assert device.device_facts(cpu)["kernels"] == _native.native().why
     monkeypatch.setenv("RSPLAN_KERNELS", "torch")
     assert device.device_facts(cpu)["kernels"] == "torch (RSPLAN_KERNELS=torch)"
+
+
+def test_fit_iterations_and_the_expected_duration_from_hand_made_timings():
+    """The prediction: fixed + once + (iters + warmup) x one round, lowered to FIT_FRACTION of the limit."""
+    from rsplan.profiler.runner import FIT_FRACTION, Budget, fit_iterations
+
+    assert FIT_FRACTION == 0.8
+    # 100 s so far, 10 s a round, 180 s allowed: 144 s target leaves 4 rounds: 1 warmup + 3 timed
+    assert fit_iterations(100.0, 10.0, 180.0, 20, 3) == (3, 1)
+    assert fit_iterations(100.0, 10.0, 0.0, 20, 3) == (20, 3)  # no limit
+    assert fit_iterations(100.0, 1.0, 180.0, 20, 3) == (20, 3)  # 123 s fits in 144 s
+    assert fit_iterations(130.0, 10.0, 180.0, 20, 3) == (1, 0)  # one round left: no warmup
+    assert fit_iterations(200.0, 10.0, 180.0, 20, 3) == (1, 0)  # at least one timed round, whatever the limit
+    probe = {"decode": 0.05, "prefill": 12.0, "check": 0.03}
+    b = Budget(180.0, 20.0, 12.05, 4.5, probe, 20, 3, 9, 1)
+    assert b.expected_s() == pytest.approx(20.0 + 4.5 + 10 * 12.05)
+    assert b.expected_s(20, 3) == pytest.approx(20.0 + 4.5 + 23 * 12.05)
+    assert b.announcement().startswith("expected duration about 145 s (one-step probe: decode 50.0 ms/step, "
+                                       "prefill 12.00 s/step); --iters 20 -> 9 and --warmup 3 -> 1")
+
+
+def test_threads_for_load_takes_one_thread_only_on_an_oversubscribed_cpu():
+    assert device.threads_for_load(2, 12.33, 2) == 1
+    assert device.threads_for_load(16, 16.5, 16) == 1
+    assert device.threads_for_load(2, 2.0, 2) == 2  # a full machine is not an oversubscribed one
+    assert device.threads_for_load(2, 1.5, 2) == 2
+    assert device.threads_for_load(2, None, 2) == 2  # no load average on this OS
+    assert device.threads_for_load(2, 9.0, None) == 2
+    assert device.threads_for_load(1, 9.0, 2) == 1
+
+
+def test_a_busy_cpu_profiles_on_one_thread_unless_threads_are_given(tiny, monkeypatch):
+    import os
+
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(device, "load_average", lambda: 4.0 * (os.cpu_count() or 1) + 1)
+    try:
+        torch.set_num_threads(2)
+        report = run_profile(_req(tiny, workload="decode", max_seconds=0)).to_dict()
+        assert report["device"]["threads"] == 1
+        assert any(n.startswith("1 torch thread instead of its default 2: the load average") for n in report["notes"])
+        torch.set_num_threads(2)
+        report = run_profile(_req(tiny, workload="decode", max_seconds=0, threads=2)).to_dict()
+        assert report["device"]["threads"] == 2
+        assert not any("torch thread instead" in n for n in report["notes"])
+    finally:
+        torch.set_num_threads(before)
