@@ -23,9 +23,11 @@ from rsplan.planner.compute import (
     build_reserve_graph,
     draft_layout_and_params,
     n_outputs_max_for,
+    paused_gc,
     reserve_graph_builder,
 )
 from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.ggml_alloc import Graph
 from rsplan.planner.sched import SchedResult, SchedSetup, flash_attn_on_layer_devices, schedule
 
 
@@ -50,6 +52,7 @@ class DeviceCompute:
     exact: bool
 
 
+@paused_gc()
 def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
                    n_draft: int = 0, n_outputs_max: int | None = None, embeddings: bool = False,
                    layout: CacheLayout | None = None, real_run: bool = True,
@@ -68,9 +71,14 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     if mtp_draft:
         layout, params = draft_layout_and_params(spec, layout, params)
     ctx = resolve_context(layout, params)
+
+    def graph_of(name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
+        # built once (build_reserve_graph keeps the last graphs): the probe is the tg graph, and a real run
+        # reserves the dry run's pp graph again
+        return build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
+
     if params.flash_attn == "auto" and ctx.flash_attn and layout.kv_layers:
-        probe = build_reserve_graph(build, spec, layout, ctx, embeddings, "flash-attention probe", ctx.n_seq_max,
-                                    ctx.n_seq_max, ctx.n_seq_max)
+        probe = graph_of("flash-attention probe", ctx.n_seq_max, ctx.n_seq_max, ctx.n_seq_max)
         if not flash_attn_on_layer_devices(probe, setup, ctx.n_seq_max):
             # the caches were made for flash attention (V not transposed); the graphs are built without it
             ctx = dataclasses.replace(ctx, flash_attn=False)
@@ -86,8 +94,7 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     results: list[SchedResult] = []
     for i, (name, n_tok, n_sq, n_out) in enumerate([reserves[0], *(reserves if real_run else [])]):
         n_tok = -(-n_tok // n_sq) * n_sq
-        graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
-        results.append(schedule(graph, setup, n_tok, pins=i > 0))
+        results.append(schedule(graph_of(name, n_tok, n_sq, n_out), setup, n_tok, pins=i > 0))
     first = results.pop(0)
     most = tuple(max(r.bytes[i] for r in results) for i in range(setup.n_backends)) if real_run else None
     return DeviceCompute(devices=most[:-1] if most else None, host=most[-1] if most else None,

@@ -36,7 +36,7 @@ FLAG_INPUT = 1
 FLAG_OUTPUT = 2
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Tensor:
     """One ggml tensor.
 
@@ -54,6 +54,14 @@ class Tensor:
             recurrent cache buffer); empty for tensors of the graph allocator.
         layer: the llama.cpp layer a weight or cache belongs to (a repeating layer number, ``input`` or
             ``output``), and the layer of a per-layer norm node (``build_norm``'s ``il``); None elsewhere.
+
+    What a run over a graph keeps per tensor lives on the tensor (slots, not set by the constructor) rather than in
+    tables keyed by identity; each run sets its part for every tensor of its graph before reading it, so a graph
+    may go through several runs. ggml_gallocr's hash-table entry (``ggml_gallocr_hash_get``; planner.ggml_alloc):
+    ``n_children`` / ``n_views`` (consumers and views not yet done with it), ``allocated`` (the allocator holds
+    its memory now: ggml_gallocr_is_own), ``buffer_id`` / ``offset`` / ``size`` (where it lives and its nbytes,
+    set when allocated). ggml_backend_sched's (planner.sched): ``backend`` (-1: none yet) and, for an external
+    tensor, ``home``: the backend whose buffer holds it.
     """
 
     op: str
@@ -68,22 +76,27 @@ class Tensor:
     view_offs: int = 0
     kind: str = ""
     layer: int | str | None = None
+    n_children: int = field(init=False, repr=False)
+    n_views: int = field(init=False, repr=False)
+    allocated: bool = field(init=False, repr=False)
+    buffer_id: int = field(init=False, repr=False)
+    offset: int = field(init=False, repr=False)
+    size: int = field(init=False, repr=False)
+    backend: int = field(init=False, repr=False)
+    home: int = field(init=False, repr=False)
 
     @property
     def nbytes(self) -> int:
         """ggml_nbytes: the bytes from the first element to one past the last (0 for an empty tensor)."""
-        if 0 in self.ne:
+        ne0, ne1, ne2, ne3 = self.ne
+        if not (ne0 and ne1 and ne2 and ne3):
             return 0
+        nb0, nb1, nb2, nb3 = self.nb
+        rest = (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
         bs = self.type.block_size
         if bs == 1:
-            n = self.type.type_size
-            for ne, nb in zip(self.ne, self.nb, strict=True):
-                n += (ne - 1) * nb
-            return n
-        n = self.ne[0] * self.nb[0] // bs
-        for ne, nb in zip(self.ne[1:], self.nb[1:], strict=True):
-            n += (ne - 1) * nb
-        return n
+            return self.type.type_size + (ne0 - 1) * nb0 + rest
+        return ne0 * nb0 // bs + rest
 
     def same_layout(self, other: Tensor) -> bool:
         """ggml_are_same_layout: same type, shape and strides."""
@@ -153,17 +166,6 @@ class _DynAllocator:
         blocks.insert(pos, [offset, size])
 
 
-class _State:
-    __slots__ = ("allocated", "buffer_id", "n_children", "n_views", "offset")
-
-    def __init__(self) -> None:
-        self.n_children = 0
-        self.n_views = 0
-        self.allocated = False
-        self.offset = 0
-        self.buffer_id = 0
-
-
 def reserve_size(graph: Graph, alignment: int) -> int:
     """The buffer size ``ggml_gallocr_reserve`` needs for ``graph`` on a backend of ``alignment`` bytes
     (ggml_gallocr_alloc_graph_impl with one buffer; allocation size = ggml_nbytes, as on the CPU)."""
@@ -189,71 +191,68 @@ def reserve_sizes(graph: Graph, buffers: tuple[Buffer, ...], node_buffer_ids: li
 
 
 class _Gallocr:
-    """ggml_gallocr: the per-tensor hash state and one allocator per buffer type, with ggml-alloc.c's functions
-    (ggml_gallocr_allocate_node, ggml_gallocr_free_extra_space, ggml_gallocr_free_node,
-    ggml_gallocr_alloc_graph_impl) as methods."""
+    """ggml_gallocr: one allocator per buffer type, with ggml-alloc.c's functions (ggml_gallocr_allocate_node,
+    ggml_gallocr_free_extra_space, ggml_gallocr_free_node, ggml_gallocr_alloc_graph_impl) as methods. The
+    per-tensor hash state lives on the tensors (RunState), set afresh by ``reset``."""
 
     def __init__(self, buffers: tuple[Buffer, ...]) -> None:
         self.allocs: list[_DynAllocator] = []
         for b in buffers:
             self.allocs.append(self.allocs[b.same_as] if b.same_as is not None else _DynAllocator(b.alignment))
-        self.state: dict[int, _State] = {}
 
-    def st(self, t: Tensor) -> _State:
-        """ggml_gallocr_hash_get: the state of ``t``, created on first use."""
-        s = self.state.get(id(t))
-        if s is None:
-            s = self.state[id(t)] = _State()
-        return s
-
-    def is_own(self, t: Tensor) -> bool:
-        return self.st(t).allocated
+    @staticmethod
+    def reset(graph: Graph) -> None:
+        """ggml_hash_set_reset: every tensor of the graph (its leafs and nodes, which hold every source and view
+        source, as ggml_build_forward_expand records them) starts unallocated, with no children and no views."""
+        for t in graph.leafs:
+            t.n_children = t.n_views = 0
+            t.allocated = False
+        for t in graph.nodes:
+            t.n_children = t.n_views = 0
+            t.allocated = False
 
     def free_extra(self, node: Tensor, parent: Tensor) -> None:
         """ggml_gallocr_free_extra_space: ``node`` reuses ``parent``'s memory; free what it does not need."""
-        p_hn = self.st(parent)
-        alloc = self.allocs[p_hn.buffer_id]
-        p_size = _aligned(parent.nbytes, alloc.alignment)
+        alloc = self.allocs[parent.buffer_id]
+        p_size = _aligned(parent.size, alloc.alignment)
         n_size = _aligned(node.nbytes, alloc.alignment)
         if p_size > n_size:
-            alloc.free(p_hn.offset + n_size, p_size - n_size)
+            alloc.free(parent.offset + n_size, p_size - n_size)
 
     def allocate(self, node: Tensor, buffer_id: int) -> None:
         """ggml_gallocr_allocate_node: in place over a parent that dies here when the op allows it, else a new
         block in buffer ``buffer_id``."""
-        hn = self.st(node)
-        if node.external or hn.allocated or node.view_src is not None:
+        if node.external or node.allocated or node.view_src is not None:
             return
-        hn.allocated = True
-        if node.op in INPLACE_OPS and self._reuse_parent(node, hn):
+        node.allocated = True
+        node.size = node.nbytes
+        if node.op in INPLACE_OPS and self._reuse_parent(node):
             return
-        hn.buffer_id = buffer_id
-        hn.offset = self.allocs[buffer_id].alloc(node.nbytes)
+        node.buffer_id = buffer_id
+        node.offset = self.allocs[buffer_id].alloc(node.size)
 
-    def _reuse_parent(self, node: Tensor, hn: _State) -> bool:
+    def _reuse_parent(self, node: Tensor) -> bool:
         """The in-place branch of ggml_gallocr_allocate_node: take over the memory (and buffer) of the first parent
         (or its view source) that has no other consumer; False when none qualifies."""
         for parent in node.src:
-            if not self.is_own(parent):
+            if not parent.allocated:
                 continue
-            if parent.flags & FLAG_OUTPUT or (parent.view_src is not None and parent.view_src.flags & FLAG_OUTPUT):
+            vs = parent.view_src
+            if parent.flags & FLAG_OUTPUT or (vs is not None and vs.flags & FLAG_OUTPUT):
                 continue
             if not node.same_layout(parent):
                 continue
-            p_hn = self.st(parent)
-            if p_hn.n_children == 1 and p_hn.n_views == 0:
-                if parent.view_src is not None:
-                    vs = parent.view_src
-                    vs_hn = self.st(vs)
-                    if vs_hn.n_views == 1 and vs_hn.n_children == 0 and parent.view_offs == 0:
-                        hn.buffer_id, hn.offset = p_hn.buffer_id, p_hn.offset
-                        p_hn.allocated = False
-                        vs_hn.allocated = False
+            if parent.n_children == 1 and parent.n_views == 0:
+                if vs is not None:
+                    if vs.n_views == 1 and vs.n_children == 0 and parent.view_offs == 0:
+                        node.buffer_id, node.offset = parent.buffer_id, parent.offset
+                        parent.allocated = False
+                        vs.allocated = False
                         self.free_extra(node, vs)
                         return True
                 else:
-                    hn.buffer_id, hn.offset = p_hn.buffer_id, p_hn.offset
-                    p_hn.allocated = False
+                    node.buffer_id, node.offset = parent.buffer_id, parent.offset
+                    parent.allocated = False
                     self.free_extra(node, parent)
                     return True
         return False
@@ -262,44 +261,46 @@ class _Gallocr:
         """ggml_gallocr_free_node (graph outputs are never freed)."""
         if node.flags & FLAG_OUTPUT:
             return
-        hn = self.st(node)
-        self.allocs[hn.buffer_id].free(hn.offset, node.nbytes)
-        hn.allocated = False
+        self.allocs[node.buffer_id].free(node.offset, node.size)
+        node.allocated = False
 
     def alloc_graph(self, graph: Graph, node_ids: list[int] | None, leaf_ids: list[int] | None) -> None:
         """ggml_gallocr_alloc_graph_impl: allocate the leafs, count children and views while allocating the
         inputs, then walk the nodes, allocating each node's parents and itself and freeing parents whose last
         consumer it was. A node's parents are allocated in the node's buffer."""
+        self.reset(graph)
+        allocate = self.allocate
         for i, leaf in enumerate(graph.leafs):
-            self.allocate(leaf, leaf_ids[i] if leaf_ids else 0)
+            allocate(leaf, leaf_ids[i] if leaf_ids else 0)
         for i, node in enumerate(graph.nodes):
             buffer_id = node_ids[i] if node_ids else 0
             if node.view_src is not None and node.op != "NONE":
-                self.st(node.view_src).n_views += 1
+                node.view_src.n_views += 1
             if node.flags & FLAG_INPUT:
-                self.allocate(node, buffer_id)
+                allocate(node, buffer_id)
             for src in node.src:
-                self.st(src).n_children += 1
+                src.n_children += 1
                 if src.flags & FLAG_INPUT:
-                    self.allocate(src, buffer_id)
+                    allocate(src, buffer_id)
         for i, node in enumerate(graph.nodes):
             buffer_id = node_ids[i] if node_ids else 0
             for parent in node.src:
-                self.allocate(parent, buffer_id)
-            self.allocate(node, buffer_id)
+                # allocate's own early return, checked here first: most parents are held already
+                if not (parent.allocated or parent.external or parent.view_src is not None):
+                    allocate(parent, buffer_id)
+            allocate(node, buffer_id)
             for parent in node.src:
-                self._release(parent)
+                parent.n_children -= 1
+                if parent.n_children == 0 and parent.n_views == 0:
+                    self._release(parent)
 
     def _release(self, parent: Tensor) -> None:
-        """One consumer of ``parent`` is done: free it (or its view source) when nothing else uses it."""
-        p_hn = self.st(parent)
-        p_hn.n_children -= 1
-        if p_hn.n_children == 0 and p_hn.n_views == 0:
-            if parent.view_src is not None:
-                vs = parent.view_src
-                vs_hn = self.st(vs)
-                vs_hn.n_views -= 1
-                if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
-                    self.free(vs)
-            elif p_hn.allocated:
-                self.free(parent)
+        """The last consumer of ``parent`` is done and no view of it is left: free it (or, for a view, its view
+        source when nothing else uses that)."""
+        vs = parent.view_src
+        if vs is not None:
+            vs.n_views -= 1
+            if vs.n_views == 0 and vs.n_children == 0 and vs.allocated:
+                self.free(vs)
+        elif parent.allocated:
+            self.free(parent)

@@ -21,6 +21,13 @@ Shape = tuple[int, int, int, int]
 
 
 def _ne(*ne: int) -> Shape:
+    n = len(ne)
+    if n == 4:
+        return ne  # type: ignore[return-value]  # four ints
+    if n == 2:
+        return (ne[0], ne[1], 1, 1)
+    if n == 3:
+        return (ne[0], ne[1], ne[2], 1)
     full = (*ne, 1, 1, 1, 1)[:4]
     return (full[0], full[1], full[2], full[3])
 
@@ -29,16 +36,15 @@ def _contiguous_nb(type_: GGMLType, ne: Shape) -> Shape:
     nb0 = type_.type_size
     nb1 = nb0 * (ne[0] // type_.block_size)
     nb2 = nb1 * ne[1]
-    nb3 = nb2 * ne[2]
-    return (nb0, nb1, nb2, nb3)
+    return (nb0, nb1, nb2, nb2 * ne[2])
 
 
 def new_tensor(type_: GGMLType, *ne: int, op: str = "NONE", src: tuple[Tensor, ...] = (), flags: int = 0,
                external: bool = False, name: str = "") -> Tensor:
     """A fresh contiguous tensor (ggml_new_tensor_Nd)."""
     shape = _ne(*ne)
-    return Tensor(op=op, type=type_, ne=shape, nb=_contiguous_nb(type_, shape), src=src, flags=flags,
-                  external=external, name=name)
+    # positional: a dataclass __init__ takes keywords at twice the cost, and graphs create thousands of tensors
+    return Tensor(op, type_, shape, _contiguous_nb(type_, shape), src, None, flags, external, name)
 
 
 #: The name of the merged attention output (without flash attention) that ``-nkvo`` pins to the CPU
@@ -62,16 +68,14 @@ def current_layer() -> int | str | None:
 def weight(*ne: int, name: str = "") -> Tensor:
     """A model tensor of the current layer: held by the model's buffers, never by the compute buffer (its type does
     not matter here). ``name``: its GGUF name within the layer (``ffn_up_exps``), which ``-ot`` patterns match."""
-    t = new_tensor(F32, *ne, external=True, name=name)
-    t.kind, t.layer = "weight", _LAYER[0]
-    return t
+    shape = _ne(*ne)
+    return Tensor("NONE", F32, shape, _contiguous_nb(F32, shape), (), None, 0, True, name, 0, "weight", _LAYER[0])
 
 
 def cache_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
     """A KV or recurrent cache tensor of the current layer: memory of the context, not of the compute buffer."""
-    t = new_tensor(type_, *ne, external=True, name=name)
-    t.kind, t.layer = "cache", _LAYER[0]
-    return t
+    shape = _ne(*ne)
+    return Tensor("NONE", type_, shape, _contiguous_nb(type_, shape), (), None, 0, True, name, 0, "cache", _LAYER[0])
 
 
 def input_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
@@ -80,10 +84,12 @@ def input_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
 
 
 def _view(a: Tensor, op: str, ne: Shape, nb: Shape, offset: int, src: tuple[Tensor, ...] | None = None) -> Tensor:
-    root = a.view_src if a.view_src is not None else a
-    offs = offset + (a.view_offs if a.view_src is not None else 0)
-    return Tensor(op=op, type=a.type, ne=ne, nb=nb, src=(a,) if src is None else src, view_src=root,
-                  view_offs=offs)
+    root = a.view_src
+    if root is None:
+        root = a
+    else:
+        offset += a.view_offs
+    return Tensor(op, a.type, ne, nb, (a,) if src is None else src, root, 0, False, "", offset)
 
 
 def reshape(a: Tensor, *ne: int) -> Tensor:
@@ -94,7 +100,10 @@ def reshape(a: Tensor, *ne: int) -> Tensor:
 def view(a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: int) -> Tensor:
     """ggml_view_Nd: ``ne`` of N dims, ``nb`` the N-1 outer strides."""
     shape = _ne(*ne)
-    strides = [a.type.type_size, *nb]
+    nb0 = a.type.type_size
+    if len(nb) == 3:
+        return _view(a, "VIEW", shape, (nb0, *nb), offset)
+    strides = [nb0, *nb]
     for i in range(len(strides), 4):
         strides.append(strides[i - 1] * shape[i - 1])
     return _view(a, "VIEW", shape, (strides[0], strides[1], strides[2], strides[3]), offset)
@@ -122,7 +131,7 @@ def permute(a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor
 
 def _like(op: str, a: Tensor, *src: Tensor) -> Tensor:
     """ggml_dup_tensor(a) as the result of ``op`` (same type and shape, contiguous)."""
-    return Tensor(op=op, type=a.type, ne=a.ne, nb=_contiguous_nb(a.type, a.ne), src=(a, *src))
+    return Tensor(op, a.type, a.ne, _contiguous_nb(a.type, a.ne), (a, *src))
 
 
 class GGMLAbort(RsplanError):
@@ -281,7 +290,8 @@ def get_rows(a: Tensor, b: Tensor) -> Tensor:
 
 
 def mul_mat(a: Tensor, b: Tensor) -> Tensor:
-    return new_tensor(F32, a.ne[1], b.ne[1], b.ne[2], b.ne[3], op="MUL_MAT", src=(a, b))
+    shape = (a.ne[1], b.ne[1], b.ne[2], b.ne[3])
+    return Tensor("MUL_MAT", F32, shape, _contiguous_nb(F32, shape), (a, b))
 
 
 def concat(a: Tensor, b: Tensor, dim: int) -> Tensor:
@@ -326,28 +336,27 @@ class GraphBuilder:
 
     def __init__(self) -> None:
         self.graph = Graph()
-        self._seen: set[int] = set()
+        self._seen: set[Tensor] = set()  # tensors hash by identity (eq=False)
 
     def expand(self, tensor: Tensor) -> Tensor:
         """ggml_visit_parents: a tensor is marked when first entered, its sources are visited left to right,
         then it is appended (op NONE: to the leafs, else to the nodes)."""
-        if id(tensor) in self._seen:
+        seen = self._seen
+        if tensor in seen:
             return tensor
-        self._seen.add(id(tensor))
-        stack: list[tuple[Tensor, int]] = [(tensor, 0)]
+        seen.add(tensor)
+        leafs, nodes = self.graph.leafs, self.graph.nodes
+        stack = [(tensor, iter(tensor.src))]
         while stack:
-            t, i = stack.pop()
-            if i < len(t.src):
-                stack.append((t, i + 1))
-                s = t.src[i]
-                if id(s) not in self._seen:
-                    self._seen.add(id(s))
-                    stack.append((s, 0))
-                continue
-            if t.op == "NONE":
-                self.graph.leafs.append(t)
+            t, sources = stack[-1]
+            for s in sources:
+                if s not in seen:
+                    seen.add(s)
+                    stack.append((s, iter(s.src)))
+                    break
             else:
-                self.graph.nodes.append(t)
+                stack.pop()
+                (leafs if t.op == "NONE" else nodes).append(t)
         return tensor
 
     @staticmethod

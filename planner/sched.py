@@ -174,33 +174,31 @@ def _gguf_name(t: Tensor) -> str:
 
 
 class _Sched:
-    """ggml_backend_sched state for one graph: the backend of every tensor (by id) and the split list."""
+    """ggml_backend_sched state for one graph: the backend of every tensor (``Tensor.backend``; -1: none yet) and
+    of every external tensor's buffer (``Tensor.home``), set afresh for the graph's tensors here; ``redirected``:
+    the nodes whose sources the split pointed to input copies, with their own sources."""
 
     def __init__(self, graph: Graph, setup: SchedSetup, n_tokens: int) -> None:
         self.graph = graph
         self.setup = setup
         self.n_tokens = n_tokens
         self.cpu = setup.cpu
-        self.ids: dict[int, int] = {}
-        # backend of each external tensor's buffer, and whether that buffer holds weights
-        self.buffer: dict[int, int] = {}
+        self.redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
         for t in [*graph.leafs, *graph.nodes]:
             for x in (t, *t.src, *((t.view_src,) if t.view_src is not None else ())):
-                if x.external and id(x) not in self.buffer:
-                    self.buffer[id(x)] = _backend_of_buffer(x, setup)
-
-    def bid(self, t: Tensor | None) -> int:
-        return -1 if t is None else self.ids.get(id(t), -1)
+                x.backend = -1
+                if x.external:
+                    x.home = _backend_of_buffer(x, setup)
 
     def buft_of(self, t: Tensor) -> int | None:
         """The buffer type (as the backend index owning it) ``t`` lives in or will: its buffer's, else its
         backend's (ggml_backend_sched_buffer_supported)."""
         root = t.view_src if t.view_src is not None else t
-        if id(root) in self.buffer:
-            return self.buffer[id(root)]
-        b = self.bid(t)
+        if root.external:
+            return root.home
+        b = t.backend
         if b == -1 and t.view_src is not None:
-            b = self.bid(t.view_src)
+            b = t.view_src.backend
         return None if b == -1 else b
 
     def supported(self, t: Tensor, backend: int) -> bool:
@@ -210,15 +208,15 @@ class _Sched:
     def from_cur(self, t: Tensor) -> int:
         """ggml_backend_sched_backend_id_from_cur (pass 1)."""
         root = t.view_src if t.view_src is not None else t
-        if id(root) in self.buffer:
-            return self.buffer[id(root)]
+        if root.external:
+            return root.home
         if t.flags & FLAG_INPUT:
             return self.cpu
         if t.op in NO_WEIGHT_RULE_OPS:
             return -1
         for src in t.src:
             if src.kind == "weight":
-                b = self.buffer[id(src)]
+                b = src.home
                 if self.setup.op_offload and b == self.cpu:
                     for dev in range(self.cpu):
                         if _offloads(self.setup.kind, t):
@@ -233,85 +231,91 @@ class _Sched:
         for node in self.graph.nodes:
             if pin_norm and node.name == "norm" and isinstance(node.layer, int):
                 dev = setup.placement.layer_device(node.layer)
-                self.ids[id(node)] = self.cpu if dev is None else dev
+                node.backend = self.cpu if dev is None else dev
             elif node.name == g.KQV_OUT_NO_OFFLOAD and not setup.offload_kqv:
-                self.ids[id(node)] = self.cpu
+                node.backend = self.cpu
 
     def pass1(self) -> None:
         for t in [*self.graph.leafs, *self.graph.nodes]:
-            if id(t) not in self.ids:
-                self.ids[id(t)] = self.from_cur(t)
+            if t.backend == -1:
+                t.backend = self.from_cur(t)
 
-    def expand(self, order: Sequence[Tensor], skip_cpu: bool) -> None:
-        """One expansion pass over ``order``: unassigned nodes take the backend of the last assigned one
-        (``skip_cpu``: the CPU's nodes stop the run instead)."""
+    @staticmethod
+    def expand(order: Sequence[Tensor], skip: int) -> None:
+        """One expansion pass over ``order`` (the nodes that are not views): unassigned nodes take the backend of
+        the last assigned one; nodes of backend ``skip`` (the CPU, or -1 for none) stop the run instead."""
         cur = -1
         for node in order:
-            if node.op in VIEW_OPS:
-                continue
-            b = self.ids[id(node)]
+            b = node.backend
             if b != -1:
-                cur = -1 if skip_cpu and b == self.cpu else b
+                cur = -1 if b == skip else b
             elif cur != -1:
-                self.ids[id(node)] = cur
+                node.backend = cur
 
     def pass3(self) -> None:
         """Unassigned nodes: the backend with the most inputs in a buffer it supports (no upgrades: every buffer
         type here belongs to one backend)."""
         for node in self.graph.nodes:
-            if node.op in VIEW_OPS or self.ids[id(node)] != -1:
+            if node.op in VIEW_OPS or node.backend != -1:
                 continue
             best = -1
             for b in range(self.setup.n_backends):
-                n = sum(1 for s in node.src if (self.bid(s) != -1 or self.bid(s.view_src) != -1)
-                        and self.supported(s, b))
+                n = sum(1 for s in node.src if _assigned(s) and self.supported(s, b))
                 if n > best:
-                    best, self.ids[id(node)] = n, b
+                    best, node.backend = n, b
 
     def pass4(self) -> None:
         for node in self.graph.nodes:
-            if node.view_src is not None and self.ids[id(node)] == -1:
-                self.ids[id(node)] = self.bid(node.view_src)
+            if node.view_src is not None and node.backend == -1:
+                node.backend = node.view_src.backend
             for src in node.src:
-                if self.bid(src) == -1:
-                    self.ids[id(src)] = self.bid(src.view_src) if src.view_src is not None else self.ids[id(node)]
-            if self.ids[id(node)] == -1:
-                self.ids[id(node)] = 0
+                if src.backend == -1:
+                    src.backend = src.view_src.backend if src.view_src is not None else node.backend
+            if node.backend == -1:
+                node.backend = 0
 
     def split(self) -> tuple[list[tuple[int, int, list[Tensor]]], dict[tuple[int, int], list[Tensor]]]:
         """Pass 5: the splits as (backend, first node, inputs) and the copies of each (source, backend); the
-        nodes' sources are redirected to copy 0 (the scheduler's cur_copy during a reserve)."""
+        nodes' sources are redirected to copy 0 (the scheduler's cur_copy during a reserve; ``redirected`` keeps
+        what they were)."""
         n_copies = self.setup.n_copies
         nodes = self.graph.nodes
         splits: list[tuple[int, int, list[Tensor]]] = []
         copies: dict[tuple[int, int], list[Tensor]] = {}
         first = next((n for n in nodes if n.op not in VIEW_OPS), None)
-        cur = self.ids[id(first)] if first is not None else self.cpu
+        cur = first.backend if first is not None else self.cpu
         inputs: list[Tensor] = []
         splits.append((cur, 0, inputs))
         for i, node in enumerate(nodes):
             if node.op in VIEW_OPS:
                 continue
-            b = self.ids[id(node)]
+            b = node.backend
             if b != cur or (inputs and self._weight_elsewhere(node, cur)):
                 cur, inputs = b, []
                 splits.append((cur, i, inputs))
+            if all(src.backend == cur for src in node.src):
+                continue
             new_src = list(node.src)
             for j, src in enumerate(node.src):
-                sb = self.ids[id(src)]
-                if sb == cur or self.supported(src, cur):
+                if src.backend == cur or self.supported(src, cur):
                     continue
                 key = (id(src), cur)
                 if key not in copies:
                     copies[key] = [_copy(src, n_copies) for _ in range(n_copies)]
                     inputs.append(src)
                 new_src[j] = copies[key][0]
+            self.redirected.append((node, node.src))
             node.src = tuple(new_src)
         return splits, copies
 
     def _weight_elsewhere(self, node: Tensor, cur: int) -> bool:
         """A weight source on another backend whose buffer ``cur`` cannot read starts a new split."""
-        return any(s.kind == "weight" and self.ids[id(s)] != cur and not self.supported(s, cur) for s in node.src)
+        return any(s.kind == "weight" and s.backend != cur and not self.supported(s, cur) for s in node.src)
+
+
+def _assigned(t: Tensor) -> bool:
+    """``t`` or its view source has a backend already."""
+    return t.backend != -1 or (t.view_src is not None and t.view_src.backend != -1)
 
 
 def _offloads(kind: DeviceKind, t: Tensor) -> bool:
@@ -347,10 +351,10 @@ def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]],
         for src in inputs:
             dep = g.view_tensor(src, "NONE", (src,))
             nodes += [dep, copies[(id(src), backend)][0]]
-            node_ids += [s.ids[id(src)], backend]
+            node_ids += [src.backend, backend]
         for node in s.graph.nodes[start:end]:
             nodes.append(node)
-            node_ids.append(s.ids[id(node)])
+            node_ids.append(node.backend)
     leafs: list[Tensor] = []
     leaf_ids: list[int] = []
     if s.setup.n_copies > 1:
@@ -359,28 +363,36 @@ def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]],
                 leaf.flags |= FLAG_OUTPUT
                 dups = [leaf] + [_copy(leaf, s.setup.n_copies) for _ in range(s.setup.n_copies - 1)]
                 leafs += dups
-                leaf_ids += [s.ids[id(leaf)]] * len(dups)
+                leaf_ids += [leaf.backend] * len(dups)
         for backend, _, inputs in splits:
             for src in inputs:
                 leafs += copies[(id(src), backend)]
                 leaf_ids += [backend] * s.setup.n_copies
     leafs += s.graph.leafs
-    leaf_ids += [s.ids[id(leaf)] for leaf in s.graph.leafs]
+    leaf_ids += [leaf.backend for leaf in s.graph.leafs]
     return Graph(nodes=nodes, leafs=leafs), node_ids, leaf_ids
 
 
 def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) -> SchedResult:
-    """Assign ``graph`` (a freshly built reserve graph of ``n_tokens`` tokens; its nodes' sources are rewritten)
-    to backends, split it and size each backend's compute buffer (devices in order, then the CPU).
+    """Assign ``graph`` (a reserve graph of ``n_tokens`` tokens) to backends, split it and size each backend's
+    compute buffer (devices in order, then the CPU). The sources the split redirects to input copies and the flags
+    of the graph-input copies are put back afterwards, so the same graph may be scheduled again.
 
     ``pins``: the assignments made while building the graph hold. They do in ``ggml_backend_sched_reserve`` (a real
     run) but not in ``ggml_backend_sched_reserve_size`` (the no_alloc dry run): ``set_tensor_backend`` marks the
     scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them."""
     s = _assign(graph, setup, n_tokens, pins)
-    splits, copies = s.split()
-    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
-    buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
-    sizes = reserve_sizes(sched_graph, buffers, node_ids, leaf_ids)
+    flags = [leaf.flags for leaf in graph.leafs]
+    try:
+        splits, copies = s.split()
+        sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
+        buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
+        sizes = reserve_sizes(sched_graph, buffers, node_ids, leaf_ids)
+    finally:
+        for node, src in s.redirected:
+            node.src = src
+        for leaf, flag in zip(graph.leafs, flags, strict=True):
+            leaf.flags = flag
     return SchedResult(tuple(sizes), len(splits), setup.n_copies)
 
 
@@ -390,11 +402,11 @@ def _assign(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> _Sche
     if pins:
         s.pin()
     s.pass1()
-    nodes = graph.nodes
-    s.expand(nodes, skip_cpu=True)
-    s.expand(nodes[::-1], skip_cpu=True)
-    s.expand(nodes, skip_cpu=False)
-    s.expand(nodes[::-1], skip_cpu=False)
+    nodes = [n for n in graph.nodes if n.op not in VIEW_OPS]  # the expansion passes skip views
+    s.expand(nodes, skip=setup.cpu)
+    s.expand(nodes[::-1], skip=setup.cpu)
+    s.expand(nodes, skip=-1)
+    s.expand(nodes[::-1], skip=-1)
     s.pass3()
     s.pass4()
     return s
@@ -404,10 +416,10 @@ def flash_attn_on_layer_devices(graph: Graph, setup: SchedSetup, n_tokens: int) 
     """llama_context::resolve_fused_ops for ``-fa auto``: every FLASH_ATTN_EXT node of the probe graph (one token
     per sequence, built with flash attention) runs on its layer's device; False makes llama.cpp turn flash
     attention off (e.g. with ``-nkvo``, where the op lands on the CPU beside the cache)."""
-    s = _assign(graph, setup, n_tokens, pins=True)
+    _assign(graph, setup, n_tokens, pins=True)
     for node in graph.nodes:
         if node.op == "FLASH_ATTN_EXT" and isinstance(node.layer, int):
             dev = setup.placement.layer_device(node.layer)
-            if s.ids[id(node)] != (setup.cpu if dev is None else dev):
+            if node.backend != (setup.cpu if dev is None else dev):
                 return False
     return True

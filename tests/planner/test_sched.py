@@ -54,6 +54,36 @@ def test_one_copy_is_a_node_freed_after_its_last_use():
     assert (r.bytes, r.n_splits, r.n_copies) == ((512, 512, 320), 3, 1)
 
 
+def test_a_scheduled_graph_is_left_as_it_was_and_schedules_again_alike():
+    # schedule() redirects sources to input copies and flags the graph inputs as outputs (4 copies) while sizing,
+    # then puts both back: the same graph gives the same bytes under another setting and again, as a fresh one
+    graph = _two_layer_graph()
+    sources = [n.src for n in graph.nodes]
+    flags = [t.flags for t in graph.leafs]
+    parallel, single = SchedSetup(RPC, _placement()), SchedSetup(RPC, _placement(), offload_kqv=False)
+    assert schedule(graph, parallel, 16).bytes == (1280, 1280, 512)
+    assert [n.src for n in graph.nodes] == sources and [t.flags for t in graph.leafs] == flags
+    assert schedule(graph, single, 16).bytes == (512, 512, 320)
+    assert schedule(graph, parallel, 16).bytes == schedule(_two_layer_graph(), parallel, 16).bytes
+
+
+def test_device_compute_is_the_same_from_the_graphs_kept():
+    # build_reserve_graph keeps the graphs it built last; sizing them again (another placement, then the first
+    # again) gives what freshly built graphs give
+    from rsplan.planner import compute
+
+    spec = read_model("lfm2-1.2b").spec
+    params = ContextParams(n_ctx=4096, n_seq_max=2)
+    first = SchedSetup(RPC, place_layers(spec.block_count, 2, n_gpu_layers=spec.block_count + 1))
+    other = SchedSetup(RPC, place_layers(spec.block_count, 2, n_gpu_layers=spec.block_count // 2))
+    kept = [device_compute(spec, params, s) for s in (first, other, first)]
+    assert kept[0] == kept[2]
+    compute._GRAPHS.clear()
+    assert device_compute(spec, params, other) == kept[1]
+    compute._GRAPHS.clear()
+    assert device_compute(spec, params, first) == kept[0]
+
+
 def test_an_in_place_op_keeps_its_parents_buffer():
     # ggml_gallocr_allocate_node reuses a dying parent's memory whatever buffer the node was meant for: x (32 B,
     # buffer 0), y = unary(x) in place over x, z = unary(y) in place over y: buffer 1 stays empty
