@@ -253,7 +253,8 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     kind = DEVICE_KINDS["CUDA"]
     setup = SchedSetup(kind, place_layers(spec.block_count, 1))
     try:
-        got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout)
+        got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,
+                             dry_run=False)
     except (ComputeModelError, SchedModelError) as exc:
         notes.append(f"compute buffer on {backend}: {exc}")
         return None, None

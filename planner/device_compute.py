@@ -38,15 +38,17 @@ class DeviceCompute:
     Attributes:
         devices / host: what a real run allocates (each backend's largest reserve); None when only the dry run
             was asked for.
-        dry_devices / dry_host: what ``no_alloc`` runs (llama-fit-params) report: the first pp graph's.
-        n_splits: splits of the dry run's pp graph; n_copies: input copies (4 with pipeline parallelism).
+        dry_devices / dry_host: what ``no_alloc`` runs (llama-fit-params) report: the first pp graph's; None when
+            only the real run was asked for.
+        n_splits: splits of the first pp graph (the dry run's, else the real run's); n_copies: input copies (4 with
+            pipeline parallelism).
         exact: the device kind's rules are complete and checked (planner.sched.DeviceKind.exact).
     """
 
     devices: tuple[int, ...] | None
     host: int | None
-    dry_devices: tuple[int, ...]
-    dry_host: int
+    dry_devices: tuple[int, ...] | None
+    dry_host: int | None
     n_splits: int
     n_copies: int
     exact: bool
@@ -56,9 +58,10 @@ class DeviceCompute:
 def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
                    n_draft: int = 0, n_outputs_max: int | None = None, embeddings: bool = False,
                    layout: CacheLayout | None = None, real_run: bool = True,
-                   mtp_draft: bool = False) -> DeviceCompute:
+                   mtp_draft: bool = False, dry_run: bool = True) -> DeviceCompute:
     """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
-    ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures). ``n_outputs_max`` given
+    ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures), ``dry_run`` False the real
+    run's only (what a started context allocates: one scheduling pass fewer). ``n_outputs_max`` given
     (0 = n_batch) overrides ``tool``'s; ``mtp_draft`` sizes the ``--spec-type mtp`` draft context instead, as
     planner.compute.compute_buffer does (its graph over the nextn layer on that layer's device in ``setup``).
 
@@ -91,12 +94,18 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
         reserves.append(("pp (1 seq)", n_tokens, 1, n_outputs_pp))
     # a real run reserves each graph with its pinned nodes; the dry run sizes the first pp graph without them
-    results: list[SchedResult] = []
-    for i, (name, n_tok, n_sq, n_out) in enumerate([reserves[0], *(reserves if real_run else [])]):
+    if not (real_run or dry_run):
+        raise ValueError("device_compute: neither the real run nor the dry run asked for")
+    runs = [(reserves[0], False)] if dry_run else []
+    runs += [(reserve, True) for reserve in reserves] if real_run else []
+    results: list[tuple[bool, SchedResult]] = []
+    for (name, n_tok, n_sq, n_out), pins in runs:
         n_tok = -(-n_tok // n_sq) * n_sq
-        results.append(schedule(graph_of(name, n_tok, n_sq, n_out), setup, n_tok, pins=i > 0))
-    first = results.pop(0)
-    most = tuple(max(r.bytes[i] for r in results) for i in range(setup.n_backends)) if real_run else None
+        results.append((pins, schedule(graph_of(name, n_tok, n_sq, n_out), setup, n_tok, pins=pins)))
+    first = results[0][1]
+    real = [r for pins, r in results if pins]
+    most = tuple(max(r.bytes[i] for r in real) for i in range(setup.n_backends)) if real else None
+    dry = first.bytes if dry_run else None
     return DeviceCompute(devices=most[:-1] if most else None, host=most[-1] if most else None,
-                         dry_devices=first.bytes[:-1], dry_host=first.bytes[-1],
+                         dry_devices=dry[:-1] if dry else None, dry_host=dry[-1] if dry else None,
                          n_splits=first.n_splits, n_copies=first.n_copies, exact=setup.kind.exact)

@@ -54,6 +54,7 @@ def scheduled_figures(got: DeviceCompute, real_run: bool) -> tuple[tuple[int, ..
     if real_run:
         assert got.devices is not None and got.host is not None
         return got.devices, got.host
+    assert got.dry_devices is not None and got.dry_host is not None
     return got.dry_devices, got.dry_host
 
 
@@ -198,7 +199,7 @@ class MemoryModel:
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
-                                 real_run=self.real_run)
+                                 real_run=self.real_run, dry_run=not self.real_run)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
             return None
