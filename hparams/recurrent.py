@@ -159,12 +159,20 @@ def _mamba1(spec: ModelSpec) -> RecurrentDims:
                          dt_rank=dt_rank)
 
 
+#: Mamba-2 archs whose GGUF says ``ssm.group_count`` 0 and whose scan reads one B / C per token: PLaMo-2 asserts
+#: the 0 (src/models/plamo2.cpp:281 GGML_ASSERT) and views B and C as one group (src/models/plamo2.cpp:372 B). The
+#: conv state then holds x only (``d_inner`` channels, llama.cpp's n_embd_r with n_group 0).
+ONE_GROUP_SCAN: frozenset[str] = frozenset({"plamo2"})
+
+
 def _mamba2(spec: ModelSpec) -> RecurrentDims:
     """Mamba-2: ``time_step_rank`` heads of ``d_inner / heads`` x ``d_state``, ``group_count`` groups of B / C
     (src/models/mamba-base.cpp:166 n_head, whole heads and groups asserted at src/models/mamba-base.cpp:177
-    GGML_ASSERT)."""
+    GGML_ASSERT); ONE_GROUP_SCAN archs scan with one group."""
     _, d_inner, d_state, n_group, n_head = _ssm(spec)
     width, channels = _mamba_conv(spec)
+    if spec.arch in ONE_GROUP_SCAN and n_group == 0:
+        n_group = 1
     error = None
     if not n_head or d_inner % n_head or not n_group or n_head % n_group:
         error = (f"ssm: inner_size {d_inner} / time_step_rank {n_head} / group_count {n_group} do not make whole "

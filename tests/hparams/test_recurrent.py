@@ -22,20 +22,10 @@ def test_every_family_has_a_builder_and_ops():
     assert {a.name for a in ARCHS.values() if a.family == "rwkv"} == set(RWKV_OPS)
 
 
-#: Presets whose state has no grouped per-head view: PLaMo-2 writes ssm.group_count 0 (B and C once per token), which
-#: the kernels' and engines' Mamba-2 views do not cover (its compute graph reads the ssm keys directly).
-NO_HEAD_VIEW = {"plamo-2-1b"}
-
-
 @pytest.mark.parametrize("name", builtin_preset_names())
 def test_head_views_multiply_back_to_the_row_widths(name):
     """The per-head rows the kernels and engines use hold exactly llama.cpp's n_embd_r / n_embd_s elements."""
-    dims = recurrent_dims(load_builtin_preset(name))
-    assert (dims.split_error is not None) == (name in NO_HEAD_VIEW), dims.split_error
-    if name in NO_HEAD_VIEW:
-        assert "group_count 0 do not make whole heads and groups" in (dims.split_error or "")
-        return
-    dims = dims.require_heads()
+    dims = recurrent_dims(load_builtin_preset(name)).require_heads()
     pools = {op.pool for op in dims.ops}
     if "r" in pools:
         d, w = dims.conv_row
@@ -111,3 +101,12 @@ def test_a_state_without_whole_heads_is_sized_and_refused_once(fields, message, 
     with pytest.raises(RecurrentDimsError) as engines:
         recurrent_shapes(layout.recurrent, 1, engine="test")
     assert str(engines.value) == str(profiler.value)
+
+
+def test_plamo2_scans_one_group_and_convolves_x_only():
+    """PLaMo-2 writes ssm.group_count 0 (llama.cpp asserts it) and views B / C as one group of d_state per token:
+    plamo-2-1b's d_inner 4096 in 32 heads of 128, d_state 64, conv width 4 over the 4096 x channels only."""
+    dims = recurrent_dims(load_builtin_preset("plamo-2-1b")).require_heads()
+    assert (dims.n_groups, dims.n_heads, dims.head_dim, dims.state_size) == (1, 32, 128, 64)
+    assert dims.conv_row == (4096, 3) and dims.n_embd_r == 3 * 4096
+    assert dims.state_row == (32, 128, 64) and dims.n_embd_s == 64 * 4096
