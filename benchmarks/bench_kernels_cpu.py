@@ -2,7 +2,8 @@
 copy), and CPU prefill speed (the chunked scans vs the token loop).
 
 Decode: for each shape, ``--layers`` separate state pools (one per layer, as in a model) are updated by one
-decode step each (T = 1, every sequence reads and writes its own row), by the torch path (``*_torch``) and by
+decode step each (T = 1, every sequence reads and writes its own row, into an output allocated once, as the
+profiler passes it), by the torch path (``*_torch``) and by
 the C kernels (``*_native``, kernels/native.c) when they built here. The copy baseline is the profiler's:
 a buffer of 4x the last-level cache (at least 64 MiB), so that it measures memory, not cache. Timings are
 interleaved round by round (copy, torch, C, naive, ...) so that a noisy machine slows all of them alike; the
@@ -139,6 +140,7 @@ class Case:
         D, W = self._conv_dims()
         self.conv_pools = [torch.zeros(n, D, W - 1) for _ in range(layers)]
         self.conv_x = torch.randn(n, 1, D, generator=g)
+        self.conv_out = torch.empty(n, 1, D)
         self.conv_w = torch.randn(D, W, generator=g) * 0.3
         if family == "mamba2":
             H, P, G, S = dims["H"], dims["P"], dims["G"], dims["S"]
@@ -194,6 +196,14 @@ class Case:
         self.state_bytes = sum(p.numel() * 4 for p in self.pools) + sum(p.numel() * 4 for p in self.conv_pools)
         self.copy = copy.run
         self.layers = layers
+        self.scan_out = torch.empty(n, 1, *self._y_dims())
+
+    def _y_dims(self) -> tuple[int, int]:
+        """(heads, lanes) of the scan's output y."""
+        d = self.dims
+        return {"mamba2": (d.get("H", 0), d.get("P", 0)), "rwkv7": (d.get("H", 0), d.get("S", 0))}.get(
+            self.family, (d.get("Hv", 0), d.get("Dv", 0))
+        )
 
     def _conv_dims(self) -> tuple[int, int]:
         d = self.dims
@@ -206,20 +216,24 @@ class Case:
     def scan(self) -> None:
         fn = SCANS[self.family][0]
         for pool in self.pools:
-            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
+            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, out=self.scan_out, **self.inp)
 
     def conv(self) -> None:
         for pool in self.conv_pools:
-            conv_state_torch(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
+            conv_state_torch(
+                pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows, out=self.conv_out
+            )
 
     def scan_c(self) -> None:
         fn = SCANS[self.family][1]
         for pool in self.pools:
-            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
+            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, out=self.scan_out, **self.inp)
 
     def conv_c(self) -> None:
         for pool in self.conv_pools:
-            conv_state_native(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
+            conv_state_native(
+                pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows, out=self.conv_out
+            )
 
     def naive(self) -> None:
         i = self.inp
@@ -255,7 +269,12 @@ class OpCase:
                     torch.randn(n, *row, generator=torch.Generator().manual_seed(seed + i)) * 0.1 for i in range(layers)
                 ]
                 layer_inputs = [make_inputs(k, n, 1, i, layers, torch.device("cpu"), seed) for i in range(layers)]
-                kw = {"n_planes": 1} if planes else {}
+                # the output is allocated once, as the profiler does (a zero-filled y per call would time torch's
+                # allocation and fill, not the kernel)
+                y_shape = (n, 1, dims["D"]) if planes else (n, 1, dims["H"], dims["S"])
+                kw: dict[str, Any] = {"out": torch.empty(y_shape)}
+                if planes:
+                    kw["n_planes"] = 1
                 fast, c = _paths(op)
                 self.calls.setdefault(part, []).append((fast, c, pools, kw, {"inputs": layer_inputs}))
                 self.bytes[part] += kernel_bytes(k, n, 1, 1, 4)
