@@ -2,7 +2,8 @@
 copy), and CPU prefill speed (the chunked scans vs the token loop).
 
 Decode: for each shape, ``--layers`` separate state pools (one per layer, as in a model) are updated by one
-decode step each (T = 1, every sequence reads and writes its own row), by the torch path (``*_torch``) and by
+decode step each (T = 1, every sequence reads and writes its own row, into an output allocated once, as the
+profiler passes it), by the torch path (``*_torch``) and by
 the C kernels (``*_native``, kernels/native.c) when they built here. The copy baseline is the profiler's:
 a buffer of 4x the last-level cache (at least 64 MiB), so that it measures memory, not cache. Timings are
 interleaved round by round (copy, torch, C, naive, ...) so that a noisy machine slows all of them alike; the
@@ -12,7 +13,10 @@ Bytes: GB/s is the op's bytes over its time, the op's bytes being each state row
 plus the small inputs and outputs read or written once (``*_bytes``): what llama.cpp's op moves, and exactly
 what the C kernels move (one pass per row, updated in place). The torch path moves at least that (its extra
 passes over a block of state mostly hit the cache), so its figure is a lower bound on its memory traffic.
-The copy moves ``2 * buffer`` bytes (read and write). "% of copy" divides the two GB/s.
+The copy moves ``2 * buffer`` bytes (read and write). "% of copy" divides the two GB/s. The in-place
+baseline (``x.mul_(1.0)`` over the same buffer, ``2 * buffer`` bytes) is what a state update's traffic looks
+like, rows read and written back in place; a copy also reads each destination line for ownership, so an
+in-place kernel can exceed 100% of copy. "% of in place" is the fair ratio; both are in the JSON.
 
 Prefill: one layer's scan over a ubatch (the default -ub 512 split over the sequences), the chunked form
 against the token loop (``_chunk.MIN_TOKENS`` raised for the latter), interleaved; tokens/s and the speed-up
@@ -63,6 +67,26 @@ SHAPES = {
     "rwkv7-0.4b -np 8": ("rwkv7", {"H": 16, "S": 64, "D": 2 * 1024, "W": 2}, 8),
 }
 
+#: name -> (scan ops, conv ops, sequences), each op (op, dims, token shift): decode shapes of the other ops,
+#: run on the profiler's inputs (kernels/<op>/profile.py) and bytes (its call_bytes). Dims from the presets:
+#: rwkv6-1.6b-world (n_embd 2048, head_size 64, token shift of the time- and channel-mix inputs),
+#: qrwkv6-32b-instruct-preview (n_embd 5120, head_size 128, token_shift_count 1), minimax-text-01 (64 heads of
+#: 128, no conv), lfm2-1.2b (n_embd 2048, l_cache 3; its state is the short conv's window, no scan).
+OP_SHAPES: dict[str, tuple[tuple, tuple, int]] = {
+    "rwkv6-1.6b -np 8": (
+        (("rwkv6", {"H": 32, "S": 64}, False),),
+        (("conv_state", {"D": 2 * 2048, "W": 2}, True),),
+        8,
+    ),
+    "qrwkv6-32b gla -np 8": (
+        (("gla", {"H": 40, "S": 128}, False),),
+        (("conv_state", {"D": 5120, "W": 2}, True),),
+        8,
+    ),
+    "minimax-text-01 -np 8": ((("lightning", {"H": 64, "S": 128}, False),), (), 8),
+    "lfm2-1.2b -np 8": ((), (("shortconv", {"D": 2048, "L": 3}, False),), 8),
+}
+
 
 def naive_mamba2_step(pool, x, dt, A, B, C, rows):  # type: ignore[no-untyped-def]
     """What a straightforward torch implementation does: gather, broadcast update, reduce, scatter back."""
@@ -101,6 +125,11 @@ class Copy:
     def run(self) -> None:
         self.dst.copy_(self.src)
 
+    def run_inplace(self) -> None:
+        """The in-place baseline: every line read and written back in place, as a state update does (a copy's
+        destination lines are also read for ownership, which an in-place pass does not pay twice)."""
+        self.src.mul_(1.0)
+
 
 class Case:
     def __init__(self, family: str, dims: dict, n: int, layers: int, seed: int, copy: Copy) -> None:
@@ -111,6 +140,7 @@ class Case:
         D, W = self._conv_dims()
         self.conv_pools = [torch.zeros(n, D, W - 1) for _ in range(layers)]
         self.conv_x = torch.randn(n, 1, D, generator=g)
+        self.conv_out = torch.empty(n, 1, D)
         self.conv_w = torch.randn(D, W, generator=g) * 0.3
         if family == "mamba2":
             H, P, G, S = dims["H"], dims["P"], dims["G"], dims["S"]
@@ -166,6 +196,14 @@ class Case:
         self.state_bytes = sum(p.numel() * 4 for p in self.pools) + sum(p.numel() * 4 for p in self.conv_pools)
         self.copy = copy.run
         self.layers = layers
+        self.scan_out = torch.empty(n, 1, *self._y_dims())
+
+    def _y_dims(self) -> tuple[int, int]:
+        """(heads, lanes) of the scan's output y."""
+        d = self.dims
+        return {"mamba2": (d.get("H", 0), d.get("P", 0)), "rwkv7": (d.get("H", 0), d.get("S", 0))}.get(
+            self.family, (d.get("Hv", 0), d.get("Dv", 0))
+        )
 
     def _conv_dims(self) -> tuple[int, int]:
         d = self.dims
@@ -178,25 +216,98 @@ class Case:
     def scan(self) -> None:
         fn = SCANS[self.family][0]
         for pool in self.pools:
-            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
+            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, out=self.scan_out, **self.inp)
 
     def conv(self) -> None:
         for pool in self.conv_pools:
-            conv_state_torch(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
+            conv_state_torch(
+                pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows, out=self.conv_out
+            )
 
     def scan_c(self) -> None:
         fn = SCANS[self.family][1]
         for pool in self.pools:
-            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **self.inp)
+            fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, out=self.scan_out, **self.inp)
 
     def conv_c(self) -> None:
         for pool in self.conv_pools:
-            conv_state_native(pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows)
+            conv_state_native(
+                pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows, out=self.conv_out
+            )
 
     def naive(self) -> None:
         i = self.inp
         for pool in self.pools:
             naive_mamba2_step(pool, i["x"], i["dt"], i["A"], i["B"], i["C"], self.rows_t)
+
+
+def _paths(op: str) -> tuple[Callable[..., tuple], Callable[..., tuple]]:
+    """(torch path, C wrapper) of ``op``: ``<op>_torch`` and ``<op>.native.<op>_native``."""
+    package = import_module(f"rsplan.kernels.{op}")
+    return getattr(package, f"{op}_torch"), getattr(import_module(f"rsplan.kernels.{op}.native"), f"{op}_native")
+
+
+class OpCase:
+    """A decode shape of OP_SHAPES: the same interface as Case (scan, conv, scan_c, conv_c and their bytes),
+    with a part a model lacks (minimax's conv, lfm2's scan) left out (``parts``)."""
+
+    def __init__(self, scans: tuple, convs: tuple, n: int, layers: int, seed: int, copy: Copy) -> None:
+        from rsplan.profiler.families import Kernel, kernel_bytes, make_inputs
+
+        self.rows = list(range(n))
+        self.layers = layers
+        self.copy = copy.run
+        self.calls: dict[str, list[tuple[Callable, Callable, list[torch.Tensor], dict, dict]]] = {}
+        self.bytes = {"scan": 0, "conv": 0}
+        self.state_bytes = 0
+        for part, ops in (("scan", scans), ("conv", convs)):
+            for op, dims, shift in ops:
+                planes = op in ("conv_state", "shortconv")
+                k = Kernel(op, "s", (), planes, dims=dims, token_shift=shift)
+                row = _row_shape(op, dims)
+                pools = [
+                    torch.randn(n, *row, generator=torch.Generator().manual_seed(seed + i)) * 0.1 for i in range(layers)
+                ]
+                layer_inputs = [make_inputs(k, n, 1, i, layers, torch.device("cpu"), seed) for i in range(layers)]
+                # the output is allocated once, as the profiler does (a zero-filled y per call would time torch's
+                # allocation and fill, not the kernel)
+                y_shape = (n, 1, dims["D"]) if planes else (n, 1, dims["H"], dims["S"])
+                kw: dict[str, Any] = {"out": torch.empty(y_shape)}
+                if planes:
+                    kw["n_planes"] = 1
+                fast, c = _paths(op)
+                self.calls.setdefault(part, []).append((fast, c, pools, kw, {"inputs": layer_inputs}))
+                self.bytes[part] += kernel_bytes(k, n, 1, 1, 4)
+                self.state_bytes += sum(p.numel() * 4 for p in pools)
+        self.scan_bytes, self.conv_bytes = self.bytes["scan"], self.bytes["conv"]
+        self.parts = tuple(self.calls)
+
+    def _run(self, part: str, c: bool) -> None:
+        for fast, native, pools, kw, extra in self.calls[part]:
+            fn = native if c else fast
+            for pool, inputs in zip(pools, extra["inputs"], strict=True):
+                fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, **kw, **inputs)
+
+    def scan(self) -> None:
+        self._run("scan", False)
+
+    def conv(self) -> None:
+        self._run("conv", False)
+
+    def scan_c(self) -> None:
+        self._run("scan", True)
+
+    def conv_c(self) -> None:
+        self._run("conv", True)
+
+
+def _row_shape(op: str, dims: dict) -> tuple[int, ...]:
+    """One state row of ``op`` (a layer's pool is [n, *row])."""
+    if op == "conv_state":
+        return (dims["D"], dims["W"] - 1)
+    if op == "shortconv":
+        return (dims["D"], dims["L"] - 1)
+    return (dims["H"], dims["S"], dims["S"])
 
 
 def measure(fns: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, list[float]]:
@@ -333,51 +444,68 @@ def decode_main(args: argparse.Namespace, copy: Copy) -> list[dict]:
     built, the naive step, each against the copy baseline measured in the same rounds."""
     c = _native.native().lib is not None and os.environ.get("RSPLAN_KERNELS", "") != "torch"
     results = []
-    for name in args.shape or list(SHAPES):
-        family, dims, n = SHAPES[name]
-        case = Case(family, dims, n, args.layers, seed=0, copy=copy)
-        fns = {"copy": case.copy, "scan": case.scan, "conv": case.conv}
+    for name in args.shape or [*SHAPES, *OP_SHAPES]:
+        case: Case | OpCase
+        if name in SHAPES:
+            family, dims, n = SHAPES[name]
+            case = Case(family, dims, n, args.layers, seed=0, copy=copy)
+            parts: tuple[str, ...] = ("scan", "conv")
+        else:
+            scans, convs, n = OP_SHAPES[name]
+            case = OpCase(scans, convs, n, args.layers, seed=0, copy=copy)
+            family, parts = "", case.parts
+        fns: dict[str, Callable[[], None]] = {"copy": case.copy, "inplace": copy.run_inplace}
+        fns.update({p: getattr(case, p) for p in parts})
         if c:
-            fns.update(scan_c=case.scan_c, conv_c=case.conv_c)
+            fns.update({f"{p}_c": getattr(case, f"{p}_c") for p in parts})
         if family == "mamba2":
-            fns["naive"] = case.naive
+            fns["naive"] = case.naive  # type: ignore[union-attr]
         every = measure(fns, args.rounds, args.warmup)
         row = decode_row(name, case, every, copy, args.layers)
         results.append(row)
         pct = row["pct_copy"]
-        paths = f"torch scan {pct['scan']:3.0f}% conv {pct['conv']:3.0f}% path {pct['decode_path']:3.0f}%"
+
+        def part(k: str, pct: dict = pct) -> str:
+            return f"{k.split('_')[0]} {pct[k]:3.0f}% " if k in pct else ""
+
+        paths = f"torch {part('scan')}{part('conv')}path {pct['decode_path']:3.0f}%"
         if c:
-            paths += f" | C scan {pct['scan_c']:3.0f}% conv {pct['conv_c']:3.0f}% path {pct['decode_path_c']:3.0f}%"
+            paths += f" | C {part('scan_c')}{part('conv_c')}path {pct['decode_path_c']:3.0f}%"
         if "naive" in pct:
             paths += f" | naive {pct['naive']:3.0f}%"
+        inplace = row["pct_inplace"].get("decode_path_c", row["pct_inplace"]["decode_path"])
         print(
             f"{name:22s} state {row['state_mib']:6.1f} MiB | copy {row['copy_gb_s']:5.1f} GB/s "
-            f"(spread {100 * row['copy_spread']:3.0f}%) | decode path {row['decode_path_gb_s']:5.1f} GB/s torch, "
-            f"{row.get('decode_path_c_gb_s') or 0:5.1f} GB/s C | % of copy: {paths}"
+            f"(spread {100 * row['copy_spread']:3.0f}%) in place {row['inplace_gb_s']:5.1f} GB/s | decode path "
+            f"{row['decode_path_gb_s']:5.1f} GB/s torch, {row.get('decode_path_c_gb_s') or 0:5.1f} GB/s C | "
+            f"% of copy: {paths} | {'C' if c else 'torch'} path {inplace:3.0f}% of in place"
         )
     return results
 
 
-def decode_row(name: str, case: Case, every: dict[str, list[float]], copy: Copy, layers: int) -> dict[str, Any]:
+def decode_row(
+    name: str, case: Case | OpCase, every: dict[str, list[float]], copy: Copy, layers: int
+) -> dict[str, Any]:
     """One shape's figures: medians, GB/s on the op's bytes, and each as a percentage of the copy's GB/s."""
     t = {k: statistics.median(v) for k, v in every.items()}
     ordered = sorted(every["copy"])
     p10, p90 = ordered[len(ordered) // 10], ordered[(9 * len(ordered)) // 10]
     scan_b, conv_b = case.scan_bytes * layers, case.conv_bytes * layers
-    gb = {"copy": 2 * copy.bytes / t["copy"] / 1e9}
+    gb = {"copy": 2 * copy.bytes / t["copy"] / 1e9, "inplace": 2 * copy.bytes / t["inplace"] / 1e9}
     for k, b in (("scan", scan_b), ("conv", conv_b), ("naive", scan_b), ("scan_c", scan_b), ("conv_c", conv_b)):
         if k in t:
             gb[k] = b / t[k] / 1e9
-    gb["decode_path"] = (scan_b + conv_b) / (t["scan"] + t["conv"]) / 1e9
-    if "scan_c" in t:
-        gb["decode_path_c"] = (scan_b + conv_b) / (t["scan_c"] + t["conv_c"]) / 1e9
+    gb["decode_path"] = (scan_b + conv_b) / (t.get("scan", 0.0) + t.get("conv", 0.0)) / 1e9
+    if "scan_c" in t or "conv_c" in t:
+        gb["decode_path_c"] = (scan_b + conv_b) / (t.get("scan_c", 0.0) + t.get("conv_c", 0.0)) / 1e9
     row: dict[str, Any] = {
         "shape": name,
         "state_mib": case.state_bytes / 2**20,
         "copy_spread": (1 / p10 - 1 / p90) * t["copy"],
         "copy_buffer_bytes": copy.bytes,
         "times_s": t,
-        "pct_copy": {k: 100 * v / gb["copy"] for k, v in gb.items() if k != "copy"},
+        "pct_copy": {k: 100 * v / gb["copy"] for k, v in gb.items() if k not in ("copy", "inplace")},
+        "pct_inplace": {k: 100 * v / gb["inplace"] for k, v in gb.items() if k not in ("copy", "inplace")},
     }
     row.update({f"{k}_gb_s": v for k, v in gb.items()})
     return row
@@ -389,7 +517,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8, help="state pools per shape (one per layer)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="default: all")
+    ap.add_argument("--shape", action="append", choices=sorted([*SHAPES, *OP_SHAPES]), help="default: all")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     ap.add_argument("--part", choices=["decode", "prefill", "all"], default="all")
     ap.add_argument("--prefill-shape", action="append", choices=sorted(PREFILL), help="default: all")

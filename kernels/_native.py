@@ -1,8 +1,9 @@
 """The C decode kernels of ``native.c``: built with the machine's C compiler at first use, called via ctypes.
 
-On CPU, the fast path of ``ssm_scan``, ``gated_delta``, ``rwkv7`` and ``conv_state`` runs one-token steps
-here: each state row is read once and written once, as ggml's CPU ops do, where the torch path needs several
-passes over the state per token (a GEMV, a scale, a rank-1 update). Everything else (several tokens, bf16
+On CPU, the fast path of ``ssm_scan``, ``gated_delta``, ``rwkv7``, ``rwkv6``, ``gla``, ``lightning``,
+``conv_state`` and ``shortconv`` (LFM2: the conv state with its gates) runs one-token steps here: each state
+row is read once and written once, as ggml's CPU ops do, where the torch path needs several passes over the
+state per token (a GEMV, a scale, a rank-1 update). Everything else (several tokens, bf16
 pools, rows that one sequence reads and another writes) stays on the torch path; ``<op>/native.py`` decides.
 
 The library is compiled once per process into a temporary folder (``$CC``, else ``cc``; about a second) and
@@ -49,8 +50,10 @@ _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _SIGNATURES = {
     "rs_gated_delta_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_ssm_scan_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _I],
-    "rs_conv_state_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _P, _P, _P, _I],
+    "rs_conv_state_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _P, _P, _P, _P, _P, _I],
     "rs_rwkv7_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _P, _P, _I],
+    "rs_wkv6_decode": [_P, _P, _P, _P, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
+    "rs_lightning_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _I],
 }
 
 

@@ -13,7 +13,11 @@
  *   ssm scan:    pool [R, H, P, S]; xd = x * softplus(dt) [N, H, P]; dA = exp(softplus(dt) * A) [N, H] or
  *                [N, H, S]; B, C [N, G, S]; y [N, H, P]
  *   rwkv7:       pool [R, H, S, S] (value rows); r, w, k, v, a, b [N, H, S]; y [N, H, S]
- *   conv state:  pool [R, D, W - 1]; x [N, D]; wt = weight [D, W]; y [N, D]
+ *   conv state:  pool [R, D, W - 1]; x [N, D]; wt = weight [D, W]; y [N, D]; LFM2's short conv: the same
+ *                with its gates b, cg [N, D] (or NULL)
+ *   rwkv6:       pool [R, H, S, S] (key rows); r, k, v, w [N, H, S]; u [H, S]; y [N, H, S]
+ *   gla:         pool [R, H, S, S] (key rows); q, k, v, g [N, H, S]; y [N, H, S]
+ *   lightning:   pool [R, H, S, S] (value rows); q, k, v [N, H, S]; decay = exp(-slope) [H]; y [N, H, S]
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -223,6 +227,7 @@ typedef struct {
     const int64_t *src, *rows, *seq; /* rows [n_written][n_act]: the row of plane p of each active sequence */
     int64_t n_act, n_written, D, W;
     const float *x, *wt;
+    const float *b, *cg; /* LFM2's gates [N, D] (NULL: none): the conv runs on b * x, y = cg * conv */
     float *y;
 } rs_conv_args;
 
@@ -230,26 +235,29 @@ typedef struct {
  * it (the loops over the window then unroll). The source window and plane 0 may be the same row (no restrict
  * on them): each channel reads its whole old window before writing it. Per channel:
  * y = window . wt[:W-1] + x * wt[W-1]; planes 1 .. n_written-1 get the old window, plane 0 the window
- * shifted by one with x appended. A channel's old window is read before any of its rows is written. */
+ * shifted by one with x appended. A channel's old window is read before any of its rows is written. With
+ * LFM2's gates, x is b * x (the value the window keeps) and y is cg * (the conv). */
 #define RS_CONV_BODY(W)                                                                                          \
     do {                                                                                                         \
         const float *win = a->pool + a->src[i] * D * ((W) - 1);                                         \
         float *w0 = a->pool + a->rows[i] * D * ((W) - 1);                                               \
         const float *restrict wt = a->wt, *restrict xs = a->x + n * D;                                           \
+        const float *restrict gb = a->b ? a->b + n * D : NULL, *restrict gc = a->cg ? a->cg + n * D : NULL;      \
         float *restrict y = a->y + n * D;                                                                        \
         for (int64_t pl = 1; pl < a->n_written; pl++)                                                            \
             memmove(a->pool + (a->rows[pl * a->n_act + i] * D + c0) * ((W) - 1), win + c0 * ((W) - 1),            \
                    (size_t)((c1 - c0) * ((W) - 1)) * sizeof(float));                                             \
         for (int64_t c = c0; c < c1; c++) {                                                                      \
             float old[(W) - 1];                                                                                  \
-            float acc = xs[c] * wt[c * (W) + (W) - 1];                                                           \
+            const float xv = gb ? gb[c] * xs[c] : xs[c];                                                         \
+            float acc = xv * wt[c * (W) + (W) - 1];                                                              \
             for (int64_t t = 0; t < (W) - 1; t++) {                                                              \
                 old[t] = win[c * ((W) - 1) + t];                                                                 \
                 acc += old[t] * wt[c * (W) + t];                                                                 \
             }                                                                                                    \
-            y[c] = acc;                                                                                          \
+            y[c] = gc ? gc[c] * acc : acc;                                                                       \
             for (int64_t t = 0; t + 1 < (W) - 1; t++) w0[c * ((W) - 1) + t] = old[t + 1];                        \
-            w0[c * ((W) - 1) + (W) - 2] = xs[c];                                                                 \
+            w0[c * ((W) - 1) + (W) - 2] = xv;                                                                    \
         }                                                                                                        \
     } while (0)
 
@@ -272,9 +280,113 @@ static void rs_conv_range(const void *p, int64_t i0, int64_t i1) {
 }
 
 void rs_conv_state_decode(float *pool, const int64_t *src, const int64_t *rows, const int64_t *seq, int64_t n_act,
-                          int64_t n_written, int64_t D, int64_t W, const float *x, const float *wt, float *y,
-                          int nthreads) {
-    rs_conv_args a = {pool, src, rows, seq, n_act, n_written, D, W, x, wt, y};
+                          int64_t n_written, int64_t D, int64_t W, const float *x, const float *wt, const float *b,
+                          const float *cg, float *y, int nthreads) {
+    rs_conv_args a = {pool, src, rows, seq, n_act, n_written, D, W, x, wt, b, cg, y};
     const int64_t nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
     rs_parallel(rs_conv_range, &a, n_act * nb, nthreads);
+}
+
+/* ---------------------------------------------------------------- RWKV-6 wkv and gated linear attention, one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq;
+    int64_t H, S;
+    int gla; /* 0: wkv6 (read-out before the update, bonus u); 1: gla (read-out after the update, scaled) */
+    const float *r, *k, *v, *w, *u; /* gla: r = q, w = g, u unused */
+    float *y;
+    float scale;
+} rs_wkv6_args;
+
+/* The state rows are keys: per key row i of head h, S'[i] = w[i] * S[i] + k[i] * v (stored at once) and the
+ * read-out gathers over rows into a value vector: wkv6 y += r[i] * S[i] (the old row), then
+ * y += (sum_i r[i] u[i] k[i]) * v; gla y += scale * q[i] * S'[i] (the new row). */
+static void rs_wkv6_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_wkv6_args *a = (const rs_wkv6_args *)p;
+    const int64_t H = a->H, S = a->S;
+    float acc[S];
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / H, h = it % H, nh = a->seq[i] * H + h;
+        const float *s0 = a->pool + (a->src[i] * H + h) * S * S;
+        float *s1 = a->pool + (a->dst[i] * H + h) * S * S;
+        const float *r = a->r + nh * S, *k = a->k + nh * S, *v = a->v + nh * S, *w = a->w + nh * S;
+        float *y = a->y + nh * S;
+        for (int64_t c = 0; c < S; c++) acc[c] = 0.0f;
+        for (int64_t row = 0; row < S; row++) {
+            const float *r0 = s0 + row * S;
+            float *r1 = s1 + row * S;
+            const float wi = w[row], ki = k[row];
+            if (a->gla) {
+                const float qi = r[row] * a->scale;
+                for (int64_t c = 0; c < S; c++) {
+                    const float s = r0[c] * wi + ki * v[c];
+                    r1[c] = s;
+                    acc[c] += qi * s;
+                }
+            } else {
+                const float ri = r[row];
+                for (int64_t c = 0; c < S; c++) {
+                    const float s = r0[c];
+                    acc[c] += ri * s;
+                    r1[c] = s * wi + ki * v[c];
+                }
+            }
+        }
+        float bonus = 0.0f;
+        if (!a->gla)
+            for (int64_t c = 0; c < S; c++) bonus += r[c] * a->u[h * S + c] * k[c];
+        for (int64_t c = 0; c < S; c++) y[c] = acc[c] + bonus * v[c];
+    }
+}
+
+void rs_wkv6_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                    int64_t H, int64_t S, int gla, const float *r, const float *k, const float *v, const float *w,
+                    const float *u, float *y, float scale, int nthreads) {
+    rs_wkv6_args args = {pool, src, dst, seq, H, S, gla, r, k, v, w, u, y, scale};
+    rs_parallel(rs_wkv6_range, &args, n_act * H, nthreads);
+}
+
+/* ---------------------------------------------------------------- lightning attention (MiniMax-01), one token */
+
+typedef struct {
+    float *pool;
+    const int64_t *src, *dst, *seq;
+    int64_t H, S;
+    const float *q, *k, *v, *decay;
+    float *y;
+} rs_lightning_args;
+
+/* The state rows are values: per value row j of head h, S'[j] = decay[h] * S[j] + v[j] * k (stored at once);
+ * y[j] = S'[j] . q. */
+static void rs_lightning_range(const void *p, int64_t i0, int64_t i1) {
+    const rs_lightning_args *a = (const rs_lightning_args *)p;
+    const int64_t H = a->H, S = a->S;
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t i = it / H, h = it % H, nh = a->seq[i] * H + h;
+        const float *s0 = a->pool + (a->src[i] * H + h) * S * S;
+        float *s1 = a->pool + (a->dst[i] * H + h) * S * S;
+        const float *q = a->q + nh * S, *k = a->k + nh * S, *v = a->v + nh * S;
+        const float d = a->decay[h];
+        float *y = a->y + nh * S;
+        for (int64_t row = 0; row < S; row++) {
+            const float *r0 = s0 + row * S;
+            float *r1 = s1 + row * S;
+            const float vj = v[row];
+            float acc = 0.0f;
+            for (int64_t c = 0; c < S; c++) {
+                const float s = r0[c] * d + vj * k[c];
+                r1[c] = s;
+                acc += s * q[c];
+            }
+            y[row] = acc;
+        }
+    }
+}
+
+void rs_lightning_decode(float *pool, const int64_t *src, const int64_t *dst, const int64_t *seq, int64_t n_act,
+                         int64_t H, int64_t S, const float *q, const float *k, const float *v, const float *decay,
+                         float *y, int nthreads) {
+    rs_lightning_args args = {pool, src, dst, seq, H, S, q, k, v, decay, y};
+    rs_parallel(rs_lightning_range, &args, n_act * H, nthreads);
 }

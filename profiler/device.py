@@ -1,4 +1,5 @@
-"""The device a profile runs on: selection, facts (torch, /proc, NVML), timers and the copy bandwidth."""
+"""The device a profile runs on: selection, facts (torch, /proc, NVML), timers and the copy and in-place
+bandwidths."""
 
 from __future__ import annotations
 
@@ -308,8 +309,9 @@ def last_level_cache(dev: Any) -> tuple[int | None, str]:
 
 
 def copy_buffer_bytes(dev: Any, llc: int | None, free: int) -> int:
-    """The baseline's buffer: COPY_LLC_FACTOR x the last-level cache, at least COPY_FLOOR_BYTES, and the two
-    buffers at most a quarter of the free memory (a DeviceError when even the floor does not fit)."""
+    """The baselines' buffer (the copy's two and the in-place pass's one are this size): COPY_LLC_FACTOR x the
+    last-level cache, at least COPY_FLOOR_BYTES, and the copy's two buffers at most a quarter of the free memory
+    (a DeviceError when even the floor does not fit)."""
     want = max(COPY_FLOOR_BYTES[dev.type], COPY_LLC_FACTOR * (llc or 0))
     if 2 * want > free // 4:
         raise DeviceError(
@@ -321,31 +323,55 @@ def copy_buffer_bytes(dev: Any, llc: int | None, free: int) -> int:
 
 def copy_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
     """One burst of device-to-device copies of ``n_bytes``: ``2 * n_bytes / time`` (read + write) per copy."""
+    return _burst(dev, n_bytes, iters, warmup, inplace=False)
+
+
+def inplace_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
+    """One burst of in-place passes (INPLACE_OP) over one buffer of ``n_bytes``: ``2 * n_bytes / time`` (each
+    line read and written back) per pass; the same record as ``copy_bandwidth``.
+
+    This is a state update's traffic pattern: a row read and written back in place. A copy also reads each
+    destination line for ownership before writing it (about 3 x n_bytes on the bus, counted as 2), so an
+    in-place kernel can pass 100% of the copy figure legitimately, not of this one.
+    """
+    return _burst(dev, n_bytes, iters, warmup, inplace=True)
+
+
+#: The in-place baseline's pass: a multiply by one reads and writes every element (torch does not skip it).
+INPLACE_OP = "mul_(1.0)"
+
+
+def _burst(dev: Any, n_bytes: int, iters: int, warmup: int, inplace: bool) -> dict[str, Any]:
     torch = import_torch()
     n = max(1, n_bytes // 4)
     src = torch.ones(n, dtype=torch.float32, device=dev)
-    dst = torch.empty_like(src)
+    if inplace:
+        step: Callable[[], Any] = lambda: src.mul_(1.0)  # noqa: E731
+    else:
+        dst = torch.empty_like(src)
+        step = lambda: dst.copy_(src)  # noqa: E731
     timer = Timer(dev)
     for _ in range(warmup):
-        dst.copy_(src)
+        step()
     timer.sync()
     for _ in range(iters):
-        timer.region("copy", lambda: dst.copy_(src))
+        timer.region("pass", step)
         timer.flush()
-    s = timer.samples["copy"].summary()
+    s = timer.samples["pass"].summary()
     moved = 2 * n * 4
     return {
         "buffer_bytes": n * 4,
         "bytes_moved": moved,
         "gb_s": moved / s["median_s"] / 1e9,
         "time": s,
-        "samples_gb_s": [moved / t / 1e9 for t in timer.samples["copy"].seconds],
+        "samples_gb_s": [moved / t / 1e9 for t in timer.samples["pass"].seconds],
     }
 
 
 def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str) -> dict[str, Any]:
-    """The copy baseline of a run from its bursts (one before the workloads, one after): the median over every
-    sample, their spread (p90 - p10) / median, the drift between the bursts' medians, and whether it is noisy."""
+    """A baseline of a run from its bursts (one before the workloads, one after; ``copy_bandwidth``'s or
+    ``inplace_bandwidth``'s): the median over every sample, their spread (p90 - p10) / median, the drift between
+    the bursts' medians, and whether it is noisy."""
     samples = Samples([b["bytes_moved"] / (g * 1e9) for b in bursts for g in b["samples_gb_s"]])
     moved = bursts[0]["bytes_moved"]
     s = samples.summary()

@@ -50,11 +50,11 @@ class TimeSummary:
 
 @dataclass(frozen=True)
 class RatioFlag:
-    """Why a ratio above 100% of the copy bandwidth is a measurement problem (runner.ratio_flag).
+    """Why a ratio above 100% of the in-place bandwidth is a measurement problem (runner.ratio_flag).
 
     Attributes:
-        reasons: ``cache`` (the working set fits in the last-level cache), ``noisy`` (the copy baseline is), or
-            ``unexplained``.
+        reasons: ``cache`` (the working set fits in the last-level cache), ``noisy`` (the in-place baseline is),
+            or ``unexplained``.
         working_set_bytes: about half the bytes moved per step (each state is read and written back).
     """
 
@@ -71,8 +71,9 @@ class RatioFlag:
 
 @dataclass(frozen=True)
 class CopyBaseline:
-    """The device's copy bandwidth, measured in two bursts (before and after the workloads) of copies of a buffer
-    ``llc_factor`` x the last-level cache (profiler.device.copy_baseline)."""
+    """A bandwidth baseline of the device, measured in two bursts (before and after the workloads) over a buffer
+    ``llc_factor`` x the last-level cache (profiler.device.copy_baseline): the copy (``dst.copy_(src)``) or the
+    in-place pass (``buf.mul_(1.0)``, a state update's traffic pattern), the same record for both."""
 
     buffer_bytes: int
     bytes_moved: int
@@ -102,23 +103,25 @@ class CopyBaseline:
 
 @dataclass(frozen=True)
 class KernelFigures:
-    """One kernel phase of a workload over all recurrent layers: bytes it moves per step, time, GB/s and the ratio to
-    the copy bandwidth (``flag``: set when that ratio is above 1 and why)."""
+    """One kernel phase of a workload over all recurrent layers: bytes it moves per step, time, GB/s and its ratios
+    to the copy and to the in-place bandwidth (``flag``: set when the in-place ratio is above 1, and why; NaN
+    in-place ratio: a result saved before that baseline was measured)."""
 
     bytes_per_step: int
     time: TimeSummary
     gb_s: float
     copy_ratio: float
     flag: RatioFlag | None = None
+    inplace_ratio: float = math.nan
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFigures:
         return cls(d["bytes_per_step"], TimeSummary.from_dict(d["time"]), _nan(d["gb_s"]), _nan(d["copy_ratio"]),
-                   RatioFlag.from_dict(d.get("flag")))
+                   RatioFlag.from_dict(d.get("flag")), _nan(d.get("inplace_ratio")))
 
     def to_dict(self) -> dict[str, Any]:
         out = {"bytes_per_step": self.bytes_per_step, "time": self.time.to_dict(), "gb_s": self.gb_s,
-               "copy_ratio": self.copy_ratio}
+               "copy_ratio": self.copy_ratio, "inplace_ratio": self.inplace_ratio}
         if self.flag is not None:
             out["flag"] = self.flag.to_dict()
         return out
@@ -126,7 +129,8 @@ class KernelFigures:
 
 @dataclass(frozen=True)
 class StatePath:
-    """Every kernel phase of a workload together: the sum of their medians and bytes per step."""
+    """Every kernel phase of a workload together: the sum of their medians and bytes per step (ratios and flag as
+    KernelFigures)."""
 
     bytes_per_step: int
     time_s: float
@@ -134,14 +138,16 @@ class StatePath:
     copy_ratio: float
     tokens_per_s: float
     flag: RatioFlag | None = None
+    inplace_ratio: float = math.nan
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> StatePath:
         return cls(d["bytes_per_step"], _nan(d["time_s"]), _nan(d["gb_s"]), _nan(d["copy_ratio"]),
-                   _nan(d["tokens_per_s"]), RatioFlag.from_dict(d.get("flag")))
+                   _nan(d["tokens_per_s"]), RatioFlag.from_dict(d.get("flag")), _nan(d.get("inplace_ratio")))
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in ("bytes_per_step", "time_s", "gb_s", "copy_ratio", "tokens_per_s")}
+        keys = ("bytes_per_step", "time_s", "gb_s", "copy_ratio", "inplace_ratio", "tokens_per_s")
+        out = {k: getattr(self, k) for k in keys}
         if self.flag is not None:
             out["flag"] = self.flag.to_dict()
         return out
@@ -389,6 +395,7 @@ class ProfileResult:
     checks: CheckSummary
     third_party: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    inplace_bandwidth: CopyBaseline | None = None  # None: a result saved before the in-place baseline existed
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
@@ -403,6 +410,7 @@ class ProfileResult:
                           for k in d["kernels"]),
             allocation=Allocation.from_dict(d["allocation"]),
             copy_bandwidth=CopyBaseline.from_dict(d["copy_bandwidth"]),
+            inplace_bandwidth=CopyBaseline.from_dict(d["inplace_bandwidth"]) if d.get("inplace_bandwidth") else None,
             time=TimeBudget.from_dict(d["time"]),
             workloads={k: WorkloadResult.from_dict(v) for k, v in d["workloads"].items()},
             checks=CheckSummary.from_dict(d["checks"]),
@@ -423,6 +431,7 @@ class ProfileResult:
             "kernels": [k.to_dict() for k in self.kernels],
             "allocation": self.allocation.to_dict(),
             "copy_bandwidth": self.copy_bandwidth.to_dict(),
+            "inplace_bandwidth": None if self.inplace_bandwidth is None else self.inplace_bandwidth.to_dict(),
             "time": self.time.to_dict(),
             "workloads": {k: v.to_dict() for k, v in self.workloads.items()},
             "third_party": self.third_party,

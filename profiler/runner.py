@@ -140,6 +140,7 @@ def run_profile(
         copy_buffer_bytes,
         device_facts,
         free_bytes,
+        inplace_bandwidth,
         last_level_cache,
     )
 
@@ -148,8 +149,8 @@ def run_profile(
     dev = _device(req, torch, device_notes)
     setup = _setup(req)
     setup.notes[:0] = device_notes
-    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache; inputs and snapshots are the
-    # rest of the workspace
+    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache (the in-place baseline, run after
+    # it, one buffer of that size); inputs and snapshots are the rest of the workspace
     llc, llc_source = last_level_cache(dev)
     copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
     facts = device_facts(dev)
@@ -160,6 +161,7 @@ def run_profile(
         copy_iters = COPY_ITERS[dev.type]
         t0 = time.perf_counter()
         bursts = [copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
+        inplace_bursts = [inplace_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
         copy_s = time.perf_counter() - t0
         checks = _checks(req)
         budget = _budget(req, dev, setup.names, pools, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq,
@@ -170,15 +172,18 @@ def run_profile(
             setup.notes.append(budget.note)
         measured, timing = _measure(req, setup, dev, pools, checks, budget, progress)
         bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
+        inplace_bursts.append(inplace_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
         copy = CopyBaseline.from_dict(copy_baseline(bursts, llc, llc_source))
-        results = {name: _figures(m, copy, setup.n_seqs, timing[name]) for name, m in measured.items()}
+        inplace = CopyBaseline.from_dict(copy_baseline(inplace_bursts, llc, llc_source))
+        results = {name: _figures(m, Baselines(copy, inplace), setup.n_seqs, timing[name])
+                   for name, m in measured.items()}
         third = _third_party(dev, setup.family, setup.n_seqs, req) if dev.type == "cuda" else {}
     finally:
         cache.release()
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    notes = [*setup.notes, *_run_notes(facts, copy, results), *cache.notes]
-    return _result(req, setup, facts, allocation, copy,
+    notes = [*setup.notes, *_run_notes(facts, Baselines(copy, inplace), results), *cache.notes]
+    return _result(req, setup, facts, allocation, Baselines(copy, inplace),
                    TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start), results, third,
                    CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
 
@@ -299,7 +304,7 @@ def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict
     return measured, timing
 
 
-def _run_notes(facts: dict[str, Any], copy: CopyBaseline, results: dict[str, WorkloadResult]) -> list[str]:
+def _run_notes(facts: dict[str, Any], base: Baselines, results: dict[str, WorkloadResult]) -> list[str]:
     """What makes this run's figures less reliable: a loaded machine, a noisy baseline, flagged ratios."""
     notes = []
     load, cpus = facts.get("load_average"), facts.get("cpus")
@@ -310,14 +315,17 @@ def _run_notes(facts: dict[str, Any], copy: CopyBaseline, results: dict[str, Wor
             + (hint if (facts.get("threads") or 1) > 1 else "")
         )
     flagged = [f"{w} {k}" for w, r in results.items() for k, v in r.kernels.items() if v.flag]
-    if copy.noisy:
-        notes.append("the copy baseline is noisy on this run (see its spread and drift): ratios to it are unreliable")
+    for name, b in (("copy", base.copy), ("in-place", base.inplace)):
+        if b.noisy:
+            notes.append(f"the {name} baseline is noisy on this run (see its spread and drift): ratios to it are "
+                         "unreliable")
     if flagged:
-        notes.append(f"{len(flagged)} ratio(s) above 100% of copy are measurement problems, not speed: see the flags")
+        notes.append(f"{len(flagged)} ratio(s) above 100% of the in-place bandwidth are measurement problems, not "
+                     "speed: see the flags")
     return notes
 
 
-def _result(req: ProfileRequest, setup: _Setup, facts: dict[str, Any], allocation: Allocation, copy: CopyBaseline,
+def _result(req: ProfileRequest, setup: _Setup, facts: dict[str, Any], allocation: Allocation, base: Baselines,
             time_budget: TimeBudget, results: dict[str, WorkloadResult], third: dict[str, Any],
             checks: CheckSummary, notes: list[str]) -> ProfileResult:
     plan, names, eff_rs = setup.plan, setup.names, setup.n_rs_seq
@@ -340,7 +348,8 @@ def _result(req: ProfileRequest, setup: _Setup, facts: dict[str, Any], allocatio
         ),
         kernels=tuple(KernelShape(k.op, k.kind, tuple(k.row_shape), k.dims) for k in setup.family.kernels),
         allocation=allocation,
-        copy_bandwidth=copy,
+        copy_bandwidth=base.copy,
+        inplace_bandwidth=base.inplace,
         time=time_budget,
         workloads=results,
         third_party=third,
@@ -384,25 +393,35 @@ def _zero(pools: dict[int, dict[str, Any]]) -> None:
             pool.zero_()
 
 
-def ratio_flag(ratio: float, bytes_per_step: int, copy: CopyBaseline) -> RatioFlag | None:
-    """Why a ratio above 100% of the copy bandwidth is a measurement problem (None at or below 100%).
+@dataclass(frozen=True)
+class Baselines:
+    """The run's two bandwidth baselines: the copy, and the in-place pass a state update is compared with."""
+
+    copy: CopyBaseline
+    inplace: CopyBaseline
+
+
+def ratio_flag(ratio: float, bytes_per_step: int, base: CopyBaseline) -> RatioFlag | None:
+    """Why a ratio above 100% of baseline ``base`` (the in-place one: a state update reads and writes its rows in
+    place, as it does) is a measurement problem (None at or below 100%).
 
     Reasons: ``cache``: the working set (about half the bytes moved: each state is read and written back)
-    fits in the last-level cache, which the copy baseline is sized to miss; ``noisy``: the baseline's samples
+    fits in the last-level cache, which the baseline is sized to miss; ``noisy``: the baseline's samples
     or bursts disagree by more than NOISY_SPREAD; ``unexplained``: neither (the byte count or timer is suspect).
+    Above 100% of the copy alone is no problem: a copy also reads its destination lines for ownership.
     """
     if not ratio > 1.0:
         return None
     reasons = []
     working_set = bytes_per_step // 2
-    if copy.llc_bytes and working_set <= copy.llc_bytes:
+    if base.llc_bytes and working_set <= base.llc_bytes:
         reasons.append("cache")
-    if copy.noisy:
+    if base.noisy:
         reasons.append("noisy")
     return RatioFlag(tuple(reasons or ["unexplained"]), working_set)
 
 
-def _figures(m: Any, copy: CopyBaseline, n_seqs: int, timing: Timing) -> WorkloadResult:
+def _figures(m: Any, base: Baselines, n_seqs: int, timing: Timing) -> WorkloadResult:
     """One workload's figures from its measurement ``m`` (workloads.Measured): each kernel phase, their sum (the
     state path), the rollback planes' cost and the accepted drafts."""
     kernels = {}
@@ -412,18 +431,20 @@ def _figures(m: Any, copy: CopyBaseline, n_seqs: int, timing: Timing) -> Workloa
         s = TimeSummary.from_dict(samples.summary())
         b = m.bytes.get(name, 0)
         gb_s = b / s.median_s / 1e9 if s.median_s > 0 else float("nan")
-        ratio = gb_s / copy.gb_s
-        kernels[name] = KernelFigures(b, s, gb_s, ratio, ratio_flag(ratio, b, copy))
+        inplace = gb_s / base.inplace.gb_s
+        kernels[name] = KernelFigures(b, s, gb_s, gb_s / base.copy.gb_s, ratio_flag(inplace, b, base.inplace), inplace)
         total_s += s.median_s
         total_bytes += b
-    ratio = total_bytes / total_s / 1e9 / copy.gb_s if total_s else float("nan")
+    gb_s = total_bytes / total_s / 1e9 if total_s else float("nan")
+    inplace = gb_s / base.inplace.gb_s
     state_path = StatePath(
         bytes_per_step=total_bytes,
         time_s=total_s,
-        gb_s=total_bytes / total_s / 1e9 if total_s else float("nan"),
-        copy_ratio=ratio,
+        gb_s=gb_s,
+        copy_ratio=gb_s / base.copy.gb_s,
         tokens_per_s=m.tokens_per_step / total_s if total_s else float("nan"),
-        flag=ratio_flag(ratio, total_bytes, copy),
+        flag=ratio_flag(inplace, total_bytes, base.inplace),
+        inplace_ratio=inplace,
     )
     snapshots = None
     k1 = m.extra.get("k1")

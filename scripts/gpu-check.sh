@@ -10,7 +10,8 @@
 # profile gets --max-seconds below its step timeout, and the copy baseline is profiled three times in a row to
 # show whether it is stable. Everything lands in OUT_DIR: env.json, pytest-*.xml and .log, profile-*.json,
 # kernels-*.json, bench_kernels_cpu.json, table.txt (one line per profile: copy baseline, its spread and
-# bursts, state path % of copy per workload, flags, expected vs elapsed seconds) and summary.txt. The exit
+# bursts, the in-place baseline (x.mul_(1.0), torch on the device) and its spread, state path % of in place and
+# % of copy per workload, flags, expected vs elapsed seconds) and summary.txt. The exit
 # status is non-zero when any step failed; every step runs regardless.
 set -uo pipefail
 

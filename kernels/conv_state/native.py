@@ -62,7 +62,11 @@ def conv_state_native(
         n_written,
         D,
         W,
-        *(nat.ptr(t) for t in (xc, wc, yc)),
+        nat.ptr(xc),
+        nat.ptr(wc),
+        None,  # no gates (LFM2's shortconv passes them)
+        None,
+        nat.ptr(yc),
         nat.threads(len(act) * D * (W - 1) * 4 * (1 + n_written)),
     )
     if yc is not y:

@@ -8,6 +8,7 @@ import torch
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.gla.reference import check_gla_args, gla_scale
 
 #: log(g) is clamped here before the chunked form sums it: g = 0 (an underflowed exp(-exp(.))) would give
@@ -85,4 +86,8 @@ def gla(
         from rsplan.kernels.gla.fused import gla_triton
 
         return gla_triton(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)
+    if use_native(pool):
+        from rsplan.kernels.gla.native import gla_native
+
+        return gla_native(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)
     return gla_torch(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)

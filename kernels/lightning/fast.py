@@ -8,6 +8,7 @@ import torch
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.lightning.reference import check_lightning_args
 
 
@@ -71,4 +72,8 @@ def lightning(
         from rsplan.kernels.lightning.fused import lightning_triton
 
         return lightning_triton(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=src_rows, dst_rows=dst_rows, out=out)
+    if use_native(pool):
+        from rsplan.kernels.lightning.native import lightning_native
+
+        return lightning_native(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=src_rows, dst_rows=dst_rows, out=out)
     return lightning_torch(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=src_rows, dst_rows=dst_rows, out=out)

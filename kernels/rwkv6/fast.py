@@ -8,6 +8,7 @@ import torch
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows, use_triton
+from rsplan.kernels._native import use_native
 from rsplan.kernels.gla.fast import MIN_LOG_DECAY
 from rsplan.kernels.rwkv6.reference import check_wkv6_args
 
@@ -92,6 +93,10 @@ def rwkv6(
         from rsplan.kernels.rwkv6.fused import rwkv6_triton
 
         return rwkv6_triton(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=src_rows, dst_rows=dst_rows, out=out)
+    if use_native(pool):
+        from rsplan.kernels.rwkv6.native import rwkv6_native
+
+        return rwkv6_native(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=src_rows, dst_rows=dst_rows, out=out)
     return rwkv6_torch(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=src_rows, dst_rows=dst_rows, out=out)
 
 

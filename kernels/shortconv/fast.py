@@ -1,10 +1,12 @@
-"""Fast LFM2 short conv: the gates around the fast conv-state step (Triton on CUDA, torch elsewhere)."""
+"""Fast LFM2 short conv: the gates around the fast conv-state step (Triton on CUDA, torch elsewhere); one-token
+CPU steps run gates and conv together in C (``native.py``)."""
 
 from __future__ import annotations
 
 import torch
 
 from rsplan.kernels._common import Rows, host_rows, output
+from rsplan.kernels._native import use_native
 from rsplan.kernels.conv_state import conv_state, conv_state_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
 
@@ -63,6 +65,12 @@ def shortconv(
 ) -> tuple[torch.Tensor]:
     """LFM2 short conv; arguments and return as ``shortconv_ref``: pool [R, D, L - 1]; b, c, x [N, T, D];
     weight [D, L]; returns (y [N, T, D] fp32,)."""
+    if use_native(pool):
+        from rsplan.kernels.shortconv.native import shortconv_native
+
+        return shortconv_native(
+            pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
+        )
     return _shortconv(
         conv_state,
         pool=pool,

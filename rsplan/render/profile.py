@@ -49,38 +49,64 @@ def _bursts(copy: CopyBaseline) -> str:
     return " / ".join(f"{g:,.1f}" for g in copy.bursts_gb_s)
 
 
-def flag_text(flag: RatioFlag, copy: CopyBaseline) -> str:
-    """Why a ratio above 100% of copy is a measurement problem, in words (the reasons of runner.ratio_flag)."""
+def flagged_baseline(result: ProfileResult) -> tuple[CopyBaseline, str]:
+    """The baseline the flags are about and its name: the in-place one, or the copy in a result saved before
+    the in-place baseline existed."""
+    if result.inplace_bandwidth is not None:
+        return result.inplace_bandwidth, "in-place"
+    return result.copy_bandwidth, "copy"
+
+
+def flag_text(flag: RatioFlag, base: CopyBaseline, name: str = "in-place") -> str:
+    """Why a ratio above 100% of baseline ``base`` (named ``name``) is a measurement problem, in words (the
+    reasons of runner.ratio_flag)."""
     words = []
     for reason in flag.reasons:
         if reason == "cache":
             words.append(
                 f"its working set (about {_mib(flag.working_set_bytes)}) fits in the "
-                f"{_mib(copy.llc_bytes or 0)} last-level cache, the copy baseline does not"
+                f"{_mib(base.llc_bytes or 0)} last-level cache, the {name} baseline does not"
             )
         elif reason == "noisy":
-            words.append(f"the copy baseline is noisy (spread {100 * copy.spread:.0f}%, bursts {_bursts(copy)} GB/s)")
+            words.append(f"the {name} baseline is noisy (spread {100 * base.spread:.0f}%, bursts {_bursts(base)} GB/s)")
         else:
             words.append("neither the cache nor a noisy baseline explains it: the byte count or the timer is suspect")
-    return "above 100% of copy is a measurement problem: " + "; ".join(words)
+    of = "in place" if name == "in-place" else name
+    return f"above 100% of {of} is a measurement problem: " + "; ".join(words)
 
 
-def _ratio(entry: KernelFigures | StatePath) -> str:
-    return f"{100 * entry.copy_ratio:.0f}%" + (" !" if entry.flag else "")
+def _pct(ratio: float) -> str:
+    return "-" if ratio != ratio else f"{100 * ratio:.0f}%"
 
 
-def _copy_line(copy: CopyBaseline) -> str:
+def _ratios(entry: KernelFigures | StatePath, inplace: bool) -> list[str]:
+    """The table's ratio cells: % of copy and % of in place (the flag's ``!`` on the latter); % of copy alone,
+    flagged, for a result saved before the in-place baseline existed."""
+    flag = " !" if entry.flag else ""
+    if not inplace:
+        return [_pct(entry.copy_ratio) + flag]
+    return [_pct(entry.copy_ratio), _pct(entry.inplace_ratio) + flag]
+
+
+def _copy_line(copy: CopyBaseline, what: str = "copy", op: str = "device copies") -> str:
     where = ""
     if copy.llc_bytes:
         where = f" = {copy.buffer_bytes / copy.llc_bytes:.1f}x the {_mib(copy.llc_bytes)} {copy.llc_source}"
     line = (
-        f"copy bandwidth {copy.gb_s:,.1f} GB/s (median of {copy.samples} device copies of "
+        f"{what} bandwidth {copy.gb_s:,.1f} GB/s (median of {copy.samples} {op} of "
         f"{_mib(copy.buffer_bytes)}{where}, read + write counted; spread {100 * copy.spread:.0f}%, "
         f"before / after the workloads {_bursts(copy)} GB/s)"
     )
     if copy.noisy:
         line += " NOISY: ratios to it are unreliable"
     return line
+
+
+def _baseline_lines(result: ProfileResult) -> list[str]:
+    lines = [_copy_line(result.copy_bandwidth)]
+    if result.inplace_bandwidth is not None:
+        lines.append(_copy_line(result.inplace_bandwidth, "in-place", "in-place passes (x.mul_(1.0))"))
+    return lines
 
 
 def _header(result: ProfileResult) -> list[str]:
@@ -114,14 +140,17 @@ def _time_line(result: ProfileResult) -> str:
             + (f", lowered from {tm.iters_requested} / {tm.warmup_requested}" if tm.lowered else "") + ")")
 
 
-def _workload_lines(name: str, w: WorkloadResult, copy: CopyBaseline) -> list[str]:
+def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name: str) -> list[str]:
     lines = ["", f"{name}: {w.n_seqs} sequences, {w.tokens_per_step} tokens per step"]
+    inplace = base_name == "in-place"
     rows = [[kname, _mib(k.bytes_per_step), _t(k.time.median_s), f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}",
-             f"{k.gb_s:,.1f}", _ratio(k)] for kname, k in w.kernels.items()]
+             f"{k.gb_s:,.1f}", *_ratios(k, inplace)] for kname, k in w.kernels.items()]
     sp = w.state_path
-    rows.append(["state path (all)", _mib(sp.bytes_per_step), _t(sp.time_s), "", f"{sp.gb_s:,.1f}", _ratio(sp)])
-    lines.append(table(rows, ["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", "of copy"],
-                       align=("left", "right", "right", "right", "right", "right")))
+    rows.append(["state path (all)", _mib(sp.bytes_per_step), _t(sp.time_s), "", f"{sp.gb_s:,.1f}",
+                 *_ratios(sp, inplace)])
+    ratios = ["of copy", "of in place"] if inplace else ["of copy"]
+    lines.append(table(rows, ["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", *ratios],
+                       align=("left", "right", "right", "right", "right", *["right"] * len(ratios))))
     extra = [
         f"timing {w.timing.mode}",
         f"state-path tokens/s {sp.tokens_per_s:,.0f}",
@@ -133,7 +162,7 @@ def _workload_lines(name: str, w: WorkloadResult, copy: CopyBaseline) -> list[st
         extra.append(f"mean accepted drafts {w.accepted_mean:.2f}")
     lines.append("  " + "; ".join(extra))
     flagged: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path", sp)]
-    lines += [f"  ! {kname}: {flag_text(k.flag, copy)}" for kname, k in flagged if k.flag]
+    lines += [f"  ! {kname}: {flag_text(k.flag, base, base_name)}" for kname, k in flagged if k.flag]
     return lines
 
 
@@ -167,13 +196,14 @@ def _checks_lines(result: ProfileResult) -> list[str]:
 
 
 def render_profile(result: ProfileResult) -> str:
-    """The text report: the run, the allocation against the plan, the copy baseline, one table per workload, the
-    third-party comparisons, the checks and the notes."""
+    """The text report: the run, the allocation against the plan, the copy and in-place baselines, one table per
+    workload, the third-party comparisons, the checks and the notes."""
     lines = _header(result)
     lines.append(_allocation_table(result))
-    lines += ["", _copy_line(result.copy_bandwidth), _time_line(result)]
+    lines += ["", *_baseline_lines(result), _time_line(result)]
+    base, base_name = flagged_baseline(result)
     for name, w in result.workloads.items():
-        lines += _workload_lines(name, w, result.copy_bandwidth)
+        lines += _workload_lines(name, w, base, base_name)
     lines += _third_party_lines(result.third_party)
     lines += _checks_lines(result)
     lines += [f"note: {note}" for note in result.notes]
@@ -197,8 +227,10 @@ def profile_json(result: ProfileResult) -> str:
 
 def for_report(result: ProfileResult) -> dict[str, Any]:
     """The kernel bandwidths in the shape ``rsplan report --profile`` reads (docs/report.md): one entry per
-    workload and kernel phase, named ``"<workload> <kernel> <state type>"``; non-finite figures are left out."""
+    workload and kernel phase, named ``"<workload> <kernel> <state type>"``; non-finite figures are left out
+    (``inplace_gbps``: only when the result has the in-place baseline)."""
     copy = result.copy_bandwidth
+    base, base_name = flagged_baseline(result)
     dtype = result.context.state_type
     kernels = []
     for wname, w in result.workloads.items():
@@ -208,8 +240,10 @@ def for_report(result: ProfileResult) -> dict[str, Any]:
                 continue
             entry: dict[str, Any] = {"name": f"{wname} {kname} {dtype}", "gbps": gbps, "copy_gbps": float(copy.gb_s),
                                      "bytes": int(k.bytes_per_step), "time_s": t, "dtype": dtype}
+            if result.inplace_bandwidth is not None and math.isfinite(result.inplace_bandwidth.gb_s):
+                entry["inplace_gbps"] = float(result.inplace_bandwidth.gb_s)
             if k.flag:
-                entry["flag"] = flag_text(k.flag, copy)[:REPORT_FLAG_CHARS]
+                entry["flag"] = flag_text(k.flag, base, base_name)[:REPORT_FLAG_CHARS]
             kernels.append(entry)
     device = result.device
     return {

@@ -19,7 +19,7 @@ from rsplan.planner.capacity import CapacityPlanner, CapacityResult
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
 from rsplan.render.capacity import limit_words, notes
-from rsplan.render.profile_input import ProfileResults
+from rsplan.render.profile_input import KernelResult, ProfileResults
 from rsplan.render.units import GIB, MIB, human
 
 #: llama.cpp version whose rules the planner reproduces.
@@ -338,6 +338,14 @@ def layers_figure(m: ModelReport) -> Any:
     return fig
 
 
+def _ratio_text(k: KernelResult) -> str:
+    """A bar's label: the in-place ratio (the fair one for a state update) and the copy ratio, or the copy ratio
+    alone when the in-place bandwidth was not measured."""
+    if k.inplace_ratio is None:
+        return f"{k.copy_ratio:.0%} of copy"
+    return f"{k.inplace_ratio:.0%} of in place, {k.copy_ratio:.0%} of copy"
+
+
 def profile_figure(profile: ProfileResults) -> Any:
     import plotly.graph_objects as go
 
@@ -345,23 +353,33 @@ def profile_figure(profile: ProfileResults) -> Any:
     fig = go.Figure()
     fig.add_bar(
         x=names, y=[k.gbps for k in profile.kernels], name="achieved", marker_color=COLOURS["kv"],
-        text=[f"{k.copy_ratio:.0%} of copy" + (" (flagged)" if k.flag else "") for k in profile.kernels],
+        text=[_ratio_text(k) + (" (flagged)" if k.flag else "") for k in profile.kernels],
         textposition="outside",
         customdata=[[k.copy_gbps, k.copy_ratio * 100,
                      "bytes per call not given" if k.bytes is None else f"{k.bytes:,} B per call",
-                     f"<br>flagged: {k.flag}" if k.flag else ""]
+                     f"<br>flagged: {k.flag}" if k.flag else "",
+                     "" if k.inplace_ratio is None else
+                     f"<br>{k.inplace_ratio:.1%} of in place {k.inplace_gbps:,.1f} GB/s (the like-for-like ratio)"]
                     for k in profile.kernels],
-        hovertemplate="%{x}: %{y:,.1f} GB/s<br>%{customdata[1]:.1f}% of copy %{customdata[0]:,.1f} GB/s"
-                      "<br>%{customdata[2]}%{customdata[3]}<extra></extra>",
+        hovertemplate="%{x}: %{y:,.1f} GB/s%{customdata[4]}<br>%{customdata[1]:.1f}% of copy "
+                      "%{customdata[0]:,.1f} GB/s<br>%{customdata[2]}%{customdata[3]}<extra></extra>",
     )
     fig.add_scatter(
         x=names, y=[k.copy_gbps for k in profile.kernels], mode="markers", name="measured copy bandwidth",
         marker={"symbol": "line-ew-open", "size": 36, "line": {"width": 3, "color": BUDGET_COLOUR}},
         hovertemplate="copy bandwidth %{y:,.1f} GB/s<extra></extra>",
     )
+    inplace = [k for k in profile.kernels if k.inplace_gbps is not None]
+    if inplace:
+        fig.add_scatter(
+            x=[k.name for k in inplace], y=[k.inplace_gbps for k in inplace], mode="markers",
+            name="measured in-place bandwidth",
+            marker={"symbol": "line-ew", "size": 36, "line": {"width": 3, "color": COLOURS["state"]}},
+            hovertemplate="in-place bandwidth %{y:,.1f} GB/s<extra></extra>",
+        )
     where = f" on {profile.device}" if profile.device else ""
     fig.update_layout(**_layout(
-        f"State kernels: achieved bandwidth against the measured copy bandwidth{where}",
+        f"State kernels: achieved bandwidth against the measured copy (and in-place) bandwidth{where}",
         xaxis={"title": {"text": "kernel"}, "type": "category"},
         yaxis={"title": {"text": "bandwidth (GB/s = 10^9 B/s)"}, "rangemode": "tozero"},
     ))

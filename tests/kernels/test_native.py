@@ -8,19 +8,28 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_cases import Case, make_call, run_and_compare
-from test_fast_vs_reference import ALL_CASES, CONV, GDN, KDA, SSM, WKV
+from test_fast_vs_reference import ALL_CASES, CONV, GDN, KDA, SHORT, SSM, WKV
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels.conv_state import native as conv_native
 from rsplan.kernels.gated_delta import native as gdn_native
+from rsplan.kernels.gla import native as gla_native
+from rsplan.kernels.lightning import native as lightning_native
+from rsplan.kernels.rwkv6 import native as wkv6_native
 from rsplan.kernels.rwkv7 import native as wkv7_native
+from rsplan.kernels.shortconv import native as shortconv_native
 from rsplan.kernels.ssm_scan import native as ssm_native
 
+#: op -> (module of the C wrapper, the wrapper, the torch path it falls back to)
 NATIVE = {
     "ssm_scan": (ssm_native, "ssm_scan_native", "ssm_scan_torch"),
     "conv_state": (conv_native, "conv_state_native", "conv_state_torch"),
     "gated_delta": (gdn_native, "gated_delta_native", "gated_delta_torch"),
     "rwkv7": (wkv7_native, "rwkv7_native", "rwkv7_torch"),
+    "rwkv6": (wkv6_native, "rwkv6_native", "rwkv6_torch"),
+    "gla": (gla_native, "gla_native", "gla_torch"),
+    "lightning": (lightning_native, "lightning_native", "lightning_torch"),
+    "shortconv": (shortconv_native, "shortconv_native", "shortconv_torch"),
 }
 
 
@@ -66,9 +75,18 @@ def _decode_params() -> list:
         ("rwkv7", {"H": 3, "S": 64}, "rwkv7-head-64"),
         ("conv_state", CONV, "conv"),
         ("conv_state", {"D": 1100, "W": 4}, "conv-blocks"),
+        ("rwkv6", WKV, "rwkv6"),
+        ("rwkv6", {"H": 3, "S": 64}, "rwkv6-head-64"),
+        ("gla", WKV, "gla"),
+        ("gla", {"H": 3, "S": 64}, "gla-head-64"),
+        ("lightning", WKV, "lightning"),
+        ("lightning", {"H": 3, "S": 128}, "lightning-head-128"),
+        ("shortconv", SHORT, "shortconv"),
+        ("shortconv", {"D": 1100, "L": 3}, "shortconv-blocks"),
     ]:
         for cid, n, k, m, src, dst, clamp in DECODE:
-            if (clamp and op != "conv_state") or (k > 1 and ("mamba1" in dims or op == "rwkv7")):
+            no_planes = op in ("rwkv7", "rwkv6", "gla", "lightning") or "mamba1" in dims
+            if (clamp and op != "conv_state") or (k > 1 and no_planes):
                 continue
             case = Case(n, 1, dims, K=k, M=m, src=src, dst=dst, clamp=clamp)
             out.append(pytest.param(op, case, id=f"{name}-{cid}"))
@@ -89,6 +107,38 @@ def test_one_token_runs_in_c(op, case, n_threads, permuted, monkeypatch):
     monkeypatch.setattr(module, torch_name, torch_path)
     monkeypatch.setattr(nat, "threads", lambda state_bytes: n_threads)
     run_and_compare(op, case, _fn(op), permuted_out=permuted)
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_gla_scale_reaches_c(n_threads, monkeypatch):
+    """A scale other than the default ``S ** -0.5`` is the one the C step applies (the torch path fails)."""
+    from rsplan.kernels.gla import gla_ref
+
+    def torch_path(**kw):  # type: ignore[no-untyped-def]
+        raise AssertionError("a one-token fp32 call went to the torch path")
+
+    monkeypatch.setattr(gla_native, "gla_torch", torch_path)
+    monkeypatch.setattr(nat, "threads", lambda state_bytes: n_threads)
+    kw, pool, shape = make_call("gla", Case(3, 1, WKV, M=4, src=(3, -1, 0), dst=(1, 2, 0)))
+    pool_ref = pool.clone()
+    (want,) = gla_ref(pool=pool_ref, scale=0.7, out=torch.zeros(shape), **kw)
+    (got,) = gla_native.gla_native(pool=pool, scale=0.7, out=torch.zeros(shape), **kw)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pool, pool_ref, rtol=1e-4, atol=1e-4)
+    assert got[0].abs().sum() > 0 and got[1].abs().sum() == 0  # sequence 1 is padding
+
+
+@pytest.mark.parametrize(("op", "dims"), [("rwkv6", WKV), ("gla", WKV), ("lightning", WKV), ("shortconv", SHORT)])
+def test_dispatchers_run_c_on_cpu(op, dims, monkeypatch):
+    """The fast path the profiler calls goes to the C wrapper for a one-token fp32 CPU call."""
+    from importlib import import_module
+
+    module, name, _ = NATIVE[op]
+    calls = []
+    monkeypatch.setattr(module, name, lambda **kw: calls.append(op) or (None,))
+    kw, pool, _ = make_call(op, Case(2, 1, dims, M=2))
+    getattr(import_module(f"rsplan.kernels.{op}"), op)(pool=pool, **kw)
+    assert calls == [op]
 
 
 def test_dispatcher_runs_c_on_cpu(monkeypatch):

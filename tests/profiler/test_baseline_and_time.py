@@ -1,5 +1,5 @@
-"""The copy baseline (cache sizes, buffer, bursts), the flags on ratios above 100%, the time budget with
---max-seconds, the progress bar, and the checks on every recurrent layer."""
+"""The copy and in-place baselines (cache sizes, buffer, bursts), the flags on ratios above 100% of in place,
+the time budget with --max-seconds, the progress bar, and the checks on every recurrent layer."""
 
 from __future__ import annotations
 
@@ -44,6 +44,38 @@ def test_copy_buffer_is_four_times_the_llc_with_a_floor():
     assert device.copy_buffer_bytes(cpu, None, free=1 << 40) == 64 * MIB
     with pytest.raises(DeviceError, match="copy baseline needs 2 x 134217728 bytes"):
         device.copy_buffer_bytes(cpu, 32 * MIB, free=512 * MIB)
+
+
+def test_inplace_burst_passes_over_one_buffer_of_the_baseline_size():
+    """The in-place baseline's buffer is the copy's (copy_buffer_bytes: 4x the LLC, at least the floor); each
+    pass reads and writes it once, counted as 2 x the buffer, and leaves the values as they were (x 1.0)."""
+    import torch
+
+    cpu = torch.device("cpu")
+    n = device.copy_buffer_bytes(cpu, 8 * MIB, free=1 << 40)
+    assert n == 64 * MIB  # 4 x 8 MiB is below the CPU floor
+    burst = device.inplace_bandwidth(cpu, n, iters=3, warmup=1)
+    assert burst["buffer_bytes"] == n and burst["bytes_moved"] == 2 * n
+    assert len(burst["samples_gb_s"]) == 3 and burst["time"]["n"] == 3
+    assert burst["gb_s"] == pytest.approx(2 * n / burst["time"]["median_s"] / 1e9)
+    copy = device.copy_bandwidth(cpu, n, iters=1, warmup=0)
+    assert (copy["buffer_bytes"], copy["bytes_moved"]) == (burst["buffer_bytes"], burst["bytes_moved"])
+
+
+def test_inplace_burst_runs_mul_by_one(monkeypatch):
+    """The pass is ``x.mul_(1.0)`` on the buffer: a read-modify-write of every element (no second buffer)."""
+    import torch
+
+    calls = []
+    real = torch.Tensor.mul_
+
+    def mul_(self, other):  # type: ignore[no-untyped-def]
+        calls.append((self.numel(), other))
+        return real(self, other)
+
+    monkeypatch.setattr(torch.Tensor, "mul_", mul_)
+    device.inplace_bandwidth(torch.device("cpu"), 4096, iters=2, warmup=1)
+    assert calls == [(1024, 1.0)] * 3
 
 
 def _burst(gb_s_samples, moved=2 * 128 * MIB):
@@ -94,6 +126,57 @@ def test_ratio_flags_name_their_reason():
     assert ratio_flag(1.5, 1, _copy(None, noisy=False)).reasons == ("unexplained",)  # no cache size known
 
 
+def _measured(gb_s_by_kernel, bytes_each=100 * MIB):
+    from rsplan.profiler.device import Samples
+    from rsplan.profiler.workloads import Measured
+
+    regions = {k: Samples([bytes_each / (g * 1e9)] * 3) for k, g in gb_s_by_kernel.items()}
+    return Measured(regions, dict.fromkeys(gb_s_by_kernel, bytes_each), Samples([1e-6]), 2)
+
+
+def test_ratios_to_copy_and_in_place_and_the_flag_on_the_latter():
+    """Copy 10 GB/s, in place 16 GB/s (hand-made): a kernel at 12 GB/s is 120% of copy and 75% of in place, not
+    flagged (a copy also reads its destination for ownership); one at 20 GB/s is 125% of in place, flagged;
+    the state path (100 MiB each, 32 GB/s together over 2 x 100 MiB / (10 + 6.25 ms)) carries the same rule."""
+    from rsplan.profiler.result import Timing
+    from rsplan.profiler.runner import Baselines, _figures
+
+    base = Baselines(_copy(32 * MIB, noisy=False, gb_s=10.0), _copy(32 * MIB, noisy=False, gb_s=16.0))
+    w = _figures(_measured({"slow": 12.0, "fast": 20.0}), base, 2, Timing("eager", "perf_counter"))
+    slow, fast = w.kernels["slow"], w.kernels["fast"]
+    assert (slow.copy_ratio, slow.inplace_ratio) == (pytest.approx(1.2), pytest.approx(0.75))
+    assert slow.flag is None
+    assert (fast.copy_ratio, fast.inplace_ratio) == (pytest.approx(2.0), pytest.approx(1.25))
+    assert fast.flag is not None and fast.flag.reasons == ("unexplained",)  # 50 MiB working set > 32 MiB LLC
+    # 200 MiB in 100 MiB / 12 GB/s + 100 MiB / 20 GB/s: 15 GB/s, 150% of copy, 93.75% of in place
+    sp = w.state_path
+    assert sp.gb_s == pytest.approx(15.0) and sp.copy_ratio == pytest.approx(1.5)
+    assert sp.inplace_ratio == pytest.approx(0.9375) and sp.flag is None
+    # the flag's reasons come from the in-place baseline: noisy there (not in the copy) names it
+    noisy = Baselines(_copy(32 * MIB, noisy=False, gb_s=10.0), _copy(32 * MIB, noisy=True, gb_s=16.0))
+    w = _figures(_measured({"fast": 20.0}), noisy, 2, Timing("eager", "perf_counter"))
+    assert w.kernels["fast"].flag.reasons == ("noisy",)
+
+
+def test_inplace_figures_read_back_from_json_and_old_results_read_without_them():
+    import json
+    from pathlib import Path
+
+    from rsplan.profiler.result import ProfileResult
+
+    data = Path(__file__).parent / "data"
+    new = ProfileResult.from_dict(json.loads((data / "profile-cpu.json").read_text()))
+    assert new.inplace_bandwidth is not None and new.inplace_bandwidth.gb_s == 4.0
+    assert new.inplace_bandwidth.bursts_gb_s == (4.0, 4.04) and new.inplace_bandwidth.spread == 0.05
+    decode = new.workloads["decode"]
+    assert decode.kernels["conv_state"].inplace_ratio == decode.kernels["conv_state"].gb_s / 4.0
+    again = ProfileResult.from_dict(json.loads(json.dumps(new.to_dict())))
+    assert again == new and again.to_dict()["inplace_bandwidth"]["time"] == new.to_dict()["inplace_bandwidth"]["time"]
+    old = ProfileResult.from_dict(json.loads((data / "profile-third-party-error.json").read_text()))
+    assert old.inplace_bandwidth is None
+    assert all(k.inplace_ratio != k.inplace_ratio for k in old.workloads["decode"].kernels.values())  # NaN
+
+
 def test_flags_reach_the_table_and_the_report_json():
     import json
     from pathlib import Path
@@ -104,23 +187,35 @@ def test_flags_reach_the_table_and_the_report_json():
     copy = _copy(32 * MIB, noisy=True)
     text = flag_text(RatioFlag(("cache", "noisy"), 3 * MIB), copy)
     assert text == (
-        "above 100% of copy is a measurement problem: its working set (about 3.00 MiB) fits in the 32.00 MiB "
-        "last-level cache, the copy baseline does not; the copy baseline is noisy (spread 30%, bursts 8.0 / 12.0 GB/s)"
+        "above 100% of in place is a measurement problem: its working set (about 3.00 MiB) fits in the 32.00 MiB "
+        "last-level cache, the in-place baseline does not; the in-place baseline is noisy (spread 30%, bursts "
+        "8.0 / 12.0 GB/s)"
+    )
+    assert flag_text(RatioFlag(("noisy",), 3 * MIB), copy, "copy") == (
+        "above 100% of copy is a measurement problem: the copy baseline is noisy (spread 30%, bursts 8.0 / 12.0 GB/s)"
     )
     report = json.loads((Path(__file__).parent / "data" / "profile-cpu.json").read_text())
     time = report["copy_bandwidth"]["time"]
     report["copy_bandwidth"] = {**_copy(32 * MIB, noisy=True).to_dict(), "time": time}
+    report["inplace_bandwidth"] = {**_copy(32 * MIB, noisy=False, gb_s=16.0).to_dict(), "time": time}
     report["workloads"] = {"decode": {**report["workloads"]["decode"], "kernels": {
         "ssm_scan": {"gb_s": 20.0, "bytes_per_step": 6 * MIB, "time": {**time, "median_s": 1e-3}, "copy_ratio": 2.0,
-                     "flag": {"reasons": ["cache"], "working_set_bytes": 3 * MIB}},
-        "conv_state": {"gb_s": 5.0, "bytes_per_step": MIB, "time": {**time, "median_s": 1e-3}, "copy_ratio": 0.5},
+                     "inplace_ratio": 1.25, "flag": {"reasons": ["cache"], "working_set_bytes": 3 * MIB}},
+        "conv_state": {"gb_s": 5.0, "bytes_per_step": MIB, "time": {**time, "median_s": 1e-3}, "copy_ratio": 0.5,
+                       "inplace_ratio": 5.0 / 16.0},
     }}}
     kernels = {k["name"]: k for k in for_report(ProfileResult.from_dict(report))["kernels"]}
     assert kernels["decode ssm_scan f32"]["flag"] == (
-        "above 100% of copy is a measurement problem: its working set (about 3.00 MiB) fits in the 32.00 MiB "
-        "last-level cache, the copy baseline does not")
+        "above 100% of in place is a measurement problem: its working set (about 3.00 MiB) fits in the 32.00 MiB "
+        "last-level cache, the in-place baseline does not")
     assert "flag" not in kernels["decode conv_state f32"]
-    assert (kernels["decode ssm_scan f32"]["gbps"], kernels["decode ssm_scan f32"]["copy_gbps"]) == (20.0, 10.0)
+    ssm = kernels["decode ssm_scan f32"]
+    assert (ssm["gbps"], ssm["copy_gbps"], ssm["inplace_gbps"]) == (20.0, 10.0, 16.0)
+    # a result saved before the in-place baseline: its flags speak of the copy, its entries carry no inplace_gbps
+    del report["inplace_bandwidth"]
+    kernels = {k["name"]: k for k in for_report(ProfileResult.from_dict(report))["kernels"]}
+    assert kernels["decode ssm_scan f32"]["flag"].startswith("above 100% of copy is a measurement problem: ")
+    assert "inplace_gbps" not in kernels["decode ssm_scan f32"]
 
 
 TINY = {

@@ -57,14 +57,19 @@ def test_json_has_every_figure(model):
     decode = report["workloads"]["decode"]
     assert set(decode["kernels"]) == {"conv_state", "ssm_scan"}
     for k in decode["kernels"].values():
-        assert set(k) - {"flag"} == {"bytes_per_step", "time", "gb_s", "copy_ratio"}
-        assert ("flag" in k) == (k["copy_ratio"] > 1.0)
+        assert set(k) - {"flag"} == {"bytes_per_step", "time", "gb_s", "copy_ratio", "inplace_ratio"}
+        assert ("flag" in k) == (k["inplace_ratio"] > 1.0)
+        assert k["inplace_ratio"] == pytest.approx(k["gb_s"] / report["inplace_bandwidth"]["gb_s"])
         assert set(k["time"]) >= {"median_s", "p10_s", "p90_s", "min_s", "max_s", "spread", "n"}
     assert decode["state_path"]["tokens_per_s"] > 0
     copy = report["copy_bandwidth"]
     assert copy["gb_s"] > 0 and len(copy["bursts_gb_s"]) == 2
     if copy["llc_bytes"]:
         assert copy["buffer_bytes"] >= 4 * copy["llc_bytes"]
+    inplace = report["inplace_bandwidth"]
+    assert inplace["gb_s"] > 0 and len(inplace["bursts_gb_s"]) == 2 and inplace["spread"] >= 0
+    assert inplace["time"]["median_s"] > 0 and inplace["samples"] == copy["samples"]
+    assert (inplace["buffer_bytes"], inplace["bytes_moved"]) == (copy["buffer_bytes"], copy["bytes_moved"])
 
 
 def test_no_progress_bar_when_not_a_terminal(model):

@@ -5,7 +5,10 @@ The expected files were written by the renderer of the untyped result dict this 
 results (tests/profiler/data/profile-*.json: one real CPU run of a tiny Qwen3.5, and two variants of it that
 reach the other branches: a CUDA device, flags, a NaN figure, graph timings, lowered iterations, third-party
 kernels, a failed check). The results are read back with ProfileResult.from_dict, so these tests also pin that
-``to_dict`` gives the JSON object field by field as before. No torch needed.
+``to_dict`` gives the JSON object field by field as before. The cpu and cuda results carry the in-place baseline
+and ratios (added by hand: 4.0 GB/s, the ratios gb_s / 4.0, the flagged ones above 1); third-party-error is a
+result saved before that baseline existed (its table keeps the copy column alone, its flags speak of the copy).
+No torch needed.
 """
 
 from __future__ import annotations

@@ -196,8 +196,10 @@ GOOD_KERNEL = {"name": "scan", "gbps": 100.0, "copy_gbps": 1000.0}
     ({"kernels": [GOOD_KERNEL, {**GOOD_KERNEL, "copy_gbps": 0}]}, None,
      "kernels[1].copy_gbps: Input should be greater than 0"),
     ({"kernels": [{**GOOD_KERNEL, "speed": 3}]}, None,
-     "kernels[0].speed: unknown key (accepted: name, gbps, copy_gbps, bytes, time_s, dtype, flag in each kernel; "
-     "device, model, kernels at the top)"),
+     "kernels[0].speed: unknown key (accepted: name, gbps, copy_gbps, inplace_gbps, bytes, time_s, dtype, flag in "
+     "each kernel; device, model, kernels at the top)"),
+    ({"kernels": [{**GOOD_KERNEL, "inplace_gbps": 0}]}, None,
+     "kernels[0].inplace_gbps: Input should be greater than 0"),
     ({"kernels": [{**GOOD_KERNEL, "name": ""}]}, None, "kernels[0].name: String should have at least 1 character"),
     (None, '{"kernels": [{"name": "x", "gbps": NaN, "copy_gbps": 1}]}', "NaN is not a number JSON allows"),
     (None, '{"kernels": [', "not JSON: Expecting value at line 1, column 14"),
@@ -255,3 +257,21 @@ def test_report_refuses_an_engine_flag_without_its_engine(tmp_path):
             "-o", str(tmp_path / "r.html"))
     assert r.output == "Error: --max-num-seqs is a vllm flag; add --engine vllm\n"
     assert not (tmp_path / "r.html").exists()
+
+
+def test_profile_bars_lead_with_the_in_place_ratio_when_measured():
+    """12 GB/s against copy 10 and in place 16: 75% of in place, 120% of copy; a kernel without the in-place
+    figure keeps the copy ratio alone; the in-place bandwidth is marked for the kernels that have it."""
+    pytest.importorskip("plotly")
+    from rsplan.render.profile_input import ProfileResults
+    from rsplan.render.report import profile_figure
+
+    profile = ProfileResults.model_validate({"kernels": [
+        {"name": "a", "gbps": 12.0, "copy_gbps": 10.0, "inplace_gbps": 16.0, "flag": "why"},
+        {"name": "b", "gbps": 5.0, "copy_gbps": 10.0},
+    ]})
+    assert profile.kernels[0].inplace_ratio == 0.75 and profile.kernels[1].inplace_ratio is None
+    fig = profile_figure(profile)
+    assert fig.data[0].text == ("75% of in place, 120% of copy (flagged)", "50% of copy")
+    assert [t.name for t in fig.data] == ["achieved", "measured copy bandwidth", "measured in-place bandwidth"]
+    assert fig.data[2].x == ("a",) and fig.data[2].y == (16.0,)

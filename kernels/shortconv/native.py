@@ -1,0 +1,63 @@
+"""LFM2's short-conv one-token step in C (``native.c``: the conv-state kernel with the gates b and c); other
+calls go to the torch path."""
+
+from __future__ import annotations
+
+import torch
+
+from rsplan.kernels import _native as nat
+from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels.conv_state.native import MAX_WIDTH
+from rsplan.kernels.shortconv.fast import shortconv_torch
+from rsplan.kernels.shortconv.reference import check_shortconv_args
+
+
+def shortconv_native(
+    *,
+    pool: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    src_rows: Rows,
+    dst_rows: Rows,
+    n_planes: int = 1,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor]:
+    """``shortconv_ref`` with one-token calls on a contiguous fp32 CPU pool (and no row read by one sequence
+    and written by another) run by ``rs_conv_state_decode`` with the gates: per channel, ``b * x``, the window
+    read once, the shifted window written once and ``c * conv``; shapes and rules as the reference."""
+    N, T, D, L = check_shortconv_args(pool, b, c, x, weight)
+    n_written = min(T, n_planes)
+    plan = plan_rows(
+        n_pool_rows=pool.shape[0],
+        src_rows=src_rows,
+        dst_rows=dst_rows,
+        n_seqs=N,
+        n_planes=n_planes,
+        n_written=n_written,
+    )
+    lib = nat.native().lib
+    if lib is None or not nat.eligible(pool, T, plan.hazard) or L > MAX_WIDTH or not plan.active:
+        return shortconv_torch(
+            pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
+        )
+    y = output(out, (N, T, D), x)
+    yc = y if y.is_contiguous() else y.contiguous()
+    act = plan.active
+    # the C code reads these through raw pointers: every one stays bound to a name until the call returns
+    xc, wc, bc, cc = nat.f32(x), nat.f32(weight), nat.f32(b), nat.f32(c)
+    src, seq = nat.i64(tuple(plan.src[i] for i in act)), nat.i64(act)
+    rows = nat.i64(tuple(p * plan.mem_size + plan.dst[i] for p in range(n_written) for i in act))
+    lib.rs_conv_state_decode(
+        *(nat.ptr(t) for t in (pool, src, rows, seq)),
+        len(act),
+        n_written,
+        D,
+        L,
+        *(nat.ptr(t) for t in (xc, wc, bc, cc, yc)),
+        nat.threads(len(act) * D * (L - 1) * 4 * (1 + n_written)),
+    )
+    if yc is not y:
+        y.copy_(yc)
+    return (y,)
