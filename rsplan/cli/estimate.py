@@ -94,6 +94,10 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     if engine != NATIVE and quant is not None:
         raise click.UsageError("--quant applies to --engine llama.cpp only (llama-quantize's types)", ctx)
     if engine != NATIVE:
+        given = [f"--{n.replace('_', '-')}" for n in ("cpu_repack", "no_repack", "load_mode", "no_mmap")
+                 if ctx.get_parameter_source(n) != ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only (its host weights)", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
     from rsplan.planner.breakdown import WeightTable, build_breakdown

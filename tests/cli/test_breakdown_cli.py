@@ -128,6 +128,7 @@ def test_gpu_host_weights_without_mmap_are_pinned():
     (["--cpu-repack", "x86-sse"], "unknown target (have: none, x86-avx2, x86-avx512"),
     (["--no-repack", "--cpu-repack", "x86-avx2"], "--no-repack and --cpu-repack x86-avx2 contradict"),
     (["--no-mmap", "--load-mode", "mmap"], "--no-mmap and --load-mode mmap contradict"),
+    (["--engine", "vllm", "--no-repack"], "--no-repack applies to --engine llama.cpp only"),
 ])
 def test_bad_host_options_are_refused(args, message):
     r = CliRunner().invoke(cli, ["estimate", "-m", "mamba-130m", *args])
