@@ -113,6 +113,7 @@ class GGUFIndex:
         alignment: data alignment, bytes.
         tensors: (name, bytes) of each tensor, in file order.
         tensor_rows: (ggml type name, ``ne[0]``) of each tensor, in the same order (how a device buffer pads it).
+        tensor_shapes: the shape (ne0 first) of each tensor, in the same order (which ones the CPU repacks).
     """
 
     version: int
@@ -125,6 +126,7 @@ class GGUFIndex:
     alignment: int
     tensors: tuple[tuple[str, int], ...] = ()
     tensor_rows: tuple[tuple[str, int], ...] = ()
+    tensor_shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def weights_bytes(self) -> int:
@@ -312,10 +314,12 @@ def _alignment(cur: _Cursor, tables: _Tables, entries: dict[str, _Entry]) -> int
 
 def _scan_tensors(
     cur: _Cursor, tables: _Tables, n_tensors: int, alignment: int
-) -> tuple[dict[str, int], dict[str, int], int, tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-    """The tensor infos: bytes and counts per ggml type, the data section's offset, each tensor's bytes and each
-    tensor's (type, row length)."""
+) -> tuple[dict[str, int], dict[str, int], int, tuple[tuple[str, int], ...], tuple[tuple[str, int], ...],
+           tuple[tuple[int, ...], ...]]:
+    """The tensor infos: bytes and counts per ggml type, the data section's offset, each tensor's bytes, each
+    tensor's (type, row length) and shape."""
     sizes: list[tuple[str, int]] = []
+    shapes: list[tuple[int, ...]] = []
     rows: list[tuple[str, int]] = []
     seen: set[bytes] = set()
     tensor_bytes: dict[str, int] = {}
@@ -363,6 +367,7 @@ def _scan_tensors(
         tensor_counts[type_name] = tensor_counts.get(type_name, 0) + 1
         sizes.append((name, n_bytes))
         rows.append((type_name, row))
+        shapes.append(tuple(ne))
         last = (name, offset + n_bytes)
     data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
     if n_tensors and data_offset + last[1] > cur.size:
@@ -371,7 +376,7 @@ def _scan_tensors(
             f"data ends at byte {data_offset + last[1]}, beyond the end of the file ({cur.size} bytes): "
             "truncated or corrupt",
         )
-    return tensor_bytes, tensor_counts, data_offset, tuple(sizes), tuple(rows)
+    return tensor_bytes, tensor_counts, data_offset, tuple(sizes), tuple(rows), tuple(shapes)
 
 
 @contextmanager
@@ -404,7 +409,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
     version, n_tensors, n_kv = _scan_header(cur, tables)
     entries = _scan_kv(cur, tables, n_kv)
     alignment = _alignment(cur, tables, entries)
-    tensor_bytes, tensor_counts, data_offset, sizes, rows = _scan_tensors(cur, tables, n_tensors, alignment)
+    tensor_bytes, tensor_counts, data_offset, sizes, rows, shapes = _scan_tensors(cur, tables, n_tensors, alignment)
     return GGUFIndex(
         version=version,
         entries=entries,
@@ -416,6 +421,7 @@ def _scan(buf: Any, size: int, where: str, avail: int | None = None) -> GGUFInde
         alignment=alignment,
         tensors=sizes,
         tensor_rows=rows,
+        tensor_shapes=shapes,
     )
 
 

@@ -123,6 +123,8 @@ class ReadModel:
         tensors: a local single-file GGUF's tensor table, (name, ggml_nbytes) per tensor, for exact model bytes;
             None for other inputs.
         tensor_rows: the same tensors' (ggml type name, ``ne[0]``), for device buffers' row padding.
+        tensor_shapes: the same tensors' shapes (ne0 first), for the CPU's repacking.
+        tensor_alignment: the file's data alignment: with the table, where each tensor lies (a CPU_Mapped span).
     """
 
     spec: ModelSpec
@@ -131,6 +133,8 @@ class ReadModel:
     facts: dict[str, Any] = field(default_factory=dict)
     tensors: tuple[tuple[str, int], ...] | None = None
     tensor_rows: tuple[tuple[str, int], ...] | None = None
+    tensor_shapes: tuple[tuple[int, ...], ...] | None = None
+    tensor_alignment: int = 32
 
 
 def _gguf_read(g: Any, origin: dict[str, Any]) -> ReadModel:
@@ -299,6 +303,8 @@ def read_model(ref: str) -> ReadModel:
         if len(g.files) == 1:
             read.tensors = g.index.tensors
             read.tensor_rows = g.index.tensor_rows
+            read.tensor_shapes = g.index.tensor_shapes
+            read.tensor_alignment = g.index.alignment
         return read
     if kind == "hf":
         return _read_local_hf(path)

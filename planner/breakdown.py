@@ -18,17 +18,16 @@ Sources of each figure:
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.buffers import CPU_RULE, CUDA_RULE
+from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, file_offsets, host_buffers
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
     OutputBuffer,
@@ -40,7 +39,7 @@ from rsplan.planner.outputs import (
 )
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
-from rsplan.planner.weight_placement import gguf_weights, place_weights
+from rsplan.planner.weight_placement import gguf_weights, layer_of, loaded, place_weights, where_weight
 
 
 class BreakdownError(RsplanError):
@@ -125,55 +124,61 @@ def _backend_kind(backend: str) -> str:
     raise BreakdownError(f"unknown backend '{backend}': CPU, or CUDA0, CUDA1, ...")
 
 
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
+def _host_tensors(table: WeightTable, n_layer: int, load_mtp: bool) -> list[HostTensor]:
+    offsets = file_offsets([n for _, n in table.tensors], table.alignment)
+    return [HostTensor(name, n_bytes, type_, tuple(shape), off)
+            for (name, n_bytes), (type_, _), shape, off in zip(table.tensors, table.rows, table.shapes, offsets,
+                                                                strict=True)
+            if loaded(name, n_layer, load_mtp)]
 
 
 def model_bytes_by_buffer(
     spec: ModelSpec,
     backend: str,
-    tensors: Sequence[tuple[str, int]] | None = None,
+    table: WeightTable | None = None,
     load_mtp: bool = False,
-    tensor_rows: Sequence[tuple[str, int]] | None = None,
+    host: HostOptions | None = None,
 ) -> tuple[dict[str, int] | None, bool]:
     """Weight bytes per buffer type name for a run with every offloadable layer on ``backend``, and whether the
     figures are exact.
 
-    With the model's tensor table (``tensors``: name and bytes of each tensor, e.g. a GGUF's) on the CPU backend:
-    exact, as llama.cpp's dry run counts them (``ggml_backend_alloc_ctx_tensors_from_buft_size``): every tensor
-    padded to 32 bytes in the ``CPU`` buffer, the MTP (nextn) layers' tensors left out unless they are loaded
-    (``load_mtp``: ``--spec-type mtp``). Otherwise: the model's ``weights_bytes`` spread evenly over the offloadable
-    layers (planner.placement): on the CPU backend all of it in ``CPU``; on a GPU backend every layer and the output
-    layer on the device (the token embedding, which llama.cpp keeps on the host, is charged to the device too).
-    Not exact: llama.cpp pads each tensor and keeps the input layer in host memory. (None, False) without weights.
-    With the tensors' types and rows (``tensor_rows``) on a GPU backend: exact, tensor by tensor
-    (planner.weight_placement: the token embedding in host memory, a tied output copied onto the device, each
-    tensor padded by the device buffer's rule).
+    With the model's tensor table (``table``, e.g. a GGUF's): exact, tensor by tensor. On the CPU backend every
+    tensor is on the host (planner.host_weights: ``CPU_Mapped`` span or padded ``CPU`` buffer, ``CPU_REPACK`` for
+    what ``host.repack`` repacks); on a GPU backend planner.weight_placement puts each tensor (the token embedding
+    on the host, a tied output copied onto the device, each tensor padded by the device buffer's rule) and the
+    host ones go to ``CPU_Mapped`` with mmap, ``CUDA_Host`` without. The MTP (nextn) layers' tensors are left out
+    unless they are loaded (``load_mtp``: ``--spec-type mtp``). Without the table: the model's ``weights_bytes``
+    spread evenly over the offloadable layers (planner.placement), not exact: llama.cpp pads each tensor and keeps
+    the input layer in host memory. (None, False) without weights.
     """
     kind = _backend_kind(backend)
-    if tensors and tensor_rows and kind == "CUDA":
-        weights = gguf_weights(tensors, tensor_rows, spec.n_layer, load_mtp)
-        placed = place_weights(weights, place_layers(spec.block_count, 1), CUDA_RULE)
+    host = host or HostOptions()
+    gpu_host = "CUDA_Host" if kind == "CUDA" else None
+    if table and kind == "CUDA":
+        weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
+        placement = place_layers(spec.block_count, 1)
+        placed = place_weights(weights, placement, CUDA_RULE)
         out = {backend: placed.device[0]}
-        if placed.host:
-            out["CPU"] = placed.host
+        names = {w.name for w in weights if where_weight(w.name, layer_of(w.name, placement.n_layer_all),
+                                                         placement, ()) is None}
+        on_host = [t for t in _host_tensors(table, spec.n_layer, load_mtp) if t.name in names]
+        out.update(host_buffers(on_host, host.repack, gpu_host=gpu_host, use_mmap=host.use_mmap))
         return out, True
-    if tensors and kind == "CPU":
-        total = 0
-        for name, n_bytes in tensors:
-            m = _BLOCK.match(name)
-            if m and int(m.group(1)) >= spec.n_layer and not load_mtp:
-                continue
-            total += -(-n_bytes // CPU_RULE.alignment) * CPU_RULE.alignment
-        return {"CPU": total}, True
+    if table and kind == "CPU":
+        tensors = _host_tensors(table, spec.n_layer, load_mtp)
+        names = {t.name for t in tensors}
+        tied = "token_embd.weight" in names and "output.weight" not in names
+        return host_buffers(tensors, host.repack, use_mmap=host.use_mmap, tied_output_on_host=tied), True
     if spec.weights_bytes is None:
         return None, False
+    host_name = "CPU_Mapped" if host.use_mmap else (gpu_host or "CPU")
     if kind == "CPU":
-        return {"CPU": spec.weights_bytes}, False
+        return {host_name: spec.weights_bytes}, False
     placement = place_layers(spec.block_count, 1)
-    on_device, host = weights_by_device(spec.weights_bytes, placement)
+    on_device, host_bytes = weights_by_device(spec.weights_bytes, placement)
     out = {backend: on_device[0]}
-    if host:
-        out["CPU"] = host
+    if host_bytes:
+        out[host_name] = host_bytes
     return out, False
 
 
@@ -187,8 +192,8 @@ def build_breakdown(
     n_draft: int = 0,
     embeddings: bool = False,
     mtp: bool = False,
-    tensors: Sequence[tuple[str, int]] | None = None,
-    tensor_rows: Sequence[tuple[str, int]] | None = None,
+    table: WeightTable | None = None,
+    host: HostOptions | None = None,
 ) -> Breakdown:
     """The buffers of a context of ``spec`` under ``params`` with every layer on ``backend``.
 
@@ -199,8 +204,8 @@ def build_breakdown(
         n_draft: the server's draft length.
         embeddings: ``--embeddings``.
         mtp: ``--spec-type mtp``: also size the draft context (models with nextn layers).
-        tensors: the model's tensor table (name, bytes), when known (a GGUF): exact model bytes on the CPU.
-        tensor_rows: the same tensors' (type, ne0): exact model bytes on a GPU too.
+        table: the model's tensor table, when known (a GGUF, ``--quant``): exact model bytes.
+        host: the host weights' options (``--cpu-repack``, ``--load-mode``): which host buffer types they take.
     """
     kind = _backend_kind(backend)
     notes: list[str] = []
@@ -220,7 +225,8 @@ def build_breakdown(
                             buffer_type="CPU" if kind == "CPU" else "CUDA_Host")
     except OutputsError as exc:
         notes.append(f"output buffer: {exc}")
-    model, exact = model_bytes_by_buffer(spec, backend, tensors, load_mtp=mtp, tensor_rows=tensor_rows)
+    host = host or HostOptions()
+    model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host)
     if model is None:
         notes.append("model bytes: the model's weight size is unknown (give a GGUF, or --quant TYPE for a preset "
                      "with a tensor list)")
@@ -232,15 +238,23 @@ def build_breakdown(
     context = sum(plan.buffer_bytes[kind].values())
     rows: list[BufferBreakdown] = []
     if kind == "CPU":
-        rows.append(BufferBreakdown("CPU", "Host", model["CPU"] if model else None, context,
+        # the caches and the compute buffer are in CPU; the weights in CPU_Mapped / CPU / CPU_REPACK
+        rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, context,
                                     compute.bytes if compute else None))
+        rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
+                    if name != "CPU")
     else:
         dev_compute, host_compute = _gpu_compute(spec, params, layout, tool, n_draft, embeddings, backend, notes)
         rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, dev_compute))
-        rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, 0, host_compute))
+        # the CPU backend's compute buffer is in the first GPU's host buffer type (src/llama-context.cpp:415
+        # host_buft), named CUDA_Host (ggml/src/ggml-cuda/ggml-cuda.cu:1257 ggml_backend_cuda_host_buffer_type_name)
+        rows.append(BufferBreakdown("CUDA_Host", "Host", model.get("CUDA_Host", 0) if model else None, 0,
+                                    host_compute))
+        rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
+                    if name not in (backend, "CUDA_Host"))
     draft = _draft(spec, params, kind, backend, tool, n_draft, notes) if mtp else None
-    host = _server_host(layout, params) if tool == "server" else None
-    return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, host)
+    server = _server_host(layout, params) if tool == "server" else None
+    return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server)
 
 
 def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,

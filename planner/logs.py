@@ -106,6 +106,12 @@ def _padded(tensors: list[TensorPlan], rule: BufferRule) -> int:
     return sum(alloc_nbytes(rule, t) for t in tensors)
 
 
+def model_buffer_line(buffer_type: str, n_bytes: int) -> str:
+    """load_tensors' ``model buffer size`` line, one per weight buffer (src/llama-model.cpp:1930 LLAMA_LOG_INFO),
+    printed in the order of the buffer types' names: ``CPU_Mapped`` for the mapped file, ``CPU_REPACK``, ...)."""
+    return _c_fmt("load_tensors: %12s model buffer size = %8.2f MiB", buffer_type, n_bytes / 1024.0 / 1024.0)
+
+
 def output_buffer_line(buffer_type: str, n_bytes: int) -> str:
     """llama_context's ``output buffer size`` line (printed before the cache lines)."""
     return _c_fmt("llama_context: %10s  output buffer size = %8.2f MiB", buffer_type, n_bytes / 1024.0 / 1024.0)

@@ -19,6 +19,7 @@ from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.tensors import tensor_list, tensor_type
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
+from rsplan.planner.host_weights import WeightTable
 from rsplan.planner.quant import QuantPlan, WeightTensor, quant_model, quantize_plan
 
 #: The converter's output type the plan starts from (llama-quantize's usual input).
@@ -51,6 +52,17 @@ class QuantWeights:
     def rows(self) -> tuple[tuple[str, int], ...]:
         """(ggml type, ``ne[0]``) of every tensor, in ``table``'s order (a device buffer's row padding)."""
         return tuple((t.type, t.ne[0]) for t in self.plan.tensors)
+
+    @property
+    def shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shape (ne0 first) of every tensor, in ``table``'s order (which ones the CPU repacks)."""
+        return tuple(t.ne for t in self.plan.tensors)
+
+    @property
+    def weight_table(self) -> WeightTable:
+        """The tensor table in the order llama-quantize writes the file (src/llama-quant.cpp:1056 weights_map: by
+        layer, then name) at the default 32-byte data alignment (planner.breakdown's exact host buffers)."""
+        return WeightTable(self.table, self.rows, self.shapes, 32)
 
     def buffer_bytes(self, rule: BufferRule, load_mtp: bool = False) -> int:
         """Bytes of the loaded tensors in one buffer of ``rule``, each padded as that buffer type pads it."""

@@ -17,8 +17,9 @@ llama.cpp 0c1e57098:
   ``blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU`` for ``i < N`` (common/common.h:1198 LLM_FFN_EXPS_REGEX).
 - Each tensor takes ``GGML_PAD(get_alloc_size, alignment)`` bytes of its buffer (planner.buffers rules).
 
-Not modelled here: ``-sm row`` (split buffer types), CPU_REPACK (no repack for the f16/bf16/q8_0 checked so far),
-a host buffer without mmap (``--no-mmap`` keeps the same bytes in host memory under another name).
+The host bytes here are the weights read into a buffer (``host_rule``), as a dry run counts them; which host
+buffer types llama.cpp names them under (``CPU_Mapped`` span, ``CPU``, ``CPU_REPACK``, ``CUDA_Host``) is
+planner.host_weights. Not modelled here: ``-sm row`` (split buffer types).
 """
 
 from __future__ import annotations

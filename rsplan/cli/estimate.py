@@ -46,15 +46,35 @@ OUTPUT_OPTIONS = [
                  "exact model bytes (presets, config.json files giving vocab_size; not a GGUF)."),
 ]
 
+#: llama.cpp's --load-mode values (common/arg.cpp); auto, mmap and mmap+mlock map the file.
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+_MAPPED = ("auto", "mmap", "mmap+mlock")
+
+HOST_OPTIONS = [
+    click.option("--cpu-repack", "cpu_repack", metavar="TARGET", default=None,
+                 help="The CPU llama.cpp's CPU backend is built for, which decides the weights it repacks into "
+                 "CPU_REPACK (Q4_0, Q4_K, IQ4_NL ... matrices): x86-avx2 (the default), x86-avx512, arm-neon, "
+                 "arm-dotprod, arm-i8mm, arm-sve256, s390x-vxe, riscv-rvv256, or none."),
+    click.option("--no-repack", "no_repack", is_flag=True,
+                 help="llama.cpp's --no-repack: no extra buffer types, every host weight in CPU / CPU_Mapped "
+                 "(--cpu-repack none)."),
+    click.option("--load-mode", "load_mode", type=click.Choice(LOAD_MODES), default="auto", show_default=True,
+                 help="llama.cpp's --load-mode: auto / mmap / mmap+mlock map the file (host weights in one "
+                 "CPU_Mapped span); none / mlock / dio read them into CPU buffers (CUDA_Host with a GPU)."),
+    click.option("--no-mmap", "no_mmap", is_flag=True, help="--load-mode none (llama.cpp's former --no-mmap)."),
+]
+
 
 @click.command(cls=SectionedCommand)
 @model_options(multiple=True, help_text=MODEL_HELP + " Repeat to compare models side by side.")
 @context_options
 @engine_options
 @section("Output", OUTPUT_OPTIONS)
+@section("Host weights", HOST_OPTIONS)
 @user_errors
 def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: str, tool: str, engine: str,
-             quant: str | None, **kwargs: Any) -> None:
+             quant: str | None, cpu_repack: str | None, no_repack: bool, load_mode: str, no_mmap: bool,
+             **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
     vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).
 
@@ -74,39 +94,67 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     if engine != NATIVE and quant is not None:
         raise click.UsageError("--quant applies to --engine llama.cpp only (llama-quantize's types)", ctx)
     if engine != NATIVE:
+        given = [f"--{n.replace('_', '-')}" for n in ("cpu_repack", "no_repack", "load_mode", "no_mmap")
+                 if ctx.get_parameter_source(n) != ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only (its host weights)", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
-    from rsplan.planner.breakdown import build_breakdown
+    from rsplan.planner.breakdown import WeightTable, build_breakdown
     from rsplan.planner.plan import build_plan
 
     buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
+    host = _host_options(cpu_repack, no_repack, load_mode, no_mmap, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
     reads = [read_model(ref) for ref in refs]
     specs = [r.spec for r in reads]
     tables = [r.tensors for r in reads]
     rows = [r.tensor_rows for r in reads]
+    shapes = [r.tensor_shapes for r in reads]
+    aligns = [r.tensor_alignment for r in reads]
     # a config.json that does not give the token count says why, beside the buffers it leaves unsized
     notes: list[str | None] = [f"vocab_size: {r.facts['vocab_size_unknown']}" if "vocab_size_unknown" in r.facts
                                else None for r in reads]
     if quant is not None:
-        from rsplan.planner.quant_weights import quantized_model
+        from rsplan.planner.quant_weights import quantized_model, quantized_weights
 
         for i, ref in enumerate(refs):
             specs[i], tables[i], source, rows[i] = quantized_model(
                 ref, specs[i], quant, backend, with_rows=True, vocab_unknown=reads[i].facts.get("vocab_size_unknown"))
             notes[i] = f"model bytes: {source}"
+            shapes[i], aligns[i] = quantized_weights(specs[i], quant).shapes, 32
     plans = [build_plan(spec, params) for spec in specs]
     _check_runnable_draft(specs, plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
+    weight_tables = [WeightTable(t, r, sh, al) if t and r and sh else None
+                     for t, r, sh, al in zip(tables, rows, shapes, aligns, strict=True)]
     breakdowns = [build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
-                                  mtp=spec_type == "mtp", tensors=table, tensor_rows=row)
+                                  mtp=spec_type == "mtp", table=table, host=host)
                   if breakdown_backend else None
-                  for spec, plan, table, row in zip(specs, plans, tables, rows, strict=True)]
+                  for spec, plan, table in zip(specs, plans, weight_tables, strict=True)]
     breakdowns = [dataclasses.replace(bd, notes=(*bd.notes, note)) if bd is not None and note else bd
                   for bd, note in zip(breakdowns, notes, strict=True)]
     _print_native(plans, breakdowns, specs, buffer, per_layer, fmt, backend)
+
+
+def _host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, no_mmap: bool, ctx: click.Context
+                  ) -> Any:
+    """``--cpu-repack`` / ``--no-repack`` and ``--load-mode`` / ``--no-mmap`` as planner.breakdown.HostOptions."""
+    from rsplan.planner.breakdown import HostOptions
+    from rsplan.planner.cpu_repack import DEFAULT_TARGET, RepackError, parse_target
+
+    if no_repack and cpu_repack not in (None, "none"):
+        raise click.UsageError(f"--no-repack and --cpu-repack {cpu_repack} contradict each other", ctx)
+    if no_mmap and ctx.get_parameter_source("load_mode") != ParameterSource.DEFAULT and load_mode != "none":
+        raise click.UsageError(f"--no-mmap and --load-mode {load_mode} contradict each other", ctx)
+    try:
+        target = parse_target("none" if no_repack else cpu_repack or DEFAULT_TARGET)
+    except RepackError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"--cpu-repack '{cpu_repack}': "), ctx,
+                                 param_hint="--cpu-repack") from None
+    return HostOptions(target, use_mmap=not no_mmap and load_mode in _MAPPED)
 
 
 def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx: click.Context
@@ -141,9 +189,12 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
                  for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     elif fmt == "log":
-        from rsplan.planner.logs import compute_buffer_line, log_lines, output_buffer_line
+        from rsplan.planner.logs import compute_buffer_line, log_lines, model_buffer_line, output_buffer_line
 
         breakdown = breakdowns[0]
+        for row in sorted(breakdown.breakdown if breakdown is not None else (), key=lambda r: r.buffer_type):
+            if row.model_bytes:
+                click.echo(model_buffer_line(row.buffer_type, row.model_bytes))
         if breakdown is not None and breakdown.output_buffer is not None:
             click.echo(output_buffer_line(breakdown.output_buffer.buffer_type, breakdown.output_buffer.bytes))
         for line in log_lines(plans[0], backend=buffer, has_kv_cache=specs[0].info.memory == "hybrid"):

@@ -39,9 +39,6 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_model
 from rsplan.hparams.tensors import OUTTYPES, tensor_list, tensor_nbytes, tensor_type
 
-#: GGML type per converter type name.
-_GGML = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-         "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
 #: general.file_type (llama_ftype) per --outtype.
 _FTYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
           "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
@@ -99,7 +96,7 @@ def _tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
     w.add_eos_token_id(n_vocab - 1)
 
 
-def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
+def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, file_type: gguf.LlamaFileType) -> None:
     a = spec.arch
     att = spec.attention
     kv: dict[str, Any] = {
@@ -136,23 +133,39 @@ def _metadata(w: gguf.GGUFWriter, spec: ModelSpec, outtype: str) -> None:
         else:
             w.add_uint32(full, int(value))
     w.add_name(spec.name)
-    w.add_file_type(_FTYPE[outtype])
+    w.add_file_type(file_type)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def write_skeleton(spec: ModelSpec, outtype: str, path: Path) -> tuple[int, int]:
-    """Write the skeleton of ``spec`` to ``path``; returns (tensor count, data bytes incl. alignment)."""
+def write_skeleton(spec: ModelSpec, outtype: str, path: Path, quant: str | None = None) -> tuple[int, int]:
+    """Write the skeleton of ``spec`` to ``path``; returns (tensor count, data bytes incl. alignment).
+
+    With ``quant`` (an ftype name llama-quantize accepts: Q4_0, Q4_K_M, IQ4_NL, ...) the tensors take the types
+    ``llama-quantize`` gives them from the converter's bf16 file (planner.quant_weights, checked against
+    llama-quantize --dry-run in tests/golden/llamacpp-quantize), in the same file order, and general.file_type is
+    that ftype; ``outtype`` is then ignored."""
     tensors = tensor_list(spec)
+    types = {t.name: tensor_type(t, outtype) for t in tensors}
+    sizes = {t.name: tensor_nbytes(t, types[t.name]) for t in tensors}
+    file_type = _FTYPE[outtype] if quant is None else None
+    if quant is not None:
+        from rsplan.planner.quant_weights import quantized_weights
+
+        plan = quantized_weights(spec, quant).plan
+        types = {t.name: t.type for t in plan.tensors}
+        sizes = {t.name: t.n_bytes for t in plan.tensors}
+        file_type = gguf.LlamaFileType(plan.ftype.value)
     tmp = path.with_name(path.name + ".part")
     w = gguf.GGUFWriter(tmp, spec.arch)
     try:
-        _metadata(w, spec, outtype)
+        _metadata(w, spec, file_type)
         _tokenizer(w, spec.vocab_size or 0)
         data = 0
         for t in tensors:
-            ty = tensor_type(t, outtype)
-            nbytes = tensor_nbytes(t, ty)
-            w.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), nbytes, raw_dtype=_GGML[ty])
+            ty = types[t.name]
+            nbytes = sizes[t.name]
+            w.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), nbytes,
+                              raw_dtype=gguf.GGMLQuantizationType[ty.upper()])
             data += -(-nbytes // w.data_alignment) * w.data_alignment
         w.write_header_to_file()
         w.write_kv_data_to_file()
@@ -175,15 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="built-in preset name or preset YAML path")
     ap.add_argument("--outtype", choices=OUTTYPES, default="bf16", help="the converter's --outtype")
+    ap.add_argument("--quant", metavar="FTYPE", default=None,
+                    help="tensor types as llama-quantize FTYPE writes them from the bf16 file (Q4_0, Q4_K_M, ...)")
     ap.add_argument("-o", "--output", type=Path, required=True, help="the GGUF to write")
     args = ap.parse_args(argv)
     try:
         spec = load_model(args.model)
-        n, data = write_skeleton(spec, args.outtype, args.output)
+        n, data = write_skeleton(spec, args.outtype, args.output, args.quant)
     except (RsplanError, OSError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    print(f"{args.output}: {n} tensors, {data} data bytes ({spec.arch}, {args.outtype})")
+    print(f"{args.output}: {n} tensors, {data} data bytes ({spec.arch}, {args.quant or args.outtype})")
     return 0
 
 

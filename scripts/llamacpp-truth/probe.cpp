@@ -16,7 +16,8 @@
 //
 // Flags follow llama.cpp's names: -m FILE, -c N, -np N, -b N, -ub N, -fa on|off|auto, -ctk T, -ctv T, -kvu,
 // --n-rs-seq N, -ngl N, --n-outputs-max N, --n-outputs-max-per-seq N, --load-mtp, --ctx-mtp (MTP context type),
-// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --rpc HOST:PORT,... (RPC devices, as llama.cpp's --rpc),
+// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --no-mmap (with --alloc: load_mode NONE, the weights
+// read into allocated buffers instead of mapped; the dry run never maps), --rpc HOST:PORT,... (RPC devices, as llama.cpp's --rpc),
 // -ts A,B,... (tensor split), --n-cpu-moe N (the experts of the first N layers on the CPU), --full-log (every log line in the JSON), --log-stderr (echo
 // the log to stderr as it comes: what llama.cpp said before an abort), --alloc (a real run instead of the dry run:
 // no_alloc off and the model memory-mapped, so compute = the largest of the reserved graphs; a skeleton's weights
@@ -146,7 +147,7 @@ namespace {
     fprintf(stderr,
             "usage: probe -m FILE [-c N] [-np N] [-b N] [-ub N] [-fa on|off|auto] [-ctk T] [-ctv T] [-kvu]\n"
             "             [--n-rs-seq N] [-ngl N] [--n-outputs-max N] [--n-outputs-max-per-seq N] [--load-mtp]\n"
-            "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--rpc HOST:PORT,...]\n"
+            "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--no-mmap] [--rpc HOST:PORT,...]\n"
             "             [-ts A,B,...] [--n-cpu-moe N] [--full-log] [--log-stderr]\n");
     exit(2);
 }
@@ -224,6 +225,7 @@ int main(int argc, char ** argv) {
     mp.n_gpu_layers = 0;
     std::string model;
     bool full_log = false;
+    bool no_mmap  = false;  // --no-mmap: load_mode NONE under --alloc too (llama.cpp's --load-mode none)
     std::vector<std::pair<std::string, std::string>> flags;  // as given, for the record
     std::vector<float> tensor_split(128, 0.0f);
     std::vector<std::string> ot_patterns;
@@ -294,6 +296,9 @@ int main(int argc, char ** argv) {
             flag();
             mp.no_alloc  = false;
             mp.load_mode = llama_model_default_params().load_mode;
+        } else if (a == "--no-mmap") {
+            flag();
+            no_mmap = true;
         } else if (a == "--no-extra-bufts") {
             flag();
             mp.use_extra_bufts = false;
@@ -327,6 +332,9 @@ int main(int argc, char ** argv) {
         usage("cannot open model file '" + model + "': " + strerror(errno));
     }
 
+    if (no_mmap) {
+        mp.load_mode = LLAMA_LOAD_MODE_NONE;
+    }
     llama_log_set(log_cb, nullptr);
     llama_backend_init();
     if (!ot_patterns.empty()) {

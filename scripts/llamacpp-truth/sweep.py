@@ -41,6 +41,24 @@ MTP_GRID: list[dict[str, object]] = [
     {"-c": 32768, "-np": 4, "--load-mtp": True, "--ctx-mtp": True},
 ]
 
+#: The host buffer types of the weights (CPU_REPACK, CPU_Mapped): a dry run with and without the extra buffer
+#: types, and (``alloc`` models only: the mapping is read in full and the repacked weights allocated) real runs
+#: with the mapping, without it (--no-mmap) and without repacking.
+BUFT_GRID: list[dict[str, object]] = [
+    {"-c": 256},
+    {"-c": 256, "--no-extra-bufts": True},
+    {"-c": 4096, "-np": 4},
+]
+BUFT_ALLOC_GRID: list[dict[str, object]] = [
+    {"-c": 256, "--alloc": True},
+    {"-c": 256, "--alloc": True, "--no-mmap": True},
+    {"-c": 256, "--alloc": True, "--no-extra-bufts": True},
+    {"-c": 256, "--alloc": True, "--no-extra-bufts": True, "--no-mmap": True},
+]
+#: Quantized skeletons (make_skeleton.py --quant) measured over BUFT_GRID only, written to ``buffer-types/``.
+_BUFT = {"grid": BUFT_GRID, "subdir": "buffer-types"}
+_BUFT_ALLOC = {"grid": BUFT_GRID + BUFT_ALLOC_GRID, "subdir": "buffer-types"}
+
 #: Models measured. ``gguf``: a real file; ``preset`` + ``outtype``: a skeleton written by make_skeleton.py;
 #: ``max_np``: skip the settings with more sequences (the recurrent cache is really allocated, see README);
 #: ``extra``: settings measured for this model after FLAG_GRID.
@@ -73,6 +91,14 @@ MODELS: dict[str, dict] = {
     "plamo-2-1b-bf16": {"preset": "plamo-2-1b", "outtype": "bf16"},
     # the recurrent cache is really allocated even in the dry run: 293 MB per sequence here, so -np <= 8
     "minimax-text-01-bf16": {"preset": "minimax-text-01", "outtype": "bf16", "max_np": 8},
+    "mamba-130m-Q4_0": {"preset": "mamba-130m", "quant": "Q4_0", **_BUFT_ALLOC},
+    "mamba-130m-Q4_K_M": {"preset": "mamba-130m", "quant": "Q4_K_M", **_BUFT_ALLOC},
+    "lfm2-1.2b-Q4_0": {"preset": "lfm2-1.2b", "quant": "Q4_0", **_BUFT_ALLOC},
+    "lfm2-1.2b-Q4_K_M": {"preset": "lfm2-1.2b", "quant": "Q4_K_M", **_BUFT_ALLOC},
+    "lfm2-1.2b-IQ4_NL": {"preset": "lfm2-1.2b", "quant": "IQ4_NL", **_BUFT_ALLOC},
+    "lfm2-1.2b-Q8_0": {"preset": "lfm2-1.2b", "quant": "Q8_0", **_BUFT_ALLOC},
+    "qwen3.5-35b-a3b-Q4_0": {"preset": "qwen3.5-35b-a3b", "quant": "Q4_0", **_BUFT},
+    "qwen3.5-35b-a3b-Q4_K_M": {"preset": "qwen3.5-35b-a3b", "quant": "Q4_K_M", **_BUFT},
 }
 
 #: The flag grid: each entry is one llama.cpp command line's worth of context flags (probe.cpp's names).
@@ -188,18 +214,36 @@ def model_gguf(name: str, spec: dict) -> str:
     path = SKELETONS / f"{name}.gguf"
     if not path.exists():
         SKELETONS.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, str(Path(__file__).with_name("make_skeleton.py")), spec["preset"],
-               "--outtype", spec["outtype"], "-o", str(path)]
+        how = ["--quant", spec["quant"]] if "quant" in spec else ["--outtype", spec["outtype"]]
+        cmd = [sys.executable, str(Path(__file__).with_name("make_skeleton.py")), spec["preset"], *how,
+               "-o", str(path)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SweepError(f"make_skeleton failed for {name}: {proc.stderr.strip()[-500:]}")
     return str(path)
 
 
+#: The /proc/cpuinfo flags that decide which weights the CPU backend repacks (a GGML_NATIVE build compiles for them).
+REPACK_FEATURES = ("avx2", "avx512f", "avx512vnni", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
+
+
+def cpu_features() -> list[str]:
+    """The REPACK_FEATURES this machine's CPU has (the build under test is GGML_NATIVE)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.split(":", 1)[1].split())
+    return [f for f in REPACK_FEATURES if f in flags]
+
+
 def sweep_model(name: str, spec: dict, timeout: float) -> dict:
     gguf = model_gguf(name, spec)
     cases = []
-    for flags in FLAG_GRID + spec.get("extra", []):
+    for flags in spec.get("grid", FLAG_GRID) + spec.get("extra", []):
         if int(flags.get("-np", 1)) > spec.get("max_np", 1 << 30):
             continue
         case = run_case(gguf, flags, timeout)
@@ -209,12 +253,15 @@ def sweep_model(name: str, spec: dict, timeout: float) -> dict:
     commits = {c.pop("_commit") for c in cases} - {None}
     if len(commits) != 1:
         raise SweepError(f"the probe reported several llama.cpp commits: {sorted(commits)}")
-    model = {k: v for k, v in spec.items() if k not in ("gguf", "extra")}
+    model = {k: v for k, v in spec.items() if k not in ("gguf", "extra", "grid", "subdir")}
     if "gguf" in spec:
         model["gguf"] = Path(spec["gguf"]).name
+    extra = {"cpu_features": cpu_features()} if "subdir" in spec else {}
     return {
+        **extra,
         "what": "llama.cpp memory per buffer type, measured by scripts/llamacpp-truth/probe.cpp (no_alloc dry run, "
-        "CPU build); see scripts/llamacpp-truth/README.md",
+        "CPU build" + (", --alloc: a real run" if "alloc" in json.dumps(spec.get("grid", [])) else "")
+        + "); see scripts/llamacpp-truth/README.md",
         "llama_commit": commits.pop(),
         "model": {"name": name, **model},
         "cases": cases,
@@ -281,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         except SweepError as e:
             print(f"Error: {e}", file=sys.stderr)
             return 1
-        path = args.out_dir / f"{name}.json"
+        path = args.out_dir / MODELS[name].get("subdir", "") / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1) + "\n")
         tmp.replace(path)

@@ -22,7 +22,8 @@ def run(*args: str):
 
 @needs_gguf
 def test_json_breakdown_equals_llama_cpp_cpu_breakdown():
-    r = run("--tool", "cli", "--format", "json")
+    # the dry run reads the weights into a CPU buffer (no mapping): --no-mmap (f32 weights: nothing repacked)
+    r = run("--tool", "cli", "--format", "json", "--no-mmap")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["model_bytes_exact"] is True  # from the GGUF's tensor table
@@ -35,11 +36,29 @@ def test_json_breakdown_equals_llama_cpp_cpu_breakdown():
 
 
 @needs_gguf
+def test_mapped_weights_are_one_span_of_the_file():
+    import gguf
+
+    # a real run maps the file: CPU_Mapped spans the first tensor's data to the end of the last one's (the file's
+    # own offsets, read here with gguf-py), the last tensor's padding outside it; the CPU buffer keeps no weights
+    reader = gguf.GGUFReader(GGUF)
+    first = min(int(t.data_offset) for t in reader.tensors)
+    last = max(int(t.data_offset) + int(t.n_bytes) for t in reader.tensors)
+    data = json.loads(run("--tool", "cli", "--format", "json").output)
+    rows = {row["buffer_type"]: row for row in data["breakdown"]}
+    assert rows["CPU_Mapped"]["model_bytes"] == last - first
+    assert 1_011_744 - 32 < last - first <= 1_011_744
+    assert rows["CPU"]["model_bytes"] == 0 and rows["CPU"]["context_bytes"] == 46_080
+
+
+@needs_gguf
 def test_log_predicts_the_output_and_compute_buffer_lines():
     r = run("--tool", "cli", "--format", "log")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0] == "llama_context:        CPU  output buffer size =     0.00 MiB"
+    # the mapped weights first (load_tensors), 1,011,744 - the last tensor's padding bytes: 0.96 MiB
+    assert lines[0] == "load_tensors:   CPU_Mapped model buffer size =     0.96 MiB"
+    assert lines[1] == "llama_context:        CPU  output buffer size =     0.00 MiB"
     assert lines[-1] == "sched_reserve:        CPU compute buffer size =     2.84 MiB"  # 2,975,776 B
 
 
@@ -47,6 +66,9 @@ def test_log_predicts_the_output_and_compute_buffer_lines():
 def test_table_shows_the_breakdown_beside_the_caches():
     r = run("--tool", "cli")
     assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("Host (CPU)"))
+    assert row.split()[-1] == f"{46_080 + 2_975_776:,}"
+    r = run("--tool", "cli", "--no-mmap")
     row = next(line for line in r.output.splitlines() if line.startswith("Host (CPU)"))
     assert row.split()[-1] == f"{1_011_744 + 46_080 + 2_975_776:,}"
 
@@ -82,8 +104,33 @@ def test_gpu_weights_tensor_by_tensor_keep_the_embedding_on_the_host():
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     rows = {row["buffer_type"]: row for row in data["breakdown"]}
-    assert rows["CPU"]["model_bytes"] == 41_028_480
+    # mapped (the default): the embedding's span of the file, its ggml_nbytes
+    assert rows["CPU_Mapped"]["model_bytes"] == 41_028_480
+    assert rows["CUDA_Host"]["model_bytes"] == 0 and rows["CUDA_Host"]["compute_bytes"] is not None
     # the CPU backend's total (measured with llama.cpp: 141,412,224) minus the host part, plus the device copy,
     # is a lower bound of the device's bytes (CUDA pads every tensor to 128 bytes, CPU to 32)
     assert rows["CUDA0"]["model_bytes"] >= 141_412_224 - 41_028_480 + 41_028_864
     assert data["model_bytes_exact"] is True
+
+
+def test_gpu_host_weights_without_mmap_are_pinned():
+    # --no-mmap with a GPU: the host weights take the GPU's host buffer type (CUDA_Host, pinned) instead of CPU
+    # (src/llama-model-loader.cpp: the host buffer is skipped only with mmap), beside the host compute buffer
+    r = CliRunner().invoke(cli, ["estimate", "-m", "mamba-130m", "--quant", "Q8_0", "--backend", "CUDA0",
+                                 "--format", "json", "--no-mmap"])
+    assert r.exit_code == 0, r.output
+    rows = {row["buffer_type"]: row for row in json.loads(r.output)["breakdown"]}
+    assert set(rows) == {"CUDA0", "CUDA_Host"}
+    assert rows["CUDA_Host"]["model_bytes"] == 41_028_480  # 50280 x 816, already a multiple of 32
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--cpu-repack", "x86-sse"], "unknown target (have: none, x86-avx2, x86-avx512"),
+    (["--no-repack", "--cpu-repack", "x86-avx2"], "--no-repack and --cpu-repack x86-avx2 contradict"),
+    (["--no-mmap", "--load-mode", "mmap"], "--no-mmap and --load-mode mmap contradict"),
+    (["--engine", "vllm", "--no-repack"], "--no-repack applies to --engine llama.cpp only"),
+])
+def test_bad_host_options_are_refused(args, message):
+    r = CliRunner().invoke(cli, ["estimate", "-m", "mamba-130m", *args])
+    assert r.exit_code == 2
+    assert message in r.output

@@ -41,10 +41,12 @@ def golden_cpu_model(name: str) -> int:
     ("qwen3-next-80b-a3b", "q8_0", "qwen3-next-80b-a3b-q8_0.json"),
 ])
 def test_estimate_breakdown_model_bytes_are_llama_cpps(preset, quant, golden):
-    r = run("estimate", "--model", preset, "-c", "256", "--quant", quant, "--format", "json")
+    # the dry run reads the weights into a CPU buffer: --no-mmap (bf16 / q8_0: nothing repacked on x86-avx2)
+    r = run("estimate", "--model", preset, "-c", "256", "--quant", quant, "--format", "json", "--no-mmap")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["model_bytes_exact"] is True
+    assert [row["buffer_type"] for row in data["breakdown"]] == ["CPU"]
     assert data["breakdown"][0]["model_bytes"] == golden_cpu_model(golden)
     assert any(n.startswith(f"model bytes: llama-quantize {quant.upper()} of the converter's bf16 GGUF")
                for n in data["notes"])
@@ -118,7 +120,8 @@ def test_config_json_quantizes_like_its_preset():
         outs.append(json.loads(r.output))
     from_config, from_preset = outs
     assert from_config["breakdown"] == from_preset["breakdown"]
-    assert from_config["breakdown"][0]["model_bytes"] > 0 and from_config["breakdown"][0]["compute_bytes"] > 0
+    rows = {row["buffer_type"]: row for row in from_config["breakdown"]}
+    assert rows["CPU_Mapped"]["model_bytes"] > 0 and rows["CPU"]["compute_bytes"] > 0
     assert from_config["compute"] == from_preset["compute"]
     # the logits: 50288 floats for the one output of llama-server's default
     assert from_config["output_buffer"] == from_preset["output_buffer"]

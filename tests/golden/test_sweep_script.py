@@ -45,7 +45,12 @@ def test_grid_is_wide_enough_and_every_model_has_a_source(sweep):
     assert {"-c", "-np", "-b", "-ub", "-fa", "-ctk", "-ctv", "-kvu", "--n-rs-seq", "-ngl"} <= flags
     assert len(sweep.MODELS) >= 12
     for spec in sweep.MODELS.values():
-        assert ("gguf" in spec) != ("preset" in spec and "outtype" in spec)
+        # a real file, or a preset with the converter's --outtype or llama-quantize's ftype (exactly one source)
+        skeleton = "preset" in spec and (("outtype" in spec) != ("quant" in spec))
+        assert ("gguf" in spec) != skeleton
+    # the quantized skeletons measure the host buffer types into their own folder, over their own grid
+    quant = [spec for spec in sweep.MODELS.values() if "quant" in spec]
+    assert quant and all(spec["subdir"] == "buffer-types" and spec["grid"] for spec in quant)
 
 
 def test_unknown_model_and_missing_probe_are_clear_errors(sweep, capsys, monkeypatch, tmp_path):

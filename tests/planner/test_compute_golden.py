@@ -17,6 +17,7 @@ from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.breakdown import model_bytes_by_buffer
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer, has_compute_model
 from rsplan.planner.context import ContextParams
+from rsplan.planner.host_weights import HostOptions, gguf_table
 from rsplan.planner.outputs import mtp_draft_kv, output_buffer
 from rsplan_testing import shared_dir
 
@@ -78,8 +79,9 @@ def test_compute_and_output_buffer_equal_llama_cpp(case: tuple) -> None:
     out = output_buffer(spec, params, embeddings=embeddings)
     assert (out.buffer_type, out.bytes) == (c["output_buffer"]["buft"], c["output_buffer"]["bytes"])
     if "gguf" in model:  # a real GGUF: its tensor table gives the CPU model bytes exactly
-        tensors = read_gguf(str(MEASURED / model["gguf"])).index.tensors
-        assert model_bytes_by_buffer(spec, "CPU", tensors, load_mtp=bool(flags.get("--load-mtp"))) == (
+        table = gguf_table(read_gguf(str(MEASURED / model["gguf"])).index)
+        read = HostOptions(use_mmap=False)  # the dry run reads the weights into a CPU buffer
+        assert model_bytes_by_buffer(spec, "CPU", table, load_mtp=bool(flags.get("--load-mtp")), host=read) == (
             {"CPU": c["breakdown"]["CPU"]["model"]}, True)
     draft = bool(flags.get("--ctx-mtp"))
     if draft:  # the --spec-type mtp draft context: its own KV cache over the nextn layers

@@ -98,16 +98,23 @@ def test_checkpoint_equals_llama_cpp_state_size(model: str, expected: int, n_rs_
 
 def test_model_bytes_from_a_tensor_table_pad_each_tensor_and_skip_mtp_layers():
     from rsplan.planner.breakdown import model_bytes_by_buffer
+    from rsplan.planner.host_weights import HostOptions, WeightTable
 
+    def table(tensors: list[tuple[str, int]]) -> WeightTable:  # f32 rows: nothing repacked
+        return WeightTable(tensors, [("f32", n // 4) for _, n in tensors], [(n // 4,) for _, n in tensors])
+
+    read = HostOptions(use_mmap=False)  # the weights read into a CPU buffer (as a dry run counts them)
     spec = make_spec(**{**MAMBA2, "block_count": 3, "nextn_predict_layers": 0})
-    tensors = [("token_embd.weight", 100), ("blk.0.ssm_in.weight", 64), ("blk.2.ssm_out.weight", 33)]
-    # 100 -> 128, 64 -> 64, 33 -> 64 (32-byte alignment)
-    assert model_bytes_by_buffer(spec, "CPU", tensors) == ({"CPU": 256}, True)
+    tensors = [("token_embd.weight", 100), ("blk.0.ssm_in.weight", 64), ("blk.2.ssm_out.weight", 36)]
+    # 100 -> 128, 64 -> 64, 36 -> 64 (32-byte alignment)
+    assert model_bytes_by_buffer(spec, "CPU", table(tensors), host=read) == ({"CPU": 256}, True)
+    # mapped: one span from the first tensor's offset (0) to the end of the last (128 + 64 + 36)
+    assert model_bytes_by_buffer(spec, "CPU", table(tensors)) == ({"CPU_Mapped": 228}, True)
     qwen = make_spec(arch="qwen35", context_length=4096, embedding_length=64, block_count=4, nextn_predict_layers=1,
                      vocab_size=100, attention={"head_count": 2, "head_count_kv": 1, "key_length": 32,
                                                 "value_length": 32},
                      ssm={"conv_kernel": 4, "inner_size": 64, "state_size": 16, "time_step_rank": 4,
                           "group_count": 2})
     with_mtp = [*tensors, ("blk.3.nextn.eh_proj.weight", 64)]  # layer 3 is the MTP layer (n_layer 3)
-    assert model_bytes_by_buffer(qwen, "CPU", with_mtp) == ({"CPU": 256}, True)
-    assert model_bytes_by_buffer(qwen, "CPU", with_mtp, load_mtp=True) == ({"CPU": 320}, True)
+    assert model_bytes_by_buffer(qwen, "CPU", table(with_mtp), host=read) == ({"CPU": 256}, True)
+    assert model_bytes_by_buffer(qwen, "CPU", table(with_mtp), load_mtp=True, host=read) == ({"CPU": 320}, True)
