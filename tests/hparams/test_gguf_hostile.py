@@ -165,13 +165,18 @@ CASES: dict[str, tuple[bytes, str]] = {
 }
 
 
+#: A hang guard, not a speed test (benchmarks/bench_gguf.py measures speed): a scan that walked a claimed 2^40
+#: entries would take hours, while a loaded 2-core machine can stretch a real sub-second refusal several times.
+HANG_GUARD_S = 5.0
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_hostile_file_is_one_line_error(case, raw_file, rsplan):
     data, message = CASES[case]
     path = raw_file(data)
     start = time.perf_counter()
     r = rsplan("estimate", "--model", str(path))
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < HANG_GUARD_S
     assert r.exit_code == 1
     assert r.output.count("\n") == 1
     assert isinstance(r.exception, SystemExit)  # click's exit, not an escaped exception
@@ -206,7 +211,7 @@ def test_single_bit_flips_never_escape(bit, raw_file):
             load_gguf(path)
         except RsplanError as exc:
             assert "\n" not in str(exc)
-    assert time.perf_counter() - start < 10.0
+    assert time.perf_counter() - start < 10 * HANG_GUARD_S
 
 
 HOSTILE_HEADERS = {
@@ -233,7 +238,7 @@ def test_hostile_header_allocates_little_and_returns_quickly(case, raw_file, tmp
     finally:
         tracemalloc.stop()
     assert peak < 2 << 20, f"{case}: peak {peak} bytes"
-    assert elapsed < 1.0
+    assert elapsed < HANG_GUARD_S
 
 
 def test_a_directory_or_missing_file(tmp_path: Path, rsplan):
