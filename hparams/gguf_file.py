@@ -549,8 +549,11 @@ def model_from_index(buf: Any, index: GGUFIndex, where: str, *, fallback_name: s
 #: Spec flags a GGUF says only through its tensor table: (arch, spec field) -> the optional per-layer tensor whose
 #: presence sets it. Falcon-H1's grouped Mamba-2 norm is created TENSOR_NOT_REQUIRED
 #: (src/models/falcon-h1.cpp:83 ssm_norm) and applied where present; no metadata key records config.json's
-#: mamba_rms_norm.
-TENSOR_TABLE_FLAGS: dict[tuple[str, str], str] = {("falcon-h1", "mamba_rms_norm"): "ssm_norm.weight"}
+#: mamba_rms_norm. ARWKV-7's time-mix group norm likewise (src/models/arwkv7.cpp:103 time_mix_ln).
+TENSOR_TABLE_FLAGS: dict[tuple[str, str], str] = {
+    ("falcon-h1", "mamba_rms_norm"): "ssm_norm.weight",
+    ("arwkv7", "wkv_group_norm"): "time_mix_ln.weight",
+}
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.")
 
 

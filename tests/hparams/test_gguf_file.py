@@ -460,3 +460,14 @@ def test_rwkv7_lora_ranks_are_read_and_required(arch, gguf_file, rsplan):
     del kv["attention.iclr_lora_rank"]
     r = rsplan("estimate", "--model", str(gguf_file(arch, kv, filename="bad.gguf")))
     assert r.exit_code != 0 and f"{arch}.attention.iclr_lora_rank: required key not found" in r.output
+
+
+@pytest.mark.parametrize(("with_norm", "expected"), [(True, True), (False, False)])
+def test_arwkv7_group_norm_is_read_off_the_tensor_table(gguf_file, with_norm, expected):
+    """ARWKV-7's time-mix group norm (blk.N.time_mix_ln, created only when the file has it) sets wkv_group_norm."""
+    kv = CASES["arwkv7"][1]
+    layers = [(f"blk.{il}.attn_norm.weight", (64,), "f32") for il in (0, 1)]
+    norms = [(f"blk.{il}.time_mix_ln.weight", (64,), "f32") for il in (0, 1)] if with_norm else []
+    g = read_gguf(gguf_file("arwkv7", kv, tensors=[*layers, *norms]))
+    assert g.spec.wkv_group_norm is expected
+    assert g.loaded.sources["wkv_group_norm"].startswith("tensor table (blk.N.time_mix_ln.weight")
