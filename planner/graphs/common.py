@@ -153,6 +153,18 @@ def ffn_width(p: GraphParams, il: int) -> int:
     return n_ff
 
 
+def spec_flag(p: GraphParams, field_name: str, meaning: str) -> bool:
+    """The model's boolean ``field_name`` that decides part of the graph (``meaning``: what it says and where it
+    comes from), or ComputeModelError when the model does not give it."""
+    value = getattr(p.spec, field_name)
+    if value is None:
+        from rsplan.planner.compute import ComputeModelError
+
+        raise ComputeModelError(f"model '{p.spec.name}' does not give {field_name} ({meaning}); pass --compute to "
+                                "give the size")
+    return bool(value)
+
+
 def state_dims(p: GraphParams) -> RecurrentDims:
     """The recurrent layers' state dimensions (hparams.recurrent, derived once per model: ``p.layout.recurrent``),
     which every graph's recurrent layer reads its sizes from. A state that does not split into whole heads and

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import AttnInputs, attn_inputs, attn_kv
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, ffn_width
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, ffn_width, spec_flag
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 from rsplan.planner.graphs.mamba import mamba2_layer
 
@@ -29,21 +29,10 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
 
 
-def _group_norm(p: GraphParams) -> bool:
-    """Whether the Mamba-2 mixers have their grouped norm (ComputeModelError when the model does not say)."""
-    from rsplan.planner.compute import ComputeModelError
-
-    if p.spec.mamba_rms_norm is None:
-        raise ComputeModelError(
-            f"model '{p.spec.name}' does not give mamba_rms_norm (whether Falcon-H1's Mamba-2 mixer has its "
-            "grouped norm, the ssm_norm tensors); pass --compute to give the size"
-        )
-    return p.spec.mamba_rms_norm
-
-
 def build_falcon_h1(p: GraphParams) -> Graph:
     """llama_model_falcon_h1::graph."""
-    group_norm = _group_norm(p)
+    group_norm = spec_flag(p, "mamba_rms_norm", "whether Falcon-H1's Mamba-2 mixer has its grouped norm, the ssm_norm "
+                                                "tensors")
     lg = LlamaGraph(p)
     inp = lg.inp_embd()
     pos = lg.inp_pos()

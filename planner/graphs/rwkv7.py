@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, spec_flag, state_dims
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 
 #: The low-rank widths the time mix's projections need: GGUF key (attention.*) -> what it sizes.
@@ -84,7 +84,8 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     hs, hc = dims.head_dim, dims.n_heads  # wkv.head_size, n_embd / head_size
     rk = _ranks(p, gate_required=not arwkv)
     gating = rk.gate > 0
-    group_norm = _group_norm(p) if arwkv else True
+    group_norm = not arwkv or spec_flag(p, "wkv_group_norm", "whether ARWKV-7's time mix has its group norm, "
+                                                             "time_mix_ln: config.json wkv_has_group_norm")
     x = _time_mix_inputs(p, cur, x_prev, LERPS if gating else LERPS[:-1])
 
     def mm(inp: Tensor, rows: int) -> Tensor:
@@ -126,18 +127,6 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
         cur = g.mul(cur, gate)
     cur = mm(cur, n_embd)
     return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
-
-
-def _group_norm(p: GraphParams) -> bool:
-    """Whether an ARWKV-7 time mix has its group norm (wkv_group_norm; ComputeModelError when not given)."""
-    if p.spec.wkv_group_norm is None:
-        from rsplan.planner.compute import ComputeModelError
-
-        raise ComputeModelError(
-            f"model '{p.spec.name}' does not give wkv_group_norm (whether ARWKV-7's time mix has its group norm, "
-            "time_mix_ln: config.json wkv_has_group_norm); pass --compute to give the size"
-        )
-    return p.spec.wkv_group_norm
 
 
 def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:

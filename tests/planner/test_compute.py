@@ -339,3 +339,15 @@ def test_plamo2_asserts_ungrouped_whole_heads():
     grouped = spec.model_copy(update={"ssm": spec.ssm.model_copy(update={"group_count": 1})})
     with pytest.raises(LlamaAbortError, match=r"n_group == 0.*group_count 1"):
         compute_buffer(grouped, ContextParams(n_ctx=4096))
+
+
+@pytest.mark.parametrize(("preset", "flag"), [("arwkv-1.5b", "wkv_group_norm"),
+                                               ("falcon-h1-0.5b-instruct", "mamba_rms_norm")])
+def test_a_graph_flag_the_model_does_not_give_is_named(preset, flag):
+    """Graphs that depend on an optional boolean refuse, naming it, when the model leaves it unset (a GGUF whose
+    tensor table does not cover its layers, a config without the key)."""
+    from rsplan.hparams.sources import load_builtin_preset
+
+    spec = load_builtin_preset(preset).model_copy(update={flag: None})
+    with pytest.raises(ComputeModelError, match=f"does not give {flag} .*pass --compute"):
+        compute_buffer(spec, ContextParams())
