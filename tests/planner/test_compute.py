@@ -346,8 +346,6 @@ def test_plamo2_asserts_ungrouped_whole_heads():
 def test_a_graph_flag_the_model_does_not_give_is_named(preset, flag):
     """Graphs that depend on an optional boolean refuse, naming it, when the model leaves it unset (a GGUF whose
     tensor table does not cover its layers, a config without the key)."""
-    from rsplan.hparams.sources import load_builtin_preset
-
     spec = load_builtin_preset(preset).model_copy(update={flag: None})
     with pytest.raises(ComputeModelError, match=f"does not give {flag} .*pass --compute"):
         compute_buffer(spec, ContextParams())
