@@ -87,7 +87,36 @@ def _rwkv(cfg: HFParams, w: KeyWriter, *, version: int) -> str:
         w.u32(LLM.TIME_DECAY_EXTRA_DIM, 128 if hidden == 4096 else 64,
               "128 if hidden_size == 4096 else 64 (converter)")
         w.u32(LLM.RESCALE_EVERY_N_LAYERS, *cfg.need("rescale_every"))
+    else:
+        _rwkv7_lora_ranks(cfg, w, hidden)
     return f"rwkv{version}"
+
+
+#: Rwkv7Model's LoRA ranks (conversion/rwkv.py:163 lora_rank_decay): the GGUF key, the config key of the RWKV-LM
+#: naming, of the fla-hub naming (read when any of the first four is missing), and the calc_lora_rank exponent and
+#: multiplier used when the key is null.
+_RWKV7_LORA = (
+    (Attention.DECAY_LORA_RANK, "lora_rank_decay", "decay_low_rank_dim", 0.5, 1.8),
+    (Attention.ICLR_LORA_RANK, "lora_rank_iclr", "a_low_rank_dim", 0.5, 1.8),
+    (Attention.VALUE_RESIDUAL_MIX_LORA_RANK, "lora_rank_value_residual_mix", "v_low_rank_dim", 0.5, 1.3),
+    (Attention.GATE_LORA_RANK, "lora_rank_gate", "gate_low_rank_dim", 0.8, 0.6),
+)
+
+
+def _rwkv7_lora_ranks(cfg: HFParams, w: KeyWriter, hidden: int) -> None:
+    """Rwkv7Model: each rank as the config gives it, or ``calc_lora_rank`` (conversion/rwkv.py:148
+    calc_lora_rank: ``max(1, round(hidden_size ** e * m / 32)) * 32``, Python's round) where it is null."""
+    first = all(cfg.has(row[1]) for row in _RWKV7_LORA)
+    for gguf_key, key_a, key_b, exponent, multiplier in _RWKV7_LORA:
+        key = key_a if first else key_b
+        if not cfg.has(key):
+            raise cfg.fail(key, f"required key not found (Rwkv7Model reads the {key_a} set or the {key_b} set)")
+        value = cfg.data[key]
+        if value is None:
+            rank = max(1, round(hidden**exponent * multiplier / 32)) * 32
+            w.u32(gguf_key, rank, f"max(1, round(hidden_size ** {exponent} * {multiplier} / 32)) * 32 ({key} null)")
+        else:
+            w.u32(gguf_key, cfg.check_int(key, value), key)
 
 
 def _layer_types(cfg: HFParams, n: int) -> tuple[list[str], str]:

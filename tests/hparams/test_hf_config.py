@@ -117,7 +117,9 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
          "a_low_rank_dim": 32, "v_low_rank_dim": 32, "gate_low_rank_dim": 64, "vocab_size": 65536},
         {"rwkv_vocab_v20230424.txt": ""}, "rwkv7",  # the converter asserts the world vocabulary file
         {"context_length": 1048576, "embedding_length": 64, "feed_forward_length": 4 * 64,
-         "attention.head_count": 0, "wkv.head_size": 16, **tokens(65536)},  # the world vocab padded to vocab_size
+         "attention.head_count": 0, "wkv.head_size": 16, **tokens(65536),  # the world vocab padded to vocab_size
+         "attention.decay_lora_rank": 32, "attention.iclr_lora_rank": 32,
+         "attention.value_residual_mix_lora_rank": 32, "attention.gate_lora_rank": 64},
     ),
     "rwkv6": (
         {"model_type": "rwkv6", "architectures": ["Rwkv6ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
@@ -860,3 +862,23 @@ def test_estimate_of_a_builtin_preset_imports_no_model_file_reader():
             f"print('READERS', sorted(m for m in sys.modules if m.split('.')[-1] in {readers!r}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "READERS []"
+
+
+def test_rwkv7_lora_ranks_as_the_converter_writes_them(tmp_path):
+    """Rwkv7Model: the lora_rank_* set when all four keys are there (null: calc_lora_rank), else the fla-hub
+    *_low_rank_dim set. By hand for hidden_size 2048: 2048 ** 0.5 = 45.25; decay and iclr round(45.25 * 1.8 / 32 =
+    2.55) = 3 -> 96; value-residual mix round(45.25 * 1.3 / 32 = 1.84) = 2 -> 64; gate 2048 ** 0.8 = 445.7,
+    round(445.7 * 0.6 / 32 = 8.36) = 8 -> 256."""
+    base = {"model_type": "rwkv7", "architectures": ["RWKV7ForCausalLM"], "hidden_size": 2048,
+            "num_hidden_layers": 2, "head_dim": 64, "intermediate_size": None, "norm_eps": 1e-5,
+            "vocab_size": 65536}
+    nulls = {"lora_rank_decay": None, "lora_rank_iclr": None, "lora_rank_value_residual_mix": None,
+             "lora_rank_gate": None}
+    a = read_hf_config(_model_dir(tmp_path, {**base, **nulls}, {}, "nulls")).spec.attention
+    assert (a.decay_lora_rank, a.iclr_lora_rank, a.value_residual_mix_lora_rank, a.gate_lora_rank) == (96, 96, 64, 256)
+    fla = {"decay_low_rank_dim": 64, "a_low_rank_dim": 64, "v_low_rank_dim": 32, "gate_low_rank_dim": 128}
+    # one lora_rank_* key missing: the converter takes the fla-hub set instead
+    a = read_hf_config(_model_dir(tmp_path, {**base, **fla, "lora_rank_decay": 7}, {}, "fla")).spec.attention
+    assert (a.decay_lora_rank, a.iclr_lora_rank, a.value_residual_mix_lora_rank, a.gate_lora_rank) == (64, 64, 32, 128)
+    with pytest.raises(ModelFileError, match="a_low_rank_dim: required key not found"):
+        read_hf_config(_model_dir(tmp_path, {**base, "decay_low_rank_dim": 64}, {}, "missing"))
