@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
 from rsplan.planner.capacity import CapacityPlanner, default_ladder
+from rsplan.planner.capacity_charge import Charge
 from rsplan.planner.context import ContextParams
 from rsplan.planner.plan import build_plan
 
@@ -162,17 +163,20 @@ def heatmap(planner: CapacityPlanner) -> Heatmap:
     (a larger setting's, so their headroom is not overstated) and the cells past it the next cell's (so they stay
     out of memory); the magnitudes away from the boundary are therefore approximate, the colours' sign is not."""
     contexts = heatmap_contexts(planner)
-    rows = [_heatmap_row(planner, contexts, n) for n in HEATMAP_NP]
+    smallest = planner.params(contexts[0], HEATMAP_NP[0])  # its charge bounds every cell's from below
+    floor = planner.charge_at(smallest) if planner.aborts(smallest) is None else planner.charges.zero(smallest)
+    rows = [_heatmap_row(planner, contexts, n, floor) for n in HEATMAP_NP]
     past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
     return Heatmap(list(HEATMAP_NP), contexts, rows, past)
 
 
-def _heatmap_row(planner: CapacityPlanner, contexts: list[int], n_seq: int) -> list[int]:
-    """One heat-map row (``heatmap``): the headroom of ``-c contexts[j] -np n_seq`` for each column j."""
+def _heatmap_row(planner: CapacityPlanner, contexts: list[int], n_seq: int, floor: Charge) -> list[int]:
+    """One heat-map row (``heatmap``): the headroom of ``-c contexts[j] -np n_seq`` for each column j; ``floor``
+    bounds the row's charges from below (it only narrows the search; the boundary is checked exactly)."""
     def make(j: int) -> ContextParams:
         return planner.params(contexts[j], n_seq)
 
-    last = planner.search(make, 0, len(contexts) - 1)  # -1: no column fits
+    last = planner.search(make, 0, len(contexts) - 1, floor)  # -1: no column fits
     inside = planner.charge_at(make(last)) if last >= 0 else None
     outside = None
     if last + 1 < len(contexts) and planner.aborts(make(last + 1)) is None:
