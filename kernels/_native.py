@@ -22,8 +22,12 @@ import tempfile
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from rsplan.kernels._common import RowPlan
 
 SOURCE = Path(__file__).with_name("native.c")
 #: -fassociative-math lets the compiler vectorise the dot products (their sums run in another order; rounding
@@ -133,6 +137,13 @@ def i64(values: tuple[int, ...]) -> torch.Tensor:
 @lru_cache(maxsize=1024)
 def _i64(values: tuple[int, ...]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64)
+
+
+def active_rows(plan: RowPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(source row, destination row, sequence index) of each active sequence of ``plan``, as int64 tensors
+    (memoised, ``i64``): what every C decode kernel walks."""
+    act = plan.active
+    return i64(tuple(plan.src[i] for i in act)), i64(tuple(plan.dst[i] for i in act)), i64(act)
 
 
 def eligible(pool: torch.Tensor, n_tokens: int, hazard: bool) -> bool:

@@ -47,7 +47,7 @@ def gated_delta_native(
     act = plan.active
     # the C code reads these through raw pointers: every one stays bound to a name until the call returns
     qc, kc, vc, bc, e = nat.f32(q), nat.f32(k), nat.f32(v), nat.f32(beta), torch.exp(g.float()).contiguous()
-    src, dst, seq = nat.i64(tuple(plan.src[i] for i in act)), nat.i64(tuple(plan.dst[i] for i in act)), nat.i64(act)
+    src, dst, seq = nat.active_rows(plan)
     lib.rs_gated_delta_decode(
         *(nat.ptr(t) for t in (pool, src, dst, seq)),
         len(act),

@@ -35,7 +35,7 @@ def lightning_native(
     # the C code reads these through raw pointers: every one stays bound to a name until the call returns
     qc, kc, vc = (nat.f32(t) for t in (q, k, v))
     decay = torch.exp(-slope.float()).contiguous()  # as the reference: exp(-slope) in fp32
-    src, dst, seq = nat.i64(tuple(plan.src[i] for i in act)), nat.i64(tuple(plan.dst[i] for i in act)), nat.i64(act)
+    src, dst, seq = nat.active_rows(plan)
     lib.rs_lightning_decode(
         *(nat.ptr(t) for t in (pool, src, dst, seq)),
         len(act),

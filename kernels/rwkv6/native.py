@@ -35,7 +35,7 @@ def rwkv6_native(
     act = plan.active
     # the C code reads these through raw pointers: every one stays bound to a name until the call returns
     rc, kc, vc, wc, uc = (nat.f32(t) for t in (r, k, v, w, u))
-    src, dst, seq = nat.i64(tuple(plan.src[i] for i in act)), nat.i64(tuple(plan.dst[i] for i in act)), nat.i64(act)
+    src, dst, seq = nat.active_rows(plan)
     lib.rs_wkv6_decode(
         *(nat.ptr(t) for t in (pool, src, dst, seq)),
         len(act),

@@ -8,6 +8,7 @@ import torch
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
 from rsplan.kernels.conv_state.native import MAX_WIDTH
+from rsplan.kernels.conv_state.native import decode as conv_state_decode
 from rsplan.kernels.shortconv.fast import shortconv_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
 
@@ -43,21 +44,5 @@ def shortconv_native(
             pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
         )
     y = output(out, (N, T, D), x)
-    yc = y if y.is_contiguous() else y.contiguous()
-    act = plan.active
-    # the C code reads these through raw pointers: every one stays bound to a name until the call returns
-    xc, wc, bc, cc = nat.f32(x), nat.f32(weight), nat.f32(b), nat.f32(c)
-    src, seq = nat.i64(tuple(plan.src[i] for i in act)), nat.i64(act)
-    rows = nat.i64(tuple(p * plan.mem_size + plan.dst[i] for p in range(n_written) for i in act))
-    lib.rs_conv_state_decode(
-        *(nat.ptr(t) for t in (pool, src, rows, seq)),
-        len(act),
-        n_written,
-        D,
-        L,
-        *(nat.ptr(t) for t in (xc, wc, bc, cc, yc)),
-        nat.threads(len(act) * D * (L - 1) * 4 * (1 + n_written)),
-    )
-    if yc is not y:
-        y.copy_(yc)
+    conv_state_decode(lib, pool, plan, n_written, x, weight, y, gates=(b, c))
     return (y,)

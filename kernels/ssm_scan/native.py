@@ -50,7 +50,7 @@ def ssm_scan_native(
     xd = (x.float() * d[..., None]).contiguous()
     Bc, Cc = nat.f32(B), nat.f32(C)
     act = plan.active
-    src, dst, seq = nat.i64(tuple(plan.src[i] for i in act)), nat.i64(tuple(plan.dst[i] for i in act)), nat.i64(act)
+    src, dst, seq = nat.active_rows(plan)
     lib.rs_ssm_scan_decode(
         *(nat.ptr(t) for t in (pool, src, dst, seq)),
         len(act),
