@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.buffers import CPU_RULE
 from rsplan.planner.compute import ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams
 from rsplan.planner.device_compute import device_compute
@@ -37,6 +36,7 @@ from rsplan.planner.fit_memory import (
     MemoryModel,
     StartFlags,
     Usage,
+    cache_split,
     charged_where_units_run,
     scheduled_figures,
 )
@@ -105,14 +105,8 @@ class DraftMemory:
         target = self.target
         placement = target.placement(dataclasses.replace(self.user, n_ctx=n_ctx))
         n_dev = target.n_devices
-        context = [0] * n_dev
-        host_context = 0
-        for t in build_plan(self.spec, self.params(n_ctx), self.layout).tensors:
-            dev = placement.cache_device(t.layer)
-            if dev is None:
-                host_context += CPU_RULE.alloc_nbytes(t.bytes, t.type, t.shape[0])
-            else:
-                context[dev] += target.device_rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
+        plan = build_plan(self.spec, self.params(n_ctx), self.layout)
+        context, host_context = cache_split(plan, placement, target.device_rule, n_dev)
         dev_compute, host_compute = self._compute_split(n_ctx, placement)
         devices = tuple(DeviceUsage(0, context[d], dev_compute[d]) for d in range(n_dev))
         host = DeviceUsage(0, host_context, host_compute)

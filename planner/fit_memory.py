@@ -36,7 +36,7 @@ from rsplan.planner.placement import Placement, place_layers
 
 if TYPE_CHECKING:
     from rsplan.planner.device_compute import DeviceCompute
-from rsplan.planner.plan import build_plan
+from rsplan.planner.plan import MemoryPlan, build_plan
 from rsplan.planner.weight_placement import TensorOverride, Weight, place_weights
 
 
@@ -46,6 +46,21 @@ def charged_where_units_run(compute: int, units: Sequence[int | None], n_devices
     busy = {d for d in units if d is not None}
     host_layers = any(d is None for d in units[:-1])
     return tuple(compute if d in busy else 0 for d in range(n_devices)), compute if host_layers or not busy else 0
+
+
+def cache_split(plan: MemoryPlan, placement: Placement, device_rule: BufferRule,
+                n_devices: int) -> tuple[list[int], int]:
+    """(cache bytes per device, host cache bytes) of ``plan``'s tensors, each on its layer's device (``-nkvo``:
+    the host) padded by that buffer's rule."""
+    context = [0] * n_devices
+    host = 0
+    for t in plan.tensors:
+        dev = placement.cache_device(t.layer)
+        if dev is None:
+            host += CPU_RULE.alloc_nbytes(t.bytes, t.type, t.shape[0])
+        else:
+            context[dev] += device_rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
+    return context, host
 
 
 def scheduled_figures(got: DeviceCompute, real_run: bool) -> tuple[tuple[int, ...], int]:
@@ -157,15 +172,8 @@ class MemoryModel:
         self.calls += 1
         placement = self.placement(flags)
         weights = place_weights(self.weights, placement, self.device_rule, flags.overrides)
-        context = [0] * self.n_devices
-        host_context = 0
         plan = build_plan(self.spec, dataclasses.replace(self.params, n_ctx=flags.n_ctx), self.layout)
-        for t in plan.tensors:
-            dev = placement.cache_device(t.layer)
-            if dev is None:
-                host_context += CPU_RULE.alloc_nbytes(t.bytes, t.type, t.shape[0])
-            else:
-                context[dev] += self.device_rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
+        context, host_context = cache_split(plan, placement, self.device_rule, self.n_devices)
         dev_compute, host_compute = self.compute_split(flags, placement)
         devices = tuple(DeviceUsage(weights.device[d], context[d], dev_compute[d]) for d in range(self.n_devices))
         host = DeviceUsage(weights.host, host_context, host_compute)
