@@ -375,11 +375,11 @@ class CapacityPlanner:
                     f"({self.ctx_limit.note})"
                 )
 
-    def bound_device(self, params: ContextParams) -> str | None:
-        """The device (or ``host memory``) whose budget ``params`` exceeds the most, charged its own weights,
-        compute and draft at ``params`` (None when it fits)."""
+    def bound_device(self, params: ContextParams, charge: Charge | None = None) -> str | None:
+        """The device (or ``host memory``) whose budget ``params`` exceeds the most, charged ``charge`` besides
+        its caches (None: its own weights, compute and draft at ``params``, ``charge_at``); None when it fits."""
         use = self.usage(params)
-        charge = self.charge_at(params)
+        charge = charge or self.charge_at(params)
         over = [(t.total_bytes + charge.device(i) - r, d.name) for i, (r, t, d) in
                 enumerate(zip(self.room, use.devices, self.budget.devices, strict=True))]
         if self.budget.host_budget_bytes is not None:
@@ -477,10 +477,24 @@ class CapacityPlanner:
         """``params`` fits with its own compute buffer (and llama.cpp does not abort creating its context)."""
         return self.aborts(params) is None and self.headroom(params) >= 0
 
+    def over_before_compute(self, params: ContextParams) -> bool:
+        """``params`` exceeds a budget with its caches, output buffer, checkpoints and weights alone (charged no
+        compute buffer and no draft context): it does not fit whatever its compute, so no exact figure is needed."""
+        return self.budget.compute_per_setting and self.headroom(params, self.charges.zero(params)) < 0
+
+    def fits_next(self, params: ContextParams) -> bool:
+        """``fits`` for the step above an answer: False without sizing its compute buffer where the caches and
+        weights alone exceed a budget (``over_before_compute``)."""
+        return not self.over_before_compute(params) and self.fits(params)
+
     def next_limit(self, params: ContextParams) -> tuple[str, str | None]:
         """(limited_by, bound_device) of an answer whose next step up is ``params``, which does not fit:
-        (``llama_abort``, None) when llama.cpp aborts creating its context, else (``memory``, the device whose
-        budget it exceeds the most)."""
+        (``memory``, the budget exceeded the most before any compute buffer) when its caches and weights alone
+        exceed a budget (``over_before_compute``: its compute is then not sized, so an abort of llama.cpp there
+        goes unreported: memory already rules it out); else (``llama_abort``, None) when llama.cpp aborts creating
+        its context; else (``memory``, the budget it exceeds the most with its own compute buffer)."""
+        if self.over_before_compute(params):
+            return "memory", self.bound_device(params, self.charges.zero(params))
         if self.aborts(params) is not None:
             return "llama_abort", None
         return "memory", self.bound_device(params)
@@ -496,7 +510,8 @@ class CapacityPlanner:
         charged C; (3) an exact binary search between k_lo and k_hi. Where llama.cpp aborts at k_hi (no context,
         no compute figure: ``aborts``), k_hi steps down to the first k where it does not. (4) The answer and the
         next step up are then checked exactly and moved until they hold, so the boundary does not rest on the
-        monotonicity.
+        monotonicity (the next step needs no compute figure where its caches and weights alone exceed a budget:
+        ``fits_next``).
         "The compute" is the whole charge besides the caches (``charge_at``: compute per device, the MTP draft,
         the weights), which never shrinks as k grows either. ``floor``: a lower bound on the charge of every k
         (None: the charge at ``make(lo)``); one shared by several searches saves an exact figure per search (a
@@ -509,7 +524,7 @@ class CapacityPlanner:
         moved_down = False
         while k >= lo and not self.fits(make(k)):
             k, moved_down = k - 1, True
-        while not moved_down and k < hi and self.fits(make(k + 1)):
+        while not moved_down and k < hi and self.fits_next(make(k + 1)):
             k += 1
         return k
 

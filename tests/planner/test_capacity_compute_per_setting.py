@@ -98,6 +98,27 @@ def test_compute_cache_key_is_the_setting():
     assert p.charges._models[(2, 0)]._compute == {16384: a[0]}
 
 
+
+def test_a_next_step_its_caches_alone_rule_out_is_never_sized():
+    # room for 3 sequences of caches and 0.5 MiB over: 4 sequences exceed the budget by S_8K - 0.5 MiB before any
+    # compute buffer, so no compute figure decides it (and none is built); the answer at 3 is sized exactly
+    spec = make_spec(**ARTICLE)
+    c3 = compute_at(spec, 3 * 8192, 3)
+    room = 3 * S_8K + c3 + MIB // 2
+    p = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), room, 0)
+    rung = p.max_parallel(8192)
+    assert (rung.max_parallel, rung.limited_by, rung.bound_device, rung.compute_bytes) == (3, "memory", "d0", (c3,))
+    assert rung.headroom_bytes == MIB // 2
+    four = p.params(4 * 8192, 4)
+    assert p.headroom(four, p.charges.zero(four)) == room - 4 * S_8K < 0
+    assert (4 * 8192, 4, 0) not in p.charges._charges
+    # with room for the 4th sequence's caches but not its compute, the 4th is sized and refused by it
+    c4 = compute_at(spec, 4 * 8192, 4)
+    p = planner(spec, ContextParams(n_ctx=8192, n_seq_max=1), 4 * S_8K + c4 - 1, 0)
+    rung = p.max_parallel(8192)
+    assert (rung.max_parallel, rung.limited_by, rung.bound_device) == (3, "memory", "d0")
+    assert p.charges._charges[(4 * 8192, 4, 0)].compute == (c4,)
+
 # -- property: on random budgets, the printed setting fits with its own compute and the next step does not -----
 
 PRESETS = ("lfm2-1.2b", "mamba2-130m", "nemotron-h-8b-base-8k")
