@@ -504,18 +504,18 @@ class CapacityPlanner:
         ``make(k)`` fits (k >= lo) and ``make(k + 1)`` does not (k < hi), both checked exactly.
 
         With a fixed compute figure: one binary search (``largest``). With the compute buffer per setting, few
-        exact figures: (1) k_hi = the largest k that fits when charged the compute at ``make(lo)`` (the compute
-        never shrinks as k grows, so nothing above k_hi fits); (2) if ``make(k_hi)`` fits exactly, that is the
-        answer; else C = the compute at k_hi bounds every k <= k_hi, so k_lo = the largest k that fits when
-        charged C; (3) an exact binary search between k_lo and k_hi. Where llama.cpp aborts at k_hi (no context,
-        no compute figure: ``aborts``), k_hi steps down to the first k where it does not. (4) The answer and the
-        next step up are then checked exactly and moved until they hold, so the boundary does not rest on the
-        monotonicity (the next step needs no compute figure where its caches and weights alone exceed a budget:
-        ``fits_next``).
+        exact figures: (1) k_hi = the largest k that fits when charged the compute at ``make(lo)``, taken as the
+        least of every k's; (2) if ``make(k_hi)`` fits exactly, that is the answer; else C = the compute at k_hi
+        is taken as bounding every k <= k_hi, so k_lo = the largest k that fits when charged C; (3) an exact binary
+        search between k_lo and k_hi. Where llama.cpp aborts at k_hi (no context, no compute figure: ``aborts``),
+        k_hi steps down to the first k where it does not. (4) The answer and the next step up are then checked
+        exactly and moved until they hold, so the boundary does not rest on the bounds of (1) and (2), which hold
+        only roughly: llama.cpp's compute is not monotone in -np or the context (docs/capacity.md "How the searches
+        work"); what the boundary rests on is caches plus compute growing with k. The next step needs no compute
+        figure where its caches and weights alone exceed a budget (``fits_next``).
         "The compute" is the whole charge besides the caches (``charge_at``: compute per device, the MTP draft,
-        the weights), which never shrinks as k grows either. ``floor``: a lower bound on the charge of every k
-        (None: the charge at ``make(lo)``); one shared by several searches saves an exact figure per search (a
-        loose one only widens step (3)).
+        the weights). ``floor``: a lower bound on the charge of every k (None: the charge at ``make(lo)``); one
+        shared by several searches saves an exact figure per search (a loose one only widens step (3)).
         """
         if hi < lo:
             return lo - 1
