@@ -72,9 +72,15 @@ def capacity_in_process(repeats: int = 20, per_setting: bool = False) -> float:
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        run_capacity(CapacityPlanner(spec, ContextParams(n_ctx=131072, n_seq_max=4), budget), contexts)
+        planner = CapacityPlanner(spec, ContextParams(n_ctx=131072, n_seq_max=4), budget)
+        run_capacity(planner, contexts)
         best = min(best, time.perf_counter() - t0)
+    SIZED[per_setting] = len(planner.charges._charges)  # settings whose charge (compute buffer) was sized
     return best
+
+
+#: How many settings the last in-process run sized (its charge cache), by ``per_setting``.
+SIZED: dict[bool, int] = {}
 
 
 def report_process(runs: int) -> tuple[list[float], int]:
@@ -157,7 +163,8 @@ def main() -> None:
     )
     print(f"  the searches alone (ladder + max -c + max n_rs_seq), in-process, one fixed compute figure: "
           f"{capacity_in_process() * 1000:.2f} ms; with the compute buffer of each setting: "
-          f"{capacity_in_process(max(1, args.runs), per_setting=True) * 1000:.0f} ms")
+          f"{capacity_in_process(max(1, args.runs), per_setting=True) * 1000:.0f} ms "
+          f"({SIZED[True]} settings' compute buffers sized)")
     rep, size = report_process(args.runs)
     print(
         f"rsplan report, 2 models: best {min(rep) * 1000:.0f} ms, median {statistics.median(rep) * 1000:.0f} ms "
