@@ -6,7 +6,6 @@ inputs that need them; a built-in preset imports none of them.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +56,8 @@ def closest_presets(name: str, n: int = 3) -> list[str]:
     names = builtin_preset_names()
     key = name.lower()
     starts = [p for p in names if p.lower().startswith(key)] if len(key) >= 3 else []
+    import difflib  # only for the error of a name not found
+
     similar = difflib.get_close_matches(key, [p.lower() for p in names], n=n, cutoff=0.6)
     by_lower = {p.lower(): p for p in names}
     return list(dict.fromkeys([*starts, *(by_lower[s] for s in similar)]))[:n]

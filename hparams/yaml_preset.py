@@ -7,7 +7,6 @@ at most ``MAX_PRESET_BYTES``.
 
 from __future__ import annotations
 
-import difflib
 import re
 import typing
 from pathlib import Path
@@ -212,6 +211,8 @@ def validation_message(exc: ValidationError) -> str:
         loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
+        import difflib  # only for this message
+
         key = str(err["loc"][-1])
         close = difflib.get_close_matches(key, _keys_at(err["loc"][:-1]), n=3, cutoff=0.6)
         msg = "unknown key" + (f" (did you mean {either(close)}?)" if close else "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.model import ModelSpec
@@ -25,9 +25,11 @@ from rsplan.planner.capacity import (
 )
 from rsplan.planner.context import ContextParams
 from rsplan.planner.context_limit import RopeFlags
-from rsplan.planner.engines.base import ServingBudget
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS
 from rsplan.planner.weight_placement import Weight
+
+if TYPE_CHECKING:  # the serving engines' rules are imported only for them
+    from rsplan.planner.engines.base import ServingBudget
 
 #: ``--gpu-memory``: budget a GPU's free memory (llama.cpp's --fit reads it) or its total memory (an empty GPU).
 GpuMemory = Literal["free", "total"]
@@ -245,5 +247,7 @@ def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: G
     else:
         weights_bytes, w_source = None, WEIGHTS_UNKNOWN
     overhead = default_overhead_bytes if request.overhead is None else request.overhead.n_bytes
+    from rsplan.planner.engines.base import ServingBudget
+
     return ServingBudget(gpu_bytes=gpu_bytes, gpu_source=source, weights_bytes=weights_bytes,
                          weights_source=w_source, overhead_bytes=overhead, gpu_free_bytes=smallest.free_bytes)

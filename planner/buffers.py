@@ -61,6 +61,10 @@ CPU_RULE = BufferRule(TENSOR_ALIGNMENT)
 #: ggml/src/ggml-cuda/ggml-cuda.cu:915 MATRIX_ROW_PADDING, ggml/src/ggml-sycl/ggml-sycl.cpp:1021
 #: ggml_backend_sycl_buffer_type_get_alignment).
 CUDA_RULE = BufferRule(128, 512)
+#: Device buffer rules by ``--device-kind`` (fit, capacity, report); RPC forwards to the server's backend, a CPU
+#: here.
+DEVICE_RULES: dict[str, BufferRule] = {"CUDA": CUDA_RULE, "ROCm": CUDA_RULE, "MUSA": CUDA_RULE, "SYCL": CUDA_RULE,
+                                       "RPC": CPU_RULE}
 
 BUFFER_TYPES: tuple[BufferType, ...] = (
     BufferType("CPU", False, CPU_RULE, "ggml-backend.cpp: get_alignment TENSOR_ALIGNMENT (32), get_alloc_size "

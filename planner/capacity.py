@@ -433,14 +433,18 @@ class CapacityPlanner:
         if key in self._aborted:
             return None
         from rsplan.planner.compute import ComputeModelError, LlamaAbortError
-        from rsplan.planner.fit_draft import DraftFitError
 
         try:
             return self.charges.charge(params)
         except LlamaAbortError as exc:
             self._aborted[key] = str(exc)
             return None
-        except (ComputeModelError, DraftFitError) as exc:
+        except RsplanError as exc:
+            # fit_draft (and the scheduler model it imports) is loaded only where the MTP draft is sized
+            from rsplan.planner.fit_draft import DraftFitError
+
+            if not isinstance(exc, (ComputeModelError, DraftFitError)):
+                raise
             raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
                                 f"{params.n_seq_max}: {exc}") from None
 

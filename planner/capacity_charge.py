@@ -15,7 +15,7 @@ context, per device and on the host, by the rules ``rsplan fit`` measures with.
   KV cache over the nextn layers and its compute buffer where llama.cpp puts them, plus its output buffer on the
   host (as planner.fit_run), and the target then loads the MTP layers' weights (``Budget.mtp_weights``, placed
   tensor by tensor with the rest).
-- Weights: planner.weight_placement, tensor by tensor with the device kind's buffer rule (``fit_run.DEVICE_RULES``),
+- Weights: planner.weight_placement, tensor by tensor with the device kind's buffer rule (``buffers.DEVICE_RULES``),
   or the total spread over the offloadable layers when only a size is known.
 """
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.buffers import CUDA_RULE, BufferRule
+from rsplan.planner.buffers import CUDA_RULE, DEVICE_RULES, BufferRule
 from rsplan.planner.context import ContextParams
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
 from rsplan.planner.placement import Placement, weights_by_device
@@ -93,8 +93,6 @@ class ChargeModel:
 
     @property
     def rule(self) -> BufferRule:
-        from rsplan.planner.fit_run import DEVICE_RULES
-
         return DEVICE_RULES.get(self.device_kind, CUDA_RULE)
 
     def runs_draft(self, params: ContextParams) -> bool:

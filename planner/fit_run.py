@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
+from rsplan.planner.buffers import DEVICE_RULES
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.fit import (
     DEFAULT_FIT_CTX,
@@ -37,10 +37,6 @@ from rsplan.planner.weight_placement import (
     n_cpu_moe_overrides,
     parse_overrides,
 )
-
-#: Device buffer rules by backend (planner.buffers); RPC forwards to the server's backend, a CPU here.
-DEVICE_RULES: dict[str, BufferRule] = {"CUDA": CUDA_RULE, "ROCm": CUDA_RULE, "MUSA": CUDA_RULE, "SYCL": CUDA_RULE,
-                                       "RPC": CPU_RULE}
 
 
 @dataclass(frozen=True)

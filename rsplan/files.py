@@ -10,7 +10,6 @@ numbers of absurd length, a one-line reason for nesting too deep). Output files 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 from pathlib import Path
@@ -83,6 +82,8 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
+            import json
+
             shown = key if len(key) <= 60 else key[:57] + "..."
             raise JSONValueError(f"duplicate key {json.dumps(shown)}")
         out[key] = value
@@ -108,6 +109,8 @@ def parse_json(text: str, *, allow_nan: bool = True) -> Any:
         JSONValueError: a duplicate key in an object, an integer of more than MAX_JSON_DIGITS digits, NaN or
             Infinity when ``allow_nan`` is False, or nesting deeper than the parser can follow.
     """
+    import json  # not at the top: reading a built-in preset (rsplan estimate's start-up) needs no JSON
+
     try:
         return json.loads(
             text, object_pairs_hook=_object, parse_int=_int, parse_constant=None if allow_nan else _no_constant

@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from gettext import gettext as _
 from typing import Any
 
 import click
@@ -27,6 +28,22 @@ COMMANDS: dict[str, str] = {
     "presets": "rsplan.cli.presets:presets",
     "profile": "rsplan.cli.profile:profile",
     "report": "rsplan.cli.report:report",
+}
+
+#: command name -> the first paragraph of its help, which ``rsplan --help`` lists (shortened as click shortens it)
+#: without importing the command's module (tests/cli/test_help.py checks them against the commands).
+SUMMARIES: dict[str, str] = {
+    "capacity": "The most parallel sequences, context and rollback planes whose caches fit a memory budget.",
+    "estimate": "Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with "
+                "--engine vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).",
+    "fit": "What llama.cpp's --fit would choose: context, -ngl, -ts, -ot, for the given devices.",
+    "inspect": "Show the hyper-parameters rsplan read from a model, where each came from, and its per-layer cache "
+               "map.",
+    "presets": "The built-in model presets (YAML, each naming its source).",
+    "profile": "Allocate the planned KV and recurrent-state tensors on a device and time the state kernels on them.",
+    "report": "Write a self-contained HTML capacity report: memory against context, most -np per option, a headroom "
+              "map over -np and -c, what each layer holds, and (with --profile) kernel bandwidth. -c / -np set the "
+              "setting the memory and per-layer plots are drawn at.",
 }
 
 
@@ -50,6 +67,15 @@ class LazyGroup(click.Group):
             return None
         module_name, attr = target.split(":")
         return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``rsplan --help``, as click's own writes it, from SUMMARIES: click's would import
+        every command (all their modules, a third of a second) for its help text."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, click.Command(name, help=SUMMARIES[name]).get_short_help_str(limit))
+                for name in self.list_commands(ctx)]
+        with formatter.section(_("Commands")):
+            formatter.write_dl(rows)
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **kwargs: Any) -> Any:

@@ -7,7 +7,6 @@ assembles the budget from them and planner.capacity searches it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -77,6 +76,8 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
                                [read.facts.get("vocab_size_unknown")])
     result = run_capacity(planner, contexts)
     if fmt == "json":
+        import json
+
         click.echo(json.dumps(capacity_dict(planner, result), indent=2))
     else:
         click.echo(render_capacity(planner, result))
@@ -101,6 +102,8 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
     contexts = parse_serving_ctx_list(ctx_list) if ctx_list is not None else None
     result = rules.capacity(spec, settings, budget, contexts)
     if fmt == "json":
+        import json
+
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         from rsplan.render.engine import render_engine_capacity

@@ -8,7 +8,6 @@ section per model (``--engine``), ``--format json`` a ``{"models": [...]}`` list
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +184,8 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
                   buffer: Backend, per_layer: bool, fmt: str, backend: str) -> None:
     """Print the llama.cpp plans (one per model) with their breakdowns, as ``fmt``."""
     if fmt == "json":
+        import json
+
         dicts = [{**plan.to_dict(), **bd.to_dict()}
                  for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
@@ -240,6 +241,8 @@ def _estimate_engine(refs: list[str], engine: str, values: dict[str, Any], per_l
     settings = rules.settings(values)
     plans = [rules.plan(load_model(ref), settings) for ref in refs]
     if fmt == "json":
+        import json
+
         dicts = [plan.to_dict() for plan in plans]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     else:

@@ -3,6 +3,11 @@
 Every column has a header; numbers are pre-formatted strings (thousands separators), so tabulate never reparses
 them. Columns named in ``wrap`` are narrowed, widest first, their text wrapped onto more lines, until the table
 fits ``width``.
+
+A table of plain text (printable ASCII, line breaks) is laid out here, as tabulate lays out the ``simple`` style
+(``_simple``; tests/cli/test_table_style.py compares the two on generated tables): importing tabulate (and the
+wcwidth it imports) is a sixth of the start-up of ``rsplan estimate``. Any other text (wide or combining
+characters, escape sequences, tabs), whose width takes tabulate's rules, is laid out by tabulate, imported then.
 """
 
 from __future__ import annotations
@@ -11,13 +16,13 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
-
 #: The widest line a table may take (the terminal width rsplan writes for).
 WIDTH = 120
 STYLE = "simple"
 #: Column separation tabulate uses in STYLE.
 _GAP = 2
+#: tabulate's MIN_PADDING: a column is at least its header's width plus this.
+MIN_PADDING = 2
 #: A wrapped column keeps at least this many characters.
 _MIN_WRAP = 16
 
@@ -45,8 +50,55 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, align: Seque
         for i, limit in enumerate(limits):
             if limit is not None and len(row[i]) > limit:
                 row[i] = "\n".join(textwrap.wrap(row[i], limit, break_long_words=False, break_on_hyphens=False))
+    aligns = list(align or ())[:len(headers)]
+    aligns += ["left"] * (len(headers) - len(aligns))
+    if _plain(cells, headers) and set(aligns) <= {"left", "right"}:
+        return _simple(cells, list(headers), aligns)
+    from tabulate import tabulate
+
     return tabulate(cells, headers=list(headers), tablefmt=STYLE, disable_numparse=True,
                     colalign=tuple(align) if align else None)
+
+
+def _plain(cells: list[list[str]], headers: Sequence[str]) -> bool:
+    """Every row has one cell per header and all text is printable ASCII or line breaks (one character, one
+    column), with at least one row."""
+    if not cells or any(len(row) != len(headers) for row in cells):
+        return False
+    text = "".join(headers) + "".join(c for row in cells for c in row)
+    return text.isascii() and text.replace("\n", "").isprintable()
+
+
+def _simple(cells: list[list[str]], headers: list[str], aligns: list[str]) -> str:
+    """tabulate's ``simple`` layout of a ``_plain`` table: every cell stripped of surrounding blanks; a column as
+    wide as its widest line, or its header's plus MIN_PADDING; cells and headers padded to it by ``aligns``; lines
+    joined by _GAP spaces, the ends of lines stripped; a cell of several lines spreads its row over as many, the
+    other cells blank below their text (a row of only empty cells then takes no line when any cell of the table
+    has several lines, as tabulate's multi-line layout does)."""
+    multiline = any("\n" in c for c in headers) or any("\n" in c for row in cells for c in row)
+    cols = [[row[i].strip() for row in cells] for i in range(len(headers))]
+    widths = [max(max(len(line) for line in h.split("\n")) + MIN_PADDING,
+                  *(len(line) for c in col for line in c.split("\n")))
+              for h, col in zip(headers, cols, strict=True)]
+    gap = " " * _GAP
+
+    def pad(text: str, i: int) -> str:
+        return text.rjust(widths[i]) if aligns[i] == "right" else text.ljust(widths[i])
+
+    def row_lines(row: Sequence[str]) -> list[str]:
+        if not multiline:
+            return [gap.join(pad(c, i) for i, c in enumerate(row)).rstrip()]
+        split = [[pad(line, i) for line in c.split("\n")] if c else [] for i, c in enumerate(row)]
+        height = max(len(lines) for lines in split)
+        blank = [[" " * widths[i]] * (height - len(lines)) for i, lines in enumerate(split)]
+        return [gap.join(column[k] for column in (s + b for s, b in zip(split, blank, strict=True))).rstrip()
+                for k in range(height)]
+
+    lines = row_lines(headers)
+    lines.append(gap.join("-" * w for w in widths))
+    for row in zip(*cols, strict=True):
+        lines += row_lines(row)
+    return "\n".join(lines)
 
 
 def prose(text: str, indent: str = "  ", width: int = WIDTH) -> str:

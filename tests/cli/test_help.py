@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from rsplan.cli import COMMANDS, cli
+from rsplan.cli import COMMANDS, SUMMARIES, cli
 from rsplan.cli.sections import OTHER, SectionedCommand, section
 from rsplan_testing import REPO
 
@@ -122,3 +124,32 @@ def test_cli_docs_are_generated_from_the_grouped_help():
     assert "## rsplan estimate\n" in text and "\nllama.cpp context:\n" in text and "\nSGLang:\n" in text
     assert [line for line in text.splitlines() if len(line) > 120] == []
     assert (REPO / "docs" / "cli.md").read_text() == text, "run python scripts/gen_cli_docs.py"
+
+
+@pytest.mark.parametrize("width", [40, 60, 79, 80, 100, 110, 120, 200])
+def test_the_command_list_is_clicks_own_without_importing_the_commands(width):
+    # rsplan --help lists the commands from SUMMARIES; click's own format_commands imports each one for its help
+    ctx = click.Context(cli, info_name="rsplan")
+    ours, clicks = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+    cli.format_commands(ctx, ours)
+    click.Group.format_commands(cli, ctx, clicks)
+    assert ours.getvalue() == clicks.getvalue()
+    assert "Commands:\n  capacity" in ours.getvalue()
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_summary_shortens_as_its_command_help_does(name):
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None and not command.hidden and not command.deprecated and command.short_help is None
+    for limit in range(10, 250):
+        assert click.Command(name, help=SUMMARIES[name]).get_short_help_str(limit) == \
+            command.get_short_help_str(limit), limit
+
+
+def test_help_imports_no_command():
+    code = ("import sys; from rsplan.cli import main; sys.argv = ['rsplan', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', sorted(m for m in sys.modules if m.startswith('rsplan.') and m != 'rsplan.cli'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0] == "Usage: rsplan [OPTIONS] COMMAND [ARGS]..."
+    assert out.splitlines()[-1] == "LOADED []"

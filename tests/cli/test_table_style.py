@@ -7,8 +7,12 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tabulate import tabulate
 
 from rsplan.cli import cli
+from rsplan.render import tables
 from rsplan.render.tables import table
 from rsplan_testing import REPO
 
@@ -66,3 +70,44 @@ def test_tables_share_one_style_and_fit_120_columns(args):
         header, rule = lines[i - 1], lines[i]
         for m in re.finditer(r"-+", rule):
             assert header[m.start():m.end()].strip(), (header, rule)
+
+
+#: cell text: blanks and line breaks anywhere (leading, trailing, doubled), empty cells, words tabulate would
+#: parse as numbers or booleans without disable_numparse
+_CELL = st.one_of(st.text(alphabet=" ab-.:\n", max_size=10),
+                  st.sampled_from(["", " ", "\n", "True", "False", "1", "1,024", "-2.5", "nan", "1e5", "0x10"]))
+_HEADER = st.text(alphabet=" xy-\n", min_size=1, max_size=6).filter(lambda h: h.strip(" ") != "")
+
+
+def _tabulate(rows, headers, align):
+    return tabulate([[str(c) for c in row] for row in rows], headers=list(headers), tablefmt="simple",
+                    disable_numparse=True, colalign=tuple(align) if align else None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_plain_tables_are_laid_out_as_tabulate_lays_them_out(data):
+    n = data.draw(st.integers(1, 4))
+    headers = data.draw(st.lists(_HEADER, min_size=n, max_size=n))
+    rows = data.draw(st.lists(st.lists(_CELL, min_size=n, max_size=n), min_size=1, max_size=5))
+    align = data.draw(st.none() | st.lists(st.sampled_from(["left", "right"]), max_size=n + 1))
+    assert tables._plain(rows, headers)  # laid out here, not by tabulate
+    assert table(rows, headers, align=align) == _tabulate(rows, headers, align)
+
+
+@pytest.mark.parametrize(("rows", "headers"), [
+    ([["naïve", "1"]], ["model", "n"]),  # not ASCII
+    ([["日本語", "1"]], ["model", "n"]),  # wide characters
+    ([["\x1b[31mred\x1b[0m", "1"]], ["model", "n"]),  # an escape sequence
+    ([["a\tb", "1"]], ["model", "n"]),
+    ([], ["model", "n"]),  # no rows
+])
+def test_other_tables_are_laid_out_by_tabulate(rows, headers):
+    assert not tables._plain(rows, headers)
+    assert table(rows, headers, align=("left", "right")) == _tabulate(rows, headers, ("left", "right"))
+
+
+def test_a_centred_column_is_laid_out_by_tabulate():
+    rows, headers = [["a", "b"]], ["x", "y"]
+    assert table(rows, headers, align=("center", "left")) == _tabulate(rows, headers, ("center", "left")) == \
+         " x   y\n---  ---\n a   b"
