@@ -8,6 +8,8 @@ cost S = 201,326,592 + 40,402,944 = 241,729,536 B per sequence.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -130,10 +132,10 @@ def test_compute_is_not_monotone_but_caches_plus_compute_are():
     assert compute_at(lfm2, 3 * 4096, 3) > compute_at(lfm2, 4 * 4096, 4)
     granite = load_builtin_preset("granite-4.0-h-1b")
     assert compute_at(granite, 3 * 2048, 3) > compute_at(granite, 3 * 4096, 3)
-    for spec, settings in ((lfm2, [(256 * n, n) for n in range(1, 10)] + [(4096 * n, n) for n in range(1, 10)]),
-                           (granite, [(3 * 256 * k, 3) for k in range(6, 18)])):
+    for spec, steps in ((lfm2, [(256 * n, n) for n in range(1, 10)] + [(4096 * n, n) for n in range(1, 10)]),
+                        (granite, [(3 * 256 * k, 3) for k in range(6, 18)])):
         p = planner(spec, ContextParams(n_ctx=4096, n_seq_max=1), 1 << 40, 0, per_setting=False)
-        for (c0, n0), (c1, n1) in zip(settings, settings[1:]):
+        for (c0, n0), (c1, n1) in itertools.pairwise(steps):
             if n1 < n0:
                 continue  # the next context's run of -np starts again
             assert p.usage(p.params(c0, n0)).total_bytes + compute_at(spec, c0, n0) <= \
