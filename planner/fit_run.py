@@ -26,6 +26,7 @@ from rsplan.planner.fit import (
 )
 from rsplan.planner.fit_draft import DraftMemory, WithDraft
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.host_weights import HostOptions
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.weight_placement import (
@@ -66,6 +67,7 @@ class FitOptions:
     tool: str = "server"
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     spec_mtp: bool = False
+    host: HostOptions = field(default_factory=HostOptions)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class FitAnswer:
     no_kv_offload: bool = False
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     draft: Usage | None = None
+    host: HostOptions = field(default_factory=HostOptions)
 
     @property
     def host_bytes(self) -> int:
@@ -222,7 +225,7 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                        opts.host_source, weights_source,
                        opts.compute is not None or not budgets or model.compute_estimate is None,
                        no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints,
-                       draft=draft.measure(result.flags.n_ctx) if draft else None)
+                       draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host)
     if budgets and opts.compute is None and model.compute_estimate is not None:
         answer.notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
     _host_check(answer, spec, layout, opts.ctx_checkpoints)
