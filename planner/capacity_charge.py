@@ -33,7 +33,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE, BufferRule
 from rsplan.planner.context import ContextParams
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
-from rsplan.planner.host_charge import HostWeights, host_weights
+from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.placement import Placement, weights_by_device
 from rsplan.planner.weight_placement import place_weights
 
@@ -117,7 +117,7 @@ class ChargeModel:
                 host = placed.host
                 if b.host_table is not None:
                     self._host[with_mtp] = host_weights(b.host_table, tensors, self.placement, b.host,
-                                                        self.device_kind)
+                                                        gpu_host_buffer(self.device_kind))
                     host = self._host[with_mtp].total
                 self._weights[with_mtp] = tuple(placed.device), host
             else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from rsplan.planner.host_weights import HostOptions, WeightTable, host_buffer_type, host_buffers, table_tensors
 from rsplan.planner.placement import Placement
-from rsplan.planner.weight_placement import Weight, layer_of, where_weight
+from rsplan.planner.weight_placement import TensorOverride, Weight, layer_of, where_weight
 
 #: Each device kind's host buffer type name (ggml_backend_dev_host_buffer_type of the first device:
 #: ggml/src/ggml-cuda/ggml-cuda.cu:1258 GGML_CUDA_NAME + "_Host", which is ROCm / MUSA in those builds;
@@ -62,18 +62,23 @@ class HostWeights:
         return " + ".join(parts) or "none"
 
 
+def gpu_host_buffer(device_kind: str | None) -> str | None:
+    """The host buffer type of the devices of ``device_kind`` (HOST_BUFFER_TYPES; another name counts as CUDA, as
+    the devices' buffer rule does: planner.capacity_charge); None: no device (a CPU-only start) or RPC."""
+    return None if device_kind is None else HOST_BUFFER_TYPES.get(device_kind, "CUDA_Host")
+
+
 def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Placement, options: HostOptions,
-                 device_kind: str) -> HostWeights:
-    """The host buffers of ``weights`` (the tensors the context loads) that ``placement`` leaves on the host.
+                 gpu_host: str | None, overrides: Sequence[TensorOverride] = ()) -> HostWeights:
+    """The host buffers of ``weights`` (the tensors the context loads) that ``placement`` and ``overrides``
+    (``-ot``, first match wins) leave on the host.
 
     Args:
         table: the model file's whole tensor table (file order: where each tensor lies).
-        device_kind: the devices' backend (HOST_BUFFER_TYPES; another name counts as CUDA, as the devices' buffer
-            rule does: planner.capacity_charge).
+        gpu_host: the devices' host buffer type (``gpu_host_buffer``), None without one.
     """
-    gpu_host = HOST_BUFFER_TYPES.get(device_kind, "CUDA_Host")
     on_host = {w.name for w in weights
-               if where_weight(w.name, layer_of(w.name, placement.n_layer_all), placement, ()) is None}
+               if where_weight(w.name, layer_of(w.name, placement.n_layer_all), placement, overrides) is None}
     tensors = [t for t in table_tensors(table) if t.name in on_host]
     names = {w.name for w in weights}
     tied_on_host = ("token_embd.weight" in names and "output.weight" not in names

@@ -204,13 +204,26 @@ def fit_json(*args: str) -> dict:
     return json.loads(out)
 
 
-def test_fit_keeps_the_dry_run_and_prints_the_flags():
-    # common/fit.cpp:57 measures with LLAMA_LOAD_MODE_NONE whatever --load-mode says, and repacking keeps a dry run's
-    # bytes: the fit is the same; only the printed command changes
+def test_fit_keeps_the_dry_run_and_prints_the_flags(mamba_q4_0):
+    # common/fit.cpp:58 measures with LLAMA_LOAD_MODE_NONE whatever --load-mode says, and repacking keeps a dry run's
+    # bytes: the fit is the same; the printed command and rsplan's own host check (a started server) change
     plain = fit_json()
     given = fit_json("--no-mmap", "--no-repack")
     assert given["command"] == plain["command"].replace(" --fit off", " --no-repack --load-mode none --fit off")
-    assert {k: v for k, v in given.items() if k != "command"} == {k: v for k, v in plain.items() if k != "command"}
+    mine = ("command", "host_check", "notes")
+    assert {k: v for k, v in given.items() if k not in mine} == {k: v for k, v in plain.items() if k not in mine}
+    # no device: the dry run's host weights are the padded tensors; started with mmap and AVX2 repacking the host
+    # holds the span up to blk.23's repacked tensors plus the repacked copy (as capacity charges it, by hand above)
+    file_end = sum(pad32(t.n_bytes) for t in mamba_q4_0)
+    per_layer = 1_327_104 + 663_552 + 69_120
+    assert plain["host"]["model"] == given["host"]["model"] == file_end
+    assert plain["host_check"]["items"][0] == {
+        "what": f"weights on the host (CPU_Mapped {file_end - per_layer:,} B + CPU_REPACK {24 * per_layer:,} B)",
+        "bytes": file_end - per_layer + 24 * per_layer, "grows": False}
+    assert given["host_check"]["items"][0] == {"what": f"weights on the host (CPU {file_end:,} B)",
+                                               "bytes": file_end, "grows": False}
+    assert any(n.startswith("host check: the weights as a started llama-server holds them under --load-mode none, "
+                            "--cpu-repack none") for n in given["notes"])
     assert fit_json("--load-mode", "mmap+mlock")["command"].endswith("--load-mode mmap+mlock --fit off")
     code, out = run("fit", "-m", "mamba-130m", "--quant", "Q4_0", "--cpu-repack", "arm-neon")
     assert code == 1 and len(out.strip().splitlines()) == 1
