@@ -27,7 +27,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, file_offsets, host_buffers
+from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
     OutputBuffer,
@@ -125,11 +125,7 @@ def _backend_kind(backend: str) -> str:
 
 
 def _host_tensors(table: WeightTable, n_layer: int, load_mtp: bool) -> list[HostTensor]:
-    offsets = file_offsets([n for _, n in table.tensors], table.alignment)
-    return [HostTensor(name, n_bytes, type_, tuple(shape), off)
-            for (name, n_bytes), (type_, _), shape, off in zip(table.tensors, table.rows, table.shapes, offsets,
-                                                                strict=True)
-            if loaded(name, n_layer, load_mtp)]
+    return [t for t in table_tensors(table) if loaded(t.name, n_layer, load_mtp)]
 
 
 def model_bytes_by_buffer(

@@ -25,6 +25,7 @@ from rsplan.planner.capacity import (
 )
 from rsplan.planner.context import ContextParams
 from rsplan.planner.context_limit import RopeFlags
+from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS
 from rsplan.planner.weight_placement import Weight
 
@@ -65,6 +66,8 @@ class BudgetRequest:
         ctx_checkpoints: llama-server's ``--ctx-checkpoints`` (per slot; 0: none), charged to the host.
         device_kind: ``--device-kind`` (the devices' backend: each device's compute buffer by the scheduler model,
             planner.capacity_charge), or None: the CPU backend's figure on each device that runs a layer.
+        host: ``--cpu-repack`` / ``--no-repack`` / ``--load-mode``: the host weights' buffers of a started
+            llama.cpp (planner.host_charge) and the flags printed for them.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -81,6 +84,7 @@ class BudgetRequest:
     rope: RopeFlags = field(default_factory=RopeFlags)
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     device_kind: str | None = None
+    host: HostOptions = field(default_factory=HostOptions)
 
 
 def size_budgets(sizes: Sequence[GivenSize]) -> tuple[DeviceBudget, ...]:
@@ -120,30 +124,31 @@ def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
 
 
 def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | None,
-             table: tuple[Sequence[tuple[str, int]], Sequence[tuple[str, int]]] | None = None,
-             vocab_unknown: str | None = None, kind: str = "CUDA",
-             ) -> tuple[ModelSpec, int | None, str, Tensors | None]:
+             table: WeightTable | None = None, vocab_unknown: str | None = None, kind: str = "CUDA",
+             ) -> tuple[ModelSpec, int | None, str, Tensors | None, WeightTable | None]:
     """(spec, weights bytes or None, where they come from, the tensors when known: those every context loads and
-    the MTP layers' that ``--spec-type mtp`` adds): ``--weights`` over ``--quant`` over the model file's size;
-    with ``--quant`` the spec returned carries the quantized weights and the tensors are placed one by one
+    the MTP layers' that ``--spec-type mtp`` adds, and the file's whole tensor table with shapes when known: where
+    each host weight lies and which ones the CPU repacks): ``--weights`` over ``--quant`` over the model file's
+    size; with ``--quant`` the spec returned carries the quantized weights and the tensors are placed one by one
     (planner.weight_placement) as ``kind``'s device buffers pad them."""
     if given is not None:
         return (spec, given.n_bytes, f"--weights {given.text}" + (" (overrides --quant)" if quant is not None else ""),
-                None)
+                None, None)
     if quant is not None:
-        from rsplan.planner.quant_weights import quantized_model
+        from rsplan.planner.quant_weights import quantized_model, quantized_weights
 
+        source = spec
         spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True,
                                                  vocab_unknown=vocab_unknown)
         return (spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in {kind} buffers",
-                _tensors(names, rows, spec))
+                _tensors(names, rows, spec), quantized_weights(source, quant).weight_table)
     if table is not None and spec.weights_bytes is not None:
 
         return (spec, spec.weights_bytes, f"the tensors of {ref}, placed tensor by tensor as in {kind} buffers",
-                _tensors(table[0], table[1], spec))
+                _tensors(table.tensors, table.rows, spec), table if table.shapes else None)
     if spec.weights_bytes is not None:
-        return spec, spec.weights_bytes, f"weights_bytes of {ref}", None
-    return spec, None, WEIGHTS_UNKNOWN, None
+        return spec, spec.weights_bytes, f"weights_bytes of {ref}", None, None
+    return spec, None, WEIGHTS_UNKNOWN, None, None
 
 
 #: (the tensors every context loads, the MTP layers' tensors ``--spec-type mtp`` loads besides)
@@ -181,14 +186,14 @@ def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | Non
 
 def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: ContextParams, request: BudgetRequest,
                   spec_type: str | None = None,
-                  tables: Sequence[tuple[Sequence[tuple[str, int]], Sequence[tuple[str, int]]] | None] | None = None,
+                  tables: Sequence[WeightTable | None] | None = None,
                   vocab_unknown: Sequence[str | None] | None = None) -> list[CapacityPlanner]:
     """One CapacityPlanner per model (``refs``: how each was given, named in the source lines); the flags as given
     are checked against each model's context limit and llama.cpp's draft bound. ``spec_type``: ``--spec-type``
-    (None or ``none``: the draft type each model can use). ``tables``: per model, a GGUF's tensor table and row
-    table (hparams.sources.ReadModel.tensors / tensor_rows), when read: its weights are then placed tensor by
-    tensor. ``vocab_unknown``: per model, why a config.json does not give vocab_size (ReadModel.facts), named in
-    a ``--quant`` error.
+    (None or ``none``: the draft type each model can use). ``tables``: per model, a GGUF's tensor table
+    (hparams.sources.ReadModel: tensors, rows, shapes, alignment), when read: its weights are then placed tensor by
+    tensor, and the host's charged as a started llama.cpp holds them (``request.host``). ``vocab_unknown``: per
+    model, why a config.json does not give vocab_size (ReadModel.facts), named in a ``--quant`` error.
 
     Raises:
         RsplanError: value counts that do not match (``--fit-target`` per GPU, ``--weights`` per model), a
@@ -199,16 +204,16 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
     planners = []
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
-        spec, weights, source, tensors = _weights(spec, ref, given, request.quant, tables[i] if tables else None,
-                                                  vocab_unknown[i] if vocab_unknown else None,
-                                                  request.device_kind or "CUDA")
+        spec, weights, source, tensors, host_table = _weights(
+            spec, ref, given, request.quant, tables[i] if tables else None,
+            vocab_unknown[i] if vocab_unknown else None, request.device_kind or "CUDA")
         compute, compute_source, per_setting = compute_bytes(spec, params, request.compute)
         host = request.host_budget
         budget = Budget(request.devices, weights, source, margins, compute, compute_source,
                         weights=tensors[0] if tensors else None, host_budget_bytes=host.n_bytes if host else None,
                         host_source=host.text if host else "", ctx_checkpoints=request.ctx_checkpoints,
                         compute_per_setting=per_setting, device_kind=request.device_kind,
-                        mtp_weights=tensors[1] if tensors else ())
+                        mtp_weights=tensors[1] if tensors else (), host_table=host_table, host=request.host)
         planner = CapacityPlanner(
             spec, params, budget,
             n_gpu_layers=request.n_gpu_layers,

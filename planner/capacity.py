@@ -40,6 +40,8 @@ from rsplan.planner.context import (
 )
 from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
 from rsplan.planner.fit_memory import StartFlags
+from rsplan.planner.host_charge import HostWeights
+from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, Checkpoints, output_buffer, server_checkpoints
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout
 from rsplan.planner.plan import PlanTotals
@@ -104,6 +106,10 @@ class Budget:
             None: the CPU backend's figure on each device that runs a layer.
         mtp_weights: the MTP (nextn) layers' tensors, which the target loads with ``--spec-type mtp`` (charged
             with ``weights`` to every setting that runs the MTP draft).
+        host_table: the model file's whole tensor table (file order, shapes, data alignment), when known with
+            ``weights``: the weights left on the host are then charged as the host buffers a started llama.cpp
+            holds (planner.host_weights: the CPU_Mapped span, CPU_REPACK, the GPUs' host buffer type).
+        host: ``--cpu-repack`` / ``--load-mode``: how llama.cpp lays out the host weights (and the flags printed).
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -119,6 +125,8 @@ class Budget:
     compute_per_setting: bool = False
     device_kind: str | None = None
     mtp_weights: tuple[Weight, ...] = ()
+    host_table: WeightTable | None = None
+    host: HostOptions = field(default_factory=HostOptions)
 
     def __post_init__(self) -> None:
         if self.ctx_checkpoints < 0:
@@ -348,7 +356,8 @@ class CapacityPlanner:
     def flags(self, params: ContextParams) -> str:
         """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags)."""
         return llama_flags(params, self.placement, draft=self.draft, tensor_split=self.split_parts,
-                           rope=self.ctx_limit.rope, ctx_checkpoints=self.budget.ctx_checkpoints)
+                           rope=self.ctx_limit.rope, ctx_checkpoints=self.budget.ctx_checkpoints,
+                           host=self.budget.host)
 
     def check_request(self) -> None:
         """Refuse flags as given that llama.cpp would not run as asked: a context per sequence past the context
@@ -396,6 +405,11 @@ class CapacityPlanner:
         charge = charge or self.charge_at(params)
         out = output_buffer(self.spec, params).bytes if self.spec.vocab_size else 0
         return use.host.total_bytes + out + charge.host + self.checkpoints(params, use).bytes
+
+    def host_weights(self) -> HostWeights | None:
+        """The host weight buffers charged at the flags as given (planner.host_charge), None where the file's
+        tensor table is not known."""
+        return self.charges.host_buffers(self.charges.runs_draft(self.base))
 
     def compute_at(self, params: ContextParams) -> tuple[int, ...]:
         """The compute buffer charged to each GPU at ``params`` (device order), bytes (``charge_at``)."""
@@ -681,8 +695,10 @@ def llama_flags(
     tensor_split: Sequence[float] | None = None,
     rope: RopeFlags | None = None,
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS,
+    host: HostOptions | None = None,
 ) -> str:
-    """The llama.cpp command-line flags that reproduce ``params`` (and the layer placement).
+    """The llama.cpp command-line flags that reproduce ``params`` (and the layer placement, and ``host``'s load
+    mode and repacking: ``HostOptions.flags``).
 
     Flags that only rsplan knows (``--type-r`` / ``--type-s``: llama.cpp always uses f32) are not printed.
     n_rs_seq has no llama.cpp flag of its own: it is the draft length of MTP/EAGLE3/DFLASH/DSPARK speculative
@@ -717,6 +733,8 @@ def llama_flags(
             out.append("-ts " + ",".join(f"{p:g}" for p in tensor_split))
         if not placement.offload_kqv:
             out.append("-nkvo")
+    if host is not None:
+        out.extend(host.flags())
     return " ".join(out)
 
 

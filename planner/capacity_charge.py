@@ -16,7 +16,10 @@ context, per device and on the host, by the rules ``rsplan fit`` measures with.
   host (as planner.fit_run), and the target then loads the MTP layers' weights (``Budget.mtp_weights``, placed
   tensor by tensor with the rest).
 - Weights: planner.weight_placement, tensor by tensor with the device kind's buffer rule (``buffers.DEVICE_RULES``),
-  or the total spread over the offloadable layers when only a size is known.
+  or the total spread over the offloadable layers when only a size is known. The weights left on the host are
+  charged as a started llama-server holds them (planner.host_charge: the ``CPU_Mapped`` span with mmap, the
+  ``CPU_REPACK`` buffer on top of it, the GPUs' pinned host buffer without mmap) when the file's tensor table is
+  known (``Budget.host_table``); otherwise as the dry run reads them (each tensor padded to 32 bytes).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE, DEVICE_RULES, BufferRule
 from rsplan.planner.context import ContextParams
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.placement import Placement, weights_by_device
 from rsplan.planner.weight_placement import place_weights
 
@@ -85,6 +89,7 @@ class ChargeModel:
     mtp: bool
     _models: dict[tuple[int, int], MemoryModel] = field(default_factory=dict, repr=False)
     _weights: dict[bool, tuple[tuple[int, ...], int]] = field(default_factory=dict, repr=False)
+    _host: dict[bool, HostWeights] = field(default_factory=dict, repr=False)
     _charges: dict[tuple[int, int, int], Charge] = field(default_factory=dict, repr=False)
 
     @property
@@ -100,17 +105,29 @@ class ChargeModel:
         return self.mtp and params.n_rs_seq > 0
 
     def weights(self, with_mtp: bool) -> tuple[tuple[int, ...], int]:
-        """(weights per device, weights on the host), with the MTP layers' tensors when ``with_mtp``."""
+        """(weights per device, weights on the host), with the MTP layers' tensors when ``with_mtp``: the host's
+        as a started llama-server holds them where the file's tensor table is known (``host_buffers``)."""
         if with_mtp not in self._weights:
             b = self.budget
             if b.weights:
                 tensors = (*b.weights, *b.mtp_weights) if with_mtp else b.weights
                 placed = place_weights(tensors, self.placement, self.rule)
-                self._weights[with_mtp] = tuple(placed.device), placed.host
+                host = placed.host
+                if b.host_table is not None:
+                    self._host[with_mtp] = host_weights(b.host_table, tensors, self.placement, b.host,
+                                                        gpu_host_buffer(self.device_kind))
+                    host = self._host[with_mtp].total
+                self._weights[with_mtp] = tuple(placed.device), host
             else:
                 dev, host = weights_by_device(b.weights_bytes or 0, self.placement)
                 self._weights[with_mtp] = tuple(dev), host
         return self._weights[with_mtp]
+
+    def host_buffers(self, with_mtp: bool) -> HostWeights | None:
+        """The host weight buffers charged (with the MTP layers' tensors when ``with_mtp``), None where the file's
+        tensor table is not known (the host weights are then the dry run's padded total, or a share of a size)."""
+        self.weights(with_mtp)
+        return self._host.get(with_mtp)
 
     def model(self, params: ContextParams) -> MemoryModel:
         """fit_memory's model of the target at ``params``' sequences and rollback planes (its compute cache is per

@@ -1,9 +1,10 @@
 """One ``rsplan fit`` answer: read the model, lay its weights out, run planner.fit, check the host.
 
 The host check is rsplan's own (llama.cpp's --fit looks at the host only when there is no device): what stays in
-host memory after the fit (weights, host caches, the host compute buffer), the output buffer (host memory on every
-backend), and llama-server's context checkpoints at ``--ctx-checkpoints`` per slot (planner.outputs
-``server_checkpoints``: recurrent models only), against the host budget.
+host memory after the fit (weights, host caches, the host compute buffer; the weights as a started llama-server
+holds them under ``--load-mode`` / repacking where the file's tensor table is known, planner.host_charge), the
+output buffer (host memory on every backend), and llama-server's context checkpoints at ``--ctx-checkpoints`` per
+slot (planner.outputs ``server_checkpoints``: recurrent models only), against the host budget.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from rsplan.planner.fit import (
 )
 from rsplan.planner.fit_draft import DraftMemory, WithDraft
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weights
+from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.weight_placement import (
@@ -62,6 +65,7 @@ class FitOptions:
     tool: str = "server"
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     spec_mtp: bool = False
+    host: HostOptions = field(default_factory=HostOptions)
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class FitAnswer:
     no_kv_offload: bool = False
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     draft: Usage | None = None
+    host: HostOptions = field(default_factory=HostOptions)
 
     @property
     def host_bytes(self) -> int:
@@ -127,13 +132,17 @@ class FitAnswer:
         return out
 
 
-def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False) -> tuple[list[Weight], str]:
+def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False
+             ) -> tuple[list[Weight], str, WeightTable | None]:
+    """(the loaded tensors, where they come from, the file's whole tensor table with shapes when known)."""
     tensors = getattr(read, "tensors", None)
     rows = getattr(read, "tensor_rows", None)
     if tensors is not None and rows is not None:
         if quant is not None:
             raise RsplanError("--quant: the model is a GGUF; its own tensors are its weights")
-        return gguf_weights(tensors, rows, spec.n_layer, load_mtp), "the GGUF's tensors"
+        shapes = getattr(read, "tensor_shapes", None)
+        table = WeightTable(tensors, rows, shapes, getattr(read, "tensor_alignment", 32)) if shapes else None
+        return gguf_weights(tensors, rows, spec.n_layer, load_mtp), "the GGUF's tensors", table
     if quant is None:
         raise RsplanError("fit needs the model's weights tensor by tensor: give a GGUF file, or --quant TYPE "
                           "(e.g. Q4_K_M, BF16) for a preset with a tensor list")
@@ -146,7 +155,7 @@ def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = 
         raise RsplanError(f"--quant {quant}: {exc}") from None
     weights = [Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in qw.plan.tensors
                if loaded(t.name, spec.n_layer, load_mtp)]
-    return weights, f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF"
+    return weights, f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF", qw.weight_table
 
 
 def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverride, ...]:
@@ -178,14 +187,17 @@ def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswe
     from rsplan.hparams.sources import read_model
 
     read = read_model(model_ref)
-    weights, weights_source = _weights(read, read.spec, opts.quant, opts.spec_mtp)
+    weights, weights_source, table = _weights(read, read.spec, opts.quant, opts.spec_mtp)
     return fit_model(read.spec, weights, params, opts, model_ref=model_ref, is_file=read.kind == "gguf",
-                     weights_source=weights_source)
+                     weights_source=weights_source, table=table)
 
 
 def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opts: FitOptions, *,
-              model_ref: str = "", is_file: bool = False, weights_source: str = "") -> FitAnswer:
-    """The fit of ``spec`` with ``weights`` (the loaded tensors) and the host check (module docstring)."""
+              model_ref: str = "", is_file: bool = False, weights_source: str = "",
+              table: WeightTable | None = None) -> FitAnswer:
+    """The fit of ``spec`` with ``weights`` (the loaded tensors) and the host check (module docstring); ``table``:
+    the file's whole tensor table, when known: the host check then counts the host weights as a started
+    llama-server holds them under ``opts.host`` (planner.host_charge)."""
     layout = cache_layout(spec)
     budgets = opts.budgets or []
     if len(budgets) > MAX_DEVICES:
@@ -218,18 +230,31 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                        opts.host_source, weights_source,
                        opts.compute is not None or not budgets or model.compute_estimate is None,
                        no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints,
-                       draft=draft.measure(result.flags.n_ctx) if draft else None)
+                       draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host)
     if budgets and opts.compute is None and model.compute_estimate is not None:
         answer.notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
-    _host_check(answer, spec, layout, opts.ctx_checkpoints)
+    held = None
+    if table is not None:
+        held = host_weights(table, weights, model.placement(result.flags), opts.host,
+                            gpu_host_buffer(opts.device_kind if budgets else None), result.flags.overrides)
+    _host_check(answer, spec, layout, opts.ctx_checkpoints, held)
     if draft is not None:
         _draft_host(answer, spec, draft)
     return answer
 
 
-def _host_check(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_checkpoints: int) -> None:
+def _host_check(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_checkpoints: int,
+                held: HostWeights | None = None) -> None:
+    """The host items of a start: the weights as a started llama-server holds them (``held``; None: as the dry run
+    reads them), host caches and compute, the output buffer, the checkpoints at their limit."""
     host = answer.result.usage.host
-    answer.host_items += [HostItem("weights on the host", host.model), HostItem("caches on the host", host.context),
+    weights = HostItem("weights on the host", host.model)
+    if held is not None:
+        weights = HostItem(f"weights on the host ({held.describe()})", held.total)
+        answer.notes.append(f"host check: the weights as a started llama-server holds them under "
+                            f"{held.options.describe()}; the fit measures llama.cpp's --fit dry run (weights read "
+                            f"into buffers: {host.model:,} B on the host)")
+    answer.host_items += [weights, HostItem("caches on the host", host.context),
                           HostItem("host compute buffer", host.compute)]
     params = answer.params
     try:

@@ -59,18 +59,59 @@ class WeightTable:
     alignment: int = 32
 
 
+#: llama.cpp's ``--load-mode`` values (common/arg.cpp:2700 LLAMA_LOAD_MODE_AUTO ...); the loader maps the file for these
+#: (src/llama-model-loader.cpp:559 use_mmap; ``auto`` unless a device lacks mmap support, which the devices
+#: rsplan models (CUDA, ROCm, MUSA, SYCL, RPC, the CPU) all have).
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+MAPPED_MODES = ("auto", "mmap", "mmap+mlock")
+
+
 @dataclass(frozen=True)
 class HostOptions:
     """How llama.cpp lays out host weights: the CPU it repacks for (``--cpu-repack``; ``none`` = ``--no-repack``)
-    and whether it maps the file (``--load-mode``: auto / mmap / mmap+mlock map it)."""
+    and whether it maps the file (``--load-mode``: auto / mmap / mmap+mlock map it).
+
+    ``load_mode``: the ``--load-mode`` asked for, printed with the command (None: ``auto`` with mmap, ``none``
+    without); it must agree with ``use_mmap``.
+    """
 
     repack: Target = dataclasses.field(default_factory=lambda: parse_target(DEFAULT_TARGET))
     use_mmap: bool = True
+    load_mode: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.load_mode is not None and (self.load_mode not in LOAD_MODES
+                                           or (self.load_mode in MAPPED_MODES) != self.use_mmap):
+            raise ValueError(f"load mode {self.load_mode!r} with use_mmap={self.use_mmap}")
+
+    @property
+    def mode(self) -> str:
+        """The ``--load-mode`` a started llama.cpp runs with."""
+        return self.load_mode or ("auto" if self.use_mmap else "none")
+
+    def flags(self) -> list[str]:
+        """The llama.cpp 0c1e57098 flags that reproduce these options: ``--no-repack`` (common/arg.cpp:2423
+        no_extra_bufts) for target ``none``, ``--load-mode MODE`` (common/arg.cpp:2700 load_mode) for a mode other
+        than ``auto``. The target CPU is the build's, not a flag."""
+        out = [] if self.repack.repacks else ["--no-repack"]
+        return out + ([] if self.mode == "auto" else [f"--load-mode {self.mode}"])
+
+    def describe(self) -> str:
+        """``--load-mode MODE, --cpu-repack TARGET`` in words, for notes."""
+        return f"--load-mode {self.mode}, --cpu-repack {self.repack.name}"
 
 
 def gguf_table(index: Any) -> WeightTable:
     """The table of a scanned GGUF (hparams.gguf_file.GGUFIndex): its file order and data alignment."""
     return WeightTable(index.tensors, index.tensor_rows, index.tensor_shapes, index.alignment)
+
+
+def table_tensors(table: WeightTable) -> list[HostTensor]:
+    """Every tensor of ``table`` with its data offset (file order, each padded to the file's alignment)."""
+    offsets = file_offsets([n for _, n in table.tensors], table.alignment)
+    return [HostTensor(name, n_bytes, type_, tuple(shape), off)
+            for (name, n_bytes), (type_, _), shape, off in zip(table.tensors, table.rows, table.shapes, offsets,
+                                                                strict=True)]
 
 
 def file_offsets(sizes: Sequence[int], alignment: int = ALIGNMENT) -> list[int]:

@@ -23,6 +23,7 @@ from rsplan.render.units import MAX_SIZE, parse_size, shown
 if TYPE_CHECKING:
     from rsplan.planner.budget import BudgetRequest, GivenSize
     from rsplan.planner.capacity import DeviceBudget
+    from rsplan.planner.host_weights import HostOptions
 
 #: ``--ctx`` entries: tokens, or ``<n>k`` for n * 1024 tokens (as people say "8k context").
 _CTX = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
@@ -97,6 +98,16 @@ NATIVE_BUDGET_KEYS = ("gpu_memory", "device_kind", "quant", "fit_target", "compu
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the budget and placement flags to a click command, under "Memory budget"."""
     return section("Memory budget", BUDGET_OPTIONS)(func)
+
+
+def weight_table(read: Any) -> Any:
+    """A read model's tensor table (hparams.sources.ReadModel) as planner.host_weights.WeightTable, None without
+    one (shapes may be empty: the host buffers then stay unknown)."""
+    from rsplan.planner.host_weights import WeightTable
+
+    if not (read.tensors and read.tensor_rows):
+        return None
+    return WeightTable(read.tensors, read.tensor_rows, read.tensor_shapes or (), read.tensor_alignment)
 
 
 def ladder_option(help_text: str) -> Decorator:
@@ -240,8 +251,9 @@ def _host_budget(text: str | None) -> Any:
     return GivenSize(host_memory()[1], "this machine's available memory")
 
 
-def budget_request(options: dict[str, Any]) -> BudgetRequest:
-    """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.budget.BudgetRequest.
+def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> BudgetRequest:
+    """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.budget.BudgetRequest (with the
+    host-weight options ``host``, rsplan.cli.host_options; None: llama.cpp's defaults).
 
     Raises:
         RsplanError: a value that cannot be read (named with its flag), or ``--budget`` and ``--gpu`` together /
@@ -266,4 +278,5 @@ def budget_request(options: dict[str, Any]) -> BudgetRequest:
         rope=RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"]),
         ctx_checkpoints=options["ctx_checkpoints"],
         device_kind=options["device_kind"],
+        **({"host": host} if host is not None else {}),
     )

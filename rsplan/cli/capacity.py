@@ -19,9 +19,11 @@ from rsplan.cli.budget import (
     parse_ctx_list,
     parse_serving_ctx_list,
     pop_budget_options,
+    weight_table,
 )
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
+from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
@@ -37,6 +39,7 @@ from rsplan.planner.engines import NATIVE
 @engine_options
 @section("Output", [click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                                  show_default=True, help="table, or json (every number, in bytes).")])
+@host_options
 @user_errors
 def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
@@ -56,7 +59,8 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     """
     from rsplan.hparams.sources import read_model
 
-    values = pop_engine_values(kwargs, engine, CONTEXT_KEYS + NATIVE_BUDGET_KEYS)
+    values = pop_engine_values(kwargs, engine, CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
+    host = pop_host_options(kwargs, click.get_current_context())
     if engine != NATIVE:
         _capacity_engine(model_ref, engine, values, ctx_list, fmt, kwargs)
         return
@@ -71,8 +75,8 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     read = read_model(model_ref)
-    table = (read.tensors, read.tensor_rows) if read.tensors and read.tensor_rows else None
-    (planner,) = make_planners([read.spec], [model_ref], params, budget_request(options), spec_type, [table],
+    (planner,) = make_planners([read.spec], [model_ref], params, budget_request(options, host), spec_type,
+                               [weight_table(read)],
                                [read.facts.get("vocab_size_unknown")])
     result = run_capacity(planner, contexts)
     if fmt == "json":

@@ -16,6 +16,7 @@ from click.core import ParameterSource
 
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
+from rsplan.cli.host_options import given_host_flags, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import BackendError
@@ -45,35 +46,15 @@ OUTPUT_OPTIONS = [
                  "exact model bytes (presets, config.json files giving vocab_size; not a GGUF)."),
 ]
 
-#: llama.cpp's --load-mode values (common/arg.cpp); auto, mmap and mmap+mlock map the file.
-LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
-_MAPPED = ("auto", "mmap", "mmap+mlock")
-
-HOST_OPTIONS = [
-    click.option("--cpu-repack", "cpu_repack", metavar="TARGET", default=None,
-                 help="The CPU llama.cpp's CPU backend is built for, which decides the weights it repacks into "
-                 "CPU_REPACK (Q4_0, Q4_K, IQ4_NL ... matrices): x86-avx2 (the default), x86-avx512, arm-neon, "
-                 "arm-dotprod, arm-i8mm, arm-sve256, s390x-vxe, riscv-rvv256, or none."),
-    click.option("--no-repack", "no_repack", is_flag=True,
-                 help="llama.cpp's --no-repack: no extra buffer types, every host weight in CPU / CPU_Mapped "
-                 "(--cpu-repack none)."),
-    click.option("--load-mode", "load_mode", type=click.Choice(LOAD_MODES), default="auto", show_default=True,
-                 help="llama.cpp's --load-mode: auto / mmap / mmap+mlock map the file (host weights in one "
-                 "CPU_Mapped span); none / mlock / dio read them into CPU buffers (CUDA_Host with a GPU)."),
-    click.option("--no-mmap", "no_mmap", is_flag=True, help="--load-mode none (llama.cpp's former --no-mmap)."),
-]
-
-
 @click.command(cls=SectionedCommand)
 @model_options(multiple=True, help_text=MODEL_HELP + " Repeat to compare models side by side.")
 @context_options
 @engine_options
 @section("Output", OUTPUT_OPTIONS)
-@section("Host weights", HOST_OPTIONS)
+@host_options
 @user_errors
 def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: str, tool: str, engine: str,
-             quant: str | None, cpu_repack: str | None, no_repack: bool, load_mode: str, no_mmap: bool,
-             **kwargs: Any) -> None:
+             quant: str | None, **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
     vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).
 
@@ -93,8 +74,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     if engine != NATIVE and quant is not None:
         raise click.UsageError("--quant applies to --engine llama.cpp only (llama-quantize's types)", ctx)
     if engine != NATIVE:
-        given = [f"--{n.replace('_', '-')}" for n in ("cpu_repack", "no_repack", "load_mode", "no_mmap")
-                 if ctx.get_parameter_source(n) != ParameterSource.DEFAULT]
+        given = given_host_flags(ctx)
         if given:
             raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only (its host weights)", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
@@ -103,7 +83,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     from rsplan.planner.plan import build_plan
 
     buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
-    host = _host_options(cpu_repack, no_repack, load_mode, no_mmap, ctx)
+    host = pop_host_options(kwargs, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
     reads = [read_model(ref) for ref in refs]
@@ -136,24 +116,6 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     breakdowns = [dataclasses.replace(bd, notes=(*bd.notes, note)) if bd is not None and note else bd
                   for bd, note in zip(breakdowns, notes, strict=True)]
     _print_native(plans, breakdowns, specs, buffer, per_layer, fmt, backend)
-
-
-def _host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, no_mmap: bool, ctx: click.Context
-                  ) -> Any:
-    """``--cpu-repack`` / ``--no-repack`` and ``--load-mode`` / ``--no-mmap`` as planner.breakdown.HostOptions."""
-    from rsplan.planner.breakdown import HostOptions
-    from rsplan.planner.cpu_repack import DEFAULT_TARGET, RepackError, parse_target
-
-    if no_repack and cpu_repack not in (None, "none"):
-        raise click.UsageError(f"--no-repack and --cpu-repack {cpu_repack} contradict each other", ctx)
-    if no_mmap and ctx.get_parameter_source("load_mode") != ParameterSource.DEFAULT and load_mode != "none":
-        raise click.UsageError(f"--no-mmap and --load-mode {load_mode} contradict each other", ctx)
-    try:
-        target = parse_target("none" if no_repack else cpu_repack or DEFAULT_TARGET)
-    except RepackError as exc:
-        raise click.BadParameter(str(exc).removeprefix(f"--cpu-repack '{cpu_repack}': "), ctx,
-                                 param_hint="--cpu-repack") from None
-    return HostOptions(target, use_mmap=not no_mmap and load_mode in _MAPPED)
 
 
 def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx: click.Context

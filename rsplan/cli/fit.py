@@ -16,6 +16,7 @@ from click.core import ParameterSource
 
 from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor_split
 from rsplan.cli.errors import user_errors
+from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
 from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
@@ -72,13 +73,16 @@ OUTPUT_OPTIONS = [
 @context_options
 @section("Devices and --fit", FIT_OPTIONS)
 @section("Output", OUTPUT_OPTIONS)
+@host_options
 @user_errors
 def fit(model_ref: str, fmt: str, **options: Any) -> None:
     """What llama.cpp's --fit would choose: context, -ngl, -ts, -ot, for the given devices.
 
     Mirrors llama.cpp's start-up fitting (common/fit.cpp, on by default in llama-server and llama-cli) step by
     step, with rsplan's byte counts in place of its dry runs; -c defaults to 0 (the training context, reduced
-    as needed) as in llama.cpp.
+    as needed) as in llama.cpp. --load-mode / --no-mmap / --no-repack go into the command printed: llama.cpp's
+    --fit measures a dry run that never maps the file and keeps repacked weights at their size, so they do not
+    change the fit.
 
     \b
     Examples:
@@ -100,6 +104,11 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         # llama.cpp keeps rollback planes only with speculative decoding (n_rs_seq is --spec-draft-n-max)
         raise RsplanError("--n-rs-seq: llama.cpp keeps rollback planes only with speculative decoding; give "
                           "--spec-type mtp [--spec-draft-n-max N] instead")
+    host = pop_host_options(options, ctx)  # contradictions first, as estimate's
+    if host.repack.repacks and ctx.get_parameter_source("cpu_repack") != ParameterSource.DEFAULT:
+        raise RsplanError(f"--cpu-repack {host.repack.name}: rsplan fit measures llama.cpp's --fit dry run, "
+                          "where a repacked weight keeps its bytes; the target CPU is the build's, not a flag of "
+                          "the printed command (estimate, capacity and report lay the host buffers out by it)")
     params = pop_context_params(options)
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),
@@ -112,7 +121,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
         quant=options["quant"], tool=options["tool"], ctx_checkpoints=options["ctx_checkpoints"],
-        spec_mtp=spec_type == "mtp",
+        spec_mtp=spec_type == "mtp", host=host,
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))

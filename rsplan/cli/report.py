@@ -16,9 +16,11 @@ from rsplan.cli.budget import (
     ladder_option,
     parse_ctx_list,
     pop_budget_options,
+    weight_table,
 )
 from rsplan.cli.engine_options import engine_options, pop_engines_values
 from rsplan.cli.errors import user_errors
+from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError, require
@@ -43,6 +45,7 @@ OUTPUT_OPTIONS = [
 @context_options
 @engine_options(multiple=True)
 @section("Output", OUTPUT_OPTIONS)
+@host_options
 @user_errors
 def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None, output: str,
            engine: tuple[str, ...], **kwargs: Any) -> None:
@@ -66,7 +69,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     start = time.perf_counter()
     target = AtomicFile(output, "the report", ReportWriteError)  # an unwritable path fails here, before any work
     engines = [e for e in dict.fromkeys(engine) if e != NATIVE]
-    values = pop_engines_values(kwargs, [NATIVE, *engines], CONTEXT_KEYS + NATIVE_BUDGET_KEYS)
+    values = pop_engines_values(kwargs, [NATIVE, *engines], CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
     n_bytes = target.commit(_build(model_refs, ctx_list, profile_path, kwargs, engines, values))
     click.echo(f"wrote {output}: {n_bytes / (1 << 20):.2f} MiB in {time.perf_counter() - start:.2f} s")
 
@@ -80,6 +83,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     from rsplan.render.report import ModelReport, build_html
 
     options = pop_budget_options(kwargs)
+    host = pop_host_options(kwargs, click.get_current_context())
     if options["overhead"] is not None and not engines:
         raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
     spec_type = kwargs["spec_type"]
@@ -92,8 +96,8 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
         profile = load_profile(profile_path)
     reads = [read_model(ref) for ref in model_refs]
     specs = [r.spec for r in reads]
-    tables = [(r.tensors, r.tensor_rows) if r.tensors and r.tensor_rows else None for r in reads]
-    request = budget_request(options)
+    tables = [weight_table(r) for r in reads]
+    request = budget_request(options, host)
     planners = make_planners(specs, list(model_refs), params, request, spec_type, tables,
                              [r.facts.get("vocab_size_unknown") for r in reads])
     models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]

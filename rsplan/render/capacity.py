@@ -57,6 +57,16 @@ def _draft_fields(charge: Charge | None, i: int | None) -> dict[str, Any]:
     return {"draft_kv_bytes": row.context, "draft_compute_bytes": row.compute}
 
 
+def _host_weight_fields(planner: CapacityPlanner) -> dict[str, Any]:
+    """The host row's weight buffers at the flags given (planner.host_charge; None where the file's tensor table
+    is not known), and the options they were laid out with."""
+    hw = planner.host_weights()
+    host = planner.budget.host
+    return {"weight_buffers": hw.buffers if hw else None,
+            "mapped_elsewhere_bytes": hw.mapped_elsewhere if hw else None,
+            "load_mode": host.mode, "cpu_repack": host.repack.name}
+
+
 def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[str, Any]]:
     """Per GPU (then the host): budget, what it holds, its compute buffer, the MTP draft context and the caches at
     the given -c/-np (compute and draft None where llama.cpp aborts at those flags)."""
@@ -92,6 +102,7 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
         "free_bytes": None,
         "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev is None],
         "weights_bytes": planner.weights_on_host,
+        **_host_weight_fields(planner),
         "margin_bytes": 0,
         "compute_bytes": charge.compute_host if charge else None,
         **_draft_fields(charge, None),
@@ -185,6 +196,8 @@ def notes(planner: CapacityPlanner) -> list[str]:
     elif planner.placement.n_devices > 1 or planner.placement.n_gpu_layers <= planner.placement.n_layer_all:
         out.append("weights per device are spread evenly over the offloadable layers (an estimate); cache bytes "
                    "per device are exact")
+    if planner.budget.weights_bytes is not None:
+        out.append(host_weight_words(planner))
     host = planner.budget.host_budget_bytes
     if host is not None:
         need = planner.host_bytes(planner.base)
@@ -201,6 +214,24 @@ def notes(planner: CapacityPlanner) -> list[str]:
                    "dflash or dspark)" + ("" if planner.spec_type else
                                           f": {planner.spec.name} has no MTP (nextn) layers for --spec-type mtp")
                    + "; the draft model's own weights and caches are not counted")
+    return out
+
+
+def host_weight_words(planner: CapacityPlanner) -> str:
+    """Which host weight buffers are charged, under which --load-mode / --cpu-repack, in a sentence."""
+    hw = planner.host_weights()
+    how = planner.budget.host.describe()
+    if hw is None:
+        return (f"host weights: {human(planner.weights_on_host)}, as llama.cpp's dry run reads them (each tensor "
+                f"padded to 32 bytes): without the file's tensor table the buffers a started llama.cpp holds under "
+                f"{how} are not known")
+    out = (f"host weights: what a started llama-server holds under {how} ({hw.describe()}), "
+           f"{human(hw.total)} charged to the host")
+    if hw.gpu_host is not None and hw.options.repack.repacks:
+        out += f" (nothing repacked: the devices' host buffer type {hw.gpu_host} comes before CPU_REPACK)"
+    if hw.mapped_elsewhere:
+        out += (f"; {human(hw.mapped_elsewhere)} of the CPU_Mapped span are tensors repacked or offloaded (page "
+                "cache read once at load, which the OS may reclaim), charged too")
     return out
 
 

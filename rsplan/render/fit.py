@@ -13,15 +13,15 @@ from rsplan.render.units import mib
 
 
 def _command(a: FitAnswer) -> str:
-    """llama-server with the context flags as given (planner.capacity.llama_flags, the fitted -c) and the fitted
-    layer flags; the flags are already fitted, so --fit off keeps llama.cpp from fitting again (it would refuse:
-    -ngl is set)."""
+    """llama-server with the context flags as given (planner.capacity.llama_flags, the fitted -c), the fitted
+    layer flags and the load mode / repacking asked for (HostOptions.flags); the flags are already fitted, so
+    --fit off keeps llama.cpp from fitting again (it would refuse: -ngl is set)."""
     from rsplan.planner.capacity import llama_flags
 
     model = shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
     nkvo = ["-nkvo"] if a.no_kv_offload else []
     return " ".join(["llama-server -m", model, llama_flags(a.params, ctx_checkpoints=a.ctx_checkpoints),
-                     a.placement_flags, *nkvo, "--fit off"])
+                     a.placement_flags, *nkvo, *a.host.flags(), "--fit off"])
 
 
 def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) -> list[str]:

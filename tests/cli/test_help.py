@@ -51,11 +51,12 @@ def test_estimate_help_sections_in_order():
 
 @pytest.mark.parametrize(("command", "titles"), [
     ("capacity", ["Model", "Memory budget", "Context ladder", "llama.cpp context", "Serving engine", "vLLM", "SGLang",
-                  "Output", OTHER]),
+                  "Output", "Host weights", OTHER]),
     ("report", ["Model", "Memory budget", "Context ladder", "llama.cpp context", "Serving engine", "vLLM", "SGLang",
-                "Output", OTHER]),
+                "Output", "Host weights", OTHER]),
     ("profile", ["Model", "Device", "llama.cpp context", "Workload", "Output", OTHER]),
     ("inspect", ["Model", "Output", OTHER]),
+    ("fit", ["Model", "llama.cpp context", "Devices and --fit", "Output", "Host weights", OTHER]),
 ])
 def test_other_commands_have_sections(command, titles):
     assert list(sections(help_of(command))) == titles
