@@ -149,7 +149,7 @@ def model_bytes_by_buffer(
     """
     kind = _backend_kind(backend)
     host = host or HostOptions()
-    gpu_host = "CUDA_Host" if kind == "CUDA" else None
+    gpu_host = host.weights_host_buffer("CUDA_Host" if kind == "CUDA" else None)
     if table and kind == "CUDA":
         weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
         placement = place_layers(spec.block_count, 1)

@@ -75,8 +75,10 @@ def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Place
 
     Args:
         table: the model file's whole tensor table (file order: where each tensor lies).
-        gpu_host: the devices' host buffer type (``gpu_host_buffer``), None without one.
+        gpu_host: the devices' host buffer type (``gpu_host_buffer``), None without one (``--no-host`` in
+            ``options`` leaves it out).
     """
+    gpu_host = options.weights_host_buffer(gpu_host)
     on_host = {w.name for w in weights
                if where_weight(w.name, layer_of(w.name, placement.n_layer_all), placement, overrides) is None}
     tensors = [t for t in table_tensors(table) if t.name in on_host]

@@ -72,12 +72,16 @@ class HostOptions:
     and whether it maps the file (``--load-mode``: auto / mmap / mmap+mlock map it).
 
     ``load_mode``: the ``--load-mode`` asked for, printed with the command (None: ``auto`` with mmap, ``none``
-    without); it must agree with ``use_mmap``.
+    without); it must agree with ``use_mmap``. ``no_host``: ``--no-host`` (common/arg.cpp:2430 no_host): the GPUs'
+    host buffer type is left out of the host weights' buffer list (src/llama-model.cpp:1078 make_cpu_buft_list), so
+    without mmap they go to ``CPU_REPACK`` / ``CPU`` as on a CPU-only build instead of ``CUDA_Host``; the host
+    compute and output buffers keep it.
     """
 
     repack: Target = dataclasses.field(default_factory=lambda: parse_target(DEFAULT_TARGET))
     use_mmap: bool = True
     load_mode: str | None = None
+    no_host: bool = False
 
     def __post_init__(self) -> None:
         if self.load_mode is not None and (self.load_mode not in LOAD_MODES
@@ -94,11 +98,17 @@ class HostOptions:
         no_extra_bufts) for target ``none``, ``--load-mode MODE`` (common/arg.cpp:2700 load_mode) for a mode other
         than ``auto``. The target CPU is the build's, not a flag."""
         out = [] if self.repack.repacks else ["--no-repack"]
+        out += ["--no-host"] if self.no_host else []
         return out + ([] if self.mode == "auto" else [f"--load-mode {self.mode}"])
+
+    def weights_host_buffer(self, gpu_host: str | None) -> str | None:
+        """The GPUs' host buffer type ``gpu_host`` as the host weights' buffer list has it: None with
+        ``--no-host``."""
+        return None if self.no_host else gpu_host
 
     def describe(self) -> str:
         """``--load-mode MODE, --cpu-repack TARGET`` in words, for notes."""
-        return f"--load-mode {self.mode}, --cpu-repack {self.repack.name}"
+        return f"--load-mode {self.mode}, --cpu-repack {self.repack.name}" + (", --no-host" if self.no_host else "")
 
 
 def gguf_table(index: Any) -> WeightTable:

@@ -1,5 +1,5 @@
 """The host-weight flags of ``rsplan estimate``, ``capacity``, ``report`` and ``fit``: ``--cpu-repack`` /
-``--no-repack`` and ``--load-mode`` / ``--no-mmap``, declared once (HOST_OPTIONS, under "Host weights" in
+``--no-repack``, ``--load-mode`` / ``--no-mmap`` and ``--no-host``, declared once (HOST_OPTIONS, under "Host weights" in
 ``--help``) and parsed into planner.host_weights.HostOptions by ``pop_host_options``.
 
 Contradictions (``--no-repack`` with a ``--cpu-repack`` target, ``--no-mmap`` with a mapping ``--load-mode``) are
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rsplan.planner.host_weights import HostOptions
 
 #: The option names (click parameter names) of the section, in --help order.
-HOST_KEYS = ("cpu_repack", "no_repack", "load_mode", "no_mmap")
+HOST_KEYS = ("cpu_repack", "no_repack", "load_mode", "no_mmap", "no_host")
 
 HOST_OPTIONS: list[Decorator] = [
     click.option("--cpu-repack", "cpu_repack", metavar="TARGET", default=None,
@@ -35,6 +35,9 @@ HOST_OPTIONS: list[Decorator] = [
                  help="llama.cpp's --load-mode: auto / mmap / mmap+mlock map the file (host weights in one "
                  "CPU_Mapped span); none / mlock / dio read them into CPU buffers (CUDA_Host with a GPU)."),
     click.option("--no-mmap", "no_mmap", is_flag=True, help="--load-mode none (llama.cpp's former --no-mmap)."),
+    click.option("--no-host", "no_host", is_flag=True,
+                 help="llama.cpp's --no-host: host weights skip the GPU's pinned host buffer (CUDA_Host), so "
+                 "without mmap they go to CPU_REPACK / CPU as on a CPU-only build."),
 ]
 
 
@@ -52,11 +55,12 @@ def given_host_flags(ctx: click.Context) -> list[str]:
 def pop_host_options(kwargs: dict[str, Any], ctx: click.Context) -> HostOptions:
     """Remove the host-weight flags from a command's kwargs and parse them (``parse_host_options``)."""
     values = {key: kwargs.pop(key) for key in HOST_KEYS}
-    return parse_host_options(values["cpu_repack"], values["no_repack"], values["load_mode"], values["no_mmap"], ctx)
+    return parse_host_options(values["cpu_repack"], values["no_repack"], values["load_mode"], values["no_mmap"], ctx,
+                              no_host=values["no_host"])
 
 
-def parse_host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, no_mmap: bool, ctx: click.Context
-                       ) -> HostOptions:
+def parse_host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, no_mmap: bool, ctx: click.Context,
+                       no_host: bool = False) -> HostOptions:
     """``--cpu-repack`` / ``--no-repack`` and ``--load-mode`` / ``--no-mmap`` as planner.host_weights.HostOptions.
 
     Raises:
@@ -77,4 +81,4 @@ def parse_host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, 
         raise click.BadParameter(str(exc).removeprefix(f"--cpu-repack '{cpu_repack}': "), ctx,
                                  param_hint="--cpu-repack") from None
     mode = "none" if no_mmap else load_mode
-    return HostOptions(target, use_mmap=mode in MAPPED_MODES, load_mode=mode)
+    return HostOptions(target, use_mmap=mode in MAPPED_MODES, load_mode=mode, no_host=no_host)

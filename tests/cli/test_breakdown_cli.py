@@ -124,6 +124,18 @@ def test_gpu_host_weights_without_mmap_are_pinned():
     assert rows["CUDA_Host"]["model_bytes"] == 41_028_480  # 50280 x 816, already a multiple of 32
 
 
+
+def test_no_host_keeps_host_weights_out_of_the_pinned_buffer():
+    # --no-host: the embedding on the host takes CPU (not repacked: GET_ROWS), the pinned CUDA_Host buffer keeps
+    # only the host compute buffer (llama-context's, which --no-host does not touch)
+    r = CliRunner().invoke(cli, ["estimate", "-m", "mamba-130m", "--quant", "Q8_0", "--backend", "CUDA0",
+                                 "--format", "json", "--no-mmap", "--no-host"])
+    assert r.exit_code == 0, r.output
+    rows = {row["buffer_type"]: row for row in json.loads(r.output)["breakdown"]}
+    assert set(rows) == {"CUDA0", "CUDA_Host", "CPU"}
+    assert rows["CPU"]["model_bytes"] == 41_028_480 and rows["CUDA_Host"]["model_bytes"] == 0
+    assert rows["CUDA_Host"]["compute_bytes"] > 0
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--cpu-repack", "x86-sse"], "unknown target (have: none, x86-avx2, x86-avx512"),
     (["--no-repack", "--cpu-repack", "x86-avx2"], "--no-repack and --cpu-repack x86-avx2 contradict"),

@@ -45,7 +45,7 @@ def test_estimate_help_sections_in_order():
     assert "--max-model-len" in s["vLLM"] and "--context-length" in s["SGLang"]
     assert s["Serving engine"] == ["--engine", "-tp", "--kv-cache-dtype"]  # what both serving engines read
     assert s["Output"] == ["--format", "--per-layer", "--backend", "--tool", "--quant"]
-    assert s["Host weights"] == ["--cpu-repack", "--no-repack", "--load-mode", "--no-mmap"]
+    assert s["Host weights"] == ["--cpu-repack", "--no-repack", "--load-mode", "--no-mmap", "--no-host"]
     assert s[OTHER] == ["-h"]
 
 

@@ -99,6 +99,21 @@ def test_no_mmap_reads_the_weights_into_buffers(mamba_q4_0):
     assert host_row(d)["weight_buffers"] == {"CPU_Mapped": file_end}
 
 
+def test_no_host_leaves_the_pinned_buffer_out_and_repacks(mamba_q4_0):
+    # --no-host drops CUDA_Host from the host weights' buffer list (src/llama-model.cpp:1078 make_cpu_buft_list):
+    # without mmap they are laid out as on a CPU-only build, CPU_REPACK for the 72 repacked matrices and CPU for the
+    # rest (each padded to 32), and the printed command carries --no-host
+    file_end = sum(pad32(t.n_bytes) for t in mamba_q4_0)
+    repack = sum(t.n_bytes for t in _repacked(mamba_q4_0))
+    assert repack == 49_434_624 and file_end - repack == 38_683_648
+    d = capacity_json("-m", "mamba-130m", "--quant", "Q4_0", "-ngl", "0", "--load-mode", "none", "--no-host", *BASE)
+    assert host_row(d)["weight_buffers"] == {"CPU": file_end - repack, "CPU_REPACK": repack}
+    assert d["flags"] == "-c 4096 -np 1 -ngl 0 --no-host --load-mode none"
+    assert not any("nothing repacked" in n for n in d["notes"])
+    # with mmap the CUDA_Host entry is swapped for CPU anyway; --no-host then lets the CPU repack, on top of the span
+    d = capacity_json("-m", "mamba-130m", "--quant", "Q4_0", "-ngl", "0", "--no-host", *BASE)
+    assert set(host_row(d)["weight_buffers"]) == {"CPU_Mapped", "CPU_REPACK"}
+
 def test_partly_offloaded_span_covers_the_host_layers(mamba_q4_0):
     # -ngl 13 of 25 units offloads blk.12 ... blk.23 and the output layer (output_norm, at offset 0): the host keeps
     # token_embd and blk.0 ... blk.11, one span from token_embd to the end of blk.11's last tensor
