@@ -72,7 +72,7 @@ class HostOptions:
     and whether it maps the file (``--load-mode``: auto / mmap / mmap+mlock map it).
 
     ``load_mode``: the ``--load-mode`` asked for, printed with the command (None: ``auto`` with mmap, ``none``
-    without); it must agree with ``use_mmap``. ``no_host``: ``--no-host`` (common/arg.cpp:2430 no_host): the GPUs'
+    without); it must agree with ``use_mmap``. ``no_host``: ``--no-host`` (common/arg.cpp:2433 no_host): the GPUs'
     host buffer type is left out of the host weights' buffer list (src/llama-model.cpp:1078 make_cpu_buft_list), so
     without mmap they go to ``CPU_REPACK`` / ``CPU`` as on a CPU-only build instead of ``CUDA_Host``; the host
     compute and output buffers keep it.
