@@ -22,8 +22,8 @@ is prepared for a block of chunks at once (batched GEMMs, one batched triangular
 chunk), chunk-major so that the sequential part reads contiguous slices. Inputs are read in the callers'
 token-major layout ``[N, T, heads, dim]`` and outputs written straight into theirs. One decay per head runs in
 ``_chunk_head`` (the value heads of a key head share its GEMMs); one decay per key runs here. On a CPU with
-several torch threads, several sequences are split over that many threads, each scanning its own with one
-torch thread (``_by_sequences``).
+several torch threads, several sequences are split over up to that many threads, each scanning its own run
+with a share of torch's threads (``_by_sequences``).
 
 Every exponent is of a difference ``G_t - G_s`` with s <= t (or of ``G`` itself), so no factor exceeds 1 and
 strong decays cannot overflow. With per-key decays the ``[C, C]`` matrices are GEMMs of ``q * exp(G)`` and
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rsplan.kernels._chunk_common import Heads, KeyHeads, one_thread, tokens, unit_lower_inverse
+from rsplan.kernels._chunk_common import Heads, KeyHeads, tokens, unit_lower_inverse
 from rsplan.kernels._chunk_head import scan_per_head
 
 #: Tokens per chunk with one decay per head (the [C, C] matrices are cheap) and with one per key.
@@ -184,20 +184,26 @@ def _by_sequences(
     rest: tuple[tuple[int, ...], int | None, KeyHeads],
 ) -> dict[int, torch.Tensor]:
     """``chunk_scan`` with the N sequences split into ``workers`` runs, each scanned on a thread of its own
-    with one torch thread (``rest``: taps, chunk, key_heads). The runs share nothing: on a loaded machine a
-    run whose core is busy delays only itself, where torch's threads would wait for each other at every op
-    of the scan (hundreds per ubatch)."""
+    with an equal share of torch's threads (``rest``: taps, chunk, key_heads). The runs share nothing: on a
+    loaded machine a run whose core is busy delays only itself, where torch's threads would wait for each
+    other at every op of the scan (hundreds per ubatch). torch's thread count is the caller's again after."""
     N, H = y.shape[0], y.shape[2]
     st = state.view(N, H, *state.shape[1:])  # any strides: splitting the first axis is a view
     bounds = [N * i // workers for i in range(workers + 1)]
+    threads = torch.get_num_threads()
 
     def run(a: int, b: int) -> dict[int, torch.Tensor]:
-        torch.set_num_threads(1)  # this thread's OpenMP and BLAS (the count is per thread as well)
+        # sets this thread's OpenMP and BLAS counts (each thread has its own) and torch's, the same in every
+        # run: a run holds one sequence, or one thread when it holds several (no run splits again)
+        torch.set_num_threads(threads // workers)
         part = tuple(x[a:b] if x is not None else None for x in inputs)
         return chunk_scan(st[a:b].view(-1, *st.shape[2:]), part, scale, y[a:b], *rest)  # type: ignore[arg-type]
 
-    with one_thread(), ThreadPoolExecutor(workers) as pool:
-        parts = [f.result() for f in [pool.submit(run, a, b) for a, b in itertools.pairwise(bounds)]]
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            parts = [f.result() for f in [pool.submit(run, a, b) for a, b in itertools.pairwise(bounds)]]
+    finally:
+        torch.set_num_threads(threads)
     return {t: torch.cat([p[t] for p in parts]) for t in rest[0]}
 
 

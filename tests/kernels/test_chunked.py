@@ -267,9 +267,13 @@ def test_blocks_choose_their_form_one_by_one(monkeypatch):
 
 
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-head-decay", "per-key-decay"])
-def test_sequences_run_on_threads_of_their_own(monkeypatch, per_key):
-    """With two torch threads, three sequences split into runs of 1 and 2, each scanned on one thread; the
-    result is the loop's and the caller's thread count is back afterwards."""
+@pytest.mark.parametrize(
+    ("threads", "N", "runs"), [(2, 3, [(1, 1), (2, 1)]), (4, 2, [(1, 2), (1, 2)])], ids=["2-threads", "4-threads"]
+)
+def test_sequences_run_on_threads_of_their_own(monkeypatch, per_key, threads, N, runs):
+    """With two torch threads, three sequences split into runs of 1 and 2 sequences, each scanned with one
+    thread; with four, two sequences get two threads each. The result is the loop's and the caller's thread
+    count is back afterwards."""
     from rsplan.kernels import _chunk
 
     seen = []
@@ -280,14 +284,14 @@ def test_sequences_run_on_threads_of_their_own(monkeypatch, per_key):
         return inner(state, inputs, *args, **kw)
 
     monkeypatch.setattr(_chunk, "chunk_scan", spy)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
-        q, k, v, g, beta = delta_inputs(3, 37, 2, 2, torch.Generator().manual_seed(7), 0.5)
+        q, k, v, g, beta = delta_inputs(N, 37, 2, 2, torch.Generator().manual_seed(7), 0.5)
         if per_key:
             g = -torch.rand(*g.shape, q.shape[3], generator=torch.Generator().manual_seed(8))
         check_against_the_loop((q, k, v, g, beta), "mod", 8, taps=(20, 35, 36))
-        assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == threads
     finally:
-        torch.set_num_threads(threads)
-    assert sorted(seen) == [(1, 1), (2, 1)]
+        torch.set_num_threads(before)
+    assert sorted(seen) == runs  # the spy sees the runs (this test called the imported chunk_scan)
