@@ -30,9 +30,10 @@ import torch
 from rsplan.kernels._chunk_common import Heads, tokens, unit_lower_inverse
 
 #: The lazy form's largest log-factor: the stored state is the true one times at most exp(LAZY_LIMIT) and every
-#: factor lies in [exp(-LAZY_LIMIT), exp(LAZY_LIMIT)] (exp(40) ~ 2e17: products stay far from fp32's overflow,
-#: factors far from its underflow). A block with a chunk that decays further runs the explicit form.
-LAZY_LIMIT = 40.0
+#: factor lies in [exp(-LAZY_LIMIT), exp(LAZY_LIMIT)] (exp(60) ~ 1e26: products stay far from fp32's overflow,
+#: factors far from its underflow, as with ``_chunk.FACTOR_LIMIT``). A block with a chunk that decays further
+#: runs the explicit form.
+LAZY_LIMIT = 60.0
 
 
 @dataclass
@@ -197,7 +198,7 @@ class _Lazy:
 
     rows, keys: as ``_Block``. qk: [n, N * Hk, C, C] ``q_t . k_s`` for s <= t, else 0 (no decay: it is in L).
     tinv: [n, B, C, C] ``exp(-L_t) (I + diag(beta) A)^-1 diag(beta)`` (delta rule) or None.
-    val: [n, N, Hk, R, C, Dv] v, a view (delta rule); [n, N * Hk, R * Dv, C] ``(v * exp(-L))^T`` otherwise.
+    val: [n, N, Hk, R, C, Dv] v, a view (delta rule); [n, N * Hk, C, R * Dv] ``D' = v * exp(-L)`` otherwise.
     fk: [n, N, Hk, R, C] ``exp(L)`` (delta rule) or None; fq: ``scale * exp(L)``.
     rescale: chunk index -> [N * Hk, R] ``exp(l)``, the factor folded into the state before that chunk (l
     restarts at 0 there); end: [N * Hk, R], the factor folded in after the last chunk.
@@ -251,11 +252,10 @@ def _prepare_lazy(
     L = G + scales[..., None]
     eL = L.exp()
     vg = heads.grouped(tokens(v, t0, t1, C))  # [n, N, Hk, R, C, Dv], a view of v
-    if beta is None:  # D' = v * exp(-L), prepared transposed: the update's and the outputs' GEMM operand
-        val = torch.empty(*vg.shape[:4], vg.shape[5], C, device=v.device)
-        torch.mul(vg.transpose(-1, -2), (-L).exp_()[..., None, :], out=val)
-        lazy = _Lazy(rows, keys, qk, None, val.view(n, N * Hk, -1, C), None, eL * scale, L, rescale, end)
-        return lazy
+    if beta is None:  # D' = v * exp(-L), the key head's rows side by side: the update's and the outputs' operand
+        val = torch.empty(n, N, Hk, C, vg.shape[3], vg.shape[5], device=v.device)  # [n, N, Hk, C, R, Dv]
+        torch.mul(vg.transpose(3, 4), (-L).exp_().transpose(3, 4)[..., None], out=val)
+        return _Lazy(rows, keys, qk, None, val.view(n, N * Hk, C, -1), None, eL * scale, L, rescale, end)
     bg = heads.grouped(tokens(beta, t0, t1, C))  # [n, N, Hk, R, C]
     eG = G.exp()
     # A[t, s] = beta_t k_t . k_s exp(G_t) exp(-G_s): a chunk's decay is within LAZY_LIMIT, the factors finite
@@ -283,7 +283,7 @@ def _scan_lazy(
         if i in blk.rescale:
             Sg.view(NHk, R, Dv, Dk).mul_(blk.rescale[i][..., None, None])
         P = torch.bmm(blk.rows[i].view(NHk, -1, Dk), Sg.transpose(1, 2))  # [N * Hk, 2C or C, R * Dv]
-        dT = _deltas_lazy(blk, i, P[:, C:]) if blk.tinv is not None else blk.val[i]  # [N * Hk, R * Dv, C]
+        dT = _deltas_lazy(blk, i, P[:, C:]) if blk.tinv is not None else blk.val[i].transpose(1, 2)  # D'^T
         z = torch.baddbmm(P[:, :C], blk.qk[i], dT.transpose(1, 2)).view(N, Hk, C, R, Dv)
         yv = heads.grouped(y[:, c0 : c0 + n].transpose(1, 2), 1)  # [N, Hk, R, n, Dv], a view of y
         torch.mul(z.transpose(2, 3)[..., :n, :], blk.fq[i][..., :n, None], out=yv)
