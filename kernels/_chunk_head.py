@@ -134,12 +134,12 @@ def scan_per_head(
         if G[..., -1].amin().item() >= -LAZY_LIMIT:
             saved.update(_scan_lazy(Sg, _prepare_lazy(inputs, heads, scale, span, G), y, heads, (b0, T, taps)))
         else:
-            saved.update(_scan(Sg, _prepare(inputs, heads, scale, span, G), y, heads, (b0, T, taps)))
+            saved.update(_scan_explicit(Sg, _prepare(inputs, heads, scale, span, G), y, heads, (b0, T, taps)))
     heads.store_state(state, Sg)
     return saved
 
 
-def _scan(
+def _scan_explicit(
     Sg: torch.Tensor, blk: _Block, y: torch.Tensor, heads: Heads, where: tuple[int, int, tuple[int, ...]]
 ) -> dict[int, torch.Tensor]:
     """The chunks of ``blk`` in the explicit form over the grouped state Sg [N * Hk, R * Dv, Dk], outputs into

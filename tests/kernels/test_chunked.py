@@ -256,14 +256,14 @@ def test_blocks_choose_their_form_one_by_one(monkeypatch):
     from rsplan.kernels import _chunk, _chunk_head
 
     ran = []
-    for name in ("_scan", "_scan_lazy"):
+    for name in ("_scan_explicit", "_scan_lazy"):
         fn = getattr(_chunk_head, name)
         monkeypatch.setattr(_chunk_head, name, lambda *a, _fn=fn, _name=name: ran.append(_name) or _fn(*a))
     monkeypatch.setattr(_chunk, "PREPARE_BYTES", 1)  # one chunk per block
     q, k, v, g, beta = delta_inputs(1, 64, 2, 2, torch.Generator().manual_seed(6), 0.5)
     g[:, 32:48] *= 200.0  # up to -100 per token
     check_against_the_loop((q, k, v, g, beta), "mod", 16, taps=(30, 40, 63))
-    assert ran == ["_scan_lazy", "_scan_lazy", "_scan", "_scan_lazy"]
+    assert ran == ["_scan_lazy", "_scan_lazy", "_scan_explicit", "_scan_lazy"]
 
 
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-head-decay", "per-key-decay"])
