@@ -203,3 +203,95 @@ def test_rwkv7_chunked_matches_a_float64_loop(N, T, decays):
     torch.testing.assert_close(pool.double(), s_want, rtol=1e-4, atol=1e-4)
     for x, x0 in zip((r, w, k, v, a, b), before, strict=True):
         assert torch.equal(x, x0), "the scan changed its inputs"
+
+
+def delta_inputs(N, T, Hk, R, gen, decay):
+    """q, k (L2-normed), v, g = -U(0, decay) per head and token, beta for N sequences of T tokens."""
+    Dk, Dv = 6, 5
+    q = F.normalize(torch.randn(N, T, Hk, Dk, generator=gen), dim=-1)
+    k = F.normalize(torch.randn(N, T, Hk, Dk, generator=gen), dim=-1)
+    v = torch.randn(N, T, Hk * R, Dv, generator=gen)
+    g = -torch.rand(N, T, Hk * R, generator=gen) * decay
+    return q, k, v, g, torch.rand(N, T, Hk * R, generator=gen)
+
+
+def check_against_the_loop(inputs, how, chunk, taps=()):
+    q, k, v, g, beta = inputs
+    N, T, H, Dv = v.shape
+    state0 = torch.randn(N * H, Dv, q.shape[3], generator=torch.Generator().manual_seed(9))
+    y_want, states = token_loop(state0, q, k, v, g, beta, 0.5, how)
+    state, y = state0.clone(), torch.full((N, T, H, Dv), float("nan"))
+    saved = chunk_scan(state, inputs, 0.5, y, taps=taps, chunk=chunk, key_heads=how)
+    torch.testing.assert_close(y.double(), y_want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(state.double(), states[-1], rtol=1e-4, atol=1e-4)
+    assert set(saved) == set(taps)
+    for t in taps:
+        torch.testing.assert_close(saved[t].double(), states[t], rtol=1e-4, atol=1e-4, msg=f"tap {t}")
+
+
+@pytest.mark.parametrize("how", ["div", "mod"])
+@pytest.mark.parametrize("delta", [True, False], ids=["delta-rule", "linear-attention"])
+def test_lazy_form_folds_its_scale_into_the_state_between_chunks(monkeypatch, how, delta):
+    """Chunks of 8 tokens decaying by up to 40 each run the lazy form; their sum passes LAZY_LIMIT after a
+    few chunks, where the state's scale is folded in (more than once over 70 tokens)."""
+    from rsplan.kernels import _chunk_head
+
+    folds = []
+
+    def spy(G):
+        out = log_scales(G)
+        folds.append(len(out[1]))
+        return out
+
+    log_scales = _chunk_head._log_scales
+    monkeypatch.setattr(_chunk_head, "_log_scales", spy)
+    q, k, v, g, beta = delta_inputs(1, 70, 2, 2, torch.Generator().manual_seed(5), 5.0)
+    check_against_the_loop((q, k, v, g, beta if delta else None), how, 8, taps=(20, 68, 69))
+    assert folds and min(folds) >= 2
+
+
+def test_blocks_choose_their_form_one_by_one(monkeypatch):
+    """Prepared blocks of one chunk of 16 tokens: weak decays run the lazy form, the block of strong ones
+    (past LAZY_LIMIT) the explicit form; the state passes from one form to the other and back."""
+    from rsplan.kernels import _chunk, _chunk_head
+
+    ran = []
+    for name in ("_scan_explicit", "_scan_lazy"):
+        fn = getattr(_chunk_head, name)
+        monkeypatch.setattr(_chunk_head, name, lambda *a, _fn=fn, _name=name: ran.append(_name) or _fn(*a))
+    monkeypatch.setattr(_chunk, "PREPARE_BYTES", 1)  # one chunk per block
+    q, k, v, g, beta = delta_inputs(1, 64, 2, 2, torch.Generator().manual_seed(6), 0.5)
+    g[:, 32:48] *= 200.0  # up to -100 per token
+    check_against_the_loop((q, k, v, g, beta), "mod", 16, taps=(30, 40, 63))
+    assert ran == ["_scan_lazy", "_scan_lazy", "_scan_explicit", "_scan_lazy"]
+
+
+@pytest.mark.parametrize("per_key", [False, True], ids=["per-head-decay", "per-key-decay"])
+@pytest.mark.parametrize(
+    ("threads", "N", "runs"), [(2, 3, [(1, 1), (2, 1)]), (4, 2, [(1, 2), (1, 2)])], ids=["2-threads", "4-threads"]
+)
+def test_sequences_run_on_threads_of_their_own(monkeypatch, per_key, threads, N, runs):
+    """With two torch threads, three sequences split into runs of 1 and 2 sequences, each scanned with one
+    thread; with four, two sequences get two threads each. The result is the loop's and the caller's thread
+    count is back afterwards."""
+    from rsplan.kernels import _chunk
+
+    seen = []
+    inner = _chunk.chunk_scan
+
+    def spy(state, inputs, *args, **kw):
+        seen.append((inputs[2].shape[0], torch.get_num_threads()))
+        return inner(state, inputs, *args, **kw)
+
+    monkeypatch.setattr(_chunk, "chunk_scan", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        q, k, v, g, beta = delta_inputs(N, 37, 2, 2, torch.Generator().manual_seed(7), 0.5)
+        if per_key:
+            g = -torch.rand(*g.shape, q.shape[3], generator=torch.Generator().manual_seed(8))
+        check_against_the_loop((q, k, v, g, beta), "mod", 8, taps=(20, 35, 36))
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert sorted(seen) == runs  # the spy sees the runs (this test called the imported chunk_scan)
