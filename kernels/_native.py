@@ -54,7 +54,7 @@ _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _SIGNATURES = {
     "rs_gated_delta_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_ssm_scan_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _I],
-    "rs_conv_state_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _P, _P, _P, _P, _P, _I],
+    "rs_conv_state_decode": [_P, _I],
     "rs_rwkv7_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _P, _P, _I],
     "rs_wkv6_decode": [_P, _P, _P, _P, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_lightning_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _I],
@@ -107,7 +107,7 @@ def build(cc: str | None) -> Native:
 
 def use_native(t: torch.Tensor) -> bool:
     """Whether CPU tensor ``t``'s op may run the C kernels (built here, and not turned off)."""
-    if os.environ.get("RSPLAN_KERNELS", "") == "torch" or t.device.type != "cpu":
+    if not t.is_cpu or os.environ.get("RSPLAN_KERNELS", "") == "torch":  # is_cpu builds no torch.device per call
         return False
     return native().lib is not None
 
