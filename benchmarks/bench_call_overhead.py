@@ -19,6 +19,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -55,6 +56,46 @@ def layers(n: int, n_layers: int) -> tuple[list[Callable[[], tuple]], list[conv_
     return calls, packed
 
 
+def stages(lib: Any, calls: list[Callable[[], tuple]], packed: list[conv_native.Prepared],
+           op_bytes: int) -> dict[str, Callable[[], None]]:
+    """The timed forms of one step over the layers (module docstring)."""
+    idle = []
+    for p in packed:
+        a = conv_native.ConvArgs.from_buffer_copy(p.args)
+        a.n_act = 0  # the same call with no sequence: what ctypes and the C entry cost alone
+        idle.append(a)
+    half = op_bytes // 2
+    srcs = [torch.ones(half // 4 + 1) for _ in calls]
+    dsts = [torch.empty_like(s) for s in srcs]
+
+    def checked() -> None:
+        real = conv_native.prepared
+        conv_native.prepared = lambda key: None  # every call checks and packs again
+        try:
+            for call in calls:
+                call()
+        finally:
+            conv_native.prepared = real
+
+    def prepared() -> None:
+        for call in calls:
+            call()
+
+    def bare() -> None:
+        for p in packed:
+            lib.rs_conv_state_decode(p.address, nat.threads(p.state_bytes))
+
+    def no_work() -> None:
+        for a in idle:
+            lib.rs_conv_state_decode(ctypes.addressof(a), 1)
+
+    def memcpy() -> None:
+        for s, d in zip(srcs, dsts, strict=True):
+            ctypes.memmove(d.data_ptr(), s.data_ptr(), half)
+
+    return {"checked": checked, "prepared": prepared, "C": bare, "ctypes": no_work, "memcpy": memcpy}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--np", type=int, action="append", help="sequences (default: 8, 16, 64)")
@@ -71,32 +112,7 @@ def main() -> None:
     for n in args.np or [8, 16, 64]:
         calls, packed = layers(n, args.layers)
         op_bytes = call_bytes(DIMS, n_seqs=n, n_tokens=1, n_planes=1, clamp=False, itemsize=4)
-        idle = []
-        for p in packed:
-            a = conv_native.ConvArgs.from_buffer_copy(p.args)
-            a.n_act = 0
-            idle.append(a)
-        half = op_bytes // 2
-        srcs = [torch.ones(half // 4 + 1) for _ in calls]
-        dsts = [torch.empty_like(s) for s in srcs]
-
-        def checked() -> None:
-            real = conv_native.prepared
-            conv_native.prepared = lambda key: None  # every call checks and packs again
-            try:
-                for call in calls:
-                    call()
-            finally:
-                conv_native.prepared = real
-
-        fns: dict[str, Callable[[], None]] = {
-            "copy": copy.run,
-            "checked": checked,
-            "prepared": lambda: [call() for call in calls] and None,
-            "C": lambda: [lib.rs_conv_state_decode(p.address, nat.threads(p.state_bytes)) for p in packed] and None,
-            "ctypes": lambda: [lib.rs_conv_state_decode(ctypes.addressof(a), 1) for a in idle] and None,
-            "memcpy": lambda: [ctypes.memmove(d.data_ptr(), s.data_ptr(), half) for s, d in zip(srcs, dsts)] and None,
-        }
+        fns = {"copy": copy.run, **stages(lib, calls, packed, op_bytes)}
         times: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(2):
             for fn in fns.values():

@@ -49,6 +49,12 @@ MAX_DIM = 4096
 #: bytes (at most torch's count). Measured on 2 cores (bench_kernels_cpu.py shapes, load 1.2): 2 MiB per layer
 #: ran 56% of copy on one thread, 43% on two; 4 to 16 MiB ran 72-86% on one thread, 93-125% on two.
 BYTES_PER_THREAD = 2 << 20
+#: The same while the load average exceeds the CPUs: a started thread then often waits for a CPU while the
+#: caller, its own share done, waits for it. Measured on 2 cores at load 4.3-6.6 (rwkv6-1.6b, 8 layers, 1 and 2
+#: threads in interleaved rounds, each run's median of the rounds' time ratios, 2 threads over 1): 4 MiB per
+#: layer 1.5-2x slower on two threads in every run; 8 MiB undecided (0.8 to 1.7x as fast); 16 MiB 1.1-1.25x and
+#: 32 MiB 1.1-1.4x faster on two.
+BYTES_PER_THREAD_LOADED = 8 << 20
 
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _SIGNATURES = {
@@ -120,8 +126,21 @@ def describe() -> str:
 
 
 def threads(state_bytes: int) -> int:
-    """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls."""
-    return max(1, min(torch.get_num_threads(), state_bytes // BYTES_PER_THREAD))
+    """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls (one per
+    ``BYTES_PER_THREAD``, or per ``BYTES_PER_THREAD_LOADED`` while the load average exceeds the CPUs)."""
+    n = state_bytes // BYTES_PER_THREAD
+    if n > 1 and overloaded():  # a call too small for a second thread does not ask
+        n = state_bytes // BYTES_PER_THREAD_LOADED
+    return max(1, min(torch.get_num_threads(), n))
+
+
+def overloaded() -> bool:
+    """Whether the 1-minute load average exceeds the CPUs (False where the OS reports no load)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return False
+    return load > (os.cpu_count() or 1)
 
 
 def f32(t: torch.Tensor) -> torch.Tensor:

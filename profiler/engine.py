@@ -252,12 +252,12 @@ class Engine:
 
             # the layers' pools, inputs and outputs are looked up here, before the timed region: it times the
             # kernel calls, not the profiler's bookkeeping
-            layers = []
+            layers, fast = [], k.fast()
             for il in self.layers:
                 inp = self.inputs(k, il, rows.n_seqs, rows.n_tokens)
                 layers.append((il, self.pools[il][k.kind], inp, None if keep_y else self.out(k, inp)))
 
-            def kernel(k: Kernel = k, fn: Callable[..., tuple] = k.fast(), layers: list = layers) -> None:
+            def kernel(k: Kernel = k, fn: Callable[..., tuple] = fast, layers: list = layers) -> None:
                 for il, pool, inp, out in layers:
                     y = call(k, fn, pool, inp, rows.src, rows.dst, K, out=out)
                     if keep_y:
