@@ -9,6 +9,7 @@ call (median over rounds), GB/s on the op's bytes and that as % of the copy base
 
     python benchmarks/bench_call_overhead.py                    # lfm2-1.2b at -np 8, 16 and 64
     python benchmarks/bench_call_overhead.py --np 8 --rounds 41
+    python benchmarks/bench_call_overhead.py --cold              # every stage starting from memory
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels.conv_state import native as conv_native
+from rsplan.kernels.shortconv import native as short_native
 from rsplan.kernels.shortconv.native import shortconv_native
 from rsplan.kernels.shortconv.profile import call_bytes
 from rsplan.profiler.families import Kernel, make_inputs
@@ -69,13 +71,13 @@ def stages(lib: Any, calls: list[Callable[[], tuple]], packed: list[conv_native.
     dsts = [torch.empty_like(s) for s in srcs]
 
     def checked() -> None:
-        real = conv_native.prepared
-        conv_native.prepared = lambda key: None  # every call checks and packs again
+        real = short_native.prepared
+        short_native.prepared = lambda key: None  # nothing packed to reuse: every call checks and packs again
         try:
             for call in calls:
                 call()
         finally:
-            conv_native.prepared = real
+            short_native.prepared = real
 
     def prepared() -> None:
         for call in calls:
@@ -101,13 +103,16 @@ def main() -> None:
     ap.add_argument("--np", type=int, action="append", help="sequences (default: 8, 16, 64)")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--cold", action="store_true", help="run the copy (untimed) before every stage: each starts "
+                    "with its data out of the cache")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
     from bench_kernels_cpu import Copy  # the same copy baseline as the kernel benchmark
 
     copy, lib = Copy(), nat.native().lib
     assert lib is not None, nat.native().why
-    print(f"# {torch.get_num_threads()} torch threads, {args.layers} layers, median of {args.rounds} rounds, "
+    print(f"# {torch.get_num_threads()} torch threads, {args.layers} layers, median of {args.rounds} rounds"
+          f"{', each stage after an untimed copy' if args.cold else ''}, "
           f"load {os.getloadavg()[0]:.2f}; µs per layer call, GB/s on the op's bytes, % of copy")
     for n in args.np or [8, 16, 64]:
         calls, packed = layers(n, args.layers)
@@ -119,6 +124,8 @@ def main() -> None:
                 fn()
         for _ in range(args.rounds):
             for name, fn in fns.items():
+                if args.cold and name != "copy":
+                    copy.run()  # untimed: the stage starts from memory, as after the copy in bench_kernels_cpu
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)

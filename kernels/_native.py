@@ -50,10 +50,10 @@ MAX_DIM = 4096
 #: ran 56% of copy on one thread, 43% on two; 4 to 16 MiB ran 72-86% on one thread, 93-125% on two.
 BYTES_PER_THREAD = 2 << 20
 #: The same while the load average exceeds the CPUs: a started thread then often waits for a CPU while the
-#: caller, its own share done, waits for it. Measured on 2 cores at load 4.3-6.6 (rwkv6-1.6b, 8 layers, 1 and 2
-#: threads in interleaved rounds, each run's median of the rounds' time ratios, 2 threads over 1): 4 MiB per
-#: layer 1.5-2x slower on two threads in every run; 8 MiB undecided (0.8 to 1.7x as fast); 16 MiB 1.1-1.25x and
-#: 32 MiB 1.1-1.4x faster on two.
+#: caller, its own share done, waits for it. Measured on 2 cores at load 2.4-6.7 (rwkv6-1.6b, 8 layers, 1 and 2
+#: threads in interleaved rounds, 12 runs): 4 MiB per layer ran 1.2-2.2x slower on two threads in every run at
+#: load 3.3 and above (even at 2.4); 8 MiB was undecided (0.7-1.7x as fast); 16 MiB ran up to 1.33x and 32 MiB
+#: 1.04-1.4x faster on two.
 BYTES_PER_THREAD_LOADED = 8 << 20
 
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
