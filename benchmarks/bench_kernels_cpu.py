@@ -85,6 +85,8 @@ OP_SHAPES: dict[str, tuple[tuple, tuple, int]] = {
     ),
     "minimax-text-01 -np 8": ((("lightning", {"H": 64, "S": 128}, False),), (), 8),
     "lfm2-1.2b -np 8": ((), (("shortconv", {"D": 2048, "L": 3}, False),), 8),
+    "lfm2-1.2b -np 16": ((), (("shortconv", {"D": 2048, "L": 3}, False),), 16),
+    "lfm2-1.2b -np 64": ((), (("shortconv", {"D": 2048, "L": 3}, False),), 64),
 }
 
 

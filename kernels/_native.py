@@ -49,12 +49,18 @@ MAX_DIM = 4096
 #: bytes (at most torch's count). Measured on 2 cores (bench_kernels_cpu.py shapes, load 1.2): 2 MiB per layer
 #: ran 56% of copy on one thread, 43% on two; 4 to 16 MiB ran 72-86% on one thread, 93-125% on two.
 BYTES_PER_THREAD = 2 << 20
+#: The same while the load average exceeds the CPUs: a started thread then often waits for a CPU while the
+#: caller, its own share done, waits for it. Measured on 2 cores at load 2.4-6.7 (rwkv6-1.6b, 8 layers, 1 and 2
+#: threads in interleaved rounds, 12 runs): 4 MiB per layer ran 1.2-2.2x slower on two threads in every run at
+#: load 3.3 and above (even at 2.4); 8 MiB was undecided (0.7-1.7x as fast); 16 MiB ran up to 1.33x and 32 MiB
+#: 1.04-1.4x faster on two.
+BYTES_PER_THREAD_LOADED = 8 << 20
 
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _SIGNATURES = {
     "rs_gated_delta_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_ssm_scan_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _I],
-    "rs_conv_state_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _P, _P, _P, _P, _P, _I],
+    "rs_conv_state_decode": [_P, _I],
     "rs_rwkv7_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _P, _P, _I],
     "rs_wkv6_decode": [_P, _P, _P, _P, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_lightning_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _I],
@@ -107,7 +113,7 @@ def build(cc: str | None) -> Native:
 
 def use_native(t: torch.Tensor) -> bool:
     """Whether CPU tensor ``t``'s op may run the C kernels (built here, and not turned off)."""
-    if os.environ.get("RSPLAN_KERNELS", "") == "torch" or t.device.type != "cpu":
+    if not t.is_cpu or os.environ.get("RSPLAN_KERNELS", "") == "torch":  # is_cpu builds no torch.device per call
         return False
     return native().lib is not None
 
@@ -120,8 +126,21 @@ def describe() -> str:
 
 
 def threads(state_bytes: int) -> int:
-    """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls."""
-    return max(1, min(torch.get_num_threads(), state_bytes // BYTES_PER_THREAD))
+    """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls (one per
+    ``BYTES_PER_THREAD``, or per ``BYTES_PER_THREAD_LOADED`` while the load average exceeds the CPUs)."""
+    n = state_bytes // BYTES_PER_THREAD
+    if n > 1 and overloaded():  # a call too small for a second thread does not ask
+        n = state_bytes // BYTES_PER_THREAD_LOADED
+    return max(1, min(torch.get_num_threads(), n))
+
+
+def overloaded() -> bool:
+    """Whether the 1-minute load average exceeds the CPUs (False where the OS reports no load)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return False
+    return load > (os.cpu_count() or 1)
 
 
 def f32(t: torch.Tensor) -> torch.Tensor:

@@ -222,6 +222,9 @@ void rs_rwkv7_decode(float *pool, const int64_t *src, const int64_t *dst, const 
 
 #define RS_CONV_BLOCK 512 /* channels per work item */
 
+/* The arguments of one call, passed by address: kernels/conv_state/native.py packs them once per (pool, rows,
+ * inputs) and calls again with the same block while the same tensors come back (ConvArgs there mirrors this
+ * layout field for field; every field is 8 bytes). */
 typedef struct {
     float *pool;
     const int64_t *src, *rows, *seq; /* rows [n_written][n_act]: the row of plane p of each active sequence */
@@ -231,60 +234,72 @@ typedef struct {
     float *y;
 } rs_conv_args;
 
-/* Channels [c0, c1) of active sequence i, the width a compile-time constant where the macro below instantiates
- * it (the loops over the window then unroll). The source window and plane 0 may be the same row (no restrict
- * on them): each channel reads its whole old window before writing it. Per channel:
- * y = window . wt[:W-1] + x * wt[W-1]; planes 1 .. n_written-1 get the old window, plane 0 the window
- * shifted by one with x appended. A channel's old window is read before any of its rows is written. With
- * LFM2's gates, x is b * x (the value the window keeps) and y is cg * (the conv). */
-#define RS_CONV_BODY(W)                                                                                          \
-    do {                                                                                                         \
-        const float *win = a->pool + a->src[i] * D * ((W) - 1);                                         \
-        float *w0 = a->pool + a->rows[i] * D * ((W) - 1);                                               \
-        const float *restrict wt = a->wt, *restrict xs = a->x + n * D;                                           \
-        const float *restrict gb = a->b ? a->b + n * D : NULL, *restrict gc = a->cg ? a->cg + n * D : NULL;      \
-        float *restrict y = a->y + n * D;                                                                        \
-        for (int64_t pl = 1; pl < a->n_written; pl++)                                                            \
-            memmove(a->pool + (a->rows[pl * a->n_act + i] * D + c0) * ((W) - 1), win + c0 * ((W) - 1),            \
-                   (size_t)((c1 - c0) * ((W) - 1)) * sizeof(float));                                             \
-        for (int64_t c = c0; c < c1; c++) {                                                                      \
-            float old[(W) - 1];                                                                                  \
-            const float xv = gb ? gb[c] * xs[c] : xs[c];                                                         \
-            float acc = xv * wt[c * (W) + (W) - 1];                                                              \
-            for (int64_t t = 0; t < (W) - 1; t++) {                                                              \
-                old[t] = win[c * ((W) - 1) + t];                                                                 \
-                acc += old[t] * wt[c * (W) + t];                                                                 \
-            }                                                                                                    \
-            y[c] = gc ? gc[c] * acc : acc;                                                                       \
-            for (int64_t t = 0; t + 1 < (W) - 1; t++) w0[c * ((W) - 1) + t] = old[t + 1];                        \
-            w0[c * ((W) - 1) + (W) - 2] = xv;                                                                    \
-        }                                                                                                        \
-    } while (0)
+#define RS_CONV_CHUNK 64 /* channels whose old windows are staged on the stack (in L1) at a time */
+
+/* m channels of one sequence (W the conv width, a constant where rs_conv_range instantiates it: the loops over
+ * the window then unroll and the channel loop vectorises). Per channel: y = old . wt[:W-1] + x * wt[W-1]; the
+ * new window, old shifted by one with x appended, into w1. With LFM2's gates (gb, gc not NULL), x is gb * x
+ * (the value the window keeps) and y is gc * (the conv). `old` is a staged copy of the source windows, so no
+ * pointer here aliases another (the source row and plane 0 are often the same row). */
+static inline __attribute__((always_inline)) void rs_conv_chunk(const int64_t W, const float *restrict old,
+                                                                float *restrict w1, const float *restrict wt,
+                                                                const float *restrict xs, const float *restrict gb,
+                                                                const float *restrict gc, float *restrict y,
+                                                                int64_t m) {
+    for (int64_t c = 0; c < m; c++) {
+        const float xv = gb ? gb[c] * xs[c] : xs[c];
+        float acc = xv * wt[c * W + W - 1];
+        for (int64_t t = 0; t < W - 1; t++) acc += old[c * (W - 1) + t] * wt[c * W + t];
+        y[c] = gc ? gc[c] * acc : acc;
+        for (int64_t t = 0; t + 1 < W - 1; t++) w1[c * (W - 1) + t] = old[c * (W - 1) + t + 1];
+        w1[c * (W - 1) + W - 2] = xv;
+    }
+}
+
+/* Channels [c0, c1) of active sequence i: planes 1 .. n_written-1 get the old window, plane 0 the shifted one.
+ * The planes are written first, straight from the source row; then each chunk of old windows is read once
+ * into the stack before its part of plane 0 is written. A source row that is also one of the sequence's plane
+ * rows therefore holds the same window again when plane 0 reads it. */
+static inline __attribute__((always_inline)) void rs_conv_item(const rs_conv_args *a, int64_t i, int64_t c0,
+                                                               int64_t c1, const int64_t W) {
+    const int64_t D = a->D, n = a->seq[i];
+    const float *win = a->pool + a->src[i] * D * (W - 1);
+    float *w0 = a->pool + a->rows[i] * D * (W - 1);
+    for (int64_t pl = 1; pl < a->n_written; pl++)
+        memmove(a->pool + (a->rows[pl * a->n_act + i] * D + c0) * (W - 1), win + c0 * (W - 1),
+                (size_t)((c1 - c0) * (W - 1)) * sizeof(float));
+    for (int64_t k0 = c0; k0 < c1; k0 += RS_CONV_CHUNK) {
+        const int64_t m = k0 + RS_CONV_CHUNK < c1 ? RS_CONV_CHUNK : c1 - k0;
+        float old[RS_CONV_CHUNK * (W - 1)];
+        memcpy(old, win + k0 * (W - 1), (size_t)(m * (W - 1)) * sizeof(float));
+        const float *xs = a->x + n * D + k0, *wt = a->wt + k0 * W;
+        float *w1 = w0 + k0 * (W - 1), *y = a->y + n * D + k0;
+        if (a->b) /* the gates come together (shortconv) or not at all (conv_state) */
+            rs_conv_chunk(W, old, w1, wt, xs, a->b + n * D + k0, a->cg + n * D + k0, y, m);
+        else
+            rs_conv_chunk(W, old, w1, wt, xs, NULL, NULL, y, m);
+    }
+}
 
 static void rs_conv_range(const void *p, int64_t i0, int64_t i1) {
     const rs_conv_args *a = (const rs_conv_args *)p;
     const int64_t D = a->D, W = a->W, nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
     for (int64_t it = i0; it < i1; it++) {
-        const int64_t i = it / nb, c0 = (it % nb) * RS_CONV_BLOCK, n = a->seq[i];
+        const int64_t i = it / nb, c0 = (it % nb) * RS_CONV_BLOCK;
         const int64_t c1 = c0 + RS_CONV_BLOCK < D ? c0 + RS_CONV_BLOCK : D;
-        /* the planes are written before plane 0 (the old windows are copied from the source rows first); a
-         * source row that is also one of the sequence's plane rows then holds the same window again */
         switch (W) {
-        case 2: RS_CONV_BODY(2); break;
-        case 3: RS_CONV_BODY(3); break;
-        case 4: RS_CONV_BODY(4); break;
-        case 5: RS_CONV_BODY(5); break;
-        default: RS_CONV_BODY(W); break;
+        case 2: rs_conv_item(a, i, c0, c1, 2); break;
+        case 3: rs_conv_item(a, i, c0, c1, 3); break;
+        case 4: rs_conv_item(a, i, c0, c1, 4); break;
+        case 5: rs_conv_item(a, i, c0, c1, 5); break;
+        default: rs_conv_item(a, i, c0, c1, W); break;
         }
     }
 }
 
-void rs_conv_state_decode(float *pool, const int64_t *src, const int64_t *rows, const int64_t *seq, int64_t n_act,
-                          int64_t n_written, int64_t D, int64_t W, const float *x, const float *wt, const float *b,
-                          const float *cg, float *y, int nthreads) {
-    rs_conv_args a = {pool, src, rows, seq, n_act, n_written, D, W, x, wt, b, cg, y};
-    const int64_t nb = (D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
-    rs_parallel(rs_conv_range, &a, n_act * nb, nthreads);
+void rs_conv_state_decode(const rs_conv_args *a, int nthreads) {
+    const int64_t nb = (a->D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
+    rs_parallel(rs_conv_range, a, a->n_act * nb, nthreads);
 }
 
 /* ---------------------------------------------------------------- RWKV-6 wkv and gated linear attention, one token */

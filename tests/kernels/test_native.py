@@ -5,6 +5,8 @@ planes and non-contiguous outputs. Then the build: what is reported without a co
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from kernel_cases import Case, make_call, run_and_compare
@@ -183,7 +185,26 @@ def test_failed_build_names_the_compiler(tmp_path):
 
 def test_threads_follow_the_state_size(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.9, 9.0, 9.0))
     assert nat.threads(0) == 1
     assert nat.threads(nat.BYTES_PER_THREAD - 1) == 1
     assert nat.threads(3 * nat.BYTES_PER_THREAD) == 3
     assert nat.threads(100 * nat.BYTES_PER_THREAD) == 4
+
+
+def test_an_overloaded_machine_gets_fewer_threads(monkeypatch):
+    """While the 1-minute load exceeds the CPUs, a thread per 8 MiB (4 MiB: one thread, 16 MiB: two)."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.1, 0.0, 0.0))
+    assert nat.threads(4 << 20) == 1
+    assert nat.threads((16 << 20) - 1) == 1
+    assert nat.threads(16 << 20) == 2
+    assert nat.threads(1 << 30) == 4
+
+    def no_load():  # type: ignore[no-untyped-def]
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(os, "getloadavg", no_load)
+    assert nat.threads(4 << 20) == 2
