@@ -27,6 +27,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
@@ -39,7 +40,7 @@ from rsplan.planner.outputs import (
 )
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
-from rsplan.planner.weight_placement import gguf_weights, layer_of, loaded, place_weights, where_weight
+from rsplan.planner.weight_placement import gguf_weights, loaded, place_weights
 
 
 class BreakdownError(RsplanError):
@@ -149,16 +150,13 @@ def model_bytes_by_buffer(
     """
     kind = _backend_kind(backend)
     host = host or HostOptions()
-    gpu_host = host.weights_host_buffer("CUDA_Host" if kind == "CUDA" else None)
+    gpu_host = gpu_host_buffer(None if kind == "CPU" else kind)  # the GPU's host buffer type, None on the CPU
     if table and kind == "CUDA":
         weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
         placement = place_layers(spec.block_count, 1)
         placed = place_weights(weights, placement, CUDA_RULE)
         out = {backend: placed.device[0]}
-        names = {w.name for w in weights if where_weight(w.name, layer_of(w.name, placement.n_layer_all),
-                                                         placement, ()) is None}
-        on_host = [t for t in _host_tensors(table, spec.n_layer, load_mtp) if t.name in names]
-        out.update(host_buffers(on_host, host.repack, gpu_host=gpu_host, use_mmap=host.use_mmap))
+        out.update(host_weights(table, weights, placement, host, gpu_host).buffers)
         return out, True
     if table and kind == "CPU":
         tensors = _host_tensors(table, spec.n_layer, load_mtp)
@@ -167,7 +165,7 @@ def model_bytes_by_buffer(
         return host_buffers(tensors, host.repack, use_mmap=host.use_mmap, tied_output_on_host=tied), True
     if spec.weights_bytes is None:
         return None, False
-    host_name = "CPU_Mapped" if host.use_mmap else (gpu_host or "CPU")
+    host_name = "CPU_Mapped" if host.use_mmap else (host.weights_host_buffer(gpu_host) or "CPU")
     if kind == "CPU":
         return {host_name: spec.weights_bytes}, False
     placement = place_layers(spec.block_count, 1)
