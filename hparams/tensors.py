@@ -106,6 +106,30 @@ def _qrwkv_kv(d: Dims, il: int) -> int:
     n_kv = d.n_head_kv[il]
     return d.n_embd if n_kv == 0 or d.n_embd // d.wkv_head == n_kv else n_kv * d.wkv_head
 
+
+#: RWKV-7's time-mix tensors that ARWKV-7 shares, in the loader's order: the decay (w) and in-context learning
+#: rate (a) LoRAs, the output gate's LoRA (g), and the key / value / receptance group after the fused lerp.
+_RWKV7_DECAY_A: list[Template] = [
+    ("time_mix_w0.weight", _NORM),
+    ("time_mix_w1.weight", lambda d, il: (d.n_embd, d.lora[0])),
+    ("time_mix_w2.weight", lambda d, il: (d.lora[0], d.n_embd)),
+    ("time_mix_a0.weight", _NORM),
+    ("time_mix_a1.weight", lambda d, il: (d.n_embd, d.lora[1])),
+    ("time_mix_a2.weight", lambda d, il: (d.lora[1], d.n_embd)),
+]
+_RWKV7_GATE: list[Template] = [
+    ("time_mix_g1.weight", lambda d, il: (d.n_embd, d.lora[3])),
+    ("time_mix_g2.weight", lambda d, il: (d.lora[3], d.n_embd)),
+]
+_RWKV7_KEYS: list[Template] = [
+    ("time_mix_k_k.weight", _NORM),
+    ("time_mix_k_a.weight", _NORM),
+    ("time_mix_r_k.weight", _NORM),
+    ("time_mix_key.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ("time_mix_value.weight", lambda d, il: (d.n_embd, d.n_embd)),
+    ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+]
+
 #: Layer kinds: the tensors each adds to a block, in the loader's order.
 KINDS: dict[str, list[Template]] = {
     # RWKV-7 (src/models/rwkv7.cpp, conversion/rwkv.py): the converter squeezes every tensor but the fused lerp,
@@ -126,21 +150,10 @@ KINDS: dict[str, list[Template]] = {
         ("attn_norm.bias", _NORM),
         ("attn_norm_2.weight", _NORM),
         ("attn_norm_2.bias", _NORM),
-        ("time_mix_w0.weight", _NORM),
-        ("time_mix_w1.weight", lambda d, il: (d.n_embd, d.lora[0])),
-        ("time_mix_w2.weight", lambda d, il: (d.lora[0], d.n_embd)),
-        ("time_mix_a0.weight", _NORM),
-        ("time_mix_a1.weight", lambda d, il: (d.n_embd, d.lora[1])),
-        ("time_mix_a2.weight", lambda d, il: (d.lora[1], d.n_embd)),
-        ("time_mix_g1.weight", lambda d, il: (d.n_embd, d.lora[3])),
-        ("time_mix_g2.weight", lambda d, il: (d.lora[3], d.n_embd)),
+        *_RWKV7_DECAY_A,
+        *_RWKV7_GATE,
         ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 6)),
-        ("time_mix_k_k.weight", _NORM),
-        ("time_mix_k_a.weight", _NORM),
-        ("time_mix_r_k.weight", _NORM),
-        ("time_mix_key.weight", lambda d, il: (d.n_embd, d.n_embd)),
-        ("time_mix_value.weight", lambda d, il: (d.n_embd, d.n_embd)),
-        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        *_RWKV7_KEYS,
         ("time_mix_ln.weight", _NORM),
         ("time_mix_ln.bias", _NORM),
         ("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
@@ -153,25 +166,14 @@ KINDS: dict[str, list[Template]] = {
     # else 5), the group norm (time_mix_ln) only with wkv_group_norm, and Qwen-2's gated FFN ("ffn")
     "arwkv7": [
         ("attn_norm.weight", _NORM),
-        ("time_mix_w0.weight", _NORM),
-        ("time_mix_w1.weight", lambda d, il: (d.n_embd, d.lora[0])),
-        ("time_mix_w2.weight", lambda d, il: (d.lora[0], d.n_embd)),
-        ("time_mix_a0.weight", _NORM),
-        ("time_mix_a1.weight", lambda d, il: (d.n_embd, d.lora[1])),
-        ("time_mix_a2.weight", lambda d, il: (d.lora[1], d.n_embd)),
+        *_RWKV7_DECAY_A,
     ],
     "arwkv7_gate": [
-        ("time_mix_g1.weight", lambda d, il: (d.n_embd, d.lora[3])),
-        ("time_mix_g2.weight", lambda d, il: (d.lora[3], d.n_embd)),
+        *_RWKV7_GATE,
     ],
     "arwkv7_mix": [
         ("time_mix_lerp_fused.weight", lambda d, il: (d.n_embd, 1, 1, 6 if d.lora[3] else 5)),
-        ("time_mix_k_k.weight", _NORM),
-        ("time_mix_k_a.weight", _NORM),
-        ("time_mix_r_k.weight", _NORM),
-        ("time_mix_key.weight", lambda d, il: (d.n_embd, d.n_embd)),
-        ("time_mix_value.weight", lambda d, il: (d.n_embd, d.n_embd)),
-        ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
+        *_RWKV7_KEYS,
     ],
     "arwkv7_ln": [("time_mix_ln.weight", _NORM), ("time_mix_ln.bias", _NORM)],
     "arwkv7_out": [("time_mix_output.weight", lambda d, il: (d.n_embd, d.n_embd)), ("ffn_norm.weight", _NORM)],
