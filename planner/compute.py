@@ -207,11 +207,21 @@ def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout,
     planes), from the target's."""
     from rsplan.planner.outputs import OutputsError, mtp_draft_layout
 
+    hit = _DRAFT_LAYOUTS.get((id(spec), id(layout)))
+    if hit is not None and hit[0] is spec and hit[1] is layout:
+        return hit[2], params.replace(n_rs_seq=0)
     try:
         draft = mtp_draft_layout(spec, layout)
     except OutputsError as exc:
         raise ComputeModelError(str(exc)) from None
+    _DRAFT_LAYOUTS.clear()  # the last model's only: a search sizes one model's draft many times
+    _DRAFT_LAYOUTS[(id(spec), id(layout))] = (spec, layout, draft)
     return draft, params.replace(n_rs_seq=0)
+
+
+#: The draft layout made last, by model and target layout (held, so that their ids stay theirs): the same object
+#: each time, so that the graphs and shapes kept for it are found again.
+_DRAFT_LAYOUTS: dict[tuple[int, int], tuple[ModelSpec, CacheLayout, CacheLayout]] = {}
 
 
 def compute_buffer(

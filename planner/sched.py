@@ -381,19 +381,47 @@ def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) 
     ``pins``: the assignments made while building the graph hold. They do in ``ggml_backend_sched_reserve`` (a real
     run) but not in ``ggml_backend_sched_reserve_size`` (the no_alloc dry run): ``set_tensor_backend`` marks the
     scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them."""
-    s = _assign(graph, setup, n_tokens, pins)
     flags = [leaf.flags for leaf in graph.leafs]
+    redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
     try:
-        splits, copies = s.split()
-        sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
-        buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
-        sizes = reserve_sizes(sched_graph, buffers, node_ids, leaf_ids)
+        split = split_graph(graph, setup, n_tokens, pins, redirected)
+        sizes = split.sizes()
     finally:
-        for node, src in s.redirected:
+        for node, src in redirected:
             node.src = src
         for leaf, flag in zip(graph.leafs, flags, strict=True):
             leaf.flags = flag
-    return SchedResult(tuple(sizes), len(splits), setup.n_copies)
+    return SchedResult(sizes, split.n_splits, split.n_copies)
+
+
+@dataclass(frozen=True)
+class SplitGraph:
+    """The scheduler's graph copy of one reserve, as ``ggml_gallocr_reserve_n`` receives it: its nodes and leafs,
+    the backend buffer of each, the buffers (devices in order, then the CPU)."""
+
+    graph: Graph
+    node_ids: list[int]
+    leaf_ids: list[int]
+    buffers: tuple[Buffer, ...]
+    n_splits: int
+    n_copies: int
+
+    def sizes(self) -> tuple[int, ...]:
+        """Each backend's compute buffer bytes (planner.ggml_alloc.reserve_sizes)."""
+        return tuple(reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids))
+
+
+def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
+                redirected: list[tuple[Tensor, tuple[Tensor, ...]]]) -> SplitGraph:
+    """``schedule`` up to the allocation: passes 1 to 4, the splits and the graph copy. The sources the split
+    redirects to input copies are appended to ``redirected`` (node, its sources before), and graph inputs get the
+    output flag with several copies: ``graph`` stays so until the caller puts them back."""
+    s = _assign(graph, setup, n_tokens, pins)
+    s.redirected = redirected
+    splits, copies = s.split()
+    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
+    buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
+    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies)
 
 
 def _assign(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> _Sched:
