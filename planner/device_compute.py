@@ -109,7 +109,14 @@ class _Run:
                 self.n_outputs_max, self.embeddings, self.real_run, self.dry_run)
 
 
-def _reserves(run: _Run, ctx: EffectiveContext, probe_graph: Callable[[EffectiveContext, int], Graph]
+def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:
+    """The context's n_outputs_max: given (0 = n_batch), else the tool's (planner.compute.n_outputs_max_for)."""
+    if run.n_outputs_max is not None:
+        return run.n_outputs_max or ctx.n_batch
+    return n_outputs_max_for(run.tool, ctx, run.n_draft)
+
+
+def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph]
               ) -> tuple[EffectiveContext, list[tuple[str, int, int, int, bool]]]:
     """The context the graphs are built with (flash attention off where the ``-fa auto`` probe says llama.cpp
     turns it off; ``probe_graph(ctx, n_seq_max)`` builds the probe) and each reserve to size, in order:
@@ -118,8 +125,6 @@ def _reserves(run: _Run, ctx: EffectiveContext, probe_graph: Callable[[Effective
     if probe and not flash_attn_on_layer_devices(probe_graph(ctx, ctx.n_seq_max), run.setup, ctx.n_seq_max):
         # the caches were made for flash attention (V not transposed); the graphs are built without it
         ctx = dataclasses.replace(ctx, flash_attn=False)
-    explicit = run.n_outputs_max is not None
-    n_out_max = (run.n_outputs_max or ctx.n_batch) if explicit else n_outputs_max_for(run.tool, ctx, run.n_draft)
     n_seqs = ctx.n_seq_max
     # the ubatch first: where they are equal, min returns it, an int (where n_ctx is affine in the cells)
     n_tokens = min(ctx.n_ubatch, ctx.n_ctx)
@@ -150,7 +155,8 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
     def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
         return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq, n_out)
 
-    ctx, reserves = _reserves(run, ctx, lambda c, n: graph_of(c, "flash-attention probe", n, n, n))
+    probe = lambda c, n: graph_of(c, "flash-attention probe", n, n, n)  # noqa: E731
+    ctx, reserves = _reserves(run, ctx, _n_out_max(run, ctx), probe)
     results = []
     for name, n_tok, n_sq, n_out, pins in reserves:
         got = schedule(graph_of(ctx, name, n_tok, n_sq, n_out), run.setup, n_tok, pins=pins)
@@ -185,7 +191,7 @@ class _Shapes:
             graph = graphs[(c.flash_attn, n, n, n)] = graph_of(c, "flash-attention probe", n, n, n)
             return graph
 
-        sym, reserves = _reserves(run, sym, probe_graph)
+        sym, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph)
         self.splits = [(pins, split_graph(graph_of(sym, name, n_tok, n_sq, n_out), run.setup, n_tok, pins, []))
                        for name, n_tok, n_sq, n_out, pins in reserves]
         self.run, self.lo, self.hi = run, cells.lo, cells.hi
@@ -238,9 +244,11 @@ SHAPES_CACHE_SIZE = 16
 SHAPES_STATS = {"scheduled": 0, "reused": 0, "concrete": 0}
 
 
-def _cells_apart(ctx: EffectiveContext) -> EffectiveContext:
-    """``ctx`` without what depends on its KV cells per stream (n_ctx, n_ctx_seq and the warnings naming them)."""
-    return dataclasses.replace(ctx, n_ctx=0, n_ctx_seq=0, warnings=())
+def _cells_apart(run: _Run, ctx: EffectiveContext) -> tuple[EffectiveContext, int]:
+    """``ctx`` without what depends on its KV cells per stream (n_ctx, n_ctx_seq and the warnings naming them),
+    and with n_batch as the one thing the sizing reads of it (n_outputs_max): -c 1024 and -c 131072 at -np 4 have
+    the same graphs (no graph builder reads n_batch; n_ubatch stays in the key)."""
+    return dataclasses.replace(ctx, n_ctx=0, n_ctx_seq=0, n_batch=0, warnings=()), _n_out_max(run, ctx)
 
 
 def sized_over_cells(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
@@ -253,7 +261,7 @@ def sized_over_cells(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
         SHAPES_STATS["concrete"] += 1
         return _size(run, ctx)
     k = ctx.n_ctx_seq // CTX_PAD
-    key = (run.key(), _cells_apart(ctx))
+    key = (run.key(), _cells_apart(run, ctx))
     entry = _SHAPES.get(key)
     if entry is None or entry.run.spec is not run.spec or entry.run.layout is not run.layout:
         entry = _SHAPES[key] = _Cached(run)
