@@ -37,6 +37,7 @@ from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
+from rsplan.planner.kept_shapes import AffineTensors, ShapeCache, cells_apart
 
 #: The program whose n_outputs_max is meant.
 Tool = Literal["server", "cli"]
@@ -201,6 +202,46 @@ def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: 
     return graph
 
 
+def _reserves(spec: ModelSpec, ctx: EffectiveContext, n_out_max: int) -> list[tuple[str, int, int, int]]:
+    """The reserve graphs of ``sched_reserve`` (module docstring): (name, tokens, sequences, outputs)."""
+    n_seqs = ctx.n_seq_max
+    # the ubatch first: where they are equal, min returns it, an int (where n_ctx is affine in the cells)
+    n_tokens = min(ctx.n_ubatch, ctx.n_ctx)
+    n_outputs_pp = min(n_tokens, n_out_max)
+    out = [("pp", n_tokens, n_seqs, n_outputs_pp), ("tg", n_seqs, n_seqs, n_seqs)]
+    if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
+        out.append(("pp (1 seq)", n_tokens, 1, n_outputs_pp))
+    return out
+
+
+class _KeptGraphs:
+    """The reserve graphs of one context shape, built with ``n_ctx_seq = 256 k`` affine in k
+    (planner.kept_shapes), to be sized at any k of their interval."""
+
+    @paused_gc()
+    def __init__(self, build: Any, spec: ModelSpec, layout: CacheLayout, sym: EffectiveContext, embeddings: bool,
+                 n_out_max: int) -> None:
+        self.graphs = []
+        for name, n_tok, n_sq, n_out in _reserves(spec, sym, n_out_max):
+            n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
+            graph = _build_reserve_graph(build, spec, layout, sym, embeddings, name, n_tok, n_sq, n_out)
+            self.graphs.append((name, n_tok, n_sq, n_out, graph))
+        self.affine = AffineTensors(graph for *_, graph in self.graphs)
+
+    @paused_gc()
+    def at(self, k: int) -> list[ReserveGraph]:
+        from rsplan.planner.ggml_alloc import reserve_size
+
+        self.affine.set_at(k)
+        return [ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
+                for name, n_tok, n_sq, n_out, graph in self.graphs]
+
+
+#: CPU reserve graphs kept by model, layout and context without its KV cells, from a key's second query
+#: (planner.kept_shapes.ShapeCache).
+CPU_SHAPES: ShapeCache[_KeptGraphs] = ShapeCache(16, keep_from=2)
+
+
 def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout,
                             params: ContextParams) -> tuple[CacheLayout, ContextParams]:
     """The ``--spec-type mtp`` draft context's cache layout (its KV over the nextn layers) and flags (no rollback
@@ -262,18 +303,15 @@ def compute_buffer(
         tool = "explicit"
     else:
         n_out_max = n_outputs_max_for(tool, ctx, n_draft)
-    n_seqs = ctx.n_seq_max
-    n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
     # a one-sequence reserve whose tokens the KV streams do not divide makes llama.cpp abort in ggml_add
     # (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml_ops' broadcast check raises it from the graph
-
-    def reserve(name: str, n_tok: int, n_sq: int, n_out: int) -> ReserveGraph:
-        return _reserve(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
-
-    n_outputs_pp = min(n_tokens, n_out_max)
-    graphs = [reserve("pp", n_tokens, n_seqs, n_outputs_pp), reserve("tg", n_seqs, n_seqs, n_seqs)]
-    if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
-        graphs.append(reserve("pp (1 seq)", n_tokens, 1, n_outputs_pp))
+    key = (build, id(spec), id(layout), cells_apart(ctx), n_out_max, embeddings)
+    graphs = CPU_SHAPES.sized(
+        key, (spec, layout), ctx,
+        lambda sym, _cells: _KeptGraphs(build, spec, layout, sym, embeddings, n_out_max),
+        lambda kept, k: kept.at(k),
+        lambda: [_reserve(build, spec, layout, ctx, embeddings, *r) for r in _reserves(spec, ctx, n_out_max)],
+    )
     return ComputeBuffer(
         buffer_type="CPU",
         bytes=max(gr.bytes for gr in graphs),

@@ -14,12 +14,10 @@ layer's device; the caches keep the layout made for flash attention (V not trans
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.compute import (
@@ -31,9 +29,9 @@ from rsplan.planner.compute import (
     paused_gc,
     reserve_graph_builder,
 )
-from rsplan.planner.context import CTX_PAD, ContextParams, EffectiveContext, resolve_context
-from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.kv_affine import Affine, KCells
+from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
+from rsplan.planner.ggml_alloc import Graph
+from rsplan.planner.kept_shapes import AffineTensors, ShapeCache, cells_apart
 from rsplan.planner.sched import SchedSetup, flash_attn_on_layer_devices, schedule, split_graph
 
 
@@ -164,17 +162,11 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
     return _combined(run, results)
 
 
-class _Shapes:
-    """A run scheduled once for every context whose KV cells lie in ``[lo, hi]`` (planner.kv_affine): its split
-    graphs, built with ``n_ctx_seq = 256 * k`` affine in k, and the tensors whose shape, strides or view offset
-    depend on k, to be set to their values at a k before the allocator sizes the graphs."""
+class _Splits:
+    """A run's split graphs, built with ``n_ctx_seq = 256 k`` affine in k and scheduled once (planner.kept_shapes):
+    each reserve's graph as the allocator receives it, and the tensors whose shapes depend on k."""
 
-    def __init__(self, run: _Run, ctx: EffectiveContext) -> None:
-        cells = KCells(ctx.n_ctx_seq // CTX_PAD)
-        # an Affine where the context has ints: it stands for one (planner.kv_affine)
-        cells_seq: Any = Affine(0, CTX_PAD, cells)
-        sym = dataclasses.replace(ctx, n_ctx_seq=cells_seq, n_ctx=cells_seq * ctx.n_stream, warnings=())
-
+    def __init__(self, run: _Run, ctx: EffectiveContext, sym: EffectiveContext) -> None:
         graphs: dict[tuple[Any, ...], Graph] = {}
 
         def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
@@ -192,94 +184,25 @@ class _Shapes:
             return graph
 
         sym, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph)
+        self.run = run
         self.splits = [(pins, split_graph(graph_of(sym, name, n_tok, n_sq, n_out), run.setup, n_tok, pins, []))
                        for name, n_tok, n_sq, n_out, pins in reserves]
-        self.run, self.lo, self.hi = run, cells.lo, cells.hi
-        self.affine = _affine_tensors(sg.graph for _, sg in self.splits)
+        self.affine = AffineTensors(sg.graph for _, sg in self.splits)
 
     def at(self, k: int) -> DeviceCompute:
-        """The sizing at KV cells ``256 * k`` (``lo <= k <= hi``)."""
-        for t, ne, nb, offs in self.affine:
-            t.ne = (ne[0] + ne[1] * k, ne[2] + ne[3] * k, ne[4] + ne[5] * k, ne[6] + ne[7] * k)
-            t.nb = (nb[0] + nb[1] * k, nb[2] + nb[3] * k, nb[4] + nb[5] * k, nb[6] + nb[7] * k)
-            t.view_offs = offs[0] + offs[1] * k
+        """The sizing at KV cells ``256 * k`` (k in the interval the graphs were kept for)."""
+        self.affine.set_at(k)
         return _combined(self.run, [(pins, sg.sizes(), sg.n_splits, sg.n_copies) for pins, sg in self.splits])
 
 
-def _coefficients(values: Any) -> tuple[int, ...]:
-    """(c0, c1) of each value (an int or an Affine), flattened."""
-    out: list[int] = []
-    for v in values:
-        out += (v.c0, v.c1) if type(v) is Affine else (v, 0)
-    return tuple(out)
-
-
-def _affine_tensors(graphs: Any) -> list[tuple[Tensor, tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
-    """Every tensor of ``graphs`` (their nodes and leafs, which hold every source and view source) with an affine
-    entry in its shape, strides or view offset, with those as coefficients (``_coefficients``)."""
-    out = []
-    ints = {int}
-    for graph in graphs:
-        for u in {*graph.nodes, *graph.leafs}:
-            if {*map(type, u.ne), *map(type, u.nb), type(u.view_offs)} != ints:
-                out.append((u, _coefficients(u.ne), _coefficients(u.nb), _coefficients((u.view_offs,))))
-    return out
-
-
-class _Cached:
-    """The shapes of one run at one context without its KV cells (``_cells_apart``), each valid over an interval
-    of k; ``not_affine`` once a build was not affine in the cells (sized concretely from then on)."""
-
-    def __init__(self, run: _Run) -> None:
-        self.run = run  # held, so that the ids in its key stay its model's and layout's
-        self.shapes: list[_Shapes] = []
-        self.not_affine = False
-
-
-#: Shapes by run and by context without its KV cells; at most SHAPES_CACHE_SIZE, the least recently used dropped.
-_SHAPES: OrderedDict[tuple[Any, ...], _Cached] = OrderedDict()
-SHAPES_CACHE_SIZE = 16
-#: What ``sized_over_cells`` did, for tests and benchmarks: ``scheduled`` (shapes built and scheduled), ``reused``
-#: (a context sized on earlier shapes), ``concrete`` (sized the ordinary way: not affine, or an error to report).
-SHAPES_STATS = {"scheduled": 0, "reused": 0, "concrete": 0}
-
-
-def _cells_apart(run: _Run, ctx: EffectiveContext) -> tuple[EffectiveContext, int]:
-    """``ctx`` without what depends on its KV cells per stream (n_ctx, n_ctx_seq and the warnings naming them),
-    and with n_batch as the one thing the sizing reads of it (n_outputs_max): -c 1024 and -c 131072 at -np 4 have
-    the same graphs (no graph builder reads n_batch; n_ubatch stays in the key)."""
-    return dataclasses.replace(ctx, n_ctx=0, n_ctx_seq=0, n_batch=0, warnings=()), _n_out_max(run, ctx)
+#: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks
+#: one -np at many contexts: 1.0-1.3 s CPU for qwen3-next's 10 steps, 1.1-1.9 s kept from the second query).
+SHAPES: ShapeCache[_Splits] = ShapeCache(16, keep_from=1)
 
 
 def sized_over_cells(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
-    """``run`` sized at ``ctx``: on shapes scheduled earlier whose interval holds ctx's KV cells, else on shapes
-    built and scheduled now (kept with their interval), else (a build not affine in the cells, or an error such
-    as an abort of llama.cpp's, which the ordinary sizing reports) the ordinary way. Exact either way: the graphs,
-    the probe and the schedule take the same branches at every k of an interval (planner.kv_affine), and the
-    allocator runs on the shapes at ctx's k."""
-    if ctx.n_ctx_seq % CTX_PAD or ctx.n_ctx_seq < CTX_PAD:
-        SHAPES_STATS["concrete"] += 1
-        return _size(run, ctx)
-    k = ctx.n_ctx_seq // CTX_PAD
-    key = (run.key(), _cells_apart(run, ctx))
-    entry = _SHAPES.get(key)
-    if entry is None or entry.run.spec is not run.spec or entry.run.layout is not run.layout:
-        entry = _SHAPES[key] = _Cached(run)
-        if len(_SHAPES) > SHAPES_CACHE_SIZE:
-            _SHAPES.popitem(last=False)
-    _SHAPES.move_to_end(key)
-    for shapes in entry.shapes:
-        if shapes.lo <= k <= shapes.hi:
-            SHAPES_STATS["reused"] += 1
-            return shapes.at(k)
-    if not entry.not_affine:
-        try:
-            shapes = _Shapes(run, ctx)
-        except Exception as exc:  # sized the ordinary way below, which reports a real error as it always has
-            entry.not_affine = not isinstance(exc, RsplanError)
-        else:
-            SHAPES_STATS["scheduled"] += 1
-            entry.shapes.append(shapes)
-            return shapes.at(k)
-    SHAPES_STATS["concrete"] += 1
-    return _size(run, ctx)
+    """``run`` sized at ``ctx`` on split graphs kept over the KV cells (planner.kept_shapes), else the ordinary
+    way: exact either way."""
+    key = (run.key(), cells_apart(ctx), _n_out_max(run, ctx))
+    return SHAPES.sized(key, (run.spec, run.layout), ctx, lambda sym, _cells: _Splits(run, ctx, sym),
+                        lambda splits, k: splits.at(k), lambda: _size(run, ctx))

@@ -1,5 +1,6 @@
-"""planner.device_compute's shapes kept over the KV cells (planner.kv_affine): a setting sized on the graphs and
-schedule built at another context is sized exactly as if its own had been built."""
+"""Reserve graphs kept over the KV cells (planner.kept_shapes, planner.kv_affine) in planner.device_compute and
+planner.compute: a setting sized on the graphs and schedule built at another context is sized exactly as if its
+own had been built."""
 
 from __future__ import annotations
 
@@ -19,11 +20,9 @@ CONTEXTS = (12288, 4096, 65536, 256, 196608)
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    dc._SHAPES.clear()
-    for k in dc.SHAPES_STATS:
-        dc.SHAPES_STATS[k] = 0
+    dc.SHAPES.clear()
     yield
-    dc._SHAPES.clear()
+    dc.SHAPES.clear()
 
 
 def ordinary(spec, layout, params: ContextParams, setup: SchedSetup, *, dry: bool = False) -> dc.DeviceCompute:
@@ -68,8 +67,8 @@ def test_a_context_sized_on_kept_shapes_equals_its_own_sizing(name, n_seq, fa, k
             assert got == ordinary(spec, layout, params, setup, dry=dry), (c, dry)
     # -c 256 x n_seq runs a smaller pp graph below -ub 512 when n_seq is 1 (its own shapes); every other context
     # of each run is sized on the shapes of the first
-    assert dc.SHAPES_STATS["concrete"] == 0
-    assert dc.SHAPES_STATS["reused"] >= 2 * (len(CONTEXTS) - 2)
+    assert dc.SHAPES.stats["ordinary"] == 0
+    assert dc.SHAPES.stats["reused"] >= 2 * (len(CONTEXTS) - 2)
 
 
 def test_a_context_far_from_the_one_built_is_sized_on_its_shapes():
@@ -81,7 +80,7 @@ def test_a_context_far_from_the_one_built_is_sized_on_its_shapes():
     small, large = (ContextParams(n_ctx=c * 9, n_seq_max=9) for c in (4096, 262144))
     dc.device_compute(spec, small, setup, layout=layout, dry_run=False)
     got = dc.device_compute(spec, large, setup, layout=layout, dry_run=False)
-    assert dc.SHAPES_STATS == {"scheduled": 1, "reused": 1, "concrete": 0}
+    assert dc.SHAPES.stats == {"built": 1, "reused": 1, "ordinary": 0}
     assert got == ordinary(spec, layout, large, setup)
     # the same 5,111-node graphs give a larger buffer: each GPU's grows with the cells of the mask and the scores
     assert got.devices[0] > dc.device_compute(spec, small, setup, layout=layout, dry_run=False).devices[0]
@@ -100,7 +99,7 @@ def test_a_build_not_affine_in_the_cells_is_sized_the_ordinary_way(monkeypatch):
     monkeypatch.setattr(dc, "_build_reserve_graph", squares_the_cells)
     params = [ContextParams(n_ctx=c, n_seq_max=1) for c in (4096, 8192)]
     got = [dc.device_compute(spec, p, setup, layout=layout, dry_run=False) for p in params]
-    assert dc.SHAPES_STATS == {"scheduled": 0, "reused": 0, "concrete": 2}  # tried once, then not again
+    assert dc.SHAPES.stats == {"built": 0, "reused": 0, "ordinary": 2}  # tried once, then not again
     assert got == [ordinary(spec, layout, p, setup) for p in params]
 
 
@@ -112,3 +111,28 @@ def test_an_abort_of_llama_cpp_is_reported_with_its_own_numbers():
     setup = setups(layout.n_layer_all)["one CUDA device"]
     with pytest.raises(LlamaAbortError, match=r"\[6144, 512, 1, 1\] does not repeat onto a of shape \[6144, 510"):
         dc.device_compute(spec, ContextParams(n_ctx=4096, n_seq_max=3), setup, layout=layout, dry_run=False)
+
+
+CPU_CASES = [*CASES, ("minimax-text-01", 1, "auto", "f16"), ("kimi-linear-48b-a3b", 2, "auto", "f16")]
+
+
+@pytest.mark.parametrize(("name", "n_seq", "fa", "kv_type"), CPU_CASES)
+def test_the_cpu_compute_buffer_on_kept_graphs_equals_its_own(name, n_seq, fa, kv_type):
+    # planner.compute.compute_buffer (one CPU backend, no scheduler) keeps its reserve graphs the same way
+    from rsplan.planner import compute
+
+    compute.CPU_SHAPES.clear()
+    spec = load_builtin_preset(name)
+    layout = cache_layout(spec)
+    build = reserve_graph_builder(spec, False)
+    for c in CONTEXTS:
+        params = ContextParams(n_ctx=c * n_seq, n_seq_max=n_seq, flash_attn=fa, type_k=kv_type)
+        got = compute.compute_buffer(spec, params, layout=layout)
+        ctx = resolve_context(layout, params)
+        want = [compute._reserve(build, spec, layout, ctx, False, *r)
+                for r in compute._reserves(spec, ctx, got.n_outputs_max)]
+        assert list(got.graphs) == want, c
+    # kept from a key's second query on (the first is sized the ordinary way; with one sequence -c 256 runs
+    # a smaller ubatch: a key of its own)
+    assert compute.CPU_SHAPES.stats["ordinary"] == (2 if n_seq == 1 else 1)
+    assert compute.CPU_SHAPES.stats["reused"] >= len(CONTEXTS) - 3

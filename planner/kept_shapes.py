@@ -1,0 +1,132 @@
+"""Reserve graphs built once over a context's KV cells and sized at each context on their shapes.
+
+planner.kv_affine explains why this is exact: the graphs (and their schedule) are built with ``n_ctx_seq = 256 k``
+for a symbolic k, every decision taken on the way narrows the interval of k over which it holds, and a context
+whose k lies in that interval is the same computation with its own integers. Only the allocator then runs again,
+on the shapes set to their values at that k.
+
+``ShapeCache`` keeps, per key (what a sizing depends on besides the cells), the graphs built so far with their
+intervals; ``AffineTensors`` sets the tensors whose shape, strides or view offset depend on k.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from rsplan.errors import RsplanError
+from rsplan.planner.context import CTX_PAD, EffectiveContext
+from rsplan.planner.ggml_alloc import Graph, Tensor
+from rsplan.planner.kv_affine import Affine, KCells, NotAffine
+
+K = TypeVar("K")  # what is kept: the graphs of one sizing, built at some k
+R = TypeVar("R")  # a sizing
+
+
+def symbolic_context(ctx: EffectiveContext, cells: KCells) -> EffectiveContext:
+    """``ctx`` with ``n_ctx_seq = 256 k`` (and ``n_ctx``, its streams' total) affine in ``cells``' k."""
+    # an Affine where the context has ints: it stands for one (planner.kv_affine)
+    cells_seq: Any = Affine(0, CTX_PAD, cells)
+    return dataclasses.replace(ctx, n_ctx_seq=cells_seq, n_ctx=cells_seq * ctx.n_stream, warnings=())
+
+
+def cells_apart(ctx: EffectiveContext) -> EffectiveContext:
+    """``ctx`` without what depends on its KV cells (n_ctx, n_ctx_seq, the warnings naming them) and without
+    n_batch, which no graph builder reads (a sizing's key holds what the sizing reads of it: n_outputs_max)."""
+    return dataclasses.replace(ctx, n_ctx=0, n_ctx_seq=0, n_batch=0, warnings=())
+
+
+def _coefficients(values: Iterable[Any]) -> tuple[int, ...]:
+    """(c0, c1) of each value (an int or an Affine), flattened."""
+    out: list[int] = []
+    for v in values:
+        out += (v.c0, v.c1) if type(v) is Affine else (v, 0)
+    return tuple(out)
+
+
+class AffineTensors:
+    """The tensors of some graphs (their nodes and leafs, which hold every source and view source) with an
+    affine entry in their shape, strides or view offset, kept as coefficients."""
+
+    def __init__(self, graphs: Iterable[Graph]) -> None:
+        self.tensors: list[tuple[Tensor, tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+        for graph in graphs:
+            for u in {*graph.nodes, *graph.leafs}:
+                try:  # ints hash; an Affine refuses to (a few hundred of the thousands of tensors)
+                    hash((u.ne, u.nb, u.view_offs))
+                except NotAffine:
+                    self.tensors.append((u, _coefficients(u.ne), _coefficients(u.nb), _coefficients((u.view_offs,))))
+
+    def set_at(self, k: int) -> None:
+        """Give each such tensor its shape, strides and view offset at ``k`` (ints)."""
+        for t, ne, nb, offs in self.tensors:
+            t.ne = (ne[0] + ne[1] * k, ne[2] + ne[3] * k, ne[4] + ne[5] * k, ne[6] + ne[7] * k)
+            t.nb = (nb[0] + nb[1] * k, nb[2] + nb[3] * k, nb[4] + nb[5] * k, nb[6] + nb[7] * k)
+            t.view_offs = offs[0] + offs[1] * k
+
+
+class _Entry(Generic[K]):
+    def __init__(self, holds: tuple[Any, ...]) -> None:
+        self.holds = holds  # the objects whose ids are in the key, held so that their ids stay theirs
+        self.kept: list[tuple[int, int, K]] = []
+        self.not_affine = False
+        self.queries = 0
+
+
+class ShapeCache(Generic[K]):
+    """Graphs kept per key with the interval of k each holds for; at most ``size`` keys, the least recently used
+    dropped. A key's graphs are built and kept from its ``keep_from``-th query on (the ones before are sized the
+    ordinary way): kept graphs are thousands of live objects that Python's garbage collector scans again and again,
+    which costs more than it saves where a key is asked once (CPU reserve graphs in a search whose every setting
+    has another -np: 3.0-3.6 s kept from the first query vs 2.0-2.6 s from the second). ``stats``: ``built``
+    (graphs built now), ``reused`` (a context sized on kept graphs), ``ordinary`` (sized the ordinary way: before
+    ``keep_from``, not affine in the cells, or an error that the ordinary sizing reports)."""
+
+    def __init__(self, size: int, keep_from: int) -> None:
+        self.size = size
+        self.keep_from = keep_from
+        self._entries: OrderedDict[tuple[Any, ...], _Entry[K]] = OrderedDict()
+        self.stats = {"built": 0, "reused": 0, "ordinary": 0}
+
+    def clear(self) -> None:
+        self._entries.clear()
+        for k in self.stats:
+            self.stats[k] = 0
+
+    def sized(self, key: tuple[Any, ...], holds: tuple[Any, ...], ctx: EffectiveContext,
+              build: Callable[[EffectiveContext, KCells], K], size_at: Callable[[K, int], R],
+              ordinary: Callable[[], R]) -> R:
+        """The sizing of ``ctx``: ``size_at(kept, k)`` on graphs kept under ``key`` whose interval holds ctx's k,
+        else on ``build(symbolic ctx, cells)``'s (kept with the interval ``cells`` ends with), else ``ordinary()``
+        (where the build raised: an operation not affine in the cells, or an error such as an abort of
+        llama.cpp's, which the ordinary sizing reports with its own numbers). ``holds``: the objects whose ids
+        ``key`` names (an entry made for others that had the same ids is dropped)."""
+        if ctx.n_ctx_seq % CTX_PAD or ctx.n_ctx_seq < CTX_PAD:
+            self.stats["ordinary"] += 1
+            return ordinary()
+        k = ctx.n_ctx_seq // CTX_PAD
+        entry = self._entries.get(key)
+        if entry is None or any(a is not b for a, b in zip(entry.holds, holds, strict=True)):
+            entry = self._entries[key] = _Entry(holds)
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(key)
+        entry.queries += 1
+        for lo, hi, kept in entry.kept:
+            if lo <= k <= hi:
+                self.stats["reused"] += 1
+                return size_at(kept, k)
+        if not entry.not_affine and entry.queries >= self.keep_from:
+            cells = KCells(k)
+            try:
+                kept = build(symbolic_context(ctx, cells), cells)
+            except Exception as exc:  # sized the ordinary way below, which reports a real error as it always has
+                entry.not_affine = not isinstance(exc, RsplanError)
+            else:
+                self.stats["built"] += 1
+                entry.kept.append((cells.lo, cells.hi, kept))
+                return size_at(kept, k)
+        self.stats["ordinary"] += 1
+        return ordinary()

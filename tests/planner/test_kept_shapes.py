@@ -1,0 +1,98 @@
+"""planner.kept_shapes.ShapeCache: which query builds, reuses or sizes the ordinary way (fake sizings)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.kept_shapes import ShapeCache, cells_apart
+from rsplan.planner.kv_affine import Affine, NotAffine
+
+
+@pytest.fixture(scope="module")
+def layout():
+    return cache_layout(load_builtin_preset("lfm2-1.2b"))
+
+
+def ctx_of(layout, n_ctx: int):
+    return resolve_context(layout, ContextParams(n_ctx=n_ctx, n_seq_max=1))
+
+
+class Recorder:
+    """A fake sizing: ``build`` keeps the symbolic cells per stream (256 k) and narrows k to [lo, hi] by
+    comparing it; a sizing is ('kept', cells at k) or ('ordinary', cells)."""
+
+    def __init__(self, lo_cells: int = 0, raises: Exception | None = None) -> None:
+        self.lo_cells, self.raises, self.builds = lo_cells, raises, 0
+
+    def build(self, sym, cells):
+        self.builds += 1
+        if self.raises is not None:
+            raise self.raises
+        assert type(sym.n_ctx_seq) is Affine
+        _ = sym.n_ctx_seq >= self.lo_cells  # a decision: holds from lo_cells on
+        return sym.n_ctx_seq
+
+    @staticmethod
+    def size_at(kept, k):
+        return ("kept", kept.at(k))
+
+    def sized(self, cache, layout, n_ctx, key=("key",), holds=()):
+        ctx = ctx_of(layout, n_ctx)
+        return cache.sized(key, holds, ctx, self.build, self.size_at, lambda: ("ordinary", ctx.n_ctx_seq))
+
+
+def test_a_key_is_kept_from_its_nth_query_and_reused_inside_its_interval(layout):
+    cache, rec = ShapeCache(4, keep_from=2), Recorder(lo_cells=8192)
+    assert rec.sized(cache, layout, 4096) == ("ordinary", 4096)  # first query: ordinary
+    assert rec.sized(cache, layout, 16384) == ("kept", 16384)  # second: built at k = 64, kept for k >= 32
+    assert rec.sized(cache, layout, 65536) == ("kept", 65536)  # inside: reused
+    assert rec.sized(cache, layout, 4096) == ("kept", 4096)  # outside (k = 16 < 32): built again, for k < 32
+    assert cache.stats == {"built": 2, "reused": 1, "ordinary": 1}
+    assert rec.sized(cache, layout, 6144) == ("kept", 6144)
+    assert cache.stats["reused"] == 2
+
+
+def test_a_context_that_is_not_whole_cells_is_sized_the_ordinary_way(layout):
+    cache, rec = ShapeCache(4, keep_from=1), Recorder()
+    ctx = dataclasses.replace(ctx_of(layout, 4096), n_ctx_seq=4000)  # not a multiple of 256
+    got = cache.sized(("key",), (), ctx, rec.build, rec.size_at, lambda: "ordinary")
+    assert got == "ordinary" and rec.builds == 0
+
+
+def test_a_build_not_affine_is_not_tried_again_and_an_error_is_left_to_the_ordinary_sizing(layout):
+    cache, rec = ShapeCache(4, keep_from=1), Recorder(raises=NotAffine("x"))
+    assert [rec.sized(cache, layout, c)[0] for c in (4096, 8192)] == ["ordinary", "ordinary"]
+    assert rec.builds == 1
+    cache, rec = ShapeCache(4, keep_from=1), Recorder(raises=RsplanError("llama.cpp aborts"))
+    assert [rec.sized(cache, layout, c)[0] for c in (4096, 8192)] == ["ordinary", "ordinary"]
+    assert rec.builds == 2  # an error may be the cells' (an abort at some contexts only): tried each time
+
+
+def test_an_entry_made_for_other_objects_with_the_same_ids_is_dropped(layout):
+    cache, rec = ShapeCache(4, keep_from=1), Recorder()
+    a, b = object(), object()
+    rec.sized(cache, layout, 4096, holds=(a,))
+    rec.sized(cache, layout, 8192, holds=(b,))  # same key, other object: built again
+    assert cache.stats == {"built": 2, "reused": 0, "ordinary": 0}
+
+
+def test_the_least_recently_used_key_is_dropped(layout):
+    cache, rec = ShapeCache(2, keep_from=1), Recorder()
+    for key in ("a", "b", "a", "c"):
+        rec.sized(cache, layout, 4096, key=(key,))
+    rec.sized(cache, layout, 8192, key=("a",))  # kept: "b" was dropped, not "a"
+    rec.sized(cache, layout, 8192, key=("b",))
+    assert cache.stats == {"built": 4, "reused": 2, "ordinary": 0}
+
+
+def test_the_key_leaves_out_the_cells_and_n_batch_only(layout):
+    small, large = ctx_of(layout, 1024), ctx_of(layout, 131072)
+    assert (small.n_batch, large.n_batch) == (1024, 2048)
+    assert cells_apart(small) == cells_apart(large)
+    assert cells_apart(small) != cells_apart(dataclasses.replace(large, n_ubatch=256))
