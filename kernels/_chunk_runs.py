@@ -80,10 +80,11 @@ def _heads(x: torch.Tensor, dim: int, run: Run, grid: tuple[int, int], how: KeyH
 
 
 def _is_view(run: Run, Hk: int, R: int, how: KeyHeads) -> bool:
-    """Whether the run's value heads flatten into one axis of a view (else they are copied)."""
-    if how == "div":
-        return run.r1 - run.r0 == R or run.b - run.a == 1
-    return run.b - run.a == Hk or run.r1 - run.r0 == 1
+    """Whether the run's value heads flatten into one axis of a view (else they are copied): the inner range
+    is whole, or one of the two ranges has a single element."""
+    if run.b - run.a == 1 or run.r1 - run.r0 == 1:
+        return True
+    return run.r1 - run.r0 == R if how == "div" else run.b - run.a == Hk
 
 
 def scan_runs(

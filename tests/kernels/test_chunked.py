@@ -365,3 +365,25 @@ def test_runs_split_heads_and_match_the_loop(monkeypatch, per_key, N, Hk, R, how
     finally:
         torch.set_num_threads(before)
     assert seen and len(seen[0]) > 1
+
+
+def test_a_grouped_state_that_is_the_state_is_not_copied_onto_itself():
+    """One key head read by two value heads in "mod" order: the grouped state is the state's own memory (a view),
+    updated in place; storing it back leaves the state as updated (a copy onto itself used to raise)."""
+    from rsplan.kernels._chunk_common import Heads
+
+    heads = Heads(1, 2, 1, "mod")
+    state = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(13))
+    want = state + 1.0
+    sg = heads.group_state(state)
+    assert sg.data_ptr() == state.data_ptr()
+    sg.add_(1.0)
+    heads.store_state(state, sg)
+    torch.testing.assert_close(state, want)
+    strided = torch.randn(3, 4, 2, generator=torch.Generator().manual_seed(14)).permute(2, 0, 1)  # not contiguous
+    sg = heads.group_state(strided)
+    assert sg.data_ptr() != strided.data_ptr()
+    sg.mul_(2.0)
+    want = strided * 2.0
+    heads.store_state(strided, sg)
+    torch.testing.assert_close(strided, want)
