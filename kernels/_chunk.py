@@ -21,9 +21,9 @@ Only ``[Q~; K~] @ S0^T``, the two small products with D and the update depend on
 is prepared for a block of chunks at once (batched GEMMs, one batched triangular inverse instead of a solve per
 chunk), chunk-major so that the sequential part reads contiguous slices. Inputs are read in the callers'
 token-major layout ``[N, T, heads, dim]`` and outputs written straight into theirs. One decay per head runs in
-``_chunk_head`` (the value heads of a key head share its GEMMs); one decay per key runs here. On a CPU with
-several torch threads, several sequences are split over up to that many threads, each scanning its own run
-with a share of torch's threads (``_by_sequences``).
+``_chunk_head`` (the value heads of a key head share its GEMMs); one decay per key runs here. On a CPU the
+sequences and heads of a call are split into runs that share nothing, scanned on threads of their own
+(``_chunk_runs``).
 
 Every exponent is of a difference ``G_t - G_s`` with s <= t (or of ``G`` itself), so no factor exceeds 1 and
 strong decays cannot overflow. With per-key decays the ``[C, C]`` matrices are GEMMs of ``q * exp(G)`` and
@@ -34,14 +34,13 @@ strong decays cannot overflow. With per-key decays the ``[C, C]`` matrices are G
 
 from __future__ import annotations
 
-import itertools
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
 
 from rsplan.kernels._chunk_common import Heads, KeyHeads, tokens, unit_lower_inverse
 from rsplan.kernels._chunk_head import scan_per_head
+from rsplan.kernels._chunk_runs import plan_runs, scan_runs
 
 #: Tokens per chunk with one decay per head (the [C, C] matrices are cheap) and with one per key.
 CHUNK = 32
@@ -161,50 +160,19 @@ def chunk_scan(
     """
     q, _, v, g, _ = inputs
     N, T, H, Dv = v.shape
-    workers = min(N, torch.get_num_threads()) if state.device.type == "cpu" else 1
-    if workers > 1:
-        return _by_sequences(workers, state, inputs, scale, y, (taps, chunk, key_heads))
+    Dk = q.shape[3]
+    if state.device.type == "cpu":
+        runs = plan_runs(N, H, q.shape[2], key_heads, torch.get_num_threads(), 4 * H * Dv * Dk)
+        if len(runs) > 1:
+            return scan_runs(chunk_scan, runs, state, inputs, (scale, y, taps, chunk, key_heads))
     heads = Heads(N, H, q.shape[2], key_heads)
     per_key = g.dim() == 4
     C = min(T, chunk or (CHUNK_PER_KEY if per_key else CHUNK))
-    Dk = q.shape[3]
     per_chunk = 4 * N * H * C * ((3 * Dk + 2 * C + Dv + 2 * Dk) if per_key else (2 * C + Dv + 4))
     block = C * max(1, PREPARE_BYTES // per_chunk)
     if not per_key:
         return scan_per_head(state, inputs, scale, y, heads, (C, block, taps))
     return _scan_per_key(state, inputs, scale, y, heads, (C, block, taps))
-
-
-def _by_sequences(
-    workers: int,
-    state: torch.Tensor,
-    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None],
-    scale: float,
-    y: torch.Tensor,
-    rest: tuple[tuple[int, ...], int | None, KeyHeads],
-) -> dict[int, torch.Tensor]:
-    """``chunk_scan`` with the N sequences split into ``workers`` runs, each scanned on a thread of its own
-    with an equal share of torch's threads (``rest``: taps, chunk, key_heads). The runs share nothing: on a
-    loaded machine a run whose core is busy delays only itself, where torch's threads would wait for each
-    other at every op of the scan (hundreds per ubatch). torch's thread count is the caller's again after."""
-    N, H = y.shape[0], y.shape[2]
-    st = state.view(N, H, *state.shape[1:])  # any strides: splitting the first axis is a view
-    bounds = [N * i // workers for i in range(workers + 1)]
-    threads = torch.get_num_threads()
-
-    def run(a: int, b: int) -> dict[int, torch.Tensor]:
-        # sets this thread's OpenMP and BLAS counts (each thread has its own) and torch's, the same in every
-        # run: a run holds one sequence, or one thread when it holds several (no run splits again)
-        torch.set_num_threads(threads // workers)
-        part = tuple(x[a:b] if x is not None else None for x in inputs)
-        return chunk_scan(st[a:b].view(-1, *st.shape[2:]), part, scale, y[a:b], *rest)  # type: ignore[arg-type]
-
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            parts = [f.result() for f in [pool.submit(run, a, b) for a, b in itertools.pairwise(bounds)]]
-    finally:
-        torch.set_num_threads(threads)
-    return {t: torch.cat([p[t] for p in parts]) for t in rest[0]}
 
 
 def _scan_per_key(

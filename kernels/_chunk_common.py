@@ -75,8 +75,9 @@ class Heads:
         return out
 
     def store_state(self, state: torch.Tensor, sg: torch.Tensor) -> None:
-        """Copy a grouped state into ``state`` (nothing to do when ``sg`` is a view of it)."""
-        if sg.data_ptr() == state.data_ptr() and self.how == "div" and state.is_contiguous():
+        """Copy a grouped state into ``state`` (nothing to do when ``sg`` is a view of it: ``group_state``
+        returns one where the layouts agree, e.g. "div" on a contiguous state, or one key head with "mod")."""
+        if sg.data_ptr() == state.data_ptr():
             return
         Dv, Dk = state.shape[1:]
         self.grouped(state.view(self.N, self.H, Dv, Dk), 1).copy_(sg.view(self.N, self.Hk, self.R, Dv, Dk))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rsplan.kernels._chunk import chunk_scan
+from rsplan.kernels._chunk_common import one_thread
 from rsplan.kernels.lightning import lightning_slopes, lightning_torch
 from rsplan.kernels.rwkv6 import rwkv6_torch
 from rsplan.kernels.rwkv7 import rwkv7_torch
@@ -262,18 +263,19 @@ def test_blocks_choose_their_form_one_by_one(monkeypatch):
     monkeypatch.setattr(_chunk, "PREPARE_BYTES", 1)  # one chunk per block
     q, k, v, g, beta = delta_inputs(1, 64, 2, 2, torch.Generator().manual_seed(6), 0.5)
     g[:, 32:48] *= 200.0  # up to -100 per token
-    check_against_the_loop((q, k, v, g, beta), "mod", 16, taps=(30, 40, 63))
+    with one_thread():  # one run (several threads split the heads into runs, each through every block)
+        check_against_the_loop((q, k, v, g, beta), "mod", 16, taps=(30, 40, 63))
     assert ran == ["_scan_lazy", "_scan_lazy", "_scan_explicit", "_scan_lazy"]
 
 
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-head-decay", "per-key-decay"])
 @pytest.mark.parametrize(
-    ("threads", "N", "runs"), [(2, 3, [(1, 1), (2, 1)]), (4, 2, [(1, 2), (1, 2)])], ids=["2-threads", "4-threads"]
+    ("threads", "N", "runs"), [(2, 3, [(1, 1), (2, 1)]), (4, 2, [(1, 1)] * 4)], ids=["2-threads", "4-threads"]
 )
 def test_sequences_run_on_threads_of_their_own(monkeypatch, per_key, threads, N, runs):
     """With two torch threads, three sequences split into runs of 1 and 2 sequences, each scanned with one
-    thread; with four, two sequences get two threads each. The result is the loop's and the caller's thread
-    count is back afterwards."""
+    thread; with four, each of two sequences splits into its two key heads, four runs of one thread. The
+    result is the loop's and the caller's thread count is back afterwards."""
     from rsplan.kernels import _chunk
 
     seen = []
@@ -295,3 +297,93 @@ def test_sequences_run_on_threads_of_their_own(monkeypatch, per_key, threads, N,
     finally:
         torch.set_num_threads(before)
     assert sorted(seen) == runs  # the spy sees the runs (this test called the imported chunk_scan)
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        # one thread: one run, or one per sequence of at least RUN_STATE_BYTES (here 1 MiB)
+        ((1, 32, 16, "mod", 1, 2 << 20), [(0, 1, 0, 16, 0, 2)]),
+        ((3, 32, 16, "mod", 1, 1 << 19), [(0, 3, 0, 16, 0, 2)]),
+        ((2, 32, 16, "mod", 1, 2 << 20), [(0, 1, 0, 16, 0, 2), (1, 2, 0, 16, 0, 2)]),
+        # two threads, small sequences, at least two: equal sequence counts
+        ((5, 8, 8, "div", 2, 1 << 16), [(0, 2, 0, 8, 0, 1), (2, 5, 0, 8, 0, 1)]),
+        # two threads, one sequence with one key head: one run per thread (its value heads)
+        ((1, 24, 1, "div", 2, 3 << 18), [(0, 1, 0, 1, 0, 12), (0, 1, 0, 1, 12, 24)]),
+        # two threads, two sequences of 2 MiB: one run each
+        ((2, 32, 16, "mod", 2, 2 << 20), [(0, 1, 0, 16, 0, 2), (1, 2, 0, 16, 0, 2)]),
+        # two threads, three sequences of 2 MiB: one run each, the first thread free takes the third
+        ((3, 32, 16, "mod", 2, 2 << 20), [(s, s + 1, 0, 16, 0, 2) for s in range(3)]),
+        # four threads, one sequence: four runs of key heads
+        ((1, 64, 64, "div", 4, 4 << 20), [(0, 1, 16 * i, 16 * i + 16, 0, 1) for i in range(4)]),
+        # three threads, two sequences: two parts each
+        (
+            (2, 6, 3, "mod", 3, 1 << 10),
+            [(0, 1, 0, 1, 0, 2), (0, 1, 1, 3, 0, 2), (1, 2, 0, 1, 0, 2), (1, 2, 1, 3, 0, 2)],
+        ),
+        # no more parts than key heads
+        ((1, 4, 2, "mod", 8, 4 << 20), [(0, 1, 0, 1, 0, 2), (0, 1, 1, 2, 0, 2)]),
+    ],
+)
+def test_plan_runs(args, want):
+    """The runs of a call by the rules of ``plan_runs``, written out by hand."""
+    from rsplan.kernels._chunk_runs import Run, plan_runs
+
+    assert plan_runs(*args) == [Run(*r) for r in want]
+
+
+@pytest.mark.parametrize("per_key", [False, True], ids=["per-head-decay", "per-key-decay"])
+@pytest.mark.parametrize(
+    ("N", "Hk", "R", "how", "threads"),
+    [
+        (1, 3, 2, "mod", 2),
+        (2, 3, 2, "mod", 3),
+        (1, 4, 1, "mod", 4),
+        (1, 2, 3, "div", 2),
+        (1, 1, 4, "div", 2),
+        (3, 2, 2, "div", 1),
+    ],
+)
+def test_runs_split_heads_and_match_the_loop(monkeypatch, per_key, N, Hk, R, how, threads):
+    """Runs of key heads ("mod" with R > 1: copies written back), of whole key heads ("div", "mod" with R = 1:
+    views) and of the value heads of a single key head, each with its taps, on 1 to 4 threads: the outputs, the
+    state and the tapped states are the loop's, wherever each head ran, and the caller's thread count is back."""
+    from rsplan.kernels import _chunk, _chunk_runs
+
+    monkeypatch.setattr(_chunk_runs, "RUN_STATE_BYTES", 1)  # every split allowed by the heads
+    seen = []
+    scan_runs = _chunk.scan_runs
+    monkeypatch.setattr(_chunk, "scan_runs", lambda scan, runs, *a: seen.append(runs) or scan_runs(scan, runs, *a))
+    q, k, v, g, beta = delta_inputs(N, 29, Hk, R, torch.Generator().manual_seed(11), 0.5)
+    if per_key:
+        g = -torch.rand(*g.shape, q.shape[3], generator=torch.Generator().manual_seed(12))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        check_against_the_loop((q, k, v, g, beta), how, 8, taps=(5, 27, 28))
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert seen and len(seen[0]) > 1
+
+
+def test_a_grouped_state_that_is_the_state_is_not_copied_onto_itself():
+    """One key head read by two value heads in "mod" order: the grouped state is the state's own memory (a view),
+    updated in place; storing it back leaves the state as updated (a copy onto itself used to raise)."""
+    from rsplan.kernels._chunk_common import Heads
+
+    heads = Heads(1, 2, 1, "mod")
+    state = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(13))
+    want = state + 1.0
+    sg = heads.group_state(state)
+    assert sg.data_ptr() == state.data_ptr()
+    sg.add_(1.0)
+    heads.store_state(state, sg)
+    torch.testing.assert_close(state, want)
+    strided = torch.randn(3, 4, 2, generator=torch.Generator().manual_seed(14)).permute(2, 0, 1)  # not contiguous
+    sg = heads.group_state(strided)
+    assert sg.data_ptr() != strided.data_ptr()
+    sg.mul_(2.0)
+    want = strided * 2.0
+    heads.store_state(strided, sg)
+    torch.testing.assert_close(strided, want)
