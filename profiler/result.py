@@ -71,7 +71,8 @@ class RatioFlag:
 
 @dataclass(frozen=True)
 class CopyBaseline:
-    """A bandwidth baseline of the device, measured in two bursts (before and after the workloads) over a buffer
+    """A bandwidth baseline of the device, measured in bursts spread through the run (one before the workloads, one
+    between each two, one after; ``bursts_gb_s`` their medians in that order) over a buffer
     ``llc_factor`` x the last-level cache (profiler.device.copy_baseline): the copy (``dst.copy_(src)``) or the
     in-place pass (``buf.mul_(1.0)``, a state update's traffic pattern), the same record for both."""
 

@@ -95,7 +95,7 @@ def _copy_line(copy: CopyBaseline, what: str = "copy", op: str = "device copies"
     line = (
         f"{what} bandwidth {copy.gb_s:,.1f} GB/s (median of {copy.samples} {op} of "
         f"{_mib(copy.buffer_bytes)}{where}, read + write counted; spread {100 * copy.spread:.0f}%, "
-        f"before / after the workloads {_bursts(copy)} GB/s)"
+        f"bursts through the run {_bursts(copy)} GB/s)"
     )
     if copy.noisy:
         line += " NOISY: ratios to it are unreliable"
