@@ -354,7 +354,8 @@ class BaselineBursts:
 
     ``burst()`` times ``iters`` copies ``dst.copy_(src)`` and then ``iters`` in-place passes ``src.mul_(1.0)``
     (INPLACE_OP; the values stay 1.0), each after ``warmup`` untimed ones, and appends one record
-    (``copy_bandwidth``'s) to ``copy`` and one to ``inplace``; ``seconds`` holds each burst's wall time. The two
+    (``copy_bandwidth``'s) to ``copy`` and one to ``inplace``; ``started`` holds each burst's start
+    (``time.perf_counter()``) and ``seconds`` its wall time. The two
     buffers of ``n_bytes`` are the 2 x copy_buffer_bytes the runner reserves besides the caches; kept, they pay
     their page faults (CPU) or allocation once, so one warmup pass per burst is enough.
     """
@@ -366,11 +367,13 @@ class BaselineBursts:
         self._dst = torch.empty_like(self._src)
         self.copy: list[dict[str, Any]] = []
         self.inplace: list[dict[str, Any]] = []
+        self.started: list[float] = []
         self.seconds: list[float] = []
 
     def burst(self) -> float:
         """Take one burst of both baselines; its wall time in seconds."""
         t0 = time.perf_counter()
+        self.started.append(t0)
         src, dst, n = self._src, self._dst, self._src.numel()
         self.copy.append(_passes(self.dev, lambda: dst.copy_(src), n, self.iters, self.warmup))
         self.inplace.append(_passes(self.dev, lambda: src.mul_(1.0), n, self.iters, self.warmup))
@@ -402,10 +405,12 @@ def _passes(dev: Any, step: Callable[[], Any], n: int, iters: int, warmup: int) 
     }
 
 
-def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str) -> dict[str, Any]:
+def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str,
+                  at_s: list[float] | None = None) -> dict[str, Any]:
     """A baseline of a run from its bursts in the order taken (BaselineBursts' ``copy`` or ``inplace`` records:
     one before the workloads, one between each two, one after): the median over every sample of every burst,
-    their spread (p90 - p10) / median, each burst's median (``bursts_gb_s``), the drift, and whether it is noisy.
+    their spread (p90 - p10) / median, each burst's median (``bursts_gb_s``) and, when given, its start in
+    seconds from the start of the run (``at_s``, reported as ``bursts_at_s``), the drift, and whether it is noisy.
 
     ``drift`` is the range of the bursts' medians over the baseline, (max - min) / median: how far apart the
     periods of the run the bursts sampled measured (0 with one burst). The kernels ran across those periods, so a
@@ -433,4 +438,5 @@ def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str
         "llc_source": llc_source,
         "llc_factor": bursts[0]["buffer_bytes"] / llc if llc else None,
         "time": s,
+        "bursts_at_s": at_s,
     }

@@ -185,8 +185,9 @@ def run_profile(
         measured, timing = _measure(req, setup, dev, pools, checks, budget, progress, baseline.burst)
         baseline.burst()
         baseline.release()
-        copy = CopyBaseline.from_dict(copy_baseline(baseline.copy, llc, llc_source))
-        inplace = CopyBaseline.from_dict(copy_baseline(baseline.inplace, llc, llc_source))
+        at_s = [t - t_start for t in baseline.started]
+        copy = CopyBaseline.from_dict(copy_baseline(baseline.copy, llc, llc_source, at_s))
+        inplace = CopyBaseline.from_dict(copy_baseline(baseline.inplace, llc, llc_source, at_s))
         results = {name: _figures(m, Baselines(copy, inplace), setup.n_seqs, timing[name])
                    for name, m in measured.items()}
         third = _third_party(dev, setup.family, setup.n_seqs, req) if dev.type == "cuda" else {}

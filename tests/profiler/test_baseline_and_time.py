@@ -216,6 +216,8 @@ def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
     for key in ("copy_bandwidth", "inplace_bandwidth"):
         b = report[key]
         assert len(b["bursts_gb_s"]) == 4 and b["samples"] == 4 * 2  # conftest: 6 samples, at least 2 per burst
+        at = b["bursts_at_s"]
+        assert len(at) == 4 and 0 < at[0] < at[1] < at[2] < at[3] < report["time"]["elapsed_s"]
 
 
 def test_the_expected_duration_counts_every_baseline_burst(tiny, monkeypatch):
@@ -234,15 +236,36 @@ def test_the_expected_duration_counts_every_baseline_burst(tiny, monkeypatch):
 
     monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + shift[0])
     monkeypatch.setattr(device.BaselineBursts, "burst", burst)
-    t = run_profile(_req(tiny, max_seconds=0)).to_dict()["time"]
+    report = run_profile(_req(tiny, max_seconds=0)).to_dict()
+    t = report["time"]
     assert shift[0] == 200.0
     assert t["elapsed_s"] >= 200.0
+    at = report["copy_bandwidth"]["bursts_at_s"]
+    assert [int(at[i + 1] - at[i]) // 50 for i in range(3)] == [1, 1, 1]  # 50 s and the real work apart
     assert t["expected_s"] >= 200.0 and abs(t["expected_s"] - t["elapsed_s"]) < 0.05 * t["elapsed_s"]
     shift[0] = 0.0
     lines = []
     report = run_profile(_req(tiny, max_seconds=150), announce=lines.append).to_dict()
     assert report["time"]["expected_s"] > 200.0 and (report["time"]["iters"], report["time"]["warmup"]) == (1, 0)
     assert lines[0].endswith("; even so more than --max-seconds 150")
+
+
+def test_burst_times_reach_the_table_and_read_back():
+    """``bursts_at_s`` (when each burst began) is printed after the bursts' medians, round-trips through the JSON,
+    and a result saved without it reads back with None and writes no such key."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from rsplan.profiler.result import CopyBaseline, ProfileResult
+    from rsplan.render.profile import render_profile
+
+    old = ProfileResult.from_dict(json.loads((Path(__file__).parent / "data" / "profile-cpu.json").read_text()))
+    assert old.copy_bandwidth.bursts_at_s is None and "bursts_at_s" not in old.copy_bandwidth.to_dict()
+    copy = dataclasses.replace(old.copy_bandwidth, bursts_gb_s=(2.5, 2.4, 2.6), bursts_at_s=(0.4, 2.1, 61.3))
+    assert CopyBaseline.from_dict(json.loads(json.dumps(copy.to_dict()))) == copy
+    table = render_profile(dataclasses.replace(old, copy_bandwidth=copy))
+    assert "bursts through the run 2.5 / 2.4 / 2.6 GB/s at 0 / 2 / 61 s)" in table
 
 
 def _copy(llc_bytes, noisy, spread=0.3, bursts=(8.0, 12.0), gb_s=10.0):
