@@ -48,6 +48,15 @@ COPY_SAMPLES = {"cpu": 30, "cuda": 100}
 COPY_MIN_ITERS = {"cpu": 8, "cuda": 25}
 #: Untimed passes before each burst's timed ones (the buffers stay allocated for the whole run).
 COPY_WARMUP = 1
+#: A workload whose probed step takes at least BURST_STEP_S seconds also gets baseline bursts between its steps,
+#: so that a long one (a CPU prefill: tens of seconds) is sampled through and not only at its ends: one whenever
+#: burst_every_s() has passed since the last burst ended, which keeps them to BURST_SHARE of its time. After such a
+#: burst the next step finds the caches cold: refilling them (tens of MiB at GB/s, a few ms) is about 1% of a
+#: step that long, in one of its --iters samples.
+BURST_STEP_S = 0.25
+BURST_SHARE = 0.05
+#: ... but not more often than this (seconds; a GPU's bursts take milliseconds).
+BURST_EVERY_MIN_S = 2.0
 
 
 class CheckError(RsplanError):
@@ -177,12 +186,12 @@ def run_profile(
         burst_s = baseline.burst()
         checks = _checks(req)
         budget = _budget(req, dev, setup.names, pools, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq,
-                         (n_bursts - 1) * burst_s, checks, t_start)
+                         burst_s, checks, t_start)
         if announce is not None:
             announce(budget.announcement())
         if budget.note:
             setup.notes.append(budget.note)
-        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress, baseline.burst)
+        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress, baseline)
         baseline.burst()
         baseline.release()
         at_s = [t - t_start for t in baseline.started]
@@ -288,10 +297,11 @@ def _checks(req: ProfileRequest) -> Any:
 
 def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict[str, Any]], checks: Any,
              budget: Budget, progress: Callable[[int], Callable[[int], None]] | None,
-             between: Callable[[], Any] = lambda: None) -> tuple[dict[str, Any], dict[str, Timing]]:
+             baseline: Any = None) -> tuple[dict[str, Any], dict[str, Timing]]:
     """Drive each workload through the cells and kernels: its measurement (workloads.Measured) and timing mode.
-    ``between`` (a baseline burst) runs between each two workloads: outside their timed regions and checks, and
-    not counted in the progress."""
+    ``baseline`` (device.BaselineBursts; None: no bursts) takes a burst between each two workloads, and between
+    two steps of a long one when due (_BurstsInside): outside their timed regions and checks, and not counted in
+    the progress."""
     from rsplan.profiler import workloads as wl
     from rsplan.profiler.engine import Engine
 
@@ -307,18 +317,47 @@ def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict
     measured: dict[str, Any] = {}
     timing: dict[str, Timing] = {}
     for i, name in enumerate(setup.names):
-        if i:
-            between()
+        if i and baseline is not None:
+            baseline.burst()
+        pause = _BurstsInside(baseline) if baseline is not None and budget.probe[name] >= BURST_STEP_S else None
         _zero(pools)
         engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs)
         if name == "decode":
-            measured[name] = wl.decode(engine, checks, iters, warmup, tick)
+            measured[name] = wl.decode(engine, checks, iters, warmup, tick, pause)
         elif name == "prefill":
-            measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick)
+            measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick, pause)
         else:
-            measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
+            measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed, pause)
         timing[name] = _timing_mode(engine)
     return measured, timing
+
+
+def burst_every_s(burst_s: float) -> float:
+    """Seconds between the bursts inside a long workload, for bursts of ``burst_s`` seconds: ``burst_s`` /
+    BURST_SHARE, at least BURST_EVERY_MIN_S (bursts of 0.5 s: every 10 s)."""
+    return max(BURST_EVERY_MIN_S, burst_s / BURST_SHARE)
+
+
+def with_bursts_inside(rounds_s: float, step_s: float, burst_s: float) -> float:
+    """``rounds_s`` seconds of a workload's rounds with the baseline bursts between its steps: one burst of
+    ``burst_s`` per burst_every_s() when its step (``step_s``) takes BURST_STEP_S or more, none otherwise."""
+    if step_s < BURST_STEP_S:
+        return rounds_s
+    return rounds_s * (1 + burst_s / burst_every_s(burst_s))
+
+
+class _BurstsInside:
+    """A long workload's pause between two steps (workloads.Pause): a burst of ``baseline``
+    (device.BaselineBursts) when burst_every_s() of its first burst has passed since its last burst ended."""
+
+    def __init__(self, baseline: Any) -> None:
+        self.baseline = baseline
+        self.every_s = burst_every_s(baseline.seconds[0])
+
+    def __call__(self) -> None:
+        b = self.baseline
+        if time.perf_counter() - (b.started[-1] + b.seconds[-1]) >= self.every_s:
+            b.burst()
 
 
 def _run_notes(facts: dict[str, Any], base: Baselines, results: dict[str, WorkloadResult]) -> list[str]:
@@ -566,13 +605,14 @@ def _budget(
     N: int,
     T: int,
     n_rs_seq: int,
-    later_bursts_s: float,
+    burst_s: float,
     checks: Any,
     t_start: float,
 ) -> Budget:
     """Probe one step of each workload (the second of two: the first pays for inputs, caches and compiles) and
-    one reference step on one layer, then fit the iterations into the time limit. ``later_bursts_s``: the
-    baseline bursts still to come (between the workloads and after them), each as long as the first."""
+    one reference step on one layer, then fit the iterations into the time limit. ``burst_s``: the first
+    baseline burst, which each later one is expected to take: one between each two workloads, one after them,
+    and those between the steps of a workload whose step takes BURST_STEP_S or more (with_bursts_inside)."""
     from rsplan.profiler.engine import Engine
     from rsplan.profiler.workloads import CHECK_TOKENS
 
@@ -607,15 +647,17 @@ def _budget(
     for name in names:
         if name == "decode":
             once += 2 * probe[name] + 2 * n_check * ref
-            per_round += probe[name]
+            rounds_s = probe[name]
         elif name == "prefill":
             once += n_check * CHECK_TOKENS * ref
-            per_round += (passes if T > 1 else 1) * probe[name]
+            rounds_s = (passes if T > 1 else 1) * probe[name]
         else:
             once += probe[name]
-            per_round += passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
+            rounds_s = passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
+        per_round += with_bursts_inside(rounds_s, probe[name], burst_s)
     # what ran already (loading, planning, allocating, the first baseline burst, the probes) and the later bursts
-    fixed = (time.perf_counter() - t_start) + later_bursts_s
+    # between and after the workloads
+    fixed = (time.perf_counter() - t_start) + len(names) * burst_s
     limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
     b = Budget(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
     b.iters, b.warmup = fit_iterations(fixed + once, per_round, limit, req.iters, req.warmup)

@@ -194,6 +194,7 @@ def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
 
     for name in ("decode", "prefill", "spec"):
         wrap(name)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", float("inf"))  # no bursts inside a workload
     monkeypatch.setattr(device.Timer, "region", region)
     monkeypatch.setattr(device.BaselineBursts, "burst", burst)
 
@@ -218,6 +219,58 @@ def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
         assert len(b["bursts_gb_s"]) == 4 and b["samples"] == 4 * 2  # conftest: 6 samples, at least 2 per burst
         at = b["bursts_at_s"]
         assert len(at) == 4 and 0 < at[0] < at[1] < at[2] < at[3] < report["time"]["elapsed_s"]
+
+
+def test_a_long_workload_gets_bursts_between_its_steps(tiny, monkeypatch):
+    """Every step counted long (BURST_STEP_S 0) and a burst due at once (no share limit, no minimum interval):
+    decode's three steps (1 warmup + 2 timed) get a burst between each two, after the step's progress tick and
+    outside any timed region, none after the last (the burst after the workloads follows); with the next one
+    far away, none."""
+    events = []
+    depth = [0]
+    real_region, real_burst = device.Timer.region, device.BaselineBursts.burst
+
+    def region(self, name, fn):  # type: ignore[no-untyped-def]
+        depth[0] += 1
+        try:
+            return real_region(self, name, fn)
+        finally:
+            depth[0] -= 1
+
+    def burst(self):  # type: ignore[no-untyped-def]
+        events.append(f"burst{depth[0] or ''}")
+        return real_burst(self)
+
+    def progress(total):
+        return lambda n: events.append("tick")
+
+    monkeypatch.setattr(device.Timer, "region", region)
+    monkeypatch.setattr(device.BaselineBursts, "burst", burst)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", 0.0)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_EVERY_MIN_S", 0.0)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_SHARE", 1e9)
+    req = _req(tiny, workload="decode", iters=2, warmup=1, max_seconds=0)
+    report = run_profile(req, progress=progress).to_dict()
+    assert events == ["burst", "tick", "burst", "tick", "burst", "tick", "burst"]
+    assert len(report["copy_bandwidth"]["bursts_gb_s"]) == len(report["copy_bandwidth"]["bursts_at_s"]) == 4
+    events.clear()
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_EVERY_MIN_S", 1e9)
+    run_profile(req, progress=progress)
+    assert events == ["burst", "tick", "tick", "tick", "burst"]
+
+
+def test_bursts_inside_a_workload_take_a_share_of_its_rounds():
+    """Bursts of 0.6 s come every 0.6 / 5% = 12 s: 30 s of rounds of 1 s steps take 30 x 1.05 = 31.5 s; bursts
+    of 50 ms would come every second, so every 2 s (the minimum): 30 s take 30 x (1 + 0.05 / 2) = 30.75 s; steps
+    of 0.1 s, below BURST_STEP_S 0.25 s, get none."""
+    from rsplan.profiler import runner
+
+    assert (runner.BURST_SHARE, runner.BURST_EVERY_MIN_S, runner.BURST_STEP_S) == (0.05, 2.0, 0.25)
+    assert runner.burst_every_s(0.6) == pytest.approx(12.0) and runner.burst_every_s(0.05) == 2.0
+    assert runner.with_bursts_inside(30.0, 1.0, 0.6) == pytest.approx(31.5)
+    assert runner.with_bursts_inside(30.0, 0.25, 0.6) == pytest.approx(31.5)
+    assert runner.with_bursts_inside(30.0, 1.0, 0.05) == pytest.approx(30.75)
+    assert runner.with_bursts_inside(30.0, 0.1, 0.6) == 30.0
 
 
 def test_the_expected_duration_counts_every_baseline_burst(tiny, monkeypatch):
