@@ -261,7 +261,8 @@ class Timer:
 COPY_LLC_FACTOR = 4
 #: Smallest copy buffer per device type (bytes): enough for a timer's resolution even with a small cache.
 COPY_FLOOR_BYTES = {"cpu": 64 << 20, "cuda": 1 << 30}
-#: A baseline whose samples spread (p90 - p10) / median, or whose bursts differ, by more than this is noisy.
+#: A baseline whose samples spread (p90 - p10) / median, or whose bursts' medians differ (max - min) / median, by
+#: more than this is noisy.
 NOISY_SPREAD = 0.15
 
 
@@ -322,34 +323,70 @@ def copy_buffer_bytes(dev: Any, llc: int | None, free: int) -> int:
 
 
 def copy_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
-    """One burst of device-to-device copies of ``n_bytes``: ``2 * n_bytes / time`` (read + write) per copy."""
-    return _burst(dev, n_bytes, iters, warmup, inplace=False)
+    """One burst of device-to-device copies of ``n_bytes`` over fresh buffers: ``2 * n_bytes / time`` (read +
+    write) per copy."""
+    torch = import_torch()
+    src = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    return _passes(dev, lambda: dst.copy_(src), src.numel(), iters, warmup)
 
 
 def inplace_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
-    """One burst of in-place passes (INPLACE_OP) over one buffer of ``n_bytes``: ``2 * n_bytes / time`` (each
-    line read and written back) per pass; the same record as ``copy_bandwidth``.
+    """One burst of in-place passes (INPLACE_OP) over one fresh buffer of ``n_bytes``: ``2 * n_bytes / time``
+    (each line read and written back) per pass; the same record as ``copy_bandwidth``.
 
     This is a state update's traffic pattern: a row read and written back in place. A copy also reads each
     destination line for ownership before writing it (about 3 x n_bytes on the bus, counted as 2), so an
     in-place kernel can pass 100% of the copy figure legitimately, not of this one.
     """
-    return _burst(dev, n_bytes, iters, warmup, inplace=True)
+    torch = import_torch()
+    buf = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=dev)
+    return _passes(dev, lambda: buf.mul_(1.0), buf.numel(), iters, warmup)
 
 
 #: The in-place baseline's pass: a multiply by one reads and writes every element (torch does not skip it).
 INPLACE_OP = "mul_(1.0)"
 
 
-def _burst(dev: Any, n_bytes: int, iters: int, warmup: int, inplace: bool) -> dict[str, Any]:
-    torch = import_torch()
-    n = max(1, n_bytes // 4)
-    src = torch.ones(n, dtype=torch.float32, device=dev)
-    if inplace:
-        step: Callable[[], Any] = lambda: src.mul_(1.0)  # noqa: E731
-    else:
-        dst = torch.empty_like(src)
-        step = lambda: dst.copy_(src)  # noqa: E731
+class BaselineBursts:
+    """The run's copy and in-place baselines, sampled in bursts spread through the run (the runner takes one
+    before the workloads, one between each two and one after) over buffers allocated once for the whole run.
+
+    ``burst()`` times ``iters`` copies ``dst.copy_(src)`` and then ``iters`` in-place passes ``src.mul_(1.0)``
+    (INPLACE_OP; the values stay 1.0), each after ``warmup`` untimed ones, and appends one record
+    (``copy_bandwidth``'s) to ``copy`` and one to ``inplace``; ``started`` holds each burst's start
+    (``time.perf_counter()``) and ``seconds`` its wall time. The two
+    buffers of ``n_bytes`` are the 2 x copy_buffer_bytes the runner reserves besides the caches; kept, they pay
+    their page faults (CPU) or allocation once, so one warmup pass per burst is enough.
+    """
+
+    def __init__(self, dev: Any, n_bytes: int, iters: int, warmup: int) -> None:
+        torch = import_torch()
+        self.dev, self.iters, self.warmup = dev, iters, warmup
+        self._src = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=dev)
+        self._dst = torch.empty_like(self._src)
+        self.copy: list[dict[str, Any]] = []
+        self.inplace: list[dict[str, Any]] = []
+        self.started: list[float] = []
+        self.seconds: list[float] = []
+
+    def burst(self) -> float:
+        """Take one burst of both baselines; its wall time in seconds."""
+        t0 = time.perf_counter()
+        self.started.append(t0)
+        src, dst, n = self._src, self._dst, self._src.numel()
+        self.copy.append(_passes(self.dev, lambda: dst.copy_(src), n, self.iters, self.warmup))
+        self.inplace.append(_passes(self.dev, lambda: src.mul_(1.0), n, self.iters, self.warmup))
+        self.seconds.append(time.perf_counter() - t0)
+        return self.seconds[-1]
+
+    def release(self) -> None:
+        """Free the buffers (the records stay)."""
+        self._src = self._dst = None
+
+
+def _passes(dev: Any, step: Callable[[], Any], n: int, iters: int, warmup: int) -> dict[str, Any]:
+    """``warmup`` untimed and ``iters`` timed calls of ``step``, a pass over ``n`` float32 read and written."""
     timer = Timer(dev)
     for _ in range(warmup):
         step()
@@ -368,10 +405,18 @@ def _burst(dev: Any, n_bytes: int, iters: int, warmup: int, inplace: bool) -> di
     }
 
 
-def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str) -> dict[str, Any]:
-    """A baseline of a run from its bursts (one before the workloads, one after; ``copy_bandwidth``'s or
-    ``inplace_bandwidth``'s): the median over every sample, their spread (p90 - p10) / median, the drift between
-    the bursts' medians, and whether it is noisy."""
+def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str,
+                  at_s: list[float] | None = None) -> dict[str, Any]:
+    """A baseline of a run from its bursts in the order taken (BaselineBursts' ``copy`` or ``inplace`` records:
+    one before the workloads, one between each two, one after): the median over every sample of every burst,
+    their spread (p90 - p10) / median, each burst's median (``bursts_gb_s``) and, when given, its start in
+    seconds from the start of the run (``at_s``, reported as ``bursts_at_s``), the drift, and whether it is noisy.
+
+    ``drift`` is the range of the bursts' medians over the baseline, (max - min) / median: how far apart the
+    periods of the run the bursts sampled measured (0 with one burst). The kernels ran across those periods, so a
+    kernel timed in one of them may see a bandwidth up to about the drift away from the baseline. With more bursts
+    the range can only grow: a dip in the middle of a run, which two bursts at its ends would miss, counts.
+    ``noisy``: the spread or the drift exceeds NOISY_SPREAD."""
     samples = Samples([b["bytes_moved"] / (g * 1e9) for b in bursts for g in b["samples_gb_s"]])
     moved = bursts[0]["bytes_moved"]
     s = samples.summary()
@@ -393,4 +438,5 @@ def copy_baseline(bursts: list[dict[str, Any]], llc: int | None, llc_source: str
         "llc_source": llc_source,
         "llc_factor": bursts[0]["buffer_bytes"] / llc if llc else None,
         "time": s,
+        "bursts_at_s": at_s,
     }

@@ -71,7 +71,9 @@ class RatioFlag:
 
 @dataclass(frozen=True)
 class CopyBaseline:
-    """A bandwidth baseline of the device, measured in two bursts (before and after the workloads) over a buffer
+    """A bandwidth baseline of the device, measured in bursts spread through the run (one before the workloads, one
+    between each two, one after; ``bursts_gb_s`` their medians in that order, ``bursts_at_s`` when each began,
+    seconds from the start of the run: None in a result saved before it was recorded) over a buffer
     ``llc_factor`` x the last-level cache (profiler.device.copy_baseline): the copy (``dst.copy_(src)``) or the
     in-place pass (``buf.mul_(1.0)``, a state update's traffic pattern), the same record for both."""
 
@@ -87,17 +89,24 @@ class CopyBaseline:
     llc_source: str | None
     llc_factor: float | None
     time: TimeSummary
+    bursts_at_s: tuple[float, ...] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CopyBaseline:
+        at = d.get("bursts_at_s")
         return cls(d["buffer_bytes"], d["bytes_moved"], _nan(d["gb_s"]), _nan(d["spread"]), _nan(d["drift"]),
                    tuple(_nan(g) for g in d["bursts_gb_s"]), d["samples"], d["noisy"], d["llc_bytes"],
-                   d["llc_source"], d["llc_factor"], TimeSummary.from_dict(d["time"]))
+                   d["llc_source"], d["llc_factor"], TimeSummary.from_dict(d["time"]),
+                   None if at is None else tuple(float(t) for t in at))
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["bursts_gb_s"] = list(self.bursts_gb_s)
         out["time"] = self.time.to_dict()
+        if self.bursts_at_s is None:
+            del out["bursts_at_s"]
+        else:
+            out["bursts_at_s"] = list(self.bursts_at_s)
         return out
 
 

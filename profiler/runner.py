@@ -40,8 +40,23 @@ DEFAULT_MAX_SECONDS = {"cpu": 180.0, "cuda": 300.0}
 PROBE_ONCE_S = 2.0
 #: Iterations are lowered until the expected duration is this fraction of --max-seconds.
 FIT_FRACTION = 0.8
-#: Timed copies per burst of the copy baseline (one burst before the workloads, one after).
-COPY_ITERS = {"cpu": 15, "cuda": 50}
+#: Timed passes of each baseline (the copy and the in-place one) in a run, shared by its bursts (one before the
+#: workloads, one between each two, one after): as many as the two bursts of 15 (CPU) or 50 (CUDA) that ran
+#: before and after the workloads only, so that the median over all of them is as well determined as it was.
+COPY_SAMPLES = {"cpu": 30, "cuda": 100}
+#: ... but at least this many timed passes per burst, so that each burst's median (and the drift) holds.
+COPY_MIN_ITERS = {"cpu": 8, "cuda": 25}
+#: Untimed passes before each burst's timed ones (the buffers stay allocated for the whole run).
+COPY_WARMUP = 1
+#: A workload whose probed step takes at least BURST_STEP_S seconds also gets baseline bursts between its steps,
+#: so that a long one (a CPU prefill: tens of seconds) is sampled through and not only at its ends: one whenever
+#: burst_every_s() has passed since the last burst ended, which keeps them to BURST_SHARE of its time. After such a
+#: burst the next step finds the caches cold: refilling them (tens of MiB at GB/s, a few ms) is about 1% of a
+#: step that long, in one of its --iters samples.
+BURST_STEP_S = 0.25
+BURST_SHARE = 0.05
+#: ... but not more often than this (seconds; a GPU's bursts take milliseconds).
+BURST_EVERY_MIN_S = 2.0
 
 
 class CheckError(RsplanError):
@@ -124,6 +139,12 @@ class _Setup:
         return int(self.plan.context.n_rs_seq)
 
 
+def copy_iters(dev_type: str, n_bursts: int) -> int:
+    """Timed passes per burst of each baseline: COPY_SAMPLES of the device type shared by ``n_bursts`` bursts,
+    at least COPY_MIN_ITERS (CPU: 15 with two bursts, 10 with three, 8 with four or more)."""
+    return max(COPY_MIN_ITERS[dev_type], math.ceil(COPY_SAMPLES[dev_type] / n_bursts))
+
+
 def run_profile(
     req: ProfileRequest,
     progress: Callable[[int], Callable[[int], None]] | None = None,
@@ -135,12 +156,11 @@ def run_profile(
     torch = import_torch()
     from rsplan.profiler.alloc import allocate
     from rsplan.profiler.device import (
-        copy_bandwidth,
+        BaselineBursts,
         copy_baseline,
         copy_buffer_bytes,
         device_facts,
         free_bytes,
-        inplace_bandwidth,
         last_level_cache,
     )
 
@@ -149,8 +169,9 @@ def run_profile(
     dev = _device(req, torch, device_notes)
     setup = _setup(req)
     setup.notes[:0] = device_notes
-    # the copy baseline reads and writes COPY_LLC_FACTOR x the last-level cache (the in-place baseline, run after
-    # it, one buffer of that size); inputs and snapshots are the rest of the workspace
+    # the baselines' two buffers of COPY_LLC_FACTOR x the last-level cache (the copy reads one and writes the
+    # other, the in-place pass reads and writes one), kept for the whole run; inputs and snapshots are the rest
+    # of the workspace
     llc, llc_source = last_level_cache(dev)
     copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
     facts = device_facts(dev)
@@ -158,23 +179,24 @@ def run_profile(
     try:
         allocation = _allocation_report(setup.plan, cache)
         pools = _pools(setup.plan, cache, setup.family)
-        copy_iters = COPY_ITERS[dev.type]
-        t0 = time.perf_counter()
-        bursts = [copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
-        inplace_bursts = [inplace_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2)]
-        copy_s = time.perf_counter() - t0
+        # the baselines' bursts: one before the workloads, one between each two, one after, so that they sample
+        # the same stretch of the run as the kernels (a shared machine's bandwidth moves within seconds)
+        n_bursts = len(setup.names) + 1
+        baseline = BaselineBursts(dev, copy_bytes, copy_iters(dev.type, n_bursts), COPY_WARMUP)
+        burst_s = baseline.burst()
         checks = _checks(req)
         budget = _budget(req, dev, setup.names, pools, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq,
-                         copy_s, checks, t_start)
+                         burst_s, checks, t_start)
         if announce is not None:
             announce(budget.announcement())
         if budget.note:
             setup.notes.append(budget.note)
-        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress)
-        bursts.append(copy_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
-        inplace_bursts.append(inplace_bandwidth(dev, copy_bytes, iters=copy_iters, warmup=2))
-        copy = CopyBaseline.from_dict(copy_baseline(bursts, llc, llc_source))
-        inplace = CopyBaseline.from_dict(copy_baseline(inplace_bursts, llc, llc_source))
+        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress, baseline)
+        baseline.burst()
+        baseline.release()
+        at_s = [t - t_start for t in baseline.started]
+        copy = CopyBaseline.from_dict(copy_baseline(baseline.copy, llc, llc_source, at_s))
+        inplace = CopyBaseline.from_dict(copy_baseline(baseline.inplace, llc, llc_source, at_s))
         results = {name: _figures(m, Baselines(copy, inplace), setup.n_seqs, timing[name])
                    for name, m in measured.items()}
         third = _third_party(dev, setup.family, setup.n_seqs, req) if dev.type == "cuda" else {}
@@ -274,9 +296,12 @@ def _checks(req: ProfileRequest) -> Any:
 
 
 def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict[str, Any]], checks: Any,
-             budget: Budget, progress: Callable[[int], Callable[[int], None]] | None
-             ) -> tuple[dict[str, Any], dict[str, Timing]]:
-    """Drive each workload through the cells and kernels: its measurement (workloads.Measured) and timing mode."""
+             budget: Budget, progress: Callable[[int], Callable[[int], None]] | None,
+             baseline: Any = None) -> tuple[dict[str, Any], dict[str, Timing]]:
+    """Drive each workload through the cells and kernels: its measurement (workloads.Measured) and timing mode.
+    ``baseline`` (device.BaselineBursts; None: no bursts) takes a burst between each two workloads, and between
+    two steps of a long one when due (_BurstsInside): outside their timed regions and checks, and not counted in
+    the progress."""
     from rsplan.profiler import workloads as wl
     from rsplan.profiler.engine import Engine
 
@@ -291,17 +316,48 @@ def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict
     tick = progress(sum(steps[n] for n in setup.names)) if progress else (lambda _n: None)
     measured: dict[str, Any] = {}
     timing: dict[str, Timing] = {}
-    for name in setup.names:
+    for i, name in enumerate(setup.names):
+        if i and baseline is not None:
+            baseline.burst()
+        pause = _BurstsInside(baseline) if baseline is not None and budget.probe[name] >= BURST_STEP_S else None
         _zero(pools)
         engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs)
         if name == "decode":
-            measured[name] = wl.decode(engine, checks, iters, warmup, tick)
+            measured[name] = wl.decode(engine, checks, iters, warmup, tick, pause)
         elif name == "prefill":
-            measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick)
+            measured[name] = wl.prefill(engine, checks, T, iters, warmup, tick, pause)
         else:
-            measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed)
+            measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed, pause)
         timing[name] = _timing_mode(engine)
     return measured, timing
+
+
+def burst_every_s(burst_s: float) -> float:
+    """Seconds between the bursts inside a long workload, for bursts of ``burst_s`` seconds: ``burst_s`` /
+    BURST_SHARE, at least BURST_EVERY_MIN_S (bursts of 0.5 s: every 10 s)."""
+    return max(BURST_EVERY_MIN_S, burst_s / BURST_SHARE)
+
+
+def with_bursts_inside(rounds_s: float, step_s: float, burst_s: float) -> float:
+    """``rounds_s`` seconds of a workload's rounds with the baseline bursts between its steps: one burst of
+    ``burst_s`` per burst_every_s() when its step (``step_s``) takes BURST_STEP_S or more, none otherwise."""
+    if step_s < BURST_STEP_S:
+        return rounds_s
+    return rounds_s * (1 + burst_s / burst_every_s(burst_s))
+
+
+class _BurstsInside:
+    """A long workload's pause between two steps (workloads.Pause): a burst of ``baseline``
+    (device.BaselineBursts) when burst_every_s() of its first burst has passed since its last burst ended."""
+
+    def __init__(self, baseline: Any) -> None:
+        self.baseline = baseline
+        self.every_s = burst_every_s(baseline.seconds[0])
+
+    def __call__(self) -> None:
+        b = self.baseline
+        if time.perf_counter() - (b.started[-1] + b.seconds[-1]) >= self.every_s:
+            b.burst()
 
 
 def _run_notes(facts: dict[str, Any], base: Baselines, results: dict[str, WorkloadResult]) -> list[str]:
@@ -466,7 +522,8 @@ class Budget:
     the iterations that fit ``--max-seconds``."""
 
     limit_s: float  # 0: no limit
-    fixed_s: float  # the time before the timed work (loading, allocation, first copy burst, probes) + the last burst
+    fixed_s: float  # the time before the timed work (loading, allocation, first baseline burst, probes) + the rest
+    # of the baseline bursts (between the workloads and after them)
     per_round_s: float  # one warmup-or-timed round of every workload, checks included
     once_s: float  # the steps and checks that run once per workload
     probe: dict[str, float]  # seconds of one fast step per workload, and "check" (one reference layer-token)
@@ -548,12 +605,14 @@ def _budget(
     N: int,
     T: int,
     n_rs_seq: int,
-    copy_s: float,
+    burst_s: float,
     checks: Any,
     t_start: float,
 ) -> Budget:
     """Probe one step of each workload (the second of two: the first pays for inputs, caches and compiles) and
-    one reference step on one layer, then fit the iterations into the time limit."""
+    one reference step on one layer, then fit the iterations into the time limit. ``burst_s``: the first
+    baseline burst, which each later one is expected to take: one between each two workloads, one after them,
+    and those between the steps of a workload whose step takes BURST_STEP_S or more (with_bursts_inside)."""
     from rsplan.profiler.engine import Engine
     from rsplan.profiler.workloads import CHECK_TOKENS
 
@@ -588,15 +647,17 @@ def _budget(
     for name in names:
         if name == "decode":
             once += 2 * probe[name] + 2 * n_check * ref
-            per_round += probe[name]
+            rounds_s = probe[name]
         elif name == "prefill":
             once += n_check * CHECK_TOKENS * ref
-            per_round += (passes if T > 1 else 1) * probe[name]
+            rounds_s = (passes if T > 1 else 1) * probe[name]
         else:
             once += probe[name]
-            per_round += passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
-    # what ran already (loading, planning, allocating, the first copy burst, the probes) and the second burst
-    fixed = (time.perf_counter() - t_start) + copy_s
+            rounds_s = passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
+        per_round += with_bursts_inside(rounds_s, probe[name], burst_s)
+    # what ran already (loading, planning, allocating, the first baseline burst, the probes) and the later bursts
+    # between and after the workloads
+    fixed = (time.perf_counter() - t_start) + len(names) * burst_s
     limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
     b = Budget(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
     b.iters, b.warmup = fit_iterations(fixed + once, per_round, limit, req.iters, req.warmup)

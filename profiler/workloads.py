@@ -132,6 +132,9 @@ class Measured:
 
 
 Progress = Callable[[int], None]
+#: Called between two steps of a workload, outside its timed regions and its progress (a baseline burst, when
+#: one is due: runner._BurstsInside); not after the last step.
+Pause = Callable[[], None]
 
 
 def _timed_steps(
@@ -143,9 +146,11 @@ def _timed_steps(
     n_planes: int | None = None,
     after: Callable[[StepRows], None] | None = None,
     before: Callable[[StepRows], None] | None = None,
+    pause: Pause | None = None,
 ) -> Measured:
     """``warmup + iters`` steps: ``make_rows`` (the bookkeeping) is timed on the host, ``before`` (the
-    checks' snapshots) is not timed, the kernels are timed phase by phase, ``after`` runs untimed."""
+    checks' snapshots) is not timed, the kernels are timed phase by phase, ``after`` runs untimed; ``pause``
+    runs between two steps, after the first one's progress tick."""
     timer = Timer(engine.dev)
     book = Samples()
     bytes_: dict[str, int] = {}
@@ -168,6 +173,8 @@ def _timed_steps(
         if after is not None:
             after(rows)
         progress(1)
+        if pause is not None and i + 1 < warmup + iters:
+            pause()
     return Measured(timer.samples, bytes_, book, tokens)
 
 
@@ -175,7 +182,9 @@ def _seqs(engine: Engine) -> list[int]:
     return list(range(engine.cells.n_seq_max))
 
 
-def decode(engine: Engine, checks: Checks, iters: int, warmup: int, progress: Progress) -> Measured:
+def decode(
+    engine: Engine, checks: Checks, iters: int, warmup: int, progress: Progress, pause: Pause | None = None
+) -> Measured:
     seqs = _seqs(engine)
     layers = checks.checked_layers(engine)
     before = engine.snapshot(layers)
@@ -187,25 +196,34 @@ def decode(engine: Engine, checks: Checks, iters: int, warmup: int, progress: Pr
         before = engine.snapshot(layers)
         res = engine.step(engine.next_ubatch(seqs, 1), keep_y=True)
         checks.step_matches_reference("decode: a forked sequence detaches from the shared cell", engine, before, res)
-    return _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, 1)), iters, warmup, progress)
+    return _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, 1)), iters, warmup, progress,
+                        pause=pause)
 
 
-def prefill(engine: Engine, checks: Checks, n_tokens: int, iters: int, warmup: int, progress: Progress) -> Measured:
+def prefill(
+    engine: Engine, checks: Checks, n_tokens: int, iters: int, warmup: int, progress: Progress,
+    pause: Pause | None = None,
+) -> Measured:
     seqs = _seqs(engine)
     before = engine.snapshot(checks.checked_layers(engine))
     res = engine.step(engine.next_ubatch(seqs, min(CHECK_TOKENS, n_tokens)), keep_y=True)
     checks.step_matches_reference("prefill: first ubatch from the zero row", engine, before, res)
-    m = _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, n_tokens)), iters, warmup, progress)
+    m = _timed_steps(engine, lambda: engine.place(engine.next_ubatch(seqs, n_tokens)), iters, warmup, progress,
+                     pause=pause)
     if engine.n_planes > 1 and n_tokens > 1:
+        if pause is not None:
+            pause()
         single = _timed_steps(
-            engine, lambda: engine.place(engine.next_ubatch(seqs, n_tokens)), iters, warmup, progress, n_planes=1
+            engine, lambda: engine.place(engine.next_ubatch(seqs, n_tokens)), iters, warmup, progress, n_planes=1,
+            pause=pause,
         )
         m.extra["k1"] = single
     return m
 
 
 def spec(
-    engine: Engine, checks: Checks, draft: int, iters: int, warmup: int, progress: Progress, seed: int
+    engine: Engine, checks: Checks, draft: int, iters: int, warmup: int, progress: Progress, seed: int,
+    pause: Pause | None = None,
 ) -> Measured:
     if draft < 1:
         raise WorkloadError("--draft must be at least 1")
@@ -242,11 +260,13 @@ def spec(
                 engine.pos[s] = first + j
             _check_rollback(engine, checks, state["before"], state["layer"], rows, i, j, draft, M)
 
-    m = _timed_steps(engine, make_rows, iters, warmup, progress, after=rollback, before=snapshot)
+    m = _timed_steps(engine, make_rows, iters, warmup, progress, after=rollback, before=snapshot, pause=pause)
     m.extra["accepted"] = accepted
     last = state["rows"]
     if engine.n_planes > 1:
-        single = _timed_steps(engine, lambda: last, iters, warmup, progress, n_planes=1)
+        if pause is not None:
+            pause()
+        single = _timed_steps(engine, lambda: last, iters, warmup, progress, n_planes=1, pause=pause)
         m.extra["k1"] = single
     return m
 

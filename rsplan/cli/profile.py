@@ -147,9 +147,10 @@ def profile(
     Drives decode steps, a prefill ubatch and speculative rounds (draft, accept, roll back through the snapshot
     planes) through a model of llama.cpp's recurrent-cell bookkeeping, runs the family's kernels on the real
     cache tensors, checks them against the reference kernels, and reports time, GB/s, tokens/s and the ratio
-    to the device's copy bandwidth measured in the same run (a copy of at least 4x the last-level cache, before
-    and after the workloads; ratios above 100% are flagged with their reason). Before the timed work it prints
-    the expected duration from a one-step probe on stderr.
+    to the device's copy bandwidth measured in the same run (a copy of at least 4x the last-level cache, in
+    bursts spread through the run: before, between and after the workloads, and every few seconds inside a long
+    one; ratios above 100% are flagged with their reason). Before the timed work it prints the expected duration
+    from a one-step probe on stderr.
 
     \b
     Examples:

@@ -49,6 +49,11 @@ def _bursts(copy: CopyBaseline) -> str:
     return " / ".join(f"{g:,.1f}" for g in copy.bursts_gb_s)
 
 
+def _bursts_at(copy: CopyBaseline) -> str:
+    """`` at 0 / 2 / 61 s`` (when the bursts began), empty in a result without the times."""
+    return "" if copy.bursts_at_s is None else " at " + " / ".join(f"{t:.0f}" for t in copy.bursts_at_s) + " s"
+
+
 def flagged_baseline(result: ProfileResult) -> tuple[CopyBaseline, str]:
     """The baseline the flags are about and its name: the in-place one, or the copy in a result saved before
     the in-place baseline existed."""
@@ -95,7 +100,7 @@ def _copy_line(copy: CopyBaseline, what: str = "copy", op: str = "device copies"
     line = (
         f"{what} bandwidth {copy.gb_s:,.1f} GB/s (median of {copy.samples} {op} of "
         f"{_mib(copy.buffer_bytes)}{where}, read + write counted; spread {100 * copy.spread:.0f}%, "
-        f"before / after the workloads {_bursts(copy)} GB/s)"
+        f"bursts through the run {_bursts(copy)} GB/s{_bursts_at(copy)})"
     )
     if copy.noisy:
         line += " NOISY: ratios to it are unreliable"

@@ -1,5 +1,5 @@
-"""Profiler tests: fewer copies per burst of the copy baseline (its buffer stays 4x the last-level cache), so
-that the many small profiles here do not spend their time copying."""
+"""Profiler tests: fewer passes per burst of the baselines (their buffer stays 4x the last-level cache), so that
+the many small profiles here do not spend their time copying."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ def short_copy_bursts(monkeypatch):
         from rsplan.profiler import runner
     except ImportError:  # pragma: no cover - torch-less environments skip these tests anyway
         return
-    monkeypatch.setattr(runner, "COPY_ITERS", {"cpu": 3, "cuda": 3})
+    monkeypatch.setattr(runner, "COPY_SAMPLES", {"cpu": 6, "cuda": 6})
+    monkeypatch.setattr(runner, "COPY_MIN_ITERS", {"cpu": 2, "cuda": 2})
 
 
 @pytest.fixture(autouse=True)

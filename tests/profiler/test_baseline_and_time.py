@@ -105,6 +105,222 @@ def test_copy_baseline_median_spread_and_drift():
     assert spread["spread"] > 0.5 and spread["noisy"] and spread["llc_factor"] is None
 
 
+def test_drift_is_the_range_of_the_burst_medians_so_a_dip_mid_run_counts():
+    """Four bursts, the third during a dip to 7 GB/s: the median of the 32 samples stays 10 GB/s (24 of them at
+    10), the drift is (10 - 7) / 10 = 30% and marks the baseline noisy; the two bursts at the ends alone would
+    have read 0 drift."""
+    bursts = [_burst([10.0] * 8), _burst([10.0] * 8), _burst([7.0] * 8), _burst([10.0] * 8)]
+    b = device.copy_baseline(bursts, 32 * MIB, "L3 (sysfs)")
+    assert b["gb_s"] == pytest.approx(10.0) and b["samples"] == 32
+    assert b["bursts_gb_s"] == [10.0, 10.0, 7.0, 10.0]
+    assert b["drift"] == pytest.approx(0.3) and b["noisy"] and b["spread"] == pytest.approx(0.3)
+    ends = device.copy_baseline([bursts[0], bursts[3]], 32 * MIB, "L3 (sysfs)")
+    assert ends["drift"] == 0.0 and not ends["noisy"]
+
+
+def test_copy_iters_share_the_samples_over_the_bursts(monkeypatch):
+    """COPY_SAMPLES timed passes per baseline and run, at least COPY_MIN_ITERS per burst: CPU 30 over 2 bursts
+    (one workload) = 15 each, over 3 = 10, over 4 = 8 (32 in all), over 5 still 8; CUDA 100 over 4 = 25."""
+    from rsplan.profiler import runner
+
+    assert (runner.COPY_SAMPLES, runner.COPY_MIN_ITERS) == ({"cpu": 6, "cuda": 6}, {"cpu": 2, "cuda": 2})  # conftest
+    monkeypatch.setattr(runner, "COPY_SAMPLES", {"cpu": 30, "cuda": 100})
+    monkeypatch.setattr(runner, "COPY_MIN_ITERS", {"cpu": 8, "cuda": 25})
+    assert [runner.copy_iters("cpu", n) for n in (2, 3, 4, 5)] == [15, 10, 8, 8]
+    assert [runner.copy_iters("cuda", n) for n in (2, 3, 4, 5)] == [50, 34, 25, 25]
+
+
+def test_baseline_bursts_keep_their_buffers_and_take_both_baselines(monkeypatch):
+    """Each burst copies between the same two buffers and passes in place over the source (values stay 1.0):
+    warmup + iters copies, then warmup + iters in-place passes, one record of each per burst."""
+    import torch
+
+    calls = []
+    real_copy, real_mul = torch.Tensor.copy_, torch.Tensor.mul_
+
+    def copy_(self, src, *a, **kw):  # type: ignore[no-untyped-def]
+        calls.append(("copy", self.data_ptr(), src.data_ptr()))
+        return real_copy(self, src, *a, **kw)
+
+    def mul_(self, other):  # type: ignore[no-untyped-def]
+        calls.append(("mul", self.data_ptr(), other))
+        return real_mul(self, other)
+
+    b = device.BaselineBursts(torch.device("cpu"), 4096, iters=2, warmup=1)
+    monkeypatch.setattr(torch.Tensor, "copy_", copy_)
+    monkeypatch.setattr(torch.Tensor, "mul_", mul_)
+    assert b.burst() > 0 and b.burst() > 0
+    src, dst = b._src.data_ptr(), b._dst.data_ptr()
+    assert calls == ([("copy", dst, src)] * 3 + [("mul", src, 1.0)] * 3) * 2
+    assert len(b.copy) == len(b.inplace) == len(b.seconds) == 2
+    assert all(r["buffer_bytes"] == 4096 and len(r["samples_gb_s"]) == 2 for r in b.copy + b.inplace)
+    assert bool((b._src == 1.0).all())
+    b.release()
+    assert b._src is None and b._dst is None and len(b.copy) == 2
+
+
+def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
+    """The order of baseline bursts and workloads in a run with three: a burst before the workloads, one
+    between each two and one after; every burst outside any timed region, and none between a workload's
+    progress ticks (the progress at each burst is the steps of the workloads done)."""
+    from rsplan.profiler import workloads as wl
+
+    events = []
+    depth = [0]
+    ticks = [0]
+    real_region, real_burst = device.Timer.region, device.BaselineBursts.burst
+
+    def region(self, name, fn):  # type: ignore[no-untyped-def]
+        depth[0] += 1
+        try:
+            return real_region(self, name, fn)
+        finally:
+            depth[0] -= 1
+
+    def burst(self):  # type: ignore[no-untyped-def]
+        events.append(("burst", depth[0], ticks[0]))
+        return real_burst(self)
+
+    def wrap(name):
+        real = getattr(wl, name)
+
+        def run(*a, **kw):  # type: ignore[no-untyped-def]
+            events.append((name, depth[0], ticks[0]))
+            out = real(*a, **kw)
+            events.append(("/" + name, depth[0], ticks[0]))
+            return out
+
+        monkeypatch.setattr(wl, name, run)
+
+    for name in ("decode", "prefill", "spec"):
+        wrap(name)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", float("inf"))  # no bursts inside a workload
+    monkeypatch.setattr(device.Timer, "region", region)
+    monkeypatch.setattr(device.BaselineBursts, "burst", burst)
+
+    def progress(total):
+        def tick(n):
+            ticks[0] += n
+
+        return tick
+
+    report = run_profile(_req(tiny, max_seconds=0), progress=progress).to_dict()
+    order = [e[0] for e in events]
+    assert order == ["burst", "decode", "/decode", "burst", "prefill", "/prefill", "burst", "spec", "/spec", "burst"]
+    bursts = [e for e in events if e[0] == "burst"]
+    assert all(d == 0 for _, d, _ in bursts)  # never inside a timed region
+    # the ticks at each burst: none before the workloads, then those of the workloads done (equal to the ticks
+    # at the end of the workload before it); the last one after every step
+    ends = [t for e, _, t in events if e.startswith("/")]
+    assert [t for _, _, t in bursts] == [0, *ends]
+    assert ends[-1] == ticks[0] > 0
+    for key in ("copy_bandwidth", "inplace_bandwidth"):
+        b = report[key]
+        assert len(b["bursts_gb_s"]) == 4 and b["samples"] == 4 * 2  # conftest: 6 samples, at least 2 per burst
+        at = b["bursts_at_s"]
+        assert len(at) == 4 and 0 < at[0] < at[1] < at[2] < at[3] < report["time"]["elapsed_s"]
+
+
+def test_a_long_workload_gets_bursts_between_its_steps(tiny, monkeypatch):
+    """Every step counted long (BURST_STEP_S 0) and a burst due at once (no share limit, no minimum interval):
+    decode's three steps (1 warmup + 2 timed) get a burst between each two, after the step's progress tick and
+    outside any timed region, none after the last (the burst after the workloads follows); with the next one
+    far away, none."""
+    events = []
+    depth = [0]
+    real_region, real_burst = device.Timer.region, device.BaselineBursts.burst
+
+    def region(self, name, fn):  # type: ignore[no-untyped-def]
+        depth[0] += 1
+        try:
+            return real_region(self, name, fn)
+        finally:
+            depth[0] -= 1
+
+    def burst(self):  # type: ignore[no-untyped-def]
+        events.append(f"burst{depth[0] or ''}")
+        return real_burst(self)
+
+    def progress(total):
+        return lambda n: events.append("tick")
+
+    monkeypatch.setattr(device.Timer, "region", region)
+    monkeypatch.setattr(device.BaselineBursts, "burst", burst)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", 0.0)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_EVERY_MIN_S", 0.0)
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_SHARE", 1e9)
+    req = _req(tiny, workload="decode", iters=2, warmup=1, max_seconds=0)
+    report = run_profile(req, progress=progress).to_dict()
+    assert events == ["burst", "tick", "burst", "tick", "burst", "tick", "burst"]
+    assert len(report["copy_bandwidth"]["bursts_gb_s"]) == len(report["copy_bandwidth"]["bursts_at_s"]) == 4
+    events.clear()
+    monkeypatch.setattr("rsplan.profiler.runner.BURST_EVERY_MIN_S", 1e9)
+    run_profile(req, progress=progress)
+    assert events == ["burst", "tick", "tick", "tick", "burst"]
+
+
+def test_bursts_inside_a_workload_take_a_share_of_its_rounds():
+    """Bursts of 0.6 s come every 0.6 / 5% = 12 s: 30 s of rounds of 1 s steps take 30 x 1.05 = 31.5 s; bursts
+    of 50 ms would come every second, so every 2 s (the minimum): 30 s take 30 x (1 + 0.05 / 2) = 30.75 s; steps
+    of 0.1 s, below BURST_STEP_S 0.25 s, get none."""
+    from rsplan.profiler import runner
+
+    assert (runner.BURST_SHARE, runner.BURST_EVERY_MIN_S, runner.BURST_STEP_S) == (0.05, 2.0, 0.25)
+    assert runner.burst_every_s(0.6) == pytest.approx(12.0) and runner.burst_every_s(0.05) == 2.0
+    assert runner.with_bursts_inside(30.0, 1.0, 0.6) == pytest.approx(31.5)
+    assert runner.with_bursts_inside(30.0, 0.25, 0.6) == pytest.approx(31.5)
+    assert runner.with_bursts_inside(30.0, 1.0, 0.05) == pytest.approx(30.75)
+    assert runner.with_bursts_inside(30.0, 0.1, 0.6) == 30.0
+
+
+def test_the_expected_duration_counts_every_baseline_burst(tiny, monkeypatch):
+    """Each burst made to take 50 s more on a shifted clock: a run of three workloads takes four bursts (200 s),
+    the first before the probe; the expected duration counts the three after it, so it matches the elapsed time
+    (the tiny model's real work is a few seconds), and --max-seconds 150 is reported as exceeded."""
+    import time
+
+    real_clock, real_burst = time.perf_counter, device.BaselineBursts.burst
+    shift = [0.0]
+
+    def burst(self):  # type: ignore[no-untyped-def]
+        s = real_burst(self)
+        shift[0] += 50.0
+        return s + 50.0
+
+    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + shift[0])
+    monkeypatch.setattr(device.BaselineBursts, "burst", burst)
+    report = run_profile(_req(tiny, max_seconds=0)).to_dict()
+    t = report["time"]
+    assert shift[0] == 200.0
+    assert t["elapsed_s"] >= 200.0
+    at = report["copy_bandwidth"]["bursts_at_s"]
+    assert [int(at[i + 1] - at[i]) // 50 for i in range(3)] == [1, 1, 1]  # 50 s and the real work apart
+    assert t["expected_s"] >= 200.0 and abs(t["expected_s"] - t["elapsed_s"]) < 0.05 * t["elapsed_s"]
+    shift[0] = 0.0
+    lines = []
+    report = run_profile(_req(tiny, max_seconds=150), announce=lines.append).to_dict()
+    assert report["time"]["expected_s"] > 200.0 and (report["time"]["iters"], report["time"]["warmup"]) == (1, 0)
+    assert lines[0].endswith("; even so more than --max-seconds 150")
+
+
+def test_burst_times_reach_the_table_and_read_back():
+    """``bursts_at_s`` (when each burst began) is printed after the bursts' medians, round-trips through the JSON,
+    and a result saved without it reads back with None and writes no such key."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from rsplan.profiler.result import CopyBaseline, ProfileResult
+    from rsplan.render.profile import render_profile
+
+    old = ProfileResult.from_dict(json.loads((Path(__file__).parent / "data" / "profile-cpu.json").read_text()))
+    assert old.copy_bandwidth.bursts_at_s is None and "bursts_at_s" not in old.copy_bandwidth.to_dict()
+    copy = dataclasses.replace(old.copy_bandwidth, bursts_gb_s=(2.5, 2.4, 2.6), bursts_at_s=(0.4, 2.1, 61.3))
+    assert CopyBaseline.from_dict(json.loads(json.dumps(copy.to_dict()))) == copy
+    table = render_profile(dataclasses.replace(old, copy_bandwidth=copy))
+    assert "bursts through the run 2.5 / 2.4 / 2.6 GB/s at 0 / 2 / 61 s)" in table
+
+
 def _copy(llc_bytes, noisy, spread=0.3, bursts=(8.0, 12.0), gb_s=10.0):
     from rsplan.profiler.result import CopyBaseline, TimeSummary
 
