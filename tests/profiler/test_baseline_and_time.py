@@ -159,16 +159,10 @@ def test_baseline_bursts_keep_their_buffers_and_take_both_baselines(monkeypatch)
     assert b._src is None and b._dst is None and len(b.copy) == 2
 
 
-def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
-    """The order of baseline bursts and workloads in a run with three: a burst before the workloads, one
-    between each two and one after; every burst outside any timed region, and none between a workload's
-    progress ticks (the progress at each burst is the steps of the workloads done)."""
-    from rsplan.profiler import workloads as wl
-
-    events = []
+def _timed_depth(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """Patch the profiler's timer so that ``depth[0]`` is how many timed regions are running now."""
     depth = [0]
-    ticks = [0]
-    real_region, real_burst = device.Timer.region, device.BaselineBursts.burst
+    real_region = device.Timer.region
 
     def region(self, name, fn):  # type: ignore[no-untyped-def]
         depth[0] += 1
@@ -176,6 +170,21 @@ def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
             return real_region(self, name, fn)
         finally:
             depth[0] -= 1
+
+    monkeypatch.setattr(device.Timer, "region", region)
+    return depth
+
+
+def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
+    """The order of baseline bursts and workloads in a run with three: a burst before the workloads, one
+    between each two and one after; every burst outside any timed region, and none between a workload's
+    progress ticks (the progress at each burst is the steps of the workloads done)."""
+    from rsplan.profiler import workloads as wl
+
+    events = []
+    depth = _timed_depth(monkeypatch)
+    ticks = [0]
+    real_burst = device.BaselineBursts.burst
 
     def burst(self):  # type: ignore[no-untyped-def]
         events.append(("burst", depth[0], ticks[0]))
@@ -195,7 +204,6 @@ def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
     for name in ("decode", "prefill", "spec"):
         wrap(name)
     monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", float("inf"))  # no bursts inside a workload
-    monkeypatch.setattr(device.Timer, "region", region)
     monkeypatch.setattr(device.BaselineBursts, "burst", burst)
 
     def progress(total):
@@ -227,15 +235,8 @@ def test_a_long_workload_gets_bursts_between_its_steps(tiny, monkeypatch):
     outside any timed region, none after the last (the burst after the workloads follows); with the next one
     far away, none."""
     events = []
-    depth = [0]
-    real_region, real_burst = device.Timer.region, device.BaselineBursts.burst
-
-    def region(self, name, fn):  # type: ignore[no-untyped-def]
-        depth[0] += 1
-        try:
-            return real_region(self, name, fn)
-        finally:
-            depth[0] -= 1
+    depth = _timed_depth(monkeypatch)
+    real_burst = device.BaselineBursts.burst
 
     def burst(self):  # type: ignore[no-untyped-def]
         events.append(f"burst{depth[0] or ''}")
@@ -244,7 +245,6 @@ def test_a_long_workload_gets_bursts_between_its_steps(tiny, monkeypatch):
     def progress(total):
         return lambda n: events.append("tick")
 
-    monkeypatch.setattr(device.Timer, "region", region)
     monkeypatch.setattr(device.BaselineBursts, "burst", burst)
     monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", 0.0)
     monkeypatch.setattr("rsplan.profiler.runner.BURST_EVERY_MIN_S", 0.0)
