@@ -21,6 +21,7 @@ serving is what rsplan plans for.
 
 Each graph is built from shape rules (planner.graphs) and placed by a model of ggml's allocator
 (planner.ggml_alloc). Only the CPU backend is modelled: one backend, one buffer type (``CPU``), alignment 32.
+A context shape asked for again is sized on its graphs kept over the KV cells (planner.kept_shapes).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ the sizes of the first pp graph are reported.
 Before that, ``-fa auto`` is resolved as ``resolve_fused_ops`` does: a one-token-per-sequence graph with flash
 attention goes through the scheduler, and flash attention is turned off when one of its nodes does not land on its
 layer's device; the caches keep the layout made for flash attention (V not transposed).
+
+The graphs and their schedule are built once per context shape with the KV cells symbolic and kept
+(planner.kept_shapes): a setting at another context is sized by the allocator alone, on the shapes at its cells.
 """
 
 from __future__ import annotations
