@@ -128,16 +128,35 @@ def load_average() -> float | None:
         return None
 
 
-def threads_for_load(default: int, load: float | None, cpus: int | None) -> int:
+def runnable_now(samples: int = 20, interval_s: float = 0.01, path: str = "/proc/loadavg") -> float | None:
+    """Tasks runnable now besides this one: the mean over ``samples`` readings ``interval_s`` apart of the fourth
+    field of ``path`` (``running/total`` scheduling entities, this process counted while it reads), less one;
+    None where the file is not there or not in that form."""
+    seen = []
+    for i in range(samples):
+        try:
+            with open(path, encoding="ascii") as fh:
+                running = int(fh.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        seen.append(max(0, running - 1))
+        if i + 1 < samples:
+            time.sleep(interval_s)
+    return sum(seen) / len(seen)
+
+
+def threads_for_load(default: int, load: float | None, cpus: int | None, now: float | None = None) -> int:
     """torch's CPU threads for a run that did not ask for a count: its ``default``, or 1 while the 1-minute
-    ``load`` average already exceeds the ``cpus``.
+    ``load`` average already exceeds the ``cpus`` and, where known, the tasks runnable ``now`` (``runnable_now``)
+    do too. The load average lags by a minute: right after another run (a previous ``rsplan profile`` included)
+    it still reads over the CPUs on a machine that is idle now, and three runs in a row would not run alike.
 
     On an oversubscribed machine every parallel region of a multi-threaded torch op waits for its slowest
     thread, which the scheduler has often set aside for another job: a step then takes several times what it
     takes on one thread, and how many times moves with the load from one minute to the next, so neither the
     timings nor the one-step probe of the expected duration hold (Qwen3-Next prefill at load 8-14 on 2 CPUs:
     97 s in the probe, 208 s timed a few minutes later; 12 s on one thread)."""
-    if default > 1 and load is not None and cpus and load > cpus:
+    if default > 1 and load is not None and cpus and load > cpus and (now is None or now > cpus):
         return 1
     return default
 

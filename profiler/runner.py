@@ -213,7 +213,7 @@ def run_profile(
 def _device(req: ProfileRequest, torch: Any, notes: list[str]) -> Any:
     """The torch device of the request, with its CPU threads set (``threads_for_load`` when not asked; why in
     ``notes``) and denormals flushed on a CPU."""
-    from rsplan.profiler.device import load_average, resolve_device, threads_for_load
+    from rsplan.profiler.device import load_average, resolve_device, runnable_now, threads_for_load
 
     dev = resolve_device(req.gpu, req.device)
     if req.threads is not None:
@@ -223,13 +223,15 @@ def _device(req: ProfileRequest, torch: Any, notes: list[str]) -> Any:
     elif dev.type == "cpu":
         default = torch.get_num_threads()
         load, cpus = load_average(), os.cpu_count()
-        threads = threads_for_load(default, load, cpus)
+        now = runnable_now() if default > 1 and load is not None and cpus and load > cpus else None
+        threads = threads_for_load(default, load, cpus, now)
         if threads != default:
             torch.set_num_threads(threads)
+            busy = f" and {now:g} other tasks are runnable now" if now is not None else ""
             notes.append(
                 f"{threads} torch thread instead of its default {default}: the load average ({load:g}) exceeds the "
-                f"{cpus} CPUs, where several threads wait for each other and make the timings and the expected "
-                "duration unreliable (--threads to choose)"
+                f"{cpus} CPUs{busy}, where several threads wait for each other and make the timings and the "
+                "expected duration unreliable (--threads to choose)"
             )
     if dev.type == "cpu":
         # decayed states and the chunked scans' exp(G_t - G_s) reach subnormal floats, which x86 CPUs compute

@@ -79,7 +79,7 @@ DEVICE_OPTIONS = [
     click.option("--device", default=None, metavar="DEV", help="cpu (default), cuda or cuda:N."),
     click.option("--threads", type=click.IntRange(1, 4096), default=None, metavar="N",
                  help="CPU threads for torch (CPU only; default: torch's count, or 1 while the load average "
-                      "exceeds the CPUs)."),
+                      "and the tasks runnable now both exceed the CPUs)."),
     click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
                  help="On CUDA, time replays of captured graphs (eager Python launches would time the host)."),
 ]

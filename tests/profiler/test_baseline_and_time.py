@@ -639,6 +639,21 @@ def test_threads_for_load_takes_one_thread_only_on_an_oversubscribed_cpu():
     assert device.threads_for_load(2, None, 2) == 2  # no load average on this OS
     assert device.threads_for_load(2, 9.0, None) == 2
     assert device.threads_for_load(1, 9.0, 2) == 1
+    # the load average lags: over the CPUs, but nothing else runnable now (right after another run) keeps the default
+    assert device.threads_for_load(2, 2.6, 2, now=0.0) == 2
+    assert device.threads_for_load(2, 2.6, 2, now=2.0) == 2
+    assert device.threads_for_load(2, 2.6, 2, now=2.5) == 1
+
+
+def test_runnable_now_averages_the_running_field_less_this_process(tmp_path):
+    f = tmp_path / "loadavg"
+    f.write_text("2.61 1.90 1.75 4/345 12345\n")  # 4 running, this process among them
+    assert device.runnable_now(samples=3, interval_s=0.0, path=str(f)) == 3.0
+    f.write_text("0.10 0.20 0.30 1/200 1\n")
+    assert device.runnable_now(samples=2, interval_s=0.0, path=str(f)) == 0.0
+    f.write_text("not a loadavg\n")
+    assert device.runnable_now(samples=2, interval_s=0.0, path=str(f)) is None
+    assert device.runnable_now(samples=1, path=str(tmp_path / "missing")) is None
 
 
 def test_a_busy_cpu_profiles_on_one_thread_unless_threads_are_given(tiny, monkeypatch):
@@ -648,6 +663,7 @@ def test_a_busy_cpu_profiles_on_one_thread_unless_threads_are_given(tiny, monkey
 
     before = torch.get_num_threads()
     monkeypatch.setattr(device, "load_average", lambda: 4.0 * (os.cpu_count() or 1) + 1)
+    monkeypatch.setattr(device, "runnable_now", lambda: 3.0 * (os.cpu_count() or 1))
     try:
         torch.set_num_threads(2)
         report = run_profile(_req(tiny, workload="decode", max_seconds=0)).to_dict()
@@ -655,6 +671,24 @@ def test_a_busy_cpu_profiles_on_one_thread_unless_threads_are_given(tiny, monkey
         assert any(n.startswith("1 torch thread instead of its default 2: the load average") for n in report["notes"])
         torch.set_num_threads(2)
         report = run_profile(_req(tiny, workload="decode", max_seconds=0, threads=2)).to_dict()
+        assert report["device"]["threads"] == 2
+        assert not any("torch thread instead" in n for n in report["notes"])
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_load_average_left_by_an_earlier_run_keeps_the_default_threads(tiny, monkeypatch):
+    # the 1-minute average still over the CPUs, nothing else runnable now: the default threads, and no such note
+    import os
+
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(device, "load_average", lambda: 1.3 * (os.cpu_count() or 1))
+    monkeypatch.setattr(device, "runnable_now", lambda: 0.0)
+    try:
+        torch.set_num_threads(2)
+        report = run_profile(_req(tiny, workload="decode", max_seconds=0)).to_dict()
         assert report["device"]["threads"] == 2
         assert not any("torch thread instead" in n for n in report["notes"])
     finally:
