@@ -240,7 +240,7 @@ class _KeptGraphs:
 
 #: CPU reserve graphs kept by model, layout and context without its KV cells, from a key's second query
 #: (planner.kept_shapes.ShapeCache).
-CPU_SHAPES: ShapeCache[_KeptGraphs] = ShapeCache(16, keep_from=2)
+CPU_SHAPES: ShapeCache[_KeptGraphs] = ShapeCache(4, keep_from=2)
 
 
 def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout,

@@ -199,8 +199,10 @@ class _Splits:
 
 
 #: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks
-#: one -np at many contexts: 1.0-1.3 s CPU for qwen3-next's 10 steps, 1.1-1.9 s kept from the second query).
-SHAPES: ShapeCache[_Splits] = ShapeCache(16, keep_from=1)
+#: one -np at many contexts: 1.0-1.3 s CPU for qwen3-next's 10 steps, 1.1-1.9 s kept from the second query), for
+#: the 4 keys used last: a search asks one shape after another (a 2-model report: 55 reuses with 6 keys, 58 with
+#: 16 at 233 MB peak memory, 54 with 3 at 127 MB, as much as without keeping).
+SHAPES: ShapeCache[_Splits] = ShapeCache(4, keep_from=1)
 
 
 def sized_over_cells(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
