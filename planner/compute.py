@@ -101,6 +101,14 @@ def n_outputs_max_for(tool: str, ctx: EffectiveContext, n_draft: int = 0) -> int
     raise ComputeModelError(f"unknown tool '{tool}' (allowed: {', '.join(TOOLS)})")
 
 
+def n_outputs_max_of(n_outputs_max: int | None, tool: str, ctx: EffectiveContext, n_draft: int) -> int:
+    """The context's n_outputs_max: ``n_outputs_max`` where given (0 = n_batch), else ``tool``'s
+    (``n_outputs_max_for``)."""
+    if n_outputs_max is not None:
+        return n_outputs_max or ctx.n_batch
+    return n_outputs_max_for(tool, ctx, n_draft)
+
+
 def has_compute_model(arch: str) -> bool:
     from rsplan.planner.graphs import BUILDERS
 
@@ -147,11 +155,10 @@ def paused_gc() -> Iterator[None]:
 @paused_gc()
 def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str, n_tok: int,
              n_sq: int, n_out: int) -> ReserveGraph:
-    """llama_context::graph_reserve of one graph: ``n_tok`` tokens (rounded up to a multiple of ``n_sq``) in
+    """llama_context::graph_reserve of one graph: ``n_tok`` tokens (a multiple of ``n_sq``: ``reserves``) in
     ``n_sq`` sequences with ``n_out`` outputs, built and laid out by ggml-alloc's rules."""
     from rsplan.planner.ggml_alloc import reserve_size
 
-    n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
     graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
     return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
 
@@ -203,8 +210,9 @@ def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: 
     return graph
 
 
-def _reserves(spec: ModelSpec, ctx: EffectiveContext, n_out_max: int) -> list[tuple[str, int, int, int]]:
-    """The reserve graphs of ``sched_reserve`` (module docstring): (name, tokens, sequences, outputs)."""
+def reserves(spec: ModelSpec, ctx: EffectiveContext, n_out_max: int) -> list[tuple[str, int, int, int]]:
+    """The reserve graphs of ``sched_reserve`` (module docstring), in order: (name, tokens, sequences, outputs),
+    the tokens rounded up to a multiple of the sequences as ``graph_reserve`` rounds them."""
     n_seqs = ctx.n_seq_max
     # the ubatch first: where they are equal, min returns it, an int (where n_ctx is affine in the cells)
     n_tokens = min(ctx.n_ubatch, ctx.n_ctx)
@@ -212,7 +220,7 @@ def _reserves(spec: ModelSpec, ctx: EffectiveContext, n_out_max: int) -> list[tu
     out = [("pp", n_tokens, n_seqs, n_outputs_pp), ("tg", n_seqs, n_seqs, n_seqs)]
     if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
         out.append(("pp (1 seq)", n_tokens, 1, n_outputs_pp))
-    return out
+    return [(name, -(-n_tok // n_sq) * n_sq, n_sq, n_out) for name, n_tok, n_sq, n_out in out]
 
 
 class _KeptGraphs:
@@ -223,8 +231,7 @@ class _KeptGraphs:
     def __init__(self, build: Any, spec: ModelSpec, layout: CacheLayout, sym: EffectiveContext, embeddings: bool,
                  n_out_max: int) -> None:
         self.graphs = []
-        for name, n_tok, n_sq, n_out in _reserves(spec, sym, n_out_max):
-            n_tok = -(-n_tok // n_sq) * n_sq  # graph_reserve rounds up to a multiple of n_seqs
+        for name, n_tok, n_sq, n_out in reserves(spec, sym, n_out_max):
             graph = _build_reserve_graph(build, spec, layout, sym, embeddings, name, n_tok, n_sq, n_out)
             self.graphs.append((name, n_tok, n_sq, n_out, graph))
         self.affine = AffineTensors(graph for *_, graph in self.graphs)
@@ -299,11 +306,9 @@ def compute_buffer(
     if mtp_draft:
         layout, params = draft_layout_and_params(spec, layout, params)
     ctx = resolve_context(layout, params)
+    n_out_max = n_outputs_max_of(n_outputs_max, tool, ctx, n_draft)
     if n_outputs_max is not None:
-        n_out_max = n_outputs_max or ctx.n_batch
         tool = "explicit"
-    else:
-        n_out_max = n_outputs_max_for(tool, ctx, n_draft)
     # a one-sequence reserve whose tokens the KV streams do not divide makes llama.cpp abort in ggml_add
     # (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml_ops' broadcast check raises it from the graph
     key = (build, id(spec), id(layout), cells_apart(ctx), n_out_max, embeddings)
@@ -311,7 +316,7 @@ def compute_buffer(
         key, (spec, layout), ctx,
         lambda sym, _cells: _KeptGraphs(build, spec, layout, sym, embeddings, n_out_max),
         lambda kept, k: kept.at(k),
-        lambda: [_reserve(build, spec, layout, ctx, embeddings, *r) for r in _reserves(spec, ctx, n_out_max)],
+        lambda: [_reserve(build, spec, layout, ctx, embeddings, *r) for r in reserves(spec, ctx, n_out_max)],
     )
     return ComputeBuffer(
         buffer_type="CPU",

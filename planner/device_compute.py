@@ -24,13 +24,13 @@ from typing import Any
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.compute import (
-    ONE_SEQ_RESERVE_ARCHS,
     _build_reserve_graph,
     build_reserve_graph,
     draft_layout_and_params,
-    n_outputs_max_for,
+    n_outputs_max_of,
     paused_gc,
     reserve_graph_builder,
+    reserves,
 )
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.ggml_alloc import Graph
@@ -111,10 +111,7 @@ class _Run:
 
 
 def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:
-    """The context's n_outputs_max: given (0 = n_batch), else the tool's (planner.compute.n_outputs_max_for)."""
-    if run.n_outputs_max is not None:
-        return run.n_outputs_max or ctx.n_batch
-    return n_outputs_max_for(run.tool, ctx, run.n_draft)
+    return n_outputs_max_of(run.n_outputs_max, run.tool, ctx, run.n_draft)
 
 
 def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph]
@@ -126,17 +123,11 @@ def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Cal
     if probe and not flash_attn_on_layer_devices(probe_graph(ctx, ctx.n_seq_max), run.setup, ctx.n_seq_max):
         # the caches were made for flash attention (V not transposed); the graphs are built without it
         ctx = dataclasses.replace(ctx, flash_attn=False)
-    n_seqs = ctx.n_seq_max
-    # the ubatch first: where they are equal, min returns it, an int (where n_ctx is affine in the cells)
-    n_tokens = min(ctx.n_ubatch, ctx.n_ctx)
-    n_outputs_pp = min(n_tokens, n_out_max)
-    reserves = [("pp", n_tokens, n_seqs, n_outputs_pp), ("tg", n_seqs, n_seqs, n_seqs)]
-    if run.spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
-        reserves.append(("pp (1 seq)", n_tokens, 1, n_outputs_pp))
+    graphs = reserves(run.spec, ctx, n_out_max)
     # a real run reserves each graph with its pinned nodes; the dry run sizes the first pp graph without them
-    runs = [(reserves[0], False)] if run.dry_run else []
-    runs += [(reserve, True) for reserve in reserves] if run.real_run else []
-    return ctx, [(name, -(-n_tok // n_sq) * n_sq, n_sq, n_out, pins) for (name, n_tok, n_sq, n_out), pins in runs]
+    runs = [(graphs[0], False)] if run.dry_run else []
+    runs += [(graph, True) for graph in graphs] if run.real_run else []
+    return ctx, [(*graph, pins) for graph, pins in runs]
 
 
 def _combined(run: _Run, results: list[tuple[bool, tuple[int, ...], int, int]]) -> DeviceCompute:

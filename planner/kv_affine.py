@@ -209,11 +209,3 @@ class Affine:
     def __repr__(self) -> str:
         return f"{self.c0} + {self.c1}*k"
 
-
-def evaluate(x: Any, k: int) -> Any:
-    """``x`` (an int, an Affine, or a tuple / list of them, or None) at ``k``."""
-    if type(x) is Affine:
-        return x.at(k)
-    if isinstance(x, (tuple, list)):
-        return type(x)(evaluate(v, k) for v in x)
-    return x

@@ -130,7 +130,7 @@ def test_the_cpu_compute_buffer_on_kept_graphs_equals_its_own(name, n_seq, fa, k
         got = compute.compute_buffer(spec, params, layout=layout)
         ctx = resolve_context(layout, params)
         want = [compute._reserve(build, spec, layout, ctx, False, *r)
-                for r in compute._reserves(spec, ctx, got.n_outputs_max)]
+                for r in compute.reserves(spec, ctx, got.n_outputs_max)]
         assert list(got.graphs) == want, c
     # kept from a key's second query on (the first is sized the ordinary way; with one sequence -c 256 runs
     # a smaller ubatch: a key of its own)
