@@ -341,29 +341,10 @@ def copy_buffer_bytes(dev: Any, llc: int | None, free: int) -> int:
     return want
 
 
-def copy_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
-    """One burst of device-to-device copies of ``n_bytes`` over fresh buffers: ``2 * n_bytes / time`` (read +
-    write) per copy."""
-    torch = import_torch()
-    src = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=dev)
-    dst = torch.empty_like(src)
-    return _passes(dev, lambda: dst.copy_(src), src.numel(), iters, warmup)
-
-
-def inplace_bandwidth(dev: Any, n_bytes: int, iters: int, warmup: int) -> dict[str, Any]:
-    """One burst of in-place passes (INPLACE_OP) over one fresh buffer of ``n_bytes``: ``2 * n_bytes / time``
-    (each line read and written back) per pass; the same record as ``copy_bandwidth``.
-
-    This is a state update's traffic pattern: a row read and written back in place. A copy also reads each
-    destination line for ownership before writing it (about 3 x n_bytes on the bus, counted as 2), so an
-    in-place kernel can pass 100% of the copy figure legitimately, not of this one.
-    """
-    torch = import_torch()
-    buf = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=dev)
-    return _passes(dev, lambda: buf.mul_(1.0), buf.numel(), iters, warmup)
-
-
-#: The in-place baseline's pass: a multiply by one reads and writes every element (torch does not skip it).
+#: The in-place baseline's pass: a multiply by one reads and writes every element (torch does not skip it). This
+#: is a state update's traffic pattern: a row read and written back in place. A copy also reads each destination
+#: line for ownership before writing it (about 3 x n_bytes on the bus, counted as 2), so an in-place kernel can
+#: pass 100% of the copy figure legitimately, not of the in-place one.
 INPLACE_OP = "mul_(1.0)"
 
 
@@ -372,11 +353,11 @@ class BaselineBursts:
     before the workloads, one between each two and one after) over buffers allocated once for the whole run.
 
     ``burst()`` times ``iters`` copies ``dst.copy_(src)`` and then ``iters`` in-place passes ``src.mul_(1.0)``
-    (INPLACE_OP; the values stay 1.0), each after ``warmup`` untimed ones, and appends one record
-    (``copy_bandwidth``'s) to ``copy`` and one to ``inplace``; ``started`` holds each burst's start
-    (``time.perf_counter()``) and ``seconds`` its wall time. The two
-    buffers of ``n_bytes`` are the 2 x copy_buffer_bytes the runner reserves besides the caches; kept, they pay
-    their page faults (CPU) or allocation once, so one warmup pass per burst is enough.
+    (INPLACE_OP; the values stay 1.0), each after ``warmup`` untimed ones, and appends one record (``_passes``':
+    each pass counted as ``2 * n_bytes`` read and written) to ``copy`` and one to ``inplace``; ``started`` holds
+    each burst's start (``time.perf_counter()``) and ``seconds`` its wall time. The two buffers of ``n_bytes`` are
+    the 2 x copy_buffer_bytes the runner reserves besides the caches; kept, they pay their page faults (CPU) or
+    allocation once, so one warmup pass per burst is enough.
     """
 
     def __init__(self, dev: Any, n_bytes: int, iters: int, warmup: int) -> None:

@@ -54,11 +54,13 @@ def test_inplace_burst_passes_over_one_buffer_of_the_baseline_size():
     cpu = torch.device("cpu")
     n = device.copy_buffer_bytes(cpu, 8 * MIB, free=1 << 40)
     assert n == 64 * MIB  # 4 x 8 MiB is below the CPU floor
-    burst = device.inplace_bandwidth(cpu, n, iters=3, warmup=1)
+    bursts = device.BaselineBursts(cpu, n, iters=3, warmup=1)
+    bursts.burst()
+    burst = bursts.inplace[0]
     assert burst["buffer_bytes"] == n and burst["bytes_moved"] == 2 * n
     assert len(burst["samples_gb_s"]) == 3 and burst["time"]["n"] == 3
     assert burst["gb_s"] == pytest.approx(2 * n / burst["time"]["median_s"] / 1e9)
-    copy = device.copy_bandwidth(cpu, n, iters=1, warmup=0)
+    copy = bursts.copy[0]
     assert (copy["buffer_bytes"], copy["bytes_moved"]) == (burst["buffer_bytes"], burst["bytes_moved"])
 
 
@@ -74,7 +76,7 @@ def test_inplace_burst_runs_mul_by_one(monkeypatch):
         return real(self, other)
 
     monkeypatch.setattr(torch.Tensor, "mul_", mul_)
-    device.inplace_bandwidth(torch.device("cpu"), 4096, iters=2, warmup=1)
+    device.BaselineBursts(torch.device("cpu"), 4096, iters=2, warmup=1).burst()
     assert calls == [(1024, 1.0)] * 3
 
 
