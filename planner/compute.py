@@ -241,7 +241,8 @@ class _KeptGraphs:
         from rsplan.planner.ggml_alloc import reserve_size
 
         self.affine.set_at(k)
-        return [ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
+        return [ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes),
+                             reserve_size(graph, CPU_RULE.alignment, keep=True))
                 for name, n_tok, n_sq, n_out, graph in self.graphs]
 
 

@@ -186,7 +186,7 @@ class _Splits:
     def at(self, k: int) -> DeviceCompute:
         """The sizing at KV cells ``256 * k`` (k in the interval the graphs were kept for)."""
         self.affine.set_at(k)
-        return _combined(self.run, [(pins, sg.sizes(), sg.n_splits, sg.n_copies) for pins, sg in self.splits])
+        return _combined(self.run, [(pins, sg.sizes(keep=True), sg.n_splits, sg.n_copies) for pins, sg in self.splits])
 
 
 #: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks

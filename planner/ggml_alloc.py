@@ -22,6 +22,7 @@ tensors of a compute graph).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rsplan.hparams.ggml_types import GGMLType
 
@@ -105,10 +106,12 @@ class Tensor:
 
 @dataclass
 class Graph:
-    """A computation graph: ``nodes`` in execution order, ``leafs`` in the order the graph met them."""
+    """A computation graph: ``nodes`` in execution order, ``leafs`` in the order the graph met them; ``tape``:
+    the allocator's last recorded run over it (``reserve_sizes(..., keep=True)``), or None."""
 
     nodes: list[Tensor] = field(default_factory=list)
     leafs: list[Tensor] = field(default_factory=list)
+    tape: _Tape | None = field(default=None, repr=False, compare=False)
 
 
 def _aligned(size: int, alignment: int) -> int:
@@ -166,10 +169,11 @@ class _DynAllocator:
         blocks.insert(pos, [offset, size])
 
 
-def reserve_size(graph: Graph, alignment: int) -> int:
+def reserve_size(graph: Graph, alignment: int, keep: bool = False) -> int:
     """The buffer size ``ggml_gallocr_reserve`` needs for ``graph`` on a backend of ``alignment`` bytes
-    (ggml_gallocr_alloc_graph_impl with one buffer; allocation size = ggml_nbytes, as on the CPU)."""
-    return reserve_sizes(graph, (Buffer(alignment),), None, None)[0]
+    (ggml_gallocr_alloc_graph_impl with one buffer; allocation size = ggml_nbytes, as on the CPU); ``keep``: as
+    ``reserve_sizes``'."""
+    return reserve_sizes(graph, (Buffer(alignment),), None, None, keep)[0]
 
 
 @dataclass(frozen=True)
@@ -182,12 +186,53 @@ class Buffer:
 
 
 def reserve_sizes(graph: Graph, buffers: tuple[Buffer, ...], node_buffer_ids: list[int] | None,
-                  leaf_buffer_ids: list[int] | None) -> list[int]:
+                  leaf_buffer_ids: list[int] | None, keep: bool = False) -> list[int]:
     """``ggml_gallocr_reserve_n_size``: the bytes each buffer needs for ``graph`` when node ``i`` is placed in
-    buffer ``node_buffer_ids[i]`` and leaf ``i`` in ``leaf_buffer_ids[i]`` (None: everything in buffer 0)."""
+    buffer ``node_buffer_ids[i]`` and leaf ``i`` in ``leaf_buffer_ids[i]`` (None: everything in buffer 0).
+
+    ``keep``: the graph is sized again later with other shapes (a kept reserve graph, planner.kept_shapes): the
+    run is recorded on ``graph.tape``, and a later run whose shapes take every decision the recorded one took
+    replays its allocations and frees (``_Tape``) instead of walking the graph."""
     galloc = _Gallocr(buffers)
-    galloc.alloc_graph(graph, node_buffer_ids, leaf_buffer_ids)
+    key = (id(node_buffer_ids), id(leaf_buffer_ids), buffers)
+    tape = graph.tape
+    if keep and tape is not None and tape.key == key and tape.holds_now():
+        galloc.replay(tape)
+    else:
+        galloc.tape = _Tape(key, (node_buffer_ids, leaf_buffer_ids)) if keep else None
+        galloc.alloc_graph(graph, node_buffer_ids, leaf_buffer_ids)
+        if keep:
+            graph.tape = galloc.tape
     return [galloc.allocs[i].max_size for i in range(len(buffers))]
+
+
+_ALLOC, _IN_PLACE, _FREE = 0, 1, 2
+
+
+class _Tape:
+    """One allocator run over a graph: what it did (``events``, in order: a new block for a tensor in a buffer,
+    a tensor taking over a parent's memory in place, a tensor freed) and every decision it took on shapes
+    (``checks``: ggml_are_same_layout of a node and a parent, and whether a view parent starts at its source's
+    first byte). Everything else the run decides on (flags, views, consumer counts, what is held) is the graph's
+    structure. So a run over the same graph, the same buffer ids, with other shapes for which every check comes
+    out the same, takes the same steps with its own sizes: replaying the events through the allocators gives its
+    exact figures (the free list and the best fit run on the new sizes).
+
+    key: (ids of the node and leaf buffer-id lists, the buffers) of the recorded run; ``holds`` keeps the lists
+    alive so that their ids stay theirs."""
+
+    def __init__(self, key: tuple[Any, ...], holds: tuple[Any, ...]) -> None:
+        self.key = key
+        self.holds = holds
+        self.events: list[tuple[int, Tensor, Any, Any, Any, int]] = []  # (event, tensor, its
+        # buffer id or (parent, extra_of), then for a tensor placed: its ne, nb and size when recorded)
+        self.layouts: list[tuple[Tensor, Tensor, bool]] = []  # (node, parent, same layout)
+        self.view_starts: list[tuple[Tensor, bool]] = []  # (view parent, view_offs == 0)
+
+    def holds_now(self) -> bool:
+        """Whether the graph's shapes now take every decision the recorded run took."""
+        return (all(n.same_layout(p) is same for n, p, same in self.layouts)
+                and all((v.view_offs == 0) is start for v, start in self.view_starts))
 
 
 class _Gallocr:
@@ -199,6 +244,7 @@ class _Gallocr:
         self.allocs: list[_DynAllocator] = []
         for b in buffers:
             self.allocs.append(self.allocs[b.same_as] if b.same_as is not None else _DynAllocator(b.alignment))
+        self.tape: _Tape | None = None  # the run being recorded (reserve_sizes' keep)
 
     @staticmethod
     def reset(graph: Graph) -> None:
@@ -230,6 +276,8 @@ class _Gallocr:
             return
         node.buffer_id = buffer_id
         node.offset = self.allocs[buffer_id].alloc(node.size)
+        if self.tape is not None:
+            self.tape.events.append((_ALLOC, node, buffer_id, node.ne, node.nb, node.size))
 
     def _reuse_parent(self, node: Tensor) -> bool:
         """The in-place branch of ggml_gallocr_allocate_node: take over the memory (and buffer) of the first parent
@@ -240,22 +288,36 @@ class _Gallocr:
             vs = parent.view_src
             if parent.flags & FLAG_OUTPUT or (vs is not None and vs.flags & FLAG_OUTPUT):
                 continue
-            if not node.same_layout(parent):
+            same = node.same_layout(parent)
+            if self.tape is not None:
+                self.tape.layouts.append((node, parent, same))
+            if not same:
                 continue
             if parent.n_children == 1 and parent.n_views == 0:
                 if vs is not None:
-                    if vs.n_views == 1 and vs.n_children == 0 and parent.view_offs == 0:
-                        node.buffer_id, node.offset = parent.buffer_id, parent.offset
-                        parent.allocated = False
+                    if vs.n_views == 1 and vs.n_children == 0 and self._starts_at_source(parent):
                         vs.allocated = False
-                        self.free_extra(node, vs)
+                        self._take_over(node, parent, vs)
                         return True
                 else:
-                    node.buffer_id, node.offset = parent.buffer_id, parent.offset
-                    parent.allocated = False
-                    self.free_extra(node, parent)
+                    self._take_over(node, parent, parent)
                     return True
         return False
+
+    def _starts_at_source(self, view: Tensor) -> bool:
+        start = view.view_offs == 0
+        if self.tape is not None:
+            self.tape.view_starts.append((view, start))
+        return start
+
+    def _take_over(self, node: Tensor, parent: Tensor, extra_of: Tensor) -> None:
+        """``node`` takes ``parent``'s memory; the part of ``extra_of``'s (the parent or its view source) that it
+        does not need is freed."""
+        node.buffer_id, node.offset = parent.buffer_id, parent.offset
+        parent.allocated = False
+        self.free_extra(node, extra_of)
+        if self.tape is not None:
+            self.tape.events.append((_IN_PLACE, node, (parent, extra_of), node.ne, node.nb, node.size))
 
     def free(self, node: Tensor) -> None:
         """ggml_gallocr_free_node (graph outputs are never freed)."""
@@ -263,6 +325,27 @@ class _Gallocr:
             return
         self.allocs[node.buffer_id].free(node.offset, node.size)
         node.allocated = False
+        if self.tape is not None:
+            self.tape.events.append((_FREE, node, None, None, None, 0))
+
+    def replay(self, tape: _Tape) -> None:
+        """The recorded run's allocations and frees again, each tensor with its size now (``_Tape``): a tensor
+        whose shape and strides are the very tuples it had when recorded keeps its recorded size."""
+        allocs = self.allocs
+        for event, t, arg, ne, nb, size in tape.events:
+            if event == _FREE:
+                allocs[t.buffer_id].free(t.offset, t.size)
+                continue
+            if t.ne is not ne or t.nb is not nb:
+                size = t.nbytes
+            t.size = size
+            if event == _ALLOC:
+                t.buffer_id = arg
+                t.offset = allocs[arg].alloc(size)
+            else:
+                parent, extra_of = arg
+                t.buffer_id, t.offset = parent.buffer_id, parent.offset
+                self.free_extra(t, extra_of)
 
     def alloc_graph(self, graph: Graph, node_ids: list[int] | None, leaf_ids: list[int] | None) -> None:
         """ggml_gallocr_alloc_graph_impl: allocate the leafs, count children and views while allocating the

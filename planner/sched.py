@@ -406,9 +406,10 @@ class SplitGraph:
     n_splits: int
     n_copies: int
 
-    def sizes(self) -> tuple[int, ...]:
-        """Each backend's compute buffer bytes (planner.ggml_alloc.reserve_sizes)."""
-        return tuple(reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids))
+    def sizes(self, keep: bool = False) -> tuple[int, ...]:
+        """Each backend's compute buffer bytes (planner.ggml_alloc.reserve_sizes; ``keep``: the graph is sized
+        again at other shapes, see there)."""
+        return tuple(reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids, keep))
 
 
 def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,

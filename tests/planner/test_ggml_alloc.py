@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsplan.hparams.ggml_types import GGMLType
-from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor, reserve_size
+from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_size, reserve_sizes
 
 F32 = GGMLType("f32", 1, 4)
 
@@ -56,3 +56,36 @@ def test_an_empty_tensor_takes_no_room():
     a = t("CONT", 16, empty)  # inp died after `empty`: [0, 64)
     b = t("CONT", 16, a)  # [64, 128)
     assert reserve_size(Graph(nodes=[empty, a, b], leafs=[inp]), 32) == 128
+
+
+def _resize(x: Tensor, n: int) -> None:
+    x.ne, x.nb = (n, 1, 1, 1), (4, 4 * n, 4 * n, 4 * n)
+
+
+def test_a_kept_graph_replays_its_run_at_new_sizes_while_its_decisions_hold():
+    """reserve_sizes(keep=True) records the run; at other sizes that take the same decisions it replays the
+    allocations with the new sizes, and where a decision flips it runs (and records) the allocator again."""
+    inp = t("NONE", 16, flags=FLAG_INPUT)
+    a = t("CONT", 16, inp)
+    b = t("UNARY", 16, a)
+    c = t("CONT", 8, b)
+    g = Graph(nodes=[a, b, c], leafs=[inp])
+    node_ids, leaf_ids = [0, 0, 0], [0]  # the same lists each run, as a kept split graph passes them
+
+    def size() -> int:
+        return reserve_sizes(g, (Buffer(32),), node_ids, leaf_ids, keep=True)[0]
+
+    # inp [0, 64), a [64, 128), inp freed; b in place over a; c (32 B) best fit [0, 32): 128
+    assert size() == 128 and reserve_size(g, 32) == 128
+    recorded = g.tape
+    assert recorded is not None
+    for x in (a, b):
+        _resize(x, 40)  # a and b 160 B, still one layout: b stays in place; a [64, 224), c [0, 32): 224
+    assert size() == 224 == reserve_size(g, 32)
+    assert g.tape is recorded  # replayed
+    _resize(b, 16)  # b 64 B: no longer a's layout, so not in place
+    _resize(c, 50)  # c 200 B, 224 aligned
+    # inp [0, 64), a [64, 224), inp freed; b (64 B) best fit [0, 64); a freed after b, merging with the open
+    # end; c [64, 288): 288. Replaying the in-place run would free a's last 96 B instead and put c at 128: 352
+    assert size() == 288 == reserve_size(g, 32)
+    assert g.tape is not recorded  # run and recorded again
