@@ -125,11 +125,28 @@ def describe() -> str:
     return native().why
 
 
+#: Whether the machine counts as overloaded for ``threads``, decided once by a profile run (``pin_load``); None:
+#: read the load average at each call.
+_PINNED_LOAD: bool | None = None
+
+
+def pin_load(loaded: bool | None) -> bool | None:
+    """Take the machine as ``loaded`` (overloaded or not) in every later ``threads`` call instead of reading the
+    load average per call (None: read it again); returns the previous setting, to be given back after. A profile
+    run decides once, at its start: after its first minute the load average counts the run's own threads, and
+    calls of one run would then split into threads differently from one workload to the next."""
+    global _PINNED_LOAD
+    before, _PINNED_LOAD = _PINNED_LOAD, loaded
+    return before
+
+
 def threads(state_bytes: int) -> int:
     """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls (one per
-    ``BYTES_PER_THREAD``, or per ``BYTES_PER_THREAD_LOADED`` while the load average exceeds the CPUs)."""
+    ``BYTES_PER_THREAD``, or per ``BYTES_PER_THREAD_LOADED`` while the load average exceeds the CPUs, or as
+    ``pin_load`` decided)."""
     n = state_bytes // BYTES_PER_THREAD
-    if n > 1 and overloaded():  # a call too small for a second thread does not ask
+    # a call too small for a second thread does not ask
+    if n > 1 and (overloaded() if _PINNED_LOAD is None else _PINNED_LOAD):
         n = state_bytes // BYTES_PER_THREAD_LOADED
     return max(1, min(torch.get_num_threads(), n))
 

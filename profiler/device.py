@@ -156,9 +156,15 @@ def threads_for_load(default: int, load: float | None, cpus: int | None, now: fl
     takes on one thread, and how many times moves with the load from one minute to the next, so neither the
     timings nor the one-step probe of the expected duration hold (Qwen3-Next prefill at load 8-14 on 2 CPUs:
     97 s in the probe, 208 s timed a few minutes later; 12 s on one thread)."""
-    if default > 1 and load is not None and cpus and load > cpus and (now is None or now > cpus):
+    if default > 1 and oversubscribed(load, cpus, now):
         return 1
     return default
+
+
+def oversubscribed(load: float | None, cpus: int | None, now: float | None = None) -> bool:
+    """Whether the 1-minute ``load`` average exceeds the ``cpus`` and, where known, the tasks runnable ``now`` do
+    too (``threads_for_load``); False where the OS reports no load or no CPU count."""
+    return load is not None and bool(cpus) and cpus is not None and load > cpus and (now is None or now > cpus)
 
 
 def _str(v: Any) -> str:

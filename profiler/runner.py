@@ -154,6 +154,7 @@ def run_profile(
     ``announce(line)`` receives the expected duration before the timed work starts (None: not shown)."""
     validate(req)
     torch = import_torch()
+    from rsplan.kernels._native import pin_load
     from rsplan.profiler.alloc import allocate
     from rsplan.profiler.device import (
         BaselineBursts,
@@ -166,7 +167,7 @@ def run_profile(
 
     t_start = time.perf_counter()
     device_notes: list[str] = []
-    dev = _device(req, torch, device_notes)
+    dev, loaded = _device(req, torch, device_notes)
     setup = _setup(req)
     setup.notes[:0] = device_notes
     # the baselines' two buffers of COPY_LLC_FACTOR x the last-level cache (the copy reads one and writes the
@@ -176,6 +177,7 @@ def run_profile(
     copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
     facts = device_facts(dev)
     cache = allocate(setup.plan, dev, 2 * copy_bytes + _workspace_bytes(req, setup))
+    load_before = pin_load(loaded)  # the C kernels' threads per call: as decided at the start, for the whole run
     try:
         allocation = _allocation_report(setup.plan, cache)
         pools = _pools(setup.plan, cache, setup.family)
@@ -201,6 +203,7 @@ def run_profile(
                    for name, m in measured.items()}
         third = _third_party(dev, setup.family, setup.n_seqs, req) if dev.type == "cuda" else {}
     finally:
+        pin_load(load_before)
         cache.release()
         if dev.type == "cuda":
             torch.cuda.empty_cache()
@@ -210,20 +213,25 @@ def run_profile(
                    CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
 
 
-def _device(req: ProfileRequest, torch: Any, notes: list[str]) -> Any:
+def _device(req: ProfileRequest, torch: Any, notes: list[str]) -> tuple[Any, bool | None]:
     """The torch device of the request, with its CPU threads set (``threads_for_load`` when not asked; why in
-    ``notes``) and denormals flushed on a CPU."""
-    from rsplan.profiler.device import load_average, resolve_device, runnable_now, threads_for_load
+    ``notes``) and denormals flushed on a CPU; and whether the CPU counts as overloaded for the whole run (the
+    same rule: the load average and the tasks runnable now both over the CPUs), which the C kernels' per-call
+    thread count then follows (kernels._native.pin_load); None on a GPU."""
+    from rsplan.profiler.device import load_average, oversubscribed, resolve_device, runnable_now, threads_for_load
 
     dev = resolve_device(req.gpu, req.device)
+    loaded = None
+    if dev.type == "cpu":
+        load, cpus = load_average(), os.cpu_count()
+        now = runnable_now() if oversubscribed(load, cpus) else None
+        loaded = oversubscribed(load, cpus, now)
     if req.threads is not None:
         if dev.type != "cpu":
             raise WorkloadError(f"--threads sets the CPU threads of torch; it does nothing on {dev}")
         torch.set_num_threads(req.threads)
     elif dev.type == "cpu":
         default = torch.get_num_threads()
-        load, cpus = load_average(), os.cpu_count()
-        now = runnable_now() if default > 1 and load is not None and cpus and load > cpus else None
         threads = threads_for_load(default, load, cpus, now)
         if threads != default:
             torch.set_num_threads(threads)
@@ -237,7 +245,7 @@ def _device(req: ProfileRequest, torch: Any, notes: list[str]) -> Any:
         # decayed states and the chunked scans' exp(G_t - G_s) reach subnormal floats, which x86 CPUs compute
         # up to 100x slower; flushed to zero they change nothing above 1.2e-38 (the GPU flushes them anyway)
         torch.set_flush_denormal(True)
-    return dev
+    return dev, loaded
 
 
 def _setup(req: ProfileRequest) -> _Setup:

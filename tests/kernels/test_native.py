@@ -208,3 +208,20 @@ def test_an_overloaded_machine_gets_fewer_threads(monkeypatch):
 
     monkeypatch.setattr(os, "getloadavg", no_load)
     assert nat.threads(4 << 20) == 2
+
+
+def test_a_pinned_load_replaces_the_load_average_until_given_back(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # overloaded by the average
+    assert nat.threads(4 << 20) == 1
+    before = nat.pin_load(False)
+    try:
+        assert before is None
+        assert nat.threads(4 << 20) == 2  # a thread per 2 MiB: taken as not overloaded
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+        assert nat.pin_load(True) is False
+        assert nat.threads(4 << 20) == 1  # a thread per 8 MiB: taken as overloaded
+    finally:
+        nat.pin_load(before)
+    assert nat.threads(4 << 20) == 2  # the load average again

@@ -695,3 +695,37 @@ def test_a_load_average_left_by_an_earlier_run_keeps_the_default_threads(tiny, m
         assert not any("torch thread instead" in n for n in report["notes"])
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_profile_run_decides_the_c_kernels_load_rule_once_and_gives_it_back(tiny, monkeypatch, busy):
+    """The C kernels' threads per call follow the load as the run found it at its start (kernels._native.pin_load)
+    for the whole run, whatever the load average reads later (it counts the run's own threads), and read it per
+    call again after."""
+    import os
+
+    from rsplan.kernels import _native
+
+    cpus = os.cpu_count() or 1
+    monkeypatch.setattr(device, "load_average", lambda: (4.0 * cpus + 1) if busy else 0.5)
+    monkeypatch.setattr(device, "runnable_now", lambda: 3.0 * cpus)
+    pinned = []
+    real_pin = _native.pin_load
+
+    def spy(loaded):  # type: ignore[no-untyped-def]
+        pinned.append(loaded)
+        return real_pin(loaded)
+
+    monkeypatch.setattr(_native, "pin_load", spy)
+    run_profile(_req(tiny, workload="decode", max_seconds=0, threads=1))
+    assert pinned == [busy, None]
+    assert _native._PINNED_LOAD is None
+
+
+def test_oversubscribed_needs_the_load_average_and_the_tasks_runnable_now_over_the_cpus():
+    assert device.oversubscribed(2.6, 2)
+    assert device.oversubscribed(2.6, 2, now=2.5)
+    assert not device.oversubscribed(2.6, 2, now=2.0)
+    assert not device.oversubscribed(2.0, 2)
+    assert not device.oversubscribed(None, 2)
+    assert not device.oversubscribed(9.0, None)
