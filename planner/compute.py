@@ -142,7 +142,13 @@ def reserve_graph_builder(spec: ModelSpec, mtp_draft: bool) -> Any:
 def paused_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while graphs are built and sized (as a ``with`` block or a decorator):
     a reserve graph is thousands of tensors that all live until it is sized, and the collections their creation
-    would trigger scan them for nothing (about a quarter of the time). They are collected once it resumes."""
+    would trigger scan them for nothing (about a quarter of the time). They are collected once it resumes.
+
+    The commands that size many settings (capacity, report, fit) run whole under it: kept graphs
+    (planner.kept_shapes) stay alive between sizings, and each collection between two pauses scanned them again
+    (a 2-model ``rsplan report``: 20.4 s of CPU with the collector, 14.8 s without, the same 135-138 MB peak; graphs
+    hold no reference cycles, so reference counting frees them, and 22,000 objects were left for the collector at
+    the end)."""
     enabled = gc.isenabled()
     gc.disable()
     try:

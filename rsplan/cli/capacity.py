@@ -27,6 +27,7 @@ from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
+from rsplan.planner.compute import paused_gc
 from rsplan.planner.engines import NATIVE
 
 
@@ -41,6 +42,7 @@ from rsplan.planner.engines import NATIVE
                                  show_default=True, help="table, or json (every number, in bytes).")])
 @host_options
 @user_errors
+@paused_gc()
 def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
 

@@ -20,6 +20,7 @@ from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
 from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
+from rsplan.planner.compute import paused_gc
 from rsplan.render.units import parse_size
 
 FIT_OPTIONS: list[Decorator] = [
@@ -75,6 +76,7 @@ OUTPUT_OPTIONS = [
 @section("Output", OUTPUT_OPTIONS)
 @host_options
 @user_errors
+@paused_gc()
 def fit(model_ref: str, fmt: str, **options: Any) -> None:
     """What llama.cpp's --fit would choose: context, -ngl, -ts, -ot, for the given devices.
 

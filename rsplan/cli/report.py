@@ -24,6 +24,7 @@ from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError, require
+from rsplan.planner.compute import paused_gc
 from rsplan.planner.engines import NATIVE
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ OUTPUT_OPTIONS = [
 @section("Output", OUTPUT_OPTIONS)
 @host_options
 @user_errors
+@paused_gc()
 def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None, output: str,
            engine: tuple[str, ...], **kwargs: Any) -> None:
     """Write a self-contained HTML capacity report: memory against context, most -np per option, a headroom
