@@ -67,6 +67,28 @@ def test_a_scheduled_graph_is_left_as_it_was_and_schedules_again_alike():
     assert schedule(graph, parallel, 16).bytes == schedule(_two_layer_graph(), parallel, 16).bytes
 
 
+def test_a_probed_graph_is_split_on_the_probes_assignment_once():
+    """split_graph takes over the -fa auto probe's assignment of the same graph, setup and tokens (pinned), once:
+    the same figures as a graph assigned afresh (test_pipeline_parallel_keeps_four_copies_of_every_input)."""
+    from rsplan.planner import sched
+
+    setup = SchedSetup(RPC, _placement())
+    graph = _two_layer_graph()
+    sched.flash_attn_on_layer_devices(graph, setup, 16)
+    probed = sched._PROBED[id(graph)]
+    split = sched.split_graph(graph, setup, 16, True, [])
+    assert id(graph) not in sched._PROBED  # taken
+    assert (split.sizes(), split.n_splits) == ((1280, 1280, 512), 3)
+    other = _two_layer_graph()
+    sched.flash_attn_on_layer_devices(graph, setup, 16)
+    assert sched._PROBED[id(graph)] is not probed
+    split = sched.split_graph(other, setup, 16, True, [])  # another graph: assigned afresh, the probe left
+    assert (split.sizes(), split.n_splits) == ((1280, 1280, 512), 3)
+    assert id(graph) in sched._PROBED
+    sched.split_graph(graph, SchedSetup(RPC, _placement(), offload_kqv=False), 16, True, [])  # another setup
+    assert id(graph) not in sched._PROBED  # dropped unused
+
+
 def test_device_compute_is_the_same_from_the_graphs_kept():
     # build_reserve_graph keeps the graphs it built last; sizing them again (another placement, then the first
     # again) gives what freshly built graphs give
