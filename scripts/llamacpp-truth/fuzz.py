@@ -300,7 +300,9 @@ CLI_FLAGS = {"-c", "-np", "-b", "-ub", "-fa", "-ctk", "-ctv", "-kvu", "--n-rs-se
 def cli_compare(name: str, case: dict) -> list[dict[str, Any]] | None:
     """The case through ``rsplan estimate --tool cli --format json`` (n_outputs_max = n_batch, as the probe): exit
     status against llama.cpp's refusal, a note naming the failed GGML_ASSERT against its abort, context / compute /
-    output bytes against its numbers. None when the flags have no CLI equivalent."""
+    output bytes against its numbers. None when the flags have no CLI equivalent. The CLI also refuses
+    --n-rs-seq past the effective -ub - 2, where llama.cpp creates the context and aborts at the first decode:
+    not a mismatch."""
     from click.testing import CliRunner
 
     from rsplan.cli import cli
@@ -316,7 +318,11 @@ def cli_compare(name: str, case: dict) -> list[dict[str, Any]] | None:
     if not case["ok"] and not case.get("crashed"):
         return [] if result.exit_code != 0 else [{"what": "cli refusal", "llama": case["error"], "rsplan": "exit 0"}]
     if result.exit_code != 0:
-        if case.get("crashed"):
+        r = case.get("resolved") or {}
+        if case.get("crashed") or ("n_ubatch > n_rs_seq + 1" in result.output
+                                   and r["n_rs_seq"] > 0 and r["n_rs_seq"] + 1 >= r["n_ubatch"]):
+            # the CLI refuses rollback planes the first decode would abort on (planner.speculative.check_draft:
+            # split_equal's assertion); creating the context, all the probe does, succeeds
             return []
         return [{"what": "cli refusal", "llama": "accepted", "rsplan": result.output.strip()[-300:]}]
     data = json.loads(result.output)

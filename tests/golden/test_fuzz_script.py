@@ -88,3 +88,14 @@ def test_the_cli_agrees_on_measured_cases(fuzz):
                                                      {"-c": 4096, "-np": 4, "--n-outputs-max": 4})) is None
     ok["breakdown"]["CPU"]["context"] += 1
     assert [d["what"] for d in fuzz.cli_compare("mamba-130m-bf16", ok)] == ["cli context bytes"]
+
+
+def test_the_clis_draft_bound_is_not_a_mismatch(fuzz):
+    """rsplan estimate refuses --n-rs-seq past -ub - 2 (the first decode would abort in split_equal); llama.cpp
+    creates such a context. Any other refusal of an accepted case is a mismatch."""
+    case = _case("lfm2-1.2b-bf16.json", {"-c": 4096, "--n-rs-seq": 3})
+    case["flags"]["-ub"] = case["resolved"]["n_ubatch"] = 4
+    assert fuzz.cli_compare("lfm2-1.2b-bf16", case) == []
+    case["flags"]["-ctv"] = "q8_0"
+    case["flags"]["-fa"] = "off"  # refused by rsplan for another reason
+    assert [d["what"] for d in fuzz.cli_compare("lfm2-1.2b-bf16", case)] == ["cli refusal"]
