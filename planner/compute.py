@@ -15,9 +15,10 @@ allocates the maximum. ``compute_buffer`` returns both.
 
 ``n_outputs_max`` depends on the program: llama-cli, llama-bench and library users leave it at 0, which means
 ``n_batch`` (src/llama-context.cpp:250 cparams.n_outputs_max); llama-server sets it to
-``min(n_batch, n_parallel * (1 + n_draft))`` (tools/server/server-context.cpp:41 server_output_limits,
+``min(-b, n_parallel * (1 + n_draft))`` (tools/server/server-context.cpp:41 server_output_limits,
 common/speculative.cpp:2586 common_speculative_get_output_limits). rsplan defaults to the server's value, since
-serving is what rsplan plans for.
+serving is what rsplan plans for. Below n_seq_max, llama.cpp aborts while creating the context (the output buffer
+holds a row per sequence: ``n_outputs_max_of``).
 
 Each graph is built from shape rules (planner.graphs) and placed by a model of ggml's allocator
 (planner.ggml_alloc). Only the CPU backend is modelled: one backend, one buffer type (``CPU``), alignment 32.
@@ -91,22 +92,45 @@ class ComputeBuffer:
     graphs: tuple[ReserveGraph, ...]
 
 
-def n_outputs_max_for(tool: str, ctx: EffectiveContext, n_draft: int = 0) -> int:
-    """``cparams.n_outputs_max`` as ``tool`` sets it: n_batch for llama-cli/bench/library users, else the server's
-    ``min(n_batch, n_parallel * (1 + n_draft))`` (at least 1)."""
+def n_outputs_max_for(tool: str, ctx: EffectiveContext, n_draft: int = 0, embeddings: bool = False) -> int:
+    """``cparams.n_outputs_max`` as ``tool`` sets it: n_batch for llama-cli/bench/library users (0 given, which
+    llama_context makes cparams.n_batch: -b capped at -c), else llama-server's ``min(-b, n_parallel * (1 +
+    n_draft))`` (at least 1), on -b as given, not capped at -c (tools/server/server-context.cpp:41
+    server_output_limits reads ``params.n_batch``), and -b itself with ``--embeddings``."""
     if tool == "cli":
         return ctx.n_batch
     if tool == "server":
-        return max(1, min(ctx.n_batch, ctx.n_seq_max * (1 + max(0, n_draft))))
+        if embeddings:
+            return ctx.n_batch_requested
+        return max(1, min(ctx.n_batch_requested, ctx.n_seq_max * (1 + max(0, n_draft))))
     raise ComputeModelError(f"unknown tool '{tool}' (allowed: {', '.join(TOOLS)})")
 
 
-def n_outputs_max_of(n_outputs_max: int | None, tool: str, ctx: EffectiveContext, n_draft: int) -> int:
+def n_outputs_max_of(n_outputs_max: int | None, tool: str, ctx: EffectiveContext, n_draft: int,
+                     embeddings: bool = False) -> int:
     """The context's n_outputs_max: ``n_outputs_max`` where given (0 = n_batch), else ``tool``'s
-    (``n_outputs_max_for``)."""
+    (``n_outputs_max_for``).
+
+    Raises:
+        LlamaAbortError: it is below n_seq_max. The context's constructor reserves the output buffer for one row
+            per sequence (src/llama-context.cpp:377 output_reserve), which ends with ``GGML_ASSERT(n_outputs_max
+            <= cparams.n_outputs_max)`` (src/llama-context.cpp:2273 GGML_ASSERT), ``n_outputs_max`` being
+            ``max(n_outputs, n_seq_max)``: llama.cpp aborts before any cache or graph exists (``-np 8 -b 4``,
+            ``-c 100 -np 128``, ``--n-outputs-max 2 -np 4``).
+    """
     if n_outputs_max is not None:
-        return n_outputs_max or ctx.n_batch
-    return n_outputs_max_for(tool, ctx, n_draft)
+        n_out = n_outputs_max or ctx.n_batch
+        why = "as given" if n_outputs_max else "n_batch: -b capped at -c"
+    else:
+        n_out = n_outputs_max_for(tool, ctx, n_draft, embeddings)
+        why = "n_batch: -b capped at -c" if tool == "cli" else "llama-server's: -b at most"
+    if ctx.n_seq_max > n_out:
+        raise LlamaAbortError(
+            f"llama.cpp aborts while reserving the output buffer: GGML_ASSERT(n_outputs_max <= "
+            f"cparams.n_outputs_max) fails in llama_context::output_reserve with {ctx.n_seq_max} sequences (one "
+            f"output row each) and n_outputs_max {n_out} ({why})"
+        )
+    return n_out
 
 
 def has_compute_model(arch: str) -> bool:
@@ -313,7 +337,7 @@ def compute_buffer(
     if mtp_draft:
         layout, params = draft_layout_and_params(spec, layout, params)
     ctx = resolve_context(layout, params)
-    n_out_max = n_outputs_max_of(n_outputs_max, tool, ctx, n_draft)
+    n_out_max = n_outputs_max_of(n_outputs_max, tool, ctx, n_draft, embeddings)
     if n_outputs_max is not None:
         tool = "explicit"
     # a one-sequence reserve whose tokens the KV streams do not divide makes llama.cpp abort in ggml_add

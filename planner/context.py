@@ -37,7 +37,7 @@ _BOUNDS = (
     ("n_seq_max", 1, MAX_SEQ),
     ("n_rs_seq", 0, MAX_RS_SEQ),
     ("n_batch", 1, MAX_CTX),
-    ("n_ubatch", 1, MAX_CTX),
+    ("n_ubatch", 0, MAX_CTX),  # 0: n_batch
 )
 
 
@@ -60,7 +60,7 @@ class ContextParams:
     flash_attn: str = "auto"  # -fa on|off|auto
     swa_full: bool = False  # --swa-full
     n_batch: int = 2048  # -b
-    n_ubatch: int = 512  # -ub
+    n_ubatch: int = 512  # -ub (0: n_batch)
 
     def __post_init__(self) -> None:
         for name, lo, hi in _BOUNDS:
@@ -100,6 +100,8 @@ class EffectiveContext:
         n_rs_seq: effective rollback planes per sequence (0 unless the arch supports rollback).
         n_rs_seq_requested: what was asked for.
         v_trans: V stored transposed (flash attention off): V rows padded to the widest layer.
+        n_batch: -b capped at the unpadded -c (cparams.n_batch); n_batch_requested: -b as given (llama-server
+            sizes its n_outputs_max on it: planner.compute.n_outputs_max_for).
         n_swa_cells: KV cells of each sliding-window layer (0 when the model has none).
         warnings: what llama.cpp would log about the adjustments.
     """
@@ -122,6 +124,7 @@ class EffectiveContext:
     type_r: GGMLType
     type_s: GGMLType
     warnings: tuple[str, ...]
+    n_batch_requested: int
 
     @property
     def rs_rows(self) -> int:
@@ -147,8 +150,8 @@ def _check_block_sizes(layout: CacheLayout, t: GGMLType, dims: tuple[int, ...], 
 def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveContext:
     """Apply llama.cpp's context rules (llama_init_from_model + llama_context constructor):
 
-    - n_batch: the unpadded -c at most (src/llama-context.cpp:246 cparams.n_batch); n_ubatch at most n_batch
-      (src/llama-context.cpp:248 cparams.n_ubatch);
+    - n_batch: the unpadded -c at most (src/llama-context.cpp:246 cparams.n_batch); n_ubatch at most n_batch, and
+      -ub 0 is n_batch (src/llama-context.cpp:248 cparams.n_ubatch);
     - n_rs_seq clamped to 0 for an arch without rollback (src/llama-context.cpp:106 llm_arch_supports_rs_rollback);
     - sliding-window cells: ``GGML_PAD(min(n_ctx_seq, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256)``, all of
       n_ctx_seq with --swa-full (src/llama-kv-cache-iswa.cpp:73 size_swa);
@@ -163,7 +166,7 @@ def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveCont
     n_seq_max = params.n_seq_max
 
     n_batch = min(params.n_ctx or layout.n_ctx_train, params.n_batch)  # the unpadded -c
-    n_ubatch = min(n_batch, params.n_ubatch)
+    n_ubatch = min(n_batch, params.n_ubatch or params.n_batch)
 
     n_rs_seq = params.n_rs_seq
     reason = None
@@ -193,6 +196,7 @@ def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveCont
         n_ubatch=n_ubatch,
         n_swa_cells=n_swa_cells,
         kv_unified=params.kv_unified,
+        n_batch_requested=params.n_batch,
         type_k=type_k,
         type_v=type_v,
         type_r=type_r,

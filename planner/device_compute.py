@@ -111,7 +111,7 @@ class _Run:
 
 
 def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:
-    return n_outputs_max_of(run.n_outputs_max, run.tool, ctx, run.n_draft)
+    return n_outputs_max_of(run.n_outputs_max, run.tool, ctx, run.n_draft, run.embeddings)
 
 
 def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph]

@@ -34,8 +34,9 @@ def symbolic_context(ctx: EffectiveContext, cells: KCells) -> EffectiveContext:
 
 def cells_apart(ctx: EffectiveContext) -> EffectiveContext:
     """``ctx`` without what depends on its KV cells (n_ctx, n_ctx_seq, the warnings naming them) and without
-    n_batch, which no graph builder reads (a sizing's key holds what the sizing reads of it: n_outputs_max)."""
-    return dataclasses.replace(ctx, n_ctx=0, n_ctx_seq=0, n_batch=0, warnings=())
+    n_batch (as given and as capped), which no graph builder reads (a sizing's key holds what the sizing reads of
+    it: n_outputs_max)."""
+    return dataclasses.replace(ctx, n_ctx=0, n_ctx_seq=0, n_batch=0, n_batch_requested=0, warnings=())
 
 
 def _coefficients(values: Iterable[Any]) -> tuple[int, ...]:

@@ -90,8 +90,8 @@ CONTEXT_OPTION: dict[str, Callable[..., Decorator]] = {
         click.option, "-b", "--batch-size", "n_batch", type=Tokens(1, MAX_CTX), default=2048, show_default=True,
         help="Logical batch size (llama.cpp -b)."),
     "n_ubatch": partial(
-        click.option, "-ub", "--ubatch-size", "n_ubatch", type=Tokens(1, MAX_CTX), default=512, show_default=True,
-        help="Physical batch size (llama.cpp -ub)."),
+        click.option, "-ub", "--ubatch-size", "n_ubatch", type=Tokens(0, MAX_CTX), default=512, show_default=True,
+        help="Physical batch size (llama.cpp -ub); 0 = the batch size."),
     "n_rs_seq": partial(
         click.option, "--n-rs-seq", "n_rs_seq", type=click.IntRange(0, MAX_RS_SEQ), default=None, metavar="N",
         help="Rollback snapshot planes per sequence (clamped to 0 on archs without rollback)."),

@@ -89,8 +89,8 @@ CONTEXT_OPTIONS = [
     CONTEXT_OPTION["n_seq_max"](help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory."),
     CONTEXT_OPTION["n_ctx"](help="Total KV cells (llama.cpp -c; 32k = 32768); sizes the KV tensors of hybrid "
                             "models; 0 = the model's training context."),
-    CONTEXT_OPTION["n_ubatch"](help="Prefill ubatch size in tokens (llama.cpp -ub), split equally over the "
-                               "sequences."),
+    CONTEXT_OPTION["n_ubatch"](type=Tokens(1, MAX_CTX), help="Prefill ubatch size in tokens (llama.cpp -ub), "
+                               "split equally over the sequences."),
     CONTEXT_OPTION["n_rs_seq"](help="Rollback snapshot planes per sequence (default: the draft length for the spec "
                                "workload, else 0)."),
     CONTEXT_OPTION["draft_max"](type=click.IntRange(1, MAX_RS_SEQ),

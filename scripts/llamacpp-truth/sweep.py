@@ -137,6 +137,23 @@ FLAG_GRID: list[dict[str, object]] = [
     {"-c": 4096, "--load-mtp": True},
 ]
 
+#: Edge settings (found by fuzz.py's random draws; measured with ``--edges`` for every model with a ``gguf`` or an
+#: ``outtype`` into ``edges/<model>.json``): -c that is not a multiple of 256 or below 256, -ub above -b and -c,
+#: sequences that do not divide the ubatch, more sequences than n_batch or --n-outputs-max (llama.cpp aborts in
+#: llama_context::output_reserve), every cache type (quantized V without flash attention is refused), rollback
+#: planes with unified and split caches, --embeddings / --swa-full / -nkvo together, -ub 0 (= n_batch).
+EDGE_GRID: list[dict[str, object]] = [
+    {"-c": 1},
+    {"-c": 1000, "-np": 3, "-b": 300, "-ub": 700},
+    {"-c": 5000, "-np": 5, "-kvu": True, "-ub": 333, "-fa": "off", "-ctk": "q5_1", "--n-rs-seq": 3},
+    {"-c": 3000, "-np": 7, "-b": 97, "-ctk": "iq4_nl", "-ctv": "q4_1", "--n-rs-seq": 1},
+    {"-c": 4096, "-ctk": "q5_0", "-ctv": "q5_0", "-fa": "off"},
+    {"-c": 777, "-np": 2, "--embeddings": True, "--swa-full": True, "-nkvo": True, "--n-outputs-max": 5},
+    {"-c": 100, "-np": 128},
+    {"-c": 4096, "-np": 4, "--n-outputs-max": 2},
+    {"-c": 1000, "-np": 2, "-b": 700, "-ub": 0},
+]
+
 #: Log lines not worth keeping in the golden files (they repeat or describe the file, not the memory).
 #: (a build with a GPU-capable backend, RPC included, also logs where the layers went and the skeleton's local path)
 _DROP_PREFIXES = ("load:", "print_info:", "graph_reserve: reserving", "llama_model_loader: loaded meta data",
@@ -155,6 +172,15 @@ def _kept_log(lines: list[str]) -> list[str]:
         if unused and line == unused[0] and len(unused) > 1:
             kept.append(f"[sweep.py] ... and {len(unused) - 1} more 'model has unused tensor' lines")
     return kept
+
+
+def _source_relative(line: str) -> str:
+    """An assertion line with its source path from the llama.cpp tree on (``ggml/src/ggml.c:2072: ...``,
+    ``src/llama-context.cpp:2273: ...``), not this machine's checkout."""
+    for marker, skip in (("ggml/src/", 0), ("/src/llama", 1)):
+        if marker in line:
+            return line[line.index(marker) + skip:]
+    return line
 
 
 class SweepError(Exception):
@@ -182,10 +208,8 @@ def run_case(gguf: str, flags: dict[str, object], timeout: float) -> dict:
     if proc.returncode < 0 and "GGML_ASSERT" in proc.stderr:
         # llama.cpp itself aborted (an assertion in the graph reserve): a result worth keeping, not a probe failure
         line = next(ln for ln in proc.stderr.splitlines() if "GGML_ASSERT" in ln)
-        return {
-            "flags": dict(flags), "ok": False, "crashed": f"signal {-proc.returncode}",
-            "error": line[line.index("ggml/src/") if "ggml/src/" in line else 0:], "_commit": None,
-        }
+        return {"flags": dict(flags), "ok": False, "crashed": f"signal {-proc.returncode}",
+                "error": _source_relative(line), "_commit": None}
     if proc.returncode not in (0, 3):
         raise SweepError(f"probe exited {proc.returncode} on {gguf} {flags}: {proc.stderr.strip()[-500:]}")
     try:
@@ -240,10 +264,12 @@ def cpu_features() -> list[str]:
     return [f for f in REPACK_FEATURES if f in flags]
 
 
-def sweep_model(name: str, spec: dict, timeout: float) -> dict:
+def sweep_model(name: str, spec: dict, timeout: float, grid: list[dict[str, object]] | None = None) -> dict:
+    """Measure one model over its grid (FLAG_GRID and its ``extra`` settings, or its own ``grid``), or over
+    ``grid`` when given (EDGE_GRID)."""
     gguf = model_gguf(name, spec)
     cases = []
-    for flags in spec.get("grid", FLAG_GRID) + spec.get("extra", []):
+    for flags in grid if grid is not None else spec.get("grid", FLAG_GRID) + spec.get("extra", []):
         if int(flags.get("-np", 1)) > spec.get("max_np", 1 << 30):
             continue
         case = run_case(gguf, flags, timeout)
@@ -300,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--check-measured", action="store_true",
                     help="check the probe against the shared cases.json (cache bytes measured independently)")
+    ap.add_argument("--edges", action="store_true",
+                    help="measure EDGE_GRID instead, into edges/ (models with a gguf or an outtype)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per probe run")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     args = ap.parse_args(argv)
@@ -307,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, spec in MODELS.items():
             print(name, spec.get("preset") or spec.get("gguf"))
         return 0
-    names = args.model or list(MODELS)
+    names = args.model or [n for n in MODELS if not args.edges or "quant" not in MODELS[n]]
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         print(f"Error: unknown model '{unknown[0]}' (see --list)", file=sys.stderr)
@@ -322,13 +350,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Error: {e}", file=sys.stderr)
             return 1
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.edges and any("quant" in MODELS[n] for n in names):
+        print("Error: --edges measures the models with a gguf or an outtype, not the quantized skeletons",
+              file=sys.stderr)
+        return 2
     for name in names:
         try:
-            result = sweep_model(name, MODELS[name], args.timeout)
+            result = sweep_model(name, MODELS[name], args.timeout, EDGE_GRID if args.edges else None)
         except SweepError as e:
             print(f"Error: {e}", file=sys.stderr)
             return 1
-        path = args.out_dir / MODELS[name].get("subdir", "") / f"{name}.json"
+        subdir = "edges" if args.edges else MODELS[name].get("subdir", "")
+        path = args.out_dir / subdir / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1) + "\n")

@@ -41,11 +41,17 @@ def test_k_suffix_is_1024(short, digits):
                      "4096, 8k = 8192, 32768)"),
     (["-c", "4194304k"], "Invalid value for '-c' / '--ctx-size': 4294967296 is not in the range 0<=x<=4294967295."),
     (["-b", "0k"], "Invalid value for '-b' / '--batch-size': 0 is not in the range 1<=x<=4294967295."),
-    (["-ub", "-2k"], "Invalid value for '-ub' / '--ubatch-size': -2048 is not in the range 1<=x<=4294967295."),
+    (["-ub", "-2k"], "Invalid value for '-ub' / '--ubatch-size': -2048 is not in the range 0<=x<=4294967295."),
 ])
 def test_bad_token_counts_are_one_line_errors(args, message):
     r = run("estimate", "-m", "lfm2-1.2b", *args)
     assert (r.exit_code, r.output) == (2, f"Error: {message} (see 'rsplan estimate --help')\n")
+
+
+def test_ubatch_0_is_the_batch_size():
+    """llama.cpp takes -ub 0 as n_batch (src/llama-context.cpp:248 cparams.n_ubatch), itself -c at most."""
+    assert plan_json("-c", "1000", "-b", "700", "-ub", "0")["context"]["n_ubatch"] == 700
+    assert plan_json("-c", "1000", "-ub", "0")["context"]["n_ubatch"] == 1000
 
 
 def test_profile_reads_the_same_counts():

@@ -44,7 +44,10 @@ TINY_WEIGHTS = {
 
 @cache
 def _files() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(GOLDEN.glob("*.json"))}
+    """Every golden file by name: FLAG_GRID's as ``<model>``, EDGE_GRID's (sweep.py --edges) as ``edges/<model>``."""
+    files = {p.stem: json.loads(p.read_text()) for p in sorted(GOLDEN.glob("*.json"))}
+    files.update({f"edges/{p.stem}": json.loads(p.read_text()) for p in sorted(GOLDEN.glob("edges/*.json"))})
+    return files
 
 
 @cache
@@ -57,11 +60,12 @@ def _spec(name: str) -> ModelSpec | None:
     if not path.exists():
         return None
     spec = load_gguf(path)
-    return ModelSpec.model_validate({**spec.model_dump(), **TINY_WEIGHTS[name]})
+    return ModelSpec.model_validate({**spec.model_dump(), **TINY_WEIGHTS[name.removeprefix("edges/")]})
 
 
 def _params(flags: dict) -> ContextParams:
-    """probe.cpp's flags as rsplan's ContextParams (llama_context_default_params for the rest)."""
+    """probe.cpp's flags as rsplan's ContextParams (llama_context_default_params for the rest; -nkvo moves nothing
+    in a CPU build, --n-outputs-max and --embeddings size the compute and output buffers only)."""
     return ContextParams(
         n_ctx=flags.get("-c", 512),
         n_seq_max=flags.get("-np", 1),
@@ -88,11 +92,23 @@ def _case_id(c: tuple[str, int]) -> str:
 
 def test_golden_files_exist_and_name_one_llama_commit():
     files = _files()
-    assert len(files) >= 16  # 3 tiny GGUFs + 13 real-size skeletons
+    grid = {name for name in files if not name.startswith("edges/")}
+    assert len(grid) >= 16  # 3 tiny GGUFs + 13 real-size skeletons
     assert {d["llama_commit"] for d in files.values()} == {"0c1e570"}
     for name, data in files.items():
-        assert data["model"]["name"] == name
-        assert len(data["cases"]) >= 24, name
+        assert data["model"]["name"] == name.removeprefix("edges/")
+        assert len(data["cases"]) >= (8 if name.startswith("edges/") else 24), name
+    # every model of the grid is measured over the edge settings too
+    assert {name.removeprefix("edges/") for name in files if name.startswith("edges/")} == grid
+
+
+def test_edge_settings_cover_refusals_and_both_aborts():
+    """The edge files hold each way llama.cpp ends: accepted, refused (quantized V without flash attention),
+    aborted in the output buffer's reserve (more sequences than outputs)."""
+    cases = [c for name, d in _files().items() if name.startswith("edges/") for c in d["cases"]]
+    assert any(c["ok"] for c in cases)
+    assert any(not c["ok"] and not c.get("crashed") for c in cases)
+    assert any("n_outputs_max <= cparams.n_outputs_max" in (c.get("error") or "") for c in cases)
 
 
 @pytest.mark.parametrize("case", _cases(), ids=_case_id)

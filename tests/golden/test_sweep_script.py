@@ -39,6 +39,21 @@ def test_kept_log_drops_noise_and_counts_skipped_tensors(sweep):
     ]
 
 
+def test_assertion_lines_keep_the_path_from_the_llama_cpp_tree_on(sweep):
+    tree = "/home/x/llama.cpp"
+    assert sweep._source_relative(f"{tree}/ggml/src/ggml.c:2072: GGML_ASSERT(ggml_can_repeat(b, a)) failed") == (
+        "ggml/src/ggml.c:2072: GGML_ASSERT(ggml_can_repeat(b, a)) failed")
+    assert sweep._source_relative(f"{tree}/src/llama-context.cpp:2273: GGML_ASSERT(n) failed") == (
+        "src/llama-context.cpp:2273: GGML_ASSERT(n) failed")
+
+
+def test_edge_grid_holds_the_settings_random_testing_found(sweep):
+    flags = sweep.EDGE_GRID
+    assert {"-c": 100, "-np": 128} in flags and {"-c": 4096, "-np": 4, "--n-outputs-max": 2} in flags
+    assert any(f.get("-ub") == 0 for f in flags) and any(f["-c"] % 256 for f in flags)
+    assert {k for f in flags for k in f} >= {"--embeddings", "--swa-full", "-nkvo", "--n-outputs-max", "-kvu"}
+
+
 def test_grid_is_wide_enough_and_every_model_has_a_source(sweep):
     assert len(sweep.FLAG_GRID) >= 24
     flags = {k for f in sweep.FLAG_GRID for k in f}

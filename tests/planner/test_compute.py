@@ -67,6 +67,32 @@ def test_n_outputs_max_per_tool():
     assert n_outputs_max_for("server", ctx, n_draft=3) == 16  # 4 slots x (1 + 3 drafted)
     small = resolve_context(cache_layout(spec), ContextParams(n_ctx=8192, n_seq_max=4, n_batch=8))
     assert n_outputs_max_for("server", small, n_draft=3) == 8  # capped by n_batch
+    # llama-server caps at -b as given, not at cparams.n_batch (-b capped at -c = 100): 4 x (1 + 30) = 124
+    short = resolve_context(cache_layout(spec), ContextParams(n_ctx=100, n_seq_max=4))
+    assert (short.n_batch, n_outputs_max_for("server", short, n_draft=30)) == (100, 124)
+    assert n_outputs_max_for("cli", short) == 100
+    # with --embeddings llama-server asks for -b outputs (server_output_limits: {params.n_batch, 1})
+    assert n_outputs_max_for("server", short, n_draft=30, embeddings=True) == 2048
+
+
+def test_fewer_outputs_than_sequences_is_refused_as_llama_cpp_aborts():
+    """The constructor reserves one output row per sequence; llama_context::output_reserve asserts that they fit
+    n_outputs_max (-np 128 with -c 100: n_batch, hence n_outputs_max, is 100). The probe (library defaults:
+    n_outputs_max 0 = n_batch) aborts on these flags; llama-server sets n_outputs_max to min(-b, slots) and
+    aborts only where -b itself is below -np."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    spec = load_builtin_preset("mamba-130m")
+    assertion = r"GGML_ASSERT\(n_outputs_max <= cparams.n_outputs_max\)"
+    with pytest.raises(LlamaAbortError, match=assertion + r".* 128 sequences .* n_outputs_max 100 \(n_batch"):
+        compute_buffer(spec, ContextParams(n_ctx=100, n_seq_max=128), n_outputs_max=0)
+    with pytest.raises(LlamaAbortError, match=assertion + r".* 4 sequences .* n_outputs_max 2 \(as given\)"):
+        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4), n_outputs_max=2)
+    with pytest.raises(LlamaAbortError, match=assertion):
+        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=8, n_batch=4), tool="server")
+    # exactly one output row per sequence is enough; the server's -b 2048 leaves 128 rows at -c 100
+    assert compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4), n_outputs_max=4).n_outputs_max == 4
+    assert compute_buffer(spec, ContextParams(n_ctx=100, n_seq_max=128), tool="server").n_outputs_max == 128
 
 
 def test_unknown_vocabulary_is_refused():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -26,21 +27,23 @@ GOLDEN = Path(os.environ.get("RSPLAN_GOLDEN_BREAKDOWN", Path(__file__).resolve()
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
 #: llama.cpp flag -> ContextParams field
 FLAGS = {"-c": "n_ctx", "-np": "n_seq_max", "-kvu": "kv_unified", "-ctk": "type_k", "-ctv": "type_v",
-         "-fa": "flash_attn", "-b": "n_batch", "-ub": "n_ubatch", "--n-rs-seq": "n_rs_seq"}
-#: flags that change nothing this model covers (a CPU build has no GPU; the MTP weights are not in the graph)
-IGNORED = {"-ngl", "--load-mtp", "--n-outputs-max", "--embeddings", "--ctx-mtp"}
+         "-fa": "flash_attn", "-b": "n_batch", "-ub": "n_ubatch", "--n-rs-seq": "n_rs_seq", "--swa-full": "swa_full"}
+#: flags that change nothing this model covers (a CPU build has no GPU, so -nkvo moves nothing; the MTP weights
+#: are not in the graph), or that are passed to compute_buffer apart (--n-outputs-max, --embeddings, --ctx-mtp)
+IGNORED = {"-ngl", "--load-mtp", "--n-outputs-max", "--embeddings", "--ctx-mtp", "-nkvo"}
+
+
+def _files() -> list[tuple[str, dict]]:
+    """(name, data) of each golden file: FLAG_GRID's, then EDGE_GRID's (sweep.py --edges) as ``edges/<model>``."""
+    if not GOLDEN.is_dir():
+        return []
+    return [(("edges/" if path.parent.name == "edges" else "") + data["model"]["name"], data)
+            for path in sorted(GOLDEN.glob("*.json")) + sorted(GOLDEN.glob("edges/*.json"))
+            for data in [json.loads(path.read_text())]]
 
 
 def _cases() -> list[tuple[str, dict, dict]]:
-    if not GOLDEN.is_dir():
-        return []
-    out = []
-    for path in sorted(GOLDEN.glob("*.json")):
-        data = json.loads(path.read_text())
-        for case in data["cases"]:
-            if case["ok"]:
-                out.append((data["model"]["name"], data["model"], case))
-    return out
+    return [(name, data["model"], case) for name, data in _files() for case in data["cases"] if case["ok"]]
 
 
 CASES = _cases()
@@ -58,7 +61,8 @@ def _spec(model: dict):
 def _params(flags: dict) -> ContextParams:
     unknown = set(flags) - set(FLAGS) - IGNORED
     assert not unknown, f"golden flags this test does not map: {unknown}"
-    return ContextParams(**{FLAGS[k]: (bool(v) if k == "-kvu" else v) for k, v in flags.items() if k in FLAGS})
+    return ContextParams(**{FLAGS[k]: (bool(v) if k in ("-kvu", "--swa-full") else v)
+                            for k, v in flags.items() if k in FLAGS})
 
 
 def _id(case: tuple) -> str:
@@ -133,13 +137,7 @@ def test_reserve_graph_has_llama_cpps_node_count(case: tuple) -> None:
 
 
 def _crashed() -> list[tuple[str, dict, dict]]:
-    if not GOLDEN.is_dir():
-        return []
-    out = []
-    for path in sorted(GOLDEN.glob("*.json")):
-        data = json.loads(path.read_text())
-        out.extend((data["model"]["name"], data["model"], c) for c in data["cases"] if c.get("crashed"))
-    return out
+    return [(name, data["model"], case) for name, data in _files() for case in data["cases"] if case.get("crashed")]
 
 
 CRASHED = _crashed()
@@ -148,8 +146,9 @@ CRASHED = _crashed()
 @pytest.mark.skipif(not CRASHED, reason=f"no crashed cases in {GOLDEN}")
 @pytest.mark.parametrize("case", CRASHED, ids=_id)
 def test_flags_llama_cpp_aborts_on_are_refused(case: tuple) -> None:
-    """Where llama.cpp aborts while reserving the graphs (a GGML_ASSERT), a modelled arch's graph fails the same
-    check: no compute buffer is given for a context that cannot exist."""
+    """Where llama.cpp aborts while creating the context (a GGML_ASSERT: a reserve graph's shapes, or the output
+    buffer's rows), a modelled arch's compute buffer fails the same check: no compute buffer is given for a
+    context that cannot exist."""
     from rsplan.planner.compute import LlamaAbortError
 
     _, model, c = case
@@ -158,6 +157,8 @@ def test_flags_llama_cpp_aborts_on_are_refused(case: tuple) -> None:
         pytest.skip(f"no compute-buffer model for {spec.arch}")
     if spec.vocab_size is None:
         pytest.skip("the preset does not give its vocabulary size")
-    assert "ggml_can_repeat" in c["error"]
-    with pytest.raises(LlamaAbortError, match="ggml_can_repeat"):
-        compute_buffer(spec, _params(c["flags"]), n_outputs_max=c["flags"].get("--n-outputs-max", 0))
+    check = c["error"].split("GGML_ASSERT(", 1)[1].rsplit(") failed", 1)[0]  # the assertion that failed
+    assert check in {"ggml_can_repeat(b, a)", "n_outputs_max <= cparams.n_outputs_max"}, c["error"]
+    with pytest.raises(LlamaAbortError, match=re.escape(f"GGML_ASSERT({check})")):
+        compute_buffer(spec, _params(c["flags"]), n_outputs_max=c["flags"].get("--n-outputs-max", 0),
+                       embeddings=bool(c["flags"].get("--embeddings")))

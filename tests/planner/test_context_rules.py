@@ -58,6 +58,14 @@ def test_batch_sizes_are_capped_by_context():
     assert (c.n_batch, c.n_ubatch) == (300, 300)
 
 
+def test_ubatch_0_is_the_batch_size():
+    """-ub 0 takes n_batch (src/llama-context.cpp:248 cparams.n_ubatch: ``params.n_ubatch == 0 ?
+    params.n_batch``), capped at -c like n_batch; -b 0 stays refused (llama.cpp aborts on it in output_reserve)."""
+    assert (ctx(n_ctx=1000, n_batch=700, n_ubatch=0).n_ubatch, ctx(n_ctx=300, n_ubatch=0).n_ubatch) == (700, 300)
+    with pytest.raises(ContextError, match=r"n_batch must be an integer in \[1, "):
+        ContextParams(n_batch=0)
+
+
 def test_rollback_planes_and_clamp():
     assert ctx(n_rs_seq=3, n_seq_max=2).rs_rows == 2 * 4
     mamba2 = cache_layout(make_spec(arch="mamba2", context_length=4096, embedding_length=64, block_count=1,
