@@ -27,6 +27,8 @@ MAX_LAYERS = 512
 MAX_DIM = 1 << 20
 #: The largest head count.
 MAX_HEADS = 1 << 14
+#: src/llama-hparams.h:12 LLAMA_MAX_EXPERTS.
+MAX_EXPERTS = 1024
 #: The largest training context (uint32 in llama.cpp).
 MAX_CTX = (1 << 32) - 1
 
@@ -386,6 +388,12 @@ def check_consistency(spec: Any) -> None:
         raise ValueError(f"attention.head_count must be > 0 for the hybrid arch '{spec.arch}'")
     _check_ssm_counts(spec, info)
     _check_kv_heads(spec, info)
+    # src/llama-model.cpp:1361 GGML_ASSERT(n_expert <= LLAMA_MAX_EXPERTS), :1362 (n_expert_used_max <= n_expert)
+    if spec.expert_count > MAX_EXPERTS:
+        raise ValueError(f"expert_count ({spec.expert_count}) exceeds llama.cpp's {MAX_EXPERTS} (LLAMA_MAX_EXPERTS)")
+    if spec.expert_count and spec.expert_used_count > spec.expert_count:
+        raise ValueError(f"expert_used_count ({spec.expert_used_count}) exceeds expert_count ({spec.expert_count}): "
+                         "llama.cpp asserts n_expert_used <= n_expert")
 
 
 def _check_ssm_counts(spec: Any, info: ArchInfo) -> None:

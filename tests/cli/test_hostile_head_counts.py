@@ -18,6 +18,7 @@ MAMBA2 = (REPO / "presets" / "mamba2-130m.yaml").read_text()
 LFM2 = (REPO / "presets" / "lfm2-1.2b.yaml").read_text()
 PLAMO2 = (REPO / "presets" / "plamo-2-1b.yaml").read_text()
 FALCON_H1 = (REPO / "presets" / "falcon-h1-0.5b-instruct.yaml").read_text()
+LFM2_MOE = (REPO / "presets" / "lfm2-8b-a1b.yaml").read_text()
 LFM2_KV = "head_count_kv: [0, 0, 8, 0, 0, 8, 0, 0, 8, 0, 8, 0, 8, 0, 8, 0]"
 DIVIDES = "(llama.cpp divides by it: a division by zero)"
 
@@ -42,8 +43,12 @@ def edited(text: str, old: str, new: str) -> str:
     (edited(FALCON_H1, "head_count_kv: 2", "head_count_kv: 0"),
      "attention.head_count_kv: layer 0 is an attention layer of arch 'falcon-h1' but has 0 KV heads (llama.cpp "
      "divides by them)"),
+    (edited(LFM2_MOE, "expert_used_count: 4", "expert_used_count: 33"),
+     "expert_used_count (33) exceeds expert_count (32): llama.cpp asserts n_expert_used <= n_expert"),
+    (edited(LFM2_MOE, "expert_count: 32", "expert_count: 1025"),
+     "expert_count (1025) exceeds llama.cpp's 1024 (LLAMA_MAX_EXPERTS)"),
 ], ids=["mamba2 0 heads", "mamba2 0 groups", "plamo2 1 group", "7 of 32 KV heads", "64 of 32 KV heads",
-        "falcon-h1 0 KV heads"])
+        "falcon-h1 0 KV heads", "33 of 32 experts used", "1025 experts"])
 @pytest.mark.parametrize("command", [("estimate",), ("fit", "--quant", "Q4_K_M", "--budget", "24GiB"),
                                      ("capacity", "--budget", "24GiB")], ids=["estimate", "fit", "capacity"])
 def test_preset_head_counts(tmp_path: Path, text: str, message: str, command: tuple[str, ...]):
@@ -82,3 +87,39 @@ def test_every_builtin_preset_keeps_its_head_counts():
     assert len(names) > 20
     for name in names:
         assert CliRunner().invoke(cli, ["inspect", "-m", name]).exit_code == 0, name
+
+
+# qwen35 with 12 query heads over 3 KV heads of 128 (key_length given), 8 value heads in 8 groups of 128 channels
+SMALL_QWEN35 = """\
+name: small-hybrid
+source: test
+arch: qwen35
+context_length: 4096
+embedding_length: 1024
+block_count: 4
+attention: {head_count: 12, head_count_kv: 3, key_length: 128, value_length: 128}
+ssm: {conv_kernel: 4, inner_size: 1024, state_size: 64, time_step_rank: 8, group_count: 8}
+"""
+
+
+@pytest.mark.parametrize(("model", "tp", "message"), [
+    ("lfm2-1.2b", "64", "num_attention_heads (32) is not divisible by the tensor-parallel size 64"),
+    ("small", "2", "num_key_value_heads (3) is not divisible by the tensor-parallel size 2"),
+    ("small", "4", "the tensor-parallel size 4 is not a multiple of the KV heads (num_key_value_heads 3), which the "
+                   "engine replicates over the ranks"),
+], ids=["query heads", "KV heads", "KV replicas"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_tensor_parallel_sizes_the_engines_refuse(tmp_path: Path, model: str, tp: str, message: str, engine: str):
+    # vLLM's ModelConfig.verify_with_parallel_config and QKVParallelLinear (SGLang's copy of it) refuse to start
+    if model == "small":
+        (tmp_path / "small.yaml").write_text(SMALL_QWEN35)
+        model = str(tmp_path / "small.yaml")
+    r = CliRunner().invoke(cli, ["estimate", "-m", model, "--engine", engine, "-tp", tp], prog_name="rsplan")
+    assert one_line_error(r) == message
+
+
+def test_tensor_parallel_sizes_that_replicate_whole_kv_heads():
+    # lfm2-1.2b: 32 query heads shard over 16 ranks, its 8 KV heads are each replicated on 2 of them
+    r = CliRunner().invoke(cli, ["estimate", "-m", "lfm2-1.2b", "--engine", "vllm", "-tp", "16"])
+    assert r.exit_code == 0, r.output
+    assert "attention  k           6  1 x 64" in r.output
