@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -99,9 +100,16 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
         if not sep:
             raise WeightPlacementError(f"-ot '{item}': expected PATTERN=BUFFER_TYPE")
         try:
-            re.compile(pattern)
+            with warnings.catch_warnings():
+                # Python's re warns where it reads a pattern otherwise than before ("[[:alpha:]]": a set of
+                # characters, not std::regex's POSIX class): a pattern that matches other tensors is refused
+                warnings.simplefilter("error", FutureWarning)
+                re.compile(pattern)
         except re.error as exc:
             raise WeightPlacementError(f"-ot '{item}': bad pattern: {exc}") from None
+        except FutureWarning as exc:
+            raise WeightPlacementError(f"-ot '{item}': a pattern rsplan cannot read as llama.cpp's std::regex does "
+                                       f"({exc}; POSIX classes such as [[:alpha:]] are not supported)") from None
         if buft == "CPU":
             out.append(TensorOverride(pattern, "CPU"))
         elif buft in device_names:

@@ -89,3 +89,13 @@ def test_a_rope_factor_past_float32_in_config_json(tmp_path, factor):
     assert one_line_error(run("estimate", "-m", str(d))) == (
         f"{d / 'config.json'}: rope_scaling.factor: {factor:g} does not fit the float32 GGUF stores it as"
     )
+
+
+def test_an_override_pattern_python_reads_otherwise_is_refused():
+    # std::regex (ECMAScript) reads [[:alpha:]] as a letter; Python's re as a set of '[', ':', 'a', ... followed by
+    # ']', with a FutureWarning on stderr: the fit would have placed other tensors than llama.cpp does
+    r = run("fit", "-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB", "-ot", "[[:alpha:]]=CPU")
+    assert one_line_error(r) == (
+        "-ot '[[:alpha:]]=CPU': a pattern rsplan cannot read as llama.cpp's std::regex does (Possible nested set "
+        "at position 1; POSIX classes such as [[:alpha:]] are not supported)"
+    )
