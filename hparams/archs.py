@@ -49,6 +49,11 @@ class ArchInfo:
     head_dims_without_heads: bool = False
     #: further attention.* keys the loader reads (weight shapes and the graph), each -> whether it is required
     attention_keys: tuple[tuple[str, bool], ...] = ()
+    #: ssm.* head and group counts the loader or the graph divides by (``d_inner / n_head``,
+    #: ``d_inner / n_group``): 0 is an integer division by zero there (SIGFPE), so they must be >= 1
+    ssm_divisors: tuple[str, ...] = ()
+    #: ssm.* keys the graph asserts are 0 (src/models/plamo2.cpp:281 GGML_ASSERT(n_group == 0))
+    ssm_zero: tuple[str, ...] = ()
 
     @property
     def rollback(self) -> bool:
@@ -58,6 +63,10 @@ class ArchInfo:
 
 _SSM_MAMBA1 = ("conv_kernel", "inner_size", "state_size", "time_step_rank")
 _SSM_MAMBA2 = (*_SSM_MAMBA1, "group_count")
+#: the Mamba-2 mixer (src/models/mamba-base.cpp:167 head_dim = d_inner / n_head, src/models/mamba2.cpp:78 ssm_norm
+#: {d_inner / n_group, n_group}) and the gated delta net (src/models/qwen3next.cpp:322 d_inner / num_v_heads, :340
+#: num_v_heads / num_k_heads) divide by both
+_HEADS_AND_GROUPS = ("time_step_rank", "group_count")
 #: RWKV-7's LoRA ranks (src/models/rwkv7.cpp:7 n_lora_decay, the same lines in src/models/arwkv7.cpp): the gate's
 #: is optional (ARWKV-7 files without an output gate)
 _RWKV7_LORA = (("decay_lora_rank", True), ("iclr_lora_rank", True), ("value_residual_mix_lora_rank", True),
@@ -67,18 +76,22 @@ ARCHS: dict[str, ArchInfo] = {
     a.name: a
     for a in (
         ArchInfo("mamba", "mamba", "recurrent", "all", "none", {"ssm": _SSM_MAMBA1}),
-        ArchInfo("mamba2", "mamba2", "recurrent", "all", "none", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("mamba2", "mamba2", "recurrent", "all", "none", {"ssm": _SSM_MAMBA2},
+                 ssm_divisors=_HEADS_AND_GROUPS),
         ArchInfo("rwkv6", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
         ArchInfo("rwkv6qwen2", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}),
         ArchInfo("rwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}, attention_keys=_RWKV7_LORA),
         ArchInfo("arwkv7", "rwkv", "recurrent", "all", "none", {"wkv": ("head_size",)}, attention_keys=_RWKV7_LORA),
         ArchInfo("jamba", "mamba", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA1}),
-        ArchInfo("falcon-h1", "mamba2", "hybrid", "all", "all", {"ssm": _SSM_MAMBA2}),
+        ArchInfo("falcon-h1", "mamba2", "hybrid", "all", "all", {"ssm": _SSM_MAMBA2}, ssm_divisors=_HEADS_AND_GROUPS),
         ArchInfo("plamo2", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2},
-                 head_dims_without_heads=True),
-        ArchInfo("granitehybrid", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2}),
-        ArchInfo("nemotron_h", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2}),
-        ArchInfo("nemotron_h_moe", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2}),
+                 head_dims_without_heads=True, ssm_divisors=("time_step_rank",), ssm_zero=("group_count",)),
+        ArchInfo("granitehybrid", "mamba2", "hybrid", "kv_zero", "not_recurrent", {"ssm": _SSM_MAMBA2},
+                 ssm_divisors=_HEADS_AND_GROUPS),
+        ArchInfo("nemotron_h", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2},
+                 ssm_divisors=_HEADS_AND_GROUPS),
+        ArchInfo("nemotron_h_moe", "mamba2", "hybrid", "nemotron", "nemotron", {"ssm": _SSM_MAMBA2},
+                 ssm_divisors=_HEADS_AND_GROUPS),
         ArchInfo(
             "lfm2", "shortconv", "hybrid", "kv_zero", "not_recurrent", {"shortconv": ("l_cache",)},
             reads_sliding_window=True,
@@ -87,14 +100,17 @@ ARCHS: dict[str, ArchInfo] = {
         ArchInfo(
             "qwen3next", "gated_delta_net", "hybrid", "interval", "trunk_not_recurrent",
             {"ssm": _SSM_MAMBA2}, full_attention_interval=4,
+            ssm_divisors=_HEADS_AND_GROUPS,
         ),
         ArchInfo(
             "qwen35", "gated_delta_net", "hybrid", "interval", "trunk_not_recurrent",
             {"ssm": _SSM_MAMBA2}, full_attention_interval=4,
+            ssm_divisors=_HEADS_AND_GROUPS,
         ),
         ArchInfo(
             "qwen35moe", "gated_delta_net", "hybrid", "interval", "trunk_not_recurrent",
             {"ssm": _SSM_MAMBA2}, full_attention_interval=4,
+            ssm_divisors=_HEADS_AND_GROUPS,
         ),
         ArchInfo(
             "kimi-linear", "kda", "hybrid", "kv_zero", "not_recurrent",

@@ -247,7 +247,11 @@ def write_rope_scaling(cfg: HFParams, w: KeyWriter) -> None:
         raise cfg.fail(f"{name}.factor", f"expected a number, got {json.dumps(factor)[:40]}")
     if rope_type in ("linear", "yarn") and factor is not None:
         w.scalar(Rope.SCALING_TYPE, "str", rope_type, f"{name}.rope_type")
-        w.scalar(Rope.SCALING_FACTOR, "f32", _f32(float(factor)), f"{name}.factor")
+        try:
+            stored = _f32(float(factor))
+        except OverflowError:  # GGUFWriter.add_float32 fails the same way: the converter writes no file
+            raise cfg.fail(f"{name}.factor", f"{factor:g} does not fit the float32 GGUF stores it as") from None
+        w.scalar(Rope.SCALING_FACTOR, "f32", stored, f"{name}.factor")
         if rope_type == "yarn":
             key = f"{name}.original_max_position_embeddings"
             if "original_max_position_embeddings" not in params:

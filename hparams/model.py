@@ -27,6 +27,8 @@ MAX_LAYERS = 512
 MAX_DIM = 1 << 20
 #: The largest head count.
 MAX_HEADS = 1 << 14
+#: src/llama-hparams.h:12 LLAMA_MAX_EXPERTS.
+MAX_EXPERTS = 1024
 #: The largest training context (uint32 in llama.cpp).
 MAX_CTX = (1 << 32) - 1
 
@@ -384,3 +386,55 @@ def check_consistency(spec: Any) -> None:
     head_count_0 = attention.head_count[0] if isinstance(attention.head_count, list) else attention.head_count
     if info.memory == "hybrid" and head_count_0 == 0 and not info.head_dims_without_heads:
         raise ValueError(f"attention.head_count must be > 0 for the hybrid arch '{spec.arch}'")
+    _check_ssm_counts(spec, info)
+    _check_kv_heads(spec, info)
+    # src/llama-model.cpp:1361 GGML_ASSERT(n_expert <= LLAMA_MAX_EXPERTS), :1362 (n_expert_used_max <= n_expert)
+    if spec.expert_count > MAX_EXPERTS:
+        raise ValueError(f"expert_count ({spec.expert_count}) exceeds llama.cpp's {MAX_EXPERTS} (LLAMA_MAX_EXPERTS)")
+    if spec.expert_count and spec.expert_used_count > spec.expert_count:
+        raise ValueError(f"expert_used_count ({spec.expert_used_count}) exceeds expert_count ({spec.expert_count}): "
+                         "llama.cpp asserts n_expert_used <= n_expert")
+
+
+def _check_ssm_counts(spec: Any, info: ArchInfo) -> None:
+    """The ssm head and group counts the arch's graph divides by are >= 1 (plamo2's group_count is 0)."""
+    ssm = spec.ssm
+    if ssm is None:
+        return
+    for key in info.ssm_divisors:
+        if getattr(ssm, key) == 0:
+            raise ValueError(f"ssm.{key} must be >= 1 for arch '{spec.arch}' (llama.cpp divides by it: a division "
+                             "by zero)")
+    for key in info.ssm_zero:
+        value = getattr(ssm, key)
+        if value:
+            raise ValueError(f"ssm.{key} must be 0 for arch '{spec.arch}' (llama.cpp asserts it), got {value}")
+
+
+def _per_layer(value: Any, il: int) -> int:
+    return int(value[il] if isinstance(value, list) else value)
+
+
+def _check_kv_heads(spec: Any, info: ArchInfo) -> None:
+    """Every attention layer's KV heads divide its query heads (ggml_mul_mat and ggml_flash_attn_ext broadcast K
+    and V over whole groups of query heads and abort otherwise), and a layer the arch gives a KV cache whatever
+    its head_count_kv (Falcon-H1's every layer, the attention layers of the interval archs) has KV heads."""
+    attention = spec.attention
+    kv = attention.head_count if attention.head_count_kv is None else attention.head_count_kv
+    n_layer = spec.block_count - spec.nextn_predict_layers
+    interval = spec.full_attention_interval or info.full_attention_interval
+    for il in range(spec.block_count):
+        n_head, n_kv = _per_layer(attention.head_count, il), _per_layer(kv, il)
+        if n_head > 0 and n_kv > 0 and n_head % n_kv:
+            raise ValueError(f"attention.head_count_kv: layer {il} has {n_kv} KV heads, which do not divide its "
+                             f"{n_head} query heads (llama.cpp's attention aborts)")
+        if n_kv > 0 or n_head == 0:
+            continue
+        if info.layer_rule == "interval" and il < n_layer:
+            flags = attention.recurrent_layers
+            kv_layer = not flags[il] if flags is not None else interval is not None and (il + 1) % interval == 0
+        else:
+            kv_layer = info.kv_filter == "all"
+        if kv_layer:
+            raise ValueError(f"attention.head_count_kv: layer {il} is an attention layer of arch '{spec.arch}' "
+                             "but has 0 KV heads (llama.cpp divides by them)")

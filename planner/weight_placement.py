@@ -24,11 +24,14 @@ planner.host_weights. Not modelled here: ``-sm row`` (split buffer types).
 
 from __future__ import annotations
 
+import functools
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
+from rsplan.hparams.model import MAX_LAYERS
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.placement import Placement
 
@@ -78,10 +81,15 @@ class TensorOverride:
 
 
 def n_cpu_moe_overrides(n: int) -> list[TensorOverride]:
-    """``--n-cpu-moe N``: the experts of the first ``n`` layers on the host."""
+    """``--n-cpu-moe N``: the experts of the first ``n`` layers on the host.
+
+    llama.cpp adds one pattern per layer up to ``n`` (``--n-cpu-moe 999`` is a common "all"); the patterns past
+    LLAMA_MAX_LAYERS name no tensor of any model, so they are left out (each would be tried on every tensor at
+    every step of the fit: ``-ncmoe 100000`` took hours).
+    """
     if n < 0:
         raise WeightPlacementError(f"--n-cpu-moe {n}: must be >= 0")
-    return [TensorOverride(rf"blk\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(n)]
+    return [TensorOverride(rf"blk\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(min(n, MAX_LAYERS))]
 
 
 def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverride]:
@@ -92,9 +100,16 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
         if not sep:
             raise WeightPlacementError(f"-ot '{item}': expected PATTERN=BUFFER_TYPE")
         try:
-            re.compile(pattern)
+            with warnings.catch_warnings():
+                # Python's re warns where it reads a pattern otherwise than before ("[[:alpha:]]": a set of
+                # characters, not std::regex's POSIX class): a pattern that matches other tensors is refused
+                warnings.simplefilter("error", FutureWarning)
+                re.compile(pattern)
         except re.error as exc:
             raise WeightPlacementError(f"-ot '{item}': bad pattern: {exc}") from None
+        except FutureWarning as exc:
+            raise WeightPlacementError(f"-ot '{item}': a pattern rsplan cannot read as llama.cpp's std::regex does "
+                                       f"({exc}; POSIX classes such as [[:alpha:]] are not supported)") from None
         if buft == "CPU":
             out.append(TensorOverride(pattern, "CPU"))
         elif buft in device_names:
@@ -165,12 +180,19 @@ def place_weights(
     return WeightBytes(tuple(device), host)
 
 
+@functools.cache
+def _regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled once: re's own cache holds 512 patterns, and more -ot entries than that (or
+    --n-cpu-moe past 512) recompiled every pattern for every tensor."""
+    return re.compile(pattern)
+
+
 def where_weight(name: str, layer: str | int | None, placement: Placement,
                  overrides: Sequence[TensorOverride]) -> int | None:
     """The device holding weight ``name`` of ``layer`` (None: host memory): the first matching override, else its
     layer's device (the input layer always on the host)."""
     for o in overrides:
-        if re.search(o.pattern, name):
+        if _regex(o.pattern).search(name):
             return None if o.buffer == "CPU" else int(o.buffer)
     if layer == "input":
         return None

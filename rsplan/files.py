@@ -134,6 +134,8 @@ class AtomicFile:
         self.shown, self.what, self.error = str(path), what, error
         if not self.shown:
             raise self._fail("empty file name")
+        if self.shown.endswith(os.sep):  # realpath would drop the slash and write a file of that name
+            raise self._fail("a file name cannot end with /, which names a directory")
         self.path = Path(os.path.realpath(path))
         try:
             st = os.stat(self.path)

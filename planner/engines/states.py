@@ -165,6 +165,16 @@ def attention_shape(spec: ModelSpec, layout: CacheLayout, tp: int, *, engine: st
         raise EngineError(f"attention layers of different KV shapes are not modelled for {engine}")
     (n_kv,), (hk,) = kv_heads, head_k
     ils = tuple(layer.il for layer in layers)
+    # vLLM's ModelConfig.verify_with_parallel_config and SGLang's attention shard the query heads evenly, and
+    # QKVParallelLinear the KV heads (or replicates them over whole groups of ranks): both refuse to start otherwise
+    for n_head in sorted({spec.head_count(il) for il in ils}):
+        divide(n_head, tp, "num_attention_heads")
+    if not layout.arch.mla:
+        if n_kv >= tp:
+            divide(n_kv, tp, "num_key_value_heads")
+        elif tp % n_kv:
+            raise EngineError(f"the tensor-parallel size {tp} is not a multiple of the KV heads "
+                              f"(num_key_value_heads {n_kv}), which the engine replicates over the ranks")
     if layout.arch.mla:
         return AttentionShape(ils, True, 1, hk, hk)
     if head_v != {hk}:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from rsplan.cli.options import FiniteFloatRange
 from rsplan.cli.sections import Decorator, section
 from rsplan.errors import RsplanError
 from rsplan.planner.context import CTX_PAD, MAX_CTX
@@ -78,7 +79,7 @@ BUDGET_OPTIONS: list[Decorator] = [
     click.option("--rope-scaling", "rope_scaling", type=click.Choice(["none", "linear", "yarn"]), default=None,
                  help="llama.cpp --rope-scaling (default: the model file's rope.scaling.type). Recommendations stop "
                  "at the training context unless YaRN (--rope-scaling yarn --rope-scale N) extends it."),
-    click.option("--rope-scale", "rope_scale", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None,
+    click.option("--rope-scale", "rope_scale", type=FiniteFloatRange(min=0, min_open=True, max=1e6), default=None,
                  metavar="N",
                  help="llama.cpp --rope-scale: context scaling factor (YaRN context = --yarn-orig-ctx x N)."),
     click.option("--yarn-orig-ctx", "yarn_orig_ctx", type=click.IntRange(0, MAX_CTX), default=None, metavar="N",

@@ -18,6 +18,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from rsplan.cli.options import FiniteFloatRange
 from rsplan.cli.sections import Decorator, section
 from rsplan.errors import RsplanError
 from rsplan.planner.engines import ENGINES, NATIVE, flag_modules
@@ -57,7 +58,7 @@ def _option(f: EngineFlag, decls: list[str], choices: list[str]) -> Callable[...
     if f.kind == "int":
         kind: Any = click.IntRange(int(f.lo) if f.lo is not None else None, int(f.hi) if f.hi is not None else None)
     elif f.kind == "float":
-        kind = click.FloatRange(f.lo, f.hi, min_open=True)
+        kind = FiniteFloatRange(f.lo, f.hi, min_open=True)
     elif f.kind == "choice":
         kind = click.Choice(choices)
     else:  # size: parsed after click, so that units and bounds give rsplan's own messages

@@ -76,7 +76,8 @@ def parse_host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, 
     if no_mmap and ctx.get_parameter_source("load_mode") != ParameterSource.DEFAULT and load_mode != "none":
         raise click.UsageError(f"--no-mmap and --load-mode {load_mode} contradict each other", ctx)
     try:
-        target = parse_target("none" if no_repack else cpu_repack or DEFAULT_TARGET)
+        # an empty --cpu-repack '' is refused as an unknown target, not read as the default
+        target = parse_target("none" if no_repack else DEFAULT_TARGET if cpu_repack is None else cpu_repack)
     except RepackError as exc:
         raise click.BadParameter(str(exc).removeprefix(f"--cpu-repack '{cpu_repack}': "), ctx,
                                  param_hint="--cpu-repack") from None

@@ -9,6 +9,7 @@ that reads only some context flags (``rsplan profile``) takes them one by one fr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -46,6 +47,17 @@ class Tokens(click.ParamType):
         if not self.lo <= n <= self.hi:
             self.fail(f"{n} is not in the range {self.lo}<=x<={self.hi}.", param, ctx)
         return n
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses ``nan`` and ``inf``, which float() reads and its range check lets
+    through (every comparison with NaN is false): ``--mem-fraction-static nan`` would reach the planner."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number in the range {self._describe_range()}.", param, ctx)
+        return rv
 
 
 #: How the model is given. Commands add it with ``model_options()``; options every command reads about the model

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from rsplan.cli.errors import user_errors
-from rsplan.cli.options import CONTEXT_OPTION, Tokens, model_options
+from rsplan.cli.options import CONTEXT_OPTION, FiniteFloatRange, Tokens, model_options
 from rsplan.cli.renamed import Renamed, apply_renamed
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
@@ -117,7 +117,7 @@ WORKLOAD_OPTIONS = [
                  help="Untimed steps before them."),
     click.option("--seed", type=click.IntRange(0, (1 << 32) - 1), default=0, show_default=True, metavar="N",
                  help="Seed of the inputs and the accepted drafts."),
-    click.option("--max-seconds", type=click.FloatRange(min=0), default=None, metavar="S",
+    click.option("--max-seconds", type=FiniteFloatRange(min=0), default=None, metavar="S",
                  help="Time limit: the iterations are lowered (and the report says so) when a one-step probe "
                  "predicts more. Default 180 on CPU, 300 on CUDA; 0: no limit."),
 ]

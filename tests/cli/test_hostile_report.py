@@ -92,3 +92,17 @@ def test_a_directory_as_profile(tmp_path):
     assert one_line_error(run("--profile", str(tmp_path), "-o", str(tmp_path / "r.html"))) == (
         f"--profile {tmp_path}: cannot read: Is a directory"
     )
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new name", "existing file"])
+def test_an_output_name_ending_in_a_slash_is_not_written_as_a_file(tmp_path, existing):
+    # os.path.realpath drops the slash: "r.html/" used to write (or replace) the file r.html
+    if existing:
+        (tmp_path / "r.html").write_text("old")
+    out = f"{tmp_path / 'r.html'}/"
+    assert one_line_error(run("-o", out)) == (
+        f"cannot write the report to {out}: a file name cannot end with /, which names a directory"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["r.html"] if existing else [])
+    if existing:
+        assert (tmp_path / "r.html").read_text() == "old"
