@@ -125,44 +125,54 @@ class Survey:
 
     # -- device_compute ----------------------------------------------------------------------------------------
 
-    def device_series(self, rec: dict[str, Any], spec: Any, layout: Any, where: str, setup: Any, s: Series,
-                      mode: str) -> None:
+    def device_series(self, rec: dict[str, Any], spec: Any, layout: Any, all_setups: dict[str, Any],
+                      s: Series) -> None:
+        """Each context in turn under every placement and run (so that the ordinary sizing finds the graphs it
+        built at that context for the placement before: planner.compute keeps the last ones); ``SHAPES`` holds a
+        key per placement and run meanwhile, so that each key's contexts are sized on its kept graphs."""
         from rsplan.planner import device_compute as dc
         from rsplan.planner.compute import draft_layout_and_params, paused_gc, reserve_graph_builder
         from rsplan.planner.context import resolve_context
         from rsplan.planner.kept_shapes import symbolic_context
         from rsplan.planner.kv_affine import KCells
 
-        real, dry = mode == "real", mode == "dry"
         n_out = s.n_seq if s.mtp else None  # the draft context's outputs as planner.fit_draft asks
+        runs = [(where, mode) for where in self.args.placements for mode in self.args.modes]
         dc.SHAPES.clear()
-        reason = None
-        for c in self.args.contexts:
-            params = s.params(c)
-            before = dict(dc.SHAPES.stats)
-            got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, real_run=real,
-                                 dry_run=dry, mtp_draft=s.mtp, n_outputs_max=n_out)
-            path = _delta(dc.SHAPES.stats, before)
+        size = dc.SHAPES.size
+        dc.SHAPES.size = max(size, 2 * len(runs))  # with -np 1, -c 256 runs its own ubatch: a key of its own
+        reasons: dict[tuple[str, str], str] = {}
+        try:
+            for c in self.args.contexts:
+                params = s.params(c)
+                for where, mode in runs:
+                    setup, real, dry = all_setups[where], mode == "real", mode == "dry"
+                    before = dict(dc.SHAPES.stats)
+                    got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, real_run=real,
+                                         dry_run=dry, mtp_draft=s.mtp, n_outputs_max=n_out)
+                    path = _delta(dc.SHAPES.stats, before)
 
-            def ordinary(params: Any) -> Any:
-                build = reserve_graph_builder(spec, s.mtp)
-                lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
-                run = dc._Run(build, spec, lay, par.flash_attn, setup, "server", 0, n_out, False, real, dry)
-                ctx = resolve_context(lay, par)
-                with paused_gc():
-                    return dc._size(run, ctx), run, ctx
+                    def ordinary(params: Any, setup: Any, real: bool, dry: bool) -> Any:
+                        build = reserve_graph_builder(spec, s.mtp)
+                        lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
+                        run = dc._Run(build, spec, lay, par.flash_attn, setup, "server", 0, n_out, False, real, dry)
+                        ctx = resolve_context(lay, par)
+                        with paused_gc():
+                            return dc._size(run, ctx), run, ctx
 
-            want, want_err = _call(ordinary, params)
-            what = f"device {where} {s.label()} {mode} c={c}/seq"
-            self.compare(rec, "device", what, got, got_err, want[0] if want else None, want_err, path)
-            if path == "ordinary" and want is not None:
-                if reason is None:
-                    _, run, ctx = want
-                    k = ctx.n_ctx_seq // 256
-                    _, reason = _call(dc._Splits, run, ctx, symbolic_context(ctx, KCells(k)))
-                    reason = reason or "(the symbolic build succeeds now: a key tried before)"
-                rec["fallbacks"].append(f"{what}: {reason}")
-                self.say(f"  FALLBACK {what}: {reason}")
+                    want, want_err = _call(ordinary, params, setup, real, dry)
+                    what = f"device {where} {s.label()} {mode} c={c}/seq"
+                    self.compare(rec, "device", what, got, got_err, want[0] if want else None, want_err, path)
+                    if path == "ordinary" and want is not None:
+                        if (where, mode) not in reasons:
+                            _, run, ctx = want
+                            k = ctx.n_ctx_seq // 256
+                            _, reason = _call(dc._Splits, run, ctx, symbolic_context(ctx, KCells(k)))
+                            reasons[(where, mode)] = reason or "(the symbolic build succeeds now: tried before)"
+                        rec["fallbacks"].append(f"{what}: {reasons[(where, mode)]}")
+                        self.say(f"  FALLBACK {what}: {reasons[(where, mode)]}")
+        finally:
+            dc.SHAPES.size = size
 
     # -- compute_buffer ----------------------------------------------------------------------------------------
 
@@ -247,9 +257,7 @@ class Survey:
             if not self.args.no_cpu:
                 self.cpu_series(rec, spec, layout, s)
             if not self.args.no_device:
-                for where in self.args.placements:
-                    for mode in self.args.modes:
-                        self.device_series(rec, spec, layout, where, all_setups[where], s, mode)
+                self.device_series(rec, spec, layout, all_setups, s)
             self.say(f"  {s.label()}: {time.time() - ts:.1f} s")
         rec["seconds"] = round(time.time() - t0, 1)
         self.say(f"== {name}: device {rec['device_compared']} compared {dict(rec['device_paths'])}, "
