@@ -65,6 +65,7 @@ class Series:
     fa: str
     type_k: str
     n_ubatch: int
+    type_v: str = "f16"
     n_rs_seq: int = 0
     kv_unified: bool = False
     mtp: bool = False
@@ -73,17 +74,22 @@ class Series:
         from rsplan.planner.context import ContextParams
 
         return ContextParams(n_ctx=c * self.n_seq, n_seq_max=self.n_seq, flash_attn=self.fa, type_k=self.type_k,
-                             n_ubatch=self.n_ubatch, n_rs_seq=self.n_rs_seq, kv_unified=self.kv_unified)
+                             type_v=self.type_v, n_ubatch=self.n_ubatch, n_rs_seq=self.n_rs_seq,
+                             kv_unified=self.kv_unified)
 
     def label(self) -> str:
         extra = (f" rs{self.n_rs_seq}" if self.n_rs_seq else "") + (" kvu" if self.kv_unified else "") + (
             " mtp" if self.mtp else "")
-        return f"np{self.n_seq} fa={self.fa} K={self.type_k} ub{self.n_ubatch}{extra}"
+        v = f" V={self.type_v}" if self.type_v != "f16" else ""
+        return f"np{self.n_seq} fa={self.fa} K={self.type_k}{v} ub{self.n_ubatch}{extra}"
 
 
 def series_of(spec: Any, layout: Any, args: argparse.Namespace) -> list[Series]:
-    """The grid for one preset: the base product, then the extras on a smaller one."""
-    out = [Series(n, fa, tk, ub) for n, fa, tk, ub in itertools.product(args.np, args.fa, args.types, args.ub)]
+    """The grid for one preset: the base product, then the extras on a smaller one. With MLA (kimi-linear) V takes
+    K's type, which llama.cpp requires there (a quantized V then needs flash attention: -fa off is refused)."""
+    mla = layout.arch.mla
+    out = [Series(n, fa, tk, ub, type_v=tk if mla else "f16")
+           for n, fa, tk, ub in itertools.product(args.np, args.fa, args.types, args.ub)]
     if args.no_extras:
         return out
     small = list(itertools.product(args.np, ("auto", "off")))
