@@ -18,7 +18,11 @@ sequence 4096, 256, 40960, 1000 (not a multiple of 256), 196608. Extras on a sma
 and off): ``--n-rs-seq 2`` where the arch keeps rollback planes, ``-kvu``, and the ``--spec-type mtp`` draft where
 the preset has nextn layers.
 
-Run (niced, one slice of presets at a time, with a log):
+``--stand-ins`` gives a preset without a compute model (the article's 48-layer example: no vocabulary size, no FFN
+width) the values of STAND_INS, so that its graphs are compared too.
+
+Run (niced, one slice of presets at a time, with a log; the whole grid is hours of CPU: qwen3-next-80b-a3b's 30
+series took 1,148 s, qwen3.5-35b-a3b's 34 took 784 s on a shared 2-vCPU machine):
     nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --presets qwen3-next-80b-a3b,rwkv7-0.4b-world \
         --log /tmp/survey.log
 Exit status 1 when anything mismatched.
