@@ -42,8 +42,9 @@ from typing import Any
 
 PLACEMENTS = ("cuda", "rpc2", "nkvo")
 CONTEXTS = (4096, 256, 40960, 1000, 196608)
-#: With --stand-ins, what a preset without a compute model lacks (the article's 48-layer example: no vocabulary, no
-#: FFN width): Qwen3.5's vocabulary, 3 x its hidden size.
+#: With --stand-ins, what a preset without a compute model (no vocabulary size) lacks of these is given: the
+#: article's 48-layer example (no vocabulary, no FFN width), mamba2-2.7b (no vocabulary; its graph has no FFN).
+#: Qwen3.5's vocabulary, 3 x the example's hidden size.
 STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
 
 
@@ -249,7 +250,8 @@ class Survey:
         from rsplan.hparams.sources import load_builtin_preset
 
         spec = load_builtin_preset(name)
-        missing = {k: v for k, v in STAND_INS.items() if not getattr(spec, k)}
+        # a preset without a vocabulary size has no compute model: what it lacks of STAND_INS
+        missing = {k: v for k, v in STAND_INS.items() if not getattr(spec, k)} if spec.vocab_size is None else {}
         if missing and self.args.stand_ins:
             spec = spec.model_copy(update=missing)
             self.say(f"   {name}: stand-ins for what it does not give: {missing}")

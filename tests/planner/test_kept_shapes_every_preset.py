@@ -24,8 +24,9 @@ from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
 #: Per-sequence contexts: the first builds, the others are sized on its graphs, but for 256 with -np 1: -c 256 then
 #: sets n_batch and so the ubatch (a context shape of its own).
 CONTEXTS = (4096, 1000, 196608, 256)
-#: What a preset without a compute model lacks (the article's 48-layer example: no vocabulary, no FFN width),
-#: given here so that its graphs are compared too: Qwen3.5's vocabulary, 3 x its hidden size.
+#: What a preset without a compute model (no vocabulary size) lacks of these, given here so that its graphs are
+#: compared too: the article's 48-layer example (no vocabulary, no FFN width), mamba2-2.7b (no vocabulary; its
+#: graph has no FFN). Qwen3.5's vocabulary, 3 x the example's hidden size.
 STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
 PRESETS = builtin_preset_names()
 
@@ -58,7 +59,8 @@ def setting(i: int) -> dict:
 
 def model(name: str):
     spec = load_builtin_preset(name)
-    spec = spec.model_copy(update={k: v for k, v in STAND_INS.items() if not getattr(spec, k)})
+    if spec.vocab_size is None:
+        spec = spec.model_copy(update={k: v for k, v in STAND_INS.items() if not getattr(spec, k)})
     return spec, cache_layout(spec)
 
 
