@@ -1,0 +1,324 @@
+"""Survey: reserve graphs kept over the KV cells (planner.kept_shapes) against the ordinary sizing, on every preset.
+
+For each preset in presets/ and each setting of a grid, a series of contexts per sequence is sized twice:
+
+- kept: ``planner.device_compute.device_compute`` (split graphs kept in ``SHAPES``, from a key's first query) and
+  ``planner.compute.compute_buffer`` (CPU graphs kept in ``CPU_SHAPES``, from a key's second query: each CPU
+  context is asked twice, so that the second answer comes from kept graphs);
+- ordinary: the same sizing with every graph built and scheduled at that context (``device_compute._size``, and
+  ``compute._reserve`` over ``compute.reserves``), no kept graphs.
+
+Which path the kept call took is read from the cache's statistics (``built``, ``reused``, ``ordinary``); a call
+sized the ordinary way is a fallback, and its reason is found by building the graphs with the symbolic cells again
+and reporting what that raised. An error (a ContextError or an abort of llama.cpp's) must be the same on both sides.
+
+Grid (defaults): placements one CUDA device / two RPC devices with half the layers and ``-ts 1,3`` / ``-nkvo``;
+``-np 1, 3``; ``-fa auto, on, off``; K cache f16, q8_0; ``-ub 512, 300``; the real run and the dry run; contexts per
+sequence 4096, 256, 40960, 1000 (not a multiple of 256), 196608. Extras on a smaller grid (-ub 512, K f16, -fa auto
+and off): ``--n-rs-seq 2`` where the arch keeps rollback planes, ``-kvu``, and the ``--spec-type mtp`` draft where
+the preset has nextn layers.
+
+``--stand-ins`` gives a preset without a compute model (the article's 48-layer example: no vocabulary size, no FFN
+width) the values of STAND_INS, so that its graphs are compared too.
+
+Run (niced, one slice of presets at a time, with a log; the whole grid is hours of CPU: qwen3-next-80b-a3b's 30
+series took 1,148 s, qwen3.5-35b-a3b's 34 took 784 s on a shared 2-vCPU machine):
+    nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --presets qwen3-next-80b-a3b,rwkv7-0.4b-world \
+        --log /tmp/survey.log
+Exit status 1 when anything mismatched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+PLACEMENTS = ("cuda", "rpc2", "nkvo")
+CONTEXTS = (4096, 256, 40960, 1000, 196608)
+#: With --stand-ins, what a preset without a compute model (no vocabulary size) lacks of these is given: the
+#: article's 48-layer example (no vocabulary, no FFN width), mamba2-2.7b (no vocabulary; its graph has no FFN).
+#: Qwen3.5's vocabulary, 3 x the example's hidden size.
+STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
+
+
+def setups(n_layer_all: int) -> dict[str, Any]:
+    """The placements of tests/planner/test_device_compute_shapes.py."""
+    from rsplan.planner.placement import place_layers
+    from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+
+    return {
+        "cuda": SchedSetup(DEVICE_KINDS["CUDA"], place_layers(n_layer_all, 1, n_gpu_layers=None)),
+        "rpc2": SchedSetup(DEVICE_KINDS["RPC"], place_layers(n_layer_all, 2, n_gpu_layers=n_layer_all // 2,
+                                                             tensor_split=[1.0, 3.0])),
+        "nkvo": SchedSetup(DEVICE_KINDS["CUDA"], place_layers(n_layer_all, 1, n_gpu_layers=None, offload_kqv=False),
+                           (), False),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One setting whose contexts are sized in turn (all but the cells the same)."""
+
+    n_seq: int
+    fa: str
+    type_k: str
+    n_ubatch: int
+    type_v: str = "f16"
+    n_rs_seq: int = 0
+    kv_unified: bool = False
+    mtp: bool = False
+
+    def params(self, c: int) -> Any:
+        from rsplan.planner.context import ContextParams
+
+        return ContextParams(n_ctx=c * self.n_seq, n_seq_max=self.n_seq, flash_attn=self.fa, type_k=self.type_k,
+                             type_v=self.type_v, n_ubatch=self.n_ubatch, n_rs_seq=self.n_rs_seq,
+                             kv_unified=self.kv_unified)
+
+    def label(self) -> str:
+        extra = (f" rs{self.n_rs_seq}" if self.n_rs_seq else "") + (" kvu" if self.kv_unified else "") + (
+            " mtp" if self.mtp else "")
+        v = f" V={self.type_v}" if self.type_v != "f16" else ""
+        return f"np{self.n_seq} fa={self.fa} K={self.type_k}{v} ub{self.n_ubatch}{extra}"
+
+
+def series_of(spec: Any, layout: Any, args: argparse.Namespace) -> list[Series]:
+    """The grid for one preset: the base product, then the extras on a smaller one. With MLA (kimi-linear) V takes
+    K's type, which llama.cpp requires there (a quantized V then needs flash attention: -fa off is refused)."""
+    mla = layout.arch.mla
+    out = [Series(n, fa, tk, ub, type_v=tk if mla else "f16")
+           for n, fa, tk, ub in itertools.product(args.np, args.fa, args.types, args.ub)]
+    if args.no_extras:
+        return out
+    small = list(itertools.product(args.np, ("auto", "off")))
+    if layout.arch.rollback:
+        out += [Series(n, fa, "f16", 512, n_rs_seq=2) for n, fa in small]
+    out += [Series(n, fa, "f16", 512, kv_unified=True) for n, fa in small if n > 1]
+    if spec.nextn_predict_layers:
+        out += [Series(n, fa, "f16", 512, mtp=True) for n, fa in small]
+    return out
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _call(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
+    """``fn(*args, **kwargs)`` and None, or None and the error it raised."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:  # an error is a result: both sides must give the same one
+        return None, _err(exc)
+
+
+def _delta(stats: dict[str, int], before: dict[str, int]) -> str:
+    changed = [k for k in ("built", "reused", "ordinary") if stats[k] != before[k]]
+    return "+".join(changed) or "none"
+
+
+class Survey:
+    def __init__(self, args: argparse.Namespace, log: Any) -> None:
+        self.args, self.log = args, log
+        self.summary: dict[str, Any] = {}
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+        if self.log:
+            self.log.write(line + "\n")
+            self.log.flush()
+
+    # -- device_compute ----------------------------------------------------------------------------------------
+
+    def device_series(self, rec: dict[str, Any], spec: Any, layout: Any, all_setups: dict[str, Any],
+                      s: Series) -> None:
+        """Each context in turn under every placement and run (so that the ordinary sizing finds the graphs it
+        built at that context for the placement before: planner.compute keeps the last ones); ``SHAPES`` holds a
+        key per placement and run meanwhile, so that each key's contexts are sized on its kept graphs."""
+        from rsplan.planner import device_compute as dc
+        from rsplan.planner.compute import draft_layout_and_params, paused_gc, reserve_graph_builder
+        from rsplan.planner.context import resolve_context
+        from rsplan.planner.kept_shapes import symbolic_context
+        from rsplan.planner.kv_affine import KCells
+
+        n_out = s.n_seq if s.mtp else None  # the draft context's outputs as planner.fit_draft asks
+        runs = [(where, mode) for where in self.args.placements for mode in self.args.modes]
+        dc.SHAPES.clear()
+        size = dc.SHAPES.size
+        dc.SHAPES.size = max(size, 2 * len(runs))  # with -np 1, -c 256 runs its own ubatch: a key of its own
+        reasons: dict[tuple[str, str], str] = {}
+        try:
+            for c in self.args.contexts:
+                params = s.params(c)
+                for where, mode in runs:
+                    setup, real, dry = all_setups[where], mode == "real", mode == "dry"
+                    before = dict(dc.SHAPES.stats)
+                    got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, real_run=real,
+                                         dry_run=dry, mtp_draft=s.mtp, n_outputs_max=n_out)
+                    path = _delta(dc.SHAPES.stats, before)
+
+                    def ordinary(params: Any, setup: Any, real: bool, dry: bool) -> Any:
+                        build = reserve_graph_builder(spec, s.mtp)
+                        lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
+                        run = dc._Run(build, spec, lay, par.flash_attn, setup, "server", 0, n_out, False, real, dry)
+                        ctx = resolve_context(lay, par)
+                        with paused_gc():
+                            return dc._size(run, ctx), run, ctx
+
+                    want, want_err = _call(ordinary, params, setup, real, dry)
+                    what = f"device {where} {s.label()} {mode} c={c}/seq"
+                    self.compare(rec, "device", what, got, got_err, want[0] if want else None, want_err, path)
+                    if path == "ordinary" and want is not None:
+                        if (where, mode) not in reasons:
+                            _, run, ctx = want
+                            k = ctx.n_ctx_seq // 256
+                            _, reason = _call(dc._Splits, run, ctx, symbolic_context(ctx, KCells(k)))
+                            reasons[(where, mode)] = reason or "(the symbolic build succeeds now: tried before)"
+                        rec["fallbacks"].append(f"{what}: {reasons[(where, mode)]}")
+                        self.say(f"  FALLBACK {what}: {reasons[(where, mode)]}")
+        finally:
+            dc.SHAPES.size = size
+
+    # -- compute_buffer ----------------------------------------------------------------------------------------
+
+    def cpu_series(self, rec: dict[str, Any], spec: Any, layout: Any, s: Series) -> None:
+        from rsplan.planner import compute
+        from rsplan.planner.context import resolve_context
+        from rsplan.planner.kept_shapes import symbolic_context
+        from rsplan.planner.kv_affine import KCells
+
+        n_out = s.n_seq if s.mtp else None
+        compute.CPU_SHAPES.clear()
+        reason = None
+        for c in self.args.contexts:
+            params = s.params(c)
+
+            def ordinary(params: Any) -> Any:
+                build = compute.reserve_graph_builder(spec, s.mtp)
+                lay, par = (compute.draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
+                ctx = resolve_context(lay, par)
+                n_out_max = compute.n_outputs_max_of(n_out, "server", ctx, 0)
+                graphs = [compute._reserve(build, spec, lay, ctx, False, *r)
+                          for r in compute.reserves(spec, ctx, n_out_max)]
+                return graphs, (build, lay, ctx, n_out_max)
+
+            want, want_err = _call(ordinary, params)
+            for attempt in (1, 2):  # the second query of a key is sized on kept graphs
+                before = dict(compute.CPU_SHAPES.stats)
+                got, got_err = _call(compute.compute_buffer, spec, params, layout=layout, mtp_draft=s.mtp,
+                                     n_outputs_max=n_out)
+                path = _delta(compute.CPU_SHAPES.stats, before)
+                what = f"cpu {s.label()} c={c}/seq query {attempt}"
+                self.compare(rec, "cpu", what, list(got.graphs) if got else None, got_err,
+                             want[0] if want else None, want_err, path)
+                if attempt == 2 and path == "ordinary" and want is not None:
+                    if reason is None:
+                        build, lay, ctx, n_out_max = want[1]
+                        k = ctx.n_ctx_seq // 256
+                        _, reason = _call(compute._KeptGraphs, build, spec, lay, symbolic_context(ctx, KCells(k)),
+                                          False, n_out_max)
+                        reason = reason or "(the symbolic build succeeds now: a key tried before)"
+                    rec["fallbacks"].append(f"{what}: {reason}")
+                    self.say(f"  FALLBACK {what}: {reason}")
+                if path != "ordinary":
+                    break
+
+    # -- both --------------------------------------------------------------------------------------------------
+
+    def compare(self, rec: dict[str, Any], side: str, what: str, got: Any, got_err: str | None, want: Any,
+                want_err: str | None, path: str) -> None:
+        rec[f"{side}_compared"] += 1
+        rec[f"{side}_paths"][path] += 1
+        if got_err is not None or want_err is not None:
+            rec[f"{side}_errors"][(want_err or "")[:90]] += 1
+            if got_err != want_err:
+                rec["mismatches"].append(f"{what}: kept {got_err or got} vs ordinary {want_err or want}")
+                self.say(f"  MISMATCH {what}: kept error {got_err!r} vs ordinary {want_err!r}")
+            return
+        if got != want:
+            rec["mismatches"].append(f"{what}: kept {got} vs ordinary {want}")
+            self.say(f"  MISMATCH {what} [{path}]:\n    kept     {got}\n    ordinary {want}")
+
+    def preset(self, name: str) -> dict[str, Any]:
+        from rsplan.hparams.layout import cache_layout
+        from rsplan.hparams.sources import load_builtin_preset
+
+        spec = load_builtin_preset(name)
+        # a preset without a vocabulary size has no compute model: what it lacks of STAND_INS
+        missing = {k: v for k, v in STAND_INS.items() if not getattr(spec, k)} if spec.vocab_size is None else {}
+        if missing and self.args.stand_ins:
+            spec = spec.model_copy(update=missing)
+            self.say(f"   {name}: stand-ins for what it does not give: {missing}")
+        layout = cache_layout(spec)
+        rec: dict[str, Any] = {"device_compared": 0, "cpu_compared": 0, "device_paths": Counter(),
+                               "cpu_paths": Counter(), "device_errors": Counter(), "cpu_errors": Counter(),
+                               "mismatches": [], "fallbacks": []}
+        t0 = time.time()
+        all_setups = setups(layout.n_layer_all)
+        grid = series_of(spec, layout, self.args)
+        self.say(f"== {name} (arch {spec.arch}, {layout.n_layer_all} layers): {len(grid)} series x "
+                 f"{len(self.args.contexts)} contexts")
+        for s in grid:
+            ts = time.time()
+            if not self.args.no_cpu:
+                self.cpu_series(rec, spec, layout, s)
+            if not self.args.no_device:
+                self.device_series(rec, spec, layout, all_setups, s)
+            self.say(f"  {s.label()}: {time.time() - ts:.1f} s")
+        rec["seconds"] = round(time.time() - t0, 1)
+        self.say(f"== {name}: device {rec['device_compared']} compared {dict(rec['device_paths'])}, "
+                 f"cpu {rec['cpu_compared']} compared {dict(rec['cpu_paths'])}, errors (both sides) "
+                 f"{sum(rec['device_errors'].values()) + sum(rec['cpu_errors'].values())}, "
+                 f"{len(rec['mismatches'])} mismatches, {len(rec['fallbacks'])} fallbacks, {rec['seconds']} s")
+        for err, n in (rec["device_errors"] + rec["cpu_errors"]).items():
+            self.say(f"   error x{n}: {err}")
+        return rec
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from rsplan.hparams.sources import builtin_preset_names
+
+    names = builtin_preset_names()
+    csv = lambda f: lambda v: [f(x) for x in v.split(",")]  # noqa: E731
+    ap.add_argument("--presets", type=csv(str), default=names, help="comma-separated (default: every preset)")
+    ap.add_argument("--placements", type=csv(str), default=list(PLACEMENTS))
+    ap.add_argument("--np", type=csv(int), default=[1, 3])
+    ap.add_argument("--fa", type=csv(str), default=["auto", "on", "off"])
+    ap.add_argument("--types", type=csv(str), default=["f16", "q8_0"], help="K cache types")
+    ap.add_argument("--ub", type=csv(int), default=[512, 300])
+    ap.add_argument("--modes", type=csv(str), default=["real", "dry"])
+    ap.add_argument("--contexts", type=csv(int), default=list(CONTEXTS), help="per sequence; the first builds")
+    ap.add_argument("--no-extras", action="store_true", help="leave out n_rs_seq, -kvu and the MTP draft")
+    ap.add_argument("--stand-ins", action="store_true", help="give a preset without a compute model STAND_INS")
+    ap.add_argument("--no-cpu", action="store_true")
+    ap.add_argument("--no-device", action="store_true")
+    ap.add_argument("--log", type=Path, help="append the log here")
+    ap.add_argument("--json", type=Path, help="write the per-preset summary here")
+    args = ap.parse_args()
+    unknown = set(args.presets) - set(names)
+    if unknown:
+        ap.error(f"unknown presets: {', '.join(sorted(unknown))}")
+    log = args.log.open("a") if args.log else None
+    survey = Survey(args, log)
+    survey.say(f"# survey {' '.join(sys.argv[1:])}")
+    t0 = time.time()
+    for name in args.presets:
+        survey.summary[name] = survey.preset(name)
+    total_mis = sum(len(r["mismatches"]) for r in survey.summary.values())
+    total_fb = sum(len(r["fallbacks"]) for r in survey.summary.values())
+    survey.say(f"# done: {len(args.presets)} presets, {total_mis} mismatches, {total_fb} fallbacks, "
+               f"{time.time() - t0:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(survey.summary, indent=1, default=dict))
+    return 1 if total_mis else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
