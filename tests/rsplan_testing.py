@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -17,6 +18,30 @@ from click.testing import Result
 from rsplan.hparams.model import ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: Path, name: str) -> types.ModuleType:
+    """The script at ``path`` (not a package module: scripts/...) imported as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def small_qwen35_yaml(head_count: int) -> str:
+    """A 4-layer qwen35 preset (layer 3 attention, 3 KV heads of 128 under ``head_count`` query heads; 8 value
+    heads in 8 groups of 128 channels), as YAML."""
+    return f"""\
+name: small-hybrid
+source: test
+arch: qwen35
+context_length: 4096
+embedding_length: 1024
+block_count: 4
+attention: {{head_count: {head_count}, head_count_kv: 3, key_length: 128, value_length: 128}}
+ssm: {{conv_kernel: 4, inner_size: 1024, state_size: 64, time_step_rank: 8, group_count: 8}}
+"""
 
 
 def shared_dir() -> Path:

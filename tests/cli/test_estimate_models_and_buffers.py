@@ -10,21 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan_testing import one_line_error
+from rsplan_testing import one_line_error, small_qwen35_yaml
 
 # One attention layer (layer 3: qwen35's full-attention interval is 4) whose K/V rows (3 KV heads x 128 = 384) are
 # not a multiple of CUDA's 512-element row padding: with a quantized cache the CUDA buffer is larger than the CPU's.
 # (6 query heads: llama.cpp needs the KV heads to divide them)
-SMALL = """\
-name: small-hybrid
-source: test
-arch: qwen35
-context_length: 4096
-embedding_length: 1024
-block_count: 4
-attention: {head_count: 6, head_count_kv: 3, key_length: 128, value_length: 128}
-ssm: {conv_kernel: 4, inner_size: 1024, state_size: 64, time_step_rank: 8, group_count: 8}
-"""
+SMALL = small_qwen35_yaml(6)
 
 
 def run(*args: str):

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan_testing import REPO, one_line_error
+from rsplan_testing import REPO, one_line_error, small_qwen35_yaml
 
 MAMBA2 = (REPO / "presets" / "mamba2-130m.yaml").read_text()
 LFM2 = (REPO / "presets" / "lfm2-1.2b.yaml").read_text()
@@ -90,16 +90,7 @@ def test_every_builtin_preset_keeps_its_head_counts():
 
 
 # qwen35 with 12 query heads over 3 KV heads of 128 (key_length given), 8 value heads in 8 groups of 128 channels
-SMALL_QWEN35 = """\
-name: small-hybrid
-source: test
-arch: qwen35
-context_length: 4096
-embedding_length: 1024
-block_count: 4
-attention: {head_count: 12, head_count_kv: 3, key_length: 128, value_length: 128}
-ssm: {conv_kernel: 4, inner_size: 1024, state_size: 64, time_step_rank: 8, group_count: 8}
-"""
+SMALL_QWEN35 = small_qwen35_yaml(12)
 
 
 @pytest.mark.parametrize(("model", "tp", "message"), [

@@ -4,12 +4,13 @@ cases of the golden files)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import random
 from pathlib import Path
 
 import pytest
+
+from rsplan_testing import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ = ROOT / "scripts" / "llamacpp-truth" / "fuzz.py"
@@ -21,10 +22,7 @@ PROBE_FLAGS = {"-c", "-np", "-b", "-ub", "-fa", "-ctk", "-ctv", "-kvu", "--n-rs-
 
 @pytest.fixture(scope="module")
 def fuzz():
-    spec = importlib.util.spec_from_file_location("llamacpp_truth_fuzz", FUZZ)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(FUZZ, "llamacpp_truth_fuzz")
 
 
 def _case(path: str, flags: dict) -> dict:

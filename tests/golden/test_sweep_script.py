@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from rsplan_testing import load_script
 
 SWEEP = Path(__file__).resolve().parents[2] / "scripts" / "llamacpp-truth" / "sweep.py"
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    spec = importlib.util.spec_from_file_location("llamacpp_truth_sweep", SWEEP)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SWEEP, "llamacpp_truth_sweep")
 
 
 def test_probe_args_put_switches_without_values(sweep):
