@@ -82,18 +82,6 @@ def model_spec(name: str) -> ModelSpec:
     return ModelSpec.model_validate({**spec.model_dump(), **TINY_WEIGHTS[name]})
 
 
-def context_params(flags: dict[str, Any]) -> Any:
-    """probe.cpp's flags as rsplan's ContextParams (llama_context_default_params for the rest)."""
-    from rsplan.planner.context import ContextParams
-
-    return ContextParams(
-        n_ctx=flags.get("-c", 512), n_seq_max=flags.get("-np", 1), kv_unified=bool(flags.get("-kvu", False)),
-        type_k=flags.get("-ctk", "f16"), type_v=flags.get("-ctv", "f16"), n_rs_seq=flags.get("--n-rs-seq", 0),
-        flash_attn=flags.get("-fa", "auto"), swa_full=bool(flags.get("--swa-full", False)),
-        n_batch=flags.get("-b", 2048), n_ubatch=flags.get("-ub", 512),
-    )
-
-
 @cache
 def _recurrent_per_row(name: str) -> int:
     """Recurrent bytes of one sequence without rollback planes (0 for a model without recurrent state)."""
@@ -271,7 +259,7 @@ def compare(name: str, case: dict) -> list[dict[str, Any]]:
     params = plan = None
     refused: str | None = None
     try:
-        params = context_params(case["flags"])
+        params = sweep.context_params(case["flags"])
         plan = build_plan(spec, params)
     except RsplanError as exc:
         refused = f"{type(exc).__name__}: {exc}"

@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "build" / "llamacpp-truth" / "probe"
@@ -185,6 +186,19 @@ def _source_relative(line: str) -> str:
 
 class SweepError(Exception):
     """A probe run that did not produce a result (crash, timeout, unparsable output)."""
+
+
+def context_params(flags: dict[str, Any]) -> Any:
+    """probe.cpp's flags as rsplan's ContextParams (llama_context_default_params for the rest; -nkvo moves nothing
+    in a CPU build, --n-outputs-max and --embeddings size the compute and output buffers only)."""
+    from rsplan.planner.context import ContextParams
+
+    return ContextParams(
+        n_ctx=flags.get("-c", 512), n_seq_max=flags.get("-np", 1), kv_unified=bool(flags.get("-kvu", False)),
+        type_k=flags.get("-ctk", "f16"), type_v=flags.get("-ctv", "f16"), n_rs_seq=flags.get("--n-rs-seq", 0),
+        flash_attn=flags.get("-fa", "auto"), swa_full=bool(flags.get("--swa-full", False)),
+        n_batch=flags.get("-b", 2048), n_ubatch=flags.get("-ub", 512),
+    )
 
 
 def probe_args(gguf: str, flags: dict[str, object]) -> list[str]:

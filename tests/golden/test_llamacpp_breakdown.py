@@ -29,7 +29,7 @@ from rsplan.hparams.tensors import model_buffer_bytes
 from rsplan.planner.context import ContextParams
 from rsplan.planner.outputs import mtp_draft_layout
 from rsplan.planner.plan import build_plan
-from rsplan_testing import shared_dir
+from rsplan_testing import REPO, load_script, shared_dir
 
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown"
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
@@ -64,20 +64,13 @@ def _spec(name: str) -> ModelSpec | None:
 
 
 def _params(flags: dict) -> ContextParams:
-    """probe.cpp's flags as rsplan's ContextParams (llama_context_default_params for the rest; -nkvo moves nothing
-    in a CPU build, --n-outputs-max and --embeddings size the compute and output buffers only)."""
-    return ContextParams(
-        n_ctx=flags.get("-c", 512),
-        n_seq_max=flags.get("-np", 1),
-        kv_unified=flags.get("-kvu", False),
-        type_k=flags.get("-ctk", "f16"),
-        type_v=flags.get("-ctv", "f16"),
-        n_rs_seq=flags.get("--n-rs-seq", 0),
-        flash_attn=flags.get("-fa", "auto"),
-        swa_full=flags.get("--swa-full", False),
-        n_batch=flags.get("-b", 2048),
-        n_ubatch=flags.get("-ub", 512),
-    )
+    """probe.cpp's flags as rsplan's ContextParams (sweep.py's mapping, which the fuzz script shares)."""
+    return _sweep().context_params(flags)
+
+
+@cache
+def _sweep():
+    return load_script(REPO / "scripts" / "llamacpp-truth" / "sweep.py", "llamacpp_truth_sweep")
 
 
 def _cases() -> list[tuple[str, int]]:
