@@ -160,8 +160,9 @@ def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = 
 
 def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float, ...] | None:
     """``-ts`` as --fit sees it: no part other than zero (``-ts 0,0``, ``-ts ""``) is llama.cpp's default split by
-    free memory (src/llama-model.cpp:1557 all_zero) and does not stop --fit from choosing one (common/fit.cpp:470-474
-    aborts on a non-zero part only): None. Else the parts, checked and padded (planner.placement)."""
+    free memory (src/llama-model.cpp:1557 all_zero) and does not stop --fit from choosing one
+    (common/fit.cpp:470 tensor_split aborts on a non-zero part only): None. Else the parts, checked and padded
+    (planner.placement)."""
     if parts is None or not any(parts):
         return None
     return tuple(check_tensor_split(list(parts), max(n_devices, 1)))

@@ -122,7 +122,7 @@ def _python_only_group(pattern: str) -> str | None:
 def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverride]:
     """``-ot`` / ``--override-tensor`` text: ``PATTERN=BUFT,...`` with BUFT ``CPU`` or one of ``device_names``.
 
-    Read as common/arg.cpp:252-283 parse_tensor_buffer_overrides reads it: split at every ``,``
+    Read as common/arg.cpp:252 parse_tensor_buffer_overrides reads it: split at every ``,``
     (common/common.h:822 string_split keeps empty parts, so an empty entry, a leading / trailing / doubled comma
     or an empty value is refused: no ``=`` in it), each entry split at its first ``=``; the buffer type must be one
     of the devices' (an empty one is not). An empty pattern is accepted, as llama.cpp accepts it: it

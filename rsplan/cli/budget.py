@@ -169,13 +169,13 @@ _STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", re.ASCII)
 
 
 def read_ngl(text: str) -> int:
-    """``-ngl`` as llama.cpp reads it (common/arg.cpp:2791-2798): ``auto`` -1, ``all`` -2 (both case-sensitive),
+    """``-ngl`` as llama.cpp reads it (common/arg.cpp:2791 n_gpu_layers): ``auto`` -1, ``all`` -2 (both case-sensitive),
     else ``std::stoi``: leading spaces and a sign allowed, trailing text ignored, a value outside int32 refused
     (std::out_of_range; arg.cpp:871-875 turns it into "error while handling argument").
 
-    The value keeps llama.cpp's meaning (common/common.h:475: "-1 is auto, <= -2 is all"):
-    llama_model::n_gpu_layers (src/llama-model.cpp:2002-2004) offloads every layer for any negative value, and
-    --fit moves layers only for the default -1 (common/fit.cpp:463-464).
+    The value keeps llama.cpp's meaning (common/common.h:475 n_gpu_layers: "-1 is auto, <= -2 is all"):
+    src/llama-model.cpp:2002 llama_model::n_gpu_layers offloads every layer for any negative value, and
+    --fit moves layers only for the default -1 (common/fit.cpp:463 n_gpu_layers).
     """
     if text == "auto":
         return -1
@@ -203,7 +203,7 @@ def _parse_ngl(text: str | None) -> int | None:
 
 
 def parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
-    """``-ts`` as llama.cpp reads it (common/arg.cpp:2833-2851): split at runs of ``,`` and ``/`` by
+    """``-ts`` as llama.cpp reads it (common/arg.cpp:2838 sregex_token_iterator): split at runs of ``,`` and ``/`` by
     std::sregex_token_iterator, which gives an empty leading part but no empty trailing one ("1," is one part,
     ",1" two, "" none), each part read by std::stof (_stof)."""
     if text is None:
@@ -221,7 +221,7 @@ def parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
             raise RsplanError(f"--tensor-split: cannot read '{shown(item)}' as a proportion (example: 3,1)") from None
         if not _stof_in_range(part):
             raise RsplanError(f"--tensor-split: '{shown(item)}' is outside the float range llama.cpp reads the parts "
-                              "in (std::stof refuses it, common/arg.cpp:2847)")
+                              "in (std::stof refuses it)")
         parts.append(part)
     return tuple(parts)
 
@@ -244,9 +244,9 @@ def _stof(text: str) -> float:
 
 
 def _stof_in_range(x: float) -> bool:
-    """Whether ``std::stof`` takes ``x`` (its text): not past FLT_MAX (it rounds to inf) and not below FLT_MIN
-    but zero (glibc's strtof reports ERANGE for both, and std::stof throws std::out_of_range); inf and nan
-    themselves are read (the tensor split check refuses them)."""
+    """Whether ``std::stof`` (common/arg.cpp:2847 stof) takes ``x`` (its text): not past FLT_MAX (it rounds to
+    inf) and not below FLT_MIN but zero (glibc's strtof reports ERANGE for both, and std::stof throws
+    std::out_of_range); inf and nan themselves are read (the tensor split check refuses them)."""
     if x != x or x in (float("inf"), float("-inf")) or x == 0:
         return True
     try:

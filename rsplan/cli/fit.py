@@ -179,7 +179,7 @@ def _budgets(budget: str | None, gpu: str | None) -> list[tuple[str, int]] | Non
 
 def _ngl(text: str | None) -> int | None:
     """llama.cpp's -ngl for --fit: None for unset and for auto / -1 (the default, which --fit may change), else the
-    value as given (``all`` -2; any value but -1 stops --fit from moving layers, common/fit.cpp:463-464)."""
+    value as given (``all`` -2; any value but -1 stops --fit from moving layers, common/fit.cpp:463 n_gpu_layers)."""
     if text is None:
         return None
     ngl = read_ngl(text)

@@ -16,7 +16,7 @@ from rsplan_testing import one_line_error
 
 #: --fit has to move layers here (lfm2-8b-a1b Q4_K_M is ~4.7 GiB), so a user -ngl stops it
 FIT_TIGHT = ("fit", "-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "2GiB", "--host-budget", "64GiB")
-FIT_ROOMY = ("fit", "-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB")
+FIT_ROOMY = ("fit", "-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB", "--host-budget", "64GiB")
 FIT_TWO = ("fit", "-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "1GiB,1GiB", "--host-budget", "64GiB")
 CAPACITY = ("capacity", "-m", "lfm2-1.2b", "--budget", "8GiB", "--ctx", "4k", "--host-budget", "64GiB")
 
@@ -132,9 +132,9 @@ def test_tensor_split_reads_as_stof(given, same_as):
 
 @pytest.mark.parametrize(("ts", "message"), [
     ("1e308,1", "--tensor-split: '1e308' is outside the float range llama.cpp reads the parts in (std::stof refuses "
-                "it, common/arg.cpp:2847)"),
+                "it)"),
     ("1e-40,1", "--tensor-split: '1e-40' is outside the float range llama.cpp reads the parts in (std::stof refuses "
-                "it, common/arg.cpp:2847)"),
+                "it)"),
     ("3e38,3e38", "--tensor-split parts add up past the float range; give smaller proportions (3,1)"),
     (",1", "--tensor-split: cannot read '' as a proportion (example: 3,1)"),
 ], ids=["1e308", "subnormal", "sum past FLT_MAX", "leading comma"])
