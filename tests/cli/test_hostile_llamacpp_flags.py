@@ -44,11 +44,22 @@ def test_fit_reads_minus_one_as_auto_and_still_moves_layers(ngl):
 
 
 @pytest.mark.parametrize(("ngl", "shown"), [("-5", "-5"), ("-2", "-2"), ("all", "-2"), ("+3", "3"), (" 3", "3"),
-                                            ("3x", "3")])
+                                            ("3x", "3"), ("99", "99")])
 def test_fit_stops_at_any_other_user_ngl_as_llamacpp(ngl, shown):
     r = run(*FIT_TIGHT, "-ngl", ngl)
     assert r.exit_code == 0, r.output
     assert f"--fit gives up: n_gpu_layers already set by user to {shown}, abort" in r.output
+
+
+@pytest.mark.parametrize("ngl", ["-5", "-2", "all", "99", "2147483647"])
+def test_fit_places_every_unit_for_negative_and_too_large_values(ngl):
+    # src/llama-model.cpp:1589-1590: i_gpu_start = max(n_units - ngl, 0), act_gpu_layers = min(ngl, n_units); the
+    # memory is that of -ngl 25 (24 layers + output), only the flags echo what was given
+    def memory(result: dict) -> tuple:
+        return result["devices"], result["host"]
+
+    assert memory(answer(*FIT_ROOMY, "-ngl", ngl)) == memory(answer(*FIT_ROOMY, "-ngl", "25"))
+    assert memory(answer(*FIT_ROOMY, "-ngl", "24")) != memory(answer(*FIT_ROOMY, "-ngl", "25"))
 
 
 @pytest.mark.parametrize("ngl", ["-1", "auto", "-2", "-5", "-2147483648"])
