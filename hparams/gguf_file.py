@@ -225,6 +225,17 @@ def _pad(x: int, n: int) -> int:
     return (x + n - 1) // n * n
 
 
+#: The magics of the ggml formats before GGUF (llama.cpp's old loaders: ggml, ggmf, ggjt), as the bytes start a
+#: file (little-endian u32) and as written out: a header error names them.
+_GGML_MAGICS = (b"lmgg", b"fmgg", b"tjgg", b"GGML", b"GGMF", b"GGJT")
+
+
+def _named(name: str) -> str:
+    """A metadata key or tensor name as an error shows it: control characters escaped, at most 80 characters (a
+    key may hold MAX_KEY_BYTES)."""
+    return printable(name if len(name) <= 80 else name[:77] + "...")
+
+
 def _scan_header(cur: _Cursor, tables: _Tables) -> tuple[int, int, int]:
     """Magic, version, tensor count and KV count, each checked (gguf_init_from_reader)."""
     if cur.size == 0:
@@ -232,8 +243,12 @@ def _scan_header(cur: _Cursor, tables: _Tables) -> tuple[int, int, int]:
     cur.need(4, "header (magic)")
     magic = bytes(cur.buf[0:4])
     if magic != tables.magic:
-        shown = "".join(chr(b) if 32 <= b < 127 else "?" for b in magic)
-        raise ModelFileError(f"{cur.where}: header (magic): '{shown}' is not 'GGUF', not a GGUF file")
+        # the bytes are named only where they are another ggml format's magic: a file that is no model at all
+        # (a text file named .gguf) does not have its first bytes echoed
+        shown = magic.decode("ascii") if magic in _GGML_MAGICS else None
+        raise ModelFileError(f"{cur.where}: header (magic): "
+                             + (f"'{shown}' is not 'GGUF'" if shown else "the file does not start with 'GGUF'")
+                             + ", not a GGUF file")
     cur.pos = 4
     version = cur.u32("header (version)")
     if version == 0 or version & 0xFFFF == 0:
@@ -259,7 +274,7 @@ def _scan_kv(cur: _Cursor, tables: _Tables, n_kv: int) -> dict[str, _Entry]:
         if not raw:
             raise cur.fail(f"metadata pair #{i} (key)", "empty key")
         key = raw.decode("utf-8", "replace")
-        what = printable(key)
+        what = _named(key)
         if key in entries:
             raise cur.fail(what, "duplicate key")
         code = cur.u32(f"{what} (type)")
@@ -329,7 +344,7 @@ def _scan_tensors(
     for i in range(n_tensors):
         raw = cur.string(f"tensor #{i} (name)", MAX_KEY_BYTES)
         name = printable(raw.decode("utf-8", "replace"))
-        what = f"tensor '{name}'"
+        what = f"tensor '{_named(name)}'"
         if len(raw) >= GGML_MAX_NAME:
             raise cur.fail(what, f"name of {len(raw)} bytes, ggml allows {GGML_MAX_NAME - 1}")
         if raw in seen:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from rsplan.errors import ModelFileError, UnsupportedArchError, either
+from rsplan.errors import ModelFileError, UnsupportedArchError, either, key_name
 from rsplan.files import FileTooLargeError, NotRegularFileError, read_limited
 from rsplan.hparams.archs import arch_info
 from rsplan.hparams.model import MAX_LAYERS, ModelSpec
@@ -52,14 +52,19 @@ def _line(event: yaml.Event) -> int:
     return mark.line + 1
 
 
-def _check_scalar(event: yaml.ScalarEvent, where: str, is_key: bool) -> None:
+def _check_scalar(event: yaml.ScalarEvent, where: str, is_key: bool, key: str | None) -> None:
     """A value must be plain text (no control characters: they would act on the terminal that prints the
-    preset's name or source); a key must be a name, not something YAML reads as a number, bool or null."""
+    preset's name or source); a key must be a name, not something YAML reads as a number, bool or null.
+
+    ``key``: the key whose value ``event`` is (None: a key, or a list entry). The text itself is never shown
+    (the file may be no preset at all); the key is, where it is a name (rsplan.errors.key_name)."""
     line = _line(event)
     control = _CONTROL.search(event.value)
     if control:
+        named = key_name(key)
+        what = "a key" if is_key else f"the value of {named}" if named else "a value"
         raise ModelFileError(
-            f"{where}: control character U+{ord(control.group()):04X} at line {line} in '{_shown(event.value)}'; "
+            f"{where}: control character U+{ord(control.group()):04X} in {what} at line {line}; "
             "presets are plain text"
         )
     tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
@@ -93,7 +98,7 @@ def _check_events(text: str, where: str) -> None:
     """Refuse aliases, tags, deep nesting, complex keys, keys that are not names, duplicate keys, control
     characters, dates and absurdly long numbers before anything is built (YAML's constructors would raise
     plain ValueErrors on some of them)."""
-    # one frame per open collection: [is_mapping, keys seen, expecting a key, items so far]
+    # one frame per open collection: [is_mapping, keys seen, expecting a key, items so far, the last key]
     stack: list[list] = []
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
@@ -111,7 +116,7 @@ def _check_events(text: str, where: str) -> None:
             if len(stack) >= MAX_DEPTH:
                 raise ModelFileError(f"{where}: YAML nested deeper than {MAX_DEPTH} levels")
             _count_item(top, event, where)
-            stack.append([isinstance(event, yaml.MappingStartEvent), set(), True, 0])
+            stack.append([isinstance(event, yaml.MappingStartEvent), set(), True, 0, None])
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             stack.pop()
             if stack and stack[-1][0]:
@@ -119,14 +124,16 @@ def _check_events(text: str, where: str) -> None:
         elif isinstance(event, yaml.ScalarEvent):
             _count_item(top, event, where)
             is_key = top is not None and top[0] and top[2]
-            _check_scalar(event, where, is_key)
+            _check_scalar(event, where, is_key, top[4] if top is not None and top[0] and not is_key else None)
             if top is not None and top[0]:
                 if is_key:
                     if event.value in top[1]:
+                        named = key_name(event.value)
                         raise ModelFileError(
-                            f"{where}: duplicate key '{_shown(event.value)}' at line {_line(event)}"
+                            f"{where}: duplicate key {f'{named!r} ' if named else ''}at line {_line(event)}"
                         )
                     top[1].add(event.value)
+                    top[4] = event.value
                 top[2] = not top[2]
 
 
@@ -193,6 +200,16 @@ def _echo(value: object) -> str:
     return _shown(repr(value))
 
 
+def _loc_text(parts: tuple[object, ...]) -> str:
+    """A pydantic location as a key path: ``attention.head_count``, ``ssm[2]`` (union branch tags left out)."""
+    loc = ""
+    for part in parts:
+        if _is_union_tag(part):
+            continue
+        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    return loc
+
+
 def validation_message(exc: ValidationError) -> str:
     """The most telling pydantic error as ``field.path[i]: message`` on one line.
 
@@ -204,16 +221,19 @@ def validation_message(exc: ValidationError) -> str:
     errors = exc.errors()
     err = next((e for e in errors if e["type"] == "extra_forbidden"), None) \
         or next((e for e in errors if any(isinstance(p, int) for p in e["loc"])), errors[0])
-    loc = ""
-    for part in err["loc"]:
-        if _is_union_tag(part):
-            continue
-        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    if err["type"] == "extra_forbidden" and key_name(err["loc"][-1]) is None:
+        # a line of some text file rather than a misspelt field: described, never shown
+        parent = _loc_text(err["loc"][:-1])
+        where = f"{parent}: a key" if parent else "a top-level key"
+        return f"{where} that is not a field name (keys are names like block_count; is this a model preset?)"
+    loc = _loc_text(err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         import difflib  # only for this message
 
         key = str(err["loc"][-1])
+        parent = _loc_text(err["loc"][:-1])  # the key itself is no union tag, even with a '-' in it
+        loc = f"{parent}.{key}" if parent else key
         close = difflib.get_close_matches(key, _keys_at(err["loc"][:-1]), n=3, cutoff=0.6)
         msg = "unknown key" + (f" (did you mean {either(close)}?)" if close else "")
     elif any(t in err["type"] for t in _ECHOED) and "input" in err:

@@ -158,9 +158,19 @@ def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = 
     return weights, f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF", qw.weight_table
 
 
+def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float, ...] | None:
+    """``-ts`` as --fit sees it: no part other than zero (``-ts 0,0``, ``-ts ""``) is llama.cpp's default split by
+    free memory (src/llama-model.cpp:1557 all_zero) and does not stop --fit from choosing one
+    (common/fit.cpp:470 tensor_split aborts on a non-zero part only): None. Else the parts, checked and padded
+    (planner.placement)."""
+    if parts is None or not any(parts):
+        return None
+    return tuple(check_tensor_split(list(parts), max(n_devices, 1)))
+
+
 def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverride, ...]:
     out: list[TensorOverride] = []
-    if opts.override_tensor:
+    if opts.override_tensor is not None:
         out += parse_overrides(opts.override_tensor, device_names)
     if opts.cpu_moe:
         out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
@@ -209,8 +219,7 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     elif len(margins) != len(budgets):
         raise RsplanError(f"--fit-target: {len(margins)} values for {len(budgets)} devices (give one, or one each)")
     user = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=opts.n_gpu_layers,
-                      tensor_split=(tuple(check_tensor_split(list(opts.tensor_split), max(len(budgets), 1)))
-                                    if opts.tensor_split is not None else None),
+                      tensor_split=_user_split(opts.tensor_split, len(budgets)),
                       overrides=_overrides(opts, names))
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
                         compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool,

@@ -92,6 +92,11 @@ def check_tensor_split(parts: list[float], n_devices: int) -> list[float]:
     for i, part in enumerate(parts):
         if not part >= 0 or part == float("inf"):  # also catches NaN
             raise PlacementError(f"--tensor-split part {i} is {part:g}; parts must be finite and >= 0")
+    total = 0.0
+    for part in parts:
+        total = _f32(total + _f32(part))
+    if total == float("inf"):  # llama.cpp's float running sum overflows: every split point is 0 or nan
+        raise PlacementError("--tensor-split parts add up past the float range; give smaller proportions (3,1)")
     if all(part == 0 for part in parts):
         raise PlacementError(
             "--tensor-split parts are all zero; omit --tensor-split to split by free memory as llama.cpp does"

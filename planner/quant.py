@@ -334,12 +334,14 @@ def parse_ftype(text: str) -> FType:
     for ft in FTYPES:
         if ft.name == upper:
             return _resolve(ft)
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?\d+)", text)
-    if m and -(1 << 31) <= int(m.group(1)) < (1 << 31):
+    # ASCII digits only (std::stoi reads no others); past 10 digits the value is outside int32 (std::out_of_range)
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text, re.ASCII)
+    if m and len(m.group(1).lstrip("+-")) <= 10 and -(1 << 31) <= int(m.group(1)) < (1 << 31):
         for ft in FTYPES:
             if ft.value == int(m.group(1)):
                 return _resolve(ft)
-    raise ContextError(f"unknown --quant '{printable(text)}' (llama-quantize accepts: {', '.join(FTYPE_NAMES)})")
+    shown = printable(text if len(text) <= 40 else text[:37] + "...")
+    raise ContextError(f"unknown --quant '{shown}' (llama-quantize accepts: {', '.join(FTYPE_NAMES)})")
 
 
 def _resolve(ft: FType) -> FType:

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rsplan.errors import RsplanError
+from rsplan.errors import RsplanError, printable
 from rsplan.hparams.model import MAX_LAYERS
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.placement import Placement
@@ -92,13 +92,51 @@ def n_cpu_moe_overrides(n: int) -> list[TensorOverride]:
     return [TensorOverride(rf"blk\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(min(n, MAX_LAYERS))]
 
 
+#: The group openers std::regex's ECMAScript grammar knows after ``(?``: non-capturing ``(?:`` and the lookaheads
+#: ``(?=`` / ``(?!``. Python also reads lookbehinds, named groups, inline flags, comments and atomic groups, which
+#: std::regex refuses (std::regex_error when llama.cpp's loader builds the pattern: the model does not load).
+_ECMA_GROUPS = ":=!"
+
+
+def _python_only_group(pattern: str) -> str | None:
+    """The first ``(?X`` group of ``pattern`` that std::regex (ECMAScript) does not read, e.g. ``(?P<`` (None:
+    none). Escaped characters and bracket expressions are skipped."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "]":  # "[]...]": a leading ']' is a member
+                i += 1
+        elif c == "(" and pattern[i + 1:i + 2] == "?" and pattern[i + 2:i + 3] not in tuple(_ECMA_GROUPS):
+            return pattern[i:i + 4]
+        i += 1
+    return None
+
+
 def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverride]:
-    """``-ot`` / ``--override-tensor`` text: ``PATTERN=BUFT,...`` with BUFT ``CPU`` or one of ``device_names``."""
+    """``-ot`` / ``--override-tensor`` text: ``PATTERN=BUFT,...`` with BUFT ``CPU`` or one of ``device_names``.
+
+    Read as common/arg.cpp:252 parse_tensor_buffer_overrides reads it: split at every ``,``
+    (common/common.h:822 string_split keeps empty parts, so an empty entry, a leading / trailing / doubled comma
+    or an empty value is refused: no ``=`` in it), each entry split at its first ``=``; the buffer type must be one
+    of the devices' (an empty one is not). An empty pattern is accepted, as llama.cpp accepts it: it
+    ``regex_search``-es every tensor name.
+    """
     out: list[TensorOverride] = []
     for item in text.split(","):
         pattern, sep, buft = item.partition("=")
+        if not item:
+            raise WeightPlacementError(
+                f"-ot '{_shown(text)}': an empty entry; llama.cpp refuses it (each comma-separated entry is "
+                "PATTERN=BUFFER_TYPE)")
         if not sep:
-            raise WeightPlacementError(f"-ot '{item}': expected PATTERN=BUFFER_TYPE")
+            raise WeightPlacementError(f"-ot '{_shown(item)}': expected PATTERN=BUFFER_TYPE")
         try:
             with warnings.catch_warnings():
                 # Python's re warns where it reads a pattern otherwise than before ("[[:alpha:]]": a set of
@@ -106,18 +144,29 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
                 warnings.simplefilter("error", FutureWarning)
                 re.compile(pattern)
         except re.error as exc:
-            raise WeightPlacementError(f"-ot '{item}': bad pattern: {exc}") from None
+            raise WeightPlacementError(f"-ot '{_shown(item)}': bad pattern: {exc}") from None
         except FutureWarning as exc:
-            raise WeightPlacementError(f"-ot '{item}': a pattern rsplan cannot read as llama.cpp's std::regex does "
-                                       f"({exc}; POSIX classes such as [[:alpha:]] are not supported)") from None
+            raise WeightPlacementError(f"-ot '{_shown(item)}': a pattern rsplan cannot read as llama.cpp's "
+                                       f"std::regex does ({exc}; POSIX classes such as [[:alpha:]] are not "
+                                       "supported)") from None
+        group = _python_only_group(pattern)
+        if group is not None:
+            raise WeightPlacementError(
+                f"-ot '{_shown(item)}': '{_shown(group)}...' is not a group llama.cpp's std::regex (ECMAScript) "
+                "reads (only (?:, (?= and (?!); llama.cpp would fail to load the model")
         if buft == "CPU":
             out.append(TensorOverride(pattern, "CPU"))
         elif buft in device_names:
             out.append(TensorOverride(pattern, list(device_names).index(buft)))
         else:
             raise WeightPlacementError(
-                f"-ot '{item}': unknown buffer type '{buft}' (have: CPU, {', '.join(device_names)})")
+                f"-ot '{_shown(item)}': unknown buffer type '{_shown(buft)}' (have: CPU, {', '.join(device_names)})")
     return out
+
+
+def _shown(text: str) -> str:
+    """``text`` as an -ot error shows it: control characters escaped, at most 80 characters."""
+    return printable(text if len(text) <= 80 else text[:77] + "...")
 
 
 def layer_of(name: str, n_layer_all: int) -> str | int:

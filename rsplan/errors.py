@@ -4,6 +4,18 @@ Every error a user can cause (bad files, bad flags, settings llama.cpp refuses) 
 the CLI turns it into a one-line ``Error: <message>`` and a non-zero exit. Anything else is a bug.
 """
 
+import re
+
+#: A key an error message may show: a short name, as the fields of a model description are (``block_count``,
+#: ``rope_scaling``, ``mamba2.block_count``). A key of any other shape is likely a line of a file that is not a
+#: model description (``root:$6$...:::`` of /etc/shadow reads as a YAML key): it is described, never shown.
+_KEY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,79}", re.ASCII)
+
+
+def key_name(key: object) -> str | None:
+    """``key`` if an error may show it (a short ASCII name), else None."""
+    return key if isinstance(key, str) and _KEY_NAME.fullmatch(key) else None
+
 
 def printable(text: str) -> str:
     """``text`` with control characters escaped, so that an error message naming it stays on one line."""

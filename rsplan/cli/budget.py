@@ -9,6 +9,7 @@ context ladder ``--ctx``; ``budget_request`` turns their text into bytes, counts
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ import click
 
 from rsplan.cli.options import FiniteFloatRange
 from rsplan.cli.sections import Decorator, section
-from rsplan.errors import RsplanError
+from rsplan.errors import RsplanError, printable
 from rsplan.planner.context import CTX_PAD, MAX_CTX
 from rsplan.planner.placement import MAX_DEVICES
 from rsplan.render.units import MAX_SIZE, parse_size, shown
@@ -60,8 +61,9 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="Compute buffer per GPU, one figure for every setting searched. Default: each setting is "
                  "charged llama.cpp's compute buffer at that setting as rsplan models it (llama-server's "
                  "outputs), or 512MiB for archs it does not model."),
-    click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "n_gpu_layers", metavar="N|all", default=None,
-                 help="Layers on the GPUs, counted from the last (llama.cpp -ngl); default all."),
+    click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "n_gpu_layers", metavar="N|auto|all", default=None,
+                 help="Layers on the GPUs, counted from the last (llama.cpp -ngl); default all (so are auto and "
+                 "negative values, as llama.cpp places them)."),
     click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
                  help="Proportions of the layers per GPU (llama.cpp -ts); default: by free memory / budget."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
@@ -159,28 +161,99 @@ def _given_size(text: str | None, flag: str) -> GivenSize | None:
     return None if text is None else GivenSize(size_or_zero(text, flag), text)
 
 
+#: The smallest normal float (FLT_MIN): std::stof refuses a smaller non-zero magnitude.
+_FLT_MIN = 2.0 ** -126
+
+#: What ``std::stoi`` reads: leading white space, a sign, decimal digits; the text after them is ignored.
+_STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", re.ASCII)
+
+
+def read_ngl(text: str) -> int:
+    """``-ngl`` as llama.cpp reads it (common/arg.cpp:2791 n_gpu_layers): ``auto`` -1, ``all`` -2 (both case-sensitive),
+    else ``std::stoi``: leading spaces and a sign allowed, trailing text ignored, a value outside int32 refused
+    (std::out_of_range; arg.cpp:871-875 turns it into "error while handling argument").
+
+    The value keeps llama.cpp's meaning (common/common.h:475 n_gpu_layers: "-1 is auto, <= -2 is all"):
+    src/llama-model.cpp:2002 llama_model::n_gpu_layers offloads every layer for any negative value, and
+    --fit moves layers only for the default -1 (common/fit.cpp:463 n_gpu_layers).
+    """
+    if text == "auto":
+        return -1
+    if text == "all":
+        return -2
+    m = _STOI.match(text)
+    if not m:
+        raise RsplanError(f"-ngl: cannot read '{shown(printable(text))}' as a number of layers, auto or all")
+    value = m.group(1)
+    if len(value.lstrip("+-")) > 10 or not -(1 << 31) <= int(value) < (1 << 31):
+        raise RsplanError(f"-ngl {shown(value)}: out of range (llama.cpp reads an int32; for every layer: -ngl all)")
+    return int(value)
+
+
 def _parse_ngl(text: str | None) -> int | None:
-    if text is None or text.strip().lower() == "all":
+    """capacity's / report's ``-ngl``: None (every layer) for unset, ``all``, ``auto`` and every negative value.
+
+    They place the layers as given: ``-ngl all`` and any value <= -2 offload every layer in llama.cpp, and so does
+    the default -1 (``auto``) unless --fit moves layers, which it does only where the setting does not fit;
+    the settings printed fit as placed (and carry ``-ngl all``)."""
+    if text is None:
         return None
-    if not re.fullmatch(r"\s*-?[0-9]+\s*", text, re.ASCII):
-        raise RsplanError(f"-ngl: expected a number of layers or 'all', got '{shown(text)}'")
-    if len(text.strip().lstrip("-")) > 9:
-        raise RsplanError(f"-ngl {shown(text.strip())}: more layers than any model has; use -ngl all")
-    return int(text)
+    ngl = read_ngl(text)
+    return None if ngl < 0 else ngl
 
 
 def parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
+    """``-ts`` as llama.cpp reads it (common/arg.cpp:2838 sregex_token_iterator): split at runs of ``,`` and ``/`` by
+    std::sregex_token_iterator, which gives an empty leading part but no empty trailing one ("1," is one part,
+    ",1" two, "" none), each part read by std::stof (_stof)."""
     if text is None:
         return None
+    items = re.split(r"[,/]+", text)
+    if items[-1] == "":
+        items.pop()
     parts = []
-    for item in re.split(r"[,/]+", text.strip()):
+    for item in items:
         try:
             if len(item) > 40 or not item.isascii():
                 raise ValueError(item)
-            parts.append(float(item))
+            part = _stof(item)
         except ValueError:
             raise RsplanError(f"--tensor-split: cannot read '{shown(item)}' as a proportion (example: 3,1)") from None
+        if not _stof_in_range(part):
+            raise RsplanError(f"--tensor-split: '{shown(item)}' is outside the float range llama.cpp reads the parts "
+                              "in (std::stof refuses it)")
+        parts.append(part)
     return tuple(parts)
+
+
+#: What ``std::stof`` (strtof) reads at the start of its text: white space, a sign, then a decimal or hexadecimal
+#: number, inf/infinity or nan; the text after it is ignored ("1x" is 1, "1_0" is 1).
+_STOF = re.compile(r"[ \t\n\v\f\r]*([+-]?)(?:(0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+                   r"|((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)|(infinity|inf|nan))", re.ASCII | re.IGNORECASE)
+
+
+def _stof(text: str) -> float:
+    """The number ``std::stof`` reads from ``text`` (as a double: _stof_in_range checks the float range);
+    ValueError where it reads none."""
+    m = _STOF.match(text)
+    if not m:
+        raise ValueError(text)
+    sign, hexa, dec, word = m.groups()
+    value = float.fromhex(hexa) if hexa else float(dec) if dec else float(word)
+    return -value if sign == "-" else value
+
+
+def _stof_in_range(x: float) -> bool:
+    """Whether ``std::stof`` (common/arg.cpp:2847 stof) takes ``x`` (its text): not past FLT_MAX (it rounds to
+    inf) and not below FLT_MIN but zero (glibc's strtof reports ERANGE for both, and std::stof throws
+    std::out_of_range); inf and nan themselves are read (the tensor split check refuses them)."""
+    if x != x or x in (float("inf"), float("-inf")) or x == 0:
+        return True
+    try:
+        (f32,) = struct.unpack("f", struct.pack("f", x))
+    except OverflowError:
+        return False
+    return f32 not in (float("inf"), float("-inf")) and abs(x) >= _FLT_MIN
 
 
 def parse_fit_target(text: str) -> tuple[int, ...]:

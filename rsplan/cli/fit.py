@@ -14,7 +14,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor_split
+from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor_split, read_ngl
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
@@ -42,8 +42,8 @@ FIT_OPTIONS: list[Decorator] = [
                  help="As given to llama.cpp: a value other than auto stops --fit from moving layers."),
     click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
                  help="As given to llama.cpp (several devices: stops --fit from moving layers)."),
-    click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", default=None,
-                 help="As given to llama.cpp (stops --fit from moving layers)."),
+    click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", multiple=True,
+                 help="As given to llama.cpp (stops --fit from moving layers); given again, it adds entries."),
     click.option("-cmoe", "--cpu-moe", "cpu_moe", is_flag=True, help="llama.cpp --cpu-moe: every expert on the host."),
     click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), default=None, metavar="N",
                  help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
@@ -119,7 +119,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         margins=parse_fit_target(options["fit_target"]),
         fit_ctx=options["fit_ctx"], explicit_zero_ctx=explicit_ctx and params.n_ctx == 0,
         n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=parse_tensor_split(options["tensor_split"]),
-        override_tensor=options["override_tensor"], cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
+        override_tensor=_joined(options["override_tensor"]), cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
         quant=options["quant"], tool=options["tool"], ctx_checkpoints=options["ctx_checkpoints"],
@@ -127,6 +127,12 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
+
+
+def _joined(values: tuple[str, ...]) -> str | None:
+    """Every ``-ot`` given, in order: llama.cpp appends each one's entries to the same list (common/arg.cpp:2756
+    parse_tensor_buffer_overrides pushes onto params.tensor_buft_overrides)."""
+    return ",".join(values) if values else None
 
 
 def _host(text: str | None) -> dict[str, Any]:
@@ -172,12 +178,9 @@ def _budgets(budget: str | None, gpu: str | None) -> list[tuple[str, int]] | Non
 
 
 def _ngl(text: str | None) -> int | None:
-    """llama.cpp's -ngl: ``auto`` (or unset) None (= -1), ``all`` -2, else the number."""
-    if text is None or text.strip().lower() == "auto":
+    """llama.cpp's -ngl for --fit: None for unset and for auto / -1 (the default, which --fit may change), else the
+    value as given (``all`` -2; any value but -1 stops --fit from moving layers, common/fit.cpp:463 n_gpu_layers)."""
+    if text is None:
         return None
-    if text.strip().lower() == "all":
-        return -2
-    item = text.strip()
-    if not item.lstrip("-").isdigit() or len(item) > 10:
-        raise RsplanError(f"-ngl: cannot read '{item}' as a number of layers, auto or all")
-    return int(item)
+    ngl = read_ngl(text)
+    return None if ngl == -1 else ngl

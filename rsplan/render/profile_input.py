@@ -29,7 +29,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rsplan.errors import RsplanError
+from rsplan.errors import RsplanError, key_name
 from rsplan.files import FileTooLargeError, JSONValueError, parse_json, read_limited
 
 #: The largest profile file read.
@@ -86,6 +86,9 @@ def _message(exc: ValidationError) -> str:
     if err["type"] == "extra_forbidden":
         msg = "unknown key (accepted: name, gbps, copy_gbps, inplace_gbps, bytes, time_s, dtype, flag in each " \
               "kernel; device, model, kernels at the top)"
+        if key_name(err["loc"][-1]) is None:  # not a name: described, never shown (rsplan.errors.key_name)
+            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"][:-1]).lstrip(".")
+            msg = "a key that is not a name: " + msg
     return f"{loc}: {msg}" if loc else msg
 
 

@@ -171,7 +171,7 @@ def test_gpu_index_that_does_not_exist(example, monkeypatch):
     (["--budget", "8GiB", "--gpu-memory", "total"], "--gpu-memory applies to --gpu only"),
     (["--budget", "80GiB", "-ngl", "50"],
      "-ngl 50 is larger than the model's 49 offloadable layers (48 repeating + output); use -ngl 49 or -ngl all"),
-    (["--budget", "80GiB", "-ngl", "many"], "-ngl: expected a number of layers or 'all', got 'many'"),
+    (["--budget", "80GiB", "-ngl", "many"], "-ngl: cannot read 'many' as a number of layers, auto or all"),
     (["--budget", "40GiB,40GiB", "-ts", "1,-1"], "--tensor-split part 1 is -1; parts must be finite and >= 0"),
     (["--budget", "40GiB,40GiB", "-ts", "0,0"],
      "--tensor-split parts are all zero; omit --tensor-split to split by free memory as llama.cpp does"),
