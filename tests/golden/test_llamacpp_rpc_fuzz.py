@@ -82,3 +82,31 @@ def test_draws_are_seeded_and_use_the_probes_flags(fuzz_rpc):
         assert 0 <= flags["-ngl"] <= 42  # 40 layers, the MTP layer and the output layer
         if "-ts" in flags:
             assert len(flags["-ts"].split(",")) == len(free)
+
+
+def _golden(model: str, flags: dict) -> dict:
+    return next(c for c in CASES if c["model"] == model and c["flags"] == flags)
+
+
+def test_a_quantized_v_cache_keeps_flash_attention_on_with_nkvo(fuzz_rpc):
+    # a quantized V cache turns -fa auto into -fa on before the context is made, so the -nkvo probe (flash
+    # attention on the CPU, layer 8 on RPC0) turns nothing off: llama.cpp's host compute 129,870,848 bytes, the
+    # same as without -nkvo; rsplan had run the probe and sized the graphs without flash attention (932,899,072)
+    case = _golden("falcon-h1-0.5b-instruct-bf16",
+                   {"-c": 0, "-ub": 1544, "-ctk": "q5_1", "-ctv": "q4_1", "-ngl": 29, "-nkvo": True})
+    assert case["host"]["compute"] == 129_870_848
+    usage, _ = fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
+    assert usage.host.compute == 129_870_848
+    assert [d.compute for d in usage.devices] == [d["compute"] for d in case["devices"]]
+
+
+def test_a_dry_run_over_devices_aborts_where_a_later_reserve_graph_fails(fuzz_rpc):
+    # llama.cpp reserves every graph under no_alloc too (it reports the first one's sizes): Kimi-Linear's
+    # one-sequence pp graph fails GGML_ASSERT(ggml_can_repeat(b, a)) at -np 3; rsplan had sized the first pp graph
+    # over the devices and accepted the start
+    from rsplan.planner.compute import LlamaAbortError
+
+    case = _golden("kimi-linear-48b-a3b-bf16", {"-c": 9654, "-np": 3, "-ngl": 25, "-nkvo": True})
+    assert case.get("crashed") and "ggml_can_repeat(b, a)" in case["error"]
+    with pytest.raises(LlamaAbortError, match=r"GGML_ASSERT\(ggml_can_repeat\(b, a\)\)"):
+        fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
