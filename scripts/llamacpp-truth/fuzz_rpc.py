@@ -1,9 +1,10 @@
 """Random differential testing over RPC devices: every byte on every device, rsplan against llama.cpp's dry run.
 
 fuzz.py's sibling for multi-device runs. For every model (the tiny GGUFs, the bf16 / q8_0 skeletons of sweep.py's
-MODELS) it draws, from a seeded generator (``draw_case``), 1-3 RPC devices with random free memory (the default
-layer split follows it) and random flags: -ngl (0, partial, all repeating layers, all + the output layer), -ts
-(even, uneven, with a zero), -nkvo, --n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types. It
+MODELS, the llama-quantize skeletons present, whose weights planner.quant_weights types) it draws, from a seeded
+generator (``draw_case``), 1-3 RPC devices with random free memory (the default layer split follows it) and random
+flags: -ngl (0, partial, all repeating layers, all + the output layer), -ts (even, uneven, with a zero), -nkvo,
+--n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types. It
 runs the probe (probe.cpp, no_alloc) against one ``ggml-rpc-server`` per device on 127.0.0.1 (llama.cpp treats an
 RPC device as a GPU; the free memory it sees is set by the LD_PRELOAD shim fake_memory.so, as sched_cases.py
 does) and rsplan's planner on the same flags: ``planner.fit_memory.MemoryModel.measure``, the per-device
@@ -13,8 +14,8 @@ the scheduler model's dry-run compute per backend). It compares (``compare``):
 - refusals and aborts (llama.cpp refusing must be rsplan raising RsplanError; an abort rsplan's LlamaAbortError
   naming the same GGML_ASSERT, or a refusal);
 - n_ctx, n_ctx_seq, n_batch, n_ubatch, n_seq_max as resolved, the output buffer;
-- per device (``--rpc`` order) and for the host (every buffer type that is not an RPC device's): ``model``,
-  ``context`` and ``compute`` bytes of ``llama_get_memory_breakdown``.
+- per device (``--rpc`` order) and for the host (every buffer type that is not an RPC device's, summed: CPU and
+  CPU_REPACK): ``model``, ``context`` and ``compute`` bytes of ``llama_get_memory_breakdown``.
 
 Every mismatch is one JSON line in ``--log`` (model, command line, free memory, the part, llama.cpp's number and
 rsplan's); ``--golden FILE`` keeps every measured case (flags, free memory, bytes per part) in the format
@@ -57,14 +58,11 @@ MiB = 1 << 20
 HOST_FREE = 1 << 40
 #: RPC devices at most (one ggml-rpc-server each)
 MAX_RPC = 3
-#: the models fuzzed: the converter's outputs (bf16, q8_0, the tiny f32 GGUFs); the llama-quantize skeletons
-#: repack on the CPU, which the multi-device weight model does not cover
-SKIP_QUANT = True
 
 
 def rpc_models() -> list[str]:
-    """fuzz.py's models without the llama-quantize skeletons."""
-    return [n for n in fuzz.fuzz_models() if not (SKIP_QUANT and "quant" in sweep.MODELS[n])]
+    """fuzz.py's models: the tiny GGUFs, the converter's skeletons, the llama-quantize ones present."""
+    return fuzz.fuzz_models()
 
 
 def _ngl(rng: random.Random, n_layer: int) -> int:
@@ -138,6 +136,13 @@ def model_weights(name: str) -> tuple[Any, ...]:
 
         read = read_model(entry["gguf"])
         return tuple(gguf_weights(read.tensors, read.tensor_rows, spec.n_layer, False))
+    if "quant" in entry:  # llama-quantize's types (planner.quant_weights), as ``rsplan fit --quant`` takes them
+        from rsplan.planner.quant_weights import quantized_weights
+        from rsplan.planner.weight_placement import Weight, loaded
+
+        plan = quantized_weights(spec, entry["quant"]).plan
+        return tuple(Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in plan.tensors
+                     if loaded(t.name, spec.n_layer, False))
     return tuple(converter_weights(spec, entry["outtype"]))
 
 
