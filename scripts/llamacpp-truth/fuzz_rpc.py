@@ -15,7 +15,8 @@ the scheduler model's dry-run compute per backend). It compares (``compare``):
   naming the same GGML_ASSERT, or a refusal);
 - n_ctx, n_ctx_seq, n_batch, n_ubatch, n_seq_max as resolved, the output buffer;
 - per device (``--rpc`` order) and for the host (every buffer type that is not an RPC device's, summed: CPU and
-  CPU_REPACK): ``model``, ``context`` and ``compute`` bytes of ``llama_get_memory_breakdown``.
+  CPU_REPACK): ``model``, ``context`` and ``compute`` bytes of ``llama_get_memory_breakdown``; for the
+  llama-quantize skeletons also the host's weights by buffer type (CPU, CPU_REPACK: planner.host_charge).
 
 Every mismatch is one JSON line in ``--log`` (model, command line, free memory, the part, llama.cpp's number and
 rsplan's); ``--golden FILE`` keeps every measured case (flags, free memory, bytes per part) in the format
@@ -147,9 +148,10 @@ def model_weights(name: str) -> tuple[Any, ...]:
 
 
 def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
-    """rsplan's breakdown (planner.fit_memory.Usage: per device and host, model / context / compute bytes) of the
-    probe's start ``flags`` over RPC devices with ``free_mib`` free: the MemoryModel ``rsplan fit --device-kind
-    RPC`` measures with, sized as the dry run (the first pp graph; n_outputs_max = n_batch, as the probe)."""
+    """rsplan's breakdown of the probe's start ``flags`` over RPC devices with ``free_mib`` free: (the
+    planner.fit_memory.Usage: per device and host, model / context / compute bytes; why the compute is an estimate
+    or None; the layer placement; the tensor overrides). The MemoryModel ``rsplan fit --device-kind RPC`` measures
+    with, sized as the dry run (the first pp graph; n_outputs_max = n_batch, as the probe)."""
     from rsplan.hparams.layout import cache_layout
     from rsplan.planner.buffers import DEVICE_RULES
     from rsplan.planner.fit_memory import MemoryModel, StartFlags
@@ -167,7 +169,7 @@ def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
     start = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=int(flags.get("-ngl", 0)), tensor_split=split,
                        overrides=tuple(n_cpu_moe_overrides(int(flags.get("--n-cpu-moe", 0)))))
     usage = model.measure(start)
-    return usage, model.compute_estimate
+    return usage, model.compute_estimate, model.placement(start), start.overrides
 
 
 def endpoints(n: int, port0: int) -> list[str]:
@@ -207,6 +209,22 @@ def measured_parts(case: dict, n_dev: int, port0: int) -> dict[str, Any]:
     return {"devices": devices, "host": host}
 
 
+def host_model_buffers(name: str, placement: Any, overrides: Any, cpu_features: list[str]) -> dict[str, int]:
+    """rsplan's host weight bytes per buffer type (planner.host_charge.host_weights: CPU, CPU_REPACK for what the
+    CPU backend repacks on a machine with ``cpu_features``; the dry run reads the weights into buffers, no
+    mapping); RPC devices have no host buffer type of their own."""
+    from rsplan.planner.cpu_repack import parse_target
+    from rsplan.planner.host_charge import host_weights
+    from rsplan.planner.host_weights import HostOptions
+
+    features = set(cpu_features)
+    target = "x86-avx512" if "avx512f" in features else "x86-avx2" if "avx2" in features else "none"
+    held = host_weights(fuzz._quant_table(name), model_weights(name), placement,
+                        HostOptions(parse_target(target), use_mmap=False), None, overrides,
+                        arch=fuzz.model_spec(name).arch)
+    return {k: v for k, v in held.buffers.items() if v}
+
+
 def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dict[str, Any]:
     """What the golden file keeps of one case: flags, free memory, the outcome and the bytes per part."""
     rec: dict[str, Any] = {"model": name, "flags": case["flags"], "free_mib": free_mib, "ok": case["ok"]}
@@ -219,6 +237,11 @@ def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dic
     rec["resolved"] = {k: r[k] for k in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max")}
     rec["output_buffer"] = case["output_buffer"]
     rec.update(measured_parts(case, len(free_mib), port0))
+    if "quant" in sweep.MODELS[name]:  # the host's weights by buffer type: which ones the CPU backend repacks
+        devices = {k for ep in endpoints(len(free_mib), port0) for k in case["breakdown"] if k.endswith(f"[{ep}]")}
+        rec["host_model_buffers"] = {k: b["model"] for k, b in case["breakdown"].items()
+                                     if k not in devices and b["model"]}
+        rec["cpu_features"] = sweep.cpu_features()
     return rec
 
 
@@ -234,7 +257,7 @@ def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
     try:
         params = sweep.context_params(flags)
         plan = build_plan(spec, params)
-        got, estimate = rsplan_usage(name, flags, rec["free_mib"])
+        got, estimate, placement, overrides = rsplan_usage(name, flags, rec["free_mib"])
     except LlamaAbortError as exc:
         if rec.get("crashed"):
             check = rec["error"].split("GGML_ASSERT(", 1)[-1].rsplit(") failed", 1)[0]
@@ -265,6 +288,10 @@ def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
                 if part == "compute" and estimate:
                     item["note"] = estimate
                 out.append(item)
+    if "host_model_buffers" in rec:
+        ours = host_model_buffers(name, placement, overrides, rec["cpu_features"])
+        if ours != rec["host_model_buffers"]:
+            out.append({"what": "host model by buffer type", "llama": rec["host_model_buffers"], "rsplan": ours})
     return out
 
 

@@ -55,6 +55,7 @@ def test_the_golden_starts_cover_the_drawn_kinds():
         c["flags"]["-ngl"] > 1 and all(d["model"] for d in c["devices"]) for c in ok)
     assert any(c.get("crashed") for c in CASES) and any(not c["ok"] and not c.get("crashed") for c in CASES)
     assert any(d["compute"] for c in ok for d in c["devices"]) and any(c["host"]["compute"] for c in ok)
+    assert any("CPU_REPACK" in c.get("host_model_buffers", {}) and any(d["model"] for d in c["devices"]) for c in ok)
 
 
 def test_a_one_byte_difference_in_any_part_is_reported(fuzz_rpc):
@@ -68,6 +69,13 @@ def test_a_one_byte_difference_in_any_part_is_reported(fuzz_rpc):
             name = f"RPC{len(case['devices']) - 1}" if where == "devices" else "host"
             assert [d["what"] for d in got] == [f"{name} {part}"]
             assert got[0]["llama"] == got[0]["rsplan"] + 1
+
+
+def test_the_host_weights_by_buffer_type_are_compared(fuzz_rpc):
+    case = copy.deepcopy(next(c for c in CASES if "CPU_REPACK" in c.get("host_model_buffers", {})))
+    case["host_model_buffers"]["CPU_REPACK"] -= 32
+    case["host_model_buffers"]["CPU"] += 32  # the same host total, another split
+    assert [d["what"] for d in fuzz_rpc.compare(case)] == ["host model by buffer type"]
 
 
 def test_draws_are_seeded_and_use_the_probes_flags(fuzz_rpc):
@@ -95,7 +103,7 @@ def test_a_quantized_v_cache_keeps_flash_attention_on_with_nkvo(fuzz_rpc):
     case = _golden("falcon-h1-0.5b-instruct-bf16",
                    {"-c": 0, "-ub": 1544, "-ctk": "q5_1", "-ctv": "q4_1", "-ngl": 29, "-nkvo": True})
     assert case["host"]["compute"] == 129_870_848
-    usage, _ = fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
+    usage, *_ = fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
     assert usage.host.compute == 129_870_848
     assert [d.compute for d in usage.devices] == [d["compute"] for d in case["devices"]]
 
