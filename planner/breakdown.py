@@ -154,9 +154,9 @@ def model_bytes_by_buffer(
     if table and kind == "CUDA":
         weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
         placement = place_layers(spec.block_count, 1)
-        placed = place_weights(weights, placement, CUDA_RULE)
+        placed = place_weights(weights, placement, CUDA_RULE, arch=spec.arch)
         out = {backend: placed.device[0]}
-        out.update(host_weights(table, weights, placement, host, gpu_host).buffers)
+        out.update(host_weights(table, weights, placement, host, gpu_host, arch=spec.arch).buffers)
         return out, True
     if table and kind == "CPU":
         tensors = _host_tensors(table, spec.n_layer, load_mtp)

@@ -111,11 +111,11 @@ class ChargeModel:
             b = self.budget
             if b.weights:
                 tensors = (*b.weights, *b.mtp_weights) if with_mtp else b.weights
-                placed = place_weights(tensors, self.placement, self.rule)
+                placed = place_weights(tensors, self.placement, self.rule, arch=self.spec.arch)
                 host = placed.host
                 if b.host_table is not None:
                     self._host[with_mtp] = host_weights(b.host_table, tensors, self.placement, b.host,
-                                                        gpu_host_buffer(self.device_kind))
+                                                        gpu_host_buffer(self.device_kind), arch=self.spec.arch)
                     host = self._host[with_mtp].total
                 self._weights[with_mtp] = tuple(placed.device), host
             else:

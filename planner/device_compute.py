@@ -83,8 +83,10 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     if not (real_run or dry_run):
         raise ValueError("device_compute: neither the real run nor the dry run asked for")
     ctx = resolve_context(layout, params)
-    run = _Run(build, spec, layout, params.flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, real_run,
-               dry_run)
+    # a quantized V cache turns -fa auto into -fa on before the context is made (src/llama-context.cpp:3840
+    # ggml_is_quantized): nothing left for the probe to turn off
+    flash_attn = "on" if params.flash_attn == "auto" and ctx.type_v.is_quantized else params.flash_attn
+    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, real_run, dry_run)
     return sized_over_cells(run, ctx)
 
 
@@ -115,10 +117,12 @@ def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:
 
 
 def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph]
-              ) -> tuple[EffectiveContext, list[tuple[str, int, int, int, bool]]]:
+              ) -> tuple[EffectiveContext, list[tuple[str, int, int, int, bool]], list[tuple[str, int, int, int]]]:
     """The context the graphs are built with (flash attention off where the ``-fa auto`` probe says llama.cpp
-    turns it off; ``probe_graph(ctx, n_seq_max)`` builds the probe) and each reserve to size, in order:
-    (name, tokens (a multiple of the sequences), sequences, outputs, pins)."""
+    turns it off; ``probe_graph(ctx, n_seq_max)`` builds the probe), each reserve to size, in order: (name, tokens
+    (a multiple of the sequences), sequences, outputs, pins), and the reserves only to build: a dry run reports
+    the first pp graph's sizes, but llama.cpp reserves the others too and aborts where one of them fails a shape
+    assertion (Kimi-Linear's one-sequence pp graph at ``-np 3``: planner.compute.LlamaAbortError)."""
     probe = run.flash_attn == "auto" and ctx.flash_attn and run.layout.kv_layers
     if probe and not flash_attn_on_layer_devices(probe_graph(ctx, ctx.n_seq_max), run.setup, ctx.n_seq_max):
         # the caches were made for flash attention (V not transposed); the graphs are built without it
@@ -127,7 +131,7 @@ def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Cal
     # a real run reserves each graph with its pinned nodes; the dry run sizes the first pp graph without them
     runs = [(graphs[0], False)] if run.dry_run else []
     runs += [(graph, True) for graph in graphs] if run.real_run else []
-    return ctx, [(*graph, pins) for graph, pins in runs]
+    return ctx, [(*graph, pins) for graph, pins in runs], [] if run.real_run else graphs[1:]
 
 
 def _combined(run: _Run, results: list[tuple[bool, tuple[int, ...], int, int]]) -> DeviceCompute:
@@ -148,7 +152,9 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
         return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq, n_out)
 
     probe = lambda c, n: graph_of(c, "flash-attention probe", n, n, n)  # noqa: E731
-    ctx, reserves = _reserves(run, ctx, _n_out_max(run, ctx), probe)
+    ctx, reserves, checks = _reserves(run, ctx, _n_out_max(run, ctx), probe)
+    for name, n_tok, n_sq, n_out in checks:
+        graph_of(ctx, name, n_tok, n_sq, n_out)  # built for its shape assertions only
     results = []
     for name, n_tok, n_sq, n_out, pins in reserves:
         got = schedule(graph_of(ctx, name, n_tok, n_sq, n_out), run.setup, n_tok, pins=pins)
@@ -177,7 +183,9 @@ class _Splits:
             graph = graphs[(c.flash_attn, n, n, n)] = graph_of(c, "flash-attention probe", n, n, n)
             return graph
 
-        sym, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph)
+        sym, reserves, checks = _reserves(run, sym, _n_out_max(run, ctx), probe_graph)
+        for name, n_tok, n_sq, n_out in checks:
+            graph_of(sym, name, n_tok, n_sq, n_out)  # built for its shape assertions only
         self.run = run
         self.splits = [(pins, split_graph(graph_of(sym, name, n_tok, n_sq, n_out), run.setup, n_tok, pins, []))
                        for name, n_tok, n_sq, n_out, pins in reserves]

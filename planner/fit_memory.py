@@ -173,7 +173,7 @@ class MemoryModel:
         """The breakdown of one start with ``flags`` (llama.cpp's ``common_get_device_memory_data``)."""
         self.calls += 1
         placement = self.placement(flags)
-        weights = place_weights(self.weights, placement, self.device_rule, flags.overrides)
+        weights = place_weights(self.weights, placement, self.device_rule, flags.overrides, arch=self.spec.arch)
         plan = build_plan(self.spec, dataclasses.replace(self.params, n_ctx=flags.n_ctx), self.layout)
         context, host_context = cache_split(plan, placement, self.device_rule, self.n_devices)
         dev_compute, host_compute = self.compute_split(flags, placement)

@@ -245,7 +245,8 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     held = None
     if table is not None:
         held = host_weights(table, weights, model.placement(result.flags), opts.host,
-                            gpu_host_buffer(opts.device_kind if budgets else None), result.flags.overrides)
+                            gpu_host_buffer(opts.device_kind if budgets else None), result.flags.overrides,
+                            arch=spec.arch)
     _host_check(answer, spec, layout, opts.ctx_checkpoints, held)
     if draft is not None:
         _draft_host(answer, spec, draft)

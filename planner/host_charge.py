@@ -69,7 +69,7 @@ def gpu_host_buffer(device_kind: str | None) -> str | None:
 
 
 def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Placement, options: HostOptions,
-                 gpu_host: str | None, overrides: Sequence[TensorOverride] = ()) -> HostWeights:
+                 gpu_host: str | None, overrides: Sequence[TensorOverride] = (), *, arch: str) -> HostWeights:
     """The host buffers of ``weights`` (the tensors the context loads) that ``placement`` and ``overrides``
     (``-ot``, first match wins) leave on the host.
 
@@ -77,10 +77,12 @@ def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Place
         table: the model file's whole tensor table (file order: where each tensor lies).
         gpu_host: the devices' host buffer type (``gpu_host_buffer``), None without one (``--no-host`` in
             ``options`` leaves it out).
+        arch: the model's arch (which layer its global tensors belong to: planner.weight_placement.layer_of).
     """
     gpu_host = options.weights_host_buffer(gpu_host)
     on_host = {w.name for w in weights
-               if where_weight(w.name, layer_of(w.name, placement.n_layer_all), placement, overrides) is None}
+               if where_weight(w.name, layer_of(w.name, placement.n_layer_all, arch=arch), placement,
+                               overrides) is None}
     tensors = [t for t in table_tensors(table) if t.name in on_host]
     names = {w.name for w in weights}
     tied_on_host = ("token_embd.weight" in names and "output.weight" not in names

@@ -49,6 +49,13 @@ NAMED_LAYERS: dict[str, str | int] = {
     "output": "output",
     "output_norm": "output",
 }
+#: Per-arch exceptions to NAMED_LAYERS: LFM2's and LFM2-MoE's output norm is named ``token_embd_norm`` in the GGUF
+#: (src/llama-arch.cpp:442 LLM_TENSOR_OUTPUT_NORM_LFM2) but belongs to the output layer (src/llama-arch.cpp:740
+#: LLM_TENSOR_OUTPUT_NORM_LFM2; src/models/lfm2.cpp:39 output_norm), so it goes where the output layer goes.
+ARCH_NAMED_LAYERS: dict[str, dict[str, str | int]] = {
+    "lfm2": {"token_embd_norm": "output"},
+    "lfm2moe": {"token_embd_norm": "output"},
+}
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
@@ -169,8 +176,9 @@ def _shown(text: str) -> str:
     return printable(text if len(text) <= 80 else text[:77] + "...")
 
 
-def layer_of(name: str, n_layer_all: int) -> str | int:
-    """The layer a tensor belongs to: ``"input"``, ``"output"`` or a repeating layer number."""
+def layer_of(name: str, n_layer_all: int, *, arch: str) -> str | int:
+    """The layer a tensor of a model of ``arch`` belongs to: ``"input"``, ``"output"`` or a repeating layer
+    number."""
     m = _BLOCK.match(name)
     if m:
         il = int(m.group(1))
@@ -178,9 +186,10 @@ def layer_of(name: str, n_layer_all: int) -> str | int:
             raise WeightPlacementError(f"tensor {name}: layer {il} but the model has {n_layer_all} layers")
         return il
     stem = name.rsplit(".", 1)[0] if "." in name else name
-    if stem not in NAMED_LAYERS:
+    named = {**NAMED_LAYERS, **ARCH_NAMED_LAYERS.get(arch, {})}
+    if stem not in named:
         raise WeightPlacementError(f"tensor {name}: no llama.cpp layer known for it")
-    return NAMED_LAYERS[stem]
+    return named[stem]
 
 
 @dataclass(frozen=True)
@@ -201,6 +210,8 @@ def place_weights(
     device_rule: BufferRule,
     overrides: Sequence[TensorOverride] = (),
     host_rule: BufferRule = CPU_RULE,
+    *,
+    arch: str,
 ) -> WeightBytes:
     """Bytes of ``weights`` (the tensors a context loads) per device and on the host.
 
@@ -210,13 +221,14 @@ def place_weights(
         device_rule: how the devices' buffer type pads a tensor (CUDA_RULE on CUDA, CPU_RULE for RPC to a CPU).
         overrides: ``-ot`` entries in order (``--cpu-moe`` / ``--n-cpu-moe`` expanded), first match wins.
         host_rule: the host buffer's padding.
+        arch: the model's arch (which layer its global tensors belong to: ``layer_of``).
     """
     device = [0] * placement.n_devices
     host = 0
     names = {w.name for w in weights}
     tied = "token_embd.weight" in names and "output.weight" not in names
     for w in weights:
-        layer = layer_of(w.name, placement.n_layer_all)
+        layer = layer_of(w.name, placement.n_layer_all, arch=arch)
         where = where_weight(w.name, layer, placement, overrides)
         if where is None:
             host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)

@@ -1,0 +1,395 @@
+"""Random differential testing over RPC devices: every byte on every device, rsplan against llama.cpp's dry run.
+
+fuzz.py's sibling for multi-device runs. For every model (the tiny GGUFs, the bf16 / q8_0 skeletons of sweep.py's
+MODELS, the llama-quantize skeletons present, whose weights planner.quant_weights types) it draws, from a seeded
+generator (``draw_case``), 1-3 RPC devices with random free memory (the default layer split follows it) and random
+flags: -ngl (0, partial, all repeating layers, all + the output layer), -ts (even, uneven, with a zero), -nkvo,
+--n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types. It
+runs the probe (probe.cpp, no_alloc) against one ``ggml-rpc-server`` per device on 127.0.0.1 (llama.cpp treats an
+RPC device as a GPU; the free memory it sees is set by the LD_PRELOAD shim fake_memory.so, as sched_cases.py
+does) and rsplan's planner on the same flags: ``planner.fit_memory.MemoryModel.measure``, the per-device
+breakdown ``rsplan fit --device-kind RPC`` measures with (weights tensor by tensor, caches on their layer's device,
+the scheduler model's dry-run compute per backend). It compares (``compare``):
+
+- refusals and aborts (llama.cpp refusing must be rsplan raising RsplanError; an abort rsplan's LlamaAbortError
+  naming the same GGML_ASSERT, or a refusal);
+- n_ctx, n_ctx_seq, n_batch, n_ubatch, n_seq_max as resolved, the output buffer;
+- per device (``--rpc`` order) and for the host (every buffer type that is not an RPC device's, summed: CPU and
+  CPU_REPACK): ``model``, ``context`` and ``compute`` bytes of ``llama_get_memory_breakdown``; for the
+  llama-quantize skeletons also the host's weights by buffer type (CPU, CPU_REPACK: planner.host_charge).
+
+Every mismatch is one JSON line in ``--log`` (model, command line, free memory, the part, llama.cpp's number and
+rsplan's); ``--golden FILE`` keeps every measured case (flags, free memory, bytes per part) in the format
+tests/golden/test_llamacpp_rpc_fuzz.py reads.
+
+Usage (from the repository root; the probe built by build.sh against a llama.cpp with ``-DGGML_RPC=ON``)::
+
+    nice -n 10 .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --seed 1 --per-model 4 --log /tmp/rpc.jsonl
+    .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --seed 2 --per-model 10 --model lfm2-1.2b-bf16
+
+Exit status: 0 when nothing mismatched, 1 when something did (or a probe run failed), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fuzz  # the sibling script: the models, the flag draws, the CPU-only comparison
+import sweep  # the probe runner, the skeletons
+
+from rsplan.errors import RsplanError
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM = ROOT / "build" / "llamacpp-truth" / "fake_memory.so"
+LLAMA = Path("/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp")
+MiB = 1 << 20
+#: the host's free memory as the shim reports it (the default split never uses it; the dry run checks nothing)
+HOST_FREE = 1 << 40
+#: RPC devices at most (one ggml-rpc-server each)
+MAX_RPC = 3
+
+
+def rpc_models() -> list[str]:
+    """fuzz.py's models: the tiny GGUFs, the converter's skeletons, the llama-quantize ones present."""
+    return fuzz.fuzz_models()
+
+
+def _ngl(rng: random.Random, n_layer: int) -> int:
+    kind = rng.random()
+    if kind < 0.15:
+        return 0
+    if kind < 0.55:
+        return rng.randint(1, n_layer - 1) if n_layer > 1 else 1
+    if kind < 0.75:
+        return n_layer  # every repeating layer, the output layer on the host
+    return n_layer + 1  # everything
+
+
+def _tensor_split(rng: random.Random, n_dev: int) -> str | None:
+    kind = rng.random()
+    if n_dev == 1 or kind < 0.45:
+        return None  # the split by free memory
+    parts = [rng.randint(1, 9) for _ in range(n_dev)]
+    if kind < 0.65:
+        parts[rng.randrange(n_dev)] = 0
+    elif kind < 0.75:
+        parts = [1] * n_dev
+    return ",".join(map(str, parts))
+
+
+def draw_case(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]:
+    """(probe flags without -m and --rpc, free MiB per RPC device) for one random multi-device start."""
+    spec = fuzz.model_spec(name)
+    n_dev = rng.randint(1, MAX_RPC)
+    free = [rng.choice([rng.randint(256, 4096), rng.randint(4097, 65536)]) for _ in range(n_dev)]
+    flags: dict[str, Any] = {"-c": fuzz._draw_ctx(rng, spec.context_length)}
+    r = rng.random()
+    np_ = rng.randint(1, 4) if r < 0.6 else rng.randint(5, 16) if r < 0.95 else rng.randint(17, 40)
+    if np_ != 1 or rng.random() < 0.2:
+        flags["-np"] = np_
+    n_ctx = flags["-c"] or spec.context_length
+    if rng.random() < 0.4:
+        flags["-b"] = fuzz._draw_batch(rng, n_ctx)
+    if rng.random() < 0.6:
+        flags["-ub"] = fuzz._draw_batch(rng, n_ctx)
+    if rng.random() < 0.7:
+        flags["-fa"] = rng.choice(["on", "off", "auto"])
+    if rng.random() < 0.35:
+        flags["-ctk"] = rng.choice(fuzz.CACHE_TYPES)
+    if rng.random() < 0.35:
+        flags["-ctv"] = rng.choice(fuzz.CACHE_TYPES)
+    if rng.random() < 0.25:
+        flags["-kvu"] = True
+    flags["-ngl"] = _ngl(rng, spec.block_count)
+    split = _tensor_split(rng, n_dev)
+    if split is not None:
+        flags["-ts"] = split
+    if rng.random() < 0.2:
+        flags["-nkvo"] = True
+    if (spec.expert_count or 0) > 0 and rng.random() < 0.5:
+        flags["--n-cpu-moe"] = rng.randint(0, spec.block_count + 2)
+    return flags, free
+
+
+@cache
+def model_weights(name: str) -> tuple[Any, ...]:
+    """The tensors a context loads (planner.weight_placement.Weight): the tiny GGUF's own, a skeleton's as the
+    converter writes them (hparams.tensors)."""
+    from rsplan.planner.fit_run import converter_weights
+    from rsplan.planner.weight_placement import gguf_weights
+
+    entry = sweep.MODELS[name]
+    spec = fuzz.model_spec(name)
+    if "gguf" in entry:
+        from rsplan.hparams.sources import read_model
+
+        read = read_model(entry["gguf"])
+        return tuple(gguf_weights(read.tensors, read.tensor_rows, spec.n_layer, False))
+    if "quant" in entry:  # llama-quantize's types (planner.quant_weights), as ``rsplan fit --quant`` takes them
+        from rsplan.planner.quant_weights import quantized_weights
+        from rsplan.planner.weight_placement import Weight, loaded
+
+        plan = quantized_weights(spec, entry["quant"]).plan
+        return tuple(Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in plan.tensors
+                     if loaded(t.name, spec.n_layer, False))
+    return tuple(converter_weights(spec, entry["outtype"]))
+
+
+def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
+    """rsplan's breakdown of the probe's start ``flags`` over RPC devices with ``free_mib`` free: (the
+    planner.fit_memory.Usage: per device and host, model / context / compute bytes; why the compute is an estimate
+    or None; the layer placement; the tensor overrides). The MemoryModel ``rsplan fit --device-kind RPC`` measures
+    with, sized as the dry run (the first pp graph; n_outputs_max = n_batch, as the probe)."""
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.planner.buffers import DEVICE_RULES
+    from rsplan.planner.fit_memory import MemoryModel, StartFlags
+    from rsplan.planner.placement import check_tensor_split
+    from rsplan.planner.weight_placement import n_cpu_moe_overrides
+
+    spec = fuzz.model_spec(name)
+    params = sweep.context_params(flags)
+    offload_kqv = "-nkvo" not in flags
+    model = MemoryModel(spec, cache_layout(spec), model_weights(name), params, tuple(f * MiB for f in free_mib),
+                        DEVICE_RULES["RPC"], offload_kqv=offload_kqv, tool="cli", device_kind="RPC")
+    split = None
+    if "-ts" in flags:
+        split = tuple(check_tensor_split([float(x) for x in str(flags["-ts"]).split(",")], len(free_mib)))
+    start = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=int(flags.get("-ngl", 0)), tensor_split=split,
+                       overrides=tuple(n_cpu_moe_overrides(int(flags.get("--n-cpu-moe", 0)))))
+    usage = model.measure(start)
+    return usage, model.compute_estimate, model.placement(start), start.overrides
+
+
+def endpoints(n: int, port0: int) -> list[str]:
+    return [f"127.0.0.1:{port0 + i}" for i in range(n)]
+
+
+def run_probe(gguf: str, flags: dict[str, Any], free_mib: list[int], port0: int, timeout: float) -> dict:
+    """One probe run over ``len(free_mib)`` RPC devices (sweep.run_case's record; the free memory faked)."""
+    eps = endpoints(len(free_mib), port0)
+    fake = [f"RPC{i}={f * MiB}:{f * MiB}" for i, f in enumerate(free_mib)] + [f"CPU={HOST_FREE}:{HOST_FREE}"]
+    env = {"LD_PRELOAD": str(SHIM), "RSPLAN_FAKE_MEMORY": ";".join(fake)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        case = sweep.run_case(gguf, {**flags, "--rpc": ",".join(eps)}, timeout)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    case["flags"].pop("--rpc")
+    case.pop("_commit", None)
+    return case
+
+
+def measured_parts(case: dict, n_dev: int, port0: int) -> dict[str, Any]:
+    """The probe's breakdown as per-device rows (``--rpc`` order) and the host row (every other buffer type)."""
+    devices = []
+    keys = set()
+    for ep in endpoints(n_dev, port0):
+        names = [k for k in case["breakdown"] if k.endswith(f"[{ep}]")]
+        keys.update(names)
+        devices.append({p: sum(case["breakdown"][k][p] for k in names) for p in ("model", "context", "compute")})
+    host = {p: sum(b[p] for k, b in case["breakdown"].items() if k not in keys)
+            for p in ("model", "context", "compute")}
+    return {"devices": devices, "host": host}
+
+
+def host_model_buffers(name: str, placement: Any, overrides: Any, cpu_features: list[str]) -> dict[str, int]:
+    """rsplan's host weight bytes per buffer type (planner.host_charge.host_weights: CPU, CPU_REPACK for what the
+    CPU backend repacks on a machine with ``cpu_features``; the dry run reads the weights into buffers, no
+    mapping); RPC devices have no host buffer type of their own."""
+    from rsplan.planner.cpu_repack import parse_target
+    from rsplan.planner.host_charge import host_weights
+    from rsplan.planner.host_weights import HostOptions
+
+    features = set(cpu_features)
+    target = "x86-avx512" if "avx512f" in features else "x86-avx2" if "avx2" in features else "none"
+    held = host_weights(fuzz._quant_table(name), model_weights(name), placement,
+                        HostOptions(parse_target(target), use_mmap=False), None, overrides,
+                        arch=fuzz.model_spec(name).arch)
+    return {k: v for k, v in held.buffers.items() if v}
+
+
+def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dict[str, Any]:
+    """What the golden file keeps of one case: flags, free memory, the outcome and the bytes per part."""
+    rec: dict[str, Any] = {"model": name, "flags": case["flags"], "free_mib": free_mib, "ok": case["ok"]}
+    if not case["ok"]:
+        rec["error"] = case["error"]
+        if case.get("crashed"):
+            rec["crashed"] = True
+        return rec
+    r = case["resolved"]
+    rec["resolved"] = {k: r[k] for k in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max")}
+    rec["output_buffer"] = case["output_buffer"]
+    rec.update(measured_parts(case, len(free_mib), port0))
+    if "quant" in sweep.MODELS[name]:  # the host's weights by buffer type: which ones the CPU backend repacks
+        devices = {k for ep in endpoints(len(free_mib), port0) for k in case["breakdown"] if k.endswith(f"[{ep}]")}
+        rec["host_model_buffers"] = {k: b["model"] for k, b in case["breakdown"].items()
+                                     if k not in devices and b["model"]}
+        rec["cpu_features"] = sweep.cpu_features()
+    return rec
+
+
+def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """What differs between a golden record (``golden_record``) and rsplan: ``{"what", "llama", "rsplan"}``."""
+    from rsplan.planner.compute import LlamaAbortError
+    from rsplan.planner.outputs import output_buffer
+    from rsplan.planner.plan import build_plan
+
+    name, flags = rec["model"], rec["flags"]
+    spec = fuzz.model_spec(name)
+    got = None
+    try:
+        params = sweep.context_params(flags)
+        plan = build_plan(spec, params)
+        got, estimate, placement, overrides = rsplan_usage(name, flags, rec["free_mib"])
+    except LlamaAbortError as exc:
+        if rec.get("crashed"):
+            check = rec["error"].split("GGML_ASSERT(", 1)[-1].rsplit(") failed", 1)[0]
+            return [] if f"GGML_ASSERT({check})" in str(exc) else [
+                {"what": "abort", "llama": rec["error"], "rsplan": str(exc)}]
+        return [{"what": "refusal", "llama": "accepted" if rec["ok"] else rec["error"], "rsplan": str(exc)}]
+    except RsplanError as exc:
+        if not rec["ok"]:
+            return []
+        return [{"what": "refusal", "llama": "accepted", "rsplan": f"{type(exc).__name__}: {exc}"}]
+    if not rec["ok"]:
+        return [{"what": "abort" if rec.get("crashed") else "refusal", "llama": rec["error"], "rsplan": "accepted"}]
+    out = []
+    for key, want in rec["resolved"].items():
+        if getattr(plan.context, key) != want:
+            out.append({"what": key, "llama": want, "rsplan": getattr(plan.context, key)})
+    ob = output_buffer(spec.model_copy(update={"vocab_size": spec.vocab_size or 0}) if spec.vocab_size is None
+                       else spec, params)
+    if {"buft": ob.buffer_type, "bytes": ob.bytes} != rec["output_buffer"]:
+        out.append({"what": "output buffer", "llama": rec["output_buffer"],
+                    "rsplan": {"buft": ob.buffer_type, "bytes": ob.bytes}})
+    rows = [(f"RPC{i}", want, dataclasses.asdict(got.devices[i])) for i, want in enumerate(rec["devices"])]
+    rows.append(("host", rec["host"], dataclasses.asdict(got.host)))
+    for where, want, ours in rows:
+        for part in ("model", "context", "compute"):
+            if want[part] != ours[part]:
+                item = {"what": f"{where} {part}", "llama": want[part], "rsplan": ours[part]}
+                if part == "compute" and estimate:
+                    item["note"] = estimate
+                out.append(item)
+    if "host_model_buffers" in rec:
+        ours = host_model_buffers(name, placement, overrides, rec["cpu_features"])
+        if ours != rec["host_model_buffers"]:
+            out.append({"what": "host model by buffer type", "llama": rec["host_model_buffers"], "rsplan": ours})
+    return out
+
+
+def start_servers(n: int, port0: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` ggml-rpc-server processes on 127.0.0.1 from ``port0`` on (one thread each)."""
+    server = LLAMA / "build" / "bin" / "ggml-rpc-server"
+    procs = [subprocess.Popen(["nice", "-n", "10", str(server), "-p", str(port0 + i), "-t", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
+    time.sleep(1.0)
+    return procs
+
+
+def fuzz_model(name: str, rng: random.Random, n: int, args: argparse.Namespace, log: Any,
+               golden: list[dict[str, Any]]) -> tuple[int, dict[str, int], dict[str, int]]:
+    """Draw and check ``n`` multi-device starts for ``name``: (mismatching cases, outcome counts, mismatches per
+    part)."""
+    gguf = sweep.model_gguf(name, sweep.MODELS[name])
+    bad = 0
+    outcomes = {"ok": 0, "refused": 0, "crashed": 0}
+    parts: dict[str, int] = {}
+    for _ in range(n):
+        flags, free = draw_case(rng, name)
+        while fuzz.recurrent_estimate(name, flags) > args.max_recurrent:
+            flags, free = draw_case(rng, name)
+        case = run_probe(gguf, flags, free, args.port, args.timeout)
+        outcomes["ok" if case["ok"] else "crashed" if case.get("crashed") else "refused"] += 1
+        rec = golden_record(name, case, free, args.port)
+        diffs = compare(rec)
+        golden.append(rec)
+        if diffs:
+            bad += 1
+            for d in diffs:
+                parts[d["what"]] = parts.get(d["what"], 0) + 1
+            cmd = " ".join(sweep.probe_args(gguf, flags)) + " --rpc " + ",".join(endpoints(len(free), args.port))
+            log.write(json.dumps({"model": name, "command": cmd, "flags": flags, "free_mib": free,
+                                  "mismatches": diffs}) + "\n")
+            log.flush()
+            print(f"MISMATCH {name} {flags} {free}: {diffs}", file=sys.stderr)
+    return bad, outcomes, parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1, help="random seed (each model draws from seed and its name)")
+    ap.add_argument("--per-model", type=int, default=4, help="starts drawn per model")
+    ap.add_argument("--model", action="append", help="only this model (repeatable; see sweep.py --list)")
+    ap.add_argument("--log", type=Path, default=Path("fuzz-rpc-mismatches.jsonl"), help="mismatches, JSON lines")
+    ap.add_argument("--golden", type=Path, help="write every measured case here (the golden test's JSON)")
+    ap.add_argument("--port", type=int, default=51731, help="first RPC server port (one per device)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per probe run")
+    ap.add_argument("--max-recurrent", type=int, default=fuzz.DEFAULT_MAX_RECURRENT,
+                    help="redraw settings whose recurrent state (really allocated) exceeds this")
+    args = ap.parse_args(argv)
+    names = args.model or rpc_models()
+    unknown = [n for n in names if n not in sweep.MODELS]
+    if unknown:
+        print(f"Error: unknown model '{unknown[0]}' (see sweep.py --list)", file=sys.stderr)
+        return 2
+    if args.per_model < 1:
+        print(f"Error: --per-model must be at least 1, got {args.per_model}", file=sys.stderr)
+        return 2
+    for need, how in ((sweep.PROBE, "run scripts/llamacpp-truth/build.sh"), (SHIM, "run build.sh"),
+                      (LLAMA / "build" / "bin" / "ggml-rpc-server", "build llama.cpp with -DGGML_RPC=ON")):
+        if not need.exists():
+            print(f"Error: {need} not found; {how}", file=sys.stderr)
+            return 2
+    procs = start_servers(MAX_RPC, args.port)
+    golden: list[dict[str, Any]] = []
+    total = bad = 0
+    parts: dict[str, int] = {}
+    try:
+        with args.log.open("a") as log:
+            for name in names:
+                t0 = time.monotonic()
+                rng = random.Random(f"{args.seed}:{name}:rpc")
+                try:
+                    b, outcomes, p = fuzz_model(name, rng, args.per_model, args, log, golden)
+                except sweep.SweepError as e:
+                    print(f"Error: {e}", file=sys.stderr)
+                    return 1
+                total, bad = total + args.per_model, bad + b
+                for k, v in p.items():
+                    parts[k] = parts.get(k, 0) + v
+                print(f"{name}: {args.per_model} starts (seed {args.seed}), {b} mismatching, {outcomes}, "
+                      f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait()
+        if args.golden is not None:
+            args.golden.write_text(json.dumps({"llama_commit": "0c1e57098", "seed": args.seed,
+                                               "probe": "no_alloc (dry run) breakdown, RPC devices",
+                                               "cases": golden}, indent=1) + "\n")
+    print(f"{total} starts over {len(names)} models: {bad} mismatching, per part {parts} (log: {args.log})",
+          file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

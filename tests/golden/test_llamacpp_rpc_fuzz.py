@@ -1,0 +1,120 @@
+"""Every byte on every device against llama.cpp over RPC devices: the random multi-device starts measured by
+scripts/llamacpp-truth/fuzz_rpc.py (tests/golden/llamacpp-sched/fuzz-*.json: the probe's no_alloc breakdown, one
+ggml-rpc-server per device, free memory faked) compared with planner.fit_memory.MemoryModel, part by part: per
+device and for the host, model / context / compute bytes, the resolved sizes, the output buffer, refusals and
+aborts. CI has no llama.cpp: it reads only the JSON."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from rsplan_testing import load_script, needs_shared, shared_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parent / "llamacpp-sched"
+FILES = sorted(GOLDEN.glob("fuzz-*.json"))
+CASES = [c for f in FILES for c in json.loads(f.read_text())["cases"]]
+MEASURED = shared_dir() / "data" / "llamacpp-measured"
+TINY = {"mamba2-tiny", "lfm2-tiny", "qwen35-tiny"}  # the real GGUFs of shared/data/llamacpp-measured
+PROBE_FLAGS = {"-c", "-np", "-b", "-ub", "-fa", "-ctk", "-ctv", "-kvu", "-ngl", "-ts", "-nkvo", "--n-cpu-moe"}
+
+
+@pytest.fixture(scope="module")
+def fuzz_rpc():
+    return load_script(ROOT / "scripts" / "llamacpp-truth" / "fuzz_rpc.py", "llamacpp_truth_fuzz_rpc")
+
+
+def case_id(case: dict) -> str:
+    flags = " ".join(k if v is True else f"{k} {v}" for k, v in case["flags"].items())
+    return f"{case['model']}[{flags}][{','.join(map(str, case['free_mib']))}]"
+
+
+def _marks(case: dict) -> list[pytest.MarkDecorator]:
+    return [needs_shared(MEASURED)] if case["model"] in TINY else []
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c), id=case_id(c)) for c in CASES])
+def test_every_part_equals_llama_cpp(fuzz_rpc, case):
+    assert fuzz_rpc.compare(case) == []
+
+
+def test_the_golden_starts_cover_the_drawn_kinds():
+    # the data must keep exercising what the draws are for: several devices, uneven and zero splits, -nkvo,
+    # --n-cpu-moe, every -ngl kind, refusals and aborts
+    assert len(CASES) >= 100
+    ok = [c for c in CASES if c["ok"]]
+    assert {len(c["free_mib"]) for c in CASES} == {1, 2, 3}
+    assert any("-ts" in c["flags"] and "0" in c["flags"]["-ts"].split(",") for c in ok)
+    assert any("-nkvo" in c["flags"] for c in ok) and any("--n-cpu-moe" in c["flags"] for c in ok)
+    assert any(c["flags"]["-ngl"] == 0 for c in ok) and any(
+        c["flags"]["-ngl"] > 1 and all(d["model"] for d in c["devices"]) for c in ok)
+    assert any(c.get("crashed") for c in CASES) and any(not c["ok"] and not c.get("crashed") for c in CASES)
+    assert any(d["compute"] for c in ok for d in c["devices"]) and any(c["host"]["compute"] for c in ok)
+    assert any("CPU_REPACK" in c.get("host_model_buffers", {}) and any(d["model"] for d in c["devices"]) for c in ok)
+
+
+def test_a_one_byte_difference_in_any_part_is_reported(fuzz_rpc):
+    case = copy.deepcopy(next(c for c in CASES if c["ok"] and len(c["devices"]) > 1 and c["model"] not in TINY))
+    for where in ("devices", "host"):
+        for part in ("model", "context", "compute"):
+            changed = copy.deepcopy(case)
+            row = changed[where][-1] if where == "devices" else changed[where]
+            row[part] += 1
+            got = fuzz_rpc.compare(changed)
+            name = f"RPC{len(case['devices']) - 1}" if where == "devices" else "host"
+            assert [d["what"] for d in got] == [f"{name} {part}"]
+            assert got[0]["llama"] == got[0]["rsplan"] + 1
+
+
+def test_the_host_weights_by_buffer_type_are_compared(fuzz_rpc):
+    case = copy.deepcopy(next(c for c in CASES if "CPU_REPACK" in c.get("host_model_buffers", {})))
+    case["host_model_buffers"]["CPU_REPACK"] -= 32
+    case["host_model_buffers"]["CPU"] += 32  # the same host total, another split
+    assert [d["what"] for d in fuzz_rpc.compare(case)] == ["host model by buffer type"]
+
+
+def test_draws_are_seeded_and_use_the_probes_flags(fuzz_rpc):
+    draws = [fuzz_rpc.draw_case(random.Random("5:qwen3.5-35b-a3b-bf16:rpc"), "qwen3.5-35b-a3b-bf16")
+             for _ in range(2)]
+    assert draws[0] == draws[1]
+    rng = random.Random("5:qwen3.5-35b-a3b-bf16:rpc")
+    for _ in range(200):
+        flags, free = fuzz_rpc.draw_case(rng, "qwen3.5-35b-a3b-bf16")
+        assert set(flags) <= PROBE_FLAGS
+        assert 1 <= len(free) <= fuzz_rpc.MAX_RPC
+        assert 0 <= flags["-ngl"] <= 42  # 40 layers, the MTP layer and the output layer
+        if "-ts" in flags:
+            assert len(flags["-ts"].split(",")) == len(free)
+
+
+def _golden(model: str, flags: dict) -> dict:
+    return next(c for c in CASES if c["model"] == model and c["flags"] == flags)
+
+
+def test_a_quantized_v_cache_keeps_flash_attention_on_with_nkvo(fuzz_rpc):
+    # a quantized V cache turns -fa auto into -fa on before the context is made, so the -nkvo probe (flash
+    # attention on the CPU, layer 8 on RPC0) turns nothing off: llama.cpp's host compute 129,870,848 bytes, the
+    # same as without -nkvo; rsplan had run the probe and sized the graphs without flash attention (932,899,072)
+    case = _golden("falcon-h1-0.5b-instruct-bf16",
+                   {"-c": 0, "-ub": 1544, "-ctk": "q5_1", "-ctv": "q4_1", "-ngl": 29, "-nkvo": True})
+    assert case["host"]["compute"] == 129_870_848
+    usage, *_ = fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
+    assert usage.host.compute == 129_870_848
+    assert [d.compute for d in usage.devices] == [d["compute"] for d in case["devices"]]
+
+
+def test_a_dry_run_over_devices_aborts_where_a_later_reserve_graph_fails(fuzz_rpc):
+    # llama.cpp reserves every graph under no_alloc too (it reports the first one's sizes): Kimi-Linear's
+    # one-sequence pp graph fails GGML_ASSERT(ggml_can_repeat(b, a)) at -np 3; rsplan had sized the first pp graph
+    # over the devices and accepted the start
+    from rsplan.planner.compute import LlamaAbortError
+
+    case = _golden("kimi-linear-48b-a3b-bf16", {"-c": 9654, "-np": 3, "-ngl": 25, "-nkvo": True})
+    assert case.get("crashed") and "ggml_can_repeat(b, a)" in case["error"]
+    with pytest.raises(LlamaAbortError, match=r"GGML_ASSERT\(ggml_can_repeat\(b, a\)\)"):
+        fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
