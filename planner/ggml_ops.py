@@ -93,7 +93,14 @@ def _view(a: Tensor, op: str, ne: Shape, nb: Shape, offset: int, src: tuple[Tens
 
 
 def reshape(a: Tensor, *ne: int) -> Tensor:
+    """ggml_reshape_Nd: ``a`` viewed as ``ne`` (GGML_ASSERT(ggml_nelements(a) == ne0*ne1*...), ggml.c:3758 for 3
+    dims: a shape that does not hold a's elements aborts, e.g. tokens per sequence rounded down to 0)."""
     shape = _ne(*ne)
+    have = a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3]
+    if have != shape[0] * shape[1] * shape[2] * shape[3]:
+        product = "*".join(f"ne{i}" for i in range(len(ne)))
+        raise GGMLAbort(f"GGML_ASSERT(ggml_nelements(a) == {product}) fails in ggml_reshape_{len(ne)}d: "
+                        f"{have} elements of shape {list(a.ne)} into {list(ne)}")
     return _view(a, "RESHAPE", shape, _contiguous_nb(a.type, shape), 0)
 
 

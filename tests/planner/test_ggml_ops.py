@@ -27,3 +27,14 @@ def test_binary_ops_broadcast_and_refuse_what_ggml_asserts():
     assert g.add(empty, empty).nbytes == 0  # an empty b repeats only onto an empty a
     with pytest.raises(g.GGMLAbort):
         g.add(a, empty)
+
+
+def test_reshape_keeps_the_elements_or_aborts_as_ggml_does():
+    a = g.new_tensor(g.F32, 6, 4)  # 24 elements
+    assert g.reshape(a, 3, 8).ne == (3, 8, 1, 1)
+    assert g.reshape(a, 2, 3, 4).nb == (4, 8, 24, 96)
+    three = r"GGML_ASSERT\(ggml_nelements\(a\) == ne0\*ne1\*ne2\) fails in ggml_reshape_3d"
+    with pytest.raises(g.GGMLAbort, match=three):
+        g.reshape(a, 2, 3, 5)  # 30 != 24
+    with pytest.raises(g.GGMLAbort, match=r"ne0\*ne1\)"):
+        g.reshape(g.new_tensor(g.F32, 6, 0), 6, 4)  # no tokens cannot become 4 (ggml.c:3758 for 3 dims)
