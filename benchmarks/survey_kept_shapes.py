@@ -179,7 +179,8 @@ def commands(spec: Any, layout: Any) -> list[list[str]]:
     host (--n-cpu-moe, --cpu-moe, -ot) where the preset has experts."""
     n, half = layout.n_layer_all, layout.n_layer_all // 2
     host = ["--host-budget", "256GiB", "--format", "json"]
-    top = spec.context_length  # a ladder stops at the training context
+    # a ladder stops at the training context (granite-4.0-h's file says 1,048,576, trained at 131,072)
+    top = min(spec.context_length, 131072)
     ladder = ["--ctx", ",".join(str(c) for c in sorted({min(c, top) for c in (4096, 16384, 40000, top // 3, top)}))]
     short = ["--ctx", ",".join(str(c) for c in sorted({min(c, top) for c in (4096, 40000, top)}))]
     cap = [["--budget", "24GiB", *ladder],
