@@ -18,6 +18,14 @@ sequence 4096, 256, 40960, 1000 (not a multiple of 256), 196608. Extras on a sma
 and off): ``--n-rs-seq 2`` where the arch keeps rollback planes, ``-kvu``, and the ``--spec-type mtp`` draft where
 the preset has nextn layers.
 
+Options for what the base grid leaves out (docs/sizing.md s.7a): ``--offload`` adds partial-offload placements
+(``OFFLOAD``: -ngl half, 1 (the output layer alone on the device) and 0 (the output layer on the host), one and two
+devices, -ts uneven), ``--moe`` the expert placements on presets with experts (``MOE``: --n-cpu-moe, --cpu-moe,
+-ot to the host and to a device, with -nkvo and with partial offload), ``--outputs`` the output-count rules
+(llama-cli's n_batch, a server's --draft 3 and 16, n_outputs_max 0 and 7), and ``--commands`` runs rsplan capacity
+and rsplan fit (``commands``) in this process with kept graphs and with them off (planner.kept_shapes.KEPT),
+comparing their JSON outputs and exit codes byte for byte. ``--no-base`` leaves the base product out.
+
 ``--stand-ins`` gives a preset without a compute model (the article's 48-layer example: no vocabulary size, no FFN
 width) the values of STAND_INS, so that its graphs are compared too.
 
@@ -25,6 +33,12 @@ Run (niced, one slice of presets at a time, with a log; the whole grid is hours 
 series took 1,148 s, qwen3.5-35b-a3b's 34 took 784 s on a shared 2-vCPU machine):
     nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --presets qwen3-next-80b-a3b,rwkv7-0.4b-world \
         --log /tmp/survey.log
+    nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --stand-ins --placements cuda-ngl-half --offload \
+        --moe --no-extras --np 1,3 --fa auto,off --types f16 --ub 512 --contexts 4096,1000,256 --no-cpu
+    nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --stand-ins --commands --no-base --no-extras \
+        --no-cpu --no-device
+    nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --stand-ins --outputs --no-base --no-extras \
+        --placements cuda,rpc2 --contexts 4096,1000,256
 Exit status 1 when anything mismatched.
 """
 
@@ -178,33 +192,43 @@ def commands(spec: Any, layout: Any) -> list[list[str]]:
     the server's outputs); fit also without devices (a CPU-only build), with --tool cli, and with the experts on the
     host (--n-cpu-moe, --cpu-moe, -ot) where the preset has experts."""
     n, half = layout.n_layer_all, layout.n_layer_all // 2
+    from rsplan.planner.quant_weights import quantized_weights
+
+    # budgets in GiB for a model of up to 6 GiB of Q4_K_M weights, scaled up for larger ones
+    quant = ["--quant", "Q4_K_M"] if spec.vocab_size else []
+    q4 = sum(b for _, b in quantized_weights(spec, "Q4_K_M").table) if quant else 0
+    scale = max(1, -(-q4 // (6 * 2**30)))
+
+    def gib(*sizes: int) -> str:
+        return ",".join(f"{g * scale}GiB" for g in sizes)
+
     host = ["--host-budget", "256GiB", "--format", "json"]
-    # a ladder stops at the training context (granite-4.0-h's file says 1,048,576, trained at 131,072)
-    top = min(spec.context_length, 131072)
+    from rsplan.planner.context_limit import context_limit
+
+    top = min(context_limit(spec).tokens, 262144)  # a ladder stops at the model's limit (what capacity refuses past)
     ladder = ["--ctx", ",".join(str(c) for c in sorted({min(c, top) for c in (4096, 16384, 40000, top // 3, top)}))]
     short = ["--ctx", ",".join(str(c) for c in sorted({min(c, top) for c in (4096, 40000, top)}))]
-    cap = [["--budget", "24GiB", *ladder],
-           ["--budget", "80GiB", "-np", "3", "-fa", "off", *short],
-           ["--budget", "24GiB,24GiB", "--device-kind", "RPC", "-ts", "1,3", "-ngl", str(half), "-np", "2", *ladder],
-           ["--budget", "16GiB", "-ngl", "1", "-np", "4", *short],
-           ["--budget", "8GiB", "-ngl", "0", "-np", "2", *short],
-           ["--budget", "16GiB", "-nkvo", "-np", "2", *short],
-           ["--budget", "12GiB,6GiB", "-ts", "5,2", "-ctk", "q8_0", "-ub", "300", "-np", "3", *short],
-           ["--budget", "24GiB", "--device-kind", "SYCL", "-np", "2", *short],
-           ["--budget", "48GiB", "--spec-type", "mtp" if spec.nextn_predict_layers else "eagle3", "--draft-max", "4",
+    cap = [["--budget", gib(24), *ladder],
+           ["--budget", gib(80), "-np", "3", "-fa", "off", *short],
+           ["--budget", gib(24, 24), "--device-kind", "RPC", "-ts", "1,3", "-ngl", str(half), "-np", "2", *ladder],
+           ["--budget", gib(16), "-ngl", "1", "-np", "4", *short],
+           ["--budget", gib(8), "-ngl", "0", "-np", "2", *short],
+           ["--budget", gib(16), "-nkvo", "-np", "2", *short],
+           ["--budget", gib(12, 6), "-ts", "5,2", "-ctk", "q8_0", "-ub", "300", "-np", "3", *short],
+           ["--budget", gib(24), "--device-kind", "SYCL", "-np", "2", *short],
+           ["--budget", gib(48), "--spec-type", "mtp" if spec.nextn_predict_layers else "eagle3", "--draft-max", "4",
             "-np", "2", *ladder]]
     fit = [["-c", "32768", "-np", "2"],
-           ["--budget", "24GiB", "-np", "2"],
-           ["--budget", "12GiB,12GiB", "--tool", "cli", "-np", "3"],
-           ["--budget", "8GiB,8GiB", "--device-kind", "RPC", "-ngl", str(n), "-ts", "2,1"],
-           ["--budget", "24GiB", "-np", "4", "-ub", "300", "-ctk", "q8_0", "-fa", "on"]]
+           ["--budget", gib(24), "-np", "2"],
+           ["--budget", gib(12, 12), "--tool", "cli", "-np", "3"],
+           ["--budget", gib(8, 8), "--device-kind", "RPC", "-ngl", str(n), "-ts", "2,1"],
+           ["--budget", gib(24), "-np", "4", "-ub", "300", "-ctk", "q8_0", "-fa", "on"]]
     if spec.nextn_predict_layers:  # fit models no other draft
-        fit.append(["--budget", "24GiB", "--spec-type", "mtp", "--draft-max", "3"])
+        fit.append(["--budget", gib(24), "--spec-type", "mtp", "--draft-max", "3"])
     if spec.expert_count:
-        fit += [["--budget", "8GiB", "-ncmoe", str(max(1, half))],
-                ["--budget", "8GiB", "-cmoe", "-np", "2"],
-                ["--budget", "16GiB,8GiB", "-ot", r"blk\.[0-9]+\.ffn_.*_exps=CPU"]]
-    quant = ["--quant", "Q4_K_M"] if spec.vocab_size else []
+        fit += [["--budget", gib(8), "-ncmoe", str(max(1, half))],
+                ["--budget", gib(8), "-cmoe", "-np", "2"],
+                ["--budget", gib(16, 8), "-ot", r"blk\.[0-9]+\.ffn_.*_exps=CPU"]]
     return ([["capacity", "-m", spec.name, *c, *quant, *host] for c in cap]
             + [["fit", "-m", spec.name, *c, *quant, *host] for c in fit])
 
@@ -347,7 +371,7 @@ class Survey:
             for side in ("device", "cpu"):
                 for k, v in used[side].items():
                     rec[f"commands_{side}_paths"][k] += v
-            status = "ok" if kept.exit_code == 0 else f"exit {kept.exit_code}"
+            status = "ok" if kept.exit_code == 0 else f"exit {kept.exit_code}: {kept.output.strip()[:70]}"
             if kept.exception and not isinstance(kept.exception, SystemExit):
                 status = f"raised {_err(kept.exception)}"
             rec["command_status"][status[:90]] += 1
