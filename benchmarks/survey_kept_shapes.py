@@ -18,6 +18,14 @@ sequence 4096, 256, 40960, 1000 (not a multiple of 256), 196608. Extras on a sma
 and off): ``--n-rs-seq 2`` where the arch keeps rollback planes, ``-kvu``, and the ``--spec-type mtp`` draft where
 the preset has nextn layers.
 
+Options for what the base grid leaves out (docs/sizing.md s.7a): ``--offload`` adds partial-offload placements
+(``OFFLOAD``: -ngl half, 1 (the output layer alone on the device) and 0 (the output layer on the host), one and two
+devices, -ts uneven), ``--moe`` the expert placements on presets with experts (``MOE``: --n-cpu-moe, --cpu-moe,
+-ot to the host and to a device, with -nkvo and with partial offload), ``--outputs`` the output-count rules
+(llama-cli's n_batch, a server's --draft 3 and 16, n_outputs_max 0 and 7), and ``--commands`` runs rsplan capacity
+and rsplan fit (``commands``) in this process with kept graphs and with them off (planner.kept_shapes.KEPT),
+comparing their JSON outputs and exit codes byte for byte. ``--no-base`` leaves the base product out.
+
 ``--stand-ins`` gives a preset without a compute model (the article's 48-layer example: no vocabulary size, no FFN
 width) the values of STAND_INS, so that its graphs are compared too.
 
@@ -25,6 +33,12 @@ Run (niced, one slice of presets at a time, with a log; the whole grid is hours 
 series took 1,148 s, qwen3.5-35b-a3b's 34 took 784 s on a shared 2-vCPU machine):
     nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --presets qwen3-next-80b-a3b,rwkv7-0.4b-world \
         --log /tmp/survey.log
+    nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --stand-ins --placements cuda-ngl-half --offload \
+        --moe --no-extras --np 1,3 --fa auto,off --types f16 --ub 512 --contexts 4096,1000,256 --no-cpu
+    nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --stand-ins --commands --no-base --no-extras \
+        --no-cpu --no-device
+    nice -n 10 .venv/bin/python benchmarks/survey_kept_shapes.py --stand-ins --outputs --no-base --no-extras \
+        --placements cuda,rpc2 --contexts 4096,1000,256
 Exit status 1 when anything mismatched.
 """
 
@@ -41,6 +55,10 @@ from pathlib import Path
 from typing import Any
 
 PLACEMENTS = ("cuda", "rpc2", "nkvo")
+#: --offload: partial offload, one and two devices, the output layer on a device or on the host, -ts uneven
+OFFLOAD = ("cuda-ngl-half", "cuda-ngl1", "cuda-ngl0", "cuda2-ts", "cuda2-ngl-last", "rpc2-ngl1", "rpc2-ngl0")
+#: --moe: experts on the host (--n-cpu-moe, --cpu-moe, -ot to the host and to a device), on presets with experts
+MOE = ("cuda-ncmoe", "cuda-cpumoe", "cuda2-ot", "rpc2-ncmoe-half", "cuda-ncmoe-nkvo")
 CONTEXTS = (4096, 256, 40960, 1000, 196608)
 #: With --stand-ins, what a preset without a compute model (no vocabulary size) lacks of these is given: the
 #: article's 48-layer example (no vocabulary, no FFN width), mamba2-2.7b (no vocabulary; its graph has no FFN).
@@ -48,18 +66,44 @@ CONTEXTS = (4096, 256, 40960, 1000, 196608)
 STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
 
 
-def setups(n_layer_all: int) -> dict[str, Any]:
-    """The placements of tests/planner/test_device_compute_shapes.py."""
+def setups(n_layer_all: int, moe: bool = False) -> dict[str, Any]:
+    """The placements of tests/planner/test_device_compute_shapes.py (``PLACEMENTS``), then partial offload
+    (``OFFLOAD``) and, with ``moe``, experts moved by ``--n-cpu-moe`` and ``-ot`` (``MOE``)."""
     from rsplan.planner.placement import place_layers
     from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
 
-    return {
-        "cuda": SchedSetup(DEVICE_KINDS["CUDA"], place_layers(n_layer_all, 1, n_gpu_layers=None)),
-        "rpc2": SchedSetup(DEVICE_KINDS["RPC"], place_layers(n_layer_all, 2, n_gpu_layers=n_layer_all // 2,
-                                                             tensor_split=[1.0, 3.0])),
-        "nkvo": SchedSetup(DEVICE_KINDS["CUDA"], place_layers(n_layer_all, 1, n_gpu_layers=None, offload_kqv=False),
-                           (), False),
+    cuda, rpc, n = DEVICE_KINDS["CUDA"], DEVICE_KINDS["RPC"], n_layer_all
+    half = n // 2
+    out = {
+        "cuda": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=None)),
+        "rpc2": SchedSetup(rpc, place_layers(n, 2, n_gpu_layers=half, tensor_split=[1.0, 3.0])),
+        "nkvo": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=None, offload_kqv=False), (), False),
+        # partial offload: -ngl counts from the last unit (the output layer), so -ngl 1 is the output layer
+        # alone on the device and -ngl 0 leaves it on the host (the devices still take big batches' ops)
+        "cuda-ngl-half": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=half)),
+        "cuda-ngl1": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=1)),
+        "cuda-ngl0": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=0)),
+        "cuda2-ts": SchedSetup(cuda, place_layers(n, 2, n_gpu_layers=None, tensor_split=[5.0, 2.0])),
+        "cuda2-ngl-last": SchedSetup(cuda, place_layers(n, 2, n_gpu_layers=n, tensor_split=[2.0, 1.0])),
+        "rpc2-ngl1": SchedSetup(rpc, place_layers(n, 2, n_gpu_layers=1, tensor_split=[3.0, 1.0])),
+        "rpc2-ngl0": SchedSetup(rpc, place_layers(n, 2, n_gpu_layers=0)),
     }
+    if moe:
+        every = (TensorOverride(rf"blk\.[0-9]+{FFN_EXPS_REGEX}", "CPU"),)
+        out |= {
+            "cuda-ncmoe": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=None),
+                                     tuple(n_cpu_moe_overrides(max(1, half)))),
+            "cuda-cpumoe": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=None), every),
+            "cuda2-ot": SchedSetup(cuda, place_layers(n, 2, n_gpu_layers=None, tensor_split=[1.0, 3.0]),
+                                   (TensorOverride(r"blk\.1\.ffn_.*_exps", 0),
+                                    TensorOverride(r"blk\.[2-5]\.ffn_.*_exps", "CPU"))),
+            "rpc2-ncmoe-half": SchedSetup(rpc, place_layers(n, 2, n_gpu_layers=half, tensor_split=[1.0, 3.0]),
+                                          tuple(n_cpu_moe_overrides(n))),
+            "cuda-ncmoe-nkvo": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=None, offload_kqv=False),
+                                          tuple(n_cpu_moe_overrides(2)), False),
+        }
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +118,15 @@ class Series:
     n_rs_seq: int = 0
     kv_unified: bool = False
     mtp: bool = False
+    tool: str = "server"
+    n_draft: int = 0
+    n_outputs_max: int | None = None
+
+    @property
+    def n_out(self) -> int | None:
+        """The n_outputs_max passed: the draft context's outputs as planner.fit_draft asks (MTP), else the
+        series' own (None: the tool's)."""
+        return self.n_seq if self.mtp else self.n_outputs_max
 
     def params(self, c: int) -> Any:
         from rsplan.planner.context import ContextParams
@@ -84,7 +137,9 @@ class Series:
 
     def label(self) -> str:
         extra = (f" rs{self.n_rs_seq}" if self.n_rs_seq else "") + (" kvu" if self.kv_unified else "") + (
-            " mtp" if self.mtp else "")
+            " mtp" if self.mtp else "") + (f" {self.tool}" if self.tool != "server" else "") + (
+            f" draft{self.n_draft}" if self.n_draft else "") + (
+            f" nout{self.n_outputs_max}" if self.n_outputs_max is not None else "")
         v = f" V={self.type_v}" if self.type_v != "f16" else ""
         return f"np{self.n_seq} fa={self.fa} K={self.type_k}{v} ub{self.n_ubatch}{extra}"
 
@@ -93,11 +148,17 @@ def series_of(spec: Any, layout: Any, args: argparse.Namespace) -> list[Series]:
     """The grid for one preset: the base product, then the extras on a smaller one. With MLA (kimi-linear) V takes
     K's type, which llama.cpp requires there (a quantized V then needs flash attention: -fa off is refused)."""
     mla = layout.arch.mla
-    out = [Series(n, fa, tk, ub, type_v=tk if mla else "f16")
-           for n, fa, tk, ub in itertools.product(args.np, args.fa, args.types, args.ub)]
+    out = [] if args.no_base else [Series(n, fa, tk, ub, type_v=tk if mla else "f16")
+                                   for n, fa, tk, ub in itertools.product(args.np, args.fa, args.types, args.ub)]
+    small = list(itertools.product(args.np, ("auto", "off")))
+    if args.outputs:
+        # the output-count rules: llama-cli's n_batch, the server's n_parallel * (1 + n_draft) capped at -b, and
+        # n_outputs_max given (0 = n_batch); -ub 300 with llama-cli (its pp graph's outputs are the ubatch)
+        out += [Series(n, fa, "f16", ub, tool="cli") for n, fa in small for ub in (512, 300)]
+        out += [Series(n, fa, "f16", 512, n_draft=d) for n, fa in small for d in (3, 16)]
+        out += [Series(n, fa, "f16", 512, n_outputs_max=m) for n, fa in small for m in (0, 7)]
     if args.no_extras:
         return out
-    small = list(itertools.product(args.np, ("auto", "off")))
     if layout.arch.rollback:
         out += [Series(n, fa, "f16", 512, n_rs_seq=2) for n, fa in small]
     out += [Series(n, fa, "f16", 512, kv_unified=True) for n, fa in small if n > 1]
@@ -121,6 +182,55 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
 def _delta(stats: dict[str, int], before: dict[str, int]) -> str:
     changed = [k for k in ("built", "reused", "ordinary") if stats[k] != before[k]]
     return "+".join(changed) or "none"
+
+
+def commands(spec: Any, layout: Any) -> list[list[str]]:
+    """The ``--commands`` part: rsplan capacity ladders and rsplan fit searches of one preset (all with a fixed
+    host budget, which otherwise is this machine's available memory and differs between runs), with one and two
+    devices, CUDA, RPC and SYCL (no scheduler model: the CPU figure, planner.compute), -ngl half / 1 / 0, -ts
+    uneven, -nkvo, -np 1 to 4, -fa off, a q8_0 K cache with -ub 300, a speculative draft (--spec-type: n_rs_seq and
+    the server's outputs); fit also without devices (a CPU-only build), with --tool cli, and with the experts on the
+    host (--n-cpu-moe, --cpu-moe, -ot) where the preset has experts."""
+    n, half = layout.n_layer_all, layout.n_layer_all // 2
+    from rsplan.planner.quant_weights import quantized_weights
+
+    # budgets in GiB for a model of up to 6 GiB of Q4_K_M weights, scaled up for larger ones
+    quant = ["--quant", "Q4_K_M"] if spec.vocab_size else []
+    q4 = sum(b for _, b in quantized_weights(spec, "Q4_K_M").table) if quant else 0
+    scale = max(1, -(-q4 // (6 * 2**30)))
+
+    def gib(*sizes: int) -> str:
+        return ",".join(f"{g * scale}GiB" for g in sizes)
+
+    host = ["--host-budget", "256GiB", "--format", "json"]
+    from rsplan.planner.context_limit import context_limit
+
+    top = min(context_limit(spec).tokens, 262144)  # a ladder stops at the model's limit (what capacity refuses past)
+    ladder = ["--ctx", ",".join(str(c) for c in sorted({min(c, top) for c in (4096, 16384, 40000, top // 3, top)}))]
+    short = ["--ctx", ",".join(str(c) for c in sorted({min(c, top) for c in (4096, 40000, top)}))]
+    cap = [["--budget", gib(24), *ladder],
+           ["--budget", gib(80), "-np", "3", "-fa", "off", *short],
+           ["--budget", gib(24, 24), "--device-kind", "RPC", "-ts", "1,3", "-ngl", str(half), "-np", "2", *ladder],
+           ["--budget", gib(16), "-ngl", "1", "-np", "4", *short],
+           ["--budget", gib(8), "-ngl", "0", "-np", "2", *short],
+           ["--budget", gib(16), "-nkvo", "-np", "2", *short],
+           ["--budget", gib(12, 6), "-ts", "5,2", "-ctk", "q8_0", "-ub", "300", "-np", "3", *short],
+           ["--budget", gib(24), "--device-kind", "SYCL", "-np", "2", *short],
+           ["--budget", gib(48), "--spec-type", "mtp" if spec.nextn_predict_layers else "eagle3", "--draft-max", "4",
+            "-np", "2", *ladder]]
+    fit = [["-c", "32768", "-np", "2"],
+           ["--budget", gib(24), "-np", "2"],
+           ["--budget", gib(12, 12), "--tool", "cli", "-np", "3"],
+           ["--budget", gib(8, 8), "--device-kind", "RPC", "-ngl", str(n), "-ts", "2,1"],
+           ["--budget", gib(24), "-np", "4", "-ub", "300", "-ctk", "q8_0", "-fa", "on"]]
+    if spec.nextn_predict_layers:  # fit models no other draft
+        fit.append(["--budget", gib(24), "--spec-type", "mtp", "--draft-max", "3"])
+    if spec.expert_count:
+        fit += [["--budget", gib(8), "-ncmoe", str(max(1, half))],
+                ["--budget", gib(8), "-cmoe", "-np", "2"],
+                ["--budget", gib(16, 8), "-ot", r"blk\.[0-9]+\.ffn_.*_exps=CPU"]]
+    return ([["capacity", "-m", spec.name, *c, *quant, *host] for c in cap]
+            + [["fit", "-m", spec.name, *c, *quant, *host] for c in fit])
 
 
 class Survey:
@@ -147,8 +257,8 @@ class Survey:
         from rsplan.planner.kept_shapes import symbolic_context
         from rsplan.planner.kv_affine import KCells
 
-        n_out = s.n_seq if s.mtp else None  # the draft context's outputs as planner.fit_draft asks
-        runs = [(where, mode) for where in self.args.placements for mode in self.args.modes]
+        n_out = s.n_out
+        runs = [(where, mode) for where in self.args.placements if where in all_setups for mode in self.args.modes]
         dc.SHAPES.clear()
         size = dc.SHAPES.size
         dc.SHAPES.size = max(size, 2 * len(runs))  # with -np 1, -c 256 runs its own ubatch: a key of its own
@@ -160,13 +270,15 @@ class Survey:
                     setup, real, dry = all_setups[where], mode == "real", mode == "dry"
                     before = dict(dc.SHAPES.stats)
                     got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, real_run=real,
-                                         dry_run=dry, mtp_draft=s.mtp, n_outputs_max=n_out)
+                                         dry_run=dry, mtp_draft=s.mtp, n_outputs_max=n_out, tool=s.tool,
+                                         n_draft=s.n_draft)
                     path = _delta(dc.SHAPES.stats, before)
 
                     def ordinary(params: Any, setup: Any, real: bool, dry: bool) -> Any:
                         build = reserve_graph_builder(spec, s.mtp)
                         lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
-                        run = dc._Run(build, spec, lay, par.flash_attn, setup, "server", 0, n_out, False, real, dry)
+                        run = dc._Run(build, spec, lay, par.flash_attn, setup, s.tool, s.n_draft, n_out, False, real,
+                                      dry)
                         ctx = resolve_context(lay, par)
                         with paused_gc():
                             return dc._size(run, ctx), run, ctx
@@ -193,7 +305,7 @@ class Survey:
         from rsplan.planner.kept_shapes import symbolic_context
         from rsplan.planner.kv_affine import KCells
 
-        n_out = s.n_seq if s.mtp else None
+        n_out = s.n_out
         compute.CPU_SHAPES.clear()
         reason = None
         for c in self.args.contexts:
@@ -203,7 +315,7 @@ class Survey:
                 build = compute.reserve_graph_builder(spec, s.mtp)
                 lay, par = (compute.draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
                 ctx = resolve_context(lay, par)
-                n_out_max = compute.n_outputs_max_of(n_out, "server", ctx, 0)
+                n_out_max = compute.n_outputs_max_of(n_out, s.tool, ctx, s.n_draft)
                 graphs = [compute._reserve(build, spec, lay, ctx, False, *r)
                           for r in compute.reserves(spec, ctx, n_out_max)]
                 return graphs, (build, lay, ctx, n_out_max)
@@ -212,7 +324,7 @@ class Survey:
             for attempt in (1, 2):  # the second query of a key is sized on kept graphs
                 before = dict(compute.CPU_SHAPES.stats)
                 got, got_err = _call(compute.compute_buffer, spec, params, layout=layout, mtp_draft=s.mtp,
-                                     n_outputs_max=n_out)
+                                     n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft)
                 path = _delta(compute.CPU_SHAPES.stats, before)
                 what = f"cpu {s.label()} c={c}/seq query {attempt}"
                 self.compare(rec, "cpu", what, list(got.graphs) if got else None, got_err,
@@ -228,6 +340,47 @@ class Survey:
                     self.say(f"  FALLBACK {what}: {reason}")
                 if path != "ordinary":
                     break
+
+    # -- commands ----------------------------------------------------------------------------------------------
+
+    def command_series(self, rec: dict[str, Any], spec: Any, layout: Any) -> None:
+        """Each command of ``commands`` run in this process with kept graphs (planner.kept_shapes.KEPT) and with
+        them off: the outputs (JSON) and exit codes must be equal byte for byte."""
+        from click.testing import CliRunner
+
+        from rsplan.cli import cli
+        from rsplan.planner import compute, kept_shapes
+        from rsplan.planner import device_compute as dc
+
+        runner = CliRunner()
+        for argv in commands(spec, layout):
+            what = "rsplan " + " ".join(argv)
+            before = {"device": dict(dc.SHAPES.stats), "cpu": dict(compute.CPU_SHAPES.stats)}
+            t0 = time.time()
+            kept = runner.invoke(cli, argv)
+            t1 = time.time()
+            used = {side: {k: cache.stats[k] - before[side][k] for k in cache.stats}
+                    for side, cache in (("device", dc.SHAPES), ("cpu", compute.CPU_SHAPES))}
+            kept_shapes.KEPT = False
+            try:
+                plain = runner.invoke(cli, argv)
+            finally:
+                kept_shapes.KEPT = True
+            t2 = time.time()
+            rec["commands_compared"] += 1
+            for side in ("device", "cpu"):
+                for k, v in used[side].items():
+                    rec[f"commands_{side}_paths"][k] += v
+            status = "ok" if kept.exit_code == 0 else f"exit {kept.exit_code}: {kept.output.strip()[:70]}"
+            if kept.exception and not isinstance(kept.exception, SystemExit):
+                status = f"raised {_err(kept.exception)}"
+            rec["command_status"][status[:90]] += 1
+            if (kept.output, kept.exit_code) != (plain.output, plain.exit_code):
+                rec["mismatches"].append(f"{what}: outputs differ (exit {kept.exit_code} vs {plain.exit_code})")
+                self.say(f"  MISMATCH {what}: exit {kept.exit_code} vs {plain.exit_code}, "
+                         f"{len(kept.output)} vs {len(plain.output)} chars")
+            self.say(f"  {what}: {status}, {len(kept.output)} chars, kept {t1 - t0:.1f} s {used}, "
+                     f"off {t2 - t1:.1f} s")
 
     # -- both --------------------------------------------------------------------------------------------------
 
@@ -258,12 +411,16 @@ class Survey:
         layout = cache_layout(spec)
         rec: dict[str, Any] = {"device_compared": 0, "cpu_compared": 0, "device_paths": Counter(),
                                "cpu_paths": Counter(), "device_errors": Counter(), "cpu_errors": Counter(),
-                               "mismatches": [], "fallbacks": []}
+                               "mismatches": [], "fallbacks": [], "commands_compared": 0,
+                               "commands_device_paths": Counter(), "commands_cpu_paths": Counter(),
+                               "command_status": Counter()}
         t0 = time.time()
-        all_setups = setups(layout.n_layer_all)
+        all_setups = setups(layout.n_layer_all, moe=bool(spec.expert_count))
         grid = series_of(spec, layout, self.args)
         self.say(f"== {name} (arch {spec.arch}, {layout.n_layer_all} layers): {len(grid)} series x "
                  f"{len(self.args.contexts)} contexts")
+        if self.args.commands:
+            self.command_series(rec, spec, layout)
         for s in grid:
             ts = time.time()
             if not self.args.no_cpu:
@@ -272,6 +429,9 @@ class Survey:
                 self.device_series(rec, spec, layout, all_setups, s)
             self.say(f"  {s.label()}: {time.time() - ts:.1f} s")
         rec["seconds"] = round(time.time() - t0, 1)
+        if self.args.commands:
+            self.say(f"== {name}: {rec['commands_compared']} commands compared {dict(rec['command_status'])}, kept "
+                     f"path: device {dict(rec['commands_device_paths'])}, cpu {dict(rec['commands_cpu_paths'])}")
         self.say(f"== {name}: device {rec['device_compared']} compared {dict(rec['device_paths'])}, "
                  f"cpu {rec['cpu_compared']} compared {dict(rec['cpu_paths'])}, errors (both sides) "
                  f"{sum(rec['device_errors'].values()) + sum(rec['cpu_errors'].values())}, "
@@ -288,7 +448,16 @@ def main() -> int:
     names = builtin_preset_names()
     csv = lambda f: lambda v: [f(x) for x in v.split(",")]  # noqa: E731
     ap.add_argument("--presets", type=csv(str), default=names, help="comma-separated (default: every preset)")
-    ap.add_argument("--placements", type=csv(str), default=list(PLACEMENTS))
+    ap.add_argument("--placements", type=csv(str), default=list(PLACEMENTS),
+                    help=f"of {', '.join(PLACEMENTS + OFFLOAD + MOE)}; the MoE ones on presets with experts only")
+    ap.add_argument("--offload", action="store_true", help=f"add the partial-offload placements {', '.join(OFFLOAD)}")
+    ap.add_argument("--moe", action="store_true", help=f"add the expert placements {', '.join(MOE)}")
+    ap.add_argument("--outputs", action="store_true",
+                    help="add llama-cli's outputs, --draft 3 and 16, n_outputs_max 0 and 7 (-fa auto and off)")
+    ap.add_argument("--no-base", action="store_true", help="leave out the base product (-fa x K type x -ub)")
+    ap.add_argument("--commands", action="store_true",
+                    help="run rsplan capacity / fit (see commands()) with kept graphs and with them off "
+                         "(planner.kept_shapes.KEPT) and compare their outputs byte for byte")
     ap.add_argument("--np", type=csv(int), default=[1, 3])
     ap.add_argument("--fa", type=csv(str), default=["auto", "on", "off"])
     ap.add_argument("--types", type=csv(str), default=["f16", "q8_0"], help="K cache types")
@@ -302,6 +471,11 @@ def main() -> int:
     ap.add_argument("--log", type=Path, help="append the log here")
     ap.add_argument("--json", type=Path, help="write the per-preset summary here")
     args = ap.parse_args()
+    args.placements += [p for p in (OFFLOAD if args.offload else ()) + (MOE if args.moe else ())
+                        if p not in args.placements]
+    bad = set(args.placements) - set(PLACEMENTS + OFFLOAD + MOE)
+    if bad:
+        ap.error(f"unknown placements: {', '.join(sorted(bad))}")
     unknown = set(args.presets) - set(names)
     if unknown:
         ap.error(f"unknown presets: {', '.join(sorted(unknown))}")

@@ -7,11 +7,17 @@ on the shapes set to their values at that k.
 
 ``ShapeCache`` keeps, per key (what a sizing depends on besides the cells), the graphs built so far with their
 intervals; ``AffineTensors`` sets the tensors whose shape, strides or view offset depend on k.
+
+``KEPT`` is the one switch that turns keeping off (every ``ShapeCache`` then sizes each query the ordinary way, all
+graphs built and the allocator walked at that context): for tests and benchmarks that compare the two paths
+(benchmarks/survey_kept_shapes.py, tests/planner/test_kept_shapes_capacity.py), set in the process or by the
+environment variable ``RSPLAN_KEPT_SHAPES=0`` when this module is imported. Any other value, or none, keeps it on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
@@ -20,6 +26,10 @@ from rsplan.errors import RsplanError
 from rsplan.planner.context import CTX_PAD, EffectiveContext
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.kv_affine import Affine, KCells, NotAffine
+
+#: Whether ShapeCache keeps graphs (module docstring): off only where ``RSPLAN_KEPT_SHAPES`` is ``0``, for
+#: comparisons of the kept path with the ordinary one.
+KEPT = os.environ.get("RSPLAN_KEPT_SHAPES") != "0"
 
 K = TypeVar("K")  # what is kept: the graphs of one sizing, built at some k
 R = TypeVar("R")  # a sizing
@@ -104,7 +114,7 @@ class ShapeCache(Generic[K]):
         (where the build raised: an operation not affine in the cells, or an error such as an abort of
         llama.cpp's, which the ordinary sizing reports with its own numbers). ``holds``: the objects whose ids
         ``key`` names (an entry made for others that had the same ids is dropped)."""
-        if ctx.n_ctx_seq % CTX_PAD or ctx.n_ctx_seq < CTX_PAD:
+        if not KEPT or ctx.n_ctx_seq % CTX_PAD or ctx.n_ctx_seq < CTX_PAD:
             self.stats["ordinary"] += 1
             return ordinary()
         k = ctx.n_ctx_seq // CTX_PAD

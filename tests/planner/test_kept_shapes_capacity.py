@@ -1,0 +1,97 @@
+"""rsplan capacity and rsplan fit give the same output, byte for byte, with the reserve graphs kept over the KV cells
+(planner.kept_shapes) and with keeping turned off (``kept_shapes.KEPT``, ``RSPLAN_KEPT_SHAPES=0``): the kept path is
+an optimisation that must never change a number.
+
+A bounded slice of ``benchmarks/survey_kept_shapes.py --commands`` (which runs 14 to 17 commands on every preset):
+a capacity ladder on one device, partial offload (-ngl 1 and half) over one and two devices with -ts uneven,
+-nkvo, a device kind without scheduler rules (SYCL: the CPU figure), a speculative draft length, and fit with
+llama-cli's outputs and with the experts on the host (--n-cpu-moe, -ot), on small presets. (fit without devices
+sizes one CPU setting, which is kept from a shape's second query only: the survey compares it.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan.planner import compute, kept_shapes
+from rsplan.planner import device_compute as dc
+
+HOST = ["--host-budget", "256GiB", "--format", "json"]  # a fixed host budget: the default is this machine's
+COMMANDS = [
+    ["capacity", "-m", "lfm2-1.2b", "--budget", "24GiB", "--ctx", "4096,16384,40000,128000"],
+    ["capacity", "-m", "mamba2-130m", "--budget", "8GiB", "-ngl", "1", "-np", "2", "--ctx", "4096,40000"],
+    ["capacity", "-m", "mamba2-130m", "--budget", "8GiB,8GiB", "--device-kind", "RPC", "-ts", "1,3", "-ngl", "12",
+     "-np", "2", "--ctx", "4096,16384,40000"],
+    ["capacity", "-m", "rwkv7-0.4b-world", "--budget", "16GiB", "-nkvo", "--ctx", "4096,40000"],
+    ["capacity", "-m", "falcon-h1-0.5b-instruct", "--budget", "24GiB", "--device-kind", "SYCL", "-np", "2",
+     "--ctx", "4096,16384"],
+    ["capacity", "-m", "lfm2-1.2b", "--budget", "12GiB,6GiB", "-ts", "5,2", "--spec-type", "eagle3",
+     "--draft-max", "4", "-ub", "300", "--ctx", "4096,40000"],
+    ["fit", "-m", "lfm2-8b-a1b", "--budget", "12GiB,12GiB", "--tool", "cli", "-np", "3", "--quant", "Q4_K_M"],
+    ["fit", "-m", "lfm2-8b-a1b", "--budget", "8GiB", "-ncmoe", "12", "--quant", "Q4_K_M"],
+    ["fit", "-m", "granite-4.0-h-tiny", "--budget", "4GiB,4GiB", "-ot", r"blk\.[0-9]+\.ffn_.*_exps=CPU",
+     "--quant", "Q4_K_M"],
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    dc.SHAPES.clear()
+    compute.CPU_SHAPES.clear()
+    yield
+    kept_shapes.KEPT = True
+    dc.SHAPES.clear()
+    compute.CPU_SHAPES.clear()
+
+
+def _stats() -> dict[str, int]:
+    return {k: dc.SHAPES.stats[k] + compute.CPU_SHAPES.stats[k] for k in dc.SHAPES.stats}
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(a[:3] + a[4:6]) for a in COMMANDS])
+def test_output_is_the_same_with_and_without_kept_graphs(argv):
+    runner = CliRunner()
+    kept = runner.invoke(cli, [*argv, *HOST])
+    assert kept.exit_code == 0, kept.output
+    used = _stats()
+    dc.SHAPES.clear()
+    compute.CPU_SHAPES.clear()
+    kept_shapes.KEPT = False
+    plain = runner.invoke(cli, [*argv, *HOST])
+    assert plain.exit_code == 0, plain.output
+    assert plain.output == kept.output
+    # the kept run sized settings on kept graphs (built with the cells symbolic, or reused); the other none
+    assert used["built"] + used["reused"] > 0, used
+    off = _stats()
+    assert off["built"] == off["reused"] == 0 and off["ordinary"] > 0, off
+
+
+def test_keeping_off_sizes_every_query_the_ordinary_way():
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.hparams.sources import load_builtin_preset
+    from rsplan.planner.context import ContextParams
+
+    spec = load_builtin_preset("mamba2-130m")
+    layout = cache_layout(spec)
+    sizes = [compute.compute_buffer(spec, ContextParams(n_ctx=c), layout=layout) for c in (4096, 8192, 16384)]
+    assert compute.CPU_SHAPES.stats == {"built": 1, "reused": 1, "ordinary": 1}  # kept from a key's 2nd query
+    compute.CPU_SHAPES.clear()
+    kept_shapes.KEPT = False
+    assert [compute.compute_buffer(spec, ContextParams(n_ctx=c), layout=layout) for c in (4096, 8192, 16384)] == sizes
+    assert compute.CPU_SHAPES.stats == {"built": 0, "reused": 0, "ordinary": 3}
+
+
+@pytest.mark.parametrize(("value", "kept"), [("0", False), ("1", True), ("", True), (None, True)])
+def test_the_environment_variable_turns_keeping_off_only_when_0(value, kept):
+    env = {k: v for k, v in os.environ.items() if k != "RSPLAN_KEPT_SHAPES"}
+    if value is not None:
+        env["RSPLAN_KEPT_SHAPES"] = value
+    out = subprocess.run([sys.executable, "-c", "from rsplan.planner import kept_shapes; print(kept_shapes.KEPT)"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(kept)
