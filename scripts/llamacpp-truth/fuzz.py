@@ -354,33 +354,53 @@ def fuzz_model(name: str, rng: random.Random, n: int, timeout: float, max_recurr
             cases_out.flush()
         if diffs:
             bad += 1
-            cmd = " ".join(sweep.probe_args(gguf, flags))
-            log.write(json.dumps({"model": name, "command": cmd, "flags": flags, "mismatches": diffs}) + "\n")
-            log.flush()
-            print(f"MISMATCH {name} {flags}: {diffs}", file=sys.stderr)
+            log_mismatch(log, {"model": name, "command": " ".join(sweep.probe_args(gguf, flags)), "flags": flags,
+                               "mismatches": diffs})
     return n, bad, outcomes
+
+
+def log_mismatch(log: Any, record: dict[str, Any]) -> None:
+    """One mismatching case: a JSON line in ``log`` (flushed at once: a long run can be stopped) and a line on
+    stderr with the model, the flags, the devices' free MiB when there are devices, and the differences."""
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    where = f" {record['free_mib']}" if "free_mib" in record else ""
+    print(f"MISMATCH {record['model']} {record['flags']}{where}: {record['mismatches']}", file=sys.stderr)
+
+
+def arguments_hold(args: argparse.Namespace, names: list[str]) -> bool:
+    """Whether every model is known and --per-model is at least 1 (else one ``Error:`` line on stderr)."""
+    unknown = [n for n in names if n not in sweep.MODELS]
+    if unknown:
+        print(f"Error: unknown model '{unknown[0]}' (see sweep.py --list)", file=sys.stderr)
+        return False
+    if args.per_model < 1:
+        print(f"Error: --per-model must be at least 1, got {args.per_model}", file=sys.stderr)
+        return False
+    return True
+
+
+def add_common_arguments(ap: argparse.ArgumentParser, per_model: int, what: str) -> None:
+    """The options both fuzzers take: the seed, the draws per model, the models, the probe's timeout and the
+    recurrent-state cap (``what``: what one draw is, in the help)."""
+    ap.add_argument("--seed", type=int, default=1, help="random seed (each model draws from seed and its name)")
+    ap.add_argument("--per-model", type=int, default=per_model, help=f"{what} drawn per model")
+    ap.add_argument("--model", action="append", help="only this model (repeatable; see sweep.py --list)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per probe run")
+    ap.add_argument("--max-recurrent", type=int, default=DEFAULT_MAX_RECURRENT,
+                    help="redraw settings whose recurrent state (really allocated by the probe) exceeds this")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=1, help="random seed (each model draws from seed and its name)")
-    ap.add_argument("--per-model", type=int, default=10, help="settings drawn per model")
-    ap.add_argument("--model", action="append", help="only this model (repeatable; see sweep.py --list)")
+    add_common_arguments(ap, 10, "settings")
     ap.add_argument("--log", type=Path, default=Path("fuzz-mismatches.jsonl"), help="mismatches, one JSON a line")
     ap.add_argument("--cases", type=Path, help="also keep every measured case here (JSON lines)")
     ap.add_argument("--cli", action="store_true",
                     help="also run each case (with flags the CLI has) through 'rsplan estimate --tool cli'")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per probe run")
-    ap.add_argument("--max-recurrent", type=int, default=DEFAULT_MAX_RECURRENT,
-                    help="redraw settings whose recurrent state (really allocated by the probe) exceeds this")
     args = ap.parse_args(argv)
     names = args.model or fuzz_models()
-    unknown = [n for n in names if n not in sweep.MODELS]
-    if unknown:
-        print(f"Error: unknown model '{unknown[0]}' (see sweep.py --list)", file=sys.stderr)
-        return 2
-    if args.per_model < 1:
-        print(f"Error: --per-model must be at least 1, got {args.per_model}", file=sys.stderr)
+    if not arguments_hold(args, names):
         return 2
     if not sweep.PROBE.exists():
         print(f"Error: {sweep.PROBE} not found; run scripts/llamacpp-truth/build.sh first", file=sys.stderr)

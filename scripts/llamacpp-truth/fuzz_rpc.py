@@ -326,32 +326,20 @@ def fuzz_model(name: str, rng: random.Random, n: int, args: argparse.Namespace, 
             for d in diffs:
                 parts[d["what"]] = parts.get(d["what"], 0) + 1
             cmd = " ".join(sweep.probe_args(gguf, flags)) + " --rpc " + ",".join(endpoints(len(free), args.port))
-            log.write(json.dumps({"model": name, "command": cmd, "flags": flags, "free_mib": free,
-                                  "mismatches": diffs}) + "\n")
-            log.flush()
-            print(f"MISMATCH {name} {flags} {free}: {diffs}", file=sys.stderr)
+            fuzz.log_mismatch(log, {"model": name, "command": cmd, "flags": flags, "free_mib": free,
+                                    "mismatches": diffs})
     return bad, outcomes, parts
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=1, help="random seed (each model draws from seed and its name)")
-    ap.add_argument("--per-model", type=int, default=4, help="starts drawn per model")
-    ap.add_argument("--model", action="append", help="only this model (repeatable; see sweep.py --list)")
+    fuzz.add_common_arguments(ap, 4, "starts")
     ap.add_argument("--log", type=Path, default=Path("fuzz-rpc-mismatches.jsonl"), help="mismatches, JSON lines")
     ap.add_argument("--golden", type=Path, help="write every measured case here (the golden test's JSON)")
     ap.add_argument("--port", type=int, default=51731, help="first RPC server port (one per device)")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per probe run")
-    ap.add_argument("--max-recurrent", type=int, default=fuzz.DEFAULT_MAX_RECURRENT,
-                    help="redraw settings whose recurrent state (really allocated) exceeds this")
     args = ap.parse_args(argv)
     names = args.model or rpc_models()
-    unknown = [n for n in names if n not in sweep.MODELS]
-    if unknown:
-        print(f"Error: unknown model '{unknown[0]}' (see sweep.py --list)", file=sys.stderr)
-        return 2
-    if args.per_model < 1:
-        print(f"Error: --per-model must be at least 1, got {args.per_model}", file=sys.stderr)
+    if not fuzz.arguments_hold(args, names):
         return 2
     for need, how in ((sweep.PROBE, "run scripts/llamacpp-truth/build.sh"), (SHIM, "run build.sh"),
                       (LLAMA / "build" / "bin" / "ggml-rpc-server", "build llama.cpp with -DGGML_RPC=ON")):
