@@ -22,7 +22,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
-from rsplan.errors import RsplanError
 from rsplan.planner.context import CTX_PAD, EffectiveContext
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.kv_affine import Affine, KCells, NotAffine
@@ -78,28 +77,43 @@ class AffineTensors:
             t.view_offs = offs[0] + offs[1] * k
 
 
+#: Keys remembered at most (their queries and whether they are sized the ordinary way for good); only ``size`` of
+#: them hold graphs.
+MAX_KEYS = 256
+
+
 class _Entry(Generic[K]):
     def __init__(self, holds: tuple[Any, ...]) -> None:
         self.holds = holds  # the objects whose ids are in the key, held so that their ids stay theirs
         self.kept: list[tuple[int, int, K]] = []
-        self.not_affine = False
+        self.ordinary_only = False  # a build raised: every later query of the key is sized the ordinary way
         self.queries = 0
 
 
 class ShapeCache(Generic[K]):
-    """Graphs kept per key with the interval of k each holds for; at most ``size`` keys, the least recently used
-    dropped. A key's graphs are built and kept from its ``keep_from``-th query on (the ones before are sized the
-    ordinary way): kept graphs are thousands of live objects that Python's garbage collector scans again and again,
-    which costs more than it saves where a key is asked once (CPU reserve graphs in a search whose every setting
-    has another -np: 3.0-3.6 s kept from the first query vs 2.0-2.6 s from the second). ``stats``: ``built``
-    (graphs built now), ``reused`` (a context sized on kept graphs), ``ordinary`` (sized the ordinary way: before
-    ``keep_from``, not affine in the cells, or an error that the ordinary sizing reports)."""
+    """Graphs kept per key with the interval of k each holds for; at most ``size`` keys hold graphs (the least
+    recently used one's dropped first) and MAX_KEYS are remembered. A key's graphs are built and kept from its
+    ``keep_from``-th query on (the ones before are sized the ordinary way): kept graphs are thousands of live
+    objects that Python's garbage collector scans again and again, which costs more than it saves where a key is
+    asked once (CPU reserve graphs in a search whose every setting has another -np: 3.0-3.6 s kept from the first
+    query vs 2.0-2.6 s from the second). ``stats``: ``built`` (graphs built now), ``reused`` (a context sized on
+    kept graphs), ``ordinary`` (sized the ordinary way: before ``keep_from``, not affine in the cells, or an error
+    that the ordinary sizing reports)."""
 
     def __init__(self, size: int, keep_from: int) -> None:
         self.size = size
         self.keep_from = keep_from
         self._entries: OrderedDict[tuple[Any, ...], _Entry[K]] = OrderedDict()
         self.stats = {"built": 0, "reused": 0, "ordinary": 0}
+
+    def _drop_graphs_past_size(self) -> None:
+        """Forget the graphs of the least recently used key that holds any while more than ``size`` keys do. Keys
+        without graphs (asked fewer than ``keep_from`` times, or sized the ordinary way for good) stay: a search
+        that asks many -np at each context, most of them aborting (kimi-linear's one-sequence reserve over several
+        KV streams), would otherwise push out the one key whose graphs every context reuses."""
+        holding = [key for key, e in self._entries.items() if e.kept]
+        if len(holding) > self.size:
+            del self._entries[holding[0]]
 
     def clear(self) -> None:
         self._entries.clear()
@@ -121,7 +135,7 @@ class ShapeCache(Generic[K]):
         entry = self._entries.get(key)
         if entry is None or any(a is not b for a, b in zip(entry.holds, holds, strict=True)):
             entry = self._entries[key] = _Entry(holds)
-            if len(self._entries) > self.size:
+            if len(self._entries) > MAX_KEYS:
                 self._entries.popitem(last=False)
         self._entries.move_to_end(key)
         entry.queries += 1
@@ -129,15 +143,20 @@ class ShapeCache(Generic[K]):
             if lo <= k <= hi:
                 self.stats["reused"] += 1
                 return size_at(kept, k)
-        if not entry.not_affine and entry.queries >= self.keep_from:
+        if not entry.ordinary_only and entry.queries >= self.keep_from:
             cells = KCells(k)
             try:
                 kept = build(symbolic_context(ctx, cells), cells)
-            except Exception as exc:  # sized the ordinary way below, which reports a real error as it always has
-                entry.not_affine = not isinstance(exc, RsplanError)
+            except Exception:  # sized the ordinary way below, which reports a real error as it always has
+                # Not tried again for this key: an operation not affine in the cells stays so, and an error (an
+                # abort of llama.cpp's, such as the one-sequence reserve of kimi-linear and minimax-01 over
+                # several KV streams) would otherwise be built twice at every later context, once here and once
+                # by the ordinary sizing that reports it (a kimi-linear capacity: 6.1 s kept vs 4.5 s without)
+                entry.ordinary_only = True
             else:
                 self.stats["built"] += 1
                 entry.kept.append((cells.lo, cells.hi, kept))
+                self._drop_graphs_past_size()
                 return size_at(kept, k)
         self.stats["ordinary"] += 1
         return ordinary()
