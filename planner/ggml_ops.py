@@ -93,8 +93,9 @@ def _view(a: Tensor, op: str, ne: Shape, nb: Shape, offset: int, src: tuple[Tens
 
 
 def reshape(a: Tensor, *ne: int) -> Tensor:
-    """ggml_reshape_Nd: ``a`` viewed as ``ne`` (GGML_ASSERT(ggml_nelements(a) == ne0*ne1*...), ggml.c:3758 for 3
-    dims: a shape that does not hold a's elements aborts, e.g. tokens per sequence rounded down to 0)."""
+    """ggml_reshape_Nd: ``a`` viewed as ``ne``. A shape that does not hold a's elements aborts as ggml asserts,
+    GGML_ASSERT(ggml_nelements(a) == ne0*ne1*...) (ggml/src/ggml.c:3751 ggml_reshape_3d for 3 dims), e.g. tokens
+    per sequence rounded down to 0."""
     shape = _ne(*ne)
     have = a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3]
     if have != shape[0] * shape[1] * shape[2] * shape[3]:

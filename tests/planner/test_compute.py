@@ -191,7 +191,7 @@ def test_minimax_with_a_stream_per_sequence_that_does_not_divide_the_ubatch_is_r
 def test_kimi_linear_with_more_streams_than_ubatch_tokens_aborts_on_llama_cpps_reshape():
     """-c 293 -np 22 -b 832 -ub 4 -fa off: the probe (llama.cpp 0c1e57098, no-alloc dry run, with and without RPC
     devices) aborts in the third reserve graph (4 tokens in 1 sequence) on GGML_ASSERT(ggml_nelements(a) ==
-    ne0*ne1*ne2), ggml.c:3758 ggml_reshape_3d: over the 22 KV streams the MLA attention keeps 22 x (4 // 22) = 0
+    ne0*ne1*ne2), ggml.c:3751 ggml_reshape_3d: over the 22 KV streams the MLA attention keeps 22 x (4 // 22) = 0
     token rows, which cannot be reshaped back into 4 tokens. The same abort, not a later one (ggml_can_repeat in
     the residual add, which rsplan named before it checked reshapes)."""
     from rsplan.planner.compute import LlamaAbortError

@@ -37,4 +37,4 @@ def test_reshape_keeps_the_elements_or_aborts_as_ggml_does():
     with pytest.raises(g.GGMLAbort, match=three):
         g.reshape(a, 2, 3, 5)  # 30 != 24
     with pytest.raises(g.GGMLAbort, match=r"ne0\*ne1\)"):
-        g.reshape(g.new_tensor(g.F32, 6, 0), 6, 4)  # no tokens cannot become 4 (ggml.c:3758 for 3 dims)
+        g.reshape(g.new_tensor(g.F32, 6, 0), 6, 4)  # no tokens cannot become 4 (ggml.c:3751 ggml_reshape_3d)
