@@ -118,7 +118,8 @@ def place_layers(
     Args:
         n_layer_all: repeating layers (block_count).
         n_devices: GPUs available (0: everything on the host).
-        n_gpu_layers: ``-ngl``; None means all (llama.cpp's default ``n_layer_all + 1``).
+        n_gpu_layers: ``-ngl``; None means all (llama.cpp's default ``n_layer_all + 1``), and so does any larger
+            count.
         tensor_split: ``--tensor-split`` proportions, one per device (missing trailing parts are 0).
         free_bytes: each device's free memory, the split llama.cpp uses without ``--tensor-split``;
             None: equal parts.
@@ -129,11 +130,9 @@ def place_layers(
         n_gpu_layers = n_units
     if n_gpu_layers < 0:
         raise PlacementError(f"-ngl {n_gpu_layers}: must be >= 0")
-    if n_gpu_layers > n_units:
-        raise PlacementError(
-            f"-ngl {n_gpu_layers} is larger than the model's {n_units} offloadable layers "
-            f"({n_layer_all} repeating + output); use -ngl {n_units} or -ngl all"
-        )
+    # more than there are (the usual -ngl 99) is every unit, as llama.cpp clamps it
+    # (src/llama-model.cpp:1590 act_gpu_layers)
+    n_gpu_layers = min(n_gpu_layers, n_units)
     if tensor_split is not None:
         if n_devices == 0:
             raise PlacementError("--tensor-split needs at least one device")

@@ -119,6 +119,15 @@ def test_per_device_totals_and_split_flags(example):
     assert d["ladder"][0]["flags"].endswith("-ngl 40 -ts 3,1")
 
 
+def test_more_gpu_layers_than_the_model_has_is_all_of_them(example):
+    """-ngl 99, the usual llama.cpp idiom, on 49 units: llama.cpp clamps it (src/llama-model.cpp:1590), so the
+    answer is -ngl all's, and the flags printed say -ngl all."""
+    common = ("--model", str(example), "--budget", "80GiB", "--host-budget", "20GiB", "-c", "32768", "-np", "4")
+    d = capacity_json(*common, "-ngl", "99")
+    assert d == capacity_json(*common, "-ngl", "all")
+    assert d["ladder"][0]["flags"].endswith("-ngl all")
+
+
 def test_gpu_budget_from_nvml_free_memory(example, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([("Fake A", 80 * GIB, 70 * GIB),
                                                              ("Fake B", 24 * GIB, 20 * GIB)]))
@@ -169,8 +178,6 @@ def test_gpu_index_that_does_not_exist(example, monkeypatch):
     (["--budget", "8GiB", "--gpu"], "give either --budget or --gpu, not both"),
     ([], "give a memory budget: --budget SIZE (e.g. 24GiB) or --gpu [INDEX,...]"),
     (["--budget", "8GiB", "--gpu-memory", "total"], "--gpu-memory applies to --gpu only"),
-    (["--budget", "80GiB", "-ngl", "50"],
-     "-ngl 50 is larger than the model's 49 offloadable layers (48 repeating + output); use -ngl 49 or -ngl all"),
     (["--budget", "80GiB", "-ngl", "many"], "-ngl: cannot read 'many' as a number of layers, auto or all"),
     (["--budget", "40GiB,40GiB", "-ts", "1,-1"], "--tensor-split part 1 is -1; parts must be finite and >= 0"),
     (["--budget", "40GiB,40GiB", "-ts", "0,0"],

@@ -75,13 +75,17 @@ def test_missing_tensor_split_parts_are_zero():
     assert p.units_on(2) == 0
 
 
+def test_more_gpu_layers_than_units_is_every_unit_as_llama_cpp_clamps_it():
+    # -ngl 99 on 7 repeating layers + output: all 8 units offloaded, as -ngl 8 and as the default
+    assert place_layers(7, 2, n_gpu_layers=99) == place_layers(7, 2, n_gpu_layers=8) == place_layers(7, 2)
+    assert place_layers(7, 1, n_gpu_layers=99).units_on(0) == 8
+
+
 def test_without_tensor_split_layers_follow_free_memory():
     assert place_layers(7, 2, free_bytes=[3 << 30, 1 << 30]).unit_device == (0,) * 6 + (1,) * 2
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"n_gpu_layers": 50}, "-ngl 50 is larger than the model's 49 offloadable layers (48 repeating + output); "
-                           "use -ngl 49 or -ngl all"),
     ({"n_gpu_layers": -1}, "-ngl -1: must be >= 0"),
     ({"tensor_split": [1, -1]}, "--tensor-split part 1 is -1; parts must be finite and >= 0"),
     ({"tensor_split": [0, 0]}, "--tensor-split parts are all zero; omit --tensor-split to split by free memory "
