@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rsplan.errors import UnsupportedArchError, printable
+from rsplan.errors import UnsupportedArchError, excerpt
 
 #: How the loader marks layer il (< n_layer, the trunk) as recurrent.
 #: all: every trunk layer (pure recurrent archs and Falcon-H1's parallel hybrid);
@@ -139,6 +139,6 @@ def arch_info(name: str) -> ArchInfo:
         return ARCHS[name]
     except KeyError:
         raise UnsupportedArchError(
-            f"architecture '{printable(name if len(name) <= 80 else name[:77] + '...')}' is not supported "
+            f"architecture '{excerpt(name)}' is not supported "
             f"(supported: {', '.join(sorted(ARCHS))})"
         ) from None

@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rsplan.errors import ModelFileError, require
+from rsplan.errors import ModelFileError, excerpt, require
 from rsplan.files import open_regular, path_kind
 from rsplan.hparams.gguf_keys import General, Split
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
@@ -230,12 +230,6 @@ def _pad(x: int, n: int) -> int:
 _GGML_MAGICS = (b"lmgg", b"fmgg", b"tjgg", b"GGML", b"GGMF", b"GGJT")
 
 
-def _named(name: str) -> str:
-    """A metadata key or tensor name as an error shows it: control characters escaped, at most 80 characters (a
-    key may hold MAX_KEY_BYTES)."""
-    return printable(name if len(name) <= 80 else name[:77] + "...")
-
-
 def _scan_header(cur: _Cursor, tables: _Tables) -> tuple[int, int, int]:
     """Magic, version, tensor count and KV count, each checked (gguf_init_from_reader)."""
     if cur.size == 0:
@@ -274,7 +268,7 @@ def _scan_kv(cur: _Cursor, tables: _Tables, n_kv: int) -> dict[str, _Entry]:
         if not raw:
             raise cur.fail(f"metadata pair #{i} (key)", "empty key")
         key = raw.decode("utf-8", "replace")
-        what = _named(key)
+        what = excerpt(key)
         if key in entries:
             raise cur.fail(what, "duplicate key")
         code = cur.u32(f"{what} (type)")
@@ -344,7 +338,7 @@ def _scan_tensors(
     for i in range(n_tensors):
         raw = cur.string(f"tensor #{i} (name)", MAX_KEY_BYTES)
         name = printable(raw.decode("utf-8", "replace"))
-        what = f"tensor '{_named(name)}'"
+        what = f"tensor '{excerpt(name)}'"
         if len(raw) >= GGML_MAX_NAME:
             raise cur.fail(what, f"name of {len(raw)} bytes, ggml allows {GGML_MAX_NAME - 1}")
         if raw in seen:

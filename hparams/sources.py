@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from rsplan.errors import ModelFileError, either, printable
+from rsplan.errors import ModelFileError, either, excerpt, printable
 from rsplan.files import open_regular, path_kind
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.yaml_preset import load_preset_file, load_trusted_preset_text
@@ -41,7 +41,7 @@ def builtin_preset_path(name: str) -> Path:
     """The YAML file of built-in preset ``name``; a ModelFileError if there is none."""
     path = presets_dir() / f"{name}.yaml"
     if not _PRESET_NAME.match(name) or path_kind(path) != "file":
-        shown = printable(name if len(name) <= 80 else name[:77] + "...")
+        shown = excerpt(name)
         close = closest_presets(name)
         hint = f"; did you mean {either(close)}?" if close else ""
         raise ModelFileError(f"no built-in preset named '{shown}'{hint} (see `rsplan presets list`)")

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rsplan.errors import RsplanError, printable
+from rsplan.errors import RsplanError, excerpt
 from rsplan.hparams.model import MAX_LAYERS
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.placement import Placement
@@ -140,10 +140,10 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
         pattern, sep, buft = item.partition("=")
         if not item:
             raise WeightPlacementError(
-                f"-ot '{_shown(text)}': an empty entry; llama.cpp refuses it (each comma-separated entry is "
+                f"-ot '{excerpt(text)}': an empty entry; llama.cpp refuses it (each comma-separated entry is "
                 "PATTERN=BUFFER_TYPE)")
         if not sep:
-            raise WeightPlacementError(f"-ot '{_shown(item)}': expected PATTERN=BUFFER_TYPE")
+            raise WeightPlacementError(f"-ot '{excerpt(item)}': expected PATTERN=BUFFER_TYPE")
         try:
             with warnings.catch_warnings():
                 # Python's re warns where it reads a pattern otherwise than before ("[[:alpha:]]": a set of
@@ -151,15 +151,15 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
                 warnings.simplefilter("error", FutureWarning)
                 re.compile(pattern)
         except re.error as exc:
-            raise WeightPlacementError(f"-ot '{_shown(item)}': bad pattern: {exc}") from None
+            raise WeightPlacementError(f"-ot '{excerpt(item)}': bad pattern: {exc}") from None
         except FutureWarning as exc:
-            raise WeightPlacementError(f"-ot '{_shown(item)}': a pattern rsplan cannot read as llama.cpp's "
+            raise WeightPlacementError(f"-ot '{excerpt(item)}': a pattern rsplan cannot read as llama.cpp's "
                                        f"std::regex does ({exc}; POSIX classes such as [[:alpha:]] are not "
                                        "supported)") from None
         group = _python_only_group(pattern)
         if group is not None:
             raise WeightPlacementError(
-                f"-ot '{_shown(item)}': '{_shown(group)}...' is not a group llama.cpp's std::regex (ECMAScript) "
+                f"-ot '{excerpt(item)}': '{excerpt(group)}...' is not a group llama.cpp's std::regex (ECMAScript) "
                 "reads (only (?:, (?= and (?!); llama.cpp would fail to load the model")
         if buft == "CPU":
             out.append(TensorOverride(pattern, "CPU"))
@@ -167,13 +167,8 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
             out.append(TensorOverride(pattern, list(device_names).index(buft)))
         else:
             raise WeightPlacementError(
-                f"-ot '{_shown(item)}': unknown buffer type '{_shown(buft)}' (have: CPU, {', '.join(device_names)})")
+                f"-ot '{excerpt(item)}': unknown buffer type '{excerpt(buft)}' (have: CPU, {', '.join(device_names)})")
     return out
-
-
-def _shown(text: str) -> str:
-    """``text`` as an -ot error shows it: control characters escaped, at most 80 characters."""
-    return printable(text if len(text) <= 80 else text[:77] + "...")
 
 
 def layer_of(name: str, n_layer_all: int, *, arch: str) -> str | int:

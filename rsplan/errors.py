@@ -22,6 +22,12 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def excerpt(text: str, limit: int = 80) -> str:
+    """``text`` as an error message names it: control characters escaped (``printable``), cut to ``limit``
+    characters with ``...`` (a name read from a file may be thousands of characters long)."""
+    return printable(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def either(names: list[str]) -> str:
     """``["a", "b", "c"]`` -> ``a, b or c`` (for "did you mean ...?")."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
