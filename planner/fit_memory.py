@@ -148,9 +148,9 @@ class MemoryModel:
 
     def placement(self, flags: StartFlags) -> Placement:
         ngl = flags.n_gpu_layers
-        if ngl is not None and (ngl < 0 or ngl > self.spec.block_count + 1):
-            # the flag as given to llama.cpp: a negative value or one past the units (-ngl 99) offloads every
-            # unit (src/llama-model.cpp:2002 llama_model::n_gpu_layers, src/llama-model.cpp:1590 act_gpu_layers)
+        if ngl is not None and ngl < 0:
+            # the flag as given to llama.cpp: a negative value offloads every unit (src/llama-model.cpp:2002
+            # llama_model::n_gpu_layers); one past the units (-ngl 99) too, which place_layers clamps
             ngl = None
         split = flags.tensor_split
         if split is not None and not any(split):

@@ -181,10 +181,10 @@ def layer_of(name: str, n_layer_all: int, *, arch: str) -> str | int:
             raise WeightPlacementError(f"tensor {name}: layer {il} but the model has {n_layer_all} layers")
         return il
     stem = name.rsplit(".", 1)[0] if "." in name else name
-    named = {**NAMED_LAYERS, **ARCH_NAMED_LAYERS.get(arch, {})}
-    if stem not in named:
+    layer = ARCH_NAMED_LAYERS.get(arch, {}).get(stem, NAMED_LAYERS.get(stem))
+    if layer is None:
         raise WeightPlacementError(f"tensor {name}: no llama.cpp layer known for it")
-    return named[stem]
+    return layer
 
 
 @dataclass(frozen=True)
