@@ -116,13 +116,15 @@ def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:
     return n_outputs_max_of(run.n_outputs_max, run.tool, ctx, run.n_draft, run.embeddings)
 
 
-def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph]
-              ) -> tuple[EffectiveContext, list[tuple[str, int, int, int, bool]], list[tuple[str, int, int, int]]]:
+def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph],
+              graph_of: Callable[[EffectiveContext, str, int, int, int], Graph]
+              ) -> tuple[EffectiveContext, list[tuple[str, int, int, int, bool]]]:
     """The context the graphs are built with (flash attention off where the ``-fa auto`` probe says llama.cpp
-    turns it off; ``probe_graph(ctx, n_seq_max)`` builds the probe), each reserve to size, in order: (name, tokens
-    (a multiple of the sequences), sequences, outputs, pins), and the reserves only to build: a dry run reports
-    the first pp graph's sizes, but llama.cpp reserves the others too and aborts where one of them fails a shape
-    assertion (Kimi-Linear's one-sequence pp graph at ``-np 3``: planner.compute.LlamaAbortError)."""
+    turns it off; ``probe_graph(ctx, n_seq_max)`` builds the probe) and each reserve to size, in order: (name,
+    tokens (a multiple of the sequences), sequences, outputs, pins). A dry run sizes the first pp graph only, but
+    llama.cpp reserves the others too and aborts where one of them fails a shape assertion (Kimi-Linear's
+    one-sequence pp graph at ``-np 3``): those are built here with ``graph_of(ctx, name, tokens, sequences,
+    outputs)`` for their assertions (planner.compute.LlamaAbortError)."""
     probe = run.flash_attn == "auto" and ctx.flash_attn and run.layout.kv_layers
     if probe and not flash_attn_on_layer_devices(probe_graph(ctx, ctx.n_seq_max), run.setup, ctx.n_seq_max):
         # the caches were made for flash attention (V not transposed); the graphs are built without it
@@ -131,7 +133,10 @@ def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Cal
     # a real run reserves each graph with its pinned nodes; the dry run sizes the first pp graph without them
     runs = [(graphs[0], False)] if run.dry_run else []
     runs += [(graph, True) for graph in graphs] if run.real_run else []
-    return ctx, [(*graph, pins) for graph, pins in runs], [] if run.real_run else graphs[1:]
+    if not run.real_run:
+        for graph in graphs[1:]:
+            graph_of(ctx, *graph)  # built for its shape assertions only
+    return ctx, [(*graph, pins) for graph, pins in runs]
 
 
 def _combined(run: _Run, results: list[tuple[bool, tuple[int, ...], int, int]]) -> DeviceCompute:
@@ -152,9 +157,7 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
         return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq, n_out)
 
     probe = lambda c, n: graph_of(c, "flash-attention probe", n, n, n)  # noqa: E731
-    ctx, reserves, checks = _reserves(run, ctx, _n_out_max(run, ctx), probe)
-    for name, n_tok, n_sq, n_out in checks:
-        graph_of(ctx, name, n_tok, n_sq, n_out)  # built for its shape assertions only
+    ctx, reserves = _reserves(run, ctx, _n_out_max(run, ctx), probe, graph_of)
     results = []
     for name, n_tok, n_sq, n_out, pins in reserves:
         got = schedule(graph_of(ctx, name, n_tok, n_sq, n_out), run.setup, n_tok, pins=pins)
@@ -183,9 +186,7 @@ class _Splits:
             graph = graphs[(c.flash_attn, n, n, n)] = graph_of(c, "flash-attention probe", n, n, n)
             return graph
 
-        sym, reserves, checks = _reserves(run, sym, _n_out_max(run, ctx), probe_graph)
-        for name, n_tok, n_sq, n_out in checks:
-            graph_of(sym, name, n_tok, n_sq, n_out)  # built for its shape assertions only
+        sym, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph, graph_of)
         self.run = run
         self.splits = [(pins, split_graph(graph_of(sym, name, n_tok, n_sq, n_out), run.setup, n_tok, pins, []))
                        for name, n_tok, n_sq, n_out, pins in reserves]
