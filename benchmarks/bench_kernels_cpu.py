@@ -4,7 +4,9 @@ copy), and CPU prefill speed (the chunked scans vs the token loop).
 Decode: for each shape, ``--layers`` separate state pools (one per layer, as in a model) are updated by one
 decode step each (T = 1, every sequence reads and writes its own row, into an output allocated once, as the
 profiler passes it), by the torch path (``*_torch``) and by
-the C kernels (``*_native``, kernels/native.c) when they built here. The copy baseline is the profiler's:
+the C kernels (``*_native``, kernels/native.c) when they built here. The C conv-state path is timed as the
+profiler times it (profiler.engine.CReplays): the per-layer calls caught on the first run, then replayed from
+C in one call per step. The copy baseline is the profiler's:
 a buffer of 4x the last-level cache (at least 64 MiB), so that it measures memory, not cache. Timings are
 interleaved round by round (copy, torch, C, naive, ...) so that a noisy machine slows all of them alike; the
 figure is the median over rounds, and the copy's spread (p90 - p10) / median is printed beside it.
@@ -47,7 +49,7 @@ import torch
 
 from rsplan.kernels import _native
 from rsplan.kernels.conv_state import conv_state_bytes, conv_state_torch
-from rsplan.kernels.conv_state.native import conv_state_native
+from rsplan.kernels.conv_state.native import Replayable, conv_state_native
 from rsplan.kernels.gated_delta import gated_delta_bytes, gated_delta_torch
 from rsplan.kernels.gated_delta.native import gated_delta_native
 from rsplan.kernels.rwkv6 import rwkv_bytes
@@ -199,6 +201,7 @@ class Case:
         self.copy = copy.run
         self.layers = layers
         self.scan_out = torch.empty(n, 1, *self._y_dims())
+        self._conv_c: Replayable | None = None  # the C conv path as the profiler times it: replayed from C
 
     def _y_dims(self) -> tuple[int, int]:
         """(heads, lanes) of the scan's output y."""
@@ -232,6 +235,11 @@ class Case:
             fn(pool=pool, src_rows=self.rows, dst_rows=self.rows, out=self.scan_out, **self.inp)
 
     def conv_c(self) -> None:
+        if self._conv_c is None:
+            self._conv_c = Replayable(self._conv_each, self.layers)
+        self._conv_c()
+
+    def _conv_each(self) -> None:
         for pool in self.conv_pools:
             conv_state_native(
                 pool=pool, x=self.conv_x, weight=self.conv_w, src_rows=self.rows, dst_rows=self.rows, out=self.conv_out
@@ -283,6 +291,7 @@ class OpCase:
                 self.state_bytes += sum(p.numel() * 4 for p in pools)
         self.scan_bytes, self.conv_bytes = self.bytes["scan"], self.bytes["conv"]
         self.parts = tuple(self.calls)
+        self._conv_c: Replayable | None = None
 
     def _run(self, part: str, c: bool) -> None:
         for fast, native, pools, kw, extra in self.calls[part]:
@@ -300,7 +309,9 @@ class OpCase:
         self._run("scan", True)
 
     def conv_c(self) -> None:
-        self._run("conv", True)
+        if self._conv_c is None:  # as the profiler times it: the calls caught once, then replayed from C
+            self._conv_c = Replayable(lambda: self._run("conv", True), self.layers * len(self.calls["conv"]))
+        self._conv_c()
 
 
 def _row_shape(op: str, dims: dict) -> tuple[int, ...]:

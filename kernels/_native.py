@@ -10,6 +10,10 @@ The library is compiled once per process into a temporary folder (``$CC``, else 
 loaded from there; nothing is cached on disk, so a stale build cannot be picked up. When no compiler is found
 or the build fails, ``native()`` says why and the torch path runs; ``describe()`` is the line the profiler
 reports, so which kernels ran is always on record. ``RSPLAN_KERNELS=torch`` turns the C kernels off.
+
+Threads: where torch runs on GNU OpenMP (its libgomp.so.1 is mapped in the process), the library is built with
+``-fopenmp`` and binds to that same runtime, so a call's threads are torch's team, already waiting; elsewhere, or
+when that build fails, it is built without and starts POSIX threads per call. ``describe()`` says which.
 """
 
 from __future__ import annotations
@@ -45,15 +49,21 @@ FLAGS = (
 )
 #: Largest head / state size the kernels keep on the stack (floats per work item).
 MAX_DIM = 4096
-#: State bytes per thread: a thread costs tens of microseconds to start, so a call gets one thread per this many
-#: bytes (at most torch's count). Measured on 2 cores (bench_kernels_cpu.py shapes, load 1.2): 2 MiB per layer
-#: ran 56% of copy on one thread, 43% on two; 4 to 16 MiB ran 72-86% on one thread, 93-125% on two.
+#: State bytes per thread where a call starts POSIX threads: a thread costs tens of microseconds to start, so a
+#: call gets one thread per this many bytes (at most torch's count). Measured on 2 cores (bench_kernels_cpu.py
+#: shapes, load 1.2): 2 MiB per layer ran 56% of copy on one thread, 43% on two; 4 to 16 MiB ran 72-86% on one
+#: thread, 93-125% on two.
 BYTES_PER_THREAD = 2 << 20
-#: The same while the load average exceeds the CPUs: a started thread then often waits for a CPU while the
-#: caller, its own share done, waits for it. Measured on 2 cores at load 2.4-6.7 (rwkv6-1.6b, 8 layers, 1 and 2
-#: threads in interleaved rounds, 12 runs): 4 MiB per layer ran 1.2-2.2x slower on two threads in every run at
-#: load 3.3 and above (even at 2.4); 8 MiB was undecided (0.7-1.7x as fast); 16 MiB ran up to 1.33x and 32 MiB
-#: 1.04-1.4x faster on two.
+#: The same on torch's OpenMP team, whose workers wait spinning: a second thread joins in about a microsecond.
+#: Measured on 2 cores, load under 1 (bench_call_overhead-like, LFM2's short conv, 8 layers, bare C calls, median
+#: of 25 rounds, µs per layer, one vs two threads): 32 KiB per call 18.8 vs 11.6 warm and 19.3 vs 19.2 after a
+#: cache-flushing copy; 256 KiB 81 vs 45 and 62 vs 46; 2 MiB 357 vs 258 and 426 vs 254.
+BYTES_PER_THREAD_TEAM = 64 << 10
+#: The same (either kind of thread) while the load average exceeds the CPUs: a started thread then often waits
+#: for a CPU while the caller, its own share done, waits for it. Measured on 2 cores at load 2.4-6.7 (rwkv6-1.6b,
+#: 8 layers, 1 and 2 POSIX threads in interleaved rounds, 12 runs): 4 MiB per layer ran 1.2-2.2x slower on two
+#: threads in every run at load 3.3 and above (even at 2.4); 8 MiB was undecided (0.7-1.7x as fast); 16 MiB ran
+#: up to 1.33x and 32 MiB 1.04-1.4x faster on two.
 BYTES_PER_THREAD_LOADED = 8 << 20
 
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
@@ -61,6 +71,7 @@ _SIGNATURES = {
     "rs_gated_delta_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_ssm_scan_decode": [_P, _P, _P, _P, _L, _L, _L, _L, _L, _I, _P, _P, _P, _P, _P, _I],
     "rs_conv_state_decode": [_P, _I],
+    "rs_conv_state_replay": [_P, _P, _L, _L, _I],
     "rs_rwkv7_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _P, _P, _I],
     "rs_wkv6_decode": [_P, _P, _P, _P, _L, _L, _L, _I, _P, _P, _P, _P, _P, _P, _F, _I],
     "rs_lightning_decode": [_P, _P, _P, _P, _L, _L, _L, _P, _P, _P, _P, _P, _I],
@@ -69,10 +80,12 @@ _SIGNATURES = {
 
 @dataclass(frozen=True)
 class Native:
-    """The loaded library (None when unavailable) and a one-line account of the CPU kernels."""
+    """The loaded library (None when unavailable), a one-line account of the CPU kernels, and whether its calls
+    run on torch's OpenMP team (else on POSIX threads started per call)."""
 
     lib: ctypes.CDLL | None
     why: str
+    team: bool = False
 
 
 def _compiler() -> str | None:
@@ -86,29 +99,58 @@ def native() -> Native:
     return build(_compiler())
 
 
-def build(cc: str | None) -> Native:
-    """Compile ``native.c`` with ``cc`` into a temporary folder and load it (None: no compiler)."""
+def torch_openmp(maps: Path = Path("/proc/self/maps")) -> bool:
+    """Whether GNU OpenMP's runtime (libgomp.so.1, torch's on Linux) is mapped in this process: a ``-fopenmp``
+    build then binds to it instead of loading a second runtime whose threads would compete with torch's. False
+    where the process's maps cannot be read (not Linux)."""
+    try:
+        text = maps.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(line.rsplit("/", 1)[-1].startswith("libgomp") for line in text.splitlines())
+
+
+def build(cc: str | None, openmp: bool | None = None) -> Native:
+    """Compile ``native.c`` with ``cc`` into a temporary folder and load it (None: no compiler). ``openmp``: build
+    with ``-fopenmp`` (None: where torch's GNU OpenMP runtime is loaded, ``torch_openmp``); where that build fails,
+    the library is built without it and says so."""
     if cc is None:
         return Native(None, "torch (no C compiler found: set CC to build the C decode kernels)")
+    openmp = torch_openmp() if openmp is None else openmp
     tmp = tempfile.mkdtemp(prefix="rsplan-kernels-")
     try:
-        so = os.path.join(tmp, "rsplan_native.so")
-        try:
-            done = subprocess.run(
-                [cc, *FLAGS, "-o", so, str(SOURCE), "-lm"], capture_output=True, text=True, timeout=300
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return Native(None, f"torch (the C decode kernels did not build: {exc})")
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            return Native(None, f"torch (the C decode kernels did not build with {cc}: {first})")
-        lib = ctypes.CDLL(so)
+        lib, threads = _compiled(cc, tmp, openmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the loaded library stays mapped
+    if isinstance(lib, str):
+        return Native(None, lib)
     for name, argtypes in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, None
-    return Native(lib, f"C for one-token steps ({os.path.basename(cc)} {' '.join(FLAGS[:2])}), torch otherwise")
+    return Native(lib, f"C for one-token steps ({os.path.basename(cc)} {' '.join(FLAGS[:2])}; threads: {threads}), "
+                       "torch otherwise", team=bool(lib.rs_openmp()))
+
+
+def _compiled(cc: str, tmp: str, openmp: bool) -> tuple[ctypes.CDLL | str, str]:
+    """(the library, how its calls start threads), or (why the torch path runs, ""): built with -fopenmp when
+    ``openmp``, else (or when that fails) with POSIX threads."""
+    so = os.path.join(tmp, "rsplan_native.so")
+    tries = [("-fopenmp",), ()] if openmp else [()]
+    for extra in tries:
+        try:
+            done = subprocess.run(
+                [cc, *FLAGS, *extra, "-o", so, str(SOURCE), "-lm"], capture_output=True, text=True, timeout=300
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"torch (the C decode kernels did not build: {exc})", ""
+        if done.returncode == 0:
+            lib = ctypes.CDLL(so)
+            if extra:
+                return lib, "torch's OpenMP team"
+            why = "the -fopenmp build failed" if openmp else "torch's OpenMP runtime is not GNU's here"
+            return lib, f"POSIX, started per call ({why})"
+    first = (done.stderr.strip().splitlines() or ["no message"])[0]
+    return f"torch (the C decode kernels did not build with {cc}: {first})", ""
 
 
 def use_native(t: torch.Tensor) -> bool:
@@ -142,13 +184,21 @@ def pin_load(loaded: bool | None) -> bool | None:
 
 def threads(state_bytes: int) -> int:
     """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls (one per
-    ``BYTES_PER_THREAD``, or per ``BYTES_PER_THREAD_LOADED`` while the load average exceeds the CPUs, or as
-    ``pin_load`` decided)."""
-    n = state_bytes // BYTES_PER_THREAD
+    ``BYTES_PER_THREAD_TEAM`` on torch's OpenMP team, ``BYTES_PER_THREAD`` on POSIX threads, or per
+    ``BYTES_PER_THREAD_LOADED`` while the load average exceeds the CPUs, or as ``pin_load`` decided)."""
+    n = state_bytes // (BYTES_PER_THREAD_TEAM if native().team else BYTES_PER_THREAD)
     # a call too small for a second thread does not ask
     if n > 1 and (overloaded() if _PINNED_LOAD is None else _PINNED_LOAD):
         n = state_bytes // BYTES_PER_THREAD_LOADED
     return max(1, min(torch.get_num_threads(), n))
+
+
+def thread_rule() -> tuple[int, int]:
+    """(state bytes per thread, most threads): ``threads``' rule for calls that C runs in a row (a replayed step:
+    rs_conv_state_replay divides each call's bytes by the first and clamps to 1 .. the second), decided once."""
+    if overloaded() if _PINNED_LOAD is None else _PINNED_LOAD:
+        return BYTES_PER_THREAD_LOADED, torch.get_num_threads()
+    return (BYTES_PER_THREAD_TEAM if native().team else BYTES_PER_THREAD), torch.get_num_threads()
 
 
 def overloaded() -> bool:

@@ -4,7 +4,7 @@
  * Built at first use by rsplan.kernels._native (cc -O3 -march=native -shared) and called through ctypes; the
  * Python wrappers (kernels/<op>/native.py) check every shape, row and dtype before calling, so nothing here
  * validates again. Work items (sequence x head, or sequence x block of channels) are split into contiguous
- * ranges over `nthreads` POSIX threads; different sequences write disjoint rows (the wrappers only call with
+ * ranges over `nthreads` threads (rs_parallel); different sequences write disjoint rows (the wrappers only call with
  * plans where no sequence reads a row another one writes), so the ranges never race.
  *
  * Layouts (all fp32, contiguous, N = sequences of the call, n = active ones; rows index the pool's first axis):
@@ -38,17 +38,55 @@ typedef struct {
     unsigned csr;
 } rs_job;
 
+/* fn over items [0, n) in nthreads contiguous ranges; every thread gets the caller's denormal mode
+ * (torch.set_flush_denormal) for the call and its own back after.
+ *
+ * Built with OpenMP (rsplan.kernels._native tries -fopenmp first), the ranges run on the process's OpenMP team,
+ * which is torch's: libgomp.so.1 is already loaded when this library is, so the loader binds to it. Its workers
+ * wait spinning after each parallel region (of torch's or of this file's), so a one-layer call starts its second
+ * thread in about a microsecond instead of the tens a pthread_create costs, and does not compete with a worker
+ * that still spins after torch's last op. Without OpenMP, POSIX threads are started per call; the calling thread
+ * runs the last range (and any range whose thread could not be started). */
+static void rs_range_in_mode(rs_range_fn fn, const void *args, int64_t i0, int64_t i1, unsigned csr) {
+#ifdef RS_HAVE_CSR
+    unsigned own = _mm_getcsr();
+    _mm_setcsr(csr);
+#else
+    (void)csr;
+#endif
+    fn(args, i0, i1);
+#ifdef RS_HAVE_CSR
+    _mm_setcsr(own);
+#endif
+}
+
+#ifdef _OPENMP
+#include <omp.h>
+static void rs_parallel(rs_range_fn fn, const void *args, int64_t n, int nthreads) {
+    unsigned csr = 0;
+    if (nthreads > n) nthreads = (int)n;
+    if (nthreads <= 1) {
+        fn(args, 0, n);
+        return;
+    }
+#ifdef RS_HAVE_CSR
+    csr = _mm_getcsr();
+#endif
+#pragma omp parallel num_threads(nthreads)
+    {
+        int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+        rs_range_in_mode(fn, args, n * t / nt, n * (t + 1) / nt, csr);
+    }
+}
+
+int rs_openmp(void) { return 1; }
+#else
 static void *rs_run_job(void *p) {
     const rs_job *j = (const rs_job *)p;
-#ifdef RS_HAVE_CSR
-    _mm_setcsr(j->csr); /* the caller's denormal mode (torch.set_flush_denormal) holds in every thread */
-#endif
-    j->fn(j->args, j->i0, j->i1);
+    rs_range_in_mode(j->fn, j->args, j->i0, j->i1, j->csr);
     return NULL;
 }
 
-/* fn over items [0, n) in nthreads contiguous ranges; the calling thread runs the last range (and any range
- * whose thread could not be started). */
 static void rs_parallel(rs_range_fn fn, const void *args, int64_t n, int nthreads) {
     pthread_t th[RS_MAX_THREADS];
     rs_job jobs[RS_MAX_THREADS];
@@ -73,6 +111,9 @@ static void rs_parallel(rs_range_fn fn, const void *args, int64_t n, int nthread
             fn(args, jobs[t].i0, jobs[t].i1);
     }
 }
+
+int rs_openmp(void) { return 0; }
+#endif
 
 /* ---------------------------------------------------------------- gated delta rule (GDN and KDA), one token */
 
@@ -319,6 +360,18 @@ static void rs_conv_range(const void *p, int64_t i0, int64_t i1) {
 void rs_conv_state_decode(const rs_conv_args *a, int nthreads) {
     const int64_t nb = (a->D + RS_CONV_BLOCK - 1) / RS_CONV_BLOCK;
     rs_parallel(rs_conv_range, a, a->n_act * nb, nthreads);
+}
+
+/* n packed conv-state calls run in order, as rs_conv_state_decode would run them one by one (a decode step's
+ * layers, caught once: rsplan.kernels.conv_state.native.Replay): call i on bytes[i] / bytes_per_thread threads,
+ * at least one and at most max_threads, the rule of rsplan.kernels._native.threads. */
+void rs_conv_state_replay(const rs_conv_args *const *calls, const int64_t *bytes, int64_t n,
+                          int64_t bytes_per_thread, int max_threads) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t t = bytes[i] / bytes_per_thread;
+        if (t > max_threads) t = max_threads;
+        rs_conv_state_decode(calls[i], t < 1 ? 1 : (int)t);
+    }
 }
 
 /* ---------------------------------------------------------------- RWKV-6 wkv and gated linear attention, one token */

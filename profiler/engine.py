@@ -100,6 +100,52 @@ class Graphs:
         return True
 
 
+#: (step, phase) pairs CReplays keeps caught calls for (each holds a few small index tensors).
+MAX_REPLAYED_PHASES = 256
+
+
+class CReplays:
+    """The conv-state phases of CPU steps, replayed from C: one call per phase instead of one per layer.
+
+    A Python call into the C kernels costs 10-35 µs (argument checks or the packed-call lookup, then ctypes), as
+    long as the kernel itself takes at -np 8 (LFM2's short conv: 0.5 MiB per layer, 40-60 µs), so per-layer
+    calls would time the host, as eager launches do on a GPU. As ``Graphs`` there, a phase's C calls are caught
+    the first time a step runs them (kernels.conv_state.native.recording; that run is an ordinary timed run),
+    and every later occurrence of the same step runs them again from C (``Replay``): each layer's kernel exactly
+    once, in order, on the same tensors. A phase whose calls were not all packed C calls, one per layer (the
+    torch path, ops without packed calls), runs as before.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        self.n_layers = n_layers
+        self.phases: dict[tuple, Any] = {}  # (step key, phase) -> kernels.conv_state.native.Replayable
+        self.replays = 0
+        self.eager = 0
+
+    @property
+    def failed(self) -> int:
+        """Phases whose first run could not be caught (they always run eagerly)."""
+        return sum(1 for p in self.phases.values() if p.caught and p.replay is None)
+
+    def region(self, key: tuple, name: str, fn: Callable[[], None], timer: Timer) -> None:
+        """Time phase ``name`` of step ``key``: its replay if caught, else ``fn`` (caught on its first run)."""
+        from rsplan.kernels.conv_state.native import Replayable
+
+        phase = self.phases.get((key, name))
+        if phase is None:
+            if len(self.phases) >= MAX_REPLAYED_PHASES:  # a run of ever new steps: the rest runs eagerly
+                self.eager += 1
+                timer.region(name, fn)
+                return
+            phase = self.phases[key, name] = Replayable(fn, self.n_layers)
+        if phase.replay is not None:
+            self.replays += 1
+        else:
+            self.eager += 1
+            phase.fn = fn  # this step's own closure (the same tensors)
+        timer.region(name, phase)
+
+
 class Engine:
     """The cells of one memory plus the per-layer pools and inputs of a family."""
 
@@ -112,6 +158,7 @@ class Engine:
         dev: Any,
         seed: int,
         cuda_graphs: bool = False,
+        c_replay: bool = False,
     ) -> None:
         self.torch = import_torch()
         self.family = family
@@ -122,6 +169,7 @@ class Engine:
         self.dev = dev
         self.seed = seed
         self.graphs = Graphs() if cuda_graphs and dev.type == "cuda" else None
+        self.c_replays = CReplays(len(self.layers)) if c_replay and dev.type == "cpu" else None
         self._inputs: dict[tuple, dict] = {}
         self._outs: dict[tuple, Any] = {}
         self.pos: dict[int, int] = {}  # seq -> last position
@@ -192,11 +240,21 @@ class Engine:
         """Steps 2-4 of the module docstring on every layer; each phase is one timed region of ``timer``.
 
         ``n_planes`` overrides K (to time the same step without snapshots); ``only`` restricts the phases.
-        With CUDA graphs enabled, timed steps replay one captured graph per phase (see ``Graphs``).
+        With CUDA graphs enabled, timed steps replay one captured graph per phase (see ``Graphs``); with C replays
+        on the CPU, timed steps replay the conv-state phases' caught C calls (see ``CReplays``).
         """
         K = self.n_planes if n_planes is None else n_planes
         res = StepResult(rows)
         regions = self._regions(rows, K, res, keep_y, only)
+        key = (
+            tuple(rows.src),
+            tuple(rows.dst),
+            tuple(rows.extra_src),
+            rows.rs_z,
+            rows.n_tokens,
+            K,
+            None if only is None else tuple(sorted(only)),
+        )
         if timer is not None and self.graphs is not None and not keep_y:
             # nothing may be copied host to device during a capture: inputs, outputs and row tensors first
             from rsplan.kernels._common import device_rows
@@ -206,17 +264,16 @@ class Engine:
                     self.out(k, self.inputs(k, il, rows.n_seqs, rows.n_tokens))
             for r in (rows.src, rows.dst, rows.extra_src, rows.extra_dst, list(range(len(rows.extra_src)))):
                 device_rows(r, self.dev)
-            key = (
-                tuple(rows.src),
-                tuple(rows.dst),
-                tuple(rows.extra_src),
-                rows.rs_z,
-                rows.n_tokens,
-                K,
-                None if only is None else tuple(sorted(only)),
-            )
             if self.graphs.run(key, regions, timer):
                 return res
+        if timer is not None and self.c_replays is not None and not keep_y:
+            kernel_ops = {k.op for k in self.family.kernels}
+            for name, fn in regions:
+                if name in kernel_ops:
+                    self.c_replays.region(key, name, fn, timer)
+                else:
+                    timer.region(name, fn)
+            return res
         region = timer.region if timer is not None else (lambda _name, fn: fn())
         for name, fn in regions:
             region(name, fn)

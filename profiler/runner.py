@@ -82,6 +82,7 @@ class ProfileRequest:
     seed: int = 0
     threads: int | None = None
     cuda_graphs: bool = True
+    c_replay: bool = True
     max_seconds: float | None = None  # None: DEFAULT_MAX_SECONDS of the device; 0: no limit
 
 
@@ -331,7 +332,8 @@ def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict
             baseline.burst()
         pause = _BurstsInside(baseline) if baseline is not None and budget.probe[name] >= BURST_STEP_S else None
         _zero(pools)
-        engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs)
+        engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs,
+                        c_replay=req.c_replay)
         if name == "decode":
             measured[name] = wl.decode(engine, checks, iters, warmup, tick, pause)
         elif name == "prefill":
@@ -426,6 +428,11 @@ def _result(req: ProfileRequest, setup: _Setup, facts: dict[str, Any], allocatio
 
 def _timing_mode(engine: Any) -> Timing:
     g = engine.graphs
+    r = engine.c_replays
+    if r is not None and r.replays:  # on the CPU: phases replayed from C after their first run; "mixed": some
+        # kernel phases could not be caught (ops without packed calls, the torch path) and always ran eagerly
+        return Timing("mixed" if r.failed else "c replays", "perf_counter", graph_steps=r.replays,
+                      eager_steps=r.eager, capture_errors=())
     if g is None:
         return Timing("eager", "cuda events" if engine.dev.type == "cuda" else "perf_counter")
     return Timing(

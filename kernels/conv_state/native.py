@@ -7,12 +7,17 @@ call made (shapes, rows, dtypes, contiguity, hazards) would pass again with the 
 would be the same, so the block is passed again as it is; only the thread count is taken afresh. A key holds
 no reference to the tensors: a tensor freed and another one allocated at the same address with the same shape
 and strides gets the same block, whose pointers are then that tensor's.
+
+A caller that runs the same calls again and again (the profiler's decode steps, one call per layer) can catch
+them once (``recording``) and run them all from C in one call (``Replay``), as CUDA graphs replay a GPU step:
+the 10-35 µs of Python and ctypes per call is then paid once per step instead of once per layer.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,12 +90,93 @@ def prepared(key: tuple | None) -> Prepared | None:
 
 
 def remember(key: tuple | None, call: Prepared | None, src_rows: Rows, dst_rows: Rows) -> None:
-    """Keep ``call`` under ``key`` (None: not reusable; rows other than plain ints are not kept either)."""
+    """Keep ``call`` under ``key`` (None: not reusable; rows other than plain ints are not kept either), and
+    tell an active ``recording`` whether the call can be replayed (the same condition)."""
     if key is None or call is None or not all(type(r) is int for r in (*src_rows, *dst_rows)):
+        caught(None)
         return
     if len(_PREPARED) >= MAX_PREPARED:
         _PREPARED.clear()
     _PREPARED[key] = call
+    caught(call)
+
+
+class Recording:
+    """The packed calls the conv-state wrappers (conv_state, shortconv) ran while it was active, in order;
+    ``complete``: every call the wrappers took was one (none went to the torch path or ran on copies)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Prepared] = []
+        self.complete = True
+
+
+_RECORDING: Recording | None = None
+
+
+@contextmanager
+def recording() -> Iterator[Recording]:
+    """Catch the conv-state calls made inside the ``with`` block (they run as usual)."""
+    global _RECORDING
+    outer, _RECORDING = _RECORDING, Recording()
+    try:
+        yield _RECORDING
+    finally:
+        _RECORDING = outer
+
+
+def caught(call: Prepared | None) -> None:
+    """Tell the active recording, if any, about one wrapper call: its packed arguments, or None where the call
+    cannot be replayed as it is."""
+    if _RECORDING is not None:
+        if call is None:
+            _RECORDING.complete = False
+        else:
+            _RECORDING.calls.append(call)
+
+
+class Replay:
+    """Recorded calls run again from C in one call (``rs_conv_state_replay``), in order, each exactly once, with
+    the thread rule of ``_native.threads`` taken at each run. Valid while the tensors the calls were made with
+    live unchanged (same storage, shape and strides), which the caller guarantees: the packed blocks hold no
+    reference to them (their index tensors are kept here)."""
+
+    def __init__(self, calls: Sequence[Prepared]) -> None:
+        lib = nat.native().lib
+        assert lib is not None, "packed calls exist only where the library was built"
+        self.lib = lib
+        self.calls = tuple(calls)
+        self.addresses = (ctypes.c_void_p * len(calls))(*(c.address for c in calls))
+        self.bytes = (ctypes.c_int64 * len(calls))(*(c.state_bytes for c in calls))
+
+    def __call__(self) -> None:
+        per_thread, most = nat.thread_rule()
+        self.lib.rs_conv_state_replay(self.addresses, self.bytes, len(self.calls), per_thread, most)
+
+
+class Replayable:
+    """``fn``, which makes ``n_calls`` conv-state wrapper calls on fixed tensors (one per layer), run the first
+    time as it is, its calls caught (``recording``), and every later time as their ``Replay``; run as it is every
+    time where the first run did not make exactly ``n_calls`` replayable calls. Holds ``fn`` (and so the tensors
+    its calls point into) while it can replay."""
+
+    def __init__(self, fn: Callable[[], Any], n_calls: int) -> None:
+        self.fn = fn
+        self.n_calls = n_calls
+        self.replay: Replay | None = None
+        self.caught = False  # the first run is over (replay set, or None for good)
+
+    def __call__(self) -> None:
+        if self.replay is not None:
+            self.replay()
+            return
+        if self.caught:
+            self.fn()
+            return
+        with recording() as rec:
+            self.fn()
+        self.caught = True
+        if rec.complete and len(rec.calls) == self.n_calls:
+            self.replay = Replay(rec.calls)
 
 
 def conv_state_native(
@@ -114,6 +200,7 @@ def conv_state_native(
         call = prepared(key)
         if call is not None:
             call.run(nat.native().lib)
+            caught(call)
             return (out,)
     N, T, D, W = check_conv_args(pool, x, weight)
     n_written = n_planes if clamp_planes else min(T, n_planes)
@@ -127,6 +214,7 @@ def conv_state_native(
     )
     lib = nat.native().lib
     if lib is None or not nat.eligible(pool, T, plan.hazard) or W > MAX_WIDTH or not plan.active:
+        caught(None)
         return conv_state_torch(
             pool=pool,
             x=x,

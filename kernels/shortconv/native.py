@@ -7,7 +7,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.conv_state.native import MAX_WIDTH, call_key, prepared, remember
+from rsplan.kernels.conv_state.native import MAX_WIDTH, call_key, caught, prepared, remember
 from rsplan.kernels.conv_state.native import decode as conv_state_decode
 from rsplan.kernels.shortconv.fast import shortconv_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
@@ -35,6 +35,7 @@ def shortconv_native(
         call = prepared(key)
         if call is not None:
             call.run(nat.native().lib)
+            caught(call)
             return (out,)
     N, T, D, L = check_shortconv_args(pool, b, c, x, weight)
     n_written = min(T, n_planes)
@@ -48,6 +49,7 @@ def shortconv_native(
     )
     lib = nat.native().lib
     if lib is None or not nat.eligible(pool, T, plan.hazard) or L > MAX_WIDTH or not plan.active:
+        caught(None)
         return shortconv_torch(
             pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
         )

@@ -82,6 +82,9 @@ DEVICE_OPTIONS = [
                       "and the tasks runnable now both exceed the CPUs)."),
     click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
                  help="On CUDA, time replays of captured graphs (eager Python launches would time the host)."),
+    click.option("--c-replay/--no-c-replay", default=True, show_default=True,
+                 help="On CPU, time the conv-state steps as one C call per step, replaying the calls caught at "
+                      "their first run (a Python call per layer would time the host)."),
 ]
 
 #: The llama.cpp context flags the profiler reads: the shared options (rsplan.cli.options), with llama.cpp's names.

@@ -183,18 +183,31 @@ def test_failed_build_names_the_compiler(tmp_path):
     assert got.why == f"torch (the C decode kernels did not build with {cc}: native.c:1: error: broken)"
 
 
-def test_threads_follow_the_state_size(monkeypatch):
+def _threads_of(monkeypatch, team: bool) -> None:
+    """The library taken as built with (``team``) or without OpenMP."""
+    monkeypatch.setattr(nat, "native", lambda: nat.Native(None, "test", team=team))
+
+
+@pytest.mark.parametrize(("team", "per_thread"), [(False, 2 << 20), (True, 64 << 10)])
+def test_threads_follow_the_state_size(monkeypatch, team, per_thread):
+    """A thread per 2 MiB where each call starts POSIX threads, per 64 KiB on torch's waiting OpenMP team."""
+    _threads_of(monkeypatch, team)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     monkeypatch.setattr(os, "getloadavg", lambda: (3.9, 9.0, 9.0))
     assert nat.threads(0) == 1
-    assert nat.threads(nat.BYTES_PER_THREAD - 1) == 1
-    assert nat.threads(3 * nat.BYTES_PER_THREAD) == 3
-    assert nat.threads(100 * nat.BYTES_PER_THREAD) == 4
+    assert nat.threads(per_thread - 1) == 1
+    assert nat.threads(2 * per_thread) == 2
+    assert nat.threads(3 * per_thread) == 3
+    assert nat.threads(100 * per_thread) == 4
+    assert nat.thread_rule() == (per_thread, 4)
 
 
-def test_an_overloaded_machine_gets_fewer_threads(monkeypatch):
-    """While the 1-minute load exceeds the CPUs, a thread per 8 MiB (4 MiB: one thread, 16 MiB: two)."""
+@pytest.mark.parametrize("team", [False, True])
+def test_an_overloaded_machine_gets_fewer_threads(monkeypatch, team):
+    """While the 1-minute load exceeds the CPUs, a thread per 8 MiB (4 MiB: one thread, 16 MiB: two), whichever
+    threads the library runs on."""
+    _threads_of(monkeypatch, team)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     monkeypatch.setattr(os, "getloadavg", lambda: (4.1, 0.0, 0.0))
@@ -202,15 +215,17 @@ def test_an_overloaded_machine_gets_fewer_threads(monkeypatch):
     assert nat.threads((16 << 20) - 1) == 1
     assert nat.threads(16 << 20) == 2
     assert nat.threads(1 << 30) == 4
+    assert nat.thread_rule() == (8 << 20, 4)
 
     def no_load():  # type: ignore[no-untyped-def]
         raise OSError("no load average here")
 
     monkeypatch.setattr(os, "getloadavg", no_load)
-    assert nat.threads(4 << 20) == 2
+    assert nat.threads(4 << 20) == (4 if team else 2)  # not overloaded: a thread per 64 KiB or per 2 MiB
 
 
 def test_a_pinned_load_replaces_the_load_average_until_given_back(monkeypatch):
+    _threads_of(monkeypatch, False)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # overloaded by the average

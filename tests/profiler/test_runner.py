@@ -218,3 +218,20 @@ def test_the_result_reads_back_from_its_json(tmp_path):
     result = run_profile(small(preset(tmp_path, "qwen35"), workload="spec", draft=2))
     assert isinstance(result, ProfileResult) and result.workloads["spec"].snapshots is not None
     assert ProfileResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+
+
+@pytest.mark.parametrize(("name", "mode"), [("lfm2", "c replays"), ("mamba2", "mixed")])
+def test_cpu_steps_replay_their_conv_calls_from_c(tmp_path, name, mode):
+    """On the CPU with the C kernels, a conv-state phase is caught at its first step and replayed after (its
+    checks still pass); a phase without packed calls (mamba2's scan) runs eagerly throughout: "mixed"."""
+    from rsplan.kernels._native import native
+
+    if native().lib is None:
+        pytest.skip(native().why)
+    report = run_profile(small(preset(tmp_path, name), workload="decode", iters=3, warmup=1)).to_dict()
+    timing = report["workloads"]["decode"]["timing"]
+    assert timing["mode"] == mode and timing["clock"] == "perf_counter"
+    assert timing["graph_steps"] >= 1 and timing["eager_steps"] >= 1 and timing["capture_errors"] == []
+    assert report["checks"]["failed"] == 0, report["checks"]["results"]
+    eager = run_profile(small(preset(tmp_path, name), workload="decode", iters=3, warmup=1, c_replay=False))
+    assert eager.to_dict()["workloads"]["decode"]["timing"] == {"mode": "eager", "clock": "perf_counter"}
