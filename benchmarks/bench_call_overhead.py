@@ -107,8 +107,12 @@ def main() -> None:
                     "with its data out of the cache")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
-    from bench_kernels_cpu import Copy  # the same copy baseline as the kernel benchmark
+    from bench_kernels_cpu import (
+        Copy,  # the same copy baseline as the kernel benchmark
+        pin_load_as_the_profiler,
+    )
 
+    pin_load_as_the_profiler()
     copy, lib = Copy(), nat.native().lib
     assert lib is not None, nat.native().why
     print(f"# {torch.get_num_threads()} torch threads, {args.layers} layers, median of {args.rounds} rounds"
