@@ -26,3 +26,16 @@ def interpreter() -> None:
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("TRITON_INTERPRET is not set (CUDA present: see the gpu tests)")
+
+
+@pytest.fixture
+def packed_calls() -> None:
+    """The C kernels built here (skip without a C compiler: nothing to test) and no packed conv-state call left
+    over from an earlier test (kernels/conv_state/native.py)."""
+    from rsplan.kernels import _native as nat
+    from rsplan.kernels.conv_state import native as conv_native
+
+    if nat._compiler() is None:
+        pytest.skip("no C compiler on this machine")
+    assert nat.native().lib is not None, nat.native().why
+    conv_native._PREPARED.clear()

@@ -24,12 +24,7 @@ WRAPPERS = {
 DIMS = {"shortconv": SHORT, "conv_state": CONV}
 
 
-@pytest.fixture(autouse=True)
-def built() -> None:
-    if nat._compiler() is None:
-        pytest.skip("no C compiler on this machine")
-    assert nat.native().lib is not None, nat.native().why
-    conv_native._PREPARED.clear()
+pytestmark = pytest.mark.usefixtures("packed_calls")
 
 
 def _counting_check(module, name: str, monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]

@@ -20,12 +20,7 @@ DIMS = {"shortconv": SHORT, "conv_state": CONV}
 LAYERS = 3
 
 
-@pytest.fixture(autouse=True)
-def built() -> None:
-    if nat._compiler() is None:
-        pytest.skip("no C compiler on this machine")
-    assert nat.native().lib is not None, nat.native().why
-    conv_native._PREPARED.clear()
+pytestmark = pytest.mark.usefixtures("packed_calls")
 
 
 def _layers(op: str, case: Case) -> tuple[list[tuple[dict, torch.Tensor]], tuple[int, ...]]:
