@@ -403,7 +403,7 @@ class CapacityPlanner:
         buffer, the MTP draft's host part and output buffer."""
         use = use or self.usage(params)
         charge = charge or self.charge_at(params)
-        out = output_buffer(self.spec, params).bytes if self.spec.vocab_size else 0
+        out = output_buffer(self.spec, params, layout=self.layout).bytes if self.spec.vocab_size else 0
         return use.host.total_bytes + out + charge.host + self.checkpoints(params, use).bytes
 
     def host_weights(self) -> HostWeights | None:

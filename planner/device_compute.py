@@ -199,7 +199,7 @@ class _Splits:
 
 
 #: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks
-#: one -np at many contexts: 1.0-1.3 s CPU for qwen3-next's 10 steps, 1.1-1.9 s kept from the second query), for
+#: one -np at many contexts: 0.9-1.1 s CPU for qwen3-next's 10 steps, 1.2-1.3 s kept from the second query), for
 #: the 4 keys used last that hold graphs: a search asks one shape after another (a 2-model report: 55 reuses with 6
 #: keys, 58 with 16 at 233 MB peak memory, 54 with 3 at 127 MB, as much as without keeping). Keys whose build
 #: aborted hold none and do not count (a kimi-linear capacity whose search tries -np 14 down to 8 at each context,

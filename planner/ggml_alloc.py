@@ -128,26 +128,30 @@ class _DynAllocator:
         self.max_size = 0
 
     def alloc(self, size: int) -> int:
-        size = _aligned(size, self.alignment)
-        best = -1
-        best_size = None
-        for i in range(len(self.blocks) - 1):
-            bsize = self.blocks[i][1]
-            if bsize >= size and (best_size is None or bsize <= best_size):
+        """The offset of a new block of ``size`` bytes (aligned up): the smallest free block that holds it (the
+        last of equal ones), else the open end."""
+        alignment = self.alignment
+        size = (size + alignment - 1) // alignment * alignment
+        blocks = self.blocks
+        best = len(blocks) - 1
+        best_size = 1 << 63  # above every block but the open end, which is not searched
+        for i in range(best):
+            bsize = blocks[i][1]
+            if size <= bsize <= best_size:
                 best, best_size = i, bsize
-        if best == -1:
-            best = len(self.blocks) - 1
-        block = self.blocks[best]
+        block = blocks[best]
         offset = block[0]
-        block[0] += size
+        block[0] = offset + size
         block[1] -= size
         if block[1] == 0:
-            del self.blocks[best]
-        self.max_size = max(self.max_size, offset + size)
+            del blocks[best]
+        if offset + size > self.max_size:
+            self.max_size = offset + size
         return offset
 
     def free(self, offset: int, size: int) -> None:
-        size = _aligned(size, self.alignment)
+        alignment = self.alignment
+        size = (size + alignment - 1) // alignment * alignment
         blocks = self.blocks
         for i, block in enumerate(blocks):
             if block[0] + block[1] == offset:
@@ -261,7 +265,7 @@ class _Gallocr:
         """ggml_gallocr_free_extra_space: ``node`` reuses ``parent``'s memory; free what it does not need."""
         alloc = self.allocs[parent.buffer_id]
         p_size = _aligned(parent.size, alloc.alignment)
-        n_size = _aligned(node.nbytes, alloc.alignment)
+        n_size = _aligned(node.size, alloc.alignment)  # its nbytes, set before it takes the parent's memory
         if p_size > n_size:
             alloc.free(parent.offset + n_size, p_size - n_size)
 
@@ -331,17 +335,18 @@ class _Gallocr:
     def replay(self, tape: _Tape) -> None:
         """The recorded run's allocations and frees again, each tensor with its size now (``_Tape``): a tensor
         whose shape and strides are the very tuples it had when recorded keeps its recorded size."""
-        allocs = self.allocs
+        alloc = [a.alloc for a in self.allocs]
+        free = [a.free for a in self.allocs]
         for event, t, arg, ne, nb, size in tape.events:
             if event == _FREE:
-                allocs[t.buffer_id].free(t.offset, t.size)
+                free[t.buffer_id](t.offset, t.size)
                 continue
             if t.ne is not ne or t.nb is not nb:
                 size = t.nbytes
             t.size = size
             if event == _ALLOC:
                 t.buffer_id = arg
-                t.offset = allocs[arg].alloc(size)
+                t.offset = alloc[arg](size)
             else:
                 parent, extra_of = arg
                 t.buffer_id, t.offset = parent.buffer_id, parent.offset
@@ -353,10 +358,10 @@ class _Gallocr:
         consumer it was. A node's parents are allocated in the node's buffer."""
         self.reset(graph)
         allocate = self.allocate
-        for i, leaf in enumerate(graph.leafs):
-            allocate(leaf, leaf_ids[i] if leaf_ids else 0)
-        for i, node in enumerate(graph.nodes):
-            buffer_id = node_ids[i] if node_ids else 0
+        for leaf, buffer_id in zip(graph.leafs, leaf_ids or [0] * len(graph.leafs), strict=True):
+            allocate(leaf, buffer_id)
+        node_buffer_ids = node_ids or [0] * len(graph.nodes)
+        for node, buffer_id in zip(graph.nodes, node_buffer_ids, strict=True):
             if node.view_src is not None and node.op != "NONE":
                 node.view_src.n_views += 1
             if node.flags & FLAG_INPUT:
@@ -365,17 +370,25 @@ class _Gallocr:
                 src.n_children += 1
                 if src.flags & FLAG_INPUT:
                     allocate(src, buffer_id)
-        for i, node in enumerate(graph.nodes):
-            buffer_id = node_ids[i] if node_ids else 0
-            for parent in node.src:
+        self._walk(graph.nodes, node_buffer_ids)
+
+    def _walk(self, nodes: list[Tensor], node_ids: list[int]) -> None:
+        """The allocation pass of ggml_gallocr_alloc_graph_impl over ``nodes`` (children and views counted), node
+        ``i`` in buffer ``node_ids[i]``."""
+        allocate, release = self.allocate, self._release
+        for node, buffer_id in zip(nodes, node_ids, strict=True):
+            src = node.src
+            for parent in src:
                 # allocate's own early return, checked here first: most parents are held already
                 if not (parent.allocated or parent.external or parent.view_src is not None):
                     allocate(parent, buffer_id)
-            allocate(node, buffer_id)
-            for parent in node.src:
-                parent.n_children -= 1
-                if parent.n_children == 0 and parent.n_views == 0:
-                    self._release(parent)
+            if not (node.allocated or node.external or node.view_src is not None):
+                allocate(node, buffer_id)
+            for parent in src:
+                n_children = parent.n_children - 1
+                parent.n_children = n_children
+                if n_children == 0 and parent.n_views == 0:
+                    release(parent)
 
     def _release(self, parent: Tensor) -> None:
         """The last consumer of ``parent`` is done and no view of it is left: free it (or, for a view, its view

@@ -348,23 +348,30 @@ class GraphBuilder:
 
     def expand(self, tensor: Tensor) -> Tensor:
         """ggml_visit_parents: a tensor is marked when first entered, its sources are visited left to right,
-        then it is appended (op NONE: to the leafs, else to the nodes)."""
+        then it is appended (op NONE: to the leafs, else to the nodes).
+
+        Without recursion (a graph's chains run thousands of tensors deep): the stack holds the tensors entered
+        and not yet appended; the top one's next source to visit is its first unmarked one (those before it were
+        marked, and stay so), so no iterator is kept per tensor."""
         seen = self._seen
         if tensor in seen:
             return tensor
         seen.add(tensor)
         leafs, nodes = self.graph.leafs, self.graph.nodes
-        stack = [(tensor, iter(tensor.src))]
+        stack = [tensor]
         while stack:
-            t, sources = stack[-1]
-            for s in sources:
+            t = stack[-1]
+            for s in t.src:
                 if s not in seen:
                     seen.add(s)
-                    stack.append((s, iter(s.src)))
+                    stack.append(s)
                     break
             else:
                 stack.pop()
-                (leafs if t.op == "NONE" else nodes).append(t)
+                if t.op == "NONE":
+                    leafs.append(t)
+                else:
+                    nodes.append(t)
         return tensor
 
     @staticmethod

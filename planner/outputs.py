@@ -84,6 +84,7 @@ def output_buffer(
     n_outputs_max: int | None = None,
     mtp: bool = False,
     buffer_type: str = "CPU",
+    layout: CacheLayout | None = None,
 ) -> OutputBuffer:
     """llama_context::output_reserve at creation (``n_seq_max`` rows), and what it can grow to.
 
@@ -94,10 +95,11 @@ def output_buffer(
         n_outputs_max: the context's n_outputs_max (None: n_batch, as llama-cli and library users get).
         mtp: the context is the target of ``--spec-type mtp`` (its next-token hidden states are kept for a batch).
         buffer_type: the host buffer type of the device holding the output layer.
+        layout: ``cache_layout(spec)`` when already computed (a capacity search asks at every setting).
     """
     if spec.vocab_size is None:
         raise OutputsError(f"model '{spec.name}' does not give its vocabulary size (vocab_size)")
-    ctx = resolve_context(cache_layout(spec), params)
+    ctx = resolve_context(layout or cache_layout(spec), params)
     n_vocab, n_embd = spec.vocab_size, spec.embedding_length
     rows = ctx.n_seq_max
     logits = n_vocab * rows * 4

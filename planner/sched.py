@@ -184,11 +184,28 @@ class _Sched:
         self.n_tokens = n_tokens
         self.cpu = setup.cpu
         self.redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
+        homes: dict[tuple[str, int | str | None, str], int] = {}  # by what decides a buffer: kind, layer, name
+
+        def set_home(x: Tensor) -> None:
+            key = (x.kind, x.layer, x.name)
+            home = homes.get(key)
+            if home is None:
+                home = homes[key] = _backend_of_buffer(x, setup)
+            x.home = home
+
         for t in [*graph.leafs, *graph.nodes]:
-            for x in (t, *t.src, *((t.view_src,) if t.view_src is not None else ())):
+            t.backend = -1
+            if t.external:
+                set_home(t)
+            for x in t.src:
                 x.backend = -1
                 if x.external:
-                    x.home = _backend_of_buffer(x, setup)
+                    set_home(x)
+            vs = t.view_src
+            if vs is not None:
+                vs.backend = -1
+                if vs.external:
+                    set_home(vs)
 
     def buft_of(self, t: Tensor) -> int | None:
         """The buffer type (as the backend index owning it) ``t`` lives in or will: its buffer's, else its

@@ -139,6 +139,21 @@ def cli() -> None:
     """
 
 
+#: Whether this process ends with the command it runs (``main``: the console script, ``python -m rsplan``), not a
+#: caller's process that goes on (CliRunner, tests): the commands that pause the garbage collector then freeze
+#: what they leave alive instead of having it scanned (``ends_with_command``; planner.compute.paused_gc).
+_ENDS_WITH_COMMAND = [False]
+
+
+def ends_with_command() -> bool:
+    """True in the console script's process, whose command is the last thing it runs."""
+    return _ENDS_WITH_COMMAND[0]
+
+
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="rsplan")
+    _ENDS_WITH_COMMAND[0] = True
+    try:
+        cli(prog_name="rsplan")
+    finally:  # a caller that runs main in its own process and goes on (a test) keeps its collector as it was
+        _ENDS_WITH_COMMAND[0] = False

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from rsplan.cli import ends_with_command
 from rsplan.cli.budget import (
     NATIVE_BUDGET_KEYS,
     budget_options,
@@ -42,7 +43,7 @@ from rsplan.planner.engines import NATIVE
                                  show_default=True, help="table, or json (every number, in bytes).")])
 @host_options
 @user_errors
-@paused_gc()
+@paused_gc(ends_with_command)
 def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from rsplan.cli import ends_with_command
 from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor_split, read_ngl
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import host_options, pop_host_options
@@ -76,7 +77,7 @@ OUTPUT_OPTIONS = [
 @section("Output", OUTPUT_OPTIONS)
 @host_options
 @user_errors
-@paused_gc()
+@paused_gc(ends_with_command)
 def fit(model_ref: str, fmt: str, **options: Any) -> None:
     """What llama.cpp's --fit would choose: context, -ngl, -ts, -ot, for the given devices.
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from rsplan.cli import ends_with_command
 from rsplan.cli.budget import (
     NATIVE_BUDGET_KEYS,
     budget_options,
@@ -48,7 +49,7 @@ OUTPUT_OPTIONS = [
 @section("Output", OUTPUT_OPTIONS)
 @host_options
 @user_errors
-@paused_gc()
+@paused_gc(ends_with_command)
 def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None, output: str,
            engine: tuple[str, ...], **kwargs: Any) -> None:
     """Write a self-contained HTML capacity report: memory against context, most -np per option, a headroom
