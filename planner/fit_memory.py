@@ -122,6 +122,9 @@ class MemoryModel:
             with it), else 0.
         real_run: per-device compute as a real run allocates it (each backend's largest reserve: what must fit,
             rsplan capacity), else as the dry run reports it (what llama.cpp's --fit measures, rsplan fit).
+        n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch; overrides
+            ``tool``'s), else None.
+        embeddings: ``--embeddings`` (the graphs' outputs; LFM2 then builds no lm head).
     """
 
     spec: ModelSpec
@@ -136,6 +139,8 @@ class MemoryModel:
     device_kind: str = "CUDA"
     n_draft: int = 0
     real_run: bool = False
+    n_outputs_max: int | None = None
+    embeddings: bool = False
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     calls: int = 0
@@ -166,7 +171,8 @@ class MemoryModel:
         if n_ctx not in self._compute:
             params = dataclasses.replace(self.params, n_ctx=n_ctx)
             self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, n_draft=self.n_draft,
-                                                layout=self.layout).bytes
+                                                layout=self.layout, n_outputs_max=self.n_outputs_max,
+                                                embeddings=self.embeddings).bytes
         return self._compute[n_ctx]
 
     def measure(self, flags: StartFlags) -> Usage:
@@ -209,6 +215,7 @@ class MemoryModel:
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
+                                 n_outputs_max=self.n_outputs_max, embeddings=self.embeddings,
                                  real_run=self.real_run, dry_run=not self.real_run)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
