@@ -36,6 +36,7 @@ from rsplan.planner.placement import Placement, place_layers
 
 if TYPE_CHECKING:
     from rsplan.planner.device_compute import DeviceCompute
+    from rsplan.planner.sched import LayerTensors
 from rsplan.planner.plan import MemoryPlan, build_plan
 from rsplan.planner.weight_placement import TensorOverride, Weight, place_weights
 
@@ -143,6 +144,7 @@ class MemoryModel:
     embeddings: bool = False
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    _tensors: LayerTensors | None = None
     calls: int = 0
     #: why the per-device compute is an estimate (None: the scheduler model gave every figure, exact for the kind)
     compute_estimate: str | None = None
@@ -187,6 +189,17 @@ class MemoryModel:
         host = DeviceUsage(weights.host, host_context, host_compute)
         return Usage(devices, host)
 
+    def layer_tensors(self) -> LayerTensors:
+        """The loaded weights' names by layer and shape (planner.sched.LayerTensors; built once): which tensor each
+        graph weight is, for the ``-ot`` patterns."""
+        if self._tensors is None:
+            from rsplan.hparams.tensors import tensor_list
+            from rsplan.planner.sched import LayerTensors
+
+            loaded = {w.name for w in self.weights}
+            self._tensors = LayerTensors.of((t.name, t.shape) for t in tensor_list(self.spec) if t.name in loaded)
+        return self._tensors
+
     def compute_split(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int]:
         """(compute per device, host compute) of one start: the scheduler model's dry-run figures with devices,
         else the CPU figure where a layer runs (module docstring)."""
@@ -211,7 +224,8 @@ class MemoryModel:
             self.compute_estimate = (f"no scheduler model for {self.device_kind} devices: the CPU compute buffer is "
                                      "charged to every device that runs a layer")
             return None
-        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv)
+        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv,
+                           tensors=self.layer_tensors() if flags.overrides else None)
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
