@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, BufferRule
@@ -224,8 +225,13 @@ class MemoryModel:
             self.compute_estimate = (f"no scheduler model for {self.device_kind} devices: the CPU compute buffer is "
                                      "charged to every device that runs a layer")
             return None
-        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv,
-                           tensors=self.layer_tensors() if flags.overrides else None)
+        try:
+            tensors = self.layer_tensors() if flags.overrides else None
+        except RsplanError as exc:
+            self.compute_estimate = (f"scheduler model not applicable (the tensor names -ot patterns match are "
+                                     f"unknown: {exc}): the CPU compute buffer is charged")
+            return None
+        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv, tensors=tensors)
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,

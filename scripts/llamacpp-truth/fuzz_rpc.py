@@ -4,7 +4,8 @@ fuzz.py's sibling for multi-device runs. For every model (the tiny GGUFs, the bf
 MODELS, the llama-quantize skeletons present, whose weights planner.quant_weights types) it draws, from a seeded
 generator (``draw_case``), 1-3 RPC devices with random free memory (the default layer split follows it) and random
 flags: -ngl (0, partial, all repeating layers, all + the output layer), -ts (even, uneven, with a zero), -nkvo,
---n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types. It
+--n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types; with ``--new-flags`` also -ot (to the
+CPU and to devices, several entries, before or after --n-cpu-moe), --n-rs-seq, --embeddings, --n-outputs-max. It
 runs the probe (probe.cpp, no_alloc) against one ``ggml-rpc-server`` per device on 127.0.0.1 (llama.cpp treats an
 RPC device as a GPU; the free memory it sees is set by the LD_PRELOAD shim fake_memory.so, as sched_cases.py
 does) and rsplan's planner on the same flags: ``planner.fit_memory.MemoryModel.measure``, the per-device
@@ -26,6 +27,7 @@ Usage (from the repository root; the probe built by build.sh against a llama.cpp
 
     nice -n 10 .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --seed 1 --per-model 4 --log /tmp/rpc.jsonl
     .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --seed 2 --per-model 10 --model lfm2-1.2b-bf16
+    nice -n 10 .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --new-flags --seed 7 --per-model 10
 
 Exit status: 0 when nothing mismatched, 1 when something did (or a probe run failed), 2 on bad arguments.
 """
@@ -315,7 +317,10 @@ def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dic
             rec["crashed"] = True
         return rec
     r = case["resolved"]
-    rec["resolved"] = {k: r[k] for k in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max")}
+    keys = ["n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max"]
+    if "--n-rs-seq" in case["flags"]:
+        keys.append("n_rs_seq")  # the rollback planes as resolved (0 where the arch keeps none)
+    rec["resolved"] = {k: r[k] for k in keys}
     rec["output_buffer"] = case["output_buffer"]
     rec.update(measured_parts(case, len(free_mib), port0))
     if "quant" in sweep.MODELS[name]:  # the host's weights by buffer type: which ones the CPU backend repacks
