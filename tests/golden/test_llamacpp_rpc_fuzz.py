@@ -63,6 +63,7 @@ def test_the_golden_starts_cover_the_drawn_kinds():
     assert any("=CPU" in c["flags"]["-ot"] for c in ots) and any("=RPC" in c["flags"]["-ot"] for c in ots)
     assert any("--n-cpu-moe" in c["flags"] and list(c["flags"]).index("-ot") < list(c["flags"]).index("--n-cpu-moe")
                for c in ots)
+    assert {c["model"] for c in ots} == {c["model"] for c in ok}  # every model's graph weights under -ot patterns
     assert any(c["resolved"].get("n_rs_seq", 0) > 0 and "-nkvo" not in c["flags"] and c["flags"]["-ngl"] > 1
                and any(d["context"] for d in c["devices"]) for c in ok)
     assert any(c["resolved"].get("n_rs_seq", 0) > 0 and "-nkvo" in c["flags"] for c in ok)
