@@ -144,8 +144,8 @@ class LlamaGraph:
 
 def lm_head_name(p: GraphParams) -> str:
     """The lm head weight's GGUF name as ``-ot`` patterns see it: ``output``, or on a model with tied embeddings
-    ``token_embd``, the name of the output layer's TENSOR_DUPLICATED copy (src/llama-model-loader.cpp:1166
-    buft_for_tensor: loaded as the output layer's, matched under token_embd's name)."""
+    ``token_embd``, the name of the output layer's copy (src/llama-model-loader.cpp:1166 TENSOR_DUPLICATED: loaded
+    as an output-layer tensor, matched under token_embd's name)."""
     return "token_embd" if p.spec.tie_word_embeddings else "output"
 
 
