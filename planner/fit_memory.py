@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, BufferRule
@@ -36,6 +37,7 @@ from rsplan.planner.placement import Placement, place_layers
 
 if TYPE_CHECKING:
     from rsplan.planner.device_compute import DeviceCompute
+    from rsplan.planner.sched import LayerTensors
 from rsplan.planner.plan import MemoryPlan, build_plan
 from rsplan.planner.weight_placement import TensorOverride, Weight, place_weights
 
@@ -122,6 +124,9 @@ class MemoryModel:
             with it), else 0.
         real_run: per-device compute as a real run allocates it (each backend's largest reserve: what must fit,
             rsplan capacity), else as the dry run reports it (what llama.cpp's --fit measures, rsplan fit).
+        n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch; overrides
+            ``tool``'s), else None.
+        embeddings: ``--embeddings`` (the graphs' outputs; LFM2 then builds no lm head).
     """
 
     spec: ModelSpec
@@ -136,8 +141,11 @@ class MemoryModel:
     device_kind: str = "CUDA"
     n_draft: int = 0
     real_run: bool = False
+    n_outputs_max: int | None = None
+    embeddings: bool = False
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    _tensors: LayerTensors | None = None
     calls: int = 0
     #: why the per-device compute is an estimate (None: the scheduler model gave every figure, exact for the kind)
     compute_estimate: str | None = None
@@ -166,7 +174,8 @@ class MemoryModel:
         if n_ctx not in self._compute:
             params = dataclasses.replace(self.params, n_ctx=n_ctx)
             self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, n_draft=self.n_draft,
-                                                layout=self.layout).bytes
+                                                layout=self.layout, n_outputs_max=self.n_outputs_max,
+                                                embeddings=self.embeddings).bytes
         return self._compute[n_ctx]
 
     def measure(self, flags: StartFlags) -> Usage:
@@ -180,6 +189,17 @@ class MemoryModel:
         devices = tuple(DeviceUsage(weights.device[d], context[d], dev_compute[d]) for d in range(self.n_devices))
         host = DeviceUsage(weights.host, host_context, host_compute)
         return Usage(devices, host)
+
+    def layer_tensors(self) -> LayerTensors:
+        """The loaded weights' names by layer and shape (planner.sched.LayerTensors; built once): which tensor each
+        graph weight is, for the ``-ot`` patterns."""
+        if self._tensors is None:
+            from rsplan.hparams.tensors import tensor_list
+            from rsplan.planner.sched import LayerTensors
+
+            loaded = {w.name for w in self.weights}
+            self._tensors = LayerTensors.of((t.name, t.shape) for t in tensor_list(self.spec) if t.name in loaded)
+        return self._tensors
 
     def compute_split(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int]:
         """(compute per device, host compute) of one start: the scheduler model's dry-run figures with devices,
@@ -205,10 +225,17 @@ class MemoryModel:
             self.compute_estimate = (f"no scheduler model for {self.device_kind} devices: the CPU compute buffer is "
                                      "charged to every device that runs a layer")
             return None
-        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv)
+        try:
+            tensors = self.layer_tensors() if flags.overrides else None
+        except RsplanError as exc:
+            self.compute_estimate = (f"scheduler model not applicable (the tensor names -ot patterns match are "
+                                     f"unknown: {exc}): the CPU compute buffer is charged")
+            return None
+        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv, tensors=tensors)
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
+                                 n_outputs_max=self.n_outputs_max, embeddings=self.embeddings,
                                  real_run=self.real_run, dry_run=not self.real_run)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"

@@ -35,7 +35,8 @@ alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
@@ -97,6 +98,42 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
 }
 
 
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True, eq=False)
+class LayerTensors:
+    """The model's loaded weights of each repeating layer with their shapes: the GGUF names a graph weight of that
+    layer may be, for the ``-ot`` patterns that decide its buffer (the graph builders name only some of their
+    weights). Compared and hashed by identity: one per model.
+
+    Attributes:
+        by_layer: layer -> its tensors' (name, ne padded to 4 dims).
+    """
+
+    by_layer: Mapping[int, tuple[tuple[str, tuple[int, ...]], ...]]
+
+    @classmethod
+    def of(cls, tensors: Iterable[tuple[str, Sequence[int]]]) -> LayerTensors:
+        """From (GGUF name, shape ne) pairs; tensors outside ``blk.N.`` are left out."""
+        by: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
+        for name, shape in tensors:
+            m = _BLOCK.match(name)
+            if m:
+                by.setdefault(int(m.group(1)), []).append((name, tuple((*shape, 1, 1, 1, 1)[:4])))
+        return cls({k: tuple(v) for k, v in by.items()})
+
+    def names(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
+        """The names a weight of ``layer`` with shape ``ne`` may have: of ``kind`` (the name after ``blk.N.``
+        without its suffix, e.g. ``ssm_in`` or ``shortconv.in_proj``), those of that shape, else any of that kind
+        (the graph may view a tensor otherwise than the file shapes it); no kind: any of that shape."""
+        entries = self.by_layer.get(layer, ())
+        if not kind:
+            return tuple(n for n, s in entries if s == ne)
+        named = [(n, s) for n, s in entries if (rest := n.split(".", 2)[2]) == kind or rest.startswith(kind + ".")]
+        return tuple(n for n, s in named if s == ne) or tuple(n for n, _ in named)
+
+
 @dataclass(frozen=True)
 class SchedSetup:
     """The scheduler's setting for one context.
@@ -107,6 +144,9 @@ class SchedSetup:
         overrides: ``-ot`` entries (``--n-cpu-moe`` expanded) in order.
         offload_kqv: False with ``-nkvo``.
         op_offload: llama.cpp's ``op_offload`` (on unless ``--no-op-offload``).
+        tensors: the model's layer tensors by shape (``LayerTensors``): with ``overrides``, which GGUF tensor an
+            unnamed graph weight is. None: an unnamed weight is matched as ``blk.N.unnamed.weight`` (only patterns
+            naming a whole layer, or nothing of it, place it right).
     """
 
     kind: DeviceKind
@@ -114,6 +154,7 @@ class SchedSetup:
     overrides: tuple[TensorOverride, ...] = ()
     offload_kqv: bool = True
     op_offload: bool = True
+    tensors: LayerTensors | None = None
 
     @property
     def n_backends(self) -> int:
@@ -153,21 +194,42 @@ def _backend_of_buffer(t: Tensor, setup: SchedSetup) -> int:
         dev = setup.placement.cache_device(t.layer)
     elif t.kind == "weight":
         layer = 0 if t.layer == "token_embd_norm" else t.layer  # created with layer number 0 (NAMED_LAYERS)
-        dev = where_weight(_gguf_name(t), layer, setup.placement, setup.overrides)
+        names = _gguf_names(t, setup)
+        devs = {where_weight(n, layer, setup.placement, setup.overrides) for n in names}
+        if len(devs) > 1:
+            raise SchedModelError(
+                f"a weight of layer {t.layer} of shape {list(t.ne)} is one of {', '.join(names)}, which the -ot "
+                "patterns put in different buffers: the graph does not say which one")
+        dev = devs.pop()
     else:
         raise SchedModelError(f"external tensor '{t.name}' is neither a weight nor a cache: its buffer is unknown")
     return setup.cpu if dev is None else dev
 
 
+def _gguf_names(t: Tensor, setup: SchedSetup) -> tuple[str, ...]:
+    """The GGUF names weight ``t`` may have, as ``-ot`` patterns see them: with overrides and the model's layer
+    tensors, those of its layer and shape (of its kind where the builder names it, any suffix: ``.weight``,
+    ``.bias``, none); else ``_gguf_name``'s one."""
+    if not setup.overrides or setup.tensors is None or not isinstance(t.layer, int):
+        return (_gguf_name(t),)
+    names = setup.tensors.names(t.layer, t.name, tuple(t.ne))
+    if not names:
+        raise SchedModelError(f"no tensor of layer {t.layer} has the shape {list(t.ne)} of the graph's weight "
+                              f"'{t.name or '?'}': which -ot pattern places it is unknown")
+    return names
+
+
+#: The stem of a global weight the graph builder leaves unnamed, by layer.
+_GLOBAL_STEMS = {"input": "token_embd", "output": "output_norm", "token_embd_norm": "token_embd_norm"}
+
+
 def _gguf_name(t: Tensor) -> str:
-    """The GGUF name of weight ``t`` as ``-ot`` patterns see it (weights the graph builders leave unnamed get
-    ``unnamed``: no override in rsplan's own flags matches them)."""
-    if t.layer == "token_embd_norm":
-        return "token_embd_norm.weight"
-    if t.layer == "input" or (t.layer == "output" and t.name == "output"):
-        return f"{t.name}.weight"
-    if t.layer == "output":
-        return f"{t.name or 'output_norm'}.weight"
+    """The GGUF name of weight ``t`` as ``-ot`` patterns see it: a global one's name (``.weight`` added unless
+    it has a suffix, e.g. ``output_norm.bias``); a layer's ``blk.N.NAME.weight`` (used without the model's
+    ``LayerTensors`` only; weights the graph builders leave unnamed get ``unnamed``)."""
+    if isinstance(t.layer, str) and t.layer in _GLOBAL_STEMS:
+        stem = t.name or _GLOBAL_STEMS[t.layer]
+        return stem if "." in stem else f"{stem}.weight"
     if isinstance(t.layer, int):
         return f"blk.{t.layer}.{t.name or 'unnamed'}.weight"
     raise SchedModelError(f"weight '{t.name or '?'}' has no layer: the graph builder does not place it")

@@ -10,6 +10,9 @@ llama.cpp 0c1e57098:
 - A model without ``output.weight`` (tied embeddings) creates the output as a ``TENSOR_DUPLICATED`` copy of
   ``token_embd`` in the OUTPUT layer's buffer (src/llama-model-loader.cpp:1166 TENSOR_DUPLICATED): on a GPU that
   is a second copy of the embedding matrix; on the host the mapped file is shared and it is not counted twice.
+  ``-ot`` patterns see that copy under the name ``token_embd.weight``, and where it lands in the buffer type of
+  the input copy (``-ot token_embd=CUDA0`` with the output layer there), it is the same tensor
+  (src/llama-model-loader.cpp:1371 ggml_get_tensor): no second copy.
 - src/llama-model-loader.cpp ``buft_for_tensor``: the first ``-ot PATTERN=BUFT`` whose pattern ``regex_search``-es
   the tensor name wins (src/llama-model-loader.cpp:1237 tensor_buft_overrides); an override to ``CPU`` puts the
   tensor in host memory, one to a device's buffer type on that device. ``--cpu-moe`` is
@@ -56,6 +59,11 @@ ARCH_NAMED_LAYERS: dict[str, dict[str, str | int]] = {
     "lfm2": {"token_embd_norm": "output"},
     "lfm2moe": {"token_embd_norm": "output"},
 }
+
+#: The output norm's GGUF stem where it is not ``output_norm`` (ARCH_NAMED_LAYERS' output-layer entries): the name
+#: the graph's output norm weight has for ``-ot`` patterns.
+OUTPUT_NORM_STEM: dict[str, str] = {arch: stem for arch, table in ARCH_NAMED_LAYERS.items()
+                                    for stem, layer in table.items() if layer == "output"}
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
@@ -230,8 +238,13 @@ def place_weights(
         else:
             device[where] += device_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
         if tied and w.name == "token_embd.weight":
-            out = placement.unit_device[placement.n_layer_all]
-            if out is not None:  # the duplicated output copy; on the host the mapping is shared
+            # the output layer's TENSOR_DUPLICATED copy: placed as an output-layer tensor under token_embd's name
+            # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
+            # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
+            out = where_weight(w.name, "output", placement, overrides)
+            if out != where and out is None:
+                host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
+            elif out != where:
                 device[out] += device_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
     return WeightBytes(tuple(device), host)
 

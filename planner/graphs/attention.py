@@ -132,7 +132,7 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     cur = _mha(lg, q, k_all, v_all, inp.kq_mask)
     if inp.v_rot is not None:
         cur = hadamard(cur, inp.v_rot)
-    return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
+    return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows, name="attn_output"), cur)
 
 
 def require_equal_head_dims(p: GraphParams, graph: str) -> None:
@@ -153,9 +153,9 @@ def qkv_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = spec.attention.value_length or p.n_embd // n_head  # n_embd_head_v
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
+    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
 
 
@@ -238,4 +238,4 @@ def attn_k(lg: LlamaGraph, inp: AttnKInputs, q: Tensor, k: Tensor, v: Tensor, il
     k_all = g.view(k_cache, (hd, n_head_kv, kv_size, ns), (kr(hd), kr(gqa), kr(gqa * kv_size)), 0)
     v_all = g.view(k_all, (v.ne[0], k_all.ne[1], k_all.ne[2], k_all.ne[3]), k_all.nb[1:], 0)
     cur = _mha(lg, q, k_all, v_all, inp.kq_mask, v_mla)
-    return g.mul_mat(g.weight(cur.ne[0], wo_rows), cur)
+    return g.mul_mat(g.weight(cur.ne[0], wo_rows, name="attn_output"), cur)

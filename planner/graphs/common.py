@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Tensor
+from rsplan.planner.weight_placement import OUTPUT_NORM_STEM
 
 if TYPE_CHECKING:
     from rsplan.hparams.layout import CacheLayout
@@ -110,13 +111,14 @@ class LlamaGraph:
         self.expand(g.cpy(states_extra, dst))
         return out
 
-    def norm(self, cur: Tensor, width: int) -> Tensor:
-        """build_norm, RMS with a weight; inside a layer the RMS_NORM node is named ``norm`` with the layer's
-        number, which llama_context::graph_get_cb may pin to the layer's device."""
+    def norm(self, cur: Tensor, width: int, name: str = "") -> Tensor:
+        """build_norm, RMS with a weight (``name``: its GGUF name within the layer, e.g. ``attn_norm``, which
+        ``-ot`` patterns match); inside a layer the RMS_NORM node is named ``norm`` with the layer's number, which
+        llama_context::graph_get_cb may pin to the layer's device."""
         normed = g.rms_norm(cur)
         if isinstance(g.current_layer(), int):
             normed.name, normed.layer = "norm", g.current_layer()
-        return g.mul(normed, g.weight(width))
+        return g.mul(normed, g.weight(width, name=name))
 
     def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True,
                rows_output: bool = True) -> Tensor:
@@ -125,7 +127,7 @@ class LlamaGraph:
         and the output rows are selected after the norm. ``logits=False``: the graph ends at the norm."""
         p = self.p
         g.set_layer("output")
-        cur = self.norm(cur, p.n_embd)
+        cur = self.norm(cur, p.n_embd, OUTPUT_NORM_STEM.get(p.spec.arch, "output_norm"))
         g.GraphBuilder.set_output(cur)
         if out_ids is not None:
             cur = g.get_rows(cur, out_ids)
@@ -134,10 +136,17 @@ class LlamaGraph:
         if not logits:
             self.expand(cur)
             return cur
-        out = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
+        out = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name=lm_head_name(p)), cur)
         g.GraphBuilder.set_output(out)
         self.expand(out)
         return out
+
+
+def lm_head_name(p: GraphParams) -> str:
+    """The lm head weight's GGUF name as ``-ot`` patterns see it: ``output``, or on a model with tied embeddings
+    ``token_embd``, the name of the output layer's copy (src/llama-model-loader.cpp:1166 TENSOR_DUPLICATED: loaded
+    as an output-layer tensor, matched under token_embd's name)."""
+    return "token_embd" if p.spec.tie_word_embeddings else "output"
 
 
 def ffn_width(p: GraphParams, il: int) -> int:

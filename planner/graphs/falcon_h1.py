@@ -21,9 +21,9 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = spec.attention.value_length or p.n_embd // n_head
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
+    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
     q = g.rope(q, pos)
     k = g.rope(k, pos)
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
@@ -42,12 +42,12 @@ def build_falcon_h1(p: GraphParams) -> Graph:
     for il in range(p.n_layer):
         lg.layer(il)
         inp_sa = inp
-        attn_out = _attention(lg, lg.norm(inp, p.n_embd), attn, pos, il)
-        ssm_out = mamba2_layer(lg, lg.norm(inp, p.n_embd), rs, il, group_norm=group_norm)
+        attn_out = _attention(lg, lg.norm(inp, p.n_embd, "attn_norm"), attn, pos, il)
+        ssm_out = mamba2_layer(lg, lg.norm(inp, p.n_embd, "attn_norm"), rs, il, group_norm=group_norm)
         inp_sa = g.add(g.add(attn_out, ssm_out), inp_sa)
         if il == p.n_layer - 1:
             inp_sa = g.get_rows(inp_sa, out_ids)
-        cur = ffn_silu_par(lg.norm(inp_sa, p.n_embd), p.n_embd, ffn_width(p, il))
+        cur = ffn_silu_par(lg.norm(inp_sa, p.n_embd, "ffn_norm"), p.n_embd, ffn_width(p, il))
         inp = g.add(cur, inp_sa)
     lg.output(inp)
     return lg.b.graph

@@ -12,7 +12,7 @@ from __future__ import annotations
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
 from rsplan.planner.graphs.attention import attn_inputs, qkv_attn, require_equal_head_dims
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, ffn_width
+from rsplan.planner.graphs.common import GraphParams, LlamaGraph, ffn_width, lm_head_name
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 from rsplan.planner.graphs.mamba import mamba2_layer
 from rsplan.planner.graphs.moe import moe_ffn
@@ -58,13 +58,13 @@ def build_granite_hybrid(p: GraphParams) -> Graph:
     for il in range(p.n_layer):
         lg.layer(il)
         inp_sa = inp
-        cur = lg.norm(inp, p.n_embd)
+        cur = lg.norm(inp, p.n_embd, "attn_norm")
         cur = mamba2_layer(lg, cur, rs, il) if il in recurrent else qkv_attn(lg, cur, attn, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)
             inp_sa = g.get_rows(inp_sa, out_ids)
         ffn_inp = g.add(_residual(cur), inp_sa)
-        cur = _ffn(lg, lg.norm(ffn_inp, p.n_embd), il)
+        cur = _ffn(lg, lg.norm(ffn_inp, p.n_embd, "ffn_norm"), il)
         inp = g.add(_residual(cur), ffn_inp)
     return _output(lg, inp)
 
@@ -76,7 +76,7 @@ def _output(lg: LlamaGraph, cur: Tensor) -> Graph:
     g.set_layer("output")
     cur = lg.norm(cur, p.n_embd)
     g.GraphBuilder.set_output(cur)
-    cur = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name="output"), cur)
+    cur = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name=lm_head_name(p)), cur)
     if SCALES["logits"]:
         cur = g.scale(cur)
     g.GraphBuilder.set_output(cur)

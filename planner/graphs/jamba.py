@@ -47,13 +47,13 @@ def build_jamba(p: GraphParams) -> Graph:
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
         lg.layer(il)
-        cur = lg.norm(inp, p.n_embd)
+        cur = lg.norm(inp, p.n_embd, "attn_norm")
         cur = mamba_layer(lg, cur, rs, il, dt_b_c_norm=True) if il in recurrent else qkv_attn(lg, cur, attn, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)
             inp = g.get_rows(inp, out_ids)
         ffn_inp = g.add(inp, cur)
-        cur = _ffn(lg, lg.norm(ffn_inp, p.n_embd), il)
+        cur = _ffn(lg, lg.norm(ffn_inp, p.n_embd, "ffn_norm"), il)
         inp = g.add(ffn_inp, cur)
     lg.output(inp)
     return lg.b.graph

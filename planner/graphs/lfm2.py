@@ -19,7 +19,7 @@ def _shortconv(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) 
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
     n_embd_r = dims.n_embd_r
     cur = g.reshape(cur, n_embd, n_seq_tokens, n_seqs)
-    bcx = g.mul_mat(g.weight(n_embd, 3 * n_embd), cur)
+    bcx = g.mul_mat(g.weight(n_embd, 3 * n_embd, name="shortconv.in_proj"), cur)
     chunk = bcx.ne[0] // 3
     b, c, x = (g.view(bcx, (chunk, bcx.ne[1], bcx.ne[2]), (bcx.nb[1], bcx.nb[2]), i * chunk * 4) for i in range(3))
     bx = g.transpose(g.mul(b, x))
@@ -32,9 +32,9 @@ def _shortconv(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) 
         snap = g.view(bx, (d_conv, bx.ne[1], bx.ne[2]), (bx.nb[1], bx.nb[2]), (bx.ne[0] - d_conv - slot) * 4)
         dst = g.view(conv_state, (n_embd_r, n_seqs), (conv_state.nb[1],), slot * p.rs_size * row_size)
         lg.expand(g.cpy(snap, dst))
-    conv_out = g.ssm_conv(bx, g.weight(d_conv + 1, n_embd))
+    conv_out = g.ssm_conv(bx, g.weight(d_conv + 1, n_embd, name="shortconv.conv"))
     y = g.mul(c, conv_out)
-    y = g.mul_mat(g.weight(n_embd, n_embd), y)
+    y = g.mul_mat(g.weight(n_embd, n_embd, name="shortconv.out_proj"), y)
     return g.reshape(y, y.ne[0], n_seq_tokens * n_seqs)
 
 
@@ -44,11 +44,11 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     n_head = spec.head_count(il)
     n_head_kv = spec.head_count_kv(il)
     hd = p.n_embd // n_head
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    q = lg.norm(q, hd)
-    k = lg.norm(k, hd)
+    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
+    q = lg.norm(q, hd, "attn_q_norm")
+    k = lg.norm(k, hd, "attn_k_norm")
     q = g.rope(q, pos)
     k = g.rope(k, pos)
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
@@ -83,13 +83,13 @@ def build_lfm2(p: GraphParams) -> Graph:
     for il in range(p.n_layer):
         lg.layer(il)
         prev = cur
-        cur = lg.norm(cur, p.n_embd)
+        cur = lg.norm(cur, p.n_embd, "attn_norm")
         cur = _shortconv(lg, cur, rs, il) if il in recurrent else _attention(lg, cur, attn, pos, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)
             prev = g.get_rows(prev, out_ids)
         cur = g.add(prev, cur)
-        normed = lg.norm(cur, p.n_embd)
+        normed = lg.norm(cur, p.n_embd, "ffn_norm")
         if moe and il >= p.spec.leading_dense_block_count:
             spec = p.spec
             ffn_out = moe_ffn(lg, normed, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length,

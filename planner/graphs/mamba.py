@@ -28,7 +28,7 @@ def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     conv = g.reshape(conv, d_conv - 1, conv_dim, n_seqs)
 
     d_in_proj = 2 * d_inner + 2 * n_group * d_state + n_head
-    zxbcdt = g.mul_mat(g.weight(p.n_embd, d_in_proj), cur)
+    zxbcdt = g.mul_mat(g.weight(p.n_embd, d_in_proj, name="ssm_in"), cur)
     zxbcdt = g.reshape(zxbcdt, zxbcdt.ne[0], n_seq_tokens, n_seqs)
     es = 4
     z = g.view(zxbcdt, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * es, zxbcdt.nb[1], zxbcdt.nb[2]), 0)
@@ -43,16 +43,16 @@ def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
                       (n_seq_tokens - slot) * conv_x.nb[0])
         dst = g.view(conv_all, (n_embd_r, n_seqs), (conv_all.nb[1],), slot * p.rs_size * row_size)
         lg.expand(g.cpy(last, dst))
-    xbc = g.ssm_conv(conv_x, g.weight(d_conv, conv_dim))
-    xbc = g.add(xbc, g.weight(conv_dim))
+    xbc = g.ssm_conv(conv_x, g.weight(d_conv, conv_dim, name="ssm_conv1d"))
+    xbc = g.add(xbc, g.weight(conv_dim, name="ssm_conv1d"))
     xbc = g.unary(xbc)
 
     x = g.view(xbc, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * es, xbc.nb[1], xbc.nb[2]), 0)
     b = g.view(xbc, (d_state, n_group, n_seq_tokens, n_seqs), (d_state * es, xbc.nb[1], xbc.nb[2]), d_inner * es)
     c = g.view(xbc, (d_state, n_group, n_seq_tokens, n_seqs), (d_state * es, xbc.nb[1], xbc.nb[2]),
                (d_inner + n_group * d_state) * es)
-    dt = g.add(g.cont(dt), g.weight(n_head))
-    a = g.weight(1, n_head)
+    dt = g.add(g.cont(dt), g.weight(n_head, name="ssm_dt"))
+    a = g.weight(1, n_head, name="ssm_a")
 
     def scan(states: Tensor, ids: Tensor) -> Tensor:
         s = g.reshape(states, d_state, head_dim, n_head, p.rs_rows)
@@ -68,13 +68,13 @@ def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     ))
     y = g.view(y_ssm, (head_dim, n_head, n_seq_tokens, n_seqs),
                (x.nb[1], n_head * x.nb[1], n_seq_tokens * n_head * x.nb[1]), 0)
-    y = g.add(y, g.mul(x, g.weight(1, n_head)))
+    y = g.add(y, g.mul(x, g.weight(1, n_head, name="ssm_d")))
     y = g.swiglu_split(g.cont(z), y)
     if group_norm:
         y = g.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
-        y = lg.norm(y, d_inner // n_group)
+        y = lg.norm(y, d_inner // n_group, "ssm_norm")
     y = g.reshape(y, d_inner, n_seq_tokens * n_seqs)
-    return g.mul_mat(g.weight(d_inner, p.n_embd), y)
+    return g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), y)
 
 
 def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int, *,
@@ -92,26 +92,28 @@ def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int,
     ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
     conv = g.reshape(lg.rs(conv_all, n_embd_r, rs), d_conv - 1, d_inner, n_seqs)
     cur = g.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
-    xz = g.mul_mat(g.weight(p.n_embd, 2 * d_inner), cur)
+    xz = g.mul_mat(g.weight(p.n_embd, 2 * d_inner, name="ssm_in"), cur)
     x = g.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), 0)
     z = g.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), d_inner * es)
     conv_x = g.concat(conv, g.transpose(x), 0)
     last = g.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
     lg.expand(g.cpy(last, g.view(conv_all, (n_embd_r * n_seqs,), (), 0)))
-    x = g.unary(g.add(g.ssm_conv(conv_x, g.weight(d_conv, d_inner)), g.weight(d_inner)))
-    x_db = g.mul_mat(g.weight(d_inner, dt_rank + 2 * d_state), x)
+    x = g.unary(g.add(g.ssm_conv(conv_x, g.weight(d_conv, d_inner, name="ssm_conv1d")),
+                      g.weight(d_inner, name="ssm_conv1d")))
+    x_db = g.mul_mat(g.weight(d_inner, dt_rank + 2 * d_state, name="ssm_x"), x)
     dt = g.view(x_db, (dt_rank, n_seq_tokens, n_seqs), (x_db.nb[1], x_db.nb[2]), 0)
     b = g.view(x_db, (d_state, 1, n_seq_tokens, n_seqs), (d_state * x_db.nb[0], x_db.nb[1], x_db.nb[2]), es * dt_rank)
     c = g.view(x_db, (d_state, 1, n_seq_tokens, n_seqs), (d_state * x_db.nb[0], x_db.nb[1], x_db.nb[2]),
                es * (dt_rank + d_state))
     if dt_b_c_norm:
-        dt, b, c = lg.norm(dt, dt_rank), lg.norm(b, d_state), lg.norm(c, d_state)
+        dt = lg.norm(dt, dt_rank, "ssm_dt_norm")
+        b, c = lg.norm(b, d_state, "ssm_b_norm"), lg.norm(c, d_state, "ssm_c_norm")
     else:
         dt = g.cont(dt)
-    dt = g.add(g.mul_mat(g.weight(dt_rank, d_inner), dt), g.weight(d_inner))
+    dt = g.add(g.mul_mat(g.weight(dt_rank, d_inner, name="ssm_dt"), dt), g.weight(d_inner, name="ssm_dt"))
     cur = x
     x = g.reshape(x, 1, d_inner, n_seq_tokens, n_seqs)
-    a = g.weight(d_state, d_inner)
+    a = g.weight(d_state, d_inner, name="ssm_a")
 
     def scan(states: Tensor, ids: Tensor) -> Tensor:
         return g.ssm_scan(g.reshape(states, d_state, 1, d_inner, p.rs_size), x, dt, a, b, c, ids, 1)
@@ -120,9 +122,9 @@ def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int,
     x_bytes = x.nb[3] * x.ne[3]
     lg.expand(g.cpy(g.view(y_ssm, (n_embd_s * n_seqs,), (), x_bytes), g.view(ssm_all, (n_embd_s * n_seqs,), (), 0)))
     y = g.view(y_ssm, (d_inner, n_seq_tokens, n_seqs), (x.nb[2], x.nb[3]), 0)
-    y = g.add(y, g.mul(cur, g.weight(d_inner)))
+    y = g.add(y, g.mul(cur, g.weight(d_inner, name="ssm_d")))
     y = g.swiglu_split(g.cont(z), y)
-    cur = g.mul_mat(g.weight(d_inner, p.n_embd), y)
+    cur = g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), y)
     return g.reshape(cur, cur.ne[0], n_seq_tokens * n_seqs)
 
 
@@ -135,7 +137,7 @@ def build_mamba(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     for il in range(p.n_layer):
         lg.layer(il)
-        cur = lg.norm(inp, p.n_embd)
+        cur = lg.norm(inp, p.n_embd, "attn_norm")
         cur = layer(lg, cur, rs, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)

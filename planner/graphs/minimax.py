@@ -81,7 +81,7 @@ def _lightning(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], la: _LAIn
     lg.rs(r_all, n_embd_r, rs)  # the unused conv state is gathered all the same
     slope_rate = g.scale(la.slopes)
     cur = g.reshape(cur, cur.ne[0], n_seq_tokens, 1, n_seqs)
-    qkv_all = g.unary(g.mul_mat(g.weight(p.n_embd, 3 * hd * n_head), cur))  # silu
+    qkv_all = g.unary(g.mul_mat(g.weight(p.n_embd, 3 * hd * n_head, name="attn_qkv"), cur))  # silu
     qkv_all = g.reshape(qkv_all, hd * 3, n_head, n_seq_tokens, n_seqs)
     strides = (qkv_all.nb[1], qkv_all.nb[2], qkv_all.nb[3])
     q, k, v = (g.view(qkv_all, (hd, n_head, n_seq_tokens, n_seqs), strides, i * hd * 4) for i in range(3))
@@ -90,9 +90,9 @@ def _lightning(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], la: _LAIn
     qkv = _lightning_core(lg, la, q, k, v, kv_old, slope_rate, s_all)
     qkv = g.cont(g.permute(qkv, 0, 2, 1, 3))
     qkv = g.reshape(qkv, qkv.ne[0] * qkv.ne[1], qkv.ne[2], 1, qkv.ne[3])
-    qkv = lg.norm(qkv, hd * n_head)
-    gate = g.unary(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur))  # sigmoid
-    out = g.mul_mat(g.weight(hd * n_head, p.n_embd), g.mul(gate, qkv))
+    qkv = lg.norm(qkv, hd * n_head, "attn_norm_2")
+    gate = g.unary(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_gate"), cur))  # sigmoid
+    out = g.mul_mat(g.weight(hd * n_head, p.n_embd, name="attn_output"), g.mul(gate, qkv))
     return g.reshape(out, out.ne[0], n_seq_tokens * n_seqs)
 
 
@@ -102,9 +102,9 @@ def _softmax_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il:
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = _head_dim(p, il)
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur), hd, n_head_kv, p.n_tokens)
+    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
     return attn_kv(lg, inp, g.rope(q, pos), g.rope(k, pos), v, il, hd, n_head_kv, p.n_embd)
 
 
@@ -136,14 +136,14 @@ def build_minimax_01(p: GraphParams) -> Graph:
     recurrent = set(p.layout.recurrent_layers)
     for il in range(p.n_layer):
         lg.layer(il)
-        cur = lg.norm(inp, p.n_embd)
+        cur = lg.norm(inp, p.n_embd, "attn_norm")
         residual = cur
         cur = _lightning(lg, cur, rs, la, il) if il in recurrent else _softmax_attn(lg, cur, attn, pos, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)
             residual = g.get_rows(residual, out_ids)
         ffn_inp = g.add(cur, g.scale(residual))
-        normed = lg.norm(ffn_inp, p.n_embd)
+        normed = lg.norm(ffn_inp, p.n_embd, "ffn_norm")
         cur = moe_ffn(lg, normed, spec.expert_count, spec.expert_used_count, ffn_width(p, il))
         inp = g.add(cur, g.scale(normed))
     lg.output(inp)

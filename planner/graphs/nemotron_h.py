@@ -46,7 +46,7 @@ def build_nemotron_h(p: GraphParams) -> Graph:
     for il in range(p.n_layer):
         lg.layer(il)
         inp_sa = inp
-        cur = lg.norm(inp, p.n_embd)
+        cur = lg.norm(inp, p.n_embd, "attn_norm")
         if il in recurrent:
             cur = mamba2_layer(lg, cur, rs, il)
         elif p.spec.feed_forward(il) == 0:

@@ -43,7 +43,7 @@ def _mamba(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> T
     ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
     conv = g.reshape(lg.rs(conv_all, n_embd_r, rs), d_conv - 1, d_inner, n_seqs)
     cur = g.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
-    zx = g.mul_mat(g.weight(p.n_embd, 2 * d_inner), cur)
+    zx = g.mul_mat(g.weight(p.n_embd, 2 * d_inner, name="ssm_in"), cur)
     zx = g.cont_nd(g.permute(zx, 0, 2, 1, 3), head_dim * 2, n_heads, n_seq_tokens, n_seqs)
     x = g.view(zx, (head_dim, n_heads, n_seq_tokens, n_seqs), zx.nb[1:], head_dim * F32_SIZE)
     x = g.cont_nd(x, head_dim * n_heads, n_seq_tokens, n_seqs)
@@ -52,16 +52,17 @@ def _mamba(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> T
     conv_x = g.concat(conv, g.transpose(x), 0)
     last = g.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
     lg.expand(g.cpy(last, g.view(conv_all, (n_embd_r * n_seqs,), (), 0)))
-    x = g.unary(g.ssm_conv(conv_x, g.weight(d_conv, d_inner)))  # silu
+    x = g.unary(g.ssm_conv(conv_x, g.weight(d_conv, d_inner, name="ssm_conv1d")))  # silu
 
-    x_bcdt = g.mul_mat(g.weight(d_inner, dt_dim + 2 * d_state), x)
+    x_bcdt = g.mul_mat(g.weight(d_inner, dt_dim + 2 * d_state, name="ssm_x"), x)
     strides = (x_bcdt.nb[1], x_bcdt.nb[2])
     b = g.view(x_bcdt, (d_state, n_seq_tokens, n_seqs), strides, 0)
     c = g.view(x_bcdt, (d_state, n_seq_tokens, n_seqs), strides, d_state * F32_SIZE)
     dt = g.view(x_bcdt, (dt_dim, n_seq_tokens, n_seqs), strides, 2 * d_state * F32_SIZE)
-    b, c, dt = lg.norm(b, d_state), lg.norm(c, d_state), lg.norm(dt, dt_dim)
-    dt = g.add(g.mul_mat(g.weight(dt_dim, n_heads), dt), g.weight(n_heads))
-    a = g.reshape(g.weight(n_heads), 1, n_heads)
+    b, c = lg.norm(b, d_state, "ssm_b_norm"), lg.norm(c, d_state, "ssm_c_norm")
+    dt = lg.norm(dt, dt_dim, "ssm_dt_norm")
+    dt = g.add(g.mul_mat(g.weight(dt_dim, n_heads, name="ssm_dt"), dt), g.weight(n_heads, name="ssm_dt"))
+    a = g.reshape(g.weight(n_heads, name="ssm_a"), 1, n_heads)
     row = head_dim * F32_SIZE
     x = g.view(x, (head_dim, n_heads, n_seq_tokens, n_seqs), (row, row * n_heads, row * n_heads * n_seq_tokens), 0)
     b = g.view(b, (d_state, 1, n_seq_tokens, n_seqs), (d_state * b.nb[0], b.nb[1], b.nb[2]), 0)
@@ -75,10 +76,10 @@ def _mamba(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> T
     lg.expand(g.cpy(g.view(y_ssm, (n_embd_s * n_seqs,), (), y_bytes), g.view(ssm_all, (n_embd_s * n_seqs,), (), 0)))
     y = g.view(y_ssm, (head_dim, n_heads, n_seq_tokens, n_seqs), (row, row * n_heads, row * n_heads * n_seq_tokens),
                0)
-    y = g.add(y, g.mul(x, g.reshape(g.weight(n_heads), 1, n_heads)))
+    y = g.add(y, g.mul(x, g.reshape(g.weight(n_heads, name="ssm_d"), 1, n_heads)))
     y = g.swiglu_split(g.cont(z), y)
     y = g.view(y, (d_inner, n_seq_tokens, n_seqs), (y.nb[2], y.nb[3]), 0)
-    cur = g.mul_mat(g.weight(d_inner, p.n_embd), y)
+    cur = g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), y)
     return g.reshape(cur, cur.ne[0], n_seq_tokens * n_seqs)
 
 
@@ -89,12 +90,12 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hk, hv = p.layout.head_dim_k[il], p.layout.head_dim_v[il]
-    qkv = g.mul_mat(g.weight(p.n_embd, (n_head + n_head_kv) * hk + n_head_kv * hv), cur)
+    qkv = g.mul_mat(g.weight(p.n_embd, (n_head + n_head_kv) * hk + n_head_kv * hv, name="attn_qkv"), cur)
     q = g.view(qkv, (hk, n_head, p.n_tokens), (hk * F32_SIZE, qkv.nb[1]), 0)
     k = g.view(qkv, (hk, n_head_kv, p.n_tokens), (hk * F32_SIZE, qkv.nb[1]), hk * n_head * F32_SIZE)
     v = g.view(qkv, (hv, n_head_kv, p.n_tokens), (hv * F32_SIZE, qkv.nb[1]), hk * (n_head + n_head_kv) * F32_SIZE)
-    q = g.rope(lg.norm(q, hk), pos)
-    k = g.rope(lg.norm(k, hk), pos)
+    q = g.rope(lg.norm(q, hk, "attn_q_norm"), pos)
+    k = g.rope(lg.norm(k, hk, "attn_k_norm"), pos)
     return attn_kv(lg, inp, q, k, v, il, hv, n_head_kv, p.n_embd)
 
 
@@ -118,13 +119,13 @@ def build_plamo2(p: GraphParams) -> Graph:
     for il in range(p.n_layer):
         lg.layer(il)
         residual = inp
-        cur = lg.norm(inp, p.n_embd)
+        cur = lg.norm(inp, p.n_embd, "attn_norm")
         cur = _mamba(lg, cur, rs, il) if il in recurrent else _attention(lg, cur, attn, pos, il)
         if il == p.n_layer - 1:
             cur = g.get_rows(cur, out_ids)
             residual = g.get_rows(residual, out_ids)
-        residual = g.add(lg.norm(cur, p.n_embd), residual)  # post-mixer norm
-        cur = _ffn(lg.norm(residual, p.n_embd), p.n_embd, ffn_width(p, il))
-        inp = g.add(lg.norm(cur, p.n_embd), residual)  # post-FFN norm
+        residual = g.add(lg.norm(cur, p.n_embd, "post_attention_norm"), residual)  # post-mixer norm
+        cur = _ffn(lg.norm(residual, p.n_embd, "ffn_norm"), p.n_embd, ffn_width(p, il))
+        inp = g.add(lg.norm(cur, p.n_embd, "post_ffw_norm"), residual)  # post-FFN norm
     lg.output(inp)
     return lg.b.graph

@@ -71,24 +71,26 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     d_inner, d_conv, head_v = dims.inner_size, dims.conv_width, dims.head_dim
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
     channels = dims.conv_channels  # d_inner + 2 * n_k_heads * head_k
-    qkv = g.mul_mat(g.weight(p.n_embd, channels), cur)
+    qkv = g.mul_mat(g.weight(p.n_embd, channels, name="attn_qkv"), cur)
     qkv = g.reshape(qkv, qkv.ne[0], n_seq_tokens, n_seqs)
-    z = g.mul_mat(g.weight(p.n_embd, d_inner), cur)
+    z = g.mul_mat(g.weight(p.n_embd, d_inner, name="attn_gate"), cur)
     if p.spec.arch == "qwen3next":
         # one fused beta/alpha projection, split per K head group (qwen3next.cpp build_layer_attn_linear)
         per = n_v_heads // n_k_heads
-        ba = g.reshape(g.mul_mat(g.weight(p.n_embd, 2 * n_v_heads), cur), 2 * per, n_k_heads, n_seq_tokens, n_seqs)
+        ba = g.reshape(g.mul_mat(g.weight(p.n_embd, 2 * n_v_heads, name="ssm_ba"), cur), 2 * per, n_k_heads,
+                       n_seq_tokens, n_seqs)
         b = g.view(ba, (per, n_k_heads, n_seq_tokens, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), 0)
         a = g.view(ba, (per, n_k_heads, n_seq_tokens, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), per * 4)
         beta = g.unary(g.cont(b))
         alpha = g.cont_nd(a, n_v_heads, n_seq_tokens, n_seqs)
-        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads))), g.weight(n_v_heads))
+        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads, name="ssm_dt"))), g.weight(n_v_heads, name="ssm_a"))
         beta = g.reshape(beta, 1, n_v_heads, n_seq_tokens, n_seqs)
     else:
-        beta = g.unary(g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads), cur), 1, n_v_heads, n_seq_tokens,
-                                 n_seqs))
-        alpha = g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads), cur), n_v_heads, n_seq_tokens, n_seqs)
-        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads))), g.weight(n_v_heads))
+        beta = g.mul_mat(g.weight(p.n_embd, n_v_heads, name="ssm_beta"), cur)
+        beta = g.unary(g.reshape(beta, 1, n_v_heads, n_seq_tokens, n_seqs))
+        alpha = g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads, name="ssm_alpha"), cur), n_v_heads, n_seq_tokens,
+                          n_seqs)
+        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads, name="ssm_dt"))), g.weight(n_v_heads, name="ssm_a"))
     gate = g.reshape(gate, 1, n_v_heads, n_seq_tokens, n_seqs)
 
     conv_all = cache(dims.n_embd_r, p.rs_rows, f"cache_r_l{il}")
@@ -96,7 +98,7 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
     conv_input = conv_state(lg, conv_all, qkv, d_conv, channels, rs)
     state = g.reshape(lg.rs(ssm_all, n_embd_s, rs), head_v, head_v, n_v_heads, n_seqs)
-    mix = g.unary(g.ssm_conv(conv_input, g.weight(d_conv, channels)))
+    mix = g.unary(g.ssm_conv(conv_input, g.weight(d_conv, channels, name="ssm_conv1d")))
     nb1 = channels * 4
     q = g.view(mix, (head_k, n_k_heads, n_seq_tokens, n_seqs), (head_k * 4, nb1, nb1 * n_seq_tokens), 0)
     k = g.view(mix, (head_k, n_k_heads, n_seq_tokens, n_seqs), (head_k * 4, nb1, nb1 * n_seq_tokens),
@@ -115,9 +117,9 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
                       n_seqs)
     out = recurrent_attn(lg, ssm_all, q, k, v, gate, beta, state)
     z4 = g.reshape(z, head_v, n_v_heads, n_seq_tokens, n_seqs)
-    out = g.mul(lg.norm(out, head_v), g.unary(z4))
+    out = g.mul(lg.norm(out, head_v, "ssm_norm"), g.unary(z4))
     out = g.reshape(out, head_v * n_v_heads, n_seq_tokens, n_seqs)
-    cur = g.mul_mat(g.weight(d_inner, p.n_embd), out)
+    cur = g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), out)
     return g.reshape(cur, p.n_embd, n_seq_tokens * n_seqs)
 
 
@@ -130,9 +132,9 @@ def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: i
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = spec.attention.key_length or p.n_embd // n_head
     n_tokens = p.n_tokens
-    q_full = g.mul_mat(g.weight(p.n_embd, hd * 2 * n_head), cur)
-    k = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur)
-    v = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv), cur)
+    q_full = g.mul_mat(g.weight(p.n_embd, hd * 2 * n_head, name="attn_q"), cur)
+    k = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur)
+    v = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur)
     if reshaped_q is None:
         reshaped_q = p.spec.arch == "qwen3next"
     if reshaped_q:
@@ -143,15 +145,15 @@ def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: i
     else:
         q = g.view(q_full, (hd, n_head, n_tokens), (hd * 2 * 4, hd * 2 * n_head * 4), 0)
         gate = g.view(q_full, (hd, n_head, n_tokens), (hd * 2 * 4, hd * 2 * n_head * 4), hd * 4)
-    q = lg.norm(q, hd)
-    k = lg.norm(g.reshape(k, hd, n_head_kv, n_tokens), hd)
+    q = lg.norm(q, hd, "attn_q_norm")
+    k = lg.norm(g.reshape(k, hd, n_head_kv, n_tokens), hd, "attn_k_norm")
     gate = g.cont_nd(gate, hd * n_head, n_tokens)
     v = g.reshape(v, hd, n_head_kv, n_tokens)
     q = g.rope(q, pos)
     k = g.rope(k, pos)
     cur = attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, None)
     cur = g.mul(cur, g.unary(gate))
-    return g.mul_mat(g.weight(hd * n_head, p.n_embd), cur)
+    return g.mul_mat(g.weight(hd * n_head, p.n_embd, name="attn_output"), cur)
 
 
 def _moe_layer_ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
@@ -183,11 +185,11 @@ def build_qwen35(p: GraphParams) -> Graph:
     for il in range(p.n_layer):
         lg.layer(il)
         inp_sa = inp
-        cur = lg.expand(lg.norm(inp, p.n_embd))
+        cur = lg.expand(lg.norm(inp, p.n_embd, "attn_norm"))
         cur = _linear_attn(lg, cur, rs, il) if il in recurrent else _gated_attn(lg, cur, attn, pos, il)
         cur = g.add(cur, inp_sa)
         residual = cur
-        normed = lg.norm(cur, p.n_embd)
+        normed = lg.norm(cur, p.n_embd, "post_attention_norm")
         cur = _moe_layer_ffn(lg, normed, il) if moe else ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
         inp = g.add(cur, residual)
     lg.output(inp, out_ids)

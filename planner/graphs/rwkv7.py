@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, spec_flag, state_dims
+from rsplan.planner.graphs.common import (
+    GraphParams,
+    LlamaGraph,
+    cache,
+    ffn_width,
+    lm_head_name,
+    spec_flag,
+    state_dims,
+)
 from rsplan.planner.graphs.lfm2 import ffn_silu_par
 
 #: The low-rank widths the time mix's projections need: GGUF key (attention.*) -> what it sizes.
@@ -53,13 +61,15 @@ def _ranks(p: GraphParams, gate_required: bool = True) -> _Ranks:
     return _Ranks(*values)
 
 
-def layer_norm(cur: Tensor, width: int) -> Tensor:
-    """build_norm(LLM_NORM) with a weight and a bias; inside a layer the NORM node is named ``norm`` with the
-    layer's number (llama_context::graph_get_cb may pin it to the layer's device)."""
+def layer_norm(cur: Tensor, width: int, name: str = "") -> Tensor:
+    """build_norm(LLM_NORM) with a weight and a bias (``name``: their GGUF name within the layer, e.g.
+    ``attn_norm``); inside a layer the NORM node is named ``norm`` with the layer's number
+    (llama_context::graph_get_cb may pin it to the layer's device)."""
     normed = g.norm(cur)
     if isinstance(g.current_layer(), int):
         normed.name, normed.layer = "norm", g.current_layer()
-    return g.add(g.mul(normed, g.weight(width)), g.weight(width))
+    weight, bias = (f"{name}.{suffix}" if name else "" for suffix in ("weight", "bias"))
+    return g.add(g.mul(normed, g.weight(width, name=weight)), g.weight(width, name=bias))
 
 
 def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor, lerps: tuple[str, ...]) -> dict[str, Tensor]:
@@ -67,7 +77,7 @@ def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor, lerps: tuple[s
     lerp, plus x; one [n_embd, n_tokens] view each."""
     n_embd, n_tokens = p.n_embd, p.n_tokens
     sx = g.repeat(g.sub(x_prev, cur), n_embd, p.n_seq_tokens, p.n_seqs, len(lerps))
-    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1, len(lerps))), cur)
+    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1, len(lerps), name="time_mix_lerp_fused")), cur)
     return {name: g.view(xxx, (n_embd, n_tokens), (xxx.nb[1],), i * n_embd * n_tokens * 4)
             for i, name in enumerate(lerps)}
 
@@ -88,23 +98,26 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
                                                              "time_mix_ln: config.json wkv_has_group_norm")
     x = _time_mix_inputs(p, cur, x_prev, LERPS if gating else LERPS[:-1])
 
-    def mm(inp: Tensor, rows: int) -> Tensor:
-        return g.mul_mat(g.weight(inp.ne[0], rows), inp)
+    def mm(inp: Tensor, rows: int, name: str) -> Tensor:
+        return g.mul_mat(g.weight(inp.ne[0], rows, name=f"time_mix_{name}"), inp)
 
-    r = mm(x["r"], n_embd)
-    w = g.add(mm(g.unary(mm(x["w"], rk.decay)), n_embd), g.weight(n_embd))
+    def vec(name: str) -> Tensor:
+        return g.weight(n_embd, name=f"time_mix_{name}")
+
+    r = mm(x["r"], n_embd, "receptance")
+    w = g.add(mm(g.unary(mm(x["w"], rk.decay, "w1")), n_embd, "w2"), vec("w0"))
     w = g.unary(g.scale(g.unary(w)))  # exp(-0.606531 * sigmoid(w))
-    k = mm(x["k"], n_embd)
-    v = mm(x["v"], n_embd)
+    k = mm(x["k"], n_embd, "key")
+    v = mm(x["v"], n_embd, "value")
     if not first:
         first.append(v)
     else:
-        mix = g.unary(g.add(mm(mm(x["v"], rk.value_mix), n_embd), g.weight(n_embd)))
+        mix = g.unary(g.add(mm(mm(x["v"], rk.value_mix, "v1"), n_embd, "v2"), vec("v0")))
         v = g.add(v, g.mul(g.sub(first[0], v), mix))
-    gate = mm(g.unary(mm(x["g"], rk.gate)), n_embd) if gating else None
-    a = g.unary(g.add(mm(mm(x["a"], rk.iclr), n_embd), g.weight(n_embd)))
-    kk = g.l2_norm(g.reshape(g.mul(k, g.weight(n_embd)), hs, hc, n_tokens))
-    ka = g.mul(k, g.weight(n_embd))
+    gate = mm(g.unary(mm(x["g"], rk.gate, "g1")), n_embd, "g2") if gating else None
+    a = g.unary(g.add(mm(mm(x["a"], rk.iclr, "a1"), n_embd, "a2"), vec("a0")))
+    kk = g.l2_norm(g.reshape(g.mul(k, vec("k_k")), hs, hc, n_tokens))
+    ka = g.mul(k, vec("k_a"))
     k = g.add(k, g.sub(g.mul(a, ka), ka))
     r, w, k, v, a = (g.reshape(t, hs, hc, n_tokens) for t in (r, w, k, v, a))
 
@@ -118,22 +131,22 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
 
     if group_norm:
         cur = g.norm(g.reshape(cur, n_embd // hc, hc, n_tokens))  # group norm, one group per head
-        cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd)), g.weight(n_embd))
+        cur = g.add(g.mul(g.reshape(cur, n_embd, n_tokens), vec("ln.weight")), vec("ln.bias"))
     else:
         cur = g.reshape(cur, n_embd, n_tokens)
-    bonus = g.sum_rows(g.mul(g.mul(k, r), g.reshape(g.weight(n_embd), hs, hc)))
+    bonus = g.sum_rows(g.mul(g.mul(k, r), g.reshape(vec("r_k"), hs, hc)))
     cur = g.add(cur, g.reshape(g.mul(v, bonus), n_embd, n_tokens))
     if gate is not None:
         cur = g.mul(cur, gate)
-    cur = mm(cur, n_embd)
+    cur = mm(cur, n_embd, "output")
     return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
 
 
 def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
     """build_rwkv7_channel_mix: value(relu(key(lerp))^2)."""
-    xk = g.add(g.mul(g.sub(x_prev, cur), g.weight(n_embd)), cur)
-    k = g.sqr(g.unary(g.mul_mat(g.weight(n_embd, n_ff), xk)))
-    return g.mul_mat(g.weight(n_ff, n_embd), k)
+    xk = g.add(g.mul(g.sub(x_prev, cur), g.weight(n_embd, name="channel_mix_lerp_k")), cur)
+    k = g.sqr(g.unary(g.mul_mat(g.weight(n_embd, n_ff, name="channel_mix_key"), xk)))
+    return g.mul_mat(g.weight(n_ff, n_embd, name="channel_mix_value"), k)
 
 
 def shifted(shift: Tensor, normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
@@ -192,7 +205,7 @@ def build_one_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix) -> 
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
         r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
         shift = g.reshape(lg.rs(r_all, n_embd, rs), n_embd, 1, n_seqs)
-        att_norm = lg.norm(inp, n_embd)
+        att_norm = lg.norm(inp, n_embd, "attn_norm")
         x_prev = shifted(shift, att_norm, n_embd, n_seq_tokens, n_seqs)
         cur = time_mix(lg, rs, att_norm, x_prev, il)
         shift = last_token(att_norm, n_embd, n_seq_tokens, n_seqs)
@@ -200,7 +213,7 @@ def build_one_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix) -> 
         ffn_inp = g.reshape(g.add(cur, inp), n_embd, p.n_tokens)
         if il == p.n_layer - 1:
             ffn_inp = g.get_rows(ffn_inp, out_ids)
-        cur = ffn_silu_par(lg.norm(ffn_inp, n_embd), n_embd, ffn_width(p, il))
+        cur = ffn_silu_par(lg.norm(ffn_inp, n_embd, "ffn_norm"), n_embd, ffn_width(p, il))
         inp = g.add(cur, ffn_inp)
     lg.output(inp)
     return lg.b.graph
@@ -222,7 +235,7 @@ def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, cha
     lg = LlamaGraph(p)
     embd = lg.inp_embd()
     g.set_layer("token_embd_norm")  # llama.cpp creates it with layer number 0; build_norm gets il -1: no pin
-    inp = layer_norm(embd, n_embd)
+    inp = layer_norm(embd, n_embd, "token_embd_norm")
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
     for il in range(p.n_layer):
@@ -232,11 +245,11 @@ def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, cha
         shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
         att_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), 0)
         ffn_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), n_embd * 4)
-        att_norm = layer_norm(inp, n_embd)
+        att_norm = layer_norm(inp, n_embd, "attn_norm")
         x_prev = shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
         cur = time_mix(lg, rs, att_norm, x_prev, il)
         ffn_inp = g.add(cur, inp)
-        ffn_norm = layer_norm(ffn_inp, n_embd)
+        ffn_norm = layer_norm(ffn_inp, n_embd, "attn_norm_2")
         x_prev = shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
         shift = g.concat(last_token(att_norm, n_embd, n_seq_tokens, n_seqs),
                          last_token(ffn_norm, n_embd, n_seq_tokens, n_seqs), 1)
@@ -248,9 +261,9 @@ def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, cha
         if rescale and (il + 1) % rescale == 0:
             inp = g.scale(inp)
     g.set_layer("output")
-    cur = layer_norm(inp, n_embd)
+    cur = layer_norm(inp, n_embd, "output_norm")
     g.GraphBuilder.set_output(cur)
-    out = g.mul_mat(g.weight(n_embd, p.n_vocab, name="output"), cur)
+    out = g.mul_mat(g.weight(n_embd, p.n_vocab, name=lm_head_name(p)), cur)
     g.GraphBuilder.set_output(out)
     lg.expand(out)
     return lg.b.graph

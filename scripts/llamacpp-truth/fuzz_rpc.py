@@ -4,7 +4,8 @@ fuzz.py's sibling for multi-device runs. For every model (the tiny GGUFs, the bf
 MODELS, the llama-quantize skeletons present, whose weights planner.quant_weights types) it draws, from a seeded
 generator (``draw_case``), 1-3 RPC devices with random free memory (the default layer split follows it) and random
 flags: -ngl (0, partial, all repeating layers, all + the output layer), -ts (even, uneven, with a zero), -nkvo,
---n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types. It
+--n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types; with ``--new-flags`` also -ot (to the
+CPU and to devices, several entries, before or after --n-cpu-moe), --n-rs-seq, --embeddings, --n-outputs-max. It
 runs the probe (probe.cpp, no_alloc) against one ``ggml-rpc-server`` per device on 127.0.0.1 (llama.cpp treats an
 RPC device as a GPU; the free memory it sees is set by the LD_PRELOAD shim fake_memory.so, as sched_cases.py
 does) and rsplan's planner on the same flags: ``planner.fit_memory.MemoryModel.measure``, the per-device
@@ -26,6 +27,7 @@ Usage (from the repository root; the probe built by build.sh against a llama.cpp
 
     nice -n 10 .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --seed 1 --per-model 4 --log /tmp/rpc.jsonl
     .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --seed 2 --per-model 10 --model lfm2-1.2b-bf16
+    nice -n 10 .venv/bin/python scripts/llamacpp-truth/fuzz_rpc.py --new-flags --seed 7 --per-model 10
 
 Exit status: 0 when nothing mismatched, 1 when something did (or a probe run failed), 2 on bad arguments.
 """
@@ -89,8 +91,64 @@ def _tensor_split(rng: random.Random, n_dev: int) -> str | None:
     return ",".join(map(str, parts))
 
 
-def draw_case(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]:
-    """(probe flags without -m and --rpc, free MiB per RPC device) for one random multi-device start."""
+def _layers(lo: int, hi: int) -> str:
+    """``blk\\.(lo|...|hi)\\.``: the tensors of layers lo..hi (an alternation both std::regex and re read)."""
+    return r"blk\.(" + "|".join(str(i) for i in range(lo, hi + 1)) + r")\."
+
+
+def draw_overrides(rng: random.Random, name: str, n_dev: int) -> str:
+    """One random ``-ot`` value (1-4 ``PATTERN=BUFT`` entries, first match wins): the experts to the CPU, a layer
+    range, one tensor kind (attention, SSM, FFN, ...) or a family of them (``attn_``), a kind within a layer
+    range, a global tensor (``token_embd``: on a tied model also the output copy, which llama.cpp loads under
+    that name); each to ``CPU`` or to an RPC device, named ``RPC{i}`` (rsplan's device names; run_probe gives
+    the probe the device's buffer type name)."""
+    names = [w.name for w in model_weights(name)]
+    layer_ids = sorted({int(n.split(".")[1]) for n in names if n.startswith("blk.")})
+    kinds = sorted({n.split(".")[2] for n in names if n.startswith("blk.")})
+    families = sorted({k.split("_")[0] + "_" for k in kinds if "_" in k})
+    entries = []
+    for _ in range(rng.choice([1, 1, 2, 2, 3, 4])):
+        r = rng.random()
+        lo = rng.choice(layer_ids)
+        hi = min(layer_ids[-1], lo + rng.randint(0, 8))
+        if r < 0.2:
+            pattern = rng.choice([r"blk\.[0-9]+\.ffn_.*_exps", r"\.ffn_(up|down|gate|gate_up)_(ch|)exps",
+                                  r"exps", r"_shexp"])
+        elif r < 0.4:
+            pattern = _layers(lo, hi)
+        elif r < 0.65:
+            pattern = rf"\.{rng.choice(kinds)}\."
+        elif r < 0.75 and families:
+            pattern = rng.choice(families)
+        elif r < 0.9:
+            pattern = _layers(lo, hi) + rng.choice(kinds)
+        else:
+            pattern = rng.choice(["token_embd", r"output\.weight", "output_norm", "^output", "token_embd_norm"])
+        dest = "CPU" if rng.random() < 0.55 else f"RPC{rng.randrange(n_dev)}"
+        entries.append(f"{pattern}={dest}")
+    return ",".join(entries)
+
+
+def draw_new_flags(rng: random.Random, name: str, flags: dict[str, Any], n_dev: int) -> None:
+    """The flags the first seeds never drew (``--new-flags``), added to ``flags`` after the others: -ot (before
+    or after --n-cpu-moe: the order of the patterns matters), --n-rs-seq (archs without rollback planes clamp
+    it to 0), --embeddings, --n-outputs-max."""
+    if rng.random() < 0.65:
+        flags["-ot"] = draw_overrides(rng, name, n_dev)
+        if "--n-cpu-moe" in flags and rng.random() < 0.5:
+            flags["--n-cpu-moe"] = flags.pop("--n-cpu-moe")  # its patterns after -ot's
+    if rng.random() < 0.45:
+        flags["--n-rs-seq"] = rng.randint(1, 8)
+    if rng.random() < 0.3:
+        flags["--embeddings"] = True
+    if rng.random() < 0.2:
+        flags["--n-outputs-max"] = rng.choice([1, 2, 3, rng.randint(1, 64), rng.randint(65, 4096)])
+
+
+def draw_case(rng: random.Random, name: str, new_flags: bool = False) -> tuple[dict[str, Any], list[int]]:
+    """(probe flags without -m and --rpc, free MiB per RPC device) for one random multi-device start;
+    ``new_flags``: also -ot, --n-rs-seq, --embeddings, --n-outputs-max (``draw_new_flags``; drawn after the
+    others, so the first draws of a seed without them stay what they were)."""
     spec = fuzz.model_spec(name)
     n_dev = rng.randint(1, MAX_RPC)
     free = [rng.choice([rng.randint(256, 4096), rng.randint(4097, 65536)]) for _ in range(n_dev)]
@@ -120,6 +178,8 @@ def draw_case(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]
         flags["-nkvo"] = True
     if (spec.expert_count or 0) > 0 and rng.random() < 0.5:
         flags["--n-cpu-moe"] = rng.randint(0, spec.block_count + 2)
+    if new_flags:
+        draw_new_flags(rng, name, flags, n_dev)
     return flags, free
 
 
@@ -156,18 +216,25 @@ def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
     from rsplan.planner.buffers import DEVICE_RULES
     from rsplan.planner.fit_memory import MemoryModel, StartFlags
     from rsplan.planner.placement import check_tensor_split
-    from rsplan.planner.weight_placement import n_cpu_moe_overrides
+    from rsplan.planner.weight_placement import n_cpu_moe_overrides, parse_overrides
 
     spec = fuzz.model_spec(name)
     params = sweep.context_params(flags)
     offload_kqv = "-nkvo" not in flags
     model = MemoryModel(spec, cache_layout(spec), model_weights(name), params, tuple(f * MiB for f in free_mib),
-                        DEVICE_RULES["RPC"], offload_kqv=offload_kqv, tool="cli", device_kind="RPC")
+                        DEVICE_RULES["RPC"], offload_kqv=offload_kqv, tool="cli", device_kind="RPC",
+                        n_outputs_max=flags.get("--n-outputs-max"), embeddings=bool(flags.get("--embeddings")))
     split = None
     if "-ts" in flags:
         split = tuple(check_tensor_split([float(x) for x in str(flags["-ts"]).split(",")], len(free_mib)))
+    overrides = []  # -ot and --n-cpu-moe in command-line order, as common/arg.cpp appends them
+    for flag, value in flags.items():
+        if flag == "-ot":
+            overrides += parse_overrides(str(value), [f"RPC{i}" for i in range(len(free_mib))])
+        elif flag == "--n-cpu-moe":
+            overrides += n_cpu_moe_overrides(int(value))
     start = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=int(flags.get("-ngl", 0)), tensor_split=split,
-                       overrides=tuple(n_cpu_moe_overrides(int(flags.get("--n-cpu-moe", 0)))))
+                       overrides=tuple(overrides))
     usage = model.measure(start)
     return usage, model.compute_estimate, model.placement(start), start.overrides
 
@@ -176,22 +243,38 @@ def endpoints(n: int, port0: int) -> list[str]:
     return [f"127.0.0.1:{port0 + i}" for i in range(n)]
 
 
+def probe_flags(flags: dict[str, Any], eps: list[str]) -> dict[str, Any]:
+    """``flags`` as the probe takes them: an ``-ot`` device ``RPC{i}`` as its buffer type's name
+    (``RPC0[HOST:PORT]``: each ggml-rpc-server has one device, ggml-rpc.cpp names it so), then ``--rpc``."""
+    out = dict(flags)
+    if "-ot" in out:
+        items = []
+        for item in str(out["-ot"]).split(","):
+            pattern, _, buft = item.partition("=")
+            if buft.startswith("RPC"):
+                buft = f"RPC0[{eps[int(buft[3:])]}]"
+            items.append(f"{pattern}={buft}")
+        out["-ot"] = ",".join(items)
+    return {**out, "--rpc": ",".join(eps)}
+
+
 def run_probe(gguf: str, flags: dict[str, Any], free_mib: list[int], port0: int, timeout: float) -> dict:
-    """One probe run over ``len(free_mib)`` RPC devices (sweep.run_case's record; the free memory faked)."""
+    """One probe run over ``len(free_mib)`` RPC devices (sweep.run_case's record, with ``flags`` as given; the
+    free memory faked)."""
     eps = endpoints(len(free_mib), port0)
     fake = [f"RPC{i}={f * MiB}:{f * MiB}" for i, f in enumerate(free_mib)] + [f"CPU={HOST_FREE}:{HOST_FREE}"]
     env = {"LD_PRELOAD": str(SHIM), "RSPLAN_FAKE_MEMORY": ";".join(fake)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        case = sweep.run_case(gguf, {**flags, "--rpc": ",".join(eps)}, timeout)
+        case = sweep.run_case(gguf, probe_flags(flags, eps), timeout)
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    case["flags"].pop("--rpc")
+    case["flags"] = dict(flags)
     case.pop("_commit", None)
     return case
 
@@ -234,7 +317,10 @@ def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dic
             rec["crashed"] = True
         return rec
     r = case["resolved"]
-    rec["resolved"] = {k: r[k] for k in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max")}
+    keys = ["n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max"]
+    if "--n-rs-seq" in case["flags"]:
+        keys.append("n_rs_seq")  # the rollback planes as resolved (0 where the arch keeps none)
+    rec["resolved"] = {k: r[k] for k in keys}
     rec["output_buffer"] = case["output_buffer"]
     rec.update(measured_parts(case, len(free_mib), port0))
     if "quant" in sweep.MODELS[name]:  # the host's weights by buffer type: which ones the CPU backend repacks
@@ -275,7 +361,7 @@ def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
         if getattr(plan.context, key) != want:
             out.append({"what": key, "llama": want, "rsplan": getattr(plan.context, key)})
     ob = output_buffer(spec.model_copy(update={"vocab_size": spec.vocab_size or 0}) if spec.vocab_size is None
-                       else spec, params)
+                       else spec, params, embeddings=bool(flags.get("--embeddings")))
     if {"buft": ob.buffer_type, "bytes": ob.bytes} != rec["output_buffer"]:
         out.append({"what": "output buffer", "llama": rec["output_buffer"],
                     "rsplan": {"buft": ob.buffer_type, "bytes": ob.bytes}})
@@ -313,9 +399,9 @@ def fuzz_model(name: str, rng: random.Random, n: int, args: argparse.Namespace, 
     outcomes = {"ok": 0, "refused": 0, "crashed": 0}
     parts: dict[str, int] = {}
     for _ in range(n):
-        flags, free = draw_case(rng, name)
+        flags, free = draw_case(rng, name, args.new_flags)
         while fuzz.recurrent_estimate(name, flags) > args.max_recurrent:
-            flags, free = draw_case(rng, name)
+            flags, free = draw_case(rng, name, args.new_flags)
         case = run_probe(gguf, flags, free, args.port, args.timeout)
         outcomes["ok" if case["ok"] else "crashed" if case.get("crashed") else "refused"] += 1
         rec = golden_record(name, case, free, args.port)
@@ -325,7 +411,7 @@ def fuzz_model(name: str, rng: random.Random, n: int, args: argparse.Namespace, 
             bad += 1
             for d in diffs:
                 parts[d["what"]] = parts.get(d["what"], 0) + 1
-            cmd = " ".join(sweep.probe_args(gguf, flags)) + " --rpc " + ",".join(endpoints(len(free), args.port))
+            cmd = " ".join(sweep.probe_args(gguf, probe_flags(flags, endpoints(len(free), args.port))))
             fuzz.log_mismatch(log, {"model": name, "command": cmd, "flags": flags, "free_mib": free,
                                     "mismatches": diffs})
     return bad, outcomes, parts
@@ -337,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", type=Path, default=Path("fuzz-rpc-mismatches.jsonl"), help="mismatches, JSON lines")
     ap.add_argument("--golden", type=Path, help="write every measured case here (the golden test's JSON)")
     ap.add_argument("--port", type=int, default=51731, help="first RPC server port (one per device)")
+    ap.add_argument("--new-flags", action="store_true",
+                    help="also draw -ot (to the CPU and to devices), --n-rs-seq, --embeddings, --n-outputs-max")
     args = ap.parse_args(argv)
     names = args.model or rpc_models()
     if not fuzz.arguments_hold(args, names):

@@ -18,7 +18,9 @@
 // --n-rs-seq N, -ngl N, --n-outputs-max N, --n-outputs-max-per-seq N, --load-mtp, --ctx-mtp (MTP context type),
 // --embeddings, --swa-full, -nkvo, --no-extra-bufts, --no-mmap (with --alloc: load_mode NONE, the weights
 // read into allocated buffers instead of mapped; the dry run never maps), --rpc HOST:PORT,... (RPC devices, as llama.cpp's --rpc),
-// -ts A,B,... (tensor split), --n-cpu-moe N (the experts of the first N layers on the CPU), --full-log (every log line in the JSON), --log-stderr (echo
+// -ts A,B,... (tensor split), --n-cpu-moe N (the experts of the first N layers on the CPU), -ot / --override-tensor
+// PATTERN=BUFT,... (common/arg.cpp: BUFT a device's buffer type name, CPU or e.g. RPC0[127.0.0.1:50052]; with
+// --n-cpu-moe in command-line order, the first match wins), --full-log (every log line in the JSON), --log-stderr (echo
 // the log to stderr as it comes: what llama.cpp said before an abort), --alloc (a real run instead of the dry run:
 // no_alloc off and the model memory-mapped, so compute = the largest of the reserved graphs; a skeleton's weights
 // read as zeros, but the mapping is touched in full: small models only). Unset flags keep llama_context_default_params()
@@ -148,7 +150,7 @@ namespace {
             "usage: probe -m FILE [-c N] [-np N] [-b N] [-ub N] [-fa on|off|auto] [-ctk T] [-ctv T] [-kvu]\n"
             "             [--n-rs-seq N] [-ngl N] [--n-outputs-max N] [--n-outputs-max-per-seq N] [--load-mtp]\n"
             "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--no-mmap] [--rpc HOST:PORT,...]\n"
-            "             [-ts A,B,...] [--n-cpu-moe N] [--full-log] [--log-stderr]\n");
+            "             [-ts A,B,...] [--n-cpu-moe N] [-ot PATTERN=BUFT,...] [--full-log] [--log-stderr]\n");
     exit(2);
 }
 
@@ -199,6 +201,17 @@ void add_rpc_devices(const std::string & servers) {
     }
 }
 
+// common/common.h string_split: every part, empty ones too
+std::vector<std::string> split_keep_empty(const std::string & v) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    for (size_t pos; (pos = v.find(',', start)) != std::string::npos; start = pos + 1) {
+        out.push_back(v.substr(start, pos - start));
+    }
+    out.push_back(v.substr(start));
+    return out;
+}
+
 bool keep_line(const std::string & l) {
     if (l.find("llama_graph_n_input_tensors") != std::string::npos) {
         return false;  // one line per graph input use: noise at real size
@@ -228,7 +241,9 @@ int main(int argc, char ** argv) {
     bool no_mmap  = false;  // --no-mmap: load_mode NONE under --alloc too (llama.cpp's --load-mode none)
     std::vector<std::pair<std::string, std::string>> flags;  // as given, for the record
     std::vector<float> tensor_split(128, 0.0f);
-    std::vector<std::string> ot_patterns;
+    // -ot / --override-tensor and --n-cpu-moe entries in command-line order: (pattern, buffer type name), resolved
+    // once every device is registered (an -ot may name an RPC device given later on the command line)
+    std::vector<std::pair<std::string, std::string>> ot_entries;
     std::vector<llama_model_tensor_buft_override> overrides;
 
     for (int i = 1; i < argc; i++) {
@@ -313,7 +328,18 @@ int main(int argc, char ** argv) {
         } else if (a == "--n-cpu-moe") {
             const uint32_t n = parse_u32(a, val());
             for (uint32_t k = 0; k < n; k++) {
-                ot_patterns.push_back("blk\\." + std::to_string(k) + "\\.ffn_(up|down|gate|gate_up)_(ch|)exps");
+                ot_entries.emplace_back("blk\\." + std::to_string(k) + "\\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU");
+            }
+        } else if (a == "-ot" || a == "--override-tensor") {
+            // common/arg.cpp parse_tensor_buffer_overrides: PATTERN=BUFT,... split at every ',' (empty parts
+            // kept), each at its first '='
+            const std::string v = val();
+            for (const auto & item : split_keep_empty(v)) {
+                const auto pos = item.find('=');
+                if (pos == std::string::npos) {
+                    usage("bad value for " + a + ": '" + item + "' (want PATTERN=BUFFER_TYPE)");
+                }
+                ot_entries.emplace_back(item.substr(0, pos), item.substr(pos + 1));
             }
         } else if (a == "--full-log") {
             full_log = true;
@@ -337,10 +363,25 @@ int main(int argc, char ** argv) {
     }
     llama_log_set(log_cb, nullptr);
     llama_backend_init();
-    if (!ot_patterns.empty()) {
-        ggml_backend_buffer_type_t cpu = ggml_backend_dev_buffer_type(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
-        for (const auto & p : ot_patterns) {
-            overrides.push_back({p.c_str(), cpu});
+    if (!ot_entries.empty()) {
+        // common/arg.cpp parse_tensor_buffer_overrides: the buffer types of every device, by name
+        ggml_backend_load_all();
+        std::map<std::string, ggml_backend_buffer_type_t> buft_list;
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            if (auto * buft = ggml_backend_dev_buffer_type(ggml_backend_dev_get(i))) {
+                buft_list[ggml_backend_buft_name(buft)] = buft;
+            }
+        }
+        for (const auto & [pattern, buft] : ot_entries) {
+            const auto it = buft_list.find(buft);
+            if (it == buft_list.end()) {
+                std::string have;
+                for (const auto & kv : buft_list) {
+                    have += (have.empty() ? "" : ", ") + kv.first;
+                }
+                usage("unknown buffer type '" + buft + "' in -ot (have: " + have + ")");
+            }
+            overrides.push_back({pattern.c_str(), it->second});
         }
         overrides.push_back({nullptr, nullptr});
         mp.tensor_buft_overrides = overrides.data();

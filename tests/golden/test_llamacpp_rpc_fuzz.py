@@ -22,6 +22,7 @@ CASES = [c for f in FILES for c in json.loads(f.read_text())["cases"]]
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
 TINY = {"mamba2-tiny", "lfm2-tiny", "qwen35-tiny"}  # the real GGUFs of shared/data/llamacpp-measured
 PROBE_FLAGS = {"-c", "-np", "-b", "-ub", "-fa", "-ctk", "-ctv", "-kvu", "-ngl", "-ts", "-nkvo", "--n-cpu-moe"}
+NEW_FLAGS = {"-ot", "--n-rs-seq", "--embeddings", "--n-outputs-max"}  # fuzz_rpc.py --new-flags
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,19 @@ def test_the_golden_starts_cover_the_drawn_kinds():
     assert any(c.get("crashed") for c in CASES) and any(not c["ok"] and not c.get("crashed") for c in CASES)
     assert any(d["compute"] for c in ok for d in c["devices"]) and any(c["host"]["compute"] for c in ok)
     assert any("CPU_REPACK" in c.get("host_model_buffers", {}) and any(d["model"] for d in c["devices"]) for c in ok)
+    # fuzz_rpc.py --new-flags: -ot to the CPU and to a device (after and before --n-cpu-moe), rollback planes of a
+    # recurrent cache on a device, --embeddings and --n-outputs-max over devices
+    ots = [c for c in ok if "-ot" in c["flags"]]
+    assert any("=CPU" in c["flags"]["-ot"] for c in ots) and any("=RPC" in c["flags"]["-ot"] for c in ots)
+    assert any("--n-cpu-moe" in c["flags"] and list(c["flags"]).index("-ot") < list(c["flags"]).index("--n-cpu-moe")
+               for c in ots)
+    assert {c["model"] for c in ots} == {c["model"] for c in ok}  # every model's graph weights under -ot patterns
+    assert any(c["resolved"].get("n_rs_seq", 0) > 0 and "-nkvo" not in c["flags"] and c["flags"]["-ngl"] > 1
+               and any(d["context"] for d in c["devices"]) for c in ok)
+    assert any(c["resolved"].get("n_rs_seq", 0) > 0 and "-nkvo" in c["flags"] for c in ok)
+    assert any(c["flags"].get("--embeddings") and any(d["compute"] for d in c["devices"]) for c in ok)
+    assert any("--n-outputs-max" in c["flags"] for c in ok) and any(
+        "--n-outputs-max" in c["flags"] and c.get("crashed") for c in CASES)
 
 
 def test_a_one_byte_difference_in_any_part_is_reported(fuzz_rpc):
@@ -118,3 +132,48 @@ def test_a_dry_run_over_devices_aborts_where_a_later_reserve_graph_fails(fuzz_rp
     assert case.get("crashed") and "ggml_can_repeat(b, a)" in case["error"]
     with pytest.raises(LlamaAbortError, match=r"GGML_ASSERT\(ggml_can_repeat\(b, a\)\)"):
         fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
+
+
+def test_new_flag_draws_come_after_the_old_ones_and_parse(fuzz_rpc):
+    # --new-flags draws -ot, --n-rs-seq, --embeddings, --n-outputs-max after the earlier flags: a seed's first
+    # start keeps its earlier flags; every -ot value is one rsplan reads (devices named RPC0, RPC1, ...)
+    from rsplan.planner.weight_placement import parse_overrides
+
+    name = "qwen3.5-35b-a3b-bf16"
+    old, _ = fuzz_rpc.draw_case(random.Random(f"5:{name}:rpc"), name)
+    new, _ = fuzz_rpc.draw_case(random.Random(f"5:{name}:rpc"), name, new_flags=True)
+    assert {k: new[k] for k in old} == old
+    rng = random.Random(f"5:{name}:rpc")
+    drawn = set()
+    for _ in range(200):
+        flags, free = fuzz_rpc.draw_case(rng, name, new_flags=True)
+        assert set(flags) <= PROBE_FLAGS | NEW_FLAGS
+        drawn |= set(flags) & NEW_FLAGS
+        if "-ot" in flags:
+            parsed = parse_overrides(flags["-ot"], [f"RPC{i}" for i in range(len(free))])
+            assert 1 <= len(parsed) <= 4
+            probe = fuzz_rpc.probe_flags(flags, fuzz_rpc.endpoints(len(free), 50000))
+            assert all(b == "CPU" or b.startswith("RPC0[127.0.0.1:500") for b in
+                       (e.partition("=")[2] for e in probe["-ot"].split(",")))
+    assert drawn == NEW_FLAGS
+
+
+def test_an_unnamed_graph_weight_overridden_to_the_cpu_moves_its_op(fuzz_rpc):
+    # -ot 'blk\.3\.ssm_in=CPU' with every layer on RPC0: llama.cpp runs that layer's input projection on the CPU
+    # (the CPU buffer holds its input copy, 270 x 768 f32, and its 270 x 3,072 output: 4,978,848 bytes); the
+    # scheduler model had matched the pattern against 'blk.3.unnamed.weight' and kept the op on RPC0 (1,661,088)
+    case = _golden("mamba-130m-bf16", {"-c": 270, "-ngl": 25, "-ot": r"blk\.3\.ssm_in=CPU"})
+    assert case["host"]["compute"] == 4_978_848 and case["devices"][0]["compute"] == 55_961_312
+    usage, estimate, *_ = fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
+    assert estimate is None
+    assert (usage.host.compute, usage.devices[0].compute) == (4_978_848, 55_961_312)
+
+
+def test_a_tied_lm_head_is_matched_as_token_embd(fuzz_rpc):
+    # Mamba-130m ties its output to token_embd: llama.cpp loads the lm head as a copy named token_embd.weight, so
+    # '-ot ^output=CPU' moves only output_norm and the lm head stays on RPC0 (RPC0 compute 408,384, host
+    # 12,384); the scheduler model had matched the lm head as output.weight and run it on the CPU (414,560)
+    case = _golden("mamba-130m-bf16", {"-c": 270, "-np": 2, "-b": 2, "-ub": 5376, "-ngl": 25, "-ot": "^output=CPU"})
+    assert (case["devices"][0]["compute"], case["host"]["compute"]) == (408_384, 12_384)
+    usage, *_ = fuzz_rpc.rsplan_usage(case["model"], case["flags"], case["free_mib"])
+    assert (usage.devices[0].compute, usage.host.compute) == (408_384, 12_384)

@@ -37,3 +37,27 @@ def test_rwkv_token_embd_norm_stays_with_layer_0():
     assert got.device == (122_880,)
     assert got.host == 122_880 + 384 + 384
     assert layer_of("token_embd_norm.weight", 4, arch="rwkv6") == 0
+
+
+def test_tied_output_copy_follows_the_overrides_under_token_embds_name():
+    # llama.cpp loads the tied output layer as a TENSOR_DUPLICATED copy named token_embd.weight: an -ot pattern
+    # matching token_embd places it too, and where it lands in the input copy's buffer type it is the same tensor.
+    # Measured (fuzz_rpc.py --new-flags seed 7, lfm2-tiny, one RPC device, -ngl 3 -ot '...,token_embd=RPC0'): the
+    # device held one copy of the 320 x 96 f32 matrix; rsplan had counted two (851,200 bytes against 728,320)
+    from rsplan.planner.weight_placement import TensorOverride
+
+    to_dev = (TensorOverride("token_embd", 0),)
+    both = place_weights(_tiny_lfm2_globals(), place_layers(1, 1, n_gpu_layers=2), CPU_RULE, to_dev, arch="lfm2")
+    assert both.device == (122_880 + 384 + 384,)  # one matrix, the output norm, the block's norm
+    assert both.host == 0
+    # the output layer on the host: the pattern moves the output copy to the device as well, where it is the
+    # input copy (measured: lfm2-tiny -ngl 0 -ot token_embd=RPC0); it matches LFM2's output norm,
+    # token_embd_norm, too
+    apart = place_weights(_tiny_lfm2_globals(), place_layers(1, 1, n_gpu_layers=0), CPU_RULE, to_dev, arch="lfm2")
+    assert apart.device == (122_880 + 384,)
+    assert apart.host == 384
+    # -ot to the CPU of the output copy alone: not matched under the name output.weight, which a tied model lacks
+    out = (TensorOverride(r"output\.weight", "CPU"),)
+    kept = place_weights(_tiny_lfm2_globals(), place_layers(1, 1, n_gpu_layers=2), CPU_RULE, out, arch="lfm2")
+    assert kept.device == (122_880 + 384 + 384,)
+    assert kept.host == 122_880
