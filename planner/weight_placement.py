@@ -242,9 +242,9 @@ def place_weights(
             # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
             # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
             out = where_weight(w.name, "output", placement, overrides)
-            if out != where and out is None:
+            if out is None and where is not None:
                 host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
-            elif out != where:
+            elif out is not None and out != where:
                 device[out] += device_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
     return WeightBytes(tuple(device), host)
 
