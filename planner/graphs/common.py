@@ -121,13 +121,21 @@ class LlamaGraph:
         return g.mul(normed, g.weight(width, name=name))
 
     def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True,
-               rows_output: bool = True) -> Tensor:
+               rows_output: bool = True, head_norm: tuple[int, str] | None = None) -> Tensor:
         """Final RMS norm and the lm head; both are graph outputs (llm_graph_result::set_outputs). With
         ``out_ids`` the normed hidden state of every token is an output too (the MTP head's input, t_h_nextn),
-        and the output rows are selected after the norm. ``logits=False``: the graph ends at the norm."""
+        and the output rows are selected after the norm. ``logits=False``: the graph ends at the norm.
+        ``head_norm``: (layer, name) of a layer's own weight the final norm uses instead of the output norm (an
+        MTP block's nextn.shared_head_norm); the norm itself is still built outside any layer (il = -1)."""
         p = self.p
-        g.set_layer("output")
-        cur = self.norm(cur, p.n_embd, OUTPUT_NORM_STEM.get(p.spec.arch, "output_norm"))
+        if head_norm is None:
+            g.set_layer("output")
+            cur = self.norm(cur, p.n_embd, OUTPUT_NORM_STEM.get(p.spec.arch, "output_norm"))
+        else:
+            g.set_layer(head_norm[0])
+            weight = g.weight(p.n_embd, name=head_norm[1])
+            g.set_layer("output")
+            cur = g.mul(g.rms_norm(cur), weight)
         g.GraphBuilder.set_output(cur)
         if out_ids is not None:
             cur = g.get_rows(cur, out_ids)

@@ -214,25 +214,27 @@ def build_qwen35_mtp(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     attn = attn_inputs(lg)
     lg.layer(il)  # the nextn block: its weights, its KV cache and its norms belong to layer n_layer
-    h_norm = lg.norm(h, p.n_embd)
-    e_norm = lg.norm(tok_embd, p.n_embd)
-    cur = g.mul_mat(g.weight(2 * p.n_embd, p.n_embd), g.concat(e_norm, h_norm, 0))
+    h_norm = lg.norm(h, p.n_embd, "nextn.hnorm")
+    e_norm = lg.norm(tok_embd, p.n_embd, "nextn.enorm")
+    cur = g.mul_mat(g.weight(2 * p.n_embd, p.n_embd, name="nextn.eh_proj"), g.concat(e_norm, h_norm, 0))
     inp_sa = cur
-    cur = _gated_attn(lg, lg.norm(cur, p.n_embd), attn, pos, il, reshaped_q=False)
+    cur = _gated_attn(lg, lg.norm(cur, p.n_embd, "attn_norm"), attn, pos, il, reshaped_q=False)
     if spec.arch == "qwen3next":  # qwen3next.cpp selects the output rows before the residual
         cur = g.get_rows(cur, out_ids)
         inp_sa = g.get_rows(inp_sa, out_ids)
     cur = g.add(cur, inp_sa)
     residual = cur
-    normed = lg.norm(cur, p.n_embd)
+    normed = lg.norm(cur, p.n_embd, "post_attention_norm")
     if spec.arch == "qwen35":
         cur = ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
     else:
         require_experts(p)
         cur = _moe_layer_ffn(lg, normed, il)
     cur = g.add(cur, residual)
+    # the head norm is the block's nextn.shared_head_norm, which the converter always writes for Qwen (else
+    # llama.cpp would take output_norm): src/models/qwen35.cpp:624 shared_head_norm
     if spec.arch == "qwen3next":
-        lg.output(cur)
+        lg.output(cur, head_norm=(il, "nextn.shared_head_norm"))
     else:
-        lg.output(cur, out_ids, rows_output=False)
+        lg.output(cur, out_ids, rows_output=False, head_norm=(il, "nextn.shared_head_norm"))
     return lg.b.graph

@@ -73,3 +73,45 @@ def test_layer_tensors_match_by_kind_then_shape():
     assert lt.names(0, "shortconv.in_proj", (96, 288, 1, 1)) == ("blk.0.shortconv.in_proj.weight",)
     assert lt.names(0, "attn_norm", (96, 1, 1, 1)) == ()  # attn_norm_2 is another kind
     assert lt.names(1, "attn_v", (96, 32, 1, 1)) == ()
+
+
+#: Presets with an MTP draft graph (planner.graphs.MTP_BUILDERS) and nextn layers in their tensor list.
+MTP_PRESETS = ["qwen3-next-80b-a3b", "qwen3.5-35b-a3b"]
+
+
+def _draft_graph_weights(spec):
+    from rsplan.planner.compute import draft_layout_and_params
+
+    layout, params = draft_layout_and_params(spec, cache_layout(spec), ContextParams(n_ctx=4096, n_seq_max=2,
+                                                                                      n_ubatch=64))
+    ctx = resolve_context(layout, params)
+    graph = _build_reserve_graph(reserve_graph_builder(spec, True), spec, layout, ctx, False, "pp", 64, 1, 64)
+    seen, out = set(), []
+    for t in [*graph.leafs, *graph.nodes]:
+        for x in (t, *t.src, *((t.view_src,) if t.view_src is not None else ())):
+            if x.kind == "weight" and id(x) not in seen:
+                seen.add(id(x))
+                out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("name", MTP_PRESETS)
+def test_every_weight_of_the_mtp_draft_graph_is_one_tensor_of_the_file(name):
+    """The ``--spec-type mtp`` draft's nextn block too (eh_proj, enorm, hnorm, its attention and FFN), so that
+    ``-ot`` patterns place the draft's ops as llama.cpp does; the head norm is the nextn block's
+    shared_head_norm where the file has one (src/models/qwen35.cpp:624 shared_head_norm)."""
+    spec = load_builtin_preset(name)
+    tensors = LayerTensors.of((t.name, t.shape) for t in tensor_list(spec))
+    file_names = {t.name for t in tensor_list(spec)}
+    weights = _draft_graph_weights(spec)
+    claimed = []
+    for w in weights:
+        if isinstance(w.layer, int):
+            names = tensors.names(w.layer, w.name, tuple(w.ne))
+            assert len(names) == 1, (w.layer, w.name, w.ne, names)
+            claimed.append(names[0])
+        else:
+            assert _gguf_name(w) in file_names, (w.layer, w.name)
+    assert len(claimed) == len(set(claimed)), sorted(claimed)
+    nextn = ("eh_proj", "enorm", "hnorm", "shared_head_norm")
+    assert {f"blk.{spec.n_layer}.nextn.{k}.weight" for k in nextn} <= set(claimed)
