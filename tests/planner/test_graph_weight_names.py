@@ -23,10 +23,8 @@ PRESETS = ["arwkv-1.5b", "falcon-h1-0.5b-instruct", "granite-4.0-h-1b", "granite
 SHARED = {"falcon-h1": ("attn_norm.weight",)}
 
 
-def _graph_weights(spec):
-    layout = cache_layout(spec)
-    ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=2, n_ubatch=64))
-    graph = _build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False, "pp", 64, 1, 64)
+def _weights_of(graph):
+    """Every weight leaf a graph reads, once each, in graph order."""
     seen, out = set(), []
     for t in [*graph.leafs, *graph.nodes]:
         for x in (t, *t.src, *((t.view_src,) if t.view_src is not None else ())):
@@ -34,6 +32,13 @@ def _graph_weights(spec):
                 seen.add(id(x))
                 out.append(x)
     return out
+
+
+def _graph_weights(spec):
+    layout = cache_layout(spec)
+    ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=2, n_ubatch=64))
+    return _weights_of(_build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False, "pp", 64,
+                                            1, 64))
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -85,14 +90,8 @@ def _draft_graph_weights(spec):
     layout, params = draft_layout_and_params(spec, cache_layout(spec), ContextParams(n_ctx=4096, n_seq_max=2,
                                                                                       n_ubatch=64))
     ctx = resolve_context(layout, params)
-    graph = _build_reserve_graph(reserve_graph_builder(spec, True), spec, layout, ctx, False, "pp", 64, 1, 64)
-    seen, out = set(), []
-    for t in [*graph.leafs, *graph.nodes]:
-        for x in (t, *t.src, *((t.view_src,) if t.view_src is not None else ())):
-            if x.kind == "weight" and id(x) not in seen:
-                seen.add(id(x))
-                out.append(x)
-    return out
+    return _weights_of(_build_reserve_graph(reserve_graph_builder(spec, True), spec, layout, ctx, False, "pp", 64, 1,
+                                            64))
 
 
 @pytest.mark.parametrize("name", MTP_PRESETS)
