@@ -186,9 +186,9 @@ def threads(state_bytes: int) -> int:
     """Threads for a call touching ``state_bytes`` of state: torch's count, fewer for small calls (one per
     ``BYTES_PER_THREAD_TEAM`` on torch's OpenMP team, ``BYTES_PER_THREAD`` on POSIX threads, or per
     ``BYTES_PER_THREAD_LOADED`` while the load average exceeds the CPUs, or as ``pin_load`` decided)."""
-    n = state_bytes // (BYTES_PER_THREAD_TEAM if native().team else BYTES_PER_THREAD)
+    n = state_bytes // _bytes_per_thread()
     # a call too small for a second thread does not ask
-    if n > 1 and (overloaded() if _PINNED_LOAD is None else _PINNED_LOAD):
+    if n > 1 and _loaded():
         n = state_bytes // BYTES_PER_THREAD_LOADED
     return max(1, min(torch.get_num_threads(), n))
 
@@ -196,9 +196,17 @@ def threads(state_bytes: int) -> int:
 def thread_rule() -> tuple[int, int]:
     """(state bytes per thread, most threads): ``threads``' rule for calls that C runs in a row (a replayed step:
     rs_conv_state_replay divides each call's bytes by the first and clamps to 1 .. the second), decided once."""
-    if overloaded() if _PINNED_LOAD is None else _PINNED_LOAD:
-        return BYTES_PER_THREAD_LOADED, torch.get_num_threads()
-    return (BYTES_PER_THREAD_TEAM if native().team else BYTES_PER_THREAD), torch.get_num_threads()
+    return (BYTES_PER_THREAD_LOADED if _loaded() else _bytes_per_thread()), torch.get_num_threads()
+
+
+def _bytes_per_thread() -> int:
+    """State bytes per thread on a machine that is not overloaded, by the library's kind of threads."""
+    return BYTES_PER_THREAD_TEAM if native().team else BYTES_PER_THREAD
+
+
+def _loaded() -> bool:
+    """Whether the machine counts as overloaded: as ``pin_load`` decided, else by the load average now."""
+    return overloaded() if _PINNED_LOAD is None else _PINNED_LOAD
 
 
 def overloaded() -> bool:

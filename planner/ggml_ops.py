@@ -65,11 +65,13 @@ def current_layer() -> int | str | None:
     return _LAYER[0]
 
 
-def weight(*ne: int, name: str = "") -> Tensor:
-    """A model tensor of the current layer: held by the model's buffers, never by the compute buffer (its type does
-    not matter here). ``name``: its GGUF name within the layer (``ffn_up_exps``), which ``-ot`` patterns match."""
+def weight(*ne: int, name: str = "", layer: int | str | None = None) -> Tensor:
+    """A model tensor of the current layer (or of ``layer``): held by the model's buffers, never by the compute
+    buffer (its type does not matter here). ``name``: its GGUF name within the layer (``ffn_up_exps``), which
+    ``-ot`` patterns match."""
     shape = _ne(*ne)
-    return Tensor("NONE", F32, shape, _contiguous_nb(F32, shape), (), None, 0, True, name, 0, "weight", _LAYER[0])
+    return Tensor("NONE", F32, shape, _contiguous_nb(F32, shape), (), None, 0, True, name, 0, "weight",
+                  _LAYER[0] if layer is None else layer)
 
 
 def cache_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:

@@ -35,7 +35,6 @@ alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,7 +42,7 @@ from rsplan.errors import RsplanError
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 from rsplan.planner.placement import Placement
-from rsplan.planner.weight_placement import TensorOverride, where_weight
+from rsplan.planner.weight_placement import BLOCK_NAME, TensorOverride, where_weight
 
 #: ggml_is_view_op: nodes the expansion passes and the split skip.
 VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
@@ -98,9 +97,6 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
 }
 
 
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
-
-
 @dataclass(frozen=True, eq=False)
 class LayerTensors:
     """The model's loaded weights of each repeating layer with their shapes: the GGUF names a graph weight of that
@@ -118,7 +114,7 @@ class LayerTensors:
         """From (GGUF name, shape ne) pairs; tensors outside ``blk.N.`` are left out."""
         by: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
         for name, shape in tensors:
-            m = _BLOCK.match(name)
+            m = BLOCK_NAME.match(name)
             if m:
                 by.setdefault(int(m.group(1)), []).append((name, tuple((*shape, 1, 1, 1, 1)[:4])))
         return cls({k: tuple(v) for k, v in by.items()})

@@ -65,7 +65,8 @@ ARCH_NAMED_LAYERS: dict[str, dict[str, str | int]] = {
 OUTPUT_NORM_STEM: dict[str, str] = {arch: stem for arch, table in ARCH_NAMED_LAYERS.items()
                                     for stem, layer in table.items() if layer == "output"}
 
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
+#: A repeating layer's tensor name: ``blk.N.`` then the rest (group 1: N).
+BLOCK_NAME = re.compile(r"^blk\.(\d+)\.")
 
 
 class WeightPlacementError(RsplanError):
@@ -182,7 +183,7 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
 def layer_of(name: str, n_layer_all: int, *, arch: str) -> str | int:
     """The layer a tensor of a model of ``arch`` belongs to: ``"input"``, ``"output"`` or a repeating layer
     number."""
-    m = _BLOCK.match(name)
+    m = BLOCK_NAME.match(name)
     if m:
         il = int(m.group(1))
         if il >= n_layer_all:
@@ -275,7 +276,7 @@ def where_weight(name: str, layer: str | int | None, placement: Placement,
 def loaded(name: str, n_layer: int, load_mtp: bool) -> bool:
     """Whether a context loads tensor ``name``: the MTP (nextn) layers ``blk.{il >= n_layer}`` only with
     ``--spec-type mtp`` (llama.cpp's ``load_mtp``)."""
-    m = _BLOCK.match(name)
+    m = BLOCK_NAME.match(name)
     return load_mtp or not (m and int(m.group(1)) >= n_layer)
 
 

@@ -125,7 +125,7 @@ class CReplays:
     @property
     def failed(self) -> int:
         """Phases whose first run could not be caught (they always run eagerly)."""
-        return sum(1 for p in self.phases.values() if p.caught and p.replay is None)
+        return sum(1 for p in self.phases.values() if p.tried and p.replay is None)
 
     def region(self, key: tuple, name: str, fn: Callable[[], None], timer: Timer) -> None:
         """Time phase ``name`` of step ``key``: its replay if caught, else ``fn`` (caught on its first run)."""
@@ -144,6 +144,13 @@ class CReplays:
             self.eager += 1
             phase.fn = fn  # this step's own closure (the same tensors)
         timer.region(name, phase)
+
+
+def _step_key(rows: StepRows, K: int, only: set[str] | None) -> tuple:
+    """What makes two timed steps the same step for a replay (CUDA graphs, C replays): their rows, tokens, planes
+    and phases."""
+    return (tuple(rows.src), tuple(rows.dst), tuple(rows.extra_src), rows.rs_z, rows.n_tokens, K,
+            None if only is None else tuple(sorted(only)))
 
 
 class Engine:
@@ -246,15 +253,6 @@ class Engine:
         K = self.n_planes if n_planes is None else n_planes
         res = StepResult(rows)
         regions = self._regions(rows, K, res, keep_y, only)
-        key = (
-            tuple(rows.src),
-            tuple(rows.dst),
-            tuple(rows.extra_src),
-            rows.rs_z,
-            rows.n_tokens,
-            K,
-            None if only is None else tuple(sorted(only)),
-        )
         if timer is not None and self.graphs is not None and not keep_y:
             # nothing may be copied host to device during a capture: inputs, outputs and row tensors first
             from rsplan.kernels._common import device_rows
@@ -264,10 +262,10 @@ class Engine:
                     self.out(k, self.inputs(k, il, rows.n_seqs, rows.n_tokens))
             for r in (rows.src, rows.dst, rows.extra_src, rows.extra_dst, list(range(len(rows.extra_src)))):
                 device_rows(r, self.dev)
-            if self.graphs.run(key, regions, timer):
+            if self.graphs.run(_step_key(rows, K, only), regions, timer):
                 return res
         if timer is not None and self.c_replays is not None and not keep_y:
-            kernel_ops = {k.op for k in self.family.kernels}
+            key, kernel_ops = _step_key(rows, K, only), {k.op for k in self.family.kernels}
             for name, fn in regions:
                 if name in kernel_ops:
                     self.c_replays.region(key, name, fn, timer)

@@ -163,18 +163,18 @@ class Replayable:
         self.fn = fn
         self.n_calls = n_calls
         self.replay: Replay | None = None
-        self.caught = False  # the first run is over (replay set, or None for good)
+        self.tried = False  # the first run is over (replay set, or None for good)
 
     def __call__(self) -> None:
         if self.replay is not None:
             self.replay()
             return
-        if self.caught:
+        if self.tried:
             self.fn()
             return
         with recording() as rec:
             self.fn()
-        self.caught = True
+        self.tried = True
         if rec.complete and len(rec.calls) == self.n_calls:
             self.replay = Replay(rec.calls)
 

@@ -111,14 +111,15 @@ class LlamaGraph:
         self.expand(g.cpy(states_extra, dst))
         return out
 
-    def norm(self, cur: Tensor, width: int, name: str = "") -> Tensor:
+    def norm(self, cur: Tensor, width: int, name: str = "", weight_layer: int | None = None) -> Tensor:
         """build_norm, RMS with a weight (``name``: its GGUF name within the layer, e.g. ``attn_norm``, which
-        ``-ot`` patterns match); inside a layer the RMS_NORM node is named ``norm`` with the layer's number, which
-        llama_context::graph_get_cb may pin to the layer's device."""
+        ``-ot`` patterns match; ``weight_layer``: the weight is that layer's, not the current one's); inside a
+        layer the RMS_NORM node is named ``norm`` with the layer's number, which llama_context::graph_get_cb may
+        pin to the layer's device."""
         normed = g.rms_norm(cur)
         if isinstance(g.current_layer(), int):
             normed.name, normed.layer = "norm", g.current_layer()
-        return g.mul(normed, g.weight(width, name=name))
+        return g.mul(normed, g.weight(width, name=name, layer=weight_layer))
 
     def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True,
                rows_output: bool = True, head_norm: tuple[int, str] | None = None) -> Tensor:
@@ -128,14 +129,11 @@ class LlamaGraph:
         ``head_norm``: (layer, name) of a layer's own weight the final norm uses instead of the output norm (an
         MTP block's nextn.shared_head_norm); the norm itself is still built outside any layer (il = -1)."""
         p = self.p
+        g.set_layer("output")
         if head_norm is None:
-            g.set_layer("output")
             cur = self.norm(cur, p.n_embd, OUTPUT_NORM_STEM.get(p.spec.arch, "output_norm"))
         else:
-            g.set_layer(head_norm[0])
-            weight = g.weight(p.n_embd, name=head_norm[1])
-            g.set_layer("output")
-            cur = g.mul(g.rms_norm(cur), weight)
+            cur = self.norm(cur, p.n_embd, head_norm[1], weight_layer=head_norm[0])
         g.GraphBuilder.set_output(cur)
         if out_ids is not None:
             cur = g.get_rows(cur, out_ids)

@@ -86,7 +86,7 @@ def test_an_output_per_call_is_never_replayed():
     step = Replayable(lambda: runs.append(1) or _step("shortconv", layers, None, []), LAYERS)
     for _ in range(3):
         step()
-    assert step.replay is None and step.caught and runs == [1, 1, 1]
+    assert step.replay is None and step.tried and runs == [1, 1, 1]
 
 
 def test_the_torch_path_is_never_replayed():
