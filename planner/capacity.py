@@ -334,7 +334,7 @@ class CapacityPlanner:
     def _check_smallest(self) -> None:
         """Refuse a budget where not even the smallest setting searched (-c 256 -np 1, no rollback planes, so no
         MTP draft) leaves room for a cache: its weights, margin and compute alone exceed a device's budget."""
-        smallest = self.params(CTX_PAD, 1, 0)
+        smallest = self._smallest()
         charge = self._charge(smallest) or self.charges.zero(smallest)
         for i, (d, r) in enumerate(zip(self.budget.devices, self.room, strict=True)):
             if r - charge.device(i) < 0:
@@ -347,6 +347,10 @@ class CapacityPlanner:
                     + ("; offload fewer layers (-ngl) or split them differently (-ts)"
                        if len(self.budget.devices) > 1 else "")
                 )
+
+    def _smallest(self) -> ContextParams:
+        """The smallest setting any search asks: -c 256 -np 1, no rollback planes (so no MTP draft)."""
+        return self.params(CTX_PAD, 1, 0)
 
     def split_basis(self) -> list[int]:
         """What llama.cpp splits layers by without --tensor-split: free memory (here: each budget), in whole
@@ -609,10 +613,13 @@ class CapacityPlanner:
 
     def ladder_floor(self, contexts: Sequence[int]) -> Charge | None:
         """A lower bound on the charge of every rung of ``contexts`` (``max_parallel``'s ``floor``): the charge of
-        one sequence at the shortest context, where that runs; None with a fixed compute figure."""
+        the smallest setting searched (``-c 256 -np 1``, no rollback planes), sized already by the "nothing fits"
+        check, where llama.cpp runs it; None with a fixed compute figure or no context. A looser bound than one
+        sequence at the shortest rung (whose graphs, another -np or ubatch, would be built for it alone) only
+        widens ``search``'s exact step."""
         if not self.budget.compute_per_setting or not contexts or not 1 <= min(contexts) <= MAX_CTX:
             return None
-        return self._charge(self.params(min(contexts), 1))
+        return self._charge(self._smallest())
 
     def max_ctx(self, n_seq_max: int) -> CtxAnswer:
         """The largest per-sequence context, a multiple of 256 up to the context limit, for ``n_seq_max``
