@@ -36,6 +36,7 @@ from rsplan.planner.outputs import (
     cache_ram_bytes,
     checkpoint_bytes,
     mtp_draft_kv,
+    mtp_draft_params,
     output_buffer,
 )
 from rsplan.planner.placement import place_layers, weights_by_device
@@ -71,6 +72,7 @@ class DraftContext:
     buffer_type: str
     kv_bytes: int
     compute_bytes: int | None
+    output_bytes: int | None = None  # its own output buffer (-np rows of logits), in the target's output host buffer
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ def build_breakdown(
                                     host_compute))
         rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
                     if name not in (backend, "CUDA_Host"))
-    draft = _draft(spec, params, kind, backend, tool, n_draft, notes) if mtp else None
+    draft = _draft(spec, params, layout, kind, backend, notes) if mtp else None
     server = _server_host(layout, params) if tool == "server" else None
     return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server)
 
@@ -279,17 +281,25 @@ def _server_host(layout: CacheLayout, params: ContextParams) -> ServerHost:
     return ServerHost(per, n, ctx.n_seq_max, None if per is None else per * n * ctx.n_seq_max, cache_ram_bytes())
 
 
-def _draft(spec: ModelSpec, params: ContextParams, kind: str, backend: str, tool: str, n_draft: int,
+def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, kind: str, backend: str,
            notes: list[str]) -> DraftContext | None:
+    # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, f16 caches
+    # whatever -ctk / -ctv say, no rollback planes, -np outputs (planner.outputs.mtp_draft_params)
+    draft = mtp_draft_params(params, resolve_context(layout, params).n_ctx)
     try:
-        kv = mtp_draft_kv(spec, params)
+        kv = mtp_draft_kv(spec, draft)
     except OutputsError as exc:
         notes.append(f"MTP draft context: {exc}")
         return None
-    compute_bytes = None
+    compute_bytes = output_bytes = None
     if kind == "CPU":
         try:
-            compute_bytes = compute_buffer(spec, params, tool=tool, n_draft=n_draft, mtp_draft=True).bytes
+            compute_bytes = compute_buffer(spec, draft, n_outputs_max=draft.n_seq_max, mtp_draft=True).bytes
         except ComputeModelError as exc:
             notes.append(f"MTP draft compute buffer: {exc}")
-    return DraftContext(backend, kv.bytes, compute_bytes)
+    try:
+        output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,
+                                     buffer_type="CPU" if kind == "CPU" else "CUDA_Host").bytes
+    except OutputsError as exc:
+        notes.append(f"MTP draft output buffer: {exc}")
+    return DraftContext(backend, kv.bytes, compute_bytes, output_bytes)

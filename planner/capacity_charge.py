@@ -11,7 +11,8 @@ context, per device and on the host, by the rules ``rsplan fit`` measures with.
   (``charged_where_units_run``). ``--compute`` / an allowance is that fixed figure, charged the same way. A device
   without layers is charged nothing.
 - The MTP draft (``--spec-type mtp``: the command printed for the setting carries ``--spec-type draft-mtp``, i.e.
-  n_rs_seq > 0 on a model whose draft type is mtp): planner.fit_draft ``DraftMemory`` at the setting's context: its
+  n_rs_seq > 0 on a model whose draft type is mtp): planner.fit_draft ``DraftMemory`` at the setting's context as
+  llama.cpp resolves it (the draft takes the target's padded n_ctx, planner.outputs.mtp_draft_params): its
   KV cache over the nextn layers and its compute buffer where llama.cpp puts them, plus its output buffer on the
   host (as planner.fit_run), and the target then loads the MTP layers' weights (``Budget.mtp_weights``, placed
   tensor by tensor with the rest).
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE, DEVICE_RULES, BufferRule
-from rsplan.planner.context import ContextParams
+from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
 from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.placement import Placement, weights_by_device
@@ -177,6 +178,9 @@ class ChargeModel:
         from rsplan.planner.outputs import output_buffer
 
         mem = DraftMemory(model, flags, compute_override=model.compute_override)
-        usage = mem.measure(params.n_ctx)
-        out = output_buffer(self.spec, mem.params(params.n_ctx)).bytes if self.spec.vocab_size else 0
+        # a started llama-server makes its draft at the target's n_ctx as resolved (padded), not as given
+        # (planner.outputs.mtp_draft_params); --fit measures it at the flag (rsplan fit)
+        n_ctx = resolve_context(self.layout, params).n_ctx
+        usage = mem.measure(n_ctx)
+        out = output_buffer(self.spec, mem.params(n_ctx)).bytes if self.spec.vocab_size else 0
         return Charge(weights, weights_host, tuple(compute), compute_host, usage, out)

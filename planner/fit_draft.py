@@ -40,13 +40,10 @@ from rsplan.planner.fit_memory import (
     charged_where_units_run,
     scheduled_figures,
 )
-from rsplan.planner.outputs import OutputsError, mtp_draft_layout
+from rsplan.planner.outputs import OutputsError, mtp_draft_layout, mtp_draft_params
 from rsplan.planner.placement import Placement
 from rsplan.planner.plan import build_plan
 from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
-
-#: common_params_speculative::draft cache types by default (``-ctkd`` / ``-ctvd``).
-DRAFT_CACHE_TYPE = "f16"
 
 
 class DraftFitError(RsplanError):
@@ -81,9 +78,9 @@ class DraftMemory:
         return self.target.spec
 
     def params(self, n_ctx: int) -> ContextParams:
-        """The draft context's flags at target context ``n_ctx`` (common_base_params_to_speculative)."""
-        return dataclasses.replace(self.target.params, n_ctx=n_ctx, n_rs_seq=0, type_k=DRAFT_CACHE_TYPE,
-                                   type_v=DRAFT_CACHE_TYPE)
+        """The draft context's flags at target context ``n_ctx`` (planner.outputs.mtp_draft_params: --fit
+        measures the draft at the context it tries, as given, not padded)."""
+        return mtp_draft_params(self.target.params, n_ctx)
 
     def compute_bytes(self, n_ctx: int) -> int:
         """The draft's compute buffer (its graph over the nextn layers, ``n_outputs_max`` = -np)."""

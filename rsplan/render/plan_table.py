@@ -167,7 +167,9 @@ def breakdown_table(bd: Breakdown) -> str:
     if bd.mtp_draft is not None:
         d = bd.mtp_draft
         compute = "?" if d.compute_bytes is None else f"{d.compute_bytes:,}"
-        lines.append(f"MTP draft context ({d.buffer_type}): KV {d.kv_bytes:,} bytes, compute {compute} bytes")
+        output = "?" if d.output_bytes is None else f"{d.output_bytes:,}"
+        lines.append(f"MTP draft context ({d.buffer_type}): KV {d.kv_bytes:,} bytes, compute {compute} bytes; "
+                     f"its output buffer {output} bytes (host)")
     if bd.server_host is not None and bd.server_host.checkpoint_bytes is not None:
         h = bd.server_host
         lines.append(f"llama-server host memory: context checkpoints {h.checkpoint_bytes:,} bytes each, up to "

@@ -93,6 +93,36 @@ def test_mtp_draft_context_is_reported_beside_the_target():
     assert draft["buffer_type"] == "CPU"
 
 
+def _draft(*flags: str) -> dict:
+    r = CliRunner().invoke(cli, ["estimate", "--model", "qwen3.5-35b-a3b", *flags, "--spec-type", "mtp",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)["mtp_draft"]
+
+
+def test_the_mtp_draft_has_f16_caches_and_np_outputs_whatever_the_target_has():
+    # llama-server makes the draft from common_base_params_to_speculative: the draft cache types (-ctkd / -ctvd,
+    # default f16), n_outputs_max = -np. One nextn layer, 2 KV heads x 256 = 512 values per K and V row; -c 32768
+    # -np 4 is 4 streams of 8,192 cells: 32,768 x 512 x 2 bytes x (K + V) = 67,108,864 (q8_0 would be 544 bytes a
+    # row: 35,651,584). The compute buffer was measured on llama.cpp 0c1e57098 with the probe on the preset's
+    # skeleton at the draft's flags (scripts/llamacpp-truth/probe -m qwen3.5-35b-a3b-bf16.gguf -c 32768 -np 4 -fa on
+    # --n-outputs-max 4 --load-mtp --ctx-mtp): context 67,108,864, compute 71,321,632, output buffer 3,973,120
+    # (248,320 logits x 4 rows x 4 bytes).
+    want = {"buffer_type": "CPU", "kv_bytes": 67_108_864, "compute_bytes": 71_321_632, "output_bytes": 3_973_120}
+    assert _draft("-c", "32768", "-np", "4", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0") == want
+    # the target's rollback planes (--spec-draft-n-max, default 3) grow the target's outputs, not the draft's
+    assert _draft("-c", "32768", "-np", "4", "-fa", "on", "--spec-draft-n-max", "12") == want
+
+
+def test_the_mtp_draft_takes_the_target_context_as_resolved():
+    # -c 300 -np 1: the target keeps n_batch = n_ubatch = 300 (the unpadded -c), but the draft is made with
+    # llama_n_ctx(ctx_tgt) = 512 (padded), so its graphs have 512 tokens. Probe on the skeleton at --n-outputs-max 1
+    # --load-mtp --ctx-mtp: at -c 512 compute 68,175,904 (what the draft gets); at -c 300 it would be 39,946,848.
+    # KV: 512 cells x 512 values x 2 bytes x 2 = 1,048,576 either way.
+    draft = _draft("-c", "300", "-np", "1")
+    assert (draft["kv_bytes"], draft["compute_bytes"]) == (1_048_576, 68_175_904)
+
+
 def test_gpu_weights_tensor_by_tensor_keep_the_embedding_on_the_host():
     # mamba-130m as llama-quantize Q8_0 writes it, all layers on CUDA0. The token embedding (50280 x 768, q8_0:
     # 768 / 32 blocks x 34 bytes = 816 bytes a row) stays in host memory: 50280 x 816 = 41,028,480 bytes, a

@@ -114,6 +114,22 @@ def test_the_mtp_draft_is_charged_only_where_the_printed_command_runs_it():
     assert p.charge_at(p.params(16384, 2, 0)).draft is None
 
 
+def test_the_mtp_draft_is_charged_at_the_target_context_as_llama_cpp_resolves_it():
+    # -c 300 -np 1: the target's n_batch and n_ubatch are the unpadded 300; llama-server makes the draft with
+    # llama_n_ctx(ctx_tgt) = 512 (common/speculative.cpp), whose graphs then have 512 tokens, and 512 KV cells
+    spec = make_spec(**SMALL_MTP)
+    p = CapacityPlanner(spec, ContextParams(n_ctx=300, n_seq_max=1, n_rs_seq=2), budget([GIB, 2 * GIB]),
+                        spec_type="mtp")
+    charge = p.charge_at(p.params(300, 1, 2))
+    assert charge.draft is not None
+    assert [d.context for d in charge.draft.devices] == [0, 512 * KV_CELL]
+    at_512 = real(spec, p.params(512, 1, 0), p, n_outputs_max=1, mtp_draft=True)
+    at_300 = real(spec, p.params(300, 1, 0), p, n_outputs_max=1, mtp_draft=True)
+    assert at_512.devices != at_300.devices  # the 300-token graphs are smaller
+    assert tuple(d.compute for d in charge.draft.devices) == at_512.devices
+    assert charge.draft.host.compute == at_512.host
+
+
 def test_start_up_check_uses_the_smallest_setting_not_the_flags_given():
     spec = make_spec(**SMALL_MTP)
     params = ContextParams(n_ctx=262144, n_seq_max=1)

@@ -1,0 +1,223 @@
+"""Random differential testing of the ``--spec-type mtp`` draft context over RPC devices: its KV cache and compute
+buffer per device and on the host, rsplan against llama.cpp's dry run.
+
+fuzz_rpc.py's sibling for the draft. For each model with nextn (MTP) layers among sweep.py's converter skeletons it
+draws, from a seeded generator, a target start as fuzz_rpc.draw_case does (1-3 RPC devices with random free
+memory, -c, -np, -b, -ub, -fa, -kvu, -ngl, -ts, -nkvo, --n-cpu-moe, and in half the starts 1-4 ``-ot`` entries,
+a third of them naming the nextn block's own tensors), and turns it into the draft context llama-server makes for
+``--spec-type mtp`` (common/speculative.cpp): the same flags, f16 caches, no rollback planes, ``n_outputs_max`` =
+-np. The probe runs that context (``--load-mtp --ctx-mtp``, no_alloc) over one ``ggml-rpc-server`` per device;
+rsplan sizes it with planner.fit_draft.DraftMemory (what ``rsplan fit --spec-type mtp --device-kind RPC``
+charges). Compared per device (``--rpc`` order) and for the host: ``context`` (the draft's KV cache) and
+``compute`` bytes; a refusal or abort on either side must be one on both.
+
+Every mismatch is one JSON line in ``--log``; ``--golden FILE`` keeps every measured case in the format
+tests/golden/test_llamacpp_mtp_fuzz.py reads.
+
+Usage (from the repository root; the probe and the RPC server built as fuzz_rpc.py needs them)::
+
+    nice -n 10 .venv/bin/python scripts/llamacpp-truth/fuzz_mtp.py --seed 1 --per-model 20 --log /tmp/mtp.jsonl
+
+Exit status: 0 when nothing mismatched, 1 when something did (or a probe run failed), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fuzz
+import fuzz_rpc
+import sweep
+
+from rsplan.errors import RsplanError
+
+MiB = 1 << 20
+#: the skeletons whose model has nextn layers (converter layouts: their MTP tensors are written)
+MTP_MODELS = ("qwen3.5-35b-a3b-bf16", "qwen3-next-80b-a3b-bf16", "qwen3-next-80b-a3b-q8_0")
+
+
+@cache
+def draft_weights(name: str) -> tuple[Any, ...]:
+    """The tensors a ``--load-mtp`` context loads (the nextn block's included), as the converter writes them."""
+    from rsplan.planner.fit_run import converter_weights
+
+    return tuple(converter_weights(fuzz.model_spec(name), sweep.MODELS[name]["outtype"], load_mtp=True))
+
+
+def draw_draft_overrides(rng: random.Random, name: str, n_dev: int) -> str:
+    """1-4 ``-ot`` entries: fuzz_rpc's draws over the trunk's tensors, or patterns naming the nextn block (its
+    eh_proj, enorm, hnorm, shared_head_norm, its attention / FFN tensors, the whole block), each to ``CPU`` or a
+    device."""
+    n_layer = fuzz.model_spec(name).n_layer
+    names = [w.name for w in draft_weights(name) if w.name.startswith(f"blk.{n_layer}.")]
+    kinds = sorted({n.split(".")[2] for n in names})
+    entries = []
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        if rng.random() < 0.5:
+            entries.append(fuzz_rpc.draw_overrides(rng, name, n_dev).split(",")[0])
+            continue
+        pattern = rng.choice([
+            r"nextn", r"nextn\.(enorm|hnorm)", r"nextn\.eh_proj", r"nextn\.shared_head_norm",
+            rf"blk\.{n_layer}\.", rf"blk\.{n_layer}\.{rng.choice(kinds)}", rf"blk\.{n_layer}\.attn_",
+            rf"blk\.{n_layer}\.ffn_", r"output_norm", r"^output", r"token_embd",
+        ])
+        dest = "CPU" if rng.random() < 0.5 else f"RPC{rng.randrange(n_dev)}"
+        entries.append(f"{pattern}={dest}")
+    return ",".join(entries)
+
+
+def draw_case(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]:
+    """(probe flags of the draft context without -m and --rpc, free MiB per RPC device): a random target start
+    (fuzz_rpc.draw_case without cache types, rollback planes, embeddings) as the draft context llama-server makes
+    of it."""
+    flags, free = fuzz_rpc.draw_case(rng, name, new_flags=False)
+    for flag in ("-ctk", "-ctv"):
+        flags.pop(flag, None)  # the draft's caches are f16 whatever the target's (outputs.DRAFT_CACHE_TYPE)
+    if rng.random() < 0.5:
+        flags["-ot"] = draw_draft_overrides(rng, name, len(free))
+        if "--n-cpu-moe" in flags and rng.random() < 0.5:
+            flags["--n-cpu-moe"] = flags.pop("--n-cpu-moe")
+    flags["--n-outputs-max"] = int(flags.get("-np", 1))
+    flags["--load-mtp"] = True
+    flags["--ctx-mtp"] = True
+    return flags, free
+
+
+def rsplan_draft(name: str, flags: dict[str, Any], free_mib: list[int]) -> tuple[Any, str | None]:
+    """rsplan's breakdown of the draft context of ``flags`` (planner.fit_draft.DraftMemory over the target's
+    MemoryModel as ``rsplan fit --device-kind RPC`` builds it), and why its compute is an estimate (or None)."""
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.planner.buffers import DEVICE_RULES
+    from rsplan.planner.fit_draft import DraftMemory
+    from rsplan.planner.fit_memory import MemoryModel, StartFlags
+    from rsplan.planner.placement import check_tensor_split
+    from rsplan.planner.weight_placement import n_cpu_moe_overrides, parse_overrides
+
+    spec = fuzz.model_spec(name)
+    target = {k: v for k, v in flags.items() if k not in ("--n-outputs-max", "--load-mtp", "--ctx-mtp")}
+    params = sweep.context_params(target)
+    model = MemoryModel(spec, cache_layout(spec), draft_weights(name), params, tuple(f * MiB for f in free_mib),
+                        DEVICE_RULES["RPC"], offload_kqv="-nkvo" not in flags, tool="cli", device_kind="RPC")
+    split = None
+    if "-ts" in flags:
+        split = tuple(check_tensor_split([float(x) for x in str(flags["-ts"]).split(",")], len(free_mib)))
+    overrides = []
+    for flag, value in flags.items():
+        if flag == "-ot":
+            overrides += parse_overrides(str(value), [f"RPC{i}" for i in range(len(free_mib))])
+        elif flag == "--n-cpu-moe":
+            overrides += n_cpu_moe_overrides(int(value))
+    start = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=int(flags.get("-ngl", 0)), tensor_split=split,
+                       overrides=tuple(overrides))
+    usage = DraftMemory(model, start).measure(params.n_ctx)
+    return usage, model.compute_estimate
+
+
+def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dict[str, Any]:
+    """fuzz_rpc.golden_record of one draft start (its resolved context, output buffer and bytes per part)."""
+    return fuzz_rpc.golden_record(name, case, free_mib, port0)
+
+
+def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """What differs between a golden record and rsplan's draft: ``{"what", "llama", "rsplan"}``."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    name, flags = rec["model"], rec["flags"]
+    try:
+        got, estimate = rsplan_draft(name, flags, rec["free_mib"])
+    except LlamaAbortError as exc:
+        if rec.get("crashed"):
+            check = rec["error"].split("GGML_ASSERT(", 1)[-1].rsplit(") failed", 1)[0]
+            return [] if f"GGML_ASSERT({check})" in str(exc) else [
+                {"what": "abort", "llama": rec["error"], "rsplan": str(exc)}]
+        return [{"what": "refusal", "llama": "accepted" if rec["ok"] else rec["error"], "rsplan": str(exc)}]
+    except RsplanError as exc:
+        if not rec["ok"]:
+            return []
+        return [{"what": "refusal", "llama": "accepted", "rsplan": f"{type(exc).__name__}: {exc}"}]
+    if not rec["ok"]:
+        return [{"what": "abort" if rec.get("crashed") else "refusal", "llama": rec["error"], "rsplan": "accepted"}]
+    out = []
+    rows = [(f"RPC{i}", want, got.devices[i]) for i, want in enumerate(rec["devices"])]
+    rows.append(("host", rec["host"], got.host))
+    for where, want, ours in rows:
+        for part in ("context", "compute"):
+            if want[part] != getattr(ours, part):
+                item = {"what": f"{where} {part}", "llama": want[part], "rsplan": getattr(ours, part)}
+                if part == "compute" and estimate:
+                    item["note"] = estimate
+                out.append(item)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--per-model", type=int, default=10, help="starts per model")
+    ap.add_argument("--model", action="append", choices=MTP_MODELS, help="only these (default: all of them)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per probe run")
+    ap.add_argument("--log", type=Path, default=Path("fuzz-mtp-mismatches.jsonl"), help="mismatches, JSON lines")
+    ap.add_argument("--golden", type=Path, help="write every measured case here (the golden test's JSON)")
+    ap.add_argument("--port", type=int, default=51831, help="first RPC server port (one per device)")
+    args = ap.parse_args(argv)
+    if args.per_model < 1:
+        print("Error: --per-model must be >= 1", file=sys.stderr)
+        return 2
+    for need in (sweep.PROBE, fuzz_rpc.SHIM, fuzz_rpc.LLAMA / "build" / "bin" / "ggml-rpc-server"):
+        if not need.exists():
+            print(f"Error: {need} not found; see scripts/llamacpp-truth/README.md", file=sys.stderr)
+            return 2
+    procs = fuzz_rpc.start_servers(fuzz_rpc.MAX_RPC, args.port)
+    golden: list[dict[str, Any]] = []
+    total = bad = 0
+    parts: dict[str, int] = {}
+    try:
+        with args.log.open("a") as log:
+            for name in args.model or MTP_MODELS:
+                t0 = time.monotonic()
+                rng = random.Random(f"{args.seed}:{name}:mtp")
+                gguf = sweep.model_gguf(name, sweep.MODELS[name])
+                outcomes = {"ok": 0, "refused": 0, "crashed": 0}
+                b = 0
+                for _ in range(args.per_model):
+                    flags, free = draw_case(rng, name)
+                    case = fuzz_rpc.run_probe(gguf, flags, free, args.port, args.timeout)
+                    outcomes["ok" if case["ok"] else "crashed" if case.get("crashed") else "refused"] += 1
+                    rec = golden_record(name, case, free, args.port)
+                    golden.append(rec)
+                    diffs = compare(rec)
+                    if diffs:
+                        b += 1
+                        for d in diffs:
+                            parts[d["what"]] = parts.get(d["what"], 0) + 1
+                        cmd = " ".join(sweep.probe_args(gguf, fuzz_rpc.probe_flags(
+                            flags, fuzz_rpc.endpoints(len(free), args.port))))
+                        fuzz.log_mismatch(log, {"model": name, "command": cmd, "flags": flags, "free_mib": free,
+                                                "mismatches": diffs})
+                total, bad = total + args.per_model, bad + b
+                print(f"{name}: {args.per_model} draft starts (seed {args.seed}), {b} mismatching, {outcomes}, "
+                      f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait()
+        if args.golden is not None:
+            args.golden.write_text(json.dumps({"llama_commit": "0c1e57098", "seed": args.seed,
+                                               "probe": "no_alloc (dry run) breakdown of a --ctx-mtp context, "
+                                                        "RPC devices", "cases": golden}, indent=1) + "\n")
+    print(f"{total} draft starts: {bad} mismatching, per part {parts} (log: {args.log})", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
