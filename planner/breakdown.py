@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rsplan.errors import RsplanError
+from rsplan.errors import ContextError, RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE
@@ -291,6 +291,8 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, kind: st
     except OutputsError as exc:
         notes.append(f"MTP draft context: {exc}")
         return None
+    except ContextError as exc:  # its own cache types (-ctkd / -ctvd) refused with the target's flags
+        raise ContextError(f"the --spec-type mtp draft context: {exc}") from None
     compute_bytes = output_bytes = None
     if kind == "CPU":
         try:

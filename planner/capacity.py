@@ -728,7 +728,7 @@ def llama_flags(
     if params.n_ubatch != 512:
         out.append(f"-ub {params.n_ubatch}")
     if params.n_rs_seq > 0:
-        out.append((draft or DraftSetup("mtp")).flags(params.n_rs_seq))
+        out.append((draft or DraftSetup("mtp")).flags(params.n_rs_seq, (params.draft_type_k, params.draft_type_v)))
     if rope is not None and rope.given:
         out.append(rope.flags())
     if ctx_checkpoints != DEFAULT_CTX_CHECKPOINTS:

@@ -61,6 +61,8 @@ class ContextParams:
     swa_full: bool = False  # --swa-full
     n_batch: int = 2048  # -b
     n_ubatch: int = 512  # -ub (0: n_batch)
+    draft_type_k: str = "f16"  # -ctkd: the --spec-type mtp draft context's K cache (planner.outputs.mtp_draft_params)
+    draft_type_v: str = "f16"  # -ctvd: its V cache
 
     def __post_init__(self) -> None:
         for name, lo, hi in _BOUNDS:

@@ -43,9 +43,6 @@ DEFAULT_CACHE_RAM_MIB = 8192
 #: Archs whose MTP draft context gets a plain KV cache over the nextn layers (src/llama-model.cpp:2661
 #: mtp_on_hybrid_qwen, src/llama-model.cpp:2666 mtp_on_hybrid_nemotron).
 MTP_KV_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "bailingmoe3", "nemotron_h_moe"})
-#: The draft context's cache types by default (common/common.h:343 cache_type_k, and cache_type_v on the next line:
-#: ``-ctkd`` / ``-ctvd``).
-DRAFT_CACHE_TYPE = "f16"
 #: Bytes of a sequence state's fixed header and per-layer headers (src/llama-context.cpp:3191
 #: llama_context::state_seq_get_size, src/llama-memory-recurrent.cpp:766 llama_memory_recurrent::state_write):
 #: magic u32 + seq_id i32 + cell_count u32 + (pos i32, n_seq_id u32) + s_trans u32 + n_layer u32; then per tensor
@@ -147,13 +144,14 @@ def mtp_draft_params(params: ContextParams, n_ctx: int | None = None) -> Context
     """The flags of the ``--spec-type mtp`` draft context that llama-server (and llama-cli) makes next to a target
     started with ``params`` (tools/server/server-context.cpp:1107 common_base_params_to_speculative, then
     common/speculative.cpp:2512 common_speculative_init_result): the target's -np, -kvu, -fa, -b, -ub; the
-    draft cache types (common/speculative.cpp:2478 cache_type_k and cache_type_v, of ``-ctkd`` / ``-ctvd``,
-    default f16: not the target's -ctk / -ctv); no rollback planes (``n_rs_seq = 0``); and ``n_ctx``, when given,
+    draft cache types (common/speculative.cpp:2478 cache_type_k and cache_type_v: ``-ctkd`` / ``-ctvd``, the
+    ContextParams fields draft_type_k / draft_type_v, default f16 as common/common.h:343 cache_type_k: not the
+    target's -ctk / -ctv); no rollback planes (``n_rs_seq = 0``); and ``n_ctx``, when given,
     the target context's n_ctx as resolved (common/speculative.cpp:2530 llama_n_ctx of the target: padded, so the
     draft's n_batch, ``min(n_ctx, -b)``, can exceed the target's when -c is not a multiple of 256 and under -b).
     Its n_outputs_max is -np (common/speculative.cpp:2480 n_outputs_max), which the compute-buffer callers pass."""
     n_ctx = params.n_ctx if n_ctx is None else n_ctx
-    return params.replace(n_ctx=n_ctx, n_rs_seq=0, type_k=DRAFT_CACHE_TYPE, type_v=DRAFT_CACHE_TYPE)
+    return params.replace(n_ctx=n_ctx, n_rs_seq=0, type_k=params.draft_type_k, type_v=params.draft_type_v)
 
 
 def mtp_draft_kv(spec: ModelSpec, params: ContextParams, layout: CacheLayout | None = None) -> DraftKV:

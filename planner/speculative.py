@@ -95,10 +95,15 @@ class DraftSetup:
     def needs_draft_model(self) -> bool:
         return self.spec_type in DRAFT_MODEL_TYPES
 
-    def flags(self, n_rs_seq: int) -> str:
-        """The llama.cpp flags that give ``n_rs_seq`` rollback planes."""
+    def flags(self, n_rs_seq: int, cache_types: tuple[str, str] = ("f16", "f16")) -> str:
+        """The llama.cpp flags that give ``n_rs_seq`` rollback planes; with an MTP draft also its cache types
+        (``cache_types``: -ctkd, -ctvd; printed when not llama.cpp's default f16)."""
         model = f" -md {DRAFT_MODEL_PLACEHOLDER}" if self.needs_draft_model else ""
-        return f"--spec-type {LLAMA_SPEC_TYPE_NAMES[self.spec_type]}{model} {DRAFT_FLAG} {n_rs_seq}"
+        out = f"--spec-type {LLAMA_SPEC_TYPE_NAMES[self.spec_type]}{model} {DRAFT_FLAG} {n_rs_seq}"
+        if self.spec_type == "mtp":
+            out += "".join(f" {flag} {t}" for flag, t in zip(("-ctkd", "-ctvd"), cache_types, strict=True)
+                           if t != "f16")
+        return out
 
     def describe(self) -> str:
         """``MTP draft (the model's nextn layers)`` or ``an eagle3/dflash/dspark draft model``, for labels."""

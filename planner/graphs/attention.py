@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rsplan.hparams.layout import KVLayer
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import Tensor
 from rsplan.planner.graphs.common import GraphParams, LlamaGraph
@@ -38,8 +39,8 @@ def _rotations(lg: LlamaGraph) -> tuple[int | None, int | None]:
     """(K rotation size, V rotation size), or None where llama.cpp rotates nothing: it rotates a quantized cache
     when every KV layer has the same head dim and that dim is a multiple of 64 (llama_kv_cache constructor)."""
     p, ctx = lg.p, lg.p.ctx
-    dims_k = {d for il, d in enumerate(p.layout.head_dim_k) if il in _kv_ids(p)}
-    dims_v = {d for il, d in enumerate(p.layout.head_dim_v) if il in _kv_ids(p)}
+    dims = [_head_dims(p, layer) for layer in p.layout.kv_layers]
+    dims_k, dims_v = {k for k, _ in dims}, {v for _, v in dims}
     k = v = None
     if ctx.type_k.is_quantized and len(dims_k) == 1 and next(iter(dims_k)) % 64 == 0:
         k = _k_rot_size(next(iter(dims_k)))
@@ -48,8 +49,13 @@ def _rotations(lg: LlamaGraph) -> tuple[int | None, int | None]:
     return k, v
 
 
-def _kv_ids(p: GraphParams) -> set[int]:
-    return {layer.il for layer in p.layout.kv_layers}
+def _head_dims(p: GraphParams, layer: KVLayer) -> tuple[int, int]:
+    """(K, V) head dims of a cached layer (llama_hparams::n_embd_head_k(il)): the layout's for a trunk layer; for
+    an MTP layer (in the ``--spec-type mtp`` draft's cache, past the trunk's list) its row over its KV heads."""
+    if layer.il < len(p.layout.head_dim_k):
+        return p.layout.head_dim_k[layer.il], p.layout.head_dim_v[layer.il]
+    n_kv = p.spec.head_count_kv(layer.il)
+    return layer.n_embd_k_gqa // n_kv, layer.n_embd_v_gqa // n_kv
 
 
 def hadamard(cur: Tensor, rot: Tensor) -> Tensor:

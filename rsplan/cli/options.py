@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from rsplan.cli.sections import Decorator, section
-from rsplan.hparams.ggml_types import CACHE_TYPE_NAMES
+from rsplan.hparams.ggml_types import CACHE_TYPE_NAMES, ggml_type
 from rsplan.planner.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams, n_rs_seq_for
 from rsplan.render.units import read_count, shown
 
@@ -115,6 +115,12 @@ CONTEXT_OPTION: dict[str, Callable[..., Decorator]] = {
         click.option, "--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(0, MAX_RS_SEQ),
         default=None, metavar="N",
         help="Draft length (default 3), used as n_rs_seq with --spec-type (llama.cpp: --spec-draft-n-max)."),
+    "draft_type_k": partial(
+        click.option, "-ctkd", "--cache-type-k-draft", "--spec-draft-type-k", "draft_type_k", type=CACHE_TYPE,
+        default="f16", show_default=True, help="K cache type of the --spec-type mtp draft context (llama.cpp -ctkd)."),
+    "draft_type_v": partial(
+        click.option, "-ctvd", "--cache-type-v-draft", "--spec-draft-type-v", "draft_type_v", type=CACHE_TYPE,
+        default="f16", show_default=True, help="V cache type of the --spec-type mtp draft context (llama.cpp -ctvd)."),
     "type_r": partial(
         click.option, "--type-r", "type_r", type=CACHE_TYPE, default="f32", show_default=True,
         help="Conv-state (R) type; llama.cpp always uses f32."),
@@ -141,6 +147,14 @@ def pop_context_params(kwargs: dict[str, Any]) -> ContextParams:
     if values["n_rs_seq"] is not None and spec_type != "none":
         raise click.BadParameter("give either --n-rs-seq or --spec-type, not both", param_hint="--n-rs-seq")
     values["n_rs_seq"] = n_rs_seq_for(spec_type, draft_max, values["n_rs_seq"])
-    for key in ("type_k", "type_v", "type_r", "type_s"):
+    for key in ("type_k", "type_v", "type_r", "type_s", "draft_type_k", "draft_type_v"):
         values[key] = values[key].lower()
+    for key, flag in (("draft_type_k", "-ctkd"), ("draft_type_v", "-ctvd")):
+        if values[key] != "f16" and spec_type != "mtp":
+            raise click.BadParameter(f"{flag} sets the cache type of the --spec-type mtp draft context: give "
+                                     "--spec-type mtp", param_hint=flag)
+    if ggml_type(values["draft_type_v"]).is_quantized and values["flash_attn"] == "off":
+        # the draft takes the target's -fa (planner.outputs.mtp_draft_params); llama.cpp refuses its context
+        raise click.BadParameter(f"a quantized V cache ({values['draft_type_v']}) needs flash attention, and the "
+                                 "MTP draft context takes the target's -fa off", param_hint="-ctvd")
     return ContextParams(**values)

@@ -5,8 +5,9 @@ fuzz_rpc.py's sibling for the draft. For each model with nextn (MTP) layers amon
 draws, from a seeded generator, a target start as fuzz_rpc.draw_case does (1-3 RPC devices with random free
 memory, -c, -np, -b, -ub, -fa, -kvu, -ngl, -ts, -nkvo, --n-cpu-moe, and in half the starts 1-4 ``-ot`` entries,
 a third of them naming the nextn block's own tensors), and turns it into the draft context llama-server makes for
-``--spec-type mtp`` (common/speculative.cpp): the same flags, f16 caches, no rollback planes, ``n_outputs_max`` =
--np. The probe runs that context (``--load-mtp --ctx-mtp``, no_alloc) over one ``ggml-rpc-server`` per device;
+``--spec-type mtp`` (common/speculative.cpp): the same flags, the draft cache types (the target's -ctkd / -ctvd:
+the probe's -ctk / -ctv, drawn), no rollback planes, ``n_outputs_max`` = -np. The probe runs that context
+(``--load-mtp --ctx-mtp``, no_alloc) over one ``ggml-rpc-server`` per device;
 rsplan sizes it with planner.fit_draft.DraftMemory (what ``rsplan fit --spec-type mtp --device-kind RPC``
 charges). Compared per device (``--rpc`` order) and for the host: ``context`` (the draft's KV cache) and
 ``compute`` bytes; a refusal or abort on either side must be one on both.
@@ -77,11 +78,11 @@ def draw_draft_overrides(rng: random.Random, name: str, n_dev: int) -> str:
 
 def draw_case(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]:
     """(probe flags of the draft context without -m and --rpc, free MiB per RPC device): a random target start
-    (fuzz_rpc.draw_case without cache types, rollback planes, embeddings) as the draft context llama-server makes
-    of it."""
+    (fuzz_rpc.draw_case without rollback planes or embeddings) as the draft context llama-server makes of it: its
+    -ctk / -ctv are the draft's cache types (the target's -ctkd / -ctvd)."""
     flags, free = fuzz_rpc.draw_case(rng, name, new_flags=False)
-    for flag in ("-ctk", "-ctv"):
-        flags.pop(flag, None)  # the draft's caches are f16 whatever the target's (outputs.DRAFT_CACHE_TYPE)
+    # -ctk / -ctv drawn here are the draft context's own cache types: the target's -ctkd / -ctvd (its -ctk / -ctv
+    # do not reach the draft: planner.outputs.mtp_draft_params)
     if rng.random() < 0.5:
         flags["-ot"] = draw_draft_overrides(rng, name, len(free))
         if "--n-cpu-moe" in flags and rng.random() < 0.5:
@@ -103,8 +104,11 @@ def rsplan_draft(name: str, flags: dict[str, Any], free_mib: list[int]) -> tuple
     from rsplan.planner.weight_placement import n_cpu_moe_overrides, parse_overrides
 
     spec = fuzz.model_spec(name)
-    target = {k: v for k, v in flags.items() if k not in ("--n-outputs-max", "--load-mtp", "--ctx-mtp")}
-    params = sweep.context_params(target)
+    target = {k: v for k, v in flags.items()
+              if k not in ("--n-outputs-max", "--load-mtp", "--ctx-mtp", "-ctk", "-ctv")}
+    # the probe's cache types are the draft's: the target's -ctkd / -ctvd
+    params = sweep.context_params(target).replace(draft_type_k=flags.get("-ctk", "f16"),
+                                                  draft_type_v=flags.get("-ctv", "f16"))
     model = MemoryModel(spec, cache_layout(spec), draft_weights(name), params, tuple(f * MiB for f in free_mib),
                         DEVICE_RULES["RPC"], offload_kqv="-nkvo" not in flags, tool="cli", device_kind="RPC")
     split = None

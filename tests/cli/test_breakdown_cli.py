@@ -114,6 +114,27 @@ def test_the_mtp_draft_has_f16_caches_and_np_outputs_whatever_the_target_has():
     assert _draft("-c", "32768", "-np", "4", "-fa", "on", "--spec-draft-n-max", "12") == want
 
 
+def test_the_mtp_draft_takes_its_own_cache_types_from_ctkd_and_ctvd():
+    # -ctkd / -ctvd q8_0: 544 bytes a 512-value row (16 blocks of 34): 32,768 x 544 x 2 = 35,651,584. A quantized
+    # cache of head dim 256 gets llama.cpp's Hadamard rotation inputs (a 256 x 256 f32 matrix for K, 64 x 64 for
+    # V: llama_kv_cache::build_input_k_rot), built in the draft's graph too. Measured on llama.cpp 0c1e57098 (probe
+    # -c 32768 -np 4 -fa on -ctk q8_0 -ctv q8_0 --n-outputs-max 4 --load-mtp --ctx-mtp on the skeleton): context
+    # 35,651,584, compute 71,600,160 (71,321,632 unrotated, as f16 caches have it).
+    draft = _draft("-c", "32768", "-np", "4", "-fa", "on", "-ctkd", "q8_0", "-ctvd", "q8_0")
+    assert (draft["kv_bytes"], draft["compute_bytes"]) == (35_651_584, 71_600_160)
+    # the target's -ctk / -ctv stay the target's
+    assert _draft("-c", "32768", "-np", "4", "-fa", "on", "-ctk", "q8_0", "-ctkd", "q8_0", "-ctvd", "q8_0") == draft
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["-ctkd", "q8_0"], "-ctkd sets the cache type of the --spec-type mtp draft context"),
+    (["--spec-type", "mtp", "-fa", "off", "-ctvd", "q4_0"], "needs flash attention"),
+])
+def test_draft_cache_types_that_llama_cpp_would_not_use_are_one_line_errors(flags, message):
+    r = CliRunner().invoke(cli, ["estimate", "--model", "qwen3.5-35b-a3b", *flags])
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
 def test_the_mtp_draft_takes_the_target_context_as_resolved():
     # -c 300 -np 1: the target keeps n_batch = n_ubatch = 300 (the unpadded -c), but the draft is made with
     # llama_n_ctx(ctx_tgt) = 512 (padded), so its graphs have 512 tokens. Probe on the skeleton at --n-outputs-max 1

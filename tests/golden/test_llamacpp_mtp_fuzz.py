@@ -1,6 +1,7 @@
 """The ``--spec-type mtp`` draft context per device and on the host against llama.cpp, over random starts:
 scripts/llamacpp-truth/fuzz_mtp.py's records (tests/golden/llamacpp-sched/mtp-fuzz-*.json: the probe's no_alloc
-breakdown of a ``--load-mtp --ctx-mtp`` context over 1-3 RPC devices, free memory faked), compared with
+breakdown of a ``--load-mtp --ctx-mtp`` context over 1-3 RPC devices, free memory faked; its -ctk / -ctv are the
+draft's cache types, the target's -ctkd / -ctvd; seed 2 drew none), compared with
 planner.fit_draft.DraftMemory (what ``rsplan fit --spec-type mtp --device-kind RPC`` charges for the draft): its KV
 cache (``context``) and compute buffer per device and for the host, refusals and aborts. CI reads only the JSON."""
 
@@ -51,6 +52,12 @@ def test_the_golden_starts_cover_the_drawn_kinds():
     assert any(d["context"] and d["compute"] for c in ok for d in c["devices"])
     assert any(c["host"]["context"] for c in ok) and any(c["host"]["compute"] for c in ok)
     assert any(c["flags"]["-ngl"] == 0 for c in ok)
+    # the draft's own cache types (the target's -ctkd / -ctvd): quantized ones get rotation inputs in its graph, and
+    # a quantized V without flash attention is refused on both sides
+    quantized = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+    assert any(c["flags"].get("-ctk") in quantized and any(d["compute"] for d in c["devices"]) for c in ok)
+    assert any(c["flags"].get("-ctv") in quantized for c in ok)
+    assert any(not c["ok"] and c["flags"].get("-ctv") in quantized and c["flags"].get("-fa") == "off" for c in CASES)
 
 
 def test_a_one_byte_difference_in_any_part_is_reported(fuzz_mtp):

@@ -130,6 +130,18 @@ def test_the_mtp_draft_is_charged_at_the_target_context_as_llama_cpp_resolves_it
     assert charge.draft.host.compute == at_512.host
 
 
+def test_the_mtp_draft_takes_ctkd_and_ctvd_and_the_printed_command_carries_them():
+    spec = make_spec(**SMALL_MTP)
+    base = ContextParams(n_ctx=4096, n_seq_max=1, n_rs_seq=2, flash_attn="on", type_k="q4_0",
+                         draft_type_k="q8_0", draft_type_v="q8_0")
+    p = CapacityPlanner(spec, base, budget([GIB, 2 * GIB]), spec_type="mtp")
+    params = p.params(16384, 2, 2)
+    # the nextn layer's 4 KV heads x 128 = 512 values per K and V row; q8_0: 16 blocks of 34 bytes = 544 bytes
+    assert [d.context for d in p.charge_at(params).draft.devices] == [0, 16384 * 544 * 2]
+    assert "--spec-draft-n-max 2 -ctkd q8_0 -ctvd q8_0" in p.flags(params)
+    assert "-ctk q4_0" in p.flags(params)  # the target's own, printed apart
+
+
 def test_start_up_check_uses_the_smallest_setting_not_the_flags_given():
     spec = make_spec(**SMALL_MTP)
     params = ContextParams(n_ctx=262144, n_seq_max=1)
