@@ -73,6 +73,7 @@ class DraftContext:
     kv_bytes: int
     compute_bytes: int | None
     output_bytes: int | None = None  # its own output buffer (-np rows of logits), in the target's output host buffer
+    host_compute_bytes: int | None = None  # on a GPU backend: its CPU backend's compute buffer (CUDA_Host)
 
 
 @dataclass(frozen=True)
@@ -254,22 +255,26 @@ def build_breakdown(
 
 
 def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,
-                 embeddings: bool, backend: str, notes: list[str]) -> tuple[int | None, int | None]:
+                 embeddings: bool, backend: str, notes: list[str], *, mtp_draft: bool = False,
+                 n_outputs_max: int | None = None) -> tuple[int | None, int | None]:
     """(device, host) compute buffers of a real run with every layer on one CUDA device: the scheduler model
-    (planner.sched) with CUDA's rules, an estimate (said in ``notes``); (None, None) where it does not apply."""
+    (planner.sched) with CUDA's rules, an estimate (said in ``notes``); (None, None) where it does not apply.
+    ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags)."""
     from rsplan.planner.device_compute import device_compute
     from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
 
     kind = DEVICE_KINDS["CUDA"]
     setup = SchedSetup(kind, place_layers(spec.block_count, 1))
+    what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
     try:
         got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,
-                             dry_run=False)
+                             dry_run=False, mtp_draft=mtp_draft, n_outputs_max=n_outputs_max)
     except (ComputeModelError, SchedModelError) as exc:
-        notes.append(f"compute buffer on {backend}: {exc}")
+        notes.append(f"{what} on {backend}: {exc}")
         return None, None
-    notes.append(f"compute buffers on {backend} and the host: the scheduler model with CUDA's rules, an estimate "
-                 f"({kind.source}); llama.cpp names the host one CUDA_Host; see docs/sizing.md")
+    if not mtp_draft:  # the target's note covers the draft's figures too
+        notes.append(f"compute buffers on {backend} and the host: the scheduler model with CUDA's rules, an "
+                     f"estimate ({kind.source}); llama.cpp names the host one CUDA_Host; see docs/sizing.md")
     assert got.devices is not None and got.host is not None  # a real run was sized
     return got.devices[0], got.host
 
@@ -293,15 +298,18 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, kind: st
         return None
     except ContextError as exc:  # its own cache types (-ctkd / -ctvd) refused with the target's flags
         raise ContextError(f"the --spec-type mtp draft context: {exc}") from None
-    compute_bytes = output_bytes = None
+    compute_bytes = output_bytes = host_compute = None
     if kind == "CPU":
         try:
             compute_bytes = compute_buffer(spec, draft, n_outputs_max=draft.n_seq_max, mtp_draft=True).bytes
         except ComputeModelError as exc:
             notes.append(f"MTP draft compute buffer: {exc}")
+    else:  # the target's own note says these are the scheduler model's estimate with CUDA's rules
+        compute_bytes, host_compute = _gpu_compute(spec, draft, layout, "cli", 0, False, backend, notes,
+                                                   mtp_draft=True, n_outputs_max=draft.n_seq_max)
     try:
         output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,
                                      buffer_type="CPU" if kind == "CPU" else "CUDA_Host").bytes
     except OutputsError as exc:
         notes.append(f"MTP draft output buffer: {exc}")
-    return DraftContext(backend, kv.bytes, compute_bytes, output_bytes)
+    return DraftContext(backend, kv.bytes, compute_bytes, output_bytes, host_compute)

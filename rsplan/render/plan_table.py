@@ -167,6 +167,8 @@ def breakdown_table(bd: Breakdown) -> str:
     if bd.mtp_draft is not None:
         d = bd.mtp_draft
         compute = "?" if d.compute_bytes is None else f"{d.compute_bytes:,}"
+        if d.host_compute_bytes is not None:
+            compute += f" (host compute {d.host_compute_bytes:,})"
         output = "?" if d.output_bytes is None else f"{d.output_bytes:,}"
         lines.append(f"MTP draft context ({d.buffer_type}): KV {d.kv_bytes:,} bytes, compute {compute} bytes; "
                      f"its output buffer {output} bytes (host)")

@@ -108,7 +108,8 @@ def test_the_mtp_draft_has_f16_caches_and_np_outputs_whatever_the_target_has():
     # skeleton at the draft's flags (scripts/llamacpp-truth/probe -m qwen3.5-35b-a3b-bf16.gguf -c 32768 -np 4 -fa on
     # --n-outputs-max 4 --load-mtp --ctx-mtp): context 67,108,864, compute 71,321,632, output buffer 3,973,120
     # (248,320 logits x 4 rows x 4 bytes).
-    want = {"buffer_type": "CPU", "kv_bytes": 67_108_864, "compute_bytes": 71_321_632, "output_bytes": 3_973_120}
+    want = {"buffer_type": "CPU", "kv_bytes": 67_108_864, "compute_bytes": 71_321_632, "output_bytes": 3_973_120,
+            "host_compute_bytes": None}  # on the CPU backend the compute buffer is the host one
     assert _draft("-c", "32768", "-np", "4", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0") == want
     # the target's rollback planes (--spec-draft-n-max, default 3) grow the target's outputs, not the draft's
     assert _draft("-c", "32768", "-np", "4", "-fa", "on", "--spec-draft-n-max", "12") == want
@@ -124,6 +125,28 @@ def test_the_mtp_draft_takes_its_own_cache_types_from_ctkd_and_ctvd():
     assert (draft["kv_bytes"], draft["compute_bytes"]) == (35_651_584, 71_600_160)
     # the target's -ctk / -ctv stay the target's
     assert _draft("-c", "32768", "-np", "4", "-fa", "on", "-ctk", "q8_0", "-ctkd", "q8_0", "-ctvd", "q8_0") == draft
+
+
+def test_the_mtp_draft_on_a_gpu_backend_is_what_fit_and_capacity_charge_for_it():
+    # --backend CUDA0: the draft's compute per backend as rsplan fit / capacity size it for one CUDA device holding
+    # every layer (planner.fit_draft.DraftMemory, real run), at the draft's flags (f16, -np outputs)
+    from rsplan.hparams.layout import cache_layout
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.buffers import DEVICE_RULES
+    from rsplan.planner.context import ContextParams
+    from rsplan.planner.fit_draft import DraftMemory
+    from rsplan.planner.fit_memory import MemoryModel, StartFlags
+    from rsplan.planner.fit_run import converter_weights
+
+    draft = _draft("-c", "32768", "-np", "4", "--backend", "CUDA0", "-ctk", "q8_0", "-fa", "on")
+    spec = load_model("qwen3.5-35b-a3b")
+    params = ContextParams(n_ctx=32768, n_seq_max=4, type_k="q8_0", flash_attn="on", n_rs_seq=3)
+    model = MemoryModel(spec, cache_layout(spec), converter_weights(spec, load_mtp=True), params, (1 << 40,),
+                        DEVICE_RULES["CUDA"], device_kind="CUDA", real_run=True)
+    usage = DraftMemory(model, StartFlags(n_ctx=32768, n_gpu_layers=spec.block_count + 1)).measure(32768)
+    assert (draft["compute_bytes"], draft["host_compute_bytes"]) == (usage.devices[0].compute, usage.host.compute)
+    assert draft["kv_bytes"] == usage.devices[0].context == 67_108_864  # f16 on the device, whatever -ctk says
+    assert draft["compute_bytes"] > 0 and draft["host_compute_bytes"] > 0
 
 
 @pytest.mark.parametrize(("flags", "message"), [
