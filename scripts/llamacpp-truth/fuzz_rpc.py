@@ -183,6 +183,17 @@ def draw_case(rng: random.Random, name: str, new_flags: bool = False) -> tuple[d
     return flags, free
 
 
+#: The models ``--alloc`` runs: the tiny real GGUFs, whose buffers a real run can allocate (a skeleton's would be
+#: its full size in each ggml-rpc-server).
+ALLOC_MODELS = ("mamba2-tiny", "lfm2-tiny", "qwen35-tiny")
+
+
+def real_run_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """A drawn start as a real run (``--alloc``): buffers allocated, compute = each backend's largest reserved
+    graph; weights read into buffers (``--no-mmap``) so that the host's model bytes are the dry run's."""
+    return {**flags, "--alloc": True, "--no-mmap": True}
+
+
 @cache
 def model_weights(name: str) -> tuple[Any, ...]:
     """The tensors a context loads (planner.weight_placement.Weight): the tiny GGUF's own, a skeleton's as the
@@ -211,7 +222,8 @@ def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
     """rsplan's breakdown of the probe's start ``flags`` over RPC devices with ``free_mib`` free: (the
     planner.fit_memory.Usage: per device and host, model / context / compute bytes; why the compute is an estimate
     or None; the layer placement; the tensor overrides). The MemoryModel ``rsplan fit --device-kind RPC`` measures
-    with, sized as the dry run (the first pp graph; n_outputs_max = n_batch, as the probe)."""
+    with, sized as the dry run (the first pp graph; n_outputs_max = n_batch, as the probe); with ``--alloc`` (a
+    real run) as a started context allocates (each backend's largest reserve: what ``rsplan capacity`` charges)."""
     from rsplan.hparams.layout import cache_layout
     from rsplan.planner.buffers import DEVICE_RULES
     from rsplan.planner.fit_memory import MemoryModel, StartFlags
@@ -223,7 +235,8 @@ def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
     offload_kqv = "-nkvo" not in flags
     model = MemoryModel(spec, cache_layout(spec), model_weights(name), params, tuple(f * MiB for f in free_mib),
                         DEVICE_RULES["RPC"], offload_kqv=offload_kqv, tool="cli", device_kind="RPC",
-                        n_outputs_max=flags.get("--n-outputs-max"), embeddings=bool(flags.get("--embeddings")))
+                        n_outputs_max=flags.get("--n-outputs-max"), embeddings=bool(flags.get("--embeddings")),
+                        real_run=bool(flags.get("--alloc")))
     split = None
     if "-ts" in flags:
         split = tuple(check_tensor_split([float(x) for x in str(flags["-ts"]).split(",")], len(free_mib)))
@@ -402,6 +415,8 @@ def fuzz_model(name: str, rng: random.Random, n: int, args: argparse.Namespace, 
         flags, free = draw_case(rng, name, args.new_flags)
         while fuzz.recurrent_estimate(name, flags) > args.max_recurrent:
             flags, free = draw_case(rng, name, args.new_flags)
+        if args.alloc:
+            flags = real_run_flags(flags)
         case = run_probe(gguf, flags, free, args.port, args.timeout)
         outcomes["ok" if case["ok"] else "crashed" if case.get("crashed") else "refused"] += 1
         rec = golden_record(name, case, free, args.port)
@@ -425,8 +440,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=51731, help="first RPC server port (one per device)")
     ap.add_argument("--new-flags", action="store_true",
                     help="also draw -ot (to the CPU and to devices), --n-rs-seq, --embeddings, --n-outputs-max")
+    ap.add_argument("--alloc", action="store_true",
+                    help=f"real runs (buffers allocated; compute = each backend's largest reserve) of the tiny GGUFs "
+                         f"({', '.join(ALLOC_MODELS)}) instead of dry runs")
     args = ap.parse_args(argv)
-    names = args.model or rpc_models()
+    names = args.model or (list(ALLOC_MODELS) if args.alloc else rpc_models())
+    if args.alloc and set(names) - set(ALLOC_MODELS):
+        print(f"Error: --alloc runs only {', '.join(ALLOC_MODELS)}", file=sys.stderr)
+        return 2
     if not fuzz.arguments_hold(args, names):
         return 2
     for need, how in ((sweep.PROBE, "run scripts/llamacpp-truth/build.sh"), (SHIM, "run build.sh"),

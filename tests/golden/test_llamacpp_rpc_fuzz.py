@@ -1,8 +1,8 @@
 """Every byte on every device against llama.cpp over RPC devices: the random multi-device starts measured by
 scripts/llamacpp-truth/fuzz_rpc.py (tests/golden/llamacpp-sched/fuzz-*.json: the probe's no_alloc breakdown, one
-ggml-rpc-server per device, free memory faked) compared with planner.fit_memory.MemoryModel, part by part: per
-device and for the host, model / context / compute bytes, the resolved sizes, the output buffer, refusals and
-aborts. CI has no llama.cpp: it reads only the JSON."""
+ggml-rpc-server per device, free memory faked; fuzz-*-alloc.json: real runs of the tiny GGUFs) compared with
+planner.fit_memory.MemoryModel, part by part: per device and for the host, model / context / compute bytes, the
+resolved sizes, the output buffer, refusals and aborts. CI has no llama.cpp: it reads only the JSON."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ CASES = [c for f in FILES for c in json.loads(f.read_text())["cases"]]
 MEASURED = shared_dir() / "data" / "llamacpp-measured"
 TINY = {"mamba2-tiny", "lfm2-tiny", "qwen35-tiny"}  # the real GGUFs of shared/data/llamacpp-measured
 PROBE_FLAGS = {"-c", "-np", "-b", "-ub", "-fa", "-ctk", "-ctv", "-kvu", "-ngl", "-ts", "-nkvo", "--n-cpu-moe"}
+REAL_RUN_FLAGS = {"--alloc", "--no-mmap"}  # fuzz_rpc.py --alloc
 NEW_FLAGS = {"-ot", "--n-rs-seq", "--embeddings", "--n-outputs-max"}  # fuzz_rpc.py --new-flags
 
 
@@ -83,6 +84,23 @@ def test_a_one_byte_difference_in_any_part_is_reported(fuzz_rpc):
             name = f"RPC{len(case['devices']) - 1}" if where == "devices" else "host"
             assert [d["what"] for d in got] == [f"{name} {part}"]
             assert got[0]["llama"] == got[0]["rsplan"] + 1
+
+
+@needs_shared(MEASURED)
+def test_real_runs_are_sized_as_a_started_context_allocates(fuzz_rpc):
+    # fuzz_rpc.py --alloc: real runs of the tiny GGUFs over devices (buffers allocated, weights read with
+    # --no-mmap), compared with the real run's figures (each backend's largest reserve, pinned nodes held: what
+    # rsplan capacity charges); the data must keep starts where those differ from the dry run's
+    real = [c for c in CASES if c["flags"].get("--alloc") and c["ok"]]
+    assert len(real) >= 100 and {c["model"] for c in real} == set(fuzz_rpc.ALLOC_MODELS)
+    assert all(c["flags"].get("--no-mmap") and set(c["flags"]) <= PROBE_FLAGS | NEW_FLAGS | REAL_RUN_FLAGS
+               for c in real)
+    as_dry = []
+    for c in real:
+        dry = copy.deepcopy(c)
+        del dry["flags"]["--alloc"]
+        as_dry.append(bool(fuzz_rpc.compare(dry)))
+    assert sum(as_dry) >= 10  # sized as a dry run, these would not match llama.cpp
 
 
 def test_the_host_weights_by_buffer_type_are_compared(fuzz_rpc):
