@@ -39,8 +39,6 @@ import fuzz
 import fuzz_rpc
 import sweep
 
-from rsplan.errors import RsplanError
-
 MiB = 1 << 20
 #: the skeletons whose model has nextn layers (converter layouts: their MTP tensors are written)
 MTP_MODELS = ("qwen3.5-35b-a3b-bf16", "qwen3-next-80b-a3b-bf16", "qwen3-next-80b-a3b-q8_0")
@@ -133,23 +131,12 @@ def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dic
 
 def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """What differs between a golden record and rsplan's draft: ``{"what", "llama", "rsplan"}``."""
-    from rsplan.planner.compute import LlamaAbortError
-
     name, flags = rec["model"], rec["flags"]
-    try:
-        got, estimate = rsplan_draft(name, flags, rec["free_mib"])
-    except LlamaAbortError as exc:
-        if rec.get("crashed"):
-            check = rec["error"].split("GGML_ASSERT(", 1)[-1].rsplit(") failed", 1)[0]
-            return [] if f"GGML_ASSERT({check})" in str(exc) else [
-                {"what": "abort", "llama": rec["error"], "rsplan": str(exc)}]
-        return [{"what": "refusal", "llama": "accepted" if rec["ok"] else rec["error"], "rsplan": str(exc)}]
-    except RsplanError as exc:
-        if not rec["ok"]:
-            return []
-        return [{"what": "refusal", "llama": "accepted", "rsplan": f"{type(exc).__name__}: {exc}"}]
-    if not rec["ok"]:
-        return [{"what": "abort" if rec.get("crashed") else "refusal", "llama": rec["error"], "rsplan": "accepted"}]
+    sized, outcome = fuzz_rpc.sized_or_outcome(rec, lambda: rsplan_draft(name, flags, rec["free_mib"]))
+    if sized is None:
+        assert outcome is not None
+        return outcome
+    got, estimate = sized
     out = []
     rows = [(f"RPC{i}", want, got.devices[i]) for i, want in enumerate(rec["devices"])]
     rows.append(("host", rec["host"], got.host))

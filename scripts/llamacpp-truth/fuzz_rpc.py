@@ -42,9 +42,10 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,6 +62,7 @@ MiB = 1 << 20
 HOST_FREE = 1 << 40
 #: RPC devices at most (one ggml-rpc-server each)
 MAX_RPC = 3
+T = TypeVar("T")
 
 
 def rpc_models() -> list[str]:
@@ -344,31 +346,47 @@ def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dic
     return rec
 
 
+def sized_or_outcome(rec: dict[str, Any], size: Callable[[], T]) -> tuple[T | None, list[dict[str, Any]] | None]:
+    """``(size(), None)`` where llama.cpp and rsplan both accepted the start of ``rec``; else ``(None, what
+    differs in the outcome)``: nothing where both refused, or both aborted on the same GGML_ASSERT (rsplan's
+    LlamaAbortError naming it)."""
+    from rsplan.planner.compute import LlamaAbortError
+
+    try:
+        got = size()
+    except LlamaAbortError as exc:
+        if rec.get("crashed"):
+            check = rec["error"].split("GGML_ASSERT(", 1)[-1].rsplit(") failed", 1)[0]
+            return None, [] if f"GGML_ASSERT({check})" in str(exc) else [
+                {"what": "abort", "llama": rec["error"], "rsplan": str(exc)}]
+        return None, [{"what": "refusal", "llama": "accepted" if rec["ok"] else rec["error"], "rsplan": str(exc)}]
+    except RsplanError as exc:
+        if not rec["ok"]:
+            return None, []
+        return None, [{"what": "refusal", "llama": "accepted", "rsplan": f"{type(exc).__name__}: {exc}"}]
+    if not rec["ok"]:
+        return None, [{"what": "abort" if rec.get("crashed") else "refusal", "llama": rec["error"],
+                       "rsplan": "accepted"}]
+    return got, None
+
+
 def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """What differs between a golden record (``golden_record``) and rsplan: ``{"what", "llama", "rsplan"}``."""
-    from rsplan.planner.compute import LlamaAbortError
     from rsplan.planner.outputs import output_buffer
     from rsplan.planner.plan import build_plan
 
     name, flags = rec["model"], rec["flags"]
     spec = fuzz.model_spec(name)
-    got = None
-    try:
+
+    def size() -> tuple[Any, ...]:
         params = sweep.context_params(flags)
-        plan = build_plan(spec, params)
-        got, estimate, placement, overrides = rsplan_usage(name, flags, rec["free_mib"])
-    except LlamaAbortError as exc:
-        if rec.get("crashed"):
-            check = rec["error"].split("GGML_ASSERT(", 1)[-1].rsplit(") failed", 1)[0]
-            return [] if f"GGML_ASSERT({check})" in str(exc) else [
-                {"what": "abort", "llama": rec["error"], "rsplan": str(exc)}]
-        return [{"what": "refusal", "llama": "accepted" if rec["ok"] else rec["error"], "rsplan": str(exc)}]
-    except RsplanError as exc:
-        if not rec["ok"]:
-            return []
-        return [{"what": "refusal", "llama": "accepted", "rsplan": f"{type(exc).__name__}: {exc}"}]
-    if not rec["ok"]:
-        return [{"what": "abort" if rec.get("crashed") else "refusal", "llama": rec["error"], "rsplan": "accepted"}]
+        return (params, build_plan(spec, params), *rsplan_usage(name, flags, rec["free_mib"]))
+
+    sized, outcome = sized_or_outcome(rec, size)
+    if sized is None:
+        assert outcome is not None
+        return outcome
+    params, plan, got, estimate, placement, overrides = sized
     out = []
     for key, want in rec["resolved"].items():
         if getattr(plan.context, key) != want:
