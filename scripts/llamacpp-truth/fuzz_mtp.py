@@ -25,10 +25,8 @@ Exit status: 0 when nothing mismatched, 1 when something did (or a probe run fai
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
-import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -163,51 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_model < 1:
         print("Error: --per-model must be >= 1", file=sys.stderr)
         return 2
-    for need in (sweep.PROBE, fuzz_rpc.SHIM, fuzz_rpc.LLAMA / "build" / "bin" / "ggml-rpc-server"):
-        if not need.exists():
-            print(f"Error: {need} not found; see scripts/llamacpp-truth/README.md", file=sys.stderr)
-            return 2
-    procs = fuzz_rpc.start_servers(fuzz_rpc.MAX_RPC, args.port)
-    golden: list[dict[str, Any]] = []
-    total = bad = 0
-    parts: dict[str, int] = {}
-    try:
-        with args.log.open("a") as log:
-            for name in args.model or MTP_MODELS:
-                t0 = time.monotonic()
-                rng = random.Random(f"{args.seed}:{name}:mtp")
-                gguf = sweep.model_gguf(name, sweep.MODELS[name])
-                outcomes = {"ok": 0, "refused": 0, "crashed": 0}
-                b = 0
-                for _ in range(args.per_model):
-                    flags, free = draw_case(rng, name)
-                    case = fuzz_rpc.run_probe(gguf, flags, free, args.port, args.timeout)
-                    outcomes["ok" if case["ok"] else "crashed" if case.get("crashed") else "refused"] += 1
-                    rec = golden_record(name, case, free, args.port)
-                    golden.append(rec)
-                    diffs = compare(rec)
-                    if diffs:
-                        b += 1
-                        for d in diffs:
-                            parts[d["what"]] = parts.get(d["what"], 0) + 1
-                        cmd = " ".join(sweep.probe_args(gguf, fuzz_rpc.probe_flags(
-                            flags, fuzz_rpc.endpoints(len(free), args.port))))
-                        fuzz.log_mismatch(log, {"model": name, "command": cmd, "flags": flags, "free_mib": free,
-                                                "mismatches": diffs})
-                total, bad = total + args.per_model, bad + b
-                print(f"{name}: {args.per_model} draft starts (seed {args.seed}), {b} mismatching, {outcomes}, "
-                      f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait()
-        if args.golden is not None:
-            args.golden.write_text(json.dumps({"llama_commit": "0c1e57098", "seed": args.seed,
-                                               "probe": "no_alloc (dry run) breakdown of a --ctx-mtp context, "
-                                                        "RPC devices", "cases": golden}, indent=1) + "\n")
-    print(f"{total} draft starts: {bad} mismatching, per part {parts} (log: {args.log})", file=sys.stderr)
-    return 1 if bad else 0
+    missing = fuzz_rpc.tools_missing()
+    if missing:
+        print(f"Error: {missing}", file=sys.stderr)
+        return 2
+    return fuzz_rpc.run_fuzz(list(args.model or MTP_MODELS), args, "mtp", draw_case, compare,
+                             "no_alloc (dry run) breakdown of a --ctx-mtp context, RPC devices")
 
 
 if __name__ == "__main__":

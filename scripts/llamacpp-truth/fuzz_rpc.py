@@ -421,24 +421,25 @@ def start_servers(n: int, port0: int) -> list[subprocess.Popen[bytes]]:
     return procs
 
 
+#: One random start of a model: (probe flags without -m and --rpc, free MiB per RPC device).
+Draw = Callable[[random.Random, str], tuple[dict[str, Any], list[int]]]
+
+
 def fuzz_model(name: str, rng: random.Random, n: int, args: argparse.Namespace, log: Any,
-               golden: list[dict[str, Any]]) -> tuple[int, dict[str, int], dict[str, int]]:
-    """Draw and check ``n`` multi-device starts for ``name``: (mismatching cases, outcome counts, mismatches per
-    part)."""
+               golden: list[dict[str, Any]], draw: Draw,
+               check: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> tuple[int, dict[str, int], dict[str, int]]:
+    """Draw (``draw``) and check (``check``: a golden record's differences) ``n`` multi-device starts for
+    ``name``: (mismatching cases, outcome counts, mismatches per part)."""
     gguf = sweep.model_gguf(name, sweep.MODELS[name])
     bad = 0
     outcomes = {"ok": 0, "refused": 0, "crashed": 0}
     parts: dict[str, int] = {}
     for _ in range(n):
-        flags, free = draw_case(rng, name, args.new_flags)
-        while fuzz.recurrent_estimate(name, flags) > args.max_recurrent:
-            flags, free = draw_case(rng, name, args.new_flags)
-        if args.alloc:
-            flags = real_run_flags(flags)
+        flags, free = draw(rng, name)
         case = run_probe(gguf, flags, free, args.port, args.timeout)
         outcomes["ok" if case["ok"] else "crashed" if case.get("crashed") else "refused"] += 1
         rec = golden_record(name, case, free, args.port)
-        diffs = compare(rec)
+        diffs = check(rec)
         golden.append(rec)
         if diffs:
             bad += 1
@@ -448,6 +449,52 @@ def fuzz_model(name: str, rng: random.Random, n: int, args: argparse.Namespace, 
             fuzz.log_mismatch(log, {"model": name, "command": cmd, "flags": flags, "free_mib": free,
                                     "mismatches": diffs})
     return bad, outcomes, parts
+
+
+def tools_missing() -> str | None:
+    """Why the RPC fuzzers cannot run here (a missing probe, shim or ggml-rpc-server), or None."""
+    for need, how in ((sweep.PROBE, "run scripts/llamacpp-truth/build.sh"), (SHIM, "run build.sh"),
+                      (LLAMA / "build" / "bin" / "ggml-rpc-server", "build llama.cpp with -DGGML_RPC=ON")):
+        if not need.exists():
+            return f"{need} not found; {how}"
+    return None
+
+
+def run_fuzz(names: list[str], args: argparse.Namespace, tag: str, draw: Draw,
+             check: Callable[[dict[str, Any]], list[dict[str, Any]]], probe: str) -> int:
+    """Start the RPC servers, fuzz each of ``names`` (``args.per_model`` starts drawn from ``args.seed``, the
+    model's name and ``tag``), stop them, write ``args.golden`` (``probe``: what the probe measured) and print the
+    totals. Exit status: 0 when nothing mismatched, 1 otherwise."""
+    procs = start_servers(MAX_RPC, args.port)
+    golden: list[dict[str, Any]] = []
+    total = bad = 0
+    parts: dict[str, int] = {}
+    try:
+        with args.log.open("a") as log:
+            for name in names:
+                t0 = time.monotonic()
+                rng = random.Random(f"{args.seed}:{name}:{tag}")
+                try:
+                    b, outcomes, p = fuzz_model(name, rng, args.per_model, args, log, golden, draw, check)
+                except sweep.SweepError as e:
+                    print(f"Error: {e}", file=sys.stderr)
+                    return 1
+                total, bad = total + args.per_model, bad + b
+                for k, v in p.items():
+                    parts[k] = parts.get(k, 0) + v
+                print(f"{name}: {args.per_model} starts (seed {args.seed}), {b} mismatching, {outcomes}, "
+                      f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait()
+        if args.golden is not None:
+            args.golden.write_text(json.dumps({"llama_commit": "0c1e57098", "seed": args.seed, "probe": probe,
+                                               "cases": golden}, indent=1) + "\n")
+    print(f"{total} starts over {len(names)} models: {bad} mismatching, per part {parts} (log: {args.log})",
+          file=sys.stderr)
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,42 +515,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not fuzz.arguments_hold(args, names):
         return 2
-    for need, how in ((sweep.PROBE, "run scripts/llamacpp-truth/build.sh"), (SHIM, "run build.sh"),
-                      (LLAMA / "build" / "bin" / "ggml-rpc-server", "build llama.cpp with -DGGML_RPC=ON")):
-        if not need.exists():
-            print(f"Error: {need} not found; {how}", file=sys.stderr)
-            return 2
-    procs = start_servers(MAX_RPC, args.port)
-    golden: list[dict[str, Any]] = []
-    total = bad = 0
-    parts: dict[str, int] = {}
-    try:
-        with args.log.open("a") as log:
-            for name in names:
-                t0 = time.monotonic()
-                rng = random.Random(f"{args.seed}:{name}:rpc")
-                try:
-                    b, outcomes, p = fuzz_model(name, rng, args.per_model, args, log, golden)
-                except sweep.SweepError as e:
-                    print(f"Error: {e}", file=sys.stderr)
-                    return 1
-                total, bad = total + args.per_model, bad + b
-                for k, v in p.items():
-                    parts[k] = parts.get(k, 0) + v
-                print(f"{name}: {args.per_model} starts (seed {args.seed}), {b} mismatching, {outcomes}, "
-                      f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait()
-        if args.golden is not None:
-            args.golden.write_text(json.dumps({"llama_commit": "0c1e57098", "seed": args.seed,
-                                               "probe": "no_alloc (dry run) breakdown, RPC devices",
-                                               "cases": golden}, indent=1) + "\n")
-    print(f"{total} starts over {len(names)} models: {bad} mismatching, per part {parts} (log: {args.log})",
-          file=sys.stderr)
-    return 1 if bad else 0
+    missing = tools_missing()
+    if missing:
+        print(f"Error: {missing}", file=sys.stderr)
+        return 2
+
+    def draw(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]:
+        flags, free = draw_case(rng, name, args.new_flags)
+        while fuzz.recurrent_estimate(name, flags) > args.max_recurrent:
+            flags, free = draw_case(rng, name, args.new_flags)
+        return (real_run_flags(flags) if args.alloc else flags), free
+
+    probe = "real runs (--alloc), RPC devices" if args.alloc else "no_alloc (dry run) breakdown, RPC devices"
+    return run_fuzz(names, args, "rpc", draw, compare, probe)
 
 
 if __name__ == "__main__":
