@@ -95,9 +95,7 @@ def rsplan_draft(name: str, flags: dict[str, Any], free_mib: list[int]) -> tuple
     from rsplan.hparams.layout import cache_layout
     from rsplan.planner.buffers import DEVICE_RULES
     from rsplan.planner.fit_draft import DraftMemory
-    from rsplan.planner.fit_memory import MemoryModel, StartFlags
-    from rsplan.planner.placement import check_tensor_split
-    from rsplan.planner.weight_placement import n_cpu_moe_overrides, parse_overrides
+    from rsplan.planner.fit_memory import MemoryModel
 
     spec = fuzz.model_spec(name)
     target = {k: v for k, v in flags.items()
@@ -107,17 +105,7 @@ def rsplan_draft(name: str, flags: dict[str, Any], free_mib: list[int]) -> tuple
                                                   draft_type_v=flags.get("-ctv", "f16"))
     model = MemoryModel(spec, cache_layout(spec), draft_weights(name), params, tuple(f * MiB for f in free_mib),
                         DEVICE_RULES["RPC"], offload_kqv="-nkvo" not in flags, tool="cli", device_kind="RPC")
-    split = None
-    if "-ts" in flags:
-        split = tuple(check_tensor_split([float(x) for x in str(flags["-ts"]).split(",")], len(free_mib)))
-    overrides = []
-    for flag, value in flags.items():
-        if flag == "-ot":
-            overrides += parse_overrides(str(value), [f"RPC{i}" for i in range(len(free_mib))])
-        elif flag == "--n-cpu-moe":
-            overrides += n_cpu_moe_overrides(int(value))
-    start = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=int(flags.get("-ngl", 0)), tensor_split=split,
-                       overrides=tuple(overrides))
+    start = fuzz_rpc.start_flags(flags, params.n_ctx, len(free_mib))
     usage = DraftMemory(model, start).measure(params.n_ctx)
     return usage, model.compute_estimate
 

@@ -228,9 +228,7 @@ def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
     real run) as a started context allocates (each backend's largest reserve: what ``rsplan capacity`` charges)."""
     from rsplan.hparams.layout import cache_layout
     from rsplan.planner.buffers import DEVICE_RULES
-    from rsplan.planner.fit_memory import MemoryModel, StartFlags
-    from rsplan.planner.placement import check_tensor_split
-    from rsplan.planner.weight_placement import n_cpu_moe_overrides, parse_overrides
+    from rsplan.planner.fit_memory import MemoryModel
 
     spec = fuzz.model_spec(name)
     params = sweep.context_params(flags)
@@ -239,19 +237,29 @@ def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
                         DEVICE_RULES["RPC"], offload_kqv=offload_kqv, tool="cli", device_kind="RPC",
                         n_outputs_max=flags.get("--n-outputs-max"), embeddings=bool(flags.get("--embeddings")),
                         real_run=bool(flags.get("--alloc")))
-    split = None
-    if "-ts" in flags:
-        split = tuple(check_tensor_split([float(x) for x in str(flags["-ts"]).split(",")], len(free_mib)))
-    overrides = []  # -ot and --n-cpu-moe in command-line order, as common/arg.cpp appends them
-    for flag, value in flags.items():
-        if flag == "-ot":
-            overrides += parse_overrides(str(value), [f"RPC{i}" for i in range(len(free_mib))])
-        elif flag == "--n-cpu-moe":
-            overrides += n_cpu_moe_overrides(int(value))
-    start = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=int(flags.get("-ngl", 0)), tensor_split=split,
-                       overrides=tuple(overrides))
+    start = start_flags(flags, params.n_ctx, len(free_mib))
     usage = model.measure(start)
     return usage, model.compute_estimate, model.placement(start), start.overrides
+
+
+def start_flags(flags: dict[str, Any], n_ctx: int, n_dev: int) -> Any:
+    """The planner.fit_memory.StartFlags of a probe start over ``n_dev`` RPC devices: -ngl, -ts, and -ot and
+    --n-cpu-moe in command-line order, as common/arg.cpp appends them (devices named RPC0, RPC1, ...)."""
+    from rsplan.planner.fit_memory import StartFlags
+    from rsplan.planner.placement import check_tensor_split
+    from rsplan.planner.weight_placement import n_cpu_moe_overrides, parse_overrides
+
+    split = None
+    if "-ts" in flags:
+        split = tuple(check_tensor_split([float(x) for x in str(flags["-ts"]).split(",")], n_dev))
+    overrides = []
+    for flag, value in flags.items():
+        if flag == "-ot":
+            overrides += parse_overrides(str(value), [f"RPC{i}" for i in range(n_dev)])
+        elif flag == "--n-cpu-moe":
+            overrides += n_cpu_moe_overrides(int(value))
+    return StartFlags(n_ctx=n_ctx, n_gpu_layers=int(flags.get("-ngl", 0)), tensor_split=split,
+                      overrides=tuple(overrides))
 
 
 def endpoints(n: int, port0: int) -> list[str]:
