@@ -288,8 +288,8 @@ def _server_host(layout: CacheLayout, params: ContextParams) -> ServerHost:
 
 def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, kind: str, backend: str,
            notes: list[str]) -> DraftContext | None:
-    # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, f16 caches
-    # whatever -ctk / -ctv say, no rollback planes, -np outputs (planner.outputs.mtp_draft_params)
+    # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, its own cache
+    # types (-ctkd / -ctvd, default f16, not -ctk / -ctv), no rollback planes, -np outputs (mtp_draft_params)
     draft = mtp_draft_params(params, resolve_context(layout, params).n_ctx)
     try:
         kv = mtp_draft_kv(spec, draft)
