@@ -38,6 +38,7 @@ from rsplan.planner.outputs import (
     mtp_draft_kv,
     mtp_draft_params,
     output_buffer,
+    server_checkpoints,
 )
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
@@ -80,13 +81,16 @@ class DraftContext:
 class ServerHost:
     """llama-server's host memory beside the contexts, at its defaults (``--ctx-checkpoints 32``,
     ``--cache-ram 8192``): context checkpoints (one recurrent state of one sequence each, up to
-    ``n_checkpoints_per_slot`` per slot) and the prompt cache's limit."""
+    ``n_checkpoints_per_slot`` per slot; with ``--spec-type mtp`` each also holds up to
+    ``draft_checkpoint_bytes`` of the draft's KV cells of the sequence, in ``checkpoints_max_bytes``) and the
+    prompt cache's limit."""
 
     checkpoint_bytes: int | None
     n_checkpoints_per_slot: int
     n_slots: int
     checkpoints_max_bytes: int | None
     cache_ram_limit_bytes: int | None
+    draft_checkpoint_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -250,7 +254,7 @@ def build_breakdown(
         rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
                     if name not in (backend, "CUDA_Host"))
     draft = _draft(spec, params, layout, kind, backend, notes) if mtp else None
-    server = _server_host(layout, params) if tool == "server" else None
+    server = _server_host(spec, layout, params, draft is not None) if tool == "server" else None
     return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server)
 
 
@@ -279,11 +283,17 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     return got.devices[0], got.host
 
 
-def _server_host(layout: CacheLayout, params: ContextParams) -> ServerHost:
+def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, mtp: bool) -> ServerHost:
+    """llama-server's checkpoints at their limit and its prompt-cache limit; ``mtp``: the draft context runs, and
+    each checkpoint also holds its KV cells of the sequence (planner.outputs.mtp_draft_checkpoint_bytes)."""
     ctx = resolve_context(layout, params)
-    per = checkpoint_bytes(layout, ctx) if layout.recurrent_layers else None
-    n = DEFAULT_CTX_CHECKPOINTS
-    return ServerHost(per, n, ctx.n_seq_max, None if per is None else per * n * ctx.n_seq_max, cache_ram_bytes())
+    if not layout.recurrent_layers:
+        return ServerHost(None, DEFAULT_CTX_CHECKPOINTS, ctx.n_seq_max, None, cache_ram_bytes())
+    cps = server_checkpoints(layout, ctx, DEFAULT_CTX_CHECKPOINTS, swa_full=params.swa_full)
+    if mtp:
+        cps = cps.with_mtp_draft(spec, mtp_draft_params(params, ctx.n_ctx), layout)
+    return ServerHost(checkpoint_bytes(layout, ctx), DEFAULT_CTX_CHECKPOINTS, ctx.n_seq_max, cps.bytes,
+                      cache_ram_bytes(), cps.draft_per_checkpoint_bytes if mtp else None)
 
 
 def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, kind: str, backend: str,

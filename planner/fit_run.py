@@ -249,7 +249,7 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                             arch=spec.arch)
     _host_check(answer, spec, layout, opts.ctx_checkpoints, held)
     if draft is not None:
-        _draft_host(answer, spec, draft)
+        _draft_host(answer, spec, layout, opts.ctx_checkpoints, draft)
     return answer
 
 
@@ -281,14 +281,23 @@ def _host_check(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_c
         answer.notes.append(f"llama-server context checkpoints: {cps.note}")
 
 
-def _draft_host(answer: FitAnswer, spec: ModelSpec, draft: DraftMemory) -> None:
+def _draft_host(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_checkpoints: int,
+                draft: DraftMemory) -> None:
     """The MTP draft context's host memory beside the breakdown: its own output buffer (n_seq_max rows of logits,
-    llama_context::output_reserve), and what its share of each checkpoint would hold (not counted)."""
+    llama_context::output_reserve), and its part of llama-server's checkpoints (each also holds the draft's KV
+    cells of its sequence: planner.outputs.mtp_draft_checkpoint_bytes, at most a slot's n_ctx_seq of them), at
+    the context the started server gives the draft (the target's, resolved)."""
+    params = answer.params
+    n_ctx = resolve_context(layout, params).n_ctx
     try:
-        out = output_buffer(spec, draft.params(answer.params.n_ctx))
+        out = output_buffer(spec, draft.params(n_ctx))
         answer.host_items.append(HostItem("MTP draft output buffer", out.bytes))
     except OutputsError as exc:
         answer.notes.append(f"MTP draft output buffer not counted: {exc}")
-    answer.notes.append(
-        "with --spec-type mtp each llama-server checkpoint also holds the draft context's KV cells of its sequence "
-        "(common_prompt_checkpoint::update_dft; up to n_ctx_seq cells of the nextn layers' K and V): NOT counted")
+    cps = server_checkpoints(layout, resolve_context(layout, params), n_ctx_checkpoints, swa_full=params.swa_full)
+    cps = cps.with_mtp_draft(spec, draft.params(n_ctx), layout)
+    if cps.draft_per_checkpoint_bytes:
+        answer.host_items.append(HostItem(
+            f"MTP draft's part of the checkpoints ({cps.per_slot} per slot x {cps.n_slots}, up to "
+            f"{cps.draft_per_checkpoint_bytes:,} bytes each: its KV cells of the sequence)",
+            cps.draft_per_checkpoint_bytes * cps.per_slot * cps.n_slots, grows=True))

@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
@@ -49,6 +50,12 @@ MTP_KV_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "bailingmoe3", "ne
 #: of each layer a type i32 and a row size u64.
 STATE_HEADER_BYTES = 4 + 4 + 4 + (4 + 4) + 4 + 4
 STATE_TENSOR_HEADER_BYTES = 4 + 8
+#: A sequence state's magic u32 and seq_id i32 (src/llama-context.cpp:3194 io_magic), before the memory's own part.
+STATE_MAGIC_BYTES = 4 + 4
+#: Archs whose serialized KV cells carry an extension (src/llama-kv-cache.cpp:1843 has_cell_ext: M-RoPE positions;
+#: qwen35 and qwen35moe take IMROPE, src/llama-model.cpp:3192 LLM_ARCH_QWEN35): x, y and a token, 3 x 4 bytes.
+CELL_EXT_ARCHS = frozenset({"qwen35", "qwen35moe"})
+CELL_EXT_BYTES = 3 * 4
 
 
 class OutputsError(RsplanError):
@@ -173,6 +180,43 @@ def checkpoint_bytes(layout: CacheLayout, ctx: EffectiveContext) -> int:
     return STATE_HEADER_BYTES + len(layout.recurrent_layers) * per_layer
 
 
+def kv_state_bytes(layout: CacheLayout, ctx: EffectiveContext, n_cells: int) -> int:
+    """Bytes ``llama_kv_cache::state_write`` writes for one sequence holding ``n_cells`` cells of a plain KV cache
+    (src/llama-kv-cache.cpp:2065 state_write, which ignores the state flags): the stream count, a cell count per
+    stream; then in the sequence's stream, per cell its position, seq-id count, extension (CELL_EXT_ARCHS) and seq
+    id; v_trans and the layer count; per layer K's type (i32), row size (u64) and rows; per layer V the same, or
+    transposed (flash attention off: type, element size, width, then the elements)."""
+    if layout.n_swa > 0 and any(k.is_swa for k in layout.kv_layers):
+        raise OutputsError("the state of a sliding-window (iSWA) cache is not sized")
+    out = 4 + 4 * ctx.n_stream
+    if n_cells == 0:
+        return out
+    ext = CELL_EXT_BYTES if layout.arch.name in CELL_EXT_ARCHS else 0
+    out += n_cells * (4 + 4 + ext + 4) + 4 + 4
+    for layer in layout.kv_layers:
+        out += STATE_TENSOR_HEADER_BYTES + n_cells * row_nbytes(ctx.type_k, layer.n_embd_k_gqa)
+    if layout.has_v:
+        for layer in layout.kv_layers:
+            if ctx.v_trans:
+                out += 4 + 4 + 4 + layer.n_embd_v_gqa * n_cells * ctx.type_v.type_size
+            else:
+                out += STATE_TENSOR_HEADER_BYTES + n_cells * row_nbytes(ctx.type_v, layer.n_embd_v_gqa)
+    return out
+
+
+def mtp_draft_checkpoint_bytes(spec: ModelSpec, draft: ContextParams, layout: CacheLayout | None = None) -> int:
+    """At most, the draft context's part of one llama-server context checkpoint under ``--spec-type mtp``
+    (tools/server/server-context.cpp:2345 update_dft: ``llama_state_seq_get_size_ext`` of the draft context, whose
+    plain KV cache ignores PARTIAL_ONLY): the sequence's KV cells in the nextn layers, at most a stream's
+    ``n_ctx_seq`` of them. ``draft``: the draft context's flags (``mtp_draft_params``).
+
+    Raises:
+        OutputsError: the model has no MTP draft context."""
+    draft_layout = mtp_draft_layout(spec, layout)
+    ctx = resolve_context(draft_layout, draft)
+    return STATE_MAGIC_BYTES + kv_state_bytes(draft_layout, ctx, ctx.n_ctx_seq)
+
+
 @dataclass(frozen=True)
 class Checkpoints:
     """llama-server's context checkpoints of one start, at their limit (host memory; they grow as prompts come).
@@ -182,17 +226,26 @@ class Checkpoints:
         per_slot: checkpoints a slot keeps at most (``--ctx-checkpoints``; 0 when none are made).
         n_slots: slots (``-np``).
         note: why none are counted (None when they are).
+        draft_per_checkpoint_bytes: with an MTP draft context, its part of each checkpoint at most
+            (``mtp_draft_checkpoint_bytes``: its KV cells of the sequence); 0 without one (``with_mtp_draft``).
     """
 
     per_checkpoint_bytes: int
     per_slot: int
     n_slots: int
     note: str | None = None
+    draft_per_checkpoint_bytes: int = 0
 
     @property
     def bytes(self) -> int:
-        """All slots' checkpoints at the limit."""
-        return self.per_checkpoint_bytes * self.per_slot * self.n_slots
+        """All slots' checkpoints at the limit, the draft's part included."""
+        return (self.per_checkpoint_bytes + self.draft_per_checkpoint_bytes) * self.per_slot * self.n_slots
+
+    def with_mtp_draft(self, spec: ModelSpec, draft: ContextParams, layout: CacheLayout | None = None) -> Checkpoints:
+        """These checkpoints with the ``--spec-type mtp`` draft's part (``draft``: its flags), where any are made."""
+        if self.note is not None or not self.per_slot:
+            return self
+        return dataclasses.replace(self, draft_per_checkpoint_bytes=mtp_draft_checkpoint_bytes(spec, draft, layout))
 
 
 def server_checkpoints(layout: CacheLayout, ctx: EffectiveContext,

@@ -113,7 +113,8 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
         "recurrent_bytes": host.recurrent_bytes,
         "checkpoint_bytes": cps.bytes,
         "checkpoints": {"per_checkpoint_bytes": cps.per_checkpoint_bytes, "per_slot": cps.per_slot,
-                        "n_slots": cps.n_slots, "ctx_checkpoints": planner.budget.ctx_checkpoints, "note": cps.note},
+                        "n_slots": cps.n_slots, "ctx_checkpoints": planner.budget.ctx_checkpoints, "note": cps.note,
+                        "draft_per_checkpoint_bytes": cps.draft_per_checkpoint_bytes},
     })
     return rows
 
@@ -265,9 +266,11 @@ def _checkpoint_words(planner: CapacityPlanner) -> str:
     cps = planner.checkpoints(planner.base)
     if cps.note is not None:
         return f"llama-server context checkpoints: {cps.note}"
+    draft = (f" + up to {human(cps.draft_per_checkpoint_bytes)} ({cps.draft_per_checkpoint_bytes:,} B) of the MTP "
+             f"draft's KV cells of the sequence (all of a slot's n_ctx_seq)" if cps.draft_per_checkpoint_bytes else "")
     return (f"llama-server context checkpoints (host memory): {cps.per_slot} per slot (--ctx-checkpoints) x "
             f"{cps.n_slots} slots x {human(cps.per_checkpoint_bytes)} ({cps.per_checkpoint_bytes:,} B, one "
-            f"sequence's recurrent state) = {human(cps.bytes)} at most, charged to the host budget")
+            f"sequence's recurrent state{draft}) = {human(cps.bytes)} at most, charged to the host budget")
 
 
 def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:

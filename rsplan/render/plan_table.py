@@ -174,7 +174,9 @@ def breakdown_table(bd: Breakdown) -> str:
                      f"its output buffer {output} bytes (host)")
     if bd.server_host is not None and bd.server_host.checkpoint_bytes is not None:
         h = bd.server_host
-        lines.append(f"llama-server host memory: context checkpoints {h.checkpoint_bytes:,} bytes each, up to "
+        draft = (f" (+ up to {h.draft_checkpoint_bytes:,} of the MTP draft's KV cells of the sequence)"
+                 if h.draft_checkpoint_bytes else "")
+        lines.append(f"llama-server host memory: context checkpoints {h.checkpoint_bytes:,} bytes each{draft}, up to "
                      f"{h.n_checkpoints_per_slot} per slot x {h.n_slots} slots = {h.checkpoints_max_bytes:,} bytes "
                      f"(--ctx-checkpoints); prompt cache up to {human(h.cache_ram_limit_bytes or 0)} (--cache-ram)")
     lines += [f"note: {n}" for n in bd.notes]

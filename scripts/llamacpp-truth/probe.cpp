@@ -16,7 +16,8 @@
 //
 // Flags follow llama.cpp's names: -m FILE, -c N, -np N, -b N, -ub N, -fa on|off|auto, -ctk T, -ctv T, -kvu,
 // --n-rs-seq N, -ngl N, --n-outputs-max N, --n-outputs-max-per-seq N, --load-mtp, --ctx-mtp (MTP context type),
-// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --no-mmap (with --alloc: load_mode NONE, the weights
+// --embeddings, --swa-full, -nkvo, --no-extra-bufts, --decode N (with --alloc: N tokens into sequence 0, then
+// "state_seq": llama_state_seq_get_size_ext of sequence 0 with flags 0 and PARTIAL_ONLY), --no-mmap (with --alloc: load_mode NONE, the weights
 // read into allocated buffers instead of mapped; the dry run never maps), --rpc HOST:PORT,... (RPC devices, as llama.cpp's --rpc),
 // -ts A,B,... (tensor split), --n-cpu-moe N (the experts of the first N layers on the CPU), -ot / --override-tensor
 // PATTERN=BUFT,... (common/arg.cpp: BUFT a device's buffer type name, CPU or e.g. RPC0[127.0.0.1:50052]; with
@@ -239,6 +240,8 @@ int main(int argc, char ** argv) {
     std::string model;
     bool full_log = false;
     bool no_mmap  = false;  // --no-mmap: load_mode NONE under --alloc too (llama.cpp's --load-mode none)
+    uint32_t n_decode = 0;  // --decode N: with --alloc, decode N tokens into sequence 0 and report its state sizes
+    size_t state_full = 0, state_partial = 0;
     std::vector<std::pair<std::string, std::string>> flags;  // as given, for the record
     std::vector<float> tensor_split(128, 0.0f);
     // -ot / --override-tensor and --n-cpu-moe entries in command-line order: (pattern, buffer type name), resolved
@@ -311,6 +314,8 @@ int main(int argc, char ** argv) {
             flag();
             mp.no_alloc  = false;
             mp.load_mode = llama_model_default_params().load_mode;
+        } else if (a == "--decode") {
+            n_decode = parse_u32(a, val());
         } else if (a == "--no-mmap") {
             flag();
             no_mmap = true;
@@ -399,6 +404,25 @@ int main(int argc, char ** argv) {
         ctx = llama_init_from_model(mdl, cp);
         if (!ctx) {
             error = "llama_init_from_model failed";
+        } else if (n_decode > 0) {
+            // --decode N (a real run): N tokens into sequence 0, one batch, then the sequence's state sizes as
+            // llama-server's checkpoints take them (common_prompt_checkpoint::update_tgt / update_dft)
+            llama_batch batch = llama_batch_init((int32_t) n_decode, 0, 1);
+            for (uint32_t t = 0; t < n_decode; t++) {
+                batch.token[t]     = (llama_token) (1 + t % 64);
+                batch.pos[t]       = (llama_pos) t;
+                batch.n_seq_id[t]  = 1;
+                batch.seq_id[t][0] = 0;
+                batch.logits[t]    = t + 1 == n_decode;
+            }
+            batch.n_tokens = (int32_t) n_decode;
+            if (llama_decode(ctx, batch) != 0) {
+                error = "llama_decode failed";
+            } else {
+                state_full    = llama_state_seq_get_size_ext(ctx, 0, 0);
+                state_partial = llama_state_seq_get_size_ext(ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+            }
+            llama_batch_free(batch);
         }
     }
     g_phase = "done";
@@ -418,6 +442,10 @@ int main(int argc, char ** argv) {
     o += "},\n";
     o += "  \"ok\": " + std::string(ctx ? "true" : "false") + ",\n";
     o += "  \"error\": " + (error.empty() ? std::string("null") : json_str(error)) + ",\n";
+    if (n_decode > 0 && error.empty()) {
+        o += "  \"state_seq\": {\"decoded\": " + std::to_string(n_decode) + ", \"full\": " + std::to_string(state_full) +
+             ", \"partial_only\": " + std::to_string(state_partial) + "},\n";
+    }
 
     if (ctx) {
         const llama_vocab * vocab = llama_model_get_vocab(mdl);

@@ -242,6 +242,7 @@ def run_case(gguf: str, flags: dict[str, object], timeout: float) -> dict:
         ],
         "log": _kept_log(out["log"]),
         "_commit": out["llama_commit"],
+        **({"state_seq": out["state_seq"]} if "state_seq" in out else {}),  # --decode N
     }
 
 

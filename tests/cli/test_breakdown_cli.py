@@ -149,6 +149,20 @@ def test_the_mtp_draft_on_a_gpu_backend_is_what_fit_and_capacity_charge_for_it()
     assert draft["compute_bytes"] > 0 and draft["host_compute_bytes"] > 0
 
 
+def test_server_checkpoints_hold_the_mtp_drafts_kv_cells():
+    # -c 65536 -np 1, llama-server: each checkpoint is one recurrent state (65,864,428 B, checkpoint_bytes) and, with
+    # --spec-type mtp, up to the draft's 65,536 KV cells of the sequence: 8 + 4 + 4 + 65,536 x (4 + 4 + 12 + 4)
+    # + 4 + 4 + 2 x (4 + 8 + 65,536 x 1,024) = 135,790,640 B (tests/planner/test_kv_state.py for the format)
+    draft_part = 8 + 4 + 4 + 65536 * 24 + 8 + 2 * (12 + 65536 * 1024)
+    for mtp, part in ((True, draft_part), (False, None)):
+        r = CliRunner().invoke(cli, ["estimate", "--model", "qwen3.5-35b-a3b", "-c", "65536", "--format", "json",
+                                     *(["--spec-type", "mtp"] if mtp else [])])
+        assert r.exit_code == 0, r.output
+        host = json.loads(r.output)["server_host"]
+        assert host["draft_checkpoint_bytes"] == part
+        assert host["checkpoints_max_bytes"] == (65_864_428 + (part or 0)) * 32
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["-ctkd", "q8_0"], "-ctkd sets the cache type of the --spec-type mtp draft context"),
     (["--spec-type", "mtp", "-fa", "off", "-ctvd", "q4_0"], "needs flash attention"),

@@ -87,3 +87,16 @@ def test_checkpoints_follow_ctx_checkpoints_in_the_host_check():
         assert j["host_check"]["max_bytes"] - j["host_check"]["start_bytes"] == 2 * n * per
         assert ("--ctx-checkpoints" in j["command"]) == (n != 32)
     assert any("--ctx-checkpoints 0 turns them off" in note for note in j["notes"])
+
+
+def test_the_host_check_counts_the_mtp_drafts_part_of_each_checkpoint():
+    # qwen3.5 at -c 65536 -np 1: each checkpoint also holds up to the draft's 65,536 KV cells of the sequence,
+    # 8 + 4 + 4 + 65,536 x 24 + 4 + 4 + 2 x (12 + 65,536 x 1,024) = 135,790,640 B (tests/planner/test_kv_state.py),
+    # 32 of them (--ctx-checkpoints), a host item that grows to that
+    r = run("-m", "qwen3.5-35b-a3b", "--quant", "Q4_K_M", "--budget", "24GiB", "--spec-type", "mtp", "-c", "65536",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    items = {i["what"].split(" (")[0]: i for i in json.loads(r.output)["host_check"]["items"]}
+    part = items["MTP draft's part of the checkpoints"]
+    assert part["bytes"] == 32 * (8 + 4 + 4 + 65536 * 24 + 4 + 4 + 2 * (12 + 65536 * 1024)) and part["grows"]
+    assert items["MTP draft output buffer"]["bytes"] == 248_320 * 4  # one row of logits

@@ -142,6 +142,27 @@ def test_the_mtp_draft_takes_ctkd_and_ctvd_and_the_printed_command_carries_them(
     assert "-ctk q4_0" in p.flags(params)  # the target's own, printed apart
 
 
+def test_checkpoints_hold_the_mtp_drafts_kv_cells_where_the_draft_runs():
+    # each llama-server checkpoint also serializes the draft context's KV cells of its sequence, at most a stream's
+    # 8,192 cells at -c 16384 -np 2: 8 (magic, seq id) + 4 (streams) + 2 x 4 (cell counts) + 8,192 x (4 + 4 + 12 +
+    # 4) (position, seq-id count, M-RoPE extension, seq id) + 4 + 4 (v_trans, layers) + 2 x (4 + 8 + 8,192 x 1,024)
+    # (K and V rows of the nextn layer: 4 heads x 128 f16)
+    spec = make_spec(**SMALL_MTP)
+    p = CapacityPlanner(spec, ContextParams(n_ctx=4096, n_seq_max=1, n_rs_seq=2), budget([GIB, 2 * GIB]),
+                        spec_type="mtp")
+    draft_part = 8 + 4 + 2 * 4 + 8192 * 24 + 8 + 2 * (12 + 8192 * 1024)
+    with_draft = p.checkpoints(p.params(16384, 2, 2))
+    assert with_draft.draft_per_checkpoint_bytes == draft_part == 16_973_876
+    target = p.checkpoints(p.params(16384, 2, 0))  # no rollback planes: no draft runs
+    assert target.draft_per_checkpoint_bytes == 0
+    assert with_draft.bytes == target.bytes + draft_part * 32 * 2
+    # and the host budget pays it: host caches, the output buffer (2 rows of 1,000 f32 logits), the charge's host
+    # part (compute, draft output), and the checkpoints with the draft's part
+    params = p.params(16384, 2, 2)
+    use, charge = p.usage(params), p.charge_at(params)
+    assert p.host_bytes(params) == use.host.total_bytes + 2 * 1000 * 4 + charge.host + with_draft.bytes
+
+
 def test_start_up_check_uses_the_smallest_setting_not_the_flags_given():
     spec = make_spec(**SMALL_MTP)
     params = ContextParams(n_ctx=262144, n_seq_max=1)
@@ -203,13 +224,16 @@ def re_estimate(p: CapacityPlanner, params: ContextParams) -> tuple[list[int], i
     assert model.placement(flags).unit_device == p.placement.unit_device
     devices = [d.total for d in usage.devices]
     host = usage.host.total + output_buffer(spec, params).bytes
-    host += server_checkpoints(layout, resolve_context(layout, params), p.budget.ctx_checkpoints).bytes
+    ctx = resolve_context(layout, params)
+    cps = server_checkpoints(layout, ctx, p.budget.ctx_checkpoints)
     if params.n_rs_seq > 0 and p.draft.spec_type == "mtp":
         draft = DraftMemory(model, flags)
         extra = draft.measure(params.n_ctx)
         devices = [a + e.total for a, e in zip(devices, extra.devices, strict=True)]
         host += extra.host.total + output_buffer(spec, draft.params(params.n_ctx)).bytes
-    return devices, host
+        # each checkpoint also holds the draft's KV cells of its sequence, a slot's n_ctx_seq at most
+        cps = cps.with_mtp_draft(spec, draft.params(ctx.n_ctx))
+    return devices, host + cps.bytes
 
 
 def fits(p: CapacityPlanner, params: ContextParams) -> bool:
