@@ -26,7 +26,7 @@ from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
-from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.outputs import (
@@ -34,7 +34,6 @@ from rsplan.planner.outputs import (
     OutputBuffer,
     OutputsError,
     cache_ram_bytes,
-    checkpoint_bytes,
     mtp_draft_kv,
     mtp_draft_params,
     output_buffer,
@@ -253,8 +252,9 @@ def build_breakdown(
                                     host_compute))
         rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
                     if name not in (backend, "CUDA_Host"))
-    draft = _draft(spec, params, layout, kind, backend, notes) if mtp else None
-    server = _server_host(spec, layout, params, draft is not None) if tool == "server" else None
+    ctx = resolve_context(layout, params)
+    draft = _draft(spec, params, layout, ctx, kind, backend, notes) if mtp else None
+    server = _server_host(spec, layout, params, ctx, draft is not None) if tool == "server" else None
     return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server)
 
 
@@ -283,24 +283,24 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     return got.devices[0], got.host
 
 
-def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, mtp: bool) -> ServerHost:
+def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, ctx: EffectiveContext,
+                 mtp: bool) -> ServerHost:
     """llama-server's checkpoints at their limit and its prompt-cache limit; ``mtp``: the draft context runs, and
     each checkpoint also holds its KV cells of the sequence (planner.outputs.mtp_draft_checkpoint_bytes)."""
-    ctx = resolve_context(layout, params)
     if not layout.recurrent_layers:
         return ServerHost(None, DEFAULT_CTX_CHECKPOINTS, ctx.n_seq_max, None, cache_ram_bytes())
     cps = server_checkpoints(layout, ctx, DEFAULT_CTX_CHECKPOINTS, swa_full=params.swa_full)
     if mtp:
-        cps = cps.with_mtp_draft(spec, mtp_draft_params(params, ctx.n_ctx), layout)
-    return ServerHost(checkpoint_bytes(layout, ctx), DEFAULT_CTX_CHECKPOINTS, ctx.n_seq_max, cps.bytes,
+        cps = cps.with_mtp_draft(spec, params, ctx, layout)
+    return ServerHost(cps.per_checkpoint_bytes, DEFAULT_CTX_CHECKPOINTS, ctx.n_seq_max, cps.bytes,
                       cache_ram_bytes(), cps.draft_per_checkpoint_bytes if mtp else None)
 
 
-def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, kind: str, backend: str,
-           notes: list[str]) -> DraftContext | None:
+def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: EffectiveContext, kind: str,
+           backend: str, notes: list[str]) -> DraftContext | None:
     # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, its own cache
     # types (-ctkd / -ctvd, default f16, not -ctk / -ctv), no rollback planes, -np outputs (mtp_draft_params)
-    draft = mtp_draft_params(params, resolve_context(layout, params).n_ctx)
+    draft = mtp_draft_params(params, ctx.n_ctx)
     try:
         kv = mtp_draft_kv(spec, draft)
     except OutputsError as exc:

@@ -42,13 +42,7 @@ from rsplan.planner.context_limit import ContextLimit, RopeFlags, context_limit
 from rsplan.planner.fit_memory import StartFlags
 from rsplan.planner.host_charge import HostWeights
 from rsplan.planner.host_weights import HostOptions, WeightTable
-from rsplan.planner.outputs import (
-    DEFAULT_CTX_CHECKPOINTS,
-    Checkpoints,
-    mtp_draft_params,
-    output_buffer,
-    server_checkpoints,
-)
+from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, Checkpoints, output_buffer, server_checkpoints
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
@@ -479,7 +473,7 @@ class CapacityPlanner:
         cps = server_checkpoints(self.layout, ctx, self.budget.ctx_checkpoints, swa_full=params.swa_full)
         if not self.charges.runs_draft(params):
             return cps
-        return cps.with_mtp_draft(self.spec, mtp_draft_params(params, ctx.n_ctx), self.layout)
+        return cps.with_mtp_draft(self.spec, params, ctx, self.layout)
 
     # -- evaluating one setting ---------------------------------------------------------------------------
 

@@ -288,14 +288,14 @@ def _draft_host(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_c
     cells of its sequence: planner.outputs.mtp_draft_checkpoint_bytes, at most a slot's n_ctx_seq of them), at
     the context the started server gives the draft (the target's, resolved)."""
     params = answer.params
-    n_ctx = resolve_context(layout, params).n_ctx
+    ctx = resolve_context(layout, params)
     try:
-        out = output_buffer(spec, draft.params(n_ctx))
+        out = output_buffer(spec, draft.params(ctx.n_ctx))
         answer.host_items.append(HostItem("MTP draft output buffer", out.bytes))
     except OutputsError as exc:
         answer.notes.append(f"MTP draft output buffer not counted: {exc}")
-    cps = server_checkpoints(layout, resolve_context(layout, params), n_ctx_checkpoints, swa_full=params.swa_full)
-    cps = cps.with_mtp_draft(spec, draft.params(n_ctx), layout)
+    cps = server_checkpoints(layout, ctx, n_ctx_checkpoints, swa_full=params.swa_full)
+    cps = cps.with_mtp_draft(spec, params, ctx, layout)
     if cps.draft_per_checkpoint_bytes:
         answer.host_items.append(HostItem(
             f"MTP draft's part of the checkpoints ({cps.per_slot} per slot x {cps.n_slots}, up to "

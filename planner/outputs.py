@@ -241,10 +241,13 @@ class Checkpoints:
         """All slots' checkpoints at the limit, the draft's part included."""
         return (self.per_checkpoint_bytes + self.draft_per_checkpoint_bytes) * self.per_slot * self.n_slots
 
-    def with_mtp_draft(self, spec: ModelSpec, draft: ContextParams, layout: CacheLayout | None = None) -> Checkpoints:
-        """These checkpoints with the ``--spec-type mtp`` draft's part (``draft``: its flags), where any are made."""
+    def with_mtp_draft(self, spec: ModelSpec, params: ContextParams, ctx: EffectiveContext,
+                       layout: CacheLayout | None = None) -> Checkpoints:
+        """These checkpoints with the ``--spec-type mtp`` draft's part, where any are made: the draft llama-server
+        makes beside a target started with ``params`` and resolved as ``ctx`` (``mtp_draft_params``)."""
         if self.note is not None or not self.per_slot:
             return self
+        draft = mtp_draft_params(params, ctx.n_ctx)
         return dataclasses.replace(self, draft_per_checkpoint_bytes=mtp_draft_checkpoint_bytes(spec, draft, layout))
 
 

@@ -232,7 +232,7 @@ def re_estimate(p: CapacityPlanner, params: ContextParams) -> tuple[list[int], i
         devices = [a + e.total for a, e in zip(devices, extra.devices, strict=True)]
         host += extra.host.total + output_buffer(spec, draft.params(params.n_ctx)).bytes
         # each checkpoint also holds the draft's KV cells of its sequence, a slot's n_ctx_seq at most
-        cps = cps.with_mtp_draft(spec, draft.params(ctx.n_ctx))
+        cps = cps.with_mtp_draft(spec, params, ctx)
     return devices, host + cps.bytes
 
 
