@@ -18,45 +18,30 @@ from rsplan_testing import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = json.loads((Path(__file__).resolve().parent / "llamacpp-sched" / "mtp-ot.json").read_text())
-MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def fuzz_rpc():
-    return load_script(ROOT / "scripts" / "llamacpp-truth" / "fuzz_rpc.py", "llamacpp_truth_fuzz_rpc")
+def fuzz_mtp():
+    return load_script(ROOT / "scripts" / "llamacpp-truth" / "fuzz_mtp.py", "llamacpp_truth_fuzz_mtp")
 
 
 def _id(case: dict) -> str:
     return f"{case['model']}[{case['flags'].get('-ot', 'no -ot')}]"
 
 
-def _draft_compute(fuzz_rpc, case: dict) -> tuple[list[int], int]:
-    from rsplan.hparams.layout import cache_layout
-    from rsplan.planner.buffers import DEVICE_RULES
-    from rsplan.planner.fit_draft import DraftMemory
-    from rsplan.planner.fit_memory import MemoryModel, StartFlags
-    from rsplan.planner.fit_run import converter_weights
-    from rsplan.planner.weight_placement import parse_overrides
-
-    name, flags = case["model"], case["flags"]
-    spec = fuzz_rpc.fuzz.model_spec(name)
-    params = fuzz_rpc.sweep.context_params(flags)
-    weights = converter_weights(spec, fuzz_rpc.sweep.MODELS[name]["outtype"], load_mtp=True)  # --spec-type mtp
-    model = MemoryModel(spec, cache_layout(spec), tuple(weights), params,
-                        tuple(f * MiB for f in case["free_mib"]), DEVICE_RULES["RPC"], tool="cli", device_kind="RPC")
-    devices = [f"RPC{i}" for i in range(len(case["free_mib"]))]
-    overrides = tuple(parse_overrides(flags["-ot"], devices)) if "-ot" in flags else ()
-    draft = DraftMemory(model, StartFlags(n_ctx=params.n_ctx, n_gpu_layers=int(flags["-ngl"]), overrides=overrides))
-    usage = draft.measure(params.n_ctx)
-    assert model.compute_estimate is None, model.compute_estimate  # the scheduler model, not the CPU figure
+def _draft_compute(fuzz_mtp, case: dict) -> tuple[list[int], int]:
+    """The draft's compute per device and on the host as fuzz_mtp.py sizes a start (DraftMemory over the target's
+    MemoryModel, the converter's weights with the MTP layers)."""
+    usage, estimate = fuzz_mtp.rsplan_draft(case["model"], case["flags"], case["free_mib"])
+    assert estimate is None, estimate  # the scheduler model, not the CPU figure
     return [d.compute for d in usage.devices], usage.host.compute
 
 
 @pytest.mark.parametrize("case", DATA["cases"], ids=_id)
-def test_the_draft_compute_per_device_equals_llama_cpp(fuzz_rpc, case):
+def test_the_draft_compute_per_device_equals_llama_cpp(fuzz_mtp, case):
     assert case["ok"], case.get("error")
     want = ([d["compute"] for d in case["devices"]], case["host"]["compute"])
-    assert _draft_compute(fuzz_rpc, case) == want
+    assert _draft_compute(fuzz_mtp, case) == want
 
 
 def test_the_data_moves_every_kind_of_draft_weight():
