@@ -110,11 +110,6 @@ def rsplan_draft(name: str, flags: dict[str, Any], free_mib: list[int]) -> tuple
     return usage, model.compute_estimate
 
 
-def golden_record(name: str, case: dict, free_mib: list[int], port0: int) -> dict[str, Any]:
-    """fuzz_rpc.golden_record of one draft start (its resolved context, output buffer and bytes per part)."""
-    return fuzz_rpc.golden_record(name, case, free_mib, port0)
-
-
 def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """What differs between a golden record and rsplan's draft: ``{"what", "llama", "rsplan"}``."""
     name, flags = rec["model"], rec["flags"]
