@@ -151,7 +151,8 @@ namespace {
             "usage: probe -m FILE [-c N] [-np N] [-b N] [-ub N] [-fa on|off|auto] [-ctk T] [-ctv T] [-kvu]\n"
             "             [--n-rs-seq N] [-ngl N] [--n-outputs-max N] [--n-outputs-max-per-seq N] [--load-mtp]\n"
             "             [--ctx-mtp] [--embeddings] [--swa-full] [-nkvo] [--no-extra-bufts] [--no-mmap] [--rpc HOST:PORT,...]\n"
-            "             [-ts A,B,...] [--n-cpu-moe N] [-ot PATTERN=BUFT,...] [--full-log] [--log-stderr]\n");
+            "             [-ts A,B,...] [--n-cpu-moe N] [-ot PATTERN=BUFT,...] [--alloc [--decode N]] [--full-log]\n"
+            "             [--log-stderr]\n");
     exit(2);
 }
 
@@ -356,6 +357,9 @@ int main(int argc, char ** argv) {
     }
     if (model.empty()) {
         usage("-m FILE is required");
+    }
+    if (n_decode > 0 && mp.no_alloc) {
+        usage("--decode N needs --alloc (a dry run computes nothing)");
     }
     if (FILE * f = fopen(model.c_str(), "rb")) {
         fclose(f);
