@@ -11,19 +11,21 @@ counts of per-GPU and per-model values against each other. No click here: errors
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from rsplan.errors import RsplanError
+from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.capacity import (
     DEFAULT_COMPUTE_BYTES,
     DEFAULT_FIT_TARGET_MIB,
     Budget,
     CapacityPlanner,
+    ComputeUnmodelledError,
     DeviceBudget,
 )
-from rsplan.planner.context import ContextParams
+from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.context_limit import RopeFlags
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS
@@ -165,23 +167,25 @@ def _tensors(names: Sequence[tuple[str, int]], rows: Sequence[tuple[str, int]], 
 
 
 def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | None) -> tuple[int, str, bool]:
-    """The CPU backend's compute buffer at the flags as given, where the figure comes from, and whether each
-    setting searched is charged its own: ``--compute`` (one fixed figure per device that runs a layer), llama.cpp's
-    compute buffer as planner.compute / planner.device_compute model it (per setting and per device, by
-    planner.capacity_charge: it grows with the context per sequence and with -np), or
-    DEFAULT_COMPUTE_BYTES for archs it does not model (one fixed allowance)."""
-    from rsplan.planner.compute import ComputeModelError, compute_buffer
+    """The compute buffer a capacity budget charges: (bytes, where it comes from, whether each setting searched is
+    charged its own). ``--compute``: one fixed figure per device that runs a layer. Otherwise llama.cpp's compute
+    buffer of each setting, as planner.compute / planner.device_compute model it (per setting and per device, by
+    planner.capacity_charge: it grows with the context per sequence and with -np; bytes 0 here). Whether the model
+    has that model is learnt from the first settings sized (``make_planners``): where it has not, ``allowance``."""
+    from rsplan.planner.compute import n_outputs_max_for
 
     if given is not None:
         return given.n_bytes, f"--compute {given.text}", False
     # rollback planes are printed as --spec-draft-n-max n_rs_seq, which grows llama-server's outputs
-    n_draft = params.n_rs_seq
-    try:
-        cb = compute_buffer(spec, params, n_draft=n_draft)
-    except ComputeModelError as exc:
-        return DEFAULT_COMPUTE_BYTES, f"an allowance: {exc}", False
-    return cb.bytes, (f"llama.cpp's compute buffer of each setting (n_outputs_max as llama-server; at "
-                      f"-c {params.n_ctx} -np {params.n_seq_max}: {cb.n_outputs_max})"), True
+    n_out = n_outputs_max_for("server", resolve_context(cache_layout(spec), params), params.n_rs_seq)
+    return 0, (f"llama.cpp's compute buffer of each setting (n_outputs_max as llama-server; at "
+               f"-c {params.n_ctx} -np {params.n_seq_max}: {n_out})"), True
+
+
+def allowance(reason: str) -> tuple[int, str, bool]:
+    """``compute_bytes``' answer for a model whose compute buffer has no model here (``reason``: why): one fixed
+    DEFAULT_COMPUTE_BYTES per device that runs a layer."""
+    return DEFAULT_COMPUTE_BYTES, f"an allowance: {reason}", False
 
 
 def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: ContextParams, request: BudgetRequest,
@@ -214,17 +218,29 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
                         host_source=host.text if host else "", ctx_checkpoints=request.ctx_checkpoints,
                         compute_per_setting=per_setting, device_kind=request.device_kind,
                         mtp_weights=tensors[1] if tensors else (), host_table=host_table, host=request.host)
-        planner = CapacityPlanner(
-            spec, params, budget,
-            n_gpu_layers=request.n_gpu_layers,
-            tensor_split=request.tensor_split,
-            offload_kqv=request.offload_kqv,
-            rope=request.rope,
-            spec_type=None if spec_type == "none" else spec_type,
-        )
+        try:
+            planner = _planner(spec, params, budget, request, spec_type)
+        except ComputeUnmodelledError as exc:
+            # the smallest setting or the flags as given (which the planner sizes first) has no compute model
+            compute, compute_source, per_setting = allowance(exc.reason)
+            budget = replace(budget, compute_bytes=compute, compute_source=compute_source,
+                             compute_per_setting=per_setting)
+            planner = _planner(spec, params, budget, request, spec_type)
         planner.check_request()
         planners.append(planner)
     return planners
+
+
+def _planner(spec: ModelSpec, params: ContextParams, budget: Budget, request: BudgetRequest,
+             spec_type: str | None) -> CapacityPlanner:
+    return CapacityPlanner(
+        spec, params, budget,
+        n_gpu_layers=request.n_gpu_layers,
+        tensor_split=request.tensor_split,
+        offload_kqv=request.offload_kqv,
+        rope=request.rope,
+        spec_type=None if spec_type == "none" else spec_type,
+    )
 
 
 def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: GivenSize | None, tp: int,

@@ -62,6 +62,16 @@ class CapacityError(RsplanError):
     """Nothing fits, or a capacity question that cannot be answered."""
 
 
+class ComputeUnmodelledError(CapacityError):
+    """A setting's compute buffer has no model here (planner.compute.ComputeModelError other than an abort of
+    llama.cpp's: an arch without a graph, a size the model does not give); ``reason`` is that error's text.
+    planner.budget.make_planners then charges an allowance to every setting instead."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class DeviceBudget:
     """The memory one GPU offers.
@@ -89,12 +99,11 @@ class Budget:
         weights_bytes: the model's weights, or None when unknown (then NOT counted, and said so).
         weights_source: where weights_bytes comes from.
         margin_bytes: per device, the margin left free (``--fit-target``).
-        compute_bytes: per device, the compute buffer charged (``--compute``, an allowance, or planner.compute's
-            figure at the flags as given).
-        compute_source: where compute_bytes comes from.
+        compute_bytes: per device, the compute buffer charged (``--compute`` or an allowance); 0 with
+            ``compute_per_setting``.
+        compute_source: where the compute buffer charged comes from.
         compute_per_setting: charge each setting searched llama.cpp's compute buffer at that setting
-            (planner.compute, real-run bytes) instead of ``compute_bytes``, which then only describes the flags
-            as given.
+            (planner.compute, real-run bytes) instead of ``compute_bytes``.
         weights: the loaded weight tensors, when known (a GGUF's, ``--quant``): each device's share is then
             placed tensor by tensor (planner.weight_placement) instead of spread over the layers.
         host_budget_bytes: host memory (``--host-budget``); None: the host is not checked. What must fit there:
@@ -168,7 +177,8 @@ class Rung:
     ``rsplan estimate -c n_ctx_flag -np max_parallel`` reports. Both are None when not even one sequence fits.
     ``limited_by``: ``memory``, ``max_seq`` (llama.cpp's 256 sequences), ``max_ctx`` (one more sequence would
     take -c past llama.cpp's uint32), ``llama_abort`` (llama.cpp aborts creating a context with one more
-    sequence: ``CapacityPlanner.aborts``) or ``nothing_fits``. ``bound_device``: with ``memory``, the device whose
+    sequence: ``CapacityPlanner.aborts``), ``nothing_fits`` or ``llama_abort_first`` (none runs: llama.cpp aborts
+    at the smallest setting searched, one sequence). ``bound_device``: with ``memory``, the device whose
     budget one more sequence would exceed. ``compute_bytes``: the compute buffer charged per device at this
     setting (None when nothing fits), per GPU in device order; ``charge``: everything but the caches charged at this
     setting, per device and on the host (weights, compute, the MTP draft context: planner.capacity_charge).
@@ -191,9 +201,10 @@ class CtxAnswer:
     """The largest per-sequence context (a multiple of 256) for ``n_seq_max`` sequences.
 
     ``limited_by``: ``memory``, ``n_ctx_train`` (the search stops at the model's context limit: the training
-    context, or YaRN's), ``llama_abort`` (llama.cpp aborts at 256 more tokens per sequence) or
-    ``nothing_fits``. ``bound_device``: with ``memory``, the device whose budget 256 more tokens per sequence
-    would exceed. ``compute_bytes``: the compute buffer charged per GPU at this setting; ``charge``: as Rung's.
+    context, or YaRN's), ``llama_abort`` (llama.cpp aborts at 256 more tokens per sequence), ``nothing_fits`` or
+    ``llama_abort_first`` (none runs: llama.cpp aborts at the smallest setting searched, 256 tokens per sequence).
+    ``bound_device``: with ``memory``, the device whose budget 256 more tokens per sequence would exceed.
+    ``compute_bytes``: the compute buffer charged per GPU at this setting; ``charge``: as Rung's.
     """
 
     n_seq_max: int
@@ -463,8 +474,10 @@ class CapacityPlanner:
 
             if not isinstance(exc, (ComputeModelError, DraftFitError)):
                 raise
-            raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
-                                f"{params.n_seq_max}: {exc}") from None
+            message = f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np {params.n_seq_max}: {exc}"
+            if isinstance(exc, ComputeModelError):
+                raise ComputeUnmodelledError(message, str(exc)) from None
+            raise CapacityError(message) from None
 
     def checkpoints(self, params: ContextParams, use: Usage | None = None) -> Checkpoints:
         """llama-server's context checkpoints with ``params`` at ``--ctx-checkpoints`` per slot (planner.outputs),
@@ -588,7 +601,7 @@ class CapacityPlanner:
         hi = min(MAX_SEQ, MAX_CTX // (-(-ctx_per_seq // CTX_PAD) * CTX_PAD))
         n = self.search(lambda k: self.params(ctx_per_seq * k, k), 1, hi, floor)
         if n < 1:
-            return Rung(ctx_per_seq, 0, None, None, None, None, "nothing_fits")
+            return Rung(ctx_per_seq, 0, None, None, None, None, self._none_fits(self.params(ctx_per_seq, 1)))
         params = self.params(ctx_per_seq * n, n)
         use = self.usage(params)
         limited_by, bound = "max_seq" if n == MAX_SEQ else ("max_ctx" if n == hi else "memory"), None
@@ -625,13 +638,19 @@ class CapacityPlanner:
             return None
         return self._charge(self._smallest())
 
+    def _none_fits(self, first: ContextParams) -> str:
+        """Why a search found nothing, ``first`` being its smallest setting: ``llama_abort_first`` where llama.cpp
+        aborts there, else ``nothing_fits``."""
+        return "llama_abort_first" if self.aborts(first) is not None else "nothing_fits"
+
     def max_ctx(self, n_seq_max: int) -> CtxAnswer:
         """The largest per-sequence context, a multiple of 256 up to the context limit, for ``n_seq_max``
         sequences (flags ``-c ctx*n_seq_max -np n_seq_max``)."""
         cap = max(1, min(self.ctx_limit.tokens, MAX_CTX // n_seq_max) // CTX_PAD)
         k = self.search(lambda j: self.params(j * CTX_PAD * n_seq_max, n_seq_max), 1, cap)
         if k < 1:
-            return CtxAnswer(n_seq_max, 0, None, None, None, "nothing_fits")
+            return CtxAnswer(n_seq_max, 0, None, None, None,
+                             self._none_fits(self.params(CTX_PAD * n_seq_max, n_seq_max)))
         ctx = k * CTX_PAD
         params = self.params(ctx * n_seq_max, n_seq_max)
         limited_by, bound = "n_ctx_train" if k == cap else "memory", None
@@ -666,8 +685,10 @@ class CapacityPlanner:
                             needs_draft_model=draft.needs_draft_model)
         n = self.search(lambda r: self.params(n_ctx, n_seq_max, r), 0, bound)
         if n < 0:
+            aborts = self.aborts(self.params(n_ctx, n_seq_max, 0))
             return RsAnswer(n_ctx, n_seq_max, None, None, None, None,
-                            f"-c {n_ctx} -np {n_seq_max} does not fit even without rollback planes",
+                            f"llama.cpp aborts at -c {n_ctx} -np {n_seq_max} without rollback planes: {aborts}"
+                            if aborts else f"-c {n_ctx} -np {n_seq_max} does not fit even without rollback planes",
                             draft_bound=bound, spec_type=draft.spec_type,
                             needs_draft_model=draft.needs_draft_model)
         params = self.params(n_ctx, n_seq_max, n)

@@ -286,7 +286,7 @@ class _KeptGraphs:
 
 #: CPU reserve graphs kept by model, layout and context without its KV cells, from a key's second query
 #: (planner.kept_shapes.ShapeCache).
-CPU_SHAPES: ShapeCache[_KeptGraphs] = ShapeCache(4, keep_from=2)
+CPU_SHAPES: ShapeCache[_KeptGraphs] = ShapeCache(4, keep_from=2, kept_errors=(LlamaAbortError,))
 
 
 def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout,

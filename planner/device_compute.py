@@ -24,6 +24,7 @@ from typing import Any
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.compute import (
+    LlamaAbortError,
     _build_reserve_graph,
     build_reserve_graph,
     draft_layout_and_params,
@@ -203,8 +204,10 @@ class _Splits:
 #: the 4 keys used last that hold graphs: a search asks one shape after another (a 2-model report: 55 reuses with 6
 #: keys, 58 with 16 at 233 MB peak memory, 54 with 3 at 127 MB, as much as without keeping). Keys whose build
 #: aborted hold none and do not count (a kimi-linear capacity whose search tries -np 14 down to 8 at each context,
-#: 9 to 14 aborting: 0 reuses and 5.2 s before, 4 reuses and 2.9 s after; 3.1 s without keeping).
-SHAPES: ShapeCache[_Splits] = ShapeCache(4, keep_from=1)
+#: 9 to 14 aborting: 0 reuses and 5.2 s before, 4 reuses and 2.9 s after; 3.1 s without keeping); their abort is
+#: kept over its interval of cells instead (a search that walks down through thousands of contexts that abort:
+#: kimi-linear's largest context at -np 3, 95 s before, each context built until the abort).
+SHAPES: ShapeCache[_Splits] = ShapeCache(4, keep_from=1, kept_errors=(LlamaAbortError,))
 
 
 def sized_over_cells(run: _Run, ctx: EffectiveContext) -> DeviceCompute:

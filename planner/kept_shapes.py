@@ -86,6 +86,7 @@ class _Entry(Generic[K]):
     def __init__(self, holds: tuple[Any, ...]) -> None:
         self.holds = holds  # the objects whose ids are in the key, held so that their ids stay theirs
         self.kept: list[tuple[int, int, K]] = []
+        self.raised: list[tuple[int, int, Exception]] = []  # a build's kept error with the interval it holds for
         self.ordinary_only = False  # a build raised: every later query of the key is sized the ordinary way
         self.queries = 0
 
@@ -96,15 +97,24 @@ class ShapeCache(Generic[K]):
     ``keep_from``-th query on (the ones before are sized the ordinary way): kept graphs are thousands of live
     objects that Python's garbage collector scans again and again, which costs more than it saves where a key is
     asked once (CPU reserve graphs in a search whose every setting has another -np: 3.0-3.6 s kept from the first
-    query vs 2.0-2.6 s from the second). ``stats``: ``built`` (graphs built now), ``reused`` (a context sized on
-    kept graphs), ``ordinary`` (sized the ordinary way: before ``keep_from``, not affine in the cells, or an error
+    query vs 2.0-2.6 s from the second).
+
+    ``kept_errors``: errors that are a decision of the computation itself (llama.cpp aborting on a reserve graph's
+    shapes): one raised by a build holds, like its graphs would, for every k of the interval its cells end with
+    (the same program taking the same branches up to the same raise; its message names no affine value, since an
+    Affine refuses to be printed), so it is kept and raised again for those k without building. Any other error
+    sends the key the ordinary way for good.
+
+    ``stats``: ``built`` (graphs built now), ``reused`` (a context sized on kept graphs), ``raised`` (a kept error
+    raised again), ``ordinary`` (sized the ordinary way: before ``keep_from``, not affine in the cells, or an error
     that the ordinary sizing reports)."""
 
-    def __init__(self, size: int, keep_from: int) -> None:
+    def __init__(self, size: int, keep_from: int, kept_errors: tuple[type[Exception], ...] = ()) -> None:
         self.size = size
         self.keep_from = keep_from
+        self.kept_errors = kept_errors
         self._entries: OrderedDict[tuple[Any, ...], _Entry[K]] = OrderedDict()
-        self.stats = {"built": 0, "reused": 0, "ordinary": 0}
+        self.stats = {"built": 0, "reused": 0, "raised": 0, "ordinary": 0}
 
     def _drop_graphs_past_size(self) -> None:
         """Forget the graphs of the least recently used key that holds any while more than ``size`` keys do. Keys
@@ -143,10 +153,17 @@ class ShapeCache(Generic[K]):
             if lo <= k <= hi:
                 self.stats["reused"] += 1
                 return size_at(kept, k)
+        for lo, hi, error in entry.raised:
+            if lo <= k <= hi:
+                self.stats["raised"] += 1
+                raise error
         if not entry.ordinary_only and entry.queries >= self.keep_from:
             cells = KCells(k)
             try:
                 kept = build(symbolic_context(ctx, cells), cells)
+            except self.kept_errors as exc:
+                entry.raised.append((cells.lo, cells.hi, exc.with_traceback(None)))
+                raise
             except Exception:  # sized the ordinary way below, which reports a real error as it always has
                 # Not tried again for this key: an operation not affine in the cells stays so, and an error (an
                 # abort of llama.cpp's, such as the one-sequence reserve of kimi-linear and minimax-01 over

@@ -11,8 +11,9 @@ between affine values is decided at that ``k`` and narrows ``KCells.lo``/``KCell
 it comes out the same (an order comparison holds on one side of a root, an equality only at it). So the graph
 built once is, with its shapes evaluated at any ``k`` in ``[lo, hi]``, the graph llama.cpp builds at that ``k``:
 the same program run on different integers, taking the same branches. Arithmetic that is not affine in ``k`` (a
-product of two affine values, a floor division that does not divide ``c1``, conversion to ``int``, hashing) raises
-``NotAffine``: the caller sizes that setting the ordinary way instead. Nothing is sampled or fitted.
+product of two affine values, a floor division that does not divide ``c1``, conversion to ``int``, hashing) and
+printing (a message naming a size would be that k's only) raise ``NotAffine``: the caller sizes that setting the
+ordinary way instead. Nothing is sampled or fitted.
 """
 
 from __future__ import annotations
@@ -205,6 +206,12 @@ class Affine:
 
     def __float__(self) -> float:
         raise NotAffine("an affine size converted to float")
+
+    def __str__(self) -> str:
+        raise NotAffine("an affine size printed")
+
+    def __format__(self, spec: str) -> str:
+        raise NotAffine("an affine size printed")
 
     def __repr__(self) -> str:
         return f"{self.c0} + {self.c1}*k"

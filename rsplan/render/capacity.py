@@ -7,6 +7,7 @@ from typing import Any
 
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
 from rsplan.planner.capacity_charge import Charge
+from rsplan.planner.context import CTX_PAD
 from rsplan.planner.speculative import usable_spec_types
 from rsplan.render.tables import prose, table
 from rsplan.render.units import human
@@ -21,6 +22,7 @@ LIMITS = {
     "max_rs_seq": "rsplan's 1024-plane bound",
     "nothing_fits": "nothing fits",
     "llama_abort": "llama.cpp aborting one step up",
+    "llama_abort_first": "llama.cpp aborting at the smallest setting",
 }
 
 
@@ -97,7 +99,7 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
         "name": "host",
         "budget_bytes": planner.budget.host_budget_bytes,
         "budget_source": planner.budget.host_source if planner.budget.host_budget_bytes is not None else "not budgeted",
-        "needed_bytes": planner.host_bytes(planner.base),
+        "needed_bytes": planner.host_bytes(planner.base, charge=charge) if charge else None,
         "total_bytes": None,
         "free_bytes": None,
         "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev is None],
@@ -201,10 +203,12 @@ def notes(planner: CapacityPlanner) -> list[str]:
         out.append(host_weight_words(planner))
     host = planner.budget.host_budget_bytes
     if host is not None:
-        need = planner.host_bytes(planner.base)
+        charge = planner.charge_given()
+        need = (f"{human(planner.host_bytes(planner.base, charge=charge))} at the flags given" if charge else
+                "not known at the flags given, where llama.cpp aborts")
         out.append(f"host memory: {human(host)} ({planner.budget.host_source}) must hold what stays on the host "
                    f"(weights not offloaded, host caches, the output buffer, host compute, llama-server's context "
-                   f"checkpoints): {human(need)} at the flags given")
+                   f"checkpoints): {need}")
         out.append(_checkpoint_words(planner))
     draft = draft_words(planner)
     if draft:
@@ -389,7 +393,11 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
     """The largest context at the given -np, and the largest n_rs_seq at the given -c/-np."""
     lines = []
     m = result.max_ctx
-    if m.n_ctx_flag is None or m.cache_bytes is None:
+    if m.limited_by == "llama_abort_first":
+        first = planner.params(CTX_PAD * m.n_seq_max, m.n_seq_max)
+        lines.append(f"Largest context at -np {m.n_seq_max}: none, llama.cpp aborts at 256 tokens per sequence "
+                     f"(-c {first.n_ctx}): {planner.aborts(first)}")
+    elif m.n_ctx_flag is None or m.cache_bytes is None:
         lines.append(f"Largest context at -np {m.n_seq_max}: nothing fits (not even 256 tokens per sequence)")
     else:
         limit = f", limited by {limit_words(planner, m.limited_by, m.bound_device)}"

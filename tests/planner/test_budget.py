@@ -86,20 +86,36 @@ def test_compute_flag_or_the_modelled_buffer_or_the_allowance():
 
     params = ContextParams(n_ctx=4096, n_seq_max=2)
     no_vocab = make_spec(**MAMBA2)
-    # --compute and the allowance are one fixed figure; the modelled buffer is charged per setting
+    # --compute is one fixed figure; otherwise each setting is charged its own, until the model turns out to have
+    # no compute model (no vocabulary size here): then one fixed allowance
     assert compute_bytes(no_vocab, params, GivenSize(0, "0")) == (0, "--compute 0", False)
     assert compute_bytes(no_vocab, params, None) == (
+        0, "llama.cpp's compute buffer of each setting (n_outputs_max as llama-server; at -c 4096 -np 2: 2)", True)
+    (p,) = make_planners([no_vocab], ["m"], params, request(compute=None))
+    assert (p.budget.compute_bytes, p.budget.compute_source, p.budget.compute_per_setting) == (
         DEFAULT_COMPUTE_BYTES, "an allowance: model 'test' does not give its vocabulary size (vocab_size), which "
         "sizes the logits; pass --compute to give the size", False)
+    assert p.charge_at(params).compute == (DEFAULT_COMPUTE_BYTES,)
     spec = make_spec(**MAMBA2, vocab_size=50280)
-    cb = compute_buffer(spec, params)
-    assert compute_bytes(spec, params, None) == (
-        cb.bytes, "llama.cpp's compute buffer of each setting (n_outputs_max as llama-server; at -c 4096 -np 2: "
-        f"{cb.n_outputs_max})", True)
     (p,) = make_planners([spec], ["m"], params, request(compute=None))
-    assert p.budget.compute_bytes == cb.bytes > 0 and p.budget.compute_per_setting
+    assert p.budget.compute_per_setting and p.budget.compute_bytes == 0
+    # Budget.device_kind None: the CPU figure at each setting on the GPU that runs the layers
+    assert p.charge_at(params).compute == (compute_buffer(spec, params).bytes,)
     (p,) = make_planners([spec], ["m"], params, request(compute=GivenSize(0, "0")))
     assert not p.budget.compute_per_setting
+
+
+def test_an_abort_at_the_flags_given_still_charges_each_setting_its_own():
+    # llama-server's outputs at -np 8 -b 4 are 4 rows: llama.cpp aborts reserving the output buffer at these flags,
+    # at every -np above 4, and nowhere below; the model is modelled all the same
+    spec = make_spec(**MAMBA2, vocab_size=50280)
+    params = ContextParams(n_ctx=4096, n_seq_max=8, n_batch=4)
+    (p,) = make_planners([spec], ["m"], params, request(compute=None))
+    assert p.budget.compute_per_setting and p.charge_given() is None
+    assert "aborts while reserving the output buffer" in p.aborts(params)
+    rung = p.max_parallel(512)
+    assert (rung.max_parallel, rung.limited_by) == (4, "llama_abort")
+    assert p.max_ctx(8).limited_by == "llama_abort_first"
 
 
 def test_serving_budget_takes_the_smallest_gpu_and_checks_the_tp_size():

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget
 from rsplan.planner.compute import compute_buffer
@@ -206,6 +207,51 @@ def test_a_setting_llama_cpp_aborts_on_is_never_printed():
         assert "GGML_ASSERT" in (p.aborts(p.params(4096 * n, n)) or "")
     with pytest.raises(CapacityError, match=r"^no compute buffer for kimi-linear-48b-a3b at -c 69632 -np 17: "):
         p.compute_at(p.params(4096 * 17, 17))
+
+
+def test_a_count_of_sequences_llama_cpp_aborts_at_for_every_context_has_no_largest_context():
+    # at -np 3 the 512 tokens of Kimi-Linear's one-sequence reserve do not split over 3 KV streams at any context:
+    # the search walks down from the context limit (4,096 steps of 256 tokens per sequence); the abort, found once
+    # on graphs built over the cells, holds over its interval of contexts, so each step is not built again
+    from rsplan.planner import device_compute
+    from rsplan.planner.kept_shapes import KEPT
+
+    spec = load_builtin_preset("kimi-linear-48b-a3b")
+    budget = Budget((DeviceBudget("d0", 80 * GIB, "test"),), 30 * GIB, "test", (MARGIN,), 0, "test",
+                    compute_per_setting=True, device_kind="CUDA")
+    p = CapacityPlanner(spec, ContextParams(n_ctx=3 * 4096, n_seq_max=3), budget)
+    device_compute.SHAPES.clear()
+    ans = p.max_ctx(3)
+    assert (ans.ctx_per_seq, ans.n_ctx_flag, ans.limited_by) == (0, None, "llama_abort_first")
+    assert "GGML_ASSERT(ggml_can_repeat(b, a)) fails in ggml_add" in p.aborts(p.params(768, 3))
+    if KEPT:
+        stats = device_compute.SHAPES.stats
+        assert stats["raised"] > 4000 and stats["built"] == 0 and stats["ordinary"] <= 1
+
+
+def test_an_abort_kept_over_the_cells_is_the_one_the_ordinary_sizing_reports():
+    from rsplan.planner import device_compute, kept_shapes
+    from rsplan.planner.compute import LlamaAbortError
+    from rsplan.planner.placement import place_layers
+    from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+
+    spec = load_builtin_preset("kimi-linear-48b-a3b")
+    layout = cache_layout(spec)  # one object: the kept sizings are found by the layout's identity
+    setup = SchedSetup(DEVICE_KINDS["CUDA"], place_layers(27, 1, n_gpu_layers=999), (), True)
+
+    def abort_at(n_ctx: int) -> str:
+        with pytest.raises(LlamaAbortError) as exc:
+            device_compute.device_compute(spec, ContextParams(n_ctx=n_ctx, n_seq_max=3), setup, layout=layout)
+        return str(exc.value)
+
+    device_compute.SHAPES.clear()
+    kept = [abort_at(c) for c in (3 * 4096, 3 * 65536, 3 * 8192)]
+    assert device_compute.SHAPES.stats["raised"] == (2 if kept_shapes.KEPT else 0)
+    kept_shapes.KEPT, was = False, kept_shapes.KEPT
+    try:
+        assert kept == [abort_at(c) for c in (3 * 4096, 3 * 65536, 3 * 8192)]
+    finally:
+        kept_shapes.KEPT = was
 
 
 def test_rollback_planes_are_charged_llama_servers_larger_outputs():

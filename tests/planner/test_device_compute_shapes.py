@@ -80,7 +80,7 @@ def test_a_context_far_from_the_one_built_is_sized_on_its_shapes():
     small, large = (ContextParams(n_ctx=c * 9, n_seq_max=9) for c in (4096, 262144))
     dc.device_compute(spec, small, setup, layout=layout, dry_run=False)
     got = dc.device_compute(spec, large, setup, layout=layout, dry_run=False)
-    assert dc.SHAPES.stats == {"built": 1, "reused": 1, "ordinary": 0}
+    assert dc.SHAPES.stats == {"built": 1, "reused": 1, "raised": 0, "ordinary": 0}
     assert got == ordinary(spec, layout, large, setup)
     # the same 5,111-node graphs give a larger buffer: each GPU's grows with the cells of the mask and the scores
     assert got.devices[0] > dc.device_compute(spec, small, setup, layout=layout, dry_run=False).devices[0]
@@ -99,7 +99,7 @@ def test_a_build_not_affine_in_the_cells_is_sized_the_ordinary_way(monkeypatch):
     monkeypatch.setattr(dc, "_build_reserve_graph", squares_the_cells)
     params = [ContextParams(n_ctx=c, n_seq_max=1) for c in (4096, 8192)]
     got = [dc.device_compute(spec, p, setup, layout=layout, dry_run=False) for p in params]
-    assert dc.SHAPES.stats == {"built": 0, "reused": 0, "ordinary": 2}  # tried once, then not again
+    assert dc.SHAPES.stats == {"built": 0, "reused": 0, "raised": 0, "ordinary": 2}  # tried once, then not again
     assert got == [ordinary(spec, layout, p, setup) for p in params]
 
 

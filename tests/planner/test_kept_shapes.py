@@ -33,6 +33,7 @@ class Recorder:
     def build(self, sym, cells):
         self.builds += 1
         if self.raises is not None:
+            _ = sym.n_ctx_seq >= self.lo_cells  # the raise is decided on the cells too
             raise self.raises
         assert type(sym.n_ctx_seq) is Affine
         _ = sym.n_ctx_seq >= self.lo_cells  # a decision: holds from lo_cells on
@@ -53,7 +54,7 @@ def test_a_key_is_kept_from_its_nth_query_and_reused_inside_its_interval(layout)
     assert rec.sized(cache, layout, 16384) == ("kept", 16384)  # second: built at k = 64, kept for k >= 32
     assert rec.sized(cache, layout, 65536) == ("kept", 65536)  # inside: reused
     assert rec.sized(cache, layout, 4096) == ("kept", 4096)  # outside (k = 16 < 32): built again, for k < 32
-    assert cache.stats == {"built": 2, "reused": 1, "ordinary": 1}
+    assert cache.stats == {"built": 2, "reused": 1, "raised": 0, "ordinary": 1}
     assert rec.sized(cache, layout, 6144) == ("kept", 6144)
     assert cache.stats["reused"] == 2
 
@@ -76,12 +77,40 @@ def test_a_build_not_affine_is_not_tried_again_and_an_error_is_left_to_the_ordin
     assert rec.builds == 1
 
 
+class Abort(RsplanError):
+    pass
+
+
+def test_a_kept_error_holds_over_its_interval_and_is_raised_again_without_building(layout):
+    cache, rec = ShapeCache(4, keep_from=1, kept_errors=(Abort,)), Recorder(lo_cells=8192, raises=Abort("aborts"))
+    for n_ctx in (16384, 65536, 8192):  # built at k = 64: the raise holds for k >= 32
+        with pytest.raises(Abort, match="aborts"):
+            rec.sized(cache, layout, n_ctx)
+    assert (rec.builds, cache.stats["raised"]) == (1, 2)
+    with pytest.raises(Abort):  # k = 16, outside: built again (its interval is k < 32)
+        rec.sized(cache, layout, 4096)
+    assert (rec.builds, cache.stats) == (2, {"built": 0, "reused": 0, "raised": 2, "ordinary": 0})
+    # an error not in kept_errors still sends the key the ordinary way
+    cache, rec = ShapeCache(4, keep_from=1, kept_errors=(Abort,)), Recorder(raises=RsplanError("other"))
+    assert [rec.sized(cache, layout, c)[0] for c in (4096, 8192)] == ["ordinary", "ordinary"]
+
+
+def test_an_affine_size_refuses_to_be_printed():
+    from rsplan.planner.kv_affine import KCells
+
+    a = Affine(0, 256, KCells(4))
+    for show in (str, lambda x: f"{x}", lambda x: f"{x:,}", "{}".format):
+        with pytest.raises(NotAffine):
+            show(a)
+    assert repr(a) == "0 + 256*k"
+
+
 def test_an_entry_made_for_other_objects_with_the_same_ids_is_dropped(layout):
     cache, rec = ShapeCache(4, keep_from=1), Recorder()
     a, b = object(), object()
     rec.sized(cache, layout, 4096, holds=(a,))
     rec.sized(cache, layout, 8192, holds=(b,))  # same key, other object: built again
-    assert cache.stats == {"built": 2, "reused": 0, "ordinary": 0}
+    assert cache.stats == {"built": 2, "reused": 0, "raised": 0, "ordinary": 0}
 
 
 def test_the_least_recently_used_key_is_dropped(layout):
@@ -90,7 +119,7 @@ def test_the_least_recently_used_key_is_dropped(layout):
         rec.sized(cache, layout, 4096, key=(key,))
     rec.sized(cache, layout, 8192, key=("a",))  # kept: "b" was dropped, not "a"
     rec.sized(cache, layout, 8192, key=("b",))
-    assert cache.stats == {"built": 4, "reused": 2, "ordinary": 0}
+    assert cache.stats == {"built": 4, "reused": 2, "raised": 0, "ordinary": 0}
 
 
 def test_keys_without_graphs_do_not_push_out_the_ones_with_graphs(layout):

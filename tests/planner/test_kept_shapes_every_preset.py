@@ -140,8 +140,9 @@ def check(spec, layout, s: dict, *, mtp: bool = False, n_rs_seq: int = 0) -> Non
     # built once at the first context (and at -c 256 with one sequence), every other one sized on those graphs;
     # none the ordinary way but a CPU shape's first query
     shapes = 1 + (s["n_seq"] == 1)
-    assert dc.SHAPES.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "ordinary": 0}
-    assert compute.CPU_SHAPES.stats == {"built": shapes, "reused": 2 * (len(CONTEXTS) - shapes), "ordinary": shapes}
+    assert dc.SHAPES.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "raised": 0, "ordinary": 0}
+    assert compute.CPU_SHAPES.stats == {"built": shapes, "reused": 2 * (len(CONTEXTS) - shapes), "raised": 0,
+                                        "ordinary": shapes}
 
 
 @pytest.fixture(autouse=True)
@@ -238,4 +239,4 @@ def test_output_counts_sized_on_kept_graphs_equal_their_own_sizing(tool, n_draft
     assert seen == {pp_outputs[(tool, n_draft, n_out)]}
     # one shape (two with llama-cli or n_outputs_max 0 at -c 768, whose n_batch caps the outputs), then reused
     shapes = 1 + (tool == "cli" or n_out == 0)
-    assert dc.SHAPES.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "ordinary": 0}
+    assert dc.SHAPES.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "raised": 0, "ordinary": 0}
