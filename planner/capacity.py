@@ -337,27 +337,42 @@ class CapacityPlanner:
         self.weights_on_device = list(weights)
         # per device, what the margin leaves; each setting's weights, compute and draft come off that
         self.room = [d.budget_bytes - m for d, m in zip(self.budget.devices, self.budget.margin_bytes, strict=True)]
-        self._check_smallest()
-        # ... and what the caches may take at the flags as given
+        # the charge at the flags as given first: it shows whether the model has a compute model here (else
+        # ComputeUnmodelledError, and make_planners charges an allowance to every setting instead)
         at_base = self._charge(self.base)
+        if at_base is None and self.budget.compute_per_setting:
+            # llama.cpp aborts there, maybe before the graph would show it: the smallest setting (one sequence) does
+            self._charge(self._smallest())
+        self._check_smallest(exact=not self.budget.compute_per_setting)
+        # ... and what the caches may take at the flags as given
         self.cache_budget = [r - (at_base.device(i) if at_base else weights[i]) for i, r in enumerate(self.room)]
 
-    def _check_smallest(self) -> None:
+    def _check_smallest(self, exact: bool = True) -> None:
         """Refuse a budget where not even the smallest setting searched (-c 256 -np 1, no rollback planes, so no
-        MTP draft) leaves room for a cache: its weights, margin and compute alone exceed a device's budget."""
+        MTP draft) leaves room for a cache: its weights, margin and compute alone exceed a device's budget.
+        ``exact`` False: its weights and margin alone (its own compute buffer is a graph to build: the planner
+        checks those up front, and ``run_capacity`` the whole charge where no search finds a setting that fits)."""
         smallest = self._smallest()
-        charge = self._charge(smallest) or self.charges.zero(smallest)
+        charge = (self._charge(smallest) if exact else None) or self.charges.zero(smallest)
         for i, (d, r) in enumerate(zip(self.budget.devices, self.room, strict=True)):
             if r - charge.device(i) < 0:
+                compute = f" + compute {_mib(charge.compute[i])}" if exact else ""
                 raise CapacityError(
                     f"nothing fits on {d.name}: weights {_mib(charge.weights[i])} + margin "
-                    f"{_mib(self.budget.margin_bytes[i])} + compute {_mib(charge.compute[i])}"
-                    + (f" at the smallest setting (-c {CTX_PAD} -np 1)" if self.budget.compute_per_setting else "")
+                    f"{_mib(self.budget.margin_bytes[i])}{compute}"
+                    + (f" at the smallest setting (-c {CTX_PAD} -np 1)"
+                       if exact and self.budget.compute_per_setting else "")
                     + f" exceed its budget of {_mib(d.budget_bytes)} by "
                     f"{_mib(charge.device(i) - r)} ({charge.device(i) - r:,} bytes)"
                     + ("; offload fewer layers (-ngl) or split them differently (-ts)"
                        if len(self.budget.devices) > 1 else "")
                 )
+
+    def check_nothing_fits(self, found: bool) -> None:
+        """Where no search ``found`` a setting that fits: refuse the budget as ``_check_smallest`` does with the
+        smallest setting's whole charge, its compute buffer included (CapacityError), if that does not fit."""
+        if not found:
+            self._check_smallest()
 
     def _smallest(self) -> ContextParams:
         """The smallest setting any search asks: -c 256 -np 1, no rollback planes (so no MTP draft)."""
@@ -629,14 +644,15 @@ class CapacityPlanner:
         return [self.max_parallel(c, floor) for c in contexts]
 
     def ladder_floor(self, contexts: Sequence[int]) -> Charge | None:
-        """A lower bound on the charge of every rung of ``contexts`` (``max_parallel``'s ``floor``): the charge of
-        the smallest setting searched (``-c 256 -np 1``, no rollback planes), sized already by the "nothing fits"
-        check, where llama.cpp runs it; None with a fixed compute figure or no context. A looser bound than one
-        sequence at the shortest rung (whose graphs, another -np or ubatch, would be built for it alone) only
-        widens ``search``'s exact step."""
+        """A lower bound on the charge of every rung of ``contexts`` (``max_parallel``'s ``floor``): the weights
+        of the smallest setting searched (``-c 256 -np 1``, no rollback planes), no compute; None with a fixed
+        compute figure or no context. A tighter bound costs graphs built for it alone (the smallest setting's, or
+        one sequence at the shortest rung: another -np or ubatch than any answer's), while a looser one only widens
+        ``search``'s exact step, which rarely needs another -np for it: over 12 presets and budgets, the same
+        answers with one graph build fewer each (qwen3-next's 10-step ladder: 3 instead of 4)."""
         if not self.budget.compute_per_setting or not contexts or not 1 <= min(contexts) <= MAX_CTX:
             return None
-        return self._charge(self._smallest())
+        return self.charges.zero(self._smallest())
 
     def _none_fits(self, first: ContextParams) -> str:
         """Why a search found nothing, ``first`` being its smallest setting: ``llama_abort_first`` where llama.cpp
@@ -792,10 +808,13 @@ class CapacityResult:
 def run_capacity(planner: CapacityPlanner, contexts: Sequence[int] | None = None) -> CapacityResult:
     """Answer the three capacity questions for ``planner.base``."""
     base = planner.base
+    ladder = planner.ladder(contexts)
+    max_ctx = planner.max_ctx(base.n_seq_max)
+    planner.check_nothing_fits(any(r.max_parallel for r in ladder) or max_ctx.n_ctx_flag is not None)
     return CapacityResult(
         params=base,
         usage=planner.usage(base),
-        ladder=planner.ladder(contexts),
-        max_ctx=planner.max_ctx(base.n_seq_max),
+        ladder=ladder,
+        max_ctx=max_ctx,
         max_rs=planner.max_n_rs_seq(base.n_ctx, base.n_seq_max),
     )

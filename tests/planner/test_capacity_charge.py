@@ -176,8 +176,11 @@ def test_start_up_check_uses_the_smallest_setting_not_the_flags_given():
     p = CapacityPlanner(spec, params, budget([room]))
     ans = p.max_ctx(1)
     assert ans.n_ctx_flag is not None and ans.headroom_bytes is not None and ans.headroom_bytes >= 0
+    # one byte short of the smallest setting's compute: the planner is made (its weights fit), but where no search
+    # finds a setting, the smallest one's whole charge is checked and named
+    p = CapacityPlanner(spec, params, budget([small - 1]))
     with pytest.raises(CapacityError, match=r"compute [0-9,.]+ MiB at the smallest setting \(-c 256 -np 1\) exceed"):
-        CapacityPlanner(spec, params, budget([small - 1]))
+        run_capacity(p, [4096])
 
 
 def test_capacity_charges_what_fit_measures_at_the_fit_setting():
