@@ -163,8 +163,9 @@ def heatmap(planner: CapacityPlanner) -> Heatmap:
     (a larger setting's, so their headroom is not overstated) and the cells past it the next cell's (so they stay
     out of memory); the magnitudes away from the boundary are therefore approximate, the colours' sign is not."""
     contexts = heatmap_contexts(planner)
-    smallest = planner.params(contexts[0], HEATMAP_NP[0])  # its charge bounds every cell's from below
-    floor = planner.charge_at(smallest) if planner.aborts(smallest) is None else planner.charges.zero(smallest)
+    # the smallest cell's weights bound every cell's charge from below (its compute would be a graph built for
+    # the bound alone; a looser bound only widens each row's exact search: planner.capacity ladder_floor)
+    floor = planner.charges.zero(planner.params(contexts[0], HEATMAP_NP[0]))
     rows = [_heatmap_row(planner, contexts, n, floor) for n in HEATMAP_NP]
     past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
     return Heatmap(list(HEATMAP_NP), contexts, rows, past)
