@@ -16,6 +16,7 @@ from typing import Any
 from rsplan import __version__
 from rsplan.errors import RsplanError
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult
+from rsplan.planner.context import CTX_PAD
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
 from rsplan.render.capacity import limit_words, notes
@@ -108,6 +109,9 @@ def memory_figure(m: ModelReport) -> Any:
     _mark_limit(fig, planner, _ctx_label(planner.ctx_limit.tokens), top)
     n = series.n_seq
     host = " Caches of layers kept in host memory are not shown." if any(series.host_bytes) else ""
+    if any(series.aborts):
+        host += (f" llama.cpp aborts creating a context at -np {n} at {sum(series.aborts)} of "
+                 f"{len(series.aborts)} contexts: no bar there.")
     fig.update_layout(**_layout(
         f"{planner.spec.name}: GPU memory against context, -np {n} (-c = context x {n}){host}",
         barmode="stack",
@@ -138,8 +142,9 @@ def devices_figure(m: ModelReport) -> Any:
                         "color": BUDGET_COLOUR, "line": {"width": 3}}, name=f"budget of {name}", customdata=[budget],
                         hovertemplate="budget %{y:.3f} GiB = %{customdata:,} B<extra></extra>")
     p = m.planner.base
+    aborts = " (llama.cpp aborts at these flags: no compute buffer or MTP draft)" if bars.aborts else ""
     fig.update_layout(**_layout(
-        f"{m.planner.spec.name}: memory per device at -c {p.n_ctx} -np {p.n_seq_max}", barmode="stack",
+        f"{m.planner.spec.name}: memory per device at -c {p.n_ctx} -np {p.n_seq_max}{aborts}", barmode="stack",
         xaxis={"title": {"text": "device"}, "type": "category"},
         yaxis={"title": {"text": "memory (GiB = 2^30 B)"}, "rangemode": "tozero"},
         legend={"traceorder": "reversed"},
@@ -431,7 +436,7 @@ def ladder_table(m: ModelReport) -> str:
     planner = m.planner
     for r in m.result.ladder:
         if r.n_ctx_flag is None:
-            rows.append([f"{r.ctx_per_seq:,}", "0", "nothing fits", "-", "-", "-", "-"])
+            rows.append([f"{r.ctx_per_seq:,}", "0", _e(limit_words(planner, r.limited_by)), "-", "-", "-", "-"])
             continue
         rows.append([
             f"{r.ctx_per_seq:,}", f"{r.max_parallel}", _e(limit_words(planner, r.limited_by, r.bound_device)),
@@ -475,6 +480,10 @@ def _answers(m: ModelReport) -> str:
         flags = planner.flags(planner.params(mc.n_ctx_flag, mc.n_seq_max))
         out.append(f"Largest context at -np {mc.n_seq_max}: {mc.ctx_per_seq:,} tokens per sequence{_e(limit)}: "
                    f"<code>{_e(flags)}</code>; compute {_per_gpu_cell(mc.compute_bytes)} per GPU")
+    elif mc.limited_by == "llama_abort_first":
+        first = planner.params(CTX_PAD * mc.n_seq_max, mc.n_seq_max)
+        out.append(f"Largest context at -np {mc.n_seq_max}: none, llama.cpp aborts at 256 tokens per sequence "
+                   f"(-c {first.n_ctx}): {_e(planner.aborts(first) or '')}")
     else:
         out.append(f"Largest context at -np {mc.n_seq_max}: nothing fits")
     rs = result.max_rs

@@ -38,7 +38,8 @@ class MemorySeries:
     """GPU memory against per-sequence context at ``n_seq`` sequences (-c = ctx * n_seq).
 
     ``parts[key][i]`` is the bytes of component ``key`` at ``contexts[i]``; ``host_bytes[i]`` the caches left in
-    host memory (not budgeted).
+    host memory (not budgeted). ``aborts[i]``: llama.cpp aborts creating that context (no compute buffer exists):
+    every part is 0 there, nothing is drawn.
     """
 
     n_seq: int
@@ -46,6 +47,7 @@ class MemorySeries:
     parts: dict[str, list[int]]
     budget_bytes: int
     host_bytes: list[int]
+    aborts: list[bool]
 
     def total(self, i: int) -> int:
         return sum(series[i] for series in self.parts.values())
@@ -61,14 +63,22 @@ def memory_series(planner: CapacityPlanner, n_seq: int, contexts: list[int]) -> 
     budget = planner.budget
     parts: dict[str, list[int]] = {key: [] for key, _ in COMPONENTS}
     host = []
+    aborts = []
     for ctx in contexts:
-        use = planner.usage(planner.params(ctx * n_seq, n_seq))
+        params = planner.params(ctx * n_seq, n_seq)
+        aborts.append(planner.aborts(params) is not None)
+        if aborts[-1]:
+            for series in parts.values():
+                series.append(0)
+            host.append(0)
+            continue
+        use = planner.usage(params)
         n_rs = use.ctx.n_rs_seq
         r = sum(t.r_bytes for t in use.devices)
         s = sum(t.s_bytes for t in use.devices)
         # R and S have (1 + n_rs) planes of equal size per sequence; n_rs of them are rollback snapshots
         r_snap, s_snap = r // (1 + n_rs) * n_rs, s // (1 + n_rs) * n_rs
-        charge = planner.charge_at(planner.params(ctx * n_seq, n_seq))
+        charge = planner.charge_at(params)
         parts["weights"].append(sum(charge.weights))
         parts["kv"].append(sum(t.kv_bytes for t in use.devices))
         parts["conv"].append(r - r_snap)
@@ -78,7 +88,7 @@ def memory_series(planner: CapacityPlanner, n_seq: int, contexts: list[int]) -> 
         parts["draft"].append(sum(d.total for d in charge.draft.devices) if charge.draft else 0)
         parts["margin"].append(sum(budget.margin_bytes))
         host.append(use.host.total_bytes)
-    return MemorySeries(n_seq, contexts, parts, sum(d.budget_bytes for d in budget.devices), host)
+    return MemorySeries(n_seq, contexts, parts, sum(d.budget_bytes for d in budget.devices), host, aborts)
 
 
 @dataclass(frozen=True)
@@ -240,11 +250,13 @@ def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
 class DeviceBars:
     """Memory per device (and the host) at the flags as given: ``parts[key][i]`` bytes of component ``key`` on
     ``names[i]`` (the GPUs, then ``host memory``); ``budgets[i]`` that device's budget (None: the host without
-    ``--host-budget``). Output buffer, host compute and llama-server's checkpoints only on the host."""
+    ``--host-budget``). Output buffer, host compute and llama-server's checkpoints only on the host. ``aborts``:
+    why llama.cpp aborts at those flags (no compute buffer nor MTP draft exists: drawn as 0), else None."""
 
     names: list[str]
     parts: dict[str, list[int]]
     budgets: list[int | None]
+    aborts: str | None = None
 
 
 #: The stacked components of the per-device chart, bottom to top: (key, legend label).
@@ -268,7 +280,8 @@ def device_bars(planner: CapacityPlanner) -> DeviceBars:
     budget = planner.budget
     params = planner.base
     use = planner.usage(params)
-    charge = planner.charge_at(params)
+    aborts = planner.aborts(params)
+    charge = planner.charges.zero(params) if aborts else planner.charge_at(params)
     draft = charge.draft
     parts: dict[str, list[int]] = {key: [] for key, _ in DEVICE_COMPONENTS}
     for i, t in enumerate(use.devices):
@@ -285,4 +298,4 @@ def device_bars(planner: CapacityPlanner) -> DeviceBars:
         parts[key].append(value)
     names = [d.name for d in budget.devices] + [HOST]
     budgets: list[int | None] = [d.budget_bytes for d in budget.devices]
-    return DeviceBars(names, parts, [*budgets, budget.host_budget_bytes])
+    return DeviceBars(names, parts, [*budgets, budget.host_budget_bytes], aborts)

@@ -221,3 +221,22 @@ def test_real_gpu_budget_matches_nvml(example):
     assert gpu["budget_bytes"] == gpu["total_bytes"] == mem.total
     assert 0 < gpu["free_bytes"] <= mem.total
     assert gpu["name"].startswith("GPU0 ")
+
+
+def test_flags_llama_cpp_aborts_on_are_said_and_every_other_setting_is_charged_its_own():
+    # Kimi-Linear at -np 3 (its one-sequence reserve does not split over 3 KV streams): no context at the flags
+    # given, and none at any context with 3 sequences; the ladder still answers with each setting's own compute,
+    # and never with a -np llama.cpp aborts at (32 divides 512 and 33 does not: 32 is the answer)
+    r = run("capacity", "--model", "kimi-linear-48b-a3b", "--budget", "80GiB", "--weights", "30GiB", "-np", "3",
+            "-c", "12288", "--ctx", "4k", "--host-budget", "64GiB", "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["compute_per_setting"] and d["compute_bytes"] is None and d["devices"][0]["compute_bytes"] is None
+    assert [(x["max_parallel"], x["limited_by"]) for x in d["ladder"]] == [(32, "llama_abort")]
+    assert d["max_ctx"]["limited_by"] == "llama_abort_first"
+    host = d["devices"][-1]
+    assert host["name"] == "host" and host["needed_bytes"] is None
+    text = run("capacity", "--model", "kimi-linear-48b-a3b", "--budget", "80GiB", "--weights", "30GiB", "-np", "3",
+               "-c", "12288", "--ctx", "4k", "--host-budget", "64GiB").output
+    assert "Largest context at -np 3: none, llama.cpp aborts at 256 tokens per sequence (-c 768): llama.cpp " \
+           "aborts while reserving its 'pp (1 seq)' graph" in " ".join(text.split())

@@ -275,3 +275,24 @@ def test_profile_bars_lead_with_the_in_place_ratio_when_measured():
     assert fig.data[0].text == ("75% of in place, 120% of copy (flagged)", "50% of copy")
     assert [t.name for t in fig.data] == ["achieved", "measured copy bandwidth", "measured in-place bandwidth"]
     assert fig.data[2].x == ("a",) and fig.data[2].y == (16.0,)
+
+
+def test_flags_llama_cpp_aborts_on_still_give_a_report(tmp_path):
+    # Kimi-Linear at -np 3: its one-sequence reserve of 512 tokens does not split over 3 KV streams at any context
+    # (planner.compute), so llama.cpp makes no context at these flags; every other -np is charged its own compute
+    out = tmp_path / "r.html"
+    r = run("report", "--model", "kimi-linear-48b-a3b", "--budget", "80GiB", "--weights", "30GiB", "-np", "3",
+            "-c", "12288", "--host-budget", "64GiB", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert "compute (llama.cpp aborts at these flags)" in text
+    assert "Largest context at -np 3: none, llama.cpp aborts at 256 tokens per sequence (-c 768)" in text
+    assert "llama.cpp aborts creating a context at -np 3 at" in text  # the memory plot draws no bar there
+    assert "memory per device at -c 12288 -np 3 (llama.cpp aborts at these flags" in text
+    spec = load_model("kimi-linear-48b-a3b")
+    budget = Budget((DeviceBudget("GPU", 80 << 30, "test"),), 30 << 30, "test", (1 << 30,), 0, "test",
+                    compute_per_setting=True, device_kind="CUDA")
+    p = CapacityPlanner(spec, ContextParams(n_ctx=12288, n_seq_max=3), budget)
+    series = data.memory_series(p, 3, [4096, 8192])
+    assert series.aborts == [True, True] and all(v == [0, 0] for v in series.parts.values())
+    assert data.device_bars(p).aborts is not None
