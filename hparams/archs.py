@@ -133,6 +133,13 @@ ROLLBACK_ARCHS: frozenset[str] = frozenset(
 )
 
 
+#: Architectures with a tensor llama.cpp may read on demand instead of loading (``--lazy-mode``, default auto: the
+#: tensors so marked and over 4 GiB): only the per-layer token embeddings of these two
+#: (src/models/qwen4exp.cpp:192 TENSOR_READ_LAZY, src/models/gemma4.cpp:59 TENSOR_READ_LAZY). None is in ARCHS, so
+#: ``--lazy-mode`` changes no byte of a model rsplan sizes; kept to say so (tests/hparams/test_archs_lazy.py).
+LAZY_READ_ARCHS: frozenset[str] = frozenset({"qwen4exp", "gemma4"})
+
+
 def arch_info(name: str) -> ArchInfo:
     """The facts for arch ``name``; an UnsupportedArchError naming it when rsplan cannot size it exactly."""
     try:
