@@ -656,7 +656,10 @@ class CapacityPlanner:
 
     def _none_fits(self, first: ContextParams) -> str:
         """Why a search found nothing, ``first`` being its smallest setting: ``llama_abort_first`` where llama.cpp
-        aborts there, else ``nothing_fits``."""
+        aborts there, else ``nothing_fits`` (also where its caches and weights alone exceed a budget: memory rules
+        it out whatever llama.cpp would do, and no graph is built to tell)."""
+        if self.over_before_compute(first):
+            return "nothing_fits"
         return "llama_abort_first" if self.aborts(first) is not None else "nothing_fits"
 
     def max_ctx(self, n_seq_max: int) -> CtxAnswer:
