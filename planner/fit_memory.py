@@ -36,6 +36,7 @@ from rsplan.planner.context import ContextParams
 from rsplan.planner.placement import Placement, place_layers
 
 if TYPE_CHECKING:
+    from rsplan.planner.cpu_repack import Target
     from rsplan.planner.device_compute import DeviceCompute
     from rsplan.planner.sched import LayerTensors
 from rsplan.planner.plan import MemoryPlan, build_plan
@@ -127,6 +128,8 @@ class MemoryModel:
         n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch; overrides
             ``tool``'s), else None.
         embeddings: ``--embeddings`` (the graphs' outputs; LFM2 then builds no lm head).
+        host_repack: the repack target where the host weights' buffer list starts with CPU_REPACK (a CPU-only or
+            RPC start, or ``--no-host``), else None (planner.weight_placement.place_weights: a tied output).
     """
 
     spec: ModelSpec
@@ -143,6 +146,7 @@ class MemoryModel:
     real_run: bool = False
     n_outputs_max: int | None = None
     embeddings: bool = False
+    host_repack: Target | None = None
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     _tensors: LayerTensors | None = None
@@ -182,7 +186,8 @@ class MemoryModel:
         """The breakdown of one start with ``flags`` (llama.cpp's ``common_get_device_memory_data``)."""
         self.calls += 1
         placement = self.placement(flags)
-        weights = place_weights(self.weights, placement, self.device_rule, flags.overrides, arch=self.spec.arch)
+        weights = place_weights(self.weights, placement, self.device_rule, flags.overrides, arch=self.spec.arch,
+                                host_repack=self.host_repack)
         plan = build_plan(self.spec, dataclasses.replace(self.params, n_ctx=flags.n_ctx), self.layout)
         context, host_context = cache_split(plan, placement, self.device_rule, self.n_devices)
         dev_compute, host_compute = self.compute_split(flags, placement)

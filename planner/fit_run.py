@@ -16,6 +16,7 @@ from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import DEVICE_RULES
 from rsplan.planner.context import ContextParams, resolve_context
+from rsplan.planner.cpu_repack import Target
 from rsplan.planner.fit import (
     DEFAULT_FIT_CTX,
     DEFAULT_MARGIN,
@@ -202,6 +203,16 @@ def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswe
                      weights_source=weights_source, table=table)
 
 
+def dry_run_repack(device_kind: str | None, host: HostOptions) -> Target | None:
+    """The repack target of the host weights in --fit's dry run: ``host.repack`` where their buffer list starts
+    with CPU_REPACK (no devices' host buffer type: a CPU-only or RPC start, or ``--no-host``; src/llama-model.cpp:1078
+    make_cpu_buft_list), else None. The dry run never maps the file, so it is the list, not the mapping, that
+    decides (planner.weight_placement.place_weights: the tied output's second copy)."""
+    if gpu_host_buffer(device_kind) is not None and not host.no_host:
+        return None
+    return host.repack if host.repack.repacks else None
+
+
 def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opts: FitOptions, *,
               model_ref: str = "", is_file: bool = False, weights_source: str = "",
               table: WeightTable | None = None) -> FitAnswer:
@@ -223,7 +234,8 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                       overrides=_overrides(opts, names))
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
                         compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool,
-                        device_kind=opts.device_kind, n_draft=params.n_rs_seq if opts.spec_mtp else 0)
+                        device_kind=opts.device_kind, n_draft=params.n_rs_seq if opts.spec_mtp else 0,
+                        host_repack=dry_run_repack(opts.device_kind if budgets else None, opts.host))
     oracle: MemoryOracle = model
     draft = None
     if opts.spec_mtp:

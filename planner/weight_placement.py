@@ -34,8 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError, excerpt
+from rsplan.hparams.ggml_types import WEIGHT_TYPES
 from rsplan.hparams.model import MAX_LAYERS
 from rsplan.planner.buffers import CPU_RULE, BufferRule
+from rsplan.planner.cpu_repack import Target, repacked
 from rsplan.planner.placement import Placement
 
 #: common/common.h:1198 LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
@@ -216,8 +218,10 @@ def place_weights(
     host_rule: BufferRule = CPU_RULE,
     *,
     arch: str,
+    host_repack: Target | None = None,
 ) -> WeightBytes:
-    """Bytes of ``weights`` (the tensors a context loads) per device and on the host.
+    """Bytes of ``weights`` (the tensors a context loads) per device and on the host, the host's unmapped (each
+    tensor padded: a dry run, or --no-mmap).
 
     Args:
         weights: loaded tensors (MTP layers' tensors only when they are loaded).
@@ -226,6 +230,10 @@ def place_weights(
         overrides: ``-ot`` entries in order (``--cpu-moe`` / ``--n-cpu-moe`` expanded), first match wins.
         host_rule: the host buffer's padding.
         arch: the model's arch (which layer its global tensors belong to: ``layer_of``).
+        host_repack: the CPU backend's repack target where the host weights' buffer list starts with CPU_REPACK
+            (no devices' host buffer type before it: a CPU-only or RPC start, or ``--no-host``); None where it does
+            not. A tied output on the host is then a second copy where the target repacks it as the output matrix
+            (MUL_MAT) while the embedding (GET_ROWS) stays in CPU.
     """
     device = [0] * placement.n_devices
     host = 0
@@ -243,11 +251,23 @@ def place_weights(
             # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
             # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
             out = where_weight(w.name, "output", placement, overrides)
-            if out is None and where is not None:
+            if out is None and (where is not None or _repacked_output(w, host_repack)):
                 host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
             elif out is not None and out != where:
                 device[out] += device_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
     return WeightBytes(tuple(device), host)
+
+
+def _repacked_output(embd: Weight, target: Target | None) -> bool:
+    """Whether the tied output's copy of the token embedding ``embd`` (2-D: ``ne[1]`` from its bytes) lands in
+    CPU_REPACK for ``target`` (None: no repacking), a buffer type other than the embedding's own CPU."""
+    if target is None:
+        return False
+    t = WEIGHT_TYPES.get(embd.type.lower())
+    if t is None or not embd.ne0:
+        return False
+    ne1 = embd.n_bytes * t.block_size // t.type_size // embd.ne0
+    return repacked("output.weight", embd.type, (embd.ne0, ne1), target)
 
 
 @functools.cache

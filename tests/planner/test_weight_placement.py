@@ -61,3 +61,41 @@ def test_tied_output_copy_follows_the_overrides_under_token_embds_name():
     kept = place_weights(_tiny_lfm2_globals(), place_layers(1, 1, n_gpu_layers=2), CPU_RULE, out, arch="lfm2")
     assert kept.device == (122_880 + 384 + 384,)
     assert kept.host == 122_880
+
+
+def test_a_tied_output_the_cpu_repacks_is_a_second_host_copy_where_the_host_list_starts_with_cpu_repack():
+    # a q4_0 embedding of the tiny LFM2's size: 320 rows of 96 / 32 blocks of 18 bytes = 17,280 bytes. As the
+    # output matrix (MUL_MAT) AVX2 repacks q4_0 with rows a multiple of 8 (320 is): the TENSOR_DUPLICATED copy
+    # lands in CPU_REPACK, the embedding (GET_ROWS) stays in CPU, so the host holds it twice
+    from rsplan.planner.cpu_repack import parse_target
+
+    q4 = [Weight("token_embd.weight", N_VOCAB * N_EMBD // 32 * 18, "q4_0", N_EMBD),
+          Weight("blk.0.attn_norm.weight", 4 * N_EMBD, "f32", N_EMBD)]
+    on_host = place_layers(1, 1, n_gpu_layers=0)  # the block and the output layer on the host
+    avx2 = parse_target("x86-avx2")
+    assert place_weights(q4, on_host, CPU_RULE, arch="lfm2", host_repack=avx2).host == 2 * 17_280 + 384
+    # no repacking (--no-repack, or a devices' host buffer type first in the list): one tensor
+    assert place_weights(q4, on_host, CPU_RULE, arch="lfm2").host == 17_280 + 384
+    assert place_weights(q4, on_host, CPU_RULE, arch="lfm2", host_repack=parse_target("none")).host == 17_280 + 384
+    # q8_0 is not repacked on AVX2 (ARM's dotprod / i8mm builds do), nor q4_0 with rows not a multiple of 8
+    q8 = [Weight("token_embd.weight", N_VOCAB * N_EMBD // 32 * 34, "q8_0", N_EMBD)]
+    assert place_weights(q8, on_host, CPU_RULE, arch="lfm2", host_repack=avx2).host == 32_640
+    odd = [Weight("token_embd.weight", 324 * N_EMBD // 32 * 18, "q4_0", N_EMBD)]
+    assert place_weights(odd, on_host, CPU_RULE, arch="lfm2", host_repack=avx2).host == 17_504  # padded to 32
+    # the output layer on a device: the copy is the device's, whatever the host repacks
+    got = place_weights(q4, place_layers(1, 1, n_gpu_layers=2), CPU_RULE, arch="lfm2", host_repack=avx2)
+    assert (got.device, got.host) == ((17_280 + 384,), 17_280)
+
+
+def test_fits_dry_run_repacks_the_host_weights_only_where_no_devices_host_buffer_comes_first():
+    from rsplan.planner.cpu_repack import parse_target
+    from rsplan.planner.fit_run import dry_run_repack
+    from rsplan.planner.host_weights import HostOptions
+
+    avx2 = HostOptions()
+    assert avx2.repack.name == "x86-avx2"
+    assert dry_run_repack("RPC", avx2) == avx2.repack  # the RPC devices have no host buffer type
+    assert dry_run_repack(None, avx2) == avx2.repack  # CPU only
+    assert dry_run_repack("CUDA", avx2) is None  # CUDA_Host first: nothing is repacked
+    assert dry_run_repack("CUDA", HostOptions(no_host=True)) == avx2.repack  # --no-host drops it
+    assert dry_run_repack("RPC", HostOptions(repack=parse_target("none"))) is None  # --no-repack
