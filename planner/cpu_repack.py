@@ -8,7 +8,7 @@ llama.cpp 0c1e57098:
   supports the tensor's op (src/llama-model-loader.cpp:1067 select_weight_buft).
 - ggml/src/ggml-cpu/ggml-cpu.cpp:42 ggml_backend_cpu_get_extra_buffer_types: AMX (x86 builds with AMX-INT8 and
   AVX512-VNNI), KleidiAI (ARM builds with GGML_CPU_KLEIDIAI), then ``CPU_REPACK`` (GGML_CPU_REPACK, on by
-  default). Only CPU_REPACK is modelled here.
+  default). CPU_REPACK is modelled here, AMX in planner.cpu_amx (the ``x86-amx`` target), KleidiAI not.
 - ggml/src/ggml-cpu/repack.cpp:5191 supports_op: CPU_REPACK takes a ``MUL_MAT`` weight of 2 dims or a
   ``MUL_MAT_ID`` weight (experts) of 3 dims, with F32 activations, when ggml/src/ggml-cpu/repack.cpp:4925
   ggml_repack_get_optimal_repack_type finds a layout for its type and ``ne[1]`` (``RULES`` below). The features
@@ -38,6 +38,7 @@ TARGETS: dict[str, frozenset[str]] = {
     "none": frozenset(),
     "x86-avx2": frozenset({"avx2"}),
     "x86-avx512": frozenset({"avx2", "avx512"}),
+    "x86-amx": frozenset({"avx2", "avx512", "amx"}),
     "arm-neon": frozenset({"neon"}),
     "arm-dotprod": frozenset({"neon", "dotprod"}),
     "arm-i8mm": frozenset({"neon", "dotprod", "i8mm"}),

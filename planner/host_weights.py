@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rsplan.planner.cpu_amx import amx_bytes
 from rsplan.planner.cpu_repack import DEFAULT_TARGET, Target, parse_target, repacked
 
 #: The GGUF data alignment (general.alignment's default) and the host buffer types' alignment.
@@ -144,12 +145,24 @@ def host_buffer_type(t: HostTensor, target: Target, gpu_host: str | None, use_mm
     """
     if gpu_host is not None:
         return "CPU" if use_mmap else gpu_host
+    if "amx" in target.features and amx_bytes(t.name, t.type, t.shape, t.n_bytes) is not None:
+        return "AMX"
     return "CPU_REPACK" if repacked(t.name, t.type, t.shape, target) else "CPU"
+
+
+def buffer_bytes(t: HostTensor, buft: str) -> int:
+    """The bytes weight ``t`` takes in host buffer type ``buft``: its ggml_nbytes (the AMX layout's in ``AMX``,
+    planner.cpu_amx), padded to 32."""
+    if buft == "AMX":
+        n = amx_bytes(t.name, t.type, t.shape, t.n_bytes)
+        assert n is not None  # host_buffer_type chose AMX for it
+        return _pad(n)
+    return _pad(t.n_bytes)
 
 
 def host_buffers(tensors: Sequence[HostTensor], target: Target, *, gpu_host: str | None = None,
                  use_mmap: bool = True, tied_output_on_host: bool = False) -> dict[str, int]:
-    """Bytes per host buffer type name (``CPU_Mapped``, ``CPU``, ``CPU_REPACK``, ``CUDA_Host``) of the weights
+    """Bytes per host buffer type name (``CPU_Mapped``, ``CPU``, ``CPU_REPACK``, ``AMX``, ``CUDA_Host``) of the weights
     ``tensors`` (the ones on the host, loaded, with their file offsets), as llama.cpp's memory breakdown reports
     them: a ``CPU_Mapped`` span with mmap, padded tensors otherwise.
 
@@ -164,13 +177,13 @@ def host_buffers(tensors: Sequence[HostTensor], target: Target, *, gpu_host: str
         if buft == "CPU" and use_mmap:
             mapped.append(t)
         else:
-            out[buft] = out.get(buft, 0) + _pad(t.n_bytes)
+            out[buft] = out.get(buft, 0) + buffer_bytes(t, buft)
         if tied_output_on_host and t.name == "token_embd.weight":
             # the copy is tested as the output matrix (MUL_MAT); the mapped CPU copy is the same tensor
-            dup = host_buffer_type(HostTensor("output.weight", t.n_bytes, t.type, t.shape, t.offset), target,
-                                   gpu_host, use_mmap)
+            as_output = HostTensor("output.weight", t.n_bytes, t.type, t.shape, t.offset)
+            dup = host_buffer_type(as_output, target, gpu_host, use_mmap)
             if dup != buft:
-                out[dup] = out.get(dup, 0) + _pad(t.n_bytes)
+                out[dup] = out.get(dup, 0) + buffer_bytes(as_output, dup)
     if mapped:
         first = min(t.offset for t in mapped)
         last = max(t.offset + t.n_bytes for t in mapped)

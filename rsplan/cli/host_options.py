@@ -26,7 +26,8 @@ HOST_KEYS = ("cpu_repack", "no_repack", "load_mode", "no_mmap", "no_host")
 HOST_OPTIONS: list[Decorator] = [
     click.option("--cpu-repack", "cpu_repack", metavar="TARGET", default=None,
                  help="The CPU llama.cpp's CPU backend is built for, which decides the weights it repacks into "
-                 "CPU_REPACK (Q4_0, Q4_K, IQ4_NL ... matrices): x86-avx2 (the default), x86-avx512, arm-neon, "
+                 "CPU_REPACK (Q4_0, Q4_K, IQ4_NL ... matrices): x86-avx2 (the default), x86-avx512, x86-amx "
+                 "(AMX-INT8 builds: Q4_0, Q8_0, K-quant ... matrices packed into AMX first), arm-neon, "
                  "arm-dotprod, arm-i8mm, arm-sve256, s390x-vxe, riscv-rvv256, or none."),
     click.option("--no-repack", "no_repack", is_flag=True,
                  help="llama.cpp's --no-repack: no extra buffer types, every host weight in CPU / CPU_Mapped "

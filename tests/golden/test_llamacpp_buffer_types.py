@@ -1,5 +1,6 @@
-"""Golden test: the host buffer types of the weights, measured on llama.cpp 0c1e57098 (CPU build, GGML_NATIVE on
-an AVX2 machine without AVX512), against planner.breakdown / planner.host_weights / planner.cpu_repack.
+"""Golden test: the host buffer types of the weights, measured on llama.cpp 0c1e57098 (CPU builds, GGML_NATIVE, on an
+AVX2 machine without AVX512: ``buffer-types/``, and on one with AVX512 and AMX-INT8: ``buffer-types-amx/``), against
+planner.breakdown / planner.host_weights / planner.cpu_repack / planner.cpu_amx.
 
 tests/golden/llamacpp-breakdown/buffer-types/*.json were written by scripts/llamacpp-truth/sweep.py (BUFT_GRID,
 BUFT_ALLOC_GRID) for skeletons of presets as llama-quantize FTYPE writes them (make_skeleton.py --quant): the dry
@@ -24,12 +25,14 @@ from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.logs import model_buffer_line
 from rsplan.planner.quant_weights import quantized_weights
 
-GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown" / "buffer-types"
+GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown"
+FOLDERS = ("buffer-types", "buffer-types-amx")
 
 
 @cache
 def _files() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(GOLDEN.glob("*.json"))}
+    return {f"{folder}/{p.stem}": json.loads(p.read_text())
+            for folder in FOLDERS for p in sorted((GOLDEN / folder).glob("*.json"))}
 
 
 def _cases() -> list[tuple[str, int]]:
@@ -54,18 +57,22 @@ def _table(name: str) -> WeightTable:
 
 def _target(data: dict) -> str:
     features = set(data["cpu_features"])
+    if "amx_int8" in features:
+        return "x86-amx"
     return "x86-avx512" if "avx512f" in features else "x86-avx2" if "avx2" in features else "none"
 
 
 def test_the_files_cover_repack_and_mmap():
     files = _files()
-    assert len(files) >= 6
     assert {d["llama_commit"] for d in files.values()} == {"0c1e570"}
-    flags = [c["flags"] for d in files.values() for c in d["cases"]]
-    assert any(f.get("--alloc") and f.get("--no-mmap") for f in flags)
-    assert any(f.get("--no-extra-bufts") for f in flags)
+    for folder, target in (("buffer-types", "x86-avx2"), ("buffer-types-amx", "x86-amx")):
+        mine = [d for name, d in files.items() if name.startswith(f"{folder}/")]
+        assert len(mine) >= 6 and {_target(d) for d in mine} == {target}
+        flags = [c["flags"] for d in mine for c in d["cases"]]
+        assert any(f.get("--alloc") and f.get("--no-mmap") for f in flags)
+        assert any(f.get("--no-extra-bufts") for f in flags)
     buffer_types = {b for d in files.values() for c in d["cases"] for b in c["breakdown"]}
-    assert buffer_types == {"CPU", "CPU_Mapped", "CPU_REPACK"}
+    assert buffer_types == {"CPU", "CPU_Mapped", "CPU_REPACK", "AMX"}
 
 
 @pytest.mark.parametrize("case", _cases(), ids=_case_id)
@@ -86,10 +93,11 @@ def test_weight_buffers_equal_llama_cpp(case):
         assert logged == [model_buffer_line(b, n) for b, n in sorted(model.items())]
 
 
-@pytest.mark.parametrize("name", sorted(_files()))
+@pytest.mark.parametrize("name", sorted(n for n in _files() if n.startswith("buffer-types/")))
 def test_repacking_keeps_the_bytes(name):
     """CPU + CPU_REPACK of the dry run equal the one CPU buffer without the extra buffer types: a repacked tensor
-    takes its ggml_nbytes, padded to 32, like an unpacked one."""
+    takes its ggml_nbytes, padded to 32, like an unpacked one. (Not with AMX: its VNNI layout of q8_0, q4_K and
+    iq4_xs takes more, and a tied output it takes is a second copy, planner.cpu_amx.)"""
     cases = {json.dumps(c["flags"], sort_keys=True): c for c in _files()[name]["cases"]}
     repack = cases[json.dumps({"-c": 256}, sort_keys=True)]["breakdown"]
     plain = cases[json.dumps({"-c": 256, "--no-extra-bufts": True}, sort_keys=True)]["breakdown"]

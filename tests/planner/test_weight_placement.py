@@ -99,3 +99,21 @@ def test_fits_dry_run_repacks_the_host_weights_only_where_no_devices_host_buffer
     assert dry_run_repack("CUDA", avx2) is None  # CUDA_Host first: nothing is repacked
     assert dry_run_repack("CUDA", HostOptions(no_host=True)) == avx2.repack  # --no-host drops it
     assert dry_run_repack("RPC", HostOptions(repack=parse_target("none"))) is None  # --no-repack
+
+
+def test_an_amx_build_takes_a_tied_q6_k_output_in_its_own_layout():
+    # llama-quantize's Q4_K_M writes a tied embedding as q6_K (lfm2-1.2b: 2048 x 65536). AVX2 does not repack
+    # q6_K, but an AMX build takes it as the output matrix (in features a multiple of 256, out features of 32):
+    # a second host copy in AMX, q6_K's VNNI rows being as long as its own (210 bytes per 256, planner.cpu_amx)
+    from rsplan.planner.cpu_repack import parse_target
+
+    n_embd, n_vocab = 2048, 65536
+    q6 = [Weight("token_embd.weight", n_vocab * n_embd // 256 * 210, "q6_K", n_embd)]
+    on_host = place_layers(1, 1, n_gpu_layers=0)
+    one = n_vocab * n_embd // 256 * 210
+    assert place_weights(q6, on_host, CPU_RULE, arch="lfm2", host_repack=parse_target("x86-avx2")).host == one
+    assert place_weights(q6, on_host, CPU_RULE, arch="lfm2", host_repack=parse_target("x86-amx")).host == 2 * one
+    # q8_0 gains an int32 per block of 32 in the AMX layout: 38 bytes instead of 34
+    q8 = [Weight("token_embd.weight", n_vocab * n_embd // 32 * 34, "q8_0", n_embd)]
+    got = place_weights(q8, on_host, CPU_RULE, arch="lfm2", host_repack=parse_target("x86-amx")).host
+    assert got == n_vocab * n_embd // 32 * (34 + 38)
