@@ -3,7 +3,7 @@ q4_0 token embedding and q8_0 matrices, measured with the probe (dry runs with a
 types, real runs with and without the mapping) on this machine's CPU build; written with the file's tensor table to
 tests/golden/llamacpp-breakdown/tied-output/<name>.json (read by tests/golden/test_llamacpp_tied_output.py).
 
-Usage: tied_cases.py [--llama DIR] [--probe PATH]   (needs llama-quantize and the probe, see README.md)
+Usage: tied_cases.py [--llama DIR] [--probe PATH] [--features avx2]   (needs llama-quantize and the probe)
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama", type=Path, default=Path("/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
     ap.add_argument("--probe", type=Path, default=ROOT / "build/llamacpp-truth/probe")
+    ap.add_argument("--features", help="the CPU features the build was compiled for, comma-separated (default: this "
+                    "machine's /proc/cpuinfo flags, as a GGML_NATIVE build has them; e.g. avx2 for a build with "
+                    "GGML_NATIVE=OFF GGML_AVX2=ON on a machine with more)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "lfm2-tied-q4_0.gguf"
@@ -47,7 +50,8 @@ def main() -> int:
             cases.append({"flags": {"-c": 256, **{f: True for f in extra}},
                           "breakdown": {b: v["model"] for b, v in got["breakdown"].items() if v["model"]}})
         out = {"what": "lfm2.gguf quantized: llama-quantize --token-embedding-type q4_0 ... q8_0",
-               "llama_commit": got["llama_commit"], "cpu_features": cpu_features(), "tensors": table,
+               "llama_commit": got["llama_commit"],
+               "cpu_features": args.features.split(",") if args.features else cpu_features(), "tensors": table,
                "cases": cases}
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"lfm2-tied-q4_0-{'amx' if 'amx_int8' in out['cpu_features'] else 'avx2'}.json"
