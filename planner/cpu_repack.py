@@ -125,6 +125,14 @@ class Target:
         return self.name != "none"
 
 
+def target_of_features(features: set[str] | frozenset[str]) -> str:
+    """The target of a native build on an x86 machine with these /proc/cpuinfo flags (``amx_int8``, ``avx512f``,
+    ``avx2``): the golden data's machines record them."""
+    if "amx_int8" in features:
+        return "x86-amx"
+    return "x86-avx512" if "avx512f" in features else "x86-avx2" if "avx2" in features else "none"
+
+
 def parse_target(name: str) -> Target:
     """A ``--cpu-repack`` value; an unknown one names the valid ones."""
     if name not in TARGETS:

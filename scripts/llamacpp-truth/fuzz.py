@@ -181,11 +181,10 @@ def _model_bytes(name: str, flags: dict[str, Any]) -> dict[str, int]:
     load_mtp = bool(flags.get("--load-mtp"))
     if "quant" in entry:
         from rsplan.planner.breakdown import model_bytes_by_buffer
-        from rsplan.planner.cpu_repack import parse_target
+        from rsplan.planner.cpu_repack import parse_target, target_of_features
         from rsplan.planner.host_weights import HostOptions
 
-        features = set(sweep.cpu_features())
-        target = "x86-avx512" if "avx512f" in features else "x86-avx2" if "avx2" in features else "none"
+        target = target_of_features(set(sweep.cpu_features()))
         host = HostOptions(parse_target(target), use_mmap=False)
         model, _ = model_bytes_by_buffer(spec, "CPU", _quant_table(name), load_mtp=load_mtp, host=host)
         return {k: v for k, v in (model or {}).items() if v}

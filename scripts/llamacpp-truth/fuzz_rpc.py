@@ -319,12 +319,11 @@ def host_model_buffers(name: str, placement: Any, overrides: Any, cpu_features: 
     """rsplan's host weight bytes per buffer type (planner.host_charge.host_weights: CPU, CPU_REPACK for what the
     CPU backend repacks on a machine with ``cpu_features``; the dry run reads the weights into buffers, no
     mapping); RPC devices have no host buffer type of their own."""
-    from rsplan.planner.cpu_repack import parse_target
+    from rsplan.planner.cpu_repack import parse_target, target_of_features
     from rsplan.planner.host_charge import host_weights
     from rsplan.planner.host_weights import HostOptions
 
-    features = set(cpu_features)
-    target = "x86-avx512" if "avx512f" in features else "x86-avx2" if "avx2" in features else "none"
+    target = target_of_features(set(cpu_features))
     held = host_weights(fuzz._quant_table(name), model_weights(name), placement,
                         HostOptions(parse_target(target), use_mmap=False), None, overrides,
                         arch=fuzz.model_spec(name).arch)

@@ -20,7 +20,7 @@ import pytest
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import tensor_list
 from rsplan.planner.breakdown import model_bytes_by_buffer
-from rsplan.planner.cpu_repack import parse_target
+from rsplan.planner.cpu_repack import parse_target, target_of_features
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.logs import model_buffer_line
 from rsplan.planner.quant_weights import quantized_weights
@@ -56,10 +56,7 @@ def _table(name: str) -> WeightTable:
 
 
 def _target(data: dict) -> str:
-    features = set(data["cpu_features"])
-    if "amx_int8" in features:
-        return "x86-amx"
-    return "x86-avx512" if "avx512f" in features else "x86-avx2" if "avx2" in features else "none"
+    return target_of_features(set(data["cpu_features"]))
 
 
 def test_the_files_cover_repack_and_mmap():

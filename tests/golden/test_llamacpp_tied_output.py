@@ -18,7 +18,7 @@ import pytest
 from rsplan.hparams.sources import load_model
 from rsplan.planner.breakdown import model_bytes_by_buffer
 from rsplan.planner.buffers import CPU_RULE
-from rsplan.planner.cpu_repack import parse_target
+from rsplan.planner.cpu_repack import parse_target, target_of_features
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.placement import place_layers
 from rsplan.planner.weight_placement import Weight, place_weights
@@ -31,7 +31,7 @@ pytestmark = needs_shared(SOURCE)
 
 
 def _target(data: dict) -> str:
-    return "x86-amx" if "amx_int8" in data["cpu_features"] else "x86-avx2"
+    return target_of_features(set(data["cpu_features"]))
 
 
 def test_the_files_hold_a_tied_q4_0_embedding():
