@@ -46,8 +46,8 @@ def test_fractions_that_are_not_numbers(args, message):
 def test_an_empty_cpu_repack_is_not_the_default(command):
     r = run(*command, "-m", "lfm2-1.2b", "--cpu-repack", "")
     assert one_line_error(r) == (
-        "Invalid value for --cpu-repack: unknown target (have: none, x86-avx2, x86-avx512, arm-neon, arm-dotprod, "
-        f"arm-i8mm, arm-sve256, s390x-vxe, riscv-rvv256) (see 'rsplan {command[0]} --help')"
+        "Invalid value for --cpu-repack: unknown target (have: none, x86-avx2, x86-avx512, x86-amx, arm-neon, "
+        f"arm-dotprod, arm-i8mm, arm-sve256, s390x-vxe, riscv-rvv256) (see 'rsplan {command[0]} --help')"
     )
 
 
