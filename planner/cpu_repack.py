@@ -20,9 +20,9 @@ llama.cpp 0c1e57098:
   ggml_backend_cpu_repack_buffer_type_get_alignment); it is read from the file
   into an allocated buffer, never mapped.
 
-Measured (scripts/llamacpp-truth/probe.cpp, AVX2 without AVX512, tests/golden/llamacpp-breakdown/buffer-types):
-Q4_0, Q4_K and IQ4_NL matrices land in CPU_REPACK, Q6_K / Q8_0 / F32 stay in CPU; the bytes per buffer type are
-the padded ``ggml_nbytes`` either way.
+Measured (scripts/llamacpp-truth/probe.cpp, builds for AVX2 and for AVX2 + AVX512, tests/golden/llamacpp-breakdown/
+buffer-types and buffer-types-avx512): Q4_0, Q4_K and IQ4_NL matrices land in CPU_REPACK, Q6_K / Q8_0 / F32 stay
+in CPU; the bytes per buffer type are the padded ``ggml_nbytes`` either way.
 """
 
 from __future__ import annotations

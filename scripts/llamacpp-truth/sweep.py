@@ -267,7 +267,12 @@ REPACK_FEATURES = ("avx2", "avx512f", "avx512vnni", "amx_int8", "asimd", "asimdd
 
 
 def cpu_features() -> list[str]:
-    """The REPACK_FEATURES this machine's CPU has (the build under test is GGML_NATIVE)."""
+    """The REPACK_FEATURES this machine's CPU has (a GGML_NATIVE build compiles for them), or the comma-separated
+    list in ``$RSPLAN_BUILD_FEATURES`` (a build for fewer features than the machine has: GGML_NATIVE=OFF with
+    GGML_AVX512=ON and no AMX on an AMX machine is ``avx2,avx512f``)."""
+    given = os.environ.get("RSPLAN_BUILD_FEATURES")
+    if given:
+        return [f for f in given.split(",") if f]
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -1,5 +1,6 @@
 """Golden test: the host buffer types of the weights, measured on llama.cpp 0c1e57098 (CPU builds, GGML_NATIVE, on an
-AVX2 machine without AVX512: ``buffer-types/``, and on one with AVX512 and AMX-INT8: ``buffer-types-amx/``), against
+AVX2 machine without AVX512: ``buffer-types/``, and on one with AVX512 and AMX-INT8: ``buffer-types-amx/``; there
+also built for AVX2 + AVX512 without AMX (GGML_NATIVE=OFF, GGML_AVX512=ON): ``buffer-types-avx512/``), against
 planner.breakdown / planner.host_weights / planner.cpu_repack / planner.cpu_amx.
 
 tests/golden/llamacpp-breakdown/buffer-types/*.json were written by scripts/llamacpp-truth/sweep.py (BUFT_GRID,
@@ -26,7 +27,7 @@ from rsplan.planner.logs import model_buffer_line
 from rsplan.planner.quant_weights import quantized_weights
 
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown"
-FOLDERS = ("buffer-types", "buffer-types-amx")
+FOLDERS = ("buffer-types", "buffer-types-avx512", "buffer-types-amx")
 
 
 @cache
@@ -62,7 +63,8 @@ def _target(data: dict) -> str:
 def test_the_files_cover_repack_and_mmap():
     files = _files()
     assert {d["llama_commit"] for d in files.values()} == {"0c1e570"}
-    for folder, target in (("buffer-types", "x86-avx2"), ("buffer-types-amx", "x86-amx")):
+    for folder, target in (("buffer-types", "x86-avx2"), ("buffer-types-avx512", "x86-avx512"),
+                           ("buffer-types-amx", "x86-amx")):
         mine = [d for name, d in files.items() if name.startswith(f"{folder}/")]
         assert len(mine) >= 6 and {_target(d) for d in mine} == {target}
         flags = [c["flags"] for d in mine for c in d["cases"]]
@@ -90,7 +92,7 @@ def test_weight_buffers_equal_llama_cpp(case):
         assert logged == [model_buffer_line(b, n) for b, n in sorted(model.items())]
 
 
-@pytest.mark.parametrize("name", sorted(n for n in _files() if n.startswith("buffer-types/")))
+@pytest.mark.parametrize("name", sorted(n for n in _files() if not n.startswith("buffer-types-amx/")))
 def test_repacking_keeps_the_bytes(name):
     """CPU + CPU_REPACK of the dry run equal the one CPU buffer without the extra buffer types: a repacked tensor
     takes its ggml_nbytes, padded to 32, like an unpacked one. (Not with AMX: its VNNI layout of q8_0, q4_K and
