@@ -109,9 +109,10 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
                           "--spec-type mtp [--spec-draft-n-max N] instead")
     host = pop_host_options(options, ctx)  # contradictions first, as estimate's
     if host.repack.repacks and ctx.get_parameter_source("cpu_repack") != ParameterSource.DEFAULT:
-        raise RsplanError(f"--cpu-repack {host.repack.name}: rsplan fit measures llama.cpp's --fit dry run, "
-                          "where a repacked weight keeps its bytes; the target CPU is the build's, not a flag of "
-                          "the printed command (estimate, capacity and report lay the host buffers out by it)")
+        raise RsplanError(f"--cpu-repack {host.repack.name}: rsplan fit measures llama.cpp's --fit dry run for the "
+                          "default target only (x86-avx2: a repacked weight keeps its bytes, a tied output it repacks "
+                          "is a second copy); other targets, such as AMX's larger layout, are not modelled in fit "
+                          "(estimate, capacity and report lay the host buffers out by it)")
     params = pop_context_params(options)
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),
