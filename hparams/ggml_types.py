@@ -116,5 +116,15 @@ WEIGHT_TYPES: dict[str, GGMLType] = {
     )
 }
 
+#: WEIGHT_TYPES by lower-case name: the GGUF reader names types as gguf-py's enum lowered (``q4_k``), ggml as
+#: ``q4_K``.
+_WEIGHT_TYPES_ANY_CASE = {name.lower(): t for name, t in WEIGHT_TYPES.items()}
+
+
+def weight_type(name: str) -> GGMLType | None:
+    """The weight type ``name`` in any case (``q4_K`` or ``q4_k``), or None when WEIGHT_TYPES has no such type."""
+    return WEIGHT_TYPES.get(name) or _WEIGHT_TYPES_ANY_CASE.get(name.lower())
+
+
 #: ggml type names by enum value (GGUF files store the value).
 WEIGHT_TYPE_BY_ID: dict[int, GGMLType] = {GGML_TYPE_IDS[name]: t for name, t in WEIGHT_TYPES.items()}

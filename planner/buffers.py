@@ -14,11 +14,7 @@ import re
 from dataclasses import dataclass
 
 from rsplan.errors import BackendError, printable
-from rsplan.hparams.ggml_types import TENSOR_ALIGNMENT, WEIGHT_TYPES, ggml_type, row_nbytes
-
-#: WEIGHT_TYPES by lower-case name: the GGUF reader names types as gguf-py's enum lowered (``q4_k``), ggml as
-#: ``q4_K``.
-_WEIGHT_TYPES_ANY_CASE = {name.lower(): t for name, t in WEIGHT_TYPES.items()}
+from rsplan.hparams.ggml_types import TENSOR_ALIGNMENT, ggml_type, row_nbytes, weight_type
 
 
 @dataclass(frozen=True)
@@ -41,7 +37,7 @@ class BufferRule:
         readers write ``q4_k``); a name outside that table is looked up as a cache type, whose error names the
         allowed ones."""
         size = n_bytes
-        type_ = WEIGHT_TYPES.get(type_name) or _WEIGHT_TYPES_ANY_CASE.get(type_name.lower()) or ggml_type(type_name)
+        type_ = weight_type(type_name) or ggml_type(type_name)
         if self.row_padding and type_.is_quantized and ne0 % self.row_padding:
             size += row_nbytes(type_, self.row_padding - ne0 % self.row_padding)
         return -(-size // self.alignment) * self.alignment

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError, excerpt
-from rsplan.hparams.ggml_types import WEIGHT_TYPES
+from rsplan.hparams.ggml_types import weight_type
 from rsplan.hparams.model import MAX_LAYERS
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.cpu_repack import Target
@@ -251,33 +251,28 @@ def place_weights(
             # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
             # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
             out = where_weight(w.name, "output", placement, overrides)
-            copy = _host_output_copy(w, host_repack) if out is None and where is None else None
             if out is None and where is not None:
                 host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
-            elif copy is not None:
-                host += copy
-            elif out is not None and out != where:
+            elif out is None:
+                host += _host_output_copy(w, host_repack)
+            elif out != where:
                 device[out] += device_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
     return WeightBytes(tuple(device), host)
 
 
-#: WEIGHT_TYPES by lower-case name (GGUF readers spell ``q4_K`` either way).
-_TYPES_LOWER = {name.lower(): t for name, t in WEIGHT_TYPES.items()}
-
-
-def _host_output_copy(embd: Weight, target: Target | None) -> int | None:
-    """The bytes of the tied output's copy of the token embedding ``embd`` (2-D: ``ne[1]`` from its bytes) where
-    ``target`` puts it, as the output matrix, in another host buffer type than the embedding's own CPU
-    (CPU_REPACK, or AMX in its own layout: planner.host_weights), else None (no copy)."""
+def _host_output_copy(embd: Weight, target: Target | None) -> int:
+    """The bytes of the tied output's copy of the token embedding ``embd`` (2-D: ``ne[1]`` from its bytes), both
+    on the host: where ``target`` puts it, as the output matrix, in another host buffer type than the embedding's
+    own CPU (CPU_REPACK, or AMX in its own layout: planner.host_weights), else 0 (the same tensor)."""
     from rsplan.planner.host_weights import HostTensor, buffer_bytes, host_buffer_type
 
-    t = _TYPES_LOWER.get(embd.type.lower())
+    t = weight_type(embd.type)
     if target is None or t is None or not embd.ne0:
-        return None
+        return 0
     ne1 = embd.n_bytes * t.block_size // t.type_size // embd.ne0
     as_output = HostTensor("output.weight", embd.n_bytes, embd.type, (embd.ne0, ne1), 0)
     buft = host_buffer_type(as_output, target, None, use_mmap=False)
-    return None if buft == "CPU" else buffer_bytes(as_output, buft)
+    return 0 if buft == "CPU" else buffer_bytes(as_output, buft)
 
 
 @functools.cache
