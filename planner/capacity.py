@@ -343,11 +343,11 @@ class CapacityPlanner:
         if at_base is None and self.budget.compute_per_setting:
             # llama.cpp aborts there, maybe before the graph would show it: the smallest setting (one sequence) does
             self._charge(self._smallest())
-        self._check_smallest(exact=not self.budget.compute_per_setting)
+        self.check_smallest(exact=not self.budget.compute_per_setting)
         # ... and what the caches may take at the flags as given
         self.cache_budget = [r - (at_base.device(i) if at_base else weights[i]) for i, r in enumerate(self.room)]
 
-    def _check_smallest(self, exact: bool = True) -> None:
+    def check_smallest(self, exact: bool = True) -> None:
         """Refuse a budget where not even the smallest setting searched (-c 256 -np 1, no rollback planes, so no
         MTP draft) leaves room for a cache: its weights, margin and compute alone exceed a device's budget.
         ``exact`` False: its weights and margin alone (its own compute buffer is a graph to build: the planner
@@ -367,12 +367,6 @@ class CapacityPlanner:
                     + ("; offload fewer layers (-ngl) or split them differently (-ts)"
                        if len(self.budget.devices) > 1 else "")
                 )
-
-    def check_nothing_fits(self, found: bool) -> None:
-        """Where no search ``found`` a setting that fits: refuse the budget as ``_check_smallest`` does with the
-        smallest setting's whole charge, its compute buffer included (CapacityError), if that does not fit."""
-        if not found:
-            self._check_smallest()
 
     def _smallest(self) -> ContextParams:
         """The smallest setting any search asks: -c 256 -np 1, no rollback planes (so no MTP draft)."""
@@ -813,7 +807,8 @@ def run_capacity(planner: CapacityPlanner, contexts: Sequence[int] | None = None
     base = planner.base
     ladder = planner.ladder(contexts)
     max_ctx = planner.max_ctx(base.n_seq_max)
-    planner.check_nothing_fits(any(r.max_parallel for r in ladder) or max_ctx.n_ctx_flag is not None)
+    if not any(r.max_parallel for r in ladder) and max_ctx.n_ctx_flag is None:
+        planner.check_smallest()  # its compute too, now that no search found a setting that fits
     return CapacityResult(
         params=base,
         usage=planner.usage(base),
