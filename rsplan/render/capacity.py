@@ -39,6 +39,13 @@ def limit_words(planner: CapacityPlanner, limited_by: str, bound_device: str | N
     return LIMITS[limited_by]
 
 
+def no_context_words(planner: CapacityPlanner, n_seq_max: int) -> str:
+    """Why no context runs at ``n_seq_max`` sequences where llama.cpp aborts already at the smallest one searched
+    (a ``llama_abort_first`` answer): ``none, llama.cpp aborts at 256 tokens per sequence (-c N): <why>``."""
+    first = planner.params(CTX_PAD * n_seq_max, n_seq_max)
+    return f"none, llama.cpp aborts at 256 tokens per sequence (-c {first.n_ctx}): {planner.aborts(first)}"
+
+
 def _layers(placement: Any, device: int | None) -> str:
     """``12-48 +out (38)``: the repeating layers on ``device``, ``+out`` when it also holds the output layer."""
     units = [il for il, d in enumerate(placement.unit_device) if d == device]
@@ -394,9 +401,7 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
     lines = []
     m = result.max_ctx
     if m.limited_by == "llama_abort_first":
-        first = planner.params(CTX_PAD * m.n_seq_max, m.n_seq_max)
-        lines.append(f"Largest context at -np {m.n_seq_max}: none, llama.cpp aborts at 256 tokens per sequence "
-                     f"(-c {first.n_ctx}): {planner.aborts(first)}")
+        lines.append(f"Largest context at -np {m.n_seq_max}: {no_context_words(planner, m.n_seq_max)}")
     elif m.n_ctx_flag is None or m.cache_bytes is None:
         lines.append(f"Largest context at -np {m.n_seq_max}: nothing fits (not even 256 tokens per sequence)")
     else:

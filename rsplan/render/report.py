@@ -16,10 +16,9 @@ from typing import Any
 from rsplan import __version__
 from rsplan.errors import RsplanError
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult
-from rsplan.planner.context import CTX_PAD
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
-from rsplan.render.capacity import limit_words, notes
+from rsplan.render.capacity import limit_words, no_context_words, notes
 from rsplan.render.profile_input import KernelResult, ProfileResults
 from rsplan.render.units import GIB, MIB, human
 
@@ -481,9 +480,7 @@ def _answers(m: ModelReport) -> str:
         out.append(f"Largest context at -np {mc.n_seq_max}: {mc.ctx_per_seq:,} tokens per sequence{_e(limit)}: "
                    f"<code>{_e(flags)}</code>; compute {_per_gpu_cell(mc.compute_bytes)} per GPU")
     elif mc.limited_by == "llama_abort_first":
-        first = planner.params(CTX_PAD * mc.n_seq_max, mc.n_seq_max)
-        out.append(f"Largest context at -np {mc.n_seq_max}: none, llama.cpp aborts at 256 tokens per sequence "
-                   f"(-c {first.n_ctx}): {_e(planner.aborts(first) or '')}")
+        out.append(f"Largest context at -np {mc.n_seq_max}: {_e(no_context_words(planner, mc.n_seq_max))}")
     else:
         out.append(f"Largest context at -np {mc.n_seq_max}: nothing fits")
     rs = result.max_rs
