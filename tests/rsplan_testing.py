@@ -18,6 +18,9 @@ from click.testing import Result
 from rsplan.hparams.model import ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
+#: llama.cpp's source of the version rsplan follows (the sdist's vendor/llama.cpp), or $RSPLAN_LLAMA_CPP: the tests
+#: that read it skip without it.
+LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
 
 
 def load_script(path: Path, name: str) -> types.ModuleType:

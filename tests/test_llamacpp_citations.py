@@ -9,14 +9,12 @@ otherwise, as tests/hparams/test_hf_architectures.py reads the converter.
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+from rsplan_testing import LLAMA_CPP, REPO
+
 #: Where citations are collected: the library's folders and the docs.
 SOURCES = ("rsplan", "hparams", "planner", "profiler", "kernels", "docs")
 #: The top-level folders of llama.cpp's tree a path can start with.

@@ -8,7 +8,6 @@ The converter's source is read from RSPLAN_LLAMA_CPP (default: the llama.cpp tre
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 
@@ -17,8 +16,8 @@ import pytest
 from rsplan.hparams.archs import ARCHS
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME, CONVERTER_CLASSES, hf_classes
 from rsplan.hparams.hf_converters import WRITERS
+from rsplan_testing import LLAMA_CPP
 
-LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
 #: converter classes whose arch changes at run time (the parse sees only the class attribute)
 RUNTIME_ARCHS = {"nemotron.py NemotronHModel": {"nemotron_h_moe"}}
 

@@ -3,14 +3,13 @@ and bytes (CPU_Mapped span, CPU, CPU_REPACK, CUDA_Host), with hand-derived expec
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from rsplan.planner.cpu_repack import OPS, RULES, TARGETS, RepackError, parse_target, repacked, weight_op
 from rsplan.planner.host_weights import HostTensor, file_offsets, host_buffers
+from rsplan_testing import LLAMA_CPP
 
 AVX2 = parse_target("x86-avx2")
 AVX512 = parse_target("x86-avx512")
@@ -129,7 +128,6 @@ def test_gpu_host_buffer_type_holds_host_weights_only_without_mmap():
     assert host_buffers(layer, AVX2, gpu_host="CUDA_Host") == {"CPU_Mapped": total}
 
 
-LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
 needs_source = pytest.mark.skipif(not (LLAMA_CPP / "src").is_dir(), reason=f"no llama.cpp source at {LLAMA_CPP}")
 
 
