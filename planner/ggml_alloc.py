@@ -107,11 +107,14 @@ class Tensor:
 @dataclass
 class Graph:
     """A computation graph: ``nodes`` in execution order, ``leafs`` in the order the graph met them; ``tape``:
-    the allocator's last recorded run over it (``reserve_sizes(..., keep=True)``), or None."""
+    the allocator's last recorded run over it (``reserve_sizes(..., keep=True)``), or None; ``varying``: the only
+    tensors whose shape, strides or view offset a later sizing may find changed (a kept graph's,
+    planner.kept_shapes.AffineTensors), or None: any of them."""
 
     nodes: list[Tensor] = field(default_factory=list)
     leafs: list[Tensor] = field(default_factory=list)
     tape: _Tape | None = field(default=None, repr=False, compare=False)
+    varying: set[Tensor] | None = field(default=None, repr=False, compare=False)
 
 
 def _aligned(size: int, alignment: int) -> int:
@@ -207,6 +210,8 @@ def reserve_sizes(graph: Graph, buffers: tuple[Buffer, ...], node_buffer_ids: li
         galloc.alloc_graph(graph, node_buffer_ids, leaf_buffer_ids)
         if keep:
             graph.tape = galloc.tape
+            if graph.varying is not None:
+                graph.tape.keep_checks_of(graph.varying)
     return [galloc.allocs[i].max_size for i in range(len(buffers))]
 
 
@@ -232,6 +237,12 @@ class _Tape:
         # buffer id or (parent, extra_of), then for a tensor placed: its ne, nb and size when recorded)
         self.layouts: list[tuple[Tensor, Tensor, bool]] = []  # (node, parent, same layout)
         self.view_starts: list[tuple[Tensor, bool]] = []  # (view parent, view_offs == 0)
+
+    def keep_checks_of(self, varying: set[Tensor]) -> None:
+        """Drop the checks that involve no tensor of ``varying``: the others' shapes, strides and view offsets
+        never change, so those checks come out as recorded at every later run."""
+        self.layouts = [c for c in self.layouts if c[0] in varying or c[1] in varying]
+        self.view_starts = [c for c in self.view_starts if c[0] in varying]
 
     def holds_now(self) -> bool:
         """Whether the graph's shapes now take every decision the recorded run took."""

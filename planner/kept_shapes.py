@@ -63,11 +63,14 @@ class AffineTensors:
     def __init__(self, graphs: Iterable[Graph]) -> None:
         self.tensors: list[tuple[Tensor, tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
         for graph in graphs:
+            varying: set[Tensor] = set()
             for u in {*graph.nodes, *graph.leafs}:
                 try:  # ints hash; an Affine refuses to (a few hundred of the thousands of tensors)
                     hash((u.ne, u.nb, u.view_offs))
                 except NotAffine:
+                    varying.add(u)
                     self.tensors.append((u, _coefficients(u.ne), _coefficients(u.nb), _coefficients((u.view_offs,))))
+            graph.varying = varying  # the allocator's recorded checks on the others hold at every k
 
     def set_at(self, k: int) -> None:
         """Give each such tensor its shape, strides and view offset at ``k`` (ints)."""

@@ -89,3 +89,27 @@ def test_a_kept_graph_replays_its_run_at_new_sizes_while_its_decisions_hold():
     # end; c [64, 288): 288. Replaying the in-place run would free a's last 96 B instead and put c at 128: 352
     assert size() == 288 == reserve_size(g, 32)
     assert g.tape is not recorded  # run and recorded again
+
+
+def test_a_kept_graph_checks_only_the_decisions_of_tensors_that_may_change():
+    """With ``Graph.varying`` set (planner.kept_shapes: the tensors whose shapes change between sizings), the
+    recorded run keeps only the layout checks that involve one of them: a flip there is still seen, and a check
+    between two tensors outside it is not kept (their shapes never change, so it holds at every later run)."""
+    inp = t("NONE", 16, flags=FLAG_INPUT)
+    a = t("CONT", 16, inp)
+    b = t("UNARY", 16, a)  # in place over a: a layout check (b, a)
+    c = t("CONT", 8, b)
+    d = t("UNARY", 8, c)  # in place over c: a layout check (d, c)
+    g = Graph(nodes=[a, b, c, d], leafs=[inp], varying={a, b})
+    node_ids, leaf_ids = [0, 0, 0, 0], [0]
+
+    def size() -> int:
+        return reserve_sizes(g, (Buffer(32),), node_ids, leaf_ids, keep=True)[0]
+
+    assert size() == reserve_size(g, 32) == 128  # inp [0, 64), a [64, 128), b on a, c [0, 32), d on c
+    recorded = g.tape
+    assert recorded is not None
+    assert [(n, p) for n, p, _ in recorded.layouts] == [(b, a)]  # (d, c) is dropped
+    _resize(b, 40)  # b no longer a's layout: the kept check flips, so the allocator runs again
+    assert size() == reserve_size(g, 32)
+    assert g.tape is not recorded
