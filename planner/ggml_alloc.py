@@ -206,12 +206,12 @@ def reserve_sizes(graph: Graph, buffers: tuple[Buffer, ...], node_buffer_ids: li
     if keep and tape is not None and tape.key == key and tape.holds_now():
         galloc.replay(tape)
     else:
-        galloc.tape = _Tape(key, (node_buffer_ids, leaf_buffer_ids)) if keep else None
+        recording = galloc.tape = _Tape(key, (node_buffer_ids, leaf_buffer_ids)) if keep else None
         galloc.alloc_graph(graph, node_buffer_ids, leaf_buffer_ids)
-        if keep:
-            graph.tape = galloc.tape
+        if recording is not None:
             if graph.varying is not None:
-                graph.tape.keep_checks_of(graph.varying)
+                recording.keep_checks_of(graph.varying)
+            graph.tape = recording
     return [galloc.allocs[i].max_size for i in range(len(buffers))]
 
 
