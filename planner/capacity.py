@@ -365,7 +365,9 @@ class CapacityPlanner:
                     + f" exceed its budget of {_mib(d.budget_bytes)} by "
                     f"{_mib(charge.device(i) - r)} ({charge.device(i) - r:,} bytes)"
                     + ("; offload fewer layers (-ngl) or split them differently (-ts)"
-                       if len(self.budget.devices) > 1 else "")
+                       if len(self.budget.devices) > 1 else
+                       "; offload fewer layers (-ngl N; `rsplan fit` chooses them as llama.cpp's --fit does)"
+                       if charge.weights[i] else "")
                 )
 
     def _smallest(self) -> ContextParams:

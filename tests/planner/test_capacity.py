@@ -117,7 +117,8 @@ def test_weights_larger_than_the_budget_says_by_how_much():
         CapacityPlanner(make_spec(**ARTICLE), ContextParams(), b)
     assert str(exc.value) == (
         "nothing fits on budget: weights 10,240.00 MiB + margin 1,024.00 MiB + compute 512.00 MiB exceed its "
-        "budget of 8,192.00 MiB by 3,584.00 MiB (3,758,096,384 bytes)"
+        "budget of 8,192.00 MiB by 3,584.00 MiB (3,758,096,384 bytes); offload fewer layers (-ngl N; `rsplan fit` "
+        "chooses them as llama.cpp's --fit does)"
     )
 
 

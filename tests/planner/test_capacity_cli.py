@@ -169,7 +169,8 @@ def test_gpu_index_that_does_not_exist(example, monkeypatch):
     (["--budget", "-5GiB"], "--budget: must be positive, got '-5GiB'"),
     (["--budget", "8GiB", "--weights", "10GiB"],
      "nothing fits on GPU: weights 10,240.00 MiB + margin 1,024.00 MiB + compute 512.00 MiB exceed its budget of "
-     "8,192.00 MiB by 3,584.00 MiB (3,758,096,384 bytes)"),
+     "8,192.00 MiB by 3,584.00 MiB (3,758,096,384 bytes); offload fewer layers (-ngl N; `rsplan fit` chooses them as "
+     "llama.cpp's --fit does)"),
     # -ts 3,1 puts 37 of the 49 units on GPU 0: 37 * (40 GiB // 49) = 32,431,385,669 B of weights
     (["--budget", "12GiB,12GiB", "--weights", "40GiB", "-ts", "3,1"],
      "nothing fits on GPU 0: weights 30,928.98 MiB + margin 1,024.00 MiB + compute 512.00 MiB exceed its budget of "
