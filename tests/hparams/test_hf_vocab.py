@@ -228,3 +228,12 @@ def test_malformed_counts_are_refused(tmp_path, extra, message):
     with pytest.raises(ModelFileError) as err:
         read_hf_config(path)
     assert str(err.value) == f"{path / 'config.json'}: {message}"
+
+
+def test_presets_without_a_golden_twin_take_the_config_count():
+    """Presets whose real config is kept here but that have no golden breakdown: the preset's token rows are the
+    ones rsplan reads from that config (mamba2-2.7b: 50277 rounded up to a multiple of 16). Its untied output
+    is mamba2-130m's (same converter class and checkpoint layout, golden-checked)."""
+    preset = load_builtin_preset("mamba2-2.7b")
+    assert preset.vocab_size == read_hf_config(REAL / "mamba2-2.7b").spec.vocab_size == 3143 * 16
+    assert preset.tie_word_embeddings is load_builtin_preset("mamba2-130m").tie_word_embeddings is False

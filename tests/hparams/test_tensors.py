@@ -181,7 +181,7 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
                  "nemotron-h-8b-base-8k", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b",
                  "minimax-text-01", "jamba-v0.1", "granite-4.0-h-tiny", "falcon-h1-0.5b-instruct",
                  "qrwkv6-32b-instruct-preview", "nemotron-3-nano-30b-a3b", "granite-4.0-h-1b", "arwkv-1.5b",
-                 "plamo-2-1b"):
+                 "plamo-2-1b", "mamba2-2.7b"):
         spec = load_builtin_preset(name)
         assert tensor_list(spec)
         archs.add(spec.arch)
@@ -189,8 +189,9 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
 
 
 def test_missing_vocab_or_unknown_arch_is_a_clear_error(tmp_path, monkeypatch):
-    with pytest.raises(UnsupportedArchError, match="vocab_size"):
-        tensor_list(load_builtin_preset("mamba2-2.7b"))
+    no_vocab = load_builtin_preset("mamba2-2.7b").model_copy(update={"vocab_size": None})
+    with pytest.raises(UnsupportedArchError, match="mamba2-2.7b: vocab_size is needed"):
+        tensor_list(no_vocab)
     (tmp_path / "arwkv.yaml").write_text(INCOMPLETE_PRESET)
     incomplete = load_model(str(tmp_path / "arwkv.yaml"))
     with pytest.raises(UnsupportedArchError, match=r"arwkv-test: attention\.decay_lora_rank is needed for the "
