@@ -9,6 +9,8 @@ slot (planner.outputs ``server_checkpoints``: recurrent models only), against th
 
 from __future__ import annotations
 
+import shlex
+
 from dataclasses import dataclass, field, replace
 
 from rsplan.errors import RsplanError
@@ -119,17 +121,31 @@ class FitAnswer:
 
     @property
     def placement_flags(self) -> str:
-        """The layer flags of the fit: ``-ngl N [-ts A,B] [-ot "..."]``."""
+        """The layer flags of the fit as llama-fit-params prints them (tools/fit-params/fit-params.cpp:48):
+        ``-ngl N [-ts A,B] [-ot "..."]``; see ``command_placement_flags`` for the ones to run."""
+        return self._placement(runnable=False)
+
+    @property
+    def command_placement_flags(self) -> str:
+        """The layer flags to start llama.cpp with. llama-fit-params drops the trailing zero parts of ``-ts`` and
+        then a lone first part, so a split that gives every layer to the first device is printed as no ``-ts``,
+        which llama.cpp reads as its default split by free memory over every device (src/llama-model.cpp all_zero):
+        here that split stays, as ``-ts N`` (common/arg.cpp: parts not given are 0). The ``-ot`` patterns are
+        shell-quoted (llama-fit-params puts them in double quotes as they are)."""
+        return self._placement(runnable=True)
+
+    def _placement(self, runnable: bool) -> str:
         flags = self.result.flags
         out = f"-ngl {-1 if flags.n_gpu_layers is None else flags.n_gpu_layers}"
         if flags.tensor_split and len(self.device_names) > 1:
             parts = list(flags.tensor_split)
             while len(parts) > 1 and parts[-1] == 0:
                 parts.pop()
-            if len(parts) > 1:
-                out += " -ts " + ",".join(str(int(p)) for p in parts)
+            if len(parts) > 1 or (runnable and parts[0] != 0):
+                out += " -ts " + ",".join(f"{p:g}" if runnable else str(int(p)) for p in parts)
         if flags.overrides:
-            out += ' -ot "' + ",".join(o.flag_text(self.device_names) for o in flags.overrides) + '"'
+            patterns = ",".join(o.flag_text(self.device_names) for o in flags.overrides)
+            out += " -ot " + (shlex.quote(patterns) if runnable else f'"{patterns}"')
         return out
 
 

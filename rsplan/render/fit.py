@@ -21,7 +21,7 @@ def _command(a: FitAnswer) -> str:
     model = shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
     nkvo = ["-nkvo"] if a.no_kv_offload else []
     return " ".join(["llama-server -m", model, llama_flags(a.params, ctx_checkpoints=a.ctx_checkpoints),
-                     a.placement_flags, *nkvo, *a.host.flags(), "--fit off"])
+                     a.command_placement_flags, *nkvo, *a.host.flags(), "--fit off"])
 
 
 def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) -> list[str]:

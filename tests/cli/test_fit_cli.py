@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 from click.testing import CliRunner
@@ -24,9 +25,12 @@ def test_two_devices_print_runnable_flags_and_json_agrees():
     j = json.loads(run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "3GiB,2GiB", "--host-budget", "64GiB",
                        "--format", "json").output)
     assert chosen == f"Chosen: {j['fitted_flags']}"
-    # the command repeats the context flags through llama_flags and the fitted layer flags
-    layers = j["fitted_flags"].split(" ", 2)[2]  # after "-c N"
-    assert j["command"] == f"llama-server -m MODEL.gguf -c {j['n_ctx']} -np 1 {layers} --fit off"
+    # the command repeats the context flags through llama_flags and the fitted layer flags (its -ot shell-quoted,
+    # where llama-fit-params prints the patterns in double quotes as they are: the same words to a shell)
+    layers = shlex.split(j["fitted_flags"])[2:]  # after "-c N"
+    assert "-ot" in layers
+    assert shlex.split(j["command"]) == ["llama-server", "-m", "MODEL.gguf", "-c", str(j["n_ctx"]), "-np", "1",
+                                         *layers, "--fit", "off"]
     # every device keeps its margin (1024 MiB) with the chosen flags
     for d in j["devices"]:
         assert d["free_bytes"] - d["total_bytes"] >= d["margin_bytes"]
@@ -100,3 +104,24 @@ def test_the_host_check_counts_the_mtp_drafts_part_of_each_checkpoint():
     part = items["MTP draft's part of the checkpoints"]
     assert part["bytes"] == 32 * (8 + 4 + 4 + 65536 * 24 + 4 + 4 + 2 * (12 + 65536 * 1024)) and part["grows"]
     assert items["MTP draft output buffer"]["bytes"] == 248_320 * 4  # one row of logits
+
+
+def test_the_command_keeps_a_split_that_gives_every_layer_to_the_first_device():
+    """llama-fit-params prints ``-ts 1,0`` as no -ts at all (it drops trailing zero parts, then a lone first
+    part), which llama.cpp would read as its default split by free memory over both devices: the command keeps
+    the split as ``-ts 1`` (common/arg.cpp: parts not given are 0). A user's fractional split stays as given."""
+    r = run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB,8GiB", "-ts", "1,0", "--format", "json")
+    j = json.loads(r.output)
+    assert j["fitted_flags"] == "-c 128000 -ngl -1"
+    assert j["command"] == "llama-server -m MODEL.gguf -c 128000 -np 1 -ngl -1 -ts 1 --fit off"
+    assert j["devices"][1]["total_bytes"] == 0
+    j = json.loads(run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB,8GiB", "-ts", "0.6,0.4",
+                       "--format", "json").output)
+    assert j["fitted_flags"] == "-c 128000 -ngl -1 -ts 0,0"  # llama-fit-params prints each part as uint32
+    assert " -ngl -1 -ts 0.6,0.4 --fit off" in j["command"]
+
+
+def test_override_patterns_in_the_command_are_shell_quoted():
+    j = json.loads(run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB", "-ot", "x$(id)\"=CPU",
+                       "--format", "json").output)
+    assert shlex.split(j["command"])[-4:] == ["-ot", 'x$(id)"=CPU', "--fit", "off"]
