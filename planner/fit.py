@@ -90,15 +90,23 @@ class FitRequest:
 
 @dataclass
 class LayersOnDevice:
-    """common/fit.cpp:532 ngl_t: layers given to one device, the last ``n_part`` of them partial."""
+    """common/fit.cpp:532 ngl_t: layers given to one device, the last ``n_part`` of them partial. Both are
+    ``uint32_t`` there and the search's arithmetic on them wraps (step 4 takes a partial layer from a device that
+    holds only the output layer, n_part 0, when an earlier device is the one filled): they are kept modulo 2^32
+    here, so the plans measured are llama.cpp's."""
 
     n_layer: int = 0
     n_part: int = 0
     overflow: str = "moe"
 
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in ("n_layer", "n_part"):
+            value = _u32(value)  # type: ignore[arg-type]  # always an int
+        object.__setattr__(self, name, value)
+
     @property
     def n_full(self) -> int:
-        return self.n_layer - self.n_part
+        return _u32(self.n_layer - self.n_part)
 
 
 @dataclass
@@ -121,6 +129,11 @@ def _cdiv(a: int, b: int) -> int:
 
 def _u32(x: int) -> int:
     return x % (1 << 32)
+
+
+def _i32(x: int) -> int:
+    """``x`` stored in an ``int32_t`` (two's complement wrap)."""
+    return (x + (1 << 31)) % (1 << 32) - (1 << 31)
 
 
 @dataclass
@@ -262,13 +275,14 @@ LayerPlan = list[LayersOnDevice]
 
 def _flags_for(f: _Fit, ngl: LayerPlan, overflow_bufts: list[str | int]) -> StartFlags:
     """common/fit.cpp:548 set_ngl_tensor_split_tbo: -ngl, -ts and the overflow -ot entries of a layer plan."""
-    n_gpu_layers = sum(d.n_layer for d in ngl)
+    # uint32_t sums and indices, as there (LayersOnDevice); n_gpu_layers is an int32_t
+    n_gpu_layers = _i32(sum(d.n_layer for d in ngl))
     split = tuple(float(d.n_layer) for d in ngl) if f.nd > 1 else None
-    il0 = f.hp_ngl + 1 - n_gpu_layers
+    il0 = _u32(f.hp_ngl + 1 - n_gpu_layers)
     overrides: list[TensorOverride] = []
     for d, dev in enumerate(ngl):
-        il0 += dev.n_full
-        for il in range(il0, il0 + dev.n_part):
+        il0 = _u32(il0 + dev.n_full)
+        for il in range(il0, _u32(il0 + dev.n_part)):
             if len(overrides) + 1 >= MAX_OVERRIDES:
                 raise FitFailure(f"llama_max_tensor_buft_overrides() == {MAX_OVERRIDES} is insufficient for model")
             if il >= 1000:
@@ -276,7 +290,7 @@ def _flags_for(f: _Fit, ngl: LayerPlan, overflow_bufts: list[str | int]) -> Star
             kind = dev.overflow if il == il0 else "moe"
             buft = overflow_bufts[d] if il == il0 else "CPU"
             overrides.append(TensorOverride(OVERFLOW_PATTERNS[kind].format(il=il), buft))
-        il0 += dev.n_part
+        il0 = _u32(il0 + dev.n_part)
     return replace(f.req.user, n_ctx=f.n_ctx, n_gpu_layers=n_gpu_layers, tensor_split=split,
                    overrides=tuple(overrides))
 
@@ -356,7 +370,7 @@ def _fill_device_back(f: _Fit, d: int, ngl: LayerPlan, mem: list[int], targets: 
         return test
 
     return _false_position(f, d, ngl, mem, high, mem_high, targets,
-                           lambda hi, lo: hi[d].n_layer - lo[d].n_layer, step, overflow)
+                           lambda hi, lo: _u32(hi[d].n_layer - lo[d].n_layer), step, overflow)
 
 
 def _convert_moe_layers(f: _Fit, ngl: LayerPlan, mem: list[int], targets: list[int],
@@ -403,7 +417,7 @@ def _convert_on_device(f: _Fit, d: int, ngl: LayerPlan, mem: list[int], targets:
         return test, start
 
     low, low_mem = ngl, mem
-    delta = high[d].n_full - low[d].n_full
+    delta = _u32(high[d].n_full - low[d].n_full)
     while delta > 1:
         step_size = _u32(_cdiv(delta * (targets[d] - low_mem[d]), mem_high[d] - low_mem[d]))
         step_size = min(max(step_size, 1), delta - 1)
@@ -413,7 +427,7 @@ def _convert_on_device(f: _Fit, d: int, ngl: LayerPlan, mem: list[int], targets:
             low, low_mem, dense_start = test, mem_test, test_start
         else:
             high, mem_high = test, mem_test
-        delta = high[d].n_full - low[d].n_full
+        delta = _u32(high[d].n_full - low[d].n_full)
     return low, low_mem, dense_start
 
 

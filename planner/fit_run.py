@@ -10,7 +10,6 @@ slot (planner.outputs ``server_checkpoints``: recurrent models only), against th
 from __future__ import annotations
 
 import shlex
-
 from dataclasses import dataclass, field, replace
 
 from rsplan.errors import RsplanError
@@ -34,6 +33,7 @@ from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weight
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
+from rsplan.planner.speculative import check_draft
 from rsplan.planner.weight_placement import (
     FFN_EXPS_REGEX,
     TensorOverride,
@@ -236,6 +236,9 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     the file's whole tensor table, when known: the host check then counts the host weights as a started
     llama-server holds them under ``opts.host`` (planner.host_charge)."""
     layout = cache_layout(spec)
+    if opts.spec_mtp:
+        # a draft past the batch split's bound aborts llama-server whatever --fit chooses (as estimate and capacity)
+        check_draft(params.n_rs_seq, resolve_context(layout, params).n_ubatch)
     budgets = opts.budgets or []
     if len(budgets) > MAX_DEVICES:
         raise RsplanError(f"--budget: {len(budgets)} devices; llama.cpp handles at most {MAX_DEVICES}")
@@ -262,6 +265,11 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     n_layer = spec.n_layer + (spec.nextn_predict_layers if opts.spec_mtp else 0)
     result = fit(oracle, req, n_seq_max=params.n_seq_max, kv_unified=params.kv_unified, n_layer=n_layer,
                  n_ctx_train=spec.context_length, n_expert=spec.expert_count or 0)
+    if opts.spec_mtp and not result.failure and result.flags.n_ctx != params.n_ctx:
+        # a smaller context caps n_batch, and with it the ubatch the draft must fit in
+        fitted = resolve_context(layout, replace(params, n_ctx=result.flags.n_ctx))
+        check_draft(params.n_rs_seq, fitted.n_ubatch, f"at the -c {result.flags.n_ctx} --fit chooses, "
+                                                      "--spec-draft-n-max")
     answer = FitAnswer(spec.name, model_ref, is_file, replace(params, n_ctx=result.flags.n_ctx), names,
                        [s for s, _ in budgets], [b for _, b in budgets], margins, result, [], opts.host_available,
                        opts.host_source, weights_source,

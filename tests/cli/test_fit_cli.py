@@ -64,6 +64,9 @@ def test_cpu_only_reduces_the_context_to_the_host():
      "separate draft model"),
     (["-m", "qwen3-next-80b-a3b", "--quant", "Q8_0", "--budget", "8GiB", "--n-rs-seq", "3"], "--spec-type mtp"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "--spec-type", "mtp"], "no MTP"),
+    # as estimate and capacity: llama.cpp asserts n_ubatch > n_rs_seq + 1 (512 - 2 = 510 at the default -ub)
+    (["-m", "qwen3.5-35b-a3b", "--quant", "Q4_K_M", "--budget", "24GiB", "--spec-type", "mtp", "--draft-max",
+      "511"], "--spec-draft-n-max 511: llama.cpp keeps the last n_rs_seq + 1 tokens"),
 ])
 def test_bad_input_is_one_line(args, message):
     r = run(*args)
