@@ -190,7 +190,7 @@ def test_every_tensor_list_arch_is_a_builtin_preset_and_loads_without_error():
 
 def test_missing_vocab_or_unknown_arch_is_a_clear_error(tmp_path, monkeypatch):
     no_vocab = load_builtin_preset("mamba2-2.7b").model_copy(update={"vocab_size": None})
-    with pytest.raises(UnsupportedArchError, match="mamba2-2.7b: vocab_size is needed"):
+    with pytest.raises(UnsupportedArchError, match=r"mamba2-2\.7b: vocab_size is needed"):
         tensor_list(no_vocab)
     (tmp_path / "arwkv.yaml").write_text(INCOMPLETE_PRESET)
     incomplete = load_model(str(tmp_path / "arwkv.yaml"))
