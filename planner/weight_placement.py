@@ -177,8 +177,8 @@ def parse_overrides(text: str, device_names: Sequence[str]) -> list[TensorOverri
         elif buft in device_names:
             out.append(TensorOverride(pattern, list(device_names).index(buft)))
         else:
-            raise WeightPlacementError(
-                f"-ot '{excerpt(item)}': unknown buffer type '{excerpt(buft)}' (have: CPU, {', '.join(device_names)})")
+            have = ", ".join(["CPU", *device_names])
+            raise WeightPlacementError(f"-ot '{excerpt(item)}': unknown buffer type '{excerpt(buft)}' (have: {have})")
     return out
 
 

@@ -321,7 +321,8 @@ def _host_budget(text: str | None) -> Any:
     from rsplan.planner.budget import GivenSize
 
     if text is not None:
-        return _given_size(text, "--host-budget")
+        # as rsplan fit: a host with no memory for the output buffer holds no start at all
+        return GivenSize(parse_size(text, "--host-budget", allow_zero=False, require_unit=True), text)
     return GivenSize(host_memory()[1], "this machine's available memory")
 
 

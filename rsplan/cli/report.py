@@ -35,7 +35,8 @@ OUTPUT_OPTIONS = [
     click.option("--profile", "profile_path", metavar="FILE", default=None,
                  help="Profiler results JSON to plot (shape: docs/report.md)."),
     click.option("-o", "--output", "output", required=True, metavar="FILE.html", type=click.Path(dir_okay=False),
-                 help="Where to write the report (atomically: a temporary file, then renamed)."),
+                 help="Where to write the report (atomically: a temporary file, then renamed); - writes it to "
+                      "standard output."),
 ]
 
 
@@ -70,10 +71,15 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 
     require("plotly", "rsplan report", "report")  # before any file is touched
     start = time.perf_counter()
-    target = AtomicFile(output, "the report", ReportWriteError)  # an unwritable path fails here, before any work
+    # an unwritable path fails here, before any work
+    target = None if output == "-" else AtomicFile(output, "the report", ReportWriteError)
     engines = [e for e in dict.fromkeys(engine) if e != NATIVE]
     values = pop_engines_values(kwargs, [NATIVE, *engines], CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
-    n_bytes = target.commit(_build(model_refs, ctx_list, profile_path, kwargs, engines, values))
+    html = _build(model_refs, ctx_list, profile_path, kwargs, engines, values)
+    if target is None:
+        click.echo(html, nl=False)
+        return
+    n_bytes = target.commit(html)
     click.echo(f"wrote {output}: {n_bytes / (1 << 20):.2f} MiB in {time.perf_counter() - start:.2f} s")
 
 

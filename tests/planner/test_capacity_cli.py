@@ -166,6 +166,7 @@ def test_gpu_index_that_does_not_exist(example, monkeypatch):
     (["--budget", "24XB"], "--budget: unknown unit 'XB' in '24XB' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"),
     (["--budget", "lots"], "--budget: cannot read 'lots' as a size (examples: 24GiB, 80GB, 81920MiB)"),
     (["--budget", "0GiB"], "--budget: must be positive, got '0GiB'"),
+    (["--budget", "8GiB", "--host-budget", "0"], "--host-budget: must be positive, got '0'"),
     (["--budget", "-5GiB"], "--budget: must be positive, got '-5GiB'"),
     (["--budget", "8GiB", "--weights", "10GiB"],
      "nothing fits on GPU: weights 10,240.00 MiB + margin 1,024.00 MiB + compute 512.00 MiB exceed its budget of "

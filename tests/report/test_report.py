@@ -296,3 +296,11 @@ def test_flags_llama_cpp_aborts_on_still_give_a_report(tmp_path):
     series = data.memory_series(p, 3, [4096, 8192])
     assert series.aborts == [True, True] and all(v == [0, 0] for v in series.parts.values())
     assert data.device_bars(p).aborts is not None
+
+
+def test_dash_writes_the_report_to_standard_output(mamba2, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("report", "--model", str(mamba2), "--budget", "8GiB", "--host-budget", "16GiB", "-o", "-")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("<!DOCTYPE html>") and r.output.rstrip().endswith("</html>")
+    assert not (tmp_path / "-").exists()  # no file named "-"
