@@ -54,16 +54,18 @@ def parse_size(text: str, what: str = "size", *, allow_zero: bool = False, requi
         raise RsplanError(f"{what}: cannot read '{shown(text)}' as a size (examples: 24GiB, 80GB, 81920MiB)")
     number, unit = m.groups()
     if require_unit and not unit and any(c in "123456789" for c in number):
-        raise RsplanError(f"{what}: '{text.strip()}' has no unit; give one, e.g. {number}GiB or {number}GB "
-                          f"(bytes: {number}B)")
+        # suggest only the readings that are sizes rsplan takes
+        fits = {u for u in ("GiB", "GB", "B") if _bytes(number, _UNITS[u.lower()]) <= MAX_SIZE}
+        if not fits:
+            raise RsplanError(f"{what}: '{shown(text.strip())}' has no unit and is absurdly large in any unit")
+        units = [f"{number}{u}" for u in ("GiB", "GB") if u in fits]
+        raise RsplanError(f"{what}: '{text.strip()}' has no unit; give one"
+                          + (f", e.g. {' or '.join(units)}" if units else "")
+                          + (f" (bytes: {number}B)" if "B" in fits else ""))
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise RsplanError(f"{what}: unknown unit '{unit}' in '{text}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
-    if "." in number:
-        whole, frac = number.split(".")
-        value = int(whole) * factor + int(frac) * factor // 10 ** len(frac)
-    else:
-        value = int(number) * factor
+    value = _bytes(number, factor)
     if value == 0 and any(c in "123456789" for c in number):
         raise RsplanError(f"{what}: '{text.strip()}' is less than one byte")
     if value == 0 and not allow_zero:
@@ -78,3 +80,11 @@ def read_count(text: str) -> int | None:
     (at most 12 digits; ranges are the caller's); None if ``text`` is not one."""
     m = _COUNT.match(text) if len(text) <= _MAX_SIZE_CHARS else None
     return int(m.group(1)) * (1024 if m.group(2) else 1) if m else None
+
+
+def _bytes(number: str, factor: int) -> int:
+    """``number`` (ASCII digits, at most one ``.``) times ``factor``, rounded down to whole bytes."""
+    if "." in number:
+        whole, frac = number.split(".")
+        return int(whole) * factor + int(frac) * factor // 10 ** len(frac)
+    return int(number) * factor

@@ -164,6 +164,9 @@ def test_cli_yarn_recommendation_goes_past_n_ctx_train_and_says_so():
 @pytest.mark.parametrize(("args", "message"), [
     (["--budget", "24"], "--budget: '24' has no unit; give one, e.g. 24GiB or 24GB (bytes: 24B)"),
     (["--budget", "24GiB,24"], "--budget: '24' has no unit; give one, e.g. 24GiB or 24GB (bytes: 24B)"),
+    # only readings at most 2^60 bytes are suggested: 2e9 GiB and 2e9 GB are past it, 2e9 B is not
+    (["--budget", "2000000000"], "--budget: '2000000000' has no unit; give one (bytes: 2000000000B)"),
+    (["--budget", str(2 ** 63)], f"--budget: '{2 ** 63}' has no unit and is absurdly large in any unit"),
     (["--budget", "24GiB", "--weights", "16"], "--weights: '16' has no unit; give one, e.g. 16GiB or 16GB "
                                                "(bytes: 16B)"),
     (["--budget", "24GiB", "--compute", "512"], "--compute: '512' has no unit; give one, e.g. 512GiB or 512GB "
