@@ -13,12 +13,13 @@ only ever grows a buffer):
 Under ``no_alloc`` (``llama-fit-params``, a dry run) llama.cpp records the size of graph 1 only; a real run
 allocates the maximum. ``compute_buffer`` returns both.
 
-``n_outputs_max`` depends on the program: llama-cli, llama-bench and library users leave it at 0, which means
-``n_batch`` (src/llama-context.cpp:250 cparams.n_outputs_max); llama-server sets it to
+``n_outputs_max`` depends on the program: llama-bench, llama-fit-params and library users (llama-cpp-python)
+leave it at 0, which means ``n_batch`` (src/llama-context.cpp:250 cparams.n_outputs_max); llama-server sets it to
 ``min(-b, n_parallel * (1 + n_draft))`` (tools/server/server-context.cpp:41 server_output_limits,
 common/speculative.cpp:2586 common_speculative_get_output_limits). rsplan defaults to the server's value, since
-serving is what rsplan plans for. Below n_seq_max, llama.cpp aborts while creating the context (the output buffer
-holds a row per sequence: ``n_outputs_max_of``).
+serving is what rsplan plans for (this llama.cpp's llama-cli starts llama-server in its own process,
+tools/cli/cli-context.cpp:122 server->start, so it takes the server's value too). Below n_seq_max, llama.cpp
+aborts while creating the context (the output buffer holds a row per sequence: ``n_outputs_max_of``).
 
 Each graph is built from shape rules (planner.graphs) and placed by a model of ggml's allocator
 (planner.ggml_alloc). Only the CPU backend is modelled: one backend, one buffer type (``CPU``), alignment 32.
@@ -93,10 +94,11 @@ class ComputeBuffer:
 
 
 def n_outputs_max_for(tool: str, ctx: EffectiveContext, n_draft: int = 0, embeddings: bool = False) -> int:
-    """``cparams.n_outputs_max`` as ``tool`` sets it: n_batch for llama-cli/bench/library users (0 given, which
-    llama_context makes cparams.n_batch: -b capped at -c), else llama-server's ``min(-b, n_parallel * (1 +
-    n_draft))`` (at least 1), on -b as given, not capped at -c (tools/server/server-context.cpp:41
-    server_output_limits reads ``params.n_batch``), and -b itself with ``--embeddings``."""
+    """``cparams.n_outputs_max`` as ``tool`` sets it: n_batch for llama-bench / llama-fit-params / library users
+    (0 given, which llama_context makes cparams.n_batch: -b capped at -c), else llama-server's
+    ``min(-b, n_parallel * (1 + n_draft))`` (at least 1), on -b as given, not capped at -c
+    (tools/server/server-context.cpp:41 server_output_limits reads ``params.n_batch``), and -b itself with
+    ``--embeddings``."""
     if tool == "cli":
         return ctx.n_batch
     if tool == "server":
@@ -328,7 +330,8 @@ def compute_buffer(
     Args:
         spec: the model; its ``vocab_size`` must be known (the logits tensor is n_vocab x n_outputs f32).
         params: the context flags.
-        tool: ``server`` (llama-server's n_outputs_max) or ``cli`` (n_batch: llama-cli, llama-bench, library).
+        tool: ``server`` (llama-server's n_outputs_max) or ``cli`` (n_batch: llama-bench, llama-fit-params,
+            library users).
         n_draft: the server's draft length (``--draft-max`` with a speculative type, else 0).
         n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch); overrides ``tool``.
         embeddings: ``--embeddings`` (LFM2 then builds no lm head).

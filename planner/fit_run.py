@@ -121,8 +121,8 @@ class FitAnswer:
 
     @property
     def placement_flags(self) -> str:
-        """The layer flags of the fit as llama-fit-params prints them (tools/fit-params/fit-params.cpp:48):
-        ``-ngl N [-ts A,B] [-ot "..."]``; see ``command_placement_flags`` for the ones to run."""
+        """The layer flags of the fit as llama-fit-params prints them (``-ngl N [-ts A,B] [-ot "..."]``,
+        tools/fit-params/fit-params.cpp:47 llama_max_devices); ``command_placement_flags`` are the ones to run."""
         return self._placement(runnable=False)
 
     @property

@@ -99,7 +99,7 @@ def output_buffer(
         spec: the model (``vocab_size`` needed).
         params: the context flags.
         embeddings: ``--embeddings``: n_embd floats per output row as well.
-        n_outputs_max: the context's n_outputs_max (None: n_batch, as llama-cli and library users get).
+        n_outputs_max: the context's n_outputs_max (None: n_batch, as llama-bench and library users get).
         mtp: the context is the target of ``--spec-type mtp`` (its next-token hidden states are kept for a batch).
         buffer_type: the host buffer type of the device holding the output layer.
         layout: ``cache_layout(spec)`` when already computed (a capacity search asks at every setting).

@@ -40,7 +40,8 @@ OUTPUT_OPTIONS = [
                  "--format log (also ROCm0, MUSA0, SYCL0, MTL0, Vulkan0[:ALIGN]); its rules pad each tensor."),
     click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
                  help="Whose n_outputs_max sizes the compute buffer: llama-server (-np x (1 + draft)) or "
-                 "llama-cli/llama-bench/library (n_batch)."),
+                 "llama-bench/llama-fit-params/library users (n_batch; this llama.cpp's llama-cli runs llama-server "
+                 "in-process: server)."),
     click.option("--quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF: "
                  "exact model bytes (presets, config.json files giving vocab_size; not a GGUF)."),

@@ -63,8 +63,8 @@ FIT_OPTIONS: list[Decorator] = [
 
 OUTPUT_OPTIONS = [
     click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
-                 help="Whose start-up fit: llama-server's (its outputs size the compute buffer) or llama-cli's / "
-                 "llama-fit-params' (n_batch outputs)."),
+                 help="Whose start-up fit: llama-server's (its outputs size the compute buffer; also llama-cli's, "
+                 "which runs llama-server in-process) or llama-fit-params' (n_batch outputs)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="table, or json (every number)."),
 ]
