@@ -57,6 +57,9 @@ for _model in ("lfm2-8b-a1b", "qwen3-next-80b-a3b"):
         (_model, ["--n-cpu-moe", "4"], [8192], 262144),
     ]
 
+# step 4 fits part of one more layer on a device while the last device holds only the output layer (n_part 0):
+# llama.cpp's uint32_t layer counts wrap there (planner.fit.LayersOnDevice), found by the hostile-input sweep
+CASES += [("nemotron-3-nano-30b-a3b", [], [free] * n, 262144) for n, free in ((6, 16384), (8, 12288), (10, 10240))]
 
 #: llama-server's fit with the MTP draft (``--server``): (preset, flags, free MiB per device, host total MiB).
 SERVER_CASES: list[tuple[str, list[str], list[int], int]] = [
