@@ -119,6 +119,7 @@ class FitResult:
     trace: list[str] = field(default_factory=list)
     failure: str | None = None
     measurements: int = 0
+    wrapped: bool = False  # a plan measured on the way had a layer count that wrapped (LayersOnDevice)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -146,6 +147,7 @@ class _Fit:
     n_streams: int
     n_ctx: int = 0
     trace: list[str] = field(default_factory=list)
+    wrapped: bool = False  # FitResult.wrapped
 
     @property
     def nd(self) -> int:
@@ -179,7 +181,7 @@ def fit(model: MemoryOracle, req: FitRequest, *, n_seq_max: int, kv_unified: boo
         return _run(f)
     except FitFailure as exc:
         flags = replace(req.user, n_ctx=f.n_ctx)
-        return FitResult(flags, model.measure(flags), False, f.trace, str(exc), model.calls)
+        return FitResult(flags, model.measure(flags), False, f.trace, str(exc), model.calls, f.wrapped)
 
 
 def _run(f: _Fit) -> FitResult:
@@ -210,7 +212,7 @@ def _run(f: _Fit) -> FitResult:
 
 
 def _done(f: _Fit, flags: StartFlags) -> FitResult:
-    return FitResult(flags, f.model.measure(flags), True, f.trace, None, f.model.calls)
+    return FitResult(flags, f.model.measure(flags), True, f.trace, None, f.model.calls, f.wrapped)
 
 
 def _fits_as_is(f: _Fit, full: Usage) -> bool:
@@ -275,6 +277,8 @@ LayerPlan = list[LayersOnDevice]
 
 def _flags_for(f: _Fit, ngl: LayerPlan, overflow_bufts: list[str | int]) -> StartFlags:
     """common/fit.cpp:548 set_ngl_tensor_split_tbo: -ngl, -ts and the overflow -ot entries of a layer plan."""
+    if any(d.n_layer >= 1 << 31 or d.n_part >= 1 << 31 for d in ngl):
+        f.wrapped = True
     # uint32_t sums and indices, as there (LayersOnDevice); n_gpu_layers is an int32_t
     n_gpu_layers = _i32(sum(d.n_layer for d in ngl))
     split = tuple(float(d.n_layer) for d in ngl) if f.nd > 1 else None

@@ -276,6 +276,12 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                        opts.compute is not None or not budgets or model.compute_estimate is None,
                        no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints,
                        draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host)
+    if result.wrapped:
+        answer.notes.append("llama.cpp's --fit measured plans whose per-device layer counts wrapped around "
+                            "(uint32_t arithmetic in common/fit.cpp's step 4: a partial layer taken from a device "
+                            "that holds only the output layer); the choice above is what llama.cpp makes of them, "
+                            "and may leave devices empty or layers split oddly: check it, or give -ngl and -ts "
+                            "yourself")
     if budgets and opts.compute is None and model.compute_estimate is not None:
         answer.notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
     held = None
