@@ -162,6 +162,20 @@ ROPE_HEAD_DIM: tuple[str, ...] = (
     "n_rot",  # KimiLinearModel converter list
 )
 
+#: TextModel.set_gguf_parameters: routed experts per MoE layer ({arch}.expert_count).
+EXPERT_COUNT: tuple[str, ...] = (
+    "num_local_experts",  # Mixtral-style configs: MiniMax-Text-01, Granite-4.0-H (granitemoehybrid)
+    "num_experts",  # Qwen3-Next, Qwen3.5-MoE, LFM2-MoE, Kimi-Linear, Jamba
+    "n_routed_experts",  # DeepSeek-style configs; Nemotron-3-Nano (NemotronHModel reads it by name)
+)
+
+#: TextModel.set_gguf_parameters: experts each token is routed to ({arch}.expert_used_count).
+EXPERT_USED_COUNT: tuple[str, ...] = (
+    "num_experts_per_tok",  # most MoE configs (Qwen3-Next, LFM2-MoE, Jamba, MiniMax, Granite, Nemotron-H)
+    "num_experts_per_token",  # Kimi-Linear
+    "top_k_experts",  # converter order
+)
+
 #: The keys vLLM derives its default max_model_len from (the smallest present wins; model_max_length, when
 #: present, overrides them all): vllm/transformers_utils/model_arch_config_convertor.py, vLLM 0.33.0.
 SERVING_CONTEXT: tuple[str, ...] = (
@@ -199,7 +213,8 @@ TABLES: dict[str, tuple[str, ...]] = {
     "SSM_STATE_SIZE": SSM_STATE_SIZE, "SSM_INNER_SIZE": SSM_INNER_SIZE, "SSM_EXPAND": SSM_EXPAND,
     "SSM_GROUP_COUNT": SSM_GROUP_COUNT, "SSM_HEAD_DIM": SSM_HEAD_DIM, "SSM_HEAD_COUNT": SSM_HEAD_COUNT,
     "SSM_INNER_UNIT": SSM_INNER_UNIT, "SSM_INNER_FACTOR": SSM_INNER_FACTOR, "SSM_DT_RANK": SSM_DT_RANK,
-    "KV_LORA_RANK": KV_LORA_RANK, "ROPE_HEAD_DIM": ROPE_HEAD_DIM,
+    "KV_LORA_RANK": KV_LORA_RANK, "ROPE_HEAD_DIM": ROPE_HEAD_DIM, "EXPERT_COUNT": EXPERT_COUNT,
+    "EXPERT_USED_COUNT": EXPERT_USED_COUNT,
 }
 
 

@@ -54,6 +54,9 @@ class KeyWriter:
 
     kv: dict[str, WrittenKey] = field(default_factory=dict)
     wanted: dict[str, str] = field(default_factory=dict)  # key -> config keys looked for but not found
+    #: ModelSpec fields no GGUF key holds (rsplan only: a GGUF says them only through its tensor table, e.g. Jamba's
+    #: expert_layers), with the config keys they came from; set on the spec after the loader has read the keys
+    spec_fields: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
     def u32(self, key: str, value: int, origin: str) -> None:
         self.kv[_known(key)] = WrittenKey(MetaInfo("u32"), value, origin)
@@ -69,6 +72,10 @@ class KeyWriter:
 
     def want(self, key: str, aliases: Sequence[str]) -> None:
         self.wanted.setdefault(_known(key), ", ".join(aliases))
+
+    def spec_field(self, name: str, value: Any, origin: str) -> None:
+        """A ModelSpec field the converter's GGUF records only in its tensor table (see ``spec_fields``)."""
+        self.spec_fields[name] = (value, origin)
 
 
 def _known(key: str) -> str:
@@ -182,6 +189,8 @@ class TextModelKeys:
     HEAD_DIM = pick("HEAD_DIM", "head_dim")
     #: the per-layer KV head count of the hybrids (LFM2, Granite, Nemotron-H): one list for all of them
     HEAD_COUNT_KV_PER_LAYER = pick("HEAD_COUNT_KV", "num_key_value_heads", "n_kv_heads", "n_head_kv")
+    EXPERT_COUNT = pick("EXPERT_COUNT", "num_local_experts", "num_experts", "n_routed_experts")
+    EXPERT_USED_COUNT = pick("EXPERT_USED_COUNT", "num_experts_per_tok", "num_experts_per_token", "top_k_experts")
 
 
 def block_count(cfg: HFParams, aliases: Sequence[str] = TextModelKeys.BLOCK_COUNT) -> tuple[int, str]:
@@ -191,8 +200,9 @@ def block_count(cfg: HFParams, aliases: Sequence[str] = TextModelKeys.BLOCK_COUN
 
 
 def write_text_model(cfg: HFParams, w: KeyWriter, *, head_dim: bool = True) -> None:
-    """TextModel.set_gguf_parameters (the cache-relevant keys); ``head_dim=False`` for the Granite family,
-    whose GraniteModel drops head_dim first."""
+    """TextModel.set_gguf_parameters (the cache-relevant keys and the expert counts the tensor list reads:
+    conversion/base.py:1517 n_experts, :1520 n_experts_used, each written when the first key present is not null);
+    ``head_dim=False`` for the Granite family, whose GraniteModel drops head_dim first."""
     n, key = block_count(cfg)
     w.u32(LLM.BLOCK_COUNT, n, key)
     for gguf_key, aliases in (
@@ -201,6 +211,8 @@ def write_text_model(cfg: HFParams, w: KeyWriter, *, head_dim: bool = True) -> N
         (LLM.FEED_FORWARD_LENGTH, TextModelKeys.FEED_FORWARD_LENGTH),
         (Attention.HEAD_COUNT, TextModelKeys.HEAD_COUNT),
         (Attention.HEAD_COUNT_KV, TextModelKeys.HEAD_COUNT_KV),
+        (LLM.EXPERT_COUNT, TextModelKeys.EXPERT_COUNT),
+        (LLM.EXPERT_USED_COUNT, TextModelKeys.EXPERT_USED_COUNT),
     ):
         value, key = cfg.opt(aliases)
         if value is not None:

@@ -7,9 +7,10 @@ picks it, see hf_architectures.py; by ``model_type`` when a config names no arch
 (convert_hf_to_gguf.py, conversion/<model>.py at llama.cpp 0c1e57098) would write for this config, each tagged
 with the config.json keys it came from; ``llama_loader.load_spec`` then reads them exactly as it reads a GGUF
 file, so a config.json and the GGUF converted from it give the same ModelSpec. Only the keys that reach the
-cache-relevant GGUF keys are read; alias keys live in hf_aliases.py. The token list's length (``vocab_size``) is
-the converter's where config.json alone decides it (hf_vocab.py), else left unset with the reason
-(``HFModel.vocab_unknown``).
+cache-relevant GGUF keys and the expert keys the tensor list reads (expert counts and widths, shared experts, leading
+dense layers; Jamba's expert layers, which a GGUF says only through its tensor table) are read; alias keys live in
+hf_aliases.py. The token list's length (``vocab_size``) is the converter's where config.json alone decides it
+(hf_vocab.py), else left unset with the reason (``HFModel.vocab_unknown``).
 
 Known limits (the converter reads more than config.json): Qwen3-Next's MTP layer count comes from the
 checkpoint's tensor names (read here from model.safetensors.index.json when it is next to config.json, else 0,
@@ -24,6 +25,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.files import path_kind
@@ -241,6 +244,27 @@ def _serving(flat: dict[str, Any], architectures: Any, where: str, sources: dict
     return serving if any(value is not None for value in serving.model_dump().values()) else None
 
 
+def _with_unread_fields(loaded: LoadedModel, w: KeyWriter, meta: _HFMetadata) -> LoadedModel:
+    """``loaded`` with the converter's ``spec_fields`` (what a GGUF says only through its tensor table), validated
+    as the loader validates (a failure names the config keys, as the loader's errors do)."""
+    spec = loaded.spec
+    update: dict[str, Any] = {}
+    sources = dict(loaded.sources)
+    for name, (value, origin) in w.spec_fields.items():
+        update[name] = value
+        sources[name] = origin
+    if not update:
+        return loaded
+    try:
+        spec = ModelSpec.model_validate({**spec.model_dump(exclude_unset=True), **update})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = next((str(p) for p in err["loc"] if str(p) in update), ".".join(str(p) for p in err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ModelFileError(f"{meta.where}: {sources.get(field, field)}: {msg}") from None
+    return LoadedModel(spec, sources)
+
+
 def read_hf_config(path: str | Path, repo_files: Collection[str] | None = None) -> HFModel:
     """Read a Hugging Face config.json (or a model directory holding one) the way llama.cpp converts it.
 
@@ -264,7 +288,7 @@ def read_hf_config(path: str | Path, repo_files: Collection[str] | None = None) 
     vocab = vocab_count(cfg, family.converter, arch, repo_files)
     name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
     meta = _HFMetadata(w, arch, name, where, vocab)
-    loaded = load_spec(meta, fallback_name=name or "config", source=where)
+    loaded = _with_unread_fields(load_spec(meta, fallback_name=name or "config", source=where), w, meta)
     sources = dict(loaded.sources)
     if vocab.n_vocab is not None:
         sources["vocab_size"] = vocab.origin

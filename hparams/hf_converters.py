@@ -168,11 +168,15 @@ def _lfm2(cfg: HFParams, w: KeyWriter, *, sliding_window: bool = False) -> str:
 
 
 def _lfm2_moe(cfg: HFParams, w: KeyWriter) -> str:
-    """LFM2MoeModel: KV heads only on "full_attention" layers."""
+    """LFM2MoeModel: KV heads only on "full_attention" layers; the expert counts of TextModel, then
+    (conversion/lfm2.py:111 add_expert_feed_forward_length, :112) expert_feed_forward_length =
+    moe_intermediate_size and leading_dense_block_count = num_dense_layers, both required (``self.hparams[...]``)."""
     write_text_model(cfg, w)
     n, _ = block_count(cfg)
     types, origin = _layer_types(cfg, n)
     write_kv_heads(cfg, w, len(types), [t == "full_attention" for t in types], origin)
+    w.u32(LLM.EXPERT_FEED_FORWARD_LENGTH, *cfg.need("moe_intermediate_size"))
+    w.u32(LLM.LEADING_DENSE_BLOCK_COUNT, *cfg.need("num_dense_layers"))
     l_cache, k_l = cfg.need("conv_L_cache")
     w.u32(ShortConv.L_CACHE, l_cache, k_l)
     return "lfm2moe"
@@ -180,7 +184,10 @@ def _lfm2_moe(cfg: HFParams, w: KeyWriter) -> str:
 
 def _kimi_linear(cfg: HFParams, w: KeyWriter) -> str:
     """KimiLinearModel: MLA as MQA (one KV head of kv_lora_rank + qk_rope_head_dim) on full_attn_layers
-    (1-based), KDA elsewhere; conv kernel and KDA head dim from linear_attn_config."""
+    (1-based), KDA elsewhere; conv kernel and KDA head dim from linear_attn_config; the expert counts of
+    TextModel, then (conversion/kimi_linear.py:136 add_expert_feed_forward_length to :140)
+    expert_feed_forward_length = moe_intermediate_size, expert_shared_count = num_shared_experts and
+    leading_dense_block_count = first_k_dense_replace, all three required (``self.hparams[...]``)."""
     write_text_model(cfg, w)
     lin = cfg.data.get("linear_attn_config")
     if not isinstance(lin, dict):
@@ -219,11 +226,15 @@ def _kimi_linear(cfg: HFParams, w: KeyWriter) -> str:
             break
     else:
         w.want(Attention.VALUE_LENGTH_MLA, ["n_embd_head_v_mla", "v_head_dim"])
+    w.u32(LLM.EXPERT_FEED_FORWARD_LENGTH, *cfg.need("moe_intermediate_size"))
+    w.u32(LLM.EXPERT_SHARED_COUNT, *cfg.need("num_shared_experts"))
+    w.u32(LLM.LEADING_DENSE_BLOCK_COUNT, *cfg.need("first_k_dense_replace"))
     return "kimi-linear"
 
 
 def _minimax_01(cfg: HFParams, w: KeyWriter) -> str:
-    """MiniMaxText01Model: base keys only. The converter writes no layer pattern, so llama.cpp puts softmax
+    """MiniMaxText01Model: base keys only (the experts: TextModel's expert_count / expert_used_count; each expert is
+    feed_forward_length = intermediate_size wide). The converter writes no layer pattern, so llama.cpp puts softmax
     attention on every 8th layer; an attn_type_list that says otherwise cannot be represented."""
     write_text_model(cfg, w)
     types = cfg.list_of("attn_type_list", int, required=False)
@@ -266,8 +277,16 @@ def _count_mtp_layers(cfg: HFParams) -> int:
 
 def _qwen_gdn(cfg: HFParams, w: KeyWriter, *, arch: str) -> str:
     """Qwen3NextModel and the Qwen3.5 text models: gated delta net on the ssm keys, layer_types as
-    recurrent_layers, MTP layers appended to the block count."""
+    recurrent_layers, MTP layers appended to the block count. All are Qwen2MoeModel converters: the expert counts of
+    TextModel, then (conversion/qwen.py:83 moe_intermediate_size to :87, Qwen2MoeModel) expert_feed_forward_length
+    = moe_intermediate_size and expert_shared_feed_forward_length = shared_expert_intermediate_size, each when
+    present and not null."""
     write_text_model(cfg, w)
+    for gguf_key, config_key in ((LLM.EXPERT_FEED_FORWARD_LENGTH, "moe_intermediate_size"),
+                                 (LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, "shared_expert_intermediate_size")):
+        value, key = cfg.opt(config_key)
+        if value is not None:
+            w.u32(gguf_key, value, key)
     n, k_n = block_count(cfg, _Transformers.BLOCK_COUNT)
     n_mtp, k_mtp = cfg.layers("mtp_num_hidden_layers", required=False)
     if not n_mtp:

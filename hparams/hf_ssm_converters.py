@@ -66,6 +66,8 @@ class _Jamba:
     FEED_FORWARD_LENGTH = pick("FEED_FORWARD_LENGTH", "intermediate_size")
     HEAD_COUNT = pick("HEAD_COUNT", "num_attention_heads")
     HEAD_COUNT_KV = pick("HEAD_COUNT_KV", "num_key_value_heads")
+    EXPERT_COUNT = pick("EXPERT_COUNT", "num_local_experts", "num_experts")
+    EXPERT_USED_COUNT = pick("EXPERT_USED_COUNT", "num_experts_per_tok", "num_experts_per_token")
 
 
 class _FalconH1:
@@ -175,7 +177,9 @@ def _mamba_ssm(cfg: HFParams, w: KeyWriter) -> str:
 
 
 def _jamba(cfg: HFParams, w: KeyWriter) -> str:
-    """JambaModel: attention on layers offset, offset + period, ...; Mamba-1 elsewhere."""
+    """JambaModel: attention on layers offset, offset + period, ...; Mamba-1 elsewhere; expert_count and
+    expert_used_count required (conversion/jamba.py:53 add_expert_count, :54), expert_layers from the expert layer
+    offset / period."""
     d_model, k_model = cfg.need(_Jamba.D_MODEL)
     d_conv, k_conv = cfg.or_default(_Jamba.D_CONV, 4)
     expand, k_expand = cfg.need(_Jamba.EXPAND)
@@ -203,7 +207,30 @@ def _jamba(cfg: HFParams, w: KeyWriter) -> str:
     w.u32(SSM.INNER_SIZE, expand * d_model, f"{k_expand} * {k_model}")
     w.u32(SSM.STATE_SIZE, d_state, k_state)
     w.u32(SSM.TIME_STEP_RANK, dt_rank, k_dt)
+    n_expert, k_expert = cfg.need(_Jamba.EXPERT_COUNT)
+    w.u32(LLM.EXPERT_COUNT, n_expert, k_expert)
+    w.u32(LLM.EXPERT_USED_COUNT, *cfg.need(_Jamba.EXPERT_USED_COUNT))
+    _jamba_expert_layers(cfg, w, n, n_expert)
     return "jamba"
+
+
+def _jamba_expert_layers(cfg: HFParams, w: KeyWriter, n: int, n_expert: int) -> None:
+    """Which layers hold the experts: the GGUF says it only by their ffn_gate_inp tensors, which are the
+    checkpoint's. transformers' JambaConfig (layers_num_experts) gives layer i experts when
+    ``i % expert_layer_period == expert_layer_offset`` and num_experts > 1 (JambaMLP otherwise), and refuses an
+    offset >= period; JambaModel.modify_tensors (conversion/jamba.py:64 moe_offset to :67) keeps experts on the layers
+    ``i >= offset and (i - offset) % period == 0``, the same layers. Both keys are required (``self.hparams[...]``)."""
+    offset, k_off = cfg.layers("expert_layer_offset")
+    assert offset is not None
+    period, k_per = cfg.need("expert_layer_period")
+    if period == 0:
+        raise cfg.fail(k_per, "must be > 0")
+    if offset >= period:
+        raise cfg.fail(k_off, f"{offset} is not below expert_layer_period ({period}): transformers' JambaConfig "
+                       "refuses it, so which layers of the checkpoint hold experts is not known")
+    layers = [n_expert > 1 and il >= offset and (il - offset) % period == 0 for il in range(n)]
+    origin = f"{k_off} / {k_per}" + ("" if n_expert > 1 else " (num_experts <= 1: a dense FFN on every layer)")
+    w.spec_field("expert_layers", layers, origin)
 
 
 def _falcon_h1(cfg: HFParams, w: KeyWriter) -> str:
@@ -265,7 +292,9 @@ def _granite_ssm(cfg: HFParams, w: KeyWriter, n: int, ssm_layers: Sequence[int],
 
 def _granite_hybrid(cfg: HFParams, w: KeyWriter) -> str:
     """GraniteHybridModel (granitemoehybrid, bamba): attention layers from layer_types / attn_layer_indices,
-    Mamba-2 elsewhere; d_inner = mamba_expand * hidden_size."""
+    Mamba-2 elsewhere; d_inner = mamba_expand * hidden_size. The experts: TextModel's expert_count /
+    expert_used_count (also "mamba_"-prefixed), each as wide as feed_forward_length (intermediate_size), and
+    GraniteMoeModel's shared expert (conversion/granite.py:190 shared_feed_forward_length)."""
     n, _ = block_count(cfg)
     attn_list, origin = _granite_attn_layers(cfg, n)
     attn = set(attn_list)
@@ -277,9 +306,19 @@ def _granite_hybrid(cfg: HFParams, w: KeyWriter) -> str:
     unit, k_unit = cfg.need(_GraniteHybrid.INNER_UNIT)
     factor, k_factor = cfg.need(_GraniteHybrid.INNER_FACTOR)
     write_text_model(cfg, w, head_dim=False)
+    _granite_shared_expert(cfg, w)
     write_kv_heads(cfg, w, n, [i in attn for i in range(n)], origin)
     _granite_ssm(cfg, w, n, [i for i in range(n) if i not in attn], (factor * unit, f"{k_factor} * {k_unit}"))
     return "granitehybrid"
+
+
+def _granite_shared_expert(cfg: HFParams, w: KeyWriter) -> None:
+    """GraniteMoeModel.set_gguf_parameters: expert_shared_feed_forward_length = shared_intermediate_size when it is
+    set and not 0 (``self.hparams.get``: no "mamba_" prefix)."""
+    key = "shared_intermediate_size"
+    value = cfg.data.get(key)
+    if value:
+        w.u32(LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, cfg.check_int(key, value), key)
 
 
 def _nemotron_h(cfg: HFParams, w: KeyWriter) -> str:
@@ -334,9 +373,26 @@ def _nemotron_h(cfg: HFParams, w: KeyWriter) -> str:
     ff, k_ff = cfg.need(ff_key)
     cfg.check_int(k_ff, ff, I32_MAX)
     w.array(LLM.FEED_FORWARD_LENGTH, [ff if i in mlp else 0 for i in range(n_all)], f"{k_ff} + {pattern_key}")
+    if is_moe:
+        _nemotron_h_experts(cfg, w)
     if n_mtp:
         w.u32(LLM.NEXTN_PREDICT_LAYERS, n_mtp, "num_nextn_predict_layers")
     return "nemotron_h_moe" if is_moe else "nemotron_h"
+
+
+def _nemotron_h_experts(cfg: HFParams, w: KeyWriter) -> None:
+    """NemotronHModel.set_gguf_parameters, MoE (conversion/nemotron.py:347 add_expert_used_count to :351): the
+    expert keys from their config keys by name, all required (``self.hparams[...]``: no "mamba_" prefix),
+    replacing TextModel's expert_count / expert_used_count."""
+    plain = HFParams(cfg.data, cfg.where, cfg.directory)
+    for gguf_key, config_key in (
+        (LLM.EXPERT_USED_COUNT, "num_experts_per_tok"),
+        (LLM.EXPERT_FEED_FORWARD_LENGTH, "moe_intermediate_size"),
+        (LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, "moe_shared_expert_intermediate_size"),
+        (LLM.EXPERT_COUNT, "n_routed_experts"),
+        (LLM.EXPERT_SHARED_COUNT, "n_shared_experts"),
+    ):
+        w.u32(gguf_key, *plain.need(config_key))
 
 
 #: the converter classes of this module (hf_converters.WRITERS holds them all)

@@ -204,7 +204,8 @@ def load_spec(
     _read_arch_keys(r, info, data, attention, n_layer_all)
     data["attention"] = attention
     for key in (LLM.EXPERT_COUNT, LLM.EXPERT_USED_COUNT, LLM.EXPERT_FEED_FORWARD_LENGTH,
-                LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, LLM.LEADING_DENSE_BLOCK_COUNT, LLM.TIME_MIX_EXTRA_DIM,
+                LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, LLM.EXPERT_SHARED_COUNT, LLM.LEADING_DENSE_BLOCK_COUNT,
+                LLM.TIME_MIX_EXTRA_DIM,
                 LLM.TIME_DECAY_EXTRA_DIM, LLM.RESCALE_EVERY_N_LAYERS):
         value = r.u32(key, required=False)
         if value is not None:

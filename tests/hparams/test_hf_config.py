@@ -18,6 +18,9 @@ from rsplan.hparams.hf_config import load_hf_config, read_hf_config
 MIB = 1 << 20
 #: Fields a GGUF file cannot carry or labels: not compared between a config and its GGUF twin.
 SPEC_LABELS = {"name", "source", "weights_bytes", "description", "serving"}
+#: Fields a GGUF twin written here does not give: Jamba's expert_layers (a GGUF says them only through its tensor
+#: table, which these twins lack); test_twin_fields_the_gguf_loader_does_not_give checks them.
+TWIN_UNREAD = {"expert_layers"}
 
 QWEN_NEXT = {
     "model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4,
@@ -32,6 +35,10 @@ QWEN_NEXT_GGUF = {
     "attention.head_count_kv": 2, "attention.key_length": 32, "attention.value_length": 32,
     "ssm.conv_kernel": 4, "ssm.state_size": 16, "ssm.group_count": 2, "ssm.time_step_rank": 4,
     "ssm.inner_size": 16 * 4, "full_attention_interval": 4,
+    # Qwen2MoeModel: TextModel's num_experts / num_experts_per_tok, then moe_intermediate_size and
+    # shared_expert_intermediate_size (the Qwen3.5 text models inherit it through Qwen3NextModel)
+    "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 32,
+    "expert_shared_feed_forward_length": 32,
 }
 LINEAR = "linear_attention"
 FULL = "full_attention"
@@ -141,7 +148,8 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
          "max_position_embeddings": 128000},
         {}, "lfm2moe",
         {"context_length": 128000, "embedding_length": 64, "feed_forward_length": 192, "attention.head_count": 4,
-         "attention.head_count_kv": [0, 2, 0], "shortconv.l_cache": 3},
+         "attention.head_count_kv": [0, 2, 0], "shortconv.l_cache": 3, "expert_count": 4, "expert_used_count": 2,
+         "expert_feed_forward_length": 32, "leading_dense_block_count": 1},
     ),
     "kimi_linear (linear_attn_config, MLA as MQA)": (
         {"model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"], "hidden_size": 64,
@@ -156,7 +164,8 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
         {"context_length": 1048576, "embedding_length": 64, "feed_forward_length": 128, "attention.head_count": 4,
          "attention.head_count_kv": [0, 0, 0, 1], "attention.key_length": 32 + 16, "attention.value_length": 16,
          "attention.kv_lora_rank": 32, "attention.key_length_mla": 8 + 16, "attention.value_length_mla": 16,
-         "ssm.conv_kernel": 4, "kda.head_dim": 16},
+         "ssm.conv_kernel": 4, "kda.head_dim": 16, "expert_count": 4, "expert_used_count": 2,
+         "expert_feed_forward_length": 32, "expert_shared_count": 1, "leading_dense_block_count": 1},
     ),
     "minimax_text_01 (attn_type_list, every 8th softmax)": (
         {"model_type": "minimax_text_01", "architectures": ["MiniMaxText01ForCausalLM"], "hidden_size": 64,
@@ -165,7 +174,8 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
          "num_local_experts": 4, "num_experts_per_tok": 2, "rotary_dim": 8},
         {}, "minimax-01",
         {"context_length": 10240000, "embedding_length": 64, "feed_forward_length": 128, "attention.head_count": 4,
-         "attention.head_count_kv": 2, "attention.key_length": 16, "attention.value_length": 16},
+         "attention.head_count_kv": 2, "attention.key_length": 16, "attention.value_length": 16,
+         "expert_count": 4, "expert_used_count": 2},
     ),
     "qwen3_next (layer_types, MTP counted from the safetensors index)": (
         {**QWEN_NEXT, "layer_types": [LINEAR, LINEAR, LINEAR, FULL]},
@@ -202,11 +212,12 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
         {"model_type": "jamba", "architectures": ["JambaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4,
          "num_attention_heads": 4, "num_key_value_heads": 2, "attn_layer_offset": 1, "attn_layer_period": 2,
          "mamba_d_conv": 4, "mamba_d_state": 16, "mamba_expand": 2, "mamba_dt_rank": 4, "intermediate_size": 128,
-         "max_position_embeddings": 262144, "num_experts": 2, "num_experts_per_tok": 1},
+         "max_position_embeddings": 262144, "num_experts": 2, "num_experts_per_tok": 1, "expert_layer_offset": 1,
+         "expert_layer_period": 2},
         {}, "jamba",
         {"context_length": 262144, "embedding_length": 64, "feed_forward_length": 128, "attention.head_count": 4,
          "attention.head_count_kv": [0, 2, 0, 2], "ssm.conv_kernel": 4, "ssm.inner_size": 128,
-         "ssm.state_size": 16, "ssm.time_step_rank": 4},
+         "ssm.state_size": 16, "ssm.time_step_rank": 4, "expert_count": 2, "expert_used_count": 1},
     ),
     "falcon_h1 (mamba_ prefixed keys)": (
         {"model_type": "falcon_h1", "architectures": ["FalconH1ForCausalLM"], "hidden_size": 64,
@@ -229,13 +240,15 @@ TWINS: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]] = {
     "nemotron_h MoE (layers_block_type, one MTP layer)": (
         {**{k: v for k, v in NEMOTRON.items() if k not in ("hybrid_override_pattern", "num_hidden_layers")},
          "layers_block_type": ["mamba", "attention", "moe", "mamba"], "num_experts_per_tok": 2,
-         "num_nextn_predict_layers": 1, "moe_intermediate_size": 32, "n_routed_experts": 4},
+         "num_nextn_predict_layers": 1, "moe_intermediate_size": 32, "n_routed_experts": 4,
+         "moe_shared_expert_intermediate_size": 64, "n_shared_experts": 1},
         {}, "nemotron_h_moe",
         {"context_length": 1 << 20, "embedding_length": 64, "block_count": 5, "nextn_predict_layers": 1,
          "feed_forward_length": [0, 0, 32, 0, 32], "attention.head_count": 4,
          "attention.head_count_kv": [0, 2, 0, 0, 2], "attention.key_length": 32, "attention.value_length": 32,
          "ssm.conv_kernel": 4, "ssm.state_size": 16, "ssm.group_count": 2, "ssm.inner_size": 8 * 16,
-         "ssm.time_step_rank": 8},
+         "ssm.time_step_rank": 8, "expert_count": 4, "expert_used_count": 2, "expert_feed_forward_length": 32,
+         "expert_shared_feed_forward_length": 64, "expert_shared_count": 1},
     ),
     "granitemoehybrid (layer_types, Granite-4.0-H)": (
         GRANITE, {}, "granitehybrid",
@@ -263,8 +276,8 @@ def _model_dir(root: Path, config: dict[str, Any], files: dict[str, Any], name: 
     return d
 
 
-def _spec_fields(spec) -> dict[str, Any]:
-    return spec.model_dump(exclude=SPEC_LABELS)
+def _spec_fields(spec, exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    return spec.model_dump(exclude=SPEC_LABELS | set(exclude))
 
 
 @pytest.mark.parametrize("case", list(TWINS))
@@ -278,7 +291,7 @@ def test_config_equals_its_gguf_twin(case, tmp_path, gguf_file, estimate_json):
     hf = read_hf_config(model)
     assert hf.spec.arch == arch
     assert hf.spec.name == "tiny-model"
-    assert _spec_fields(hf.spec) == _spec_fields(load_gguf(twin))
+    assert _spec_fields(hf.spec, TWIN_UNREAD) == _spec_fields(load_gguf(twin), TWIN_UNREAD)
     flags = ("-c", "8192", "-np", "2")
     from_config = estimate_json(model, *flags)
     from_gguf = estimate_json(twin, *flags)
@@ -286,6 +299,21 @@ def test_config_equals_its_gguf_twin(case, tmp_path, gguf_file, estimate_json):
     assert from_config["total_bytes"] == from_gguf["total_bytes"] > 0
     # the config.json file itself reads the same as its directory
     assert _spec_fields(load_hf_config(model / "config.json")) == _spec_fields(hf.spec)
+
+
+#: TWIN_UNREAD of the twins that set them, from their configs (every other twin has neither)
+TWIN_UNREAD_VALUES: dict[str, dict[str, Any]] = {
+    # expert_layer_offset 1, expert_layer_period 2, num_experts 2 > 1: experts on layers 1 and 3
+    "jamba (attn_layer_offset / period)": {"expert_layers": [False, True, False, True]},
+}
+
+
+@pytest.mark.parametrize("case", list(TWINS))
+def test_twin_fields_the_gguf_loader_does_not_give(case, tmp_path):
+    config, files, _, _ = TWINS[case]
+    spec = read_hf_config(_model_dir(tmp_path, config, files)).spec
+    expected = {"expert_layers": None, **TWIN_UNREAD_VALUES.get(case, {})}
+    assert {k: getattr(spec, k) for k in sorted(TWIN_UNREAD)} == expected
 
 
 def test_sources_name_the_config_keys(tmp_path):
@@ -699,8 +727,10 @@ FF = "prefix_dense_intermediate_size dense_intermediate_size intermediate_size n
 HEADS = "num_attention_heads n_head n_heads"
 KV_HEADS = "num_key_value_heads n_kv_heads"
 KV_HEADS_ALL = "num_key_value_heads n_kv_heads n_head_kv"
+EXPERTS = "num_local_experts num_experts n_routed_experts"
+EXPERTS_USED = "num_experts_per_tok num_experts_per_token top_k_experts"
 #: TextModel.set_gguf_parameters (conversion/base.py); the Granite family drops head_dim first
-TEXT_MODEL = [BLOCKS, CTX, EMBD, FF, HEADS, KV_HEADS, "head_dim"]
+TEXT_MODEL = [BLOCKS, CTX, EMBD, FF, HEADS, KV_HEADS, EXPERTS, EXPERTS_USED, "head_dim"]
 GRANITE_TEXT_MODEL = [P(k) for k in TEXT_MODEL[:-1]]
 #: GraniteHybridModel.set_gguf_parameters' Mamba keys (NemotronHModel inherits them)
 GRANITE_SSM = [
@@ -708,7 +738,8 @@ GRANITE_SSM = [
     P("n_heads num_heads"), "list architectures",
 ]
 QWEN_GDN = [
-    *TEXT_MODEL, "num_hidden_layers", "mtp_num_hidden_layers", "linear_conv_kernel_dim", "linear_key_head_dim",
+    *TEXT_MODEL, "moe_intermediate_size", "shared_expert_intermediate_size", "num_hidden_layers",
+    "mtp_num_hidden_layers", "linear_conv_kernel_dim", "linear_key_head_dim",
     "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim", "list layer_types",
     "full_attention_interval",
 ]
@@ -737,13 +768,15 @@ KEY_ORDER: dict[str, list[str]] = {
     "lfm2 (full_attn_idxs, the original LiquidAI layout)": [
         *TEXT_MODEL, BLOCKS, "list layer_types", "list full_attn_idxs", KV_HEADS_ALL, "conv_L_cache", *LFM2_FF,
     ],
-    "lfm2_moe": LFM2_LOOKUPS,
+    "lfm2_moe": [*LFM2_LOOKUPS[:-1], "moe_intermediate_size", "num_dense_layers", "conv_L_cache"],
     "lfm2 ColBERT (Lfm2Model)": [*LFM2_LOOKUPS, *LFM2_FF],
-    "lfm2 audio tokenizer (sliding_window)": [*TEXT_MODEL, "sliding_window", *LFM2_LOOKUPS[7:], *LFM2_FF],
+    "lfm2 audio tokenizer (sliding_window)": [
+        *TEXT_MODEL, "sliding_window", *LFM2_LOOKUPS[len(TEXT_MODEL):], *LFM2_FF,
+    ],
     "kimi_linear (linear_attn_config, MLA as MQA)": [
         *TEXT_MODEL, "list full_attn_layers", "num_hidden_layers", "short_conv_kernel_size", "head_dim",
         "kv_lora_rank n_lora_kv", "qk_rope_head_dim n_rot", "n_embd_head_k_mla", "qk_nope_head_dim",
-        "n_embd_head_v_mla", "v_head_dim",
+        "n_embd_head_v_mla", "v_head_dim", "moe_intermediate_size", "num_shared_experts", "first_k_dense_replace",
     ],
     "minimax_text_01 (attn_type_list, every 8th softmax)": [*TEXT_MODEL, "list attn_type_list"],
     "qwen3_next (layer_types, MTP counted from the safetensors index)": QWEN_GDN,
@@ -754,7 +787,8 @@ KEY_ORDER: dict[str, list[str]] = {
     "jamba (attn_layer_offset / period)": [
         "hidden_size mamba_d_model", "mamba_d_conv", "mamba_expand", "mamba_d_state", "mamba_dt_rank", BLOCKS,
         "attn_layer_offset", "attn_layer_period", "max_position_embeddings n_ctx", "intermediate_size",
-        "num_attention_heads", "num_key_value_heads",
+        "num_attention_heads", "num_key_value_heads", "num_local_experts num_experts",
+        "num_experts_per_tok num_experts_per_token", "expert_layer_offset", "expert_layer_period",
     ],
     # FalconH1Model: every key also with the "mamba_" prefix, prefixed keys included ("mamba_mamba_d_ssm")
     "falcon_h1 (mamba_ prefixed keys)": [
@@ -770,6 +804,9 @@ KEY_ORDER: dict[str, list[str]] = {
         "list layers_block_type", P(BLOCKS), "list layers_block_type", P("head_dim attention_head_dim"),
         P("mamba_head_dim hidden_size d_model"), P("num_heads"), P("num_nextn_predict_layers"),
         *NEMOTRON_TAIL, P("moe_intermediate_size"),
+        # the MoE keys by name (self.hparams[...]: no "mamba_" prefix)
+        "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size", "n_routed_experts",
+        "n_shared_experts",
     ],
     "granitemoehybrid (layer_types, Granite-4.0-H)": [
         P(BLOCKS), "list layer_types", P("mamba_head_dim hidden_size d_model"), P("expand num_heads"),
