@@ -12,6 +12,7 @@ model.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal, overload
 
@@ -69,6 +70,16 @@ class QuantWeights:
         return sum(rule.alloc_nbytes(t.n_bytes, t.type, t.ne[0]) for t in self.plan.tensors
                    if load_mtp or t.name in self.loaded)
 
+
+#: "FIELD is needed for the tensor list" (hparams.tensors): the field.
+_NEEDED = re.compile(r"(\w+) is needed for the tensor list")
+#: A built-in preset that sets each field a tensor list may need (the hint of that error; others: mamba-130m).
+_PRESET_SETTING = {
+    "expert_count": "qwen3-next-80b-a3b", "expert_used_count": "qwen3-next-80b-a3b",
+    "expert_feed_forward_length": "qwen3-next-80b-a3b", "expert_shared_feed_forward_length": "qwen3-next-80b-a3b",
+    "expert_shared_count": "kimi-linear-48b-a3b", "leading_dense_block_count": "kimi-linear-48b-a3b",
+    "expert_layers": "jamba-v0.1",
+}
 
 def quantized_weights(spec: ModelSpec, quant: str) -> QuantWeights:
     """``llama-quantize`` of the model's bf16 GGUF to ``quant`` (an ftype name llama-quantize accepts).
@@ -132,8 +143,9 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
         hint = ""
         if vocab_unknown is not None and spec.vocab_size is None:
             hint = f" (config.json does not give it: {vocab_unknown}; give it in a preset YAML)"
-        elif " is needed for the tensor list" in str(exc):
-            hint = " (give it in a preset YAML, as `rsplan presets show mamba-130m` does)"
+        elif (m := _NEEDED.search(str(exc))) is not None:
+            example = _PRESET_SETTING.get(m[1], "mamba-130m")
+            hint = f" (give it in a preset YAML, as `rsplan presets show {example}` does)"
         raise RsplanError(f"--quant {quant}: {exc}{hint}") from None
     n_fallback = weights.plan.n_fallback
     note = (f"llama-quantize {weights.ftype} of the converter's {SOURCE_OUTTYPE} GGUF ({len(weights.plan.tensors)} "

@@ -204,3 +204,14 @@ def test_estimate_with_quant_imports_no_heavy_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "HEAVY []"
+
+
+def test_a_missing_expert_field_names_a_preset_that_sets_it(tmp_path):
+    preset = (Path(__file__).resolve().parents[2] / "presets" / "qwen3-next-80b-a3b.yaml").read_text()
+    path = tmp_path / "noexperts.yaml"
+    path.write_text("".join(line + "\n" for line in preset.splitlines() if not line.startswith("expert_count:")))
+    r = run("estimate", "--model", str(path), "--quant", "Q4_K_M")
+    assert r.exit_code != 0
+    assert r.output == ("Error: --quant Q4_K_M: qwen3-next-80b-a3b: expert_count is needed for the tensor list of "
+                        "arch 'qwen3next' (give it in a preset YAML, as `rsplan presets show qwen3-next-80b-a3b` "
+                        "does)\n")
