@@ -34,7 +34,7 @@ from rsplan.hparams import hf_aliases as A
 from rsplan.hparams.gguf_keys import General, Tokenizer
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.hf_base import HFConverter, HFParams, KeyWriter, WrittenKey, parse_json_text
-from rsplan.hparams.hf_converters import WRITERS
+from rsplan.hparams.hf_converters import WRITERS, checkpoint_tensor_names
 from rsplan.hparams.hf_ssm_converters import MAMBA_SSM
 from rsplan.hparams.hf_vocab import VocabCount, vocab_count
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
@@ -265,6 +265,29 @@ def _with_unread_fields(loaded: LoadedModel, w: KeyWriter, meta: _HFMetadata) ->
     return LoadedModel(spec, sources)
 
 
+#: Archs whose converter drops the checkpoint's output matrix when it equals the embedding (conversion/mamba.py:79
+#: output_name, MambaModel.modify_tensors): whether the GGUF has output.weight depends on the data.
+_OUTPUT_BY_DATA = frozenset({"mamba"})
+
+
+def _tied_output(arch: str, directory: Path) -> tuple[bool, str] | None:
+    """Whether the converted GGUF has no output.weight (llama.cpp then reuses token_embd), with where that came
+    from: the converters of these archs write output.weight exactly when the checkpoint holds an ``lm_head.weight``
+    (config.json's tie flag is not read), which model.safetensors.index.json's weight_map says. None where nothing
+    next to config.json says it (a bare config.json, one safetensors file) or the data decides (_OUTPUT_BY_DATA):
+    the tensor list then counts output.weight and the weights' note says so."""
+    if arch in _OUTPUT_BY_DATA:
+        return None
+    found = checkpoint_tensor_names(directory)
+    if found is None:
+        return None
+    names, index = found
+    heads = [n for n in names if (n == "lm_head.weight" or n.endswith(".lm_head.weight")) and "mtp" not in n]
+    if heads:
+        return False, f"{index.name}: the checkpoint has {heads[0]} (the converter writes it as output.weight)"
+    return True, f"{index.name}: no lm_head.weight in the checkpoint (llama.cpp reuses token_embd)"
+
+
 def read_hf_config(path: str | Path, repo_files: Collection[str] | None = None) -> HFModel:
     """Read a Hugging Face config.json (or a model directory holding one) the way llama.cpp converts it.
 
@@ -292,7 +315,11 @@ def read_hf_config(path: str | Path, repo_files: Collection[str] | None = None) 
     sources = dict(loaded.sources)
     if vocab.n_vocab is not None:
         sources["vocab_size"] = vocab.origin
-    spec = loaded.spec.model_copy(update={"serving": _serving(flat, data.get("architectures"), where, sources)})
+    update: dict[str, Any] = {"serving": _serving(flat, data.get("architectures"), where, sources)}
+    tied = _tied_output(arch, config.parent)
+    if tied is not None:
+        update["tie_word_embeddings"], sources["tie_word_embeddings"] = tied
+    spec = loaded.spec.model_copy(update=update)
     loaded = LoadedModel(spec, sources)
     return HFModel(loaded, model_type, family.converter, where, architecture,
                    None if vocab.n_vocab is not None else vocab.origin)

@@ -13,6 +13,7 @@ import json
 import math
 import re
 from functools import partial
+from pathlib import Path
 
 from rsplan.errors import ModelFileError
 from rsplan.files import path_kind
@@ -249,22 +250,32 @@ def _minimax_01(cfg: HFParams, w: KeyWriter) -> str:
     return "minimax-01"
 
 
-def _count_mtp_layers(cfg: HFParams) -> int:
-    """The converter's count of mtp.layers.N tensors, from model.safetensors.index.json next to config.json."""
-    if cfg.directory is None:
-        return 0
-    index = cfg.directory / "model.safetensors.index.json"
+def checkpoint_tensor_names(directory: Path | None) -> tuple[list[str], Path] | None:
+    """The tensor names of model.safetensors.index.json's weight_map next to config.json, with the index's path;
+    None without an index."""
+    if directory is None:
+        return None
+    index = directory / "model.safetensors.index.json"
     try:
         if path_kind(index) == "missing":
-            return 0
+            return None
     except OSError as exc:
         raise ModelFileError(f"{index}: cannot read file: {exc.strerror or exc}") from None
     data = parse_json_text(read_text_file(index, MAX_INDEX_BYTES), index)
     weight_map = data.get("weight_map", {}) if isinstance(data, dict) else None
     if not isinstance(weight_map, dict):
         raise ModelFileError(f"{index}: weight_map: not a valid safetensors index (expected an object of tensor names)")
+    return [name for name in weight_map if isinstance(name, str)], index
+
+
+def _count_mtp_layers(cfg: HFParams) -> int:
+    """The converter's count of mtp.layers.N tensors, from model.safetensors.index.json next to config.json."""
+    found_names = checkpoint_tensor_names(cfg.directory)
+    if found_names is None:
+        return 0
+    weight_map, index = found_names
     pattern = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
-    found = [m[1] for name in weight_map if isinstance(name, str) and (m := pattern.match(name))]
+    found = [m[1] for name in weight_map if (m := pattern.match(name))]
     if not found:
         return 0
     last = max(found, key=lambda digits: (len(digits.lstrip("0")), digits.lstrip("0")))

@@ -150,6 +150,10 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
     n_fallback = weights.plan.n_fallback
     note = (f"llama-quantize {weights.ftype} of the converter's {SOURCE_OUTTYPE} GGUF ({len(weights.plan.tensors)} "
             "tensors" + (f", {n_fallback} with a fallback type" if n_fallback else "") + ")")
+    if spec.tie_word_embeddings is None:
+        note += ("; output.weight counted as a tensor of its own: the converter writes it when the checkpoint has "
+                 "lm_head.weight, which nothing read here says (give tie_word_embeddings in a preset YAML, or the "
+                 "model directory with model.safetensors.index.json)")
     n_bytes = weights.buffer_bytes(CPU_RULE if backend == "CPU" else CUDA_RULE)
     out = spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note
     return (*out, weights.rows) if with_rows else out

@@ -215,3 +215,12 @@ def test_a_missing_expert_field_names_a_preset_that_sets_it(tmp_path):
     assert r.output == ("Error: --quant Q4_K_M: qwen3-next-80b-a3b: expert_count is needed for the tensor list of "
                         "arch 'qwen3next' (give it in a preset YAML, as `rsplan presets show qwen3-next-80b-a3b` "
                         "does)\n")
+
+
+def test_an_output_matrix_nothing_decides_is_counted_and_said():
+    real = Path(__file__).resolve().parents[1] / "hparams" / "real_configs" / "lfm2-8b-a1b-augment-multi-ft2"
+    r = run("estimate", "--model", str(real), "--quant", "Q4_K_M", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "output.weight counted as a tensor of its own" in r.output
+    assert "output.weight counted" not in run("estimate", "--model", "lfm2-8b-a1b", "--quant", "Q4_K_M",
+                                              "--format", "json").output

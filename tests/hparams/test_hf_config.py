@@ -18,9 +18,10 @@ from rsplan.hparams.hf_config import load_hf_config, read_hf_config
 MIB = 1 << 20
 #: Fields a GGUF file cannot carry or labels: not compared between a config and its GGUF twin.
 SPEC_LABELS = {"name", "source", "weights_bytes", "description", "serving"}
-#: Fields a GGUF twin written here does not give: Jamba's expert_layers (a GGUF says them only through its tensor
-#: table, which these twins lack); test_twin_fields_the_gguf_loader_does_not_give checks them.
-TWIN_UNREAD = {"expert_layers"}
+#: Fields a GGUF twin written here does not give: Jamba's expert_layers and whether output.weight is tied (a GGUF
+#: says them only through its tensor table, which these twins lack; a config.json through the safetensors index
+#: beside it); test_twin_fields_the_gguf_loader_does_not_give checks them.
+TWIN_UNREAD = {"expert_layers", "tie_word_embeddings"}
 
 QWEN_NEXT = {
     "model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4,
@@ -305,6 +306,8 @@ def test_config_equals_its_gguf_twin(case, tmp_path, gguf_file, estimate_json):
 TWIN_UNREAD_VALUES: dict[str, dict[str, Any]] = {
     # expert_layer_offset 1, expert_layer_period 2, num_experts 2 > 1: experts on layers 1 and 3
     "jamba (attn_layer_offset / period)": {"expert_layers": [False, True, False, True]},
+    # its safetensors index (for the MTP layer) lists no lm_head.weight: no output.weight, token_embd reused
+    "qwen3_next (layer_types, MTP counted from the safetensors index)": {"tie_word_embeddings": True},
 }
 
 
@@ -312,7 +315,7 @@ TWIN_UNREAD_VALUES: dict[str, dict[str, Any]] = {
 def test_twin_fields_the_gguf_loader_does_not_give(case, tmp_path):
     config, files, _, _ = TWINS[case]
     spec = read_hf_config(_model_dir(tmp_path, config, files)).spec
-    expected = {"expert_layers": None, **TWIN_UNREAD_VALUES.get(case, {})}
+    expected = {"expert_layers": None, "tie_word_embeddings": None, **TWIN_UNREAD_VALUES.get(case, {})}
     assert {k: getattr(spec, k) for k in sorted(TWIN_UNREAD)} == expected
 
 
@@ -919,3 +922,26 @@ def test_rwkv7_lora_ranks_as_the_converter_writes_them(tmp_path):
     assert (a.decay_lora_rank, a.iclr_lora_rank, a.value_residual_mix_lora_rank, a.gate_lora_rank) == (64, 64, 32, 128)
     with pytest.raises(ModelFileError, match="a_low_rank_dim: required key not found"):
         read_hf_config(_model_dir(tmp_path, {**base, "decay_low_rank_dim": 64}, {}, "missing"))
+
+
+REAL_CONFIGS = Path(__file__).resolve().parent / "real_configs"
+
+
+@pytest.mark.parametrize(("folder", "index_names", "tied"), [
+    # the converters write output.weight exactly when the checkpoint holds lm_head.weight
+    ("lfm2-8b-a1b-augment-multi-ft2", ["model.embed_tokens.weight", "lm_head.weight"], False),
+    ("lfm2-8b-a1b-augment-multi-ft2", ["model.embed_tokens.weight", "model.layers.0.conv.in_proj.weight"], True),
+    ("lfm2-8b-a1b-augment-multi-ft2", None, None),  # a bare config.json does not say
+    # MambaModel drops an lm_head equal to the embedding: the data decides, not the names
+    ("mamba-130m", ["backbone.embeddings.weight", "lm_head.weight"], None),
+])
+def test_the_output_matrix_is_tied_as_the_checkpoint_says(folder, index_names, tied, tmp_path):
+    d = tmp_path / folder
+    d.mkdir()
+    (d / "config.json").write_bytes((REAL_CONFIGS / folder / "config.json").read_bytes())
+    if index_names is not None:
+        index = {"metadata": {}, "weight_map": {n: "model-00001-of-00001.safetensors" for n in index_names}}
+        (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    hf = read_hf_config(d)
+    assert hf.spec.tie_word_embeddings is tied
+    assert ("tie_word_embeddings" in hf.loaded.sources) is (tied is not None)

@@ -108,11 +108,16 @@ def test_config_repo_weights_exact_from_headers_only(hub: FakeHub, tmp_path: Pat
     assert read.spec.weights_bytes == total
     assert read.facts["weights_by_dtype"] == {"BF16": 50277 * 768 * 2, "F32": 768 * 4 + 24 * 4,
                                               "F8_E4M3": 3352 * 768}
-    # the hyper-parameters are exactly the local config.json's
+    # the hyper-parameters are exactly the local directory's (config.json and the index beside it)
     local = tmp_path / "mamba2-130m"
     local.mkdir()
     (local / "config.json").write_bytes(MAMBA2_CONFIG)
+    index = hub.repos["state-spaces/mamba2-130m"].files["model.safetensors.index.json"]
+    assert isinstance(index, bytes)
+    (local / "model.safetensors.index.json").write_bytes(index)
     expected = read_hf_config(local).spec
+    # this index lists no lm_head.weight: the converter writes no output.weight (llama.cpp reuses token_embd)
+    assert read.spec.tie_word_embeddings is True
     assert read.spec.model_dump(exclude={"source", "weights_bytes"}) == expected.model_dump(
         exclude={"source", "weights_bytes"})
     assert read.spec.source.startswith(f"hf.co/state-spaces/mamba2-130m@{COMMIT} config.json, weights from the ")
