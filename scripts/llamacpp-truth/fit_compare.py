@@ -87,6 +87,7 @@ def _run_case(llama: Path, model: str, flags: list[str], free: list[int], host: 
               binary: Path | None = None) -> dict[str, object]:
     gguf = SKELETONS / f"{model}-bf16.gguf"
     if not gguf.exists():
+        SKELETONS.mkdir(parents=True, exist_ok=True)  # make_skeleton.py writes into an existing folder
         subprocess.run([sys.executable, str(HERE / "make_skeleton.py"), model, "--outtype", "bf16", "-o", str(gguf)],
                        check=True, stdout=subprocess.DEVNULL)
     endpoints = [f"127.0.0.1:{PORT0 + i}" for i in range(len(free))]
