@@ -150,3 +150,23 @@ def fit_printed(answer, n_devices: int) -> str | None:
     for i in range(n_devices):
         printed = printed.replace(f"RPC{i}", f"DEV{i}")
     return printed
+
+
+#: moonshotai/Kimi-Linear-48B-A3B-Instruct config.json (the keys rsplan reads, as published; tests/hparams).
+KIMI_LINEAR_48B = {
+    "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "vocab_size": 163840,
+    "hidden_size": 2304, "num_hidden_layers": 27, "num_attention_heads": 32, "num_key_value_heads": 32,
+    "intermediate_size": 9216, "head_dim": 72, "model_max_length": 1048576, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "linear_attn_config": {
+        "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+        "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "num_heads": 32, "head_dim": 128,
+        "short_conv_kernel_size": 4,
+    },
+    "num_experts": 256, "moe_intermediate_size": 1024, "kv_lora_rank": 512, "q_lora_rank": None,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": True,
+    "num_experts_per_token": 8, "num_shared_experts": 1, "moe_router_activation_func": "sigmoid",
+    "moe_renormalize": True, "routed_scaling_factor": 2.446, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "use_grouped_topk": True, "num_expert_group": 1, "topk_group": 1, "tie_word_embeddings": False,
+    "num_nextn_predict_layers": 0,
+}

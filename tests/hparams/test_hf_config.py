@@ -14,6 +14,7 @@ from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME, CONVERTER_CLASSES
 from rsplan.hparams.hf_config import load_hf_config, read_hf_config
+from rsplan_testing import KIMI_LINEAR_48B
 
 MIB = 1 << 20
 #: Fields a GGUF file cannot carry or labels: not compared between a config and its GGUF twin.
@@ -356,24 +357,6 @@ LFM2_1_2B = {
     "num_attention_heads": 32, "num_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
     "pad_token_id": 0, "rope_theta": 1000000.0, "torch_dtype": "bfloat16", "use_cache": True,
     "use_pos_enc": True, "vocab_size": 65536,
-}
-#: moonshotai/Kimi-Linear-48B-A3B-Instruct config.json (cache-relevant keys as published).
-KIMI_LINEAR_48B = {
-    "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "vocab_size": 163840,
-    "hidden_size": 2304, "num_hidden_layers": 27, "num_attention_heads": 32, "num_key_value_heads": 32,
-    "intermediate_size": 9216, "head_dim": 72, "model_max_length": 1048576, "rms_norm_eps": 1e-05,
-    "rope_theta": 10000.0,
-    "linear_attn_config": {
-        "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
-        "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "num_heads": 32, "head_dim": 128,
-        "short_conv_kernel_size": 4,
-    },
-    "num_experts": 256, "moe_intermediate_size": 1024, "kv_lora_rank": 512, "q_lora_rank": None,
-    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": True,
-    "num_experts_per_token": 8, "num_shared_experts": 1, "moe_router_activation_func": "sigmoid",
-    "moe_renormalize": True, "routed_scaling_factor": 2.446, "first_k_dense_replace": 1, "moe_layer_freq": 1,
-    "use_grouped_topk": True, "num_expert_group": 1, "topk_group": 1, "tie_word_embeddings": False,
-    "num_nextn_predict_layers": 0,
 }
 #: nvidia/Nemotron-H-8B-Base-8K config.json.
 NEMOTRON_H_8B = {

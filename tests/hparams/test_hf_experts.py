@@ -39,6 +39,7 @@ from rsplan.errors import ModelFileError, UnsupportedArchError
 from rsplan.hparams.hf_config import HFModel, read_hf_config
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import tensor_list
+from rsplan_testing import KIMI_LINEAR_48B
 
 REAL = Path(__file__).resolve().parent / "real_configs"
 EXPERT_FIELDS = ("expert_count", "expert_used_count", "expert_feed_forward_length",
@@ -78,22 +79,8 @@ QWEN35_MOE = {
         "vocab_size": 248320, "dtype": "bfloat16", "mamba_ssm_dtype": "float32",
     },
 }
-#: moonshotai/Kimi-Linear-48B-A3B-Instruct config.json (the keys the converter reads, as published)
-KIMI_LINEAR = {
-    "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "vocab_size": 163840,
-    "hidden_size": 2304, "num_hidden_layers": 27, "num_attention_heads": 32, "num_key_value_heads": 32,
-    "intermediate_size": 9216, "head_dim": 72, "model_max_length": 1048576, "rms_norm_eps": 1e-05,
-    "linear_attn_config": {
-        "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
-        "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "num_heads": 32, "head_dim": 128,
-        "short_conv_kernel_size": 4,
-    },
-    "num_experts": 256, "moe_intermediate_size": 1024, "kv_lora_rank": 512, "q_lora_rank": None,
-    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": True,
-    "num_experts_per_token": 8, "num_shared_experts": 1, "moe_router_activation_func": "sigmoid",
-    "routed_scaling_factor": 2.446, "first_k_dense_replace": 1, "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+#: moonshotai/Kimi-Linear-48B-A3B-Instruct's config.json (shared with test_hf_config.py)
+KIMI_LINEAR = KIMI_LINEAR_48B
 #: MiniMaxAI/MiniMax-Text-01: the numbers preset minimax-text-01's source and comments name
 MINIMAX_TEXT_01 = {
     "architectures": ["MiniMaxText01ForCausalLM"], "model_type": "minimax_text_01", "hidden_size": 6144,
