@@ -60,6 +60,15 @@ for _model in ("lfm2-8b-a1b", "qwen3-next-80b-a3b"):
 # step 4 fits part of one more layer on a device while the last device holds only the output layer (n_part 0):
 # llama.cpp's uint32_t layer counts wrap there (planner.fit.LayersOnDevice), found by the hostile-input sweep
 CASES += [("nemotron-3-nano-30b-a3b", [], [free] * n, 262144) for n, free in ((6, 16384), (8, 12288), (10, 10240))]
+# more MoE architectures over 2-6 devices (2026-12-03)
+CASES += [
+    ("qwen3.5-35b-a3b", [], [12288, 12288, 12288], 262144),
+    ("granite-4.0-h-tiny", ["-np", "2"], [4096, 2048], 262144),
+    ("kimi-linear-48b-a3b", [], [32768, 32768, 16384], 262144),
+    ("jamba-v0.1", [], [24576, 24576, 24576, 24576], 262144),
+    ("nemotron-3-nano-30b-a3b", ["-np", "4"], [20480, 8192], 262144),
+    ("minimax-text-01", [], [81920] * 6, 524288),
+]
 
 #: llama-server's fit with the MTP draft (``--server``): (preset, flags, free MiB per device, host total MiB).
 SERVER_CASES: list[tuple[str, list[str], list[int], int]] = [
