@@ -14,20 +14,26 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from rsplan.errors import ModelFileError
-from rsplan.files import JSONValueError, parse_json
+from rsplan.files import JSONValueError, parse_json, path_kind
 from rsplan.hparams.gguf_keys import ARCH_KEYS, LLM, Attention, Rope
 from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.llama_loader import MetaInfo, printable
 from rsplan.hparams.model import MAX_LAYERS
+from rsplan.hparams.yaml_preset import read_text_file
 
 U32_MAX = (1 << 32) - 1
 #: The largest layer count or layer index read from a config.json (see HFParams.layers).
 MAX_LAYER_VALUE = 1 << 16
 I32_MAX = (1 << 31) - 1
+
+
+#: model.safetensors.index.json of a large MoE lists ~100k tensors (several MiB).
+MAX_INDEX_BYTES = 64 << 20
 
 
 def parse_json_text(text: str, where: Path) -> Any:
@@ -97,6 +103,25 @@ class HFParams:
         self.where = where
         self.directory = directory
         self.prefix = prefix
+
+    @cached_property
+    def checkpoint_tensor_names(self) -> tuple[list[str], Path] | None:
+        """The tensor names of model.safetensors.index.json's weight_map next to config.json, with the index's
+        path; None without an index. Read once per config (the MTP layer count and the tied output both ask)."""
+        if self.directory is None:
+            return None
+        index = self.directory / "model.safetensors.index.json"
+        try:
+            if path_kind(index) == "missing":
+                return None
+        except OSError as exc:
+            raise ModelFileError(f"{index}: cannot read file: {exc.strerror or exc}") from None
+        data = parse_json_text(read_text_file(index, MAX_INDEX_BYTES), index)
+        weight_map = data.get("weight_map", {}) if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ModelFileError(
+                f"{index}: weight_map: not a valid safetensors index (expected an object of tensor names)")
+        return [name for name in weight_map if isinstance(name, str)], index
 
     def fail(self, key: str, problem: str) -> ModelFileError:
         return ModelFileError(f"{self.where}: {printable(key)}: {problem}")

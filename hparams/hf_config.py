@@ -34,7 +34,7 @@ from rsplan.hparams import hf_aliases as A
 from rsplan.hparams.gguf_keys import General, Tokenizer
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.hf_base import HFConverter, HFParams, KeyWriter, WrittenKey, parse_json_text
-from rsplan.hparams.hf_converters import WRITERS, checkpoint_tensor_names
+from rsplan.hparams.hf_converters import WRITERS
 from rsplan.hparams.hf_ssm_converters import MAMBA_SSM
 from rsplan.hparams.hf_vocab import VocabCount, vocab_count
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
@@ -244,7 +244,7 @@ def _serving(flat: dict[str, Any], architectures: Any, where: str, sources: dict
     return serving if any(value is not None for value in serving.model_dump().values()) else None
 
 
-def _with_unread_fields(loaded: LoadedModel, w: KeyWriter, meta: _HFMetadata) -> LoadedModel:
+def _with_spec_fields(loaded: LoadedModel, w: KeyWriter, meta: _HFMetadata) -> LoadedModel:
     """``loaded`` with the converter's ``spec_fields`` (what a GGUF says only through its tensor table), validated
     as the loader validates (a failure names the config keys, as the loader's errors do)."""
     spec = loaded.spec
@@ -270,7 +270,7 @@ def _with_unread_fields(loaded: LoadedModel, w: KeyWriter, meta: _HFMetadata) ->
 _OUTPUT_BY_DATA = frozenset({"mamba"})
 
 
-def _tied_output(arch: str, directory: Path) -> tuple[bool, str] | None:
+def _tied_output(arch: str, cfg: HFParams) -> tuple[bool, str] | None:
     """Whether the converted GGUF has no output.weight (llama.cpp then reuses token_embd), with where that came
     from: the converters of these archs write output.weight exactly when the checkpoint holds an ``lm_head.weight``
     (config.json's tie flag is not read), which model.safetensors.index.json's weight_map says. None where nothing
@@ -278,7 +278,7 @@ def _tied_output(arch: str, directory: Path) -> tuple[bool, str] | None:
     the tensor list then counts output.weight and the weights' note says so."""
     if arch in _OUTPUT_BY_DATA:
         return None
-    found = checkpoint_tensor_names(directory)
+    found = cfg.checkpoint_tensor_names
     if found is None:
         return None
     names, index = found
@@ -311,12 +311,12 @@ def read_hf_config(path: str | Path, repo_files: Collection[str] | None = None) 
     vocab = vocab_count(cfg, family.converter, arch, repo_files)
     name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
     meta = _HFMetadata(w, arch, name, where, vocab)
-    loaded = _with_unread_fields(load_spec(meta, fallback_name=name or "config", source=where), w, meta)
+    loaded = _with_spec_fields(load_spec(meta, fallback_name=name or "config", source=where), w, meta)
     sources = dict(loaded.sources)
     if vocab.n_vocab is not None:
         sources["vocab_size"] = vocab.origin
     update: dict[str, Any] = {"serving": _serving(flat, data.get("architectures"), where, sources)}
-    tied = _tied_output(arch, config.parent)
+    tied = _tied_output(arch, cfg)
     if tied is not None:
         update["tie_word_embeddings"], sources["tie_word_embeddings"] = tied
     spec = loaded.spec.model_copy(update=update)

@@ -13,10 +13,8 @@ import json
 import math
 import re
 from functools import partial
-from pathlib import Path
 
 from rsplan.errors import ModelFileError
-from rsplan.files import path_kind
 from rsplan.hparams.gguf_keys import KDA, LLM, SSM, WKV, Attention, ShortConv
 from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.hf_base import (
@@ -25,16 +23,12 @@ from rsplan.hparams.hf_base import (
     HFParams,
     KeyWriter,
     block_count,
-    parse_json_text,
     write_kv_heads,
     write_text_model,
 )
 from rsplan.hparams.hf_ssm_converters import SSM_CONVERTERS
 from rsplan.hparams.model import MAX_LAYERS
-from rsplan.hparams.yaml_preset import read_text_file
 
-#: model.safetensors.index.json of a large MoE lists ~100k tensors (several MiB).
-MAX_INDEX_BYTES = 64 << 20
 #: Rwkv6Model / Rwkv7Model write this constant context length ("RWKV isn't context limited").
 CTX_RWKV = 1048576
 
@@ -250,27 +244,9 @@ def _minimax_01(cfg: HFParams, w: KeyWriter) -> str:
     return "minimax-01"
 
 
-def checkpoint_tensor_names(directory: Path | None) -> tuple[list[str], Path] | None:
-    """The tensor names of model.safetensors.index.json's weight_map next to config.json, with the index's path;
-    None without an index."""
-    if directory is None:
-        return None
-    index = directory / "model.safetensors.index.json"
-    try:
-        if path_kind(index) == "missing":
-            return None
-    except OSError as exc:
-        raise ModelFileError(f"{index}: cannot read file: {exc.strerror or exc}") from None
-    data = parse_json_text(read_text_file(index, MAX_INDEX_BYTES), index)
-    weight_map = data.get("weight_map", {}) if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict):
-        raise ModelFileError(f"{index}: weight_map: not a valid safetensors index (expected an object of tensor names)")
-    return [name for name in weight_map if isinstance(name, str)], index
-
-
 def _count_mtp_layers(cfg: HFParams) -> int:
     """The converter's count of mtp.layers.N tensors, from model.safetensors.index.json next to config.json."""
-    found_names = checkpoint_tensor_names(cfg.directory)
+    found_names = cfg.checkpoint_tensor_names
     if found_names is None:
         return 0
     weight_map, index = found_names
