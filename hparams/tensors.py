@@ -40,6 +40,15 @@ CPU_ALIGNMENT = TENSOR_ALIGNMENT
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 
 
+class MissingFieldError(UnsupportedArchError):
+    """A ModelSpec field the tensor list of an arch needs is not set: ``field`` names it (``vocab_size``,
+    ``attention.decay_lora_rank``, ...)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class Dims:
     """The model dimensions the shape formulas read (llama_hparams names)."""
@@ -576,9 +585,9 @@ def _nemotron_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
 
 def _falcon_h1_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     if spec.mamba_rms_norm is None:
-        raise UnsupportedArchError(
+        raise MissingFieldError(
             f"{spec.name}: mamba_rms_norm is needed for the tensor list of arch 'falcon-h1' (whether the Mamba-2 "
-            "mixer has its ssm_norm tensors: config.json mamba_rms_norm)"
+            "mixer has its ssm_norm tensors: config.json mamba_rms_norm)", "mamba_rms_norm"
         )
     norm = ("falcon_h1_ssm_norm",) if spec.mamba_rms_norm else ()
     return ("falcon_h1_mamba", *norm, "falcon_h1_block")
@@ -597,9 +606,9 @@ def _arwkv7_kinds(spec: ModelSpec, il: int, recr: bool) -> tuple[str, ...]:
     """arwkv7.cpp load_arch_tensors, in its order: layer 0's v0/v1/v2 take the iclr rank (the converter writes
     copies of a0/a1/a2), the gate and the group norm only when the model has them."""
     if spec.wkv_group_norm is None:
-        raise UnsupportedArchError(
+        raise MissingFieldError(
             f"{spec.name}: wkv_group_norm is needed for the tensor list of arch 'arwkv7' (whether the time mix has "
-            "its time_mix_ln tensors: config.json wkv_has_group_norm)"
+            "its time_mix_ln tensors: config.json wkv_has_group_norm)", "wkv_group_norm"
         )
     gate = ("arwkv7_gate",) if spec.attention.gate_lora_rank else ()
     norm = ("arwkv7_ln",) if spec.wkv_group_norm else ()
@@ -709,7 +718,7 @@ def _arch(spec: ModelSpec) -> ArchTensors:
     for key in at.needs:
         section, _, field = key.rpartition(".")
         if not getattr(getattr(spec, section) if section else spec, field):
-            raise UnsupportedArchError(f"{spec.name}: {key} is needed for the tensor list of arch '{spec.arch}'")
+            raise MissingFieldError(f"{spec.name}: {key} is needed for the tensor list of arch '{spec.arch}'", key)
     return at
 
 

@@ -12,13 +12,12 @@ model.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal, overload
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.tensors import tensor_list, tensor_type
+from rsplan.hparams.tensors import MissingFieldError, tensor_list, tensor_type
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.host_weights import WeightTable
 from rsplan.planner.quant import QuantPlan, WeightTensor, quant_model, quantize_plan
@@ -71,8 +70,6 @@ class QuantWeights:
                    if load_mtp or t.name in self.loaded)
 
 
-#: "FIELD is needed for the tensor list" (hparams.tensors): the field.
-_NEEDED = re.compile(r"(\w+) is needed for the tensor list")
 #: A built-in preset that sets each field a tensor list may need (the hint of that error; others: mamba-130m).
 _PRESET_SETTING = {
     "expert_count": "qwen3-next-80b-a3b", "expert_used_count": "qwen3-next-80b-a3b",
@@ -143,8 +140,8 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
         hint = ""
         if vocab_unknown is not None and spec.vocab_size is None:
             hint = f" (config.json does not give it: {vocab_unknown}; give it in a preset YAML)"
-        elif (m := _NEEDED.search(str(exc))) is not None:
-            example = _PRESET_SETTING.get(m[1], "mamba-130m")
+        elif isinstance(exc, MissingFieldError):
+            example = _PRESET_SETTING.get(exc.field, "mamba-130m")
             hint = f" (give it in a preset YAML, as `rsplan presets show {example}` does)"
         raise RsplanError(f"--quant {quant}: {exc}{hint}") from None
     n_fallback = weights.plan.n_fallback
