@@ -44,26 +44,21 @@ def rsplan_fit(case: dict) -> tuple[str | None, object]:
     return fit_printed(answer, len(case["free_mib"])), answer
 
 
+#: The cases where llama.cpp's step 4 measures plans with wrapped uint32_t layer counts (fit_compare.py CASES).
+WRAP_CASES = [c for c in CASES if c["model"] == "nemotron-3-nano-30b-a3b" and not c["flags"]]
+
+
 @pytest.mark.skipif(not CASES, reason=f"no fit cases in {CASES_FILE}")
 @pytest.mark.parametrize("case", CASES, ids=[fit_case_id(c) for c in CASES])
 def test_fit_chooses_what_llama_fit_params_chooses(case):
+    """The printed flags are llama-fit-params'; where its search went through wrapped layer counts (WRAP_CASES
+    only) rsplan also says so in a note."""
     printed, answer = rsplan_fit(case)
+    wrapped = case in WRAP_CASES
+    assert answer.result.wrapped is wrapped  # type: ignore[attr-defined]
+    assert any("wrapped around" in n for n in answer.notes) is wrapped  # type: ignore[attr-defined]
     expected = case["printed"] if case["exit"] == 0 else None
     if fit_case_id(case) in KNOWN_DIFFERENCES:
         assert printed != expected, f"{fit_case_id(case)} now agrees: remove it from KNOWN_DIFFERENCES"
         return
     assert printed == expected, answer.result.trace  # type: ignore[attr-defined]
-
-
-#: The cases where llama.cpp's step 4 measures plans with wrapped uint32_t layer counts (fit_compare.py CASES).
-WRAP_CASES = [c for c in CASES if c["model"] == "nemotron-3-nano-30b-a3b" and not c["flags"]]
-
-
-@pytest.mark.skipif(not WRAP_CASES, reason=f"no wrap cases in {CASES_FILE}")
-def test_a_fit_through_wrapped_layer_counts_says_so():
-    """llama-fit-params' own choice is reproduced there (test above); rsplan also notes that the plans on the way
-    wrapped, which no other golden case does."""
-    for case in CASES:
-        _, answer = rsplan_fit(case)
-        assert answer.result.wrapped is (case in WRAP_CASES), fit_case_id(case)  # type: ignore[attr-defined]
-        assert any("wrapped around" in n for n in answer.notes) is (case in WRAP_CASES)  # type: ignore[attr-defined]
