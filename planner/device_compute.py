@@ -66,12 +66,16 @@ class DeviceCompute:
 def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
                    n_draft: int = 0, n_outputs_max: int | None = None, embeddings: bool = False,
                    layout: CacheLayout | None = None, real_run: bool = True,
-                   mtp_draft: bool = False, dry_run: bool = True) -> DeviceCompute:
+                   mtp_draft: bool = False, dry_run: bool = True, keep_from: int | None = None) -> DeviceCompute:
     """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
     ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures), ``dry_run`` False the real
     run's only (what a started context allocates: one scheduling pass fewer). ``n_outputs_max`` given
     (0 = n_batch) overrides ``tool``'s; ``mtp_draft`` sizes the ``--spec-type mtp`` draft context instead, as
     planner.compute.compute_buffer does (its graph over the nextn layer on that layer's device in ``setup``).
+    ``keep_from``: the query of these arguments (but the context's KV cells) from which their graphs are kept
+    over the cells (planner.kept_shapes; None: from the first). A caller that asks each placement about once
+    gives 2: its first query of a placement is then sized on the graphs built last for that context, which do
+    not depend on the placement (a fit tries dozens of placements at one context).
 
     Raises:
         ComputeModelError / LlamaAbortError: as planner.compute.compute_buffer.
@@ -88,7 +92,7 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     # ggml_is_quantized): nothing left for the probe to turn off
     flash_attn = "on" if params.flash_attn == "auto" and ctx.type_v.is_quantized else params.flash_attn
     run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, real_run, dry_run)
-    return sized_over_cells(run, ctx)
+    return sized_over_cells(run, ctx, keep_from)
 
 
 @dataclass(frozen=True)
@@ -210,9 +214,9 @@ class _Splits:
 SHAPES: ShapeCache[_Splits] = ShapeCache(4, keep_from=1, kept_errors=(LlamaAbortError,))
 
 
-def sized_over_cells(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
+def sized_over_cells(run: _Run, ctx: EffectiveContext, keep_from: int | None = None) -> DeviceCompute:
     """``run`` sized at ``ctx`` on split graphs kept over the KV cells (planner.kept_shapes), else the ordinary
-    way: exact either way."""
+    way: exact either way. ``keep_from``: as ``ShapeCache.sized``'s (None: SHAPES' own, 1)."""
     key = (run.key(), cells_apart(ctx), _n_out_max(run, ctx))
     return SHAPES.sized(key, (run.spec, run.layout), ctx, lambda sym, _cells: _Splits(run, ctx, sym),
-                        lambda splits, k: splits.at(k), lambda: _size(run, ctx))
+                        lambda splits, k: splits.at(k), lambda: _size(run, ctx), keep_from)

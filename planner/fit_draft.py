@@ -120,7 +120,8 @@ class DraftMemory:
             setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv)
             try:
                 got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
-                                     real_run=target.real_run, dry_run=not target.real_run, mtp_draft=True)
+                                     real_run=target.real_run, dry_run=not target.real_run, mtp_draft=True,
+                                     keep_from=target.keep_from)
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
             return scheduled_figures(got, target.real_run)

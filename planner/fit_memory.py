@@ -130,6 +130,10 @@ class MemoryModel:
         embeddings: ``--embeddings`` (the graphs' outputs; LFM2 then builds no lm head).
         host_repack: the repack target where the host weights' buffer list starts with CPU_REPACK (a CPU-only or
             RPC start, or ``--no-host``), else None (planner.weight_placement.place_weights: a tied output).
+        keep_from: the query of one placement and context shape from which its split graphs are kept over the KV
+            cells (planner.device_compute's ``keep_from``): 2 for a search that tries each placement about once
+            (rsplan fit: the graphs built last for the context serve every placement), None (from the first) for
+            one that asks a placement at many contexts (rsplan capacity's ladders).
     """
 
     spec: ModelSpec
@@ -147,6 +151,7 @@ class MemoryModel:
     n_outputs_max: int | None = None
     embeddings: bool = False
     host_repack: Target | None = None
+    keep_from: int | None = None
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     _tensors: LayerTensors | None = None
@@ -241,7 +246,7 @@ class MemoryModel:
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
                                  n_outputs_max=self.n_outputs_max, embeddings=self.embeddings,
-                                 real_run=self.real_run, dry_run=not self.real_run)
+                                 real_run=self.real_run, dry_run=not self.real_run, keep_from=self.keep_from)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
             return None

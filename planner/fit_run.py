@@ -254,7 +254,7 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
                         compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool,
                         device_kind=opts.device_kind, n_draft=params.n_rs_seq if opts.spec_mtp else 0,
-                        host_repack=dry_run_repack(opts.device_kind if budgets else None, opts.host))
+                        host_repack=dry_run_repack(opts.device_kind if budgets else None, opts.host), keep_from=2)
     oracle: MemoryOracle = model
     draft = None
     if opts.spec_mtp:

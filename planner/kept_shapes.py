@@ -135,12 +135,13 @@ class ShapeCache(Generic[K]):
 
     def sized(self, key: tuple[Any, ...], holds: tuple[Any, ...], ctx: EffectiveContext,
               build: Callable[[EffectiveContext, KCells], K], size_at: Callable[[K, int], R],
-              ordinary: Callable[[], R]) -> R:
+              ordinary: Callable[[], R], keep_from: int | None = None) -> R:
         """The sizing of ``ctx``: ``size_at(kept, k)`` on graphs kept under ``key`` whose interval holds ctx's k,
         else on ``build(symbolic ctx, cells)``'s (kept with the interval ``cells`` ends with), else ``ordinary()``
         (where the build raised: an operation not affine in the cells, or an error such as an abort of
         llama.cpp's, which the ordinary sizing reports with its own numbers). ``holds``: the objects whose ids
-        ``key`` names (an entry made for others that had the same ids is dropped)."""
+        ``key`` names (an entry made for others that had the same ids is dropped). ``keep_from``: this query's
+        caller's own (None: the cache's)."""
         if not KEPT or ctx.n_ctx_seq % CTX_PAD or ctx.n_ctx_seq < CTX_PAD:
             self.stats["ordinary"] += 1
             return ordinary()
@@ -160,7 +161,7 @@ class ShapeCache(Generic[K]):
             if lo <= k <= hi:
                 self.stats["raised"] += 1
                 raise error
-        if not entry.ordinary_only and entry.queries >= self.keep_from:
+        if not entry.ordinary_only and entry.queries >= (self.keep_from if keep_from is None else keep_from):
             cells = KCells(k)
             try:
                 kept = build(symbolic_context(ctx, cells), cells)

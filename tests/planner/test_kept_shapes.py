@@ -59,6 +59,23 @@ def test_a_key_is_kept_from_its_nth_query_and_reused_inside_its_interval(layout)
     assert cache.stats["reused"] == 2
 
 
+def test_a_caller_may_keep_from_a_later_query_than_the_cache_does(layout):
+    """rsplan fit asks each placement about once: keep_from=2 on a keep_from=1 cache sizes a key's first query
+    the ordinary way (no graphs built for it alone) and keeps from its second; other callers keep the cache's."""
+    cache, rec = ShapeCache(4, keep_from=1), Recorder()
+
+    def sized(n_ctx, key, keep_from=None):
+        ctx = ctx_of(layout, n_ctx)
+        return cache.sized(key, (), ctx, rec.build, rec.size_at, lambda: ("ordinary", ctx.n_ctx_seq), keep_from)
+
+    assert sized(4096, ("fit",), keep_from=2) == ("ordinary", 4096)
+    assert rec.builds == 0
+    assert sized(8192, ("fit",), keep_from=2) == ("kept", 8192)
+    assert sized(4096, ("capacity",)) == ("kept", 4096)
+    assert rec.builds == 2
+    assert cache.stats == {"built": 2, "reused": 0, "raised": 0, "ordinary": 1}
+
+
 def test_a_context_that_is_not_whole_cells_is_sized_the_ordinary_way(layout):
     cache, rec = ShapeCache(4, keep_from=1), Recorder()
     ctx = dataclasses.replace(ctx_of(layout, 4096), n_ctx_seq=4000)  # not a multiple of 256
