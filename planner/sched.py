@@ -242,10 +242,13 @@ class _Sched:
         self.n_tokens = n_tokens
         self.cpu = setup.cpu
         self.redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
-        homes: dict[tuple[str, int | str | None, str], int] = {}  # by what decides a buffer: kind, layer, name
+        # by what decides a buffer: kind, layer, name and a weight's shape (a layer's ssm_conv1d is its .weight or
+        # its .bias by shape, and -ot patterns may tell them apart: _gguf_names); a cache's shape may be affine in
+        # the KV cells (planner.kept_shapes), and its layer alone places it
+        homes: dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int] = {}
 
         def set_home(x: Tensor) -> None:
-            key = (x.kind, x.layer, x.name)
+            key = (x.kind, x.layer, x.name, x.ne if x.kind == "weight" else None)
             home = homes.get(key)
             if home is None:
                 home = homes[key] = _backend_of_buffer(x, setup)
