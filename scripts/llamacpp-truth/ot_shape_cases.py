@@ -63,7 +63,7 @@ def main() -> int:
             rec = fr.golden_record(name, fr.run_probe(gguf, flags, free, args.port, 600), free, args.port)
             diffs = fr.compare(rec)
             bad += bool(diffs)
-            print(f"{name} {flags}: {'equal' if not diffs else diffs}", file=sys.stderr)
+            print(f"{name} {flags}: {diffs if diffs else 'equal'}", file=sys.stderr)
             cases.append(rec)
     finally:
         for proc in procs:
