@@ -36,13 +36,19 @@ alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rsplan.errors import RsplanError
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 from rsplan.planner.placement import Placement
-from rsplan.planner.weight_placement import BLOCK_NAME, TensorOverride, where_weight
+from rsplan.planner.weight_placement import (
+    BLOCK_NAME,
+    OverrideMatcher,
+    TensorOverride,
+    override_matcher,
+    where_weight,
+)
 
 #: ggml_is_view_op: nodes the expansion passes and the split skip.
 VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
@@ -108,6 +114,7 @@ class LayerTensors:
     """
 
     by_layer: Mapping[int, tuple[tuple[str, tuple[int, ...]], ...]]
+    _names: dict[tuple[int, str, tuple[int, ...]], tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, tensors: Iterable[tuple[str, Sequence[int]]]) -> LayerTensors:
@@ -123,6 +130,13 @@ class LayerTensors:
         """The names a weight of ``layer`` with shape ``ne`` may have: of ``kind`` (the name after ``blk.N.``
         without its suffix, e.g. ``ssm_in`` or ``shortconv.in_proj``), those of that shape, else any of that kind
         (the graph may view a tensor otherwise than the file shapes it); no kind: any of that shape."""
+        key = (layer, kind, ne)
+        hit = self._names.get(key)
+        if hit is None:
+            hit = self._names[key] = self._find(layer, kind, ne)
+        return hit
+
+    def _find(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
         entries = self.by_layer.get(layer, ())
         if not kind:
             return tuple(n for n, s in entries if s == ne)
@@ -182,8 +196,9 @@ class SchedResult:
     n_copies: int
 
 
-def _backend_of_buffer(t: Tensor, setup: SchedSetup) -> int:
-    """The backend whose buffer holds external tensor ``t`` (a weight or a cache)."""
+def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher) -> int:
+    """The backend whose buffer holds external tensor ``t`` (a weight or a cache); ``overrides``: the matcher of
+    ``setup.overrides``."""
     if t.kind == "cache":
         if not isinstance(t.layer, int):
             raise SchedModelError(f"cache tensor '{t.name}' has no layer: its buffer is unknown")
@@ -191,7 +206,7 @@ def _backend_of_buffer(t: Tensor, setup: SchedSetup) -> int:
     elif t.kind == "weight":
         layer = 0 if t.layer == "token_embd_norm" else t.layer  # created with layer number 0 (NAMED_LAYERS)
         names = _gguf_names(t, setup)
-        devs = {where_weight(n, layer, setup.placement, setup.overrides) for n in names}
+        devs = {where_weight(n, layer, setup.placement, overrides) for n in names}
         if len(devs) > 1:
             raise SchedModelError(
                 f"a weight of layer {t.layer} of shape {list(t.ne)} is one of {', '.join(names)}, which the -ot "
@@ -246,12 +261,13 @@ class _Sched:
         # its .bias by shape, and -ot patterns may tell them apart: _gguf_names); a cache's shape may be affine in
         # the KV cells (planner.kept_shapes), and its layer alone places it
         homes: dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int] = {}
+        overrides = override_matcher(setup.overrides)
 
         def set_home(x: Tensor) -> None:
             key = (x.kind, x.layer, x.name, x.ne if x.kind == "weight" else None)
             home = homes.get(key)
             if home is None:
-                home = homes[key] = _backend_of_buffer(x, setup)
+                home = homes[key] = _backend_of_buffer(x, setup, overrides)
             x.home = home
 
         for t in [*graph.leafs, *graph.nodes]:

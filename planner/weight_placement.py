@@ -282,13 +282,41 @@ def _regex(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+class OverrideMatcher:
+    """The first of some ``-ot`` entries whose pattern matches a tensor name, remembered by name: a fit schedules
+    the same weights under the same patterns hundreds of times (``override_matcher`` gives one per list)."""
+
+    def __init__(self, overrides: tuple[TensorOverride, ...]) -> None:
+        self.overrides = overrides
+        self._first: dict[str, TensorOverride | None] = {}
+
+    def first(self, name: str) -> TensorOverride | None:
+        try:
+            return self._first[name]
+        except KeyError:
+            hit = next((o for o in self.overrides if _regex(o.pattern).search(name)), None)
+            self._first[name] = hit
+            return hit
+
+
+@functools.lru_cache(maxsize=64)
+def override_matcher(overrides: tuple[TensorOverride, ...]) -> OverrideMatcher:
+    """The matcher of ``overrides`` (one per distinct list, the last 64 kept)."""
+    return OverrideMatcher(overrides)
+
+
 def where_weight(name: str, layer: str | int | None, placement: Placement,
-                 overrides: Sequence[TensorOverride]) -> int | None:
+                 overrides: Sequence[TensorOverride] | OverrideMatcher) -> int | None:
     """The device holding weight ``name`` of ``layer`` (None: host memory): the first matching override, else its
-    layer's device (the input layer always on the host)."""
-    for o in overrides:
-        if _regex(o.pattern).search(name):
+    layer's device (the input layer always on the host). ``overrides``: the ``-ot`` entries, or their matcher."""
+    if isinstance(overrides, OverrideMatcher):
+        o = overrides.first(name)
+        if o is not None:
             return None if o.buffer == "CPU" else int(o.buffer)
+    else:
+        for o in overrides:
+            if _regex(o.pattern).search(name):
+                return None if o.buffer == "CPU" else int(o.buffer)
     if layer == "input":
         return None
     if layer == "output":
