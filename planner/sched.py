@@ -261,7 +261,7 @@ class _Sched:
         # its .bias by shape, and -ot patterns may tell them apart: _gguf_names); a cache's shape may be affine in
         # the KV cells (planner.kept_shapes), and its layer alone places it
         homes: dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int] = {}
-        overrides = override_matcher(setup.overrides)
+        overrides = override_matcher(tuple(setup.overrides))
 
         def set_home(x: Tensor) -> None:
             key = (x.kind, x.layer, x.name, x.ne if x.kind == "weight" else None)
