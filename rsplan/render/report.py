@@ -284,14 +284,14 @@ def heatmap_figure(m: ModelReport) -> Any:
     z = [[None if past else h / GIB for h, past in zip(row, past_row, strict=True)]
          for row, past_row in zip(hm.headroom, hm.past_limit, strict=True)]
     xs, ys = list(range(len(hm.n_ctx))), list(range(len(hm.n_seq)))
-    custom = [[[n, c, h] for c, h in zip(hm.n_ctx, row, strict=True)]
-              for n, row in zip(hm.n_seq, hm.headroom, strict=True)]
+    custom = [[[n, c, h, _charged_note(what)] for c, h, what in zip(hm.n_ctx, row, charged, strict=True)]
+              for n, row, charged in zip(hm.n_seq, hm.headroom, hm.charged, strict=True)]
     fig = go.Figure()
     fig.add_heatmap(
         x=xs, y=ys, z=z, zmid=0, zmin=-cap, zmax=cap, colorscale="RdBu", customdata=custom,
         colorbar={"title": {"text": "headroom<br>(GiB)"}},
         hovertemplate="-c %{customdata[1]:,} -np %{customdata[0]}<br>headroom %{z:.3f} GiB"
-                      "<br>= %{customdata[2]:,} B<extra></extra>",
+                      "<br>= %{customdata[2]:,} B<br>%{customdata[3]}<extra></extra>",
         name="headroom",
     )
     bx, by = data.oom_boundary(hm)
@@ -314,6 +314,17 @@ def heatmap_figure(m: ModelReport) -> Any:
         margin={"l": 80, "r": 30, "t": 80, "b": 110},
     ))
     return fig
+
+
+def _charged_note(what: str) -> str:
+    """The hover line saying what a heat-map cell's headroom charges besides its caches (``Heatmap.charged``)."""
+    if what == "own":
+        return "its own compute buffer (exact)"
+    if what == "none":
+        return "no compute buffer: caches and weights alone exceed a budget (the true headroom is lower)"
+    if what == "aborts":
+        return "no compute buffer: llama.cpp aborts creating this row's first context"
+    return f"approximate: charged the compute buffer of -c {what}"
 
 
 def layers_figure(m: ModelReport) -> Any:
@@ -579,7 +590,9 @@ def build_html(models: list[ModelReport], profile: ProfileResults | None = None,
                         "Headroom left on the tightest GPU for each -np and total -c; the black line is the "
                         "out-of-memory boundary (headroom 0), exact per row: its last cell fits with its own compute "
                         "buffer and draft, the next does not. Cells inside are charged the boundary cell's compute, "
-                        "cells past it the next cell's, so their colour's magnitude is approximate.",
+                        "cells past it the next cell's, so their colour's magnitude is approximate; where the next "
+                        "cell's caches and weights alone exceed a budget, no compute is sized for it and the cells "
+                        "past the boundary take the boundary cell's (or none): hover says which.",
                         heatmap_figure(m)))
     for m in models:
         figures.append((f"{m.planner.spec.name}: per layer",

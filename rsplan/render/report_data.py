@@ -142,12 +142,17 @@ def _describe(params: ContextParams) -> str:
 class Heatmap:
     """Headroom (smallest over the GPUs of cache budget - caches, bytes; negative = out of memory) for each
     ``-np`` (rows) and total ``-c`` (columns). ``past_limit[i][j]``: ``-c / -np`` is past the context limit (a
-    setting not to recommend, drawn blank)."""
+    setting not to recommend, drawn blank). ``charged[i][j]``: what the cell's headroom charges besides its own
+    caches (``heatmap``): ``own`` (its own compute buffer and weights: exact), the ``-c`` of the cell whose
+    charge it takes (an approximation), ``none`` (weights only: the row's first column's caches and weights
+    alone exceed a budget, so no compute was sized; the true headroom is lower still) or ``aborts`` (weights
+    only: llama.cpp aborts creating the row's first column's context). Empty: not given."""
 
     n_seq: list[int]
     n_ctx: list[int]
     headroom: list[list[int]]
     past_limit: list[list[bool]]
+    charged: list[list[str]] = dataclasses.field(default_factory=list)
 
 
 def heatmap_contexts(planner: CapacityPlanner) -> list[int]:
@@ -171,36 +176,55 @@ def heatmap(planner: CapacityPlanner) -> Heatmap:
     with its own charge (``planner.search``: weights, compute buffers, MTP draft at that setting, checked exactly,
     and the next column checked exactly not to fit). The cells up to it are charged the boundary cell's charge
     (a larger setting's, so their headroom is not overstated) and the cells past it the next cell's (so they stay
-    out of memory); the magnitudes away from the boundary are therefore approximate, the colours' sign is not."""
+    out of memory); the magnitudes away from the boundary are therefore approximate, the colours' sign is not.
+    Where the next cell's caches and weights alone already exceed a budget (every cell of a row that does not
+    fit at its first column, on a small host), its compute buffer is not sized (a graph built for a number
+    drawn red either way): the cells past the boundary are then charged the boundary cell's charge, or the
+    weights alone where nothing fits, and say so (``Heatmap.charged``)."""
     contexts = heatmap_contexts(planner)
     # the smallest cell's weights bound every cell's charge from below (its compute would be a graph built for
     # the bound alone; a looser bound only widens each row's exact search: planner.capacity ladder_floor)
     floor = planner.charges.zero(planner.params(contexts[0], HEATMAP_NP[0]))
     rows = [_heatmap_row(planner, contexts, n, floor) for n in HEATMAP_NP]
     past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
-    return Heatmap(list(HEATMAP_NP), contexts, rows, past)
+    return Heatmap(list(HEATMAP_NP), contexts, [r for r, _ in rows], past, [c for _, c in rows])
 
 
-def _heatmap_row(planner: CapacityPlanner, contexts: list[int], n_seq: int, floor: Charge) -> list[int]:
-    """One heat-map row (``heatmap``): the headroom of ``-c contexts[j] -np n_seq`` for each column j; ``floor``
-    bounds the row's charges from below (it only narrows the search; the boundary is checked exactly)."""
+def _heatmap_row(planner: CapacityPlanner, contexts: list[int], n_seq: int,
+                 floor: Charge) -> tuple[list[int], list[str]]:
+    """One heat-map row (``heatmap``): the headroom of ``-c contexts[j] -np n_seq`` for each column j, and what
+    each was charged (``Heatmap.charged``); ``floor`` bounds the row's charges from below (it only narrows the
+    search; the boundary is checked exactly)."""
     def make(j: int) -> ContextParams:
         return planner.params(contexts[j], n_seq)
 
     last = planner.search(make, 0, len(contexts) - 1, floor)  # -1: no column fits
     inside = planner.charge_at(make(last)) if last >= 0 else None
-    outside = None
-    if last + 1 < len(contexts) and planner.aborts(make(last + 1)) is None:
-        outside = planner.charge_at(make(last + 1))
-    row = []
+    outside, unsized = None, "none"
+    if last + 1 < len(contexts):
+        if planner.over_before_compute(make(last + 1)):
+            pass  # out of memory whatever its compute: not sized
+        elif planner.aborts(make(last + 1)) is None:
+            outside = planner.charge_at(make(last + 1))
+        else:
+            unsized = "aborts"  # llama.cpp aborts creating that context: it has no compute buffer
+    row, charged = [], []
     for j in range(len(contexts)):
         if j <= last:
             assert inside is not None
             row.append(planner.headroom(make(j), inside))
-        else:  # past the exact boundary: out of memory, or llama.cpp aborts at the next column
-            charge = outside or inside or planner.charges.zero(make(j))
-            row.append(min(planner.headroom(make(j), charge), -1))
-    return row
+            charged.append("own" if j == last else f"{contexts[last]:,}")
+            continue
+        # past the exact boundary: out of memory, or llama.cpp aborts at the next column
+        if outside is not None:
+            charge, what = outside, "own" if j == last + 1 else f"{contexts[last + 1]:,}"
+        elif inside is not None:
+            charge, what = inside, f"{contexts[last]:,}"
+        else:
+            charge, what = planner.charges.zero(make(j)), unsized
+        row.append(min(planner.headroom(make(j), charge), -1))
+        charged.append(what)
+    return row, charged
 
 
 def oom_boundary(hm: Heatmap) -> tuple[list[float], list[float]]:

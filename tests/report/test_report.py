@@ -64,6 +64,49 @@ def test_heatmap_sign_is_whether_it_fits(hybrid):
     assert min(flat) < 0 <= max(flat)  # the map crosses the out-of-memory boundary
 
 
+def test_heatmap_sizes_no_compute_where_caches_and_weights_alone_do_not_fit():
+    """With each setting's own compute: a row whose next cell's caches and weights alone exceed a budget sizes no
+    compute buffer there (red either way), and its cells say what they were charged. mamba2-130m on a 1.5 GiB
+    GPU: at -np 96 and more, every cell's recurrent states alone exceed it."""
+    spec = load_model("mamba2-130m")
+    budget = Budget((DeviceBudget("GPU", 1536 * MIB, "test"),), 300 * MIB, "test", (256 * MIB,), 0, "test",
+                    host_budget_bytes=64 * GIB, compute_per_setting=True, device_kind="CUDA")
+    p = CapacityPlanner(spec, ContextParams(), budget)
+    hm = data.heatmap(p)
+    for n, row, charged in zip(hm.n_seq, hm.headroom, hm.charged, strict=True):
+        for c, h, what in zip(hm.n_ctx, row, charged, strict=True):
+            assert (h >= 0) == p.fits(p.params(c, n))  # the colours' sign is exact (p.fits sizes every cell)
+            if what == "none":  # charged the weights alone: the true headroom is lower still
+                assert p.over_before_compute(p.params(hm.n_ctx[0], n))
+                assert h == min(p.headroom(p.params(c, n), p.charges.zero(p.params(c, n))), -1)
+    rows = dict(zip(hm.n_seq, hm.charged, strict=True))
+    assert set(rows[256]) == {"none"} and set(rows[96]) == {"none"}
+    fitting = [row for row in hm.charged if "own" in row]
+    assert fitting and all(row.count("own") <= 2 for row in fitting)
+    # no compute was sized for a row charged nothing
+    fresh = CapacityPlanner(spec, ContextParams(), budget)
+    data.heatmap(fresh)
+    assert not any(key[1] >= 96 for key in fresh.charges._charges)
+
+
+def test_heatmap_cells_past_a_boundary_whose_next_cell_is_over_on_caches_take_the_boundary_charge():
+    """lfm2-1.2b on a 6 GiB GPU: every row's next cell past its boundary is over on its caches and weights alone,
+    so it is not sized; the cells past the boundary are charged the boundary cell's compute and say so."""
+    spec = load_model("lfm2-1.2b")
+    budget = Budget((DeviceBudget("GPU", 6 * GIB, "test"),), 2300 * MIB, "test", (256 * MIB,), 0, "test",
+                    host_budget_bytes=64 * GIB, compute_per_setting=True, device_kind="CUDA")
+    p = CapacityPlanner(spec, ContextParams(), budget)
+    hm = data.heatmap(p)
+    for n, row, charged in zip(hm.n_seq, hm.headroom, hm.charged, strict=True):
+        last = max(j for j, h in enumerate(row) if h >= 0)
+        boundary = hm.n_ctx[last]
+        assert charged[last] == "own" and p.over_before_compute(p.params(hm.n_ctx[last + 1], n))
+        assert all(what == f"{boundary:,}" for j, what in enumerate(charged) if j != last)
+        assert (hm.n_ctx[last + 1], n, 0) not in p.charges._charges  # the next cell was not sized
+        inside = p.charge_at(p.params(boundary, n))
+        assert row[last + 1] == min(p.headroom(p.params(hm.n_ctx[last + 1], n), inside), -1)
+
+
 def test_oom_boundary_follows_the_last_cell_that_fits(hybrid):
     hm = data.heatmap(make_planner(hybrid, ContextParams()))
     xs, ys = data.oom_boundary(hm)
