@@ -40,6 +40,7 @@ from rsplan.planner.weight_placement import (
     Weight,
     gguf_weights,
     loaded,
+    n_cpu_ffn_overrides,
     n_cpu_moe_overrides,
     parse_overrides,
 )
@@ -62,6 +63,11 @@ class FitOptions:
     override_tensor: str | None = None
     cpu_moe: bool = False
     n_cpu_moe: int | None = None
+    n_cpu_ffn: int | None = None
+    #: the -ot / --cpu-moe / --n-cpu-moe / --n-cpu-ffn flags in command-line order, each (flag, value): llama.cpp
+    #: appends their entries to one list in that order (common/arg.cpp), and the first match wins; when given, the
+    #: four fields above are not read
+    override_flags: tuple[tuple[str, str], ...] | None = None
     no_kv_offload: bool = False
     compute: int | None = None
     quant: str | None = None
@@ -186,13 +192,26 @@ def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float,
 
 
 def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverride, ...]:
+    """The tensor overrides of ``opts``, in llama.cpp's order (``FitOptions.override_flags``; without them: -ot,
+    then --cpu-moe, --n-cpu-moe and --n-cpu-ffn)."""
+    flags = opts.override_flags
+    if flags is None:
+        flags = ((("-ot", opts.override_tensor),) if opts.override_tensor is not None else ()) + \
+            ((("--cpu-moe", ""),) if opts.cpu_moe else ()) + \
+            ((("--n-cpu-moe", str(opts.n_cpu_moe)),) if opts.n_cpu_moe is not None else ()) + \
+            ((("--n-cpu-ffn", str(opts.n_cpu_ffn)),) if opts.n_cpu_ffn is not None else ())
     out: list[TensorOverride] = []
-    if opts.override_tensor is not None:
-        out += parse_overrides(opts.override_tensor, device_names)
-    if opts.cpu_moe:
-        out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
-    if opts.n_cpu_moe is not None:
-        out += n_cpu_moe_overrides(opts.n_cpu_moe)
+    for flag, value in flags:
+        if flag == "-ot":
+            out += parse_overrides(value, device_names)
+        elif flag == "--cpu-moe":
+            out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
+        elif flag == "--n-cpu-moe":
+            out += n_cpu_moe_overrides(int(value))
+        elif flag == "--n-cpu-ffn":
+            out += n_cpu_ffn_overrides(int(value))
+        else:
+            raise ValueError(f"override flag {flag!r}")
     return tuple(out)
 
 

@@ -42,6 +42,8 @@ from rsplan.planner.placement import Placement
 
 #: common/common.h:1198 LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+#: A dense FFN weight (common/common.h LLM_FFN_DENSE_REGEX: ``--n-cpu-ffn``).
+FFN_DENSE_REGEX = r"\.ffn_(up|down|gate)\."
 
 #: Tensors outside ``blk.N.`` and their layer (src/llama-arch.cpp:727 LLM_TENSOR_INFOS): "input", "output", or a
 #: repeating layer number (``token_embd_norm`` is created with layer number 0: src/llama-arch.cpp:732
@@ -96,6 +98,15 @@ class TensorOverride:
         """``PATTERN=BUFT`` as llama.cpp prints it (the device's buffer type name, e.g. ``CUDA0``)."""
         name = self.buffer if isinstance(self.buffer, str) else device_names[self.buffer]
         return f"{self.pattern}={name}"
+
+
+def n_cpu_ffn_overrides(n: int) -> list[TensorOverride]:
+    """``--n-cpu-ffn N``: the dense FFN weights (``ffn_up`` / ``ffn_down`` / ``ffn_gate``) of the first ``n``
+    layers on the host, one pattern per layer (common/common.h llm_add_n_cpu_ffn_overrides with
+    LLM_FFN_DENSE_REGEX; left out past LLAMA_MAX_LAYERS, as ``n_cpu_moe_overrides``)."""
+    if n < 0:
+        raise WeightPlacementError(f"--n-cpu-ffn {n}: must be >= 0")
+    return [TensorOverride(rf"blk\.{i}{FFN_DENSE_REGEX}", "CPU") for i in range(min(n, MAX_LAYERS))]
 
 
 def n_cpu_moe_overrides(n: int) -> list[TensorOverride]:

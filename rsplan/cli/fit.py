@@ -19,7 +19,7 @@ from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
-from rsplan.cli.sections import Decorator, SectionedCommand, section
+from rsplan.cli.sections import PARAM_ORDER, Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
 from rsplan.planner.compute import paused_gc
 from rsplan.render.units import parse_size
@@ -44,10 +44,15 @@ FIT_OPTIONS: list[Decorator] = [
     click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
                  help="As given to llama.cpp (several devices: stops --fit from moving layers)."),
     click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", multiple=True,
-                 help="As given to llama.cpp (stops --fit from moving layers); given again, it adds entries."),
-    click.option("-cmoe", "--cpu-moe", "cpu_moe", is_flag=True, help="llama.cpp --cpu-moe: every expert on the host."),
-    click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), default=None, metavar="N",
+                 help="As given to llama.cpp (stops --fit from moving layers); given again, it adds entries. With "
+                 "--cpu-moe, --n-cpu-moe and --n-cpu-ffn, entries are tried in command-line order, first match "
+                 "wins, as llama.cpp appends them."),
+    click.option("-cmoe", "--cpu-moe", "cpu_moe", count=True, help="llama.cpp --cpu-moe: every expert on the host."),
+    click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), multiple=True, metavar="N",
                  help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
+    click.option("-ncffn", "--n-cpu-ffn", "n_cpu_ffn", type=click.IntRange(0, 100000), multiple=True, metavar="N",
+                 help="llama.cpp --n-cpu-ffn: the dense FFN weights (ffn_up / ffn_down / ffn_gate) of the first N "
+                 "layers on the host."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="llama.cpp -nkvo: every cache in host memory."),
     click.option("-ctxcp", "--ctx-checkpoints", "ctx_checkpoints", type=click.IntRange(0, 1 << 20), default=32,
@@ -121,7 +126,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         margins=parse_fit_target(options["fit_target"]),
         fit_ctx=options["fit_ctx"], explicit_zero_ctx=explicit_ctx and params.n_ctx == 0,
         n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=parse_tensor_split(options["tensor_split"]),
-        override_tensor=_joined(options["override_tensor"]), cpu_moe=options["cpu_moe"], n_cpu_moe=options["n_cpu_moe"],
+        override_flags=_override_flags(ctx, options),
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
         quant=options["quant"], tool=options["tool"], ctx_checkpoints=options["ctx_checkpoints"],
@@ -131,10 +136,23 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
 
 
-def _joined(values: tuple[str, ...]) -> str | None:
-    """Every ``-ot`` given, in order: llama.cpp appends each one's entries to the same list (common/arg.cpp:2756
-    parse_tensor_buffer_overrides pushes onto params.tensor_buft_overrides)."""
-    return ",".join(values) if values else None
+#: The options whose entries llama.cpp appends to one tensor-override list, by click name: their flag.
+_OVERRIDE_FLAGS = {"override_tensor": "-ot", "cpu_moe": "--cpu-moe", "n_cpu_moe": "--n-cpu-moe",
+                   "n_cpu_ffn": "--n-cpu-ffn"}
+
+
+def _override_flags(ctx: click.Context, options: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """-ot, --cpu-moe, --n-cpu-moe and --n-cpu-ffn as given, each occurrence with its value, in command-line
+    order: llama.cpp appends each one's entries to the same list as it parses them (common/arg.cpp:2756
+    parse_tensor_buffer_overrides, :2763 --cpu-moe, :2773 --n-cpu-moe, :2784 --n-cpu-ffn push onto
+    params.tensor_buft_overrides), and the first entry that matches a tensor places it."""
+    values = {name: iter(options[name]) for name in ("override_tensor", "n_cpu_moe", "n_cpu_ffn")}
+    out = []
+    for name in ctx.meta.get(PARAM_ORDER, ()):
+        flag = _OVERRIDE_FLAGS.get(name)
+        if flag is not None:
+            out.append((flag, "" if name == "cpu_moe" else str(next(values[name]))))
+    return tuple(out)
 
 
 def _host(text: str | None) -> dict[str, Any]:

@@ -51,8 +51,26 @@ def section_of(param: click.Parameter) -> str:
     return getattr(param, _ATTR, OTHER)
 
 
+#: ``ctx.meta`` key: the names of the parameters given on the command line, once per occurrence, in order.
+PARAM_ORDER = "rsplan.param_order"
+
+
 class SectionedCommand(click.Command):
-    """A click command whose ``--help`` lists its options under their section titles."""
+    """A click command whose ``--help`` lists its options under their section titles, and which records the order
+    its options were given in (``ctx.meta[PARAM_ORDER]``: click keeps each option's values in order, but not how
+    different options interleave, which llama.cpp's ``-ot`` / ``--n-cpu-moe`` list depends on)."""
+
+    def make_parser(self, ctx: click.Context) -> Any:
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_args(args: list[str]) -> Any:
+            opts, rest, order = parse(args=args)
+            ctx.meta[PARAM_ORDER] = tuple(p.name for p in order)
+            return opts, rest, order
+
+        setattr(parser, "parse_args", parse_args)  # noqa: B010  (mypy refuses assigning to a method)
+        return parser
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}

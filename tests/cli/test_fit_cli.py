@@ -128,3 +128,52 @@ def test_override_patterns_in_the_command_are_shell_quoted():
     j = json.loads(run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB", "-ot", "x$(id)\"=CPU",
                        "--format", "json").output)
     assert shlex.split(j["command"])[-4:] == ["-ot", 'x$(id)"=CPU', "--fit", "off"]
+
+
+def _fit_json(*args: str) -> dict:
+    r = run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB", "--host-budget", "64GiB", *args,
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_override_flags_are_tried_in_command_line_order():
+    """llama.cpp appends -ot, --cpu-moe, --n-cpu-moe and --n-cpu-ffn entries to one list as it parses them, and
+    the first match places a tensor (common/arg.cpp): --n-cpu-moe 6 before an -ot sending layers 0-3's experts to
+    the device keeps them on the host; after it, they go to the device."""
+    to_device = r"blk\.[0-3]\.ffn_.*_exps=CUDA0"
+    moe_first = _fit_json("--n-cpu-moe", "6", "-ot", to_device)
+    ot_first = _fit_json("-ot", to_device, "--n-cpu-moe", "6")
+    cpu = [rf"blk\.{i}\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU" for i in range(6)]
+    assert shlex.split(moe_first["command"])[-3] == ",".join([*cpu, to_device])
+    assert shlex.split(ot_first["command"])[-3] == ",".join([to_device, *cpu])
+    # layers 0-3's experts: on the host in the first, on the device in the second (lfm2-8b-a1b's first two layers
+    # are dense, so that is layers 2 and 3's experts)
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.quant_weights import quantized_weights
+
+    plan = quantized_weights(load_model("lfm2-8b-a1b"), "Q4_K_M").plan
+    moved = [t.n_bytes for t in plan.tensors if t.name.split(".")[1] in ("0", "1", "2", "3") and "_exps" in t.name]
+    assert len(moved) == 6  # up, down, gate of layers 2 and 3
+    assert moe_first["host"]["model"] - ot_first["host"]["model"] == sum((n + 31) // 32 * 32 for n in moved)
+
+
+def test_n_cpu_ffn_puts_the_dense_ffn_weights_of_the_first_layers_on_the_host():
+    """--n-cpu-ffn 4 (llama.cpp's LLM_FFN_DENSE_REGEX per layer): ffn_up / ffn_down / ffn_gate of layers 0-3 on
+    the host (the dry run reads each into a 32-byte-padded CPU buffer), not their ffn_norm."""
+    from rsplan.hparams.sources import load_model
+    from rsplan.planner.quant_weights import quantized_weights
+
+    args = ("-m", "lfm2-1.2b", "--quant", "Q4_K_M", "--budget", "8GiB", "--host-budget", "64GiB", "--format", "json")
+    base = json.loads(run(*args).output)
+    r = run(*args, "--n-cpu-ffn", "4")
+    assert r.exit_code == 0, r.output
+    moved_json = json.loads(r.output)
+    plan = quantized_weights(load_model("lfm2-1.2b"), "Q4_K_M").plan
+    dense = ("ffn_up", "ffn_down", "ffn_gate")
+    moved = [t.n_bytes for t in plan.tensors
+             if t.name.split(".")[1] in ("0", "1", "2", "3") and t.name.split(".")[2] in dense]
+    assert len(moved) == 12
+    assert moved_json["host"]["model"] - base["host"]["model"] == sum((n + 31) // 32 * 32 for n in moved)
+    patterns = [rf"blk\.{i}\.ffn_(up|down|gate)\.=CPU" for i in range(4)]
+    assert shlex.split(moved_json["command"])[-3] == ",".join(patterns)
