@@ -64,15 +64,20 @@ def test_heatmap_sign_is_whether_it_fits(hybrid):
     assert min(flat) < 0 <= max(flat)  # the map crosses the out-of-memory boundary
 
 
+def per_setting_heatmap(preset: str, gpu_bytes: int, weights_bytes: int) -> tuple[CapacityPlanner, data.Heatmap]:
+    """A planner charging each setting its own compute (one CUDA device, 256 MiB margin, 64 GiB of host memory)
+    and its heat map."""
+    budget = Budget((DeviceBudget("GPU", gpu_bytes, "test"),), weights_bytes, "test", (256 * MIB,), 0, "test",
+                    host_budget_bytes=64 * GIB, compute_per_setting=True, device_kind="CUDA")
+    p = CapacityPlanner(load_model(preset), ContextParams(), budget)
+    return p, data.heatmap(p)
+
+
 def test_heatmap_sizes_no_compute_where_caches_and_weights_alone_do_not_fit():
     """With each setting's own compute: a row whose next cell's caches and weights alone exceed a budget sizes no
     compute buffer there (red either way), and its cells say what they were charged. mamba2-130m on a 1.5 GiB
     GPU: at -np 96 and more, every cell's recurrent states alone exceed it."""
-    spec = load_model("mamba2-130m")
-    budget = Budget((DeviceBudget("GPU", 1536 * MIB, "test"),), 300 * MIB, "test", (256 * MIB,), 0, "test",
-                    host_budget_bytes=64 * GIB, compute_per_setting=True, device_kind="CUDA")
-    p = CapacityPlanner(spec, ContextParams(), budget)
-    hm = data.heatmap(p)
+    p, hm = per_setting_heatmap("mamba2-130m", 1536 * MIB, 300 * MIB)
     for n, row, charged in zip(hm.n_seq, hm.headroom, hm.charged, strict=True):
         for c, h, what in zip(hm.n_ctx, row, charged, strict=True):
             assert (h >= 0) == p.fits(p.params(c, n))  # the colours' sign is exact (p.fits sizes every cell)
@@ -84,19 +89,14 @@ def test_heatmap_sizes_no_compute_where_caches_and_weights_alone_do_not_fit():
     fitting = [row for row in hm.charged if "own" in row]
     assert fitting and all(row.count("own") <= 2 for row in fitting)
     # no compute was sized for a row charged nothing
-    fresh = CapacityPlanner(spec, ContextParams(), budget)
-    data.heatmap(fresh)
+    fresh, _ = per_setting_heatmap("mamba2-130m", 1536 * MIB, 300 * MIB)
     assert not any(key[1] >= 96 for key in fresh.charges._charges)
 
 
 def test_heatmap_cells_past_a_boundary_whose_next_cell_is_over_on_caches_take_the_boundary_charge():
     """lfm2-1.2b on a 6 GiB GPU: every row's next cell past its boundary is over on its caches and weights alone,
     so it is not sized; the cells past the boundary are charged the boundary cell's compute and say so."""
-    spec = load_model("lfm2-1.2b")
-    budget = Budget((DeviceBudget("GPU", 6 * GIB, "test"),), 2300 * MIB, "test", (256 * MIB,), 0, "test",
-                    host_budget_bytes=64 * GIB, compute_per_setting=True, device_kind="CUDA")
-    p = CapacityPlanner(spec, ContextParams(), budget)
-    hm = data.heatmap(p)
+    p, hm = per_setting_heatmap("lfm2-1.2b", 6 * GIB, 2300 * MIB)
     for n, row, charged in zip(hm.n_seq, hm.headroom, hm.charged, strict=True):
         last = max(j for j, h in enumerate(row) if h >= 0)
         boundary = hm.n_ctx[last]
