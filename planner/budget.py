@@ -29,7 +29,7 @@ from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.context_limit import RopeFlags
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS
-from rsplan.planner.weight_placement import Weight
+from rsplan.planner.weight_placement import Weight, override_flags_text
 
 if TYPE_CHECKING:  # the serving engines' rules are imported only for them
     from rsplan.planner.engines.base import ServingBudget
@@ -62,6 +62,8 @@ class BudgetRequest:
         n_gpu_layers: ``-ngl`` (None: all layers).
         tensor_split: ``-ts`` proportions, or None (by the GPUs' budgets).
         offload_kqv: False with ``--no-kv-offload``.
+        override_flags: ``-ot`` / ``--cpu-moe`` / ``--n-cpu-moe`` / ``--n-cpu-ffn`` as given, (flag, value) in
+            command-line order (planner.weight_placement.overrides_from_flags).
         overhead: ``--overhead`` of a serving engine, or None (the engine's default).
         host_budget: ``--host-budget`` (or the machine's available memory), or None: the host is not checked.
         rope: the RoPE-scaling flags.
@@ -81,6 +83,7 @@ class BudgetRequest:
     n_gpu_layers: int | None = None
     tensor_split: tuple[float, ...] | None = None
     offload_kqv: bool = True
+    override_flags: tuple[tuple[str, str], ...] = ()
     overhead: GivenSize | None = None
     host_budget: GivenSize | None = None
     rope: RopeFlags = field(default_factory=RopeFlags)
@@ -211,6 +214,10 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
         spec, weights, source, tensors, host_table = _weights(
             spec, ref, given, request.quant, tables[i] if tables else None,
             vocab_unknown[i] if vocab_unknown else None, request.device_kind or "CUDA")
+        if request.override_flags and not tensors:
+            flags = override_flags_text(request.override_flags)
+            raise RsplanError(f"{flags}: places tensors by name, and {ref}'s tensor list is not known with "
+                              f"{source}: give a GGUF file or --quant TYPE")
         compute, compute_source, per_setting = compute_bytes(spec, params, request.compute)
         host = request.host_budget
         budget = Budget(request.devices, weights, source, margins, compute, compute_source,
@@ -238,6 +245,7 @@ def _planner(spec: ModelSpec, params: ContextParams, budget: Budget, request: Bu
         n_gpu_layers=request.n_gpu_layers,
         tensor_split=request.tensor_split,
         offload_kqv=request.offload_kqv,
+        override_flags=request.override_flags,
         rope=request.rope,
         spec_type=None if spec_type == "none" else spec_type,
     )

@@ -46,7 +46,7 @@ from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, Checkpoints, output_
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
-from rsplan.planner.weight_placement import Weight
+from rsplan.planner.weight_placement import TensorOverride, Weight, override_flags_text, overrides_from_flags
 
 MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
@@ -296,9 +296,11 @@ class CapacityPlanner:
     n_gpu_layers: int | None = None
     tensor_split: tuple[float, ...] | None = None
     offload_kqv: bool = True
+    override_flags: tuple[tuple[str, str], ...] = ()
     rope: RopeFlags | None = None
     spec_type: str | None = None
     layout: CacheLayout = field(init=False, repr=False)
+    overrides: tuple[TensorOverride, ...] = field(init=False, repr=False)
     ctx_limit: ContextLimit = field(init=False)
     draft: DraftSetup = field(init=False)
     placement: Placement = field(init=False, repr=False)
@@ -330,7 +332,10 @@ class CapacityPlanner:
         )
         resolve_context(self.layout, self.base)  # refuse settings llama.cpp refuses, once, up front
         self._split = split_layout(self.layout, self.placement)
-        user = StartFlags(self.base.n_ctx, self.n_gpu_layers, self.tensor_split)
+        # -ot names a device by its buffer type (CUDA0, ...): llama.cpp's name for the devices' kind
+        kind = self.budget.device_kind or "CUDA"
+        self.overrides = overrides_from_flags(self.override_flags, [f"{kind}{i}" for i in range(n_dev)])
+        user = StartFlags(self.base.n_ctx, self.n_gpu_layers, self.tensor_split, self.overrides)
         self.charges = ChargeModel(self.spec, self.layout, self.budget, self.base, self.placement, user,
                                    tuple(self.split_basis()), self.draft.spec_type == "mtp")
         weights, self.weights_on_host = self.charges.weights(self.charges.runs_draft(self.base))
@@ -383,7 +388,7 @@ class CapacityPlanner:
         """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags)."""
         return llama_flags(params, self.placement, draft=self.draft, tensor_split=self.split_parts,
                            rope=self.ctx_limit.rope, ctx_checkpoints=self.budget.ctx_checkpoints,
-                           host=self.budget.host)
+                           host=self.budget.host, override_flags=self.override_flags)
 
     def check_request(self) -> None:
         """Refuse flags as given that llama.cpp would not run as asked: a context per sequence past the context
@@ -743,6 +748,7 @@ def llama_flags(
     rope: RopeFlags | None = None,
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS,
     host: HostOptions | None = None,
+    override_flags: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The llama.cpp command-line flags that reproduce ``params`` (and the layer placement, and ``host``'s load
     mode and repacking: ``HostOptions.flags``).
@@ -774,15 +780,23 @@ def llama_flags(
     if ctx_checkpoints != DEFAULT_CTX_CHECKPOINTS:
         out.append(f"--ctx-checkpoints {ctx_checkpoints}")
     if placement is not None:
-        n_units = placement.n_layer_all + 1
-        out.append("-ngl all" if placement.n_gpu_layers >= n_units else f"-ngl {placement.n_gpu_layers}")
-        if placement.n_devices > 1 and tensor_split is not None:
-            out.append("-ts " + ",".join(f"{p:g}" for p in tensor_split))
-        if not placement.offload_kqv:
-            out.append("-nkvo")
+        out += _placement_flags(placement, tensor_split)
+    if override_flags:
+        out.append(override_flags_text(override_flags))
     if host is not None:
         out.extend(host.flags())
     return " ".join(out)
+
+
+def _placement_flags(placement: Placement, tensor_split: Sequence[float] | None) -> list[str]:
+    """``-ngl``, ``-ts`` (several devices) and ``-nkvo`` of ``placement``."""
+    n_units = placement.n_layer_all + 1
+    out = ["-ngl all" if placement.n_gpu_layers >= n_units else f"-ngl {placement.n_gpu_layers}"]
+    if placement.n_devices > 1 and tensor_split is not None:
+        out.append("-ts " + ",".join(f"{p:g}" for p in tensor_split))
+    if not placement.offload_kqv:
+        out.append("-nkvo")
+    return out
 
 
 @dataclass(frozen=True)

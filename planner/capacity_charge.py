@@ -112,14 +112,16 @@ class ChargeModel:
             b = self.budget
             if b.weights:
                 tensors = (*b.weights, *b.mtp_weights) if with_mtp else b.weights
-                placed = place_weights(tensors, self.placement, self.rule, arch=self.spec.arch)
+                placed = place_weights(tensors, self.placement, self.rule, self.user.overrides, arch=self.spec.arch)
                 host = placed.host
                 if b.host_table is not None:
                     self._host[with_mtp] = host_weights(b.host_table, tensors, self.placement, b.host,
-                                                        gpu_host_buffer(self.device_kind), arch=self.spec.arch)
+                                                        gpu_host_buffer(self.device_kind), self.user.overrides,
+                                                        arch=self.spec.arch)
                     host = self._host[with_mtp].total
                 self._weights[with_mtp] = tuple(placed.device), host
             else:
+                assert not self.user.overrides  # refused by planner.budget.make_planners: no tensor names to match
                 dev, host = weights_by_device(b.weights_bytes or 0, self.placement)
                 self._weights[with_mtp] = tuple(dev), host
         return self._weights[with_mtp]
@@ -138,8 +140,9 @@ class ChargeModel:
             b = self.budget
             fixed = None if b.compute_per_setting else b.compute_bytes
             n_draft = params.n_rs_seq  # printed as --spec-draft-n-max: llama-server's outputs grow with it
-            self._models[key] = MemoryModel(self.spec, self.layout, (), params, self.device_free, self.rule,
-                                            compute_override=fixed, offload_kqv=self.placement.offload_kqv,
+            # the loaded tensors name the graph's weights for -ot (MemoryModel.layer_tensors)
+            self._models[key] = MemoryModel(self.spec, self.layout, b.weights or (), params, self.device_free,
+                                            self.rule, compute_override=fixed, offload_kqv=self.placement.offload_kqv,
                                             device_kind=self.device_kind, n_draft=n_draft, real_run=True)
         return self._models[key]
 

@@ -35,14 +35,11 @@ from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.speculative import check_draft
 from rsplan.planner.weight_placement import (
-    FFN_EXPS_REGEX,
     TensorOverride,
     Weight,
     gguf_weights,
     loaded,
-    n_cpu_ffn_overrides,
-    n_cpu_moe_overrides,
-    parse_overrides,
+    overrides_from_flags,
 )
 
 
@@ -200,19 +197,7 @@ def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverrid
             ((("--cpu-moe", ""),) if opts.cpu_moe else ()) + \
             ((("--n-cpu-moe", str(opts.n_cpu_moe)),) if opts.n_cpu_moe is not None else ()) + \
             ((("--n-cpu-ffn", str(opts.n_cpu_ffn)),) if opts.n_cpu_ffn is not None else ())
-    out: list[TensorOverride] = []
-    for flag, value in flags:
-        if flag == "-ot":
-            out += parse_overrides(value, device_names)
-        elif flag == "--cpu-moe":
-            out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
-        elif flag == "--n-cpu-moe":
-            out += n_cpu_moe_overrides(int(value))
-        elif flag == "--n-cpu-ffn":
-            out += n_cpu_ffn_overrides(int(value))
-        else:
-            raise ValueError(f"override flag {flag!r}")
-    return tuple(out)
+    return overrides_from_flags(flags, device_names)
 
 
 def converter_weights(spec: ModelSpec, outtype: str = "bf16", load_mtp: bool = False) -> list[Weight]:

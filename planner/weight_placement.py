@@ -100,6 +100,37 @@ class TensorOverride:
         return f"{self.pattern}={name}"
 
 
+#: The flags whose entries llama.cpp appends to one tensor-override list (common/arg.cpp:2756
+#: parse_tensor_buffer_overrides for -ot; --cpu-moe, --n-cpu-moe and --n-cpu-ffn just after it).
+OVERRIDE_FLAGS = ("-ot", "--cpu-moe", "--n-cpu-moe", "--n-cpu-ffn")
+
+
+def overrides_from_flags(flags: Sequence[tuple[str, str]], device_names: Sequence[str]) -> tuple[TensorOverride, ...]:
+    """The tensor overrides of ``flags``: (flag, value) pairs of OVERRIDE_FLAGS in command-line order (``--cpu-moe``
+    with an empty value), each occurrence's entries where it stands, as llama.cpp appends them; the first entry
+    that matches a tensor places it. ``device_names``: the buffer types an ``-ot`` may name besides ``CPU``."""
+    out: list[TensorOverride] = []
+    for flag, value in flags:
+        if flag == "-ot":
+            out += parse_overrides(value, device_names)
+        elif flag == "--cpu-moe":
+            out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
+        elif flag == "--n-cpu-moe":
+            out += n_cpu_moe_overrides(int(value))
+        elif flag == "--n-cpu-ffn":
+            out += n_cpu_ffn_overrides(int(value))
+        else:
+            raise ValueError(f"override flag {flag!r}")
+    return tuple(out)
+
+
+def override_flags_text(flags: Sequence[tuple[str, str]]) -> str:
+    """``flags`` (``overrides_from_flags``') as a shell command line carries them, in order."""
+    import shlex
+
+    return " ".join(flag if flag == "--cpu-moe" else f"{flag} {shlex.quote(value)}" for flag, value in flags)
+
+
 def n_cpu_ffn_overrides(n: int) -> list[TensorOverride]:
     """``--n-cpu-ffn N``: the dense FFN weights (``ffn_up`` / ``ffn_down`` / ``ffn_gate``) of the first ``n``
     layers on the host, one pattern per layer (common/common.h llm_add_n_cpu_ffn_overrides with

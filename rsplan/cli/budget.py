@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rsplan.cli.options import FiniteFloatRange
-from rsplan.cli.sections import Decorator, section
+from rsplan.cli.sections import PARAM_ORDER, Decorator, section
 from rsplan.errors import RsplanError, printable
 from rsplan.planner.context import CTX_PAD, MAX_CTX
 from rsplan.planner.placement import MAX_DEVICES
@@ -68,6 +68,15 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="Proportions of the layers per GPU (llama.cpp -ts); default: by free memory / budget."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="Keep every cache in host memory (llama.cpp -nkvo)."),
+    click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", multiple=True,
+                 help="Tensors whose name matches PATTERN in buffer BUFT (CPU, or a device: CUDA0, ...), as "
+                 "llama.cpp -ot; with --cpu-moe, --n-cpu-moe and --n-cpu-ffn tried in command-line order, first "
+                 "match wins. Needs the model's tensors (a GGUF, or --quant)."),
+    click.option("-cmoe", "--cpu-moe", "cpu_moe", count=True, help="llama.cpp --cpu-moe: every expert on the host."),
+    click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), multiple=True, metavar="N",
+                 help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
+    click.option("-ncffn", "--n-cpu-ffn", "n_cpu_ffn", type=click.IntRange(0, 100000), multiple=True, metavar="N",
+                 help="llama.cpp --n-cpu-ffn: the dense FFN weights of the first N layers on the host."),
     click.option("--host-budget", "host_budget", metavar="SIZE", default=None,
                  help="llama.cpp: host memory for what stays there (weights of layers not offloaded, -nkvo caches, "
                  "the output buffer, host compute). Default: this machine's available memory."),
@@ -90,12 +99,13 @@ BUDGET_OPTIONS: list[Decorator] = [
 ]
 
 BUDGET_KEYS = ("budget", "gpu", "gpu_memory", "device_kind", "weights", "quant", "fit_target", "compute",
-               "n_gpu_layers", "tensor_split", "no_kv_offload", "host_budget", "ctx_checkpoints", "overhead",
-               "rope_scaling", "rope_scale", "yarn_orig_ctx")
+               "n_gpu_layers", "tensor_split", "no_kv_offload", "override_tensor", "cpu_moe", "n_cpu_moe",
+               "n_cpu_ffn", "host_budget", "ctx_checkpoints", "overhead", "rope_scaling", "rope_scale",
+               "yarn_orig_ctx")
 #: Budget flags only llama.cpp's planner reads.
 NATIVE_BUDGET_KEYS = ("gpu_memory", "device_kind", "quant", "fit_target", "compute", "n_gpu_layers", "tensor_split",
-                      "no_kv_offload", "host_budget", "ctx_checkpoints", "rope_scaling", "rope_scale",
-                      "yarn_orig_ctx")
+                      "no_kv_offload", "override_tensor", "cpu_moe", "n_cpu_moe", "n_cpu_ffn", "host_budget",
+                      "ctx_checkpoints", "rope_scaling", "rope_scale", "yarn_orig_ctx")
 
 
 def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -326,6 +336,26 @@ def _host_budget(text: str | None) -> Any:
     return GivenSize(host_memory()[1], "this machine's available memory")
 
 
+#: The options whose entries llama.cpp appends to one tensor-override list, by click name: their flag.
+_OVERRIDE_OPTIONS = {"override_tensor": "-ot", "cpu_moe": "--cpu-moe", "n_cpu_moe": "--n-cpu-moe",
+                     "n_cpu_ffn": "--n-cpu-ffn"}
+
+
+def override_flags(ctx: click.Context | None, options: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """-ot, --cpu-moe, --n-cpu-moe and --n-cpu-ffn as given, each occurrence with its value, in command-line
+    order (``ctx.meta[PARAM_ORDER]``; without it: -ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn): llama.cpp appends each
+    one's entries to the same list as it parses them, and the first entry that matches a tensor places it
+    (planner.weight_placement.overrides_from_flags)."""
+
+    counts = {"override_tensor": len(options["override_tensor"]), "cpu_moe": options["cpu_moe"],
+              "n_cpu_moe": len(options["n_cpu_moe"]), "n_cpu_ffn": len(options["n_cpu_ffn"])}
+    order = [n for n in (ctx.meta.get(PARAM_ORDER, ()) if ctx is not None else ()) if n in _OVERRIDE_OPTIONS]
+    if any(order.count(name) != n for name, n in counts.items()):  # not parsed from a command line
+        order = [name for name, n in counts.items() for _ in range(n)]
+    values = {name: iter(options[name]) for name in ("override_tensor", "n_cpu_moe", "n_cpu_ffn")}
+    return tuple((_OVERRIDE_OPTIONS[name], "" if name == "cpu_moe" else str(next(values[name]))) for name in order)
+
+
 def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> BudgetRequest:
     """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.budget.BudgetRequest (with the
     host-weight options ``host``, rsplan.cli.host_options; None: llama.cpp's defaults).
@@ -348,6 +378,7 @@ def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> 
         n_gpu_layers=_parse_ngl(options["n_gpu_layers"]),
         tensor_split=parse_tensor_split(options["tensor_split"]),
         offload_kqv=not options["no_kv_offload"],
+        override_flags=override_flags(click.get_current_context(silent=True), options),
         overhead=_given_size(options["overhead"], "--overhead"),
         host_budget=_host_budget(options.get("host_budget")),
         rope=RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"]),

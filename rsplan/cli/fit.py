@@ -15,11 +15,11 @@ import click
 from click.core import ParameterSource
 
 from rsplan.cli import ends_with_command
-from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target, parse_tensor_split, read_ngl
+from rsplan.cli.budget import DEVICE_KIND_OPTION, override_flags, parse_fit_target, parse_tensor_split, read_ngl
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
-from rsplan.cli.sections import PARAM_ORDER, Decorator, SectionedCommand, section
+from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
 from rsplan.planner.compute import paused_gc
 from rsplan.render.units import parse_size
@@ -126,7 +126,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         margins=parse_fit_target(options["fit_target"]),
         fit_ctx=options["fit_ctx"], explicit_zero_ctx=explicit_ctx and params.n_ctx == 0,
         n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=parse_tensor_split(options["tensor_split"]),
-        override_flags=_override_flags(ctx, options),
+        override_flags=override_flags(ctx, options),
         no_kv_offload=options["no_kv_offload"],
         compute=_size_or_none(options["compute"], "--compute", allow_zero=True),
         quant=options["quant"], tool=options["tool"], ctx_checkpoints=options["ctx_checkpoints"],
@@ -134,25 +134,6 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
-
-
-#: The options whose entries llama.cpp appends to one tensor-override list, by click name: their flag.
-_OVERRIDE_FLAGS = {"override_tensor": "-ot", "cpu_moe": "--cpu-moe", "n_cpu_moe": "--n-cpu-moe",
-                   "n_cpu_ffn": "--n-cpu-ffn"}
-
-
-def _override_flags(ctx: click.Context, options: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """-ot, --cpu-moe, --n-cpu-moe and --n-cpu-ffn as given, each occurrence with its value, in command-line
-    order: llama.cpp appends each one's entries to the same list as it parses them (common/arg.cpp:2756
-    parse_tensor_buffer_overrides, :2763 --cpu-moe, :2773 --n-cpu-moe, :2784 --n-cpu-ffn push onto
-    params.tensor_buft_overrides), and the first entry that matches a tensor places it."""
-    values = {name: iter(options[name]) for name in ("override_tensor", "n_cpu_moe", "n_cpu_ffn")}
-    out = []
-    for name in ctx.meta.get(PARAM_ORDER, ()):
-        flag = _OVERRIDE_FLAGS.get(name)
-        if flag is not None:
-            out.append((flag, "" if name == "cpu_moe" else str(next(values[name]))))
-    return tuple(out)
 
 
 def _host(text: str | None) -> dict[str, Any]:

@@ -120,6 +120,7 @@ def variants(planner: CapacityPlanner, model_label: str) -> list[Variant]:
         try:
             other = CapacityPlanner(planner.spec, params, planner.budget, n_gpu_layers=planner.n_gpu_layers,
                                     tensor_split=planner.tensor_split, offload_kqv=planner.offload_kqv,
+                                    override_flags=planner.override_flags,
                                     rope=planner.rope, spec_type=planner.spec_type)
             other.check_request()
         except RsplanError:
