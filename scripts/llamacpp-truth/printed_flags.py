@@ -80,6 +80,10 @@ def rsplan_runs(presets: list[str]) -> Iterator[list[str]]:
                 yield ["capacity", *base, "--ctx", "4k,32k"]
         if preset in MOE:
             yield ["fit", "-m", preset, "--quant", "Q4_K_M", "--budget", "8GiB", "--n-cpu-moe", "4"]
+            for kind in ("capacity", "fit"):
+                yield [kind, "-m", preset, "--quant", "Q4_K_M", "--budget", "24GiB,24GiB", "--host-budget", "64GiB",
+                       "--n-cpu-moe", "4", "-ot", r"blk\.1[0-9]\.ffn_.*_exps=CUDA1,blk\.2\.=CPU", "--cpu-moe",
+                       "--n-cpu-ffn", "2", *(("--ctx", "4k,32k") if kind == "capacity" else ())]
         if preset in MTP:
             yield ["fit", "-m", preset, "--quant", "Q4_K_M", "--budget", "80GiB", "--spec-type", "mtp",
                    "--draft-max", "4", "-np", "2"]
