@@ -346,7 +346,6 @@ def override_flags(ctx: click.Context | None, options: dict[str, Any]) -> tuple[
     order (``ctx.meta[PARAM_ORDER]``; without it: -ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn): llama.cpp appends each
     one's entries to the same list as it parses them, and the first entry that matches a tensor places it
     (planner.weight_placement.overrides_from_flags)."""
-
     counts = {"override_tensor": len(options["override_tensor"]), "cpu_moe": options["cpu_moe"],
               "n_cpu_moe": len(options["n_cpu_moe"]), "n_cpu_ffn": len(options["n_cpu_ffn"])}
     order = [n for n in (ctx.meta.get(PARAM_ORDER, ()) if ctx is not None else ()) if n in _OVERRIDE_OPTIONS]
