@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shlex
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,15 +101,12 @@ class TensorOverride:
         return f"{self.pattern}={name}"
 
 
-#: The flags whose entries llama.cpp appends to one tensor-override list (common/arg.cpp:2756
-#: parse_tensor_buffer_overrides for -ot; --cpu-moe, --n-cpu-moe and --n-cpu-ffn just after it).
-OVERRIDE_FLAGS = ("-ot", "--cpu-moe", "--n-cpu-moe", "--n-cpu-ffn")
-
-
 def overrides_from_flags(flags: Sequence[tuple[str, str]], device_names: Sequence[str]) -> tuple[TensorOverride, ...]:
-    """The tensor overrides of ``flags``: (flag, value) pairs of OVERRIDE_FLAGS in command-line order (``--cpu-moe``
-    with an empty value), each occurrence's entries where it stands, as llama.cpp appends them; the first entry
-    that matches a tensor places it. ``device_names``: the buffer types an ``-ot`` may name besides ``CPU``."""
+    """The tensor overrides of ``flags``: (flag, value) pairs of ``-ot``, ``--cpu-moe`` (an empty value),
+    ``--n-cpu-moe`` and ``--n-cpu-ffn`` in command-line order, each occurrence's entries where it stands, as
+    llama.cpp appends them to one list (common/arg.cpp:2756 parse_tensor_buffer_overrides for -ot, the three others
+    just after it); the first entry that matches a tensor places it. ``device_names``: the buffer types an ``-ot``
+    may name besides ``CPU``."""
     out: list[TensorOverride] = []
     for flag, value in flags:
         if flag == "-ot":
@@ -126,8 +124,6 @@ def overrides_from_flags(flags: Sequence[tuple[str, str]], device_names: Sequenc
 
 def override_flags_text(flags: Sequence[tuple[str, str]]) -> str:
     """``flags`` (``overrides_from_flags``') as a shell command line carries them, in order."""
-    import shlex
-
     return " ".join(flag if flag == "--cpu-moe" else f"{flag} {shlex.quote(value)}" for flag, value in flags)
 
 
