@@ -40,6 +40,25 @@ DEVICE_KIND_OPTION: Decorator = click.option(
     help="The devices' backend (buffer names and padding; RPC: rpc-server on a CPU).")
 
 #: The "Memory budget" section of capacity's and report's --help (rsplan.cli.sections): one line per option.
+def override_options(note: str) -> list[Decorator]:
+    """llama.cpp's tensor-override flags (-ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn), read by ``override_flags``;
+    ``note`` ends -ot's help (what the command does with them)."""
+    return [
+        click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", multiple=True,
+                     help="Tensors whose name matches PATTERN in buffer BUFT (CPU, or a device: CUDA0, ...), as "
+                     "llama.cpp -ot; given again, it adds entries. With --cpu-moe, --n-cpu-moe and --n-cpu-ffn, "
+                     "entries are tried in command-line order, first match wins, as llama.cpp appends them. "
+                     + note),
+        click.option("-cmoe", "--cpu-moe", "cpu_moe", count=True,
+                     help="llama.cpp --cpu-moe: every expert on the host."),
+        click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), multiple=True, metavar="N",
+                     help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
+        click.option("-ncffn", "--n-cpu-ffn", "n_cpu_ffn", type=click.IntRange(0, 100000), multiple=True, metavar="N",
+                     help="llama.cpp --n-cpu-ffn: the dense FFN weights (ffn_up / ffn_down / ffn_gate) of the first N "
+                     "layers on the host."),
+    ]
+
+
 BUDGET_OPTIONS: list[Decorator] = [
     click.option("--budget", metavar="SIZE[,SIZE...]", default=None,
                  help="Memory per GPU, with units (24GiB, 80GB, 81920MiB); several values = several GPUs."),
@@ -68,15 +87,7 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="Proportions of the layers per GPU (llama.cpp -ts); default: by free memory / budget."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="Keep every cache in host memory (llama.cpp -nkvo)."),
-    click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", multiple=True,
-                 help="Tensors whose name matches PATTERN in buffer BUFT (CPU, or a device: CUDA0, ...), as "
-                 "llama.cpp -ot; with --cpu-moe, --n-cpu-moe and --n-cpu-ffn tried in command-line order, first "
-                 "match wins. Needs the model's tensors (a GGUF, or --quant)."),
-    click.option("-cmoe", "--cpu-moe", "cpu_moe", count=True, help="llama.cpp --cpu-moe: every expert on the host."),
-    click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), multiple=True, metavar="N",
-                 help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
-    click.option("-ncffn", "--n-cpu-ffn", "n_cpu_ffn", type=click.IntRange(0, 100000), multiple=True, metavar="N",
-                 help="llama.cpp --n-cpu-ffn: the dense FFN weights of the first N layers on the host."),
+    *override_options("Needs the model's tensors (a GGUF, or --quant)."),
     click.option("--host-budget", "host_budget", metavar="SIZE", default=None,
                  help="llama.cpp: host memory for what stays there (weights of layers not offloaded, -nkvo caches, "
                  "the output buffer, host compute). Default: this machine's available memory."),

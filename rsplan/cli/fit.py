@@ -15,7 +15,14 @@ import click
 from click.core import ParameterSource
 
 from rsplan.cli import ends_with_command
-from rsplan.cli.budget import DEVICE_KIND_OPTION, override_flags, parse_fit_target, parse_tensor_split, read_ngl
+from rsplan.cli.budget import (
+    DEVICE_KIND_OPTION,
+    override_flags,
+    override_options,
+    parse_fit_target,
+    parse_tensor_split,
+    read_ngl,
+)
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
@@ -43,16 +50,7 @@ FIT_OPTIONS: list[Decorator] = [
                  help="As given to llama.cpp: a value other than auto stops --fit from moving layers."),
     click.option("-ts", "--tensor-split", "tensor_split", metavar="A,B,...", default=None,
                  help="As given to llama.cpp (several devices: stops --fit from moving layers)."),
-    click.option("-ot", "--override-tensor", "override_tensor", metavar="PATTERN=BUFT,...", multiple=True,
-                 help="As given to llama.cpp (stops --fit from moving layers); given again, it adds entries. With "
-                 "--cpu-moe, --n-cpu-moe and --n-cpu-ffn, entries are tried in command-line order, first match "
-                 "wins, as llama.cpp appends them."),
-    click.option("-cmoe", "--cpu-moe", "cpu_moe", count=True, help="llama.cpp --cpu-moe: every expert on the host."),
-    click.option("-ncmoe", "--n-cpu-moe", "n_cpu_moe", type=click.IntRange(0, 100000), multiple=True, metavar="N",
-                 help="llama.cpp --n-cpu-moe: the experts of the first N layers on the host."),
-    click.option("-ncffn", "--n-cpu-ffn", "n_cpu_ffn", type=click.IntRange(0, 100000), multiple=True, metavar="N",
-                 help="llama.cpp --n-cpu-ffn: the dense FFN weights (ffn_up / ffn_down / ffn_gate) of the first N "
-                 "layers on the host."),
+    *override_options("They stop --fit from moving layers."),
     click.option("-nkvo", "--no-kv-offload", "no_kv_offload", is_flag=True,
                  help="llama.cpp -nkvo: every cache in host memory."),
     click.option("-ctxcp", "--ctx-checkpoints", "ctx_checkpoints", type=click.IntRange(0, 1 << 20), default=32,
