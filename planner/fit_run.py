@@ -35,7 +35,6 @@ from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.speculative import check_draft
 from rsplan.planner.weight_placement import (
-    TensorOverride,
     Weight,
     gguf_weights,
     loaded,
@@ -57,14 +56,10 @@ class FitOptions:
     explicit_zero_ctx: bool = False
     n_gpu_layers: int | None = None
     tensor_split: tuple[float, ...] | None = None
-    override_tensor: str | None = None
-    cpu_moe: bool = False
-    n_cpu_moe: int | None = None
-    n_cpu_ffn: int | None = None
     #: the -ot / --cpu-moe / --n-cpu-moe / --n-cpu-ffn flags in command-line order, each (flag, value): llama.cpp
-    #: appends their entries to one list in that order (common/arg.cpp), and the first match wins; when given, the
-    #: four fields above are not read
-    override_flags: tuple[tuple[str, str], ...] | None = None
+    #: appends their entries to one list in that order, and the first match wins
+    #: (planner.weight_placement.overrides_from_flags)
+    override_flags: tuple[tuple[str, str], ...] = ()
     no_kv_offload: bool = False
     compute: int | None = None
     quant: str | None = None
@@ -188,18 +183,6 @@ def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float,
     return tuple(check_tensor_split(list(parts), max(n_devices, 1)))
 
 
-def _overrides(opts: FitOptions, device_names: list[str]) -> tuple[TensorOverride, ...]:
-    """The tensor overrides of ``opts``, in llama.cpp's order (``FitOptions.override_flags``; without them: -ot,
-    then --cpu-moe, --n-cpu-moe and --n-cpu-ffn)."""
-    flags = opts.override_flags
-    if flags is None:
-        flags = ((("-ot", opts.override_tensor),) if opts.override_tensor is not None else ()) + \
-            ((("--cpu-moe", ""),) if opts.cpu_moe else ()) + \
-            ((("--n-cpu-moe", str(opts.n_cpu_moe)),) if opts.n_cpu_moe is not None else ()) + \
-            ((("--n-cpu-ffn", str(opts.n_cpu_ffn)),) if opts.n_cpu_ffn is not None else ())
-    return overrides_from_flags(flags, device_names)
-
-
 def converter_weights(spec: ModelSpec, outtype: str = "bf16", load_mtp: bool = False) -> list[Weight]:
     """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors); the
     MTP layers' too with ``load_mtp``."""
@@ -254,7 +237,7 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
         raise RsplanError(f"--fit-target: {len(margins)} values for {len(budgets)} devices (give one, or one each)")
     user = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=opts.n_gpu_layers,
                       tensor_split=_user_split(opts.tensor_split, len(budgets)),
-                      overrides=_overrides(opts, names))
+                      overrides=overrides_from_flags(opts.override_flags, names))
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
                         compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool,
                         device_kind=opts.device_kind, n_draft=params.n_rs_seq if opts.spec_mtp else 0,

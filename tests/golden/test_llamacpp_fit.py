@@ -38,8 +38,9 @@ def rsplan_fit(case: dict) -> tuple[str | None, object]:
         values[name] = int(value)
     spec = read_model(case["model"]).spec
     params = ContextParams(n_ctx=values["-c"], n_seq_max=values["-np"])
-    opts = FitOptions(**fit_case_budgets(case), n_gpu_layers=values["-ngl"], n_cpu_moe=values["--n-cpu-moe"],
-                      tool="cli")
+    ncmoe = values["--n-cpu-moe"]
+    opts = FitOptions(**fit_case_budgets(case), n_gpu_layers=values["-ngl"], tool="cli",
+                      override_flags=(("--n-cpu-moe", str(ncmoe)),) if ncmoe is not None else ())
     answer = fit_model(spec, converter_weights(spec, case["outtype"]), params, opts)
     return fit_printed(answer, len(case["free_mib"])), answer
 
