@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from rsplan.planner.host_weights import HostOptions, WeightTable, host_buffer_type, host_buffers, table_tensors
 from rsplan.planner.placement import Placement
-from rsplan.planner.weight_placement import TensorOverride, Weight, layer_of, where_weight
+from rsplan.planner.weight_placement import TensorOverride, Weight, layer_of, override_matcher, where_weight
 
 #: Each device kind's host buffer type name (ggml_backend_dev_host_buffer_type of the first device:
 #: ggml/src/ggml-cuda/ggml-cuda.cu:1258 GGML_CUDA_NAME + "_Host", which is ROCm / MUSA in those builds;
@@ -80,9 +80,10 @@ def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Place
         arch: the model's arch (which layer its global tensors belong to: planner.weight_placement.layer_of).
     """
     gpu_host = options.weights_host_buffer(gpu_host)
+    matcher = override_matcher(tuple(overrides))
     on_host = {w.name for w in weights
                if where_weight(w.name, layer_of(w.name, placement.n_layer_all, arch=arch), placement,
-                               overrides) is None}
+                               matcher) is None}
     tensors = [t for t in table_tensors(table) if t.name in on_host]
     names = {w.name for w in weights}
     tied_on_host = ("token_embd.weight" in names and "output.weight" not in names

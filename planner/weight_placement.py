@@ -277,9 +277,10 @@ def place_weights(
     host = 0
     names = {w.name for w in weights}
     tied = "token_embd.weight" in names and "output.weight" not in names
+    matcher = override_matcher(tuple(overrides))
     for w in weights:
         layer = layer_of(w.name, placement.n_layer_all, arch=arch)
-        where = where_weight(w.name, layer, placement, overrides)
+        where = where_weight(w.name, layer, placement, matcher)
         if where is None:
             host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
         else:
@@ -288,7 +289,7 @@ def place_weights(
             # the output layer's TENSOR_DUPLICATED copy: placed as an output-layer tensor under token_embd's name
             # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
             # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
-            out = where_weight(w.name, "output", placement, overrides)
+            out = where_weight(w.name, "output", placement, matcher)
             if out is None and where is not None:
                 host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
             elif out is None:
@@ -343,18 +344,13 @@ def override_matcher(overrides: tuple[TensorOverride, ...]) -> OverrideMatcher:
     return OverrideMatcher(overrides)
 
 
-def where_weight(name: str, layer: str | int | None, placement: Placement,
-                 overrides: Sequence[TensorOverride] | OverrideMatcher) -> int | None:
-    """The device holding weight ``name`` of ``layer`` (None: host memory): the first matching override, else its
-    layer's device (the input layer always on the host). ``overrides``: the ``-ot`` entries, or their matcher."""
-    if isinstance(overrides, OverrideMatcher):
-        o = overrides.first(name)
-        if o is not None:
-            return None if o.buffer == "CPU" else int(o.buffer)
-    else:
-        for o in overrides:
-            if _regex(o.pattern).search(name):
-                return None if o.buffer == "CPU" else int(o.buffer)
+def where_weight(name: str, layer: str | int | None, placement: Placement, overrides: OverrideMatcher) -> int | None:
+    """The device holding weight ``name`` of ``layer`` (None: host memory): the first matching ``-ot`` entry
+    (``overrides``: the entries' matcher, ``override_matcher``), else its layer's device (the input layer always
+    on the host)."""
+    o = overrides.first(name)
+    if o is not None:
+        return None if o.buffer == "CPU" else int(o.buffer)
     if layer == "input":
         return None
     if layer == "output":
