@@ -202,10 +202,9 @@ def _heatmap_row(planner: CapacityPlanner, contexts: list[int], n_seq: int,
     last = planner.search(make, 0, len(contexts) - 1, floor)  # -1: no column fits
     inside = planner.charge_at(make(last)) if last >= 0 else None
     outside, unsized = None, "none"
-    if last + 1 < len(contexts):
-        if planner.over_before_compute(make(last + 1)):
-            pass  # out of memory whatever its compute: not sized
-        elif planner.aborts(make(last + 1)) is None:
+    # the next cell is sized only where its compute decides: not where it is out of memory whatever its compute
+    if last + 1 < len(contexts) and not planner.over_before_compute(make(last + 1)):
+        if planner.aborts(make(last + 1)) is None:
             outside = planner.charge_at(make(last + 1))
         else:
             unsized = "aborts"  # llama.cpp aborts creating that context: it has no compute buffer
