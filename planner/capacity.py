@@ -46,7 +46,7 @@ from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, Checkpoints, output_
 from rsplan.planner.placement import Placement, SplitLayout, place_layers, split_layout
 from rsplan.planner.plan import PlanTotals
 from rsplan.planner.speculative import DraftSetup, check_draft, draft_setup, max_draft
-from rsplan.planner.weight_placement import TensorOverride, Weight, override_flags_text, overrides_from_flags
+from rsplan.planner.weight_placement import Weight, override_flags_text, overrides_from_flags
 
 MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
@@ -300,7 +300,6 @@ class CapacityPlanner:
     rope: RopeFlags | None = None
     spec_type: str | None = None
     layout: CacheLayout = field(init=False, repr=False)
-    overrides: tuple[TensorOverride, ...] = field(init=False, repr=False)
     ctx_limit: ContextLimit = field(init=False)
     draft: DraftSetup = field(init=False)
     placement: Placement = field(init=False, repr=False)
@@ -334,8 +333,8 @@ class CapacityPlanner:
         self._split = split_layout(self.layout, self.placement)
         # -ot names a device by its buffer type (CUDA0, ...): llama.cpp's name for the devices' kind
         kind = self.budget.device_kind or "CUDA"
-        self.overrides = overrides_from_flags(self.override_flags, [f"{kind}{i}" for i in range(n_dev)])
-        user = StartFlags(self.base.n_ctx, self.n_gpu_layers, self.tensor_split, self.overrides)
+        overrides = overrides_from_flags(self.override_flags, [f"{kind}{i}" for i in range(n_dev)])
+        user = StartFlags(self.base.n_ctx, self.n_gpu_layers, self.tensor_split, overrides)
         self.charges = ChargeModel(self.spec, self.layout, self.budget, self.base, self.placement, user,
                                    tuple(self.split_basis()), self.draft.spec_type == "mtp")
         weights, self.weights_on_host = self.charges.weights(self.charges.runs_draft(self.base))
