@@ -43,14 +43,12 @@ def fit_measure(overrides: tuple[TensorOverride, ...]) -> tuple[int, int]:
 
 
 def test_n_cpu_moe_charges_what_fit_measures_and_prints_the_flag():
-    j = capacity("--n-cpu-moe", "6")
-    m = j["models"][0] if "models" in j else j
+    m = capacity("--n-cpu-moe", "6")  # one model: its answer is the whole JSON
     weights, compute = fit_measure(tuple(n_cpu_moe_overrides(6)))
     gpu = m["devices"][0]
     assert gpu["weights_bytes"] == weights
     assert gpu["compute_bytes"] == compute
-    plain = capacity()
-    plain_gpu = (plain["models"][0] if "models" in plain else plain)["devices"][0]
+    plain_gpu = capacity()["devices"][0]
     assert plain_gpu["weights_bytes"] > weights  # the experts of layers 2-5 left the device
     assert m["flags"].endswith("-ngl all --n-cpu-moe 6")
     assert all("--n-cpu-moe 6" in r["flags"] for r in m["ladder"] if r["flags"])
@@ -58,10 +56,8 @@ def test_n_cpu_moe_charges_what_fit_measures_and_prints_the_flag():
 
 def test_overrides_are_tried_in_command_line_order():
     to_device = r"blk\.[0-3]\.ffn_.*_exps=CUDA0"
-    moe_first = capacity("--n-cpu-moe", "6", "-ot", to_device)
-    ot_first = capacity("-ot", to_device, "--n-cpu-moe", "6")
-    first = moe_first["models"][0] if "models" in moe_first else moe_first
-    second = ot_first["models"][0] if "models" in ot_first else ot_first
+    first = capacity("--n-cpu-moe", "6", "-ot", to_device)
+    second = capacity("-ot", to_device, "--n-cpu-moe", "6")
     moe = tuple(n_cpu_moe_overrides(6))
     assert first["devices"][0]["weights_bytes"] == fit_measure((*moe, TensorOverride(to_device[:-6], 0)))[0]
     assert second["devices"][0]["weights_bytes"] == fit_measure((TensorOverride(to_device[:-6], 0), *moe))[0]
