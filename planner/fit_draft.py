@@ -43,7 +43,7 @@ from rsplan.planner.fit_memory import (
 from rsplan.planner.outputs import OutputsError, mtp_draft_layout, mtp_draft_params
 from rsplan.planner.placement import Placement
 from rsplan.planner.plan import build_plan
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
 
 
 class DraftFitError(RsplanError):
@@ -117,14 +117,21 @@ class DraftMemory:
         kind = DEVICE_KINDS.get(target.device_kind)
         if target.n_devices and self.compute_override is None and kind is not None:
             params = self.params(n_ctx)
-            setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv)
+            try:
+                tensors = target.layer_tensors() if target.weights else None
+            except RsplanError:
+                tensors = None  # only a weight copied to a device needs them: the scheduler model says so there
+            setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv, tensors=tensors)
             try:
                 got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
                                      real_run=target.real_run, dry_run=not target.real_run, mtp_draft=True,
                                      keep_from=target.keep_from)
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
-            return scheduled_figures(got, target.real_run)
+            except SchedModelError:
+                got = None  # as the target's (MemoryModel._scheduled): the CPU figure where the draft runs
+            if got is not None:
+                return scheduled_figures(got, target.real_run)
         mtp_units = placement.unit_device[self.layout.n_layer:]  # the nextn layers, then the output layer
         return charged_where_units_run(self.compute_bytes(n_ctx), mtp_units, target.n_devices)
 

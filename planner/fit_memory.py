@@ -201,14 +201,15 @@ class MemoryModel:
         return Usage(devices, host)
 
     def layer_tensors(self) -> LayerTensors:
-        """The loaded weights' names by layer and shape (planner.sched.LayerTensors; built once): which tensor each
-        graph weight is, for the ``-ot`` patterns."""
+        """The loaded weights' names by layer and shape, and their types (planner.sched.LayerTensors; built once):
+        which tensor each graph weight is, for the ``-ot`` patterns, and its type, for its copy on a device."""
         if self._tensors is None:
             from rsplan.hparams.tensors import tensor_list
             from rsplan.planner.sched import LayerTensors
 
-            loaded = {w.name for w in self.weights}
-            self._tensors = LayerTensors.of((t.name, t.shape) for t in tensor_list(self.spec) if t.name in loaded)
+            types = {w.name: w.type for w in self.weights}
+            self._tensors = LayerTensors.of(((t.name, t.shape) for t in tensor_list(self.spec) if t.name in types),
+                                            types)
         return self._tensors
 
     def compute_split(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int]:
@@ -236,11 +237,13 @@ class MemoryModel:
                                      "charged to every device that runs a layer")
             return None
         try:
-            tensors = self.layer_tensors() if flags.overrides else None
+            tensors = self.layer_tensors() if flags.overrides or self.weights else None
         except RsplanError as exc:
-            self.compute_estimate = (f"scheduler model not applicable (the tensor names -ot patterns match are "
-                                     f"unknown: {exc}): the CPU compute buffer is charged")
-            return None
+            if flags.overrides:
+                self.compute_estimate = (f"scheduler model not applicable (the tensor names -ot patterns match are "
+                                         f"unknown: {exc}): the CPU compute buffer is charged")
+                return None
+            tensors = None  # only a weight copied to a device needs them (its type): sched says so where one is
         setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv, tensors=tensors)
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:

@@ -32,7 +32,8 @@ def _ne(*ne: int) -> Shape:
     return (full[0], full[1], full[2], full[3])
 
 
-def _contiguous_nb(type_: GGMLType, ne: Shape) -> Shape:
+def contiguous_nb(type_: GGMLType, ne: Shape) -> Shape:
+    """The strides of a contiguous tensor of ``type_`` and shape ``ne`` (ggml_new_tensor_impl)."""
     nb0 = type_.type_size
     nb1 = nb0 * (ne[0] // type_.block_size)
     nb2 = nb1 * ne[1]
@@ -44,7 +45,7 @@ def new_tensor(type_: GGMLType, *ne: int, op: str = "NONE", src: tuple[Tensor, .
     """A fresh contiguous tensor (ggml_new_tensor_Nd)."""
     shape = _ne(*ne)
     # positional: a dataclass __init__ takes keywords at twice the cost, and graphs create thousands of tensors
-    return Tensor(op, type_, shape, _contiguous_nb(type_, shape), src, None, flags, external, name)
+    return Tensor(op, type_, shape, contiguous_nb(type_, shape), src, None, flags, external, name)
 
 
 #: The name of the merged attention output (without flash attention) that ``-nkvo`` pins to the CPU
@@ -70,14 +71,14 @@ def weight(*ne: int, name: str = "", layer: int | str | None = None) -> Tensor:
     buffer (its type does not matter here). ``name``: its GGUF name within the layer (``ffn_up_exps``), which
     ``-ot`` patterns match."""
     shape = _ne(*ne)
-    return Tensor("NONE", F32, shape, _contiguous_nb(F32, shape), (), None, 0, True, name, 0, "weight",
+    return Tensor("NONE", F32, shape, contiguous_nb(F32, shape), (), None, 0, True, name, 0, "weight",
                   _LAYER[0] if layer is None else layer)
 
 
 def cache_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
     """A KV or recurrent cache tensor of the current layer: memory of the context, not of the compute buffer."""
     shape = _ne(*ne)
-    return Tensor("NONE", type_, shape, _contiguous_nb(type_, shape), (), None, 0, True, name, 0, "cache", _LAYER[0])
+    return Tensor("NONE", type_, shape, contiguous_nb(type_, shape), (), None, 0, True, name, 0, "cache", _LAYER[0])
 
 
 def input_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
@@ -104,7 +105,7 @@ def reshape(a: Tensor, *ne: int) -> Tensor:
         product = "*".join(f"ne{i}" for i in range(len(ne)))
         raise GGMLAbort(f"GGML_ASSERT(ggml_nelements(a) == {product}) fails in ggml_reshape_{len(ne)}d: "
                         f"{have} elements of shape {list(a.ne)} into {list(ne)}")
-    return _view(a, "RESHAPE", shape, _contiguous_nb(a.type, shape), 0)
+    return _view(a, "RESHAPE", shape, contiguous_nb(a.type, shape), 0)
 
 
 def view(a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...], offset: int) -> Tensor:
@@ -141,7 +142,7 @@ def permute(a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor
 
 def _like(op: str, a: Tensor, *src: Tensor) -> Tensor:
     """ggml_dup_tensor(a) as the result of ``op`` (same type and shape, contiguous)."""
-    return Tensor(op, a.type, a.ne, _contiguous_nb(a.type, a.ne), (a, *src))
+    return Tensor(op, a.type, a.ne, contiguous_nb(a.type, a.ne), (a, *src))
 
 
 class GGMLAbort(RsplanError):
@@ -301,7 +302,7 @@ def get_rows(a: Tensor, b: Tensor) -> Tensor:
 
 def mul_mat(a: Tensor, b: Tensor) -> Tensor:
     shape = (a.ne[1], b.ne[1], b.ne[2], b.ne[3])
-    return Tensor("MUL_MAT", F32, shape, _contiguous_nb(F32, shape), (a, b))
+    return Tensor("MUL_MAT", F32, shape, contiguous_nb(F32, shape), (a, b))
 
 
 def concat(a: Tensor, b: Tensor, dim: int) -> Tensor:

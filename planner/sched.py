@@ -39,6 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rsplan.errors import RsplanError
+from rsplan.hparams.ggml_types import GGMLType
+from rsplan.hparams.ggml_types import weight_type as weight_type_of
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 from rsplan.planner.placement import Placement
@@ -111,20 +113,23 @@ class LayerTensors:
 
     Attributes:
         by_layer: layer -> its tensors' (name, ne padded to 4 dims).
+        types: every loaded tensor's ggml type name (``q4_K``) by GGUF name; empty where unknown.
     """
 
     by_layer: Mapping[int, tuple[tuple[str, tuple[int, ...]], ...]]
+    types: Mapping[str, str] = field(default_factory=dict)
     _names: dict[tuple[int, str, tuple[int, ...]], tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, tensors: Iterable[tuple[str, Sequence[int]]]) -> LayerTensors:
-        """From (GGUF name, shape ne) pairs; tensors outside ``blk.N.`` are left out."""
+    def of(cls, tensors: Iterable[tuple[str, Sequence[int]]], types: Mapping[str, str] | None = None) -> LayerTensors:
+        """From (GGUF name, shape ne) pairs (tensors outside ``blk.N.`` are left out of ``by_layer``) and each
+        loaded tensor's ggml type name by GGUF name (``types``: the size of a weight's copy in a compute buffer)."""
         by: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
         for name, shape in tensors:
             m = BLOCK_NAME.match(name)
             if m:
                 by.setdefault(int(m.group(1)), []).append((name, tuple((*shape, 1, 1, 1, 1)[:4])))
-        return cls({k: tuple(v) for k, v in by.items()})
+        return cls({k: tuple(v) for k, v in by.items()}, dict(types or {}))
 
     def names(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
         """The names a weight of ``layer`` with shape ``ne`` may have: of ``kind`` (the name after ``blk.N.``
@@ -395,7 +400,8 @@ class _Sched:
                     continue
                 key = (id(src), cur)
                 if key not in copies:
-                    copies[key] = [_copy(src, n_copies) for _ in range(n_copies)]
+                    type_, nb = copy_layout(src, self.setup)
+                    copies[key] = [_copy(src, type_, nb, n_copies) for _ in range(n_copies)]
                     inputs.append(src)
                 new_src[j] = copies[key][0]
             self.redirected.append((node, node.src))
@@ -427,11 +433,47 @@ def _offloads(kind: DeviceKind, t: Tensor) -> bool:
     return batch >= kind.offload_min_batch
 
 
-def _copy(src: Tensor, n_copies: int) -> Tensor:
-    """ggml_dup_tensor_layout: a tensor of ``src``'s type, shape and strides; with several copies an input and an
-    output (never overwritten, never freed)."""
+def _copy(src: Tensor, type_: GGMLType, nb: tuple[int, int, int, int], n_copies: int) -> Tensor:
+    """ggml_dup_tensor_layout: a tensor of ``src``'s type, shape and strides (``copy_layout``); with several copies
+    an input and an output (never overwritten, never freed)."""
     flags = FLAG_INPUT | FLAG_OUTPUT if n_copies > 1 else 0
-    return Tensor(op="NONE", type=src.type, ne=src.ne, nb=src.nb, flags=flags, name=f"copy of {src.name}")
+    return Tensor(op="NONE", type=type_, ne=src.ne, nb=nb, flags=flags, name=f"copy of {src.name}")
+
+
+def copy_layout(src: Tensor, setup: SchedSetup) -> tuple[GGMLType, tuple[int, int, int, int]]:
+    """The type and strides of ``src``'s copy in another backend's compute buffer: its own, except for a weight
+    (its file's type, contiguous), which a device copies when ``offload_op`` takes an op reading it from the host
+    (ggml-cuda.cu: a batch of 32 or more, e.g. the experts of ``--n-cpu-moe`` at ``-ub 512``): the graph builders
+    give weights f32 shapes only (planner.ggml_ops.weight), and the copy is as large as the stored tensor."""
+    root = src.view_src if src.view_src is not None else src
+    if root.kind != "weight":
+        return src.type, src.nb
+    type_ = weight_type(root, setup)
+    if type_ == src.type:  # an f32 weight (a norm, RWKV's mixing vectors): as the graph builder laid it out
+        return src.type, src.nb
+    if src is not root:
+        raise SchedModelError(f"a view of {type_.name} weight '{root.name or '?'}' is copied to another backend: its "
+                              "layout there is not modelled")
+    if src.ne[0] % type_.block_size:
+        raise SchedModelError(f"weight '{src.name or '?'}' of shape {list(src.ne)} is not whole {type_.name} blocks")
+    return type_, g.contiguous_nb(type_, src.ne)
+
+
+def weight_type(t: Tensor, setup: SchedSetup) -> GGMLType:
+    """The ggml type weight ``t`` is stored in: its GGUF tensor's (``LayerTensors.types``), found by layer, kind
+    and shape for a layer's weight (``LayerTensors.names``), by name for a global one."""
+    tensors = setup.tensors
+    if tensors is None or not tensors.types:
+        raise SchedModelError(f"a device copies weight '{t.name or '?'}' of layer {t.layer} from another buffer, and "
+                              "the copy's size needs the weight's type, which only the model's tensor list gives "
+                              "(a GGUF file or --quant)")
+    names = tensors.names(t.layer, t.name, tuple(t.ne)) if isinstance(t.layer, int) else (_gguf_name(t),)
+    found = {tensors.types.get(n) for n in names}
+    type_ = weight_type_of(found.pop()) if len(found) == 1 and None not in found else None
+    if type_ is None:
+        raise SchedModelError(f"the type of weight '{t.name or '?'}' of layer {t.layer} (shape {list(t.ne)}) is not "
+                              f"one known type: {', '.join(names) or 'no tensor'} in the model's tensor list")
+    return type_
 
 
 def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]],
@@ -455,7 +497,8 @@ def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]],
         for leaf in s.graph.leafs:
             if leaf.flags & FLAG_INPUT:
                 leaf.flags |= FLAG_OUTPUT
-                dups = [leaf] + [_copy(leaf, s.setup.n_copies) for _ in range(s.setup.n_copies - 1)]
+                n = s.setup.n_copies
+                dups = [leaf] + [_copy(leaf, leaf.type, leaf.nb, n) for _ in range(n - 1)]
                 leafs += dups
                 leaf_ids += [leaf.backend] * len(dups)
         for backend, _, inputs in splits:

@@ -11,7 +11,7 @@ from rsplan.planner.context import ContextParams
 from rsplan.planner.device_compute import device_compute
 from rsplan.planner.ggml_alloc import Buffer, Graph, reserve_sizes
 from rsplan.planner.placement import place_layers
-from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup, schedule
+from rsplan.planner.sched import DEVICE_KINDS, LayerTensors, SchedModelError, SchedSetup, schedule
 
 RPC = DEVICE_KINDS["RPC"]
 
@@ -159,3 +159,34 @@ def test_a_weight_without_a_layer_is_refused():
     b.expand(x)
     with pytest.raises(SchedModelError, match="has no layer"):
         schedule(b.graph, SchedSetup(RPC, _placement()), 16)
+
+
+def _host_weight_graph() -> Graph:
+    """One layer on the host (``-ngl 0``): y = ffn_up [256 -> 64] of 32 tokens (x: 256 x 32 f32 = 32,768 B)."""
+    b = g.GraphBuilder()
+    g.set_layer(0)
+    x = g.input_tensor(g.F32, 256, 32, name="x")
+    y = g.mul_mat(g.weight(256, 64, name="ffn_up"), x)
+    g.set_layer(None)
+    b.set_output(y)
+    b.expand(y)
+    return b.graph
+
+
+def test_a_host_weight_copied_to_a_cuda_device_has_its_files_type():
+    # CUDA's offload_op takes the MUL_MAT (batch 32 >= 32) to the device, which copies its sources there: x
+    # (32,768 B) and the weight as stored, q4_K: 256 / 256 blocks x 144 B x 64 rows = 9,216 B (the graph builders
+    # give weights f32 shapes only: 65,536 B). With y (64 x 32 f32 = 8,192 B): 32,768 + 9,216 + 8,192 = 50,176 on
+    # the device (each a multiple of the 128-byte alignment); the host holds x, 32,768 B.
+    placement = place_layers(1, 1, n_gpu_layers=0)
+    tensors = LayerTensors.of([("blk.0.ffn_up.weight", (256, 64))], {"blk.0.ffn_up.weight": "q4_K"})
+    r = schedule(_host_weight_graph(), SchedSetup(DEVICE_KINDS["CUDA"], placement, tensors=tensors), 32)
+    assert (r.bytes, r.n_splits) == ((50_176, 32_768), 1)
+
+
+def test_a_host_weight_copy_without_the_models_types_is_refused():
+    # without the tensor list (capacity's --weights SIZE) the copy's size is unknown: refused, and the callers
+    # charge the CPU figure with a note (planner.fit_memory.MemoryModel._scheduled)
+    placement = place_layers(1, 1, n_gpu_layers=0)
+    with pytest.raises(SchedModelError, match="needs the weight's type"):
+        schedule(_host_weight_graph(), SchedSetup(DEVICE_KINDS["CUDA"], placement), 32)
