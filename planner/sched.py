@@ -469,7 +469,8 @@ def weight_type(t: Tensor, setup: SchedSetup) -> GGMLType:
                               "(a GGUF file or --quant)")
     names = tensors.names(t.layer, t.name, tuple(t.ne)) if isinstance(t.layer, int) else (_gguf_name(t),)
     found = {tensors.types.get(n) for n in names}
-    type_ = weight_type_of(found.pop()) if len(found) == 1 and None not in found else None
+    name = found.pop() if len(found) == 1 else None
+    type_ = weight_type_of(name) if name is not None else None
     if type_ is None:
         raise SchedModelError(f"the type of weight '{t.name or '?'}' of layer {t.layer} (shape {list(t.ne)}) is not "
                               f"one known type: {', '.join(names) or 'no tensor'} in the model's tensor list")
