@@ -21,6 +21,7 @@ tensors of a compute graph).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,13 +184,20 @@ def reserve_size(graph: Graph, alignment: int, keep: bool = False) -> int:
     return reserve_sizes(graph, (Buffer(alignment),), None, None, keep)[0]
 
 
+#: Ops whose allocation size a buffer type may compute from their sources' shapes as well as their own (CUDA's
+#: flash-attention f16 scratch, planner.cuda_alloc): a replay sizes them again even where their own shape is kept.
+SOURCE_SIZED_OPS = frozenset({"FLASH_ATTN_EXT"})
+
+
 @dataclass(frozen=True)
 class Buffer:
-    """One buffer of ``ggml_gallocr_new_n``: its buffer type's alignment, and ``same_as``, the index of an earlier
-    buffer of the same buffer type (they share one allocator, so one size), or None."""
+    """One buffer of ``ggml_gallocr_new_n``: its buffer type's alignment, ``same_as``, the index of an earlier
+    buffer of the same buffer type (they share one allocator, so one size), or None, and ``alloc_size``, its buffer
+    type's ``get_alloc_size`` where it is not ``ggml_nbytes`` (None: ggml_nbytes, as the CPU's)."""
 
     alignment: int
     same_as: int | None = None
+    alloc_size: Callable[[Tensor], int] | None = None
 
 
 def reserve_sizes(graph: Graph, buffers: tuple[Buffer, ...], node_buffer_ids: list[int] | None,
@@ -259,6 +267,7 @@ class _Gallocr:
         self.allocs: list[_DynAllocator] = []
         for b in buffers:
             self.allocs.append(self.allocs[b.same_as] if b.same_as is not None else _DynAllocator(b.alignment))
+        self.sizers = [b.alloc_size for b in buffers]
         self.tape: _Tape | None = None  # the run being recorded (reserve_sizes' keep)
 
     @staticmethod
@@ -272,11 +281,16 @@ class _Gallocr:
             t.n_children = t.n_views = 0
             t.allocated = False
 
+    def size_in(self, t: Tensor, buffer_id: int) -> int:
+        """ggml_backend_buft_get_alloc_size of ``t`` in buffer ``buffer_id``."""
+        sizer = self.sizers[buffer_id]
+        return t.nbytes if sizer is None else sizer(t)
+
     def free_extra(self, node: Tensor, parent: Tensor) -> None:
         """ggml_gallocr_free_extra_space: ``node`` reuses ``parent``'s memory; free what it does not need."""
         alloc = self.allocs[parent.buffer_id]
         p_size = _aligned(parent.size, alloc.alignment)
-        n_size = _aligned(node.size, alloc.alignment)  # its nbytes, set before it takes the parent's memory
+        n_size = _aligned(node.size, alloc.alignment)  # its alloc size, set as it takes the parent's memory
         if p_size > n_size:
             alloc.free(parent.offset + n_size, p_size - n_size)
 
@@ -286,9 +300,9 @@ class _Gallocr:
         if node.external or node.allocated or node.view_src is not None:
             return
         node.allocated = True
-        node.size = node.nbytes
         if node.op in INPLACE_OPS and self._reuse_parent(node):
             return
+        node.size = self.size_in(node, buffer_id)
         node.buffer_id = buffer_id
         node.offset = self.allocs[buffer_id].alloc(node.size)
         if self.tape is not None:
@@ -329,6 +343,7 @@ class _Gallocr:
         """``node`` takes ``parent``'s memory; the part of ``extra_of``'s (the parent or its view source) that it
         does not need is freed."""
         node.buffer_id, node.offset = parent.buffer_id, parent.offset
+        node.size = self.size_in(node, parent.buffer_id)
         parent.allocated = False
         self.free_extra(node, extra_of)
         if self.tape is not None:
@@ -352,14 +367,17 @@ class _Gallocr:
             if event == _FREE:
                 free[t.buffer_id](t.offset, t.size)
                 continue
-            if t.ne is not ne or t.nb is not nb:
-                size = t.nbytes
-            t.size = size
             if event == _ALLOC:
+                if t.ne is not ne or t.nb is not nb or t.op in SOURCE_SIZED_OPS:
+                    size = self.size_in(t, arg)
+                t.size = size
                 t.buffer_id = arg
                 t.offset = alloc[arg](size)
             else:
                 parent, extra_of = arg
+                if t.ne is not ne or t.nb is not nb or t.op in SOURCE_SIZED_OPS:
+                    size = self.size_in(t, parent.buffer_id)
+                t.size = size
                 t.buffer_id, t.offset = parent.buffer_id, parent.offset
                 self.free_extra(t, extra_of)
 

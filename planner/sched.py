@@ -35,13 +35,14 @@ alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.ggml_types import weight_type as weight_type_of
 from rsplan.planner import ggml_ops as g
+from rsplan.planner.cuda_alloc import cuda_alloc_size
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 from rsplan.planner.placement import Placement
 from rsplan.planner.weight_placement import (
@@ -81,6 +82,7 @@ class DeviceKind:
         pipeline: the device reports async compute and events (pipeline parallelism possible).
         exact: the model is complete for this kind and was checked against llama.cpp.
         source: where the rules come from.
+        alloc_size: the device buffer type's ``get_alloc_size`` where it is not ggml_nbytes (planner.cuda_alloc).
     """
 
     name: str
@@ -89,19 +91,21 @@ class DeviceKind:
     pipeline: bool
     exact: bool
     source: str
+    alloc_size: Callable[[Tensor], int] | None = None
 
 
 _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (taken as every op), offload_op get_op_batch_size >= 32 (MUL_MAT ne1, "
                 "MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props async + events, host buffers not "
-                "readable by a discrete GPU; not modelled: graph_optimize's allocation dependencies for fused ops, "
-                "the flash-attention f16 scratch in get_alloc_size, integrated GPUs")
+                "readable by a discrete GPU, get_alloc_size (quantized rows padded to 512, flash attention's f16 "
+                "K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them); not modelled: "
+                "graph_optimize's allocation dependencies for fused ops, integrated GPUs")
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
                       "alloc size of the remote CPU backend (32, ggml_nbytes)"),
-    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE),
-    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE),
-    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE),
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size),
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size),
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size),
 }
 
 
@@ -563,7 +567,8 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
     s.redirected = redirected
     splits, copies = s.split()
     sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
-    buffers = (*(Buffer(setup.kind.alignment) for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
+    buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
+                 for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
     return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies)
 
 

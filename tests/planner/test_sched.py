@@ -161,27 +161,38 @@ def test_a_weight_without_a_layer_is_refused():
         schedule(b.graph, SchedSetup(RPC, _placement()), 16)
 
 
-def _host_weight_graph() -> Graph:
-    """One layer on the host (``-ngl 0``): y = ffn_up [256 -> 64] of 32 tokens (x: 256 x 32 f32 = 32,768 B)."""
+def _host_weight_graph(n_in: int = 512) -> Graph:
+    """One layer on the host (``-ngl 0``): y = ffn_up [n_in -> 64] of 32 tokens (x: n_in x 32 f32)."""
     b = g.GraphBuilder()
     g.set_layer(0)
-    x = g.input_tensor(g.F32, 256, 32, name="x")
-    y = g.mul_mat(g.weight(256, 64, name="ffn_up"), x)
+    x = g.input_tensor(g.F32, n_in, 32, name="x")
+    y = g.mul_mat(g.weight(n_in, 64, name="ffn_up"), x)
     g.set_layer(None)
     b.set_output(y)
     b.expand(y)
     return b.graph
 
 
+def _q4_k_setup(n_in: int, kind: str = "CUDA") -> SchedSetup:
+    tensors = LayerTensors.of([("blk.0.ffn_up.weight", (n_in, 64))], {"blk.0.ffn_up.weight": "q4_K"})
+    return SchedSetup(DEVICE_KINDS[kind], place_layers(1, 1, n_gpu_layers=0), tensors=tensors)
+
+
 def test_a_host_weight_copied_to_a_cuda_device_has_its_files_type():
     # CUDA's offload_op takes the MUL_MAT (batch 32 >= 32) to the device, which copies its sources there: x
-    # (32,768 B) and the weight as stored, q4_K: 256 / 256 blocks x 144 B x 64 rows = 9,216 B (the graph builders
-    # give weights f32 shapes only: 65,536 B). With y (64 x 32 f32 = 8,192 B): 32,768 + 9,216 + 8,192 = 50,176 on
-    # the device (each a multiple of the 128-byte alignment); the host holds x, 32,768 B.
-    placement = place_layers(1, 1, n_gpu_layers=0)
-    tensors = LayerTensors.of([("blk.0.ffn_up.weight", (256, 64))], {"blk.0.ffn_up.weight": "q4_K"})
-    r = schedule(_host_weight_graph(), SchedSetup(DEVICE_KINDS["CUDA"], placement, tensors=tensors), 32)
-    assert (r.bytes, r.n_splits) == ((50_176, 32_768), 1)
+    # (512 x 32 f32 = 65,536 B) and the weight as stored, q4_K: 512 / 256 blocks x 144 B x 64 rows = 18,432 B (the
+    # graph builders give weights f32 shapes only: 131,072 B). With y (64 x 32 f32 = 8,192 B): 65,536 + 18,432 +
+    # 8,192 = 92,160 on the device (each a multiple of the 128-byte alignment); the host holds x, 65,536 B.
+    r = schedule(_host_weight_graph(512), _q4_k_setup(512), 32)
+    assert (r.bytes, r.n_splits) == ((92_160, 65_536), 1)
+
+
+def test_a_quantized_copy_on_cuda_gets_a_padding_row():
+    # rows of 256 elements, not a multiple of MATRIX_ROW_PADDING (512): CUDA's get_alloc_size adds a row of the
+    # 256 missing elements, one q4_K block (144 B), to the weight's 1 x 144 x 64 = 9,216 B: 9,360, aligned to 128:
+    # 9,472. Device: x 32,768 + 9,472 + y 8,192 = 50,432; host: x, 32,768.
+    r = schedule(_host_weight_graph(256), _q4_k_setup(256), 32)
+    assert r.bytes == (50_432, 32_768)
 
 
 def test_a_host_weight_copy_without_the_models_types_is_refused():
