@@ -3,8 +3,8 @@ llama.cpp 0c1e57098): what ggml-alloc reserves for a tensor in a CUDA (ROCm, MUS
 ``ggml_nbytes``:
 
 - a quantized tensor whose rows are not a multiple of ``MATRIX_ROW_PADDING`` (512) elements gets one more row of
-  the missing elements (ggml/src/ggml-cuda/ggml-cuda.cu:912 [TAG_ALLOC_SIZE_EXPAND]): in a compute buffer, the
-  copy of a quantized host weight that an offloaded op reads;
+  the missing elements (ggml/src/ggml-cuda/ggml-cuda.cu:912 ggml_is_quantized, marked TAG_ALLOC_SIZE_EXPAND): in
+  a compute buffer, the copy of a quantized host weight that an offloaded op reads;
 - ``FLASH_ATTN_EXT`` gets, after its result (padded to 128 bytes each), f16 copies of K and of V where the kernel
   needs f16 and they are not (ggml/src/ggml-cuda/fattn.cu:722 ggml_cuda_flash_attn_ext_get_alloc_size,
   fattn-common.cuh:53 ggml_cuda_flash_attn_ext_get_f16_extra_data): a quantized or bf16 cache under the tensor-core
