@@ -46,7 +46,9 @@ def test_fit_reads_minus_one_as_auto_and_still_moves_layers(ngl):
 @pytest.mark.parametrize(("ngl", "shown"), [("-5", "-5"), ("-2", "-2"), ("all", "-2"), ("+3", "3"), (" 3", "3"),
                                             ("3x", "3"), ("99", "99")])
 def test_fit_stops_at_any_other_user_ngl_as_llamacpp(ngl, shown):
-    r = run(*FIT_TIGHT, "-ngl", ngl)
+    # 1 GiB, less the 1 GiB margin --fit keeps free: too little even for 3 layers' weights (559 MiB), so --fit
+    # must act, and a user's -ngl stops it (at 2 GiB, -ngl 3 fits once the context is lowered)
+    r = run(*FIT_TIGHT[:5], "--budget", "1GiB", *FIT_TIGHT[7:], "-ngl", ngl)
     assert r.exit_code == 0, r.output
     assert f"--fit gives up: n_gpu_layers already set by user to {shown}, abort" in r.output
 
