@@ -66,9 +66,10 @@ CONTEXTS = (4096, 256, 40960, 1000, 196608)
 STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
 
 
-def setups(n_layer_all: int, moe: bool = False) -> dict[str, Any]:
+def setups(n_layer_all: int, moe: bool = False, tensors: Any = None) -> dict[str, Any]:
     """The placements of tests/planner/test_device_compute_shapes.py (``PLACEMENTS``), then partial offload
-    (``OFFLOAD``) and, with ``moe``, experts moved by ``--n-cpu-moe`` and ``-ot`` (``MOE``)."""
+    (``OFFLOAD``) and, with ``moe``, experts moved by ``--n-cpu-moe`` and ``-ot`` (``MOE``); each with the model's
+    ``tensors`` (planner.sched.LayerTensors: a weight an offloaded op reads is copied to the device in its type)."""
     from rsplan.planner.placement import place_layers
     from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
     from rsplan.planner.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
@@ -103,7 +104,7 @@ def setups(n_layer_all: int, moe: bool = False) -> dict[str, Any]:
             "cuda-ncmoe-nkvo": SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=None, offload_kqv=False),
                                           tuple(n_cpu_moe_overrides(2)), False),
         }
-    return out
+    return {k: dataclasses.replace(v, tensors=tensors) for k, v in out.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,8 +400,10 @@ class Survey:
             self.say(f"  MISMATCH {what} [{path}]:\n    kept     {got}\n    ordinary {want}")
 
     def preset(self, name: str) -> dict[str, Any]:
+        from rsplan.errors import RsplanError
         from rsplan.hparams.layout import cache_layout
         from rsplan.hparams.sources import load_builtin_preset
+        from rsplan.planner.quant_weights import quantized_weights
 
         spec = load_builtin_preset(name)
         # a preset without a vocabulary size has no compute model: what it lacks of STAND_INS
@@ -415,7 +418,11 @@ class Survey:
                                "commands_device_paths": Counter(), "commands_cpu_paths": Counter(),
                                "command_status": Counter()}
         t0 = time.time()
-        all_setups = setups(layout.n_layer_all, moe=bool(spec.expert_count))
+        try:  # the Q8_0 types a weight copied to a device takes (none: such a copy is refused alike on both sides)
+            tensors = quantized_weights(spec, "Q8_0").layer_tensors()
+        except RsplanError:
+            tensors = None
+        all_setups = setups(layout.n_layer_all, moe=bool(spec.expert_count), tensors=tensors)
         grid = series_of(spec, layout, self.args)
         self.say(f"== {name} (arch {spec.arch}, {layout.n_layer_all} layers): {len(grid)} series x "
                  f"{len(self.args.contexts)} contexts")

@@ -13,7 +13,7 @@ model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.model import ModelSpec
@@ -21,6 +21,9 @@ from rsplan.hparams.tensors import MissingFieldError, tensor_list, tensor_type
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.host_weights import WeightTable
 from rsplan.planner.quant import QuantPlan, WeightTensor, quant_model, quantize_plan
+
+if TYPE_CHECKING:
+    from rsplan.planner.sched import LayerTensors
 
 #: The converter's output type the plan starts from (llama-quantize's usual input).
 SOURCE_OUTTYPE = "bf16"
@@ -47,6 +50,14 @@ class QuantWeights:
     def table(self) -> tuple[tuple[str, int], ...]:
         """(name, bytes) of every tensor in the file, bytes = ggml_nbytes (planner.breakdown's tensor table)."""
         return tuple((t.name, t.n_bytes) for t in self.plan.tensors)
+
+    def layer_tensors(self) -> LayerTensors:
+        """The loaded tensors' names, shapes and types as the scheduler model reads them (planner.sched.LayerTensors:
+        which GGUF tensor a graph weight is, and the type of its copy on a device)."""
+        from rsplan.planner.sched import LayerTensors
+
+        loaded = [t for t in self.plan.tensors if t.name in self.loaded]
+        return LayerTensors.of(((t.name, t.ne) for t in loaded), {t.name: t.type for t in loaded})
 
     @property
     def rows(self) -> tuple[tuple[str, int], ...]:

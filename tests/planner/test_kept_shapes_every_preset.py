@@ -16,6 +16,8 @@ n_outputs_max given), each on a few presets.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rsplan.hparams.layout import cache_layout
@@ -24,7 +26,8 @@ from rsplan.planner import compute
 from rsplan.planner import device_compute as dc
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.placement import place_layers
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.quant_weights import quantized_weights
+from rsplan.planner.sched import DEVICE_KINDS, LayerTensors, SchedSetup
 from rsplan.planner.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
 
 #: Per-sequence contexts: the first builds, the others are sized on its graphs, but for 256 with -np 1: -c 256 then
@@ -37,9 +40,15 @@ STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
 PRESETS = builtin_preset_names()
 
 
-def setup_of(where: str, n_layer_all: int) -> SchedSetup:
+def setup_of(where: str, n_layer_all: int, tensors: LayerTensors | None = None) -> SchedSetup:
     """The placements of test_device_compute_shapes.py, then benchmarks/survey_kept_shapes.py's partial offload
-    and expert ones (-ngl counts from the output layer: -ngl 1 is the output layer alone on the device)."""
+    and expert ones (-ngl counts from the output layer: -ngl 1 is the output layer alone on the device), with the
+    model's ``tensors``: a weight that an offloaded op reads from another buffer is copied in its own type
+    (planner.sched.copy_layout)."""
+    return dataclasses.replace(_placed(where, n_layer_all), tensors=tensors)
+
+
+def _placed(where: str, n_layer_all: int) -> SchedSetup:
     cuda, rpc, n, half = DEVICE_KINDS["CUDA"], DEVICE_KINDS["RPC"], n_layer_all, n_layer_all // 2
     more = {
         "cuda-ngl-half": lambda: SchedSetup(cuda, place_layers(n, 1, n_gpu_layers=half)),
@@ -124,7 +133,7 @@ def cpu_ordinary(spec, layout, params: ContextParams, mtp: bool, n_out: int | No
 
 
 def check(spec, layout, s: dict, *, mtp: bool = False, n_rs_seq: int = 0) -> None:
-    setup = setup_of(s["where"], layout.n_layer_all)
+    setup = setup_of(s["where"], layout.n_layer_all, quantized_weights(spec, "Q8_0").layer_tensors())
     n_out = s["n_seq"] if mtp else None  # the draft context's outputs, as planner.fit_draft asks for them
     dc.SHAPES.clear()
     compute.CPU_SHAPES.clear()
