@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from rsplan.errors import BackendError, printable
-from rsplan.hparams.ggml_types import TENSOR_ALIGNMENT, ggml_type, row_nbytes, weight_type
+from rsplan.hparams.ggml_types import TENSOR_ALIGNMENT, GGMLType, ggml_type, row_nbytes, weight_type
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,15 @@ class BufferRule:
         ``type_name``: any ggml type (WEIGHT_TYPES: ``q4_K``, ``iq4_xs``, ... for weights; in any case, as GGUF
         readers write ``q4_k``); a name outside that table is looked up as a cache type, whose error names the
         allowed ones."""
-        size = n_bytes
-        type_ = weight_type(type_name) or ggml_type(type_name)
-        if self.row_padding and type_.is_quantized and ne0 % self.row_padding:
-            size += row_nbytes(type_, self.row_padding - ne0 % self.row_padding)
+        size = self.padded_size(n_bytes, weight_type(type_name) or ggml_type(type_name), ne0)
         return -(-size // self.alignment) * self.alignment
+
+    def padded_size(self, n_bytes: int, type_: GGMLType, ne0: int) -> int:
+        """``get_alloc_size`` of a tensor of ``n_bytes`` (ggml_nbytes) of ``type_`` with rows of ``ne0`` elements,
+        before alignment: the row padding of a quantized tensor added."""
+        if self.row_padding and type_.is_quantized and ne0 % self.row_padding:
+            return n_bytes + row_nbytes(type_, self.row_padding - ne0 % self.row_padding)
+        return n_bytes
 
 
 @dataclass(frozen=True)

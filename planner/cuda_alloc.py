@@ -2,7 +2,7 @@
 llama.cpp 0c1e57098): what ggml-alloc reserves for a tensor in a CUDA (ROCm, MUSA) buffer, where it is not
 ``ggml_nbytes``:
 
-- a quantized tensor whose rows are not a multiple of ``MATRIX_ROW_PADDING`` (512) elements gets one more row of
+- a quantized tensor whose rows are not a multiple of MATRIX_ROW_PADDING (512) elements gets one more row of
   the missing elements (ggml/src/ggml-cuda/ggml-cuda.cu:912 ggml_is_quantized, marked TAG_ALLOC_SIZE_EXPAND): in
   a compute buffer, the copy of a quantized host weight that an offloaded op reads;
 - ``FLASH_ATTN_EXT`` gets, after its result (padded to 128 bytes each), f16 copies of K and of V where the kernel
@@ -19,10 +19,9 @@ vector kernels compiled are the default build's (GGML_CUDA_FA_QUANTS ``q4_0-q4_0
 
 from __future__ import annotations
 
-from rsplan.planner.ggml_alloc import Tensor
+from rsplan.planner.buffers import CUDA_RULE
+from rsplan.planner.ggml_alloc import Tensor, aligned
 
-#: ggml-cuda MATRIX_ROW_PADDING: quantized rows are padded to this many elements.
-MATRIX_ROW_PADDING = 512
 #: fattn-common.cuh FATTN_KQ_STRIDE: the KV cells a kernel tile covers.
 FATTN_KQ_STRIDE = 256
 #: ggml_cuda_fattn_kv_type_supported: K/V types flash attention takes on CUDA.
@@ -41,16 +40,10 @@ _ALIGN = 128  # GGML_PAD of the f16 copies' starts
 
 
 def cuda_alloc_size(t: Tensor) -> int:
-    """The bytes ggml-alloc reserves for ``t`` in a CUDA buffer (module docstring)."""
+    """The bytes ggml-alloc reserves for ``t`` in a CUDA buffer (module docstring): the row padding is the one
+    CUDA's buffers give weights and caches too (planner.buffers.CUDA_RULE)."""
     size = _flash_attn_size(t) if t.op == "FLASH_ATTN_EXT" else t.nbytes
-    ne0, tt = t.ne[0], t.type
-    if tt.is_quantized and ne0 % MATRIX_ROW_PADDING:
-        size += (MATRIX_ROW_PADDING - ne0 % MATRIX_ROW_PADDING) // tt.block_size * tt.type_size
-    return size
-
-
-def _pad(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+    return CUDA_RULE.padded_size(size, t.type, t.ne[0])
 
 
 def _n_elements(t: Tensor) -> int:
@@ -73,11 +66,11 @@ def _flash_attn_size(dst: Tensor) -> int:
     else:
         need_k = need_v = True
     if need_k and k.type.name != "f16":
-        end = _pad(end) + _n_elements(k) * 2
+        end = aligned(end, _ALIGN) + _n_elements(k) * 2
     v_is_k_view = v.view_src is not None and (v.view_src is k or (v.view_src is k.view_src
                                                                     and v.view_offs == k.view_offs))
     if need_v and v.type.name != "f16" and not v_is_k_view:
-        end = _pad(end) + _n_elements(v) * 2
+        end = aligned(end, _ALIGN) + _n_elements(v) * 2
     return end
 
 

@@ -118,7 +118,8 @@ class Graph:
     varying: set[Tensor] | None = field(default=None, repr=False, compare=False)
 
 
-def _aligned(size: int, alignment: int) -> int:
+def aligned(size: int, alignment: int) -> int:
+    """``size`` rounded up to a multiple of ``alignment`` (GGML_PAD)."""
     return (size + alignment - 1) // alignment * alignment
 
 
@@ -185,7 +186,8 @@ def reserve_size(graph: Graph, alignment: int, keep: bool = False) -> int:
 
 
 #: Ops whose allocation size a buffer type may compute from their sources' shapes as well as their own (CUDA's
-#: flash-attention f16 scratch, planner.cuda_alloc): a replay sizes them again even where their own shape is kept.
+#: flash-attention f16 scratch, planner.cuda_alloc): a tape records no shape for them in such a buffer, so that a
+#: replay sizes them again even where their own shape is kept.
 SOURCE_SIZED_OPS = frozenset({"FLASH_ATTN_EXT"})
 
 
@@ -242,7 +244,8 @@ class _Tape:
         self.key = key
         self.holds = holds
         self.events: list[tuple[int, Tensor, Any, Any, Any, int]] = []  # (event, tensor, its
-        # buffer id or (parent, extra_of), then for a tensor placed: its ne, nb and size when recorded)
+        # buffer id or (parent, extra_of), then for a tensor placed: its ne (None: sized again at each replay), nb
+        # and size when recorded)
         self.layouts: list[tuple[Tensor, Tensor, bool]] = []  # (node, parent, same layout)
         self.view_starts: list[tuple[Tensor, bool]] = []  # (view parent, view_offs == 0)
 
@@ -286,11 +289,17 @@ class _Gallocr:
         sizer = self.sizers[buffer_id]
         return t.nbytes if sizer is None else sizer(t)
 
+    def _kept_shape(self, t: Tensor, buffer_id: int) -> tuple[int, ...] | None:
+        """The shape a tape records for ``t``, placed in ``buffer_id``: its own, or None where its size there also
+        follows its sources' shapes (SOURCE_SIZED_OPS in a buffer with its own alloc size), so that every replay
+        sizes it again."""
+        return None if t.op in SOURCE_SIZED_OPS and self.sizers[buffer_id] is not None else t.ne
+
     def free_extra(self, node: Tensor, parent: Tensor) -> None:
         """ggml_gallocr_free_extra_space: ``node`` reuses ``parent``'s memory; free what it does not need."""
         alloc = self.allocs[parent.buffer_id]
-        p_size = _aligned(parent.size, alloc.alignment)
-        n_size = _aligned(node.size, alloc.alignment)  # its alloc size, set as it takes the parent's memory
+        p_size = aligned(parent.size, alloc.alignment)
+        n_size = aligned(node.size, alloc.alignment)  # its alloc size, set as it takes the parent's memory
         if p_size > n_size:
             alloc.free(parent.offset + n_size, p_size - n_size)
 
@@ -306,7 +315,7 @@ class _Gallocr:
         node.buffer_id = buffer_id
         node.offset = self.allocs[buffer_id].alloc(node.size)
         if self.tape is not None:
-            self.tape.events.append((_ALLOC, node, buffer_id, node.ne, node.nb, node.size))
+            self.tape.events.append((_ALLOC, node, buffer_id, self._kept_shape(node, buffer_id), node.nb, node.size))
 
     def _reuse_parent(self, node: Tensor) -> bool:
         """The in-place branch of ggml_gallocr_allocate_node: take over the memory (and buffer) of the first parent
@@ -347,7 +356,8 @@ class _Gallocr:
         parent.allocated = False
         self.free_extra(node, extra_of)
         if self.tape is not None:
-            self.tape.events.append((_IN_PLACE, node, (parent, extra_of), node.ne, node.nb, node.size))
+            self.tape.events.append((_IN_PLACE, node, (parent, extra_of), self._kept_shape(node, parent.buffer_id),
+                                     node.nb, node.size))
 
     def free(self, node: Tensor) -> None:
         """ggml_gallocr_free_node (graph outputs are never freed)."""
@@ -367,18 +377,16 @@ class _Gallocr:
             if event == _FREE:
                 free[t.buffer_id](t.offset, t.size)
                 continue
+            buffer_id = arg if event == _ALLOC else arg[0].buffer_id
+            if t.ne is not ne or t.nb is not nb:
+                size = self.size_in(t, buffer_id)
+            t.size = size
+            t.buffer_id = buffer_id
             if event == _ALLOC:
-                if t.ne is not ne or t.nb is not nb or t.op in SOURCE_SIZED_OPS:
-                    size = self.size_in(t, arg)
-                t.size = size
-                t.buffer_id = arg
-                t.offset = alloc[arg](size)
+                t.offset = alloc[buffer_id](size)
             else:
                 parent, extra_of = arg
-                if t.ne is not ne or t.nb is not nb or t.op in SOURCE_SIZED_OPS:
-                    size = self.size_in(t, parent.buffer_id)
-                t.size = size
-                t.buffer_id, t.offset = parent.buffer_id, parent.offset
+                t.offset = parent.offset
                 self.free_extra(t, extra_of)
 
     def alloc_graph(self, graph: Graph, node_ids: list[int] | None, leaf_ids: list[int] | None) -> None:
