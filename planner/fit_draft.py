@@ -117,11 +117,8 @@ class DraftMemory:
         kind = DEVICE_KINDS.get(target.device_kind)
         if target.n_devices and self.compute_override is None and kind is not None:
             params = self.params(n_ctx)
-            try:
-                tensors = target.layer_tensors() if target.weights else None
-            except RsplanError:
-                tensors = None  # only a weight copied to a device needs them: the scheduler model says so there
-            setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv, tensors=tensors)
+            setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv,
+                               tensors=target.known_layer_tensors())
             try:
                 got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
                                      real_run=target.real_run, dry_run=not target.real_run, mtp_draft=True,
@@ -129,8 +126,8 @@ class DraftMemory:
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
             except SchedModelError:
-                got = None  # as the target's (MemoryModel._scheduled): the CPU figure where the draft runs
-            if got is not None:
+                pass  # as the target's (MemoryModel._scheduled): the CPU figure where the draft runs, below
+            else:
                 return scheduled_figures(got, target.real_run)
         mtp_units = placement.unit_device[self.layout.n_layer:]  # the nextn layers, then the output layer
         return charged_where_units_run(self.compute_bytes(n_ctx), mtp_units, target.n_devices)

@@ -212,6 +212,16 @@ class MemoryModel:
                                             types)
         return self._tensors
 
+    def known_layer_tensors(self) -> LayerTensors | None:
+        """``layer_tensors`` where the weights and their names are known, else None: without -ot only a weight
+        copied to a device needs them (its type), and the scheduler model says so where one is."""
+        if not self.weights:
+            return None
+        try:
+            return self.layer_tensors()
+        except RsplanError:
+            return None
+
     def compute_split(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int]:
         """(compute per device, host compute) of one start: the scheduler model's dry-run figures with devices,
         else the CPU figure where a layer runs (module docstring)."""
@@ -237,13 +247,11 @@ class MemoryModel:
                                      "charged to every device that runs a layer")
             return None
         try:
-            tensors = self.layer_tensors() if flags.overrides or self.weights else None
+            tensors = self.layer_tensors() if flags.overrides else self.known_layer_tensors()
         except RsplanError as exc:
-            if flags.overrides:
-                self.compute_estimate = (f"scheduler model not applicable (the tensor names -ot patterns match are "
-                                         f"unknown: {exc}): the CPU compute buffer is charged")
-                return None
-            tensors = None  # only a weight copied to a device needs them (its type): sched says so where one is
+            self.compute_estimate = (f"scheduler model not applicable (the tensor names -ot patterns match are "
+                                     f"unknown: {exc}): the CPU compute buffer is charged")
+            return None
         setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv, tensors=tensors)
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
