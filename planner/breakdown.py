@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsplan.errors import ContextError, RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
@@ -42,6 +42,9 @@ from rsplan.planner.outputs import (
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
 from rsplan.planner.weight_placement import gguf_weights, loaded, place_weights
+
+if TYPE_CHECKING:
+    from rsplan.planner.sched import LayerTensors
 
 
 class BreakdownError(RsplanError):
@@ -236,6 +239,7 @@ def build_breakdown(
         notes.append("model bytes: the weights' total spread over the layers (an estimate: llama.cpp pads each "
                      "tensor and keeps the token embedding on the host)")
     context = sum(plan.buffer_bytes[kind].values())
+    tensors = None if kind == "CPU" else _layer_tensors(table)
     rows: list[BufferBreakdown] = []
     if kind == "CPU":
         # the caches and the compute buffer are in CPU; the weights in CPU_Mapped / CPU / CPU_REPACK
@@ -244,7 +248,8 @@ def build_breakdown(
         rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
                     if name != "CPU")
     else:
-        dev_compute, host_compute = _gpu_compute(spec, params, layout, tool, n_draft, embeddings, backend, notes)
+        dev_compute, host_compute = _gpu_compute(spec, params, layout, tool, n_draft, embeddings, backend, notes,
+                                                 tensors=tensors)
         rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, dev_compute))
         # the CPU backend's compute buffer is in the first GPU's host buffer type (src/llama-context.cpp:415
         # host_buft), named CUDA_Host (ggml/src/ggml-cuda/ggml-cuda.cu:1257 ggml_backend_cuda_host_buffer_type_name)
@@ -253,22 +258,37 @@ def build_breakdown(
         rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
                     if name not in (backend, "CUDA_Host"))
     ctx = resolve_context(layout, params)
-    draft = _draft(spec, params, layout, ctx, kind, backend, notes) if mtp else None
+    draft = _draft(spec, params, layout, ctx, kind, backend, notes, tensors) if mtp else None
     server = _server_host(spec, layout, params, ctx, draft is not None) if tool == "server" else None
     return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server)
 
 
+def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
+    """The scheduler model's view of the model's tensor table (names, shapes, types), where it is known: the
+    type of a weight a device copies from another buffer (an op CUDA does not run, planner.cuda_ops, copies the
+    device's weights it reads to the host)."""
+    if table is None:
+        return None
+    from rsplan.planner.sched import LayerTensors  # loaded with the GPU path only
+
+    names = [name for name, _ in table.tensors]
+    return LayerTensors.of(zip(names, table.shapes, strict=True),
+                           {name: type_ for name, (type_, _) in zip(names, table.rows, strict=True)})
+
+
 def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,
                  embeddings: bool, backend: str, notes: list[str], *, mtp_draft: bool = False,
-                 n_outputs_max: int | None = None) -> tuple[int | None, int | None]:
+                 n_outputs_max: int | None = None, tensors: LayerTensors | None = None
+                 ) -> tuple[int | None, int | None]:
     """(device, host) compute buffers of a real run with every layer on one CUDA device: the scheduler model
     (planner.sched) with CUDA's rules, an estimate (said in ``notes``); (None, None) where it does not apply.
-    ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags)."""
+    ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags). ``tensors``: the
+    model's tensors with their types, where known."""
     from rsplan.planner.device_compute import device_compute
     from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
 
     kind = DEVICE_KINDS["CUDA"]
-    setup = SchedSetup(kind, place_layers(spec.block_count, 1))
+    setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors)
     what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
     try:
         got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,
@@ -297,7 +317,7 @@ def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, ct
 
 
 def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: EffectiveContext, kind: str,
-           backend: str, notes: list[str]) -> DraftContext | None:
+           backend: str, notes: list[str], tensors: LayerTensors | None) -> DraftContext | None:
     # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, its own cache
     # types (-ctkd / -ctvd, default f16, not -ctk / -ctv), no rollback planes, -np outputs (mtp_draft_params)
     draft = mtp_draft_params(params, ctx.n_ctx)
@@ -316,7 +336,7 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
             notes.append(f"MTP draft compute buffer: {exc}")
     else:  # the target's own note says these are the scheduler model's estimate with CUDA's rules
         compute_bytes, host_compute = _gpu_compute(spec, draft, layout, "cli", 0, False, backend, notes,
-                                                   mtp_draft=True, n_outputs_max=draft.n_seq_max)
+                                                   mtp_draft=True, n_outputs_max=draft.n_seq_max, tensors=tensors)
     try:
         output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,
                                      buffer_type="CPU" if kind == "CPU" else "CUDA_Host").bytes

@@ -27,9 +27,10 @@ and every device reports async compute and events (llama_context's constructor):
 
 What each device kind does is data (``DEVICE_KINDS``): RPC devices (a CPU backend behind the wire: supports every
 op, offloads none, 32-byte alignment, ``ggml_nbytes`` as allocation size) are checked against llama.cpp; for CUDA
-(and its ROCm / MUSA builds) the rules above come from the source, but the allocation dependencies its
-``graph_optimize`` adds for fused ops and the flash-attention scratch its ``get_alloc_size`` adds are not modelled,
-so its figures are estimates (``DeviceKind.exact`` False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's
+(and its ROCm / MUSA builds) the rules above come from the source, with its allocation sizes (planner.cuda_alloc)
+and the ops it does not run (planner.cuda_ops: passes 1 and 2 leave them unassigned, pass 3 gives them the CPU),
+but the allocation dependencies its ``graph_optimize`` adds for fused ops are not modelled and nothing was run on
+a GPU, so its figures are estimates (``DeviceKind.exact`` False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's
 alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
 """
 
@@ -43,6 +44,7 @@ from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.ggml_types import weight_type as weight_type_of
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.cuda_alloc import cuda_alloc_size
+from rsplan.planner.cuda_ops import cuda_supports_op
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 from rsplan.planner.placement import Placement
 from rsplan.planner.weight_placement import (
@@ -83,6 +85,8 @@ class DeviceKind:
         exact: the model is complete for this kind and was checked against llama.cpp.
         source: where the rules come from.
         alloc_size: the device buffer type's ``get_alloc_size`` where it is not ggml_nbytes (planner.cuda_alloc).
+        supports_op: the device's ``supports_op`` for a node (planner.cuda_ops); None: every op (the CPU's, and an
+            RPC server's CPU backend).
     """
 
     name: str
@@ -92,9 +96,11 @@ class DeviceKind:
     exact: bool
     source: str
     alloc_size: Callable[[Tensor], int] | None = None
+    supports_op: Callable[[Tensor], bool] | None = None
 
 
-_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (taken as every op), offload_op get_op_batch_size >= 32 (MUL_MAT ne1, "
+_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, every "
+                "other op taken as supported), offload_op get_op_batch_size >= 32 (MUL_MAT ne1, "
                 "MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props async + events, host buffers not "
                 "readable by a discrete GPU, get_alloc_size (quantized rows padded to 512, flash attention's f16 "
                 "K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them); not modelled: "
@@ -103,9 +109,9 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
                       "alloc size of the remote CPU backend (32, ggml_nbytes)"),
-    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size),
-    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size),
-    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size),
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op),
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op),
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op),
 }
 
 
@@ -320,12 +326,19 @@ class _Sched:
         for src in t.src:
             if src.kind == "weight":
                 b = src.home
+                if not self.runs(t, b):  # ggml_backend_sched_backend_from_buffer: no backend both reads the
+                    return -1  # weight's buffer and runs the op
                 if self.setup.op_offload and b == self.cpu:
                     for dev in range(self.cpu):
-                        if _offloads(self.setup.kind, t):
+                        if self.runs(t, dev) and _offloads(self.setup.kind, t):
                             return dev
                 return b
         return -1
+
+    def runs(self, t: Tensor, backend: int) -> bool:
+        """ggml_backend_supports_op: the CPU runs every op; a device what its kind's ``supports_op`` says."""
+        supports = self.setup.kind.supports_op
+        return backend == self.cpu or supports is None or supports(t)
 
     def pin(self) -> None:
         """The assignments llama.cpp makes while building the graph (llama_context::graph_get_cb, -nkvo)."""
@@ -343,26 +356,37 @@ class _Sched:
             if t.backend == -1:
                 t.backend = self.from_cur(t)
 
-    @staticmethod
-    def expand(order: Sequence[Tensor], skip: int) -> None:
+    def expand(self, order: Sequence[Tensor], skip: int) -> None:
         """One expansion pass over ``order`` (the nodes that are not views): unassigned nodes take the backend of
-        the last assigned one; nodes of backend ``skip`` (the CPU, or -1 for none) stop the run instead."""
+        the last assigned one where it runs them (ggml_backend_sched_set_if_supported; an op it does not run stays
+        unassigned); nodes of backend ``skip`` (the CPU, or -1 for none) stop the run instead."""
         cur = -1
+        if self.setup.kind.supports_op is None:
+            for node in order:
+                b = node.backend
+                if b != -1:
+                    cur = -1 if b == skip else b
+                elif cur != -1:
+                    node.backend = cur
+            return
+        runs = self.runs
         for node in order:
             b = node.backend
             if b != -1:
                 cur = -1 if b == skip else b
-            elif cur != -1:
+            elif cur != -1 and runs(node, cur):
                 node.backend = cur
 
     def pass3(self) -> None:
-        """Unassigned nodes: the backend with the most inputs in a buffer it supports (no upgrades: every buffer
-        type here belongs to one backend)."""
+        """Unassigned nodes: of the backends that run the op, the one with the most inputs in a buffer it supports
+        (no upgrades: every buffer type here belongs to one backend)."""
         for node in self.graph.nodes:
             if node.op in VIEW_OPS or node.backend != -1:
                 continue
             best = -1
             for b in range(self.setup.n_backends):
+                if not self.runs(node, b):
+                    continue
                 n = sum(1 for s in node.src if _assigned(s) and self.supported(s, b))
                 if n > best:
                     best, node.backend = n, b
@@ -374,8 +398,8 @@ class _Sched:
             for src in node.src:
                 if src.backend == -1:
                     src.backend = src.view_src.backend if src.view_src is not None else node.backend
-            if node.backend == -1:
-                node.backend = 0
+            if node.backend == -1:  # the first backend that runs it (the CPU runs every op)
+                node.backend = next(b for b in range(self.setup.n_backends) if self.runs(node, b))
 
     def split(self) -> tuple[list[tuple[int, int, list[Tensor]]], dict[tuple[int, int], list[Tensor]]]:
         """Pass 5: the splits as (backend, first node, inputs) and the copies of each (source, backend); the
