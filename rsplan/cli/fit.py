@@ -86,7 +86,8 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
 
     Mirrors llama.cpp's start-up fitting (common/fit.cpp, on by default in llama-server and llama-cli) step by
     step, with rsplan's byte counts in place of its dry runs; -c defaults to 0 (the training context, reduced
-    as needed) as in llama.cpp. --load-mode / --no-mmap / --no-repack go into the command printed: llama.cpp's
+    as needed) as in llama.cpp. Where --fit gives up, the answer is printed and the exit status is 1, as
+    llama-fit-params's. --load-mode / --no-mmap / --no-repack go into the command printed: llama.cpp's
     --fit measures a dry run that never maps the file and keeps repacked weights at their size, so they do not
     change the fit.
 
@@ -132,6 +133,8 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
     )
     answer = run_fit(model_ref, params, opts)
     click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
+    if answer.result.failure:
+        ctx.exit(1)  # as llama-fit-params (tools/fit-params/fit-params.cpp:40 exit), the answer printed first
 
 
 def _host(text: str | None) -> dict[str, Any]:

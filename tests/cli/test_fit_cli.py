@@ -77,9 +77,15 @@ def test_bad_input_is_one_line(args, message):
 
 
 def test_user_layers_stop_the_search_and_say_so():
+    # llama-fit-params exits 1 where --fit gives up: so does rsplan fit, after printing its answer (the usage at
+    # the flags as given); JSON carries the failure
     r = run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "2GiB", "-ngl", "20", "--host-budget", "64GiB")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output
     assert "--fit gives up: n_gpu_layers already set by user to 20, abort" in r.output
+    assert "total MiB" in r.output
+    r = run("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "2GiB", "-ngl", "20", "--host-budget", "64GiB",
+            "--format", "json")
+    assert r.exit_code == 1 and json.loads(r.output)["failure"] == "n_gpu_layers already set by user to 20, abort"
 
 
 def test_checkpoints_follow_ctx_checkpoints_in_the_host_check():

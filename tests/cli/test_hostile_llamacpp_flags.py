@@ -49,7 +49,7 @@ def test_fit_stops_at_any_other_user_ngl_as_llamacpp(ngl, shown):
     # 1 GiB, less the 1 GiB margin --fit keeps free: too little even for 3 layers' weights (559 MiB), so --fit
     # must act, and a user's -ngl stops it (at 2 GiB, -ngl 3 fits once the context is lowered)
     r = run(*FIT_TIGHT[:5], "--budget", "1GiB", *FIT_TIGHT[7:], "-ngl", ngl)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # as llama-fit-params's when --fit gives up
     assert f"--fit gives up: n_gpu_layers already set by user to {shown}, abort" in r.output
 
 
@@ -164,6 +164,7 @@ def test_an_all_zero_split_leaves_fit_free(ts):
 
 def test_a_nonzero_split_stops_fit():
     r = run(*FIT_TWO, "-ts", "1,0")
+    assert r.exit_code == 1, r.output
     assert "--fit gives up: model_params::tensor_split already set by user, abort" in r.output
 
 
