@@ -13,6 +13,7 @@ it.)
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -62,13 +63,15 @@ def _stats() -> dict[str, int]:
 def test_output_is_the_same_with_and_without_kept_graphs(argv):
     runner = CliRunner()
     kept = runner.invoke(cli, [*argv, *HOST])
-    assert kept.exit_code == 0, kept.output
+    # 0, or 1 where fit's --fit gives up (as llama-fit-params), the answer printed all the same
+    gave_up = argv[0] == "fit" and kept.exit_code == 1 and json.loads(kept.output)["failure"]
+    assert kept.exit_code == 0 or gave_up, kept.output
     used = _stats()
     dc.SHAPES.clear()
     compute.CPU_SHAPES.clear()
     kept_shapes.KEPT = False
     plain = runner.invoke(cli, [*argv, *HOST])
-    assert plain.exit_code == 0, plain.output
+    assert plain.exit_code == kept.exit_code, plain.output
     assert plain.output == kept.output
     # the kept run sized settings on kept graphs (built with the cells symbolic, or reused); the other none
     assert used["built"] + used["reused"] > 0, used
