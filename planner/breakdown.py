@@ -299,6 +299,9 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     if not mtp_draft:  # the target's note covers the draft's figures too
         notes.append(f"compute buffers on {backend} and the host: the scheduler model with CUDA's rules, an "
                      f"estimate ({kind.source}); llama.cpp names the host one CUDA_Host; see docs/sizing.md")
+    host_ops = got.host_ops_note(backend)
+    if host_ops is not None:
+        notes.append(f"{'the MTP draft context: ' if mtp_draft else ''}{host_ops}")
     assert got.devices is not None and got.host is not None  # a real run was sized
     return got.devices[0], got.host
 

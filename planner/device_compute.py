@@ -51,6 +51,10 @@ class DeviceCompute:
         n_splits: splits of the first pp graph (the dry run's, else the real run's); n_copies: input copies (4 with
             pipeline parallelism).
         exact: the device kind's rules are complete and checked (planner.sched.DeviceKind.exact).
+        host_ops: the first pp graph's ops that the devices do not run, with their counts: llama.cpp runs them on
+            the CPU, their sources copied to the host at every ubatch (planner.cuda_ops).
+        flash_attn_off: ``-fa auto`` ended off: the probe put a flash attention off its layer's device (no kernel
+            on the device for these caches, or ``-nkvo``).
     """
 
     devices: tuple[int, ...] | None
@@ -60,6 +64,21 @@ class DeviceCompute:
     n_splits: int
     n_copies: int
     exact: bool
+    host_ops: tuple[tuple[str, int], ...] = ()
+    flash_attn_off: bool = False
+
+    def host_ops_note(self, where: str) -> str | None:
+        """One line on what runs on the host instead of the devices (``where``: the devices' name), or None."""
+        parts = []
+        if self.host_ops:
+            ops = ", ".join(f"{op} x{n}" for op, n in self.host_ops)
+            parts.append(f"{ops} of each ubatch's graph: no kernel on {where} for their shapes or types; llama.cpp "
+                         "runs them on the CPU, their inputs copied to the host (slower; counted in the host's compute "
+                         "buffer)")
+        if self.flash_attn_off:
+            parts.append("-fa auto ends off: llama.cpp's probe puts flash attention off its layer's device (no "
+                         f"kernel on {where} for these caches, or -nkvo)")
+        return "; ".join(parts) or None
 
 
 @paused_gc()
@@ -144,15 +163,17 @@ def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Cal
     return ctx, [(*graph, pins) for graph, pins in runs]
 
 
-def _combined(run: _Run, results: list[tuple[bool, tuple[int, ...], int, int]]) -> DeviceCompute:
-    """One DeviceCompute from each reserve's (pins, bytes per backend, splits, copies)."""
+def _combined(run: _Run, results: list[tuple[bool, tuple[int, ...], int, int, tuple[tuple[str, int], ...]]],
+              flash_attn_off: bool) -> DeviceCompute:
+    """One DeviceCompute from each reserve's (pins, bytes per backend, splits, copies, ops on the host)."""
     first = results[0]
-    real = [b for pins, b, _, _ in results if pins]
+    real = [b for pins, b, *_ in results if pins]
     most = tuple(max(b[i] for b in real) for i in range(run.setup.n_backends)) if real else None
     dry = first[1] if run.dry_run else None
     return DeviceCompute(devices=most[:-1] if most else None, host=most[-1] if most else None,
                          dry_devices=dry[:-1] if dry else None, dry_host=dry[-1] if dry else None,
-                         n_splits=first[2], n_copies=first[3], exact=run.setup.kind.exact)
+                         n_splits=first[2], n_copies=first[3], exact=run.setup.kind.exact, host_ops=first[4],
+                         flash_attn_off=flash_attn_off)
 
 
 def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
@@ -162,12 +183,12 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
         return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq, n_out)
 
     probe = lambda c, n: graph_of(c, "flash-attention probe", n, n, n)  # noqa: E731
-    ctx, reserves = _reserves(run, ctx, _n_out_max(run, ctx), probe, graph_of)
+    built, reserves = _reserves(run, ctx, _n_out_max(run, ctx), probe, graph_of)
     results = []
     for name, n_tok, n_sq, n_out, pins in reserves:
-        got = schedule(graph_of(ctx, name, n_tok, n_sq, n_out), run.setup, n_tok, pins=pins)
-        results.append((pins, got.bytes, got.n_splits, got.n_copies))
-    return _combined(run, results)
+        got = schedule(graph_of(built, name, n_tok, n_sq, n_out), run.setup, n_tok, pins=pins)
+        results.append((pins, got.bytes, got.n_splits, got.n_copies, got.host_ops))
+    return _combined(run, results, ctx.flash_attn and not built.flash_attn)
 
 
 class _Splits:
@@ -191,7 +212,9 @@ class _Splits:
             graph = graphs[(c.flash_attn, n, n, n)] = graph_of(c, "flash-attention probe", n, n, n)
             return graph
 
-        sym, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph, graph_of)
+        built, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph, graph_of)
+        self.flash_attn_off = sym.flash_attn and not built.flash_attn
+        sym = built
         self.run = run
         self.splits = [(pins, split_graph(graph_of(sym, name, n_tok, n_sq, n_out), run.setup, n_tok, pins, []))
                        for name, n_tok, n_sq, n_out, pins in reserves]
@@ -200,7 +223,8 @@ class _Splits:
     def at(self, k: int) -> DeviceCompute:
         """The sizing at KV cells ``256 * k`` (k in the interval the graphs were kept for)."""
         self.affine.set_at(k)
-        return _combined(self.run, [(pins, sg.sizes(keep=True), sg.n_splits, sg.n_copies) for pins, sg in self.splits])
+        return _combined(self.run, [(pins, sg.sizes(keep=True), sg.n_splits, sg.n_copies, sg.host_ops)
+                                    for pins, sg in self.splits], self.flash_attn_off)
 
 
 #: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks

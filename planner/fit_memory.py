@@ -154,6 +154,7 @@ class MemoryModel:
     keep_from: int | None = None
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    _host_ops: dict[tuple[object, ...], str] = field(default_factory=dict)
     _tensors: LayerTensors | None = None
     calls: int = 0
     #: why the per-device compute is an estimate (None: the scheduler model gave every figure, exact for the kind)
@@ -226,18 +227,28 @@ class MemoryModel:
         """(compute per device, host compute) of one start: the scheduler model's dry-run figures with devices,
         else the CPU figure where a layer runs (module docstring)."""
         if self.n_devices and self.compute_override is None:
-            key = (flags.n_ctx, placement.unit_device, placement.n_gpu_layers, flags.overrides)
+            key = self._key(flags, placement)
             if key not in self._per_device:
-                got = self._scheduled(flags, placement)
+                got = self._scheduled(flags, placement, key)
                 if got is not None:
                     self._per_device[key] = got
             if key in self._per_device:
                 return self._per_device[key]
         return charged_where_units_run(self.compute_bytes(flags.n_ctx), placement.unit_device, self.n_devices)
 
-    def _scheduled(self, flags: StartFlags, placement: Placement) -> tuple[tuple[int, ...], int] | None:
+    @staticmethod
+    def _key(flags: StartFlags, placement: Placement) -> tuple[object, ...]:
+        return (flags.n_ctx, placement.unit_device, placement.n_gpu_layers, flags.overrides)
+
+    def host_ops_note(self, flags: StartFlags) -> str | None:
+        """What of the graph runs on the host instead of the devices at ``flags`` (measured), or None."""
+        return self._host_ops.get(self._key(flags, self.placement(flags)))
+
+    def _scheduled(self, flags: StartFlags, placement: Placement,
+                   key: tuple[object, ...]) -> tuple[tuple[int, ...], int] | None:
         """planner.device_compute's figures (``real_run``: the real run's, else the dry run's), or None (with
-        ``compute_estimate`` saying why) where the scheduler model does not apply."""
+        ``compute_estimate`` saying why) where the scheduler model does not apply; what runs on the host instead
+        of the devices is kept by ``key`` (``host_ops_note``)."""
         from rsplan.planner.device_compute import device_compute
         from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
 
@@ -263,4 +274,7 @@ class MemoryModel:
             return None
         if not kind.exact and self.compute_estimate is None:
             self.compute_estimate = f"{kind.name} scheduler rules not verified against llama.cpp ({kind.source})"
+        note = got.host_ops_note(f"the {kind.name} devices")
+        if note is not None:
+            self._host_ops[key] = note
         return scheduled_figures(got, self.real_run)

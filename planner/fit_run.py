@@ -271,6 +271,9 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                             "yourself")
     if budgets and opts.compute is None and model.compute_estimate is not None:
         answer.notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
+    host_ops = model.host_ops_note(result.flags) if budgets and opts.compute is None else None
+    if host_ops is not None:
+        answer.notes.append(host_ops)
     held = None
     if table is not None:
         held = host_weights(table, weights, model.placement(result.flags), opts.host,

@@ -204,11 +204,12 @@ class SchedSetup:
 @dataclass(frozen=True)
 class SchedResult:
     """One reserve graph through the scheduler: bytes per backend (devices in order, then the CPU), the number of
-    splits and of input copies."""
+    splits and of input copies, and the ops the devices do not run (``SplitGraph.host_ops``)."""
 
     bytes: tuple[int, ...]
     n_splits: int
     n_copies: int
+    host_ops: tuple[tuple[str, int], ...] = ()
 
 
 def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher) -> int:
@@ -557,13 +558,14 @@ def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) 
             node.src = src
         for leaf, flag in zip(graph.leafs, flags, strict=True):
             leaf.flags = flag
-    return SchedResult(sizes, split.n_splits, split.n_copies)
+    return SchedResult(sizes, split.n_splits, split.n_copies, split.host_ops)
 
 
 @dataclass(frozen=True)
 class SplitGraph:
     """The scheduler's graph copy of one reserve, as ``ggml_gallocr_reserve_n`` receives it: its nodes and leafs,
-    the backend buffer of each, the buffers (devices in order, then the CPU)."""
+    the backend buffer of each, the buffers (devices in order, then the CPU); ``host_ops``: the ops of the graph
+    that the devices' kind does not run, each with its count (they run on the CPU), in graph order."""
 
     graph: Graph
     node_ids: list[int]
@@ -571,6 +573,7 @@ class SplitGraph:
     buffers: tuple[Buffer, ...]
     n_splits: int
     n_copies: int
+    host_ops: tuple[tuple[str, int], ...] = ()
 
     def sizes(self, keep: bool = False) -> tuple[int, ...]:
         """Each backend's compute buffer bytes (planner.ggml_alloc.reserve_sizes; ``keep``: the graph is sized
@@ -593,7 +596,23 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
     sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
     buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
                  for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
-    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies)
+    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies,
+                      refused_ops(graph, setup))
+
+
+def refused_ops(graph: Graph, setup: SchedSetup) -> tuple[tuple[str, int], ...]:
+    """The ops of assigned ``graph`` that ``setup``'s device kind does not run, with their counts, where every layer
+    is on a device (with layers on the host, the ops of those run there anyway); none where the kind runs every op.
+    Such an op is on the CPU after pass 3, so only the CPU's nodes are asked."""
+    supports = setup.kind.supports_op
+    if supports is None or not setup.full_offload:
+        return ()
+    counts: dict[str, int] = {}
+    cpu = setup.cpu
+    for node in graph.nodes:
+        if node.backend == cpu and node.op not in VIEW_OPS and not supports(node):
+            counts[node.op] = counts.get(node.op, 0) + 1
+    return tuple(counts.items())
 
 
 #: The assignment of the last ``flash_attn_on_layer_devices`` probe, by its graph's id: the probe's graph is the tg

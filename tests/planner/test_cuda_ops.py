@@ -115,6 +115,7 @@ def test_plamo2s_scan_runs_on_the_host_of_a_cuda_run():
     rpc = SchedSetup(DEVICE_KINDS["RPC"], place_layers(spec.block_count, 1), tensors=tensors)
     on_device = device_compute(spec, ContextParams(n_ctx=4096), rpc, tool="cli", real_run=True)
     assert (on_device.n_splits, got.n_splits) == (2, 2 + 2 * n_mamba)  # the first split: token embedding, host
+    assert (got.host_ops, on_device.host_ops) == ((("SSM_SCAN", n_mamba),), ())
     assert got.host is not None and on_device.host is not None and got.host > on_device.host
 
 
@@ -132,7 +133,39 @@ def test_auto_flash_attention_ends_off_where_cuda_has_no_kernel_for_the_cache():
     assert [got[fa].n_splits for fa in ("auto", "off", "on")] == [2, 2, 2 + 2 * n_attn]
     hosts = {fa: got[fa].host or 0 for fa in got}
     assert hosts["on"] > max(hosts["auto"], hosts["off"])
+    assert [got[fa].flash_attn_off for fa in ("auto", "off", "on")] == [True, False, False]
+    assert got["on"].host_ops == (("FLASH_ATTN_EXT", n_attn),) and got["auto"].host_ops == ()
     # f16 K: the device runs flash attention, and -fa auto keeps it on
     f16 = {fa: device_compute(spec, ContextParams(n_ctx=4096, flash_attn=fa), setup, tool="cli")
            for fa in ("auto", "on")}
     assert (f16["auto"].devices, f16["auto"].host) == (f16["on"].devices, f16["on"].host)
+    assert not f16["auto"].flash_attn_off
+
+
+def test_estimate_says_what_runs_on_the_host_instead_of_the_gpu():
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+
+    r = CliRunner().invoke(cli, ["estimate", "-m", "plamo-2-1b", "--quant", "Q8_0", "-c", "8192", "--backend",
+                                 "CUDA0"])
+    assert r.exit_code == 0, r.output
+    assert "SSM_SCAN x8 of each ubatch's graph: no kernel on CUDA0" in " ".join(r.output.split())
+    r = CliRunner().invoke(cli, ["estimate", "-m", "lfm2-1.2b", "-c", "8192", "--backend", "CUDA0", "-ctk", "iq4_nl"])
+    assert r.exit_code == 0, r.output
+    assert "-fa auto ends off" in r.output
+    r = CliRunner().invoke(cli, ["estimate", "-m", "lfm2-1.2b", "-c", "8192", "--backend", "CUDA0"])
+    assert "-fa auto ends off" not in r.output and "of each ubatch's graph" not in r.output
+
+
+def test_fit_says_what_runs_on_the_host_at_the_flags_it_chose():
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+
+    args = ["fit", "-m", "plamo-2-1b", "--quant", "Q8_0", "--budget", "8GiB", "-c", "8192", "--host-budget", "64GiB"]
+    r = CliRunner().invoke(cli, [*args, "--device-kind", "CUDA"])
+    assert r.exit_code == 0, r.output
+    assert "SSM_SCAN x8 of each ubatch's graph: no kernel on the CUDA devices" in " ".join(r.output.split())
+    r = CliRunner().invoke(cli, [*args, "--device-kind", "RPC"])  # an RPC server's CPU backend runs every op
+    assert r.exit_code == 0 and "of each ubatch's graph" not in r.output, r.output
