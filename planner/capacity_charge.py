@@ -152,6 +152,12 @@ class ChargeModel:
         notes = {m.compute_estimate for m in self._models.values() if m.compute_estimate}
         return "; ".join(sorted(notes)) if notes else None
 
+    @property
+    def host_ops(self) -> str | None:
+        """What runs on the host instead of the devices in some setting charged (fit_memory's words), or None."""
+        notes = set().union(*(m.host_ops_notes() for m in self._models.values()))
+        return "; ".join(sorted(notes)) if notes else None
+
     def zero(self, params: ContextParams) -> Charge:
         """A lower bound on the charge of ``params`` and of every larger setting: its weights, no compute."""
         weights, host = self.weights(self.runs_draft(params))

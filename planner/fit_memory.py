@@ -244,6 +244,10 @@ class MemoryModel:
         """What of the graph runs on the host instead of the devices at ``flags`` (measured), or None."""
         return self._host_ops.get(self._key(flags, self.placement(flags)))
 
+    def host_ops_notes(self) -> set[str]:
+        """``host_ops_note``'s lines at every start measured so far."""
+        return set(self._host_ops.values())
+
     def _scheduled(self, flags: StartFlags, placement: Placement,
                    key: tuple[object, ...]) -> tuple[tuple[int, ...], int] | None:
         """planner.device_compute's figures (``real_run``: the real run's, else the dry run's), or None (with

@@ -260,6 +260,8 @@ def compute_words(planner: CapacityPlanner) -> str:
             "in its row")
     if planner.charges.estimate:
         text += f" (an estimate: {planner.charges.estimate})"
+    if planner.charges.host_ops:
+        text += f"; {planner.charges.host_ops}"
     return text
 
 

@@ -169,3 +169,14 @@ def test_fit_says_what_runs_on_the_host_at_the_flags_it_chose():
     assert "SSM_SCAN x8 of each ubatch's graph: no kernel on the CUDA devices" in " ".join(r.output.split())
     r = CliRunner().invoke(cli, [*args, "--device-kind", "RPC"])  # an RPC server's CPU backend runs every op
     assert r.exit_code == 0 and "of each ubatch's graph" not in r.output, r.output
+
+
+def test_capacity_says_what_runs_on_the_host():
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+
+    r = CliRunner().invoke(cli, ["capacity", "-m", "plamo-2-1b", "--quant", "Q8_0", "--budget", "8GiB", "--ctx",
+                                 "4k,32k", "-np", "2", "--host-budget", "64GiB"])
+    assert r.exit_code == 0, r.output
+    assert "SSM_SCAN x8 of each ubatch's graph: no kernel on the CUDA devices" in " ".join(r.output.split())
