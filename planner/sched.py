@@ -27,15 +27,18 @@ and every device reports async compute and events (llama_context's constructor):
 
 What each device kind does is data (``DEVICE_KINDS``): RPC devices (a CPU backend behind the wire: supports every
 op, offloads none, 32-byte alignment, ``ggml_nbytes`` as allocation size) are checked against llama.cpp; for CUDA
-(and its ROCm / MUSA builds) the rules above come from the source, with its allocation sizes (planner.cuda_alloc)
-and the ops it does not run (planner.cuda_ops: passes 1 and 2 leave them unassigned, pass 3 gives them the CPU),
-but the allocation dependencies its ``graph_optimize`` adds for fused ops are not modelled and nothing was run on
-a GPU, so its figures are estimates (``DeviceKind.exact`` False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's
-alignment, and a discrete GPU cannot read it, so copies are made as for RPC.)
+(and its ROCm / MUSA builds) the rules above come from the source, with its allocation sizes (planner.cuda_alloc),
+the ops it does not run (planner.cuda_ops: passes 1 and 2 leave them unassigned, pass 3 gives them the CPU) and
+the allocation dependencies its ``graph_optimize`` adds for the MoE weighted reduction it fuses
+(planner.cuda_fusion: a node after the reduction's last ADD holds the experts' output and the weights), but not
+those of its top-k MoE fusion, and nothing was run on a GPU, so its figures are estimates (``DeviceKind.exact``
+False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's alignment, and a discrete GPU cannot read it, so copies
+are made as for RPC.)
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +47,7 @@ from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.ggml_types import weight_type as weight_type_of
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.cuda_alloc import cuda_alloc_size
+from rsplan.planner.cuda_fusion import MAX_SRC, alloc_deps, use_counts
 from rsplan.planner.cuda_ops import cuda_supports_op
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 from rsplan.planner.placement import Placement
@@ -87,6 +91,8 @@ class DeviceKind:
         alloc_size: the device buffer type's ``get_alloc_size`` where it is not ggml_nbytes (planner.cuda_alloc).
         supports_op: the device's ``supports_op`` for a node (planner.cuda_ops); None: every op (the CPU's, and an
             RPC server's CPU backend).
+        fusion_deps: the device's ``graph_optimize`` keeps tensors alive for the fusions it runs
+            (planner.cuda_fusion); False: it adds no allocation dependencies.
     """
 
     name: str
@@ -97,21 +103,23 @@ class DeviceKind:
     source: str
     alloc_size: Callable[[Tensor], int] | None = None
     supports_op: Callable[[Tensor], bool] | None = None
+    fusion_deps: bool = False
 
 
 _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, every "
                 "other op taken as supported), offload_op get_op_batch_size >= 32 (MUL_MAT ne1, "
                 "MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props async + events, host buffers not "
                 "readable by a discrete GPU, get_alloc_size (quantized rows padded to 512, flash attention's f16 "
-                "K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them); not modelled: "
-                "graph_optimize's allocation dependencies for fused ops, integrated GPUs")
+                "K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), graph_optimize's allocation "
+                "dependencies for the MoE weighted reduction; not modelled: those for the top-k MoE fusion, "
+                "integrated GPUs")
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
                       "alloc size of the remote CPU backend (32, ggml_nbytes)"),
-    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op),
-    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op),
-    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op),
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True),
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True),
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True),
 }
 
 
@@ -506,11 +514,13 @@ def weight_type(t: Tensor, setup: SchedSetup) -> GGMLType:
     return type_
 
 
-def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]],
-                copies: dict[tuple[int, int], list[Tensor]]) -> tuple[Graph, list[int], list[int]]:
+def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]], copies: dict[tuple[int, int], list[Tensor]],
+                uses: Counter[Tensor] | None = None) -> tuple[Graph, list[int], list[int]]:
     """The scheduler's graph copy with its node and leaf backend ids: each split's inputs (a dependency on the
     source, then the copy) before its nodes; with several copies the graph inputs' and the split inputs' copies
-    as the first leafs."""
+    as the first leafs. ``uses``: the graph's use counts where the devices' ``graph_optimize`` adds allocation
+    dependencies (planner.cuda_fusion): after each node a device split's fusions keep tensors for, a node of op
+    NONE holding them (ggml/src/ggml-backend.cpp:1543 alloc_deps)."""
     nodes, node_ids = [], []
     bounds = [start for _, start, _ in splits[1:]] + [len(s.graph.nodes)]
     for (backend, start, inputs), end in zip(splits, bounds, strict=True):
@@ -518,9 +528,15 @@ def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]],
             dep = g.view_tensor(src, "NONE", (src,))
             nodes += [dep, copies[(id(src), backend)][0]]
             node_ids += [src.backend, backend]
+        deps = alloc_deps(s.graph.nodes, start, end, uses) if uses is not None and backend != s.setup.cpu else None
         for node in s.graph.nodes[start:end]:
             nodes.append(node)
             node_ids.append(node.backend)
+            keep = deps.get(node) if deps else None
+            if keep:
+                for k in range(0, len(keep), MAX_SRC):
+                    nodes.append(g.view_tensor(keep[k], "NONE", tuple(keep[k:k + MAX_SRC])))
+                    node_ids.append(backend)
     leafs: list[Tensor] = []
     leaf_ids: list[int] = []
     if s.setup.n_copies > 1:
@@ -592,8 +608,9 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
     else:
         s = _assign(graph, setup, n_tokens, pins)
     s.redirected = redirected
+    uses = use_counts(graph.nodes) if setup.kind.fusion_deps and setup.placement.n_devices else None
     splits, copies = s.split()
-    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies)
+    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies, uses)
     buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
                  for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
     return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies,
