@@ -18,6 +18,7 @@ Sources of each figure:
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
-from rsplan.planner.host_charge import gpu_host_buffer, host_weights
+from rsplan.planner.host_charge import HOST_BUFFER_TYPES, gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
@@ -126,12 +127,29 @@ class Breakdown:
         return out
 
 
+#: The GPU backends a breakdown is drawn for: ggml-cuda's builds (CUDA, and HIP / MUSA, which name their buffers
+#: ROCm0 / MUSA0 and their host buffer type ROCm_Host / MUSA_Host: GGML_CUDA_NAME), one set of rules for all.
+_GPU_BACKEND = re.compile(r"^(CUDA|ROCm|MUSA)[0-9]{1,2}$")
+
+
+def _host_buft(kind: str) -> str:
+    """The host buffer type of a run on ``kind``'s backend (``_backend_kind``): its output buffer and its CPU
+    backend's compute buffer: ``CPU``, or the GPU's pinned host type (CUDA_Host, ROCm_Host, MUSA_Host)."""
+    name = "CPU" if kind == "CPU" else HOST_BUFFER_TYPES.get(kind)
+    if name is None:
+        raise BreakdownError(f"no host buffer type known for {kind} devices")
+    return name
+
+
 def _backend_kind(backend: str) -> str:
+    """``CPU``, or the GPU backend's family (``CUDA``, ``ROCm``, ``MUSA``: planner.sched.DEVICE_KINDS' names)."""
     if backend == "CPU":
         return "CPU"
-    if backend.startswith("CUDA") and backend[4:].isdigit():
-        return "CUDA"
-    raise BreakdownError(f"unknown backend '{backend}': CPU, or CUDA0, CUDA1, ...")
+    m = _GPU_BACKEND.match(backend)
+    if m:
+        return m.group(1)
+    raise BreakdownError(f"unknown backend '{backend}': CPU, or CUDA0, ROCm0, MUSA0, ... (a device number after the "
+                         "family)")
 
 
 def _host_tensors(table: WeightTable, n_layer: int, load_mtp: bool) -> list[HostTensor]:
@@ -160,7 +178,7 @@ def model_bytes_by_buffer(
     kind = _backend_kind(backend)
     host = host or HostOptions()
     gpu_host = gpu_host_buffer(None if kind == "CPU" else kind)  # the GPU's host buffer type, None on the CPU
-    if table and kind == "CUDA":
+    if table and kind != "CPU":
         weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
         placement = place_layers(spec.block_count, 1)
         placed = place_weights(weights, placement, CUDA_RULE, arch=spec.arch)
@@ -220,12 +238,13 @@ def build_breakdown(
                                      layout=layout)
         except ComputeModelError as exc:
             notes.append(f"compute buffer: {exc}")
+    host_buft = _host_buft(kind)
     out: OutputBuffer | None = None
     try:
         out = output_buffer(spec, params, embeddings=embeddings,
                             n_outputs_max=compute.n_outputs_max if compute else None,
                             mtp=mtp and spec.nextn_predict_layers > 0,
-                            buffer_type="CPU" if kind == "CPU" else "CUDA_Host")
+                            buffer_type=host_buft)
     except OutputsError as exc:
         notes.append(f"output buffer: {exc}")
     host = host or HostOptions()
@@ -238,7 +257,7 @@ def build_breakdown(
     elif not exact:
         notes.append("model bytes: the weights' total spread over the layers (an estimate: llama.cpp pads each "
                      "tensor and keeps the token embedding on the host)")
-    context = sum(plan.buffer_bytes[kind].values())
+    context = sum(plan.buffer_bytes["CPU" if kind == "CPU" else "CUDA"].values())  # one rule for ggml-cuda's builds
     tensors = None if kind == "CPU" else _layer_tensors(table)
     rows: list[BufferBreakdown] = []
     if kind == "CPU":
@@ -252,13 +271,13 @@ def build_breakdown(
                                                  tensors=tensors)
         rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, dev_compute))
         # the CPU backend's compute buffer is in the first GPU's host buffer type (src/llama-context.cpp:415
-        # host_buft), named CUDA_Host (ggml/src/ggml-cuda/ggml-cuda.cu:1257 ggml_backend_cuda_host_buffer_type_name)
-        rows.append(BufferBreakdown("CUDA_Host", "Host", model.get("CUDA_Host", 0) if model else None, 0,
-                                    host_compute))
+        # host_buft), named CUDA_Host (ggml/src/ggml-cuda/ggml-cuda.cu:1257 ggml_backend_cuda_host_buffer_type_name;
+        # ROCm_Host, MUSA_Host for the HIP and MUSA builds)
+        rows.append(BufferBreakdown(host_buft, "Host", model.get(host_buft, 0) if model else None, 0, host_compute))
         rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
-                    if name not in (backend, "CUDA_Host"))
+                    if name not in (backend, host_buft))
     ctx = resolve_context(layout, params)
-    draft = _draft(spec, params, layout, ctx, kind, backend, notes, tensors) if mtp else None
+    draft = _draft(spec, params, layout, ctx, backend, notes, tensors) if mtp else None
     server = _server_host(spec, layout, params, ctx, draft is not None) if tool == "server" else None
     return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server)
 
@@ -280,14 +299,15 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
                  embeddings: bool, backend: str, notes: list[str], *, mtp_draft: bool = False,
                  n_outputs_max: int | None = None, tensors: LayerTensors | None = None
                  ) -> tuple[int | None, int | None]:
-    """(device, host) compute buffers of a real run with every layer on one CUDA device: the scheduler model
-    (planner.sched) with CUDA's rules, an estimate (said in ``notes``); (None, None) where it does not apply.
+    """(device, host) compute buffers of a real run with every layer on one GPU of ``backend`` (CUDA0, ROCm0,
+    MUSA0, ...): the scheduler model (planner.sched) with ggml-cuda's rules, an estimate (said in ``notes``); (None,
+    None) where it does not apply.
     ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags). ``tensors``: the
     model's tensors with their types, where known."""
     from rsplan.planner.device_compute import device_compute
     from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
 
-    kind = DEVICE_KINDS["CUDA"]
+    kind = DEVICE_KINDS[_backend_kind(backend)]
     setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors)
     what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
     try:
@@ -297,8 +317,9 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
         notes.append(f"{what} on {backend}: {exc}")
         return None, None
     if not mtp_draft:  # the target's note covers the draft's figures too
-        notes.append(f"compute buffers on {backend} and the host: the scheduler model with CUDA's rules, an "
-                     f"estimate ({kind.source}); llama.cpp names the host one CUDA_Host; see docs/sizing.md")
+        notes.append(f"compute buffers on {backend} and the host: the scheduler model with {kind.name}'s rules, an "
+                     f"estimate ({kind.source}); llama.cpp names the host one {_host_buft(kind.name)}; see "
+                     "docs/sizing.md")
     host_ops = got.host_ops_note(backend)
     if host_ops is not None:
         notes.append(f"{'the MTP draft context: ' if mtp_draft else ''}{host_ops}")
@@ -319,10 +340,11 @@ def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, ct
                       cache_ram_bytes(), cps.draft_per_checkpoint_bytes if mtp else None)
 
 
-def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: EffectiveContext, kind: str,
-           backend: str, notes: list[str], tensors: LayerTensors | None) -> DraftContext | None:
+def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: EffectiveContext, backend: str,
+           notes: list[str], tensors: LayerTensors | None) -> DraftContext | None:
     # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, its own cache
     # types (-ctkd / -ctvd, default f16, not -ctk / -ctv), no rollback planes, -np outputs (mtp_draft_params)
+    kind = _backend_kind(backend)
     draft = mtp_draft_params(params, ctx.n_ctx)
     try:
         kv = mtp_draft_kv(spec, draft)
@@ -342,7 +364,7 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
                                                    mtp_draft=True, n_outputs_max=draft.n_seq_max, tensors=tensors)
     try:
         output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,
-                                     buffer_type="CPU" if kind == "CPU" else "CUDA_Host").bytes
+                                     buffer_type=_host_buft(kind)).bytes
     except OutputsError as exc:
         notes.append(f"MTP draft output buffer: {exc}")
     return DraftContext(backend, kv.bytes, compute_bytes, output_bytes, host_compute)

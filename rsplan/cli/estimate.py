@@ -29,15 +29,15 @@ if TYPE_CHECKING:
     from rsplan.planner.plan import MemoryPlan
 
 #: The buffers the table can show (planner.plan.BUFFER_RULES); --format log knows more (planner.buffers).
-_TABLE_BACKEND = re.compile(r"^(CPU|CUDA[0-9]{1,2})$")
+_TABLE_BACKEND = re.compile(r"^(CPU|(CUDA|ROCm|MUSA)[0-9]{1,2})$")
 
 OUTPUT_OPTIONS = [
     click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
                  help="table; json (every number); log (the llama.cpp lines, to diff against a real run)."),
     click.option("--per-layer", is_flag=True, help="Table: add one row per layer."),
     click.option("--backend", default="CPU", show_default=True, metavar="NAME",
-                 help="Where llama.cpp allocates the caches: the buffer of the table (CPU, CUDA0, ...) and of "
-                 "--format log (also ROCm0, MUSA0, SYCL0, MTL0, Vulkan0[:ALIGN]); its rules pad each tensor."),
+                 help="Where llama.cpp allocates the caches: the buffer of the table (CPU, CUDA0, ROCm0, MUSA0, "
+                 "...) and of --format log (also SYCL0, MTL0, Vulkan0[:ALIGN]); its rules pad each tensor."),
     click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
                  help="Whose n_outputs_max sizes the compute buffer: llama-server (-np x (1 + draft)) or "
                  "llama-bench/llama-fit-params/library users (n_batch; this llama.cpp's llama-cli runs llama-server "
@@ -138,7 +138,7 @@ def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx
         raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
     breakdown_backend = _TABLE_BACKEND.match(backend) is not None
     if fmt != "log" and not breakdown_backend:
-        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, CUDA1, ... buffers; "
+        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, ROCm0, MUSA0, ... buffers; "
                                  "the other backends' cache lines come with --format log", ctx, param_hint="--backend")
     return buffer, breakdown_backend
 

@@ -234,3 +234,20 @@ def test_bad_host_options_are_refused(args, message):
     r = CliRunner().invoke(cli, ["estimate", "-m", "mamba-130m", *args])
     assert r.exit_code == 2
     assert message in r.output
+
+
+@pytest.mark.parametrize("backend", ["ROCm0", "MUSA1"])
+def test_hip_and_musa_builds_have_cudas_figures_under_their_own_names(backend):
+    # ggml-cuda built for HIP or MUSA: the same buffer rules, scheduler and allocation sizes; its buffers are named
+    # ROCm0 / MUSA1 and its pinned host type ROCm_Host / MUSA_Host (GGML_CUDA_NAME), where the output buffer, the
+    # host compute buffer and (without mmap) the host weights live
+    family = backend.rstrip("0123456789")
+    args = ["estimate", "-m", "mamba-130m", "--quant", "Q8_0", "-c", "8192", "--format", "json", "--no-mmap"]
+    cuda = json.loads(CliRunner().invoke(cli, [*args, "--backend", "CUDA0"]).output)
+    r = CliRunner().invoke(cli, [*args, "--backend", backend])
+    assert r.exit_code == 0, r.output
+    other = json.loads(r.output)
+    names = {"CUDA0": backend, "CUDA_Host": f"{family}_Host"}
+    assert [{**row, "buffer_type": names[row["buffer_type"]], "device": names.get(row["device"], row["device"])}
+            for row in cuda["breakdown"]] == other["breakdown"]
+    assert other["output_buffer"] == {**cuda["output_buffer"], "buffer_type": f"{family}_Host"}

@@ -240,9 +240,9 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
 # -- flags that do nothing with the format asked for, and buffer names rsplan cannot size -------------------------
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--backend", "ROCm0", "--format", "json"),
-     "Invalid value for --backend: 'ROCm0': the table and json show CPU or CUDA0, CUDA1, ... buffers; the other "
-     "backends' cache lines come with --format log"),
+    (("--backend", "SYCL0", "--format", "json"),
+     "Invalid value for --backend: 'SYCL0': the table and json show CPU or CUDA0, ROCm0, MUSA0, ... buffers; the "
+     "other backends' cache lines come with --format log"),
     (("--per-layer", "--format", "json"), "--per-layer applies to --format table only (--format json has every "
                                           "tensor)"),
     (("--per-layer", "--format", "log"), "--per-layer applies to --format table only (--format log has every "
@@ -252,9 +252,9 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
     (("--backend", "\x1b[31m", "--format", "log"),
      "Invalid value for --backend: '\\x1b[31m' is not a buffer rsplan knows the sizes of: " + NAMES_HELP),
     (("--backend", "Vulkan0"),
-     "Invalid value for --backend: 'Vulkan0': the table and json show CPU or CUDA0, CUDA1, ... buffers; the other "
-     "backends' cache lines come with --format log"),
-], ids=["ROCm0 with json", "per-layer with json", "per-layer with log", "OpenCL0", "ESC", "Vulkan0 table"])
+     "Invalid value for --backend: 'Vulkan0': the table and json show CPU or CUDA0, ROCm0, MUSA0, ... buffers; the "
+     "other backends' cache lines come with --format log"),
+], ids=["SYCL0 with json", "per-layer with json", "per-layer with log", "OpenCL0", "ESC", "Vulkan0 table"])
 def test_flags_that_would_be_ignored_or_misread(args, message):
     r = run("-m", "lfm2-1.2b", *args)
     assert one_line_error(r) == f"{message} (see 'rsplan estimate --help')"
