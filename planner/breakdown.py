@@ -28,7 +28,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
-from rsplan.planner.host_charge import HOST_BUFFER_TYPES, gpu_host_buffer, host_weights
+from rsplan.planner.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
@@ -135,10 +135,7 @@ _GPU_BACKEND = re.compile(r"^(CUDA|ROCm|MUSA)[0-9]{1,2}$")
 def _host_buft(kind: str) -> str:
     """The host buffer type of a run on ``kind``'s backend (``_backend_kind``): its output buffer and its CPU
     backend's compute buffer: ``CPU``, or the GPU's pinned host type (CUDA_Host, ROCm_Host, MUSA_Host)."""
-    name = "CPU" if kind == "CPU" else HOST_BUFFER_TYPES.get(kind)
-    if name is None:
-        raise BreakdownError(f"no host buffer type known for {kind} devices")
-    return name
+    return gpu_host_buffer(None if kind == "CPU" else kind) or "CPU"
 
 
 def _backend_kind(backend: str) -> str:

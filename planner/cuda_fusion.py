@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from itertools import chain
 
 from rsplan.planner.ggml_alloc import FLAG_OUTPUT, Tensor
+from rsplan.planner.ggml_ops import is_contiguous
 
 #: ggml-cuda.cu MOE_WEIGHTED_REDUCTION_MAX_EXPERTS: the most experts per token the fused reduction takes.
 MOE_WEIGHTED_REDUCTION_MAX_EXPERTS = 15
@@ -57,20 +58,9 @@ def alloc_deps(nodes: Sequence[Tensor], start: int, end: int, uses: Counter[Tens
     return deps
 
 
-def _is_f32_contiguous(t: Tensor | None) -> bool:
-    """type f32 and ggml_is_contiguous (dimensions of one element skipped)."""
-    if t is None or t.type.name != "f32":
-        return False
-    next_nb = 4
-    if t.ne[0] != 1 and t.nb[0] != next_nb:
-        return False
-    next_nb *= t.ne[0]
-    for i in range(1, 4):
-        if t.ne[i] != 1:
-            if t.nb[i] != next_nb:
-                return False
-            next_nb *= t.ne[i]
-    return True
+def _is_f32_contiguous(t: Tensor) -> bool:
+    """type f32 and ggml_is_contiguous (planner.ggml_ops.is_contiguous)."""
+    return t.type.name == "f32" and is_contiguous(t)
 
 
 def _split_mul(mul: Tensor) -> tuple[Tensor, Tensor] | None:

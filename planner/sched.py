@@ -370,14 +370,6 @@ class _Sched:
         the last assigned one where it runs them (ggml_backend_sched_set_if_supported; an op it does not run stays
         unassigned); nodes of backend ``skip`` (the CPU, or -1 for none) stop the run instead."""
         cur = -1
-        if self.setup.kind.supports_op is None:
-            for node in order:
-                b = node.backend
-                if b != -1:
-                    cur = -1 if b == skip else b
-                elif cur != -1:
-                    node.backend = cur
-            return
         runs = self.runs
         for node in order:
             b = node.backend
