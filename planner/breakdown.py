@@ -30,6 +30,7 @@ from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buf
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
+from rsplan.planner.loader_ops import device_loader_check, loader_check
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
     OutputBuffer,
@@ -178,9 +179,10 @@ def model_bytes_by_buffer(
     if table and kind != "CPU":
         weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
         placement = place_layers(spec.block_count, 1)
-        placed = place_weights(weights, placement, CUDA_RULE, arch=spec.arch)
+        loader = device_loader_check(kind, spec)
+        placed = place_weights(weights, placement, CUDA_RULE, arch=spec.arch, loader=loader)
         out = {backend: placed.device[0]}
-        out.update(host_weights(table, weights, placement, host, gpu_host, arch=spec.arch).buffers)
+        out.update(host_weights(table, weights, placement, host, gpu_host, arch=spec.arch, loader=loader).buffers)
         return out, True
     if table and kind == "CPU":
         tensors = _host_tensors(table, spec.n_layer, load_mtp)
@@ -305,7 +307,8 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     from rsplan.planner.sched import DEVICE_KINDS, SchedModelError, SchedSetup
 
     kind = DEVICE_KINDS[_backend_kind(backend)]
-    setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors)
+    setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors,
+                       loader=loader_check(kind.supports_op, spec))
     what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
     try:
         got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,

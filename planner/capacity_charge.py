@@ -35,6 +35,7 @@ from rsplan.planner.buffers import CUDA_RULE, DEVICE_RULES, BufferRule
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
 from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weights
+from rsplan.planner.loader_ops import device_loader_check
 from rsplan.planner.placement import Placement, weights_by_device
 from rsplan.planner.weight_placement import place_weights
 
@@ -112,12 +113,14 @@ class ChargeModel:
             b = self.budget
             if b.weights:
                 tensors = (*b.weights, *b.mtp_weights) if with_mtp else b.weights
-                placed = place_weights(tensors, self.placement, self.rule, self.user.overrides, arch=self.spec.arch)
+                loader = device_loader_check(self.device_kind, self.spec)
+                placed = place_weights(tensors, self.placement, self.rule, self.user.overrides, arch=self.spec.arch,
+                                       loader=loader)
                 host = placed.host
                 if b.host_table is not None:
                     self._host[with_mtp] = host_weights(b.host_table, tensors, self.placement, b.host,
                                                         gpu_host_buffer(self.device_kind), self.user.overrides,
-                                                        arch=self.spec.arch)
+                                                        arch=self.spec.arch, loader=loader)
                     host = self._host[with_mtp].total
                 self._weights[with_mtp] = tuple(placed.device), host
             else:

@@ -33,6 +33,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.compute import compute_buffer
 from rsplan.planner.context import ContextParams
+from rsplan.planner.loader_ops import device_loader_check, loader_check
 from rsplan.planner.placement import Placement, place_layers
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class MemoryModel:
         self.calls += 1
         placement = self.placement(flags)
         weights = place_weights(self.weights, placement, self.device_rule, flags.overrides, arch=self.spec.arch,
-                                host_repack=self.host_repack)
+                                host_repack=self.host_repack, loader=device_loader_check(self.device_kind, self.spec))
         plan = build_plan(self.spec, dataclasses.replace(self.params, n_ctx=flags.n_ctx), self.layout)
         context, host_context = cache_split(plan, placement, self.device_rule, self.n_devices)
         dev_compute, host_compute = self.compute_split(flags, placement)
@@ -267,7 +268,8 @@ class MemoryModel:
             self.compute_estimate = (f"scheduler model not applicable (the tensor names -ot patterns match are "
                                      f"unknown: {exc}): the CPU compute buffer is charged")
             return None
-        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv, tensors=tensors)
+        setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv, tensors=tensors,
+                           loader=loader_check(kind.supports_op, self.spec))
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,

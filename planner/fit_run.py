@@ -31,6 +31,7 @@ from rsplan.planner.fit_draft import DraftMemory, WithDraft
 from rsplan.planner.fit_memory import MemoryModel, StartFlags, Usage
 from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, WeightTable
+from rsplan.planner.loader_ops import device_loader_check
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.speculative import check_draft
@@ -278,7 +279,7 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     if table is not None:
         held = host_weights(table, weights, model.placement(result.flags), opts.host,
                             gpu_host_buffer(opts.device_kind if budgets else None), result.flags.overrides,
-                            arch=spec.arch)
+                            arch=spec.arch, loader=device_loader_check(opts.device_kind if budgets else None, spec))
     _host_check(answer, spec, layout, opts.ctx_checkpoints, held)
     if draft is not None:
         _draft_host(answer, spec, layout, opts.ctx_checkpoints, draft)

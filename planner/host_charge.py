@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rsplan.planner.host_weights import HostOptions, WeightTable, host_buffer_type, host_buffers, table_tensors
+from rsplan.planner.loader_ops import LoaderCheck
 from rsplan.planner.placement import Placement
 from rsplan.planner.weight_placement import TensorOverride, Weight, layer_of, override_matcher, where_weight
 
@@ -69,7 +70,8 @@ def gpu_host_buffer(device_kind: str | None) -> str | None:
 
 
 def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Placement, options: HostOptions,
-                 gpu_host: str | None, overrides: Sequence[TensorOverride] = (), *, arch: str) -> HostWeights:
+                 gpu_host: str | None, overrides: Sequence[TensorOverride] = (), *, arch: str,
+                 loader: LoaderCheck | None = None) -> HostWeights:
     """The host buffers of ``weights`` (the tensors the context loads) that ``placement`` and ``overrides``
     (``-ot``, first match wins) leave on the host.
 
@@ -78,19 +80,23 @@ def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Place
         gpu_host: the devices' host buffer type (``gpu_host_buffer``), None without one (``--no-host`` in
             ``options`` leaves it out).
         arch: the model's arch (which layer its global tensors belong to: planner.weight_placement.layer_of).
+        loader: the devices' op test of the loader (planner.loader_ops): weights they refuse are on the host, in
+            ``CPU``.
     """
     gpu_host = options.weights_host_buffer(gpu_host)
     matcher = override_matcher(tuple(overrides))
+    tensors = table_tensors(table)
+    refused = {t.name for t in tensors if loader is not None and loader.refuses_name(t.name, t.shape)}
     on_host = {w.name for w in weights
                if where_weight(w.name, layer_of(w.name, placement.n_layer_all, arch=arch), placement,
-                               matcher) is None}
-    tensors = [t for t in table_tensors(table) if t.name in on_host]
+                               matcher, w.name in refused) is None}
+    tensors = [t for t in tensors if t.name in on_host]
     names = {w.name for w in weights}
     tied_on_host = ("token_embd.weight" in names and "output.weight" not in names
                     and placement.unit_device[placement.n_layer_all] is None)
     buffers = host_buffers(tensors, options.repack, gpu_host=gpu_host, use_mmap=options.use_mmap,
-                           tied_output_on_host=tied_on_host)
+                           tied_output_on_host=tied_on_host, loader=loader)
     used = sum(t.n_bytes for t in tensors
-               if host_buffer_type(t, options.repack, gpu_host, options.use_mmap) == "CPU")
+               if host_buffer_type(t, options.repack, gpu_host, options.use_mmap, loader) == "CPU")
     elsewhere = buffers["CPU_Mapped"] - used if "CPU_Mapped" in buffers else 0
     return HostWeights(buffers, elsewhere, options, gpu_host)

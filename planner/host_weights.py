@@ -29,10 +29,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsplan.planner.cpu_amx import amx_bytes
 from rsplan.planner.cpu_repack import DEFAULT_TARGET, Target, parse_target, repacked
+
+if TYPE_CHECKING:
+    from rsplan.planner.loader_ops import LoaderCheck
 
 #: The GGUF data alignment (general.alignment's default) and the host buffer types' alignment.
 ALIGNMENT = 32
@@ -138,12 +141,17 @@ def _pad(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
 
-def host_buffer_type(t: HostTensor, target: Target, gpu_host: str | None, use_mmap: bool) -> str:
+def host_buffer_type(t: HostTensor, target: Target, gpu_host: str | None, use_mmap: bool,
+                     loader: LoaderCheck | None = None) -> str:
     """The buffer type weight ``t`` lands in on the host (before mapping: ``CPU``, ``CPU_REPACK``, ``CUDA_Host``).
 
     ``gpu_host``: the host buffer type of the first GPU (``CUDA_Host``), None without a GPU or with --no-host.
+    ``loader``: the GPUs' op test of the loader (planner.loader_ops): a weight they refuse skips their host buffer
+    type, and the CPU's extra types, which run matrix products only, to ``CPU``.
     """
     if gpu_host is not None:
+        if loader is not None and loader.refuses_name(t.name, t.shape):
+            return "CPU"
         return "CPU" if use_mmap else gpu_host
     if "amx" in target.features and amx_bytes(t.name, t.type, t.shape, t.n_bytes) is not None:
         return "AMX"
@@ -161,7 +169,8 @@ def buffer_bytes(t: HostTensor, buft: str) -> int:
 
 
 def host_buffers(tensors: Sequence[HostTensor], target: Target, *, gpu_host: str | None = None,
-                 use_mmap: bool = True, tied_output_on_host: bool = False) -> dict[str, int]:
+                 use_mmap: bool = True, tied_output_on_host: bool = False,
+                 loader: LoaderCheck | None = None) -> dict[str, int]:
     """Bytes per host buffer type name (``CPU_Mapped``, ``CPU``, ``CPU_REPACK``, ``AMX``, ``CUDA_Host``) of the weights
     ``tensors`` (the ones on the host, loaded, with their file offsets), as llama.cpp's memory breakdown reports
     them: a ``CPU_Mapped`` span with mmap, padded tensors otherwise.
@@ -169,11 +178,12 @@ def host_buffers(tensors: Sequence[HostTensor], target: Target, *, gpu_host: str
     Args:
         tied_output_on_host: the model has no ``output.weight`` and its output layer is on the host: the token
             embedding is also the output matrix (MUL_MAT), copied where that lands in another buffer type.
+        loader: the GPUs' op test of the loader (``host_buffer_type``).
     """
     out: dict[str, int] = {}
     mapped: list[HostTensor] = []
     for t in tensors:
-        buft = host_buffer_type(t, target, gpu_host, use_mmap)
+        buft = host_buffer_type(t, target, gpu_host, use_mmap, loader)
         if buft == "CPU" and use_mmap:
             mapped.append(t)
         else:

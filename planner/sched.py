@@ -50,6 +50,7 @@ from rsplan.planner.cuda_alloc import cuda_alloc_size
 from rsplan.planner.cuda_fusion import MAX_SRC, alloc_deps, use_counts
 from rsplan.planner.cuda_ops import cuda_supports_op
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
+from rsplan.planner.loader_ops import LoaderCheck
 from rsplan.planner.placement import Placement
 from rsplan.planner.weight_placement import (
     BLOCK_NAME,
@@ -180,6 +181,9 @@ class SchedSetup:
         tensors: the model's layer tensors by shape (``LayerTensors``): with ``overrides``, which GGUF tensor an
             unnamed graph weight is. None: an unnamed weight is matched as ``blk.N.unnamed.weight`` (only patterns
             naming a whole layer, or nothing of it, place it right).
+        loader: the loader's op test of the devices (planner.loader_ops.loader_check): a weight of a device layer
+            that they refuse is in host memory. None: every weight is where its layer is (devices that run every
+            op, or a caller that does not model it).
     """
 
     kind: DeviceKind
@@ -188,6 +192,7 @@ class SchedSetup:
     offload_kqv: bool = True
     op_offload: bool = True
     tensors: LayerTensors | None = None
+    loader: LoaderCheck | None = None
 
     @property
     def n_backends(self) -> int:
@@ -230,7 +235,8 @@ def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher)
     elif t.kind == "weight":
         layer = 0 if t.layer == "token_embd_norm" else t.layer  # created with layer number 0 (NAMED_LAYERS)
         names = _gguf_names(t, setup)
-        devs = {where_weight(n, layer, setup.placement, overrides) for n in names}
+        refused = setup.loader is not None and isinstance(layer, int) and setup.loader.refuses(t.name, t.ne)
+        devs = {where_weight(n, layer, setup.placement, overrides, refused) for n in names}
         if len(devs) > 1:
             raise SchedModelError(
                 f"a weight of layer {t.layer} of shape {list(t.ne)} is one of {', '.join(names)}, which the -ot "

@@ -39,6 +39,7 @@ from rsplan.hparams.ggml_types import weight_type
 from rsplan.hparams.model import MAX_LAYERS
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.cpu_repack import Target
+from rsplan.planner.loader_ops import LoaderCheck, weight_shape
 from rsplan.planner.placement import Placement
 
 #: common/common.h:1198 LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
@@ -257,6 +258,7 @@ def place_weights(
     *,
     arch: str,
     host_repack: Target | None = None,
+    loader: LoaderCheck | None = None,
 ) -> WeightBytes:
     """Bytes of ``weights`` (the tensors a context loads) per device and on the host, the host's unmapped (each
     tensor padded: a dry run, or --no-mmap).
@@ -272,6 +274,8 @@ def place_weights(
             (no devices' host buffer type before it: a CPU-only or RPC start, or ``--no-host``); None where it does
             not. A tied output on the host is then a second copy where the target repacks it as the output matrix
             (MUL_MAT) while the embedding (GET_ROWS) stays in CPU.
+        loader: the devices' op test of the loader (planner.loader_ops; None: they take every weight): a weight
+            of a device layer that they refuse is in host memory.
     """
     device = [0] * placement.n_devices
     host = 0
@@ -280,7 +284,8 @@ def place_weights(
     matcher = override_matcher(tuple(overrides))
     for w in weights:
         layer = layer_of(w.name, placement.n_layer_all, arch=arch)
-        where = where_weight(w.name, layer, placement, matcher)
+        refused = loader is not None and loader.refuses_name(w.name, weight_shape(w.n_bytes, w.type, w.ne0))
+        where = where_weight(w.name, layer, placement, matcher, refused)
         if where is None:
             host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
         else:
@@ -344,14 +349,16 @@ def override_matcher(overrides: tuple[TensorOverride, ...]) -> OverrideMatcher:
     return OverrideMatcher(overrides)
 
 
-def where_weight(name: str, layer: str | int | None, placement: Placement, overrides: OverrideMatcher) -> int | None:
+def where_weight(name: str, layer: str | int | None, placement: Placement, overrides: OverrideMatcher,
+                 refused: bool = False) -> int | None:
     """The device holding weight ``name`` of ``layer`` (None: host memory): the first matching ``-ot`` entry
     (``overrides``: the entries' matcher, ``override_matcher``), else its layer's device (the input layer always
-    on the host)."""
+    on the host); ``refused``: the devices refuse the weight's op (planner.loader_ops), so that its layer's
+    buffer list gives it host memory (an ``-ot`` entry naming a device is not tested)."""
     o = overrides.first(name)
     if o is not None:
         return None if o.buffer == "CPU" else int(o.buffer)
-    if layer == "input":
+    if layer == "input" or refused:
         return None
     if layer == "output":
         return placement.unit_device[placement.n_layer_all]

@@ -149,12 +149,23 @@ def test_a_gguf_places_its_own_tensors():
                                  "--format", "json"])
     assert r.exit_code == 0, r.output
     devices = json.loads(r.output)["devices"]
-    # by hand from the file's tensor table (all f32: no row padding): the token embedding in host memory padded to
-    # 32 bytes; every other tensor on the GPU padded to CUDA's 128, plus the tied output's copy of the embedding
-    tensors = dict(read_gguf(str(path)).index.tensors)
+    # by hand from the file's tensor table (all f32: no row padding): in host memory the token embedding and each
+    # layer's ssm_a [1, 8] (the loader tests it with a scan of state size 16, for which CUDA has no Mamba-2 kernel:
+    # planner.loader_ops), as one mapped span of the file from the first of them to the end of the last (each
+    # tensor's data padded to the file's alignment); every other tensor on the GPU padded to CUDA's 128, plus the
+    # tied output's copy of the embedding
+    index = read_gguf(str(path)).index
+    tensors = dict(index.tensors)
     pad = lambda n, a: -(-n // a) * a  # noqa: E731
+    at, spans = 0, {}
+    for name, n_bytes in index.tensors:
+        spans[name] = (at, at + n_bytes)
+        at += pad(n_bytes, index.alignment)
     embd = tensors.pop("token_embd.weight")
+    on_host = ["token_embd.weight", *(n for n in tensors if n.endswith(".ssm_a"))]
+    assert len(on_host) == 4 and all(tensors.pop(n) == 32 for n in on_host[1:])
+    span = max(spans[n][1] for n in on_host) - min(spans[n][0] for n in on_host)
     tied = "output.weight" not in tensors
-    assert devices[1]["name"] == "host" and devices[1]["weights_bytes"] == pad(embd, 32)
+    assert devices[1]["name"] == "host" and devices[1]["weights_bytes"] == span
     assert devices[0]["weights_bytes"] == sum(pad(n, 128) for n in tensors.values()) + (pad(embd, 128) if tied else 0)
     assert devices[1]["budget_bytes"] == GiB and devices[1]["needed_bytes"] >= pad(embd, 32)
