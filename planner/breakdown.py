@@ -30,7 +30,7 @@ from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buf
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
-from rsplan.planner.loader_ops import device_loader_check, loader_check
+from rsplan.planner.loader_ops import device_loader_check, kind_loader_check
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
     OutputBuffer,
@@ -308,7 +308,7 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
 
     kind = DEVICE_KINDS[_backend_kind(backend)]
     setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors,
-                       loader=loader_check(kind.supports_op, spec))
+                       loader=kind_loader_check(kind, spec))
     what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
     try:
         got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,

@@ -15,17 +15,51 @@ FLASH_ATTN_EXT that lands off its layer's device turns flash attention off (llam
   one channel per head, heads a multiple of 128, one group and no rollback planes (K = 1);
 - ``SSM_CONV`` (ggml/src/ggml-cuda/ggml-cuda.cu:5517 GGML_OP_SSM_CONV): channels a multiple of 128.
 
+- ``MUL_MAT`` / ``MUL_MAT_ID`` (ggml/src/ggml-cuda/ggml-cuda.cu:5215 GGML_OP_MUL_MAT): a weight of a type in
+  CUDA_MATMUL_TYPES (not the ternary ``tq1_0`` / ``tq2_0``). The graphs give weights f32 shapes only, so the
+  scheduler model asks the weight's file type itself (planner.sched ``_Sched.runs``), and the loader's test
+  (planner.loader_ops) sends such a weight to host memory.
+
 Every other op of rsplan's graphs is taken as supported: ggml-cuda's conditions on them (contiguous rows, f32 /
-f16 types, a sort of at most 1024 columns) hold for the graphs llama.cpp builds for these models.
+f16 types, a sort of at most 1024 columns) hold for the graphs llama.cpp builds for these models. MUSA's
+device-specific refusals of some f16 and q2_K products (the ``GGML_USE_MUSA`` branch) are not modelled.
 """
 
 from __future__ import annotations
 
+from rsplan.hparams.ggml_types import weight_type
 from rsplan.planner.cuda_alloc import fattn_kernel
 from rsplan.planner.ggml_alloc import Tensor
 
 #: Mamba-2 state sizes with a CUDA scan kernel (ssm-scan.cu).
 MAMBA2_STATE_SIZES = frozenset({96, 128, 256})
+
+#: The weight types CUDA's matrix products take (ggml/src/ggml-cuda/ggml-cuda.cu:5243 GGML_TYPE_F32 and the cases
+#: after it), as rsplan names them (hparams.ggml_types.WEIGHT_TYPES).
+CUDA_MATMUL_TYPES = frozenset({
+    "f32", "f16", "bf16", "q1_0", "q2_0", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "nvfp4", "q2_K", "q3_K",
+    "q4_K", "q5_K", "q6_K", "q8_K", "iq1_m", "iq1_s", "iq2_s", "iq2_xs", "iq2_xxs", "iq3_s", "iq3_xxs", "iq4_nl",
+    "iq4_xs",
+})
+
+#: The weight types CUDA's GET_ROWS takes (ggml/src/ggml-cuda/ggml-cuda.cu:5277 GGML_OP_GET_ROWS); ``iq4_nl`` and
+#: ``mxfp4`` only in rows of whole 256-value super-blocks (GET_ROWS_QK_K_TYPES).
+CUDA_GET_ROWS_TYPES = frozenset({
+    "f16", "f32", "bf16", "i32", "q1_0", "q2_0", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K",
+    "q5_K", "q6_K", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "iq4_xs", "iq4_nl", "mxfp4",
+})
+GET_ROWS_QK_K_TYPES = frozenset({"iq4_nl", "mxfp4"})
+
+
+def cuda_takes_weight(type_name: str, ne0: int, get_rows: bool = False) -> bool:
+    """Whether CUDA's matrix product (or, ``get_rows``, its GET_ROWS) takes a weight of ``type_name`` (any case) with
+    rows of ``ne0`` values; an unknown type name is left to the callers (True)."""
+    t = weight_type(type_name)
+    if t is None:
+        return True
+    if not get_rows:
+        return t.name in CUDA_MATMUL_TYPES
+    return t.name in CUDA_GET_ROWS_TYPES and (t.name not in GET_ROWS_QK_K_TYPES or ne0 % 256 == 0)
 
 
 def cuda_supports_op(t: Tensor) -> bool:

@@ -40,7 +40,7 @@ from rsplan.planner.fit_memory import (
     charged_where_units_run,
     scheduled_figures,
 )
-from rsplan.planner.loader_ops import loader_check
+from rsplan.planner.loader_ops import kind_loader_check
 from rsplan.planner.outputs import OutputsError, mtp_draft_layout, mtp_draft_params
 from rsplan.planner.placement import Placement
 from rsplan.planner.plan import build_plan
@@ -119,7 +119,7 @@ class DraftMemory:
         if target.n_devices and self.compute_override is None and kind is not None:
             params = self.params(n_ctx)
             setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv,
-                               tensors=target.known_layer_tensors(), loader=loader_check(kind.supports_op, self.spec))
+                               tensors=target.known_layer_tensors(), loader=kind_loader_check(kind, self.spec))
             try:
                 got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
                                      real_run=target.real_run, dry_run=not target.real_run, mtp_draft=True,

@@ -33,7 +33,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.compute import compute_buffer
 from rsplan.planner.context import ContextParams
-from rsplan.planner.loader_ops import device_loader_check, loader_check
+from rsplan.planner.loader_ops import device_loader_check, kind_loader_check
 from rsplan.planner.placement import Placement, place_layers
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ class MemoryModel:
                                      f"unknown: {exc}): the CPU compute buffer is charged")
             return None
         setup = SchedSetup(kind, placement, tuple(flags.overrides), self.offload_kqv, tensors=tensors,
-                           loader=loader_check(kind.supports_op, self.spec))
+                           loader=kind_loader_check(kind, self.spec))
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,

@@ -86,7 +86,7 @@ def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Place
     gpu_host = options.weights_host_buffer(gpu_host)
     matcher = override_matcher(tuple(overrides))
     tensors = table_tensors(table)
-    refused = {t.name for t in tensors if loader is not None and loader.refuses_name(t.name, t.shape)}
+    refused = {t.name for t in tensors if loader is not None and loader.refuses_name(t.name, t.shape, t.type)}
     on_host = {w.name for w in weights
                if where_weight(w.name, layer_of(w.name, placement.n_layer_all, arch=arch), placement,
                                matcher, w.name in refused) is None}

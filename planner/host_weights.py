@@ -150,7 +150,7 @@ def host_buffer_type(t: HostTensor, target: Target, gpu_host: str | None, use_mm
     type, and the CPU's extra types, which run matrix products only, to ``CPU``.
     """
     if gpu_host is not None:
-        if loader is not None and loader.refuses_name(t.name, t.shape):
+        if loader is not None and loader.refuses_name(t.name, t.shape, t.type):
             return "CPU"
         return "CPU" if use_mmap else gpu_host
     if "amx" in target.features and amx_bytes(t.name, t.type, t.shape, t.n_bytes) is not None:

@@ -11,8 +11,10 @@ weight of a GPU layer is therefore in host memory, in ``CPU`` (``CPU_Mapped`` wi
 in ``CPU`` instead of ``CUDA_Host`` (without mmap). An ``-ot`` entry naming a device's buffer type is taken as
 it is (no test); one naming ``CPU`` walks the host's list.
 
-Only ops a device refuses by shape matter (planner.cuda_ops: ``SSM_SCAN``, ``SSM_CONV``; every other op of a
-weight is taken as supported there). The test nodes (src/llama-model-loader.cpp:1010 GGML_OP_SSM_SCAN, :1001
+The ops a device refuses matter (planner.cuda_ops): ``MUL_MAT`` / ``MUL_MAT_ID`` of a matrix whose file type the
+device's products do not take (CUDA: the ternary ``tq1_0`` / ``tq2_0``; the token embedding's GET_ROWS likewise,
+which decides between ``CUDA_Host`` and ``CPU`` for it), and ``SSM_SCAN`` / ``SSM_CONV`` by their shapes. The
+test nodes (src/llama-model-loader.cpp:1010 GGML_OP_SSM_SCAN, :1001
 GGML_OP_SSM_CONV), with 512 tokens and 3 sequences:
 
 - ``SSM_CONV`` over kernel ``w`` ``[d_conv, channels]``: ``conv_x [d_conv - 1 + 512, channels, 3]``;
@@ -37,6 +39,7 @@ from rsplan.hparams.model import ModelSpec
 
 if TYPE_CHECKING:  # the graph modules are imported where a test node is built: estimate's CPU path needs none
     from rsplan.planner.ggml_alloc import Tensor
+    from rsplan.planner.sched import DeviceKind
 
 #: The loader's test tokens and sequences (src/llama-model-loader.cpp:1002 n_seq_tokens, n_seqs).
 TEST_TOKENS = 512
@@ -63,30 +66,37 @@ class LoaderCheck:
         d_inner / d_state / n_group: ``ssm.inner_size``, ``ssm.state_size``, ``ssm.group_count`` (0: 1), which
             the SSM_SCAN test reads (0 where the model has none).
         scan_a: the arch's ``ssm_a`` is tested with SSM_SCAN (SCAN_A_ARCHS); else with MUL, which devices run.
+        takes_weight: whether the devices' matrix product (or GET_ROWS) takes a file type with rows of some length
+            (planner.cuda_ops.cuda_takes_weight); None: every type.
     """
 
-    supports_op: Callable[[Tensor], bool]
+    supports_op: Callable[[Tensor], bool] | None
     d_inner: int
     d_state: int
     n_group: int
     scan_a: bool = True
+    takes_weight: Callable[[str, int, bool], bool] | None = None
 
-    def refuses(self, stem: str, ne: Sequence[int]) -> bool:
-        """Whether the devices refuse a weight of stem ``stem`` (``ssm_a``, ``ssm_conv1d``; a ``.bias`` tensor's
-        stem with ``.bias``) and shape ``ne`` (ne0 first)."""
+    def refuses(self, stem: str, ne: Sequence[int], type_name: str | None = None) -> bool:
+        """Whether the devices refuse a weight of stem ``stem`` (``ssm_a``, ``ssm_conv1d``, ``token_embd``,
+        ``output``; a ``.bias`` tensor's stem with ``.bias``), shape ``ne`` (ne0 first) and file type
+        ``type_name`` (None: unknown, only its shape is tested)."""
+        # the token embedding is tested with GET_ROWS, any other weight of a type with a product
+        if (type_name is not None and self.takes_weight is not None
+                and not self.takes_weight(type_name, ne[0], stem == "token_embd")):
+            return True
+        if self.supports_op is None:
+            return False
         node = self._test_node(stem, (*ne, 1, 1, 1, 1)[:4])
         return node is not None and not self.supports_op(node)
 
-    def refuses_name(self, name: str, ne: Sequence[int]) -> bool:
-        """``refuses`` for a GGUF tensor name (``blk.N.STEM.weight``; tensors outside ``blk.N.`` are never
-        tested with these ops)."""
+    def refuses_name(self, name: str, ne: Sequence[int], type_name: str | None = None) -> bool:
+        """``refuses`` for a GGUF tensor name (``blk.N.STEM.weight``, ``token_embd.weight``, ...)."""
         parts = name.split(".", 2)
-        if len(parts) < 3 or parts[0] != "blk":
-            return False
-        rest = parts[2]
+        rest = parts[2] if len(parts) == 3 and parts[0] == "blk" else name
         if rest.endswith(".bias"):
             return False  # tested with ADD
-        return self.refuses(rest[:-len(".weight")] if rest.endswith(".weight") else rest, ne)
+        return self.refuses(rest[:-len(".weight")] if rest.endswith(".weight") else rest, ne, type_name)
 
     def _test_node(self, stem: str, ne: tuple[int, ...]) -> Tensor | None:
         from rsplan.planner import ggml_ops as g
@@ -117,14 +127,15 @@ class LoaderCheck:
         return None
 
 
-def loader_check(supports_op: Callable[[Tensor], bool] | None, spec: ModelSpec) -> LoaderCheck | None:
-    """The loader's op test for ``spec`` on devices with ``supports_op`` (None where they run every op: no weight
-    is refused)."""
-    if supports_op is None:
+def loader_check(supports_op: Callable[[Tensor], bool] | None, spec: ModelSpec,
+                 takes_weight: Callable[[str, int, bool], bool] | None = None) -> LoaderCheck | None:
+    """The loader's op test for ``spec`` on devices with ``supports_op`` and ``takes_weight`` (planner.sched
+    DeviceKind's; None where they run every op on every type: no weight is refused)."""
+    if supports_op is None and takes_weight is None:
         return None
     ssm = spec.ssm
     return LoaderCheck(supports_op, (ssm.inner_size or 0) if ssm else 0, (ssm.state_size or 0) if ssm else 0,
-                       (ssm.group_count or 1) if ssm else 1, spec.arch in SCAN_A_ARCHS)
+                       (ssm.group_count or 1) if ssm else 1, spec.arch in SCAN_A_ARCHS, takes_weight)
 
 
 def weight_shape(n_bytes: int, type_name: str, ne0: int) -> tuple[int, int]:
@@ -142,4 +153,9 @@ def device_loader_check(device_kind: str | None, spec: ModelSpec) -> LoaderCheck
     from rsplan.planner.sched import DEVICE_KINDS
 
     kind = DEVICE_KINDS.get(device_kind) if device_kind else None
-    return loader_check(kind.supports_op if kind is not None else None, spec)
+    return kind_loader_check(kind, spec) if kind is not None else None
+
+
+def kind_loader_check(kind: DeviceKind, spec: ModelSpec) -> LoaderCheck | None:
+    """``loader_check`` for devices of ``kind``."""
+    return loader_check(kind.supports_op, spec, kind.takes_weight)

@@ -48,7 +48,7 @@ from rsplan.hparams.ggml_types import weight_type as weight_type_of
 from rsplan.planner import ggml_ops as g
 from rsplan.planner.cuda_alloc import cuda_alloc_size
 from rsplan.planner.cuda_fusion import MAX_SRC, alloc_deps, use_counts
-from rsplan.planner.cuda_ops import cuda_supports_op
+from rsplan.planner.cuda_ops import cuda_supports_op, cuda_takes_weight
 from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 from rsplan.planner.loader_ops import LoaderCheck
 from rsplan.planner.placement import Placement
@@ -64,6 +64,8 @@ from rsplan.planner.weight_placement import (
 VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
 #: Ops whose weight source does not choose the backend (pass 1 skips them).
 NO_WEIGHT_RULE_OPS = frozenset({"ROPE", "FLASH_ATTN_EXT"})
+#: The matrix products, whose first source is the weight (ggml_mul_mat, ggml_mul_mat_id).
+MATMUL_OPS = frozenset({"MUL_MAT", "MUL_MAT_ID"})
 #: GGML_SCHED_MAX_COPIES: input copies with pipeline parallelism.
 MAX_COPIES = 4
 #: llama_context::graph_get_cb pins ``norm`` nodes below this many ubatch tokens (or with every layer offloaded).
@@ -94,6 +96,8 @@ class DeviceKind:
             RPC server's CPU backend).
         fusion_deps: the device's ``graph_optimize`` keeps tensors alive for the fusions it runs
             (planner.cuda_fusion); False: it adds no allocation dependencies.
+        takes_weight: whether the device's matrix product (or its GET_ROWS) takes a weight of a file type with
+            rows of some length (planner.cuda_ops.cuda_takes_weight); None: every type.
     """
 
     name: str
@@ -105,22 +109,26 @@ class DeviceKind:
     alloc_size: Callable[[Tensor], int] | None = None
     supports_op: Callable[[Tensor], bool] | None = None
     fusion_deps: bool = False
+    takes_weight: Callable[[str, int, bool], bool] | None = None
 
 
-_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, every "
-                "other op taken as supported), offload_op get_op_batch_size >= 32 (MUL_MAT ne1, "
-                "MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props async + events, host buffers not "
-                "readable by a discrete GPU, get_alloc_size (quantized rows padded to 512, flash attention's f16 "
-                "K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), graph_optimize's allocation "
-                "dependencies for the MoE weighted reduction; not modelled: those for the top-k MoE fusion, "
-                "integrated GPUs")
+_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, "
+                "MUL_MAT and MUL_MAT_ID by their weight's type, every other op taken as supported), offload_op "
+                "get_op_batch_size >= 32 (MUL_MAT ne1, MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props "
+                "async + events, host buffers not readable by a discrete GPU, get_alloc_size (quantized rows padded "
+                "to 512, flash attention's f16 K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), "
+                "graph_optimize's allocation dependencies for the MoE weighted reduction; not modelled: those for the "
+                "top-k MoE fusion, integrated GPUs")
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
                       "alloc size of the remote CPU backend (32, ggml_nbytes)"),
-    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True),
-    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True),
-    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True),
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
 }
 
 
@@ -138,6 +146,7 @@ class LayerTensors:
     by_layer: Mapping[int, tuple[tuple[str, tuple[int, ...]], ...]]
     types: Mapping[str, str] = field(default_factory=dict)
     _names: dict[tuple[int, str, tuple[int, ...]], tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _refused: dict[Callable[[str, int, bool], bool], frozenset[str]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, tensors: Iterable[tuple[str, Sequence[int]]], types: Mapping[str, str] | None = None) -> LayerTensors:
@@ -149,6 +158,15 @@ class LayerTensors:
             if m:
                 by.setdefault(int(m.group(1)), []).append((name, tuple((*shape, 1, 1, 1, 1)[:4])))
         return cls({k: tuple(v) for k, v in by.items()}, dict(types or {}))
+
+    def refused_types(self, takes_weight: Callable[[str, int, bool], bool]) -> frozenset[str]:
+        """The tensors' types (by their ggml names, ``q4_K``) that a device's matrix product does not take
+        (``takes_weight``: DeviceKind's)."""
+        hit = self._refused.get(takes_weight)
+        if hit is None:
+            known = {t for name in set(self.types.values()) if (t := weight_type_of(name)) is not None}
+            hit = self._refused[takes_weight] = frozenset(t.name for t in known if not takes_weight(t.name, 0, False))
+        return hit
 
     def names(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
         """The names a weight of ``layer`` with shape ``ne`` may have: of ``kind`` (the name after ``blk.N.``
@@ -225,9 +243,11 @@ class SchedResult:
     host_ops: tuple[tuple[str, int], ...] = ()
 
 
-def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher) -> int:
+def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher,
+                       stored_type: Callable[[Tensor], str] | None = None) -> int:
     """The backend whose buffer holds external tensor ``t`` (a weight or a cache); ``overrides``: the matcher of
-    ``setup.overrides``."""
+    ``setup.overrides``; ``stored_type``: a weight's file type, where the loader's test asks it (the model has
+    types the devices refuse)."""
     if t.kind == "cache":
         if not isinstance(t.layer, int):
             raise SchedModelError(f"cache tensor '{t.name}' has no layer: its buffer is unknown")
@@ -235,7 +255,10 @@ def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher)
     elif t.kind == "weight":
         layer = 0 if t.layer == "token_embd_norm" else t.layer  # created with layer number 0 (NAMED_LAYERS)
         names = _gguf_names(t, setup)
-        refused = setup.loader is not None and isinstance(layer, int) and setup.loader.refuses(t.name, t.ne)
+        loader = setup.loader
+        refused = False
+        if loader is not None and layer != "input":
+            refused = loader.refuses(t.name, t.ne, stored_type(t) if stored_type is not None else None)
         devs = {where_weight(n, layer, setup.placement, overrides, refused) for n in names}
         if len(devs) > 1:
             raise SchedModelError(
@@ -292,12 +315,19 @@ class _Sched:
         # the KV cells (planner.kept_shapes), and its layer alone places it
         homes: dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int] = {}
         overrides = override_matcher(tuple(setup.overrides))
+        # the model's file types that the devices' matrix products do not take (the loader puts such weights in
+        # host memory, and the devices refuse the products reading them)
+        tensors, takes = setup.tensors, setup.kind.takes_weight
+        self.refused_types = (tensors.refused_types(takes) if takes is not None and tensors is not None
+                              and tensors.types else frozenset())
+        self._stored: dict[Tensor, str] = {}
+        stored_type = self.stored_type if self.refused_types else None
 
         def set_home(x: Tensor) -> None:
             key = (x.kind, x.layer, x.name, x.ne if x.kind == "weight" else None)
             home = homes.get(key)
             if home is None:
-                home = homes[key] = _backend_of_buffer(x, setup, overrides)
+                home = homes[key] = _backend_of_buffer(x, setup, overrides, stored_type)
             x.home = home
 
         for t in [*graph.leafs, *graph.nodes]:
@@ -350,10 +380,26 @@ class _Sched:
                 return b
         return -1
 
+    def stored_type(self, w: Tensor) -> str:
+        """The file type of weight ``w`` (planner.sched.weight_type), remembered."""
+        hit = self._stored.get(w)
+        if hit is None:
+            hit = self._stored[w] = weight_type(w, self.setup).name
+        return hit
+
     def runs(self, t: Tensor, backend: int) -> bool:
-        """ggml_backend_supports_op: the CPU runs every op; a device what its kind's ``supports_op`` says."""
+        """ggml_backend_supports_op: the CPU runs every op; a device what its kind's ``supports_op`` says, and no
+        matrix product of a weight whose file type it does not take."""
+        if backend == self.cpu:
+            return True
         supports = self.setup.kind.supports_op
-        return backend == self.cpu or supports is None or supports(t)
+        if supports is not None and not supports(t):
+            return False
+        if self.refused_types and t.op in MATMUL_OPS:
+            w = t.src[0]
+            root = w.view_src if w.view_src is not None else w
+            return root.kind != "weight" or self.stored_type(root) not in self.refused_types
+        return True
 
     def pin(self) -> None:
         """The assignments llama.cpp makes while building the graph (llama_context::graph_get_cb, -nkvo)."""
@@ -606,26 +652,26 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
     else:
         s = _assign(graph, setup, n_tokens, pins)
     s.redirected = redirected
+    host_ops = refused_ops(s)  # before the split points sources at their copies
     uses = use_counts(graph.nodes) if setup.kind.fusion_deps and setup.placement.n_devices else None
     splits, copies = s.split()
     sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies, uses)
     buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
                  for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
-    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies,
-                      refused_ops(graph, setup))
+    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies, host_ops)
 
 
-def refused_ops(graph: Graph, setup: SchedSetup) -> tuple[tuple[str, int], ...]:
-    """The ops of assigned ``graph`` that ``setup``'s device kind does not run, with their counts, where every layer
-    is on a device (with layers on the host, the ops of those run there anyway); none where the kind runs every op.
-    Such an op is on the CPU after pass 3, so only the CPU's nodes are asked."""
-    supports = setup.kind.supports_op
-    if supports is None or not setup.full_offload:
+def refused_ops(s: _Sched) -> tuple[tuple[str, int], ...]:
+    """The ops of ``s``'s assigned graph that its devices do not run (``_Sched.runs``), with their counts, where
+    every layer is on a device (with layers on the host, the ops of those run there anyway); none where the kind
+    runs every op on every weight type. Such an op is on the CPU after pass 3, so only the CPU's nodes are asked."""
+    setup = s.setup
+    if (setup.kind.supports_op is None and not s.refused_types) or not setup.full_offload or not setup.cpu:
         return ()
     counts: dict[str, int] = {}
     cpu = setup.cpu
-    for node in graph.nodes:
-        if node.backend == cpu and node.op not in VIEW_OPS and not supports(node):
+    for node in s.graph.nodes:
+        if node.backend == cpu and node.op not in VIEW_OPS and not s.runs(node, 0):
             counts[node.op] = counts.get(node.op, 0) + 1
     return tuple(counts.items())
 

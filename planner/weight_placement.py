@@ -18,6 +18,9 @@ llama.cpp 0c1e57098:
   tensor in host memory, one to a device's buffer type on that device. ``--cpu-moe`` is
   ``-ot '\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU'`` and ``--n-cpu-moe N`` adds
   ``blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU`` for ``i < N`` (common/common.h:1198 LLM_FFN_EXPS_REGEX).
+- A weight whose op the devices refuse (the loader's test: planner.loader_ops, e.g. PLaMo-2's ``ssm_a`` or a
+  ternary matrix on CUDA) goes down its layer's buffer list to host memory; an ``-ot`` entry naming a device is
+  not tested.
 - Each tensor takes ``GGML_PAD(get_alloc_size, alignment)`` bytes of its buffer (planner.buffers rules).
 
 The host bytes here are the weights read into a buffer (``host_rule``), as a dry run counts them; which host
@@ -284,7 +287,8 @@ def place_weights(
     matcher = override_matcher(tuple(overrides))
     for w in weights:
         layer = layer_of(w.name, placement.n_layer_all, arch=arch)
-        refused = loader is not None and loader.refuses_name(w.name, weight_shape(w.n_bytes, w.type, w.ne0))
+        shape = weight_shape(w.n_bytes, w.type, w.ne0)
+        refused = loader is not None and loader.refuses_name(w.name, shape, w.type)
         where = where_weight(w.name, layer, placement, matcher, refused)
         if where is None:
             host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
@@ -294,7 +298,9 @@ def place_weights(
             # the output layer's TENSOR_DUPLICATED copy: placed as an output-layer tensor under token_embd's name
             # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
             # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
-            out = where_weight(w.name, "output", placement, matcher)
+            # (tested as the output matrix: MUL_MAT)
+            out = where_weight(w.name, "output", placement, matcher,
+                               loader is not None and loader.refuses("output", shape, w.type))
             if out is None and where is not None:
                 host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
             elif out is None:

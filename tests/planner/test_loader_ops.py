@@ -5,6 +5,7 @@ buffers and the scheduler model."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -64,7 +65,9 @@ def test_devices_that_run_every_op_refuse_nothing():
     assert loader_check(None, spec) is None
     assert device_loader_check("RPC", spec) is None and device_loader_check(None, spec) is None
     assert device_loader_check("SYCL", spec) is None  # no scheduler model: every weight where its layer is
-    assert device_loader_check("CUDA", spec) == LoaderCheck(cuda_supports_op, 4096, 64, 1, scan_a=True)
+    from rsplan.planner.cuda_ops import cuda_takes_weight
+
+    assert device_loader_check("CUDA", spec) == LoaderCheck(cuda_supports_op, 4096, 64, 1, True, cuda_takes_weight)
 
 
 def test_weight_shape_from_bytes():
@@ -139,3 +142,69 @@ def test_with_mmap_the_mapped_span_reaches_the_last_ssm_a():
     first = min(offsets[n][0] for n in on_host)
     last = max(offsets[n][0] + offsets[n][1] for n in on_host)
     assert _breakdown("--backend", "CUDA0")["CPU_Mapped"] == (last - first, 0)
+
+
+def test_cuda_takes_every_weight_type_but_the_ternary_ones_in_products():
+    from rsplan.planner.cuda_ops import cuda_takes_weight
+
+    for t in ("q4_K", "q4_k", "Q8_0", "iq1_m", "mxfp4", "nvfp4", "bf16", "f32", "q1_0"):
+        assert cuda_takes_weight(t, 4096), t
+    assert not cuda_takes_weight("tq1_0", 4096) and not cuda_takes_weight("TQ2_0", 4096)
+    assert cuda_takes_weight("not-a-type", 7)  # unknown: left to the callers
+    # GET_ROWS (the token embedding): no nvfp4, and iq4_nl / mxfp4 only in rows of whole 256-value super-blocks
+    assert not cuda_takes_weight("nvfp4", 4096, get_rows=True)
+    assert not cuda_takes_weight("mxfp4", 2880, get_rows=True) and cuda_takes_weight("mxfp4", 4096, get_rows=True)
+    assert not cuda_takes_weight("tq2_0", 4096, get_rows=True) and cuda_takes_weight("q6_K", 2048, get_rows=True)
+
+
+def _lfm2_tq2() -> tuple[Any, list[Any]]:
+    spec = read_model("lfm2-1.2b").spec
+    q = quantized_weights(spec, "TQ2_0")
+    return spec, [t for t in q.plan.tensors if t.name in q.loaded]
+
+
+def test_ternary_matrices_are_loaded_in_host_memory_of_a_cuda_run():
+    # llama-quantize TQ2_0 makes the layers' matrices tq2_0 (output and embedding q6_K, norms and conv kernels
+    # f32); CUDA's products refuse tq2_0, so the loader's MUL_MAT test sends every one of them to the host
+    spec, tensors = _lfm2_tq2()
+    tq = [t for t in tensors if t.type == "tq2_0"]
+    assert len(tq) > 50 and all(len([d for d in t.ne if d > 1]) == 2 for t in tq)
+    weights = [Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in tensors]
+    placed = place_weights(weights, place_layers(spec.block_count, 1), CUDA_RULE, arch=spec.arch,
+                           loader=device_loader_check("CUDA", spec))
+    on_host = [t for t in tensors if t.type == "tq2_0" or t.name == "token_embd.weight"]
+    assert placed.host == sum(-(-t.n_bytes // 32) * 32 for t in on_host)
+    tied = not any(t.name == "output.weight" for t in tensors)
+    device = [t for t in tensors if t not in on_host] + ([t for t in tensors if t.name == "token_embd.weight"]
+                                                         if tied else [])
+    assert placed.device[0] == sum(CUDA_RULE.alloc_nbytes(t.n_bytes, t.type, t.ne[0]) for t in device)
+
+
+def test_the_scheduler_runs_the_ternary_products_on_the_host():
+    from rsplan.planner.context import ContextParams
+    from rsplan.planner.device_compute import device_compute
+
+    spec, tensors = _lfm2_tq2()
+    n_tq = sum(t.type == "tq2_0" for t in tensors)
+    cuda = DEVICE_KINDS["CUDA"]
+    placement = place_layers(spec.block_count, 1)
+    got = {}
+    for quant in ("TQ2_0", "Q4_0"):
+        layer_tensors = quantized_weights(spec, quant).layer_tensors()
+        setup = SchedSetup(cuda, placement, tensors=layer_tensors, loader=device_loader_check("CUDA", spec))
+        got[quant] = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", real_run=True)
+    assert got["TQ2_0"].host_ops == (("MUL_MAT", n_tq),)  # every tq2_0 matrix is a MUL_MAT's weight
+    assert got["Q4_0"].host_ops == ()
+    assert got["TQ2_0"].n_splits > got["Q4_0"].n_splits
+    assert got["TQ2_0"].host is not None and got["Q4_0"].host is not None and got["TQ2_0"].host > got["Q4_0"].host
+
+
+def test_estimate_puts_ternary_matrices_in_cpu_not_cuda_host_without_mmap():
+    _, tensors = _lfm2_tq2()
+    r = CliRunner().invoke(cli, ["estimate", "-m", "lfm2-1.2b", "--quant", "TQ2_0", "-c", "4096", "--backend",
+                                 "CUDA0", "--no-mmap", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = {b["buffer_type"]: b["model_bytes"] for b in json.loads(r.output)["breakdown"]}
+    assert rows["CPU"] == sum(-(-t.n_bytes // 32) * 32 for t in tensors if t.type == "tq2_0")
+    embd = next(t for t in tensors if t.name == "token_embd.weight")  # q6_K: CUDA's GET_ROWS takes it
+    assert rows["CUDA_Host"] == -(-embd.n_bytes // 32) * 32
