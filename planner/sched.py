@@ -258,7 +258,9 @@ def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher,
         loader = setup.loader
         refused = False
         if loader is not None and layer != "input":
-            refused = loader.refuses(t.name, t.ne, stored_type(t) if stored_type is not None else None)
+            # a tied lm head is token_embd's output-layer copy, tested as the output matrix (MUL_MAT)
+            stem = "output" if layer == "output" and t.name == "token_embd" else t.name
+            refused = loader.refuses(stem, t.ne, stored_type(t) if stored_type is not None else None)
         devs = {where_weight(n, layer, setup.placement, overrides, refused) for n in names}
         if len(devs) > 1:
             raise SchedModelError(

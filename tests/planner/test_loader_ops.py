@@ -155,6 +155,14 @@ def test_cuda_takes_every_weight_type_but_the_ternary_ones_in_products():
     assert not cuda_takes_weight("nvfp4", 4096, get_rows=True)
     assert not cuda_takes_weight("mxfp4", 2880, get_rows=True) and cuda_takes_weight("mxfp4", 4096, get_rows=True)
     assert not cuda_takes_weight("tq2_0", 4096, get_rows=True) and cuda_takes_weight("q6_K", 2048, get_rows=True)
+    # the loader tests the token embedding with GET_ROWS, its tied output copy (and any other matrix) with MUL_MAT
+    check = device_loader_check("CUDA", read_model("lfm2-1.2b").spec)
+    assert check is not None
+    assert check.refuses_name("token_embd.weight", (4096, 8), "nvfp4")
+    assert not check.refuses("output", (4096, 8), "nvfp4")
+    assert not check.refuses_name("output.weight", (4096, 8), "nvfp4")
+    assert check.refuses_name("blk.2.ffn_up.weight", (4096, 8), "tq1_0")
+    assert not check.refuses_name("blk.2.ffn_norm.weight", (4096,), "f32")
 
 
 def _lfm2_tq2() -> tuple[Any, list[Any]]:
