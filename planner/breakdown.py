@@ -30,7 +30,7 @@ from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buf
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
-from rsplan.planner.loader_ops import device_loader_check, kind_loader_check
+from rsplan.planner.loader_ops import device_loader_check, kind_loader_check, weight_shape
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
     OutputBuffer,
@@ -43,7 +43,7 @@ from rsplan.planner.outputs import (
 )
 from rsplan.planner.placement import place_layers, weights_by_device
 from rsplan.planner.plan import MemoryPlan
-from rsplan.planner.weight_placement import gguf_weights, loaded, place_weights
+from rsplan.planner.weight_placement import Weight, gguf_weights, layer_of, loaded, place_weights
 
 if TYPE_CHECKING:
     from rsplan.planner.sched import LayerTensors
@@ -148,6 +148,19 @@ def _backend_kind(backend: str) -> str:
         return m.group(1)
     raise BreakdownError(f"unknown backend '{backend}': CPU, or CUDA0, ROCm0, MUSA0, ... (a device number after the "
                          "family)")
+
+
+def moved_to_host(spec: ModelSpec, kind: str, table: WeightTable, load_mtp: bool = False) -> list[Weight]:
+    """The loaded weights of device layers that the loader's op test keeps off devices of ``kind``
+    (planner.loader_ops), in file order: what llama.cpp's loader reports as "cannot be used with preferred buffer
+    type" (src/llama-model-loader.cpp:1404, a debug line)."""
+    loader = device_loader_check(kind, spec)
+    if loader is None:
+        return []
+    weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
+    n_all = spec.block_count
+    return [w for w in weights if layer_of(w.name, n_all, arch=spec.arch) != "input"
+            and loader.refuses_name(w.name, weight_shape(w.n_bytes, w.type, w.ne0), w.type)]
 
 
 def _host_tensors(table: WeightTable, n_layer: int, load_mtp: bool) -> list[HostTensor]:
@@ -256,6 +269,13 @@ def build_breakdown(
     elif not exact:
         notes.append("model bytes: the weights' total spread over the layers (an estimate: llama.cpp pads each "
                      "tensor and keeps the token embedding on the host)")
+    if table and kind != "CPU":
+        moved = moved_to_host(spec, kind, table, mtp)
+        if moved:
+            first = moved[0]
+            notes.append(f"model bytes: {len(moved)} tensor(s) of the GPU's layers (e.g. '{first.name}', {first.type}) "
+                         f"cannot be used with preferred buffer type {backend}: llama.cpp's loader finds no kernel on "
+                         f"{backend} for the op it tests them with and loads them in host memory (CPU)")
     context = sum(plan.buffer_bytes["CPU" if kind == "CPU" else "CUDA"].values())  # one rule for ggml-cuda's builds
     tensors = None if kind == "CPU" else _layer_tensors(table)
     rows: list[BufferBreakdown] = []

@@ -216,3 +216,17 @@ def test_estimate_puts_ternary_matrices_in_cpu_not_cuda_host_without_mmap():
     assert rows["CPU"] == sum(-(-t.n_bytes // 32) * 32 for t in tensors if t.type == "tq2_0")
     embd = next(t for t in tensors if t.name == "token_embd.weight")  # q6_K: CUDA's GET_ROWS takes it
     assert rows["CUDA_Host"] == -(-embd.n_bytes // 32) * 32
+
+
+def test_estimate_says_which_weights_leave_the_gpu():
+    def notes(*args: str) -> list[str]:
+        r = CliRunner().invoke(cli, ["estimate", "-c", "4096", "--backend", "CUDA0", "--format", "json", *args])
+        assert r.exit_code == 0, r.output
+        return [n for n in json.loads(r.output)["notes"] if "cannot be used with preferred buffer type" in n]
+
+    plamo = notes("-m", "plamo-2-1b", "--quant", "Q8_0")
+    assert len(plamo) == 1 and plamo[0].startswith("model bytes: 8 tensor(s) of the GPU's layers (e.g. 'blk.0.ssm_a'")
+    _, tensors = _lfm2_tq2()
+    n_tq = sum(t.type == "tq2_0" for t in tensors)
+    assert notes("-m", "lfm2-1.2b", "--quant", "TQ2_0")[0].startswith(f"model bytes: {n_tq} tensor(s)")
+    assert notes("-m", "lfm2-1.2b", "--quant", "Q4_0") == []
