@@ -153,7 +153,7 @@ def _backend_kind(backend: str) -> str:
 def moved_to_host(spec: ModelSpec, kind: str, table: WeightTable, load_mtp: bool = False) -> list[Weight]:
     """The loaded weights of device layers that the loader's op test keeps off devices of ``kind``
     (planner.loader_ops), in file order: what llama.cpp's loader reports as "cannot be used with preferred buffer
-    type" (src/llama-model-loader.cpp:1404, a debug line)."""
+    type" (src/llama-model-loader.cpp:1404 LLAMA_LOG_DEBUG: a debug line)."""
     loader = device_loader_check(kind, spec)
     if loader is None:
         return []
@@ -161,6 +161,18 @@ def moved_to_host(spec: ModelSpec, kind: str, table: WeightTable, load_mtp: bool
     n_all = spec.block_count
     return [w for w in weights if layer_of(w.name, n_all, arch=spec.arch) != "input"
             and loader.refuses_name(w.name, weight_shape(w.n_bytes, w.type, w.ne0), w.type)]
+
+
+def _moved_note(spec: ModelSpec, kind: str, backend: str, table: WeightTable, load_mtp: bool) -> str | None:
+    """The note on ``moved_to_host``'s weights, None where there are none (their count and one of them: llama.cpp
+    names the first it creates, in its own order)."""
+    moved = moved_to_host(spec, kind, table, load_mtp)
+    if not moved:
+        return None
+    first = moved[0]
+    return (f"model bytes: {len(moved)} tensor(s) of the GPU's layers (e.g. '{first.name}', {first.type}) cannot be "
+            f"used with preferred buffer type {backend}: llama.cpp's loader finds no kernel on {backend} for the op it "
+            "tests them with and loads them in host memory (CPU)")
 
 
 def _host_tensors(table: WeightTable, n_layer: int, load_mtp: bool) -> list[HostTensor]:
@@ -269,13 +281,9 @@ def build_breakdown(
     elif not exact:
         notes.append("model bytes: the weights' total spread over the layers (an estimate: llama.cpp pads each "
                      "tensor and keeps the token embedding on the host)")
-    if table and kind != "CPU":
-        moved = moved_to_host(spec, kind, table, mtp)
-        if moved:
-            first = moved[0]
-            notes.append(f"model bytes: {len(moved)} tensor(s) of the GPU's layers (e.g. '{first.name}', {first.type}) "
-                         f"cannot be used with preferred buffer type {backend}: llama.cpp's loader finds no kernel on "
-                         f"{backend} for the op it tests them with and loads them in host memory (CPU)")
+    moved = _moved_note(spec, kind, backend, table, mtp) if table and kind != "CPU" else None
+    if moved:
+        notes.append(moved)
     context = sum(plan.buffer_bytes["CPU" if kind == "CPU" else "CUDA"].values())  # one rule for ggml-cuda's builds
     tensors = None if kind == "CPU" else _layer_tensors(table)
     rows: list[BufferBreakdown] = []
