@@ -30,7 +30,7 @@ from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buf
 from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
-from rsplan.planner.loader_ops import device_loader_check, kind_loader_check, weight_shape
+from rsplan.planner.loader_ops import device_loader_check, kind_loader_check
 from rsplan.planner.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
     OutputBuffer,
@@ -160,7 +160,7 @@ def moved_to_host(spec: ModelSpec, kind: str, table: WeightTable, load_mtp: bool
     weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
     n_all = spec.block_count
     return [w for w in weights if layer_of(w.name, n_all, arch=spec.arch) != "input"
-            and loader.refuses_name(w.name, weight_shape(w.n_bytes, w.type, w.ne0), w.type)]
+            and loader.refuses_weight(w.name, w.n_bytes, w.type, w.ne0)]
 
 
 def _moved_note(spec: ModelSpec, kind: str, backend: str, table: WeightTable, load_mtp: bool) -> str | None:

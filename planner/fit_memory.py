@@ -23,6 +23,7 @@ rsplan's figures for the same (``DeviceUsage``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.buffers import CPU_RULE, BufferRule
 from rsplan.planner.compute import compute_buffer
 from rsplan.planner.context import ContextParams
-from rsplan.planner.loader_ops import device_loader_check, kind_loader_check
+from rsplan.planner.loader_ops import LoaderCheck, device_loader_check, kind_loader_check
 from rsplan.planner.placement import Placement, place_layers
 
 if TYPE_CHECKING:
@@ -165,6 +166,11 @@ class MemoryModel:
     def n_devices(self) -> int:
         return len(self.device_free)
 
+    @functools.cached_property
+    def loader(self) -> LoaderCheck | None:
+        """The devices' op test of the loader (planner.loader_ops), made once: it remembers each weight's answer."""
+        return device_loader_check(self.device_kind, self.spec)
+
     def placement(self, flags: StartFlags) -> Placement:
         ngl = flags.n_gpu_layers
         if ngl is not None and ngl < 0:
@@ -194,7 +200,7 @@ class MemoryModel:
         self.calls += 1
         placement = self.placement(flags)
         weights = place_weights(self.weights, placement, self.device_rule, flags.overrides, arch=self.spec.arch,
-                                host_repack=self.host_repack, loader=device_loader_check(self.device_kind, self.spec))
+                                host_repack=self.host_repack, loader=self.loader)
         plan = build_plan(self.spec, dataclasses.replace(self.params, n_ctx=flags.n_ctx), self.layout)
         context, host_context = cache_split(plan, placement, self.device_rule, self.n_devices)
         dev_compute, host_compute = self.compute_split(flags, placement)

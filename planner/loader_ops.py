@@ -31,7 +31,7 @@ the host, though the model's scan is Mamba-2's.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rsplan.hparams.ggml_types import weight_type
@@ -76,6 +76,8 @@ class LoaderCheck:
     n_group: int
     scan_a: bool = True
     takes_weight: Callable[[str, int, bool], bool] | None = None
+    _memo: dict[tuple[str, int, str, int], bool] = field(default_factory=dict, compare=False, hash=False,
+                                                         repr=False)
 
     def refuses(self, stem: str, ne: Sequence[int], type_name: str | None = None) -> bool:
         """Whether the devices refuse a weight of stem ``stem`` (``ssm_a``, ``ssm_conv1d``, ``token_embd``,
@@ -91,12 +93,22 @@ class LoaderCheck:
         return node is not None and not self.supports_op(node)
 
     def refuses_name(self, name: str, ne: Sequence[int], type_name: str | None = None) -> bool:
-        """``refuses`` for a GGUF tensor name (``blk.N.STEM.weight``, ``token_embd.weight``, ...)."""
+        """``refuses`` for a GGUF tensor name (``blk.N.STEM.weight``, ``token_embd.weight``, ...); a ``.bias`` is
+        tested with ADD, which devices run."""
         parts = name.split(".", 2)
         rest = parts[2] if len(parts) == 3 and parts[0] == "blk" else name
         if rest.endswith(".bias"):
-            return False  # tested with ADD
+            return False
         return self.refuses(rest[:-len(".weight")] if rest.endswith(".weight") else rest, ne, type_name)
+
+    def refuses_weight(self, name: str, n_bytes: int, type_name: str, ne0: int) -> bool:
+        """``refuses_name`` for a weight of at most two dimensions given by its bytes, type and row length
+        (``weight_shape``), remembered by those in this check: a fit places the same weights hundreds of times."""
+        key = (name, n_bytes, type_name, ne0)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self.refuses_name(name, weight_shape(n_bytes, type_name, ne0), type_name)
+        return hit
 
     def _test_node(self, stem: str, ne: tuple[int, ...]) -> Tensor | None:
         from rsplan.planner import ggml_ops as g

@@ -287,8 +287,7 @@ def place_weights(
     matcher = override_matcher(tuple(overrides))
     for w in weights:
         layer = layer_of(w.name, placement.n_layer_all, arch=arch)
-        shape = weight_shape(w.n_bytes, w.type, w.ne0)
-        refused = loader is not None and loader.refuses_name(w.name, shape, w.type)
+        refused = loader is not None and loader.refuses_weight(w.name, w.n_bytes, w.type, w.ne0)
         where = where_weight(w.name, layer, placement, matcher, refused)
         if where is None:
             host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
@@ -299,8 +298,8 @@ def place_weights(
             # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
             # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
             # (tested as the output matrix: MUL_MAT)
-            out = where_weight(w.name, "output", placement, matcher,
-                               loader is not None and loader.refuses("output", shape, w.type))
+            out = where_weight(w.name, "output", placement, matcher, loader is not None
+                               and loader.refuses("output", weight_shape(w.n_bytes, w.type, w.ne0), w.type))
             if out is None and where is not None:
                 host += host_rule.alloc_nbytes(w.n_bytes, w.type, w.ne0)
             elif out is None:
@@ -316,10 +315,9 @@ def _host_output_copy(embd: Weight, target: Target | None) -> int:
     own CPU (CPU_REPACK, or AMX in its own layout: planner.host_weights), else 0 (the same tensor)."""
     from rsplan.planner.host_weights import HostTensor, buffer_bytes, host_buffer_type
 
-    t = weight_type(embd.type)
-    if target is None or t is None or not embd.ne0:
+    if target is None or weight_type(embd.type) is None or not embd.ne0:
         return 0
-    ne1 = embd.n_bytes * t.block_size // t.type_size // embd.ne0
+    ne1 = weight_shape(embd.n_bytes, embd.type, embd.ne0)[1]
     as_output = HostTensor("output.weight", embd.n_bytes, embd.type, (embd.ne0, ne1), 0)
     buft = host_buffer_type(as_output, target, None, use_mmap=False)
     return 0 if buft == "CPU" else buffer_bytes(as_output, buft)
