@@ -311,7 +311,8 @@ class _Gallocr:
         node.allocated = True
         if node.op in INPLACE_OPS and self._reuse_parent(node):
             return
-        node.size = self.size_in(node, buffer_id)
+        sizer = self.sizers[buffer_id]  # size_in, inlined: the walk's most frequent call
+        node.size = node.nbytes if sizer is None else sizer(node)
         node.buffer_id = buffer_id
         node.offset = self.allocs[buffer_id].alloc(node.size)
         if self.tape is not None:
@@ -411,8 +412,10 @@ class _Gallocr:
 
     def _walk(self, nodes: list[Tensor], node_ids: list[int]) -> None:
         """The allocation pass of ggml_gallocr_alloc_graph_impl over ``nodes`` (children and views counted), node
-        ``i`` in buffer ``node_ids[i]``."""
-        allocate, release = self.allocate, self._release
+        ``i`` in buffer ``node_ids[i]``: each node's parents and the node are allocated, then each parent whose
+        last consumer it was, with no view of it left, is freed (a view's source instead, when nothing else uses
+        that)."""
+        allocate, free = self.allocate, self.free
         for node, buffer_id in zip(nodes, node_ids, strict=True):
             src = node.src
             for parent in src:
@@ -425,15 +428,10 @@ class _Gallocr:
                 n_children = parent.n_children - 1
                 parent.n_children = n_children
                 if n_children == 0 and parent.n_views == 0:
-                    release(parent)
-
-    def _release(self, parent: Tensor) -> None:
-        """The last consumer of ``parent`` is done and no view of it is left: free it (or, for a view, its view
-        source when nothing else uses that)."""
-        vs = parent.view_src
-        if vs is not None:
-            vs.n_views -= 1
-            if vs.n_views == 0 and vs.n_children == 0 and vs.allocated:
-                self.free(vs)
-        elif parent.allocated:
-            self.free(parent)
+                    vs = parent.view_src
+                    if vs is not None:
+                        vs.n_views -= 1
+                        if vs.n_views == 0 and vs.n_children == 0 and vs.allocated:
+                            free(vs)
+                    elif parent.allocated:
+                        free(parent)

@@ -315,7 +315,10 @@ class _Sched:
         # by what decides a buffer: kind, layer, name and a weight's shape (a layer's ssm_conv1d is its .weight or
         # its .bias by shape, and -ot patterns may tell them apart: _gguf_names); a cache's shape may be affine in
         # the KV cells (planner.kept_shapes), and its layer alone places it
-        homes: dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int] = {}
+        homes = _HOMES.get(setup)
+        if homes is None:  # the last setup's only: a search sizes one setup's graphs at several -np
+            _HOMES.clear()
+            homes = _HOMES[setup] = {}
         overrides = override_matcher(tuple(setup.overrides))
         # the model's file types that the devices' matrix products do not take (the loader puts such weights in
         # host memory, and the devices refuse the products reading them)
@@ -677,6 +680,12 @@ def refused_ops(s: _Sched) -> tuple[tuple[str, int], ...]:
             counts[node.op] = counts.get(node.op, 0) + 1
     return tuple(counts.items())
 
+
+#: The backend of each weight's and cache's buffer under the last setup a ``_Sched`` was made for, by what decides
+#: it (kind, layer, name and a weight's shape; ``_Sched.__init__``): a function of the setup alone, so the graphs of
+#: every reserve and every -np scheduled under one setup share it (qwen3-next: about 1,900 lookups of
+#: ``_backend_of_buffer`` per context shape otherwise).
+_HOMES: dict[SchedSetup, dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int]] = {}
 
 #: The assignment of the last ``flash_attn_on_layer_devices`` probe, by its graph's id: the probe's graph is the tg
 #: reserve's (planner.device_compute), which ``split_graph`` then takes over instead of assigning it again (the
