@@ -7,6 +7,7 @@ import pytest
 
 from rsplan.hparams.sources import read_model
 from rsplan.planner import ggml_ops as g
+from rsplan.planner import sched
 from rsplan.planner.context import ContextParams
 from rsplan.planner.device_compute import device_compute
 from rsplan.planner.ggml_alloc import Buffer, Graph, reserve_sizes
@@ -70,8 +71,6 @@ def test_a_scheduled_graph_is_left_as_it_was_and_schedules_again_alike():
 def test_a_probed_graph_is_split_on_the_probes_assignment_once():
     """split_graph takes over the -fa auto probe's assignment of the same graph, setup and tokens (pinned), once:
     the same figures as a graph assigned afresh (test_pipeline_parallel_keeps_four_copies_of_every_input)."""
-    from rsplan.planner import sched
-
     setup = SchedSetup(RPC, _placement())
     graph = _two_layer_graph()
     sched.flash_attn_on_layer_devices(graph, setup, 16)
@@ -201,3 +200,17 @@ def test_a_host_weight_copy_without_the_models_types_is_refused():
     placement = place_layers(1, 1, n_gpu_layers=0)
     with pytest.raises(SchedModelError, match="needs the weight's type"):
         schedule(_host_weight_graph(), SchedSetup(DEVICE_KINDS["CUDA"], placement), 32)
+
+
+def test_buffer_homes_kept_for_one_setup_are_not_used_for_another():
+    # _HOMES keeps the weights' buffers of the last setup scheduled: a setup placing the layers otherwise must find
+    # its own. -ts 1,2 puts layer 1 (its 4x4 weight) on device 1; -ts 2,1 puts both layers on device 0 (split
+    # points 2/3 and 1: units at 0 and 1/3), so device 1 holds only the output layer and runs nothing.
+    other = place_layers(2, 2, tensor_split=[2.0, 1.0])
+    assert other.unit_device == (0, 0, 1)
+    sched._HOMES.clear()
+    fresh = schedule(_two_layer_graph(), SchedSetup(RPC, other, offload_kqv=False), 16).bytes
+    sched._HOMES.clear()
+    schedule(_two_layer_graph(), SchedSetup(RPC, _placement(), offload_kqv=False), 16)  # keeps -ts 1,2's homes
+    after = schedule(_two_layer_graph(), SchedSetup(RPC, other, offload_kqv=False), 16).bytes
+    assert after == fresh != (512, 512, 320)  # -ts 1,2's bytes (test_one_copy_is_a_node_freed_after_its_last_use)
