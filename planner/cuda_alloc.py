@@ -43,8 +43,6 @@ def cuda_alloc_size(t: Tensor) -> int:
     """The bytes ggml-alloc reserves for ``t`` in a CUDA buffer (module docstring): the row padding is the one
     CUDA's buffers give weights and caches too (planner.buffers.CUDA_RULE)."""
     size = _flash_attn_size(t) if t.op == "FLASH_ATTN_EXT" else t.nbytes
-    if t.type.block_size == 1:  # not quantized: no row padding (most compute-buffer tensors)
-        return size
     return CUDA_RULE.padded_size(size, t.type, t.ne[0])
 
 

@@ -311,8 +311,7 @@ class _Gallocr:
         node.allocated = True
         if node.op in INPLACE_OPS and self._reuse_parent(node):
             return
-        sizer = self.sizers[buffer_id]  # size_in, inlined: the walk's most frequent call
-        node.size = node.nbytes if sizer is None else sizer(node)
+        node.size = self.size_in(node, buffer_id)
         node.buffer_id = buffer_id
         node.offset = self.allocs[buffer_id].alloc(node.size)
         if self.tape is not None:
