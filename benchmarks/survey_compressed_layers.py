@@ -174,27 +174,24 @@ def compress(graph: Graph, a: int, n: int, periods: int, kept: int = KEPT_PERIOD
 
 
 def _walk_to(gal: Any, sg: Any, bounds: list[int]) -> list[tuple[Any, dict[int, Any], list[Tensor]]]:
-    """The allocator's state at each node index of ``bounds`` (ggml_gallocr_alloc_graph_impl in segments)."""
-    nodes, ids = sg.graph.nodes, sg.node_ids
-    gal.reset(sg.graph)
-    for leaf, bid in zip(sg.graph.leafs, sg.leaf_ids, strict=True):
-        gal.allocate(leaf, bid)
-    for node, bid in zip(nodes, ids, strict=True):
-        if node.view_src is not None and node.op != "NONE":
-            node.view_src.n_views += 1
-        if node.flags & ga.FLAG_INPUT:
-            gal.allocate(node, bid)
-        for src in node.src:
-            src.n_children += 1
-            if src.flags & ga.FLAG_INPUT:
-                gal.allocate(src, bid)
-    snaps, lo = [], 0
-    for hi in bounds:
-        gal._walk(nodes[lo:hi], ids[lo:hi])
-        lo = hi
-        live = [t for t in (*sg.graph.leafs, *nodes) if t.allocated and t.view_src is None and not t.external]
-        snaps.append(([list(map(tuple, al.blocks)) for al in gal.allocs],
-                      {id(t): (t.offset, t.size, t.buffer_id) for t in live}, live))
+    """The allocator's state at each node index of ``bounds``: ``alloc_graph`` as it is, its walk run in segments
+    cut there (planner.ggml_alloc ``_Gallocr._walk``, unchanged)."""
+    nodes = sg.graph.nodes
+    snaps = []
+
+    def segmented(walked: list[Tensor], ids: list[int]) -> None:
+        lo = 0
+        for hi in [*bounds, len(walked)]:
+            ga._Gallocr._walk(gal, walked[lo:hi], ids[lo:hi])
+            lo = hi
+            if len(snaps) == len(bounds):
+                continue
+            live = [t for t in (*sg.graph.leafs, *nodes) if t.allocated and t.view_src is None and not t.external]
+            snaps.append(([list(map(tuple, al.blocks)) for al in gal.allocs],
+                          {id(t): (t.offset, t.size, t.buffer_id) for t in live}, live))
+
+    gal._walk = segmented
+    gal.alloc_graph(sg.graph, sg.node_ids, sg.leaf_ids)
     return snaps
 
 

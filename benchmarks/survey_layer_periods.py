@@ -35,41 +35,31 @@ DEFAULT_ARGS = "-c 32768 -np 4 --backend CUDA0 --quant Q4_K_M"
 
 
 def _patch_walk(walks: list[dict[str, Any]]) -> None:
-    """Make the allocator's walk record, per graph, a snapshot at each layer's first ``norm`` node."""
+    """Make the allocator's walk record, per graph, a snapshot at each layer's first ``norm`` node: the walk runs
+    as before, in segments cut there (planner.ggml_alloc ``_Gallocr._walk``, unchanged)."""
     from rsplan.planner import ggml_alloc as ga
 
-    def walk(self: Any, nodes: list[Any], node_ids: list[int]) -> None:
+    walk = ga._Gallocr._walk
+
+    def segmented(self: Any, nodes: list[Any], node_ids: list[int]) -> None:
         record: dict[str, Any] = {"n_nodes": len(nodes), "state": {}, "layer_nodes": {}, "max_at": {}}
         walks.append(record)
-        allocate, free = self.allocate, self.free
-        layer = None
-        for node, buffer_id in zip(nodes, node_ids, strict=True):
-            if node.name == "norm" and isinstance(node.layer, int) and node.layer not in record["state"]:
-                layer = node.layer
-                record["state"][layer] = tuple(tuple(map(tuple, a.blocks)) for a in self.allocs)
+        starts: dict[int, int] = {}
+        for i, node in enumerate(nodes):
+            if node.name == "norm" and isinstance(node.layer, int):
+                starts.setdefault(node.layer, i)
+        bounds = sorted((i, layer) for layer, i in starts.items())
+        lo, layer = 0, None
+        for hi, nxt in [*bounds, (len(nodes), None)]:
+            walk(self, nodes[lo:hi], node_ids[lo:hi])
             if layer is not None:
-                record["layer_nodes"].setdefault(layer, []).append((node.op, buffer_id))
-            src = node.src
-            for parent in src:
-                if not (parent.allocated or parent.external or parent.view_src is not None):
-                    allocate(parent, buffer_id)
-            if not (node.allocated or node.external or node.view_src is not None):
-                allocate(node, buffer_id)
-            for parent in src:
-                n_children = parent.n_children - 1
-                parent.n_children = n_children
-                if n_children == 0 and parent.n_views == 0:
-                    vs = parent.view_src
-                    if vs is not None:
-                        vs.n_views -= 1
-                        if vs.n_views == 0 and vs.n_children == 0 and vs.allocated:
-                            free(vs)
-                    elif parent.allocated:
-                        free(parent)
-            if layer is not None:
+                record["layer_nodes"][layer] = [(n.op, b) for n, b in zip(nodes[lo:hi], node_ids[lo:hi], strict=True)]
                 record["max_at"][layer] = tuple(a.max_size for a in self.allocs)
+            if nxt is not None:
+                record["state"][nxt] = tuple(tuple(map(tuple, a.blocks)) for a in self.allocs)
+            lo, layer = hi, nxt
 
-    ga._Gallocr._walk = walk
+    ga._Gallocr._walk = segmented  # type: ignore[method-assign]
 
 
 def periodicity(record: dict[str, Any]) -> str:
