@@ -14,8 +14,18 @@ llm_graph_context::build_moe_ffn lays them out. The experts' output, the weights
 last ADD: the MUL cannot take the experts' memory in place any more, so one more tensor of the experts' size is
 live while the sum runs.
 
-Not modelled: the top-k MoE fusion's dependencies (ggml_cuda_topk_moe_fusion: the router's softmax, top-k and
-weight normalisation kept until the weights are made; tensors of ``n_expert x n_tokens`` floats).
+The top-k MoE fusion (ggml/src/ggml-cuda/ggml-cuda.cu:2813 ggml_cuda_topk_moe_fusion, as graph_optimize runs
+it from ggml/src/ggml-cuda/ggml-cuda.cu:4555 GGML_OP_UNARY): the router's gating (SOFT_MAX, or a sigmoid UNARY), its
+RESHAPE, the selection bias's ADD, the ARGSORT and its top-k VIEW, the GET_ROWS of the weights, the weight
+normalisation (RESHAPE, SUM_ROWS, CLAMP, DIV, RESHAPE) and the weight scale, as src/llama-graph.cpp:2007
+llm_graph_context::build_moe_ffn lays them out. Every node of the fused run and every source of one is kept until
+the node after the run (ggml/src/ggml-cuda/ggml-cuda.cu:4527 add_alloc_deps, called with ``i + ops.size()``: one
+past the weights), so none of the router's tensors is freed or overwritten in place before the experts start. The
+router is fused only where ggml/src/ggml-cuda/topk-moe.cu:403 ggml_cuda_should_use_topk_moe takes it: an expert
+count of a power of 2 up to 512, or 288 or 576, contiguous logits and weights, and a softmax without a mask, scale
+or bias. A UNARY heading the pattern is taken as the sigmoid: it is the only unary gating the graph builders make
+(planner/graphs/moe.py ``moe_ffn``); the delayed softmax (gpt-oss's SOFTMAX_WEIGHT, which starts at the ARGSORT)
+gets no dependencies there, nor does DeepSeek-V4's sqrt-softplus (no preset).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ from rsplan.planner.ggml_ops import is_contiguous
 
 #: ggml-cuda.cu MOE_WEIGHTED_REDUCTION_MAX_EXPERTS: the most experts per token the fused reduction takes.
 MOE_WEIGHTED_REDUCTION_MAX_EXPERTS = 15
+#: ggml_cuda_should_use_topk_moe: the expert counts besides the powers of 2 up to 512 its kernel is made for.
+TOPK_MOE_OTHER_EXPERT_COUNTS = (288, 576)
 #: GGML_MAX_SRC: the sources one dependency node holds.
 MAX_SRC = 10
 
@@ -39,23 +51,110 @@ def use_counts(nodes: Sequence[Tensor]) -> Counter[Tensor]:
     return Counter(chain.from_iterable(node.src for node in nodes))
 
 
-def alloc_deps(nodes: Sequence[Tensor], start: int, end: int, uses: Counter[Tensor]) -> dict[Tensor, list[Tensor]]:
-    """graph_optimize's dependencies over the split ``nodes[start:end]``: ``until`` node -> the tensors kept until
-    it has run, in the order added. ``uses``: ``use_counts`` of the whole graph."""
-    deps: dict[Tensor, list[Tensor]] = {}
+def alloc_deps(nodes: Sequence[Tensor], start: int, end: int, uses: Counter[Tensor],
+               deps: dict[Tensor, list[Tensor]] | None = None) -> dict[Tensor, list[Tensor]]:
+    """graph_optimize's dependencies over the split ``nodes[start:end]``, added to ``deps`` (a new dict where None):
+    ``until`` node -> the tensors kept until it has run, in the order added, each once (the scheduler keeps one
+    table for every split, ggml/src/ggml-backend.cpp:1464 add_alloc_dep). ``uses``: ``use_counts`` of the whole
+    graph. ``nodes`` is the whole graph: a top-k fusion ending a split would keep its tensors until the next
+    split's first node, as graph_optimize's pointer past its split's view does."""
+    deps = {} if deps is None else deps
     i = start
     while i < end:
-        # every match starts at a MUL (the weighting), so the others are passed over here
+        # every reduction starts at a MUL (the weighting), every top-k fusion at its gating: others pass over
         match = _moe_weighted_reduction(nodes, i, end, uses) if nodes[i].op == "MUL" else None
         if match is not None:
             kept, until, node_count = match
-            keep = deps.setdefault(until, [])
-            for t in kept:
-                if t not in keep:
-                    keep.append(t)
+            _keep(deps, until, kept)
             i += node_count - 1
+        count = _topk_moe(nodes, i, end, uses) if nodes[i].op in ("UNARY", "SOFT_MAX") else None
+        if count is not None and i + count < len(nodes):
+            kept = []
+            for node in nodes[i:i + count]:
+                kept += [node, *node.src]
+            _keep(deps, nodes[i + count], kept)
+            i += count - 1
         i += 1
     return deps
+
+
+def _keep(deps: dict[Tensor, list[Tensor]], until: Tensor, tensors: Sequence[Tensor]) -> None:
+    """add_alloc_dep for each of ``tensors`` in order: appended to ``until``'s list unless already in it."""
+    keep = deps.setdefault(until, [])
+    for t in tensors:
+        if t not in keep:
+            keep.append(t)
+
+
+def _topk_moe(nodes: Sequence[Tensor], idx: int, end: int, uses: Counter[Tensor]) -> int | None:
+    """The nodes graph_optimize fuses into CUDA's top-k MoE op from the gating ``nodes[idx]`` within the split
+    ending at ``end`` (ggml/src/ggml-cuda/ggml-cuda.cu:2813 ggml_cuda_topk_moe_fusion without the delayed softmax,
+    then ggml_can_fuse_subgraph with the top-k VIEW and the weights as outputs and
+    ggml_cuda_should_use_topk_moe), or None."""
+    gating = nodes[idx]
+    ops = [gating.op, "RESHAPE"]
+    j = idx + 1
+    if j >= end or nodes[j].op != "RESHAPE" or nodes[j].src[0] is not gating:
+        return None
+    probs = nodes[j]
+    j += 1
+    if j < end and nodes[j].op == "ADD" and nodes[j].src[0] is gating:  # the selection bias, on the unreshaped probs
+        ops.append("ADD")
+        j += 1
+    if j >= end or nodes[j].op != "ARGSORT" or nodes[j].src[0] is not nodes[j - 1 if ops[-1] == "ADD" else j - 2]:
+        return None
+    j += 1
+    if j >= end or nodes[j].op != "VIEW" or nodes[j].src[0] is not nodes[j - 1]:
+        return None
+    ids = j
+    j += 1
+    if j >= end or nodes[j].op != "GET_ROWS" or nodes[j].src[0] is not probs or nodes[j].src[1] is not nodes[j - 1]:
+        return None
+    ops += ["ARGSORT", "VIEW", "GET_ROWS"]
+    ops += _normalisation_and_scale(nodes, j + 1, end)
+    count = len(ops)
+    weights = nodes[idx + count - 1]
+    if not _can_fuse(nodes, idx, count, uses, outputs=(nodes[ids], weights)):
+        return None
+    return count if _should_use_topk_moe(gating, weights, nodes[ids]) else None
+
+
+def _normalisation_and_scale(nodes: Sequence[Tensor], j: int, end: int) -> list[str]:
+    """The ops after the GET_ROWS that ggml_cuda_topk_moe_fusion takes into the fusion: the weight normalisation
+    (each node reading the one before; the DIV the RESHAPE three back by the CLAMP), then a SCALE; a normalisation
+    broken off part way ends the fusion at the GET_ROWS, without looking for the SCALE."""
+    if j >= end:
+        return []
+    out = []
+    if nodes[j].op == "RESHAPE":
+        for op in ("RESHAPE", "SUM_ROWS", "CLAMP"):
+            if j >= end or nodes[j].op != op or nodes[j].src[0] is not nodes[j - 1]:
+                return []
+            j += 1
+        div = nodes[j] if j < end else None
+        if div is None or div.op != "DIV" or div.src[1] is not nodes[j - 1] or div.src[0] is not nodes[j - 3]:
+            return []
+        j += 1
+        if j >= end or nodes[j].op != "RESHAPE" or nodes[j].src[0] is not nodes[j - 1]:
+            return []
+        j += 1
+        out = ["RESHAPE", "SUM_ROWS", "CLAMP", "DIV", "RESHAPE"]
+    if j < end and nodes[j].op == "SCALE" and nodes[j].src[0] is nodes[j - 1]:
+        out.append("SCALE")
+    return out
+
+
+def _should_use_topk_moe(gating: Tensor, weights: Tensor, ids: Tensor) -> bool:
+    """ggml/src/ggml-cuda/topk-moe.cu:403 ggml_cuda_should_use_topk_moe: an expert count the kernel is made for,
+    contiguous logits and weights, and a plain softmax (scale 1, no ALiBi bias, no mask, no sinks: the graphs'
+    SOFT_MAX without a mask is ggml_soft_max) or a sigmoid."""
+    n_expert = ids.nb[1] // ids.nb[0]
+    if (n_expert & (n_expert - 1) or n_expert > 512) and n_expert not in TOPK_MOE_OTHER_EXPERT_COUNTS:
+        return False
+    logits = gating.src[0]
+    if not is_contiguous(weights) or not is_contiguous(logits):
+        return False
+    return gating.op != "SOFT_MAX" or len(gating.src) == 1
 
 
 def _is_f32_contiguous(t: Tensor) -> bool:
@@ -143,15 +242,19 @@ def _sum_of_views(nodes: Sequence[Tensor], first: int, end: int, weighted: Tenso
     return previous
 
 
-def _can_fuse(nodes: Sequence[Tensor], idx: int, count: int, uses: Counter[Tensor]) -> bool:
-    """ggml_can_fuse_subgraph with the last node as the only output (ggml/src/ggml.c:7769
-    ggml_can_fuse_subgraph_ext): every other node is no graph output, is used only inside the subgraph (by the
-    nodes after it: a source always comes before its consumer), and a view's sources lie inside it (or are
-    weights)."""
+def _can_fuse(nodes: Sequence[Tensor], idx: int, count: int, uses: Counter[Tensor],
+              outputs: tuple[Tensor, ...] | None = None) -> bool:
+    """ggml_can_fuse_subgraph (ggml/src/ggml.c:7769 ggml_can_fuse_subgraph_ext) over ``nodes[idx:idx + count]``
+    with ``outputs`` (None: the last node) as the nodes used outside: every other node is no graph output, is used
+    only inside the subgraph (by the nodes after it: a source always comes before its consumer), and a view's
+    sources lie inside it (or are weights)."""
     sub = nodes[idx:idx + count]
+    outs = (sub[-1],) if outputs is None else outputs
     inside = set(sub)
     inner = use_counts(sub)
-    for node in sub[:-1]:
+    for node in sub:
+        if any(node is out for out in outs):
+            continue
         if node.flags & FLAG_OUTPUT:
             return False
         if inner[node] != uses[node]:

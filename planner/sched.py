@@ -29,11 +29,11 @@ What each device kind does is data (``DEVICE_KINDS``): RPC devices (a CPU backen
 op, offloads none, 32-byte alignment, ``ggml_nbytes`` as allocation size) are checked against llama.cpp; for CUDA
 (and its ROCm / MUSA builds) the rules above come from the source, with its allocation sizes (planner.cuda_alloc),
 the ops it does not run (planner.cuda_ops: passes 1 and 2 leave them unassigned, pass 3 gives them the CPU) and
-the allocation dependencies its ``graph_optimize`` adds for the MoE weighted reduction it fuses
-(planner.cuda_fusion: a node after the reduction's last ADD holds the experts' output and the weights), but not
-those of its top-k MoE fusion, and nothing was run on a GPU, so its figures are estimates (``DeviceKind.exact``
-False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's alignment, and a discrete GPU cannot read it, so copies
-are made as for RPC.)
+the allocation dependencies its ``graph_optimize`` adds for the MoE weighted reduction and the top-k MoE router
+it fuses (planner.cuda_fusion: a node after the reduction's last ADD holds the experts' output and the weights; a
+node after the router holds its tensors), and nothing was run on a GPU, so its figures are estimates
+(``DeviceKind.exact`` False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's alignment, and a discrete GPU
+cannot read it, so copies are made as for RPC.)
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CON
                 "get_op_batch_size >= 32 (MUL_MAT ne1, MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props "
                 "async + events, host buffers not readable by a discrete GPU, get_alloc_size (quantized rows padded "
                 "to 512, flash attention's f16 K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), "
-                "graph_optimize's allocation dependencies for the MoE weighted reduction; not modelled: those for the "
-                "top-k MoE fusion, integrated GPUs")
+                "graph_optimize's allocation dependencies for the MoE weighted reduction and the top-k MoE router; "
+                "not modelled: integrated GPUs")
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
@@ -572,12 +572,17 @@ def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]], copies: 
     NONE holding them (ggml/src/ggml-backend.cpp:1543 alloc_deps)."""
     nodes, node_ids = [], []
     bounds = [start for _, start, _ in splits[1:]] + [len(s.graph.nodes)]
+    deps: dict[Tensor, list[Tensor]] = {}
+    if uses is not None:
+        # every split is optimized before the copy is made (ggml/src/ggml-backend.cpp:1474 ggml_backend_graph_optimize)
+        for (backend, start, _), end in zip(splits, bounds, strict=True):
+            if backend != s.setup.cpu:
+                alloc_deps(s.graph.nodes, start, end, uses, deps)
     for (backend, start, inputs), end in zip(splits, bounds, strict=True):
         for src in inputs:
             dep = g.view_tensor(src, "NONE", (src,))
             nodes += [dep, copies[(id(src), backend)][0]]
             node_ids += [src.backend, backend]
-        deps = alloc_deps(s.graph.nodes, start, end, uses) if uses is not None and backend != s.setup.cpu else None
         for node in s.graph.nodes[start:end]:
             nodes.append(node)
             node_ids.append(node.backend)
