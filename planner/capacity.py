@@ -561,7 +561,8 @@ class CapacityPlanner:
         exact figures: (1) k_hi = the largest k that fits when charged the compute at ``make(lo)``, taken as the
         least of every k's; (2) if ``make(k_hi)`` fits exactly, that is the answer; else C = the compute at k_hi
         is taken as bounding every k <= k_hi, so k_lo = the largest k that fits when charged C; (3) an exact binary
-        search between k_lo and k_hi. Where llama.cpp aborts at k_hi (no context, no compute figure: ``aborts``),
+        search between k_lo and k_hi, starting with k_lo + 1 (where that does not fit, k_lo is taken). Where
+        llama.cpp aborts at k_hi (no context, no compute figure: ``aborts``),
         k_hi steps down to the first k where it does not. (4) The answer and the next step up are then checked
         exactly and moved until they hold, so the boundary does not rest on the bounds of (1) and (2), which hold
         only roughly: llama.cpp's compute is not monotone in -np or the context (docs/capacity.md "How the searches
@@ -597,7 +598,12 @@ class CapacityPlanner:
         """Steps (2)-(3) of ``search`` below a ``k_hi`` that does not fit with its own compute, C."""
         ceiling = self.charge_at(make(k_hi))
         k_lo = largest(lambda j: self.headroom(make(j), ceiling) >= 0, lo, k_hi - 1)
-        return largest(lambda j: self.fits(make(j)), k_lo + 1, k_hi - 1)
+        # the bound from C is usually the answer (compute grows slowly with k): the step above it is tried first,
+        # and where it does not fit the answer is k_lo without the graphs of the steps between (a rollback search
+        # where each n_rs_seq is its own graph: 3 built instead of 5)
+        if k_lo + 1 >= k_hi or not self.fits(make(k_lo + 1)):
+            return k_lo
+        return largest(lambda j: self.fits(make(j)), k_lo + 2, k_hi - 1)
 
     # -- the questions ------------------------------------------------------------------------------------
 

@@ -293,3 +293,33 @@ def test_report_heatmap_boundary_is_charged_each_settings_own_compute():
             assert p.fits(p.params(hm.n_ctx[last], n))
         if last + 1 < len(cells) and p.aborts(p.params(hm.n_ctx[last + 1], n)) is None:
             assert not p.fits(p.params(hm.n_ctx[last + 1], n))
+
+
+def test_a_rollback_search_tries_the_step_above_the_ceilings_bound_first(monkeypatch):
+    # A charge of 1 MiB per rollback plane (the oracle is replaced: this checks the search, not a compute model)
+    # against 40,402,944 B of caches per plane (one more R/S row at -np 1). The room holds 400 planes with
+    # 20,000,000 B to spare: 401 need 40,402,944 + 1 MiB more. (1) Charged the compute of 0 planes, the room
+    # holds caches up to 400 + floor((400 MiB + 20,000,000) / 40,402,944) = 410 planes; 410 does not fit with its
+    # own charge. (2) Charged 410 MiB (C), 400 planes fit (10 MiB more than their own charge, 20,000,000 spare),
+    # 401 do not. (3) 401 is tried first and does not fit, so 400 is the answer, checked in (4): 4 settings sized
+    # (a binary search over 401-409 would size 402 and 401 too, and 405 before them)
+    from rsplan.planner import capacity_charge
+
+    step = MIB
+    spec = make_spec(**ARTICLE)
+    base = ContextParams(n_ctx=8192, n_seq_max=1)
+    caches_400 = S_8K + 400 * ROW_BYTES
+    p = planner(spec, base, caches_400 + 400 * step + 20_000_000, 0)
+    assert p.usage(p.params(8192, 1, 400)).devices[0].total_bytes == caches_400
+    sized: list[int] = []
+
+    def charge(params: ContextParams) -> capacity_charge.Charge:
+        if params.n_rs_seq not in sized:
+            sized.append(params.n_rs_seq)
+        zero = p.charges.zero(params)
+        return capacity_charge.Charge(zero.weights, zero.weights_host, (step * params.n_rs_seq,), 0)
+
+    monkeypatch.setattr(p.charges, "charge", charge)
+    rs = p.max_n_rs_seq(8192, 1)
+    assert (rs.n_rs_seq, rs.limited_by) == (400, "memory")
+    assert sized == [0, 410, 401, 400]
