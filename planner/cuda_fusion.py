@@ -92,56 +92,50 @@ def _topk_moe(nodes: Sequence[Tensor], idx: int, end: int, uses: Counter[Tensor]
     then ggml_can_fuse_subgraph with the top-k VIEW and the weights as outputs and
     ggml_cuda_should_use_topk_moe), or None."""
     gating = nodes[idx]
-    ops = [gating.op, "RESHAPE"]
     j = idx + 1
     if j >= end or nodes[j].op != "RESHAPE" or nodes[j].src[0] is not gating:
         return None
     probs = nodes[j]
     j += 1
-    if j < end and nodes[j].op == "ADD" and nodes[j].src[0] is gating:  # the selection bias, on the unreshaped probs
-        ops.append("ADD")
-        j += 1
-    if j >= end or nodes[j].op != "ARGSORT" or nodes[j].src[0] is not nodes[j - 1 if ops[-1] == "ADD" else j - 2]:
+    bias = j < end and nodes[j].op == "ADD" and nodes[j].src[0] is gating  # the selection bias, on the unreshaped probs
+    j += bias
+    if j >= end or nodes[j].op != "ARGSORT" or nodes[j].src[0] is not (nodes[j - 1] if bias else gating):
         return None
     j += 1
     if j >= end or nodes[j].op != "VIEW" or nodes[j].src[0] is not nodes[j - 1]:
         return None
-    ids = j
+    ids = nodes[j]
     j += 1
-    if j >= end or nodes[j].op != "GET_ROWS" or nodes[j].src[0] is not probs or nodes[j].src[1] is not nodes[j - 1]:
+    if j >= end or nodes[j].op != "GET_ROWS" or nodes[j].src[0] is not probs or nodes[j].src[1] is not ids:
         return None
-    ops += ["ARGSORT", "VIEW", "GET_ROWS"]
-    ops += _normalisation_and_scale(nodes, j + 1, end)
-    count = len(ops)
+    count = j + 1 + _normalisation_and_scale(nodes, j + 1, end) - idx
     weights = nodes[idx + count - 1]
-    if not _can_fuse(nodes, idx, count, uses, outputs=(nodes[ids], weights)):
+    if not _can_fuse(nodes, idx, count, uses, outputs=(ids, weights)):
         return None
-    return count if _should_use_topk_moe(gating, weights, nodes[ids]) else None
+    return count if _should_use_topk_moe(gating, weights, ids) else None
 
 
-def _normalisation_and_scale(nodes: Sequence[Tensor], j: int, end: int) -> list[str]:
-    """The ops after the GET_ROWS that ggml_cuda_topk_moe_fusion takes into the fusion: the weight normalisation
-    (each node reading the one before; the DIV the RESHAPE three back by the CLAMP), then a SCALE; a normalisation
-    broken off part way ends the fusion at the GET_ROWS, without looking for the SCALE."""
-    if j >= end:
-        return []
-    out = []
-    if nodes[j].op == "RESHAPE":
+def _normalisation_and_scale(nodes: Sequence[Tensor], j: int, end: int) -> int:
+    """How many nodes from ``nodes[j]`` (after the GET_ROWS) ggml_cuda_topk_moe_fusion takes into the fusion: the
+    weight normalisation (RESHAPE, SUM_ROWS, CLAMP, DIV, RESHAPE, each node reading the one before; the DIV the
+    RESHAPE three back by the CLAMP), then a SCALE; a normalisation broken off part way ends the fusion at the
+    GET_ROWS, without looking for the SCALE."""
+    first = j
+    if j < end and nodes[j].op == "RESHAPE":
         for op in ("RESHAPE", "SUM_ROWS", "CLAMP"):
             if j >= end or nodes[j].op != op or nodes[j].src[0] is not nodes[j - 1]:
-                return []
+                return 0
             j += 1
         div = nodes[j] if j < end else None
         if div is None or div.op != "DIV" or div.src[1] is not nodes[j - 1] or div.src[0] is not nodes[j - 3]:
-            return []
+            return 0
         j += 1
         if j >= end or nodes[j].op != "RESHAPE" or nodes[j].src[0] is not nodes[j - 1]:
-            return []
+            return 0
         j += 1
-        out = ["RESHAPE", "SUM_ROWS", "CLAMP", "DIV", "RESHAPE"]
     if j < end and nodes[j].op == "SCALE" and nodes[j].src[0] is nodes[j - 1]:
-        out.append("SCALE")
-    return out
+        j += 1
+    return j - first
 
 
 def _should_use_topk_moe(gating: Tensor, weights: Tensor, ids: Tensor) -> bool:
