@@ -228,9 +228,10 @@ def build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: A
 
 
 def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str,
-                         n_tok: int, n_sq: int, n_out: int) -> Any:
-    """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``); a shape assertion llama.cpp would
-    fail raises LlamaAbortError."""
+                         n_tok: int, n_sq: int, n_out: int, layers: tuple[int, ...] | None = None) -> Any:
+    """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``), over the trunk layers ``layers``
+    only where given (planner.graphs.common.GraphParams); a shape assertion llama.cpp would fail raises
+    LlamaAbortError."""
     from rsplan.planner.ggml_ops import GGMLAbort
     from rsplan.planner.graphs.common import GraphParams
 
@@ -238,7 +239,7 @@ def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: 
     p = GraphParams(
         n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
         n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
-        layout=layout, ctx=ctx, embeddings=embeddings,
+        layout=layout, ctx=ctx, embeddings=embeddings, layers=layers,
     )
     try:
         graph = build(p)

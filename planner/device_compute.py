@@ -33,9 +33,10 @@ from rsplan.planner.compute import (
     reserve_graph_builder,
     reserves,
 )
-from rsplan.planner.context import ContextParams, EffectiveContext, resolve_context
-from rsplan.planner.ggml_alloc import Graph
+from rsplan.planner.context import CTX_PAD, ContextParams, EffectiveContext, resolve_context
+from rsplan.planner.ggml_alloc import Graph, PeriodMismatch
 from rsplan.planner.kept_shapes import AffineTensors, ShapeCache, cells_apart
+from rsplan.planner.layer_periods import GraphPeriods, LayerCut, model_cut
 from rsplan.planner.sched import SchedSetup, flash_attn_on_layer_devices, schedule, split_graph
 
 
@@ -110,7 +111,8 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     # a quantized V cache turns -fa auto into -fa on before the context is made (src/llama-context.cpp:3840
     # ggml_is_quantized): nothing left for the probe to turn off
     flash_attn = "on" if params.flash_attn == "auto" and ctx.type_v.is_quantized else params.flash_attn
-    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, real_run, dry_run)
+    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, real_run, dry_run,
+               mtp_draft)
     return sized_over_cells(run, ctx, keep_from)
 
 
@@ -129,6 +131,7 @@ class _Run:
     embeddings: bool
     real_run: bool
     dry_run: bool
+    mtp_draft: bool = False
 
     def key(self) -> tuple[Any, ...]:
         """The run's identity (the model and its layout by identity: a cache entry holds them, so ids stay theirs)."""
@@ -193,10 +196,35 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
 
 class _Splits:
     """A run's split graphs, built with ``n_ctx_seq = 256 k`` affine in k and scheduled once (planner.kept_shapes):
-    each reserve's graph as the allocator receives it, and the tensors whose shapes depend on k."""
+    each reserve's graph as the allocator receives it, and the tensors whose shapes depend on k.
+
+    Where the model's layers repeat, the graphs are built over fewer layers (planner.layer_periods): their
+    schedule is checked here, and the allocator checks each sizing, which is made the ordinary way where the
+    check fails; where the schedule's check fails, the graphs are built over every layer."""
 
     def __init__(self, run: _Run, ctx: EffectiveContext, sym: EffectiveContext) -> None:
+        cut = run_cut(run)
+        if cut is not None and run.key() not in _UNCUT:
+            try:
+                self._split(run, ctx, sym, cut)
+                # sized at the query's own cells once here (the allocator's runs are kept: the query's sizing
+                # replays them), so that graphs that do not stand for the whole ones there are not kept
+                self.affine.set_at(ctx.n_ctx_seq // CTX_PAD)
+                for _, sg in self.splits:
+                    sg.sizes(keep=True)
+                return
+            except PeriodMismatch:
+                _UNCUT[run.key()] = run  # held, so that the ids in its key stay its own
+        self._split(run, ctx, sym, None)
+
+    def _split(self, run: _Run, ctx: EffectiveContext, sym: EffectiveContext, cut: LayerCut | None) -> None:
+        """The graphs built (over ``cut``'s layers where given), split and kept.
+
+        Raises:
+            PeriodMismatch: with ``cut``, a graph's periods are not scheduled alike.
+        """
         graphs: dict[tuple[Any, ...], Graph] = {}
+        layers = cut.layers if cut is not None else None
 
         def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
             # the probe's graph is the tg reserve's; a graph split once is not split again (the split leaves its
@@ -205,8 +233,16 @@ class _Splits:
             graph = graphs.pop(key, None)
             if graph is None:
                 graph = _build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq,
-                                             n_out)
+                                             n_out, layers)
             return graph
+
+        def periods_of(graph: Graph) -> GraphPeriods | None:
+            if cut is None:
+                return None
+            periods = GraphPeriods.of(graph.nodes, cut)
+            if periods is None:
+                raise PeriodMismatch("the graph's periods are not marked alike")
+            return periods
 
         def probe_graph(c: EffectiveContext, n: int) -> Graph:
             graph = graphs[(c.flash_attn, n, n, n)] = graph_of(c, "flash-attention probe", n, n, n)
@@ -216,15 +252,35 @@ class _Splits:
         self.flash_attn_off = sym.flash_attn and not built.flash_attn
         sym = built
         self.run = run
-        self.splits = [(pins, split_graph(graph_of(sym, name, n_tok, n_sq, n_out), run.setup, n_tok, pins, []))
-                       for name, n_tok, n_sq, n_out, pins in reserves]
+        self.splits = []
+        for name, n_tok, n_sq, n_out, pins in reserves:
+            graph = graph_of(sym, name, n_tok, n_sq, n_out)
+            self.splits.append((pins, split_graph(graph, run.setup, n_tok, pins, [], periods_of(graph))))
         self.affine = AffineTensors(sg.graph for _, sg in self.splits)
 
-    def at(self, k: int) -> DeviceCompute:
-        """The sizing at KV cells ``256 * k`` (k in the interval the graphs were kept for)."""
+    def at(self, k: int, ctx: EffectiveContext) -> DeviceCompute:
+        """The sizing at KV cells ``256 * k`` (k in the interval the graphs were kept for), the context ``ctx``
+        (sized the ordinary way where graphs built over fewer layers do not stand for the whole ones at k)."""
         self.affine.set_at(k)
-        return _combined(self.run, [(pins, sg.sizes(keep=True), sg.n_splits, sg.n_copies, sg.host_ops)
-                                    for pins, sg in self.splits], self.flash_attn_off)
+        try:
+            results = [(pins, sg.sizes(keep=True), sg.n_splits, sg.n_copies, sg.host_ops) for pins, sg in self.splits]
+        except PeriodMismatch:
+            return _size(self.run, ctx)
+        return _combined(self.run, results, self.flash_attn_off)
+
+
+#: The runs whose graphs built over fewer layers did not stand for the whole ones at a first sizing (by key, each
+#: held): their later context shapes are built over every layer, a wasted cut tried once per run and process
+#: (the allocator's state often repeats over more layers than the model's period: Mamba-2 2.7B's every 3 layers).
+_UNCUT: dict[tuple[Any, ...], _Run] = {}
+
+
+def run_cut(run: _Run) -> LayerCut | None:
+    """The layers ``run``'s graphs are built over where they repeat (planner.layer_periods): none for the MTP
+    draft's graph (one layer), nor where ``-ot`` entries may place a layer's weights apart from its device."""
+    if run.mtp_draft or run.setup.overrides:
+        return None
+    return model_cut(run.spec, run.layout, run.setup.placement)
 
 
 #: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks
@@ -243,4 +299,4 @@ def sized_over_cells(run: _Run, ctx: EffectiveContext, keep_from: int | None = N
     way: exact either way. ``keep_from``: as ``ShapeCache.sized``'s (None: SHAPES' own, 1)."""
     key = (run.key(), cells_apart(ctx), _n_out_max(run, ctx))
     return SHAPES.sized(key, (run.spec, run.layout), ctx, lambda sym, _cells: _Splits(run, ctx, sym),
-                        lambda splits, k: splits.at(k), lambda: _size(run, ctx), keep_from)
+                        lambda splits, k: splits.at(k, ctx), lambda: _size(run, ctx), keep_from)

@@ -110,12 +110,19 @@ class Graph:
     """A computation graph: ``nodes`` in execution order, ``leafs`` in the order the graph met them; ``tape``:
     the allocator's last recorded run over it (``reserve_sizes(..., keep=True)``), or None; ``varying``: the only
     tensors whose shape, strides or view offset a later sizing may find changed (a kept graph's,
-    planner.kept_shapes.AffineTensors), or None: any of them."""
+    planner.kept_shapes.AffineTensors), or None: any of them; ``periods``: the node indices where the checked
+    periods p1, p2 and p_last of a graph built over fewer layers start (planner.layer_periods), or None."""
 
     nodes: list[Tensor] = field(default_factory=list)
     leafs: list[Tensor] = field(default_factory=list)
     tape: _Tape | None = field(default=None, repr=False, compare=False)
     varying: set[Tensor] | None = field(default=None, repr=False, compare=False)
+    periods: tuple[int, int, int] | None = field(default=None, repr=False, compare=False)
+
+
+class PeriodMismatch(Exception):
+    """A graph built over fewer layers does not stand for the whole graph here (planner.layer_periods): its
+    checked periods are scheduled otherwise, or the allocator does not start them in the same state."""
 
 
 def aligned(size: int, alignment: int) -> int:
@@ -248,6 +255,7 @@ class _Tape:
         # and size when recorded)
         self.layouts: list[tuple[Tensor, Tensor, bool]] = []  # (node, parent, same layout)
         self.view_starts: list[tuple[Tensor, bool]] = []  # (view parent, view_offs == 0)
+        self.periods: _Periods | None = None  # a graph built over fewer layers: what each replay checks
 
     def keep_checks_of(self, varying: set[Tensor]) -> None:
         """Drop the checks that involve no tensor of ``varying``: the others' shapes, strides and view offsets
@@ -259,6 +267,50 @@ class _Tape:
         """Whether the graph's shapes now take every decision the recorded run took."""
         return (all(n.same_layout(p) is same for n, p, same in self.layouts)
                 and all((v.view_offs == 0) is start for v, start in self.view_starts))
+
+
+class _Periods:
+    """What the allocator's state at the starts of p1, p2 and p_last of a graph built over fewer layers is made
+    of (planner.layer_periods): ``events``, the index of the first event of each in a tape (0 without one), and
+    ``live``, the tensors held at p1's start, each with its twin at p2's and at p_last's (found by a walk:
+    the same at every later run over the graph, whose steps are the same)."""
+
+    def __init__(self, events: tuple[int, ...], live: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+        self.events = events
+        self.live = live
+
+    @classmethod
+    def found(cls, nodes: list[Tensor], marks: tuple[int, int, int], held: list[list[Tensor]],
+              events: tuple[int, ...]) -> _Periods:
+        """From the tensors ``held`` at each mark (node indices of ``nodes``): each tensor of the periods (from
+        p0, a period before p1, on) maps to the node a period later, any other to itself.
+
+        Raises:
+            PeriodMismatch: the tensors held at one mark are not those held at the one before, mapped.
+        """
+        step = marks[1] - marks[0]
+        first = marks[0] - step
+        pos = {t: i for i, t in enumerate(nodes)}
+
+        def on(t: Tensor) -> Tensor:
+            i = pos.get(t)
+            return nodes[i + step] if i is not None and i >= first else t
+
+        if {on(t) for t in held[0]} != set(held[1]) or {on(t) for t in held[1]} != set(held[2]):
+            raise PeriodMismatch("the periods start with other tensors held")
+        return cls(events, [(t, on(t), on(on(t))) for t in held[0]])
+
+    def check(self, blocks: list[list[list[tuple[int, int]]]]) -> None:
+        """The state at the three starts is the same: each buffer's free ``blocks`` at each (offset, size), and
+        each held tensor's buffer, offset and size (where its run placed it).
+
+        Raises:
+            PeriodMismatch: it is not.
+        """
+        if not (blocks[0] == blocks[1] == blocks[2]) or any(
+                (a.buffer_id, a.offset, a.size) != (b.buffer_id, b.offset, b.size)
+                or (b.buffer_id, b.offset, b.size) != (c.buffer_id, c.offset, c.size) for a, b, c in self.live):
+            raise PeriodMismatch("the allocator starts the periods in other states")
 
 
 class _Gallocr:
@@ -368,12 +420,34 @@ class _Gallocr:
         if self.tape is not None:
             self.tape.events.append((_FREE, node, None, None, None, 0))
 
+    def _blocks(self) -> list[list[tuple[int, int]]]:
+        """Each buffer's free blocks now, as (offset, size)."""
+        return [[(b[0], b[1]) for b in a.blocks] for a in self.allocs]
+
     def replay(self, tape: _Tape) -> None:
         """The recorded run's allocations and frees again, each tensor with its size now (``_Tape``): a tensor
-        whose shape and strides are the very tuples it had when recorded keeps its recorded size."""
+        whose shape and strides are the very tuples it had when recorded keeps its recorded size.
+
+        Raises:
+            PeriodMismatch: a graph built over fewer layers, whose periods the allocator now starts in other
+                states (``_Periods``).
+        """
+        periods = tape.periods
+        if periods is None:
+            self._replay(tape.events)
+            return
+        lo, blocks = 0, []
+        for e in periods.events:
+            self._replay(tape.events[lo:e])
+            lo = e
+            blocks.append(self._blocks())
+        self._replay(tape.events[lo:])
+        periods.check(blocks)
+
+    def _replay(self, events: list[tuple[int, Tensor, Any, Any, Any, int]]) -> None:
         alloc = [a.alloc for a in self.allocs]
         free = [a.free for a in self.allocs]
-        for event, t, arg, ne, nb, size in tape.events:
+        for event, t, arg, ne, nb, size in events:
             if event == _FREE:
                 free[t.buffer_id](t.offset, t.size)
                 continue
@@ -407,7 +481,32 @@ class _Gallocr:
                 src.n_children += 1
                 if src.flags & FLAG_INPUT:
                     allocate(src, buffer_id)
-        self._walk(graph.nodes, node_buffer_ids)
+        if graph.periods is None:
+            self._walk(graph.nodes, node_buffer_ids)
+        else:
+            self._walk_periods(graph, node_buffer_ids, graph.periods)
+
+    def _walk_periods(self, graph: Graph, node_ids: list[int], marks: tuple[int, int, int]) -> None:
+        """``_walk`` over a graph built over fewer layers, with the state at the starts of its checked periods
+        (node indices ``marks``) checked (``_Periods``) and kept on the tape for the replays.
+
+        Raises:
+            PeriodMismatch: the periods start in other states.
+        """
+        nodes = graph.nodes
+        lo, held, blocks, events = 0, [], [], []
+        for m in marks:
+            self._walk(nodes[lo:m], node_ids[lo:m])
+            lo = m
+            held.append([t for t in (*graph.leafs, *nodes[:m])
+                         if t.allocated and t.view_src is None and not t.external])
+            blocks.append(self._blocks())
+            events.append(len(self.tape.events) if self.tape is not None else 0)
+        periods = _Periods.found(nodes, marks, held, tuple(events))
+        self._walk(nodes[lo:], node_ids[lo:])
+        periods.check(blocks)
+        if self.tape is not None:
+            self.tape.periods = periods
 
     def _walk(self, nodes: list[Tensor], node_ids: list[int]) -> None:
         """The allocation pass of ggml_gallocr_alloc_graph_impl over ``nodes`` (children and views counted), node

@@ -49,7 +49,8 @@ from rsplan.planner import ggml_ops as g
 from rsplan.planner.cuda_alloc import cuda_alloc_size
 from rsplan.planner.cuda_fusion import MAX_SRC, alloc_deps, use_counts
 from rsplan.planner.cuda_ops import cuda_supports_op, cuda_takes_weight
-from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
+from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, PeriodMismatch, Tensor, reserve_sizes
+from rsplan.planner.layer_periods import GraphPeriods
 from rsplan.planner.loader_ops import LoaderCheck
 from rsplan.planner.placement import Placement
 from rsplan.planner.weight_placement import (
@@ -652,10 +653,18 @@ class SplitGraph:
 
 
 def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
-                redirected: list[tuple[Tensor, tuple[Tensor, ...]]]) -> SplitGraph:
+                redirected: list[tuple[Tensor, tuple[Tensor, ...]]], periods: GraphPeriods | None = None
+                ) -> SplitGraph:
     """``schedule`` up to the allocation: passes 1 to 4, the splits and the graph copy. The sources the split
     redirects to input copies are appended to ``redirected`` (node, its sources before), and graph inputs get the
-    output flag with several copies: ``graph`` stays so until the caller puts them back."""
+    output flag with several copies: ``graph`` stays so until the caller puts them back.
+
+    ``periods``: ``graph`` is built over fewer layers (planner.layer_periods): its splits and host ops are counted
+    for the whole graph, and the split graph carries the starts of the periods the allocator checks.
+
+    Raises:
+        PeriodMismatch: with ``periods``, the checked periods are not scheduled alike (the whole graph must be).
+    """
     probed = _PROBED.pop(id(graph), None)
     if pins and probed is not None and probed.graph is graph and probed.setup is setup and probed.n_tokens == n_tokens:
         s = probed  # the -fa auto probe assigned this very graph with these arguments; nothing touched it since
@@ -663,12 +672,71 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
         s = _assign(graph, setup, n_tokens, pins)
     s.redirected = redirected
     host_ops = refused_ops(s)  # before the split points sources at their copies
+    if periods is not None:
+        host_ops = _whole_graph_host_ops(s, periods, host_ops)
     uses = use_counts(graph.nodes) if setup.kind.fusion_deps and setup.placement.n_devices else None
     splits, copies = s.split()
     sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies, uses)
     buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
                  for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
-    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, len(splits), setup.n_copies, host_ops)
+    n_splits = len(splits)
+    if periods is not None:
+        n_splits, sched_graph.periods = _whole_graph_splits(s, splits, periods, sched_graph)
+    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, n_splits, setup.n_copies, host_ops)
+
+
+def _whole_graph_host_ops(s: _Sched, periods: GraphPeriods, host_ops: tuple[tuple[str, int], ...]
+                          ) -> tuple[tuple[str, int], ...]:
+    """The host ops of the whole graph that ``s``'s assigned graph (built over fewer layers, ``host_ops`` its own)
+    stands for, after checking that p0 to p_last are assigned alike and p1, p2 leave the same ops to the host
+    (planner.layer_periods). Asked before the split points sources at their copies, as ``refused_ops``.
+
+    Raises:
+        PeriodMismatch: they are not.
+    """
+    if s.refused_types:  # a weight's buffer and backend then follow its file type, which layers may not share
+        raise PeriodMismatch("the devices refuse some of the model's file types")
+    m0, m1, m2, m3 = periods.marks
+    step = m1 - m0
+    nodes = s.graph.nodes
+    if any(nodes[i].backend != nodes[i + step].backend for i in range(m0, m3)):
+        raise PeriodMismatch("the periods' nodes are assigned to other backends")
+    if not host_ops:
+        return host_ops
+    once, twice = (_refused_counts(s, nodes[lo:lo + step]) for lo in (m1, m2))
+    if once != twice:
+        raise PeriodMismatch("the periods leave other ops to the host")
+    return tuple((op, n + periods.skipped * twice.get(op, 0)) for op, n in host_ops)
+
+
+def _whole_graph_splits(s: _Sched, splits: list[tuple[int, int, list[Tensor]]], periods: GraphPeriods,
+                        sched_graph: Graph) -> tuple[int, tuple[int, int, int]]:
+    """The splits of the whole graph that ``s``'s split graph (built over fewer layers) stands for, and the split
+    graph's node indices where p1, p2 and p_last start (a split's input copies before its first node included),
+    after checking that p1, p2 and p_last are split alike (planner.layer_periods).
+
+    Raises:
+        PeriodMismatch: they are not.
+    """
+    m0, m1, m2, m3 = periods.marks
+    step = m1 - m0
+    nodes = s.graph.nodes
+
+    def split_starts(lo: int) -> list[tuple[int, int, int]]:
+        return [(b, start - lo, len(inputs)) for b, start, inputs in splits if lo <= start < lo + step]
+
+    if any((src.view_src or src).kind == "weight" for _, _, inputs in splits for src in inputs):
+        raise PeriodMismatch("a weight is copied to another backend (its copy's size follows its file type)")
+    per_period = split_starts(m2)
+    if split_starts(m1) != per_period or split_starts(m3) != per_period:
+        raise PeriodMismatch("the periods are split otherwise")
+    inputs_at = {start: len(inputs) for _, start, inputs in splits}
+    targets = {id(nodes[m]): m for m in (m1, m2, m3)}
+    where = {targets[id(t)]: i for i, t in enumerate(sched_graph.nodes) if id(t) in targets}
+    a, b, c = (where[m] - 2 * inputs_at.get(m, 0) for m in (m1, m2, m3))
+    if b - a != c - b:
+        raise PeriodMismatch("the periods' input copies differ")
+    return len(splits) + periods.skipped * len(per_period), (a, b, c)
 
 
 def refused_ops(s: _Sched) -> tuple[tuple[str, int], ...]:
@@ -678,12 +746,17 @@ def refused_ops(s: _Sched) -> tuple[tuple[str, int], ...]:
     setup = s.setup
     if (setup.kind.supports_op is None and not s.refused_types) or not setup.full_offload or not setup.cpu:
         return ()
+    return tuple(_refused_counts(s, s.graph.nodes).items())
+
+
+def _refused_counts(s: _Sched, nodes: Iterable[Tensor]) -> dict[str, int]:
+    """``refused_ops``' counts over ``nodes``, in the order the ops first appear."""
     counts: dict[str, int] = {}
-    cpu = setup.cpu
-    for node in s.graph.nodes:
+    cpu = s.setup.cpu
+    for node in nodes:
         if node.backend == cpu and node.op not in VIEW_OPS and not s.runs(node, 0):
             counts[node.op] = counts.get(node.op, 0) + 1
-    return tuple(counts.items())
+    return counts
 
 
 #: The backend of each weight's and cache's buffer under the last setup a ``_Sched`` was made for, by what decides

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,9 @@ class GraphParams:
         spec: the model (per-arch builders read their hyper-parameters from it).
         layout: its cache layout; ctx: the resolved context (KV cells, streams, flash attention, V layout).
         embeddings: the context returns embeddings (``--embeddings``); archs that honour it build no logits.
+        layers: the trunk layers to build, ascending (None: all ``n_layer``). A graph of some layers only is
+            llama.cpp's with whole layers left out, each kept layer built as in the whole graph (its residual
+            input the last kept layer's output): planner.layer_periods leaves out repeating periods of layers.
     """
 
     n_tokens: int
@@ -47,6 +51,12 @@ class GraphParams:
     layout: CacheLayout
     ctx: EffectiveContext
     embeddings: bool = False
+    layers: tuple[int, ...] | None = None
+
+    @property
+    def layer_ids(self) -> Sequence[int]:
+        """The trunk layers the builder builds, in order (``layers``)."""
+        return range(self.n_layer) if self.layers is None else self.layers
 
     @property
     def n_seq_tokens(self) -> int:

@@ -39,7 +39,7 @@ def build_falcon_h1(p: GraphParams) -> Graph:
     rs = lg.rs_inp()
     attn = attn_inputs(lg)
     out_ids = lg.inp_out_ids()
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         inp_sa = inp
         attn_out = _attention(lg, lg.norm(inp, p.n_embd, "attn_norm"), attn, pos, il)

@@ -45,7 +45,7 @@ def build_jamba(p: GraphParams) -> Graph:
     attn = attn_inputs(lg)
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         cur = lg.norm(inp, p.n_embd, "attn_norm")
         cur = mamba_layer(lg, cur, rs, il, dt_b_c_norm=True) if il in recurrent else qkv_attn(lg, cur, attn, il)

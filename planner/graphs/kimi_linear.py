@@ -157,7 +157,7 @@ def build_kimi_linear(p: GraphParams) -> Graph:
     attn = attn_k_inputs(lg)
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         inp_sa = inp
         cur = lg.expand(lg.norm(inp, p.n_embd, "attn_norm"))

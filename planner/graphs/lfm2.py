@@ -80,7 +80,7 @@ def build_lfm2(p: GraphParams) -> Graph:
     moe = p.spec.arch == "lfm2moe"
     if moe:
         require_experts(p)
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         prev = cur
         cur = lg.norm(cur, p.n_embd, "attn_norm")

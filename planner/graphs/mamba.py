@@ -135,7 +135,7 @@ def build_mamba(p: GraphParams) -> Graph:
     inp = lg.inp_embd()
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         cur = lg.norm(inp, p.n_embd, "attn_norm")
         cur = layer(lg, cur, rs, il)

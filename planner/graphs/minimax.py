@@ -134,7 +134,7 @@ def build_minimax_01(p: GraphParams) -> Graph:
     out_ids = lg.inp_out_ids()
     la = _la_inputs(p, spec.head_count(0))
     recurrent = set(p.layout.recurrent_layers)
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         cur = lg.norm(inp, p.n_embd, "attn_norm")
         residual = cur

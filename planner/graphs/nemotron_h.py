@@ -43,7 +43,7 @@ def build_nemotron_h(p: GraphParams) -> Graph:
     attn = attn_inputs(lg)
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         inp_sa = inp
         cur = lg.norm(inp, p.n_embd, "attn_norm")

@@ -116,7 +116,7 @@ def build_plamo2(p: GraphParams) -> Graph:
     attn = attn_inputs(lg)
     out_ids = lg.inp_out_ids()
     recurrent = set(p.layout.recurrent_layers)
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         residual = inp
         cur = lg.norm(inp, p.n_embd, "attn_norm")

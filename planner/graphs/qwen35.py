@@ -182,7 +182,7 @@ def build_qwen35(p: GraphParams) -> Graph:
     moe = p.spec.arch in ("qwen35moe", "qwen3next")
     if moe:
         require_experts(p)
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         inp_sa = inp
         cur = lg.expand(lg.norm(inp, p.n_embd, "attn_norm"))

@@ -200,7 +200,7 @@ def build_one_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix) -> 
     inp = lg.inp_embd()
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
         r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
@@ -238,7 +238,7 @@ def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, cha
     inp = layer_norm(embd, n_embd, "token_embd_norm")
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
-    for il in range(p.n_layer):
+    for il in p.layer_ids:
         lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
         r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")

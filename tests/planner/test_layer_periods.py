@@ -1,0 +1,200 @@
+"""Reserve graphs built over fewer layers (planner.layer_periods): which layers are built, and that a sizing on them
+is the whole graph's, to the byte, or is made on the whole graph."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan.hparams.layout import cache_layout
+from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner import compute, layer_periods, sched
+from rsplan.planner import device_compute as dc
+from rsplan.planner import ggml_alloc as ga
+from rsplan.planner.layer_periods import LayerCut, layer_cut, layer_signature
+from rsplan.planner.placement import place_layers
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    dc.SHAPES.clear()
+    dc._UNCUT.clear()
+    sched._HOMES.clear()
+    yield
+    layer_periods.ENABLED = True
+    dc.SHAPES.clear()
+    dc._UNCUT.clear()
+
+
+def test_the_cut_keeps_three_periods_and_the_last_of_the_longest_run():
+    # layers 2..13 repeat C, D (6 periods of 2); 0, 1 and 14 are unlike any other. Kept: p0 p1 p2 = layers 2..7;
+    # left out: 6 - 3 - 1 = 2 periods (layers 8..11); then p_last = layers 12, 13, and layer 14.
+    sigs = ["A", "B", *"CDCDCDCDCDCD", "E"]
+    assert layer_cut(sigs) == LayerCut((0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14), 2, 2, 2)
+    assert layer_cut(sigs).checked == (2, 4, 6, 12)
+    # 4 periods of 2 leave none out: p0, p1, p2 and p_last are all kept
+    assert layer_cut(["A", *"CDCDCDCD", "E"]) is None
+    # one layer repeated: period 1, from layer 1 (layer 0 differs): 10 periods, p0..p2 = 1..3, 6 left out (4..9),
+    # p_last = 10
+    assert layer_cut(["A", *"C" * 10]) == LayerCut((0, 1, 2, 3, 10), 1, 1, 6)
+
+
+def _qwen3_next():
+    spec = load_builtin_preset("qwen3-next-80b-a3b")
+    return spec, cache_layout(spec)
+
+
+def test_qwen3_next_repeats_three_delta_net_layers_and_one_attention_layer():
+    spec, layout = _qwen3_next()
+    placement = place_layers(layout.n_layer_all, 1)  # every layer on one device
+    sigs = [layer_signature(spec, layout, placement, il) for il in range(layout.n_layer)]
+    # every 4th layer (3, 7, ..., 47) is attention; layer 0 is the first and 47 the last
+    assert sigs[3] != sigs[4] and sigs[4] == sigs[8] and sigs[7] == sigs[43] and sigs[47] != sigs[43]
+    cut = layer_cut(sigs)
+    # the run is layers 1..46 (layer 0 and 47 differ from every other): 46 // 4 = 11 periods from layer 1, so
+    # p0..p2 = layers 1..12, 11 - 4 = 7 periods left out (layers 13..40), p_last = 41..44, then 45..47
+    assert cut == LayerCut((*range(13), *range(41, 48)), 4, 1, 7)
+
+
+def _run(args: list[str], enabled: bool) -> str:
+    layer_periods.ENABLED = enabled
+    dc.SHAPES.clear()
+    compute.CPU_SHAPES.clear()
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["estimate", "-m", "qwen3-next-80b-a3b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant", "Q4_K_M"],
+    ["capacity", "-m", "qwen3.5-35b-a3b", "--budget", "40GiB", "--device-kind", "CUDA", "--quant", "Q4_K_M",
+     "-np", "4", "--ctx", "4k,32k,128k", "--host-budget", "64GiB", "--format", "json"],
+    ["capacity", "-m", "mamba2-130m", "--budget", "8GiB,8GiB", "--device-kind", "RPC", "-ts", "1,3", "-np", "2",
+     "--ctx", "4096,40000", "--host-budget", "64GiB", "--format", "json"],
+    ["estimate", "-m", "plamo-2-1b", "-c", "8192", "-np", "2", "--backend", "CUDA0", "--quant", "Q8_0"],
+])
+def test_graphs_over_fewer_layers_give_the_whole_graphs_figures(args):
+    assert _run(args, True) == _run(args, False)
+
+
+def _kept_splits() -> list[dc._Splits]:
+    return [kept for entry in dc.SHAPES._entries.values() for _, _, kept in entry.kept]
+
+
+def test_qwen3_next_is_sized_on_a_cut_graph():
+    _run(["estimate", "-m", "qwen3-next-80b-a3b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant",
+          "Q4_K_M"], True)
+    splits = _kept_splits()
+    assert splits and all(sg.graph.periods is not None for s in splits for _, sg in s.splits)
+    assert not dc._UNCUT
+
+
+def test_a_run_whose_allocator_state_repeats_over_more_layers_is_built_whole():
+    # Mamba-2 2.7B's allocator cycles through three states, one per layer (period 1): the check at the first
+    # sizing fails, the graphs are built over every layer and the run is not cut again
+    args = ["estimate", "-m", "mamba2-2.7b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant", "Q4_K_M"]
+    cut = _run(args, True)
+    assert dc._UNCUT
+    assert all(sg.graph.periods is None for s in _kept_splits() for _, sg in s.splits)
+    assert cut == _run(args, False)
+
+
+def test_a_later_sizing_whose_check_fails_is_made_on_the_whole_graph(monkeypatch):
+    args = ["capacity", "-m", "qwen3-next-80b-a3b", "--budget", "80GiB", "--weights", "45GiB", "-np", "4",
+            "--ctx", "4k,64k,256k", "--host-budget", "64GiB", "--format", "json"]
+    whole = _run(args, False)
+    calls = {"n": 0, "whole": 0}
+    check, size = ga._Periods.check, dc._size
+
+    def failing_after_first(self, blocks):
+        calls["n"] += 1
+        if calls["n"] > 2:  # the first sizing (pp and tg graphs) passes; every later one fails
+            raise ga.PeriodMismatch("forced")
+        check(self, blocks)
+
+    def counted(run, ctx):
+        calls["whole"] += 1
+        return size(run, ctx)
+
+    monkeypatch.setattr(ga._Periods, "check", failing_after_first)
+    monkeypatch.setattr(dc, "_size", counted)
+    assert _run(args, True) == whole
+    assert calls["whole"] > 0
+
+
+@pytest.mark.parametrize("args", [
+    ["estimate", "-m", "qwen3-next-80b-a3b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant", "Q4_K_M"],
+    ["capacity", "-m", "granite-4.0-h-1b", "--budget", "8GiB,8GiB", "--device-kind", "RPC", "-ts", "1,3", "-np", "3",
+     "--ctx", "4096,40000", "--quant", "Q4_K_M", "--host-budget", "64GiB"],
+    ["capacity", "-m", "rwkv7-0.4b-world", "--budget", "16GiB", "--device-kind", "CUDA", "-np", "2", "-ub", "16",
+     "--ctx", "4096,40000", "--quant", "Q4_K_M", "--host-budget", "64GiB"],
+    ["estimate", "-m", "plamo-2-1b", "-c", "8192", "-np", "2", "--backend", "CUDA0", "--quant", "Q8_0"],
+])
+def test_every_part_of_the_sizing_is_the_whole_graphs(monkeypatch, args):
+    # the splits and the host ops too, which no output prints in full
+    got: list[dc.DeviceCompute] = []
+    sized = dc.sized_over_cells
+
+    def kept(run, ctx, keep_from=None):
+        got.append(sized(run, ctx, keep_from))
+        return got[-1]
+
+    monkeypatch.setattr(dc, "sized_over_cells", kept)
+    _run(args, True)
+    cut, got[:] = list(got), []
+    _run(args, False)
+    assert cut and cut == got
+
+
+def _period_graph(n_periods: int) -> list[ga.Tensor]:
+    """Two nodes per period (an SSM_SCAN on the CPU, backend 1, then an ADD on device 0), then a tail of two."""
+    from rsplan.planner.ggml_ops import F32
+
+    nodes = []
+    for i in range(2 * n_periods + 2):
+        t = ga.Tensor("SSM_SCAN" if i % 2 == 0 else "ADD", F32, (1, 1, 1, 1), (4, 4, 4, 4))
+        t.backend = 1 if i % 2 == 0 else 0
+        nodes.append(t)
+    return nodes
+
+
+def test_the_whole_graph_has_the_left_out_periods_splits_and_host_ops():
+    from types import SimpleNamespace
+
+    from rsplan.planner.layer_periods import GraphPeriods
+
+    # the cut graph: p0 p1 p2 p_last of 2 nodes each, then a tail (10 nodes); 5 periods left out. A split starts
+    # at every node (the backend changes at each): 9 splits (the last node continues the 9th), 4 SSM_SCAN on the
+    # host. The whole graph: 9 periods of 2 nodes and the tail, 20 nodes, a split at each of the first 19: 9 + 5 x 2;
+    # 9 SSM_SCAN: 4 + 5 x 1.
+    nodes = _period_graph(4)
+    graph = ga.Graph(nodes=nodes)
+    s = SimpleNamespace(graph=graph, refused_types=frozenset(), setup=SimpleNamespace(cpu=1),
+                        runs=lambda node, b: node.op != "SSM_SCAN")
+    periods = GraphPeriods((0, 2, 4, 6), 5)
+    splits = [(node.backend, i, []) for i, node in enumerate(nodes[:9])]
+    assert sched._whole_graph_splits(s, splits, periods, graph) == (19, (2, 4, 6))
+    assert sched._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),)) == (("SSM_SCAN", 9),)
+    # p2 split otherwise than p1: the whole graph is not the cut one's
+    with pytest.raises(ga.PeriodMismatch):
+        sched._whole_graph_splits(s, [sp for sp in splits if sp[1] != 5], periods, graph)
+    nodes[5].backend = 1  # p2's ADD on the CPU: assigned otherwise
+    with pytest.raises(ga.PeriodMismatch):
+        sched._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),))
+
+
+def test_the_allocator_state_is_the_free_blocks_and_the_held_tensors_places():
+    from rsplan.planner.ggml_ops import F32
+
+    held = [ga.Tensor("ADD", F32, (8, 1, 1, 1), (4, 32, 32, 32)) for _ in range(3)]
+    for t in held:
+        t.buffer_id, t.offset, t.size = 0, 64, 32
+    same = [[(0, 64), (96, 1 << 40)]]
+    periods = ga._Periods((0, 0, 0), [tuple(held)])
+    periods.check([same, same, same])
+    with pytest.raises(ga.PeriodMismatch):  # a free block elsewhere at p_last's start
+        periods.check([same, same, [[(32, 32), (96, 1 << 40)]]])
+    held[1].offset = 0  # p2's twin of the held tensor elsewhere
+    with pytest.raises(ga.PeriodMismatch):
+        periods.check([same, same, same])
