@@ -8,10 +8,11 @@ from click.testing import CliRunner
 
 from rsplan.cli import cli
 from rsplan.hparams.layout import cache_layout
-from rsplan.hparams.sources import load_builtin_preset
+from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 from rsplan.planner import compute, layer_periods, sched
 from rsplan.planner import device_compute as dc
 from rsplan.planner import ggml_alloc as ga
+from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.layer_periods import LayerCut, layer_cut, layer_signature
 from rsplan.planner.placement import place_layers
 
@@ -198,3 +199,57 @@ def test_the_allocator_state_is_the_free_blocks_and_the_held_tensors_places():
     held[1].offset = 0  # p2's twin of the held tensor elsewhere
     with pytest.raises(ga.PeriodMismatch):
         periods.check([same, same, same])
+
+
+def _attrs(t: ga.Tensor) -> tuple:
+    # a cache's name carries its layer number (cache_r_l24); a weight's layer is its own
+    head = (t.op, t.type, t.ne, t.nb, t.view_offs, t.flags, t.external, t.kind, len(t.src), t.view_src is None)
+    return head if t.kind == "cache" else (*head, t.name)
+
+
+def _twin_ranges(nodes: list[ga.Tensor], a: int, b: int, length: int) -> str | None:
+    """Why nodes[a:a + length] and nodes[b:b + length] are not twins (None: they are): the same attributes node by
+    node, each source at the same position relative to its range (the period before included), or the very same
+    tensor, or an external one alike."""
+    pos = {t: i for i, t in enumerate(nodes)}
+    for k in range(length):
+        x, y = nodes[a + k], nodes[b + k]
+        if _attrs(x) != _attrs(y):
+            return f"node {k}: {_attrs(x)} vs {_attrs(y)}"
+        for u, v in zip((*x.src, x.view_src), (*y.src, y.view_src), strict=True):
+            if u is v:
+                continue
+            pu, pv = pos.get(u), pos.get(v)
+            if pu is not None and pv is not None:
+                if pu - a != pv - b:
+                    return f"node {k}: a source at {pu - a} vs {pv - b}"
+            elif not (u is not None and v is not None and u.external and v.external and _attrs(u) == _attrs(v)):
+                return f"node {k}: a source {u and u.name} vs {v and v.name}"
+    return None
+
+
+@pytest.mark.parametrize("preset", [p for p in builtin_preset_names()])
+def test_every_left_out_period_is_a_twin_of_the_last_kept_one(preset):
+    # the signature's promise, checked on the whole graph: each period the cut leaves out builds the nodes p2
+    # builds (so do p0, p1 and p_last), in pp and tg graphs of 3 sequences
+    spec = load_builtin_preset(preset)
+    if spec.vocab_size is None:
+        pytest.skip("no vocabulary size: no compute model")
+    layout = cache_layout(spec)
+    cut = layer_cut([layer_signature(spec, layout, place_layers(layout.n_layer_all, 1), il)
+                     for il in range(layout.n_layer)])
+    if cut is None:
+        pytest.skip("no run of layers repeats for 5 periods")
+    ctx = resolve_context(layout, ContextParams(n_ctx=3 * 4096, n_seq_max=3, flash_attn="on"))
+    build = compute.reserve_graph_builder(spec, False)
+    for name, n_tok, n_sq, n_out in compute.reserves(spec, ctx, 3)[:2]:
+        graph = compute._build_reserve_graph(build, spec, layout, ctx, False, name, n_tok, n_sq, n_out)
+        # p2 and the periods left out, each up to the next one's start
+        periods = range(cut.checked[2], cut.checked[3] + 1, cut.period)
+        nodes = graph.nodes
+        marks = layer_periods.layer_marks(nodes, periods)
+        assert marks is not None
+        lengths = [marks[j + 1] - marks[j] for j in range(len(marks) - 1)]
+        assert lengths == [lengths[0]] * len(lengths), name
+        whys = [(periods[j], _twin_ranges(nodes, marks[0], marks[j], lengths[0])) for j in range(1, len(lengths))]
+        assert [w for w in whys if w[1] is not None] == [], name
