@@ -37,7 +37,7 @@ from rsplan.planner.context import CTX_PAD, ContextParams, EffectiveContext, res
 from rsplan.planner.ggml_alloc import Graph, PeriodMismatch
 from rsplan.planner.kept_shapes import AffineTensors, ShapeCache, cells_apart
 from rsplan.planner.layer_periods import GraphPeriods, LayerCut, model_cut
-from rsplan.planner.sched import SchedSetup, flash_attn_on_layer_devices, schedule, split_graph
+from rsplan.planner.sched import SchedSetup, SplitGraph, flash_attn_on_layer_devices, schedule, split_graph
 
 
 @dataclass(frozen=True)
@@ -198,70 +198,94 @@ class _Splits:
     """A run's split graphs, built with ``n_ctx_seq = 256 k`` affine in k and scheduled once (planner.kept_shapes):
     each reserve's graph as the allocator receives it, and the tensors whose shapes depend on k.
 
-    Where the model's layers repeat, the graphs are built over fewer layers (planner.layer_periods): their
-    schedule is checked here, and the allocator checks each sizing, which is made the ordinary way where the
-    check fails; where the schedule's check fails, the graphs are built over every layer."""
+    Where the model's layers repeat, the graphs are built over fewer layers (planner.layer_periods), each reserve's
+    with periods of the model's period or a multiple of it (MULTIPLES): the schedule is checked here, and the
+    allocator at the query's own cells here and then at each sizing. Where the schedule's check fails, every graph
+    is built over every layer; where the allocator's fails here, the reserve's graph is built with the next
+    multiple (the one that passes is kept for the run's later shapes), else over every layer; where it fails at a
+    later sizing, that sizing is made the ordinary way."""
 
     def __init__(self, run: _Run, ctx: EffectiveContext, sym: EffectiveContext) -> None:
-        cut = run_cut(run)
-        if cut is not None and run.key() not in _UNCUT:
+        self.run = run
+        cut = run_cut(run) if run.key() not in _UNCUT else None
+        if cut is not None:
             try:
-                self._split(run, ctx, sym, cut)
-                # sized at the query's own cells once here (the allocator's runs are kept: the query's sizing
-                # replays them), so that graphs that do not stand for the whole ones there are not kept
-                self.affine.set_at(ctx.n_ctx_seq // CTX_PAD)
-                for _, sg in self.splits:
-                    sg.sizes(keep=True)
+                self._split(ctx, sym, cut)
                 return
             except PeriodMismatch:
                 _UNCUT[run.key()] = run  # held, so that the ids in its key stay its own
-        self._split(run, ctx, sym, None)
+        self._split(ctx, sym, None)
 
-    def _split(self, run: _Run, ctx: EffectiveContext, sym: EffectiveContext, cut: LayerCut | None) -> None:
-        """The graphs built (over ``cut``'s layers where given), split and kept.
+    def _split(self, ctx: EffectiveContext, sym: EffectiveContext, base: LayerCut | None) -> None:
+        """The graphs built (over ``base``'s layers, in periods of a multiple of its period, where given), split
+        and kept.
 
         Raises:
-            PeriodMismatch: with ``cut``, a graph's periods are not scheduled alike.
+            PeriodMismatch: with ``base``, a graph's periods are not scheduled alike.
         """
+        run = self.run
         graphs: dict[tuple[Any, ...], Graph] = {}
-        layers = cut.layers if cut is not None else None
 
-        def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
+        def build(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int, cut: LayerCut | None) -> Graph:
             # the probe's graph is the tg reserve's; a graph split once is not split again (the split leaves its
             # graph redirected to its input copies), so a dry and a real run of the pp graph each build one
-            key = (c.flash_attn, n_tok, n_sq, n_out)
-            graph = graphs.pop(key, None)
+            graph = graphs.pop((c.flash_attn, n_tok, n_sq, n_out, cut), None)
             if graph is None:
                 graph = _build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq,
-                                             n_out, layers)
+                                             n_out, cut.layers if cut is not None else None)
             return graph
 
-        def periods_of(graph: Graph) -> GraphPeriods | None:
-            if cut is None:
-                return None
-            periods = GraphPeriods.of(graph.nodes, cut)
-            if periods is None:
-                raise PeriodMismatch("the graph's periods are not marked alike")
-            return periods
+        def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
+            return build(c, name, n_tok, n_sq, n_out, _cut_for(run, base, name))
 
         def probe_graph(c: EffectiveContext, n: int) -> Graph:
-            graph = graphs[(c.flash_attn, n, n, n)] = graph_of(c, "flash-attention probe", n, n, n)
+            cut = _cut_for(run, base, "tg")
+            graph = graphs[(c.flash_attn, n, n, n, cut)] = build(c, "flash-attention probe", n, n, n, cut)
             return graph
 
         built, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph, graph_of)
         self.flash_attn_off = sym.flash_attn and not built.flash_attn
-        sym = built
-        self.run = run
-        self.splits = []
+        self.splits: list[tuple[bool, SplitGraph]] = []
+        self.affine: list[AffineTensors] = []
         for name, n_tok, n_sq, n_out, pins in reserves:
-            graph = graph_of(sym, name, n_tok, n_sq, n_out)
-            self.splits.append((pins, split_graph(graph, run.setup, n_tok, pins, [], periods_of(graph))))
-        self.affine = AffineTensors(sg.graph for _, sg in self.splits)
+            cut = _cut_for(run, base, name)
+            while True:
+                graph = build(built, name, n_tok, n_sq, n_out, cut)
+                sg, affine = self._split_one(graph, cut, n_tok, pins, ctx.n_ctx_seq // CTX_PAD)
+                if sg is not None:
+                    break
+                cut = _next_cut(run, base, name, cut)
+            self.splits.append((pins, sg))
+            self.affine.append(affine)
+
+    def _split_one(self, graph: Graph, cut: LayerCut | None, n_tok: int, pins: bool, k: int
+                   ) -> tuple[SplitGraph | None, AffineTensors]:
+        """``graph`` split, with its affine tensors; built over ``cut``'s layers, it is sized at ``k`` (the
+        allocator's run kept), and None is returned where the allocator's check fails there.
+
+        Raises:
+            PeriodMismatch: the graph's periods are not scheduled (or marked) alike.
+        """
+        periods = None
+        if cut is not None:
+            periods = GraphPeriods.of(graph.nodes, cut)
+            if periods is None:
+                raise PeriodMismatch("the graph's periods are not marked alike")
+        sg = split_graph(graph, self.run.setup, n_tok, pins, [], periods)
+        affine = AffineTensors([sg.graph])
+        if cut is not None:
+            affine.set_at(k)
+            try:
+                sg.sizes(keep=True)
+            except PeriodMismatch:
+                return None, affine
+        return sg, affine
 
     def at(self, k: int, ctx: EffectiveContext) -> DeviceCompute:
         """The sizing at KV cells ``256 * k`` (k in the interval the graphs were kept for), the context ``ctx``
         (sized the ordinary way where graphs built over fewer layers do not stand for the whole ones at k)."""
-        self.affine.set_at(k)
+        for affine in self.affine:
+            affine.set_at(k)
         try:
             results = [(pins, sg.sizes(keep=True), sg.n_splits, sg.n_copies, sg.host_ops) for pins, sg in self.splits]
         except PeriodMismatch:
@@ -269,10 +293,39 @@ class _Splits:
         return _combined(self.run, results, self.flash_attn_off)
 
 
-#: The runs whose graphs built over fewer layers did not stand for the whole ones at a first sizing (by key, each
-#: held): their later context shapes are built over every layer, a wasted cut tried once per run and process
-#: (the allocator's state often repeats over more layers than the model's period: Mamba-2 2.7B's every 3 layers).
+#: Multiples of the model's period that a reserve graph's periods are tried with, in turn, where the allocator's
+#: state at their starts differs: it often repeats over more layers than the model's period (every 3 layers in
+#: Mamba-2's pp graph and every 2 in its tg graph, every 5 in RWKV-7's pp graph; qwen3-next's every 2, within its
+#: period of 4).
+MULTIPLES = (1, 2, 3, 4, 5, 6)
+
+#: The runs whose graphs built over fewer layers are not scheduled alike (by key, each held): their later context
+#: shapes are built over every layer, a wasted cut tried once per run and process.
 _UNCUT: dict[tuple[Any, ...], _Run] = {}
+
+#: The multiple of the model's period each run's reserve graphs are built with (by run key and reserve name), as
+#: the last shape's check found it (0: over every layer), each with its run (held, so that the ids in its key stay
+#: its own).
+_MULTIPLE: dict[tuple[Any, ...], tuple[int, _Run]] = {}
+
+
+def _cut_for(run: _Run, base: LayerCut | None, name: str) -> LayerCut | None:
+    """The layers reserve ``name`` of ``run`` is built over (``base``, the run's cut, in periods of the multiple
+    found last; None: every layer)."""
+    if base is None:
+        return None
+    m = _MULTIPLE.get((run.key(), name), (1, run))[0]
+    return base.times(m) if m else None
+
+
+def _next_cut(run: _Run, base: LayerCut | None, name: str, cut: LayerCut | None) -> LayerCut | None:
+    """The cut to try after ``cut`` failed the allocator's check for reserve ``name`` (remembered for the run's
+    later shapes): the next multiple that leaves a period out, else every layer."""
+    assert base is not None and cut is not None
+    later = [m for m in MULTIPLES if m > cut.period // base.period and base.times(m) is not None]
+    m = later[0] if later else 0
+    _MULTIPLE[(run.key(), name)] = (m, run)
+    return base.times(m) if m else None
 
 
 def run_cut(run: _Run) -> LayerCut | None:

@@ -37,6 +37,7 @@ Why the sizes come out as the whole graph's, or the sizing falls back to the who
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,25 +58,38 @@ MAX_PERIOD = 8
 
 @dataclass(frozen=True)
 class LayerCut:
-    """The layers a cut graph is built over.
+    """The layers a cut graph is built over: of a run of layers ``first`` .. ``end - 1`` that repeats every
+    ``period`` layers (of ``n_layer``), the first KEPT_BEFORE periods (p0, p1, p2) and the run's last whole period
+    (p_last) are kept, with every layer outside the run."""
 
-    Attributes:
-        layers: the trunk layers built, ascending.
-        period: layers per period (N).
-        first: the first layer of p0.
-        skipped: whole periods left out, between p2 and p_last.
-    """
-
-    layers: tuple[int, ...]
-    period: int
     first: int
-    skipped: int
+    end: int
+    period: int
+    n_layer: int
+
+    @property
+    def skipped(self) -> int:
+        """Whole periods left out, between p2 and p_last (at least 1 in a cut ``layer_cut`` makes)."""
+        return (self.end - self.first) // self.period - KEPT_BEFORE - 1
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The trunk layers built, ascending."""
+        n = self.period
+        return (*range(self.first + KEPT_BEFORE * n), *range(self.first + (KEPT_BEFORE + self.skipped) * n,
+                                                             self.n_layer))
 
     @property
     def checked(self) -> tuple[int, int, int, int]:
         """The first layers of p0, p1, p2 and p_last."""
         n = self.period
         return (self.first, self.first + n, self.first + 2 * n, self.first + (KEPT_BEFORE + self.skipped) * n)
+
+    def times(self, m: int) -> LayerCut | None:
+        """The cut of the same run with periods of ``m`` periods (where the allocator's state repeats over more
+        layers than the model's period), or None where it leaves no period out."""
+        cut = dataclasses.replace(self, period=self.period * m)
+        return cut if cut.skipped >= 1 else None
 
 
 def layer_signature(spec: ModelSpec, layout: CacheLayout, placement: Placement, il: int) -> tuple[Any, ...]:
@@ -111,12 +125,9 @@ def layer_cut(signatures: Sequence[Any]) -> LayerCut | None:
             start = i - n  # layers start .. i - 1 repeat with period n
             while i < n_layer and signatures[i] == signatures[i - n]:
                 i += 1
-            periods = (i - start) // n
-            skipped = periods - KEPT_BEFORE - 1
-            if skipped >= 1 and (best is None or skipped * n > best.skipped * best.period):
-                cut_lo, cut_hi = start + KEPT_BEFORE * n, start + (KEPT_BEFORE + skipped) * n
-                layers = (*range(cut_lo), *range(cut_hi, n_layer))
-                best = LayerCut(layers, n, start, skipped)
+            cut = LayerCut(start, i, n, n_layer)
+            if cut.skipped >= 1 and (best is None or cut.skipped * n > best.skipped * best.period):
+                best = cut
     return best
 
 

@@ -21,24 +21,32 @@ from rsplan.planner.placement import place_layers
 def _fresh():
     dc.SHAPES.clear()
     dc._UNCUT.clear()
+    dc._MULTIPLE.clear()
     sched._HOMES.clear()
     yield
     layer_periods.ENABLED = True
     dc.SHAPES.clear()
     dc._UNCUT.clear()
+    dc._MULTIPLE.clear()
 
 
 def test_the_cut_keeps_three_periods_and_the_last_of_the_longest_run():
     # layers 2..13 repeat C, D (6 periods of 2); 0, 1 and 14 are unlike any other. Kept: p0 p1 p2 = layers 2..7;
     # left out: 6 - 3 - 1 = 2 periods (layers 8..11); then p_last = layers 12, 13, and layer 14.
     sigs = ["A", "B", *"CDCDCDCDCDCD", "E"]
-    assert layer_cut(sigs) == LayerCut((0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14), 2, 2, 2)
-    assert layer_cut(sigs).checked == (2, 4, 6, 12)
+    cut = layer_cut(sigs)
+    assert cut == LayerCut(2, 14, 2, 15)
+    assert (cut.layers, cut.skipped, cut.checked) == ((0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14), 2, (2, 4, 6, 12))
     # 4 periods of 2 leave none out: p0, p1, p2 and p_last are all kept
     assert layer_cut(["A", *"CDCDCDCD", "E"]) is None
     # one layer repeated: period 1, from layer 1 (layer 0 differs): 10 periods, p0..p2 = 1..3, 6 left out (4..9),
     # p_last = 10
-    assert layer_cut(["A", *"C" * 10]) == LayerCut((0, 1, 2, 3, 10), 1, 1, 6)
+    cut = layer_cut(["A", *"C" * 10])
+    assert (cut.layers, cut.period, cut.first, cut.skipped) == ((0, 1, 2, 3, 10), 1, 1, 6)
+    # in periods of 2 layers: 5 periods, p0..p2 = 1..6, one left out (7, 8), p_last = 9, 10
+    assert cut.times(2).layers == (0, 1, 2, 3, 4, 5, 6, 9, 10)
+    # in periods of 3: 3 periods (1..9; layer 10 is outside them), none left out
+    assert cut.times(3) is None
 
 
 def _qwen3_next():
@@ -55,7 +63,7 @@ def test_qwen3_next_repeats_three_delta_net_layers_and_one_attention_layer():
     cut = layer_cut(sigs)
     # the run is layers 1..46 (layer 0 and 47 differ from every other): 46 // 4 = 11 periods from layer 1, so
     # p0..p2 = layers 1..12, 11 - 4 = 7 periods left out (layers 13..40), p_last = 41..44, then 45..47
-    assert cut == LayerCut((*range(13), *range(41, 48)), 4, 1, 7)
+    assert (cut.layers, cut.period, cut.first, cut.skipped) == ((*range(13), *range(41, 48)), 4, 1, 7)
 
 
 def _run(args: list[str], enabled: bool) -> str:
@@ -91,13 +99,16 @@ def test_qwen3_next_is_sized_on_a_cut_graph():
     assert not dc._UNCUT
 
 
-def test_a_run_whose_allocator_state_repeats_over_more_layers_is_built_whole():
-    # Mamba-2 2.7B's allocator cycles through three states, one per layer (period 1): the check at the first
-    # sizing fails, the graphs are built over every layer and the run is not cut again
+def test_a_run_whose_allocator_state_repeats_over_more_layers_is_cut_in_longer_periods():
+    # Mamba-2 2.7B's allocator cycles through three states in the pp graph and two in the tg graph, one per layer
+    # (period 1): the check at the first sizing fails for periods of 1 layer, and of 2 in the pp graph; the
+    # graphs are built in periods of 3 and 2 layers, kept for the run's later shapes
     args = ["estimate", "-m", "mamba2-2.7b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant", "Q4_K_M"]
     cut = _run(args, True)
-    assert dc._UNCUT
-    assert all(sg.graph.periods is None for s in _kept_splits() for _, sg in s.splits)
+    assert not dc._UNCUT
+    assert sorted((name, m) for (_, name), (m, _) in dc._MULTIPLE.items()) == [("pp", 3), ("tg", 2)]
+    periods = [sg.graph.periods for s in _kept_splits() for _, sg in s.splits]
+    assert periods and None not in periods
     assert cut == _run(args, False)
 
 
