@@ -303,10 +303,14 @@ MULTIPLES = (1, 2, 3, 4, 5, 6)
 #: shapes are built over every layer, a wasted cut tried once per run and process.
 _UNCUT: dict[tuple[Any, ...], _Run] = {}
 
-#: The multiple of the model's period each run's reserve graphs are built with (by run key and reserve name), as
-#: the last shape's check found it (0: over every layer), each with its run (held, so that the ids in its key stay
-#: its own).
-_MULTIPLE: dict[tuple[Any, ...], tuple[int, _Run]] = {}
+#: The multiple of the model's period a model's reserve graphs are built with (by the model and layout's ids and
+#: the reserve's name), as the last check found it (0: over every layer), each with the model and layout (held, so
+#: that the ids in its key stay theirs): a process tries each failing multiple once per model and reserve.
+_MULTIPLE: dict[tuple[Any, ...], tuple[int, Any, Any]] = {}
+
+
+def _multiple_key(run: _Run, name: str) -> tuple[Any, ...]:
+    return (id(run.spec), id(run.layout), name)
 
 
 def _cut_for(run: _Run, base: LayerCut | None, name: str) -> LayerCut | None:
@@ -314,17 +318,23 @@ def _cut_for(run: _Run, base: LayerCut | None, name: str) -> LayerCut | None:
     found last; None: every layer)."""
     if base is None:
         return None
-    m = _MULTIPLE.get((run.key(), name), (1, run))[0]
-    return base.times(m) if m else None
+    hit = _MULTIPLE.get(_multiple_key(run, name))
+    m = hit[0] if hit is not None and hit[1] is run.spec and hit[2] is run.layout else 1
+    return _worth(base.times(m)) if m else None
+
+
+def _worth(cut: LayerCut | None) -> LayerCut | None:
+    """``cut`` where it builds at most half the layers (a larger one saves too little for the tries it costs)."""
+    return cut if cut is not None and 2 * len(cut.layers) <= cut.n_layer else None
 
 
 def _next_cut(run: _Run, base: LayerCut | None, name: str, cut: LayerCut | None) -> LayerCut | None:
-    """The cut to try after ``cut`` failed the allocator's check for reserve ``name`` (remembered for the run's
-    later shapes): the next multiple that leaves a period out, else every layer."""
+    """The cut to try after ``cut`` failed the allocator's check for reserve ``name`` (remembered for the model's
+    later shapes): the next multiple whose cut is worth building, else every layer."""
     assert base is not None and cut is not None
-    later = [m for m in MULTIPLES if m > cut.period // base.period and base.times(m) is not None]
+    later = [m for m in MULTIPLES if m > cut.period // base.period and _worth(base.times(m)) is not None]
     m = later[0] if later else 0
-    _MULTIPLE[(run.key(), name)] = (m, run)
+    _MULTIPLE[_multiple_key(run, name)] = (m, run.spec, run.layout)
     return base.times(m) if m else None
 
 
@@ -333,7 +343,7 @@ def run_cut(run: _Run) -> LayerCut | None:
     draft's graph (one layer), nor where ``-ot`` entries may place a layer's weights apart from its device."""
     if run.mtp_draft or run.setup.overrides:
         return None
-    return model_cut(run.spec, run.layout, run.setup.placement)
+    return _worth(model_cut(run.spec, run.layout, run.setup.placement))
 
 
 #: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks

@@ -106,7 +106,7 @@ def test_a_run_whose_allocator_state_repeats_over_more_layers_is_cut_in_longer_p
     args = ["estimate", "-m", "mamba2-2.7b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant", "Q4_K_M"]
     cut = _run(args, True)
     assert not dc._UNCUT
-    assert sorted((name, m) for (_, name), (m, _) in dc._MULTIPLE.items()) == [("pp", 3), ("tg", 2)]
+    assert sorted((name, m) for (_, _, name), (m, _, _) in dc._MULTIPLE.items()) == [("pp", 3), ("tg", 2)]
     periods = [sg.graph.periods for s in _kept_splits() for _, sg in s.splits]
     assert periods and None not in periods
     assert cut == _run(args, False)
