@@ -8,7 +8,8 @@ layer) build twin sub-graphs: the same ops, types, shapes and strides, their sou
 positions. ``layer_cut`` finds the longest run of layers whose signatures repeat with a period of N layers
 (N = 1 to 8) and keeps, of its R periods, the first three (p0, p1, p2) and the last (p_last): the graph is built
 over the other layers only (planner.graphs.common.GraphParams.layers), with R - 4 periods left out, where R - 4
-is at least 1.
+is at least 1. The allocator's state often repeats over a multiple of the model's period (``LayerCut.times``:
+every 3 layers in Mamba-2's pp graph, every 2 in its tg graph): planner.device_compute tries the multiples in turn.
 
 Why the sizes come out as the whole graph's, or the sizing falls back to the whole graph:
 

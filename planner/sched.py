@@ -699,7 +699,7 @@ def _whole_graph_host_ops(s: _Sched, periods: GraphPeriods, host_ops: tuple[tupl
     m0, m1, m2, m3 = periods.marks
     step = m1 - m0
     nodes = s.graph.nodes
-    if any(nodes[i].backend != nodes[i + step].backend for i in range(m0, m3)):
+    if m3 + step > len(nodes) or any(nodes[i].backend != nodes[i + step].backend for i in range(m0, m3)):
         raise PeriodMismatch("the periods' nodes are assigned to other backends")
     if not host_ops:
         return host_ops
