@@ -264,3 +264,23 @@ def test_every_left_out_period_is_a_twin_of_the_last_kept_one(preset):
         assert lengths == [lengths[0]] * len(lengths), name
         whys = [(periods[j], _twin_ranges(nodes, marks[0], marks[j], lengths[0])) for j in range(1, len(lengths))]
         assert [w for w in whys if w[1] is not None] == [], name
+
+
+def test_a_cut_with_splits_in_every_period_counts_the_whole_graphs(monkeypatch):
+    # Falcon-H1 with -nkvo and without flash attention: each layer's attention runs on the CPU beside its cache,
+    # two splits per layer; the cut graph (period 1) is sized, and its splits counted for the whole graph
+    args = ["capacity", "-m", "falcon-h1-0.5b-instruct", "--budget", "80GiB", "--device-kind", "CUDA", "--quant",
+            "Q4_K_M", "-nkvo", "-fa", "off", "-np", "4", "--ctx", "4k,16k", "--host-budget", "64GiB"]
+    got: list[dc.DeviceCompute] = []
+    sized = dc.sized_over_cells
+
+    def kept(run, ctx, keep_from=None):
+        got.append(sized(run, ctx, keep_from))
+        return got[-1]
+
+    monkeypatch.setattr(dc, "sized_over_cells", kept)
+    _run(args, True)
+    assert all(sg.graph.periods is not None for s in _kept_splits() for _, sg in s.splits)
+    cut, got[:] = list(got), []
+    _run(args, False)
+    assert cut == got and cut[0].n_splits > 2 * 36  # two splits per layer at least
