@@ -80,6 +80,11 @@ class CacheLayout:
         groups = Counter((layer.n_embd_k_gqa, layer.n_embd_v_gqa, layer.is_swa) for layer in self.kv_layers)
         return tuple((n, k, v, swa) for (k, v, swa), n in groups.items())
 
+    @functools.cached_property
+    def kv_by_layer(self) -> dict[int, KVLayer]:
+        """kv_layers by layer index, derived on first use."""
+        return {layer.il: layer for layer in self.kv_layers}
+
     def subset(self, kv_layers: tuple[KVLayer, ...], recurrent_layers: tuple[int, ...]) -> CacheLayout:
         """The same model restricted to some of its layers (e.g. those placed on one device); model-wide
         widths (the widest V row, the row widths) are kept, so each part sizes its tensors as the whole does."""

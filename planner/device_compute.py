@@ -202,7 +202,7 @@ class _Splits:
     with periods of the model's period or a multiple of it (MULTIPLES): the schedule is checked here, and the
     allocator at the query's own cells here and then at each sizing. Where the schedule's check fails, every graph
     is built over every layer; where the allocator's fails here, the reserve's graph is built with the next
-    multiple (the one that passes is kept for the run's later shapes), else over every layer; where it fails at a
+    multiple (the one that passes is kept for the model's later shapes), else over every layer; where it fails at a
     later sizing, that sizing is made the ordinary way."""
 
     def __init__(self, run: _Run, ctx: EffectiveContext, sym: EffectiveContext) -> None:

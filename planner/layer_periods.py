@@ -98,7 +98,7 @@ class LayerCut:
 def layer_signature(spec: ModelSpec, layout: CacheLayout, placement: Placement, il: int) -> tuple[Any, ...]:
     """What trunk layer ``il``'s graph and its place in the schedule depend on: the per-layer values the graph
     builders (planner.graphs) read, its device and its cache's, and whether it is the first or last layer."""
-    kv = {layer.il: layer for layer in layout.kv_layers}.get(il)
+    kv = layout.kv_by_layer.get(il)
     rescale = spec.rescale_every_n_layers
     experts = spec.expert_layers
     return (

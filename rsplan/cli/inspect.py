@@ -69,7 +69,7 @@ def _show(value: Any) -> str:
 
 def _layers(spec: ModelSpec, layout: CacheLayout) -> list[dict[str, Any]]:
     recurrent = set(layout.recurrent_layers)
-    kv = {layer.il: layer for layer in layout.kv_layers}
+    kv = layout.kv_by_layer
     rows = []
     for il in range(spec.block_count):
         layer = kv.get(il)

@@ -145,18 +145,23 @@ def test_a_later_sizing_whose_check_fails_is_made_on_the_whole_graph(monkeypatch
 ])
 def test_every_part_of_the_sizing_is_the_whole_graphs(monkeypatch, args):
     # the splits and the host ops too, which no output prints in full
+    cut = _sizings(monkeypatch, args, True)
+    assert cut and cut == _sizings(monkeypatch, args, False)
+
+
+def _sizings(monkeypatch, args: list[str], enabled: bool) -> list[dc.DeviceCompute]:
+    """Every compute sizing ``rsplan ARGS`` makes with the cut on or off, in order."""
     got: list[dc.DeviceCompute] = []
     sized = dc.sized_over_cells
 
-    def kept(run, ctx, keep_from=None):
+    def recorded(run, ctx, keep_from=None):
         got.append(sized(run, ctx, keep_from))
         return got[-1]
 
-    monkeypatch.setattr(dc, "sized_over_cells", kept)
-    _run(args, True)
-    cut, got[:] = list(got), []
-    _run(args, False)
-    assert cut and cut == got
+    with monkeypatch.context() as patched:
+        patched.setattr(dc, "sized_over_cells", recorded)
+        _run(args, enabled)
+    return got
 
 
 def _period_graph(n_periods: int) -> list[ga.Tensor]:
@@ -271,16 +276,6 @@ def test_a_cut_with_splits_in_every_period_counts_the_whole_graphs(monkeypatch):
     # two splits per layer; the cut graph (period 1) is sized, and its splits counted for the whole graph
     args = ["capacity", "-m", "falcon-h1-0.5b-instruct", "--budget", "80GiB", "--device-kind", "CUDA", "--quant",
             "Q4_K_M", "-nkvo", "-fa", "off", "-np", "4", "--ctx", "4k,16k", "--host-budget", "64GiB"]
-    got: list[dc.DeviceCompute] = []
-    sized = dc.sized_over_cells
-
-    def kept(run, ctx, keep_from=None):
-        got.append(sized(run, ctx, keep_from))
-        return got[-1]
-
-    monkeypatch.setattr(dc, "sized_over_cells", kept)
-    _run(args, True)
+    cut = _sizings(monkeypatch, args, True)
     assert all(sg.graph.periods is not None for s in _kept_splits() for _, sg in s.splits)
-    cut, got[:] = list(got), []
-    _run(args, False)
-    assert cut == got and cut[0].n_splits > 2 * 36  # two splits per layer at least
+    assert cut == _sizings(monkeypatch, args, False) and cut[0].n_splits > 2 * 36  # two splits per layer at least
