@@ -247,21 +247,27 @@ class _Splits:
         self.flash_attn_off = sym.flash_attn and not built.flash_attn
         self.splits: list[tuple[bool, SplitGraph]] = []
         self.affine: list[AffineTensors] = []
+        k = ctx.n_ctx_seq // CTX_PAD
+        first: list[tuple[int, ...]] | None = []
         for name, n_tok, n_sq, n_out, pins in reserves:
             cut = _cut_for(run, base, name)
             while True:
                 graph = build(built, name, n_tok, n_sq, n_out, cut)
-                sg, affine = self._split_one(graph, cut, n_tok, pins, ctx.n_ctx_seq // CTX_PAD)
+                sg, affine, sizes = self._split_one(graph, cut, n_tok, pins, k)
                 if sg is not None:
                     break
                 cut = _next_cut(run, base, name, cut)
             self.splits.append((pins, sg))
             self.affine.append(affine)
+            first = [*first, sizes] if first is not None and sizes is not None else None
+        # each graph built over fewer layers was sized at the query's own k already: its first sizing (``at``)
+        self.first = (k, first) if first else None
 
     def _split_one(self, graph: Graph, cut: LayerCut | None, n_tok: int, pins: bool, k: int
-                   ) -> tuple[SplitGraph | None, AffineTensors]:
-        """``graph`` split, with its affine tensors; built over ``cut``'s layers, it is sized at ``k`` (the
-        allocator's run kept), and None is returned where the allocator's check fails there.
+                   ) -> tuple[SplitGraph | None, AffineTensors, tuple[int, ...] | None]:
+        """``graph`` split, with its affine tensors and its bytes per backend at ``k`` where sized there: built over
+        ``cut``'s layers, it is sized at ``k`` (the allocator's run kept), and None is returned in place of the
+        split graph where the allocator's check fails there (None in place of the bytes: not sized yet).
 
         Raises:
             PeriodMismatch: the graph's periods are not scheduled (or marked) alike.
@@ -273,17 +279,24 @@ class _Splits:
                 raise PeriodMismatch("the graph's periods are not marked alike")
         sg = split_graph(graph, self.run.setup, n_tok, pins, [], periods)
         affine = AffineTensors([sg.graph])
-        if cut is not None:
-            affine.set_at(k)
-            try:
-                sg.sizes(keep=True)
-            except PeriodMismatch:
-                return None, affine
-        return sg, affine
+        if cut is None:
+            return sg, affine, None
+        affine.set_at(k)
+        try:
+            sizes = sg.sizes(keep=True)
+        except PeriodMismatch:
+            return None, affine, None
+        return sg, affine, tuple(sizes)
 
     def at(self, k: int, ctx: EffectiveContext) -> DeviceCompute:
         """The sizing at KV cells ``256 * k`` (k in the interval the graphs were kept for), the context ``ctx``
         (sized the ordinary way where graphs built over fewer layers do not stand for the whole ones at k)."""
+        if self.first is not None and self.first[0] == k:
+            sized = self.first[1]  # the sizing made when the graphs were built (the allocator's state checked)
+            self.first = None  # the graphs' shapes are set to another k by the next sizing
+            results = [(pins, b, sg.n_splits, sg.n_copies, sg.host_ops)
+                       for (pins, sg), b in zip(self.splits, sized, strict=True)]
+            return _combined(self.run, results, self.flash_attn_off)
         for affine in self.affine:
             affine.set_at(k)
         try:
