@@ -3,7 +3,7 @@
 (a) `rsplan capacity` over a 10-step ladder for a large hybrid (qwen3-next-80b-a3b), as a fresh process, wall
     time (goal: well under 1 s); and the searches alone in-process;
 (b) a 2-model `rsplan report` written as a fresh process (goal: under 2 s), and the size of the HTML
-    (goal: under 6 MB);
+    (goal: under 6 MB); also with `-j 1` (no worker processes);
 (c) `rsplan capacity --engine vllm|sglang` for the same model and ladder, as a fresh process, and the engines'
     capacity answers alone in-process.
 
@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from rsplan.planner.charge_pool import default_jobs
 
 LADDER = "4k,8k,12k,16k,24k,32k,64k,96k,128k,256k"  # 10 steps
 MODEL = "qwen3-next-80b-a3b"
@@ -83,7 +85,8 @@ def capacity_in_process(repeats: int = 20, per_setting: bool = False) -> float:
 SIZED: dict[bool, int] = {}
 
 
-def report_process(runs: int) -> tuple[list[float], int]:
+def report_process(runs: int, *extra: str) -> tuple[list[float], int]:
+    """The 2-model report as a whole process (``extra``: more flags, ``-j 1`` say)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "report.html")
         cmd = [
@@ -107,6 +110,7 @@ def report_process(runs: int) -> tuple[list[float], int]:
             "131072",
             "-o",
             out,
+            *extra,
         ]
         _wall(cmd, 1)
         times = _wall(cmd, runs)
@@ -168,9 +172,12 @@ def main() -> None:
     rep, size = report_process(args.runs)
     print(
         f"rsplan report, 2 models: best {min(rep) * 1000:.0f} ms, median {statistics.median(rep) * 1000:.0f} ms "
-        f"of {args.runs} runs (whole process; goal < 2 s); HTML {size / 1e6:.2f} MB = {size / (1 << 20):.2f} MiB "
-        "(goal < 6 MB)"
+        f"of {args.runs} runs (whole process, {default_jobs()} worker processes; goal < 2 s); HTML "
+        f"{size / 1e6:.2f} MB = {size / (1 << 20):.2f} MiB (goal < 6 MB)"
     )
+    alone, _ = report_process(args.runs, "-j", "1")
+    print(f"  the same with -j 1 (one process): best {min(alone) * 1000:.0f} ms, median "
+          f"{statistics.median(alone) * 1000:.0f} ms")
     for engine in ("vllm", "sglang"):
         times = engine_process(engine, args.runs)
         print(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.capacity_charge import Charge, ChargeModel
+from rsplan.planner.capacity_charge import Charge, ChargeModel, ChargesKnown
 from rsplan.planner.context import (
     CTX_PAD,
     MAX_CTX,
@@ -146,6 +146,15 @@ class Budget:
             raise CapacityError(
                 f"--fit-target has {len(self.margin_bytes)} values for {len(self.devices)} device(s)"
             )
+
+
+@dataclass(frozen=True)
+class SizedSettings:
+    """What a CapacityPlanner sized: its charges (with their notes) and, by (n_ctx, n_seq_max, n_rs_seq), why
+    llama.cpp aborts creating a context at the settings where it does."""
+
+    charges: ChargesKnown
+    aborted: dict[tuple[int | None, int, int], str]
 
 
 @dataclass(frozen=True)
@@ -459,6 +468,17 @@ class CapacityPlanner:
             raise CapacityError(f"no compute buffer for {self.spec.name} at -c {params.n_ctx} -np "
                                 f"{params.n_seq_max}: {self.aborts(params)}")
         return got
+
+    def sized(self) -> SizedSettings:
+        """Every setting's charge sized so far, and every abort found (``absorb`` takes them into a planner of the
+        same model, flags and budget: planner.charge_pool)."""
+        return SizedSettings(self.charges.known(), dict(self._aborted))
+
+    def absorb(self, sized: SizedSettings) -> None:
+        """Take what a planner of the same model, flags and budget sized elsewhere (``sized``): each charge and
+        abort is a function of its setting alone."""
+        self.charges.absorb(sized.charges)
+        self._aborted.update(sized.aborted)
 
     def charge_given(self) -> Charge | None:
         """The charge at the flags as given (``base``), or None where llama.cpp aborts there."""

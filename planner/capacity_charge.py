@@ -77,6 +77,15 @@ class Charge:
         return self.weights_host + self.compute_host + (self.draft.host.total if self.draft else 0) + self.draft_output
 
 
+@dataclass(frozen=True)
+class ChargesKnown:
+    """Charges sized for one ChargeModel: ``charges`` by (n_ctx, n_seq_max, n_rs_seq), and ``notes``, per such
+    setting, (why its compute figure is an estimate, what of its graph runs on the host), each None when nothing."""
+
+    charges: dict[tuple[int, int, int], Charge]
+    notes: dict[tuple[int, int, int], tuple[str | None, str | None]]
+
+
 @dataclass
 class ChargeModel:
     """The charge of every setting for one model, budget and layer placement (cached per setting)."""
@@ -93,6 +102,7 @@ class ChargeModel:
     _weights: dict[bool, tuple[tuple[int, ...], int]] = field(default_factory=dict, repr=False)
     _host: dict[bool, HostWeights] = field(default_factory=dict, repr=False)
     _charges: dict[tuple[int, int, int], Charge] = field(default_factory=dict, repr=False)
+    _notes: dict[tuple[int, int, int], tuple[str | None, str | None]] = field(default_factory=dict, repr=False)
 
     @property
     def device_kind(self) -> str:
@@ -151,15 +161,26 @@ class ChargeModel:
 
     @property
     def estimate(self) -> str | None:
-        """Why some per-device compute figure is an estimate (fit_memory's words), None when none is."""
-        notes = {m.compute_estimate for m in self._models.values() if m.compute_estimate}
+        """Why some per-device compute figure charged is an estimate (fit_memory's words), None when none is."""
+        notes = {e for e, _ in self._notes.values() if e}
         return "; ".join(sorted(notes)) if notes else None
 
     @property
     def host_ops(self) -> str | None:
         """What runs on the host instead of the devices in some setting charged (fit_memory's words), or None."""
-        notes = set().union(*(m.host_ops_notes() for m in self._models.values()))
+        notes = {h for _, h in self._notes.values() if h}
         return "; ".join(sorted(notes)) if notes else None
+
+    def known(self) -> ChargesKnown:
+        """The charges sized so far, with their notes (``absorb`` takes them into another ChargeModel of the
+        same model, budget and flags: a worker process's, planner.charge_pool)."""
+        return ChargesKnown(dict(self._charges), dict(self._notes))
+
+    def absorb(self, known: ChargesKnown) -> None:
+        """Take charges sized elsewhere for the same model, budget and flags (each is a function of its setting
+        alone, so one sized elsewhere is the one this model would size)."""
+        self._charges.update(known.charges)
+        self._notes.update(known.notes)
 
     def zero(self, params: ContextParams) -> Charge:
         """A lower bound on the charge of ``params`` and of every larger setting: its weights, no compute."""
@@ -176,6 +197,10 @@ class ChargeModel:
         key = (params.n_ctx, params.n_seq_max, params.n_rs_seq)
         if key not in self._charges:
             self._charges[key] = self._charge(params)
+            # what this setting's sizing found (fit_memory keeps it per model, for every context it sized)
+            model = self.model(params)
+            flags = dataclasses.replace(self.user, n_ctx=params.n_ctx)
+            self._notes[key] = (model.compute_estimate, model.host_ops_note(flags, self.placement))
         return self._charges[key]
 
     def _charge(self, params: ContextParams) -> Charge:

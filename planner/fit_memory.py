@@ -247,13 +247,10 @@ class MemoryModel:
     def _key(flags: StartFlags, placement: Placement) -> tuple[object, ...]:
         return (flags.n_ctx, placement.unit_device, placement.n_gpu_layers, flags.overrides)
 
-    def host_ops_note(self, flags: StartFlags) -> str | None:
-        """What of the graph runs on the host instead of the devices at ``flags`` (measured), or None."""
-        return self._host_ops.get(self._key(flags, self.placement(flags)))
-
-    def host_ops_notes(self) -> set[str]:
-        """``host_ops_note``'s lines at every start measured so far."""
-        return set(self._host_ops.values())
+    def host_ops_note(self, flags: StartFlags, placement: Placement | None = None) -> str | None:
+        """What of the graph runs on the host instead of the devices at ``flags`` with ``placement`` (None: the
+        flags' own) as measured, or None."""
+        return self._host_ops.get(self._key(flags, self.placement(flags) if placement is None else placement))
 
     def _scheduled(self, flags: StartFlags, placement: Placement,
                    key: tuple[object, ...]) -> tuple[tuple[int, ...], int] | None:

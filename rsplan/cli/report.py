@@ -37,6 +37,9 @@ OUTPUT_OPTIONS = [
     click.option("-o", "--output", "output", required=True, metavar="FILE.html", type=click.Path(dir_okay=False),
                  help="Where to write the report (atomically: a temporary file, then renamed); - writes it to "
                       "standard output."),
+    click.option("-j", "--jobs", "jobs", type=click.IntRange(min=1), default=None, metavar="N",
+                 help="Processes that size compute buffers at once (Linux; default: the CPUs this process may use, "
+                      "at most 8; 1: this process alone). The report is the same whatever N."),
 ]
 
 
@@ -52,7 +55,7 @@ OUTPUT_OPTIONS = [
 @user_errors
 @paused_gc(ends_with_command)
 def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None, output: str,
-           engine: tuple[str, ...], **kwargs: Any) -> None:
+           engine: tuple[str, ...], jobs: int | None, **kwargs: Any) -> None:
     """Write a self-contained HTML capacity report: memory against context, most -np per option, a headroom
     map over -np and -c, what each layer holds, and (with --profile) kernel bandwidth. -c / -np set the
     setting the memory and per-layer plots are drawn at.
@@ -75,7 +78,9 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     target = None if output == "-" else AtomicFile(output, "the report", ReportWriteError)
     engines = [e for e in dict.fromkeys(engine) if e != NATIVE]
     values = pop_engines_values(kwargs, [NATIVE, *engines], CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
-    html = _build(model_refs, ctx_list, profile_path, kwargs, engines, values)
+    from rsplan.planner.charge_pool import default_jobs
+
+    html = _build(model_refs, ctx_list, profile_path, kwargs, engines, values, jobs or default_jobs())
     if target is None:
         click.echo(html, nl=False)
         return
@@ -84,12 +89,13 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 
 
 def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
-           kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]]) -> str:
-    """The report's HTML."""
+           kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]], jobs: int) -> str:
+    """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.charge_pool)."""
     from rsplan.hparams.sources import read_model
     from rsplan.planner.budget import make_planners
     from rsplan.planner.capacity import run_capacity
-    from rsplan.render.report import ModelReport, build_html
+    from rsplan.planner.charge_pool import presizing
+    from rsplan.render.report_data import questions, variants
 
     options = pop_budget_options(kwargs)
     host = pop_host_options(kwargs, click.get_current_context())
@@ -109,8 +115,15 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     request = budget_request(options, host)
     planners = make_planners(specs, list(model_refs), params, request, spec_type, tables,
                              [r.facts.get("vocab_size_unknown") for r in reads])
-    models = [ModelReport(ref, p, run_capacity(p, contexts)) for ref, p in zip(model_refs, planners, strict=True)]
-    serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
+    compared = [variants(p, p.spec.name) for p in planners]
+    # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
+    with presizing(*questions(list(zip(planners, compared, strict=True)), contexts), jobs):
+        # meanwhile, what sizes no compute buffer
+        from rsplan.render.report import ModelReport, build_html
+
+        serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
+    models = [ModelReport(ref, p, run_capacity(p, contexts), c)
+              for ref, p, c in zip(model_refs, planners, compared, strict=True)]
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \
         "rsplan report"
     return build_html(models, profile, profile_path, command, serving)

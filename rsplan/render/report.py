@@ -64,6 +64,12 @@ class ModelReport:
     ref: str
     planner: CapacityPlanner
     result: CapacityResult
+    variants: list[data.Variant]  # the options compared in the max-parallel plot (``data.variants``)
+
+    @classmethod
+    def of(cls, ref: str, planner: CapacityPlanner, result: CapacityResult) -> ModelReport:
+        """The model's report with the options ``data.variants`` compares."""
+        return cls(ref, planner, result, data.variants(planner, planner.spec.name))
 
 
 def _layout(title: str, **kw: Any) -> dict[str, Any]:
@@ -171,9 +177,8 @@ def parallel_figure(models: list[ModelReport]) -> Any:
     for mi, m in enumerate(models):
         contexts = data.plot_contexts(m.planner.ctx_limit.tokens)
         all_contexts.update(contexts)
-        for variant in data.variants(m.planner, m.planner.spec.name):
-            floor = variant.planner.ladder_floor(contexts)
-            rungs = [variant.planner.max_parallel(c, floor) for c in contexts]
+        for variant in m.variants:
+            rungs = data.max_parallel_rungs(variant.planner, contexts)
             fig.add_scatter(
                 x=contexts, y=[r.max_parallel for r in rungs], mode="lines+markers", name=variant.label,
                 line={"color": LINE_COLOURS[colour % len(LINE_COLOURS)], "dash": DASHES[mi % len(DASHES)],

@@ -8,11 +8,13 @@ figures and shown in the per-layer chart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
-from rsplan.planner.capacity import CapacityPlanner, default_ladder
+from rsplan.planner.capacity import CapacityPlanner, Rung, default_ladder
 from rsplan.planner.capacity_charge import Charge
+from rsplan.planner.charge_pool import Question
 from rsplan.planner.context import ContextParams
 from rsplan.planner.plan import build_plan
 
@@ -182,13 +184,24 @@ def heatmap(planner: CapacityPlanner) -> Heatmap:
     fit at its first column, on a small host), its compute buffer is not sized (a graph built for a number
     drawn red either way): the cells past the boundary are then charged the boundary cell's charge, or the
     weights alone where nothing fits, and say so (``Heatmap.charged``)."""
-    contexts = heatmap_contexts(planner)
-    # the smallest cell's weights bound every cell's charge from below (its compute would be a graph built for
-    # the bound alone; a looser bound only widens each row's exact search: planner.capacity ladder_floor)
-    floor = planner.charges.zero(planner.params(contexts[0], HEATMAP_NP[0]))
+    contexts, floor = _heatmap_frame(planner)
     rows = [_heatmap_row(planner, contexts, n, floor) for n in HEATMAP_NP]
     past = [[c // n > planner.ctx_limit.tokens for c in contexts] for n in HEATMAP_NP]
     return Heatmap(list(HEATMAP_NP), contexts, [r for r, _ in rows], past, [c for _, c in rows])
+
+
+def _heatmap_frame(planner: CapacityPlanner) -> tuple[list[int], Charge]:
+    """The heat map's columns (``heatmap_contexts``) and the lower bound on every cell's charge: the smallest
+    cell's weights (its compute would be a graph built for the bound alone; a looser bound only widens each row's
+    exact search: planner.capacity ladder_floor)."""
+    contexts = heatmap_contexts(planner)
+    return contexts, planner.charges.zero(planner.params(contexts[0], HEATMAP_NP[0]))
+
+
+def heatmap_row(planner: CapacityPlanner, n_seq: int) -> tuple[list[int], list[str]]:
+    """One row of ``heatmap`` alone (the same search, with the same bound)."""
+    contexts, floor = _heatmap_frame(planner)
+    return _heatmap_row(planner, contexts, n_seq, floor)
 
 
 def _heatmap_row(planner: CapacityPlanner, contexts: list[int], n_seq: int,
@@ -265,9 +278,50 @@ def layer_bars(planner: CapacityPlanner) -> LayerBars:
     return LayerBars(list(range(n)), by_kind, device)
 
 
+def max_parallel_rungs(planner: CapacityPlanner, contexts: list[int]) -> list[Rung]:
+    """The max-parallel plot's points of one option: the most -np at each per-sequence context."""
+    floor = planner.ladder_floor(contexts)
+    return [planner.max_parallel(c, floor) for c in contexts]
+
+
+def max_parallel_point(planner: CapacityPlanner, contexts: list[int], ctx_per_seq: int) -> Rung:
+    """One point of ``max_parallel_rungs`` alone (the same search, with the same bound)."""
+    return planner.max_parallel(ctx_per_seq, planner.ladder_floor(contexts))
+
+
 def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
-    floor = variant.planner.ladder_floor(contexts)
-    return [variant.planner.max_parallel(c, floor).max_parallel for c in contexts]
+    return [r.max_parallel for r in max_parallel_rungs(variant.planner, contexts)]
+
+
+def questions(models: list[tuple[CapacityPlanner, list[Variant]]], contexts: list[int] | None
+              ) -> tuple[list[CapacityPlanner], list[Question]]:
+    """Every question of the report that sizes compute buffers, in independent pieces for
+    planner.charge_pool (each model's capacity answers, heat-map rows, max-parallel points and memory series),
+    the costliest first: (the planners they ask, the questions, each with its planner's index). ``models``: each
+    model's planner and its options compared (``variants``); ``contexts``: the capacity table's (None: its
+    default). The report asks them again as it draws, in its own order, and finds their settings sized."""
+    planners: list[CapacityPlanner] = []
+
+    def index(p: CapacityPlanner) -> int:
+        for i, q in enumerate(planners):
+            if q is p:
+                return i
+        planners.append(p)
+        return len(planners) - 1
+
+    out: list[Question] = []
+    for p, _ in models:
+        out += [(index(p), functools.partial(p.max_n_rs_seq, p.base.n_ctx, p.base.n_seq_max)),
+                (index(p), functools.partial(p.ladder, contexts)),
+                (index(p), functools.partial(p.max_ctx, p.base.n_seq_max))]
+    for p, _ in models:
+        out += [(index(p), functools.partial(heatmap_row, p, n)) for n in HEATMAP_NP]
+    for p, options in models:
+        plot = plot_contexts(p.ctx_limit.tokens)
+        out += [(index(v.planner), functools.partial(max_parallel_point, v.planner, plot, c))
+                for v in options for c in plot]
+        out.append((index(p), functools.partial(memory_series, p, p.base.n_seq_max, plot)))
+    return planners, out
 
 
 @dataclass(frozen=True)

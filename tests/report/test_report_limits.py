@@ -24,7 +24,7 @@ def planner(name: str, params: ContextParams | None = None, budget_gib: int = 24
 
 
 def model_report(p: CapacityPlanner) -> rep.ModelReport:
-    return rep.ModelReport(p.spec.name, p, run_capacity(p))
+    return rep.ModelReport.of(p.spec.name, p, run_capacity(p))
 
 
 def test_plot_contexts_end_at_the_trained_8k_of_nemotron_h():

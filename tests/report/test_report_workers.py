@@ -1,0 +1,122 @@
+"""`rsplan report -j N`: compute buffers sized ahead in forked workers (planner.charge_pool) give the report of one
+process, byte for byte, and the report then sizes nothing itself."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from rsplan.cli import cli
+from rsplan.hparams.sources import read_model
+from rsplan.planner import capacity_charge, charge_pool
+from rsplan.planner.budget import BudgetRequest, GivenSize, make_planners
+from rsplan.planner.capacity import DeviceBudget, run_capacity
+from rsplan.planner.context import ContextParams
+from rsplan.render import report_data
+from rsplan.render.report import ModelReport, build_html
+
+pytestmark = pytest.mark.skipif(not charge_pool.can_fork(), reason="workers are forked on Linux only")
+
+GIB = 1 << 30
+
+
+def _report(*args: str) -> str:
+    got = CliRunner().invoke(cli, ["report", *args, "-o", "-"], prog_name="rsplan")
+    assert got.exit_code == 0, got.output
+    return got.output
+
+
+@pytest.mark.parametrize("model, flags, note", [
+    # a CUDA run's figures are an estimate (the capacity notes say why); an attention option (q8_0 KV) and a
+    # rollback option (a draft model) are compared
+    ("falcon-h1-0.5b-instruct", (), "CUDA scheduler rules not verified"),
+    # PLaMo-2's scans have no CUDA kernel: the notes say what runs on the host (recorded per setting sized)
+    ("plamo-2-1b", ("-c", "16384"), "SSM_SCAN x8 of each ubatch"),
+])
+def test_the_report_with_workers_is_the_report_of_one_process(model, flags, note):
+    args = ("--model", model, "--budget", "4GiB", "--weights", "1GiB", "--host-budget", "8GiB", "-np", "4", *flags)
+    alone = _report(*args, "-j", "1")
+    assert note in alone.replace("&#x27;", "'")
+    assert _report(*args, "-j", "2") == alone
+    assert _report(*args, "-j", "3") == alone
+
+
+def _planners(model: str = "falcon-h1-0.5b-instruct"):
+    spec = read_model(model).spec
+    request = BudgetRequest(devices=(DeviceBudget("GPU", 4 * GIB, "--budget"),), weights=(GivenSize(GIB, "1GiB"),),
+                            host_budget=GivenSize(8 * GIB, "8GiB"), device_kind="CUDA")
+    return make_planners([spec], [model], ContextParams(n_ctx=32768, n_seq_max=4), request)
+
+
+def test_workers_answer_every_question_and_the_report_then_sizes_nothing(monkeypatch):
+    planners = _planners()
+    compared = [report_data.variants(p, p.spec.name) for p in planners]
+    asked, questions = report_data.questions(list(zip(planners, compared, strict=True)), None)
+    assert len(questions) > 16  # the heat map's rows alone are 16
+    with charge_pool.presizing(asked, questions, 2) as got:
+        pass
+    assert (got.asked, got.answered) == (len(questions), len(questions))
+    # what the report asks as it draws was all asked ahead: no setting is sized here (the question list follows
+    # the report: a question it adds and the list lacks fails here)
+    sized_here = []
+    monkeypatch.setattr(capacity_charge.ChargeModel, "_charge", lambda self, params: sized_here.append(params))
+    models = [ModelReport(p.spec.name, p, run_capacity(p), c) for p, c in zip(planners, compared, strict=True)]
+    build_html(models)
+    assert sized_here == []
+
+
+def test_a_question_that_fails_or_kills_its_worker_is_sized_here():
+    planners = _planners()
+    fresh = _planners()
+    p = planners[0]
+    params = p.params(8192 * 6, 6)
+
+    def fails() -> None:
+        p.charge_at(params)
+        raise RuntimeError("not this process's concern")
+
+    questions = [(0, fails), (0, lambda: os._exit(3))]
+    with charge_pool.presizing(planners, questions, 2) as got:
+        pass
+    assert got.asked == 2 and got.answered <= 1  # the dead worker's question never comes back
+    # whatever came back or not, each charge is the one this process sizes itself
+    assert p.charge_at(params) == fresh[0].charge_at(params)
+    assert multiprocessing.active_children() == []
+
+
+def test_an_error_while_workers_run_stops_them_at_once():
+    planners = _planners()
+    questions = [(0, lambda: time.sleep(60)), (0, lambda: time.sleep(60))]
+    start = time.monotonic()
+    with pytest.raises(KeyError), charge_pool.presizing(planners, questions, 2):
+        raise KeyError("in the block")
+    assert time.monotonic() - start < 30  # not after the workers' question
+    assert multiprocessing.active_children() == []
+
+
+def test_one_job_runs_nothing_ahead():
+    planners = _planners()
+    with charge_pool.presizing(planners, [(0, lambda: None), (0, lambda: None)], 1) as got:
+        pass
+    assert (got.asked, got.answered) == (0, 0)
+
+
+def test_charges_sized_elsewhere_keep_their_notes():
+    # the notes of a setting's sizing travel with its charge: a planner that absorbs them says what one that
+    # sized them says
+    a, b = _planners("plamo-2-1b")[0], _planners("plamo-2-1b")[0]
+    a.charge_at(a.params(4096 * 3, 3))
+    assert a.charges.host_ops and "SSM_SCAN" in a.charges.host_ops and a.charges.estimate
+    b.absorb(a.sized())
+    assert (b.charges.host_ops, b.charges.estimate) == (a.charges.host_ops, a.charges.estimate)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_jobs_must_be_a_positive_count(value):
+    got = CliRunner().invoke(cli, ["report", "--model", "mamba-130m", "--budget", "4GiB", "-j", value, "-o", "-"],
+                             prog_name="rsplan")
+    assert got.exit_code == 2 and "-j" in got.output and "Traceback" not in got.output
