@@ -71,3 +71,15 @@ def test_heatmap_blanks_settings_past_the_context_limit():
     for i, row in enumerate(hm.past_limit):
         for j, past in enumerate(row):
             assert (z[i][j] is None) == past
+
+
+def test_every_figure_has_the_report_template_whatever_plotlys_default():
+    # the report's template is plotly's default from a figure's making on (rep._figure): not validated again
+    # in each figure, and there even where something set another default in between
+    import plotly.io as pio
+
+    pio.templates.default = "plotly_dark"
+    p = planner("lfm2-1.2b")
+    fig = rep.memory_figure(model_report(p))
+    assert fig.layout.template == pio.templates["plotly_white"]
+    assert fig.to_plotly_json()["layout"]["template"]["layout"]["plot_bgcolor"] == "white"
