@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import html
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsplan import __version__
 from rsplan.errors import RsplanError
@@ -19,8 +19,10 @@ from rsplan.planner.capacity import CapacityPlanner, CapacityResult
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
 from rsplan.render.capacity import limit_words, no_context_words, notes
-from rsplan.render.profile_input import KernelResult, ProfileResults
 from rsplan.render.units import GIB, MIB, human
+
+if TYPE_CHECKING:  # the profile's models (pydantic) are built only where a report has a profile
+    from rsplan.render.profile_input import KernelResult, ProfileResults
 
 #: llama.cpp version whose rules the planner reproduces.
 LLAMA_CPP_REF = "0c1e57098"
