@@ -23,7 +23,7 @@ memory names the device whose budget the next step up would exceed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
@@ -155,6 +155,10 @@ class SizedSettings:
 
     charges: ChargesKnown
     aborted: dict[tuple[int | None, int, int], str]
+
+    def __or__(self, other: SizedSettings) -> SizedSettings:
+        """Both sizings' settings (two processes' planners of the same model, flags and budget)."""
+        return SizedSettings(self.charges | other.charges, self.aborted | other.aborted)
 
 
 @dataclass(frozen=True)
@@ -296,7 +300,8 @@ class CapacityPlanner:
     ``n_gpu_layers`` (None: all), ``tensor_split`` (None: split by the device budgets, as llama.cpp splits by
     free memory) and ``offload_kqv`` (False: ``--no-kv-offload``) place the layers (planner.placement).
     ``rope`` (RoPE-scaling flags) sets the context limit; ``spec_type`` (``--spec-type``; None: mtp for a model
-    with nextn layers, else an eagle3 draft model) the draft setup printed with rollback planes.
+    with nextn layers, else an eagle3 draft model) the draft setup printed with rollback planes. ``known``: what a
+    planner of the same model, flags and budget sized elsewhere (``sized``; planner.charge_pool), taken in first.
     """
 
     spec: ModelSpec
@@ -308,6 +313,7 @@ class CapacityPlanner:
     override_flags: tuple[tuple[str, str], ...] = ()
     rope: RopeFlags | None = None
     spec_type: str | None = None
+    known: InitVar[SizedSettings | None] = None
     layout: CacheLayout = field(init=False, repr=False)
     ctx_limit: ContextLimit = field(init=False)
     draft: DraftSetup = field(init=False)
@@ -322,7 +328,7 @@ class CapacityPlanner:
     _aborted: dict[tuple[int | None, int, int], str] = field(init=False, repr=False, default_factory=dict)
     _rungs: dict[int, Rung] = field(init=False, repr=False, default_factory=dict)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, known: SizedSettings | None) -> None:
         self.layout = cache_layout(self.spec)
         self.ctx_limit = context_limit(self.spec, self.rope)
         self.draft = draft_setup(self.spec, self.spec_type)
@@ -346,6 +352,8 @@ class CapacityPlanner:
         user = StartFlags(self.base.n_ctx, self.n_gpu_layers, self.tensor_split, overrides)
         self.charges = ChargeModel(self.spec, self.layout, self.budget, self.base, self.placement, user,
                                    tuple(self.split_basis()), self.draft.spec_type == "mtp")
+        if known is not None:
+            self.absorb(known)
         weights, self.weights_on_host = self.charges.weights(self.charges.runs_draft(self.base))
         self.weights_on_device = list(weights)
         # per device, what the margin leaves; each setting's weights, compute and draft come off that

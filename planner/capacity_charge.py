@@ -85,6 +85,10 @@ class ChargesKnown:
     charges: dict[tuple[int, int, int], Charge]
     notes: dict[tuple[int, int, int], tuple[str | None, str | None]]
 
+    def __or__(self, other: ChargesKnown) -> ChargesKnown:
+        """Both models' charges (each a function of its setting alone)."""
+        return ChargesKnown(self.charges | other.charges, self.notes | other.notes)
+
 
 @dataclass
 class ChargeModel:

@@ -95,7 +95,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     from rsplan.planner.budget import make_planners
     from rsplan.planner.capacity import run_capacity
     from rsplan.planner.charge_pool import presizing
-    from rsplan.render.report_data import questions, variants
+    from rsplan.render.report_data import model_key, option_key, questions, variant_settings, variants
 
     options = pop_budget_options(kwargs)
     host = pop_host_options(kwargs, click.get_current_context())
@@ -115,15 +115,19 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     request = budget_request(options, host)
     planners = make_planners(specs, list(model_refs), params, request, spec_type, tables,
                              [r.facts.get("vocab_size_unknown") for r in reads])
-    compared = [variants(p, p.spec.name) for p in planners]
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
-    with presizing(*questions(list(zip(planners, compared, strict=True)), contexts), jobs):
+    with presizing(questions(planners, contexts), jobs) as ahead:
         # meanwhile, what sizes no compute buffer
         from rsplan.render.report import ModelReport, build_html
 
         serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
-    models = [ModelReport(ref, p, run_capacity(p, contexts), c)
-              for ref, p, c in zip(model_refs, planners, compared, strict=True)]
+    models = []
+    for i, (ref, p) in enumerate(zip(model_refs, planners, strict=True)):
+        if model_key(i) in ahead.sized:
+            p.absorb(ahead.sized[model_key(i)])
+        known = {label: ahead.sized[option_key(i, label)] for label, _ in variant_settings(p, p.spec.name)
+                 if option_key(i, label) in ahead.sized}
+        models.append(ModelReport(ref, p, run_capacity(p, contexts), variants(p, p.spec.name, known)))
     command = "rsplan " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \
         "rsplan report"
     return build_html(models, profile, profile_path, command, serving)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
-from rsplan.planner.capacity import CapacityPlanner, Rung, default_ladder
+from rsplan.planner.capacity import CapacityPlanner, Rung, SizedSettings, default_ladder
 from rsplan.planner.capacity_charge import Charge
 from rsplan.planner.charge_pool import Question
 from rsplan.planner.context import ContextParams
@@ -101,12 +102,11 @@ class Variant:
     planner: CapacityPlanner
 
 
-def variants(planner: CapacityPlanner, model_label: str) -> list[Variant]:
-    """The flags as given, then what a user would try next: q8_0 KV cache (models with attention layers), and
-    with / without rollback planes (rollback-capable archs, with the draft type the model can use: MTP only with
-    nextn layers, else a draft model). Settings llama.cpp refuses or aborts on are skipped."""
+def variant_settings(planner: CapacityPlanner, model_label: str) -> list[tuple[str, ContextParams]]:
+    """What a user would try after the flags as given, (label, flags): q8_0 KV cache (models with attention
+    layers), and with / without rollback planes (rollback-capable archs, with the draft type the model can use:
+    MTP only with nextn layers, else a draft model)."""
     base = planner.base
-    out = [Variant(f"{model_label}: as given ({_describe(base)})", planner)]
     tries: list[tuple[str, ContextParams]] = []
     if planner.layout.kv_layers and (base.type_k, base.type_v) != ("q8_0", "q8_0"):
         flash = "auto" if base.flash_attn == "off" else base.flash_attn
@@ -118,16 +118,34 @@ def variants(planner: CapacityPlanner, model_label: str) -> list[Variant]:
             tries.append((f"n_rs_seq 3 ({how})", dataclasses.replace(base, n_rs_seq=3)))
         else:
             tries.append(("n_rs_seq 0", dataclasses.replace(base, n_rs_seq=0)))
-    for label, params in tries:
+    return [(f"{model_label}: {label}", params) for label, params in tries]
+
+
+def variant(planner: CapacityPlanner, params: ContextParams, known: SizedSettings | None = None) -> CapacityPlanner:
+    """``planner`` with the flags ``params`` (``known``: what such a planner sized elsewhere).
+
+    Raises:
+        RsplanError: llama.cpp refuses or aborts on them (CapacityPlanner, check_request).
+    """
+    other = CapacityPlanner(planner.spec, params, planner.budget, n_gpu_layers=planner.n_gpu_layers,
+                            tensor_split=planner.tensor_split, offload_kqv=planner.offload_kqv,
+                            override_flags=planner.override_flags, rope=planner.rope, spec_type=planner.spec_type,
+                            known=known)
+    other.check_request()
+    return other
+
+
+def variants(planner: CapacityPlanner, model_label: str,
+             known: Mapping[str, SizedSettings] | None = None) -> list[Variant]:
+    """The flags as given, then ``variant_settings``' (``known``: what each, by label, sized elsewhere). Settings
+    llama.cpp refuses or aborts on are skipped."""
+    out = [Variant(f"{model_label}: as given ({_describe(planner.base)})", planner)]
+    for label, params in variant_settings(planner, model_label):
         try:
-            other = CapacityPlanner(planner.spec, params, planner.budget, n_gpu_layers=planner.n_gpu_layers,
-                                    tensor_split=planner.tensor_split, offload_kqv=planner.offload_kqv,
-                                    override_flags=planner.override_flags,
-                                    rope=planner.rope, spec_type=planner.spec_type)
-            other.check_request()
+            other = variant(planner, params, (known or {}).get(label))
         except RsplanError:
             continue
-        out.append(Variant(f"{model_label}: {label}", other))
+        out.append(Variant(label, other))
     return out
 
 
@@ -293,35 +311,57 @@ def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
     return [r.max_parallel for r in max_parallel_rungs(variant.planner, contexts)]
 
 
-def questions(models: list[tuple[CapacityPlanner, list[Variant]]], contexts: list[int] | None
-              ) -> tuple[list[CapacityPlanner], list[Question]]:
-    """Every question of the report that sizes compute buffers, in independent pieces for
-    planner.charge_pool (each model's capacity answers, heat-map rows, max-parallel points and memory series),
-    the costliest first: (the planners they ask, the questions, each with its planner's index). ``models``: each
-    model's planner and its options compared (``variants``); ``contexts``: the capacity table's (None: its
-    default). The report asks them again as it draws, in its own order, and finds their settings sized."""
-    planners: list[CapacityPlanner] = []
-
-    def index(p: CapacityPlanner) -> int:
-        for i, q in enumerate(planners):
-            if q is p:
-                return i
-        planners.append(p)
-        return len(planners) - 1
-
+def questions(planners: list[CapacityPlanner], contexts: list[int] | None) -> list[Question]:
+    """Every question of the report that sizes compute buffers, in independent pieces for planner.charge_pool:
+    each model's capacity answers, heat-map rows, max-parallel points of each option compared and memory series,
+    the costliest first. Each names the planner it asks: ``model_key(i)`` for ``planners[i]``,
+    ``option_key(i, label)`` for an option of ``variant_settings`` (made by the question itself). ``contexts``:
+    the capacity table's (None: its default). The report asks them again as it draws, in its own order, and finds
+    their settings sized."""
     out: list[Question] = []
-    for p, _ in models:
-        out += [(index(p), functools.partial(p.max_n_rs_seq, p.base.n_ctx, p.base.n_seq_max)),
-                (index(p), functools.partial(p.ladder, contexts)),
-                (index(p), functools.partial(p.max_ctx, p.base.n_seq_max))]
-    for p, _ in models:
-        out += [(index(p), functools.partial(heatmap_row, p, n)) for n in HEATMAP_NP]
-    for p, options in models:
+    for i, p in enumerate(planners):
+        out += [(model_key(i), functools.partial(_asking, p, p.max_n_rs_seq, p.base.n_ctx, p.base.n_seq_max)),
+                (model_key(i), functools.partial(_asking, p, p.ladder, contexts)),
+                (model_key(i), functools.partial(_asking, p, p.max_ctx, p.base.n_seq_max))]
+    for i, p in enumerate(planners):
+        out += [(model_key(i), functools.partial(_asking, p, heatmap_row, p, n)) for n in HEATMAP_NP]
+    for i, p in enumerate(planners):
         plot = plot_contexts(p.ctx_limit.tokens)
-        out += [(index(v.planner), functools.partial(max_parallel_point, v.planner, plot, c))
-                for v in options for c in plot]
-        out.append((index(p), functools.partial(memory_series, p, p.base.n_seq_max, plot)))
-    return planners, out
+        out += [(model_key(i), functools.partial(_asking, p, max_parallel_point, p, plot, c)) for c in plot]
+        for label, params in variant_settings(p, p.spec.name):
+            out += [(option_key(i, label), functools.partial(_option_point, p, params, plot, c)) for c in plot]
+        out.append((model_key(i), functools.partial(_asking, p, memory_series, p, p.base.n_seq_max, plot)))
+    return out
+
+
+def model_key(i: int) -> tuple[str, int]:
+    """The key of the report's i-th model's planner in ``questions``."""
+    return ("model", i)
+
+
+def option_key(i: int, label: str) -> tuple[str, int, str]:
+    """The key of the option ``label`` (``variant_settings``) of the i-th model in ``questions``."""
+    return ("option", i, label)
+
+
+def _asking(planner: CapacityPlanner, ask: Callable[..., object], *args: object) -> CapacityPlanner:
+    ask(*args)
+    return planner
+
+
+#: The options made by questions in this process, by (base planner's id, flags), each with its base planner (held,
+#: so that the id stays its own): a worker makes each once.
+_OPTIONS: dict[tuple[int, ContextParams], tuple[CapacityPlanner, CapacityPlanner]] = {}
+
+
+def _option_point(planner: CapacityPlanner, params: ContextParams, plot: list[int], c: int) -> CapacityPlanner:
+    """A max-parallel point of the option ``params`` of ``planner`` (made once per process)."""
+    key = (id(planner), params)
+    if key not in _OPTIONS or _OPTIONS[key][0] is not planner:
+        _OPTIONS[key] = (planner, variant(planner, params))
+    other = _OPTIONS[key][1]
+    max_parallel_point(other, plot, c)
+    return other
 
 
 @dataclass(frozen=True)
