@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -52,9 +53,10 @@ def default_jobs() -> int:
 
 
 def can_fork() -> bool:
-    """Whether ``presize`` can fork workers here (Linux: fork is the start method that needs no pickling and is
-    safe for this process, which runs no threads of its own)."""
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    """Whether ``presizing`` can fork workers here: on Linux (fork, the start method that needs no pickling), from
+    a process that runs no other Python thread (a lock another thread holds would stay held in the workers)."""
+    return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+            and threading.active_count() == 1)
 
 
 def _ignore_interrupt() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import threading
 import time
 
 import pytest
@@ -170,3 +171,18 @@ def test_the_report_command_sizes_nothing_after_its_workers(monkeypatch):
     _report("--model", "lfm2-1.2b", "--budget", "4GiB", "--weights", "1GiB", "--host-budget", "8GiB", "-np", "4",
             "-c", "16384", "-j", "2")
     assert ahead["done"] and after == []
+
+
+def test_no_worker_is_forked_from_a_process_running_another_thread():
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not charge_pool.can_fork()
+        with charge_pool.presizing([("a", lambda: None), ("b", lambda: None)], 2) as got:
+            pass
+        assert got.asked == 0
+    finally:
+        stop.set()
+        thread.join()
+    assert charge_pool.can_fork()
