@@ -42,14 +42,17 @@ _QUESTIONS: list[Question] = []
 DEFAULT_MAX_JOBS = 8
 
 
-def default_jobs() -> int:
-    """The CPUs this process may run on (its affinity where the OS says, else the machine's count), at most
-    DEFAULT_MAX_JOBS."""
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS says, else the machine's count)."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on this OS
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, DEFAULT_MAX_JOBS))
+        return os.cpu_count() or 1
+
+
+def default_jobs() -> int:
+    """``usable_cpus``, at most DEFAULT_MAX_JOBS."""
+    return min(usable_cpus(), DEFAULT_MAX_JOBS)
 
 
 def can_fork() -> bool:
@@ -86,18 +89,20 @@ class Presized:
 
 @contextlib.contextmanager
 def presizing(questions: Sequence[Question], jobs: int) -> Iterator[Presized]:
-    """Ask ``questions`` in ``jobs`` forked workers (in the order given: the costliest first) while the block runs
+    """Ask ``questions`` in ``jobs`` forked workers (no more than there are questions or CPUs this process may use:
+    a worker more would only take memory; in the order given: the costliest first) while the block runs
     (this process meanwhile does what needs no compute buffer: imports, say); at its end, wait for them and
     gather what they sized (``Presized.sized``: for the caller's planners to absorb). Nothing runs ahead with
-    ``jobs`` 1, fewer than two questions or no fork here. An error in the block, or an interrupt, stops the
+    ``jobs`` 1, fewer than two questions or CPUs, or no fork here. An error in the block, or an interrupt, stops the
     workers at once."""
     global _QUESTIONS
     got = Presized()
-    if jobs < 2 or len(questions) < 2 or not can_fork():
+    workers = min(jobs, len(questions), usable_cpus())
+    if workers < 2 or not can_fork():
         yield got
         return
     _QUESTIONS = list(questions)
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(questions)), mp_context=multiprocessing.get_context("fork"),
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
                                initializer=_ignore_interrupt)
     done = False
     try:

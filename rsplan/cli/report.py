@@ -39,7 +39,8 @@ OUTPUT_OPTIONS = [
                       "standard output."),
     click.option("-j", "--jobs", "jobs", type=click.IntRange(min=1), default=None, metavar="N",
                  help="Processes that size compute buffers at once (Linux; default: the CPUs this process may use, "
-                      "at most 8; 1: this process alone). The report is the same whatever N."),
+                      "at most 8; never more than those CPUs; 1: this process alone). The report is the same "
+                      "whatever N."),
 ]
 
 

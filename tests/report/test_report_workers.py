@@ -186,3 +186,11 @@ def test_no_worker_is_forked_from_a_process_running_another_thread():
         stop.set()
         thread.join()
     assert charge_pool.can_fork()
+
+
+def test_no_more_workers_than_cpus(monkeypatch):
+    # -j 64 on one CPU: a worker more would only take memory, so nothing runs ahead
+    monkeypatch.setattr(charge_pool, "usable_cpus", lambda: 1)
+    with charge_pool.presizing([("a", lambda: None), ("b", lambda: None)], 64) as got:
+        pass
+    assert got.asked == 0
