@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import sys
 import threading
 import time
 
@@ -21,9 +22,19 @@ from rsplan.planner.context import ContextParams
 from rsplan.render import report_data
 from rsplan.render.report import ModelReport, build_html
 
-pytestmark = pytest.mark.skipif(not charge_pool.can_fork(), reason="workers are forked on Linux only")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 
 GIB = 1 << 30
+
+
+@pytest.fixture
+def alone(monkeypatch):
+    """This process as the command's, which runs no other Python thread: the suite's earlier tests may leave some
+    (a fake hub's request handlers), and the workers would then not be forked (charge_pool.can_fork); and as many
+    CPUs as the tests ask workers."""
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    cpus = charge_pool.usable_cpus()
+    monkeypatch.setattr(charge_pool, "usable_cpus", lambda: max(cpus, 3))  # -j 3 forks 3 on a 2-CPU machine too
 
 
 def _report(*args: str) -> str:
@@ -40,7 +51,7 @@ def _report(*args: str) -> str:
     # PLaMo-2's scans have no CUDA kernel: the notes say what runs on the host (recorded per setting sized)
     ("plamo-2-1b", ("-c", "16384"), "SSM_SCAN x8 of each ubatch"),
 ])
-def test_the_report_with_workers_is_the_report_of_one_process(model, flags, note):
+def test_the_report_with_workers_is_the_report_of_one_process(model, flags, note, alone):
     args = ("--model", model, "--budget", "4GiB", "--weights", "1GiB", "--host-budget", "8GiB", "-np", "4", *flags)
     alone = _report(*args, "-j", "1")
     assert note in alone.replace("&#x27;", "'")
@@ -55,7 +66,7 @@ def _planners(model: str = "falcon-h1-0.5b-instruct"):
     return make_planners([spec], [model], ContextParams(n_ctx=32768, n_seq_max=4), request)
 
 
-def test_workers_answer_every_question_and_the_report_then_sizes_nothing(monkeypatch):
+def test_workers_answer_every_question_and_the_report_then_sizes_nothing(monkeypatch, alone):
     planners = _planners("lfm2-1.2b")  # two options compared: q8_0 KV, rollback planes
     asked = report_data.questions(planners, None)
     assert len(asked) > 16  # the heat map's rows alone are 16
@@ -80,7 +91,7 @@ def test_workers_answer_every_question_and_the_report_then_sizes_nothing(monkeyp
     assert sized_here == []
 
 
-def test_a_question_that_fails_or_kills_its_worker_is_sized_here():
+def test_a_question_that_fails_or_kills_its_worker_is_sized_here(alone):
     planners = _planners()
     fresh = _planners()
     p = planners[0]
@@ -99,7 +110,7 @@ def test_a_question_that_fails_or_kills_its_worker_is_sized_here():
     assert multiprocessing.active_children() == []
 
 
-def test_an_error_while_workers_run_stops_them_at_once():
+def test_an_error_while_workers_run_stops_them_at_once(alone):
     questions = [("a", lambda: time.sleep(60)), ("b", lambda: time.sleep(60))]
     start = time.monotonic()
     with pytest.raises(KeyError), charge_pool.presizing(questions, 2):
@@ -108,14 +119,14 @@ def test_an_error_while_workers_run_stops_them_at_once():
     assert multiprocessing.active_children() == []
 
 
-def test_one_job_runs_nothing_ahead():
+def test_one_job_runs_nothing_ahead(alone):
     planners = _planners()
     with charge_pool.presizing([("a", lambda: planners[0]), ("b", lambda: planners[0])], 1) as got:
         pass
     assert (got.asked, got.answered, got.sized) == (0, 0, {})
 
 
-def test_sizings_of_one_key_from_two_workers_are_united():
+def test_sizings_of_one_key_from_two_workers_are_united(alone):
     # two workers asking the same planner each send what theirs sized: the report takes in both
     planners = _planners()
     p = planners[0]
@@ -146,7 +157,7 @@ def test_jobs_must_be_a_positive_count(value):
     assert got.exit_code == 2 and "-j" in got.output and "Traceback" not in got.output
 
 
-def test_the_report_command_sizes_nothing_after_its_workers(monkeypatch):
+def test_the_report_command_sizes_nothing_after_its_workers(monkeypatch, alone):
     # the command itself: its models' planners take in what the workers sized, and it makes its options with it
     parent = os.getpid()
     after: list[object] = []
@@ -185,10 +196,9 @@ def test_no_worker_is_forked_from_a_process_running_another_thread():
     finally:
         stop.set()
         thread.join()
-    assert charge_pool.can_fork()
 
 
-def test_no_more_workers_than_cpus(monkeypatch):
+def test_no_more_workers_than_cpus(monkeypatch, alone):
     # -j 64 on one CPU: a worker more would only take memory, so nothing runs ahead
     monkeypatch.setattr(charge_pool, "usable_cpus", lambda: 1)
     with charge_pool.presizing([("a", lambda: None), ("b", lambda: None)], 64) as got:
