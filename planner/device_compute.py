@@ -248,7 +248,7 @@ class _Splits:
         self.splits: list[tuple[bool, SplitGraph]] = []
         self.affine: list[AffineTensors] = []
         k = ctx.n_ctx_seq // CTX_PAD
-        first: list[tuple[int, ...]] | None = []
+        first: list[tuple[int, ...] | None] = []
         for name, n_tok, n_sq, n_out, pins in reserves:
             cut = _cut_for(run, base, name)
             while True:
@@ -259,9 +259,11 @@ class _Splits:
                 cut = _next_cut(run, base, name, cut)
             self.splits.append((pins, sg))
             self.affine.append(affine)
-            first = [*first, sizes] if first is not None and sizes is not None else None
-        # each graph built over fewer layers was sized at the query's own k already: its first sizing (``at``)
-        self.first = (k, first) if first else None
+            first.append(sizes)
+        # where each graph was built over fewer layers, each was sized at the query's own k already: its first
+        # sizing (``at``)
+        sized = [b for b in first if b is not None]
+        self.first = (k, sized) if len(sized) == len(first) else None
 
     def _split_one(self, graph: Graph, cut: LayerCut | None, n_tok: int, pins: bool, k: int
                    ) -> tuple[SplitGraph | None, AffineTensors, tuple[int, ...] | None]:
@@ -294,15 +296,15 @@ class _Splits:
         if self.first is not None and self.first[0] == k:
             sized = self.first[1]  # the sizing made when the graphs were built (the allocator's state checked)
             self.first = None  # the graphs' shapes are set to another k by the next sizing
-            results = [(pins, b, sg.n_splits, sg.n_copies, sg.host_ops)
-                       for (pins, sg), b in zip(self.splits, sized, strict=True)]
-            return _combined(self.run, results, self.flash_attn_off)
-        for affine in self.affine:
-            affine.set_at(k)
-        try:
-            results = [(pins, sg.sizes(keep=True), sg.n_splits, sg.n_copies, sg.host_ops) for pins, sg in self.splits]
-        except PeriodMismatch:
-            return _size(self.run, ctx)
+        else:
+            for affine in self.affine:
+                affine.set_at(k)
+            try:
+                sized = [sg.sizes(keep=True) for _, sg in self.splits]
+            except PeriodMismatch:
+                return _size(self.run, ctx)
+        results = [(pins, b, sg.n_splits, sg.n_copies, sg.host_ops)
+                   for (pins, sg), b in zip(self.splits, sized, strict=True)]
         return _combined(self.run, results, self.flash_attn_off)
 
 

@@ -108,7 +108,6 @@ def _ctx_label(ctx: int) -> str:
 
 
 def memory_figure(m: ModelReport) -> Any:
-
     planner = m.planner
     series = data.memory_series(planner, planner.base.n_seq_max, data.plot_contexts(planner.ctx_limit.tokens))
     x = [_ctx_label(c) for c in series.contexts]
@@ -146,7 +145,6 @@ def memory_figure(m: ModelReport) -> Any:
 
 def devices_figure(m: ModelReport) -> Any:
     """One stacked bar per GPU and one for host memory at the flags as given, each with its budget."""
-
     bars = data.device_bars(m.planner)
     fig = _figure()
     for key, label in data.DEVICE_COMPONENTS:
@@ -184,7 +182,6 @@ def _mark_limit(fig: Any, planner: CapacityPlanner, x: Any, y_top: float) -> Non
 
 
 def parallel_figure(models: list[ModelReport]) -> Any:
-
     fig = _figure()
     all_contexts: set[int] = set()
     colour = 0
@@ -232,7 +229,6 @@ class EngineReport:
 def engines_figure(models: list[ModelReport], engines: list[EngineReport]) -> Any:
     """The most requests running at once at their full context, per engine and model, on one chart (llama.cpp:
     the most -np at the flags as given)."""
-
     fig = _figure()
     ticks: set[int] = set()
     for mi, m in enumerate(models):
@@ -295,7 +291,6 @@ def engine_table(e: EngineReport) -> str:
 
 
 def heatmap_figure(m: ModelReport) -> Any:
-
     hm = data.heatmap(m.planner)
     cap = max(1, max(m.planner.cache_budget)) / GIB
     # settings past the context limit are not drawn (blank): llama.cpp would not use their cells
@@ -346,7 +341,6 @@ def _charged_note(what: str) -> str:
 
 
 def layers_figure(m: ModelReport) -> Any:
-
     bars = data.layer_bars(m.planner)
     labels = {"k": "K cache", "v": "V cache", "r": "conv state R", "s": "recurrent state S"}
     fig = _figure()
@@ -379,7 +373,6 @@ def _ratio_text(k: KernelResult) -> str:
 
 
 def profile_figure(profile: ProfileResults) -> Any:
-
     names = [k.name for k in profile.kernels]
     fig = _figure()
     fig.add_bar(

@@ -298,17 +298,13 @@ def layer_bars(planner: CapacityPlanner) -> LayerBars:
 
 def max_parallel_rungs(planner: CapacityPlanner, contexts: list[int]) -> list[Rung]:
     """The max-parallel plot's points of one option: the most -np at each per-sequence context."""
-    floor = planner.ladder_floor(contexts)
-    return [planner.max_parallel(c, floor) for c in contexts]
+    return [max_parallel_point(planner, contexts, c) for c in contexts]
 
 
 def max_parallel_point(planner: CapacityPlanner, contexts: list[int], ctx_per_seq: int) -> Rung:
-    """One point of ``max_parallel_rungs`` alone (the same search, with the same bound)."""
+    """One point of ``max_parallel_rungs`` (each asked alone by ``questions``): its search, bounded below by the
+    plot's ladder floor."""
     return planner.max_parallel(ctx_per_seq, planner.ladder_floor(contexts))
-
-
-def max_parallel_series(variant: Variant, contexts: list[int]) -> list[int]:
-    return [r.max_parallel for r in max_parallel_rungs(variant.planner, contexts)]
 
 
 def questions(planners: list[CapacityPlanner], contexts: list[int] | None) -> list[Question]:
