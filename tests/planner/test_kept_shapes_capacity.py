@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from rsplan.cli import cli
 from rsplan.planner import compute, kept_shapes
 from rsplan.planner import device_compute as dc
+from rsplan_testing import clear_sizing_caches
 
 HOST = ["--host-budget", "256GiB", "--format", "json"]  # a fixed host budget: the default is this machine's
 COMMANDS = [
@@ -47,12 +48,10 @@ COMMANDS = [
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
+    clear_sizing_caches()
     yield
     kept_shapes.KEPT = True
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
+    clear_sizing_caches()
 
 
 def _stats() -> dict[str, int]:

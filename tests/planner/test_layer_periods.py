@@ -15,19 +15,15 @@ from rsplan.planner import ggml_alloc as ga
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.layer_periods import LayerCut, layer_cut, layer_signature
 from rsplan.planner.placement import place_layers
+from rsplan_testing import clear_sizing_caches
 
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    dc.SHAPES.clear()
-    dc._UNCUT.clear()
-    dc._MULTIPLE.clear()
-    sched._HOMES.clear()
+    clear_sizing_caches()
     yield
     layer_periods.ENABLED = True
-    dc.SHAPES.clear()
-    dc._UNCUT.clear()
-    dc._MULTIPLE.clear()
+    clear_sizing_caches()
 
 
 def test_the_cut_keeps_three_periods_and_the_last_of_the_longest_run():
