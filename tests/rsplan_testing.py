@@ -18,9 +18,13 @@ from click.testing import Result
 from rsplan.hparams.model import ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
-#: llama.cpp's source of the version rsplan follows (the sdist's vendor/llama.cpp), or $RSPLAN_LLAMA_CPP: the tests
-#: that read it skip without it.
-LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+#: What real llama.cpp runs allocated for three tiny GGUFs, with the GGUFs (tests/golden/llamacpp-measured/README.md).
+MEASURED_DIR = REPO / "tests" / "golden" / "llamacpp-measured"
+#: llama.cpp's source of the version rsplan follows (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist):
+#: $RSPLAN_LLAMA_CPP, else .cache/llama.cpp in the checkout, where scripts/fetch-llama-cpp-source.sh unpacks it (the
+#: test script runs it). The tests that read the source are skipped without it, except under CI=true (see
+#: conftest.py), where a missing source fails the run.
+LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP") or REPO / ".cache" / "llama.cpp")
 
 
 def load_script(path: Path, name: str) -> types.ModuleType:
@@ -47,19 +51,16 @@ ssm: {{conv_kernel: 4, inner_size: 1024, state_size: 64, time_step_rank: 8, grou
 """
 
 
-def shared_dir() -> Path:
-    """The project's shared/ folder (beside the checkout), or $RSPLAN_SHARED_DIR."""
-    env = os.environ.get("RSPLAN_SHARED_DIR")
-    return Path(env) if env else REPO.parent / "shared"
-
-
-def needs_shared(path: Path) -> pytest.MarkDecorator:
-    """The mark of tests that read ``path`` under shared/ (the golden llama.cpp measurements): they are skipped
-    where it is missing, but under CI=true a missing path fails the module instead (a CI run must check them)."""
-    reason = f"{path} not found: the golden data is read from ../shared beside the checkout or $RSPLAN_SHARED_DIR"
-    if not path.exists() and os.environ.get("CI") == "true":
+def needs_llama_cpp(folder: str) -> pytest.MarkDecorator:
+    """The mark of tests that read ``folder`` of llama.cpp's source (LLAMA_CPP): skipped where it is missing, but
+    under CI=true a missing source fails the module instead (the test script fetches it, so a CI run checks them)."""
+    where = "$RSPLAN_LLAMA_CPP" if os.environ.get("RSPLAN_LLAMA_CPP") else ".cache/llama.cpp"
+    present = (LLAMA_CPP / folder).is_dir()
+    reason = (f"llama.cpp's source is not in {where} (no {folder}/): bash scripts/fetch-llama-cpp-source.sh "
+              "unpacks it there")
+    if not present and os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and {reason}", pytrace=False)
-    return pytest.mark.skipif(not path.exists(), reason=reason)
+    return pytest.mark.skipif(not present, reason=reason)
 
 
 def rsplan_without(missing: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

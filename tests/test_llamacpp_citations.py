@@ -3,8 +3,8 @@
 
 Every citation names the file, the line and a symbol written on that line or the few after it (the function a
 rule lives in, or the variable the rule sets). The form is checked everywhere; against the source only where it is
-present: RSPLAN_LLAMA_CPP (default: the llama.cpp tree of llama-cpp-python 0.3.36 at /work/llama), skipped
-otherwise, as tests/hparams/test_hf_architectures.py reads the converter.
+present (rsplan_testing.LLAMA_CPP: .cache/llama.cpp, unpacked by scripts/fetch-llama-cpp-source.sh, or
+$RSPLAN_LLAMA_CPP), skipped otherwise, as tests/hparams/test_hf_architectures.py reads the converter.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from rsplan_testing import LLAMA_CPP, REPO
+from rsplan_testing import LLAMA_CPP, REPO, needs_llama_cpp
 
 #: Where citations are collected: the library's folders and the docs.
 SOURCES = ("rsplan", "hparams", "planner", "profiler", "kernels", "docs")
@@ -75,7 +75,7 @@ def test_the_form_is_recognised():
                      ("common/fit.cpp", "12", "cparams.n_ctx")]
 
 
-@pytest.mark.skipif(not (LLAMA_CPP / "src").is_dir(), reason=f"no llama.cpp source at {LLAMA_CPP}")
+@needs_llama_cpp("src")
 @pytest.mark.parametrize(("where", "path", "line", "symbol"), CITATIONS, ids=[c[0] for c in CITATIONS])
 def test_the_cited_line_holds_the_symbol(where, path, line, symbol):
     source = LLAMA_CPP / path

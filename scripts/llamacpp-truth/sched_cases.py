@@ -57,7 +57,7 @@ CASES: list[tuple[str, list[str], list[int]]] = [
 ]
 
 #: Real runs (``--alloc``: every buffer allocated, each backend's largest reserve, the pins kept) on the tiny real
-#: lfm2.gguf of shared/data/llamacpp-measured (f32, five layers), small enough to upload over RPC.
+#: lfm2.gguf of tests/golden/llamacpp-measured (f32, five layers), small enough to upload over RPC.
 ALLOC_CASES: list[tuple[str, list[str], list[int]]] = [
     ("lfm2.gguf", ["-c", "4096", "-ngl", "6"], [3072, 2048]),
     ("lfm2.gguf", ["-c", "4096", "-np", "2", "-ngl", "6"], [3072, 2048]),
@@ -65,7 +65,7 @@ ALLOC_CASES: list[tuple[str, list[str], list[int]]] = [
     ("lfm2.gguf", ["-c", "4096", "-ngl", "6", "-nkvo"], [3072, 2048]),
     ("lfm2.gguf", ["-c", "4096", "-ngl", "6", "-ub", "16"], [3072, 2048]),
 ]
-MEASURED = Path(os.environ.get("RSPLAN_SHARED_DIR", ROOT.parent / "shared")) / "data" / "llamacpp-measured"
+MEASURED = ROOT / "tests" / "golden" / "llamacpp-measured"
 
 
 def _servers(llama: Path, n: int) -> list[subprocess.Popen[bytes]]:

@@ -2,7 +2,7 @@
 ``--spec-type mtp`` draft holds): the golden data of tests/planner/test_kv_state.py, which sizes the same starts
 with planner.outputs.kv_state_bytes.
 
-Each case is a real run of a tiny GGUF of shared/data/llamacpp-measured (the probe with ``--alloc --decode N``: N
+Each case is a real run of a tiny GGUF of tests/golden/llamacpp-measured (the probe with ``--alloc --decode N``: N
 tokens decoded into sequence 0), whose ``llama_state_seq_get_size_ext`` with flags 0 minus the same with
 PARTIAL_ONLY is its KV cache's part (llama_memory_hybrid::state_write writes the attention cache only without
 PARTIAL_ONLY; the draft context's plain KV cache writes it whatever the flags).

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "build" / "llamacpp-truth" / "probe"
 SKELETONS = ROOT / "build" / "llamacpp-truth" / "skeletons"
 OUT_DIR = ROOT / "tests" / "golden" / "llamacpp-breakdown"
-#: the shared measurements: ../shared beside the checkout, or $RSPLAN_SHARED_DIR (as the tests read them)
-MEASURED = Path(os.environ.get("RSPLAN_SHARED_DIR") or ROOT.parent / "shared") / "data" / "llamacpp-measured"
+#: the tiny real GGUFs and the cache sizes llama.cpp allocated for them (as the tests read them)
+MEASURED = ROOT / "tests" / "golden" / "llamacpp-measured"
 
 #: Settings only for models with MTP layers: the MTP draft's own context (ctx_type MTP on the MTP weights), as
 #: llama.cpp's speculative MTP driver creates it beside the main context.

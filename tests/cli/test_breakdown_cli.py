@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan_testing import shared_dir
+from rsplan_testing import MEASURED_DIR
 
-GGUF = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
+GGUF = MEASURED_DIR / "mamba2.gguf"
 needs_gguf = pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} not present")
 
 

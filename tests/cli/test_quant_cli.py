@@ -19,10 +19,10 @@ from rsplan.cli import cli
 from rsplan.hparams.sources import load_model
 from rsplan.planner.buffers import CUDA_RULE
 from rsplan.planner.quant_weights import quantized_weights
-from rsplan_testing import shared_dir
+from rsplan_testing import MEASURED_DIR
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llamacpp-breakdown"
-GGUF = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
+GGUF = MEASURED_DIR / "mamba2.gguf"
 
 
 def run(*args: str):

@@ -9,7 +9,8 @@ CPU build) for tiny real GGUFs and real-size skeleton GGUFs of the presets. For 
 - the output buffer is llama.cpp's n_vocab x n_seq_max floats (+ n_embd per sequence with --embeddings);
 - the buffers llama.cpp really allocated in the dry run besides the output buffer are the recurrent cache's.
 
-Refused cases must be refused by rsplan too; cases where llama.cpp aborted (`crashed`) are recorded and skipped.
+Refused cases must be refused by rsplan too; cases where llama.cpp aborted (`crashed`) have no buffer to compare
+(see _cases).
 Compute bytes are recorded, not tested here. CI never runs llama.cpp: the JSON is the truth.
 """
 
@@ -29,10 +30,10 @@ from rsplan.hparams.tensors import model_buffer_bytes
 from rsplan.planner.context import ContextParams
 from rsplan.planner.outputs import mtp_draft_layout
 from rsplan.planner.plan import build_plan
-from rsplan_testing import REPO, load_script, shared_dir
+from rsplan_testing import MEASURED_DIR, REPO, load_script
 
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown"
-MEASURED = shared_dir() / "data" / "llamacpp-measured"
+MEASURED = MEASURED_DIR
 
 #: The tiny GGUFs' weight-only facts (their GGUF tokenizers hold 320 tokens; lfm2.gguf has no output.weight).
 TINY_WEIGHTS = {
@@ -51,15 +52,12 @@ def _files() -> dict[str, dict]:
 
 
 @cache
-def _spec(name: str) -> ModelSpec | None:
-    """The model's spec as rsplan gets it: the preset of a skeleton, the GGUF of a tiny model (None if absent)."""
+def _spec(name: str) -> ModelSpec:
+    """The model's spec as rsplan gets it: the preset of a skeleton, the GGUF of a tiny model."""
     model = _files()[name]["model"]
     if "preset" in model:
         return load_builtin_preset(model["preset"])
-    path = MEASURED / model["gguf"]
-    if not path.exists():
-        return None
-    spec = load_gguf(path)
+    spec = load_gguf(MEASURED / model["gguf"])
     return ModelSpec.model_validate({**spec.model_dump(), **TINY_WEIGHTS[name.removeprefix("edges/")]})
 
 
@@ -74,7 +72,10 @@ def _sweep():
 
 
 def _cases() -> list[tuple[str, int]]:
-    return [(name, i) for name, data in _files().items() for i in range(len(data["cases"]))]
+    """Every measured case but those where llama.cpp itself aborted (a GGML_ASSERT: no buffer to compare; the grid
+    still reaches them (test_edge_settings_cover_refusals_and_both_aborts), and tests/planner/test_compute_golden.py
+    test_flags_llama_cpp_aborts_on_are_refused checks that rsplan refuses each with the same assertion)."""
+    return [(name, i) for name, data in _files().items() for i, c in enumerate(data["cases"]) if not c.get("crashed")]
 
 
 def _case_id(c: tuple[str, int]) -> str:
@@ -109,11 +110,7 @@ def test_context_bytes_equal_the_plan(case):
     name, i = case
     c = _files()[name]["cases"][i]
     spec = _spec(name)
-    if spec is None:
-        pytest.skip(f"{MEASURED} not found")
     params = _params(c["flags"])
-    if c.get("crashed"):
-        pytest.skip(f"llama.cpp aborted: {c['error']}")
     if c["flags"].get("--ctx-mtp"):
         # the probe created the MTP draft context only: its KV cache over the nextn layers, no rollback planes
         draft = build_plan(spec, params.replace(n_rs_seq=0), mtp_draft_layout(spec))
@@ -147,8 +144,6 @@ def test_model_bytes_equal_the_tensor_list(case):
     if not c["ok"]:
         return
     spec = _spec(name)
-    if spec is None:
-        pytest.skip(f"{MEASURED} not found")
     outtype = data["model"].get("outtype", "f32")
     measured = sum(b["model"] for b in c["breakdown"].values())
     assert model_buffer_bytes(spec, outtype, load_mtp=c["flags"].get("--load-mtp", False)) == measured

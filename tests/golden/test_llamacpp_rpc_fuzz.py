@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from rsplan_testing import load_script, needs_shared, shared_dir
+from rsplan_testing import MEASURED_DIR, load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-sched"
 FILES = sorted(GOLDEN.glob("fuzz-*.json"))
 CASES = [c for f in FILES for c in json.loads(f.read_text())["cases"]]
-MEASURED = shared_dir() / "data" / "llamacpp-measured"
-TINY = {"mamba2-tiny", "lfm2-tiny", "qwen35-tiny"}  # the real GGUFs of shared/data/llamacpp-measured
+MEASURED = MEASURED_DIR
+TINY = {"mamba2-tiny", "lfm2-tiny", "qwen35-tiny"}  # the real GGUFs of tests/golden/llamacpp-measured
 PROBE_FLAGS = {"-c", "-np", "-b", "-ub", "-fa", "-ctk", "-ctv", "-kvu", "-ngl", "-ts", "-nkvo", "--n-cpu-moe"}
 REAL_RUN_FLAGS = {"--alloc", "--no-mmap"}  # fuzz_rpc.py --alloc
 NEW_FLAGS = {"-ot", "--n-rs-seq", "--embeddings", "--n-outputs-max"}  # fuzz_rpc.py --new-flags
@@ -36,11 +36,7 @@ def case_id(case: dict) -> str:
     return f"{case['model']}[{flags}][{','.join(map(str, case['free_mib']))}]"
 
 
-def _marks(case: dict) -> list[pytest.MarkDecorator]:
-    return [needs_shared(MEASURED)] if case["model"] in TINY else []
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c), id=case_id(c)) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=case_id(c)) for c in CASES])
 def test_every_part_equals_llama_cpp(fuzz_rpc, case):
     assert fuzz_rpc.compare(case) == []
 
@@ -86,7 +82,6 @@ def test_a_one_byte_difference_in_any_part_is_reported(fuzz_rpc):
             assert got[0]["llama"] == got[0]["rsplan"] + 1
 
 
-@needs_shared(MEASURED)
 def test_real_runs_are_sized_as_a_started_context_allocates(fuzz_rpc):
     # fuzz_rpc.py --alloc: real runs of the tiny GGUFs over devices (buffers allocated, weights read with
     # --no-mmap), compared with the real run's figures (each backend's largest reserve, pinned nodes held: what

@@ -1,7 +1,7 @@
 """planner.sched / planner.device_compute against the compute buffers llama.cpp gives each backend over RPC
 devices (tests/golden/llamacpp-sched/cases.json, measured by scripts/llamacpp-truth/sched_cases.py: the probe's
 no_alloc breakdown on bf16 skeletons, one ggml-rpc-server per device, the layer split from the devices' free
-memory or -ts), and real runs (``--alloc``) on the tiny lfm2.gguf of shared/data/llamacpp-measured. Every byte
+memory or -ts), and real runs (``--alloc``) on the tiny lfm2.gguf of tests/golden/llamacpp-measured. Every byte
 count must be equal: each device's and the host's compute buffer."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from rsplan.planner.device_compute import device_compute
 from rsplan.planner.placement import place_layers
 from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
 from rsplan.planner.weight_placement import n_cpu_moe_overrides
-from rsplan_testing import needs_shared, shared_dir
+from rsplan_testing import MEASURED_DIR
 
 CASES_FILE = Path(__file__).parent / "llamacpp-sched" / "cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"] if CASES_FILE.exists() else []
 MiB = 1 << 20
 
 
-MEASURED = shared_dir() / "data" / "llamacpp-measured"
+MEASURED = MEASURED_DIR
 
 
 def case_id(case: dict) -> str:
@@ -64,7 +64,6 @@ def test_compute_per_backend_equals_llama_cpp(case):
     assert (list(got.dry_devices), got.dry_host) == (want["devices"], want["host"])
 
 
-@needs_shared(MEASURED)
 @pytest.mark.parametrize("case", TINY_CASES, ids=[case_id(c) for c in TINY_CASES])
 def test_real_and_dry_runs_on_the_tiny_lfm2(case):
     # a real run keeps each backend's largest of the three reserves, with graph_get_cb's norm pins; the dry run

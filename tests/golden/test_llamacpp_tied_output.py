@@ -2,7 +2,7 @@
 (what llama.cpp's --fit measures) and real runs alike.
 
 tests/golden/llamacpp-breakdown/tied-output/*.json were written by scripts/llamacpp-truth/tied_cases.py: the tiny
-lfm2.gguf of shared/data/llamacpp-measured (tied embeddings) quantized by llama-quantize with a q4_0 token
+lfm2.gguf of tests/golden/llamacpp-measured (tied embeddings) quantized by llama-quantize with a q4_0 token
 embedding and q8_0 matrices, on llama.cpp 0c1e57098 CPU builds for the recorded features (``cpu_features``): an AVX2
 build puts the q4_0 output copy (320 out features, 96 in) in CPU_REPACK, an AMX build in AMX, the embedding (GET_ROWS)
 staying in CPU either way.
@@ -22,12 +22,11 @@ from rsplan.planner.cpu_repack import parse_target, target_of_features
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.placement import place_layers
 from rsplan.planner.weight_placement import Weight, place_weights
-from rsplan_testing import needs_shared, shared_dir
+from rsplan_testing import MEASURED_DIR
 
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown" / "tied-output"
-SOURCE = shared_dir() / "data" / "llamacpp-measured" / "lfm2.gguf"
+SOURCE = MEASURED_DIR / "lfm2.gguf"
 FILES = {p.stem: json.loads(p.read_text()) for p in sorted(GOLDEN.glob("*.json"))}
-pytestmark = needs_shared(SOURCE)
 
 
 def _target(data: dict) -> str:

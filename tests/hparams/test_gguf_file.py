@@ -18,7 +18,7 @@ import pytest
 from rsplan.errors import UnsupportedArchError
 from rsplan.hparams.gguf_file import load_gguf, read_gguf, scan_gguf
 from rsplan.hparams.sources import load_model
-from rsplan_testing import needs_shared, shared_dir
+from rsplan_testing import MEASURED_DIR
 
 FLAGS = ("-c", "4096", "-np", "2")
 CELLS = 4096  # KV cells over both streams
@@ -368,10 +368,9 @@ def test_split_models_sum_every_part(gguf_file, rsplan):
     )
 
 
-GOLDEN = shared_dir() / "data" / "llamacpp-measured"
+GOLDEN = MEASURED_DIR
 
 
-@needs_shared(GOLDEN)
 @pytest.mark.parametrize("model", ["mamba2", "lfm2", "qwen35"])
 def test_scanner_agrees_with_gguf_reader(model):
     """The bounded scanner reads what gguf.GGUFReader reads from real llama.cpp-made files."""

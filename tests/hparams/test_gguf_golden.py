@@ -1,5 +1,5 @@
 """Golden test through the GGUF reader: three real llama.cpp-made GGUFs (mamba2, lfm2, qwen35) read with
-load_gguf, and the 432 allocations llama.cpp 0c1e57098 made for them (shared/data/llamacpp-measured/cases.json):
+load_gguf, and the 432 allocations llama.cpp 0c1e57098 made for them (tests/golden/llamacpp-measured/cases.json):
 every case's tensors (names, shapes, exact bytes) and printed ``size =`` lines must match; a case llama.cpp
 refused (context_created false) must be refused too."""
 
@@ -18,11 +18,10 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.context import ContextParams
 from rsplan.planner.logs import log_lines
 from rsplan.planner.plan import build_plan
-from rsplan_testing import needs_shared, shared_dir
+from rsplan_testing import MEASURED_DIR
 
-DATA = shared_dir() / "data" / "llamacpp-measured"
+DATA = MEASURED_DIR
 CASES = DATA / "cases.json"
-pytestmark = needs_shared(CASES)
 
 
 @cache

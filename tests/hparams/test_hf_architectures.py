@@ -1,8 +1,9 @@
 """hparams/hf_architectures.py against llama.cpp's converter source: every class registered with
 ``@ModelBase.register`` whose GGUF carries an arch rsplan sizes is in the table, with exactly its names and arch.
 
-The converter's source is read from RSPLAN_LLAMA_CPP (default: the llama.cpp tree of llama-cpp-python 0.3.36 at
-/work/llama); the comparison is skipped where it is absent. The table's own consistency is checked everywhere.
+The converter's source is read from llama.cpp's tree (rsplan_testing.LLAMA_CPP: .cache/llama.cpp, unpacked by
+scripts/fetch-llama-cpp-source.sh, or $RSPLAN_LLAMA_CPP); the comparison is skipped where it is absent. The table's
+own consistency is checked everywhere.
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 from rsplan.hparams.archs import ARCHS
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME, CONVERTER_CLASSES, hf_classes
 from rsplan.hparams.hf_converters import WRITERS
-from rsplan_testing import LLAMA_CPP
+from rsplan_testing import LLAMA_CPP, needs_llama_cpp
 
 #: converter classes whose arch changes at run time (the parse sees only the class attribute)
 RUNTIME_ARCHS = {"nemotron.py NemotronHModel": {"nemotron_h_moe"}}
@@ -53,7 +52,7 @@ def _registered_classes(root: Path) -> dict[str, tuple[tuple[str, ...], str]]:
     return found
 
 
-@pytest.mark.skipif(not (LLAMA_CPP / "conversion").is_dir(), reason="llama.cpp's converter source is not present")
+@needs_llama_cpp("conversion")
 def test_table_matches_the_converter_source():
     source = _registered_classes(LLAMA_CPP)
     table = {c.converter: c for c in CONVERTER_CLASSES}

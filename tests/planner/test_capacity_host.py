@@ -138,13 +138,9 @@ def test_a_gguf_places_its_own_tensors():
 
     from rsplan.cli import cli
     from rsplan.hparams.gguf_file import read_gguf
-    from rsplan_testing import shared_dir
+    from rsplan_testing import MEASURED_DIR
 
-    path = shared_dir() / "data" / "llamacpp-measured" / "mamba2.gguf"
-    if not path.exists():
-        import pytest
-
-        pytest.skip(f"{path} not present")
+    path = MEASURED_DIR / "mamba2.gguf"
     r = CliRunner().invoke(cli, ["capacity", "-m", str(path), "--budget", "2GiB", "--host-budget", "1GiB",
                                  "--format", "json"])
     assert r.exit_code == 0, r.output

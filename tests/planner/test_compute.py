@@ -1,5 +1,5 @@
 """Compute buffers against what llama.cpp 0c1e57098 (CPU build) allocated for the tiny GGUFs in
-shared/data/llamacpp-measured: ``llama_get_memory_breakdown(ctx)[CPU].compute`` of a context created with
+tests/golden/llamacpp-measured: ``llama_get_memory_breakdown(ctx)[CPU].compute`` of a context created with
 ``llama_init_from_model`` (weights allocated, one thread), n_batch 2048; n_outputs_max 0 (= n_batch, ``cli``) or
 n_seq_max (``server`` without drafts)."""
 
@@ -11,9 +11,9 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.compute import ComputeModelError, compute_buffer, n_outputs_max_for
 from rsplan.planner.context import ContextParams, resolve_context
-from rsplan_testing import make_spec, shared_dir
+from rsplan_testing import MEASURED_DIR, make_spec
 
-MEASURED = shared_dir() / "data" / "llamacpp-measured"
+MEASURED = MEASURED_DIR
 
 # (model, -c, -np, -ub, -fa, tool, -kvu, n_rs_seq, compute bytes llama.cpp allocated)
 CASES = [
@@ -49,8 +49,6 @@ def _id(case: tuple) -> str:
 def test_compute_buffer_equals_llama_cpp(case: tuple) -> None:
     model, n_ctx, n_seq, n_ubatch, fa, tool, kvu, n_rs, expected = case
     path = MEASURED / f"{model}.gguf"
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
     spec = load_model(str(path))
     params = ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa, kv_unified=kvu,
                            n_rs_seq=n_rs)

@@ -20,11 +20,11 @@ from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buf
 from rsplan.planner.context import ContextParams
 from rsplan.planner.host_weights import HostOptions, gguf_table
 from rsplan.planner.outputs import mtp_draft_kv, output_buffer
-from rsplan_testing import shared_dir
+from rsplan_testing import MEASURED_DIR
 
 GOLDEN = Path(os.environ.get("RSPLAN_GOLDEN_BREAKDOWN", Path(__file__).resolve().parents[1] / "golden"
                              / "llamacpp-breakdown"))
-MEASURED = shared_dir() / "data" / "llamacpp-measured"
+MEASURED = MEASURED_DIR
 #: llama.cpp flag -> ContextParams field
 FLAGS = {"-c": "n_ctx", "-np": "n_seq_max", "-kvu": "kv_unified", "-ctk": "type_k", "-ctv": "type_v",
          "-fa": "flash_attn", "-b": "n_batch", "-ub": "n_ubatch", "--n-rs-seq": "n_rs_seq", "--swa-full": "swa_full"}
@@ -51,10 +51,7 @@ CASES = _cases()
 
 def _spec(model: dict):
     if "gguf" in model:
-        path = MEASURED / model["gguf"]
-        if not path.is_file():
-            pytest.skip(f"{path} not present")
-        return load_model(str(path))
+        return load_model(str(MEASURED / model["gguf"]))
     return load_builtin_preset(model["preset"])
 
 

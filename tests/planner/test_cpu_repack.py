@@ -9,7 +9,7 @@ import pytest
 
 from rsplan.planner.cpu_repack import OPS, RULES, TARGETS, RepackError, parse_target, repacked, weight_op
 from rsplan.planner.host_weights import HostTensor, file_offsets, host_buffers
-from rsplan_testing import LLAMA_CPP
+from rsplan_testing import LLAMA_CPP, needs_llama_cpp
 
 AVX2 = parse_target("x86-avx2")
 AVX512 = parse_target("x86-avx512")
@@ -128,7 +128,7 @@ def test_gpu_host_buffer_type_holds_host_weights_only_without_mmap():
     assert host_buffers(layer, AVX2, gpu_host="CUDA_Host") == {"CPU_Mapped": total}
 
 
-needs_source = pytest.mark.skipif(not (LLAMA_CPP / "src").is_dir(), reason=f"no llama.cpp source at {LLAMA_CPP}")
+needs_source = needs_llama_cpp("src")
 
 
 @needs_source

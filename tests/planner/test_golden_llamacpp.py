@@ -15,10 +15,9 @@ from rsplan.errors import RsplanError
 from rsplan.planner.context import ContextParams
 from rsplan.planner.logs import log_lines
 from rsplan.planner.plan import build_plan
-from rsplan_testing import make_spec, needs_shared, shared_dir
+from rsplan_testing import MEASURED_DIR, make_spec
 
-CASES = shared_dir() / "data" / "llamacpp-measured" / "cases.json"
-pytestmark = needs_shared(CASES)
+CASES = MEASURED_DIR / "cases.json"
 
 
 @cache

@@ -14,9 +14,9 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_model
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.outputs import kv_state_bytes, mtp_draft_checkpoint_bytes, mtp_draft_params
-from rsplan_testing import needs_shared, shared_dir
+from rsplan_testing import MEASURED_DIR
 
-MEASURED = shared_dir() / "data" / "llamacpp-measured"
+MEASURED = MEASURED_DIR
 DATA = json.loads((Path(__file__).resolve().parents[1] / "golden" / "llamacpp-state" / "kv-state.json").read_text())
 FLAG_KEYS = {"-c": "n_ctx", "-np": "n_seq_max", "-fa": "flash_attn", "-kvu": "kv_unified", "-ctk": "type_k",
              "-ctv": "type_v"}
@@ -26,7 +26,6 @@ def _id(c: dict) -> str:
     return f"{c['model']}[{' '.join(f'{k} {v}' for k, v in c['flags'].items())}][{c['decoded']} cells]"
 
 
-@needs_shared(MEASURED)
 @pytest.mark.parametrize("case", DATA["cases"], ids=_id)
 def test_the_kv_state_of_a_sequence_equals_llama_cpp(case):
     layout = cache_layout(load_model(str(MEASURED / f"{case['model'].removesuffix('-tiny')}.gguf")))

@@ -86,11 +86,9 @@ def test_checkpoint_equals_llama_cpp_state_size(model: str, expected: int, n_rs_
     """llama_state_seq_get_size_ext(ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) after one decoded token, measured
     on llama.cpp 0c1e57098 for the tiny GGUFs at -c 4096 -np 2 (the same with --n-rs-seq 3: one plane is saved)."""
     from rsplan.hparams.sources import load_model
-    from rsplan_testing import shared_dir
+    from rsplan_testing import MEASURED_DIR
 
-    path = shared_dir() / "data" / "llamacpp-measured" / f"{model}.gguf"
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
+    path = MEASURED_DIR / f"{model}.gguf"
     layout = cache_layout(load_model(str(path)))
     ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=2, n_rs_seq=n_rs_seq))
     assert checkpoint_bytes(layout, ctx) == expected

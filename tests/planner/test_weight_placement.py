@@ -6,7 +6,7 @@ from rsplan.planner.buffers import CPU_RULE
 from rsplan.planner.placement import place_layers
 from rsplan.planner.weight_placement import Weight, layer_of, place_weights
 
-N_EMBD, N_VOCAB = 96, 320  # the tiny lfm2.gguf of shared/data/llamacpp-measured (f32)
+N_EMBD, N_VOCAB = 96, 320  # the tiny lfm2.gguf of tests/golden/llamacpp-measured (f32)
 
 
 def _tiny_lfm2_globals() -> list[Weight]:
