@@ -106,6 +106,7 @@ class EffectiveContext:
             sizes its n_outputs_max on it: planner.compute.n_outputs_max_for).
         n_swa_cells: KV cells of each sliding-window layer (0 when the model has none).
         warnings: what llama.cpp would log about the adjustments.
+        n_ctx_asked: -c as given (0: the training context), before any padding.
     """
 
     n_ctx: int
@@ -127,6 +128,7 @@ class EffectiveContext:
     type_s: GGMLType
     warnings: tuple[str, ...]
     n_batch_requested: int
+    n_ctx_asked: int = 0
 
     @property
     def rs_rows(self) -> int:
@@ -204,6 +206,7 @@ def resolve_context(layout: CacheLayout, params: ContextParams) -> EffectiveCont
         type_r=type_r,
         type_s=type_s,
         warnings=tuple(warnings),
+        n_ctx_asked=params.n_ctx,
     )
 
 

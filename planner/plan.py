@@ -73,6 +73,7 @@ class ContextSummary:
     v_trans: bool
     kv_unified: bool
     n_swa_cells: int
+    n_ctx_asked: int  # -c as given (0: the training context), before llama.cpp pads and rounds it
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,27 @@ def buffers_table(plan: MemoryPlan, backend: str = "CPU") -> str:
     ])
 
 
+#: The warning llama.cpp logs whenever the context is not a multiple of the sequences' padded share
+#: (src/llama-context.cpp:304 LLAMA_LOG_WARN): "rounding down", although with at most 256 sequences n_ctx only grows
+#: (n x pad(P // n, 256) > P - n, both multiples of 256).
+_LLAMA_ROUNDING = "n_ctx is not divisible by n_seq_max - rounding down to "
+
+
+def user_notes(plan: MemoryPlan) -> list[str]:
+    """``plan.warnings`` in the user's words: llama.cpp's rounding warning says which way -c moved and why (the
+    log format keeps llama.cpp's own words)."""
+    c = plan.context
+    notes = []
+    for w in plan.warnings:
+        if w.startswith(_LLAMA_ROUNDING) and c.n_ctx_asked:
+            way = "up" if c.n_ctx > c.n_ctx_asked else "down"
+            w = (f"-c {c.n_ctx_asked:,} is rounded {way} to {c.n_ctx:,}: each of the {c.n_seq_max} sequences gets "
+                 f"{c.n_ctx_seq:,} cells (llama.cpp pads each sequence's share to a multiple of 256; its log says "
+                 f"'rounding down' either way)")
+        notes.append(w)
+    return notes
+
+
 def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU",
                 breakdown: Breakdown | None = None) -> str:
     parts = [
@@ -97,7 +118,7 @@ def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU",
     parts += ["", buffers_table(plan, backend)]
     if breakdown is not None:
         parts += ["", breakdown_table(breakdown)]
-    parts += [prose(f"note: {w}") for w in plan.warnings]
+    parts += [prose(f"note: {w}") for w in user_notes(plan)]
     return "\n".join(parts)
 
 
@@ -137,7 +158,7 @@ def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
         if p.context.n_rs_seq_clamp_reason:
             parts.append(prose(f"note ({p.model}): n_rs_seq {p.context.n_rs_seq_requested} clamped to "
                                f"{p.context.n_rs_seq}: {p.context.n_rs_seq_clamp_reason}"))
-        parts += [prose(f"note ({p.model}): {w}") for w in p.warnings]
+        parts += [prose(f"note ({p.model}): {w}") for w in user_notes(p)]
     return "\n".join(parts)
 
 

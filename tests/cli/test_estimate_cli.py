@@ -14,7 +14,7 @@ from rsplan.cli import cli
 
 EXAMPLE = """\
 name: article-example
-source: the seed article's simplified 48-layer hybrid (llamacpp-sizing.md section 6)
+source: the worked example of docs/sizing.md (a simplified 48-layer hybrid)
 arch: qwen35
 context_length: 262144
 embedding_length: 2048
@@ -50,6 +50,23 @@ def test_json_has_the_documented_fields(example):
     t = d["tensors"][0]
     assert set(t) >= {"name", "layer", "shape", "type", "bytes"}
     assert len(d["tensors"]) == 12 * 2 + 36 * 2
+
+
+@pytest.mark.parametrize(("n_ctx", "n_seq", "way", "n_ctx_seq", "n_ctx_final"), [
+    (100, 4, "up", 256, 1024),  # 100 -> 256; 256 / 4 = 64 -> 256 cells each; 4 x 256 = 1024
+    (1000, 3, "up", 512, 1536),  # 1000 -> 1024; 1024 / 3 = 341 -> 512; 3 x 512 = 1536
+    # never "down" here: with P = -c padded and n <= 256 sequences (LLAMA_MAX_SEQ), n x pad(P // n) > P - n, and
+    # both sides are multiples of 256, so the result is at least P: llama.cpp's "rounding down" always grows n_ctx
+])
+def test_the_rounding_note_says_which_way_the_context_moves(example, n_ctx, n_seq, way, n_ctx_seq, n_ctx_final):
+    r = run("estimate", "--model", str(example), "-c", str(n_ctx), "-np", str(n_seq))
+    assert r.exit_code == 0, r.output
+    note = " ".join(r.output.split())
+    assert (f"note: -c {n_ctx:,} is rounded {way} to {n_ctx_final:,}: each of the {n_seq} sequences gets "
+            f"{n_ctx_seq:,} cells") in note
+    r = run("estimate", "--model", str(example), "-c", str(n_ctx), "-np", str(n_seq), "--format", "json")
+    d = json.loads(r.output)["context"]
+    assert (d["n_ctx_asked"], d["n_ctx"], d["n_ctx_seq"]) == (n_ctx, n_ctx_final, n_ctx_seq)
 
 
 def test_log_format_matches_llamacpp(example):
