@@ -241,6 +241,7 @@ class ModelSpec(Record):
     name: str
     source: str  # where every number comes from
     description: str | None = None
+    example: bool = False  # a worked example, not a released model (rsplan presets list shows it apart)
     arch: str  # llama.cpp general.architecture
     context_length: int
     embedding_length: int

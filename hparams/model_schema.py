@@ -100,6 +100,7 @@ class ModelSchema(_Strict):
     name: str = Field(min_length=1, max_length=200, pattern=_PRINTABLE)
     source: str = Field(min_length=1, max_length=2000, pattern=_PRINTABLE, description="where every number comes from")
     description: str | None = Field(None, max_length=2000, pattern=_PRINTABLE)
+    example: bool = Field(False, description="a worked example, not a released model (listed apart)")
     arch: str = Field(description="llama.cpp general.architecture")
     context_length: Annotated[int, Field(ge=1, le=MAX_CTX)]
     embedding_length: Dim

@@ -128,7 +128,9 @@ class EffectiveContext:
     type_s: GGMLType
     warnings: tuple[str, ...]
     n_batch_requested: int
-    n_ctx_asked: int = 0
+    # what was asked, not what llama.cpp allocates: contexts equal but for it are the same context (and key the
+    # same cached sizings)
+    n_ctx_asked: int = dataclasses.field(default=0, compare=False)
 
     @property
     def rs_rows(self) -> int:

@@ -1,9 +1,10 @@
 """A faithful Python model of llama.cpp's recurrent-cell bookkeeping (``llama_memory_recurrent``).
 
 Source: llama.cpp 0c1e57098, src/llama-memory-recurrent.cpp (``seq_rm``, ``seq_cp``, ``seq_keep``, ``seq_add``,
-``seq_div``, ``prepare``, ``find_slot``, ``state_write``) and ``llama_memory_recurrent_context::s_copy``. The
-seed article (docs/profiler.md summarises it) explains the mechanisms; where the article and the reference C++
-disagree, ``rules="reference"`` (the default) follows the C++ and ``rules="article"`` follows the article
+``seq_div``, ``prepare``, ``find_slot``, ``state_write``) and ``llama_memory_recurrent_context::s_copy``. A public
+article on ``llama_memory_recurrent`` (docs/profiler.md cites and summarises it) explains the mechanisms; where
+the article and the reference C++ disagree, ``rules="reference"`` (the default) follows the C++ and
+``rules="article"`` follows the article
 (see ``RecurrentCells``).
 
 Vocabulary:
@@ -109,7 +110,7 @@ class RecurrentCells:
         n_seq_max: sequences (default: ``size``).
         n_rs_seq: rollback snapshot planes per sequence (``K = n_rs_seq + 1`` planes in all).
         rules: ``"reference"`` follows llama.cpp 0c1e57098 exactly. ``"article"`` adds the two partial-rollback
-            rules the seed article describes and that the reference C++ does not have: a rollback of a cell shared
+            rules the article describes and that the reference C++ does not have: a rollback of a cell shared
             by several sequences fails, and a memory with no layers (``n_layers == 0``) only moves ``pos``.
         n_layers: recurrent layers the memory holds (only read by ``rules="article"``).
     """

@@ -20,14 +20,19 @@ def presets_list() -> None:
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 
-    rows = []
+    models: list[list[object]] = []
+    examples: list[list[object]] = []
     for name in builtin_preset_names():
         spec = load_builtin_preset(name)
         layout = cache_layout(spec)
-        rows.append([name, spec.arch, spec.n_layer, len(layout.kv_layers), len(layout.recurrent_layers),
-                     spec.context_length])
-    click.echo(table(rows, ["preset", "arch", "layers", "KV layers", "recurrent layers", "n_ctx_train"],
-                     align=("left", "left", "right", "right", "right", "right")))
+        (examples if spec.example else models).append(
+            [name, spec.arch, spec.n_layer, len(layout.kv_layers), len(layout.recurrent_layers), spec.context_length])
+    headers = ["preset", "arch", "layers", "KV layers", "recurrent layers", "n_ctx_train"]
+    align = ("left", "left", "right", "right", "right", "right")
+    click.echo(table(models, headers, align=align))
+    if examples:
+        click.echo("\nWorked examples (not released models; docs/sizing.md):\n")
+        click.echo(table(examples, headers, align=align))
 
 
 @presets.command("show")

@@ -2,12 +2,13 @@
 # Build the llama.cpp memory probe (probe.cpp) against a built llama.cpp tree with shared libraries.
 # Usage: scripts/llamacpp-truth/build.sh [LLAMA_DIR] [OUT]
 #   LLAMA_DIR: llama.cpp source with build/bin/libllama.so, libllama-common.so, libggml*.so
-#              (default: $LLAMA_CPP_DIR or /work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp)
+#              (default: $LLAMA_CPP_DIR, else build/llama.cpp under the repository root: vendor/llama.cpp of
+#              the llama-cpp-python 0.3.36 sdist, built there)
 #   OUT:       the executable (default: build/llamacpp-truth/probe under the repository root; git-ignored)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-LLAMA=${1:-${LLAMA_CPP_DIR:-/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp}}
+LLAMA=${1:-${LLAMA_CPP_DIR:-$root/build/llama.cpp}}
 OUT=${2:-$root/build/llamacpp-truth/probe}
 for f in include/llama.h src/llama-ext.h ggml/include/ggml-backend.h build/bin/libllama.so build/bin/libllama-common.so; do
     [ -e "$LLAMA/$f" ] || { echo "Error: $LLAMA/$f not found (build llama.cpp with shared libs first)" >&2; exit 1; }

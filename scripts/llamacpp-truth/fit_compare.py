@@ -119,7 +119,7 @@ def _run_case(llama: Path, model: str, flags: list[str], free: list[int], host: 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default = os.environ.get("LLAMA_CPP_DIR", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp")
+    default = os.environ.get("LLAMA_CPP_DIR", str(ROOT / "build" / "llama.cpp"))
     ap.add_argument("--llama", type=Path, default=Path(default))
     ap.add_argument("--only", default=None)
     ap.add_argument("--server", action="store_true", help="llama-server's fit (fit_server) over SERVER_CASES")

@@ -56,7 +56,8 @@ from rsplan.errors import RsplanError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "build" / "llamacpp-truth" / "fake_memory.so"
-LLAMA = Path("/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp")
+#: the built llama.cpp tree (build.sh): $LLAMA_CPP_DIR, else build/llama.cpp under the repository root
+LLAMA = Path(os.environ.get("LLAMA_CPP_DIR") or ROOT / "build" / "llama.cpp")
 MiB = 1 << 20
 #: the host's free memory as the shim reports it (the default split never uses it; the dry run checks nothing)
 HOST_FREE = 1 << 40

@@ -31,7 +31,7 @@
 // with "ok": false and "error", plus the log: a refusal is a result too); 2 = bad command line (message on stderr).
 //
 // Build (see build.sh next to this file, which runs exactly this):
-//   LLAMA=/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp
+//   LLAMA=build/llama.cpp   # or $LLAMA_CPP_DIR: vendor/llama.cpp of llama-cpp-python 0.3.36, built
 //   g++ -O1 -std=c++17 -rdynamic probe.cpp -o probe -I$LLAMA/include -I$LLAMA/src -I$LLAMA/ggml/include \
 //       -I$LLAMA/common -L$LLAMA/build/bin -lllama -lllama-common -lggml -lggml-base -ldl \
 //       -Wl,-rpath,$LLAMA/build/bin

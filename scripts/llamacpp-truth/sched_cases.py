@@ -94,7 +94,7 @@ def _run(gguf: Path, flags: list[str], free: list[int]) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--llama", type=Path, default=Path("/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+    ap.add_argument("--llama", type=Path, default=Path(os.environ.get("LLAMA_CPP_DIR") or ROOT / "build" / "llama.cpp"))
     ap.add_argument("--skeletons", type=Path, default=ROOT / "build" / "llamacpp-truth" / "skeletons")
     args = ap.parse_args()
     procs = _servers(args.llama, max(len(c[2]) for c in CASES))

@@ -1,4 +1,4 @@
-"""What the commonest commands import at start-up (issue 10; benchmarks/bench_estimate.py times it): a built-in
+"""What the commonest commands import at start-up (benchmarks/bench_estimate.py times it): a built-in
 preset's ``rsplan estimate`` and a ``rsplan capacity`` with ``--compute`` load none of the optional or heavy
 libraries, nor the modules of the paths they do not take. Each runs in a fresh interpreter; what that interpreter
 held before rsplan ran (the site hooks' imports) is not counted."""

@@ -332,7 +332,7 @@ def test_sources_name_the_config_keys(tmp_path):
 
 # -- real-size configs (published key names and values), with totals derived by hand --------------------------
 
-#: Qwen/Qwen3-Next-80B-A3B-Instruct config.json (the release's, as transcribed in model-configs.md).
+#: Qwen/Qwen3-Next-80B-A3B-Instruct config.json (the release's).
 QWEN3_NEXT_80B = {
     "architectures": ["Qwen3NextForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
     "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "full_attention_interval": 4,
@@ -379,7 +379,7 @@ REAL = {
         {"k_bytes": 12 * 512 * 2 * 32768, "v_bytes": 12 * 512 * 2 * 32768,
          # 36 gated-delta layers: n_embd_r = 3 * (32 * 128 + 2 * 16 * 128) = 24576, n_embd_s = 128 * 4096
          "r_bytes": 36 * 24576 * 4 * 4, "s_bytes": 36 * 524288 * 4 * 4},
-        805_306_368 + 316_145_664,  # 768 MiB KV + 301.5 MiB recurrent (llamacpp-sizing.md section 6)
+        805_306_368 + 316_145_664,  # 768 MiB KV + 301.5 MiB recurrent (docs/sizing.md section 5)
     ),
     "LFM2-1.2B": (
         LFM2_1_2B,

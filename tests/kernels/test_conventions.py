@@ -1,4 +1,4 @@
-"""The references follow llama.cpp's conventions (docs/llamacpp-kernels.md): plane order, group mapping,
+"""The references follow llama.cpp's conventions (ggml-cpu's ops.cpp): plane order, group mapping,
 tiled heads, the transposed delta-net state, the softplus threshold, which conv planes are written, and the
 MiniMax-01 blockwise formulation. Expected values are computed by hand in each test."""
 

@@ -27,7 +27,7 @@ ARTICLE = dict(
     attention={"head_count": 16, "head_count_kv": 4, "key_length": 128, "value_length": 128},
     ssm={"conv_kernel": 4, "inner_size": 2048, "state_size": 128, "time_step_rank": 16, "group_count": 16},
 )
-# per sequence of 8192 tokens (llamacpp-sizing.md section 6):
+# per sequence of 8192 tokens (docs/sizing.md section 5):
 # KV 12 layers x (K + V) 512 x 2 B x 8192 cells; recurrent 36 layers x (18432 + 262144) x 4 B per row
 KV_PER_SEQ_8K = 12 * 2 * 512 * 2 * 8192  # 201,326,592
 ROW_BYTES = 36 * (18432 + 262144) * 4  # 40,402,944: one recurrent row (one sequence, one plane) in all layers

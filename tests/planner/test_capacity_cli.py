@@ -17,7 +17,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 EXAMPLE = """\
 name: article-example
-source: the seed article's simplified 48-layer hybrid (llamacpp-sizing.md section 6)
+source: the worked example of docs/sizing.md (a simplified 48-layer hybrid)
 arch: qwen35
 context_length: 262144
 embedding_length: 2048

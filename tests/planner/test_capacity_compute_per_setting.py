@@ -1,7 +1,7 @@
 """Each capacity answer is charged llama.cpp's compute buffer AT ITS OWN SETTING, not the one at the flags given.
 
 The compute figures are planner.compute's (the oracle for the charge); the answers are derived independently, by
-budget arithmetic in the test: the article's qwen35 (llamacpp-sizing.md section 6) holds 24,576 B of KV per cell
+budget arithmetic in the test: the article's qwen35 (docs/sizing.md section 5) holds 24,576 B of KV per cell
 (12 layers x (K + V) 512 x f16) and one recurrent row of 40,402,944 B per sequence, so 8,192 tokens per sequence
 cost S = 201,326,592 + 40,402,944 = 241,729,536 B per sequence.
 """

@@ -1,4 +1,4 @@
-"""``rsplan capacity`` charges the host weights a started llama-server holds for the printed command (issue 10):
+"""``rsplan capacity`` charges the host weights a started llama-server holds for the printed command:
 the ``CPU_Mapped`` span of the file with mmap, the ``CPU_REPACK`` buffer ON TOP of it, the GPUs' pinned host buffer
 without mmap; and prints the flags that reproduce it.
 

@@ -82,7 +82,7 @@ def test_qwen3_next_kv_memory_gives_vllms_capacity_line():
 
 
 def test_qwen3_next_reproduces_the_line_of_a_real_vllm_run():
-    """shared/docs/vllm-rules.md quotes a line printed by vLLM 0.33's own planning functions: "GPU KV cache size:
+    """A line printed by vLLM 0.33's own planning functions: "GPU KV cache size:
     822,272 tokens, Maximum concurrency for 32,768 tokens per request: 25.09x". It is Qwen3-Next without prefix
     caching on 20 GiB of KV memory: 20 GiB // (12 x 544 x 2,048 B) = 1,606 blocks, 61 + 3 blocks per request,
     1,606 / 64 = 25.09375, x 32,768 = 822,272 tokens."""

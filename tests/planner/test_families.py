@@ -129,7 +129,7 @@ def test_gated_delta_net_qwen3next_uses_value_heads_not_hidden_size():
     plan = build_plan(spec, ContextParams(n_ctx=32768, n_seq_max=4, n_rs_seq=3))
     assert plan.context.n_rs_seq == 0
     assert plan.context.n_rs_seq_clamp_reason == "arch 'qwen3next' does not support recurrent partial rollback"
-    assert plan.recurrent.r_bytes + plan.recurrent.s_bytes == 316_145_664  # llamacpp-sizing.md section 6
+    assert plan.recurrent.r_bytes + plan.recurrent.s_bytes == 316_145_664  # docs/sizing.md section 5
     assert plan.recurrent.layers == 48  # the log line counts all trunk layers
 
 

@@ -20,7 +20,7 @@ from rsplan.planner.placement import (
 from rsplan.planner.plan import build_plan, plan_totals
 from rsplan_testing import make_spec
 
-# the seed article's 48-layer hybrid: attention on layers 3, 7, ..., 47
+# docs/sizing.md's worked example, a 48-layer hybrid: attention on layers 3, 7, ..., 47
 ARTICLE = dict(
     arch="qwen35", context_length=262144, embedding_length=2048, block_count=48,
     attention={"head_count": 16, "head_count_kv": 4, "key_length": 128, "value_length": 128},

@@ -1,7 +1,7 @@
 """The built-in presets: each one loads, and sizes exactly as derived by hand from its config.json.
 
 Every expected number below is written from the model's published hyper-parameters (see the preset's
-``source``) with llama.cpp's rules (docs: llamacpp-sizing), never computed by the code under test:
+``source``) with llama.cpp's rules (docs/sizing.md), never computed by the code under test:
 - conv-state row ``n_embd_r``: Mamba-1/2 and gated delta nets ``(d_conv - 1) * (d_inner + 2 * n_group * d_state)``,
   RWKV ``token_shift_count * n_embd``, LFM2 ``n_embd * (l_cache - 1)``, KDA ``3 * (d_conv - 1) * n_head * head_dim``,
   MiniMax-01 0;
@@ -318,7 +318,21 @@ def test_preset_file_loads_and_is_named_after_its_file(name):
     assert spec.name == name
     assert re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", name), "preset names are lowercase with dashes"
     assert "checked 2026-" in spec.source.lower() or "written 2026-" in spec.source.lower()
-    assert "https://" in spec.source or name == "article-example-48l"
+    assert "https://" in spec.source
+    # a released model's source names its model card or config.json; only a worked example has none
+    assert ("huggingface.co/" in spec.source or "github.com/" in spec.source) != spec.example, spec.source
+
+
+def test_worked_examples_are_listed_apart_from_released_models():
+    from click.testing import CliRunner
+
+    from rsplan.cli import cli
+
+    out = CliRunner().invoke(cli, ["presets", "list"]).output
+    models, examples = out.split("Worked examples (not released models; docs/sizing.md):")
+    assert {n for n in builtin_preset_names() if load_builtin_preset(n).example} == {"article-example-48l"}
+    assert "article-example-48l" in examples and "article-example-48l" not in models
+    assert "qwen3-next-80b-a3b" in models and "qwen3-next-80b-a3b" not in examples
 
 
 def test_preset_folder_holds_yaml_data_only():

@@ -1,7 +1,7 @@
 """The recurrent-cell bookkeeping model against llama.cpp 0c1e57098 (src/llama-memory-recurrent.cpp).
 
-Organised as the seed article's quick-reference table, its four rollback constraints, its five reading
-pitfalls and the hybrid rule; expected values are derived by hand from the C++ in each test.
+Organised as the quick-reference table of the article docs/profiler.md cites, its four rollback constraints, its
+five reading pitfalls and the hybrid rule; expected values are derived by hand from the C++ in each test.
 """
 
 from __future__ import annotations

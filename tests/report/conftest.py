@@ -11,7 +11,7 @@ GIB = 1 << 30
 
 HYBRID = """\
 name: hybrid-48l
-source: the seed article's simplified 48-layer hybrid (llamacpp-sizing.md section 6)
+source: the worked example of docs/sizing.md (a simplified 48-layer hybrid)
 arch: qwen35
 context_length: 262144
 embedding_length: 2048
