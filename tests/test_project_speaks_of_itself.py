@@ -1,5 +1,5 @@
-"""The project speaks only of itself: no tracked file names a path of a development machine, the notes or folders
-it was planned from, or words about how it was made. Every text file git tracks is read (the GGUFs are skipped
+"""The project speaks only of itself: no tracked file names a path of the machine it was written on, the notes or
+folders it was planned from, or words about how it was made. Every text file git tracks is read (the GGUFs are skipped
 as binary); a match names the file, the line and the text."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rsplan_testing import REPO
 
 #: What must not appear, each with why. The patterns are written in two parts so that this file does not match.
 FORBIDDEN = {
-    "a development machine's path": r"(?<![\w.-])/(?:w" r"ork|ro" r"ot|ho" r"me|old_ro" r"ot|Us" r"ers)"
+    "a path of the machine it was written on": r"(?<![\w.-])/(?:w" r"ork|ro" r"ot|ho" r"me|old_ro" r"ot|Us" r"ers)"
                                     r"/[\w.-]",
     "the planning folder beside the checkout": r"(?:\.\./|\bRSPLAN_)(?i:sh" r"ared)\b|"
                                                r"\bsh" r"ared/(?:docs|data|seed|hooks)\b",
@@ -58,8 +58,8 @@ def test_no_tracked_file_says_it(tracked, why):
 
 
 @pytest.mark.parametrize(("why", "text"), [
-    ("a development machine's path", "default: /wo" "rk/llama/vendor"),
-    ("a development machine's path", "see /ho" "me/alice/x"),
+    ("a path of the machine it was written on", "default: /wo" "rk/llama/vendor"),
+    ("a path of the machine it was written on", "see /ho" "me/alice/x"),
     ("the planning folder beside the checkout", "read ../sha" "red beside the checkout"),
     ("the planning notes", "(llamacpp-siz" "ing.md section 6)"),
     ("how the project was made", "The official file was not readable he" "re; numbers"),
