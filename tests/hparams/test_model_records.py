@@ -59,7 +59,7 @@ def test_model_dump():
     assert "serving" not in spec.model_dump(exclude_none=True)
     assert "attention" not in spec.model_dump(exclude={"attention"})
     assert json.loads(spec.model_dump_json()) == json.loads(json.dumps(dumped))
-    assert list(dumped)[:4] == ["name", "source", "description", "arch"]  # the schema's field order
+    assert list(dumped)[:5] == ["name", "source", "description", "example", "arch"]  # the schema's field order
 
 
 def test_from_trusted_refuses_what_it_cannot_build():
