@@ -197,7 +197,7 @@ def test_refused(preset, settings, message):
 
 def test_weights_larger_than_the_gpu_is_sglangs_mamba_pool_error():
     # no pool memory left: _handle_max_mamba_cache's ratio split gives a negative pool and SGLang stops with its
-    # RuntimeError (kv_cache_configurator.py:3387-3402), before its check of the KV memory
+    # RuntimeError (kv_cache_configurator.py:3388-3402), before its check of the KV memory
     spec = load_builtin_preset("nemotron-h-8b-base-8k")
     per_req = 24 * (3 * 10240 * BF16 + 128 * 64 * 128 * FP32)
     pre = 24 * GIB - GIB
@@ -216,7 +216,7 @@ def test_weights_larger_than_the_gpu_is_sglangs_mamba_pool_error():
 def test_a_mamba_pool_larger_than_the_rest_is_sglangs_no_kv_memory_error():
     # --max-mamba-cache-size 600 on 80 GiB with 16 GB of weights: 601 slots of 102,137,856 B = 61.4 GB > the
     # 54,405,251,399 B rest, so rest_memory <= 0 after _handle_max_mamba_cache and SGLang raises its ValueError
-    # (kv_cache_configurator.py:3041-3058): minimum = 1 - available / pre = 16e9 / 79 GiB
+    # (kv_cache_configurator.py:3043-3058): minimum = 1 - available / pre = 16e9 / 79 GiB
     spec = load_builtin_preset("nemotron-h-8b-base-8k")
     minimum = 1 - (79 * GIB - 16_000_000_000) / (79 * GIB)
     assert f"{minimum:.4f}" == "0.1886"

@@ -68,11 +68,11 @@ SERVED = frozenset({"mamba", "mamba2", "nemotron_h", "nemotron_h_moe", "falcon-h
 READS_CONFIG_SSM_DTYPE = frozenset({"nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen3next", "qwen35", "qwen35moe",
                                     "lfm2"})
 #: Archs whose hybrid Mamba radix cache SGLang resolves (arg_groups/overrides.py:369-399 _MAMBA_RADIX_CACHE_ARCHS;
-#: Granite-4.0-H by its mamba layer_types, :464-468); pure Mamba models keep the "auto" strategy unresolved.
+#: Granite-4.0-H by its mamba layer_types, :462-466); pure Mamba models keep the "auto" strategy unresolved.
 RADIX_CACHE_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "falcon-h1",
                                "granitehybrid", "kimi-linear", "lfm2", "lfm2moe"})
 #: Archs that support the extra_buffer strategy (overrides.py:403-435 _MAMBA_EXTRA_BUFFER_ARCHS; the default
-#: --linear-attn-backend triton, :446-451); LFM2 gets no_buffer.
+#: --linear-attn-backend triton, :438-450); LFM2 gets no_buffer.
 EXTRA_BUFFER_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "falcon-h1",
                                 "granitehybrid", "kimi-linear"})
 STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
@@ -80,7 +80,7 @@ STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 #: the extra_buffer tracking slots (mem_cache/allocation_sizing.py:11-19: 2 with overlap scheduling, else 1; lazy 1).
 RATIO_BASE = 3
 RATIO_NO_RADIX = 1
-#: --mamba-track-interval's default: extra_buffer asserts it is a multiple of the page size (mamba_hook.py:137-138).
+#: --mamba-track-interval's default: extra_buffer asserts it is a multiple of the page size (mamba_hook.py:135).
 MAMBA_TRACK_INTERVAL = 256
 
 @dataclass(frozen=True)
@@ -242,7 +242,7 @@ def _calculate_mamba_ratio(spec: ModelSpec, s: SglangSettings) -> tuple[int, str
         raise _refuse(f"extra_buffer is not supported for {arch_name}; use no_buffer.")
     if MAMBA_TRACK_INTERVAL % s.page_size:
         raise _refuse(f"extra_buffer needs --page-size to divide --mamba-track-interval {MAMBA_TRACK_INTERVAL} "
-                      f"(mamba_hook.py:137-138), got {s.page_size}")
+                      f"(mamba_hook.py:135), got {s.page_size}")
     lazy = strategy == "extra_buffer_lazy"
     if lazy and not overlap:
         raise _refuse("Lazy extra buffer requires overlap schedule (--disable-overlap-schedule is incompatible)")
@@ -254,7 +254,7 @@ def _calculate_mamba_ratio(spec: ModelSpec, s: SglangSettings) -> tuple[int, str
 def _kv_cells(attn: AttentionShape | None, n_attention: int, kv_dtype: str, spec_dec: Speculative | None
               ) -> tuple[int, int, int]:
     """(budget cell, target cell, draft pool cell): bytes per KV token (0: no attention). The budget cell carries
-    the draft layers SGLang reserves (pool_configurator.py:300-303: ``cell += int(cell * draft_layers / layers)``);
+    the draft layers SGLang reserves (pool_configurator.py:310-314: ``cell += int(cell * draft_layers / layers)``);
     the draft worker's pool has ``draft_pool_layers`` layers of the target's per-layer size."""
     if attn is None:
         return 0, 0, 0
@@ -409,13 +409,13 @@ def _mamba_slots(p: Pools, rest_bytes: int) -> tuple[int, int]:
     s = p.settings
     per_req, d, ratio, requested = p.per_req_bytes, p.draft_tokens, p.ratio, p.max_running_requests
     reserve_rows = 0
-    if s.max_mamba_cache_size is not None:  # :3303-3325
+    if s.max_mamba_cache_size is not None:  # :3303-3324
         slots = s.max_mamba_cache_size
         reserve_rows = min(max(1, requested or 1), slots // ratio) + 1
-    elif s.disable_radix_cache and requested is not None:  # :3326-3346: 48 with speculative decoding
+    elif s.disable_radix_cache and requested is not None:  # :3325-3345: 48 with speculative decoding
         slots = max(1, requested)
         reserve_rows = slots + 1
-    else:  # :3347-3385
+    else:  # :3346-3385
         r = s.mamba_full_memory_ratio
         budget = rest_bytes * r / (1 + r)
         if d:
@@ -424,7 +424,7 @@ def _mamba_slots(p: Pools, rest_bytes: int) -> tuple[int, int]:
         else:
             slots = int((budget - per_req) // per_req)
     reserve = per_req * reserve_rows * d if d else 0
-    if slots <= 0:  # :3387-3402
+    if slots <= 0:  # :3388-3402
         raise _refuse(
             "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
             f"Computed max_mamba_cache_size={slots} (total_rest_memory={(rest_bytes - reserve) / GIB:.2f} GB, "
@@ -466,7 +466,7 @@ def split(p: Pools, rest_bytes: int, profiled: Profiled | None = None) -> Split:
     if p.rec is not None:
         slots, intermediate = _mamba_slots(p, rest_bytes)
     kv_bytes = rest_bytes - intermediate - (slots + 1) * p.per_req_bytes if p.rec is not None else rest_bytes
-    if kv_bytes <= 0:  # kv_cache_configurator.py:3041-3058
+    if kv_bytes <= 0:  # kv_cache_configurator.py:3043-3058
         if profiled is not None:
             raise profiled.no_kv_memory_error()
         raise _refuse(f"no GPU memory is left for the KV cache ({rest_bytes / GIB:.2f} GB of pool memory, "
@@ -474,7 +474,7 @@ def split(p: Pools, rest_bytes: int, profiled: Profiled | None = None) -> Split:
     log: list[str] = []
     if p.cell_bytes:
         tokens = kv_bytes // p.cell_bytes // s.page_size * s.page_size
-    else:  # pool_configurator.py:243-247: no attention layers
+    else:  # pool_configurator.py:246-250: no attention layers
         tokens = s.max_total_tokens or p.context_length
     if s.max_total_tokens is not None:  # kv_cache_configurator.py:3090-3104
         if s.max_total_tokens > tokens:

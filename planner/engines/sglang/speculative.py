@@ -11,7 +11,7 @@ Paths are relative to SGLang's ``sglang/srt/`` package (docs/engine-sglang.md, s
 - The draft's KV: ``model_runner_components/spec_aux_hidden_state.py:168-177``: the target's KV cells carry the
   draft's layers (``eagle_draft_num_layers``) only when the target config names ``num_nextn_predict_layers``
   (``configs/model_config.py:1602``) or a draft model is given (its layer count); ``model_executor/
-  pool_configurator.py:262-303`` then adds ``int(cell * draft_layers / layers)`` to each cell. The draft worker
+  pool_configurator.py:259-314`` then adds ``int(cell * draft_layers / layers)`` to each cell. The draft worker
   always builds its own KV pool of the target's token count (``mem_cache/kv_cache_configurator.py:470-475``); for a
   hybrid model's own MTP draft that pool has one attention layer (:2614-2618).
 """
