@@ -77,7 +77,7 @@ def test_mamba_slots_per_running_request(preset, settings, ratio):
      "extra_buffer is not supported for Lfm2ForCausalLM; use no_buffer."),
     # model_hook.py:1059-1066
     ("mamba2-2.7b", {"mamba_radix_cache_strategy": "extra_buffer"},
-     "--mamba-radix-cache-strategy extra_buffer needs mamba state, got mamba2."),
+     "--mamba-radix-cache-strategy extra_buffer needs mamba state, got Mamba2ForCausalLM."),
     # kv_cache_configurator.py:3073-3076
     ("qwen3-next-80b-a3b", {"mamba_radix_cache_strategy": "extra_buffer_lazy", "disable_overlap_schedule": True},
      "Lazy extra buffer requires overlap schedule (--disable-overlap-schedule is incompatible)"),

@@ -75,6 +75,12 @@ RADIX_CACHE_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "nemotron_h",
 #: --linear-attn-backend triton, :438-450); LFM2 gets no_buffer.
 EXTRA_BUFFER_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "falcon-h1",
                                 "granitehybrid", "kimi-linear"})
+#: config.json architectures[0] per arch, for SGLang's messages when the model's config does not say.
+ARCH_CLASSES = {"mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM", "nemotron_h": "NemotronHForCausalLM",
+                "nemotron_h_moe": "NemotronHForCausalLM", "falcon-h1": "FalconH1ForCausalLM",
+                "granitehybrid": "GraniteMoeHybridForCausalLM", "qwen3next": "Qwen3NextForCausalLM",
+                "qwen35": "Qwen3_5ForConditionalGeneration", "qwen35moe": "Qwen3_5MoeForConditionalGeneration",
+                "kimi-linear": "KimiLinearForCausalLM", "lfm2": "Lfm2ForCausalLM", "lfm2moe": "Lfm2MoeForCausalLM"}
 STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 #: Mamba slots per running request (kv_cache_configurator.py:227 MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO), plus
 #: the extra_buffer tracking slots (mem_cache/allocation_sizing.py:11-19: 2 with overlap scheduling, else 1; lazy 1).
@@ -220,7 +226,7 @@ def _calculate_mamba_ratio(spec: ModelSpec, s: SglangSettings) -> tuple[int, str
     """
     if s.disable_radix_cache:
         return RATIO_NO_RADIX, "radix cache off"
-    arch_name = (spec.serving.architecture if spec.serving else None) or spec.arch
+    arch_name = (spec.serving.architecture if spec.serving else None) or ARCH_CLASSES.get(spec.arch, spec.arch)
     strategy, overlap = s.mamba_radix_cache_strategy, not s.disable_overlap_schedule
     extra = strategy in ("extra_buffer", "extra_buffer_lazy")
     if spec.arch not in RADIX_CACHE_ARCHS:
