@@ -101,6 +101,12 @@ def test_eagle_defaults_and_the_draft_token_adjustment():
                            "explicitly setting --max-running-requests.",
                            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
                            "speculative_eagle_topk == 1")
+    # an unset draft-token count is "not steps + 1" too: the same warning (speculative_hook.py:1255-1260)
+    unset = pools("qwen3-next-80b-a3b", speculative_algorithm="EAGLE", speculative_num_steps=2,
+                  speculative_eagle_topk=1, max_running_requests=8)
+    assert unset.draft_tokens == 3
+    assert unset.log_lines == ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                               "speculative_eagle_topk == 1",)
 
 
 def test_eagle_topk_over_one_keeps_dense_conv_windows():

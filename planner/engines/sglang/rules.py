@@ -15,8 +15,11 @@ rule with its file. Per GPU rank (tensor parallelism only; no DP attention, no p
    down to ``--page-size``; ``cell_size = kv_heads_per_rank * (head_dim + v_head_dim) * layers * dtype size``
    (MLA: ``(kv_lora_rank + rope dim) * layers * size``, not split by TP).
 4. Running requests: ``min(--max-running-requests or clamp(tokens / context_len * 512, 2048, 4096),
-   tokens // 2, K // ratio)``; ratio = Mamba slots per running request: 1 without radix cache, 3 with the
-   no_buffer strategy (LFM2, pure Mamba), 5 with extra_buffer (the other hybrids, overlap scheduling on).
+   tokens // 2, K // ratio)``; ratio = Mamba slots per running request: 1 without radix cache, else 3 plus the
+   extra_buffer strategy's tracking slots (2 with overlap scheduling, 1 without it or lazy), the strategy resolved
+   from --mamba-radix-cache-strategy, --disable-overlap-schedule and the page size.
+5. Speculative decoding (sglang.speculative): 48 running requests unless given, an intermediate-state reserve, and
+   the draft's KV (in the target's cells only when SGLang knows the draft's layers; always in a pool of its own).
 """
 
 from __future__ import annotations

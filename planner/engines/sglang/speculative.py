@@ -94,7 +94,7 @@ def _eagle_params(steps: int | None, topk: int | None, tokens: int | None, log: 
         raise EngineError("--speculative-num-steps needs --speculative-eagle-topk (SGLang compares it with 1 and "
                           "fails on an unset one)")
     if topk == 1:
-        if tokens is not None and tokens != steps + 1:
+        if tokens != steps + 1:  # an unset count differs too, and gets the same warning
             log.append(DRAFT_TOKENS_ADJUSTED)
         tokens = steps + 1
     elif tokens is None:
