@@ -50,7 +50,7 @@ SPECULATIVE = ((None, 0), ("NEXTN", 0), ("NGRAM", 0))
 FLAG_VARIANTS = ({"max_total_tokens": 10**9}, {"max_total_tokens": 100_000}, {"max_running_requests": 64},
                  {"max_mamba_cache_size": 100}, {"mamba_radix_cache_strategy": "extra_buffer_lazy"},
                  {"mamba_radix_cache_strategy": "no_buffer"}, {"mamba_full_memory_ratio": 0.3},
-                 {"max_mamba_cache_size": 2000})
+                 {"max_mamba_cache_size": 2000}, {"speculative_draft_layers": 2})
 
 
 class _Captured(logging.Handler):
@@ -216,8 +216,8 @@ def sglang_sizes(mods, spec, cfg, s, spec_dec, tp: int) -> dict:
     model_config, mla = _model_config(spec, cfg, _context(s, spec))
     algorithm = spec_info.SpeculativeAlgorithm.from_string(
         "EAGLE" if spec_dec and spec_dec.algorithm == "NEXTN" else spec_dec.algorithm if spec_dec else None)
-    # spec_aux_hidden_state.py:168-177 for a path-less draft: the target config's num_nextn_predict_layers
-    draft_layers = getattr(cfg, "num_nextn_predict_layers", None) if spec_dec else None
+    # spec_aux_hidden_state.py:168-177: a draft model's layer count, else the target config's num_nextn_predict_layers
+    draft_layers = (s.speculative_draft_layers or getattr(cfg, "num_nextn_predict_layers", None)) if spec_dec else None
     kvc = SimpleNamespace(
         mambaish_config=cfg, pp_size=1, model_config=model_config, fused_entry_bytes=lambda name: None,
         spec_algorithm=algorithm, hybrid_gdn_config=None, hybrid_kda_config=None, extra_mamba_cache_bytes_per_req=0,
