@@ -313,13 +313,14 @@ def main(sglang_src: str) -> int:
             s = SglangSettings(tensor_parallel_size=tp, disable_radix_cache=not radix, page_size=page,
                                speculative_algorithm=algorithm, disable_overlap_schedule=not overlap,
                                mem_fraction_static=MEM_FRACTION, **extra)
-            label = (f"{name:24} tp {tp} radix {'on ' if radix else 'off'} page {page:2} "
-                     f"{algorithm or 'no-spec':7} overlap {'on ' if overlap else 'off'} {extra or ''}")
             total += 1
             try:
                 pools = derive(spec, s)
             except RsplanError:
                 pools = None
+            shown = pools.speculative.algorithm if pools is not None and pools.speculative else "no-spec"
+            label = (f"{name:24} tp {tp} radix {'on ' if radix else 'off'} page {page:2} "
+                     f"{shown:7} overlap {'on ' if overlap else 'off'} {extra or ''}")
             try:
                 ours: dict = rsplan_sizes(spec, s, tp)
             except RsplanError as exc:
