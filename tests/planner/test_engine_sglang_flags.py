@@ -214,3 +214,11 @@ def test_estimate_counts_the_draft_pool():
     tokens = 48 * 262144
     assert got == (241 * QWEN3_NEXT_SLOT + QWEN3_NEXT_SLOT * 49 * 4 + (tokens + 1) * QWEN3_NEXT_CELL
                    + (tokens + 1) * 2 * 2 * 256 * BF16)
+
+
+def test_an_overhead_as_large_as_the_gpu_is_refused():
+    # pre_model_load_memory = 1 GiB - 1 GiB = 0: nothing to load the weights into (and no ratio to print)
+    with pytest.raises(EngineError, match=re.escape("the GPU's 1,024 MiB leave nothing after the 1,024 MiB overhead "
+                                                    "allowance (--overhead)")):
+        capacity(load_builtin_preset("lfm2-1.2b"), SglangSettings(mem_fraction_static=0.9),
+                 ServingBudget(GIB, "test", None, "test", GIB))

@@ -161,6 +161,9 @@ def profiled_memory(p: Pools, budget: ServingBudget, facts: list[Fact]) -> Profi
                 "and CUDA graphs): give --mem-fraction-static, or use a larger GPU")
     base = budget.gpu_free_bytes if budget.gpu_free_bytes is not None else budget.gpu_bytes
     pre = base - budget.overhead_bytes
+    if pre <= 0:
+        raise EngineError(f"the GPU's {base / MIB:,.0f} MiB leave nothing after the {budget.overhead_bytes / MIB:,.0f} "
+                          "MiB overhead allowance (--overhead): SGLang has no memory to load the weights into")
     weights = cdiv(budget.weights_bytes or 0, s.tensor_parallel_size)
     profiled = Profiled(pre, pre - weights, mfs)
     facts += [
