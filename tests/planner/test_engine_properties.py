@@ -50,7 +50,13 @@ sglang_settings = st.builds(
     mamba_full_memory_ratio=st.floats(0.01, 100.0),
     max_mamba_cache_size=st.one_of(st.none(), st.integers(1, 1 << 16)),
     speculative_num_draft_tokens=st.integers(0, 8),
+    speculative_algorithm=st.sampled_from([None, "EAGLE", "NEXTN", "NGRAM"]),
+    speculative_draft_layers=st.one_of(st.none(), st.integers(1, 4)),
+    speculative_num_steps=st.one_of(st.none(), st.integers(1, 8)),
+    speculative_eagle_topk=st.one_of(st.none(), st.integers(1, 8)),
     disable_radix_cache=st.booleans(),
+    mamba_radix_cache_strategy=st.sampled_from(["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"]),
+    disable_overlap_schedule=st.booleans(),
     page_size=st.sampled_from([1, 16, 64]),
 )
 

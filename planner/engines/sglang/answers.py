@@ -30,13 +30,14 @@ from rsplan.planner.engines.sglang.rules import (
     DEFAULT_OVERHEAD_BYTES,
     DOC,
     NAME,
-    SPEC_MAX_RUNNING_REQUESTS,
     VERSION,
     Pools,
+    Profiled,
     SglangSettings,
     Split,
     default_mem_fraction_static,
     derive,
+    draft_pool_bytes,
     full_length_requests,
     intermediate_bytes,
     needed_bytes,
@@ -54,8 +55,22 @@ def _states(p: Pools) -> tuple[StateTensor, ...]:
                          p.ssm_dtype)
 
 
+def _kv_line(p: Pools, tokens: int, cell_bytes: int) -> str:
+    """MHATokenToKVPool / MLATokenToKVPool's allocation line (memory_pool.py:2073-2098): ``tokens`` + 1 padding
+    page of ``cell_bytes``, in GiB."""
+    rows = tokens + p.settings.page_size
+    dtype = f"torch.{p.kv_dtype}" if not p.kv_dtype.startswith("fp8") else "torch.float8_e4m3fn" \
+        if p.kv_dtype == "fp8_e4m3" else "torch.float8_e5m2"
+    if p.attn is not None and p.attn.mla:
+        return f"KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, KV size: {cell_bytes * rows / GIB:.2f} GB"
+    half = cell_bytes * rows / 2 / GIB
+    return f"KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB"
+
+
 def _log_lines(p: Pools, sp: Split) -> list[str]:
-    lines = []
+    """SGLang's lines in its order: its warnings while resolving the flags and the split, the Mamba pool, the
+    target's KV pool, then the draft worker's KV pool (memory_pool.py:984-1010)."""
+    lines = [*p.log_lines, *sp.log_lines]
     if p.rec is not None:
         rows = sp.mamba_slots + 1
         conv, ssm = p.conv_bytes * rows / GIB, p.ssm_bytes * rows / GIB
@@ -67,16 +82,9 @@ def _log_lines(p: Pools, sp: Split) -> list[str]:
                      f"intermediate_conv_window_cache size: {iconv / GIB:.2f}GB ")
         lines.append(line)
     if p.attn is not None:
-        rows = sp.max_total_tokens + p.settings.page_size
-        dtype = f"torch.{p.kv_dtype}" if not p.kv_dtype.startswith("fp8") else "torch.float8_e4m3fn" \
-            if p.kv_dtype == "fp8_e4m3" else "torch.float8_e5m2"
-        if p.attn.mla:
-            lines.append(f"KV Cache is allocated. dtype: {dtype}, #tokens: {sp.max_total_tokens}, KV size: "
-                         f"{p.cell_bytes * rows / GIB:.2f} GB")
-        else:
-            half = p.cell_bytes * rows / 2 / GIB
-            lines.append(f"KV Cache is allocated. dtype: {dtype}, #tokens: {sp.max_total_tokens}, K size: "
-                         f"{half:.2f} GB, V size: {half:.2f} GB")
+        lines.append(_kv_line(p, sp.max_total_tokens, p.target_cell_bytes))
+        if p.draft_pool_cell_bytes:
+            lines.append(_kv_line(p, sp.max_total_tokens, p.draft_pool_cell_bytes))
     return lines
 
 
@@ -88,8 +96,13 @@ def _settings_dict(p: Pools) -> dict[str, Any]:
         "dtype": p.model_dtype, "kv_cache_dtype": p.kv_dtype, "mamba_conv_dtype": p.conv_dtype,
         "mamba_ssm_dtype": p.ssm_dtype, "mamba_full_memory_ratio": s.mamba_full_memory_ratio,
         "max_mamba_cache_size": s.max_mamba_cache_size,
-        "speculative_num_draft_tokens": s.speculative_num_draft_tokens,
-        "disable_radix_cache": s.disable_radix_cache, "page_size": s.page_size, "mamba_ratio": p.ratio,
+        "speculative_algorithm": p.speculative.algorithm if p.speculative else None,
+        "speculative_num_steps": p.speculative.num_steps if p.speculative else None,
+        "speculative_eagle_topk": p.speculative.eagle_topk if p.speculative else None,
+        "speculative_num_draft_tokens": p.draft_tokens,
+        "speculative_draft_kv_layers": p.speculative.draft_kv_layers if p.speculative else 0,
+        "disable_radix_cache": s.disable_radix_cache, "mamba_radix_cache_strategy": p.strategy,
+        "disable_overlap_schedule": s.disable_overlap_schedule, "page_size": s.page_size, "mamba_ratio": p.ratio,
     }
 
 
@@ -105,29 +118,37 @@ def _base_facts(p: Pools) -> list[Fact]:
         facts += [byte_fact("Mamba slot", p.per_req_bytes, "conv + SSM state of every recurrent layer, one request"),
                   Fact("Mamba slots per running request", p.ratio, p.strategy)]
     if p.attn is not None:
-        facts.append(byte_fact("KV cell", p.cell_bytes, "one token over every full-attention layer"))
+        facts.append(byte_fact("KV cell", p.target_cell_bytes, "one token over every full-attention layer"))
+    if p.speculative is not None:
+        spec_dec = p.speculative
+        facts.append(Fact("speculative decoding", f"{spec_dec.algorithm}, {spec_dec.num_steps} steps, topk "
+                          f"{spec_dec.eagle_topk}, {spec_dec.num_draft_tokens} draft tokens"))
+        if p.cell_bytes != p.target_cell_bytes:
+            facts.append(byte_fact("KV cell with the draft's layers", p.cell_bytes,
+                                   f"{spec_dec.draft_kv_layers} draft layer(s) reserved in each cell"))
+        if p.draft_pool_cell_bytes:
+            facts.append(byte_fact("draft KV cell", p.draft_pool_cell_bytes,
+                                   f"the draft worker's own pool, {spec_dec.draft_pool_layers} layer(s)"))
     return facts
 
 
 def plan(spec: ModelSpec, s: SglangSettings) -> EnginePlan:
     """SGLang's state and KV sizes for ``spec``; the pool memory --max-running-requests (default 1) needs."""
     p = derive(spec, s)
-    requests = s.max_running_requests or (SPEC_MAX_RUNNING_REQUESTS if p.draft_tokens else 1)
+    requests = p.max_running_requests or 1
     total = needed_bytes(p, requests)
     facts = [*_base_facts(p), byte_fact(
         f"pool memory for {requests} request(s) of {p.context_length:,} tokens", total,
-        "--max-running-requests" if s.max_running_requests else "give --max-running-requests for more")]
-    warnings = list(p.notes)
-    if p.draft_tokens:
-        warnings.append(f"speculative decoding: SGLang sets --max-running-requests {SPEC_MAX_RUNNING_REQUESTS} "
-                        "when it is not given")
-    return EnginePlan(NAME, VERSION, spec.name, _settings_dict(p), _states(p), tuple(facts), (), tuple(warnings),
-                      total)
+        "--max-running-requests" if s.max_running_requests else
+        "speculative decoding's 48" if p.speculative else "give --max-running-requests for more")]
+    return EnginePlan(NAME, VERSION, spec.name, _settings_dict(p), _states(p), tuple(facts), p.log_lines,
+                      tuple(p.notes), total)
 
 
-def rest_bytes(p: Pools, budget: ServingBudget, facts: list[Fact]) -> int:
-    """_profile_available_bytes: ``pre * mem_fraction_static - weights / TP`` (``pre`` = the GPU's memory before
-    the weights, less the overhead allowance)."""
+def profiled_memory(p: Pools, budget: ServingBudget, facts: list[Fact]) -> Profiled:
+    """_profile_available_bytes (kv_cache_configurator.py:2990-3060): ``rest = available - pre * (1 -
+    mem_fraction_static)`` with ``pre`` the GPU's memory before the weights (the budget less the overhead allowance)
+    and ``available = pre - weights / TP``."""
     s = p.settings
     mfs = s.mem_fraction_static
     if mfs is None:
@@ -140,28 +161,33 @@ def rest_bytes(p: Pools, budget: ServingBudget, facts: list[Fact]) -> int:
                 "and CUDA graphs): give --mem-fraction-static, or use a larger GPU")
     base = budget.gpu_free_bytes if budget.gpu_free_bytes is not None else budget.gpu_bytes
     pre = base - budget.overhead_bytes
+    if pre <= 0:
+        raise EngineError(f"the GPU's {base / MIB:,.0f} MiB leave nothing after the {budget.overhead_bytes / MIB:,.0f} "
+                          "MiB overhead allowance (--overhead): SGLang has no memory to load the weights into")
     weights = cdiv(budget.weights_bytes or 0, s.tensor_parallel_size)
-    rest = int(pre * mfs) - weights
+    profiled = Profiled(pre, pre - weights, mfs)
     facts += [
         byte_fact("GPU memory", budget.gpu_bytes, budget.gpu_source),
         byte_fact("overhead allowance", budget.overhead_bytes, "--overhead: CUDA context before the weights load"),
         Fact("mem_fraction_static", mfs, "--mem-fraction-static" if s.mem_fraction_static else
              "SGLang's default for this GPU size"),
         byte_fact("weights per GPU", weights, budget.weights_source),
-        byte_fact("pool memory (rest)", rest, "pre-load memory x mem_fraction_static - weights"),
+        byte_fact("pool memory (rest)", profiled.rest_bytes, "pre-load memory x mem_fraction_static - weights"),
     ]
-    if rest <= 0:
-        raise EngineError(f"SGLang refuses to start: the weights leave no GPU memory for the KV cache under "
-                          f"--mem-fraction-static={mfs}")
-    return rest
+    if profiled.rest_bytes <= 0 and p.rec is None:
+        raise profiled.no_kv_memory_error()
+    return profiled
 
 
 def _flags(p: Pools, context: int, requests: int) -> str:
     """The SGLang flags for a setting (defaults left out, except the two capacity answers), printed from FLAGS."""
     values = non_default(p.settings)
-    # NEXTN: the model's own MTP layers draft; other models need a draft model (--speculative-draft-model-path)
-    values.update(context_length=context, max_running_requests=requests,
-                  speculative_algorithm="NEXTN" if p.has_mtp else "EAGLE")
+    for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens"):
+        values.pop(key, None)
+    if p.speculative is not None:  # the resolved values, those SGLang would choose itself left out
+        values.update(p.speculative.printed)
+    values.update(context_length=context, max_running_requests=requests)
     return command_line(FLAGS, values)
 
 
@@ -170,22 +196,22 @@ def capacity(spec: ModelSpec, s: SglangSettings, budget: ServingBudget,
     """SGLang's pools in ``budget``: Mamba slots, KV tokens, running requests, per context length."""
     p = derive(spec, s)
     facts = _base_facts(p)
-    rest = rest_bytes(p, budget, facts)
-    sp = split(p, rest)
+    profiled = profiled_memory(p, budget, facts)
+    sp = split(p, profiled.rest_bytes, profiled)
     facts += [
         Fact("max_mamba_cache_size", sp.mamba_slots, "Mamba slots (the pool holds one more, for padding)"),
         byte_fact("speculative reserve", sp.intermediate_bytes),
         byte_fact("KV memory", sp.kv_bytes, "rest after the Mamba pool"),
         Fact("max_total_num_tokens", sp.max_total_tokens, "KV tokens"),
+        *([byte_fact("draft KV pool", draft_pool_bytes(p, sp.max_total_tokens),
+                     "the draft worker's own pool" + ("" if p.cell_bytes != p.target_cell_bytes else
+                                                      ", outside the pool memory above"))]
+          if p.draft_pool_cell_bytes else []),
         Fact("max_running_requests", sp.max_running_requests, f"limited by {sp.limited_by}"),
     ]
     warnings = list(p.notes)
     if budget.weights_bytes is None:
         warnings.append("weights are NOT counted (unknown for this model): give --weights SIZE")
-    if p.rec is not None and "Mamba slots" in sp.limited_by:
-        warnings.append(f"max_running_requests is capped to {sp.max_running_requests} by the mamba state cache "
-                        f"(max_mamba_cache_size={sp.mamba_slots}, {p.ratio} state slots per request): raise "
-                        "--mamba-full-memory-ratio or --max-mamba-cache-size, or use --mamba-ssm-dtype bfloat16")
     ladder = []
     for ctx in contexts or default_contexts(p.context_length):
         if ctx > p.context_length:

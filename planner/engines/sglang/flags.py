@@ -7,8 +7,8 @@ from rsplan.planner.engines.flag import EngineFlag
 
 KV_DTYPES = ("auto", "bfloat16", "bf16", "fp8_e4m3", "fp8_e5m2")
 STATE_DTYPES = ("float32", "bfloat16", "float16")
-#: The draft algorithm is the answers' (NEXTN: the model's own MTP layers; EAGLE: a draft model).
-SPECULATIVE = "--speculative-algorithm {speculative_algorithm} --speculative-num-draft-tokens {value}"
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+RADIX_STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 
 FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("context_length", ("--context-length",), "int",
@@ -33,13 +33,30 @@ FLAGS: tuple[EngineFlag, ...] = (
                "SGLang: Mamba-state memory / full-attention KV memory (default 0.9).", lo=0.0, hi=1000.0),
     EngineFlag("max_mamba_cache_size", ("--max-mamba-cache-size",), "int",
                "SGLang: Mamba state slots (default: from --mamba-full-memory-ratio).", lo=1, hi=1 << 24),
+    EngineFlag("speculative_algorithm", ("--speculative-algorithm",), "choice",
+               "SGLang: speculative decoding (NEXTN: the model's own MTP layers; EAGLE, EAGLE3, STANDALONE: a draft "
+               "model; NGRAM: none).", choices=SPECULATIVE_ALGORITHMS),
+    EngineFlag("speculative_draft_layers", ("--speculative-draft-layers",), "int",
+               "SGLang: the layers of the draft model given with --speculative-draft-model-path (its KV rides in "
+               "the target's cells).", lo=1, hi=1024, prints_as=None),
+    EngineFlag("speculative_num_steps", ("--speculative-num-steps",), "int",
+               "SGLang: draft steps per verify (default 3 with EAGLE / NEXTN).", lo=1, hi=64),
+    EngineFlag("speculative_eagle_topk", ("--speculative-eagle-topk",), "int",
+               "SGLang: draft tokens per step (default 1; over 1 keeps dense conv windows).", lo=1, hi=64),
     EngineFlag("speculative_num_draft_tokens", ("--speculative-num-draft-tokens",), "int",
-               "SGLang: draft tokens verified per step (speculative decoding on).", lo=1, hi=64,
-               prints_as=SPECULATIVE),
+               "SGLang: draft tokens verified per step (speculative decoding on; default 4, NGRAM 12).", lo=1, hi=64),
     EngineFlag("disable_radix_cache", ("--disable-radix-cache",), "flag",
                "SGLang: no prefix (radix) cache: one Mamba slot per running request."),
+    EngineFlag("mamba_radix_cache_strategy", ("--mamba-radix-cache-strategy",), "choice",
+               "SGLang: Mamba radix cache (extra_buffer: 5 slots per request, 4 without overlap scheduling or "
+               "lazy; no_buffer: 3).", choices=RADIX_STRATEGIES),
+    EngineFlag("disable_overlap_schedule", ("--disable-overlap-schedule",), "flag",
+               "SGLang: no overlap scheduling (auto radix strategy: no_buffer at page size 1)."),
     EngineFlag("page_size", ("--page-size",), "int", "SGLang --page-size, tokens (default 1).", lo=1, hi=1 << 16),
     # left out of the printed flags, as the answers have always left it
     EngineFlag("max_total_tokens", ("--max-total-tokens",), "int", "SGLang: cap on the KV pool's tokens.",
                lo=1, hi=1 << 40, prints_as=None),
+    EngineFlag("allow_overwrite_longer_context_len", ("--allow-overwrite-longer-context-len",), "flag",
+               "SGLang's SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a --context-length over the config's.",
+               prints_as=None),
 )

@@ -15,12 +15,16 @@ rule with its file. Per GPU rank (tensor parallelism only; no DP attention, no p
    down to ``--page-size``; ``cell_size = kv_heads_per_rank * (head_dim + v_head_dim) * layers * dtype size``
    (MLA: ``(kv_lora_rank + rope dim) * layers * size``, not split by TP).
 4. Running requests: ``min(--max-running-requests or clamp(tokens / context_len * 512, 2048, 4096),
-   tokens // 2, K // ratio)``; ratio = Mamba slots per running request: 1 without radix cache, 3 with the
-   no_buffer strategy (LFM2, pure Mamba), 5 with extra_buffer (the other hybrids, overlap scheduling on).
+   tokens // 2, K // ratio)``; ratio = Mamba slots per running request: 1 without radix cache, else 3 plus the
+   extra_buffer strategy's tracking slots (2 with overlap scheduling, 1 without it or lazy), the strategy resolved
+   from --mamba-radix-cache-strategy, --disable-overlap-schedule and the page size.
+5. Speculative decoding (sglang.speculative): 48 running requests unless given, an intermediate-state reserve, and
+   the draft's KV (in the target's cells only when SGLang knows the draft's layers; always in a pool of its own).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +38,12 @@ from rsplan.planner.engines.base import (
     dtype_bytes,
     prod,
 )
+from rsplan.planner.engines.sglang.speculative import (
+    MAX_RUNNING_RESET,
+    SPEC_MAX_RUNNING_REQUESTS,
+    Speculative,
+)
+from rsplan.planner.engines.sglang.speculative import resolve as resolve_speculative
 from rsplan.planner.engines.states import (
     AttentionShape,
     RecurrentShapes,
@@ -50,8 +60,6 @@ DEFAULT_CONTEXT_LENGTH = 2048
 #: SGLANG_MAMBA_CONV_DTYPE's default; the SSM state's default when neither flag nor config names one.
 DEFAULT_CONV_DTYPE = "bfloat16"
 DEFAULT_SSM_DTYPE = "float32"
-#: Running requests with speculative decoding when --max-running-requests is not given.
-SPEC_MAX_RUNNING_REQUESTS = 48
 #: rsplan's allowance for what the GPU holds before the weights load (CUDA context, NCCL), per GPU.
 DEFAULT_OVERHEAD_BYTES = 1 << 30
 
@@ -62,15 +70,27 @@ SERVED = frozenset({"mamba", "mamba2", "nemotron_h", "nemotron_h_moe", "falcon-h
 #: Nemotron-H's class does too, but its configs name the key mamba_ssm_cache_dtype, which SGLang does not read.
 READS_CONFIG_SSM_DTYPE = frozenset({"nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen3next", "qwen35", "qwen35moe",
                                     "lfm2"})
-#: Mamba slots per running request by radix-cache strategy (_calculate_mamba_ratio): extra_buffer hybrids keep
-#: two tracking slots with overlap scheduling; LFM2 gets no_buffer; pure Mamba models stay "auto" (no buffer).
+#: Archs whose hybrid Mamba radix cache SGLang resolves (arg_groups/overrides.py:369-399 _MAMBA_RADIX_CACHE_ARCHS;
+#: Granite-4.0-H by its mamba layer_types, :462-466); pure Mamba models keep the "auto" strategy unresolved.
+RADIX_CACHE_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "falcon-h1",
+                               "granitehybrid", "kimi-linear", "lfm2", "lfm2moe"})
+#: Archs that support the extra_buffer strategy (overrides.py:403-435 _MAMBA_EXTRA_BUFFER_ARCHS; the default
+#: --linear-attn-backend triton, :438-450); LFM2 gets no_buffer.
 EXTRA_BUFFER_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "falcon-h1",
                                 "granitehybrid", "kimi-linear"})
-#: Archs SGLang gives the no_buffer Mamba radix cache (page size 1 only); pure Mamba models stay "auto".
-NO_BUFFER_ARCHS = frozenset({"lfm2", "lfm2moe"})
+#: config.json architectures[0] per arch, for SGLang's messages when the model's config does not say.
+ARCH_CLASSES = {"mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM", "nemotron_h": "NemotronHForCausalLM",
+                "nemotron_h_moe": "NemotronHForCausalLM", "falcon-h1": "FalconH1ForCausalLM",
+                "granitehybrid": "GraniteMoeHybridForCausalLM", "qwen3next": "Qwen3NextForCausalLM",
+                "qwen35": "Qwen3_5ForConditionalGeneration", "qwen35moe": "Qwen3_5MoeForConditionalGeneration",
+                "kimi-linear": "KimiLinearForCausalLM", "lfm2": "Lfm2ForCausalLM", "lfm2moe": "Lfm2MoeForCausalLM"}
+STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
+#: Mamba slots per running request (kv_cache_configurator.py:227 MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO), plus
+#: the extra_buffer tracking slots (mem_cache/allocation_sizing.py:11-19: 2 with overlap scheduling, else 1; lazy 1).
+RATIO_BASE = 3
 RATIO_NO_RADIX = 1
-RATIO_NO_BUFFER = 3
-RATIO_EXTRA_BUFFER = 5
+#: --mamba-track-interval's default: extra_buffer asserts it is a multiple of the page size (mamba_hook.py:135).
+MAMBA_TRACK_INTERVAL = 256
 
 @dataclass(frozen=True)
 class SglangSettings:
@@ -85,16 +105,26 @@ class SglangSettings:
     mamba_conv_dtype: str = DEFAULT_CONV_DTYPE
     mamba_full_memory_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
     max_mamba_cache_size: int | None = None
+    speculative_algorithm: str | None = None
+    speculative_draft_layers: int | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int = 0
     disable_radix_cache: bool = False
+    mamba_radix_cache_strategy: str = "auto"
+    disable_overlap_schedule: bool = False
     page_size: int = 1
     max_total_tokens: int | None = None
+    allow_overwrite_longer_context_len: bool = False
 
     def __post_init__(self) -> None:
         if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
             raise EngineError(f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
         if self.mamba_full_memory_ratio <= 0:
             raise EngineError(f"--mamba-full-memory-ratio must be > 0, got {self.mamba_full_memory_ratio}")
+        if self.mamba_radix_cache_strategy not in STRATEGIES:
+            raise EngineError(f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy}: choose from "
+                              f"{', '.join(STRATEGIES)}")
 
 
 def settings(values: Mapping[str, Any]) -> SglangSettings:
@@ -106,11 +136,17 @@ class Pools:
     """What SGLang derives for a model before the memory split (per GPU rank).
 
     Attributes:
+        rec: the recurrent state shapes as SGLang allocates them: conv ``(channels / TP, K - 1)`` (KDA: ``(K - 1,
+            channels / TP)``), Mamba-1's SSM ``(d_inner / TP, 1, d_state)``.
         per_req_bytes: one Mamba slot: every recurrent layer's conv + SSM state.
         conv_bytes / ssm_bytes: one slot's conv / SSM part (all recurrent layers).
-        cell_bytes: one KV token over every full-attention layer (0: no attention).
-        ratio: Mamba slots per running request.
-        draft_tokens: D, speculative draft tokens (0: off).
+        cell_bytes: one KV token as the budget sizes it: every full-attention layer, plus the draft layers SGLang
+            reserves in each cell (0: no attention).
+        target_cell_bytes: one KV token of the target's own pool (what its log line counts).
+        draft_pool_cell_bytes: one KV token of the draft worker's own pool (0: none).
+        ratio: Mamba slots per running request; strategy: how it was chosen.
+        draft_tokens: D, speculative draft tokens (0: off); speculative: the resolved settings (None: off).
+        log_lines: SGLang's own warnings while resolving the flags, verbatim.
     """
 
     settings: SglangSettings
@@ -127,25 +163,42 @@ class Pools:
     ssm_bytes: int
     per_req_bytes: int
     cell_bytes: int
+    target_cell_bytes: int
+    draft_pool_cell_bytes: int
     ratio: int
     strategy: str
     draft_tokens: int
+    speculative: Speculative | None
     has_mtp: bool
     notes: tuple[str, ...]
+    log_lines: tuple[str, ...]
+
+    @property
+    def max_running_requests(self) -> int | None:
+        """--max-running-requests, or the 48 speculative decoding sets when it is not given."""
+        s = self.settings
+        return s.max_running_requests or (SPEC_MAX_RUNNING_REQUESTS if self.speculative else None)
 
 
 _KV_NAMES = {"bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16"}
 
 
-def _context_length(spec: ModelSpec, s: SglangSettings, notes: list[str]) -> int:
-    """ModelConfig's context length: the config's (2048 when it names none); --context-length may not exceed it."""
+def _context_length(spec: ModelSpec, s: SglangSettings, notes: list[str], log: list[str]) -> int:
+    """ModelConfig._derive_context_length (configs/model_config.py:1291-1316): the config's (2048 when it names
+    none); a longer --context-length only with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (a warning then)."""
     derived = spec.serving.max_model_len if spec.serving else None
     if derived is None:
         notes.append(f"the model's config names no context length: SGLang assumes {DEFAULT_CONTEXT_LENGTH}")
         derived = DEFAULT_CONTEXT_LENGTH
     if s.context_length is not None and s.context_length > derived:
-        raise EngineError(f"--context-length {s.context_length} is longer than the model's {derived}; SGLang "
-                          "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+        msg = (f"Warning: User-specified context_length ({s.context_length}) is greater than the derived "
+               f"context_length ({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the "
+               "derived context_length may differ from max_position_embeddings in the model's config.")
+        if not s.allow_overwrite_longer_context_len:
+            raise EngineError(f"SGLang refuses to start: {msg} To allow overriding this maximum, set the env var "
+                              "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (rsplan: "
+                              "--allow-overwrite-longer-context-len)")
+        log.append(msg)
     return s.context_length or derived
 
 
@@ -161,31 +214,75 @@ def _mamba2_state_dtype(spec: ModelSpec, s: SglangSettings, notes: list[str]) ->
     return DEFAULT_SSM_DTYPE
 
 
+def _refuse(message: str) -> EngineError:
+    return EngineError(f"SGLang refuses to start: {message}")
+
+
 def _calculate_mamba_ratio(spec: ModelSpec, s: SglangSettings) -> tuple[int, str]:
-    """server_args.py ``_calculate_mamba_ratio``: Mamba slots per running request, and the radix-cache strategy."""
+    """Mamba slots per running request, and the radix-cache strategy that sets it.
+
+    arg_groups/overrides.py:454-487 ``_mamba_radix_cache_resolution`` resolves "auto" for the hybrid archs:
+    extra_buffer when overlap scheduling is on or the page size is over 1 (and the arch supports it), else
+    no_buffer with overlap scheduling off; mamba_hook.py:115-164 validates the result;
+    kv_cache_configurator.py:3062-3088 ``_calculate_mamba_ratio``: 1 without radix cache, else 3 plus the
+    extra_buffer tracking slots (allocation_sizing.py:11-19).
+    """
     if s.disable_radix_cache:
         return RATIO_NO_RADIX, "radix cache off"
-    if spec.arch in EXTRA_BUFFER_ARCHS:
-        return RATIO_EXTRA_BUFFER, "extra_buffer (2 tracking slots, overlap scheduling)"
-    if s.page_size != 1 and spec.arch in NO_BUFFER_ARCHS:
-        raise EngineError(f"SGLang refuses --page-size {s.page_size} for {spec.arch}: its Mamba radix cache "
-                          "(no_buffer) needs page size 1; add --disable-radix-cache or drop --page-size")
-    return RATIO_NO_BUFFER, "no_buffer"
+    arch_name = (spec.serving.architecture if spec.serving else None) or ARCH_CLASSES.get(spec.arch, spec.arch)
+    strategy, overlap = s.mamba_radix_cache_strategy, not s.disable_overlap_schedule
+    extra = strategy in ("extra_buffer", "extra_buffer_lazy")
+    if spec.arch not in RADIX_CACHE_ARCHS:
+        if extra:  # model_hook.py:1059-1066
+            raise _refuse(f"--mamba-radix-cache-strategy {strategy} needs mamba state, got {arch_name}.")
+        return RATIO_BASE, "no Mamba radix cache strategy (pure Mamba model)"
+    if strategy == "auto":
+        extra = (overlap or s.page_size > 1) and spec.arch in EXTRA_BUFFER_ARCHS
+        strategy = "extra_buffer" if extra else "no_buffer"
+        overlap = overlap and extra  # no_buffer turns overlap scheduling off
+    if not extra:
+        if s.page_size != 1:
+            raise _refuse(f"no_buffer only supports page_size=1. (--page-size {s.page_size}; add "
+                          "--disable-radix-cache)")
+        if overlap:
+            raise _refuse("no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.")
+        return RATIO_BASE, "no_buffer"
+    if spec.arch not in EXTRA_BUFFER_ARCHS:
+        raise _refuse(f"extra_buffer is not supported for {arch_name}; use no_buffer.")
+    if MAMBA_TRACK_INTERVAL % s.page_size:
+        raise _refuse(f"extra_buffer needs --page-size to divide --mamba-track-interval {MAMBA_TRACK_INTERVAL} "
+                      f"(mamba_hook.py:135), got {s.page_size}")
+    lazy = strategy == "extra_buffer_lazy"
+    if lazy and not overlap:
+        raise _refuse("Lazy extra buffer requires overlap schedule (--disable-overlap-schedule is incompatible)")
+    tracking = 1 if lazy or not overlap else 2
+    why = "overlap scheduling" if overlap else "overlap scheduling off"
+    return RATIO_BASE + tracking, f"{strategy} ({tracking} tracking slot{'s' if tracking > 1 else ''}, {why})"
 
 
-def _cell_size(spec: ModelSpec, attn: AttentionShape | None, n_attention: int, kv_dtype: str, draft: int,
-               notes: list[str]) -> int:
-    """The KV pool's bytes per token over every full-attention layer (0: no attention); with speculative decoding,
-    the MTP draft's own KV rides in the target's cells: ``cell += int(cell * draft_layers / layers)``."""
+def _kv_cells(attn: AttentionShape | None, n_attention: int, kv_dtype: str, spec_dec: Speculative | None
+              ) -> tuple[int, int, int]:
+    """(budget cell, target cell, draft pool cell): bytes per KV token (0: no attention). The budget cell carries
+    the draft layers SGLang reserves (pool_configurator.py:310-314: ``cell += int(cell * draft_layers / layers)``);
+    the draft worker's pool has ``draft_pool_layers`` layers of the target's per-layer size."""
     if attn is None:
-        return 0
-    per_layer = attn.head_size if attn.mla else attn.elements
-    cell = per_layer * n_attention * dtype_bytes(kv_dtype, "--kv-cache-dtype")
-    if draft and spec.nextn_predict_layers:
-        cell += cell * spec.nextn_predict_layers // n_attention
-        notes.append(f"speculative decoding: the {spec.nextn_predict_layers} MTP layer(s)' KV is added to each "
-                     "token cell")
-    return cell
+        return 0, 0, 0
+    per_layer = (attn.head_size if attn.mla else attn.elements) * dtype_bytes(kv_dtype, "--kv-cache-dtype")
+    cell = per_layer * n_attention
+    if spec_dec is None:
+        return cell, cell, 0
+    return cell + cell * spec_dec.draft_kv_layers // n_attention, cell, per_layer * spec_dec.draft_pool_layers
+
+
+def _sglang_order(rec: RecurrentShapes) -> RecurrentShapes:
+    """The shapes as SGLang allocates them: conv ``(channels / TP, K - 1)`` (configs/mamba_utils.py:172-174, 225,
+    276; mem_cache/memory_pool.py:507-510, 722-726), except KDA's window-first ``(K - 1, channels / TP)``
+    (mamba_utils.py:303-307, 351-354); Mamba-1's SSM as ``(d_inner / TP, 1, d_state)`` (mamba_utils.py:277-278)."""
+    if rec.kind == "kda":
+        return rec
+    window, channels = rec.conv
+    ssm = (rec.ssm[0], 1, rec.ssm[1]) if rec.kind == "mamba" and rec.ssm is not None else rec.ssm
+    return RecurrentShapes(rec.kind, (channels, window), ssm)
 
 
 def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
@@ -194,9 +291,10 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
         raise EngineError(f"SGLang {VERSION} does not serve arch '{spec.arch}' (rsplan models it for: "
                           f"{', '.join(sorted(SERVED))})")
     notes: list[str] = []
+    log: list[str] = []
     tp = s.tensor_parallel_size
     layout = cache_layout(spec)
-    context = _context_length(spec, s, notes)
+    context = _context_length(spec, s, notes, log)
     config_dtype = spec.serving.torch_dtype if spec.serving else None
     # SGLang's dtype "auto": a float32 (or unnamed) config runs in float16
     model_dtype = config_dtype if config_dtype in ("bfloat16", "float16") else "float16"
@@ -206,20 +304,29 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
     n_attention = len(attn.layers) if attn else 0
     n_recurrent = len(layout.recurrent_layers)
     rec = recurrent_shapes(layout.recurrent, tp, engine=f"SGLang {VERSION}") if n_recurrent else None
+    rec = _sglang_order(rec) if rec is not None else None
     ssm_dtype = _mamba2_state_dtype(spec, s, notes)
     conv_bytes = ssm_bytes = 0
     if rec is not None:
         conv_bytes = prod(rec.conv) * dtype_bytes(s.mamba_conv_dtype, "--mamba-conv-dtype") * n_recurrent
         if rec.ssm is not None:
             ssm_bytes = prod(rec.ssm) * dtype_bytes(ssm_dtype, "--mamba-ssm-dtype") * n_recurrent
-    cell = _cell_size(spec, attn, n_attention, kv_dtype, s.speculative_num_draft_tokens, notes)
+    spec_dec = resolve_speculative(spec, s.speculative_algorithm, s.speculative_num_steps, s.speculative_eagle_topk,
+                                   s.speculative_num_draft_tokens or None, s.speculative_draft_layers, n_attention)
+    if spec_dec is not None:
+        if s.max_running_requests is None:
+            log.insert(0, MAX_RUNNING_RESET)
+        log += spec_dec.log_lines
+        notes += spec_dec.notes
+    cell, target_cell, draft_cell = _kv_cells(attn, n_attention, kv_dtype, spec_dec)
     ratio, strategy = _calculate_mamba_ratio(spec, s)
     return Pools(
         settings=s, context_length=context, model_dtype=model_dtype, kv_dtype=kv_dtype,
         conv_dtype=s.mamba_conv_dtype, ssm_dtype=ssm_dtype, attn=attn, n_attention=n_attention, rec=rec,
         n_recurrent=n_recurrent, conv_bytes=conv_bytes, ssm_bytes=ssm_bytes, per_req_bytes=conv_bytes + ssm_bytes,
-        cell_bytes=cell, ratio=ratio, strategy=strategy, draft_tokens=s.speculative_num_draft_tokens,
-        has_mtp=spec.nextn_predict_layers > 0, notes=tuple(notes),
+        cell_bytes=cell, target_cell_bytes=target_cell, draft_pool_cell_bytes=draft_cell, ratio=ratio,
+        strategy=strategy, draft_tokens=spec_dec.num_draft_tokens if spec_dec else 0, speculative=spec_dec,
+        has_mtp=spec.nextn_predict_layers > 0, notes=tuple(notes), log_lines=tuple(log),
     )
 
 
@@ -263,8 +370,37 @@ def default_mem_fraction_static(gpu_bytes: int, tp: int, mla: bool) -> float:
 
 
 @dataclass(frozen=True)
+class Profiled:
+    """What ``_profile_available_bytes`` reads (kv_cache_configurator.py:2990-3060), per GPU rank.
+
+    Attributes:
+        pre_bytes: free GPU memory before the weights load (``pre_model_load_memory``).
+        available_bytes: free GPU memory after they load (rsplan: ``pre_bytes - weights / TP``).
+        mem_fraction_static: --mem-fraction-static (given or SGLang's default).
+    """
+
+    pre_bytes: int
+    available_bytes: int
+    mem_fraction_static: float
+
+    @property
+    def rest_bytes(self) -> int:
+        """``available - pre * (1 - mem_fraction_static)``, the pools' memory before the Mamba pool."""
+        return self.available_bytes - (self.pre_bytes - int(self.pre_bytes * self.mem_fraction_static))
+
+    def no_kv_memory_error(self) -> EngineError:
+        """The ValueError when nothing is left for the KV cache (kv_cache_configurator.py:3042-3058), verbatim."""
+        minimum = 1 - self.available_bytes / self.pre_bytes
+        suggested = math.ceil(minimum * 1000) / 1000
+        return _refuse(f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static="
+                       f"{self.mem_fraction_static}. Raise --mem-fraction-static above {suggested:.3f} (minimum "
+                       f"viable = 1 - available/pre = {minimum:.4f}). If using speculative decoding, draft weights "
+                       "are now counted.")
+
+
+@dataclass(frozen=True)
 class Split:
-    """The memory split of one budget (per GPU rank)."""
+    """The memory split of one budget (per GPU rank); ``log_lines``: SGLang's warnings about it, verbatim."""
 
     rest_bytes: int
     mamba_slots: int
@@ -273,95 +409,129 @@ class Split:
     max_total_tokens: int
     max_running_requests: int
     limited_by: str
+    log_lines: tuple[str, ...] = ()
 
 
-def split(p: Pools, rest_bytes: int) -> Split:
-    """_handle_max_mamba_cache, the KV token count and resolve_max_num_reqs for ``rest_bytes`` of pool memory."""
+def _mamba_slots(p: Pools, rest_bytes: int) -> tuple[int, int]:
+    """kv_cache_configurator.py:3229-3410 ``_handle_max_mamba_cache`` (no PP, no ReplaySSM): (max_mamba_cache_size,
+    the speculative intermediate-state reserve in bytes)."""
     s = p.settings
-    per_req, d, ratio = p.per_req_bytes, p.draft_tokens, p.ratio
-    requested = s.max_running_requests or (SPEC_MAX_RUNNING_REQUESTS if d else None)
-    slots = 0
-    if p.rec is not None:
-        if s.max_mamba_cache_size is not None:
-            slots = s.max_mamba_cache_size
-        elif s.disable_radix_cache and s.max_running_requests is not None:
-            slots = max(1, s.max_running_requests)
+    per_req, d, ratio, requested = p.per_req_bytes, p.draft_tokens, p.ratio, p.max_running_requests
+    reserve_rows = 0
+    if s.max_mamba_cache_size is not None:  # :3303-3324
+        slots = s.max_mamba_cache_size
+        reserve_rows = min(max(1, requested or 1), slots // ratio) + 1
+    elif s.disable_radix_cache and requested is not None:  # :3325-3345: 48 with speculative decoding
+        slots = max(1, requested)
+        reserve_rows = slots + 1
+    else:  # :3346-3385
+        r = s.mamba_full_memory_ratio
+        budget = rest_bytes * r / (1 + r)
+        if d:
+            slots = int((budget - per_req * (1 + d)) // (per_req * (1 + d / ratio)))
+            reserve_rows = min(max(1, requested or 1), slots // ratio) + 1
         else:
-            r = s.mamba_full_memory_ratio
-            budget = rest_bytes * r / (1 + r)
-            if d:
-                slots = int((budget - per_req * (1 + d)) // (per_req * (1 + d / ratio)))
-            else:
-                slots = int((budget - per_req) // per_req)
-        if slots <= 0:
-            raise EngineError(
-                "SGLang refuses to start: not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
-                f"Computed max_mamba_cache_size={slots} (total_rest_memory={rest_bytes / GIB:.2f} GB, "
-                f"mamba_cache_per_req={per_req / MIB:.2f} MB); reduce --max-running-requests, raise "
-                "--mem-fraction-static, reduce --speculative-num-draft-tokens or use GPUs with more memory"
-            )
-    intermediate = 0
-    if d and p.rec is not None:
-        # the speculative states of the running requests (+1 padding row); without radix cache and with
-        # --max-running-requests, the pool is sized by the slots themselves
-        if s.max_mamba_cache_size is None and s.disable_radix_cache and s.max_running_requests is not None:
-            rows = slots + 1
-        else:
-            rows = min(max(1, requested or 1), slots // ratio) + 1
-        intermediate = per_req * rows * d
-    kv_bytes = rest_bytes - intermediate - (slots + 1) * per_req if p.rec is not None else rest_bytes
-    if kv_bytes < 0:
-        raise EngineError(f"SGLang runs out of memory allocating the Mamba pool: {slots + 1} slots of "
-                          f"{per_req / MIB:.2f} MB (+ {intermediate / GIB:.2f} GB speculative states) need "
-                          f"{(rest_bytes - kv_bytes) / GIB:.2f} GB, {rest_bytes / GIB:.2f} GB are left for the pools; "
-                          "lower --max-mamba-cache-size or raise --mem-fraction-static")
-    if p.cell_bytes:
-        tokens = max(0, kv_bytes) // p.cell_bytes // s.page_size * s.page_size
-    else:
-        tokens = s.max_total_tokens or p.context_length
-    if s.max_total_tokens is not None:
-        tokens = min(tokens, s.max_total_tokens) // s.page_size * s.page_size
-    if tokens <= 0:
-        raise EngineError("SGLang refuses to start: not enough memory for the KV cache "
-                          f"({kv_bytes / GIB:.2f} GB after the Mamba pool); raise --mem-fraction-static or lower "
-                          "--mamba-full-memory-ratio")
+            slots = int((budget - per_req) // per_req)
+    reserve = per_req * reserve_rows * d if d else 0
+    if slots <= 0:  # :3388-3402
+        raise _refuse(
+            "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+            f"Computed max_mamba_cache_size={slots} (total_rest_memory={(rest_bytes - reserve) / GIB:.2f} GB, "
+            f"mamba_cache_per_req={per_req / MIB:.2f} MB). Try: (1) reduce --max-running-requests, (2) increase "
+            "--mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or (4) use GPUs with more memory.")
+    return slots, reserve
+
+
+def _running_requests(p: Pools, tokens: int, slots: int, log: list[str]) -> tuple[int, str]:
+    """kv_cache_configurator.py:3119-3172 ``resolve_max_num_reqs``, with its warnings verbatim."""
+    ratio, requested = p.ratio, p.max_running_requests
     estimated = min(max(int(tokens / p.context_length * 512), 2048), 4096)
-    reqs, limited_by = (requested, "--max-running-requests") if requested else (estimated, "SGLang's estimate")
+    given = "--max-running-requests" if p.settings.max_running_requests else "speculative decoding's 48"
+    reqs, limited_by = (requested, given) if requested else (estimated, "SGLang's estimate")
     if tokens // 2 < reqs:
         reqs, limited_by = tokens // 2, "KV tokens // 2"
-    if p.rec is not None and slots // ratio < reqs:
+    capped = p.rec is not None and slots // ratio < reqs
+    if capped:
         reqs, limited_by = slots // ratio, f"Mamba slots // {ratio}"
+        log.append(f"max_running_requests is capped to {reqs} by the mamba state cache (max_mamba_cache_size="
+                   f"{slots}, {ratio} state slots per request). To raise it: increase --mamba-full-memory-ratio or "
+                   "--max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16.")
+    if p.rec is not None and reqs <= 0:
+        raise _refuse(f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+                      f"max_mamba_cache_size={slots}, mamba_ratio={ratio}, resulting max_num_reqs={reqs}. Try: (1) "
+                      "reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more "
+                      "memory.")
+    if requested is not None and reqs < requested and not capped:
+        log.append(f"max_running_requests was reduced from the requested {requested} to {reqs} (per dp worker) due "
+                   "to the available KV cache capacity.")
+    return reqs, limited_by
+
+
+def split(p: Pools, rest_bytes: int, profiled: Profiled | None = None) -> Split:
+    """_handle_max_mamba_cache, the KV token count (_apply_token_constraints) and resolve_max_num_reqs for
+    ``rest_bytes`` of pool memory (``profiled``: where it came from, for SGLang's own error when none is left)."""
+    s = p.settings
+    slots = intermediate = 0
+    if p.rec is not None:
+        slots, intermediate = _mamba_slots(p, rest_bytes)
+    kv_bytes = rest_bytes - intermediate - (slots + 1) * p.per_req_bytes if p.rec is not None else rest_bytes
+    if kv_bytes <= 0:  # kv_cache_configurator.py:3043-3058
+        if profiled is not None:
+            raise profiled.no_kv_memory_error()
+        raise _refuse(f"no GPU memory is left for the KV cache ({rest_bytes / GIB:.2f} GB of pool memory, "
+                      f"{(rest_bytes - kv_bytes) / GIB:.2f} GB of it for the Mamba pool)")
+    log: list[str] = []
+    if p.cell_bytes:
+        tokens = kv_bytes // p.cell_bytes // s.page_size * s.page_size
+    else:  # pool_configurator.py:246-250: no attention layers
+        tokens = s.max_total_tokens or p.context_length
+    if s.max_total_tokens is not None:  # kv_cache_configurator.py:3090-3104
+        if s.max_total_tokens > tokens:
+            log.append(f"max_total_tokens={s.max_total_tokens} is larger than the profiled value {tokens}. Use the "
+                       "profiled value instead.")
+        tokens = min(tokens, s.max_total_tokens) // s.page_size * s.page_size
+    if tokens <= 0:
+        raise _refuse(f"not enough memory for the KV cache ({kv_bytes / GIB:.2f} GB after the Mamba pool); raise "
+                      "--mem-fraction-static or lower --mamba-full-memory-ratio")
+    reqs, limited_by = _running_requests(p, tokens, slots, log)
     if reqs <= 0:
-        raise EngineError(f"SGLang refuses to start: the hybrid state cache is too small to serve any requests "
-                          f"(max_mamba_cache_size {slots}, mamba_ratio {ratio})")
-    return Split(rest_bytes, slots, intermediate, kv_bytes, tokens, reqs, limited_by)
+        raise _refuse(f"the KV pool of {tokens} tokens serves no request")
+    return Split(rest_bytes, slots, intermediate, kv_bytes, tokens, reqs, limited_by, tuple(log))
 
 
 def intermediate_bytes(p: Pools, rows: int) -> tuple[int, int]:
-    """MambaPool's speculative buffers: per-draft-token SSM states ``[L, rows, D, *ssm]`` and the conv windows, in
-    the deduplicated CUDA layout ``[L, rows, channels, D + window - 1]`` (KDA keeps the dense ``[L, rows, D,
-    *conv]``). ``rows`` = running requests + 1."""
+    """MambaPool's speculative buffers (memory_pool.py:883-960): per-draft-token SSM states ``[L, rows, D, *ssm]``
+    and the conv windows, in the deduplicated CUDA layout ``[L, rows, channels, D + K - 2]`` for a linear draft
+    chain (topk 1), else dense ``[L, rows, D, *conv]`` (KDA always; memory_pool.py:135-150). ``rows`` = running
+    requests + 1."""
     assert p.rec is not None
     d, n = p.draft_tokens, p.n_recurrent
     issm = n * rows * d * prod(p.rec.ssm) * dtype_bytes(p.ssm_dtype, "ssm") if p.rec.ssm is not None else 0
-    window, channels = p.rec.conv
     conv_size = dtype_bytes(p.conv_dtype, "conv")
-    if p.rec.kind == "kda":
-        iconv = n * rows * d * window * channels * conv_size
+    topk = p.speculative.eagle_topk if p.speculative else 1
+    if p.rec.kind == "kda" or topk > 1:
+        iconv = n * rows * d * prod(p.rec.conv) * conv_size
     else:
+        channels, window = p.rec.conv
         iconv = n * rows * channels * (d + window - 1) * conv_size
     return issm, iconv
 
 
+def draft_pool_bytes(p: Pools, tokens: int) -> int:
+    """The draft worker's own KV pool: the target's ``tokens`` (+1 padding page) of ``draft_pool_cell_bytes``."""
+    return (tokens + p.settings.page_size) * p.draft_pool_cell_bytes
+
+
 def needed_bytes(p: Pools, requests: int) -> int:
     """Pool memory per GPU for ``requests`` running requests of context_length tokens each: ``ratio`` Mamba slots
-    per request (+1 padding slot), the speculative reserve, and their KV tokens (+1 padding page)."""
+    per request (+1 padding slot), the speculative reserve, their KV tokens (+1 padding page) in the target's and
+    the draft worker's pools."""
     slots = requests * p.ratio if p.rec is not None else 0
     mamba = (slots + 1) * p.per_req_bytes if p.rec is not None else 0
     inter = p.per_req_bytes * (requests + 1) * p.draft_tokens if p.draft_tokens and p.rec is not None else 0
     page = p.settings.page_size
     tokens = -(-requests * p.context_length // page) * page
-    return mamba + inter + (tokens + page) * p.cell_bytes
+    return mamba + inter + (tokens + page) * p.target_cell_bytes + draft_pool_bytes(p, tokens)
 
 
 def full_length_requests(p: Pools, sp: Split, context: int) -> int:
