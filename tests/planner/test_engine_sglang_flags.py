@@ -148,6 +148,15 @@ def test_nextn_needs_mtp_layers():
         pools("nemotron-h-8b-base-8k", speculative_algorithm="NEXTN")
 
 
+@pytest.mark.parametrize("algorithm", ["EAGLE", "EAGLE3", "STANDALONE", None])
+def test_a_separate_draft_model_needs_its_layers(algorithm):
+    # SGLang sizes the draft worker's KV from the draft model's layers: without them rsplan refuses instead of
+    # counting that pool as empty (None: speculative flags on a model without MTP layers mean EAGLE)
+    with pytest.raises(EngineError, match=r"give --speculative-draft-layers N \(the draft model's layers"):
+        pools("nemotron-h-8b-base-8k", speculative_algorithm=algorithm, speculative_num_steps=3,
+              speculative_eagle_topk=1)
+
+
 def test_a_draft_models_layers_ride_in_the_target_cells():
     # a draft model of 1 layer: pool_configurator.py:310-314 adds int(cell * 1 / 4) to Nemotron-H's 4-layer cell;
     # the draft worker's own pool is that one layer

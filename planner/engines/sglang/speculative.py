@@ -145,8 +145,10 @@ def resolve(spec: ModelSpec, algorithm: str | None, steps: int | None, topk: int
         if algorithm == "NEXTN":
             raise EngineError(f"--speculative-algorithm NEXTN drafts with the model's own MTP layers; {spec.name} has "
                               "none: use EAGLE with --speculative-draft-layers N")
-        kv_layers = pool_layers = 0
-        notes.append("the draft model's KV is not counted: give --speculative-draft-layers N (its layers)")
+        # SGLang loads a draft model here (--speculative-draft-model-path) and sizes its KV from the draft's
+        # layers: an unknown count is refused rather than counted as none
+        raise EngineError(f"--speculative-algorithm {algorithm} drafts with a separate model whose KV SGLang sizes: "
+                          "give --speculative-draft-layers N (the draft model's layers; EAGLE drafts usually have 1)")
     if not n_attention:
         kv_layers = pool_layers = 0
     return Speculative(algorithm, steps, topk, tokens, kv_layers, pool_layers, printed, tuple(log), tuple(notes))
