@@ -38,7 +38,7 @@ def test_kept_log_drops_noise_and_counts_skipped_tensors(sweep):
 
 
 def test_assertion_lines_keep_the_path_from_the_llama_cpp_tree_on(sweep):
-    tree = "/opt/src/llama.cpp"
+    tree = "/opt/llama.cpp"
     assert sweep._source_relative(f"{tree}/ggml/src/ggml.c:2072: GGML_ASSERT(ggml_can_repeat(b, a)) failed") == (
         "ggml/src/ggml.c:2072: GGML_ASSERT(ggml_can_repeat(b, a)) failed")
     assert sweep._source_relative(f"{tree}/src/llama-context.cpp:2273: GGML_ASSERT(n) failed") == (
