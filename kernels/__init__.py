@@ -1,10 +1,11 @@
 """The recurrent-state kernels of llama.cpp's recurrent layers, one folder per op.
 
-Each op folder holds ``reference.py`` with ``<op>_ref`` (plain torch, fp32, one recurrence step per line), the
-fast ``<op>`` (Triton on CUDA, a vectorised torch path elsewhere; ``<op>_torch`` and ``<op>_triton`` can be
-called directly, the latter from ``fused.py``), ``*_bytes`` helpers (the least bytes a call moves) and
-``profile.py`` (the profiler's inputs and byte count of one call); ``registry.py`` lists the ops with their
-keyword dims (``OPS``).
+Each op folder holds its implementations: ``reference.py`` with ``<op>_ref`` (plain torch, fp32, one recurrence
+step per line), ``fast.py`` with ``<op>_torch`` (vectorised torch) and the ``*_bytes`` helpers (the least bytes a
+call moves), ``fused.py`` with ``<op>_triton`` (CUDA) and ``native.py`` with ``<op>_native`` (C, on the CPU),
+and ``profile.py`` (the profiler's inputs and byte count of one call). The op ``<op>`` of each package is the one
+dispatcher's (``dispatch.py``: Triton on CUDA, C on the CPU, torch elsewhere, from its table ``PATHS``);
+``registry.py`` lists the ops with their keyword dims (``OPS``).
 Reference and fast path share one keyword-only signature, one return tuple and one set of row rules.
 
 Ops: ``state_copy`` (``state_gather`` = ggml_get_rows with the zero row, ``state_scatter`` = copy-back of the

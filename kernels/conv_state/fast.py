@@ -1,13 +1,12 @@
-"""Fast conv-state step: a torch path (gather, one multiply-add per tap over the ubatch, index_copy_ per plane)
-and the Triton dispatch."""
+"""The conv-state step in torch (gather, one multiply-add per tap over the ubatch, index_copy_ per plane);
+rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
 import torch
 
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
-from rsplan.kernels._native import use_native
+from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
 from rsplan.kernels.conv_state.reference import check_conv_args
 
 
@@ -119,57 +118,6 @@ def _decode_step(
             dst[..., W - 2].copy_(xs)
         else:
             walk.store(pool, plan, grp, 0, torch.cat([win[..., 1:], xs.unsqueeze(-1)], dim=-1))
-
-
-def conv_state(
-    *,
-    pool: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    n_planes: int = 1,
-    clamp_planes: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """Conv-state step (Triton on CUDA, torch elsewhere); arguments, rules and return as ``conv_state_ref``:
-    pool [R, D, W - 1]; x [N, T, D]; weight [D, W]; src_rows, dst_rows [N]; returns (y [N, T, D] fp32,)."""
-    if use_triton(pool):
-        from rsplan.kernels.conv_state.fused import conv_state_triton
-
-        return conv_state_triton(
-            pool=pool,
-            x=x,
-            weight=weight,
-            src_rows=src_rows,
-            dst_rows=dst_rows,
-            n_planes=n_planes,
-            clamp_planes=clamp_planes,
-            out=out,
-        )
-    if use_native(pool):
-        from rsplan.kernels.conv_state.native import conv_state_native
-
-        return conv_state_native(
-            pool=pool,
-            x=x,
-            weight=weight,
-            src_rows=src_rows,
-            dst_rows=dst_rows,
-            n_planes=n_planes,
-            clamp_planes=clamp_planes,
-            out=out,
-        )
-    return conv_state_torch(
-        pool=pool,
-        x=x,
-        weight=weight,
-        src_rows=src_rows,
-        dst_rows=dst_rows,
-        n_planes=n_planes,
-        clamp_planes=clamp_planes,
-        out=out,
-    )
 
 
 def conv_state_bytes(

@@ -1,4 +1,5 @@
-"""Fast gated delta rule: a vectorised torch path and the Triton dispatch."""
+"""The gated delta rule in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton) and
+native.py (C)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import torch
 
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
-from rsplan.kernels._native import use_native
+from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 
@@ -98,48 +98,6 @@ def _chunked(
         o[grp.sel] = y
     for t, p in taps.items():
         walk.store(pool, plan, grp, p, saved[t].view(n, Hv, Dv, Dk))
-
-
-def gated_delta(
-    *,
-    pool: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    n_planes: int = 1,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """Gated delta rule / KDA (Triton on CUDA, torch elsewhere); arguments and return as ``gated_delta_ref``:
-    pool [R, Hv, Dv, Dk]; q, k [N, T, Hk, Dk]; v [N, T, Hv, Dv]; g [N, T, Hv] or [N, T, Hv, Dk];
-    beta [N, T, Hv]; returns (o [N, T, Hv, Dv] fp32,)."""
-    if use_triton(pool):
-        from rsplan.kernels.gated_delta.fused import gated_delta_triton
-
-        return gated_delta_triton(
-            pool=pool,
-            q=q,
-            k=k,
-            v=v,
-            g=g,
-            beta=beta,
-            src_rows=src_rows,
-            dst_rows=dst_rows,
-            n_planes=n_planes,
-            out=out,
-        )
-    if use_native(pool):
-        from rsplan.kernels.gated_delta.native import gated_delta_native
-
-        return gated_delta_native(
-            pool=pool, q=q, k=k, v=v, g=g, beta=beta, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
-        )
-    return gated_delta_torch(
-        pool=pool, q=q, k=k, v=v, g=g, beta=beta, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
-    )
 
 
 def gated_delta_bytes(

@@ -1,5 +1,5 @@
-"""Fast gated linear attention: a vectorised torch path (token loop for short ubatches, chunks for prefill) and
-the Triton dispatch."""
+"""Gated linear attention in vectorised torch (token loop for short ubatches, chunks for prefill);
+rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import torch
 
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows, use_triton
-from rsplan.kernels._native import use_native
+from rsplan.kernels._common import Rows, output, plan_rows
 from rsplan.kernels.gla.reference import check_gla_args, gla_scale
 
 #: log(g) is clamped here before the chunked form sums it: g = 0 (an underflowed exp(-exp(.))) would give
@@ -66,28 +65,3 @@ def _chunked(grp: walk.Group, inputs: tuple[torch.Tensor, ...], scale: float, y:
     chunked.chunk_scan(state, (q, k, v, log_g, None), scale, yg)
     if not isinstance(grp.sel, slice):
         y[grp.sel] = yg
-
-
-def gla(
-    *,
-    pool: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    scale: float | None = None,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """Gated linear attention (Triton on CUDA, torch elsewhere); arguments and return as ``gla_ref``:
-    pool [R, H, S, S]; q, k, v, g [N, T, H, S]; returns (y [N, T, H, S] fp32,)."""
-    if use_triton(pool):
-        from rsplan.kernels.gla.fused import gla_triton
-
-        return gla_triton(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)
-    if use_native(pool):
-        from rsplan.kernels.gla.native import gla_native
-
-        return gla_native(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)
-    return gla_torch(pool=pool, q=q, k=k, v=v, g=g, src_rows=src_rows, dst_rows=dst_rows, scale=scale, out=out)

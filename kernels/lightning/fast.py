@@ -1,5 +1,5 @@
-"""Fast lightning attention state update: a vectorised torch path (token loop for short ubatches, chunks for
-prefill) and the Triton dispatch."""
+"""The lightning attention state update in vectorised torch (token loop for short ubatches, chunks for
+prefill); rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import torch
 
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows, use_triton
-from rsplan.kernels._native import use_native
+from rsplan.kernels._common import Rows, output, plan_rows
 from rsplan.kernels.lightning.reference import check_lightning_args
 
 
@@ -53,27 +52,3 @@ def lightning_torch(
                 o[hs] = torch.matmul(st, qf[hs].unsqueeze(-1)).squeeze(-1)
         walk.finish(pool, plan, grp)
     return (o,)
-
-
-def lightning(
-    *,
-    pool: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    slope: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """Lightning attention (Triton on CUDA, torch elsewhere); arguments and return as ``lightning_ref``:
-    pool [R, H, S, S]; q, k, v [N, T, H, S]; slope [H]; returns (o [N, T, H, S] fp32,)."""
-    if use_triton(pool):
-        from rsplan.kernels.lightning.fused import lightning_triton
-
-        return lightning_triton(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=src_rows, dst_rows=dst_rows, out=out)
-    if use_native(pool):
-        from rsplan.kernels.lightning.native import lightning_native
-
-        return lightning_native(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=src_rows, dst_rows=dst_rows, out=out)
-    return lightning_torch(pool=pool, q=q, k=k, v=v, slope=slope, src_rows=src_rows, dst_rows=dst_rows, out=out)

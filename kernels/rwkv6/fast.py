@@ -1,5 +1,5 @@
-"""Fast RWKV-6 wkv: a vectorised torch path (token loop for short ubatches, chunks for prefill) and the Triton
-dispatch."""
+"""RWKV-6 wkv in vectorised torch (token loop for short ubatches, chunks for prefill); rsplan.kernels.dispatch
+chooses between it, fused.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import torch
 
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows, use_triton
-from rsplan.kernels._native import use_native
+from rsplan.kernels._common import Rows, output, plan_rows
 from rsplan.kernels.gla.fast import MIN_LOG_DECAY
 from rsplan.kernels.rwkv6.reference import check_wkv6_args
 
@@ -73,31 +72,6 @@ def _chunked(grp: walk.Group, inputs: tuple[torch.Tensor, ...], u: torch.Tensor,
     chunked.chunk_scan(work.view(n * H, S, S).transpose(1, 2), (r_next, k, v, log_w, None), 1.0, shifted)
     y[:, 1:] = shifted[:, :-1]
     y.add_(v * (r * u * k).sum(-1, keepdim=True))
-
-
-def rwkv6(
-    *,
-    pool: torch.Tensor,
-    r: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    w: torch.Tensor,
-    u: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """RWKV-6 wkv (Triton on CUDA, torch elsewhere); arguments and return as ``rwkv6_ref``:
-    pool [R, H, S, S]; r, k, v, w [N, T, H, S]; u [H, S]; returns (y [N, T, H, S] fp32,)."""
-    if use_triton(pool):
-        from rsplan.kernels.rwkv6.fused import rwkv6_triton
-
-        return rwkv6_triton(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=src_rows, dst_rows=dst_rows, out=out)
-    if use_native(pool):
-        from rsplan.kernels.rwkv6.native import rwkv6_native
-
-        return rwkv6_native(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=src_rows, dst_rows=dst_rows, out=out)
-    return rwkv6_torch(pool=pool, r=r, k=k, v=v, w=w, u=u, src_rows=src_rows, dst_rows=dst_rows, out=out)
 
 
 def rwkv_bytes(*, n_seqs: int, n_tokens: int, n_head: int, head_size: int, n_inputs: int, state_itemsize: int) -> int:

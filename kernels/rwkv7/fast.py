@@ -1,4 +1,5 @@
-"""Fast RWKV-7 wkv: a vectorised torch path and the Triton dispatch."""
+"""RWKV-7 wkv in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py
+(C)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import torch
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._chunk_dplr import dplr_scan
-from rsplan.kernels._common import Rows, output, plan_rows, use_triton
-from rsplan.kernels._native import use_native
+from rsplan.kernels._common import Rows, output, plan_rows
 from rsplan.kernels.rwkv7.reference import check_wkv7_args
 
 
@@ -67,29 +67,3 @@ def rwkv7_torch(
                     st.add_(torch.matmul(left, right).view(n, hb, S, S))
         walk.finish(pool, plan, grp)
     return (y,)
-
-
-def rwkv7(
-    *,
-    pool: torch.Tensor,
-    r: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """RWKV-7 wkv (Triton on CUDA, torch elsewhere); arguments and return as ``rwkv7_ref``:
-    pool [R, H, S, S]; r, w, k, v, a, b [N, T, H, S]; returns (y [N, T, H, S] fp32,)."""
-    if use_triton(pool):
-        from rsplan.kernels.rwkv7.fused import rwkv7_triton
-
-        return rwkv7_triton(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
-    if use_native(pool):
-        from rsplan.kernels.rwkv7.native import rwkv7_native
-
-        return rwkv7_native(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)
-    return rwkv7_torch(pool=pool, r=r, w=w, k=k, v=v, a=a, b=b, src_rows=src_rows, dst_rows=dst_rows, out=out)

@@ -1,13 +1,13 @@
-"""Fast LFM2 short conv: the gates around the fast conv-state step (Triton on CUDA, torch elsewhere); one-token
-CPU steps run gates and conv together in C (``native.py``)."""
+"""LFM2 short conv in torch: the gates around a conv-state step, torch's (``shortconv_torch``) or conv_state's
+Triton kernel on CUDA (``shortconv_triton``); one-token CPU steps run gates and conv together in C
+(``native.py``). rsplan.kernels.dispatch chooses among them."""
 
 from __future__ import annotations
 
 import torch
 
 from rsplan.kernels._common import Rows, host_rows, output
-from rsplan.kernels._native import use_native
-from rsplan.kernels.conv_state import conv_state, conv_state_torch
+from rsplan.kernels.conv_state.fast import conv_state_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
 
 
@@ -51,7 +51,7 @@ def shortconv_torch(
     )
 
 
-def shortconv(
+def shortconv_triton(
     *,
     pool: torch.Tensor,
     b: torch.Tensor,
@@ -63,23 +63,8 @@ def shortconv(
     n_planes: int = 1,
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor]:
-    """LFM2 short conv; arguments and return as ``shortconv_ref``: pool [R, D, L - 1]; b, c, x [N, T, D];
-    weight [D, L]; returns (y [N, T, D] fp32,)."""
-    if use_native(pool):
-        from rsplan.kernels.shortconv.native import shortconv_native
+    """``shortconv_ref`` with the conv step on conv_state's Triton kernel (CUDA; see there for shapes and rules)."""
+    from rsplan.kernels.conv_state.fused import conv_state_triton
 
-        return shortconv_native(
-            pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
-        )
-    return _shortconv(
-        conv_state,
-        pool=pool,
-        b=b,
-        c=c,
-        x=x,
-        weight=weight,
-        src_rows=src_rows,
-        dst_rows=dst_rows,
-        n_planes=n_planes,
-        out=out,
-    )
+    return _shortconv(conv_state_triton, pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows,
+                      dst_rows=dst_rows, n_planes=n_planes, out=out)

@@ -1,4 +1,5 @@
-"""Fast ssm_scan: a vectorised torch path (CPU, or CUDA without Triton) and the Triton dispatch.
+"""ssm_scan in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton, Mamba-2) and
+native.py (C).
 
 The torch path works in place on the pool where it can: for a run of sequences whose input rows and plane-0
 rows are consecutive (the steady decode case), each token costs three memory passes over the state
@@ -17,8 +18,7 @@ import torch.nn.functional as F
 
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import RowPlan, Rows, output, plan_rows, use_triton
-from rsplan.kernels._native import use_native
+from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 #: Up to this many GEMVs per token use torch.mv writing straight into y; more use one bmm.
@@ -137,42 +137,6 @@ def _chunked(
         y[grp.sel] = yg
     for t, p in taps.items():
         walk.store(pool, plan, grp, p, saved[t].view(n, H, P, S))
-
-
-def ssm_scan(
-    *,
-    pool: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    n_planes: int = 1,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """Selective scan with snapshot planes (Triton on CUDA for Mamba-2, torch elsewhere).
-
-    Same arguments, rules and return value as ``ssm_scan_ref``:
-        pool [R, H, P, S]; x [N, T, H, P]; dt [N, T, H]; A [H] or [H, S]; B, C [N, T, G, S];
-        src_rows, dst_rows [N]; n_planes K; out [N, T, H, P] or None. Returns (y [N, T, H, P] fp32,).
-    """
-    if use_triton(pool) and A.dim() == 1:
-        from rsplan.kernels.ssm_scan.fused import ssm_scan_triton
-
-        return ssm_scan_triton(
-            pool=pool, x=x, dt=dt, A=A, B=B, C=C, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
-        )
-    if use_native(pool):
-        from rsplan.kernels.ssm_scan.native import ssm_scan_native
-
-        return ssm_scan_native(
-            pool=pool, x=x, dt=dt, A=A, B=B, C=C, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
-        )
-    return ssm_scan_torch(
-        pool=pool, x=x, dt=dt, A=A, B=B, C=C, src_rows=src_rows, dst_rows=dst_rows, n_planes=n_planes, out=out
-    )
 
 
 def ssm_scan_bytes(

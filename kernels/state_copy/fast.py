@@ -1,10 +1,11 @@
-"""Fast state-row copies: a torch path (index_select / index_copy_) and, on CUDA, a Triton row copy."""
+"""State-row copies in torch (index_select / index_copy_); on CUDA rsplan.kernels.dispatch takes fused.py's
+Triton row copy instead."""
 
 from __future__ import annotations
 
 import torch
 
-from rsplan.kernels._common import Rows, host_rows, use_triton
+from rsplan.kernels._common import Rows, host_rows
 
 
 def _check(pool: torch.Tensor, rows: list[int], name: str) -> list[int]:
@@ -55,40 +56,6 @@ def state_scatter_torch(*, pool: torch.Tensor, states: torch.Tensor, rows: Rows)
     src = states if len(active) == len(rows_h) else states[torch.tensor(active, device=states.device)]
     pool.index_copy_(0, dst, src.to(pool.dtype))
     return ()
-
-
-def state_gather(
-    *, pool: torch.Tensor, rows: Rows, zero_row: int = -1, out: torch.Tensor | None = None
-) -> tuple[torch.Tensor]:
-    """Zero ``zero_row``, then gather ``rows`` of ``pool`` (Triton on CUDA, torch elsewhere).
-
-    Args:
-        pool: [R, F]; rows: [E] int (negative = padding); zero_row: rs_z or -1; out: [E, F] pool dtype or None.
-
-    Returns:
-        (out,): [E, F].
-    """
-    if use_triton(pool):
-        from rsplan.kernels.state_copy.fused import state_gather_triton
-
-        return state_gather_triton(pool=pool, rows=rows, zero_row=zero_row, out=out)
-    return state_gather_torch(pool=pool, rows=rows, zero_row=zero_row, out=out)
-
-
-def state_scatter(*, pool: torch.Tensor, states: torch.Tensor, rows: Rows) -> tuple[()]:
-    """Copy ``states[e]`` into ``pool[rows[e]]`` (Triton on CUDA, torch elsewhere).
-
-    Args:
-        pool: [R, F] updated in place; states: [E, F]; rows: [E] int (negative = padding).
-
-    Returns:
-        ().
-    """
-    if use_triton(pool):
-        from rsplan.kernels.state_copy.fused import state_scatter_triton
-
-        return state_scatter_triton(pool=pool, states=states, rows=rows)
-    return state_scatter_torch(pool=pool, states=states, rows=rows)
 
 
 def gather_bytes(*, row_bytes: int, n_rows: int, zero_row: bool) -> int:

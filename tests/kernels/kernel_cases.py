@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import import_module
 from typing import Any
 
 import torch
 
 from rsplan.kernels.conv_state import conv_state_ref, conv_state_torch
+from rsplan.kernels.dispatch import PATHS, load
 from rsplan.kernels.gated_delta import gated_delta_ref, gated_delta_torch
 from rsplan.kernels.gla import gla_ref, gla_torch
 from rsplan.kernels.lightning import lightning_ref, lightning_slopes, lightning_torch
@@ -141,32 +141,28 @@ def _lightning(c: Case, g: torch.Generator) -> tuple[dict, tuple, tuple]:
 
 @dataclass(frozen=True)
 class Op:
+    name: str
     ref: Callable[..., tuple]
     torch: Callable[..., tuple]
-    triton: str  # "module:function", imported lazily (Triton may be absent)
     build: Callable[[Case, torch.Generator], tuple[dict, tuple, tuple]]
     planes: bool  # K > 1 allowed
 
     def triton_fn(self) -> Callable[..., tuple]:
-        module, name = self.triton.split(":")
-        return getattr(import_module(module), name)
+        """The op's Triton path, as the dispatcher names it (imported lazily: Triton may be absent)."""
+        path = PATHS[self.name].triton
+        assert path is not None
+        return load(path)
 
 
 OPS: dict[str, Op] = {
-    "ssm_scan": Op(ssm_scan_ref, ssm_scan_torch, "rsplan.kernels.ssm_scan.fused:ssm_scan_triton", _ssm, True),
-    "conv_state": Op(
-        conv_state_ref, conv_state_torch, "rsplan.kernels.conv_state.fused:conv_state_triton", _conv, True
-    ),
-    "shortconv": Op(shortconv_ref, shortconv_torch, "rsplan.kernels.shortconv.fast:shortconv", _shortconv, True),
-    "gated_delta": Op(
-        gated_delta_ref, gated_delta_torch, "rsplan.kernels.gated_delta.fused:gated_delta_triton", _delta, True
-    ),
-    "rwkv6": Op(rwkv6_ref, rwkv6_torch, "rsplan.kernels.rwkv6.fused:rwkv6_triton", _rwkv6, False),
-    "gla": Op(gla_ref, gla_torch, "rsplan.kernels.gla.fused:gla_triton", _gla, False),
-    "rwkv7": Op(rwkv7_ref, rwkv7_torch, "rsplan.kernels.rwkv7.fused:rwkv7_triton", _rwkv7, False),
-    "lightning": Op(
-        lightning_ref, lightning_torch, "rsplan.kernels.lightning.fused:lightning_triton", _lightning, False
-    ),
+    "ssm_scan": Op("ssm_scan", ssm_scan_ref, ssm_scan_torch, _ssm, True),
+    "conv_state": Op("conv_state", conv_state_ref, conv_state_torch, _conv, True),
+    "shortconv": Op("shortconv", shortconv_ref, shortconv_torch, _shortconv, True),
+    "gated_delta": Op("gated_delta", gated_delta_ref, gated_delta_torch, _delta, True),
+    "rwkv6": Op("rwkv6", rwkv6_ref, rwkv6_torch, _rwkv6, False),
+    "gla": Op("gla", gla_ref, gla_torch, _gla, False),
+    "rwkv7": Op("rwkv7", rwkv7_ref, rwkv7_torch, _rwkv7, False),
+    "lightning": Op("lightning", lightning_ref, lightning_torch, _lightning, False),
 }
 
 

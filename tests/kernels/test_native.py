@@ -146,12 +146,12 @@ def test_dispatchers_run_c_on_cpu(op, dims, monkeypatch):
 def test_dispatcher_runs_c_on_cpu(monkeypatch):
     """``gated_delta`` (the fast path the profiler calls) goes to C for a one-token CPU call, to torch with
     RSPLAN_KERNELS=torch."""
-    from rsplan.kernels.gated_delta import fast
+    from rsplan.kernels.gated_delta import gated_delta
 
     calls = []
     monkeypatch.setattr(gdn_native, "gated_delta_native", lambda **kw: calls.append("c") or (None,))
     kw, pool, _ = make_call("gated_delta", Case(2, 1, GDN, M=2))
-    fast.gated_delta(pool=pool, **kw)
+    gated_delta(pool=pool, **kw)
     assert calls == ["c"]
     monkeypatch.setenv("RSPLAN_KERNELS", "torch")
     assert not nat.use_native(pool)
