@@ -7,7 +7,7 @@
 #     build), then rsplan with every extra (pip install -e ".[dev]"),
 #   - llama.cpp's source at the commit rsplan follows, for the citation tests (scripts/fetch-llama-cpp-source.sh),
 #   - lint, types, the built wheel in a fresh venv, docs generated from --help, and the whole test suite.
-# Arguments are passed to pytest (bash scripts/test.sh -x tests/cli).
+# Arguments are passed to pytest (bash scripts/test.sh -x tests/cli; -n 0 runs the tests in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
@@ -54,9 +54,9 @@ echo "wheel OK"
 echo "== docs generated from --help are up to date"
 python scripts/gen_cli_docs.py --check
 
-echo "== tests"
+echo "== tests (over every CPU: pytest-xdist's -n auto)"
 set +e
-python -m pytest -q "$@"
+python -m pytest -q -n auto "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
