@@ -453,6 +453,15 @@ class CapacityPlanner:
         out = output_buffer(self.spec, params, layout=self.layout).bytes if self.spec.vocab_size else 0
         return use.host.total_bytes + out + charge.host + self.checkpoints(params, use).bytes
 
+    def host_need(self, params: ContextParams, charge: Charge | None = None) -> tuple[int, int]:
+        """(at start, at most) host memory llama-server with ``params`` needs, bytes: ``host_bytes`` is the most
+        (its context checkpoints grown to ``--ctx-checkpoints`` per slot); at start no checkpoint exists yet
+        (llama-server creates them as prompts are processed, tools/server/server-context.cpp:2290
+        create_checkpoint)."""
+        use = self.usage(params)
+        most = self.host_bytes(params, use, charge)
+        return most - self.checkpoints(params, use).bytes, most
+
     def host_weights(self) -> HostWeights | None:
         """The host weight buffers charged at the flags as given (planner.host_charge), None where the file's
         tensor table is not known."""

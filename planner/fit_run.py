@@ -50,7 +50,8 @@ class FitOptions:
     budgets: list[tuple[str, int]] | None
     device_kind: str = "CUDA"
     host_total: int = 0
-    host_available: int = 0
+    #: the host memory checked (None: not limited, as for a machine rsplan does not know)
+    host_available: int | None = 0
     host_source: str = "--host-budget"
     margins: tuple[int, ...] = (DEFAULT_MARGIN,)
     fit_ctx: int = DEFAULT_FIT_CTX
@@ -93,7 +94,7 @@ class FitAnswer:
     margins: list[int]
     result: FitResult
     host_items: list[HostItem]
-    host_budget: int
+    host_budget: int | None
     host_budget_source: str
     weights_source: str
     compute_exact: bool

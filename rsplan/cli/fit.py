@@ -40,8 +40,9 @@ FIT_OPTIONS: list[Decorator] = [
                  help="Read the devices' free memory from these NVIDIA GPUs via NVML (no value: every GPU)."),
     DEVICE_KIND_OPTION,
     click.option("--host-budget", metavar="SIZE", default=None,
-                 help="Host memory. Default: this machine's (llama.cpp's --fit without devices budgets the "
-                 "total memory; rsplan's host check the memory available now)."),
+                 help="Host memory. Default: with --budget (another machine) none: the answer states what it "
+                 "needs; else this machine's (llama.cpp's --fit without devices budgets the total memory; rsplan's "
+                 "host check the memory available now)."),
     click.option("-fitt", "--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin to leave free per device, MiB (one value for all devices)."),
     click.option("-fitc", "--fit-ctx", "fit_ctx", type=click.IntRange(0, 2**32 - 1), default=4096,
@@ -121,7 +122,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),
         device_kind=options["device_kind"],
-        **_host(options["host_budget"]),
+        **_host(options["host_budget"], another_machine=options["budget"] is not None),
         margins=parse_fit_target(options["fit_target"]),
         fit_ctx=options["fit_ctx"], explicit_zero_ctx=explicit_ctx and params.n_ctx == 0,
         n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=parse_tensor_split(options["tensor_split"]),
@@ -137,10 +138,16 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         ctx.exit(1)  # as llama-fit-params (tools/fit-params/fit-params.cpp:40 exit), the answer printed first
 
 
-def _host(text: str | None) -> dict[str, Any]:
+def _host(text: str | None, another_machine: bool) -> dict[str, Any]:
+    """The host budget: ``--host-budget``; else none where ``--budget`` describes another machine (whose RAM
+    rsplan does not know: the answer states what it needs; llama.cpp's --fit budgets the host only without devices,
+    planner.fit ``_fits_as_is``, so with --budget its total is not read); else this machine's (--gpu, or no device)."""
     if text is not None:
         size = _size_or_none(text, "--host-budget")
         return {"host_total": size, "host_available": size, "host_source": f"--host-budget {text.strip()}"}
+    if another_machine:
+        return {"host_total": 0, "host_available": None, "host_source": "not limited: --budget plans another "
+                "machine; --host-budget SIZE checks its RAM"}
     from rsplan.cli.budget import host_memory
 
     total, available = host_memory()

@@ -107,6 +107,7 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
         "budget_bytes": planner.budget.host_budget_bytes,
         "budget_source": planner.budget.host_source if planner.budget.host_budget_bytes is not None else "not budgeted",
         "needed_bytes": planner.host_bytes(planner.base, charge=charge) if charge else None,
+        "needed_start_bytes": planner.host_need(planner.base, charge)[0] if charge else None,
         "total_bytes": None,
         "free_bytes": None,
         "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev is None],
@@ -138,6 +139,8 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
         d = dataclasses.asdict(r)
         d["flags"] = planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)) if r.n_ctx_flag else None
         d["limit"] = limit_words(planner, r.limited_by, r.bound_device)
+        need = rung_host_need(planner, r)
+        d["host_start_bytes"], d["host_max_bytes"] = need if need else (None, None)
         return d
 
     max_ctx = dataclasses.asdict(result.max_ctx)
@@ -312,6 +315,7 @@ def _budget_lines(planner: CapacityPlanner) -> list[str]:
         if d.total_bytes is not None:
             extra = f" (free {human(d.free_bytes or 0)} of {human(d.total_bytes)})"
         lines.append(f"Budget:   {d.name}: {human(d.budget_bytes)} from {d.source}{extra}")
+    lines.append(f"Host:     {host_words(planner)}")
     if budget.weights_bytes is None:
         lines.append("Weights:  NOT COUNTED - unknown for this model; give --weights SIZE")
     else:
@@ -331,6 +335,22 @@ def _budget_lines(planner: CapacityPlanner) -> list[str]:
         lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches at the flags "
                      "given")
     return lines
+
+
+def host_words(planner: CapacityPlanner) -> str:
+    """The host's budget and what the flags given need there (at start, and at most once llama-server's context
+    checkpoints have grown), in words: a requirement where the host is not budgeted (``--budget`` plans another
+    machine), else checked against the budget."""
+    charge = planner.charge_given()
+    if charge is None:
+        need = "its need is not known at the flags given, where llama.cpp aborts"
+    else:
+        start, most = planner.host_need(planner.base, charge)
+        need = f"needs {human(start)} at start, up to {human(most)} at the flags given"
+    host = planner.budget.host_budget_bytes
+    if host is None:
+        return f"not limited (--budget plans another machine; --host-budget SIZE checks its RAM); {need}"
+    return f"{human(host)} from {planner.budget.host_source}; {need}"
 
 
 def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
@@ -386,9 +406,9 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
             limit_words(planner, r.limited_by, r.bound_device),
             planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)),
             human(r.cache_bytes),
-            human(r.headroom_bytes),
+            _host_cell(planner, r),
         ] + ([_per_gpu(r.compute_bytes)] if per_setting else []) + ([_draft_cell(r.charge)] if draft else []))
-    headers = ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"]
+    headers = ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "host start/most"]
     return [
         "Most parallel sequences per context (llama.cpp's -c is the total over all sequences"
         + ("; compute: the compute buffer charged to each GPU at that setting" if per_setting else "")
@@ -425,6 +445,19 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
         lines.append(f"Rollback snapshots at n_rs_seq {rs.n_rs_seq}: {human(rs.snapshot_bytes or 0)} "
                      f"({rs.snapshot_bytes or 0:,} B) of those caches")
     return lines
+
+
+def rung_host_need(planner: CapacityPlanner, r: Rung) -> tuple[int, int] | None:
+    """(at start, at most) host memory of a ladder answer (``CapacityPlanner.host_need``), None where none fits."""
+    if r.n_ctx_flag is None:
+        return None
+    return planner.host_need(planner.params(r.n_ctx_flag, r.max_parallel), r.charge)
+
+
+def _host_cell(planner: CapacityPlanner, r: Rung) -> str:
+    """``42.33 MiB / 9.46 GiB``: a ladder answer's host memory at start and at most."""
+    need = rung_host_need(planner, r)
+    return "-" if need is None else f"{human(need[0])} / {human(need[1])}"
 
 
 def _per_gpu(compute_bytes: tuple[int, ...] | None) -> str:

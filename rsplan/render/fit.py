@@ -30,6 +30,14 @@ def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) 
             left, "" if margin is None else mib(margin)]
 
 
+def host_line(a: FitAnswer) -> str:
+    """The host memory the start needs (at start, at most), and its budget or why there is none."""
+    need = f"needs {mib(a.host_start_bytes)} MiB at start, up to {mib(a.host_bytes)} MiB"
+    if a.host_budget is None:
+        return f"{need}; {a.host_budget_source}"
+    return f"{need}, of {mib(a.host_budget)} MiB ({a.host_budget_source})"
+
+
 def fit_table(a: FitAnswer) -> str:
     r = a.result
     lines = [f"llama.cpp --fit for {a.model} ({a.weights_source}), "
@@ -42,6 +50,7 @@ def fit_table(a: FitAnswer) -> str:
         lines.append(f"Command: {_command(a)}")
         if not a.is_file:
             lines.append(f"  (MODEL.gguf: your GGUF of {a.model}, {a.weights_source})")
+    lines.append(f"Host: {host_line(a)}")
     rows = [_usage_row(f"{n} ({s})", free, m, u) for n, s, free, m, u in
             zip(a.device_names, a.device_sources, a.device_free, a.margins[:len(a.device_names)], r.usage.devices,
                 strict=True)]
@@ -55,15 +64,16 @@ def fit_table(a: FitAnswer) -> str:
                  if u.context or u.compute]
         lines.append("MTP draft context (--spec-type mtp; included in the rows above, as --fit adds it): "
                      + "; ".join(parts))
-    lines += ["", f"Host memory ({a.host_budget_source}: {mib(a.host_budget)} MiB):"]
+    budget = "" if a.host_budget is None else f": {mib(a.host_budget)} MiB"
+    lines += ["", f"Host memory ({a.host_budget_source}{budget}):"]
     items = [[i.what, mib(i.bytes), "grows to" if i.grows else "at start"] for i in a.host_items]
     lines.append(table([*items, ["at start", mib(a.host_start_bytes), ""], ["at most", mib(a.host_bytes), ""]],
                        ["host item", "MiB", "when"], align=["left", "right", "left"]))
-    if a.host_start_bytes > a.host_budget:
+    if a.host_budget is not None and a.host_start_bytes > a.host_budget:
         lines.append(f"Limited by: host memory: {mib(a.host_start_bytes)} MiB needed at start, {mib(a.host_budget)} "
                      "MiB available: this start would swap or fail (llama.cpp's --fit checks the host only when "
                      "there is no device)")
-    elif a.host_bytes > a.host_budget:
+    elif a.host_budget is not None and a.host_bytes > a.host_budget:
         lines.append(f"Host memory: llama-server's context checkpoints can grow past the host budget ("
                      f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (now "
                      f"{a.ctx_checkpoints} per slot) to bound them")
@@ -97,8 +107,8 @@ def fit_json(a: FitAnswer) -> dict[str, Any]:
         "host_check": {"budget_bytes": a.host_budget, "source": a.host_budget_source,
                        "items": [dataclasses.asdict(i) for i in a.host_items],
                        "start_bytes": a.host_start_bytes, "max_bytes": a.host_bytes,
-                       "fits_at_start": a.host_start_bytes <= a.host_budget,
-                       "fits_at_most": a.host_bytes <= a.host_budget},
+                       "fits_at_start": None if a.host_budget is None else a.host_start_bytes <= a.host_budget,
+                       "fits_at_most": None if a.host_budget is None else a.host_bytes <= a.host_budget},
         "compute_exact": a.compute_exact,
         "mtp_draft": None if a.draft is None else {
             "devices": [{"name": n, **dataclasses.asdict(u)} for n, u in zip(a.device_names, a.draft.devices,
