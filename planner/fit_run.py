@@ -149,9 +149,10 @@ class FitAnswer:
         return out
 
 
-def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False
+def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False, ref: str = ""
              ) -> tuple[list[Weight], str, WeightTable | None]:
-    """(the loaded tensors, where they come from, the file's whole tensor table with shapes when known)."""
+    """(the loaded tensors, where they come from, the file's whole tensor table with shapes when known): a GGUF's
+    own tensors, else the tensor list quantized to ``quant`` (None: planner.default_weights.DEFAULT_QUANT)."""
     tensors = getattr(read, "tensors", None)
     rows = getattr(read, "tensor_rows", None)
     if tensors is not None and rows is not None:
@@ -160,19 +161,22 @@ def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = 
         shapes = getattr(read, "tensor_shapes", None)
         table = WeightTable(tensors, rows, shapes, getattr(read, "tensor_alignment", 32)) if shapes else None
         return gguf_weights(tensors, rows, spec.n_layer, load_mtp), "the GGUF's tensors", table
-    if quant is None:
-        raise RsplanError("fit needs the model's weights tensor by tensor: give a GGUF file, or --quant TYPE "
-                          "(e.g. Q4_K_M, BF16) for a preset with a tensor list")
     from rsplan.errors import UnsupportedArchError
+    from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, weights_needed
     from rsplan.planner.quant_weights import SOURCE_OUTTYPE, quantized_weights
 
+    default = quant is None
+    quant = DEFAULT_QUANT if quant is None else quant
     try:
         qw = quantized_weights(spec, quant)
     except UnsupportedArchError as exc:
+        if default:  # fit places the weights tensor by tensor: it needs a tensor list, a size alone will not do
+            raise weights_needed(ref, str(exc), "give a GGUF file, or --quant TYPE") from None
         raise RsplanError(f"--quant {quant}: {exc}") from None
     weights = [Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in qw.plan.tensors
                if loaded(t.name, spec.n_layer, load_mtp)]
-    return weights, f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF", qw.weight_table
+    source = f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF"
+    return weights, source + (f", {DEFAULT_QUANT_NOTE}" if default else ""), qw.weight_table
 
 
 def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float, ...] | None:
@@ -203,7 +207,7 @@ def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswe
     from rsplan.hparams.sources import read_model
 
     read = read_model(model_ref)
-    weights, weights_source, table = _weights(read, read.spec, opts.quant, opts.spec_mtp)
+    weights, weights_source, table = _weights(read, read.spec, opts.quant, opts.spec_mtp, model_ref)
     return fit_model(read.spec, weights, params, opts, model_ref=model_ref, is_file=read.kind == "gguf",
                      weights_source=weights_source, table=table)
 

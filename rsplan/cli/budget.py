@@ -69,11 +69,12 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="With --gpu: budget the GPUs' free memory (default, as llama.cpp's --fit does) or their "
                  "total memory (an empty GPU)."),
     click.option("--weights", "weights", metavar="SIZE", multiple=True,
-                 help="Model weights, with units; overrides the model file's size. Without it and without a "
-                 "size in the model file, weights are NOT counted (the output says so)."),
+                 help="Model weights, with units; overrides the model file's size. Without it: a GGUF's tensors, "
+                 "else the model file's size, else the model's tensor list at a default type (llama.cpp: --quant "
+                 "Q4_K_M; vllm / sglang: the checkpoint's dtype)."),
     click.option("--quant", "quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF "
-                 "(presets, config.json files giving vocab_size); --weights overrides it."),
+                 "(presets, config.json files giving vocab_size; default Q4_K_M); --weights overrides it."),
     click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
     click.option("--compute", "compute", metavar="SIZE", default=None,

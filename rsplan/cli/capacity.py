@@ -93,19 +93,23 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
 def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,
                      kwargs: dict[str, Any]) -> None:
     """``capacity --engine vllm|sglang``: the engine's answers for the budget."""
-    from rsplan.hparams.sources import load_model
+    from rsplan.hparams.sources import read_model
     from rsplan.planner.budget import serving_budget
+    from rsplan.planner.default_weights import serving_model_dtype
     from rsplan.planner.engines import engine as load_engine
 
     options = pop_budget_options(kwargs)
     rules = load_engine(engine)
     settings = rules.settings(values)
-    spec = load_model(model_ref)
+    read = read_model(model_ref)
+    spec = read.spec
     if len(options["weights"]) > 1:
         raise RsplanError(f"give --weights once (one --model, {len(options['weights'])} --weights)")
     request = budget_request(options)
     budget = serving_budget(spec, model_ref, request, request.weights[0] if request.weights else None,
-                            settings.tensor_parallel_size, rules.default_overhead_bytes)
+                            settings.tensor_parallel_size, rules.default_overhead_bytes,
+                            serving_model_dtype(engine, spec, getattr(settings, "dtype", "auto")),
+                            read.facts.get("quantization_config"), read.facts.get("tie_word_embeddings"))
     contexts = parse_serving_ctx_list(ctx_list) if ctx_list is not None else None
     result = rules.capacity(spec, settings, budget, contexts)
     if fmt == "json":
@@ -115,5 +119,5 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
     else:
         from rsplan.render.engine import render_engine_capacity
 
-        click.echo(render_engine_capacity(result))
+        click.echo(render_engine_capacity(result, contexts_given=contexts is not None))
 

@@ -62,7 +62,7 @@ FIT_OPTIONS: list[Decorator] = [
                  help="Compute buffer per device instead of rsplan's model of it (e.g. read from a real log)."),
     click.option("--quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE writes them from the bf16 GGUF (presets with a tensor "
-                 "list); a GGUF gives its own tensors."),
+                 "list; default Q4_K_M); a GGUF gives its own tensors."),
 ]
 
 OUTPUT_OPTIONS = [

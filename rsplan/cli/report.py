@@ -121,7 +121,9 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
         # meanwhile, what sizes no compute buffer
         from rsplan.render.report import ModelReport, build_html
 
-        serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
+        serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts,
+                                  [(r.facts.get("quantization_config"), r.facts.get("tie_word_embeddings"))
+                                   for r in reads])
     models = []
     for i, (ref, p) in enumerate(zip(model_refs, planners, strict=True)):
         if model_key(i) in ahead.sized:
@@ -135,9 +137,12 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 
 
 def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], values: dict[str, dict[str, Any]],
-                    request: BudgetRequest, contexts: list[int] | None) -> list[Any]:
-    """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's."""
+                    request: BudgetRequest, contexts: list[int] | None,
+                    checkpoints: list[tuple[str | None, bool | None]]) -> list[Any]:
+    """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's
+    (``checkpoints``: each model's config.json quantization_config and tie_word_embeddings, where it says them)."""
     from rsplan.planner.budget import serving_budget
+    from rsplan.planner.default_weights import serving_model_dtype
     from rsplan.planner.engines import engine as load_engine
     from rsplan.render.report import EngineReport
 
@@ -147,8 +152,11 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
         rules = load_engine(name)
         settings = rules.settings(values[name])
         for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
+            # --quant is llama.cpp's (its planners took it); the serving engines load the checkpoint as it is
             budget = serving_budget(spec, ref, request, weights[i] if weights else None,
-                                    settings.tensor_parallel_size, rules.default_overhead_bytes)
+                                    settings.tensor_parallel_size, rules.default_overhead_bytes,
+                                    serving_model_dtype(name, spec, getattr(settings, "dtype", "auto")),
+                                    *checkpoints[i])
             try:
                 out.append(EngineReport(spec.name, name, rules.version, rules.capacity(spec, settings, budget,
                                                                                        contexts)))

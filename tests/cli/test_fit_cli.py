@@ -47,7 +47,6 @@ def test_cpu_only_reduces_the_context_to_the_host():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-m", "lfm2-1.2b", "--budget", "24GiB"], "give a GGUF file, or --quant TYPE"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "24"], "has no unit"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "-2GiB"], "must be positive"),
     (["-m", "lfm2-1.2b", "--quant", "Q8_0", "--budget", "8GiB", "-ot", "blk=GPU7"], "unknown buffer type 'GPU7'"),
