@@ -25,7 +25,7 @@ from rsplan.hparams.model import ModelSpec
 #: The llama-quantize type a model without a GGUF, --weights or --quant is sized at for llama.cpp.
 DEFAULT_QUANT = "Q4_K_M"
 #: What the weights' source line adds for DEFAULT_QUANT.
-DEFAULT_QUANT_NOTE = "rsplan's default type for llama.cpp; --quant TYPE or --weights SIZE for yours"
+DEFAULT_QUANT_NOTE = "rsplan's default type for llama.cpp; --quant TYPE for yours"
 #: The vocabulary multiple of vLLM's and SGLang's VocabParallelEmbedding / ParallelLMHead.
 VOCAB_PADDING = 64
 #: What a serving engine's answer asks for where the weights cannot be sized (--quant is llama.cpp's).

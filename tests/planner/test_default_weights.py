@@ -43,7 +43,7 @@ def test_llama_cpp_default_is_q4_k_m_and_says_so():
     q = json.loads(run(*base, "--quant", "Q4_K_M"))
     assert d["weights_counted"] and d["weights_bytes"] == q["weights_bytes"] > 0
     assert d["weights_source"].startswith("llama-quantize Q4_K_M of the converter's bf16 GGUF")
-    assert "rsplan's default type for llama.cpp; --quant TYPE or --weights SIZE for yours" in d["weights_source"]
+    assert "rsplan's default type for llama.cpp; --quant TYPE for yours" in d["weights_source"]
     assert d["ladder"] == q["ladder"]
     text = run(*base[:-2])
     assert "NOT COUNTED" not in text
@@ -123,3 +123,14 @@ def test_sglang_model_dtype_is_the_engines():
     for name in ("lfm2-8b-a1b", "mamba2-2.7b", "qwen3-next-80b-a3b"):
         spec = load_model(name)
         assert serving_model_dtype("sglang", spec) == derive(spec, settings({})).model_dtype, name
+
+
+def test_estimate_prints_numbers_or_a_clear_word():
+    # the README's first example: every cell a number (the weights sized at Q4_K_M, issue 37)
+    out = run("estimate", "--model", "qwen3-next-80b-a3b", "-c", "32768", "-np", "4")
+    host = next(line for line in out.splitlines() if line.startswith("Host (CPU) "))
+    assert "?" not in out and host.split()[2:] == ["1,163.51", "0.00", "1,069.50", "94.01", "1,220,030,528"]
+    # a model with no tensor list: its model bytes are unknown, said in a word
+    out = run("estimate", "--model", "article-example-48l", "-c", "8192")
+    host = next(line for line in out.splitlines() if line.startswith("Host (CPU) "))
+    assert "?" not in host and host.split()[2:4] == ["unknown", "unknown"]
