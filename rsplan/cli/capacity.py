@@ -40,11 +40,14 @@ from rsplan.planner.engines import NATIVE
 @context_options
 @engine_options
 @section("Output", [click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-                                 show_default=True, help="table, or json (every number, in bytes).")])
+                                 show_default=True, help="table, or json (every number, in bytes)."),
+                    click.option("--explain", is_flag=True,
+                                 help="Also say where each figure comes from: the context limit, margin, compute "
+                                 "rules and modelling notes (JSON always has them).")])
 @host_options
 @user_errors
 @paused_gc(ends_with_command)
-def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
+def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explain: bool, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
 
     Subtracts the weights, a margin (--fit-target) and the compute buffer of each setting (or --compute) from
@@ -87,7 +90,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
 
         click.echo(json.dumps(capacity_dict(planner, result), indent=2))
     else:
-        click.echo(render_capacity(planner, result))
+        click.echo(render_capacity(planner, result, explain))
 
 
 def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,

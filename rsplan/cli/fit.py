@@ -146,8 +146,8 @@ def _host(text: str | None, another_machine: bool) -> dict[str, Any]:
         size = _size_or_none(text, "--host-budget")
         return {"host_total": size, "host_available": size, "host_source": f"--host-budget {text.strip()}"}
     if another_machine:
-        return {"host_total": 0, "host_available": None, "host_source": "not limited: --budget plans another "
-                "machine; --host-budget SIZE checks its RAM"}
+        return {"host_total": 0, "host_available": None, "host_source": "not limited (another machine: "
+                "--host-budget SIZE checks it)"}
     from rsplan.cli.budget import host_memory
 
     total, available = host_memory()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
+from rsplan.planner.capacity import HOST, CapacityPlanner, CapacityResult, Rung
 from rsplan.planner.capacity_charge import Charge
 from rsplan.planner.context import CTX_PAD
 from rsplan.planner.speculative import usable_spec_types
@@ -269,8 +269,9 @@ def compute_words(planner: CapacityPlanner) -> str:
 
 
 def draft_words(planner: CapacityPlanner) -> str | None:
-    """How the MTP draft context is charged, in a sentence (None when no printed command runs it)."""
-    if not planner.charges.mtp:
+    """How the MTP draft context is charged, in a sentence (None when no printed command runs it: no MTP layers,
+    or an arch without rollback, where llama.cpp clamps n_rs_seq to 0 and no command carries a draft)."""
+    if not planner.charges.mtp or not planner.layout.arch.rollback:
         return None
     return ("--spec-type mtp: every setting with rollback planes (printed with --spec-type draft-mtp) is also charged "
             "the draft context as llama.cpp's --fit adds it: its KV cache over the nextn layers and its compute buffer "
@@ -289,27 +290,49 @@ def _checkpoint_words(planner: CapacityPlanner) -> str:
             f"sequence's recurrent state{draft}) = {human(cps.bytes)} at most, charged to the host budget")
 
 
-def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
-    """The text form of ``rsplan capacity``."""
+def render_capacity(planner: CapacityPlanner, result: CapacityResult, explain: bool = False) -> str:
+    """The text form of ``rsplan capacity``: the budget in a few lines, the answers (the largest context at the
+    flags given, the ladder), the devices at the flags given, and the notes a user can act on; ``explain`` adds
+    where each figure comes from (the context limit, margin, compute rules, modelling notes)."""
     lines = [
-        *_budget_lines(planner), "",
+        *_budget_lines(planner, explain), "",
+        *_largest_lines(planner, result, explain), "",
+        *_ladder_lines(planner, result, explain), "",
         *_device_lines(planner, result), "",
-        *_ladder_lines(planner, result), "",
-        *_largest_lines(planner, result), "",
     ]
-    lines.extend(f"Note: {n}" for n in notes(planner))
-    return "\n".join(prose(line) for line in lines)
+    lines.extend(f"Note: {n}" for n in (notes(planner) if explain else action_notes(planner, result)))
+    return "\n".join(prose(line) for line in lines).rstrip("\n")
 
 
-def _budget_lines(planner: CapacityPlanner) -> list[str]:
-    """The model, the context limit, and where each part of the budget comes from."""
+def action_notes(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
+    """The notes of the default output: only what a user can act on, one line each (``notes`` has them all)."""
+    out = []
+    budget = planner.budget
+    if not budget.compute_per_setting and budget.compute_source.startswith("an allowance"):
+        out.append(f"compute buffer: an allowance of {human(budget.compute_bytes)} per GPU (not modelled for this "
+                   "model); --compute SIZE gives yours")
+    host_bound = any(r.limited_by == "memory" and r.bound_device == HOST for r in result.ladder)
+    cps = planner.checkpoints(planner.base)
+    if host_bound and cps.bytes:
+        out.append(f"host memory binds: llama-server's context checkpoints take up to {human(cps.bytes)} at the "
+                   f"flags given; a lower --ctx-checkpoints (now {budget.ctx_checkpoints}) fits more")
+    if planner.layout.arch.rollback and planner.draft.needs_draft_model:
+        out.append(f"rollback planes need a draft model (-md FILE, --spec-type {planner.draft.spec_type}), whose "
+                   "own weights and caches are not counted")
+    return out
+
+
+def _budget_lines(planner: CapacityPlanner, explain: bool = False) -> list[str]:
+    """The model and where each part of the budget comes from (``explain``: the context limit, margin, compute and
+    cache budget too)."""
     spec, layout, budget = planner.spec, planner.layout, planner.budget
     lines = [
         f"Model {spec.name} ({spec.arch}): {layout.n_layer} layers, {len(layout.kv_layers)} with KV cache, "
         f"{len(layout.recurrent_layers)} recurrent; training context {layout.n_ctx_train:,}",
-        f"Context:  recommendations stop at {planner.ctx_limit.tokens:,} tokens per sequence "
-        f"({planner.ctx_limit.note})",
     ]
+    if explain:
+        lines.append(f"Context:  recommendations stop at {planner.ctx_limit.tokens:,} tokens per sequence "
+                     f"({planner.ctx_limit.note})")
     for d in budget.devices:
         extra = ""
         if d.total_bytes is not None:
@@ -321,6 +344,8 @@ def _budget_lines(planner: CapacityPlanner) -> list[str]:
     else:
         lines.append(f"Weights:  {human(budget.weights_bytes)} ({budget.weights_bytes:,} B) "
                      f"from {budget.weights_source}")
+    if not explain:
+        return lines
     margins = sorted(set(budget.margin_bytes))
     lines.append("Margin:   " + ", ".join(human(m) for m in margins) + " per GPU (--fit-target)")
     kind = f"{budget.device_kind} devices, " if budget.device_kind else ""
@@ -343,14 +368,18 @@ def host_words(planner: CapacityPlanner) -> str:
     machine), else checked against the budget."""
     charge = planner.charge_given()
     if charge is None:
-        need = "its need is not known at the flags given, where llama.cpp aborts"
+        need = "need not known at the flags given, where llama.cpp aborts"
     else:
         start, most = planner.host_need(planner.base, charge)
-        need = f"needs {human(start)} at start, up to {human(most)} at the flags given"
+        need = f"needs {human(start)} at start, up to {human(most)}"
     host = planner.budget.host_budget_bytes
     if host is None:
-        return f"not limited (--budget plans another machine; --host-budget SIZE checks its RAM); {need}"
-    return f"{human(host)} from {planner.budget.host_source}; {need}"
+        return f"{need}; {NOT_LIMITED}"
+    return f"{need}, of {human(host)} from {planner.budget.host_source}"
+
+
+#: The host of a machine rsplan does not know (``--budget``), in words.
+NOT_LIMITED = "not limited (another machine: --host-budget SIZE checks it)"
 
 
 def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
@@ -390,9 +419,9 @@ def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
     return lines
 
 
-def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
-    """The most parallel sequences at each context per sequence."""
-    per_setting = planner.budget.compute_per_setting
+def _ladder_lines(planner: CapacityPlanner, result: CapacityResult, explain: bool = False) -> list[str]:
+    """The most parallel sequences at each context per sequence (``explain``: each answer's compute buffer too)."""
+    per_setting = planner.budget.compute_per_setting and explain
     draft = any(r.charge is not None and r.charge.draft is not None for r in result.ladder)
     ladder_rows: list[list[Any]] = []
     for r in result.ladder:
@@ -418,8 +447,9 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
     ]
 
 
-def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
-    """The largest context at the given -np, and the largest n_rs_seq at the given -c/-np."""
+def _largest_lines(planner: CapacityPlanner, result: CapacityResult, explain: bool = False) -> list[str]:
+    """The largest context at the given -np, and the largest n_rs_seq at the given -c/-np (for an arch without
+    rollback, only with ``explain``)."""
     lines = []
     m = result.max_ctx
     if m.limited_by == "llama_abort_first":
@@ -434,6 +464,8 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
             f"{_compute_part(planner, m.compute_bytes, m.charge)})"
         )
     rs = result.max_rs
+    if not planner.layout.arch.rollback and not explain:
+        return lines  # no rollback planes for this arch: no question to answer
     if rs.n_rs_seq is None or rs.cache_bytes is None:
         lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: n/a, {rs.reason}")
     else:

@@ -64,8 +64,8 @@ def fit_table(a: FitAnswer) -> str:
                  if u.context or u.compute]
         lines.append("MTP draft context (--spec-type mtp; included in the rows above, as --fit adds it): "
                      + "; ".join(parts))
-    budget = "" if a.host_budget is None else f": {mib(a.host_budget)} MiB"
-    lines += ["", f"Host memory ({a.host_budget_source}{budget}):"]
+    budget = "not limited" if a.host_budget is None else f"{a.host_budget_source}: {mib(a.host_budget)} MiB"
+    lines += ["", f"Host memory ({budget}):"]
     items = [[i.what, mib(i.bytes), "grows to" if i.grows else "at start"] for i in a.host_items]
     lines.append(table([*items, ["at start", mib(a.host_start_bytes), ""], ["at most", mib(a.host_bytes), ""]],
                        ["host item", "MiB", "when"], align=["left", "right", "left"]))

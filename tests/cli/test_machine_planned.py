@@ -61,11 +61,12 @@ def test_budget_plans_another_machine_whose_host_is_not_limited(tiny_machine: No
 def test_budget_header_states_the_host_need_as_a_requirement(tiny_machine: None) -> None:
     out = _run([*BASE, "--budget", "8GiB"])
     line = next(x for x in out.splitlines() if x.startswith("Host:"))
-    assert line.startswith("Host:     not limited (--budget plans another machine; --host-budget SIZE checks")
+    assert line.startswith("Host:     needs ") and line.endswith("; not limited (another machine: --host-budget SIZE "
+                                                                  "checks it)")
     assert "this machine" not in out
     # START_NP2 = 1,079,747,392 B = 1.01 GiB; MOST_NP2 = START_NP2 + 179,345,152 B = 1.17 GiB
     assert START_NP2 == 1_079_747_392 and MOST_NP2 - START_NP2 == 179_345_152
-    assert "needs 1.01 GiB at start, up to 1.17 GiB at the flags given" in " ".join(out.split())
+    assert "needs 1.01 GiB at start, up to 1.17 GiB;" in " ".join(out.split())
 
 
 def test_host_budget_given_still_limits(tiny_machine: None) -> None:
@@ -89,8 +90,9 @@ def test_gpu_plans_this_machine_and_budgets_its_ram(monkeypatch: pytest.MonkeyPa
     (rung,) = json.loads(out)["ladder"]
     assert rung["max_parallel"] == 10 and rung["bound_device"] == "host memory"
     text = _run(args)
-    line = next(x for x in text.splitlines() if x.startswith("Host:"))
-    assert "from this machine's available memory (--gpu plans this machine)" in line
+    assert text.splitlines()[2].startswith("Host:     needs ")
+    assert (f"of {(GiB + 10 * PER_SEQ_HOST) / GiB:.2f} GiB from this machine's available memory (--gpu plans this "
+            "machine)") in " ".join(text.split())
 
 
 def test_report_takes_the_same_host_budget(tiny_machine: None) -> None:
@@ -112,7 +114,7 @@ def test_fit_with_budget_states_the_host_need_and_checks_no_host(tiny_machine: N
     assert r.exit_code == 0, r.output
     assert "Limited by: host memory" not in r.output
     line = next(x for x in r.output.splitlines() if x.startswith("Host:"))
-    assert line.endswith("not limited: --budget plans another machine; --host-budget SIZE checks its RAM")
+    assert line.endswith("; not limited (another machine: --host-budget SIZE checks it)")
     check = json.loads(CliRunner().invoke(cli, [*args, "--format", "json"]).output)["host_check"]
     assert check["budget_bytes"] is None and check["fits_at_start"] is None and check["fits_at_most"] is None
     # the requirement: at most = at start + the checkpoints, 32 per slot x 2 slots (grown: "grows" items)

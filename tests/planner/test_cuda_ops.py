@@ -177,6 +177,6 @@ def test_capacity_says_what_runs_on_the_host():
     from rsplan.cli import cli
 
     r = CliRunner().invoke(cli, ["capacity", "-m", "plamo-2-1b", "--quant", "Q8_0", "--budget", "8GiB", "--ctx",
-                                 "4k,32k", "-np", "2", "--host-budget", "64GiB"])
+                                 "4k,32k", "-np", "2", "--host-budget", "64GiB", "--explain"])
     assert r.exit_code == 0, r.output
     assert "SSM_SCAN x8 of each ubatch's graph: no kernel on the CUDA devices" in " ".join(r.output.split())
