@@ -33,6 +33,7 @@ from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weight
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.loader_ops import device_loader_check
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
+from rsplan.planner.override_compact import compact_overrides
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.speculative import check_draft
 from rsplan.planner.weight_placement import (
@@ -103,6 +104,10 @@ class FitAnswer:
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     draft: Usage | None = None
     host: HostOptions = field(default_factory=HostOptions)
+    #: the context flags as the user gave them (before --fit chose -c), and whether -c was given (0 is the
+    #: model's training context, which --fit may lower only when -c is not given)
+    given_params: ContextParams | None = None
+    ctx_given: bool = True
 
     @property
     def host_bytes(self) -> int:
@@ -131,7 +136,8 @@ class FitAnswer:
         then a lone first part, so a split that gives every layer to the first device is printed as no ``-ts``,
         which llama.cpp reads as its default split by free memory over every device (src/llama-model.cpp all_zero):
         here that split stays, as ``-ts N`` (common/arg.cpp: parts not given are 0). The ``-ot`` patterns are
-        shell-quoted (llama-fit-params puts them in double quotes as they are)."""
+        shell-quoted (llama-fit-params puts them in double quotes as they are); --fit's own are merged
+        (planner.override_compact), one ``-ot`` each."""
         return self._placement(runnable=True)
 
     def _placement(self, runnable: bool) -> str:
@@ -144,6 +150,13 @@ class FitAnswer:
             if len(parts) > 1 or (runnable and parts[0] != 0):
                 out += " -ts " + ",".join(f"{p:g}" if runnable else str(int(p)) for p in parts)
         if flags.overrides:
+            # the command carries --fit's entries merged into as few as place the same tensors (llama-fit-params
+            # prints one per layer), one -ot each (llama.cpp appends every -ot's entries to one list in order,
+            # common/arg.cpp:2756), so that a line can break between them; entries given by the user stay as given
+            if runnable and self.result.changed:
+                out += "".join(" -ot " + shlex.quote(o.flag_text(self.device_names))
+                               for o in compact_overrides(flags.overrides))
+                return out
             patterns = ",".join(o.flag_text(self.device_names) for o in flags.overrides)
             out += " -ot " + (shlex.quote(patterns) if runnable else f'"{patterns}"')
         return out
@@ -268,7 +281,8 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                        opts.host_source, weights_source,
                        opts.compute is not None or not budgets or model.compute_estimate is None,
                        no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints,
-                       draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host)
+                       draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host,
+                       given_params=params, ctx_given=opts.explicit_zero_ctx or params.n_ctx != 0)
     if result.wrapped:
         answer.notes.append("llama.cpp's --fit measured plans whose per-device layer counts wrapped around "
                             "(uint32_t arithmetic in common/fit.cpp's step 4: a partial layer taken from a device "

@@ -71,6 +71,8 @@ OUTPUT_OPTIONS = [
                  "which runs llama-server in-process) or llama-fit-params' (n_batch outputs)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="table, or json (every number)."),
+    click.option("--explain", is_flag=True,
+                 help="Also print llama-fit-params' own line, the host's items, --fit's steps and the notes."),
 ]
 
 
@@ -82,7 +84,7 @@ OUTPUT_OPTIONS = [
 @host_options
 @user_errors
 @paused_gc(ends_with_command)
-def fit(model_ref: str, fmt: str, **options: Any) -> None:
+def fit(model_ref: str, fmt: str, explain: bool, **options: Any) -> None:
     """What llama.cpp's --fit would choose: context, -ngl, -ts, -ot, for the given devices.
 
     Mirrors llama.cpp's start-up fitting (common/fit.cpp, on by default in llama-server and llama-cli) step by
@@ -133,7 +135,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         spec_mtp=spec_type == "mtp", host=host,
     )
     answer = run_fit(model_ref, params, opts)
-    click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
+    click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer, explain))
     if answer.result.failure:
         ctx.exit(1)  # as llama-fit-params (tools/fit-params/fit-params.cpp:40 exit), the answer printed first
 

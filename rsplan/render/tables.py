@@ -107,3 +107,26 @@ def prose(text: str, indent: str = "  ", width: int = WIDTH) -> str:
     if "\n" in text or len(text) <= width:
         return text
     return textwrap.fill(text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
+
+def command_lines(label: str, command: str, width: int = WIDTH, indent: str = "  ") -> str:
+    """A shell command after ``label``, broken before a flag (``-x`` / ``--xx``, with its values) into lines of at
+    most ``width`` columns that end in `` \\`` (one command to a shell, pasted as it is); a flag with a value longer
+    than a line keeps its own line. The words keep their quoting (shlex: the command's own)."""
+    import shlex
+
+    words = [shlex.quote(w) for w in shlex.split(command)]
+    groups: list[str] = []
+    for w in words:
+        if groups and not (w.startswith("-") and not w[1:2].isdigit()):
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    lines = [label + groups[0]]
+    for g in groups[1:]:
+        if len(lines[-1]) + 1 + len(g) + 2 <= width:
+            lines[-1] += " " + g
+        else:
+            lines[-1] += " \\"
+            lines.append(indent + g)
+    return "\n".join(lines)
