@@ -120,7 +120,7 @@ def _margins(request: BudgetRequest) -> tuple[int, ...]:
     return margins
 
 
-def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
+def check_weights_count(request: BudgetRequest, n_models: int) -> None:
     n_weights = len(request.weights)
     if n_weights and n_weights != n_models:
         models = f"{n_models} model" + ("s" if n_models > 1 else "")
@@ -211,7 +211,7 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
             ``--quant`` the model cannot take, or flags the model cannot run (CapacityPlanner.check_request).
     """
     margins = _margins(request)
-    _check_weights_count(request, len(specs))
+    check_weights_count(request, len(specs))
     planners = []
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None

@@ -400,11 +400,20 @@ class CapacityPlanner:
         MiB so that the ``-ts`` flags rsplan prints reproduce the placement exactly."""
         return [(d.budget_bytes if d.free_bytes is None else d.free_bytes) // MIB for d in self.budget.devices]
 
-    def flags(self, params: ContextParams) -> str:
-        """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags)."""
+    def flags(self, params: ContextParams, placement: bool = True) -> str:
+        """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags);
+        ``placement`` False leaves out the placement and load flags (``placement_flags``, the same for every
+        answer)."""
+        if not placement:
+            return llama_flags(params, draft=self.draft, rope=self.ctx_limit.rope,
+                               ctx_checkpoints=self.budget.ctx_checkpoints)
         return llama_flags(params, self.placement, draft=self.draft, tensor_split=self.split_parts,
                            rope=self.ctx_limit.rope, ctx_checkpoints=self.budget.ctx_checkpoints,
                            host=self.budget.host, override_flags=self.override_flags)
+
+    def placement_flags(self) -> str:
+        """The flags every answer ends in: the layer placement, tensor overrides and load mode."""
+        return self.flags(self.base).removeprefix(self.flags(self.base, placement=False)).strip()
 
     def check_request(self) -> None:
         """Refuse flags as given that llama.cpp would not run as asked: a context per sequence past the context

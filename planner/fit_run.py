@@ -162,7 +162,7 @@ class FitAnswer:
         return out
 
 
-def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False, ref: str = ""
+def fit_weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False, ref: str = ""
              ) -> tuple[list[Weight], str, WeightTable | None]:
     """(the loaded tensors, where they come from, the file's whole tensor table with shapes when known): a GGUF's
     own tensors, else the tensor list quantized to ``quant`` (None: planner.default_weights.DEFAULT_QUANT)."""
@@ -220,7 +220,7 @@ def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswe
     from rsplan.hparams.sources import read_model
 
     read = read_model(model_ref)
-    weights, weights_source, table = _weights(read, read.spec, opts.quant, opts.spec_mtp, model_ref)
+    weights, weights_source, table = fit_weights(read, read.spec, opts.quant, opts.spec_mtp, model_ref)
     return fit_model(read.spec, weights, params, opts, model_ref=model_ref, is_file=read.kind == "gguf",
                      weights_source=weights_source, table=table)
 

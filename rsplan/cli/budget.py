@@ -352,7 +352,8 @@ def _host_budget(text: str | None, this_machine: bool) -> Any:
 
     if text is not None:
         # as rsplan fit: a host with no memory for the output buffer holds no start at all
-        return GivenSize(parse_size(text, "--host-budget", allow_zero=False, require_unit=True), text)
+        size = parse_size(text, "--host-budget", allow_zero=False, require_unit=True)
+        return GivenSize(size, f"--host-budget {text}")
     if this_machine:
         return GivenSize(host_memory()[1], THIS_MACHINE_HOST)
     return None

@@ -74,6 +74,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
         raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
     from rsplan.planner.budget import make_planners
     from rsplan.planner.capacity import run_capacity
+    from rsplan.planner.capacity_fit import fitted_placement
     from rsplan.render.capacity import capacity_dict, render_capacity
 
     spec_type = kwargs["spec_type"]
@@ -81,7 +82,9 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     read = read_model(model_ref)
-    (planner,) = make_planners([read.spec], [model_ref], params, budget_request(options, host), spec_type,
+    request = budget_request(options, host)
+    fitted = fitted_placement(read, read.spec, model_ref, params, request)  # llama.cpp's --fit, where it moves
+    (planner,) = make_planners([read.spec], [model_ref], params, fitted.request if fitted else request, spec_type,
                                [weight_table(read)],
                                [read.facts.get("vocab_size_unknown")])
     result = run_capacity(planner, contexts)
@@ -90,7 +93,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
 
         click.echo(json.dumps(capacity_dict(planner, result), indent=2))
     else:
-        click.echo(render_capacity(planner, result, explain))
+        click.echo(render_capacity(planner, result, explain, fitted.flags if fitted else None))
 
 
 def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,

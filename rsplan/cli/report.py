@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -93,8 +94,9 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
            kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]], jobs: int) -> str:
     """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.charge_pool)."""
     from rsplan.hparams.sources import read_model
-    from rsplan.planner.budget import make_planners
+    from rsplan.planner.budget import check_weights_count, make_planners
     from rsplan.planner.capacity import run_capacity
+    from rsplan.planner.capacity_fit import fitted_placement
     from rsplan.planner.charge_pool import presizing
     from rsplan.render.report_data import model_key, option_key, questions, variant_settings, variants
 
@@ -114,8 +116,14 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     specs = [r.spec for r in reads]
     tables = [weight_table(r) for r in reads]
     request = budget_request(options, host)
-    planners = make_planners(specs, list(model_refs), params, request, spec_type, tables,
-                             [r.facts.get("vocab_size_unknown") for r in reads])
+    check_weights_count(request, len(reads))
+    planners = []
+    for i, (read, ref) in enumerate(zip(reads, model_refs, strict=True)):
+        # each model on its own request: llama.cpp's --fit places its layers where the flags give no placement
+        own = replace(request, weights=request.weights[i:i + 1]) if request.weights else request
+        fitted = fitted_placement(read, read.spec, ref, params, own)
+        planners += make_planners([read.spec], [ref], params, fitted.request if fitted else own, spec_type,
+                                  [tables[i]], [read.facts.get("vocab_size_unknown")])
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
     with presizing(questions(planners, contexts), jobs) as ahead:
         # meanwhile, what sizes no compute buffer

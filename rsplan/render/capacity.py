@@ -290,12 +290,17 @@ def _checkpoint_words(planner: CapacityPlanner) -> str:
             f"sequence's recurrent state{draft}) = {human(cps.bytes)} at most, charged to the host budget")
 
 
-def render_capacity(planner: CapacityPlanner, result: CapacityResult, explain: bool = False) -> str:
+def render_capacity(planner: CapacityPlanner, result: CapacityResult, explain: bool = False,
+                    fitted: str | None = None) -> str:
     """The text form of ``rsplan capacity``: the budget in a few lines, the answers (the largest context at the
     flags given, the ladder), the devices at the flags given, and the notes a user can act on; ``explain`` adds
-    where each figure comes from (the context limit, margin, compute rules, modelling notes)."""
+    where each figure comes from (the context limit, margin, compute rules, modelling notes). ``fitted``: the
+    placement flags llama.cpp's --fit chose at the flags given (planner.capacity_fit), every answer's."""
+    p = planner.base
+    placed = ([prose(f"Layers:   {fitted}: what llama.cpp's --fit (on by default) chooses at -c {p.n_ctx} -np "
+                     f"{p.n_seq_max}, as rsplan fit; every answer below uses it")] if fitted else [])
     lines = [
-        *_budget_lines(planner, explain), "",
+        *_budget_lines(planner, explain), *placed, "",
         *_largest_lines(planner, result, explain), "",
         *_ladder_lines(planner, result, explain), "",
         *_device_lines(planner, result), "",
@@ -423,6 +428,8 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult, explain: boo
     """The most parallel sequences at each context per sequence (``explain``: each answer's compute buffer too)."""
     per_setting = planner.budget.compute_per_setting and explain
     draft = any(r.charge is not None and r.charge.draft is not None for r in result.ladder)
+    # tensor overrides make long flags: said once, above the table, rather than in every row
+    shared = bool(planner.override_flags)
     ladder_rows: list[list[Any]] = []
     for r in result.ladder:
         if r.n_ctx_flag is None or r.cache_bytes is None or r.headroom_bytes is None:  # not even one sequence fits
@@ -433,13 +440,14 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult, explain: boo
             f"{r.ctx_per_seq:,}",
             f"{r.max_parallel}",
             limit_words(planner, r.limited_by, r.bound_device),
-            planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)),
+            planner.flags(planner.params(r.n_ctx_flag, r.max_parallel), placement=not shared),
             human(r.cache_bytes),
             _host_cell(planner, r),
         ] + ([_per_gpu(r.compute_bytes)] if per_setting else []) + ([_draft_cell(r.charge)] if draft else []))
     headers = ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "host start/most"]
     return [
         "Most parallel sequences per context (llama.cpp's -c is the total over all sequences"
+        + (f"; every command ends in {planner.placement_flags()}" if shared else "")
         + ("; compute: the compute buffer charged to each GPU at that setting" if per_setting else "")
         + ("; MTP draft: the draft context's KV and compute on the GPUs" if draft else "") + "):",
         table(ladder_rows, headers + (["compute"] if per_setting else []) + (["MTP draft"] if draft else []),
