@@ -152,7 +152,8 @@ class FitAnswer:
         if flags.overrides:
             # the command carries --fit's entries merged into as few as place the same tensors (llama-fit-params
             # prints one per layer), one -ot each (llama.cpp appends every -ot's entries to one list in order,
-            # common/arg.cpp:2756), so that a line can break between them; entries given by the user stay as given
+            # common/arg.cpp:2756 parse_tensor_buffer_overrides), so that a line can break between them; entries
+            # given by the user stay as given
             if runnable and self.result.changed:
                 out += "".join(" -ot " + shlex.quote(o.flag_text(self.device_names))
                                for o in compact_overrides(flags.overrides))

@@ -68,7 +68,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
     values = pop_engine_values(kwargs, engine, CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
     host = pop_host_options(kwargs, click.get_current_context())
     if engine != NATIVE:
-        _capacity_engine(model_ref, engine, values, ctx_list, fmt, kwargs)
+        _capacity_engine(model_ref, engine, values, ctx_list, fmt, kwargs, explain)
         return
     if kwargs["overhead"] is not None:
         raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
@@ -97,7 +97,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
 
 
 def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,
-                     kwargs: dict[str, Any]) -> None:
+                     kwargs: dict[str, Any], explain: bool = False) -> None:
     """``capacity --engine vllm|sglang``: the engine's answers for the budget."""
     from rsplan.hparams.sources import read_model
     from rsplan.planner.budget import serving_budget
@@ -125,5 +125,5 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
     else:
         from rsplan.render.engine import render_engine_capacity
 
-        click.echo(render_engine_capacity(result, contexts_given=contexts is not None))
+        click.echo(render_engine_capacity(result, contexts_given=contexts is not None, explain=explain))
 
