@@ -47,15 +47,27 @@ def no_context_words(planner: CapacityPlanner, n_seq_max: int) -> str:
 
 
 def _layers(placement: Any, device: int | None) -> str:
-    """``12-48 +out (38)``: the repeating layers on ``device``, ``+out`` when it also holds the output layer."""
+    """``38: blk 12-48, out``: how many of llama.cpp's -ngl units ``device`` holds, then which: the repeating
+    layers by their GGUF ``blk.N`` index (MTP layers included, as -ot patterns name them), ``out`` for the output
+    layer (the last unit)."""
     units = [il for il, d in enumerate(placement.unit_device) if d == device]
     if not units:
-        return "none"
+        return "0"
     layers = [il for il in units if il < placement.n_layer_all]
-    label = f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else " ".join(str(il) for il in layers)
+    parts = [f"blk {layers[0]}-{layers[-1]}" if len(layers) > 1 else f"blk {layers[0]}"] if layers else []
     if len(layers) < len(units):
-        label = f"{label} +out" if label else "out"
-    return f"{label} ({len(units)})"
+        parts.append("out")
+    return f"{len(units)}: {', '.join(parts)}"
+
+
+def units_words(planner: CapacityPlanner) -> str:
+    """The model's layers as llama.cpp's -ngl counts them: ``48 layers (12 KV, 36 recurrent) + 1 MTP + output =
+    50 -ngl units``."""
+    layout = planner.layout
+    n_mtp = layout.n_layer_all - layout.n_layer
+    mtp = f" + {n_mtp} MTP" if n_mtp else ""
+    return (f"{layout.n_layer} layers ({len(layout.kv_layers)} KV, {len(layout.recurrent_layers)} recurrent){mtp} "
+            f"+ output = {layout.n_layer_all + 1} -ngl units")
 
 
 def _draft_fields(charge: Charge | None, i: int | None) -> dict[str, Any]:
@@ -332,8 +344,7 @@ def _budget_lines(planner: CapacityPlanner, explain: bool = False) -> list[str]:
     cache budget too)."""
     spec, layout, budget = planner.spec, planner.layout, planner.budget
     lines = [
-        f"Model {spec.name} ({spec.arch}): {layout.n_layer} layers, {len(layout.kv_layers)} with KV cache, "
-        f"{len(layout.recurrent_layers)} recurrent; training context {layout.n_ctx_train:,}",
+        f"{spec.name} ({spec.arch}): {units_words(planner)}; trained at {layout.n_ctx_train:,}",
     ]
     if explain:
         lines.append(f"Context:  recommendations stop at {planner.ctx_limit.tokens:,} tokens per sequence "
@@ -409,7 +420,7 @@ def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
             human(row["cache_bytes"]),
         ])
     p = result.params
-    lines = [table(rows, ["device", "budget", "layers", "weights", "compute", *(["MTP draft"] if draft else []),
+    lines = [table(rows, ["device", "budget", "-ngl units", "weights", "compute", *(["MTP draft"] if draft else []),
                           "cache budget", f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2))]
     if charge is not None and charge.draft is not None:
         d = charge.draft

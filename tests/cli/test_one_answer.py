@@ -49,3 +49,14 @@ def test_a_placement_that_fits_is_left_as_it_is():
 def test_a_placement_given_is_planned_as_given():
     d = json.loads(run("capacity", *GOAL, "--n-cpu-moe", "29", "--ctx", "32k", "--format", "json"))
     assert d["flags"].endswith("-ngl all --n-cpu-moe 29")
+
+
+def test_layers_are_named_one_way():
+    # qwen3-next: 48 layers and 1 MTP layer (blk.48), then the output: 50 units for -ngl; --fit's -ngl 49 leaves
+    # blk.0 on the host, and the device table counts the same units under the same names
+    out = run("capacity", *GOAL)
+    assert out.splitlines()[0] == ("qwen3-next-80b-a3b (qwen3next): 48 layers (12 KV, 36 recurrent) + 1 MTP + output = "
+                                   "50 -ngl units; trained at 262,144")
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("GPU ", "host "))}
+    assert "49: blk 1-48, out" in rows["GPU"] and "1: blk 0" in rows["host"]
+    assert "-ngl 49 " in " ".join(out.split())

@@ -32,7 +32,8 @@ def test_capacity_leads_with_the_answer_and_leaves_citations_to_explain():
     assert answer < next(i for i, line in enumerate(lines) if line.startswith("ctx/seq"))
     assert answer < next(i for i, line in enumerate(lines) if line.startswith("device"))
     # the weights and the host's need are in the first lines
-    assert [line.split()[0] for line in lines[:4]] == ["Model", "Budget:", "Host:", "Weights:"]
+    assert lines[0].startswith("qwen3-next-80b-a3b (qwen3next): ")
+    assert [line.split()[0] for line in lines[1:4]] == ["Budget:", "Host:", "Weights:"]
     assert len(lines) <= 40  # one screen
 
 
