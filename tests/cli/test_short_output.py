@@ -115,3 +115,20 @@ def test_layer_alternation_matches_exactly_its_layers(layers, text):
     assert layer_alternation(list(layers)) == text
     pattern = re.compile(rf"blk\.({text})\.ffn")
     assert {n for n in range(300) if pattern.search(f"blk.{n}.ffn_up_exps")} == set(layers)
+
+
+def test_estimate_on_a_gpu_names_the_estimate_without_listing_the_rules():
+    out = run("estimate", "-m", "qwen3-next-80b-a3b", "-c", "32k", "-np", "4", "--backend", "CUDA0")
+    assert "supports_op" not in out and max(len(line) for line in out.splitlines()) <= WIDTH
+    assert ("note: compute buffers on CUDA0 and the host: an estimate with CUDA's scheduler rules (docs/sizing.md "
+            "section 7a)") in " ".join(out.split())
+
+
+def test_vllm_answer_leads_with_the_weights_and_the_flags():
+    out = run("capacity", "-m", "lfm2-8b-a1b", "--engine", "vllm", "--budget", "80GiB", "--ctx", "32k")
+    lines = out.splitlines()
+    assert lines[1].startswith("Weights: 16,679,861,120 B (15.53 GiB) per GPU, the checkpoint's")
+    assert any(line.startswith("Flags to use at 32,768 tokens") for line in lines[:5])
+    assert "would log" not in out and "would log" in run("capacity", "-m", "lfm2-8b-a1b", "--engine", "vllm",
+                                                         "--budget", "80GiB", "--ctx", "32k", "--explain")
+    assert max(len(line) for line in lines) <= WIDTH
