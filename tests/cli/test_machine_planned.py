@@ -120,3 +120,14 @@ def test_fit_with_budget_states_the_host_need_and_checks_no_host(tiny_machine: N
     # the requirement: at most = at start + the checkpoints, 32 per slot x 2 slots (grown: "grows" items)
     assert check["max_bytes"] - check["start_bytes"] == 32 * 2 * PER_CHECKPOINT
     assert f"needs {check['start_bytes'] / (1 << 20):,.2f} MiB at start" in line
+
+
+def test_report_states_the_host_need(tiny_machine: None, tmp_path) -> None:
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["report", *BASE[1:], "--budget", "8GiB", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    # the same requirement as capacity's Host: line (START_NP2 / MOST_NP2 above), with no limit from this computer
+    assert ("Host memory: needs 1.01 GiB at start, up to 1.17 GiB; not limited (another machine: --host-budget SIZE "
+            "checks it).") in text
+    assert "Weights: --weights 1GiB." in text
