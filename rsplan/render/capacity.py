@@ -462,7 +462,7 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult, explain: boo
         + ("; compute: the compute buffer charged to each GPU at that setting" if per_setting else "")
         + ("; MTP draft: the draft context's KV and compute on the GPUs" if draft else "") + "):",
         table(ladder_rows, headers + (["compute"] if per_setting else []) + (["MTP draft"] if draft else []),
-              wrap=(3,)),
+              wrap=(2, 3, 5)),
     ]
 
 

@@ -133,3 +133,19 @@ def test_vllm_answer_leads_with_the_weights_and_the_flags():
                     "--explain")
     assert "vllm would log:" not in out and "vllm would log:" in explained
     assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_a_narrow_terminal_narrows_the_text(monkeypatch):
+    import os
+    import sys
+
+    from rsplan.render.tables import WIDTH as MOST
+    from rsplan.render.tables import line_width, prose
+
+    assert line_width() == MOST  # not a terminal (the test's output): 120 columns, whatever the window
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((80, 24)))
+    assert line_width() == 80
+    assert max(len(line) for line in prose("word " * 40).splitlines()) <= 80
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((300, 24)))
+    assert line_width() == MOST
