@@ -128,7 +128,7 @@ def test_every_builtin_hybrid_gets_startable_vllm_flags():
     names = builtin_preset_names()
     assert "qwen3-next-80b-a3b" in names
     for name in names:
-        # weights counted in the checkpoint's dtype (issue 37): 192 GiB holds the largest, jamba-v0.1 and
+        # weights counted in the checkpoint's dtype: 192 GiB holds the largest, jamba-v0.1 and
         # qwen3-next-80b-a3b in bf16 (about 104 GB and 160 GB)
         out = run("capacity", "-m", name, "--engine", "vllm", "--budget", "192GiB", "--format", "json")
         spec = load_builtin_preset(name)

@@ -1,6 +1,6 @@
 """The machine being planned: ``--budget`` describes a machine that is not this one, so no host limit is taken from
 the RAM of the computer running rsplan; ``--gpu`` plans this machine and budgets its available RAM, and says so.
-Every answer states the host memory it needs, at start and at most (issue 37, item 1).
+Every answer states the host memory it needs, at start and at most.
 
 Expected values by hand from mamba-130m's published shapes (as tests/planner/test_capacity_host.py derives them).
 """

@@ -1,4 +1,4 @@
-"""One answer (issue 37, item 4): capacity, fit and report plan with one placement search. Without -ngl, -ts or
+"""One answer: capacity, fit and report plan with one placement search. Without -ngl, -ts or
 tensor overrides, capacity does what llama.cpp does at the flags given: every layer on the GPU where that fits,
 else --fit's placement (rsplan fit's), with which every answer is planned."""
 
@@ -26,7 +26,7 @@ def test_capacity_without_ngl_plans_with_fits_placement():
     cap = json.loads(run("capacity", *GOAL, "--ctx", "32k", "--format", "json"))
     (rung,) = cap["ladder"]
     # llama.cpp's --fit makes -c 131072 -np 4 fit by leaving experts on the host: capacity answers the same
-    # (before, it refused: "nothing fits on GPU"); the flags it prints are fit's, -c / -np first
+    # (not "nothing fits on GPU"); the flags it prints are fit's, -c / -np first
     assert rung["max_parallel"] >= 4
     chosen = shlex.split(fit["chosen_flags"])
     assert shlex.split(cap["flags"])[-len(chosen) + 2:] == chosen[2:]  # -ngl 49 -ot ... -ot ...

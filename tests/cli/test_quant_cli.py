@@ -53,7 +53,7 @@ def test_estimate_breakdown_model_bytes_are_llama_cpps(preset, quant, golden):
 
 
 def test_estimate_without_quant_sizes_the_stated_default():
-    """Weights always counted (issue 37): a preset without weights_bytes is sized as --quant Q4_K_M, and says so."""
+    """Weights always counted: a preset without weights_bytes is sized as --quant Q4_K_M, and says so."""
     data = json.loads(run("estimate", "--model", "mamba-130m", "--format", "json").output)
     given = json.loads(run("estimate", "--model", "mamba-130m", "--quant", "Q4_K_M", "--format", "json").output)
     assert data["breakdown"] == given["breakdown"] and data["model_bytes_exact"] is True

@@ -1,4 +1,4 @@
-"""Short output in the user's words (issue 37, item 3): the answer first, a few notes a user can act on, rule
+"""Short output in the user's words: the answer first, a few notes a user can act on, rule
 citations and modelling caveats behind --explain (JSON keeps them), no line wider than 120 columns."""
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def test_hub_id_estimates_as_the_local_config(hub: FakeHub, tmp_path: Path, esti
     # llama.cpp's caches: the same bytes as from the local config.json (the whole-device breakdown differs: the
     # hub id knows the checkpoint's weight bytes, the bare config.json does not)
     remote_plan, local_plan = (estimate_json(m, "-c", "8192") for m in ("LiquidAI/LFM2-700M", local))
-    # (model_bytes_exact too: the bare config.json is sized tensor by tensor at the default Q4_K_M, issue 37, where
+    # (model_bytes_exact too: the bare config.json is sized tensor by tensor at the default Q4_K_M, where
     # the hub id has the checkpoint's safetensors bytes, spread over the layers)
     breakdown_keys = {"breakdown", "notes", "output_buffer", "compute", "mtp_draft", "server_host",
                       "model_bytes_exact"}
@@ -157,7 +157,7 @@ def test_hub_id_estimates_as_the_local_config(hub: FakeHub, tmp_path: Path, esti
     assert context(remote_plan) == context(local_plan)
     assert estimate_json("LiquidAI/LFM2-700M", "--engine", "vllm") == estimate_json(local, "--engine", "vllm")
     # vLLM's budget: the hub's real weight bytes (safetensors headers); a bare config.json is sized as the checkpoint
-    # in its dtype (issue 37)
+    # in its dtype
     remote, here = (json.loads(rsplan("capacity", "--model", str(m), "--engine", "vllm", "--budget", "80GiB",
                                       "--format", "json").output) for m in ("LiquidAI/LFM2-700M", local))
     weights = {f["label"]: f for f in remote["facts"]}["weights per GPU"]

@@ -89,7 +89,7 @@ def test_weights_from_the_model_file(example_with_weights):
 
 
 def test_unknown_weights_are_asked_for_in_one_line(example):
-    # no size and no tensor list (the model names no vocab_size): never a silent 0 (issue 37)
+    # no size and no tensor list (the model names no vocab_size): never a silent 0
     r = run("capacity", "--model", str(example), "--budget", "24GiB")
     assert r.exit_code == 1
     assert r.output == (f"Error: {example}: the weights' size is not known (article-example: vocab_size is needed for "

@@ -1,4 +1,4 @@
-"""Weights always counted (issue 37, item 2): without a GGUF, --weights or --quant, a model with a tensor list is
+"""Weights always counted: without a GGUF, --weights or --quant, a model with a tensor list is
 sized at a stated default type (llama.cpp: llama-quantize Q4_K_M; vLLM / SGLang: the checkpoint in its dtype), the
 answer names them and where they come from, and a model with no tensor list is asked for them in one line."""
 
@@ -126,7 +126,7 @@ def test_sglang_model_dtype_is_the_engines():
 
 
 def test_estimate_prints_numbers_or_a_clear_word():
-    # the README's first example: every cell a number (the weights sized at Q4_K_M, issue 37)
+    # the README's first example: every cell a number (the weights sized at Q4_K_M)
     out = run("estimate", "--model", "qwen3-next-80b-a3b", "-c", "32768", "-np", "4")
     host = next(line for line in out.splitlines() if line.startswith("Host (CPU) "))
     assert "?" not in out and host.split()[2:] == ["1,163.51", "0.00", "1,069.50", "94.01", "1,220,030,528"]

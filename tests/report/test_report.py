@@ -163,7 +163,7 @@ def test_report_is_self_contained_and_complete(hybrid, mamba2, profile_file, tmp
 
 
 def test_report_asks_for_unknown_weights_in_one_line(mamba2, tmp_path):
-    # no size and no tensor list (no vocab_size): never a silent 0 (issue 37)
+    # no size and no tensor list (no vocab_size): never a silent 0
     out = tmp_path / "r.html"
     r = run("report", "--model", str(mamba2), "--budget", "8GiB", "-o", str(out))
     assert r.exit_code == 1 and not out.exists()
