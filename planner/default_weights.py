@@ -19,6 +19,8 @@ that asks for ``--weights SIZE`` or ``--quant TYPE``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.model import ModelSpec
 
@@ -32,6 +34,23 @@ VOCAB_PADDING = 64
 _SERVING_ASK = "give --weights SIZE"
 #: The GGUF names of the tensors with one row per vocabulary entry (the embedding and the output head).
 _VOCAB_TENSORS = frozenset({"token_embd.weight", "output.weight"})
+
+
+def llama_cpp_spec(read: Any) -> ModelSpec:
+    """The spec llama.cpp's plans size (a ``hparams.sources.ReadModel``): a Hugging Face model's checkpoint bytes
+    (its safetensors headers) are what vLLM and SGLang load, not what llama.cpp loads (a GGUF converted from it), so
+    where the config has a tensor list its size is dropped and the plans size it at DEFAULT_QUANT like a bare
+    config.json's; without a tensor list the checkpoint's bytes stay, named as the model file's size."""
+    spec: ModelSpec = read.spec
+    if read.kind != "hf" or spec.weights_bytes is None:
+        return spec
+    from rsplan.hparams.tensors import tensor_list
+
+    try:
+        tensor_list(spec)
+    except UnsupportedArchError:
+        return spec
+    return spec.model_copy(update={"weights_bytes": None})
 
 
 def weights_needed(ref: str, why: str, ask: str = "give --weights SIZE or --quant TYPE") -> RsplanError:

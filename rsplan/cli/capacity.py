@@ -75,6 +75,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
     from rsplan.planner.budget import make_planners
     from rsplan.planner.capacity import run_capacity
     from rsplan.planner.capacity_fit import fitted_placement
+    from rsplan.planner.default_weights import llama_cpp_spec
     from rsplan.render.capacity import capacity_dict, render_capacity
 
     spec_type = kwargs["spec_type"]
@@ -82,9 +83,10 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     read = read_model(model_ref)
+    spec = llama_cpp_spec(read)
     request = budget_request(options, host)
-    fitted = fitted_placement(read, read.spec, model_ref, params, request)  # llama.cpp's --fit, where it moves
-    (planner,) = make_planners([read.spec], [model_ref], params, fitted.request if fitted else request, spec_type,
+    fitted = fitted_placement(read, spec, model_ref, params, request)  # llama.cpp's --fit, where it moves
+    (planner,) = make_planners([spec], [model_ref], params, fitted.request if fitted else request, spec_type,
                                [weight_table(read)],
                                [read.facts.get("vocab_size_unknown")])
     result = run_capacity(planner, contexts)

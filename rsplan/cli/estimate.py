@@ -87,8 +87,10 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     host = pop_host_options(kwargs, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
+    from rsplan.planner.default_weights import llama_cpp_spec
+
     reads = [read_model(ref) for ref in refs]
-    specs = [r.spec for r in reads]
+    specs = [llama_cpp_spec(r) for r in reads]  # a checkpoint's bytes are not llama.cpp's: sized at the default
     tables = [r.tensors for r in reads]
     rows = [r.tensor_rows for r in reads]
     shapes = [r.tensor_shapes for r in reads]

@@ -98,6 +98,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     from rsplan.planner.capacity import run_capacity
     from rsplan.planner.capacity_fit import fitted_placement
     from rsplan.planner.charge_pool import presizing
+    from rsplan.planner.default_weights import llama_cpp_spec
     from rsplan.render.report_data import model_key, option_key, questions, variant_settings, variants
 
     options = pop_budget_options(kwargs)
@@ -121,8 +122,9 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     for i, (read, ref) in enumerate(zip(reads, model_refs, strict=True)):
         # each model on its own request: llama.cpp's --fit places its layers where the flags give no placement
         own = replace(request, weights=request.weights[i:i + 1]) if request.weights else request
-        fitted = fitted_placement(read, read.spec, ref, params, own)
-        planners += make_planners([read.spec], [ref], params, fitted.request if fitted else own, spec_type,
+        spec = llama_cpp_spec(read)
+        fitted = fitted_placement(read, spec, ref, params, own)
+        planners += make_planners([spec], [ref], params, fitted.request if fitted else own, spec_type,
                                   [tables[i]], [read.facts.get("vocab_size_unknown")])
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
     with presizing(questions(planners, contexts), jobs) as ahead:
