@@ -56,10 +56,13 @@ def fitted_placement(read: object, spec: ModelSpec, ref: str, params: ContextPar
     result = answer.result
     if result.failure or not result.changed:
         return None
+    split = result.flags.tensor_split
+    if split is not None and not any(split):
+        split = None  # llama-fit-params' all-zero split is llama.cpp's default split by free memory (fit_run)
     names = [f"{kind}{i}" for i in range(len(request.devices))]
     overrides = compact_overrides(result.flags.overrides)
     ot = tuple(("-ot", o.flag_text(names)) for o in overrides)
     return FittedPlacement(
-        replace(request, n_gpu_layers=result.flags.n_gpu_layers, tensor_split=result.flags.tensor_split,
+        replace(request, n_gpu_layers=result.flags.n_gpu_layers, tensor_split=split,
                 override_flags=ot),
         answer.command_placement_flags)
