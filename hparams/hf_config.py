@@ -89,6 +89,12 @@ class HFModel:
     architecture: str | None = None
     #: why the spec has no vocab_size (the converter's token count needs a file rsplan does not read); None when set
     vocab_unknown: str | None = None
+    #: config.json's quantization_config.quant_method ("fp8", "awq", ...): a quantized checkpoint, whose weights
+    #: are not torch_dtype's size; None without one
+    quant_method: str | None = None
+    #: config.json's tie_word_embeddings where it says it (vLLM and SGLang tie the output head to the embedding by
+    #: it; llama.cpp's converter goes by the checkpoint's tensors instead); None where it does not
+    config_tied: bool | None = None
 
     @property
     def spec(self) -> ModelSpec:
@@ -322,7 +328,28 @@ def read_hf_config(path: str | Path, repo_files: Collection[str] | None = None) 
     spec = loaded.spec.model_copy(update=update)
     loaded = LoadedModel(spec, sources)
     return HFModel(loaded, model_type, family.converter, where, architecture,
-                   None if vocab.n_vocab is not None else vocab.origin)
+                   None if vocab.n_vocab is not None else vocab.origin, _quant_method(data),
+                   _config_key(data, "tie_word_embeddings", bool))
+
+
+def _config_key(data: dict[str, Any], key: str, kind: type) -> Any:
+    """``key`` of config.json (top level, else its nested text config) when it is a ``kind``; else None."""
+    for where in (data, data.get("text_config")):
+        value = where.get(key) if isinstance(where, dict) else None
+        if isinstance(value, kind):
+            return value
+    return None
+
+
+def _quant_method(data: dict[str, Any]) -> str | None:
+    """config.json's ``quantization_config.quant_method`` (top level, or a nested text config's), printable; "unnamed"
+    where the section exists without one; None without the section."""
+    for where in (data, data.get("text_config")):
+        q = where.get("quantization_config") if isinstance(where, dict) else None
+        if q is not None:
+            method = q.get("quant_method") if isinstance(q, dict) else None
+            return printable(method[:40]) if isinstance(method, str) else "unnamed"
+    return None
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

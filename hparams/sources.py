@@ -156,6 +156,10 @@ def _hf_read(h: Any, origin: dict[str, Any], dtype_bytes: dict[str, int] | None 
         facts["weights_by_dtype"] = dtype_bytes
     if h.vocab_unknown is not None:
         facts["vocab_size_unknown"] = h.vocab_unknown
+    if h.quant_method is not None:
+        facts["quantization_config"] = h.quant_method
+    if h.config_tied is not None:
+        facts["tie_word_embeddings"] = h.config_tied
     return ReadModel(h.spec, "hf", h.loaded.sources, facts)
 
 

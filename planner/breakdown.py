@@ -345,9 +345,9 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
         notes.append(f"{what} on {backend}: {exc}")
         return None, None
     if not mtp_draft:  # the target's note covers the draft's figures too
-        notes.append(f"compute buffers on {backend} and the host: the scheduler model with {kind.name}'s rules, an "
-                     f"estimate ({kind.source}); llama.cpp names the host one {_host_buft(kind.name)}; see "
-                     "docs/sizing.md")
+        # the rules themselves (kind.source) are listed in docs/sizing.md 7a and `rsplan capacity --explain`
+        notes.append(f"compute buffers on {backend} and the host: an estimate with {kind.name}'s scheduler rules "
+                     f"(docs/sizing.md section 7a); llama.cpp names the host one {_host_buft(kind.name)}")
     host_ops = got.host_ops_note(backend)
     if host_ops is not None:
         notes.append(f"{'the MTP draft context: ' if mtp_draft else ''}{host_ops}")

@@ -27,6 +27,7 @@ from rsplan.planner.capacity import (
 )
 from rsplan.planner.context import ContextParams, resolve_context
 from rsplan.planner.context_limit import RopeFlags
+from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, checkpoint_weights, weights_needed
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS
 from rsplan.planner.weight_placement import Weight, override_flags_text
@@ -36,8 +37,6 @@ if TYPE_CHECKING:  # the serving engines' rules are imported only for them
 
 #: ``--gpu-memory``: budget a GPU's free memory (llama.cpp's --fit reads it) or its total memory (an empty GPU).
 GpuMemory = Literal["free", "total"]
-#: The "where it comes from" line of weights nobody gave.
-WEIGHTS_UNKNOWN = "unknown for this model: NOT counted (give --weights SIZE)"
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ def _margins(request: BudgetRequest) -> tuple[int, ...]:
     return margins
 
 
-def _check_weights_count(request: BudgetRequest, n_models: int) -> None:
+def check_weights_count(request: BudgetRequest, n_models: int) -> None:
     n_weights = len(request.weights)
     if n_weights and n_weights != n_models:
         models = f"{n_models} model" + ("s" if n_models > 1 else "")
@@ -139,21 +138,26 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
     if given is not None:
         return (spec, given.n_bytes, f"--weights {given.text}" + (" (overrides --quant)" if quant is not None else ""),
                 None, None)
-    if quant is not None:
-        from rsplan.planner.quant_weights import quantized_model, quantized_weights
-
-        source = spec
-        spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True,
-                                                 vocab_unknown=vocab_unknown)
-        return (spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in {kind} buffers",
-                _tensors(names, rows, spec), quantized_weights(source, quant).weight_table)
-    if table is not None and spec.weights_bytes is not None:
-
+    if table is not None and spec.weights_bytes is not None and quant is None:
         return (spec, spec.weights_bytes, f"the tensors of {ref}, placed tensor by tensor as in {kind} buffers",
                 _tensors(table.tensors, table.rows, spec), table if table.shapes else None)
-    if spec.weights_bytes is not None:
+    if quant is None and spec.weights_bytes is not None:
         return spec, spec.weights_bytes, f"weights_bytes of {ref}", None, None
-    return spec, None, WEIGHTS_UNKNOWN, None, None
+    from rsplan.planner.quant_weights import quantized_model, quantized_weights
+
+    default = quant is None
+    quant = DEFAULT_QUANT if quant is None else quant
+    source = spec
+    try:
+        spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True,
+                                                 vocab_unknown=vocab_unknown)
+    except RsplanError as exc:
+        if not default:
+            raise
+        raise weights_needed(ref, str(exc).removeprefix(f"--quant {quant}: ")) from None
+    note = f" ({DEFAULT_QUANT_NOTE})" if default else ""
+    return (spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in {kind} buffers{note}",
+            _tensors(names, rows, spec), quantized_weights(source, quant).weight_table)
 
 
 #: (the tensors every context loads, the MTP layers' tensors ``--spec-type mtp`` loads besides)
@@ -207,7 +211,7 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
             ``--quant`` the model cannot take, or flags the model cannot run (CapacityPlanner.check_request).
     """
     margins = _margins(request)
-    _check_weights_count(request, len(specs))
+    check_weights_count(request, len(specs))
     planners = []
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
@@ -252,15 +256,20 @@ def _planner(spec: ModelSpec, params: ContextParams, budget: Budget, request: Bu
 
 
 def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: GivenSize | None, tp: int,
-                   default_overhead_bytes: int) -> ServingBudget:
+                   default_overhead_bytes: int, model_dtype: str, quant_method: str | None = None,
+                   tied: bool | None = None) -> ServingBudget:
     """The ServingBudget of a serving engine (vLLM, SGLang): one GPU's memory (the smallest of the GPUs given,
     whose count must be the tensor-parallel size ``tp``; a GPU read through NVML counts its total memory), the
-    weights (``weights``, else the model file's size) and the overhead (``--overhead``, else the engine's
-    ``default_overhead_bytes``).
+    weights (``weights``, else the model file's size, else the checkpoint's tensors in the engine's
+    ``model_dtype``: planner.default_weights.checkpoint_weights) and the overhead (``--overhead``, else the
+    engine's ``default_overhead_bytes``). ``quant_method``, ``tied``: config.json's quantization_config and
+    tie_word_embeddings, where it says them.
 
     Raises:
-        RsplanError: more than one GPU, but not ``tp`` of them.
+        RsplanError: more than one GPU, but not ``tp`` of them; weights that cannot be sized
+            (planner.default_weights.weights_needed).
     """
+
     devices = request.devices
     if len(devices) not in (1, tp):
         what = "--gpu" if request.from_nvml else "--budget"
@@ -274,7 +283,7 @@ def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: G
     elif spec.weights_bytes is not None:
         weights_bytes, w_source = spec.weights_bytes, f"weights_bytes of {ref}"
     else:
-        weights_bytes, w_source = None, WEIGHTS_UNKNOWN
+        weights_bytes, w_source = checkpoint_weights(spec, ref, model_dtype, tp, quant_method, tied)
     overhead = default_overhead_bytes if request.overhead is None else request.overhead.n_bytes
     from rsplan.planner.engines.base import ServingBudget
 

@@ -400,11 +400,20 @@ class CapacityPlanner:
         MiB so that the ``-ts`` flags rsplan prints reproduce the placement exactly."""
         return [(d.budget_bytes if d.free_bytes is None else d.free_bytes) // MIB for d in self.budget.devices]
 
-    def flags(self, params: ContextParams) -> str:
-        """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags)."""
+    def flags(self, params: ContextParams, placement: bool = True) -> str:
+        """The llama.cpp flags for ``params`` on this placement (with the draft setup and the RoPE flags);
+        ``placement`` False leaves out the placement and load flags (``placement_flags``, the same for every
+        answer)."""
+        if not placement:
+            return llama_flags(params, draft=self.draft, rope=self.ctx_limit.rope,
+                               ctx_checkpoints=self.budget.ctx_checkpoints)
         return llama_flags(params, self.placement, draft=self.draft, tensor_split=self.split_parts,
                            rope=self.ctx_limit.rope, ctx_checkpoints=self.budget.ctx_checkpoints,
                            host=self.budget.host, override_flags=self.override_flags)
+
+    def placement_flags(self) -> str:
+        """The flags every answer ends in: the layer placement, tensor overrides and load mode."""
+        return self.flags(self.base).removeprefix(self.flags(self.base, placement=False)).strip()
 
     def check_request(self) -> None:
         """Refuse flags as given that llama.cpp would not run as asked: a context per sequence past the context
@@ -452,6 +461,15 @@ class CapacityPlanner:
         charge = charge or self.charge_at(params)
         out = output_buffer(self.spec, params, layout=self.layout).bytes if self.spec.vocab_size else 0
         return use.host.total_bytes + out + charge.host + self.checkpoints(params, use).bytes
+
+    def host_need(self, params: ContextParams, charge: Charge | None = None) -> tuple[int, int]:
+        """(at start, at most) host memory llama-server with ``params`` needs, bytes: ``host_bytes`` is the most
+        (its context checkpoints grown to ``--ctx-checkpoints`` per slot); at start no checkpoint exists yet
+        (llama-server creates them as prompts are processed, tools/server/server-context.cpp:2290
+        create_checkpoint)."""
+        use = self.usage(params)
+        most = self.host_bytes(params, use, charge)
+        return most - self.checkpoints(params, use).bytes, most
 
     def host_weights(self) -> HostWeights | None:
         """The host weight buffers charged at the flags as given (planner.host_charge), None where the file's

@@ -33,6 +33,7 @@ from rsplan.planner.host_charge import HostWeights, gpu_host_buffer, host_weight
 from rsplan.planner.host_weights import HostOptions, WeightTable
 from rsplan.planner.loader_ops import device_loader_check
 from rsplan.planner.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
+from rsplan.planner.override_compact import compact_overrides
 from rsplan.planner.placement import MAX_DEVICES, check_tensor_split
 from rsplan.planner.speculative import check_draft
 from rsplan.planner.weight_placement import (
@@ -50,7 +51,8 @@ class FitOptions:
     budgets: list[tuple[str, int]] | None
     device_kind: str = "CUDA"
     host_total: int = 0
-    host_available: int = 0
+    #: the host memory checked (None: not limited, as for a machine rsplan does not know)
+    host_available: int | None = 0
     host_source: str = "--host-budget"
     margins: tuple[int, ...] = (DEFAULT_MARGIN,)
     fit_ctx: int = DEFAULT_FIT_CTX
@@ -93,7 +95,7 @@ class FitAnswer:
     margins: list[int]
     result: FitResult
     host_items: list[HostItem]
-    host_budget: int
+    host_budget: int | None
     host_budget_source: str
     weights_source: str
     compute_exact: bool
@@ -102,6 +104,10 @@ class FitAnswer:
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     draft: Usage | None = None
     host: HostOptions = field(default_factory=HostOptions)
+    #: the context flags as the user gave them (before --fit chose -c), and whether -c was given (0 is the
+    #: model's training context, which --fit may lower only when -c is not given)
+    given_params: ContextParams | None = None
+    ctx_given: bool = True
 
     @property
     def host_bytes(self) -> int:
@@ -130,7 +136,8 @@ class FitAnswer:
         then a lone first part, so a split that gives every layer to the first device is printed as no ``-ts``,
         which llama.cpp reads as its default split by free memory over every device (src/llama-model.cpp all_zero):
         here that split stays, as ``-ts N`` (common/arg.cpp: parts not given are 0). The ``-ot`` patterns are
-        shell-quoted (llama-fit-params puts them in double quotes as they are)."""
+        shell-quoted (llama-fit-params puts them in double quotes as they are); --fit's own are merged
+        (planner.override_compact), one ``-ot`` each."""
         return self._placement(runnable=True)
 
     def _placement(self, runnable: bool) -> str:
@@ -143,14 +150,23 @@ class FitAnswer:
             if len(parts) > 1 or (runnable and parts[0] != 0):
                 out += " -ts " + ",".join(f"{p:g}" if runnable else str(int(p)) for p in parts)
         if flags.overrides:
+            # the command carries --fit's entries merged into as few as place the same tensors (llama-fit-params
+            # prints one per layer), one -ot each (llama.cpp appends every -ot's entries to one list in order,
+            # common/arg.cpp:2756 parse_tensor_buffer_overrides), so that a line can break between them; entries
+            # given by the user stay as given
+            if runnable and self.result.changed:
+                out += "".join(" -ot " + shlex.quote(o.flag_text(self.device_names))
+                               for o in compact_overrides(flags.overrides))
+                return out
             patterns = ",".join(o.flag_text(self.device_names) for o in flags.overrides)
             out += " -ot " + (shlex.quote(patterns) if runnable else f'"{patterns}"')
         return out
 
 
-def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False
+def fit_weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = False, ref: str = ""
              ) -> tuple[list[Weight], str, WeightTable | None]:
-    """(the loaded tensors, where they come from, the file's whole tensor table with shapes when known)."""
+    """(the loaded tensors, where they come from, the file's whole tensor table with shapes when known): a GGUF's
+    own tensors, else the tensor list quantized to ``quant`` (None: planner.default_weights.DEFAULT_QUANT)."""
     tensors = getattr(read, "tensors", None)
     rows = getattr(read, "tensor_rows", None)
     if tensors is not None and rows is not None:
@@ -159,19 +175,22 @@ def _weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool = 
         shapes = getattr(read, "tensor_shapes", None)
         table = WeightTable(tensors, rows, shapes, getattr(read, "tensor_alignment", 32)) if shapes else None
         return gguf_weights(tensors, rows, spec.n_layer, load_mtp), "the GGUF's tensors", table
-    if quant is None:
-        raise RsplanError("fit needs the model's weights tensor by tensor: give a GGUF file, or --quant TYPE "
-                          "(e.g. Q4_K_M, BF16) for a preset with a tensor list")
     from rsplan.errors import UnsupportedArchError
+    from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, weights_needed
     from rsplan.planner.quant_weights import SOURCE_OUTTYPE, quantized_weights
 
+    default = quant is None
+    quant = DEFAULT_QUANT if quant is None else quant
     try:
         qw = quantized_weights(spec, quant)
     except UnsupportedArchError as exc:
+        if default:  # fit places the weights tensor by tensor: it needs a tensor list, a size alone will not do
+            raise weights_needed(ref, str(exc), "give a GGUF file, or --quant TYPE") from None
         raise RsplanError(f"--quant {quant}: {exc}") from None
     weights = [Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in qw.plan.tensors
                if loaded(t.name, spec.n_layer, load_mtp)]
-    return weights, f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF", qw.weight_table
+    source = f"llama-quantize {qw.ftype} of the converter's {SOURCE_OUTTYPE} GGUF"
+    return weights, source + (f", {DEFAULT_QUANT_NOTE}" if default else ""), qw.weight_table
 
 
 def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float, ...] | None:
@@ -202,7 +221,7 @@ def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswe
     from rsplan.hparams.sources import read_model
 
     read = read_model(model_ref)
-    weights, weights_source, table = _weights(read, read.spec, opts.quant, opts.spec_mtp)
+    weights, weights_source, table = fit_weights(read, read.spec, opts.quant, opts.spec_mtp, model_ref)
     return fit_model(read.spec, weights, params, opts, model_ref=model_ref, is_file=read.kind == "gguf",
                      weights_source=weights_source, table=table)
 
@@ -263,7 +282,8 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                        opts.host_source, weights_source,
                        opts.compute is not None or not budgets or model.compute_estimate is None,
                        no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints,
-                       draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host)
+                       draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host,
+                       given_params=params, ctx_given=opts.explicit_zero_ctx or params.n_ctx != 0)
     if result.wrapped:
         answer.notes.append("llama.cpp's --fit measured plans whose per-device layer counts wrapped around "
                             "(uint32_t arithmetic in common/fit.cpp's step 4: a partial layer taken from a device "

@@ -69,11 +69,12 @@ BUDGET_OPTIONS: list[Decorator] = [
                  help="With --gpu: budget the GPUs' free memory (default, as llama.cpp's --fit does) or their "
                  "total memory (an empty GPU)."),
     click.option("--weights", "weights", metavar="SIZE", multiple=True,
-                 help="Model weights, with units; overrides the model file's size. Without it and without a "
-                 "size in the model file, weights are NOT counted (the output says so)."),
+                 help="Model weights, with units; overrides the model file's size. Without it: a GGUF's tensors, "
+                 "else the model file's size, else the model's tensor list at a default type (llama.cpp: --quant "
+                 "Q4_K_M; vllm / sglang: the checkpoint's dtype)."),
     click.option("--quant", "quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE (Q4_K_M, Q8_0, BF16, ...) writes them from the bf16 GGUF "
-                 "(presets, config.json files giving vocab_size); --weights overrides it."),
+                 "(presets, config.json files giving vocab_size; default Q4_K_M); --weights overrides it."),
     click.option("--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin left free on each GPU, MiB (llama.cpp's --fit-target; one value for all GPUs)."),
     click.option("--compute", "compute", metavar="SIZE", default=None,
@@ -90,7 +91,8 @@ BUDGET_OPTIONS: list[Decorator] = [
     *override_options("Needs the model's tensors (a GGUF, or --quant)."),
     click.option("--host-budget", "host_budget", metavar="SIZE", default=None,
                  help="llama.cpp: host memory for what stays there (weights of layers not offloaded, -nkvo caches, "
-                 "the output buffer, host compute). Default: this machine's available memory."),
+                 "the output buffer, host compute). Default: with --gpu, this machine's available memory; with "
+                 "--budget (another machine) none: the answer states the host memory it needs."),
     click.option("-ctxcp", "--ctx-checkpoints", "ctx_checkpoints", type=click.IntRange(0, 1 << 20), default=32,
                  show_default=True, metavar="N",
                  help="llama-server --ctx-checkpoints: context checkpoints per slot (one recurrent state each), "
@@ -338,13 +340,23 @@ def host_memory() -> tuple[int, int]:
     return total, total
 
 
-def _host_budget(text: str | None) -> Any:
+#: Where the host budget of ``--gpu`` comes from: the GPUs are this machine's, so its RAM is the host's.
+THIS_MACHINE_HOST = "this machine's available memory (--gpu plans this machine)"
+
+
+def _host_budget(text: str | None, this_machine: bool) -> Any:
+    """``--host-budget``; without it, this machine's available memory where the devices are this machine's
+    (``--gpu``), else None: ``--budget`` describes a machine that is not this one, whose RAM rsplan does not know,
+    so the host is not checked and each answer states what it needs there."""
     from rsplan.planner.budget import GivenSize
 
     if text is not None:
         # as rsplan fit: a host with no memory for the output buffer holds no start at all
-        return GivenSize(parse_size(text, "--host-budget", allow_zero=False, require_unit=True), text)
-    return GivenSize(host_memory()[1], "this machine's available memory")
+        size = parse_size(text, "--host-budget", allow_zero=False, require_unit=True)
+        return GivenSize(size, f"--host-budget {text}")
+    if this_machine:
+        return GivenSize(host_memory()[1], THIS_MACHINE_HOST)
+    return None
 
 
 #: The options whose entries llama.cpp appends to one tensor-override list, by click name: their flag.
@@ -390,7 +402,7 @@ def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> 
         offload_kqv=not options["no_kv_offload"],
         override_flags=override_flags(click.get_current_context(silent=True), options),
         overhead=_given_size(options["overhead"], "--overhead"),
-        host_budget=_host_budget(options.get("host_budget")),
+        host_budget=_host_budget(options.get("host_budget"), this_machine=options["gpu"] is not None),
         rope=RopeFlags(options["rope_scaling"], options["rope_scale"], options["yarn_orig_ctx"]),
         ctx_checkpoints=options["ctx_checkpoints"],
         device_kind=options["device_kind"],

@@ -40,11 +40,14 @@ from rsplan.planner.engines import NATIVE
 @context_options
 @engine_options
 @section("Output", [click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-                                 show_default=True, help="table, or json (every number, in bytes).")])
+                                 show_default=True, help="table, or json (every number, in bytes)."),
+                    click.option("--explain", is_flag=True,
+                                 help="Also say where each figure comes from: the context limit, margin, compute "
+                                 "rules and modelling notes (JSON always has them).")])
 @host_options
 @user_errors
 @paused_gc(ends_with_command)
-def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwargs: Any) -> None:
+def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explain: bool, **kwargs: Any) -> None:
     """The most parallel sequences, context and rollback planes whose caches fit a memory budget.
 
     Subtracts the weights, a margin (--fit-target) and the compute buffer of each setting (or --compute) from
@@ -65,12 +68,14 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     values = pop_engine_values(kwargs, engine, CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
     host = pop_host_options(kwargs, click.get_current_context())
     if engine != NATIVE:
-        _capacity_engine(model_ref, engine, values, ctx_list, fmt, kwargs)
+        _capacity_engine(model_ref, engine, values, ctx_list, fmt, kwargs, explain)
         return
     if kwargs["overhead"] is not None:
         raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
     from rsplan.planner.budget import make_planners
     from rsplan.planner.capacity import run_capacity
+    from rsplan.planner.capacity_fit import fitted_placement
+    from rsplan.planner.default_weights import llama_cpp_spec
     from rsplan.render.capacity import capacity_dict, render_capacity
 
     spec_type = kwargs["spec_type"]
@@ -78,7 +83,10 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
     params = pop_context_params(kwargs)
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     read = read_model(model_ref)
-    (planner,) = make_planners([read.spec], [model_ref], params, budget_request(options, host), spec_type,
+    spec = llama_cpp_spec(read)
+    request = budget_request(options, host)
+    fitted = fitted_placement(read, spec, model_ref, params, request)  # llama.cpp's --fit, where it moves
+    (planner,) = make_planners([spec], [model_ref], params, fitted.request if fitted else request, spec_type,
                                [weight_table(read)],
                                [read.facts.get("vocab_size_unknown")])
     result = run_capacity(planner, contexts)
@@ -87,25 +95,29 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, **kwar
 
         click.echo(json.dumps(capacity_dict(planner, result), indent=2))
     else:
-        click.echo(render_capacity(planner, result))
+        click.echo(render_capacity(planner, result, explain, fitted.flags if fitted else None))
 
 
 def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,
-                     kwargs: dict[str, Any]) -> None:
+                     kwargs: dict[str, Any], explain: bool = False) -> None:
     """``capacity --engine vllm|sglang``: the engine's answers for the budget."""
-    from rsplan.hparams.sources import load_model
+    from rsplan.hparams.sources import read_model
     from rsplan.planner.budget import serving_budget
+    from rsplan.planner.default_weights import serving_model_dtype
     from rsplan.planner.engines import engine as load_engine
 
     options = pop_budget_options(kwargs)
     rules = load_engine(engine)
     settings = rules.settings(values)
-    spec = load_model(model_ref)
+    read = read_model(model_ref)
+    spec = read.spec
     if len(options["weights"]) > 1:
         raise RsplanError(f"give --weights once (one --model, {len(options['weights'])} --weights)")
     request = budget_request(options)
     budget = serving_budget(spec, model_ref, request, request.weights[0] if request.weights else None,
-                            settings.tensor_parallel_size, rules.default_overhead_bytes)
+                            settings.tensor_parallel_size, rules.default_overhead_bytes,
+                            serving_model_dtype(engine, spec, getattr(settings, "dtype", "auto")),
+                            read.facts.get("quantization_config"), read.facts.get("tie_word_embeddings"))
     contexts = parse_serving_ctx_list(ctx_list) if ctx_list is not None else None
     result = rules.capacity(spec, settings, budget, contexts)
     if fmt == "json":
@@ -115,5 +127,5 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
     else:
         from rsplan.render.engine import render_engine_capacity
 
-        click.echo(render_engine_capacity(result))
+        click.echo(render_engine_capacity(result, contexts_given=contexts is not None, explain=explain))
 

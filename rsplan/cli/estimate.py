@@ -87,8 +87,10 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     host = pop_host_options(kwargs, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
+    from rsplan.planner.default_weights import llama_cpp_spec
+
     reads = [read_model(ref) for ref in refs]
-    specs = [r.spec for r in reads]
+    specs = [llama_cpp_spec(r) for r in reads]  # a checkpoint's bytes are not llama.cpp's: sized at the default
     tables = [r.tensors for r in reads]
     rows = [r.tensor_rows for r in reads]
     shapes = [r.tensor_shapes for r in reads]
@@ -96,14 +98,26 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     # a config.json that does not give the token count says why, beside the buffers it leaves unsized
     notes: list[str | None] = [f"vocab_size: {r.facts['vocab_size_unknown']}" if "vocab_size_unknown" in r.facts
                                else None for r in reads]
-    if quant is not None:
-        from rsplan.planner.quant_weights import quantized_model, quantized_weights
+    from rsplan.errors import RsplanError
+    from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE
+    from rsplan.planner.quant_weights import quantized_model, quantized_weights
 
-        for i, ref in enumerate(refs):
+    for i, ref in enumerate(refs):
+        # no --quant: a model whose weights nothing sizes (no GGUF table, no weights_bytes) is sized at the default
+        # type where it has a tensor list (planner.default_weights); without one its model bytes stay unknown
+        default = quant is None and tables[i] is None and specs[i].weights_bytes is None
+        if quant is None and not default:
+            continue
+        try:
             specs[i], tables[i], source, rows[i] = quantized_model(
-                ref, specs[i], quant, backend, with_rows=True, vocab_unknown=reads[i].facts.get("vocab_size_unknown"))
-            notes[i] = f"model bytes: {source}"
-            shapes[i], aligns[i] = quantized_weights(specs[i], quant).shapes, 32
+                ref, specs[i], quant or DEFAULT_QUANT, backend, with_rows=True,
+                vocab_unknown=reads[i].facts.get("vocab_size_unknown"))
+        except RsplanError:
+            if not default:
+                raise
+            continue
+        notes[i] = f"model bytes: {source}" + (f" ({DEFAULT_QUANT_NOTE})" if default else "")
+        shapes[i], aligns[i] = quantized_weights(specs[i], quant or DEFAULT_QUANT).shapes, 32
     plans = [build_plan(spec, params) for spec in specs]
     _check_runnable_draft(specs, plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)

@@ -40,8 +40,9 @@ FIT_OPTIONS: list[Decorator] = [
                  help="Read the devices' free memory from these NVIDIA GPUs via NVML (no value: every GPU)."),
     DEVICE_KIND_OPTION,
     click.option("--host-budget", metavar="SIZE", default=None,
-                 help="Host memory. Default: this machine's (llama.cpp's --fit without devices budgets the "
-                 "total memory; rsplan's host check the memory available now)."),
+                 help="Host memory. Default: with --budget (another machine) none: the answer states what it "
+                 "needs; else this machine's (llama.cpp's --fit without devices budgets the total memory; rsplan's "
+                 "host check the memory available now)."),
     click.option("-fitt", "--fit-target", "fit_target", metavar="MiB[,MiB...]", default="1024", show_default=True,
                  help="Margin to leave free per device, MiB (one value for all devices)."),
     click.option("-fitc", "--fit-ctx", "fit_ctx", type=click.IntRange(0, 2**32 - 1), default=4096,
@@ -61,7 +62,7 @@ FIT_OPTIONS: list[Decorator] = [
                  help="Compute buffer per device instead of rsplan's model of it (e.g. read from a real log)."),
     click.option("--quant", metavar="TYPE", default=None,
                  help="Weights as llama-quantize TYPE writes them from the bf16 GGUF (presets with a tensor "
-                 "list); a GGUF gives its own tensors."),
+                 "list; default Q4_K_M); a GGUF gives its own tensors."),
 ]
 
 OUTPUT_OPTIONS = [
@@ -70,6 +71,8 @@ OUTPUT_OPTIONS = [
                  "which runs llama-server in-process) or llama-fit-params' (n_batch outputs)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="table, or json (every number)."),
+    click.option("--explain", is_flag=True,
+                 help="Also print llama-fit-params' own line, the host's items, --fit's steps and the notes."),
 ]
 
 
@@ -81,7 +84,7 @@ OUTPUT_OPTIONS = [
 @host_options
 @user_errors
 @paused_gc(ends_with_command)
-def fit(model_ref: str, fmt: str, **options: Any) -> None:
+def fit(model_ref: str, fmt: str, explain: bool, **options: Any) -> None:
     """What llama.cpp's --fit would choose: context, -ngl, -ts, -ot, for the given devices.
 
     Mirrors llama.cpp's start-up fitting (common/fit.cpp, on by default in llama-server and llama-cli) step by
@@ -121,7 +124,7 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
     opts = FitOptions(
         budgets=_budgets(options["budget"], options["gpu"]),
         device_kind=options["device_kind"],
-        **_host(options["host_budget"]),
+        **_host(options["host_budget"], another_machine=options["budget"] is not None),
         margins=parse_fit_target(options["fit_target"]),
         fit_ctx=options["fit_ctx"], explicit_zero_ctx=explicit_ctx and params.n_ctx == 0,
         n_gpu_layers=_ngl(options["n_gpu_layers"]), tensor_split=parse_tensor_split(options["tensor_split"]),
@@ -132,15 +135,21 @@ def fit(model_ref: str, fmt: str, **options: Any) -> None:
         spec_mtp=spec_type == "mtp", host=host,
     )
     answer = run_fit(model_ref, params, opts)
-    click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer))
+    click.echo(json.dumps(fit_json(answer), indent=2) if fmt == "json" else fit_table(answer, explain))
     if answer.result.failure:
         ctx.exit(1)  # as llama-fit-params (tools/fit-params/fit-params.cpp:40 exit), the answer printed first
 
 
-def _host(text: str | None) -> dict[str, Any]:
+def _host(text: str | None, another_machine: bool) -> dict[str, Any]:
+    """The host budget: ``--host-budget``; else none where ``--budget`` describes another machine (whose RAM
+    rsplan does not know: the answer states what it needs; llama.cpp's --fit budgets the host only without devices,
+    planner.fit ``_fits_as_is``, so with --budget its total is not read); else this machine's (--gpu, or no device)."""
     if text is not None:
         size = _size_or_none(text, "--host-budget")
         return {"host_total": size, "host_available": size, "host_source": f"--host-budget {text.strip()}"}
+    if another_machine:
+        return {"host_total": 0, "host_available": None, "host_source": "not limited (another machine: "
+                "--host-budget SIZE checks it)"}
     from rsplan.cli.budget import host_memory
 
     total, available = host_memory()

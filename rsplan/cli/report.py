@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -93,9 +94,11 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
            kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]], jobs: int) -> str:
     """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.charge_pool)."""
     from rsplan.hparams.sources import read_model
-    from rsplan.planner.budget import make_planners
+    from rsplan.planner.budget import check_weights_count, make_planners
     from rsplan.planner.capacity import run_capacity
+    from rsplan.planner.capacity_fit import fitted_placement
     from rsplan.planner.charge_pool import presizing
+    from rsplan.planner.default_weights import llama_cpp_spec
     from rsplan.render.report_data import model_key, option_key, questions, variant_settings, variants
 
     options = pop_budget_options(kwargs)
@@ -114,14 +117,23 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     specs = [r.spec for r in reads]
     tables = [weight_table(r) for r in reads]
     request = budget_request(options, host)
-    planners = make_planners(specs, list(model_refs), params, request, spec_type, tables,
-                             [r.facts.get("vocab_size_unknown") for r in reads])
+    check_weights_count(request, len(reads))
+    planners = []
+    for i, (read, ref) in enumerate(zip(reads, model_refs, strict=True)):
+        # each model on its own request: llama.cpp's --fit places its layers where the flags give no placement
+        own = replace(request, weights=request.weights[i:i + 1]) if request.weights else request
+        spec = llama_cpp_spec(read)
+        fitted = fitted_placement(read, spec, ref, params, own)
+        planners += make_planners([spec], [ref], params, fitted.request if fitted else own, spec_type,
+                                  [tables[i]], [read.facts.get("vocab_size_unknown")])
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
     with presizing(questions(planners, contexts), jobs) as ahead:
         # meanwhile, what sizes no compute buffer
         from rsplan.render.report import ModelReport, build_html
 
-        serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts)
+        serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts,
+                                  [(r.facts.get("quantization_config"), r.facts.get("tie_word_embeddings"))
+                                   for r in reads])
     models = []
     for i, (ref, p) in enumerate(zip(model_refs, planners, strict=True)):
         if model_key(i) in ahead.sized:
@@ -135,9 +147,12 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 
 
 def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], values: dict[str, dict[str, Any]],
-                    request: BudgetRequest, contexts: list[int] | None) -> list[Any]:
-    """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's."""
+                    request: BudgetRequest, contexts: list[int] | None,
+                    checkpoints: list[tuple[str | None, bool | None]]) -> list[Any]:
+    """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's
+    (``checkpoints``: each model's config.json quantization_config and tie_word_embeddings, where it says them)."""
     from rsplan.planner.budget import serving_budget
+    from rsplan.planner.default_weights import serving_model_dtype
     from rsplan.planner.engines import engine as load_engine
     from rsplan.render.report import EngineReport
 
@@ -147,8 +162,11 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
         rules = load_engine(name)
         settings = rules.settings(values[name])
         for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
+            # --quant is llama.cpp's (its planners took it); the serving engines load the checkpoint as it is
             budget = serving_budget(spec, ref, request, weights[i] if weights else None,
-                                    settings.tensor_parallel_size, rules.default_overhead_bytes)
+                                    settings.tensor_parallel_size, rules.default_overhead_bytes,
+                                    serving_model_dtype(name, spec, getattr(settings, "dtype", "auto")),
+                                    *checkpoints[i])
             try:
                 out.append(EngineReport(spec.name, name, rules.version, rules.capacity(spec, settings, budget,
                                                                                        contexts)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rsplan.planner.capacity import CapacityPlanner, CapacityResult, Rung
+from rsplan.planner.capacity import HOST, CapacityPlanner, CapacityResult, Rung
 from rsplan.planner.capacity_charge import Charge
 from rsplan.planner.context import CTX_PAD
 from rsplan.planner.speculative import usable_spec_types
@@ -47,15 +47,27 @@ def no_context_words(planner: CapacityPlanner, n_seq_max: int) -> str:
 
 
 def _layers(placement: Any, device: int | None) -> str:
-    """``12-48 +out (38)``: the repeating layers on ``device``, ``+out`` when it also holds the output layer."""
+    """``38: blk 12-48, out``: how many of llama.cpp's -ngl units ``device`` holds, then which: the repeating
+    layers by their GGUF ``blk.N`` index (MTP layers included, as -ot patterns name them), ``out`` for the output
+    layer (the last unit)."""
     units = [il for il, d in enumerate(placement.unit_device) if d == device]
     if not units:
-        return "none"
+        return "0"
     layers = [il for il in units if il < placement.n_layer_all]
-    label = f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else " ".join(str(il) for il in layers)
+    parts = [f"blk {layers[0]}-{layers[-1]}" if len(layers) > 1 else f"blk {layers[0]}"] if layers else []
     if len(layers) < len(units):
-        label = f"{label} +out" if label else "out"
-    return f"{label} ({len(units)})"
+        parts.append("out")
+    return f"{len(units)}: {', '.join(parts)}"
+
+
+def units_words(planner: CapacityPlanner) -> str:
+    """The model's layers as llama.cpp's -ngl counts them: ``48 layers (12 KV, 36 recurrent) + 1 MTP + output =
+    50 -ngl units``."""
+    layout = planner.layout
+    n_mtp = layout.n_layer_all - layout.n_layer
+    mtp = f" + {n_mtp} MTP" if n_mtp else ""
+    return (f"{layout.n_layer} layers ({len(layout.kv_layers)} KV, {len(layout.recurrent_layers)} recurrent){mtp} "
+            f"+ output = {layout.n_layer_all + 1} -ngl units")
 
 
 def _draft_fields(charge: Charge | None, i: int | None) -> dict[str, Any]:
@@ -107,6 +119,7 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
         "budget_bytes": planner.budget.host_budget_bytes,
         "budget_source": planner.budget.host_source if planner.budget.host_budget_bytes is not None else "not budgeted",
         "needed_bytes": planner.host_bytes(planner.base, charge=charge) if charge else None,
+        "needed_start_bytes": planner.host_need(planner.base, charge)[0] if charge else None,
         "total_bytes": None,
         "free_bytes": None,
         "layers": [il for il, dev in enumerate(planner.placement.unit_device) if dev is None],
@@ -138,6 +151,8 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
         d = dataclasses.asdict(r)
         d["flags"] = planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)) if r.n_ctx_flag else None
         d["limit"] = limit_words(planner, r.limited_by, r.bound_device)
+        need = rung_host_need(planner, r)
+        d["host_start_bytes"], d["host_max_bytes"] = need if need else (None, None)
         return d
 
     max_ctx = dataclasses.asdict(result.max_ctx)
@@ -266,8 +281,9 @@ def compute_words(planner: CapacityPlanner) -> str:
 
 
 def draft_words(planner: CapacityPlanner) -> str | None:
-    """How the MTP draft context is charged, in a sentence (None when no printed command runs it)."""
-    if not planner.charges.mtp:
+    """How the MTP draft context is charged, in a sentence (None when no printed command runs it: no MTP layers,
+    or an arch without rollback, where llama.cpp clamps n_rs_seq to 0 and no command carries a draft)."""
+    if not planner.charges.mtp or not planner.layout.arch.rollback:
         return None
     return ("--spec-type mtp: every setting with rollback planes (printed with --spec-type draft-mtp) is also charged "
             "the draft context as llama.cpp's --fit adds it: its KV cache over the nextn layers and its compute buffer "
@@ -286,37 +302,66 @@ def _checkpoint_words(planner: CapacityPlanner) -> str:
             f"sequence's recurrent state{draft}) = {human(cps.bytes)} at most, charged to the host budget")
 
 
-def render_capacity(planner: CapacityPlanner, result: CapacityResult) -> str:
-    """The text form of ``rsplan capacity``."""
+def render_capacity(planner: CapacityPlanner, result: CapacityResult, explain: bool = False,
+                    fitted: str | None = None) -> str:
+    """The text form of ``rsplan capacity``: the budget in a few lines, the answers (the largest context at the
+    flags given, the ladder), the devices at the flags given, and the notes a user can act on; ``explain`` adds
+    where each figure comes from (the context limit, margin, compute rules, modelling notes). ``fitted``: the
+    placement flags llama.cpp's --fit chose at the flags given (planner.capacity_fit), every answer's."""
+    p = planner.base
+    placed = ([prose(f"Layers:   {fitted}: what llama.cpp's --fit (on by default) chooses at -c {p.n_ctx} -np "
+                     f"{p.n_seq_max}, as rsplan fit; every answer below uses it")] if fitted else [])
     lines = [
-        *_budget_lines(planner), "",
+        *_budget_lines(planner, explain), *placed, "",
+        *_largest_lines(planner, result, explain), "",
+        *_ladder_lines(planner, result, explain), "",
         *_device_lines(planner, result), "",
-        *_ladder_lines(planner, result), "",
-        *_largest_lines(planner, result), "",
     ]
-    lines.extend(f"Note: {n}" for n in notes(planner))
-    return "\n".join(prose(line) for line in lines)
+    lines.extend(f"Note: {n}" for n in (notes(planner) if explain else action_notes(planner, result)))
+    return "\n".join(prose(line) for line in lines).rstrip("\n")
 
 
-def _budget_lines(planner: CapacityPlanner) -> list[str]:
-    """The model, the context limit, and where each part of the budget comes from."""
+def action_notes(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
+    """The notes of the default output: only what a user can act on, one line each (``notes`` has them all)."""
+    out = []
+    budget = planner.budget
+    if not budget.compute_per_setting and budget.compute_source.startswith("an allowance"):
+        out.append(f"compute buffer: an allowance of {human(budget.compute_bytes)} per GPU (not modelled for this "
+                   "model); --compute SIZE gives yours")
+    host_bound = any(r.limited_by == "memory" and r.bound_device == HOST for r in result.ladder)
+    cps = planner.checkpoints(planner.base)
+    if host_bound and cps.bytes:
+        out.append(f"host memory binds: llama-server's context checkpoints take up to {human(cps.bytes)} at the "
+                   f"flags given; a lower --ctx-checkpoints (now {budget.ctx_checkpoints}) fits more")
+    if planner.layout.arch.rollback and planner.draft.needs_draft_model:
+        out.append(f"rollback planes need a draft model (-md FILE, --spec-type {planner.draft.spec_type}), whose "
+                   "own weights and caches are not counted")
+    return out
+
+
+def _budget_lines(planner: CapacityPlanner, explain: bool = False) -> list[str]:
+    """The model and where each part of the budget comes from (``explain``: the context limit, margin, compute and
+    cache budget too)."""
     spec, layout, budget = planner.spec, planner.layout, planner.budget
     lines = [
-        f"Model {spec.name} ({spec.arch}): {layout.n_layer} layers, {len(layout.kv_layers)} with KV cache, "
-        f"{len(layout.recurrent_layers)} recurrent; training context {layout.n_ctx_train:,}",
-        f"Context:  recommendations stop at {planner.ctx_limit.tokens:,} tokens per sequence "
-        f"({planner.ctx_limit.note})",
+        f"{spec.name} ({spec.arch}): {units_words(planner)}; trained at {layout.n_ctx_train:,}",
     ]
+    if explain:
+        lines.append(f"Context:  recommendations stop at {planner.ctx_limit.tokens:,} tokens per sequence "
+                     f"({planner.ctx_limit.note})")
     for d in budget.devices:
         extra = ""
         if d.total_bytes is not None:
             extra = f" (free {human(d.free_bytes or 0)} of {human(d.total_bytes)})"
         lines.append(f"Budget:   {d.name}: {human(d.budget_bytes)} from {d.source}{extra}")
+    lines.append(f"Host:     {host_words(planner)}")
     if budget.weights_bytes is None:
         lines.append("Weights:  NOT COUNTED - unknown for this model; give --weights SIZE")
     else:
         lines.append(f"Weights:  {human(budget.weights_bytes)} ({budget.weights_bytes:,} B) "
                      f"from {budget.weights_source}")
+    if not explain:
+        return lines
     margins = sorted(set(budget.margin_bytes))
     lines.append("Margin:   " + ", ".join(human(m) for m in margins) + " per GPU (--fit-target)")
     kind = f"{budget.device_kind} devices, " if budget.device_kind else ""
@@ -331,6 +376,26 @@ def _budget_lines(planner: CapacityPlanner) -> list[str]:
         lines.append(f"Caches:   {human(sum(planner.cache_budget))} left for KV and recurrent caches at the flags "
                      "given")
     return lines
+
+
+def host_words(planner: CapacityPlanner) -> str:
+    """The host's budget and what the flags given need there (at start, and at most once llama-server's context
+    checkpoints have grown), in words: a requirement where the host is not budgeted (``--budget`` plans another
+    machine), else checked against the budget."""
+    charge = planner.charge_given()
+    if charge is None:
+        need = "need not known at the flags given, where llama.cpp aborts"
+    else:
+        start, most = planner.host_need(planner.base, charge)
+        need = f"needs {human(start)} at start, up to {human(most)}"
+    host = planner.budget.host_budget_bytes
+    if host is None:
+        return f"{need}; {NOT_LIMITED}"
+    return f"{need}, of {human(host)} from {planner.budget.host_source}"
+
+
+#: The host of a machine rsplan does not know (``--budget``), in words.
+NOT_LIMITED = "not limited (another machine: --host-budget SIZE checks it)"
 
 
 def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
@@ -355,7 +420,7 @@ def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
             human(row["cache_bytes"]),
         ])
     p = result.params
-    lines = [table(rows, ["device", "budget", "layers", "weights", "compute", *(["MTP draft"] if draft else []),
+    lines = [table(rows, ["device", "budget", "-ngl units", "weights", "compute", *(["MTP draft"] if draft else []),
                           "cache budget", f"caches at -c {p.n_ctx} -np {p.n_seq_max}"], wrap=(0, 2))]
     if charge is not None and charge.draft is not None:
         d = charge.draft
@@ -370,10 +435,12 @@ def _device_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
     return lines
 
 
-def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
-    """The most parallel sequences at each context per sequence."""
-    per_setting = planner.budget.compute_per_setting
+def _ladder_lines(planner: CapacityPlanner, result: CapacityResult, explain: bool = False) -> list[str]:
+    """The most parallel sequences at each context per sequence (``explain``: each answer's compute buffer too)."""
+    per_setting = planner.budget.compute_per_setting and explain
     draft = any(r.charge is not None and r.charge.draft is not None for r in result.ladder)
+    # tensor overrides make long flags: said once, above the table, rather than in every row
+    shared = bool(planner.override_flags)
     ladder_rows: list[list[Any]] = []
     for r in result.ladder:
         if r.n_ctx_flag is None or r.cache_bytes is None or r.headroom_bytes is None:  # not even one sequence fits
@@ -384,22 +451,24 @@ def _ladder_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]
             f"{r.ctx_per_seq:,}",
             f"{r.max_parallel}",
             limit_words(planner, r.limited_by, r.bound_device),
-            planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)),
+            planner.flags(planner.params(r.n_ctx_flag, r.max_parallel), placement=not shared),
             human(r.cache_bytes),
-            human(r.headroom_bytes),
+            _host_cell(planner, r),
         ] + ([_per_gpu(r.compute_bytes)] if per_setting else []) + ([_draft_cell(r.charge)] if draft else []))
-    headers = ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "headroom"]
+    headers = ["ctx/seq", "max -np", "limited by", "llama.cpp flags", "caches", "host start/most"]
     return [
         "Most parallel sequences per context (llama.cpp's -c is the total over all sequences"
+        + (f"; every command ends in {planner.placement_flags()}" if shared else "")
         + ("; compute: the compute buffer charged to each GPU at that setting" if per_setting else "")
         + ("; MTP draft: the draft context's KV and compute on the GPUs" if draft else "") + "):",
         table(ladder_rows, headers + (["compute"] if per_setting else []) + (["MTP draft"] if draft else []),
-              wrap=(3,)),
+              wrap=(2, 3, 5)),
     ]
 
 
-def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str]:
-    """The largest context at the given -np, and the largest n_rs_seq at the given -c/-np."""
+def _largest_lines(planner: CapacityPlanner, result: CapacityResult, explain: bool = False) -> list[str]:
+    """The largest context at the given -np, and the largest n_rs_seq at the given -c/-np (for an arch without
+    rollback, only with ``explain``)."""
     lines = []
     m = result.max_ctx
     if m.limited_by == "llama_abort_first":
@@ -414,6 +483,8 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
             f"{_compute_part(planner, m.compute_bytes, m.charge)})"
         )
     rs = result.max_rs
+    if not planner.layout.arch.rollback and not explain:
+        return lines  # no rollback planes for this arch: no question to answer
     if rs.n_rs_seq is None or rs.cache_bytes is None:
         lines.append(f"Largest n_rs_seq at -c {rs.n_ctx} -np {rs.n_seq_max}: n/a, {rs.reason}")
     else:
@@ -425,6 +496,19 @@ def _largest_lines(planner: CapacityPlanner, result: CapacityResult) -> list[str
         lines.append(f"Rollback snapshots at n_rs_seq {rs.n_rs_seq}: {human(rs.snapshot_bytes or 0)} "
                      f"({rs.snapshot_bytes or 0:,} B) of those caches")
     return lines
+
+
+def rung_host_need(planner: CapacityPlanner, r: Rung) -> tuple[int, int] | None:
+    """(at start, at most) host memory of a ladder answer (``CapacityPlanner.host_need``), None where none fits."""
+    if r.n_ctx_flag is None:
+        return None
+    return planner.host_need(planner.params(r.n_ctx_flag, r.max_parallel), r.charge)
+
+
+def _host_cell(planner: CapacityPlanner, r: Rung) -> str:
+    """``42.33 MiB / 9.46 GiB``: a ladder answer's host memory at start and at most."""
+    need = rung_host_need(planner, r)
+    return "-" if need is None else f"{human(need[0])} / {human(need[1])}"
 
 
 def _per_gpu(compute_bytes: tuple[int, ...] | None) -> str:

@@ -41,14 +41,30 @@ def render_engine_plan(plan: EnginePlan) -> str:
     return "\n".join(out)
 
 
-def render_engine_capacity(cap: EngineCapacity) -> str:
-    """``rsplan capacity --engine ...``: the budget arithmetic, the answers and the flags to use."""
+def flags_to_use(cap: EngineCapacity, contexts_given: bool) -> list[str]:
+    """The flags to run: with ``--ctx`` given, those of the longest context asked that fits (the user's goal), then
+    the model's full context's; else the full context's."""
+    fitting = [p for p in cap.ladder if p.flags]
+    if not contexts_given or not fitting:
+        return [f"Flags to use: {cap.flags}"]
+    best = max(fitting, key=lambda p: p.max_model_len)
+    return [f"Flags to use at {best.max_model_len:,} tokens (--ctx): {best.flags}",
+            f"At the longest context that fits: {cap.flags}"]
+
+
+def render_engine_capacity(cap: EngineCapacity, contexts_given: bool = False, explain: bool = False) -> str:
+    """``rsplan capacity --engine ...``: the flags to use first (``contexts_given``: ``--ctx`` was given, whose
+    longest fitting context leads), the answers per context, the budget arithmetic, the notes; ``explain`` adds the
+    lines the engine would log."""
     plan = cap.plan
-    out = [f"{plan.model}: {plan.engine} {plan.version} capacity (per GPU)", "", facts_table(cap.facts), "",
+    weights = [prose(f"Weights: {_value(f)} per GPU, {f.note}") for f in cap.facts if f.label == "weights per GPU"]
+    out = [f"{plan.model}: {plan.engine} {plan.version} capacity (per GPU)", *weights,
+           *flags_to_use(cap, contexts_given), "",
            "Most requests running at once, each at the full context, per context length:",
            table([[f"{p.max_model_len:,}", p.max_concurrency, p.flags or p.note] for p in cap.ladder],
                  ["context", "requests", f"{plan.engine} flags"], align=("right", "right", "left"), wrap=(2,)),
-           "", f"Flags to use: {cap.flags}"]
-    out += ["", *_lines(f"{plan.engine} would log:", cap.log_lines, "  ")] if cap.log_lines else []
+           "", facts_table(cap.facts)]
+    if explain and cap.log_lines:
+        out += ["", *_lines(f"{plan.engine} would log:", cap.log_lines, "  ")]
     out += ["", *_lines("Notes:", cap.warnings, "  - ")] if cap.warnings else []
     return "\n".join(out)

@@ -8,7 +8,7 @@ from typing import Any
 
 from rsplan.planner.fit_memory import DeviceUsage
 from rsplan.planner.fit_run import FitAnswer
-from rsplan.render.tables import prose, table
+from rsplan.render.tables import command_lines, prose, table
 from rsplan.render.units import mib
 
 
@@ -18,9 +18,8 @@ def _command(a: FitAnswer) -> str:
     --fit off keeps llama.cpp from fitting again (it would refuse: -ngl is set)."""
     from rsplan.planner.capacity import llama_flags
 
-    model = shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
     nkvo = ["-nkvo"] if a.no_kv_offload else []
-    return " ".join(["llama-server -m", model, llama_flags(a.params, ctx_checkpoints=a.ctx_checkpoints),
+    return " ".join(["llama-server -m", _model(a), llama_flags(a.params, ctx_checkpoints=a.ctx_checkpoints),
                      a.command_placement_flags, *nkvo, *a.host.flags(), "--fit off"])
 
 
@@ -30,18 +29,59 @@ def _usage_row(name: str, free: int | None, margin: int | None, u: DeviceUsage) 
             left, "" if margin is None else mib(margin)]
 
 
-def fit_table(a: FitAnswer) -> str:
+def host_line(a: FitAnswer) -> str:
+    """The host memory the start needs (at start, at most), and its budget or why there is none."""
+    need = f"needs {mib(a.host_start_bytes)} MiB at start, up to {mib(a.host_bytes)} MiB"
+    if a.host_budget is None:
+        return f"{need}; {a.host_budget_source}"
+    return f"{need}, of {mib(a.host_budget)} MiB ({a.host_budget_source})"
+
+
+def _model(a: FitAnswer) -> str:
+    return shlex.quote(a.model_ref) if a.is_file else "MODEL.gguf"
+
+
+def run_command(a: FitAnswer) -> str:
+    """The plain command that lets llama.cpp choose (--fit is on by default, common/common.h fit_params): the
+    context flags as given (no -c where none was given: --fit then lowers the training context as needed), the
+    placement flags only where the user gave them (--fit changes nothing then), the load mode asked for."""
+    from rsplan.planner.capacity import llama_flags
+
+    given = a.given_params or a.params
+    ctx = llama_flags(given, ctx_checkpoints=a.ctx_checkpoints)
+    if not a.ctx_given:
+        ctx = ctx.removeprefix(f"-c {given.n_ctx} ")
+    flags = a.result.flags
+    user_placement = not a.result.changed and (flags.n_gpu_layers is not None or flags.overrides
+                                               or flags.tensor_split)
+    nkvo = ["-nkvo"] if a.no_kv_offload else []
+    return " ".join(["llama-server -m", _model(a), ctx, *([a.command_placement_flags] if user_placement else []),
+                     *nkvo, *a.host.flags()])
+
+
+def chosen_flags(a: FitAnswer) -> str:
+    """The flags --fit chooses, as short as llama.cpp's flags write them (its -ot entries merged: FitAnswer)."""
+    return f"-c {a.result.flags.n_ctx} {a.command_placement_flags}"
+
+
+def fit_table(a: FitAnswer, explain: bool = False) -> str:
+    """``rsplan fit``'s text: the plain command, what --fit chooses and the same start pinned, the host's need,
+    the devices; ``explain`` adds llama-fit-params' own line, the host items, --fit's steps and the notes."""
     r = a.result
-    lines = [f"llama.cpp --fit for {a.model} ({a.weights_source}), "
-             + (f"{len(a.device_names)} device(s)" if a.device_names else "no device (CPU only)")]
+    lines = [prose(f"llama.cpp --fit for {a.model} ({a.weights_source}), "
+                   + (f"{len(a.device_names)} device(s)" if a.device_names else "no device (CPU only)"))]
     if r.failure:
         lines.append(f"--fit gives up: {r.failure}; llama.cpp starts with the flags as given "
                      "(llama-fit-params exits 1)")
     else:
-        lines.append(f"Chosen: {a.fitted_flags}" + ("" if r.changed else "  (no change needed)"))
-        lines.append(f"Command: {_command(a)}")
+        lines.append(command_lines("Run:     ", run_command(a)) + "  # --fit, on by default, places the layers")
+        lines.append(command_lines("Chosen:  ", chosen_flags(a)) + ("" if r.changed else "  # no change needed"))
+        lines.append(command_lines("Pinned:  ", _command(a)))
+        if explain:
+            lines.append(f"llama-fit-params prints: {a.fitted_flags}")
         if not a.is_file:
-            lines.append(f"  (MODEL.gguf: your GGUF of {a.model}, {a.weights_source})")
+            lines.append(f"  (MODEL.gguf: your GGUF of {a.model})")
+    lines.append(prose(f"Host:    {host_line(a)}"))
     rows = [_usage_row(f"{n} ({s})", free, m, u) for n, s, free, m, u in
             zip(a.device_names, a.device_sources, a.device_free, a.margins[:len(a.device_names)], r.usage.devices,
                 strict=True)]
@@ -55,18 +95,14 @@ def fit_table(a: FitAnswer) -> str:
                  if u.context or u.compute]
         lines.append("MTP draft context (--spec-type mtp; included in the rows above, as --fit adds it): "
                      + "; ".join(parts))
-    lines += ["", f"Host memory ({a.host_budget_source}: {mib(a.host_budget)} MiB):"]
+    budget = "not limited" if a.host_budget is None else f"{a.host_budget_source}: {mib(a.host_budget)} MiB"
+    if not explain:
+        return "\n".join(lines + _host_limit_lines(a) + _action_notes(a))
+    lines += ["", f"Host memory ({budget}):"]
     items = [[i.what, mib(i.bytes), "grows to" if i.grows else "at start"] for i in a.host_items]
     lines.append(table([*items, ["at start", mib(a.host_start_bytes), ""], ["at most", mib(a.host_bytes), ""]],
                        ["host item", "MiB", "when"], align=["left", "right", "left"]))
-    if a.host_start_bytes > a.host_budget:
-        lines.append(f"Limited by: host memory: {mib(a.host_start_bytes)} MiB needed at start, {mib(a.host_budget)} "
-                     "MiB available: this start would swap or fail (llama.cpp's --fit checks the host only when "
-                     "there is no device)")
-    elif a.host_bytes > a.host_budget:
-        lines.append(f"Host memory: llama-server's context checkpoints can grow past the host budget ("
-                     f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (now "
-                     f"{a.ctx_checkpoints} per slot) to bound them")
+    lines += _host_limit_lines(a)
     lines += ["", "Steps:"] + [prose(t) for t in r.trace]
     notes = list(a.notes)  # fit_run notes why per-device compute is an estimate where it is (compute_exact)
     if not a.compute_exact:
@@ -76,12 +112,36 @@ def fit_table(a: FitAnswer) -> str:
     return "\n".join(lines)
 
 
+def _action_notes(a: FitAnswer) -> list[str]:
+    """The default output's notes: a wrapped plan (it changes what llama.cpp does) said in one line."""
+    if a.result.wrapped:
+        return ["", prose("Note: llama.cpp's --fit wraps a layer count around here (uint32_t arithmetic); the "
+                          "choice above is what it makes of them (--explain)")]
+    return []
+
+
+def _host_limit_lines(a: FitAnswer) -> list[str]:
+    """Where the start does not fit the host budget (at start, or once the checkpoints have grown)."""
+    lines = []
+    if a.host_budget is not None and a.host_start_bytes > a.host_budget:
+        lines.append(f"Limited by: host memory: {mib(a.host_start_bytes)} MiB needed at start, {mib(a.host_budget)} "
+                     "MiB available: this start would swap or fail (llama.cpp's --fit checks the host only when "
+                     "there is no device)")
+    elif a.host_budget is not None and a.host_bytes > a.host_budget:
+        lines.append(f"Host memory: llama-server's context checkpoints can grow past the host budget ("
+                     f"{mib(a.host_bytes)} of {mib(a.host_budget)} MiB); lower --ctx-checkpoints (now "
+                     f"{a.ctx_checkpoints} per slot) to bound them")
+    return [prose(line) for line in lines]
+
+
 def fit_json(a: FitAnswer) -> dict[str, Any]:
     r = a.result
     return {
         "model": a.model,
         "weights": a.weights_source,
         "fitted_flags": None if r.failure else a.fitted_flags,
+        "chosen_flags": None if r.failure else chosen_flags(a),
+        "run_command": run_command(a),
         "command": None if r.failure else _command(a),
         "changed": r.changed,
         "failure": r.failure,
@@ -97,8 +157,8 @@ def fit_json(a: FitAnswer) -> dict[str, Any]:
         "host_check": {"budget_bytes": a.host_budget, "source": a.host_budget_source,
                        "items": [dataclasses.asdict(i) for i in a.host_items],
                        "start_bytes": a.host_start_bytes, "max_bytes": a.host_bytes,
-                       "fits_at_start": a.host_start_bytes <= a.host_budget,
-                       "fits_at_most": a.host_bytes <= a.host_budget},
+                       "fits_at_start": None if a.host_budget is None else a.host_start_bytes <= a.host_budget,
+                       "fits_at_most": None if a.host_budget is None else a.host_bytes <= a.host_budget},
         "compute_exact": a.compute_exact,
         "mtp_draft": None if a.draft is None else {
             "devices": [{"name": n, **dataclasses.asdict(u)} for n, u in zip(a.device_names, a.draft.devices,

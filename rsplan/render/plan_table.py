@@ -162,19 +162,23 @@ def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
     return "\n".join(parts)
 
 
+#: A breakdown cell whose bytes are not known (the note under the table says why).
+UNKNOWN = "unknown"
+
+
 def breakdown_table(bd: Breakdown) -> str:
     """The breakdown in llama.cpp's shape (common_memory_breakdown_print): one row per device, the host buffer
     types as "Host", in MiB, with the exact bytes beside; then the output buffer and the compute graphs."""
 
     def cell(n: int | None) -> str:
-        return "?" if n is None else mib(n)
+        return UNKNOWN if n is None else mib(n)
 
     rows = []
     for r in bd.breakdown:
         parts = (r.model_bytes, r.context_bytes, r.compute_bytes)
         self_bytes = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
         rows.append([f"{r.device} ({r.buffer_type})", cell(self_bytes), cell(r.model_bytes), cell(r.context_bytes),
-                     cell(r.compute_bytes), "?" if self_bytes is None else f"{self_bytes:,}"])
+                     cell(r.compute_bytes), UNKNOWN if self_bytes is None else f"{self_bytes:,}"])
     lines = [table(rows, ["memory breakdown [MiB]", "self", "model", "context", "compute", "self bytes"],
                    align=("left", "right", "right", "right", "right", "right"))]
     if bd.output_buffer is not None:
@@ -187,10 +191,10 @@ def breakdown_table(bd: Breakdown) -> str:
         lines.append(f"compute buffer ({c.buffer_type}, n_outputs_max {c.n_outputs_max} as {c.tool}): {graphs}")
     if bd.mtp_draft is not None:
         d = bd.mtp_draft
-        compute = "?" if d.compute_bytes is None else f"{d.compute_bytes:,}"
+        compute = UNKNOWN if d.compute_bytes is None else f"{d.compute_bytes:,}"
         if d.host_compute_bytes is not None:
             compute += f" (host compute {d.host_compute_bytes:,})"
-        output = "?" if d.output_bytes is None else f"{d.output_bytes:,}"
+        output = UNKNOWN if d.output_bytes is None else f"{d.output_bytes:,}"
         lines.append(f"MTP draft context ({d.buffer_type}): KV {d.kv_bytes:,} bytes, compute {compute} bytes; "
                      f"its output buffer {output} bytes (host)")
     if bd.server_host is not None and bd.server_host.checkpoint_bytes is not None:

@@ -18,7 +18,7 @@ from rsplan.errors import RsplanError
 from rsplan.planner.capacity import CapacityPlanner, CapacityResult
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
-from rsplan.render.capacity import limit_words, no_context_words, notes
+from rsplan.render.capacity import host_words, limit_words, no_context_words, notes
 from rsplan.render.units import GIB, MIB, human
 
 if TYPE_CHECKING:  # the profile's models (pydantic) are built only where a report has a profile
@@ -487,6 +487,7 @@ def _budget_line(m: ModelReport) -> str:
             "flags given.")
     if b.compute_per_setting:
         text += " Each answer is charged the compute buffer of its own setting on each GPU (the tables show it)."
+    text += f" Weights: {b.weights_source}. Host memory: {host_words(p)}."
     return f"<p class='budget'>{_e(text)}</p>"
 
 

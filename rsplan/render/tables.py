@@ -16,8 +16,24 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-#: The widest line a table may take (the terminal width rsplan writes for).
+#: The widest line a table may take: 120 columns, or a narrower terminal's width (``line_width``).
 WIDTH = 120
+#: A terminal narrower than this is taken as this wide: tables need some room to lay out their columns.
+_MIN_TERMINAL = 60
+
+
+def line_width() -> int:
+    """The width text is laid out for: WIDTH, or the terminal's where standard output is a narrower terminal (a
+    file or pipe gets WIDTH, so that saved output does not depend on the window it came from)."""
+    import os
+    import sys
+
+    try:
+        if sys.stdout.isatty():
+            return max(_MIN_TERMINAL, min(WIDTH, os.get_terminal_size(sys.stdout.fileno()).columns))
+    except (OSError, ValueError, AttributeError):  # no terminal size, a closed or replaced stream
+        pass
+    return WIDTH
 STYLE = "simple"
 #: Column separation tabulate uses in STYLE.
 _GAP = 2
@@ -28,8 +44,10 @@ _MIN_WRAP = 16
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, align: Sequence[str] | None = None,
-          wrap: Sequence[int] = (), width: int = WIDTH) -> str:
-    """``rows`` under ``headers`` (one per column, none empty), ``align`` ("left" / "right") per column."""
+          wrap: Sequence[int] = (), width: int | None = None) -> str:
+    """``rows`` under ``headers`` (one per column, none empty), ``align`` ("left" / "right") per column, at most
+    ``width`` columns wide where the wrapped columns allow (None: ``line_width``)."""
+    width = line_width() if width is None else width
     if any(not h for h in headers):
         raise ValueError(f"every column needs a header: {list(headers)}")
     cells = [[str(c) for c in row] for row in rows]
@@ -101,9 +119,34 @@ def _simple(cells: list[list[str]], headers: list[str], aligns: list[str]) -> st
     return "\n".join(lines)
 
 
-def prose(text: str, indent: str = "  ", width: int = WIDTH) -> str:
-    """A sentence printed beside the tables, wrapped to ``width``; continuation lines start with ``indent``
-    (a multi-line ``text``, such as a table, is returned as it is)."""
+def prose(text: str, indent: str = "  ", width: int | None = None) -> str:
+    """A sentence printed beside the tables, wrapped to ``width`` (None: ``line_width``); continuation lines start
+    with ``indent`` (a multi-line ``text``, such as a table, is returned as it is)."""
+    width = line_width() if width is None else width
     if "\n" in text or len(text) <= width:
         return text
     return textwrap.fill(text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
+
+def command_lines(label: str, command: str, width: int | None = None, indent: str = "  ") -> str:
+    """A shell command after ``label``, broken before a flag (``-x`` / ``--xx``, with its values) into lines of at
+    most ``width`` columns that end in `` \\`` (one command to a shell, pasted as it is); a flag with a value longer
+    than a line keeps its own line. The words keep their quoting (shlex: the command's own)."""
+    import shlex
+
+    width = line_width() if width is None else width
+    words = [shlex.quote(w) for w in shlex.split(command)]
+    groups: list[str] = []
+    for w in words:
+        if groups and not (w.startswith("-") and not w[1:2].isdigit()):
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    lines = [label + groups[0]]
+    for g in groups[1:]:
+        if len(lines[-1]) + 1 + len(g) + 2 <= width:
+            lines[-1] += " " + g
+        else:
+            lines[-1] += " \\"
+            lines.append(indent + g)
+    return "\n".join(lines)

@@ -265,9 +265,12 @@ def test_cuda_backend_log():
     r = run("-m", "lfm2-1.2b", "--backend", "CUDA1", "--format", "log")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
+    # the weights first (sized at the default Q4_K_M), then the contexts, as llama.cpp logs them
+    assert lines[0].startswith("load_tensors:   CPU_Mapped model buffer size =")
+    assert lines[1].startswith("load_tensors:        CUDA1 model buffer size =")
     # lfm2-1.2b: 65536 logits of f32 for one sequence, in the GPU's pinned host memory
-    assert lines[0] == "llama_context:  CUDA_Host  output buffer size =     0.25 MiB"
-    assert lines[1].startswith("llama_kv_cache:      CUDA1 KV buffer size =")
+    assert lines[2] == "llama_context:  CUDA_Host  output buffer size =     0.25 MiB"
+    assert lines[3].startswith("llama_kv_cache:      CUDA1 KV buffer size =")
 
 
 def test_a_directory_named_config_json_in_a_model_directory(tmp_path):

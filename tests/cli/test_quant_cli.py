@@ -52,11 +52,13 @@ def test_estimate_breakdown_model_bytes_are_llama_cpps(preset, quant, golden):
                for n in data["notes"])
 
 
-def test_estimate_without_quant_is_unchanged():
-    """No default quant is invented: a preset without weights_bytes has no model bytes."""
+def test_estimate_without_quant_sizes_the_stated_default():
+    """Weights always counted: a preset without weights_bytes is sized as --quant Q4_K_M, and says so."""
     data = json.loads(run("estimate", "--model", "mamba-130m", "--format", "json").output)
-    assert data["breakdown"][0]["model_bytes"] is None
-    assert data["model_bytes_exact"] is False
+    given = json.loads(run("estimate", "--model", "mamba-130m", "--quant", "Q4_K_M", "--format", "json").output)
+    assert data["breakdown"] == given["breakdown"] and data["model_bytes_exact"] is True
+    assert any(n.startswith("model bytes: llama-quantize Q4_K_M") and "rsplan's default type" in n
+               for n in data["notes"])
 
 
 def test_alias_names_the_ftype_llama_quantize_uses():

@@ -6,7 +6,6 @@ import pytest
 
 from rsplan.errors import RsplanError
 from rsplan.planner.budget import (
-    WEIGHTS_UNKNOWN,
     BudgetRequest,
     GivenSize,
     compute_bytes,
@@ -42,7 +41,7 @@ def test_size_budgets_name_one_gpu_or_number_several():
 
 def test_one_margin_applies_to_every_gpu_and_several_must_match():
     devices = size_budgets([GivenSize(GIB, "1GiB"), GivenSize(GIB, "1GiB")])
-    spec = make_spec(**MAMBA2)
+    spec = make_spec(**MAMBA2, weights_bytes=0)
     (p,) = make_planners([spec], ["m"], ContextParams(), request(devices=devices, margin_bytes=(7 * MIB,)))
     assert p.budget.margin_bytes == (7 * MIB, 7 * MIB)
     (p,) = make_planners([spec], ["m"], ContextParams(), request(devices=devices, margin_bytes=(1 * MIB, 2 * MIB)))
@@ -61,8 +60,10 @@ def test_weights_come_from_the_flag_then_the_model_file_then_nowhere():
     assert (p_file.budget.weights_bytes, p_file.budget.weights_source) == (0, "--weights 0")
     (p,) = make_planners([with_size], ["my.yaml"], ContextParams(), request())
     assert (p.budget.weights_bytes, p.budget.weights_source) == (123_456_789, "weights_bytes of my.yaml")
-    (p,) = make_planners([without], ["x"], ContextParams(), request())
-    assert (p.budget.weights_bytes, p.budget.weights_source) == (None, WEIGHTS_UNKNOWN)
+    # no size, no tensor list (the spec names no vocab_size): never a silent 0, one line asking for them
+    with pytest.raises(RsplanError, match=r"^x: the weights' size is not known \(.*vocab_size.*\): give --weights SIZE "
+                                          r"or --quant TYPE$"):
+        make_planners([without], ["x"], ContextParams(), request())
     with pytest.raises(RsplanError, match=r"^give --weights once per --model \(2 models, 1 --weights\)$"):
         make_planners([without, without], ["x", "y"], ContextParams(), request(weights=(flag,)))
 
@@ -75,7 +76,7 @@ def test_weights_flag_overrides_quant_and_says_so():
 
 def test_placement_flags_reach_the_planner():
     devices = size_budgets([GivenSize(GIB, "1GiB"), GivenSize(3 * GIB, "3GiB")])
-    (p,) = make_planners([make_spec(**MAMBA2)], ["m"], ContextParams(),
+    (p,) = make_planners([make_spec(**MAMBA2, weights_bytes=0)], ["m"], ContextParams(),
                          request(devices=devices, margin_bytes=(0,), n_gpu_layers=2, tensor_split=(1.0, 3.0),
                                  offload_kqv=False))
     assert (p.n_gpu_layers, p.tensor_split, p.offload_kqv) == (2, (1.0, 3.0), False)
@@ -91,7 +92,7 @@ def test_compute_flag_or_the_modelled_buffer_or_the_allowance():
     assert compute_bytes(no_vocab, params, GivenSize(0, "0")) == (0, "--compute 0", False)
     assert compute_bytes(no_vocab, params, None) == (
         0, "llama.cpp's compute buffer of each setting (n_outputs_max as llama-server; at -c 4096 -np 2: 2)", True)
-    (p,) = make_planners([no_vocab], ["m"], params, request(compute=None))
+    (p,) = make_planners([no_vocab], ["m"], params, request(compute=None, weights=(GivenSize(0, "0"),)))
     assert (p.budget.compute_bytes, p.budget.compute_source, p.budget.compute_per_setting) == (
         DEFAULT_COMPUTE_BYTES, "an allowance: model 'test' does not give its vocabulary size (vocab_size), which "
         "sizes the logits; pass --compute to give the size", False)
@@ -122,16 +123,17 @@ def test_serving_budget_takes_the_smallest_gpu_and_checks_the_tp_size():
     nvml = (DeviceBudget("GPU0 big", 70 * GIB, "NVML GPU0 free memory", total_bytes=80 * GIB, free_bytes=70 * GIB),
             DeviceBudget("GPU1 small", 30 * GIB, "NVML GPU1 free memory", total_bytes=40 * GIB, free_bytes=30 * GIB))
     spec = make_spec(**MAMBA2, weights_bytes=3 * GIB)
-    b = serving_budget(spec, "m", request(devices=nvml, from_nvml=True), None, 2, 4 * GIB)
+    b = serving_budget(spec, "m", request(devices=nvml, from_nvml=True), None, 2, 4 * GIB, "bfloat16")
     assert (b.gpu_bytes, b.gpu_source, b.gpu_free_bytes) == (40 * GIB, "NVML GPU1 small total memory", 30 * GIB)
     assert (b.weights_bytes, b.weights_source, b.overhead_bytes) == (3 * GIB, "weights_bytes of m", 4 * GIB)
     with pytest.raises(RsplanError, match=r"^--gpu gives 2 GPUs but the tensor-parallel size is 4: give one GPU "
                                           r"budget, or -tp 2$"):
-        serving_budget(spec, "m", request(devices=nvml, from_nvml=True), None, 4, 4 * GIB)
+        serving_budget(spec, "m", request(devices=nvml, from_nvml=True), None, 4, 4 * GIB, "bfloat16")
     sized = size_budgets([GivenSize(24 * GIB, "24GiB")])
     b = serving_budget(make_spec(**MAMBA2), "m", request(devices=sized, overhead=GivenSize(GIB, "1GiB")),
-                       GivenSize(2 * GIB, "2GiB"), 8, 4 * GIB)
+                       GivenSize(2 * GIB, "2GiB"), 8, 4 * GIB, "bfloat16")
     assert (b.gpu_bytes, b.gpu_source, b.gpu_free_bytes) == (24 * GIB, "--budget 24GiB", None)
     assert (b.weights_bytes, b.weights_source, b.overhead_bytes) == (2 * GIB, "--weights 2GiB", GIB)
-    b = serving_budget(make_spec(**MAMBA2), "m", request(devices=sized), None, 1, 4 * GIB)
-    assert (b.weights_bytes, b.weights_source) == (None, WEIGHTS_UNKNOWN)
+    with pytest.raises(RsplanError, match=r"^m: the weights' size is not known \(no tensor list: .*\): give --weights "
+                                          r"SIZE$"):
+        serving_budget(make_spec(**MAMBA2), "m", request(devices=sized), None, 1, 4 * GIB, "bfloat16")

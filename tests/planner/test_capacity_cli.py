@@ -73,7 +73,7 @@ def test_json_has_every_number_and_the_ladder(example):
 @pytest.mark.parametrize("extra", [[], ["-kvu"], ["-ctk", "q8_0", "-ctv", "q8_0"], ["--ctx", "5000,8k"],
                                    ["--n-rs-seq", "2"], ["-fa", "off"]])
 def test_each_rung_replans_to_the_same_bytes_in_estimate(example, extra):
-    d = capacity_json("--model", str(example), "--budget", "12GiB", *extra)
+    d = capacity_json("--model", str(example), "--budget", "12GiB", "--weights", "0GiB", *extra)
     context_flags = [a for a in extra if a not in ("--ctx", "5000,8k")]
     for r in d["ladder"]:
         e = run("estimate", "--model", str(example), "-c", str(r["n_ctx_flag"]), "-np", str(r["max_parallel"]),
@@ -88,13 +88,13 @@ def test_weights_from_the_model_file(example_with_weights):
     assert d["weights_source"] == f"weights_bytes of {example_with_weights}"
 
 
-def test_unknown_weights_are_said_not_counted(example):
+def test_unknown_weights_are_asked_for_in_one_line(example):
+    # no size and no tensor list (the model names no vocab_size): never a silent 0
     r = run("capacity", "--model", str(example), "--budget", "24GiB")
-    assert r.exit_code == 0
-    assert "Weights:  NOT COUNTED - unknown for this model; give --weights SIZE" in r.output
-    d = capacity_json("--model", str(example), "--budget", "24GiB")
-    assert (d["weights_bytes"], d["weights_counted"]) == (0, False)
-    assert d["notes"][0] == "weights are NOT counted: their size is unknown for this model (give --weights SIZE)"
+    assert r.exit_code == 1
+    assert r.output == (f"Error: {example}: the weights' size is not known (article-example: vocab_size is needed for "
+                        "the tensor list of arch 'qwen35' (give it in a preset YAML, as `rsplan presets show "
+                        "mamba-130m` does)): give --weights SIZE or --quant TYPE\n")
 
 
 def test_table_prints_flags_and_answers(example):
@@ -110,8 +110,8 @@ def test_table_prints_flags_and_answers(example):
 
 
 def test_per_device_totals_and_split_flags(example):
-    d = capacity_json("--model", str(example), "--budget", "8GiB,8GiB", "-ts", "3,1", "-ngl", "40",
-                      "-c", "32768", "-np", "4")
+    d = capacity_json("--model", str(example), "--budget", "8GiB,8GiB", "--weights", "0GiB", "-ts", "3,1", "-ngl",
+                      "40", "-c", "32768", "-np", "4")
     gpus, host = d["devices"][:2], d["devices"][2]
     assert [g["name"] for g in gpus] == ["GPU 0", "GPU 1"] and host["name"] == "host"
     assert len(host["layers"]) == 49 - 40
@@ -122,7 +122,8 @@ def test_per_device_totals_and_split_flags(example):
 def test_more_gpu_layers_than_the_model_has_is_all_of_them(example):
     """-ngl 99, the usual llama.cpp idiom, on 49 units: llama.cpp clamps it (src/llama-model.cpp:1590), so the
     answer is -ngl all's, and the flags printed say -ngl all."""
-    common = ("--model", str(example), "--budget", "80GiB", "--host-budget", "20GiB", "-c", "32768", "-np", "4")
+    common = ("--model", str(example), "--budget", "80GiB", "--weights", "0GiB", "--host-budget", "20GiB",
+              "-c", "32768", "-np", "4")
     d = capacity_json(*common, "-ngl", "99")
     assert d == capacity_json(*common, "-ngl", "all")
     assert d["ladder"][0]["flags"].endswith("-ngl all")
@@ -131,13 +132,13 @@ def test_more_gpu_layers_than_the_model_has_is_all_of_them(example):
 def test_gpu_budget_from_nvml_free_memory(example, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([("Fake A", 80 * GIB, 70 * GIB),
                                                              ("Fake B", 24 * GIB, 20 * GIB)]))
-    d = capacity_json("--model", str(example), "--gpu")
+    d = capacity_json("--model", str(example), "--weights", "0GiB", "--gpu")
     assert [(g["name"], g["budget_bytes"], g["total_bytes"]) for g in d["devices"][:2]] == [
         ("GPU0 Fake A", 70 * GIB, 80 * GIB), ("GPU1 Fake B", 20 * GIB, 24 * GIB)]
     assert d["budget_bytes"] == 90 * GIB
     # without --tensor-split, layers are split by free memory (in MiB, as printed in -ts)
     assert d["placement"]["tensor_split"] == [70 * 1024, 20 * 1024]
-    d = capacity_json("--model", str(example), "--gpu", "1", "--gpu-memory", "total")
+    d = capacity_json("--model", str(example), "--weights", "0GiB", "--gpu", "1", "--gpu-memory", "total")
     assert [g["budget_bytes"] for g in d["devices"][:1]] == [24 * GIB]
 
 
@@ -181,11 +182,12 @@ def test_gpu_index_that_does_not_exist(example, monkeypatch):
     ([], "give a memory budget: --budget SIZE (e.g. 24GiB) or --gpu [INDEX,...]"),
     (["--budget", "8GiB", "--gpu-memory", "total"], "--gpu-memory applies to --gpu only"),
     (["--budget", "80GiB", "-ngl", "many"], "-ngl: cannot read 'many' as a number of layers, auto or all"),
-    (["--budget", "40GiB,40GiB", "-ts", "1,-1"], "--tensor-split part 1 is -1; parts must be finite and >= 0"),
-    (["--budget", "40GiB,40GiB", "-ts", "0,0"],
+    (["--budget", "40GiB,40GiB", "--weights", "0GiB", "-ts", "1,-1"],
+     "--tensor-split part 1 is -1; parts must be finite and >= 0"),
+    (["--budget", "40GiB,40GiB", "--weights", "0GiB", "-ts", "0,0"],
      "--tensor-split parts are all zero; omit --tensor-split to split by free memory as llama.cpp does"),
     (["--budget", "40GiB,40GiB", "-ts", "1,x"], "--tensor-split: cannot read 'x' as a proportion (example: 3,1)"),
-    (["--budget", "40GiB", "-ts", "1,1"], "--tensor-split has 2 parts but there are 1 device(s)"),
+    (["--budget", "40GiB", "--weights", "0GiB", "-ts", "1,1"], "--tensor-split has 2 parts but there are 1 device(s)"),
     (["--budget", "24GiB", "--ctx", "0"], "--ctx: cannot read '0' as a context length > 0 (examples: 4096, 8k, 32768)"),
     (["--budget", "24GiB", "--fit-target", "-1"], "--fit-target: must be >= 0 MiB, got -1"),
     (["--budget", "24GiB", "--fit-target", "1,2"], "--fit-target has 2 values for 1 device(s)"),
@@ -193,7 +195,7 @@ def test_gpu_index_that_does_not_exist(example, monkeypatch):
      "--compute: unknown unit 'XB' in '1XB' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"),
     (["--budget", "24GiB", "--weights", "1GiB", "--weights", "2GiB"],
      "give --weights once per --model (1 model, 2 --weights)"),
-    (["--budget", "24GiB", "-ctv", "q8_0", "-fa", "off"],
+    (["--budget", "24GiB", "--weights", "0GiB", "-ctv", "q8_0", "-fa", "off"],
      "quantized V cache requires flash_attn to be enabled (-fa on or auto)"),
 ])
 def test_bad_input_is_a_one_line_error(example, args, message):
@@ -203,7 +205,8 @@ def test_bad_input_is_a_one_line_error(example, args, message):
 
 
 def test_zero_compute_and_margin_are_allowed(example):
-    d = capacity_json("--model", str(example), "--budget", "4GiB", "--compute", "0", "--fit-target", "0")
+    d = capacity_json("--model", str(example), "--budget", "4GiB", "--weights", "0GiB", "--compute", "0",
+                      "--fit-target", "0")
     assert (d["compute_bytes"], d["margin_bytes"], d["cache_budget_bytes"]) == (0, 0, 4 * GIB)
 
 

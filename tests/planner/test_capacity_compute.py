@@ -66,7 +66,7 @@ def test_a_model_its_graph_cannot_size_keeps_the_allowance_and_says_why(tmp_path
     preset = tmp_path / "arwkv.yaml"
     preset.write_text("name: arwkv-test\nsource: test\narch: arwkv7\ncontext_length: 4096\nembedding_length: 1024\n"
                       "block_count: 4\nwkv:\n  head_size: 64\n  token_shift_count: 1\nvocab_size: 1000\n")
-    d = capacity_json("--model", str(preset), "--budget", "24GiB", "--ctx", "4k")
+    d = capacity_json("--model", str(preset), "--budget", "24GiB", "--weights", "1GiB", "--ctx", "4k")
     gpu = d["devices"][0]
     assert gpu["compute_bytes"] == 512 * MIB
     assert "model 'arwkv-test' does not give attention.decay_lora_rank" in gpu["compute_source"]

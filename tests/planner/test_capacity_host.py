@@ -118,7 +118,10 @@ def test_capacity_command_charges_checkpoints_and_prints_the_flag():
     assert r.exit_code == 0, r.output
     row = next(line for line in r.output.splitlines() if line.startswith("4,096"))
     assert row.split()[1] == "11" and "host memory's budget" in row and "--ctx-checkpoints" not in row
-    assert "32 per slot (--ctx-checkpoints) x 1 slots" in " ".join(r.output.split())
+    # the default output names what to act on; --explain says how the checkpoints are counted
+    assert "a lower --ctx-checkpoints (now 32) fits more" in " ".join(r.output.split())
+    explained = CliRunner().invoke(cli, [*base, "--explain"]).output
+    assert "32 per slot (--ctx-checkpoints) x 1 slots" in " ".join(explained.split())
     r = CliRunner().invoke(cli, [*base, "--ctx-checkpoints", "8", "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)

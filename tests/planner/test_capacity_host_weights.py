@@ -225,7 +225,7 @@ def test_fit_keeps_the_dry_run_and_prints_the_flags(mamba_q4_0):
     plain = fit_json()
     given = fit_json("--no-mmap", "--no-repack")
     assert given["command"] == plain["command"].replace(" --fit off", " --no-repack --load-mode none --fit off")
-    mine = ("command", "host_check", "notes")
+    mine = ("command", "run_command", "host_check", "notes")
     assert {k: v for k, v in given.items() if k not in mine} == {k: v for k, v in plain.items() if k not in mine}
     # no device: the dry run's host weights are the padded tensors; started with mmap and AVX2 repacking the host
     # holds the span up to blk.23's repacked tensors plus the repacked copy (as capacity charges it, by hand above)

@@ -164,7 +164,7 @@ def test_fit_says_what_runs_on_the_host_at_the_flags_it_chose():
     from rsplan.cli import cli
 
     args = ["fit", "-m", "plamo-2-1b", "--quant", "Q8_0", "--budget", "8GiB", "-c", "8192", "--host-budget", "64GiB"]
-    r = CliRunner().invoke(cli, [*args, "--device-kind", "CUDA"])
+    r = CliRunner().invoke(cli, [*args, "--device-kind", "CUDA", "--explain"])  # the notes: --explain
     assert r.exit_code == 0, r.output
     assert "SSM_SCAN x8 of each ubatch's graph: no kernel on the CUDA devices" in " ".join(r.output.split())
     r = CliRunner().invoke(cli, [*args, "--device-kind", "RPC"])  # an RPC server's CPU backend runs every op
@@ -177,6 +177,6 @@ def test_capacity_says_what_runs_on_the_host():
     from rsplan.cli import cli
 
     r = CliRunner().invoke(cli, ["capacity", "-m", "plamo-2-1b", "--quant", "Q8_0", "--budget", "8GiB", "--ctx",
-                                 "4k,32k", "-np", "2", "--host-budget", "64GiB"])
+                                 "4k,32k", "-np", "2", "--host-budget", "64GiB", "--explain"])
     assert r.exit_code == 0, r.output
     assert "SSM_SCAN x8 of each ubatch's graph: no kernel on the CUDA devices" in " ".join(r.output.split())

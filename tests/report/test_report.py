@@ -162,17 +162,20 @@ def test_report_is_self_contained_and_complete(hybrid, mamba2, profile_file, tmp
     assert "%{customdata:,} B" in text
 
 
-def test_report_lists_unknown_weights_as_not_counted(mamba2, tmp_path):
+def test_report_asks_for_unknown_weights_in_one_line(mamba2, tmp_path):
+    # no size and no tensor list (no vocab_size): never a silent 0
     out = tmp_path / "r.html"
-    assert run("report", "--model", str(mamba2), "--budget", "8GiB", "-o", str(out)).exit_code == 0
-    text = out.read_text()
-    assert "NOT COUNTED" in text and "unknown for this model: NOT counted (give --weights SIZE)" in text
+    r = run("report", "--model", str(mamba2), "--budget", "8GiB", "-o", str(out))
+    assert r.exit_code == 1 and not out.exists()
+    assert r.output.startswith(f"Error: {mamba2}: the weights' size is not known (")
+    assert r.output.endswith("): give --weights SIZE or --quant TYPE\n") and r.output.count("\n") == 1
 
 
 def test_plotly_is_imported_by_report_only():
     code = (
         "import sys; from click.testing import CliRunner; from rsplan.cli import cli;"
-        "r = CliRunner().invoke(cli, ['capacity', '--model', 'article-example-48l', '--budget', '24GiB']);"
+        "r = CliRunner().invoke(cli, ['capacity', '--model', 'article-example-48l', '--budget', '24GiB',"
+        " '--weights', '1GiB']);"
         "assert r.exit_code == 0, r.output; assert 'plotly' not in sys.modules, 'plotly imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -343,7 +346,8 @@ def test_flags_llama_cpp_aborts_on_still_give_a_report(tmp_path):
 
 def test_dash_writes_the_report_to_standard_output(mamba2, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = run("report", "--model", str(mamba2), "--budget", "8GiB", "--host-budget", "16GiB", "-o", "-")
+    r = run("report", "--model", str(mamba2), "--budget", "8GiB", "--weights", "1GiB", "--host-budget", "16GiB", "-o",
+            "-")
     assert r.exit_code == 0, r.output
     assert r.output.startswith("<!DOCTYPE html>") and r.output.rstrip().endswith("</html>")
     assert not (tmp_path / "-").exists()  # no file named "-"
