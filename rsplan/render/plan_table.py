@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from rsplan.planner.plan import BUFFER_RULES, MemoryPlan, TensorPlan
@@ -84,6 +85,9 @@ def buffers_table(plan: MemoryPlan, backend: str = "CPU") -> str:
     ])
 
 
+#: How the breakdown's note on the model bytes starts (planner.breakdown, cli.estimate): the weights a plan rests on.
+WEIGHTS_NOTE = "model bytes: "
+
 #: The warning llama.cpp logs whenever the context is not a multiple of the sequences' padded share
 #: (src/llama-context.cpp:304 LLAMA_LOG_WARN): "rounding down", although with at most 256 sequences n_ctx only grows
 #: (n x pad(P // n, 256) > P - n, both multiples of 256).
@@ -107,8 +111,13 @@ def user_notes(plan: MemoryPlan) -> list[str]:
 
 def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU",
                 breakdown: Breakdown | None = None) -> str:
-    parts = [
-        f"model {plan.model} (arch {plan.arch})",
+    parts = [f"model {plan.model} (arch {plan.arch})"]
+    if breakdown is not None:
+        # the assumption the model bytes rest on goes in the answer's first lines, not with the notes under the table
+        weights = [n for n in breakdown.notes if n.startswith(WEIGHTS_NOTE)]
+        parts += [prose(f"weights: {n.removeprefix(WEIGHTS_NOTE)}") for n in weights]
+        breakdown = dataclasses.replace(breakdown, notes=tuple(n for n in breakdown.notes if n not in weights))
+    parts += [
         prose(context_line(plan)),
         "",
         totals_table(plan),
