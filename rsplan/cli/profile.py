@@ -89,7 +89,11 @@ DEVICE_OPTIONS = [
 
 #: The llama.cpp context flags the profiler reads: the shared options (rsplan.cli.options), with llama.cpp's names.
 CONTEXT_OPTIONS = [
-    CONTEXT_OPTION["n_seq_max"](help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory."),
+    CONTEXT_OPTION["n_seq_max"](default=None, show_default=False,
+                                help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory. "
+                                "Default: the fewest whose decode working set is at least 4x the last-level "
+                                "cache (DRAM bandwidth), within the -np limit, memory and --max-seconds; a "
+                                "smaller -np measures a cache-resident step."),
     CONTEXT_OPTION["n_ctx"](help="Total KV cells (llama.cpp -c; 32k = 32768); sizes the KV tensors of hybrid "
                             "models; 0 = the model's training context."),
     CONTEXT_OPTION["n_ubatch"](type=Tokens(1, MAX_CTX), help="Prefill ubatch size in tokens (llama.cpp -ub), "

@@ -10,6 +10,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from rsplan.profiler.result import KernelFigures as KernelFiguresType
+from rsplan.profiler.working_set import DRAM_LLC_FACTOR, ROW_SPREAD_MAX, choice_line
 from rsplan.render.tables import table
 
 if TYPE_CHECKING:
@@ -116,7 +118,16 @@ def _baseline_lines(result: ProfileResult) -> list[str]:
 
 def _header(result: ProfileResult) -> list[str]:
     dev, ctx = result.device, result.context
+    first = []
+    if result.parallel is not None:
+        llc = result.copy_bandwidth.llc_bytes
+        first.append(choice_line(result.parallel, llc, result.copy_bandwidth.llc_source or ""))
+        if result.caches:
+            first.append("caches " + ", ".join(f"L{level} {_mib(n)}" for level, n in sorted(result.caches.items()))
+                         + "; regime of a row: the smallest level its working set fits in, DRAM from "
+                         f"{DRAM_LLC_FACTOR}x the last level, LLC-DRAM between")
     return [
+        *first,
         f"model {result.model} (arch {result.arch}, {result.family}, {result.recurrent_layers} recurrent layers)",
         f"device {dev['device']}: {dev.get('name', '?')}"
         + (f", {dev['threads']} threads" if "threads" in dev else "")
@@ -145,8 +156,38 @@ def _time_line(result: ProfileResult) -> str:
             + (f", lowered from {tm.iters_requested} / {tm.warmup_requested}" if tm.lowered else "") + ")")
 
 
+def _like_table(w: WorkloadResult) -> str:
+    """A workload's rows against the baselines of their own working set and against the DRAM ones."""
+    entries: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path (all)", w.state_path)]
+    rows = []
+    for kname, k in entries:
+        like = k.like
+        p10_p90 = f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}" if isinstance(k, KernelFiguresType) else ""
+        median = _t(k.time.median_s) if isinstance(k, KernelFiguresType) else _t(k.time_s)
+        same = "-" if like is None else _pct(like.inplace_ratio) + (" !" if k.flag else "")
+        rows.append([kname, _mib(k.bytes_per_step), "-" if like is None else like.regime, median, p10_p90,
+                     f"{k.gb_s:,.1f}", same, _pct(k.inplace_ratio), _pct(k.copy_ratio)])
+    return table(rows, ["kernel (all layers)", "bytes/step", "regime", "median", "p10 .. p90", "GB/s",
+                        "in place, same size", "in place, DRAM", "copy, DRAM"],
+                 align=("left", *["right"] * 8))
+
+
+def _like_lines(w: WorkloadResult) -> list[str]:
+    """The like-for-like baselines a workload's rows were compared with, one line per size."""
+    seen: dict[int, Any] = {}
+    for k in [*w.kernels.values(), w.state_path]:
+        if k.like is not None:
+            seen.setdefault(k.like.buffer_bytes, k.like)
+    return [f"  working set of a step {_mib(like.working_set_bytes)} ({like.regime}); same-size baselines over "
+            f"{_mib(size)}: in place {like.inplace_gb_s:,.1f} GB/s, copy {like.copy_gb_s:,.1f} GB/s (spread "
+            f"{100 * like.spread:.0f}%, drift {100 * like.drift:.0f}%" + (", NOISY" if like.noisy else "") + ")"
+            for size, like in sorted(seen.items())]
+
+
 def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name: str) -> list[str]:
     lines = ["", f"{name}: {w.n_seqs} sequences, {w.tokens_per_step} tokens per step"]
+    if any(k.like is not None for k in [*w.kernels.values(), w.state_path]):
+        return [*lines, _like_table(w), *_like_lines(w), *_extra_lines(w), *_flag_lines(w, base, base_name)]
     inplace = base_name == "in-place"
     rows = [[kname, _mib(k.bytes_per_step), _t(k.time.median_s), f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}",
              f"{k.gb_s:,.1f}", *_ratios(k, inplace)] for kname, k in w.kernels.items()]
@@ -156,6 +197,11 @@ def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name:
     ratios = ["of copy", "of in place"] if inplace else ["of copy"]
     lines.append(table(rows, ["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", *ratios],
                        align=("left", "right", "right", "right", "right", *["right"] * len(ratios))))
+    return lines + _extra_lines(w) + _flag_lines(w, base, base_name)
+
+
+def _extra_lines(w: WorkloadResult) -> list[str]:
+    sp = w.state_path
     extra = [
         f"timing {w.timing.mode}",
         f"state-path tokens/s {sp.tokens_per_s:,.0f}",
@@ -165,10 +211,39 @@ def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name:
         extra.append(f"snapshots cost {100 * w.snapshots.overhead:+.0f}% vs K = 1 ({_t(w.snapshots.time_k1_s)})")
     if w.accepted_mean is not None and not math.isnan(w.accepted_mean):
         extra.append(f"mean accepted drafts {w.accepted_mean:.2f}")
-    lines.append("  " + "; ".join(extra))
-    flagged: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path", sp)]
-    lines += [f"  ! {kname}: {flag_text(k.flag, base, base_name)}" for kname, k in flagged if k.flag]
-    return lines
+    return ["  " + "; ".join(extra)]
+
+
+def _flag_lines(w: WorkloadResult, base: CopyBaseline, base_name: str) -> list[str]:
+    flagged: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path", w.state_path)]
+    return [f"  ! {kname}: {row_flag_text(k, base, base_name)}" for kname, k in flagged if k.flag]
+
+
+def row_flag_text(row: KernelFigures | StatePath, base: CopyBaseline, base_name: str = "in-place") -> str:
+    """Why a row is flagged, in words: runner.row_flag's reasons for a row with like-for-like baselines,
+    flag_text's otherwise."""
+    flag, like = row.flag, row.like
+    assert flag is not None
+    if like is None:
+        return flag_text(flag, base, base_name)
+    words = []
+    for reason in flag.reasons:
+        if reason == "above":
+            words.append(f"{_pct(like.inplace_ratio)} of the in-place pass over the same "
+                         f"{_mib(like.buffer_bytes)}, which it cannot beat: the byte count, the timer or that "
+                         "baseline is off")
+        elif reason == "spread":
+            spread = row.time.spread if isinstance(row, KernelFiguresType) else math.nan
+            words.append("its own steps spread " + (f"{100 * spread:.0f}%" if spread == spread else "too much")
+                         + f" (p10..p90 over the median; bound {100 * ROW_SPREAD_MAX:.0f}%)")
+        elif reason == "noisy":
+            words.append("a baseline it is compared with is noisy (spread or drift over 15%)")
+        elif reason == "load":
+            words.append("the machine was oversubscribed when the run started (load average and runnable tasks "
+                         "over the CPUs)")
+        else:
+            words.append(reason)
+    return "not to be quoted, left out of the report's bars: " + "; ".join(words)
 
 
 def _third_party_lines(third: dict[str, Any]) -> list[str]:
@@ -248,7 +323,7 @@ def for_report(result: ProfileResult) -> dict[str, Any]:
             if result.inplace_bandwidth is not None and math.isfinite(result.inplace_bandwidth.gb_s):
                 entry["inplace_gbps"] = float(result.inplace_bandwidth.gb_s)
             if k.flag:
-                entry["flag"] = flag_text(k.flag, base, base_name)[:REPORT_FLAG_CHARS]
+                entry["flag"] = row_flag_text(k, base, base_name)[:REPORT_FLAG_CHARS]
             kernels.append(entry)
     device = result.device
     return {
