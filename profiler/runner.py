@@ -511,7 +511,9 @@ def _run_notes(facts: dict[str, Any], base: Baselines, results: dict[str, Worklo
             f"the load average ({load:g}) exceeds the {cpus} CPUs: the timings include waiting for other jobs"
             + (hint if (facts.get("threads") or 1) > 1 else "")
         )
-    rows = [v for r in results.values() for v in [*r.kernels.values(), r.state_path]]
+    rows: list[KernelFigures | StatePath] = []
+    for r in results.values():
+        rows += [*r.kernels.values(), r.state_path]
     flagged = [v for r in results.values() for v in r.kernels.values() if v.flag]
     for name, b in (("copy", base.copy), ("in-place", base.inplace)):
         if b.noisy:

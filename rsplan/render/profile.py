@@ -175,7 +175,8 @@ def _like_table(w: WorkloadResult) -> str:
 def _like_lines(w: WorkloadResult) -> list[str]:
     """The like-for-like baselines a workload's rows were compared with, one line per size."""
     seen: dict[int, Any] = {}
-    for k in [*w.kernels.values(), w.state_path]:
+    rows: list[KernelFigures | StatePath] = [*w.kernels.values(), w.state_path]
+    for k in rows:
         if k.like is not None:
             seen.setdefault(k.like.buffer_bytes, k.like)
     return [f"  working set of a step {_mib(like.working_set_bytes)} ({like.regime}); same-size baselines over "
@@ -186,7 +187,8 @@ def _like_lines(w: WorkloadResult) -> list[str]:
 
 def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name: str) -> list[str]:
     lines = ["", f"{name}: {w.n_seqs} sequences, {w.tokens_per_step} tokens per step"]
-    if any(k.like is not None for k in [*w.kernels.values(), w.state_path]):
+    entries: list[KernelFigures | StatePath] = [*w.kernels.values(), w.state_path]
+    if any(k.like is not None for k in entries):
         return [*lines, _like_table(w), *_like_lines(w), *_extra_lines(w), *_flag_lines(w, base, base_name)]
     inplace = base_name == "in-place"
     rows = [[kname, _mib(k.bytes_per_step), _t(k.time.median_s), f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}",
