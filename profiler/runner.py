@@ -10,7 +10,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from rsplan.profiler.errors import RsplanError, WorkloadError, import_torch
@@ -139,8 +139,9 @@ def validate(req: ProfileRequest) -> None:
 class _Setup:
     """What a run profiles: the model, its plan, the workloads and the family of kernels.
 
-    ``n_seqs``: the sequences (cells, llama.cpp -np); ``tokens``: prefill tokens per sequence (-ub split equally);
-    ``notes``: the run's notes so far.
+    ``n_seqs``: the sequences (cells, llama.cpp -np); ``tokens``: prefill tokens per sequence (-ub split equally
+    over the prefill's sequences); ``notes``: the run's notes so far; ``active``: workload -> the sequences it
+    drives where fewer than ``n_seqs`` (a picked -np: prefill and spec run one sequence in those cells).
     """
 
     spec: Any
@@ -151,6 +152,11 @@ class _Setup:
     n_seqs: int
     tokens: int
     notes: list[str]
+    active: dict[str, int] = field(default_factory=dict)
+
+    def seqs(self, name: str) -> int:
+        """The sequences workload ``name`` drives."""
+        return self.active.get(name, self.n_seqs)
 
     @property
     def n_rs_seq(self) -> int:
@@ -211,8 +217,7 @@ def run_profile(
         baseline = BaselineBursts(dev, copy_bytes, copy_iters(dev.type, n_bursts), COPY_WARMUP)
         burst_s = baseline.burst()
         checks = _checks(req)
-        budget = _budget(req, dev, setup.names, pools, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq,
-                         burst_s, checks, t_start)
+        budget = _budget(req, dev, setup, pools, burst_s, checks, t_start)
         if announce is not None:
             announce(budget.announcement())
             announce(choice_line(choice, llc, llc_source))
@@ -226,7 +231,7 @@ def run_profile(
         copy = CopyBaseline.from_dict(copy_baseline(baseline.copy, llc, llc_source, at_s))
         inplace = CopyBaseline.from_dict(copy_baseline(baseline.inplace, llc, llc_source, at_s))
         dram = Baselines(copy, inplace)
-        results = {name: _figures(m, dram, setup.n_seqs, timing[name],
+        results = {name: _figures(m, dram, setup.seqs(name), timing[name],
                                   _matched_baselines(baseline, name, dram, llc, llc_source, caches, t_start),
                                   bool(loaded))
                    for name, m in measured.items()}
@@ -275,15 +280,16 @@ def _parallel(req: ProfileRequest, one: _Setup, dev: Any, llc: int | None,
     mem1, mem2 = _state_bytes(one), _state_bytes(two)
     reserve = max(free // 10, CPU_RESERVE_MIN_BYTES) if dev.type == "cpu" else 0
     budget = max(0, (free - reserve - (one.plan.total_bytes - mem1)) // 2)
-    max_seq, why = MAX_SEQ, ""
-    if "prefill" in one.names and req.ubatch < MAX_SEQ:
-        max_seq, why = req.ubatch, f"the prefill ubatch -ub {req.ubatch} holds one token per sequence at least"
     limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
     choice = pick_parallel(ws_per_seq=ws2 - ws1, ws_fixed=2 * ws1 - ws2, mem_per_seq=mem2 - mem1,
-                           mem_budget=budget, llc_bytes=llc, max_seq=max_seq, rounds=req.iters + req.warmup,
-                           max_seconds=limit, bytes_per_s=SLOWEST_BYTES_PER_S[dev.type], max_seq_why=why)
+                           mem_budget=budget, llc_bytes=llc, max_seq=MAX_SEQ, rounds=req.iters + req.warmup,
+                           max_seconds=limit, bytes_per_s=SLOWEST_BYTES_PER_S[dev.type])
     req = replace(req, n_seq_max=choice.n_seq_max)
     setup = {1: one, 2: two}.get(choice.n_seq_max) or _setup(req)
+    # the picked -np is for decode's working set; prefill and spec keep what the old default -np 1 measured:
+    # one prompt of -ub tokens and one speculating sequence, in a memory of that many cells
+    setup.active = {"prefill": 1, "spec": 1}
+    setup.tokens = req.ubatch
     return req, setup, choice
 
 
@@ -361,10 +367,12 @@ def _workspace_bytes(req: ProfileRequest, setup: _Setup) -> int:
     from rsplan.profiler.families import kernel_bytes
 
     names, plan = setup.names, setup.plan
-    # tokens per sequence of the largest step that runs: a prefill ubatch, a draft verification, or one token
-    step_tokens = max([1] + [setup.tokens for n in names if n == "prefill"]
-                      + [1 + req.draft for n in names if n == "spec"])
-    io_bytes = sum(kernel_bytes(k, setup.n_seqs, step_tokens, 1, 0) for k in setup.family.kernels)
+    def tokens(name: str) -> int:  # per sequence: a prefill ubatch, a draft verification, or one token
+        return setup.tokens if name == "prefill" else 1 + req.draft if name == "spec" else 1
+
+    # the largest step that runs (its sequences x tokens), or a one-token step of every cell
+    steps = [(setup.n_seqs, 1), *[(setup.seqs(n), tokens(n)) for n in names]]
+    io_bytes = max(sum(kernel_bytes(k, seqs, t, 1, 0) for k in setup.family.kernels) for seqs, t in steps)
     layer_pool_bytes = plan.recurrent.rows * sum(
         t.row_bytes for t in plan.tensors if t.layer == setup.layout.recurrent_layers[0] and t.kind in "rs"
     )
@@ -402,7 +410,7 @@ class _LikeSizes:
         tokens = {"decode": 1, "prefill": setup.tokens, "spec": 1 + self.req.draft}[name]
         itemsize = 4 if setup.plan.recurrent.type_s == "f32" else 2
         n_layers = len(setup.layout.recurrent_layers)
-        return self._own([n_layers * kernel_bytes(k, setup.n_seqs, tokens, setup.n_rs_seq + 1, itemsize)
+        return self._own([n_layers * kernel_bytes(k, setup.seqs(name), tokens, setup.n_rs_seq + 1, itemsize)
                           for k in setup.family.kernels])
 
     def measured(self, m: Any) -> list[int]:
@@ -459,7 +467,7 @@ def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict
                 baseline.burst_at(ws, name)
         _zero(pools)
         engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs,
-                        c_replay=req.c_replay)
+                        c_replay=req.c_replay, n_active=setup.seqs(name))
         if name == "decode":
             measured[name] = wl.decode(engine, checks, iters, warmup, tick, pause)
         elif name == "prefill":
@@ -805,12 +813,8 @@ def fit_iterations(base_s: float, per_round_s: float, limit_s: float, iters: int
 def _budget(
     req: ProfileRequest,
     dev: Any,
-    names: list[str],
+    setup: _Setup,
     pools: dict,
-    family: Any,
-    N: int,
-    T: int,
-    n_rs_seq: int,
     burst_s: float,
     checks: Any,
     t_start: float,
@@ -822,6 +826,7 @@ def _budget(
     from rsplan.profiler.engine import Engine
     from rsplan.profiler.workloads import CHECK_TOKENS
 
+    names, family, N, T, n_rs_seq = setup.names, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq
     torch = import_torch()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     tokens = {"decode": 1, "prefill": T, "spec": 1 + req.draft}
@@ -830,8 +835,8 @@ def _budget(
     probe: dict[str, float] = {}
     for name in names:
         _zero(pools)
-        engine = Engine(family, pools, N, n_rs_seq, dev, req.seed)
-        seqs = list(range(N))
+        engine = Engine(family, pools, N, n_rs_seq, dev, req.seed, n_active=setup.seqs(name))
+        seqs = list(range(setup.seqs(name)))
         for _ in range(2):
             t0 = time.perf_counter()
             engine.step(engine.next_ubatch(seqs, tokens[name]))
@@ -857,11 +862,13 @@ def _budget(
             once += 2 * probe[name] + 2 * n_check * ref
             rounds_s = probe[name]
         elif name == "prefill":
-            once += n_check * CHECK_TOKENS * ref
+            # the reference of every sequence of the prefill (the probe's covers all N)
+            once += n_check * CHECK_TOKENS * ref * setup.seqs(name) / N
             rounds_s = (passes if T > 1 else 1) * probe[name]
         else:
             once += probe[name]
-            rounds_s = passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
+            # a rollback check per sequence
+            rounds_s = passes * probe[name] + setup.seqs(name) * (1 + req.draft / 2) * ref
         per_round += with_bursts_inside(rounds_s, probe[name], burst_s)
     # what ran already (loading, planning, allocating, the first baseline burst, the probes) and the later bursts
     # between and after the workloads

@@ -122,6 +122,10 @@ def _header(result: ProfileResult) -> list[str]:
     if result.parallel is not None:
         llc = result.copy_bandwidth.llc_bytes
         first.append(choice_line(result.parallel, llc, result.copy_bandwidth.llc_source or ""))
+        fewer = [f"{name} {w.n_seqs}" for name, w in result.workloads.items() if w.n_seqs != ctx.n_seq_max]
+        if fewer:
+            first.append(f"sequences driven: {', '.join(fewer)} of the -np {ctx.n_seq_max} cells (a picked -np "
+                         "sizes decode; prefill and spec measure one prompt, as -np 1 does)")
         if result.caches:
             first.append("caches " + ", ".join(f"L{level} {_mib(n)}" for level, n in sorted(result.caches.items()))
                          + "; regime of a row: the smallest level its working set fits in, DRAM from "

@@ -114,9 +114,11 @@ def test_the_table_names_the_regime_and_the_reason():
     assert "its own steps spread 100% (p10..p90 over the median; bound 20%)" in flag
 
 
-def test_same_size_bursts_pass_over_the_first_bytes_of_the_dram_buffers():
+def test_same_size_bursts_pass_over_the_first_bytes_of_the_dram_buffers(monkeypatch):
     torch = pytest.importorskip("torch")
     from rsplan.profiler import device
+
+    monkeypatch.setattr(device, "MATCHED_SAMPLE_BYTES", 2 * MIB)
 
     b = device.BaselineBursts(torch.device("cpu"), 1 * MIB, iters=2, warmup=1)
     assert b.matched_size(100 * 1024) == 100 * 1024
@@ -126,8 +128,9 @@ def test_same_size_bursts_pass_over_the_first_bytes_of_the_dram_buffers():
     b.burst_at(100 * 1024, "decode")
     rec = b.matched["decode", size]
     assert len(rec["copy"]) == len(rec["inplace"]) == len(rec["started"]) == 2
-    # each sample repeats the pass until 16 MiB have moved: ceil(16 MiB / 200 KiB) = 82 passes of 2 x 100 KiB
-    assert rec["copy"][0]["bytes_moved"] == 82 * 2 * 100 * 1024 and rec["copy"][0]["buffer_bytes"] == 100 * 1024
+    # each sample repeats the pass until MATCHED_SAMPLE_BYTES (2 MiB here) have moved: ceil(2 MiB / 200 KiB) = 11
+    # passes of 2 x 100 KiB
+    assert rec["copy"][0]["bytes_moved"] == 11 * 2 * 100 * 1024 and rec["copy"][0]["buffer_bytes"] == 100 * 1024
     assert len(rec["inplace"][0]["samples_gb_s"]) == 2
     assert b._src.min().item() == b._src.max().item() == 1.0  # the in-place pass keeps the values
 
@@ -164,3 +167,33 @@ def test_the_picked_np_is_the_first_whose_decode_working_set_reaches_four_times_
     given = runner.ProfileRequest(**{**req.__dict__, "n_seq_max": 3})
     kept, setup3, c3 = runner._parallel(given, runner._setup(given), Cpu(), llc, 1 << 40)
     assert (kept.n_seq_max, c3.picked, c3.working_set_bytes) == (3, False, runner._decode_working_set(setup3))
+
+
+def test_without_np_decode_drives_the_picked_cells_and_prefill_and_spec_one_sequence(tmp_path, monkeypatch):
+    """A whole tiny profile without -np, against a made-up last-level cache of 3 sequences' decode working set:
+    decode runs every picked cell and reaches 4x it; prefill and spec run one prompt in those cells (-ub tokens),
+    their checks pass, and the report's first lines say what was measured."""
+    pytest.importorskip("torch")
+    from rsplan.profiler import device, runner
+    from rsplan.render.profile import render_profile
+
+    monkeypatch.setenv("RSPLAN_KERNELS", "torch")  # no C build: the pick, not the kernels, is under test
+
+    model = dict(MAMBA2, arch="mamba2")
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(model))
+    req = runner.ProfileRequest(model=str(path), n_ctx=512, ubatch=8, iters=1, warmup=0)
+    one = runner._setup(runner.ProfileRequest(**{**req.__dict__, "n_seq_max": 1}))
+    two = runner._setup(runner.ProfileRequest(**{**req.__dict__, "n_seq_max": 2}))
+    per_seq = runner._decode_working_set(two) - runner._decode_working_set(one)
+    monkeypatch.setattr(device, "last_level_cache", lambda dev: (3 * per_seq, "L3 (test)"))
+    result = runner.run_profile(req)
+    n = result.context.n_seq_max
+    assert result.parallel.picked and result.parallel.n_seq_max == n and n >= 12
+    assert result.workloads["decode"].n_seqs == n and result.workloads["prefill"].n_seqs == 1
+    assert result.context.ubatch_tokens_per_seq == 8 and result.workloads["prefill"].tokens_per_step == 8
+    assert result.checks.failed == 0
+    first, second = render_profile(result).splitlines()[:2]
+    assert first.startswith(f"measured: DRAM bandwidth of the state path: decode at -np {n}, working set ")
+    assert second == f"sequences driven: prefill 1 of the -np {n} cells (a picked -np sizes decode; prefill and " \
+        "spec measure one prompt, as -np 1 does)"
