@@ -56,7 +56,8 @@ class RatioFlag:
     like-for-like baselines, where only a ratio above 100% of the in-place bandwidth raised one).
 
     Attributes:
-        reasons: ``above`` (above 100% of its like-for-like in-place baseline), ``spread`` (the row's own
+        reasons: ``above`` (above 100% of its like-for-like in-place baseline; with ``cache`` when the row's
+            own working set fits in the last-level cache and its step's does not), ``spread`` (the row's own
             p10..p90 spread over runner.ROW_SPREAD_MAX of its median), ``noisy`` (a baseline it is compared
             with is noisy: its spread or drift), ``load`` (the machine was oversubscribed when the run started);
             in older results ``cache`` (the working set fits in the last-level cache) or ``unexplained``.

@@ -644,17 +644,23 @@ def ratio_flag(ratio: float, bytes_per_step: int, base: CopyBaseline) -> RatioFl
     return RatioFlag(tuple(reasons or ["unexplained"]), working_set)
 
 
-def row_flag(like: LikeForLike, row_spread: float, dram: Baselines, loaded: bool) -> RatioFlag | None:
+def row_flag(like: LikeForLike, row_spread: float, dram: Baselines, loaded: bool,
+             row_bytes: int = 0) -> RatioFlag | None:
     """Why a row's figures are not to be quoted (None: nothing against them), the reasons in this order:
     ``above``: above 100% of its like-for-like in-place baseline (a state update reads and writes its rows in
     place, as that pass does, over the same bytes: it cannot be faster; the byte count, the timer or the
-    baseline is off); ``spread``: its own per-step times spread (p90 - p10) / median over ROW_SPREAD_MAX;
+    baseline is off), with ``cache`` when the row's own working set (half its ``row_bytes``) fits in the
+    last-level cache while its step's does not: a small phase beside a large one keeps part of its rows cached
+    between steps; ``spread``: its own per-step times spread (p90 - p10) / median over ROW_SPREAD_MAX;
     ``noisy``: its like-for-like baselines or the DRAM ones are noisy (spread or drift, device.NOISY_SPREAD);
     ``load``: the machine was oversubscribed when the run started (runner._device's rule). A flagged row is
     left out of the report's bars."""
     reasons = []
     if like.inplace_ratio > 1.0:
         reasons.append("above")
+        llc = dram.inplace.llc_bytes
+        if llc and working_set_bytes(row_bytes) <= llc < like.working_set_bytes:
+            reasons.append("cache")
     if row_spread > ROW_SPREAD_MAX:
         reasons.append("spread")
     if like.noisy or dram.copy.noisy or dram.inplace.noisy:
@@ -694,7 +700,7 @@ def _figures(m: Any, base: Baselines, n_seqs: int, timing: Timing,
         gb_s = b / s.median_s / 1e9 if s.median_s > 0 else float("nan")
         inplace = gb_s / base.inplace.gb_s
         lf = _like_for_like(gb_s, b, step_ws, like)
-        flag = ratio_flag(inplace, b, base.inplace) if lf is None else row_flag(lf, s.spread, base, loaded)
+        flag = ratio_flag(inplace, b, base.inplace) if lf is None else row_flag(lf, s.spread, base, loaded, b)
         kernels[name] = KernelFigures(b, s, gb_s, gb_s / base.copy.gb_s, flag, inplace, lf)
         total_s += s.median_s
         total_bytes += b
@@ -705,7 +711,7 @@ def _figures(m: Any, base: Baselines, n_seqs: int, timing: Timing,
     lf = _like_for_like(gb_s, total_bytes, step_ws, like)
     # the state path's time is the sum of its phases' medians: it is as spread as its most spread phase
     flag = ratio_flag(inplace, total_bytes, base.inplace) if lf is None else row_flag(lf, max(spreads, default=0.0),
-                                                                                     base, loaded)
+                                                                                     base, loaded, total_bytes)
     state_path = StatePath(
         bytes_per_step=total_bytes,
         time_s=total_s,

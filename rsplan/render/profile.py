@@ -234,7 +234,13 @@ def row_flag_text(row: KernelFigures | StatePath, base: CopyBaseline, base_name:
         return flag_text(flag, base, base_name)
     words = []
     for reason in flag.reasons:
-        if reason == "above":
+        if reason == "above" and "cache" in flag.reasons:
+            words.append(f"{_pct(like.inplace_ratio)} of the in-place pass over its step's "
+                         f"{_mib(like.buffer_bytes)}: its own rows (about {_mib(row.bytes_per_step // 2)}) fit in "
+                         f"the {_mib(base.llc_bytes or 0)} last-level cache and partly stay there between steps")
+        elif reason == "cache":
+            continue
+        elif reason == "above":
             words.append(f"{_pct(like.inplace_ratio)} of the in-place pass over the same "
                          f"{_mib(like.buffer_bytes)}, which it cannot beat: the byte count, the timer or that "
                          "baseline is off")

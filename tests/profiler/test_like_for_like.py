@@ -197,3 +197,18 @@ def test_without_np_decode_drives_the_picked_cells_and_prefill_and_spec_one_sequ
     assert first.startswith(f"measured: DRAM bandwidth of the state path: decode at -np {n}, working set ")
     assert second == f"sequences driven: prefill 1 of the -np {n} cells (a picked -np sizes decode; prefill and " \
         "spec measure one prompt, as -np 1 does)"
+
+
+def test_a_small_phase_above_its_steps_baseline_names_the_cache():
+    """A 10 MiB phase (5 MiB of rows, inside the 32 MiB last-level cache) beside a 300 MiB one: the step's
+    working set (155 MiB) is DRAM, the small phase keeps part of its rows cached and passes the step's in-place
+    pass (16 GB/s): flagged above, with the cache named; the large phase, under it, is not."""
+    from rsplan.render.profile import row_flag_text
+
+    m = _measured({"conv": [2e-4] * 5, "scan": [3e-2] * 5}, {"conv": 10 * MIB, "scan": 300 * MIB})
+    w = _figures(m, DRAM, 2, Timing("eager", "perf_counter"), _like_of(DRAM, "DRAM")[0])
+    conv, scan = w.kernels["conv"], w.kernels["scan"]
+    assert conv.like.working_set_bytes == 155 * MIB and conv.like.inplace_ratio == pytest.approx(10 * MIB / 2e-4
+                                                                                                 / 1e9 / 16.0)
+    assert conv.flag.reasons == ("above", "cache") and scan.flag is None
+    assert "its own rows (about 5.00 MiB) fit in the 32.00 MiB last-level cache" in row_flag_text(conv, DRAM.inplace)
