@@ -245,7 +245,7 @@ def run_profile(
     result = _result(req, setup, facts, allocation, Baselines(copy, inplace),
                      TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start), results, third,
                      CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
-    return replace(result, parallel=choice, caches=caches)
+    return replace(result, parallel=choice, caches=caches)  # what decode measured and the regimes' scale
 
 
 def _decode_working_set(setup: _Setup) -> int:
@@ -272,9 +272,8 @@ def _parallel(req: ProfileRequest, one: _Setup, dev: Any, llc: int | None,
     from rsplan.planner.context import MAX_SEQ
     from rsplan.profiler.alloc import CPU_RESERVE_MIN_BYTES
 
-    if req.n_seq_max is not None:
-        setup = one if req.n_seq_max == 1 else _setup(req)
-        return req, setup, given_parallel(req.n_seq_max, _decode_working_set(setup), llc)
+    if req.n_seq_max is not None:  # ``one`` is the setup of the -np given
+        return req, one, given_parallel(req.n_seq_max, _decode_working_set(one), llc)
     two = _setup(replace(req, n_seq_max=2))
     ws1, ws2 = _decode_working_set(one), _decode_working_set(two)
     mem1, mem2 = _state_bytes(one), _state_bytes(two)
@@ -676,9 +675,8 @@ def _like_for_like(gb_s: float, bytes_per_step: int, step_ws: int,
     (None: no such baselines, or a row that moves nothing)."""
     if like is None or bytes_per_step <= 0:
         return None
-    ws = step_ws
-    b, where = like(ws)
-    return LikeForLike(ws, where, b.copy.buffer_bytes, b.copy.gb_s, b.inplace.gb_s, gb_s / b.copy.gb_s,
+    b, where = like(step_ws)
+    return LikeForLike(step_ws, where, b.copy.buffer_bytes, b.copy.gb_s, b.inplace.gb_s, gb_s / b.copy.gb_s,
                        gb_s / b.inplace.gb_s, max(b.copy.spread, b.inplace.spread), max(b.copy.drift, b.inplace.drift),
                        b.copy.noisy or b.inplace.noisy)
 
