@@ -10,14 +10,14 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from rsplan.profiler.result import KernelFigures as KernelFiguresType
+from rsplan.profiler.device import NOISY_SPREAD
+from rsplan.profiler.result import KernelFigures
 from rsplan.profiler.working_set import DRAM_LLC_FACTOR, ROW_SPREAD_MAX, choice_line
 from rsplan.render.tables import table
 
 if TYPE_CHECKING:
     from rsplan.profiler.result import (
         CopyBaseline,
-        KernelFigures,
         ProfileResult,
         RatioFlag,
         StatePath,
@@ -166,8 +166,8 @@ def _like_table(w: WorkloadResult) -> str:
     rows = []
     for kname, k in entries:
         like = k.like
-        p10_p90 = f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}" if isinstance(k, KernelFiguresType) else ""
-        median = _t(k.time.median_s) if isinstance(k, KernelFiguresType) else _t(k.time_s)
+        p10_p90 = f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}" if isinstance(k, KernelFigures) else ""
+        median = _t(k.time.median_s) if isinstance(k, KernelFigures) else _t(k.time_s)
         same = "-" if like is None else _pct(like.inplace_ratio) + (" !" if k.flag else "")
         rows.append([kname, _mib(k.bytes_per_step), "-" if like is None else like.regime, median, p10_p90,
                      f"{k.gb_s:,.1f}", same, _pct(k.inplace_ratio), _pct(k.copy_ratio)])
@@ -229,7 +229,8 @@ def row_flag_text(row: KernelFigures | StatePath, base: CopyBaseline, base_name:
     """Why a row is flagged, in words: runner.row_flag's reasons for a row with like-for-like baselines,
     flag_text's otherwise."""
     flag, like = row.flag, row.like
-    assert flag is not None
+    if flag is None:
+        return ""
     if like is None:
         return flag_text(flag, base, base_name)
     words = []
@@ -245,11 +246,11 @@ def row_flag_text(row: KernelFigures | StatePath, base: CopyBaseline, base_name:
                          f"{_mib(like.buffer_bytes)}, which it cannot beat: the byte count, the timer or that "
                          "baseline is off")
         elif reason == "spread":
-            spread = row.time.spread if isinstance(row, KernelFiguresType) else math.nan
-            words.append("its own steps spread " + (f"{100 * spread:.0f}%" if spread == spread else "too much")
-                         + f" (p10..p90 over the median; bound {100 * ROW_SPREAD_MAX:.0f}%)")
+            bound = f"(p10..p90 over the median; bound {100 * ROW_SPREAD_MAX:.0f}%)"
+            words.append(f"its own steps spread {100 * row.time.spread:.0f}% {bound}" if isinstance(row, KernelFigures)
+                         else f"its most spread phase's steps spread over the bound {bound}")
         elif reason == "noisy":
-            words.append("a baseline it is compared with is noisy (spread or drift over 15%)")
+            words.append(f"a baseline it is compared with is noisy (spread or drift over {100 * NOISY_SPREAD:.0f}%)")
         elif reason == "load":
             words.append("the machine was oversubscribed when the run started (load average and runnable tasks "
                          "over the CPUs)")
