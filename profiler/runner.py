@@ -39,6 +39,7 @@ from rsplan.profiler.working_set import (
     ParallelChoice,
     choice_line,
     given_parallel,
+    no_decode,
     pick_parallel,
     regime,
     working_set_bytes,
@@ -274,6 +275,8 @@ def _parallel(req: ProfileRequest, one: _Setup, dev: Any, llc: int | None,
 
     if req.n_seq_max is not None:  # ``one`` is the setup of the -np given
         return req, one, given_parallel(req.n_seq_max, _decode_working_set(one), llc)
+    if "decode" not in one.names:  # nothing to size: the old default, one sequence
+        return replace(req, n_seq_max=1), one, no_decode(_decode_working_set(one), llc, req.workload)
     two = _setup(replace(req, n_seq_max=2))
     ws1, ws2 = _decode_working_set(one), _decode_working_set(two)
     mem1, mem2 = _state_bytes(one), _state_bytes(two)

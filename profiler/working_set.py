@@ -56,7 +56,7 @@ class ParallelChoice:
         working_set_bytes: decode's working set at ``n_seq_max`` (bytes).
         target_bytes: DRAM_LLC_FACTOR x the last-level cache (None: no cache size known).
         limited_by: why the target was not reached (None: it was, or -np was given): ``-np limit``, ``memory``,
-            ``time`` or ``cache size unknown``.
+            ``time``, ``cache size unknown`` or ``no decode`` (the workloads asked for have none to size).
         detail: the limit in words (empty when none).
     """
 
@@ -114,6 +114,12 @@ def given_parallel(n_seq_max: int, working_set: int, llc_bytes: int | None) -> P
     return ParallelChoice(n_seq_max, False, working_set, DRAM_LLC_FACTOR * llc_bytes if llc_bytes else None)
 
 
+def no_decode(working_set: int, llc_bytes: int | None, workload: str) -> ParallelChoice:
+    """No -np given and no decode to size it for (``--workload`` ``workload``): one sequence, as before."""
+    return ParallelChoice(1, True, working_set, DRAM_LLC_FACTOR * llc_bytes if llc_bytes else None, "no decode",
+                          f"--workload {workload} runs no decode: -np 1")
+
+
 def _mib(n: int) -> str:
     """Bytes in MiB, or KiB under one MiB (a tiny model's working set)."""
     return f"{n / 2**20:,.1f} MiB" if n >= 1 << 20 else f"{n / 2**10:,.1f} KiB"
@@ -123,6 +129,8 @@ def choice_line(choice: ParallelChoice, llc_bytes: int | None, llc_source: str) 
     """The first line of a report: what decode measured and why (``llc_source``: where the cache size came
     from, e.g. ``L3 (sysfs)``)."""
     ws = _mib(choice.working_set_bytes)
+    if choice.limited_by == "no decode":
+        return f"measured: {choice.detail} (give -np to size the cells)"
     if not llc_bytes:
         return (f"measured: decode at -np {choice.n_seq_max} (working set {ws}); the regime is unknown: "
                 f"{choice.detail or 'no last-level cache size was found'}")

@@ -156,3 +156,12 @@ def test_report_json_is_what_rsplan_report_reads(model, tmp_path):
     names = [k.name for k in profile.kernels]
     assert "decode ssm_scan f32" in names and "prefill conv_state f32" in names
     assert all(k.copy_gbps > 0 and k.bytes > 0 for k in profile.kernels)
+
+
+def test_without_np_and_without_decode_one_sequence_is_profiled(model):
+    result = CliRunner().invoke(cli, ["profile", "--model", model, "--iters", "1", "--warmup", "0", "-ub", "4", "-c",
+                                      "512", "--workload", "prefill", "--quiet"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "measured: --workload prefill runs no decode: -np 1 (give -np to size the cells)"
+    assert "prefill: 1 sequences, 4 tokens per step" in lines

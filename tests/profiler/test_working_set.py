@@ -13,6 +13,7 @@ from rsplan.profiler.working_set import (
     ParallelChoice,
     choice_line,
     given_parallel,
+    no_decode,
     pick_parallel,
     regime,
     working_set_bytes,
@@ -131,3 +132,10 @@ def test_the_first_line_says_what_was_measured_and_why():
     assert choice_line(given_parallel(8, 145 * MIB, llc), llc, "L3").endswith("(-np as given)")
     assert choice_line(given_parallel(1, 600 * KIB, None), None, "").startswith(
         "measured: decode at -np 1 (working set 600.0 KiB); the regime is unknown")
+
+
+def test_without_decode_nothing_is_sized():
+    c = no_decode(600 * 1024, 32 * MIB, "prefill")
+    assert (c.n_seq_max, c.limited_by, c.dram) == (1, "no decode", False)
+    assert choice_line(c, 32 * MIB, "L3 (sysfs)") == (
+        "measured: --workload prefill runs no decode: -np 1 (give -np to size the cells)")
