@@ -183,9 +183,11 @@ def _like_lines(w: WorkloadResult) -> list[str]:
     for k in rows:
         if k.like is not None:
             seen.setdefault(k.like.buffer_bytes, k.like)
-    return [f"  working set of a step {_mib(like.working_set_bytes)} ({like.regime}); same-size baselines over "
-            f"{_mib(size)}: in place {like.inplace_gb_s:,.1f} GB/s, copy {like.copy_gb_s:,.1f} GB/s (spread "
-            f"{100 * like.spread:.0f}%, drift {100 * like.drift:.0f}%" + (", NOISY" if like.noisy else "") + ")"
+    return [f"  working set of a step {_mib(like.working_set_bytes)} ({like.regime}); "
+            + ("same-size" if size == like.working_set_bytes else f"same-regime ({like.regime})")
+            + f" baselines over {_mib(size)}: in place {like.inplace_gb_s:,.1f} GB/s, copy {like.copy_gb_s:,.1f} "
+            f"GB/s (spread {100 * like.spread:.0f}%, drift {100 * like.drift:.0f}%"
+            + (", NOISY" if like.noisy else "") + ")"
             for size, like in sorted(seen.items())]
 
 

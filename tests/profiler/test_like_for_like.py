@@ -212,3 +212,8 @@ def test_a_small_phase_above_its_steps_baseline_names_the_cache():
                                                                                                  / 1e9 / 16.0)
     assert conv.flag.reasons == ("above", "cache") and scan.flag is None
     assert "its own rows (about 5.00 MiB) fit in the 32.00 MiB last-level cache" in row_flag_text(conv, DRAM.inplace)
+    # the step's 155 MiB is compared with the DRAM passes over 128 MiB: the same regime, not the same size
+    from rsplan.render.profile import _like_lines
+
+    assert _like_lines(w) == ["  working set of a step 155.00 MiB (DRAM); same-regime (DRAM) baselines over "
+                              "128.00 MiB: in place 16.0 GB/s, copy 10.0 GB/s (spread 5%, drift 0%)"]
