@@ -6,7 +6,7 @@ moves (``working_set_bytes``). Where that fits in a cache level the step runs at
 ratio to a copy over DRAM compares two different things. ``regime`` names the level a working set fits in;
 ``pick_parallel`` chooses the smallest ``-np`` whose decode working set is at least DRAM_LLC_FACTOR x the
 last-level cache, within llama.cpp's sequence limit, the memory and the time a run may take, and says why when
-it cannot. No torch here: the rules are plain arithmetic on byte counts.
+it cannot. No torch here (profiler.device imports it only when called): plain arithmetic on byte counts.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-#: A working set this many times the last-level cache is read from DRAM (the copy baseline's own rule:
-#: profiler.device.COPY_LLC_FACTOR): an LRU-like cache then holds at most a quarter of it between two passes.
-DRAM_LLC_FACTOR = 4
+from rsplan.profiler.device import COPY_LLC_FACTOR
+
+#: A working set this many times the last-level cache is read from DRAM (the copy baseline's own rule, the same
+#: factor): an LRU-like cache then holds at most a quarter of it between two passes.
+DRAM_LLC_FACTOR = COPY_LLC_FACTOR
 #: A row whose own per-step times spread (p90 - p10) / median by more than this is flagged ``spread``
 #: (runner.row_flag): its median is not one speed but a mix of the machine's moods.
 ROW_SPREAD_MAX = 0.2
