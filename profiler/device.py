@@ -334,6 +334,14 @@ def last_level_cache(dev: Any) -> tuple[int | None, str]:
     return caches[level], f"L{level} (sysfs)"
 
 
+def cache_levels(dev: Any, llc: int | None) -> dict[int, int]:
+    """Cache bytes by level, the regimes' scale (working_set.regime): sysfs's data and unified caches on a CPU,
+    the L2 (``llc``, last_level_cache's) on CUDA; empty when unknown."""
+    if dev.type == "cuda":
+        return {2: llc} if llc else {}
+    return cpu_caches()
+
+
 def copy_buffer_bytes(dev: Any, llc: int | None, free: int) -> int:
     """The baselines' buffer (the copy's two and the in-place pass's one are this size): COPY_LLC_FACTOR x the
     last-level cache, at least COPY_FLOOR_BYTES, and the copy's two buffers at most a quarter of the free memory
@@ -346,6 +354,11 @@ def copy_buffer_bytes(dev: Any, llc: int | None, free: int) -> int:
         )
     return want
 
+
+#: The smallest buffer a matched baseline (BaselineBursts.burst_at) passes over, bytes.
+MATCHED_MIN_BYTES = 64 << 10
+#: A matched baseline's timed sample repeats its pass until it has moved this many bytes (read + write).
+MATCHED_SAMPLE_BYTES = 16 << 20
 
 #: The in-place baseline's pass: a multiply by one reads and writes every element (torch does not skip it). This
 #: is a state update's traffic pattern: a row read and written back in place. A copy also reads each destination
@@ -371,10 +384,12 @@ class BaselineBursts:
         self.dev, self.iters, self.warmup = dev, iters, warmup
         self._src = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=dev)
         self._dst = torch.empty_like(self._src)
+        self._numel = self._src.numel()
         self.copy: list[dict[str, Any]] = []
         self.inplace: list[dict[str, Any]] = []
         self.started: list[float] = []
         self.seconds: list[float] = []
+        self.matched: dict[tuple[str, int], dict[str, list[Any]]] = {}
 
     def burst(self) -> float:
         """Take one burst of both baselines; its wall time in seconds."""
@@ -386,13 +401,42 @@ class BaselineBursts:
         self.seconds.append(time.perf_counter() - t0)
         return self.seconds[-1]
 
+    def matched_size(self, n_bytes: int) -> int:
+        """The buffer bytes burst_at passes over for a working set of ``n_bytes``."""
+        return 4 * min(self._numel, max(MATCHED_MIN_BYTES, n_bytes) // 4)
+
+    def burst_at(self, n_bytes: int, key: str) -> int:
+        """Take one burst of both baselines over the first ``n_bytes`` of the same buffers (at most their size, at
+        least MATCHED_MIN_BYTES): a baseline of a workload's own working-set size, the like-for-like one for a
+        step whose states stay in a cache between steps. Each timed sample repeats the pass until it has moved
+        at least MATCHED_SAMPLE_BYTES, so that a cache-sized pass is not shorter than the clock's resolution.
+        The records go to ``matched[key, size]`` (``{"copy": [...], "inplace": [...], "started": [...]}``; ``key``:
+        the workload they are taken around); returns the size used."""
+        size = self.matched_size(n_bytes)
+        n = size // 4
+        src, dst = self._src[:n], self._dst[:n]
+        reps = max(1, -(-MATCHED_SAMPLE_BYTES // (2 * size)))
+        rec = self.matched.setdefault((key, size), {"copy": [], "inplace": [], "started": []})
+        rec["started"].append(time.perf_counter())
+
+        def repeat(fn: Callable[[], Any]) -> Callable[[], None]:
+            def run() -> None:
+                for _ in range(reps):
+                    fn()
+            return run
+
+        rec["copy"].append(_passes(self.dev, repeat(lambda: dst.copy_(src)), n, self.iters, self.warmup, reps))
+        rec["inplace"].append(_passes(self.dev, repeat(lambda: src.mul_(1.0)), n, self.iters, self.warmup, reps))
+        return size
+
     def release(self) -> None:
         """Free the buffers (the records stay)."""
         self._src = self._dst = None
 
 
-def _passes(dev: Any, step: Callable[[], Any], n: int, iters: int, warmup: int) -> dict[str, Any]:
-    """``warmup`` untimed and ``iters`` timed calls of ``step``, a pass over ``n`` float32 read and written."""
+def _passes(dev: Any, step: Callable[[], Any], n: int, iters: int, warmup: int, reps: int = 1) -> dict[str, Any]:
+    """``warmup`` untimed and ``iters`` timed calls of ``step``, ``reps`` passes over ``n`` float32 read and
+    written."""
     timer = Timer(dev)
     for _ in range(warmup):
         step()
@@ -401,7 +445,7 @@ def _passes(dev: Any, step: Callable[[], Any], n: int, iters: int, warmup: int) 
         timer.region("pass", step)
         timer.flush()
     s = timer.samples["pass"].summary()
-    moved = 2 * n * 4
+    moved = 2 * n * 4 * reps
     return {
         "buffer_bytes": n * 4,
         "bytes_moved": moved,

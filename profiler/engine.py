@@ -166,12 +166,16 @@ class Engine:
         seed: int,
         cuda_graphs: bool = False,
         c_replay: bool = False,
+        n_active: int | None = None,
     ) -> None:
         self.torch = import_torch()
         self.family = family
         self.pools = pools  # layer -> {"r": pool view, "s": pool view}
         self.layers = sorted(pools)
         self.cells = RecurrentCells(size=n_seq_max, n_seq_max=n_seq_max, n_rs_seq=n_rs_seq)
+        # the sequences the workloads drive (ids 0 .. n_active - 1), at most the memory's n_seq_max: a prompt
+        # prefilled alone in a memory of -np cells uses one of them, as in llama.cpp
+        self.n_active = n_seq_max if n_active is None else min(n_active, n_seq_max)
         self.n_planes = n_rs_seq + 1
         self.dev = dev
         self.seed = seed

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rsplan.profiler.working_set import ParallelChoice
+
 if TYPE_CHECKING:
     from rsplan.profiler.runner import ProfileRequest
 
@@ -50,11 +52,15 @@ class TimeSummary:
 
 @dataclass(frozen=True)
 class RatioFlag:
-    """Why a ratio above 100% of the in-place bandwidth is a measurement problem (runner.ratio_flag).
+    """Why a row's figures are not to be quoted (runner.row_flag; runner.ratio_flag in a result without
+    like-for-like baselines, where only a ratio above 100% of the in-place bandwidth raised one).
 
     Attributes:
-        reasons: ``cache`` (the working set fits in the last-level cache), ``noisy`` (the in-place baseline is),
-            or ``unexplained``.
+        reasons: ``above`` (above 100% of its like-for-like in-place baseline; with ``cache`` when the row's
+            own working set fits in the last-level cache and its step's does not), ``spread`` (the row's own
+            p10..p90 spread over runner.ROW_SPREAD_MAX of its median), ``noisy`` (a baseline it is compared
+            with is noisy: its spread or drift), ``load`` (the machine was oversubscribed when the run started);
+            in older results ``cache`` (the working set fits in the last-level cache) or ``unexplained``.
         working_set_bytes: about half the bytes moved per step (each state is read and written back).
     """
 
@@ -111,6 +117,46 @@ class CopyBaseline:
 
 
 @dataclass(frozen=True)
+class LikeForLike:
+    """A row's working set and the copy and in-place baselines measured over a buffer of that size (the same
+    buffers as the DRAM baselines, their first ``buffer_bytes``), around its workload: before it and after it.
+
+    Attributes:
+        working_set_bytes: the working set of the row's step: about half the bytes all its phases move (each
+            phase runs once per step, so between two runs of one the caches have held the whole step).
+        regime: where that working set lives (profiler.working_set.regime: ``L1``, ``L2``, ``L3``, ``LLC-DRAM``,
+            ``DRAM`` or ``unknown``).
+        buffer_bytes: the baselines' buffer (the working set, within the DRAM buffers' size and at least 64 KiB).
+        copy_gb_s, inplace_gb_s: the two baselines (median over their samples).
+        copy_ratio, inplace_ratio: the row's GB/s over them.
+        spread, drift: the larger of the two baselines' spread and drift (profiler.device.copy_baseline).
+        noisy: either of them is.
+    """
+
+    working_set_bytes: int
+    regime: str
+    buffer_bytes: int
+    copy_gb_s: float
+    inplace_gb_s: float
+    copy_ratio: float
+    inplace_ratio: float
+    spread: float
+    drift: float
+    noisy: bool
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> LikeForLike | None:
+        if d is None:
+            return None
+        return cls(d["working_set_bytes"], d["regime"], d["buffer_bytes"], _nan(d["copy_gb_s"]),
+                   _nan(d["inplace_gb_s"]), _nan(d["copy_ratio"]), _nan(d["inplace_ratio"]), _nan(d["spread"]),
+                   _nan(d["drift"]), d["noisy"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class KernelFigures:
     """One kernel phase of a workload over all recurrent layers: bytes it moves per step, time, GB/s and its ratios
     to the copy and to the in-place bandwidth (``flag``: set when the in-place ratio is above 1, and why; NaN
@@ -122,15 +168,19 @@ class KernelFigures:
     copy_ratio: float
     flag: RatioFlag | None = None
     inplace_ratio: float = math.nan
+    like: LikeForLike | None = None  # None: a result saved before the like-for-like baselines existed
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFigures:
         return cls(d["bytes_per_step"], TimeSummary.from_dict(d["time"]), _nan(d["gb_s"]), _nan(d["copy_ratio"]),
-                   RatioFlag.from_dict(d.get("flag")), _nan(d.get("inplace_ratio")))
+                   RatioFlag.from_dict(d.get("flag")), _nan(d.get("inplace_ratio")),
+                   LikeForLike.from_dict(d.get("like_for_like")))
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"bytes_per_step": self.bytes_per_step, "time": self.time.to_dict(), "gb_s": self.gb_s,
-               "copy_ratio": self.copy_ratio, "inplace_ratio": self.inplace_ratio}
+        out: dict[str, Any] = {"bytes_per_step": self.bytes_per_step, "time": self.time.to_dict(), "gb_s": self.gb_s,
+                               "copy_ratio": self.copy_ratio, "inplace_ratio": self.inplace_ratio}
+        if self.like is not None:
+            out["like_for_like"] = self.like.to_dict()
         if self.flag is not None:
             out["flag"] = self.flag.to_dict()
         return out
@@ -148,15 +198,19 @@ class StatePath:
     tokens_per_s: float
     flag: RatioFlag | None = None
     inplace_ratio: float = math.nan
+    like: LikeForLike | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> StatePath:
         return cls(d["bytes_per_step"], _nan(d["time_s"]), _nan(d["gb_s"]), _nan(d["copy_ratio"]),
-                   _nan(d["tokens_per_s"]), RatioFlag.from_dict(d.get("flag")), _nan(d.get("inplace_ratio")))
+                   _nan(d["tokens_per_s"]), RatioFlag.from_dict(d.get("flag")), _nan(d.get("inplace_ratio")),
+                   LikeForLike.from_dict(d.get("like_for_like")))
 
     def to_dict(self) -> dict[str, Any]:
         keys = ("bytes_per_step", "time_s", "gb_s", "copy_ratio", "inplace_ratio", "tokens_per_s")
-        out = {k: getattr(self, k) for k in keys}
+        out: dict[str, Any] = {k: getattr(self, k) for k in keys}
+        if self.like is not None:
+            out["like_for_like"] = self.like.to_dict()
         if self.flag is not None:
             out["flag"] = self.flag.to_dict()
         return out
@@ -405,6 +459,10 @@ class ProfileResult:
     third_party: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     inplace_bandwidth: CopyBaseline | None = None  # None: a result saved before the in-place baseline existed
+    # the -np measured and why, and the cache bytes by level the regimes were read against (None: a result
+    # saved before they were recorded)
+    parallel: ParallelChoice | None = None
+    caches: dict[int, int] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
@@ -425,6 +483,8 @@ class ProfileResult:
             checks=CheckSummary.from_dict(d["checks"]),
             third_party=dict(d["third_party"]),
             notes=tuple(d["notes"]),
+            parallel=ParallelChoice(**d["parallel"]) if d.get("parallel") else None,
+            caches={int(k): v for k, v in d["caches"].items()} if d.get("caches") else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -446,4 +506,6 @@ class ProfileResult:
             "third_party": self.third_party,
             "checks": self.checks.to_dict(),
             "notes": list(self.notes),
+            **({} if self.parallel is None else {"parallel": asdict(self.parallel)}),
+            **({} if self.caches is None else {"caches": {str(k): v for k, v in self.caches.items()}}),
         }

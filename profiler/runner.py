@@ -10,7 +10,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from rsplan.profiler.errors import RsplanError, WorkloadError, import_torch
@@ -21,6 +21,7 @@ from rsplan.profiler.result import (
     KernelFigures,
     KernelShape,
     KindAllocation,
+    LikeForLike,
     ProfileContext,
     ProfileResult,
     RatioFlag,
@@ -31,13 +32,28 @@ from rsplan.profiler.result import (
     Timing,
     WorkloadResult,
 )
+from rsplan.profiler.working_set import (
+    DRAM_LLC_FACTOR,
+    ROW_SPREAD_MAX,
+    SLOWEST_CPU_BYTES_PER_S,
+    ParallelChoice,
+    choice_line,
+    given_parallel,
+    no_decode,
+    pick_parallel,
+    regime,
+    working_set_bytes,
+)
 
 Workload = Literal["decode", "prefill", "spec", "all"]
 WORKLOADS = ("decode", "prefill", "spec")
 #: --max-seconds when not given, per device type (0 = no limit).
 DEFAULT_MAX_SECONDS = {"cpu": 180.0, "cuda": 300.0}
-#: A probe step slower than this (seconds) is not repeated: its first run is the estimate.
+#: A probe step slower than this (seconds), or than PROBE_ONCE_SHARE of --max-seconds where that is more, is not
+#: repeated: its first run is the estimate. A first step pays for the C kernels' build, inputs and first-call
+#: costs (a CPU prefill: 10 s for a step that then takes 0.5 s), which would otherwise lower the iterations.
 PROBE_ONCE_S = 2.0
+PROBE_ONCE_SHARE = 0.1
 #: Iterations are lowered until the expected duration is this fraction of --max-seconds.
 FIT_FRACTION = 0.8
 #: Timed passes of each baseline (the copy and the in-place one) in a run, shared by its bursts (one before the
@@ -57,6 +73,9 @@ BURST_STEP_S = 0.25
 BURST_SHARE = 0.05
 #: ... but not more often than this (seconds; a GPU's bursts take milliseconds).
 BURST_EVERY_MIN_S = 2.0
+#: The DRAM bandwidth pick_parallel's time rule assumes for a decode step, bytes/s, per device type (the CPU's:
+#: working_set.SLOWEST_CPU_BYTES_PER_S; a GPU's HBM runs at terabytes per second: a tenth of the slowest).
+SLOWEST_BYTES_PER_S = {"cpu": SLOWEST_CPU_BYTES_PER_S, "cuda": 100e9}
 
 
 class CheckError(RsplanError):
@@ -70,7 +89,7 @@ class ProfileRequest:
     model: str
     gpu: bool = False
     device: str | None = None
-    n_seq_max: int = 1
+    n_seq_max: int | None = None  # None: pick_parallel's (decode's working set at least 4x the last-level cache)
     n_ctx: int = 4096
     n_rs_seq: int | None = None
     state_type: str = "f32"
@@ -107,7 +126,7 @@ def validate(req: ProfileRequest) -> None:
         raise WorkloadError(f"--warmup must be 0 or more, got {req.warmup}")
     if req.draft < 1:
         raise WorkloadError(f"--spec-draft-n-max must be at least 1, got {req.draft}")
-    if req.ubatch < req.n_seq_max:
+    if req.n_seq_max is not None and req.ubatch < req.n_seq_max:
         raise WorkloadError(
             f"-ub {req.ubatch} is smaller than -np {req.n_seq_max}: a prefill ubatch needs one token per sequence"
         )
@@ -121,8 +140,9 @@ def validate(req: ProfileRequest) -> None:
 class _Setup:
     """What a run profiles: the model, its plan, the workloads and the family of kernels.
 
-    ``n_seqs``: the sequences (cells, llama.cpp -np); ``tokens``: prefill tokens per sequence (-ub split equally);
-    ``notes``: the run's notes so far.
+    ``n_seqs``: the sequences (cells, llama.cpp -np); ``tokens``: prefill tokens per sequence (-ub split equally
+    over the prefill's sequences); ``notes``: the run's notes so far; ``active``: workload -> the sequences it
+    drives where fewer than ``n_seqs`` (a picked -np: prefill and spec run one sequence in those cells).
     """
 
     spec: Any
@@ -133,6 +153,11 @@ class _Setup:
     n_seqs: int
     tokens: int
     notes: list[str]
+    active: dict[str, int] = field(default_factory=dict)
+
+    def seqs(self, name: str) -> int:
+        """The sequences workload ``name`` drives."""
+        return self.active.get(name, self.n_seqs)
 
     @property
     def n_rs_seq(self) -> int:
@@ -159,6 +184,7 @@ def run_profile(
     from rsplan.profiler.alloc import allocate
     from rsplan.profiler.device import (
         BaselineBursts,
+        cache_levels,
         copy_baseline,
         copy_buffer_bytes,
         device_facts,
@@ -169,14 +195,18 @@ def run_profile(
     t_start = time.perf_counter()
     device_notes: list[str] = []
     dev, loaded = _device(req, torch, device_notes)
-    setup = _setup(req)
-    setup.notes[:0] = device_notes
+    one = _setup(replace(req, n_seq_max=req.n_seq_max or 1))
     # the baselines' two buffers of COPY_LLC_FACTOR x the last-level cache (the copy reads one and writes the
     # other, the in-place pass reads and writes one), kept for the whole run; inputs and snapshots are the rest
     # of the workspace
     llc, llc_source = last_level_cache(dev)
-    copy_bytes = copy_buffer_bytes(dev, llc, free_bytes(dev))
+    free = free_bytes(dev)
+    copy_bytes = copy_buffer_bytes(dev, llc, free)
+    req, setup, choice = _parallel(req, one, dev, llc, free - 2 * copy_bytes)
+    setup.notes[:0] = device_notes
     facts = device_facts(dev)
+    facts["overloaded"] = loaded
+    caches = cache_levels(dev, llc)
     cache = allocate(setup.plan, dev, 2 * copy_bytes + _workspace_bytes(req, setup))
     load_before = pin_load(loaded)  # the C kernels' threads per call: as decided at the start, for the whole run
     try:
@@ -188,19 +218,23 @@ def run_profile(
         baseline = BaselineBursts(dev, copy_bytes, copy_iters(dev.type, n_bursts), COPY_WARMUP)
         burst_s = baseline.burst()
         checks = _checks(req)
-        budget = _budget(req, dev, setup.names, pools, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq,
-                         burst_s, checks, t_start)
+        budget = _budget(req, dev, setup, pools, burst_s, checks, t_start)
         if announce is not None:
             announce(budget.announcement())
+            announce(choice_line(choice, llc, llc_source))
         if budget.note:
             setup.notes.append(budget.note)
-        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress, baseline)
+        measured, timing = _measure(req, setup, dev, pools, checks, budget, progress, baseline,
+                                    _LikeSizes(setup, req, llc))
         baseline.burst()
         baseline.release()
         at_s = [t - t_start for t in baseline.started]
         copy = CopyBaseline.from_dict(copy_baseline(baseline.copy, llc, llc_source, at_s))
         inplace = CopyBaseline.from_dict(copy_baseline(baseline.inplace, llc, llc_source, at_s))
-        results = {name: _figures(m, Baselines(copy, inplace), setup.n_seqs, timing[name])
+        dram = Baselines(copy, inplace)
+        results = {name: _figures(m, dram, setup.seqs(name), timing[name],
+                                  _matched_baselines(baseline, name, dram, llc, llc_source, caches, t_start),
+                                  bool(loaded))
                    for name, m in measured.items()}
         third = _third_party(dev, setup.family, setup.n_seqs, req) if dev.type == "cuda" else {}
     finally:
@@ -209,9 +243,56 @@ def run_profile(
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     notes = [*setup.notes, *_run_notes(facts, Baselines(copy, inplace), results), *cache.notes]
-    return _result(req, setup, facts, allocation, Baselines(copy, inplace),
-                   TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start), results, third,
-                   CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
+    result = _result(req, setup, facts, allocation, Baselines(copy, inplace),
+                     TimeBudget(**budget.summary(), elapsed_s=time.perf_counter() - t_start), results, third,
+                     CheckSummary.from_dict(checks.summary(len(setup.layout.recurrent_layers))), notes)
+    return replace(result, parallel=choice, caches=caches)  # what decode measured and the regimes' scale
+
+
+def _decode_working_set(setup: _Setup) -> int:
+    """Decode's working set (bytes): half of what one one-token step of every sequence moves over all recurrent
+    layers (engine.Engine's byte count: the kernels' rows, planes, inputs and outputs)."""
+    from rsplan.profiler.families import kernel_bytes
+
+    itemsize = 4 if setup.plan.recurrent.type_s == "f32" else 2
+    per_layer = sum(kernel_bytes(k, setup.n_seqs, 1, setup.n_rs_seq + 1, itemsize) for k in setup.family.kernels)
+    return working_set_bytes(len(setup.layout.recurrent_layers) * per_layer)
+
+
+def _state_bytes(setup: _Setup) -> int:
+    """The bytes of the R and S pools of a setup's plan (all planes, all layers)."""
+    return sum(t.bytes for t in setup.plan.tensors if t.kind in "rs")
+
+
+def _parallel(req: ProfileRequest, one: _Setup, dev: Any, llc: int | None,
+              free: int) -> tuple[ProfileRequest, _Setup, ParallelChoice]:
+    """The request with its -np, its setup and why that -np: the one given, or pick_parallel's from the setup
+    of one sequence (``one``) and of two (their difference is one sequence's bytes), within ``free`` bytes of
+    memory (after the baselines' buffers; the allocator keeps its reserve, the rest of the plan its bytes and a
+    half is left to the profiling workspace)."""
+    from rsplan.planner.context import MAX_SEQ
+    from rsplan.profiler.alloc import CPU_RESERVE_MIN_BYTES
+
+    if req.n_seq_max is not None:  # ``one`` is the setup of the -np given
+        return req, one, given_parallel(req.n_seq_max, _decode_working_set(one), llc)
+    if "decode" not in one.names:  # nothing to size: the old default, one sequence
+        return replace(req, n_seq_max=1), one, no_decode(_decode_working_set(one), llc, req.workload)
+    two = _setup(replace(req, n_seq_max=2))
+    ws1, ws2 = _decode_working_set(one), _decode_working_set(two)
+    mem1, mem2 = _state_bytes(one), _state_bytes(two)
+    reserve = max(free // 10, CPU_RESERVE_MIN_BYTES) if dev.type == "cpu" else 0
+    budget = max(0, (free - reserve - (one.plan.total_bytes - mem1)) // 2)
+    limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
+    choice = pick_parallel(ws_per_seq=ws2 - ws1, ws_fixed=2 * ws1 - ws2, mem_per_seq=mem2 - mem1,
+                           mem_budget=budget, llc_bytes=llc, max_seq=MAX_SEQ, rounds=req.iters + req.warmup,
+                           max_seconds=limit, bytes_per_s=SLOWEST_BYTES_PER_S[dev.type])
+    req = replace(req, n_seq_max=choice.n_seq_max)
+    setup = {1: one, 2: two}.get(choice.n_seq_max) or _setup(req)
+    # the picked -np is for decode's working set; prefill and spec keep what the old default -np 1 measured:
+    # one prompt of -ub tokens and one speculating sequence, in a memory of that many cells
+    setup.active = {"prefill": 1, "spec": 1}
+    setup.tokens = req.ubatch
+    return req, setup, choice
 
 
 def _device(req: ProfileRequest, torch: Any, notes: list[str]) -> tuple[Any, bool | None]:
@@ -267,7 +348,7 @@ def _setup(req: ProfileRequest) -> _Setup:
     names = _workloads(req, spec.info.rollback, spec.arch, notes)
     n_rs_seq = req.n_rs_seq if req.n_rs_seq is not None else (req.draft if "spec" in names else 0)
     params = ContextParams(
-        n_ctx=req.n_ctx, n_seq_max=req.n_seq_max, n_rs_seq=n_rs_seq, type_r=req.state_type, type_s=req.state_type
+        n_ctx=req.n_ctx, n_seq_max=req.n_seq_max or 1, n_rs_seq=n_rs_seq, type_r=req.state_type, type_s=req.state_type
     )
     plan = build_plan(spec, params, layout)
     state_dtype_check(plan)
@@ -288,10 +369,12 @@ def _workspace_bytes(req: ProfileRequest, setup: _Setup) -> int:
     from rsplan.profiler.families import kernel_bytes
 
     names, plan = setup.names, setup.plan
-    # tokens per sequence of the largest step that runs: a prefill ubatch, a draft verification, or one token
-    step_tokens = max([1] + [setup.tokens for n in names if n == "prefill"]
-                      + [1 + req.draft for n in names if n == "spec"])
-    io_bytes = sum(kernel_bytes(k, setup.n_seqs, step_tokens, 1, 0) for k in setup.family.kernels)
+    def tokens(name: str) -> int:  # per sequence: a prefill ubatch, a draft verification, or one token
+        return setup.tokens if name == "prefill" else 1 + req.draft if name == "spec" else 1
+
+    # the largest step that runs (its sequences x tokens), or a one-token step of every cell
+    steps = [(setup.n_seqs, 1), *[(setup.seqs(n), tokens(n)) for n in names]]
+    io_bytes = max(sum(kernel_bytes(k, seqs, t, 1, 0) for k in setup.family.kernels) for seqs, t in steps)
     layer_pool_bytes = plan.recurrent.rows * sum(
         t.row_bytes for t in plan.tensors if t.layer == setup.layout.recurrent_layers[0] and t.kind in "rs"
     )
@@ -306,13 +389,63 @@ def _checks(req: ProfileRequest) -> Any:
     return wl.Checks(*tol, seed=req.seed)
 
 
+class _LikeSizes:
+    """The working set of a workload's step (half the bytes of all its phases: every phase runs once per step, so
+    between two runs of one phase the caches have seen the whole step), expected from the byte counts the
+    engine uses and, after the workload ran, as measured: the size of its like-for-like baselines. A working set
+    of DRAM_LLC_FACTOR x the last-level cache or more needs none: the DRAM baselines are of its regime."""
+
+    def __init__(self, setup: _Setup, req: ProfileRequest, llc: int | None) -> None:
+        self.setup, self.req, self.llc = setup, req, llc
+
+    def needs_own(self, ws: int) -> bool:
+        return ws > 0 and not (self.llc and ws >= DRAM_LLC_FACTOR * self.llc)
+
+    def _own(self, step_bytes: list[int]) -> list[int]:
+        ws = working_set_bytes(sum(step_bytes))
+        return [ws] if self.needs_own(ws) else []
+
+    def expected(self, name: str) -> list[int]:
+        from rsplan.profiler.families import kernel_bytes
+
+        setup = self.setup
+        tokens = {"decode": 1, "prefill": setup.tokens, "spec": 1 + self.req.draft}[name]
+        itemsize = 4 if setup.plan.recurrent.type_s == "f32" else 2
+        n_layers = len(setup.layout.recurrent_layers)
+        return self._own([n_layers * kernel_bytes(k, setup.seqs(name), tokens, setup.n_rs_seq + 1, itemsize)
+                          for k in setup.family.kernels])
+
+    def measured(self, m: Any) -> list[int]:
+        return self._own([m.bytes.get(r, 0) for r in m.regions])
+
+
+def _matched_baselines(baseline: Any, name: str, dram: Baselines, llc: int | None, llc_source: str,
+                       caches: dict[int, int], t_start: float) -> Callable[[int], tuple[Baselines, str]]:
+    """working set (bytes) -> (the like-for-like baselines of workload ``name``, its regime): the bursts taken
+    over that size around the workload (BaselineBursts.burst_at), or the DRAM baselines ``dram`` for a working
+    set with none (DRAM_LLC_FACTOR x the last-level cache or more)."""
+    from rsplan.profiler.device import copy_baseline
+
+    def like(ws: int) -> tuple[Baselines, str]:
+        rec = baseline.matched.get((name, baseline.matched_size(ws)))
+        if rec is None:
+            return dram, regime(ws, caches)
+        at_s = [t - t_start for t in rec["started"]]
+        matched = Baselines(CopyBaseline.from_dict(copy_baseline(rec["copy"], llc, llc_source, at_s)),
+                            CopyBaseline.from_dict(copy_baseline(rec["inplace"], llc, llc_source, at_s)))
+        return matched, regime(ws, caches)
+
+    return like
+
+
 def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict[str, Any]], checks: Any,
              budget: Budget, progress: Callable[[int], Callable[[int], None]] | None,
-             baseline: Any = None) -> tuple[dict[str, Any], dict[str, Timing]]:
+             baseline: Any = None, like: _LikeSizes | None = None) -> tuple[dict[str, Any], dict[str, Timing]]:
     """Drive each workload through the cells and kernels: its measurement (workloads.Measured) and timing mode.
     ``baseline`` (device.BaselineBursts; None: no bursts) takes a burst between each two workloads, and between
     two steps of a long one when due (_BurstsInside): outside their timed regions and checks, and not counted in
-    the progress."""
+    the progress. With ``like``, bursts over each of the workload's own working sets (BaselineBursts.burst_at)
+    are taken right before it and right after it."""
     from rsplan.profiler import workloads as wl
     from rsplan.profiler.engine import Engine
 
@@ -331,9 +464,12 @@ def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict
         if i and baseline is not None:
             baseline.burst()
         pause = _BurstsInside(baseline) if baseline is not None and budget.probe[name] >= BURST_STEP_S else None
+        if baseline is not None and like is not None:
+            for ws in like.expected(name):
+                baseline.burst_at(ws, name)
         _zero(pools)
         engine = Engine(setup.family, pools, setup.n_seqs, setup.n_rs_seq, dev, req.seed, cuda_graphs=req.cuda_graphs,
-                        c_replay=req.c_replay)
+                        c_replay=req.c_replay, n_active=setup.seqs(name))
         if name == "decode":
             measured[name] = wl.decode(engine, checks, iters, warmup, tick, pause)
         elif name == "prefill":
@@ -341,6 +477,9 @@ def _measure(req: ProfileRequest, setup: _Setup, dev: Any, pools: dict[int, dict
         else:
             measured[name] = wl.spec(engine, checks, req.draft, iters, warmup, tick, req.seed, pause)
         timing[name] = _timing_mode(engine)
+        if baseline is not None and like is not None:
+            for ws in like.measured(measured[name]):
+                baseline.burst_at(ws, name)
     return measured, timing
 
 
@@ -382,12 +521,25 @@ def _run_notes(facts: dict[str, Any], base: Baselines, results: dict[str, Worklo
             f"the load average ({load:g}) exceeds the {cpus} CPUs: the timings include waiting for other jobs"
             + (hint if (facts.get("threads") or 1) > 1 else "")
         )
-    flagged = [f"{w} {k}" for w, r in results.items() for k, v in r.kernels.items() if v.flag]
+    rows: list[KernelFigures | StatePath] = []
+    for r in results.values():
+        rows += [*r.kernels.values(), r.state_path]
+    flagged = [v for r in results.values() for v in r.kernels.values() if v.flag]
     for name, b in (("copy", base.copy), ("in-place", base.inplace)):
         if b.noisy:
             notes.append(f"the {name} baseline is noisy on this run (see its spread and drift): ratios to it are "
                          "unreliable")
-    if flagged:
+    if any(v.like is not None for v in rows):
+        flagged_rows = [v for v in rows if v.flag]
+        if flagged_rows:
+            counts: dict[str, int] = {}
+            for v in flagged_rows:
+                for reason in v.flag.reasons if v.flag else ():
+                    counts[reason] = counts.get(reason, 0) + 1
+            why = ", ".join(f"{reason} {n}" for reason, n in counts.items())
+            notes.append(f"{len(flagged_rows)} of {len(rows)} rows flagged ({why}): not to be quoted, left out of "
+                         "the report's bars; see the reasons under each table")
+    elif flagged:
         notes.append(f"{len(flagged)} ratio(s) above 100% of the in-place bandwidth are measurement problems, not "
                      "speed: see the flags")
     return notes
@@ -494,30 +646,82 @@ def ratio_flag(ratio: float, bytes_per_step: int, base: CopyBaseline) -> RatioFl
     return RatioFlag(tuple(reasons or ["unexplained"]), working_set)
 
 
-def _figures(m: Any, base: Baselines, n_seqs: int, timing: Timing) -> WorkloadResult:
+def row_flag(like: LikeForLike, row_spread: float, dram: Baselines, loaded: bool,
+             row_bytes: int = 0) -> RatioFlag | None:
+    """Why a row's figures are not to be quoted (None: nothing against them), the reasons in this order:
+    ``above``: above 100% of its like-for-like in-place baseline (a state update reads and writes its rows in
+    place, as that pass does, over the same bytes: it cannot be faster; the byte count, the timer or the
+    baseline is off), with ``cache`` when the row's own working set (half its ``row_bytes``) fits in the
+    last-level cache while its step's does not: a small phase beside a large one keeps part of its rows cached
+    between steps; ``spread``: its own per-step times spread (p90 - p10) / median over ROW_SPREAD_MAX;
+    ``noisy``: its like-for-like baselines or the DRAM ones are noisy (spread or drift, device.NOISY_SPREAD);
+    ``load``: the machine was oversubscribed when the run started (runner._device's rule). A flagged row is
+    left out of the report's bars."""
+    reasons = []
+    if like.inplace_ratio > 1.0:
+        reasons.append("above")
+        llc = dram.inplace.llc_bytes
+        if llc and working_set_bytes(row_bytes) <= llc < like.working_set_bytes:
+            reasons.append("cache")
+    if row_spread > ROW_SPREAD_MAX:
+        reasons.append("spread")
+    if like.noisy or dram.copy.noisy or dram.inplace.noisy:
+        reasons.append("noisy")
+    if loaded:
+        reasons.append("load")
+    return RatioFlag(tuple(reasons), like.working_set_bytes) if reasons else None
+
+
+def _like_for_like(gb_s: float, bytes_per_step: int, step_ws: int,
+                   like: Callable[[int], tuple[Baselines, str]] | None) -> LikeForLike | None:
+    """A row's step working set ``step_ws``, its regime and the row's ratios to the baselines of that size
+    (None: no such baselines, or a row that moves nothing)."""
+    if like is None or bytes_per_step <= 0:
+        return None
+    b, where = like(step_ws)
+    return LikeForLike(step_ws, where, b.copy.buffer_bytes, b.copy.gb_s, b.inplace.gb_s, gb_s / b.copy.gb_s,
+                       gb_s / b.inplace.gb_s, max(b.copy.spread, b.inplace.spread), max(b.copy.drift, b.inplace.drift),
+                       b.copy.noisy or b.inplace.noisy)
+
+
+def _figures(m: Any, base: Baselines, n_seqs: int, timing: Timing,
+             like: Callable[[int], tuple[Baselines, str]] | None = None, loaded: bool = False) -> WorkloadResult:
     """One workload's figures from its measurement ``m`` (workloads.Measured): each kernel phase, their sum (the
-    state path), the rollback planes' cost and the accepted drafts."""
+    state path), the rollback planes' cost and the accepted drafts. ``like``: working set -> its like-for-like
+    baselines and regime (_matched_baselines); with it every row gets them and row_flag's flags (``loaded``: the
+    machine was oversubscribed), without it ratio_flag's against the DRAM in-place baseline."""
     kernels = {}
     total_s = 0.0
     total_bytes = 0
+    spreads = []
+    step_ws = working_set_bytes(sum(m.bytes.get(name, 0) for name in m.regions))
     for name, samples in m.regions.items():
         s = TimeSummary.from_dict(samples.summary())
         b = m.bytes.get(name, 0)
         gb_s = b / s.median_s / 1e9 if s.median_s > 0 else float("nan")
         inplace = gb_s / base.inplace.gb_s
-        kernels[name] = KernelFigures(b, s, gb_s, gb_s / base.copy.gb_s, ratio_flag(inplace, b, base.inplace), inplace)
+        lf = _like_for_like(gb_s, b, step_ws, like)
+        flag = ratio_flag(inplace, b, base.inplace) if lf is None else row_flag(lf, s.spread, base, loaded, b)
+        kernels[name] = KernelFigures(b, s, gb_s, gb_s / base.copy.gb_s, flag, inplace, lf)
         total_s += s.median_s
         total_bytes += b
+        if b > 0 and s.spread == s.spread:
+            spreads.append(s.spread)
     gb_s = total_bytes / total_s / 1e9 if total_s else float("nan")
     inplace = gb_s / base.inplace.gb_s
+    lf = _like_for_like(gb_s, total_bytes, step_ws, like)
+    # the state path's time is the sum of its phases' medians: it is as spread as its most spread phase
+    flag = ratio_flag(inplace, total_bytes, base.inplace) if lf is None else row_flag(lf, max(spreads, default=0.0),
+                                                                                     base, loaded, total_bytes)
     state_path = StatePath(
         bytes_per_step=total_bytes,
         time_s=total_s,
         gb_s=gb_s,
         copy_ratio=gb_s / base.copy.gb_s,
         tokens_per_s=m.tokens_per_step / total_s if total_s else float("nan"),
-        flag=ratio_flag(inplace, total_bytes, base.inplace),
+        flag=flag,
         inplace_ratio=inplace,
+        like=lf,
     )
     snapshots = None
     k1 = m.extra.get("k1")
@@ -616,12 +820,8 @@ def fit_iterations(base_s: float, per_round_s: float, limit_s: float, iters: int
 def _budget(
     req: ProfileRequest,
     dev: Any,
-    names: list[str],
+    setup: _Setup,
     pools: dict,
-    family: Any,
-    N: int,
-    T: int,
-    n_rs_seq: int,
     burst_s: float,
     checks: Any,
     t_start: float,
@@ -633,20 +833,23 @@ def _budget(
     from rsplan.profiler.engine import Engine
     from rsplan.profiler.workloads import CHECK_TOKENS
 
+    names, family, N, T, n_rs_seq = setup.names, setup.family, setup.n_seqs, setup.tokens, setup.n_rs_seq
     torch = import_torch()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     tokens = {"decode": 1, "prefill": T, "spec": 1 + req.draft}
+    limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
+    once_s = max(PROBE_ONCE_S, PROBE_ONCE_SHARE * limit)
     probe: dict[str, float] = {}
     for name in names:
         _zero(pools)
-        engine = Engine(family, pools, N, n_rs_seq, dev, req.seed)
-        seqs = list(range(N))
+        engine = Engine(family, pools, N, n_rs_seq, dev, req.seed, n_active=setup.seqs(name))
+        seqs = list(range(setup.seqs(name)))
         for _ in range(2):
             t0 = time.perf_counter()
             engine.step(engine.next_ubatch(seqs, tokens[name]))
             sync()
             probe[name] = time.perf_counter() - t0
-            if probe[name] > PROBE_ONCE_S:  # a slow step is its own estimate: no second one
+            if probe[name] > once_s:  # a slow step is its own estimate: no second one
                 break
     # the reference: one decode token of every sequence on one layer
     _zero(pools)
@@ -666,16 +869,17 @@ def _budget(
             once += 2 * probe[name] + 2 * n_check * ref
             rounds_s = probe[name]
         elif name == "prefill":
-            once += n_check * CHECK_TOKENS * ref
+            # the reference of every sequence of the prefill (the probe's covers all N)
+            once += n_check * CHECK_TOKENS * ref * setup.seqs(name) / N
             rounds_s = (passes if T > 1 else 1) * probe[name]
         else:
             once += probe[name]
-            rounds_s = passes * probe[name] + N * (1 + req.draft / 2) * ref  # a rollback check per sequence
+            # a rollback check per sequence
+            rounds_s = passes * probe[name] + setup.seqs(name) * (1 + req.draft / 2) * ref
         per_round += with_bursts_inside(rounds_s, probe[name], burst_s)
     # what ran already (loading, planning, allocating, the first baseline burst, the probes) and the later bursts
     # between and after the workloads
     fixed = (time.perf_counter() - t_start) + len(names) * burst_s
-    limit = req.max_seconds if req.max_seconds is not None else DEFAULT_MAX_SECONDS[dev.type]
     b = Budget(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
     b.iters, b.warmup = fit_iterations(fixed + once, per_round, limit, req.iters, req.warmup)
     return b

@@ -179,7 +179,7 @@ def _timed_steps(
 
 
 def _seqs(engine: Engine) -> list[int]:
-    return list(range(engine.cells.n_seq_max))
+    return list(range(engine.n_active))
 
 
 def decode(

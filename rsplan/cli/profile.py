@@ -89,7 +89,11 @@ DEVICE_OPTIONS = [
 
 #: The llama.cpp context flags the profiler reads: the shared options (rsplan.cli.options), with llama.cpp's names.
 CONTEXT_OPTIONS = [
-    CONTEXT_OPTION["n_seq_max"](help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory."),
+    CONTEXT_OPTION["n_seq_max"](default=None, show_default=False,
+                                help="Parallel sequences (llama.cpp -np): the cells of the recurrent memory. "
+                                "Default: the fewest whose decode working set is at least 4x the last-level "
+                                "cache (DRAM bandwidth), within the -np limit, memory and --max-seconds; a "
+                                "smaller -np measures a cache-resident step."),
     CONTEXT_OPTION["n_ctx"](help="Total KV cells (llama.cpp -c; 32k = 32768); sizes the KV tensors of hybrid "
                             "models; 0 = the model's training context."),
     CONTEXT_OPTION["n_ubatch"](type=Tokens(1, MAX_CTX), help="Prefill ubatch size in tokens (llama.cpp -ub), "
@@ -149,14 +153,17 @@ def profile(
 
     Drives decode steps, a prefill ubatch and speculative rounds (draft, accept, roll back through the snapshot
     planes) through a model of llama.cpp's recurrent-cell bookkeeping, runs the family's kernels on the real
-    cache tensors, checks them against the reference kernels, and reports time, GB/s, tokens/s and the ratio
-    to the device's copy bandwidth measured in the same run (a copy of at least 4x the last-level cache, in
-    bursts spread through the run: before, between and after the workloads, and every few seconds inside a long
-    one; ratios above 100% are flagged with their reason). Before the timed work it prints the expected duration
-    from a one-step probe on stderr.
+    cache tensors, checks them against the reference kernels, and reports time, GB/s, tokens/s and the ratios
+    to copy and in-place passes over the same working set as each step (its regime: a cache level or DRAM) and
+    to the device's DRAM bandwidth (passes over 4x the last-level cache, in bursts spread through the run).
+    Without -np, decode runs enough sequences for a working set of 4x the last-level cache (the first line
+    says what was measured and why). A row above its same-size in-place pass, spread over 20%, compared with a
+    noisy baseline or run on an oversubscribed machine is flagged with the reason. Before the timed work it
+    prints the expected duration from a one-step probe on stderr.
 
     \b
     Examples:
+      rsplan profile --model mamba2-130m --device cpu
       rsplan profile --model mamba2-130m -np 4 --workload decode
       rsplan profile --model qwen3-next-80b-a3b --gpu -np 8 --n-rs-seq 3 --format json
       rsplan profile --model lfm2-1.2b -np 2 -ub 32 --spec-draft-n-max 3 --type-r bf16 --type-s bf16

@@ -10,12 +10,14 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from rsplan.profiler.device import NOISY_SPREAD
+from rsplan.profiler.result import KernelFigures
+from rsplan.profiler.working_set import DRAM_LLC_FACTOR, ROW_SPREAD_MAX, choice_line
 from rsplan.render.tables import table
 
 if TYPE_CHECKING:
     from rsplan.profiler.result import (
         CopyBaseline,
-        KernelFigures,
         ProfileResult,
         RatioFlag,
         StatePath,
@@ -116,7 +118,20 @@ def _baseline_lines(result: ProfileResult) -> list[str]:
 
 def _header(result: ProfileResult) -> list[str]:
     dev, ctx = result.device, result.context
+    first = []
+    if result.parallel is not None:
+        llc = result.copy_bandwidth.llc_bytes
+        first.append(choice_line(result.parallel, llc, result.copy_bandwidth.llc_source or ""))
+        fewer = [f"{name} {w.n_seqs}" for name, w in result.workloads.items() if w.n_seqs != ctx.n_seq_max]
+        if fewer:
+            first.append(f"sequences driven: {', '.join(fewer)} of the -np {ctx.n_seq_max} cells (a picked -np "
+                         "sizes decode; prefill and spec measure one prompt, as -np 1 does)")
+        if result.caches:
+            first.append("caches " + ", ".join(f"L{level} {_mib(n)}" for level, n in sorted(result.caches.items()))
+                         + "; regime of a row: the smallest level its working set fits in, DRAM from "
+                         f"{DRAM_LLC_FACTOR}x the last level, LLC-DRAM between")
     return [
+        *first,
         f"model {result.model} (arch {result.arch}, {result.family}, {result.recurrent_layers} recurrent layers)",
         f"device {dev['device']}: {dev.get('name', '?')}"
         + (f", {dev['threads']} threads" if "threads" in dev else "")
@@ -145,8 +160,42 @@ def _time_line(result: ProfileResult) -> str:
             + (f", lowered from {tm.iters_requested} / {tm.warmup_requested}" if tm.lowered else "") + ")")
 
 
+def _like_table(w: WorkloadResult) -> str:
+    """A workload's rows against the baselines of their own working set and against the DRAM ones."""
+    entries: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path (all)", w.state_path)]
+    rows = []
+    for kname, k in entries:
+        like = k.like
+        p10_p90 = f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}" if isinstance(k, KernelFigures) else ""
+        median = _t(k.time.median_s) if isinstance(k, KernelFigures) else _t(k.time_s)
+        same = "-" if like is None else _pct(like.inplace_ratio) + (" !" if k.flag else "")
+        rows.append([kname, _mib(k.bytes_per_step), "-" if like is None else like.regime, median, p10_p90,
+                     f"{k.gb_s:,.1f}", same, _pct(k.inplace_ratio), _pct(k.copy_ratio)])
+    return table(rows, ["kernel (all layers)", "bytes/step", "regime", "median", "p10 .. p90", "GB/s",
+                        "in place, same size", "in place, DRAM", "copy, DRAM"],
+                 align=("left", *["right"] * 8))
+
+
+def _like_lines(w: WorkloadResult) -> list[str]:
+    """The like-for-like baselines a workload's rows were compared with, one line per size."""
+    seen: dict[int, Any] = {}
+    rows: list[KernelFigures | StatePath] = [*w.kernels.values(), w.state_path]
+    for k in rows:
+        if k.like is not None:
+            seen.setdefault(k.like.buffer_bytes, k.like)
+    return [f"  working set of a step {_mib(like.working_set_bytes)} ({like.regime}); "
+            + ("same-size" if size == like.working_set_bytes else f"same-regime ({like.regime})")
+            + f" baselines over {_mib(size)}: in place {like.inplace_gb_s:,.1f} GB/s, copy {like.copy_gb_s:,.1f} "
+            f"GB/s (spread {100 * like.spread:.0f}%, drift {100 * like.drift:.0f}%"
+            + (", NOISY" if like.noisy else "") + ")"
+            for size, like in sorted(seen.items())]
+
+
 def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name: str) -> list[str]:
     lines = ["", f"{name}: {w.n_seqs} sequences, {w.tokens_per_step} tokens per step"]
+    entries: list[KernelFigures | StatePath] = [*w.kernels.values(), w.state_path]
+    if any(k.like is not None for k in entries):
+        return [*lines, _like_table(w), *_like_lines(w), *_extra_lines(w), *_flag_lines(w, base, base_name)]
     inplace = base_name == "in-place"
     rows = [[kname, _mib(k.bytes_per_step), _t(k.time.median_s), f"{_t(k.time.p10_s)} .. {_t(k.time.p90_s)}",
              f"{k.gb_s:,.1f}", *_ratios(k, inplace)] for kname, k in w.kernels.items()]
@@ -156,6 +205,11 @@ def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name:
     ratios = ["of copy", "of in place"] if inplace else ["of copy"]
     lines.append(table(rows, ["kernel (all layers)", "bytes/step", "median", "p10 .. p90", "GB/s", *ratios],
                        align=("left", "right", "right", "right", "right", *["right"] * len(ratios))))
+    return lines + _extra_lines(w) + _flag_lines(w, base, base_name)
+
+
+def _extra_lines(w: WorkloadResult) -> list[str]:
+    sp = w.state_path
     extra = [
         f"timing {w.timing.mode}",
         f"state-path tokens/s {sp.tokens_per_s:,.0f}",
@@ -165,10 +219,46 @@ def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name:
         extra.append(f"snapshots cost {100 * w.snapshots.overhead:+.0f}% vs K = 1 ({_t(w.snapshots.time_k1_s)})")
     if w.accepted_mean is not None and not math.isnan(w.accepted_mean):
         extra.append(f"mean accepted drafts {w.accepted_mean:.2f}")
-    lines.append("  " + "; ".join(extra))
-    flagged: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path", sp)]
-    lines += [f"  ! {kname}: {flag_text(k.flag, base, base_name)}" for kname, k in flagged if k.flag]
-    return lines
+    return ["  " + "; ".join(extra)]
+
+
+def _flag_lines(w: WorkloadResult, base: CopyBaseline, base_name: str) -> list[str]:
+    flagged: list[tuple[str, KernelFigures | StatePath]] = [*w.kernels.items(), ("state path", w.state_path)]
+    return [f"  ! {kname}: {row_flag_text(k, base, base_name)}" for kname, k in flagged if k.flag]
+
+
+def row_flag_text(row: KernelFigures | StatePath, base: CopyBaseline, base_name: str = "in-place") -> str:
+    """Why a row is flagged, in words: runner.row_flag's reasons for a row with like-for-like baselines,
+    flag_text's otherwise."""
+    flag, like = row.flag, row.like
+    if flag is None:
+        return ""
+    if like is None:
+        return flag_text(flag, base, base_name)
+    words = []
+    for reason in flag.reasons:
+        if reason == "above" and "cache" in flag.reasons:
+            words.append(f"{_pct(like.inplace_ratio)} of the in-place pass over its step's "
+                         f"{_mib(like.buffer_bytes)}: its own rows (about {_mib(row.bytes_per_step // 2)}) fit in "
+                         f"the {_mib(base.llc_bytes or 0)} last-level cache and partly stay there between steps")
+        elif reason == "cache":
+            continue
+        elif reason == "above":
+            words.append(f"{_pct(like.inplace_ratio)} of the in-place pass over the same "
+                         f"{_mib(like.buffer_bytes)}, which it cannot beat: the byte count, the timer or that "
+                         "baseline is off")
+        elif reason == "spread":
+            bound = f"(p10..p90 over the median; bound {100 * ROW_SPREAD_MAX:.0f}%)"
+            words.append(f"its own steps spread {100 * row.time.spread:.0f}% {bound}" if isinstance(row, KernelFigures)
+                         else f"its most spread phase's steps spread over the bound {bound}")
+        elif reason == "noisy":
+            words.append(f"a baseline it is compared with is noisy (spread or drift over {100 * NOISY_SPREAD:.0f}%)")
+        elif reason == "load":
+            words.append("the machine was oversubscribed when the run started (load average and runnable tasks "
+                         "over the CPUs)")
+        else:
+            words.append(reason)
+    return "not to be quoted, left out of the report's bars: " + "; ".join(words)
 
 
 def _third_party_lines(third: dict[str, Any]) -> list[str]:
@@ -248,7 +338,7 @@ def for_report(result: ProfileResult) -> dict[str, Any]:
             if result.inplace_bandwidth is not None and math.isfinite(result.inplace_bandwidth.gb_s):
                 entry["inplace_gbps"] = float(result.inplace_bandwidth.gb_s)
             if k.flag:
-                entry["flag"] = flag_text(k.flag, base, base_name)[:REPORT_FLAG_CHARS]
+                entry["flag"] = row_flag_text(k, base, base_name)[:REPORT_FLAG_CHARS]
             kernels.append(entry)
     device = result.device
     return {

@@ -373,11 +373,15 @@ def _ratio_text(k: KernelResult) -> str:
 
 
 def profile_figure(profile: ProfileResults) -> Any:
+    """The kernels' achieved bandwidth as bars against the measured baselines. A flagged kernel (its figures are
+    not to be quoted: above its like-for-like baseline, spread, noisy baselines, a loaded machine) gets no bar:
+    its value is a hollow cross of its own trace, with the reason on hover."""
     names = [k.name for k in profile.kernels]
     fig = _figure()
     fig.add_bar(
-        x=names, y=[k.gbps for k in profile.kernels], name="achieved", marker_color=COLOURS["kv"],
-        text=[_ratio_text(k) + (" (flagged)" if k.flag else "") for k in profile.kernels],
+        x=names, y=[None if k.flag else k.gbps for k in profile.kernels], name="achieved",
+        marker_color=COLOURS["kv"],
+        text=[_ratio_text(k) + (" (flagged: no bar)" if k.flag else "") for k in profile.kernels],
         textposition="outside",
         customdata=[[k.copy_gbps, k.copy_ratio * 100,
                      "bytes per call not given" if k.bytes is None else f"{k.bytes:,} B per call",
@@ -388,6 +392,14 @@ def profile_figure(profile: ProfileResults) -> Any:
         hovertemplate="%{x}: %{y:,.1f} GB/s%{customdata[4]}<br>%{customdata[1]:.1f}% of copy "
                       "%{customdata[0]:,.1f} GB/s<br>%{customdata[2]}%{customdata[3]}<extra></extra>",
     )
+    flagged = [k for k in profile.kernels if k.flag]
+    if flagged:
+        fig.add_scatter(
+            x=[k.name for k in flagged], y=[k.gbps for k in flagged], mode="markers",
+            name="flagged: not to be quoted", marker={"symbol": "x-open", "size": 14, "color": COLOURS["kv"]},
+            customdata=[[k.flag] for k in flagged],
+            hovertemplate="%{x}: %{y:,.1f} GB/s, flagged: %{customdata[0]}<extra></extra>",
+        )
     fig.add_scatter(
         x=names, y=[k.copy_gbps for k in profile.kernels], mode="markers", name="measured copy bandwidth",
         marker={"symbol": "line-ew-open", "size": 36, "line": {"width": 3, "color": BUDGET_COLOUR}},

@@ -81,7 +81,7 @@ def test_cpu_memory_is_not_planned_to_the_last_byte(monkeypatch):
     monkeypatch.setattr("rsplan.profiler.alloc.free_bytes", lambda dev: 1 << 30)
     # the copy baseline's two buffers are 4 x a 32 MiB last-level cache each: 0.25 GiB of the workspace
     monkeypatch.setattr("rsplan.profiler.device.last_level_cache", lambda dev: (32 << 20, "L3 (test)"))
-    message = one_line_error(run("-m", "mamba2-130m", *FAST))
+    message = one_line_error(run("-m", "mamba2-130m", *FAST, "-np", "1"))  # -np given: the plan is the one asked
     assert message == (
         "out of memory on cpu: the plan needs 0.02 GiB for the caches plus 0.29 GiB of profiling workspace "
         "(0.31 GiB), 1.00 GiB is free (1.00 GiB of it left to the rest of the system); "
@@ -100,7 +100,7 @@ def test_threads_on_a_gpu_is_refused_not_ignored(monkeypatch):
 def test_a_huge_ubatch_names_the_workspace_flags(monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setattr("rsplan.profiler.device.last_level_cache", lambda dev: (32 << 20, "L3 (test)"))
-    message = one_line_error(run("-m", "mamba2-130m", *FAST, "-ub", "4294967295"))
+    message = one_line_error(run("-m", "mamba2-130m", *FAST, "-np", "1", "-ub", "4294967295"))
     assert message.startswith("out of memory on cpu: the plan needs 0.02 GiB for the caches plus 332928.25 GiB of "
                               "profiling workspace")
     assert message.endswith("; lower -ub, --spec-draft-n-max or -np")

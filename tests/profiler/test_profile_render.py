@@ -8,7 +8,9 @@ kernels, a failed check). The results are read back with ProfileResult.from_dict
 ``to_dict`` gives the JSON object field by field as before. The cpu and cuda results carry the in-place baseline
 and ratios (added by hand: 4.0 GB/s, the ratios gb_s / 4.0, the flagged ones above 1); third-party-error is a
 result saved before that baseline existed (its table keeps the copy column alone, its flags speak of the copy).
-No torch needed.
+profile-like is a real CPU run of a tiny Mamba-2 without -np (the pick stops at llama.cpp's -np limit), with the
+like-for-like baselines, regimes and row flags; its expected files were written by this renderer when those were
+added, so they pin the format from then on. No torch needed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rsplan.profiler.result import ProfileResult
 from rsplan.render.profile import for_report, profile_json, render_profile
 
 DATA = Path(__file__).parent / "data"
-NAMES = ["cpu", "cuda", "third-party-error"]
+NAMES = ["cpu", "cuda", "third-party-error", "like"]
 
 
 def result(name: str) -> ProfileResult:
@@ -74,3 +76,16 @@ def test_the_device_line_names_the_cpu_kernels():
     res.device["kernels"] = "torch (no C compiler found: set CC to build the C decode kernels)"
     line = next(x for x in render_profile(res).splitlines() if x.startswith("device "))
     assert line.endswith(", kernels: torch (no C compiler found: set CC to build the C decode kernels)")
+
+
+def test_the_like_for_like_fixture_reaches_its_branches():
+    like = result("like")
+    assert like.parallel is not None and like.parallel.picked and like.parallel.limited_by == "-np limit"
+    assert like.caches and like.workloads["prefill"].n_seqs == 1 < like.workloads["decode"].n_seqs
+    rows = [k for w in like.workloads.values() for k in [*w.kernels.values(), w.state_path]]
+    assert [k.like.regime for k in rows if k.like] == ["L3"] * 3 + ["L2"] * 3  # decode of 256 cells, one prompt
+    assert all(k.flag is not None for k in rows)  # a shared machine: every row says why not to quote it
+    table = expected("like", "table.txt").splitlines()
+    assert table[0].startswith("measured: decode at -np 256, working set ")
+    # older results render without the like-for-like columns, as before
+    assert "in place, same size" not in expected("cpu", "table.txt")

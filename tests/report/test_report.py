@@ -318,9 +318,13 @@ def test_profile_bars_lead_with_the_in_place_ratio_when_measured():
     ]})
     assert profile.kernels[0].inplace_ratio == 0.75 and profile.kernels[1].inplace_ratio is None
     fig = profile_figure(profile)
-    assert fig.data[0].text == ("75% of in place, 120% of copy (flagged)", "50% of copy")
-    assert [t.name for t in fig.data] == ["achieved", "measured copy bandwidth", "measured in-place bandwidth"]
-    assert fig.data[2].x == ("a",) and fig.data[2].y == (16.0,)
+    assert fig.data[0].text == ("75% of in place, 120% of copy (flagged: no bar)", "50% of copy")
+    # the flagged kernel has no bar (its figures are not to be quoted) but its own hollow marker with the reason
+    assert fig.data[0].y == (None, 5.0)
+    assert [t.name for t in fig.data] == ["achieved", "flagged: not to be quoted", "measured copy bandwidth",
+                                          "measured in-place bandwidth"]
+    assert fig.data[1].x == ("a",) and fig.data[1].y == (12.0,) and fig.data[1].customdata[0][0] == "why"
+    assert fig.data[3].x == ("a",) and fig.data[3].y == (16.0,)
 
 
 def test_flags_llama_cpp_aborts_on_still_give_a_report(tmp_path):
