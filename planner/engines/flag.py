@@ -15,8 +15,8 @@ class EngineFlag:
     Attributes:
         key: the Python name of the value (``max_num_seqs``).
         decls: the flag names, as the engine spells them (``("--max-num-seqs",)``).
-        kind: ``int``, ``float``, ``size`` (bytes with units), ``choice``, ``bool`` (an on/off pair ``--x/--no-x``)
-            or ``flag`` (a switch).
+        kind: ``int``, ``float``, ``size`` (bytes with units), ``choice``, ``bool`` (an on/off pair ``--x/--no-x``),
+            ``flag`` (a switch) or ``text`` (a path, as given).
         help: one line for ``--help``.
         choices: the allowed values of a ``choice``.
         lo / hi: bounds of an ``int`` or ``float`` (inclusive).

@@ -61,9 +61,9 @@ def _option(f: EngineFlag, decls: list[str], choices: list[str]) -> Callable[...
         kind = FiniteFloatRange(f.lo, f.hi, min_open=True)
     elif f.kind == "choice":
         kind = click.Choice(choices)
-    else:  # size: parsed after click, so that units and bounds give rsplan's own messages
+    else:  # size: parsed after click, so that units and bounds give rsplan's own messages; text: a path
         kind = str
-    metavar = {"size": "SIZE", "int": "N", "float": "X"}.get(f.kind)
+    metavar = {"size": "SIZE", "int": "N", "float": "X", "text": "PATH"}.get(f.kind)
     return click.option(*decls, f.key, type=kind, default=None, metavar=metavar, help=help_text)
 
 

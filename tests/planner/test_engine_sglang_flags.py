@@ -152,7 +152,8 @@ def test_nextn_needs_mtp_layers():
 def test_a_separate_draft_model_needs_its_layers(algorithm):
     # SGLang sizes the draft worker's KV from the draft model's layers: without them rsplan refuses instead of
     # counting that pool as empty (None: speculative flags on a model without MTP layers mean EAGLE)
-    with pytest.raises(EngineError, match=r"give --speculative-draft-layers N \(the draft model's layers"):
+    with pytest.raises(EngineError, match=re.escape("give --speculative-draft-model-path (its config.json) or "
+                                                    "--speculative-draft-layers N (its layers")):
         pools("nemotron-h-8b-base-8k", speculative_algorithm=algorithm, speculative_num_steps=3,
               speculative_eagle_topk=1)
 
@@ -231,3 +232,64 @@ def test_an_overhead_as_large_as_the_gpu_is_refused():
                                                     "allowance (--overhead)")):
         capacity(load_builtin_preset("lfm2-1.2b"), SglangSettings(mem_fraction_static=0.9),
                  ServingBudget(GIB, "test", None, "test", GIB))
+
+
+def _draft_config(tmp_path, **fields) -> str:
+    """A draft model's config.json (an EAGLE-3 head by default: 1 layer, 32 heads, 8 KV heads of 4096 / 32)."""
+    import json
+
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "num_hidden_layers": 1, **fields}
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    return str(tmp_path)
+
+
+def test_a_draft_models_config_gives_its_layers_and_its_own_kv_shape(tmp_path):
+    # spec_aux_hidden_state.py:156-176: eagle_draft_num_layers = the draft config's num_hidden_layers (no
+    # num_nextn_predict_layers); the target's 4-layer cell reserves 2 of its own layers' size:
+    # 16,384 + int(16,384 * 2 / 4) = 24,576 B. The draft worker's pool is the draft's own shape
+    # (kv_cache_configurator.py:470-478): 2 layers x K and V x 4 KV heads x head_dim 64 x 2 B = 2,048 B per token.
+    path = _draft_config(tmp_path, num_hidden_layers=2, num_key_value_heads=4, head_dim=64)
+    p = pools("nemotron-h-8b-base-8k", speculative_algorithm="EAGLE3", speculative_draft_model_path=path)
+    assert p.target_cell_bytes == NEMOTRON_H_CELL
+    assert p.cell_bytes == 16384 + 16384 * 2 // 4 == 24576
+    assert p.draft_pool_cell_bytes == 2 * 2 * 4 * 64 * BF16 == 2048
+    # at TP 2 the draft's 4 KV heads split to 2 a rank (max(1, 4 // 2)); at TP 8 each rank keeps 1 (max(1, 0))
+    p2 = pools("nemotron-h-8b-base-8k", speculative_algorithm="EAGLE3", speculative_draft_model_path=path,
+               tensor_parallel_size=2)
+    assert p2.draft_pool_cell_bytes == 2 * 2 * 2 * 64 * BF16 == 1024
+    p8 = pools("nemotron-h-8b-base-8k", speculative_algorithm="EAGLE3", speculative_draft_model_path=path,
+               tensor_parallel_size=8)
+    assert p8.draft_pool_cell_bytes == 2 * 2 * 1 * 64 * BF16 == 512
+
+
+def test_a_draft_config_without_head_dim_takes_hidden_size_over_heads(tmp_path):
+    from rsplan.planner.engines.sglang.draft_model import read_draft_model
+
+    draft = read_draft_model(_draft_config(tmp_path))
+    assert (draft.layers, draft.kv_heads, draft.head_dim) == (1, 8, 4096 // 32)
+    assert draft.kv_elements(1) == 2 * 8 * 128 and draft.kv_elements(16) == 2 * 1 * 128
+    nextn = read_draft_model(_draft_config(tmp_path, num_nextn_predict_layers=3))
+    assert nextn.layers == 3  # num_nextn_predict_layers first (spec_aux_hidden_state.py:156-157)
+
+
+@pytest.mark.parametrize(("fields", "settings", "message"), [
+    ({}, {"speculative_draft_layers": 1}, "--speculative-draft-layers and --speculative-draft-model-path both"),
+    ({}, {"speculative_algorithm": "NGRAM"}, "NGRAM has no draft model"),
+    ({"num_hidden_layers": None}, {}, "no num_hidden_layers"),
+    ({"num_hidden_layers": -1}, {}, "num_hidden_layers must be a positive integer, got -1"),
+    ({"hidden_size": 4000, "num_attention_heads": 3}, {}, "no head_dim, and hidden_size / num_attention_heads"),
+], ids=["both", "ngram", "no layers", "negative layers", "no head dim"])
+def test_a_bad_draft_model_is_refused(tmp_path, fields, settings, message):
+    path = _draft_config(tmp_path, **fields)
+    with pytest.raises(EngineError, match=re.escape(message)):
+        pools("nemotron-h-8b-base-8k", **{"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": path,
+                                          **settings})
+
+
+def test_a_draft_model_path_that_is_not_a_config_is_refused(tmp_path):
+    with pytest.raises(EngineError, match=re.escape("no config.json there")):
+        pools("nemotron-h-8b-base-8k", speculative_algorithm="EAGLE3", speculative_draft_model_path="org/draft")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(EngineError, match="not a JSON config"):
+        pools("nemotron-h-8b-base-8k", speculative_algorithm="EAGLE3", speculative_draft_model_path=str(tmp_path))

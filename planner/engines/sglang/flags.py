@@ -39,6 +39,8 @@ FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("speculative_draft_layers", ("--speculative-draft-layers",), "int",
                "SGLang: the layers of the draft model given with --speculative-draft-model-path (its KV rides in "
                "the target's cells).", lo=1, hi=1024, prints_as=None),
+    EngineFlag("speculative_draft_model_path", ("--speculative-draft-model-path",), "text",
+               "SGLang: the draft model's config.json (or its folder): its layers and KV shape size the draft's KV."),
     EngineFlag("speculative_num_steps", ("--speculative-num-steps",), "int",
                "SGLang: draft steps per verify (default 3 with EAGLE / NEXTN).", lo=1, hi=64),
     EngineFlag("speculative_eagle_topk", ("--speculative-eagle-topk",), "int",

@@ -38,6 +38,7 @@ from rsplan.planner.engines.base import (
     dtype_bytes,
     prod,
 )
+from rsplan.planner.engines.sglang.draft_model import DraftModel, read_draft_model
 from rsplan.planner.engines.sglang.speculative import (
     MAX_RUNNING_RESET,
     SPEC_MAX_RUNNING_REQUESTS,
@@ -107,6 +108,7 @@ class SglangSettings:
     max_mamba_cache_size: int | None = None
     speculative_algorithm: str | None = None
     speculative_draft_layers: int | None = None
+    speculative_draft_model_path: str | None = None
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int = 0
@@ -260,18 +262,21 @@ def _calculate_mamba_ratio(spec: ModelSpec, s: SglangSettings) -> tuple[int, str
     return RATIO_BASE + tracking, f"{strategy} ({tracking} tracking slot{'s' if tracking > 1 else ''}, {why})"
 
 
-def _kv_cells(attn: AttentionShape | None, n_attention: int, kv_dtype: str, spec_dec: Speculative | None
-              ) -> tuple[int, int, int]:
+def _kv_cells(attn: AttentionShape | None, n_attention: int, kv_dtype: str, spec_dec: Speculative | None,
+              draft: DraftModel | None, tp: int) -> tuple[int, int, int]:
     """(budget cell, target cell, draft pool cell): bytes per KV token (0: no attention). The budget cell carries
     the draft layers SGLang reserves (pool_configurator.py:310-314: ``cell += int(cell * draft_layers / layers)``);
-    the draft worker's pool has ``draft_pool_layers`` layers of the target's per-layer size."""
+    the draft worker's pool has ``draft_pool_layers`` layers of the draft's own KV shape where its config is given
+    (draft_model.py), else of the target's per-layer size."""
     if attn is None:
         return 0, 0, 0
-    per_layer = (attn.head_size if attn.mla else attn.elements) * dtype_bytes(kv_dtype, "--kv-cache-dtype")
+    item = dtype_bytes(kv_dtype, "--kv-cache-dtype")
+    per_layer = (attn.head_size if attn.mla else attn.elements) * item
     cell = per_layer * n_attention
     if spec_dec is None:
         return cell, cell, 0
-    return cell + cell * spec_dec.draft_kv_layers // n_attention, cell, per_layer * spec_dec.draft_pool_layers
+    draft_layer = draft.kv_elements(tp) * item if draft is not None else per_layer
+    return cell + cell * spec_dec.draft_kv_layers // n_attention, cell, draft_layer * spec_dec.draft_pool_layers
 
 
 def _sglang_order(rec: RecurrentShapes) -> RecurrentShapes:
@@ -311,14 +316,16 @@ def derive(spec: ModelSpec, s: SglangSettings) -> Pools:
         conv_bytes = prod(rec.conv) * dtype_bytes(s.mamba_conv_dtype, "--mamba-conv-dtype") * n_recurrent
         if rec.ssm is not None:
             ssm_bytes = prod(rec.ssm) * dtype_bytes(ssm_dtype, "--mamba-ssm-dtype") * n_recurrent
+    draft = read_draft_model(s.speculative_draft_model_path) if s.speculative_draft_model_path else None
     spec_dec = resolve_speculative(spec, s.speculative_algorithm, s.speculative_num_steps, s.speculative_eagle_topk,
-                                   s.speculative_num_draft_tokens or None, s.speculative_draft_layers, n_attention)
+                                   s.speculative_num_draft_tokens or None, s.speculative_draft_layers, n_attention,
+                                   draft)
     if spec_dec is not None:
         if s.max_running_requests is None:
             log.insert(0, MAX_RUNNING_RESET)
         log += spec_dec.log_lines
         notes += spec_dec.notes
-    cell, target_cell, draft_cell = _kv_cells(attn, n_attention, kv_dtype, spec_dec)
+    cell, target_cell, draft_cell = _kv_cells(attn, n_attention, kv_dtype, spec_dec, draft, tp)
     ratio, strategy = _calculate_mamba_ratio(spec, s)
     return Pools(
         settings=s, context_length=context, model_dtype=model_dtype, kv_dtype=kv_dtype,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.engines.base import EngineError
+from rsplan.planner.engines.sglang.draft_model import DraftModel
 
 #: --speculative-algorithm values rsplan models (DFLASH, DSPARK, UNO and out-of-tree ones size other buffers).
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -105,11 +106,11 @@ def _eagle_params(steps: int | None, topk: int | None, tokens: int | None, log: 
 
 
 def resolve(spec: ModelSpec, algorithm: str | None, steps: int | None, topk: int | None, tokens: int | None,
-            draft_layers: int | None, n_attention: int) -> Speculative | None:
+            draft_layers: int | None, n_attention: int, draft: DraftModel | None = None) -> Speculative | None:
     """Speculative decoding for ``spec`` (None: off). ``algorithm`` None with any other speculative flag given is
     rsplan's shorthand for the model's own MTP draft (NEXTN) or, without MTP layers, EAGLE."""
     if algorithm is None:
-        if steps is None and topk is None and not tokens and draft_layers is None:
+        if steps is None and topk is None and not tokens and draft_layers is None and draft is None:
             return None
         algorithm = "NEXTN" if spec.nextn_predict_layers else "EAGLE"
     if algorithm not in ALGORITHMS:
@@ -117,8 +118,8 @@ def resolve(spec: ModelSpec, algorithm: str | None, steps: int | None, topk: int
     log: list[str] = []
     notes: list[str] = []
     if algorithm == "NGRAM":
-        if draft_layers is not None:
-            raise EngineError("--speculative-draft-layers: NGRAM has no draft model")
+        if draft_layers is not None or draft is not None:
+            raise EngineError("--speculative-draft-layers / --speculative-draft-model-path: NGRAM has no draft model")
         if topk is not None:
             notes.append(f"NGRAM ignores --speculative-eagle-topk {topk}: its topk is "
                          f"--speculative-ngram-max-bfs-breadth ({NGRAM_TOPK})")
@@ -130,7 +131,15 @@ def resolve(spec: ModelSpec, algorithm: str | None, steps: int | None, topk: int
                            tuple(notes))
     steps, topk, tokens, printed = _eagle_params(steps, topk, tokens or None, log, notes)
     printed = {"speculative_algorithm": algorithm, **printed}
-    if draft_layers is not None:
+    if draft is not None and draft_layers is not None:
+        raise EngineError("--speculative-draft-layers and --speculative-draft-model-path both give the draft's layers: "
+                          "give one")
+    if draft is not None:
+        # the draft's config: its layers ride in the target's cells and its own KV shape sizes the draft pool
+        kv_layers = pool_layers = draft.layers
+        notes.append(f"the draft model ({draft.layers} layer(s), {draft.kv_heads} KV heads of {draft.head_dim}) "
+                     "loads its own weights beside the target's: rsplan does not size them (add them to --weights)")
+    elif draft_layers is not None:
         # a draft model: its layer count rides in the target's cells (spec_aux_hidden_state.py:158-163, 174-175)
         kv_layers = pool_layers = draft_layers
         notes.append(f"the draft model's {draft_layers} layer(s) are sized as the target's attention layers (SGLang's "
@@ -148,7 +157,8 @@ def resolve(spec: ModelSpec, algorithm: str | None, steps: int | None, topk: int
         # SGLang loads a draft model here (--speculative-draft-model-path) and sizes its KV from the draft's
         # layers: an unknown count is refused rather than counted as none
         raise EngineError(f"--speculative-algorithm {algorithm} drafts with a separate model whose KV SGLang sizes: "
-                          "give --speculative-draft-layers N (the draft model's layers; EAGLE drafts usually have 1)")
+                          "give --speculative-draft-model-path (its config.json) or --speculative-draft-layers N (its "
+                          "layers; EAGLE drafts usually have 1)")
     if not n_attention:
         kv_layers = pool_layers = 0
     return Speculative(algorithm, steps, topk, tokens, kv_layers, pool_layers, printed, tuple(log), tuple(notes))
