@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsplan.planner.engines.base import EngineCapacity, EnginePlan, Fact
-from rsplan.render.tables import prose, table
+from rsplan.render.tables import command_lines, prose, table
 from rsplan.render.units import MIB, human
 
 
@@ -46,10 +46,10 @@ def flags_to_use(cap: EngineCapacity, contexts_given: bool) -> list[str]:
     the model's full context's; else the full context's."""
     fitting = [p for p in cap.ladder if p.flags]
     if not contexts_given or not fitting:
-        return [f"Flags to use: {cap.flags}"]
+        return [command_lines("Flags to use: ", cap.flags)]
     best = max(fitting, key=lambda p: p.max_model_len)
-    return [f"Flags to use at {best.max_model_len:,} tokens (--ctx): {best.flags}",
-            f"At the longest context that fits: {cap.flags}"]
+    return [command_lines(f"Flags to use at {best.max_model_len:,} tokens (--ctx): ", best.flags),
+            command_lines("At the longest context that fits: ", cap.flags)]
 
 
 def render_engine_capacity(cap: EngineCapacity, contexts_given: bool = False, explain: bool = False) -> str:

@@ -149,3 +149,16 @@ def test_a_narrow_terminal_narrows_the_text(monkeypatch):
     assert max(len(line) for line in prose("word " * 40).splitlines()) <= 80
     monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((300, 24)))
     assert line_width() == MOST
+
+
+@pytest.mark.parametrize("args", [
+    ["capacity", "-m", "nemotron-h-8b-base-8k", "--engine", "sglang", "--budget", "80GiB", "--speculative-algorithm",
+     "NGRAM", "--speculative-num-draft-tokens", "12", "--mamba-radix-cache-strategy", "extra_buffer"],
+    ["capacity", "-m", "lfm2-8b-a1b", "--engine", "vllm", "--budget", "80GiB", "--ctx", "8k,32k", "-tp", "2"],
+    ["estimate", "-m", "qwen3-next-80b-a3b", "--engine", "sglang"],
+    ["fit", "-m", "qwen3-next-80b-a3b", "--budget", "24GiB,24GiB", "-c", "131072", "-np", "4"],
+], ids=["sglang flags", "vllm --ctx", "sglang estimate", "fit"])
+def test_no_line_is_wider_than_120_columns(args):
+    # the engines' "Flags to use" lines are broken before a flag, as a shell command (a trailing backslash)
+    out = run(*args)
+    assert max(len(line) for line in out.splitlines()) <= WIDTH, out
