@@ -143,21 +143,19 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
                 _tensors(table.tensors, table.rows, spec), table if table.shapes else None)
     if quant is None and spec.weights_bytes is not None:
         return spec, spec.weights_bytes, f"weights_bytes of {ref}", None, None
-    from rsplan.planner.quant_weights import quantized_model, quantized_weights
+    from rsplan.planner.quant_weights import quantized_model
 
     default = quant is None
     quant = DEFAULT_QUANT if quant is None else quant
-    source = spec
     try:
-        spec, names, how, rows = quantized_model(ref, spec, quant, backend="GPU", with_rows=True,
-                                                 vocab_unknown=vocab_unknown)
+        q = quantized_model(ref, spec, quant, backend="GPU", vocab_unknown=vocab_unknown)
     except RsplanError as exc:
         if not default:
             raise
         raise weights_needed(ref, str(exc).removeprefix(f"--quant {quant}: ")) from None
     note = f" ({DEFAULT_QUANT_NOTE})" if default else ""
-    return (spec, spec.weights_bytes, f"{how} of {ref}, placed tensor by tensor as in {kind} buffers{note}",
-            _tensors(names, rows, spec), quantized_weights(source, quant).weight_table)
+    return (q.spec, q.spec.weights_bytes, f"{q.note} of {ref}, placed tensor by tensor as in {kind} buffers{note}",
+            _tensors(q.table, q.weights.rows, q.spec), q.weights.weight_table)
 
 
 #: (the tensors every context loads, the MTP layers' tensors ``--spec-type mtp`` loads besides)

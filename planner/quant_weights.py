@@ -13,7 +13,7 @@ model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.model import ModelSpec
@@ -105,24 +105,26 @@ def quantized_weights(spec: ModelSpec, quant: str) -> QuantWeights:
     return QuantWeights(plan, frozenset(t.name for t in infos if t.loaded))
 
 
-#: What ``quantized_model`` returns: the spec, the tensor table and where the weights come from.
-Quantized = tuple[ModelSpec, tuple[tuple[str, int], ...], str]
-#: The same with each tensor's (type, ne0) (``with_rows``).
-QuantizedRows = tuple[ModelSpec, tuple[tuple[str, int], ...], str, tuple[tuple[str, int], ...]]
+@dataclass(frozen=True)
+class QuantizedModel:
+    """``quantized_model``'s answer.
+
+    Attributes:
+        spec: the spec with ``weights_bytes`` set to the loaded tensors' bytes, each padded as the backend's
+            buffer type pads it (``CPU``: 32 B; a GPU: CUDA's 128 B and 512-element rows).
+        table: (name, ggml_nbytes) of every tensor in the file (exact model bytes on the CPU backend).
+        note: where the weights come from, in one line.
+        weights: the quantization itself (each tensor's type, rows and shape: exact device bytes).
+    """
+
+    spec: ModelSpec
+    table: tuple[tuple[str, int], ...]
+    note: str
+    weights: QuantWeights
 
 
-@overload
-def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = ..., *,
-                    with_rows: Literal[False] = ..., vocab_unknown: str | None = ...) -> Quantized: ...
-
-
-@overload
-def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = ..., *,
-                    with_rows: Literal[True], vocab_unknown: str | None = ...) -> QuantizedRows: ...
-
-
-def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU", *, with_rows: bool = False,
-                    vocab_unknown: str | None = None) -> Quantized | QuantizedRows:
+def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU", *,
+                    vocab_unknown: str | None = None) -> QuantizedModel:
     """``--quant TYPE`` (estimate, capacity, report) for one model given as ``ref``.
 
     A config.json's spec has the converter's token count where config.json alone decides it (hparams.hf_vocab);
@@ -133,10 +135,7 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
     have.
 
     Returns:
-        The spec with ``weights_bytes`` set to the loaded tensors' bytes, each padded as ``backend``'s buffer type
-        pads it (``CPU``: 32 B; a GPU: CUDA's 128 B and 512-element rows), the tensor table (name, ggml_nbytes)
-        of every tensor in the file (exact model bytes on the CPU backend), and a line saying where the weights
-        come from; with ``with_rows`` also each tensor's (type, ne0) in the table's order (exact device bytes).
+        The quantized model (QuantizedModel), its tensors sized as ``backend``'s buffer type pads them.
 
     Raises:
         RsplanError: a GGUF input; an arch without a tensor list or a spec missing a key it needs (named); an
@@ -163,8 +162,7 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
                  "lm_head.weight, which nothing read here says (give tie_word_embeddings in a preset YAML, or the "
                  "model directory with model.safetensors.index.json)")
     n_bytes = weights.buffer_bytes(CPU_RULE if backend == "CPU" else CUDA_RULE)
-    out = spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note
-    return (*out, weights.rows) if with_rows else out
+    return QuantizedModel(spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note, weights)
 
 
 def is_gguf(ref: str) -> bool:

@@ -100,7 +100,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
                                else None for r in reads]
     from rsplan.errors import RsplanError
     from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE
-    from rsplan.planner.quant_weights import quantized_model, quantized_weights
+    from rsplan.planner.quant_weights import quantized_model
 
     for i, ref in enumerate(refs):
         # no --quant: a model whose weights nothing sizes (no GGUF table, no weights_bytes) is sized at the default
@@ -109,15 +109,15 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
         if quant is None and not default:
             continue
         try:
-            specs[i], tables[i], source, rows[i] = quantized_model(
-                ref, specs[i], quant or DEFAULT_QUANT, backend, with_rows=True,
-                vocab_unknown=reads[i].facts.get("vocab_size_unknown"))
+            q = quantized_model(ref, specs[i], quant or DEFAULT_QUANT, backend,
+                                vocab_unknown=reads[i].facts.get("vocab_size_unknown"))
         except RsplanError:
             if not default:
                 raise
             continue
-        notes[i] = f"model bytes: {source}" + (f" ({DEFAULT_QUANT_NOTE})" if default else "")
-        shapes[i], aligns[i] = quantized_weights(specs[i], quant or DEFAULT_QUANT).shapes, 32
+        specs[i], tables[i], rows[i] = q.spec, q.table, q.weights.rows
+        notes[i] = f"model bytes: {q.note}" + (f" ({DEFAULT_QUANT_NOTE})" if default else "")
+        shapes[i], aligns[i] = q.weights.shapes, 32
     plans = [build_plan(spec, params) for spec in specs]
     _check_runnable_draft(specs, plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
