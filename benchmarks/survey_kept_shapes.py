@@ -268,23 +268,21 @@ class Survey:
             for c in self.args.contexts:
                 params = s.params(c)
                 for where, mode in runs:
-                    setup, real, dry = all_setups[where], mode == "real", mode == "dry"
+                    setup = all_setups[where]
                     before = dict(dc.SHAPES.stats)
-                    got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, real_run=real,
-                                         dry_run=dry, mtp_draft=s.mtp, n_outputs_max=n_out, tool=s.tool,
-                                         n_draft=s.n_draft)
+                    got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, runs=mode,
+                                         mtp_draft=s.mtp, n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft)
                     path = _delta(dc.SHAPES.stats, before)
 
-                    def ordinary(params: Any, setup: Any, real: bool, dry: bool) -> Any:
+                    def ordinary(params: Any, setup: Any, mode: str) -> Any:
                         build = reserve_graph_builder(spec, s.mtp)
                         lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
-                        run = dc._Run(build, spec, lay, par.flash_attn, setup, s.tool, s.n_draft, n_out, False, real,
-                                      dry)
+                        run = dc._Run(build, spec, lay, par.flash_attn, setup, s.tool, s.n_draft, n_out, False, mode)
                         ctx = resolve_context(lay, par)
                         with paused_gc():
                             return dc._size(run, ctx), run, ctx
 
-                    want, want_err = _call(ordinary, params, setup, real, dry)
+                    want, want_err = _call(ordinary, params, setup, mode)
                     what = f"device {where} {s.label()} {mode} c={c}/seq"
                     self.compare(rec, "device", what, got, got_err, want[0] if want else None, want_err, path)
                     if path == "ordinary" and want is not None:
@@ -469,7 +467,7 @@ def main() -> int:
     ap.add_argument("--fa", type=csv(str), default=["auto", "on", "off"])
     ap.add_argument("--types", type=csv(str), default=["f16", "q8_0"], help="K cache types")
     ap.add_argument("--ub", type=csv(int), default=[512, 300])
-    ap.add_argument("--modes", type=csv(str), default=["real", "dry"])
+    ap.add_argument("--modes", type=csv(str), default=["real", "dry"])  # device_compute's runs: real, dry, both
     ap.add_argument("--contexts", type=csv(int), default=list(CONTEXTS), help="per sequence; the first builds")
     ap.add_argument("--no-extras", action="store_true", help="leave out n_rs_seq, -kvu and the MTP draft")
     ap.add_argument("--stand-ins", action="store_true", help="give a preset without a compute model STAND_INS")

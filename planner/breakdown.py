@@ -340,7 +340,7 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
     try:
         got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,
-                             dry_run=False, mtp_draft=mtp_draft, n_outputs_max=n_outputs_max)
+                             runs="real", mtp_draft=mtp_draft, n_outputs_max=n_outputs_max)
     except (ComputeModelError, SchedModelError) as exc:
         notes.append(f"{what} on {backend}: {exc}")
         return None, None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
@@ -38,6 +38,11 @@ from rsplan.planner.ggml_alloc import Graph, PeriodMismatch
 from rsplan.planner.kept_shapes import AffineTensors, ShapeCache, cells_apart
 from rsplan.planner.layer_periods import GraphPeriods, LayerCut, model_cut
 from rsplan.planner.sched import SchedSetup, SplitGraph, flash_attn_on_layer_devices, schedule, split_graph
+
+#: Which of llama.cpp's runs a sizing takes: the dry run (no_alloc: the first pp graph, what --fit and
+#: llama-fit-params measure), the real run (each reserve with its pinned nodes: what a started context allocates),
+#: or both.
+Runs = Literal["dry", "real", "both"]
 
 
 @dataclass(frozen=True)
@@ -85,11 +90,11 @@ class DeviceCompute:
 @paused_gc()
 def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
                    n_draft: int = 0, n_outputs_max: int | None = None, embeddings: bool = False,
-                   layout: CacheLayout | None = None, real_run: bool = True,
-                   mtp_draft: bool = False, dry_run: bool = True, keep_from: int | None = None) -> DeviceCompute:
+                   layout: CacheLayout | None = None, runs: Runs = "both",
+                   mtp_draft: bool = False, keep_from: int | None = None) -> DeviceCompute:
     """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
-    ``setup``; ``real_run`` False sizes the dry run's graph only (what --fit measures), ``dry_run`` False the real
-    run's only (what a started context allocates: one scheduling pass fewer). ``n_outputs_max`` given
+    ``setup``; ``runs`` says which: ``"dry"`` the dry run's graph only (what --fit measures), ``"real"`` the real
+    run's only (what a started context allocates: one scheduling pass fewer), ``"both"``. ``n_outputs_max`` given
     (0 = n_batch) overrides ``tool``'s; ``mtp_draft`` sizes the ``--spec-type mtp`` draft context instead, as
     planner.compute.compute_buffer does (its graph over the nextn layer on that layer's device in ``setup``).
     ``keep_from``: the query of these arguments (but the context's KV cells) from which their graphs are kept
@@ -105,14 +110,13 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     layout = layout or cache_layout(spec)
     if mtp_draft:
         layout, params = draft_layout_and_params(spec, layout, params)
-    if not (real_run or dry_run):
-        raise ValueError("device_compute: neither the real run nor the dry run asked for")
+    if runs not in ("dry", "real", "both"):
+        raise ValueError(f"device_compute: runs must be 'dry', 'real' or 'both', got {runs!r}")
     ctx = resolve_context(layout, params)
     # a quantized V cache turns -fa auto into -fa on before the context is made (src/llama-context.cpp:3840
     # ggml_is_quantized): nothing left for the probe to turn off
     flash_attn = "on" if params.flash_attn == "auto" and ctx.type_v.is_quantized else params.flash_attn
-    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, real_run, dry_run,
-               mtp_draft)
+    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, runs, mtp_draft)
     return sized_over_cells(run, ctx, keep_from)
 
 
@@ -129,14 +133,23 @@ class _Run:
     n_draft: int
     n_outputs_max: int | None
     embeddings: bool
-    real_run: bool
-    dry_run: bool
+    runs: Runs
     mtp_draft: bool = False
+
+    @property
+    def real_run(self) -> bool:
+        """The real run's reserves are sized (each graph with its pinned nodes)."""
+        return self.runs != "dry"
+
+    @property
+    def dry_run(self) -> bool:
+        """The dry run's first pp graph is sized (without pins)."""
+        return self.runs != "real"
 
     def key(self) -> tuple[Any, ...]:
         """The run's identity (the model and its layout by identity: a cache entry holds them, so ids stay theirs)."""
         return (self.build, id(self.spec), id(self.layout), self.flash_attn, self.setup, self.tool, self.n_draft,
-                self.n_outputs_max, self.embeddings, self.real_run, self.dry_run)
+                self.n_outputs_max, self.embeddings, self.runs)
 
 
 def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:

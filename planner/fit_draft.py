@@ -122,7 +122,7 @@ class DraftMemory:
                                tensors=target.known_layer_tensors(), loader=kind_loader_check(kind, self.spec))
             try:
                 got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
-                                     real_run=target.real_run, dry_run=not target.real_run, mtp_draft=True,
+                                     runs="real" if target.real_run else "dry", mtp_draft=True,
                                      keep_from=target.keep_from)
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None

@@ -277,7 +277,7 @@ class MemoryModel:
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
                                  n_outputs_max=self.n_outputs_max, embeddings=self.embeddings,
-                                 real_run=self.real_run, dry_run=not self.real_run, keep_from=self.keep_from)
+                                 runs="real" if self.real_run else "dry", keep_from=self.keep_from)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
             return None

@@ -52,7 +52,7 @@ def real(spec, params: ContextParams, p: CapacityPlanner, **kw):
     """planner.device_compute's real run on the planner's placement (the oracle for the compute charge: what a
     started llama-server allocates, each backend's largest reserve)."""
     setup = SchedSetup(DEVICE_KINDS["RPC"], p.placement, (), True)
-    return device_compute(spec, params, setup, real_run=True, **kw)
+    return device_compute(spec, params, setup, runs="both", **kw)
 
 
 def test_each_device_is_charged_its_own_compute_and_the_headroom_is_the_budget_arithmetic():

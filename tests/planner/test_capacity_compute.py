@@ -48,7 +48,7 @@ def test_cli_charges_each_device_its_scheduled_compute():
     spec = load_builtin_preset("lfm2-1.2b")
     placement = place_layers(spec.block_count, 2, free_bytes=[24 * 1024, 8 * 1024])
     want = device_compute(spec, ContextParams(n_ctx=4096, n_seq_max=4), SchedSetup(DEVICE_KINDS["CUDA"], placement,
-                          (), True), real_run=True)
+                          (), True), runs="both")
     assert [r["compute_bytes"] for r in d["devices"]] == [*want.devices, want.host]
     assert d["device_kind"] == "CUDA" and d["compute_bytes"] == sum(want.devices)
     gpu = d["devices"][0]

@@ -111,9 +111,9 @@ def test_plamo2s_scan_runs_on_the_host_of_a_cuda_run():
     n_mamba = len(cache_layout(spec).recurrent_layers)
     tensors = quantized_weights(spec, "Q8_0").layer_tensors()
     setup = SchedSetup(CUDA, place_layers(spec.block_count, 1), tensors=tensors)
-    got = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", real_run=True)
+    got = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", runs="both")
     rpc = SchedSetup(DEVICE_KINDS["RPC"], place_layers(spec.block_count, 1), tensors=tensors)
-    on_device = device_compute(spec, ContextParams(n_ctx=4096), rpc, tool="cli", real_run=True)
+    on_device = device_compute(spec, ContextParams(n_ctx=4096), rpc, tool="cli", runs="both")
     assert (on_device.n_splits, got.n_splits) == (2, 2 + 2 * n_mamba)  # the first split: token embedding, host
     assert (got.host_ops, on_device.host_ops) == ((("SSM_SCAN", n_mamba),), ())
     assert got.host is not None and on_device.host is not None and got.host > on_device.host

@@ -28,7 +28,7 @@ def _fresh():
 def ordinary(spec, layout, params: ContextParams, setup: SchedSetup, *, dry: bool = False) -> dc.DeviceCompute:
     """The sizing with each graph built and scheduled at ``params`` itself (no kept shapes)."""
     run = dc._Run(reserve_graph_builder(spec, False), spec, layout, params.flash_attn, setup, "server", 0, None,
-                  False, not dry, dry)
+                  False, "dry" if dry else "real")
     return dc._size(run, resolve_context(layout, params))
 
 
@@ -63,7 +63,7 @@ def test_a_context_sized_on_kept_shapes_equals_its_own_sizing(name, n_seq, fa, k
     for dry in (False, True):
         for c in CONTEXTS:
             params = ContextParams(n_ctx=c * n_seq, n_seq_max=n_seq, flash_attn=fa, type_k=kv_type)
-            got = dc.device_compute(spec, params, setup, layout=layout, real_run=not dry, dry_run=dry)
+            got = dc.device_compute(spec, params, setup, layout=layout, runs="dry" if dry else "real")
             assert got == ordinary(spec, layout, params, setup, dry=dry), (c, dry)
     # -c 256 x n_seq runs a smaller pp graph below -ub 512 when n_seq is 1 (its own shapes); every other context
     # of each run is sized on the shapes of the first
@@ -78,12 +78,12 @@ def test_a_context_far_from_the_one_built_is_sized_on_its_shapes():
     layout = cache_layout(spec)
     setup = setups(layout.n_layer_all)["one CUDA device"]
     small, large = (ContextParams(n_ctx=c * 9, n_seq_max=9) for c in (4096, 262144))
-    dc.device_compute(spec, small, setup, layout=layout, dry_run=False)
-    got = dc.device_compute(spec, large, setup, layout=layout, dry_run=False)
+    dc.device_compute(spec, small, setup, layout=layout, runs="real")
+    got = dc.device_compute(spec, large, setup, layout=layout, runs="real")
     assert dc.SHAPES.stats == {"built": 1, "reused": 1, "raised": 0, "ordinary": 0}
     assert got == ordinary(spec, layout, large, setup)
     # the same 5,111-node graphs give a larger buffer: each GPU's grows with the cells of the mask and the scores
-    assert got.devices[0] > dc.device_compute(spec, small, setup, layout=layout, dry_run=False).devices[0]
+    assert got.devices[0] > dc.device_compute(spec, small, setup, layout=layout, runs="real").devices[0]
 
 
 def test_a_build_not_affine_in_the_cells_is_sized_the_ordinary_way(monkeypatch):
@@ -98,7 +98,7 @@ def test_a_build_not_affine_in_the_cells_is_sized_the_ordinary_way(monkeypatch):
 
     monkeypatch.setattr(dc, "_build_reserve_graph", squares_the_cells)
     params = [ContextParams(n_ctx=c, n_seq_max=1) for c in (4096, 8192)]
-    got = [dc.device_compute(spec, p, setup, layout=layout, dry_run=False) for p in params]
+    got = [dc.device_compute(spec, p, setup, layout=layout, runs="real") for p in params]
     assert dc.SHAPES.stats == {"built": 0, "reused": 0, "raised": 0, "ordinary": 2}  # tried once, then not again
     assert got == [ordinary(spec, layout, p, setup) for p in params]
 
@@ -110,7 +110,7 @@ def test_an_abort_of_llama_cpp_is_reported_with_its_own_numbers():
     layout = cache_layout(spec)
     setup = setups(layout.n_layer_all)["one CUDA device"]
     with pytest.raises(LlamaAbortError, match=r"\[6144, 512, 1, 1\] does not repeat onto a of shape \[6144, 510"):
-        dc.device_compute(spec, ContextParams(n_ctx=4096, n_seq_max=3), setup, layout=layout, dry_run=False)
+        dc.device_compute(spec, ContextParams(n_ctx=4096, n_seq_max=3), setup, layout=layout, runs="real")
 
 
 CPU_CASES = [*CASES, ("minimax-text-01", 1, "auto", "f16"), ("kimi-linear-48b-a3b", 2, "auto", "f16")]

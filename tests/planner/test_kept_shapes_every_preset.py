@@ -116,7 +116,8 @@ def device_ordinary(spec, layout, params: ContextParams, setup: SchedSetup, real
     build = compute.reserve_graph_builder(spec, mtp)
     if mtp:
         layout, params = compute.draft_layout_and_params(spec, layout, params)
-    run = dc._Run(build, spec, layout, params.flash_attn, setup, tool, n_draft, n_out, False, real, not real)
+    run = dc._Run(build, spec, layout, params.flash_attn, setup, tool, n_draft, n_out, False,
+                  "real" if real else "dry")
     with compute.paused_gc():
         return dc._size(run, resolve_context(layout, params))
 
@@ -139,7 +140,7 @@ def check(spec, layout, s: dict, *, mtp: bool = False, n_rs_seq: int = 0) -> Non
     compute.CPU_SHAPES.clear()
     for c in CONTEXTS:
         params = params_of(s, c, n_rs_seq, layout.arch.mla)
-        got = dc.device_compute(spec, params, setup, layout=layout, real_run=s["real"], dry_run=not s["real"],
+        got = dc.device_compute(spec, params, setup, layout=layout, runs="real" if s["real"] else "dry",
                                 mtp_draft=mtp, n_outputs_max=n_out)
         assert got == device_ordinary(spec, layout, params, setup, s["real"], mtp, n_out), c
         want = cpu_ordinary(spec, layout, params, mtp, n_out)
@@ -234,7 +235,7 @@ def test_output_counts_sized_on_kept_graphs_equal_their_own_sizing(tool, n_draft
     for c in CONTEXTS:
         params = ContextParams(n_ctx=3 * c, n_seq_max=3, flash_attn="auto", n_ubatch=300)
         got = dc.device_compute(spec, params, setup, layout=layout, tool=tool, n_draft=n_draft,
-                                n_outputs_max=n_out, dry_run=False)
+                                n_outputs_max=n_out, runs="real")
         assert got == device_ordinary(spec, layout, params, setup, True, False, n_out, tool, n_draft), c
         want = cpu_ordinary(spec, layout, params, False, n_out, tool, n_draft)
         for _ in range(2):

@@ -200,7 +200,7 @@ def test_the_scheduler_runs_the_ternary_products_on_the_host():
     for quant in ("TQ2_0", "Q4_0"):
         layer_tensors = quantized_weights(spec, quant).layer_tensors()
         setup = SchedSetup(cuda, placement, tensors=layer_tensors, loader=device_loader_check("CUDA", spec))
-        got[quant] = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", real_run=True)
+        got[quant] = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", runs="both")
     assert got["TQ2_0"].host_ops == (("MUL_MAT", n_tq),)  # every tq2_0 matrix is a MUL_MAT's weight
     assert got["Q4_0"].host_ops == ()
     assert got["TQ2_0"].n_splits > got["Q4_0"].n_splits

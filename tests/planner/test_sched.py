@@ -128,9 +128,9 @@ def test_kv_on_the_host_turns_auto_flash_attention_off():
     spec = read_model("lfm2-2.6b").spec
     placement = place_layers(spec.block_count, 2, offload_kqv=False)
     setup = SchedSetup(RPC, placement, offload_kqv=False)
-    auto = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", real_run=False)
-    off = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="off"), setup, tool="cli", real_run=False)
-    on = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="on"), setup, tool="cli", real_run=False)
+    auto = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", runs="dry")
+    off = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="off"), setup, tool="cli", runs="dry")
+    on = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="on"), setup, tool="cli", runs="dry")
     assert on.dry_host < off.dry_host < auto.dry_host
 
 
