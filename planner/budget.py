@@ -152,7 +152,9 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
     except RsplanError as exc:
         if not default:
             raise
-        raise weights_needed(ref, str(exc).removeprefix(f"--quant {quant}: ")) from None
+        # the default type failed on the tensor list itself (an arch without one, a missing key): another --quant
+        # would fail the same way, so only a size is asked for
+        raise weights_needed(ref, str(exc).removeprefix(f"--quant {quant}: "), "give --weights SIZE") from None
     note = f" ({DEFAULT_QUANT_NOTE})" if default else ""
     return (q.spec, q.spec.weights_bytes, f"{q.note} of {ref}, placed tensor by tensor as in {kind} buffers{note}",
             _tensors(q.table, q.weights.rows, q.spec), q.weights.weight_table)

@@ -185,7 +185,7 @@ def fit_weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool
         qw = quantized_weights(spec, quant)
     except UnsupportedArchError as exc:
         if default:  # fit places the weights tensor by tensor: it needs a tensor list, a size alone will not do
-            raise weights_needed(ref, str(exc), "give a GGUF file, or --quant TYPE") from None
+            raise weights_needed(ref, str(exc), "give a GGUF file (--quant sizes the same tensor list)") from None
         raise RsplanError(f"--quant {quant}: {exc}") from None
     weights = [Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in qw.plan.tensors
                if loaded(t.name, spec.n_layer, load_mtp)]

@@ -61,8 +61,8 @@ def test_weights_come_from_the_flag_then_the_model_file_then_nowhere():
     (p,) = make_planners([with_size], ["my.yaml"], ContextParams(), request())
     assert (p.budget.weights_bytes, p.budget.weights_source) == (123_456_789, "weights_bytes of my.yaml")
     # no size, no tensor list (the spec names no vocab_size): never a silent 0, one line asking for them
-    with pytest.raises(RsplanError, match=r"^x: the weights' size is not known \(.*vocab_size.*\): give --weights SIZE "
-                                          r"or --quant TYPE$"):
+    with pytest.raises(RsplanError, match=r"^x: the weights' size is not known \(.*vocab_size.*\): give --weights "
+                                          r"SIZE$"):
         make_planners([without], ["x"], ContextParams(), request())
     with pytest.raises(RsplanError, match=r"^give --weights once per --model \(2 models, 1 --weights\)$"):
         make_planners([without, without], ["x", "y"], ContextParams(), request(weights=(flag,)))

@@ -94,7 +94,7 @@ def test_unknown_weights_are_asked_for_in_one_line(example):
     assert r.exit_code == 1
     assert r.output == (f"Error: {example}: the weights' size is not known (article-example: vocab_size is needed for "
                         "the tensor list of arch 'qwen35' (give it in a preset YAML, as `rsplan presets show "
-                        "mamba-130m` does)): give --weights SIZE or --quant TYPE\n")
+                        "mamba-130m` does)): give --weights SIZE\n")
 
 
 def test_table_prints_flags_and_answers(example):

@@ -168,7 +168,7 @@ def test_report_asks_for_unknown_weights_in_one_line(mamba2, tmp_path):
     r = run("report", "--model", str(mamba2), "--budget", "8GiB", "-o", str(out))
     assert r.exit_code == 1 and not out.exists()
     assert r.output.startswith(f"Error: {mamba2}: the weights' size is not known (")
-    assert r.output.endswith("): give --weights SIZE or --quant TYPE\n") and r.output.count("\n") == 1
+    assert r.output.endswith("): give --weights SIZE\n") and r.output.count("\n") == 1
 
 
 def test_plotly_is_imported_by_report_only():
