@@ -159,3 +159,19 @@ def test_vllm_budget_is_the_gpus_total_and_warns_when_free_memory_is_short(monke
     assert facts["requested memory"] == -(-80 * GIB * 92 // 100)
     assert ("vLLM refuses to start: free memory on the GPU (60.00 GiB) is less than the desired GPU memory "
             "utilization (73.60 GiB)") in got["warnings"]
+
+
+def test_vllm_says_by_how_much_the_weights_exceed_its_share():
+    from rsplan.planner.engines.base import EngineError
+
+    # kv = ceil(80 GiB x 0.9) - weights / TP 1 - 2 GiB of overhead (gpu_worker.determine_available_memory):
+    # 72 - 70 - 2 = 0 with 70 GiB of weights, 72 - 71 - 2 = -1 GiB with 71
+    spec = load_builtin_preset("lfm2-1.2b")
+    for weights, excess in ((70 << 30, 0), (71 << 30, 1 << 30)):
+        budget = ServingBudget(80 << 30, "test", weights, "test", 2 << 30)
+        with pytest.raises(EngineError) as err:
+            vllm_capacity(spec, VllmSettings(gpu_memory_utilization=0.9), budget)
+        got = str(err.value)
+        want = ("take all of vLLM's share of it" if not excess else
+                f"exceed vLLM's share of it (--gpu-memory-utilization) by {excess:,} B (1.00 GiB)")
+        assert got.startswith(f"nothing fits: the weights and overhead per GPU {want}"), got

@@ -254,8 +254,11 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
         warnings.append("weights are NOT counted (unknown for this model): give --weights SIZE")
     warnings += memory_warnings
     if kv_bytes <= 0:
-        raise EngineError(f"nothing fits: weights and overhead leave {kv_bytes:,} B per GPU for vLLM's KV cache; "
-                          "raise --gpu-memory-utilization, use more GPUs (-tp) or a larger budget")
+        share = "vLLM's share of it (--gpu-memory-utilization)"
+        short = (f"take all of {share}" if kv_bytes == 0
+                 else f"exceed {share} by {-kv_bytes:,} B ({-kv_bytes / GIB:,.2f} GiB)")
+        raise EngineError(f"nothing fits: the weights and overhead per GPU {short}: nothing is left for the KV "
+                          "cache; raise --gpu-memory-utilization, use more GPUs (-tp) or a larger budget")
     num_blocks = kv_bytes // lay.bytes_per_block
     fits_len = estimate_max_model_len(lay, kv_bytes)
     if fits_len == 0:
