@@ -97,6 +97,10 @@ class ServerHost:
     draft_checkpoint_bytes: int | None = None
 
 
+#: How a note on the model bytes starts.
+MODEL_BYTES = "model bytes: "
+
+
 @dataclass(frozen=True)
 class Breakdown:
     """The breakdown of one context, with its output buffer and how each figure was obtained."""
@@ -108,6 +112,20 @@ class Breakdown:
     notes: tuple[str, ...]
     mtp_draft: DraftContext | None = None
     server_host: ServerHost | None = None
+    #: where the model bytes come from, or why they are not known (the note of ``notes`` that says it, without its
+    #: "model bytes: " prefix); None where the exact tensor table gives them
+    weights_source: str | None = None
+
+    def with_weights_source(self, source: str) -> Breakdown:
+        """The breakdown with the model bytes' source given by its caller (``rsplan estimate``'s quantization of the
+        tensor list), in ``notes`` too."""
+        return dataclasses.replace(self, notes=(*self.notes, MODEL_BYTES + source), weights_source=source)
+
+    def without_weights_source(self) -> Breakdown:
+        """The breakdown less the note that ``weights_source`` says (for a text that names it apart)."""
+        if self.weights_source is None:
+            return self
+        return dataclasses.replace(self, notes=tuple(n for n in self.notes if n != MODEL_BYTES + self.weights_source))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``breakdown`` (one entry per buffer type), ``output_buffer`` {buffer_type, bytes, ...},
@@ -170,7 +188,7 @@ def _moved_note(spec: ModelSpec, kind: str, backend: str, table: WeightTable, lo
     if not moved:
         return None
     first = moved[0]
-    return (f"model bytes: {len(moved)} tensor(s) of the GPU's layers (e.g. '{first.name}', {first.type}) cannot be "
+    return (f"{MODEL_BYTES}{len(moved)} tensor(s) of the GPU's layers (e.g. '{first.name}', {first.type}) cannot be "
             f"used with preferred buffer type {backend}: llama.cpp's loader finds no kernel on {backend} for the op it "
             "tests them with and loads them in host memory (CPU)")
 
@@ -273,14 +291,16 @@ def build_breakdown(
         notes.append(f"output buffer: {exc}")
     host = host or HostOptions()
     model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host)
+    source = None
     if model is None:
-        notes.append("model bytes: the model's weight size is unknown (give a GGUF, or --quant TYPE for a preset "
-                     "with a tensor list)")
+        source = "the model's weight size is unknown (give a GGUF, or --quant TYPE for a preset with a tensor list)"
     elif not exact and kind == "CPU":
-        notes.append("model bytes: the weights' total (an estimate: llama.cpp pads each tensor to 32 bytes)")
+        source = "the weights' total (an estimate: llama.cpp pads each tensor to 32 bytes)"
     elif not exact:
-        notes.append("model bytes: the weights' total spread over the layers (an estimate: llama.cpp pads each "
-                     "tensor and keeps the token embedding on the host)")
+        source = ("the weights' total spread over the layers (an estimate: llama.cpp pads each tensor and keeps the "
+                  "token embedding on the host)")
+    if source is not None:
+        notes.append(MODEL_BYTES + source)
     moved = _moved_note(spec, kind, backend, table, mtp) if table and kind != "CPU" else None
     if moved:
         notes.append(moved)
@@ -306,7 +326,7 @@ def build_breakdown(
     ctx = resolve_context(layout, params)
     draft = _draft(spec, params, layout, ctx, backend, notes, tensors) if mtp else None
     server = _server_host(spec, layout, params, ctx, draft is not None) if tool == "server" else None
-    return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server)
+    return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server, source)
 
 
 def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:

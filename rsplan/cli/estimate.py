@@ -98,6 +98,8 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     # a config.json that does not give the token count says why, beside the buffers it leaves unsized
     notes: list[str | None] = [f"vocab_size: {r.facts['vocab_size_unknown']}" if "vocab_size_unknown" in r.facts
                                else None for r in reads]
+    # where the model bytes come from where this command sizes them (the tensor list quantized)
+    sources: list[str | None] = [None] * len(reads)
     from rsplan.errors import RsplanError
     from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE
     from rsplan.planner.quant_weights import quantized_model
@@ -116,7 +118,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
                 raise
             continue
         specs[i], tables[i], rows[i] = q.spec, q.table, q.weights.rows
-        notes[i] = f"model bytes: {q.note}" + (f" ({DEFAULT_QUANT_NOTE})" if default else "")
+        notes[i], sources[i] = None, q.note + (f" ({DEFAULT_QUANT_NOTE})" if default else "")
         shapes[i], aligns[i] = q.weights.shapes, 32
     plans = [build_plan(spec, params) for spec in specs]
     _check_runnable_draft(specs, plans, spec_type)
@@ -130,6 +132,8 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
                   for spec, plan, table in zip(specs, plans, weight_tables, strict=True)]
     breakdowns = [dataclasses.replace(bd, notes=(*bd.notes, note)) if bd is not None and note else bd
                   for bd, note in zip(breakdowns, notes, strict=True)]
+    breakdowns = [bd.with_weights_source(source) if bd is not None and source else bd
+                  for bd, source in zip(breakdowns, sources, strict=True)]
     _print_native(plans, breakdowns, specs, buffer, per_layer, fmt, backend)
 
 

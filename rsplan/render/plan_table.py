@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from rsplan.planner.plan import BUFFER_RULES, MemoryPlan, TensorPlan
@@ -85,9 +84,6 @@ def buffers_table(plan: MemoryPlan, backend: str = "CPU") -> str:
     ])
 
 
-#: How the breakdown's note on the model bytes starts (planner.breakdown, cli.estimate): the weights a plan rests on.
-WEIGHTS_NOTE = "model bytes: "
-
 #: The warning llama.cpp logs whenever the context is not a multiple of the sequences' padded share
 #: (src/llama-context.cpp:304 LLAMA_LOG_WARN): "rounding down", although with at most 256 sequences n_ctx only grows
 #: (n x pad(P // n, 256) > P - n, both multiples of 256).
@@ -95,14 +91,13 @@ _LLAMA_ROUNDING = "n_ctx is not divisible by n_seq_max - rounding down to "
 
 
 def user_notes(plan: MemoryPlan) -> list[str]:
-    """``plan.warnings`` in the user's words: llama.cpp's rounding warning says which way -c moved and why (the
-    log format keeps llama.cpp's own words)."""
+    """``plan.warnings`` in the user's words: llama.cpp's rounding warning says that -c grew, and why (the log
+    format keeps llama.cpp's own words)."""
     c = plan.context
     notes = []
     for w in plan.warnings:
         if w.startswith(_LLAMA_ROUNDING) and c.n_ctx_asked:
-            way = "up" if c.n_ctx > c.n_ctx_asked else "down"
-            w = (f"-c {c.n_ctx_asked:,} is rounded {way} to {c.n_ctx:,}: each of the {c.n_seq_max} sequences gets "
+            w = (f"-c {c.n_ctx_asked:,} is rounded up to {c.n_ctx:,}: each of the {c.n_seq_max} sequences gets "
                  f"{c.n_ctx_seq:,} cells (llama.cpp pads each sequence's share to a multiple of 256; its log says "
                  f"'rounding down' either way)")
         notes.append(w)
@@ -112,11 +107,10 @@ def user_notes(plan: MemoryPlan) -> list[str]:
 def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU",
                 breakdown: Breakdown | None = None) -> str:
     parts = [f"model {plan.model} (arch {plan.arch})"]
-    if breakdown is not None:
+    if breakdown is not None and breakdown.weights_source is not None:
         # the assumption the model bytes rest on goes in the answer's first lines, not with the notes under the table
-        weights = [n for n in breakdown.notes if n.startswith(WEIGHTS_NOTE)]
-        parts += [prose(f"weights: {n.removeprefix(WEIGHTS_NOTE)}") for n in weights]
-        breakdown = dataclasses.replace(breakdown, notes=tuple(n for n in breakdown.notes if n not in weights))
+        parts.append(prose(f"weights: {breakdown.weights_source}"))
+        breakdown = breakdown.without_weights_source()
     parts += [
         prose(context_line(plan)),
         "",

@@ -230,3 +230,15 @@ def test_estimate_says_which_weights_leave_the_gpu():
     n_tq = sum(t.type == "tq2_0" for t in tensors)
     assert notes("-m", "lfm2-1.2b", "--quant", "TQ2_0")[0].startswith(f"model bytes: {n_tq} tensor(s)")
     assert notes("-m", "lfm2-1.2b", "--quant", "Q4_0") == []
+
+
+def test_the_weights_line_names_their_source_and_the_moved_ones_stay_a_note():
+    # the table's second line is where the model bytes come from (the tensor list quantized); the note on the
+    # tensors llama.cpp's loader moves to the host is a note, not the weights' source
+    r = CliRunner().invoke(cli, ["estimate", "-m", "plamo-2-1b", "-c", "4096", "--backend", "CUDA0", "--quant", "Q8_0"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[1].startswith("weights: llama-quantize Q8_0 of the converter's bf16 GGUF"), lines[1]
+    assert not any(line.startswith("weights: 8 tensor(s)") for line in lines)
+    assert any(line.startswith("note: model bytes: 8 tensor(s) of the GPU's layers") for line in lines)
+    assert "note: model bytes: llama-quantize" not in r.output
