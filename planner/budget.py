@@ -269,7 +269,6 @@ def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: G
         RsplanError: more than one GPU, but not ``tp`` of them; weights that cannot be sized
             (planner.default_weights.weights_needed).
     """
-
     devices = request.devices
     if len(devices) not in (1, tp):
         what = "--gpu" if request.from_nvml else "--budget"

@@ -1,7 +1,7 @@
 """The weights a plan counts when none are given: no GGUF (whose tensor table sizes them), no ``--weights``, no
 ``--quant``. Weights are never left out of a budget: a model whose tensor list rsplan knows (a preset, a config.json
 of a supported architecture) is sized at a stated default type, and one with no tensor list is refused in one line
-that asks for ``--weights SIZE`` or ``--quant TYPE``.
+that asks for ``--weights SIZE`` (or a GGUF, for ``rsplan fit``).
 
 - llama.cpp: the model's bf16 GGUF quantized by ``llama-quantize`` to DEFAULT_QUANT (Q4_K_M), exactly as
   ``--quant Q4_K_M`` sizes it (planner.quant_weights). Q4_K_M is the type people most run with llama.cpp: the
@@ -53,7 +53,7 @@ def llama_cpp_spec(read: Any) -> ModelSpec:
     return spec.model_copy(update={"weights_bytes": None})
 
 
-def weights_needed(ref: str, why: str, ask: str = "give --weights SIZE or --quant TYPE") -> RsplanError:
+def weights_needed(ref: str, why: str, ask: str) -> RsplanError:
     """The one-line error of a model whose weights rsplan cannot size (``why``), asking for them (``ask``)."""
     return RsplanError(f"{ref}: the weights' size is not known ({why}): {ask}")
 
