@@ -193,6 +193,18 @@ def _moved_note(spec: ModelSpec, kind: str, backend: str, table: WeightTable, lo
             "tests them with and loads them in host memory (CPU)")
 
 
+def _weights_source(known: bool, exact: bool, kind: str) -> str | None:
+    """Where the model bytes come from where no exact tensor table gives them (None where one does)."""
+    if not known:
+        return "the model's weight size is unknown (give a GGUF, or --quant TYPE for a preset with a tensor list)"
+    if exact:
+        return None
+    if kind == "CPU":
+        return "the weights' total (an estimate: llama.cpp pads each tensor to 32 bytes)"
+    return ("the weights' total spread over the layers (an estimate: llama.cpp pads each tensor and keeps the token "
+            "embedding on the host)")
+
+
 def _host_tensors(table: WeightTable, n_layer: int, load_mtp: bool) -> list[HostTensor]:
     return [t for t in table_tensors(table) if loaded(t.name, n_layer, load_mtp)]
 
@@ -291,14 +303,7 @@ def build_breakdown(
         notes.append(f"output buffer: {exc}")
     host = host or HostOptions()
     model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host)
-    source = None
-    if model is None:
-        source = "the model's weight size is unknown (give a GGUF, or --quant TYPE for a preset with a tensor list)"
-    elif not exact and kind == "CPU":
-        source = "the weights' total (an estimate: llama.cpp pads each tensor to 32 bytes)"
-    elif not exact:
-        source = ("the weights' total spread over the layers (an estimate: llama.cpp pads each tensor and keeps the "
-                  "token embedding on the host)")
+    source = _weights_source(model is not None, exact, kind)
     if source is not None:
         notes.append(MODEL_BYTES + source)
     moved = _moved_note(spec, kind, backend, table, mtp) if table and kind != "CPU" else None

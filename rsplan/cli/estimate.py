@@ -24,7 +24,7 @@ from rsplan.planner.engines import NATIVE
 
 if TYPE_CHECKING:
     from rsplan.hparams.model import ModelSpec
-    from rsplan.planner.breakdown import Breakdown
+    from rsplan.planner.breakdown import Breakdown, WeightTable
     from rsplan.planner.buffers import Backend
     from rsplan.planner.plan import MemoryPlan
 
@@ -80,61 +80,84 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
             raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only (its host weights)", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
-    from rsplan.planner.breakdown import WeightTable, build_breakdown
+    from rsplan.planner.breakdown import build_breakdown
     from rsplan.planner.plan import build_plan
 
     buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
     host = pop_host_options(kwargs, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
-    from rsplan.planner.default_weights import llama_cpp_spec
-
-    reads = [read_model(ref) for ref in refs]
-    specs = [llama_cpp_spec(r) for r in reads]  # a checkpoint's bytes are not llama.cpp's: sized at the default
-    tables = [r.tensors for r in reads]
-    rows = [r.tensor_rows for r in reads]
-    shapes = [r.tensor_shapes for r in reads]
-    aligns = [r.tensor_alignment for r in reads]
-    # a config.json that does not give the token count says why, beside the buffers it leaves unsized
-    notes: list[str | None] = [f"vocab_size: {r.facts['vocab_size_unknown']}" if "vocab_size_unknown" in r.facts
-                               else None for r in reads]
-    # where the model bytes come from where this command sizes them (the tensor list quantized)
-    sources: list[str | None] = [None] * len(reads)
-    from rsplan.errors import RsplanError
-    from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE
-    from rsplan.planner.quant_weights import quantized_model
-
-    for i, ref in enumerate(refs):
-        # no --quant: a model whose weights nothing sizes (no GGUF table, no weights_bytes) is sized at the default
-        # type where it has a tensor list (planner.default_weights); without one its model bytes stay unknown
-        default = quant is None and tables[i] is None and specs[i].weights_bytes is None
-        if quant is None and not default:
-            continue
-        try:
-            q = quantized_model(ref, specs[i], quant or DEFAULT_QUANT, backend,
-                                vocab_unknown=reads[i].facts.get("vocab_size_unknown"))
-        except RsplanError:
-            if not default:
-                raise
-            continue
-        specs[i], tables[i], rows[i] = q.spec, q.table, q.weights.rows
-        notes[i], sources[i] = None, q.note + (f" ({DEFAULT_QUANT_NOTE})" if default else "")
-        shapes[i], aligns[i] = q.weights.shapes, 32
+    models = [_model_weights(ref, read_model(ref), quant, backend) for ref in refs]
+    specs = [m.spec for m in models]
     plans = [build_plan(spec, params) for spec in specs]
     _check_runnable_draft(specs, plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
-    weight_tables = [WeightTable(t, r, sh, al) if t and r and sh else None
-                     for t, r, sh, al in zip(tables, rows, shapes, aligns, strict=True)]
-    breakdowns = [build_breakdown(spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
-                                  mtp=spec_type == "mtp", table=table, host=host)
+    breakdowns = [m.noted(build_breakdown(m.spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
+                                          mtp=spec_type == "mtp", table=m.weight_table(), host=host))
                   if breakdown_backend else None
-                  for spec, plan, table in zip(specs, plans, weight_tables, strict=True)]
-    breakdowns = [dataclasses.replace(bd, notes=(*bd.notes, note)) if bd is not None and note else bd
-                  for bd, note in zip(breakdowns, notes, strict=True)]
-    breakdowns = [bd.with_weights_source(source) if bd is not None and source else bd
-                  for bd, source in zip(breakdowns, sources, strict=True)]
+                  for m, plan in zip(models, plans, strict=True)]
     _print_native(plans, breakdowns, specs, buffer, per_layer, fmt, backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelWeights:
+    """One model's spec and weight tensors as estimate sizes them.
+
+    Attributes:
+        spec: the spec llama.cpp's plan sizes (weights_bytes set where the tensor list was quantized).
+        tensors / rows / shapes / alignment: the tensor table (a GGUF's, or the quantized list's), or None.
+        note: a note for the breakdown (why a config.json's vocabulary is unknown), or None.
+        source: where the model bytes come from where this command sized them (the tensor list quantized).
+    """
+
+    spec: ModelSpec
+    tensors: Any
+    rows: Any
+    shapes: Any
+    alignment: int
+    note: str | None = None
+    source: str | None = None
+
+    def weight_table(self) -> WeightTable | None:
+        """The tensor table with each tensor's shape, where all of it is known (the breakdown sizes it exactly)."""
+        from rsplan.planner.breakdown import WeightTable
+
+        if self.tensors and self.rows and self.shapes:
+            return WeightTable(self.tensors, self.rows, self.shapes, self.alignment)
+        return None
+
+    def noted(self, bd: Breakdown) -> Breakdown:
+        """``bd`` with this model's note and weights source."""
+        if self.note:
+            bd = dataclasses.replace(bd, notes=(*bd.notes, self.note))
+        return bd.with_weights_source(self.source) if self.source else bd
+
+
+def _model_weights(ref: str, read: Any, quant: str | None, backend: str) -> _ModelWeights:
+    """The weights of one ``--model``: a GGUF's tensor table or a model file's size as read; else the tensor list
+    quantized to ``--quant`` or, with neither, to planner.default_weights.DEFAULT_QUANT where the model has a
+    tensor list (without one its model bytes stay unknown, and the breakdown says so)."""
+    from rsplan.errors import RsplanError
+    from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, llama_cpp_spec
+    from rsplan.planner.quant_weights import quantized_model
+
+    spec = llama_cpp_spec(read)  # a checkpoint's bytes are not llama.cpp's: sized at the default
+    vocab = read.facts.get("vocab_size_unknown")
+    # a config.json that does not give the token count says why, beside the buffers it leaves unsized
+    as_read = _ModelWeights(spec, read.tensors, read.tensor_rows, read.tensor_shapes, read.tensor_alignment,
+                            f"vocab_size: {vocab}" if vocab is not None else None)
+    default = quant is None and read.tensors is None and spec.weights_bytes is None
+    if quant is None and not default:
+        return as_read
+    try:
+        q = quantized_model(ref, spec, quant or DEFAULT_QUANT, backend, vocab_unknown=vocab)
+    except RsplanError:
+        if not default:
+            raise
+        return as_read
+    return _ModelWeights(q.spec, q.table, q.weights.rows, q.weights.shapes, 32,
+                         source=q.note + (f" ({DEFAULT_QUANT_NOTE})" if default else ""))
 
 
 def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx: click.Context
