@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from rsplan.planner.charge_pool import default_jobs
+from rsplan.planner.capacity.pool import default_jobs
 
 LADDER = "4k,8k,12k,16k,24k,32k,64k,96k,128k,256k"  # 10 steps
 MODEL = "qwen3-next-80b-a3b"
@@ -64,8 +64,8 @@ def capacity_in_process(repeats: int = 20, per_setting: bool = False) -> float:
     ``rsplan capacity`` does for a modelled arch without --compute), else one fixed 512 MiB figure."""
     from rsplan.cli.budget import parse_ctx_list
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, run_capacity
-    from rsplan.planner.context import ContextParams
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget, run_capacity
 
     spec = load_model(MODEL)
     budget = Budget((DeviceBudget("GPU", 80 << 30, "bench"),), 45 << 30, "bench", (1 << 30,), 512 << 20,

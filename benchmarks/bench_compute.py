@@ -1,10 +1,11 @@
 """Benchmark of the compute-buffer model alone (issues 10 and 11), in-process: CPU seconds per call, which a shared
 machine disturbs less than wall time.
 
-(a) ``planner.compute.compute_buffer`` for qwen3-next-80b-a3b at settings a capacity search visits (pp and tg graphs
+(a) ``planner.compute.reserve.compute_buffer`` for qwen3-next-80b-a3b at settings a capacity search visits (pp and tg
+graphs
     of ~5,100 nodes each): the graph build and the allocator replay, per call;
-(b) the two phases of one pp graph apart: building it (planner.graphs) and replaying ggml-alloc over it;
-(c) ``planner.device_compute.device_compute`` over two RPC devices (the scheduler model, a real run: the probe
+(b) the two phases of one pp graph apart: building it (planner.compute.graphs) and replaying ggml-alloc over it;
+(c) ``planner.compute.per_device.device_compute`` over two RPC devices (the scheduler model, a real run: the probe
     graph, the dry pp graph and the three reserves).
 
 Run: python benchmarks/bench_compute.py [--repeats N]
@@ -37,13 +38,13 @@ def main() -> None:
     args = ap.parse_args()
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_model
-    from rsplan.planner import compute
-    from rsplan.planner.compute import build_reserve_graph, compute_buffer, reserve_graph_builder
-    from rsplan.planner.context import ContextParams, resolve_context
-    from rsplan.planner.device_compute import device_compute
-    from rsplan.planner.ggml_alloc import reserve_size
-    from rsplan.planner.placement import place_layers
-    from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.caches.context import ContextParams, resolve_context
+    from rsplan.planner.compute import reserve as compute
+    from rsplan.planner.compute.per_device import device_compute
+    from rsplan.planner.compute.reserve import build_reserve_graph, compute_buffer, reserve_graph_builder
+    from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.ggml.alloc import reserve_size
+    from rsplan.planner.weights.placement import place_layers
 
     spec = load_model(MODEL)
     layout = cache_layout(spec)

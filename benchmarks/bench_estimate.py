@@ -55,8 +55,8 @@ def cold_start(model: str, runs: int) -> dict[str, float]:
 def totals_per_second(model: str, seconds: float = 1.0, repeats: int = 3) -> dict[str, float]:
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.context import ContextParams, resolve_context
-    from rsplan.planner.plan import plan_totals
+    from rsplan.planner.caches.context import ContextParams, resolve_context
+    from rsplan.planner.caches.plan import plan_totals
 
     layout = cache_layout(load_model(model))
     ctx_values = [4096 * (i + 1) for i in range(64)]

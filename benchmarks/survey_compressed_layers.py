@@ -2,7 +2,7 @@
 
 A measurement for a faster compute-buffer model, not part of it: nothing here changes a sizing. For each preset and
 setting, the concrete pp and tg graphs of the first context shape the command sizes are built (via
-planner.compute._build_reserve_graph), and:
+planner.compute.reserve._build_reserve_graph), and:
 
 1. **Twin periods.** The longest run of node positions ``i`` whose node is a twin of node ``i + N`` is found, for
    ``N`` the node count of 1 to 8 layers (layers start at their first ``norm`` node). Twins have:
@@ -16,13 +16,14 @@ planner.compute._build_reserve_graph), and:
    - copies of the last period and of the tail, whose references into the removed periods point at the same
      positions ``R - 1 - K`` periods earlier;
    - the leafs that kept nodes use (and those no node uses).
-3. **Check.** The compressed graph is split (planner.sched.split_graph) and walked by the allocator. At the start
+3. **Check.** The compressed graph is split (planner.compute.sched.split_graph) and walked by the allocator. At the
+start
    of each kept period, the state is recorded: every buffer's free blocks, and each live tensor's offset, size
    and buffer. The check passes when two consecutive periods before the last kept one start in the same state,
    each live tensor mapped to the one a period later (or to itself, before the run), and the kept periods have
    the same length after the split. Then every removed period would replay the same allocations at the same
    offsets.
-4. **Comparison.** Both graphs go through planner.sched.schedule: bytes per backend, splits and host ops.
+4. **Comparison.** Both graphs go through planner.compute.sched.schedule: bytes per backend, splits and host ops.
 
 A setting passes when the check passes and the bytes are equal. The check failing falls back to the full graph,
 a correct outcome. A check passing with different bytes would disprove the method.
@@ -42,11 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rsplan.planner import device_compute as dc
-from rsplan.planner import ggml_alloc as ga
-from rsplan.planner import sched
-from rsplan.planner.compute import _build_reserve_graph, reserves
-from rsplan.planner.ggml_alloc import Graph, Tensor
+from rsplan.planner.compute import per_device as dc
+from rsplan.planner.compute import sched
+from rsplan.planner.compute.reserve import _build_reserve_graph, reserves
+from rsplan.planner.ggml import alloc as ga
+from rsplan.planner.ggml.alloc import Graph, Tensor
 
 KEPT_PERIODS = 4
 LAYER_PERIODS = (1, 2, 3, 4, 5, 6, 8)
@@ -175,7 +176,7 @@ def compress(graph: Graph, a: int, n: int, periods: int, kept: int = KEPT_PERIOD
 
 def _walk_to(gal: Any, sg: Any, bounds: list[int]) -> list[tuple[Any, dict[int, Any], list[Tensor]]]:
     """The allocator's state at each node index of ``bounds``: ``alloc_graph`` as it is, its walk run in segments
-    cut there (planner.ggml_alloc ``_Gallocr._walk``, unchanged)."""
+    cut there (planner.ggml.alloc ``_Gallocr._walk``, unchanged)."""
     nodes = sg.graph.nodes
     snaps = []
 

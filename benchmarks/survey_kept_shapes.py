@@ -1,9 +1,10 @@
-"""Survey: reserve graphs kept over the KV cells (planner.kept_shapes) against the ordinary sizing, on every preset.
+"""Survey: reserve graphs kept over the KV cells (planner.compute.reuse.kept_shapes) against the ordinary sizing, on
+every preset.
 
 For each preset in presets/ and each setting of a grid, a series of contexts per sequence is sized twice:
 
-- kept: ``planner.device_compute.device_compute`` (split graphs kept in ``SHAPES``, from a key's first query) and
-  ``planner.compute.compute_buffer`` (CPU graphs kept in ``CPU_SHAPES``, from a key's second query: each CPU
+- kept: ``planner.compute.per_device.device_compute`` (split graphs kept in ``SHAPES``, from a key's first query) and
+  ``planner.compute.reserve.compute_buffer`` (CPU graphs kept in ``CPU_SHAPES``, from a key's second query: each CPU
   context is asked twice, so that the second answer comes from kept graphs);
 - ordinary: the same sizing with every graph built and scheduled at that context (``device_compute._size``, and
   ``compute._reserve`` over ``compute.reserves``), no kept graphs.
@@ -23,8 +24,9 @@ Options for what the base grid leaves out (docs/sizing.md s.7a): ``--offload`` a
 devices, -ts uneven), ``--moe`` the expert placements on presets with experts (``MOE``: --n-cpu-moe, --cpu-moe,
 -ot to the host and to a device, with -nkvo and with partial offload), ``--outputs`` the output-count rules
 (llama-cli's n_batch, a server's --draft 3 and 16, n_outputs_max 0 and 7), and ``--commands`` runs rsplan capacity
-and rsplan fit (``commands``) in this process with kept graphs and with them off (planner.kept_shapes.KEPT),
-comparing their JSON outputs and exit codes byte for byte. ``--no-base`` leaves the base product out.
+and rsplan fit (``commands``) in this process with kept graphs and with them off
+(planner.compute.reuse.kept_shapes.KEPT), comparing their JSON outputs and exit codes byte for byte. ``--no-base``
+leaves the base product out.
 
 ``--stand-ins`` gives a preset without a compute model (the article's 48-layer example: no vocabulary size, no FFN
 width) the values of STAND_INS, so that its graphs are compared too.
@@ -69,10 +71,11 @@ STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
 def setups(n_layer_all: int, moe: bool = False, tensors: Any = None) -> dict[str, Any]:
     """The placements of tests/planner/test_device_compute_shapes.py (``PLACEMENTS``), then partial offload
     (``OFFLOAD``) and, with ``moe``, experts moved by ``--n-cpu-moe`` and ``-ot`` (``MOE``); each with the model's
-    ``tensors`` (planner.sched.LayerTensors: a weight an offloaded op reads is copied to the device in its type)."""
-    from rsplan.planner.placement import place_layers
-    from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
-    from rsplan.planner.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
+    ``tensors`` (planner.compute.sched.LayerTensors: a weight an offloaded op reads is copied to the device in its
+    type)."""
+    from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.weights.placement import place_layers
+    from rsplan.planner.weights.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
 
     cuda, rpc, n = DEVICE_KINDS["CUDA"], DEVICE_KINDS["RPC"], n_layer_all
     half = n // 2
@@ -125,12 +128,12 @@ class Series:
 
     @property
     def n_out(self) -> int | None:
-        """The n_outputs_max passed: the draft context's outputs as planner.fit_draft asks (MTP), else the
+        """The n_outputs_max passed: the draft context's outputs as planner.fit.draft asks (MTP), else the
         series' own (None: the tool's)."""
         return self.n_seq if self.mtp else self.n_outputs_max
 
     def params(self, c: int) -> Any:
-        from rsplan.planner.context import ContextParams
+        from rsplan.planner.caches.context import ContextParams
 
         return ContextParams(n_ctx=c * self.n_seq, n_seq_max=self.n_seq, flash_attn=self.fa, type_k=self.type_k,
                              type_v=self.type_v, n_ubatch=self.n_ubatch, n_rs_seq=self.n_rs_seq,
@@ -188,12 +191,12 @@ def _delta(stats: dict[str, int], before: dict[str, int]) -> str:
 def commands(spec: Any, layout: Any) -> list[list[str]]:
     """The ``--commands`` part: rsplan capacity ladders and rsplan fit searches of one preset (all with a fixed
     host budget, which otherwise is this machine's available memory and differs between runs), with one and two
-    devices, CUDA, RPC and SYCL (no scheduler model: the CPU figure, planner.compute), -ngl half / 1 / 0, -ts
+    devices, CUDA, RPC and SYCL (no scheduler model: the CPU figure, planner.compute.reserve), -ngl half / 1 / 0, -ts
     uneven, -nkvo, -np 1 to 4, -fa off, a q8_0 K cache with -ub 300, a speculative draft (--spec-type: n_rs_seq and
     the server's outputs); fit also without devices (a CPU-only build), with --tool cli, and with the experts on the
     host (--n-cpu-moe, --cpu-moe, -ot) where the preset has experts."""
     n, half = layout.n_layer_all, layout.n_layer_all // 2
-    from rsplan.planner.quant_weights import quantized_weights
+    from rsplan.planner.weights.quant_weights import quantized_weights
 
     # budgets in GiB for a model of up to 6 GiB of Q4_K_M weights, scaled up for larger ones
     quant = ["--quant", "Q4_K_M"] if spec.vocab_size else []
@@ -204,7 +207,7 @@ def commands(spec: Any, layout: Any) -> list[list[str]]:
         return ",".join(f"{g * scale}GiB" for g in sizes)
 
     host = ["--host-budget", "256GiB", "--format", "json"]
-    from rsplan.planner.context_limit import context_limit
+    from rsplan.planner.caches.context_limit import context_limit
 
     top = min(context_limit(spec).tokens, 262144)  # a ladder stops at the model's limit (what capacity refuses past)
     ladder = ["--ctx", ",".join(str(c) for c in sorted({min(c, top) for c in (4096, 16384, 40000, top // 3, top)}))]
@@ -250,13 +253,13 @@ class Survey:
     def device_series(self, rec: dict[str, Any], spec: Any, layout: Any, all_setups: dict[str, Any],
                       s: Series) -> None:
         """Each context in turn under every placement and run (so that the ordinary sizing finds the graphs it
-        built at that context for the placement before: planner.compute keeps the last ones); ``SHAPES`` holds a
+        built at that context for the placement before: planner.compute.reserve keeps the last ones); ``SHAPES`` holds a
         key per placement and run meanwhile, so that each key's contexts are sized on its kept graphs."""
-        from rsplan.planner import device_compute as dc
-        from rsplan.planner.compute import draft_layout_and_params, paused_gc, reserve_graph_builder
-        from rsplan.planner.context import resolve_context
-        from rsplan.planner.kept_shapes import symbolic_context
-        from rsplan.planner.kv_affine import KCells
+        from rsplan.planner.caches.context import resolve_context
+        from rsplan.planner.compute import per_device as dc
+        from rsplan.planner.compute.reserve import draft_layout_and_params, paused_gc, reserve_graph_builder
+        from rsplan.planner.compute.reuse.kept_shapes import symbolic_context
+        from rsplan.planner.compute.reuse.kv_affine import KCells
 
         n_out = s.n_out
         runs = [(where, mode) for where in self.args.placements if where in all_setups for mode in self.args.modes]
@@ -299,10 +302,10 @@ class Survey:
     # -- compute_buffer ----------------------------------------------------------------------------------------
 
     def cpu_series(self, rec: dict[str, Any], spec: Any, layout: Any, s: Series) -> None:
-        from rsplan.planner import compute
-        from rsplan.planner.context import resolve_context
-        from rsplan.planner.kept_shapes import symbolic_context
-        from rsplan.planner.kv_affine import KCells
+        from rsplan.planner.caches.context import resolve_context
+        from rsplan.planner.compute import reserve as compute
+        from rsplan.planner.compute.reuse.kept_shapes import symbolic_context
+        from rsplan.planner.compute.reuse.kv_affine import KCells
 
         n_out = s.n_out
         compute.CPU_SHAPES.clear()
@@ -343,13 +346,14 @@ class Survey:
     # -- commands ----------------------------------------------------------------------------------------------
 
     def command_series(self, rec: dict[str, Any], spec: Any, layout: Any) -> None:
-        """Each command of ``commands`` run in this process with kept graphs (planner.kept_shapes.KEPT) and with
-        them off: the outputs (JSON) and exit codes must be equal byte for byte."""
+        """Each command of ``commands`` run in this process with kept graphs (planner.compute.reuse.kept_shapes.KEPT)
+        and with them off: the outputs (JSON) and exit codes must be equal byte for byte."""
         from click.testing import CliRunner
 
         from rsplan.cli import cli
-        from rsplan.planner import compute, kept_shapes
-        from rsplan.planner import device_compute as dc
+        from rsplan.planner.compute import per_device as dc
+        from rsplan.planner.compute import reserve as compute
+        from rsplan.planner.compute.reuse import kept_shapes
 
         runner = CliRunner()
         for argv in commands(spec, layout):
@@ -401,7 +405,7 @@ class Survey:
         from rsplan.errors import RsplanError
         from rsplan.hparams.layout import cache_layout
         from rsplan.hparams.sources import load_builtin_preset
-        from rsplan.planner.quant_weights import quantized_weights
+        from rsplan.planner.weights.quant_weights import quantized_weights
 
         spec = load_builtin_preset(name)
         # a preset without a vocabulary size has no compute model: what it lacks of STAND_INS
@@ -462,7 +466,7 @@ def main() -> int:
     ap.add_argument("--no-base", action="store_true", help="leave out the base product (-fa x K type x -ub)")
     ap.add_argument("--commands", action="store_true",
                     help="run rsplan capacity / fit (see commands()) with kept graphs and with them off "
-                         "(planner.kept_shapes.KEPT) and compare their outputs byte for byte")
+                         "(planner.compute.reuse.kept_shapes.KEPT) and compare their outputs byte for byte")
     ap.add_argument("--np", type=csv(int), default=[1, 3])
     ap.add_argument("--fa", type=csv(str), default=["auto", "on", "off"])
     ap.add_argument("--types", type=csv(str), default=["f16", "q8_0"], help="K cache types")

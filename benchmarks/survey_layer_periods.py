@@ -1,10 +1,10 @@
 """Survey: how periodic the allocator's run over a split reserve graph is, layer by layer, on every preset.
 
-The compute-buffer model builds, schedules and walks every layer of a reserve graph (planner.device_compute). A
+The compute-buffer model builds, schedules and walks every layer of a reserve graph (planner.compute.per_device). A
 faster design would build a few layers of each repeating run and prove the rest repeats. This survey measures
 whether that can hold, without changing any sizing:
 
-- each reserve graph that ``rsplan estimate`` walks (planner.ggml_alloc ``_Gallocr._walk``, patched here to take
+- each reserve graph that ``rsplan estimate`` walks (planner.ggml.alloc ``_Gallocr._walk``, patched here to take
   snapshots) is cut at its layer boundaries: the first ``norm`` node of each layer (the node llama.cpp's
   graph_get_cb names ``norm``, which the scheduler model pins);
 - at each boundary it records the allocator's state (every buffer's free blocks and high-water mark) and, for the
@@ -36,8 +36,8 @@ DEFAULT_ARGS = "-c 32768 -np 4 --backend CUDA0 --quant Q4_K_M"
 
 def _patch_walk(walks: list[dict[str, Any]]) -> None:
     """Make the allocator's walk record, per graph, a snapshot at each layer's first ``norm`` node: the walk runs
-    as before, in segments cut there (planner.ggml_alloc ``_Gallocr._walk``, unchanged)."""
-    from rsplan.planner import ggml_alloc as ga
+    as before, in segments cut there (planner.ggml.alloc ``_Gallocr._walk``, unchanged)."""
+    from rsplan.planner.ggml import alloc as ga
 
     walk = ga._Gallocr._walk
 

@@ -278,7 +278,7 @@ class ModelSpec(Record):
     # -- compute graph only (planner/graphs) ------------------------------------------------------------------
     rescale_every_n_layers: int = 0  # {arch}.rescale_every_n_layers: RWKV-6 halves the residual every n layers
     serving: ServingSpec | None = None  # config.json facts for vLLM / SGLang
-    rope_scaling: RopeScalingSpec | None = None  # {arch}.rope.scaling.* (planner.context_limit)
+    rope_scaling: RopeScalingSpec | None = None  # {arch}.rope.scaling.* (planner.caches.context_limit)
 
     @classmethod
     def from_trusted(cls, data: dict[str, Any]) -> ModelSpec:

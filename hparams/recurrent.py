@@ -2,7 +2,7 @@
 
 Every reader of a recurrent state's shape takes it from ``RecurrentDims``: the cache row widths (hparams.layout's
 ``n_embd_r`` / ``n_embd_s``), the serving engines' per-rank state shapes (planner.engines.states applies their
-tensor-parallel split), the compute-buffer graphs (planner.graphs) and the profiler's kernel pools
+tensor-parallel split), the compute-buffer graphs (planner.compute.graphs) and the profiler's kernel pools
 (profiler.families, with each op's dims from kernels.registry). ``recurrent_dims(spec)`` calls the builder of the
 arch's family in ``BUILDERS``; a new family is one builder, its line there and its ops in ``FAMILY_OPS``
 (docs/adding-a-recurrent-family.md).

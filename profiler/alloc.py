@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rsplan.planner.plan import MemoryPlan, TensorPlan
+from rsplan.planner.caches.plan import MemoryPlan, TensorPlan
 from rsplan.profiler.device import free_bytes
 from rsplan.profiler.errors import DeviceError, WorkloadError, import_torch
 

@@ -270,7 +270,7 @@ def _parallel(req: ProfileRequest, one: _Setup, dev: Any, llc: int | None,
     of one sequence (``one``) and of two (their difference is one sequence's bytes), within ``free`` bytes of
     memory (after the baselines' buffers; the allocator keeps its reserve, the rest of the plan its bytes and a
     half is left to the profiling workspace)."""
-    from rsplan.planner.context import MAX_SEQ
+    from rsplan.planner.caches.context import MAX_SEQ
     from rsplan.profiler.alloc import CPU_RESERVE_MIN_BYTES
 
     if req.n_seq_max is not None:  # ``one`` is the setup of the -np given
@@ -335,8 +335,8 @@ def _setup(req: ProfileRequest) -> _Setup:
     pick the family's kernels; refuse what cannot run."""
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.plan import build_plan
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.caches.plan import build_plan
     from rsplan.profiler.alloc import state_dtype_check
     from rsplan.profiler.families import family_of
 

@@ -48,7 +48,7 @@ quiet "$wheel_venv/bin/pip" install -q dist/*.whl
 # run from elsewhere so that the checkout's rsplan/ folder cannot shadow the installed package
 (cd "$wheel_venv" && "$wheel_venv/bin/rsplan" estimate --model qwen3-next-80b-a3b -c 32768 -np 4 >/dev/null \
     && "$wheel_venv/bin/python" -m rsplan presets list >/dev/null \
-    && "$wheel_venv/bin/python" -c "import rsplan.planner.plan; assert 'site-packages' in rsplan.planner.plan.__file__")
+    && "$wheel_venv/bin/python" -c "import rsplan.planner.caches.plan; assert 'site-packages' in rsplan.planner.caches.plan.__file__")
 echo "wheel OK"
 
 echo "== docs generated from --help are up to date"

@@ -177,8 +177,9 @@ def clear_sizing_caches() -> None:
     """Forget every graph and decision kept across sizings in this process (kept context shapes of the device and
     CPU models, cuts found not to hold, the cut multiples found, the weights' buffers per setup): the next sizing
     starts as in a fresh process."""
-    from rsplan.planner import compute, sched
-    from rsplan.planner import device_compute as dc
+    from rsplan.planner.compute import per_device as dc
+    from rsplan.planner.compute import reserve as compute
+    from rsplan.planner.compute import sched
 
     dc.SHAPES.clear()
     compute.CPU_SHAPES.clear()

@@ -53,7 +53,7 @@ FUNCTIONS = _functions()
 def test_the_walk_sees_the_library():
     # a wrong path would make the length check pass on nothing
     assert len(FUNCTIONS) > 500
-    assert "rsplan.planner.plan.build_plan" in FUNCTIONS
+    assert "rsplan.planner.caches.plan.build_plan" in FUNCTIONS
 
 
 def test_no_long_functions():
@@ -107,7 +107,7 @@ def test_mypy_link_tree_matches_the_installed_layout():
 COMPLEX_MIRRORS = {
     "rsplan.profiler.cells.RecurrentCells.find_slot": "llama_memory_recurrent::find_slot",
     "rsplan.profiler.cells.RecurrentCells.seq_rm": "llama_memory_recurrent::seq_rm",
-    "rsplan.planner.quant._mixture_type": "llama_tensor_get_type_impl",
+    "rsplan.planner.weights.quant._mixture_type": "llama_tensor_get_type_impl",
 }
 
 

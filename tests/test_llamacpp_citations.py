@@ -28,9 +28,9 @@ CITATION = re.compile(
 WINDOW = 4
 #: The modules that transcribe llama.cpp's sizing and fit rules: each cites the lines it follows.
 TRANSCRIBING = (
-    "hparams/layout.py", "hparams/recurrent.py", "hparams/archs.py", "planner/context.py", "planner/plan.py",
-    "planner/fit.py", "planner/weight_placement.py", "planner/compute.py", "planner/buffers.py",
-    "planner/outputs.py", "profiler/cells.py",
+    "hparams/layout.py", "hparams/recurrent.py", "hparams/archs.py", "planner/caches/context.py",
+    "planner/caches/plan.py", "planner/fit/steps.py", "planner/weights/weight_placement.py",
+    "planner/compute/reserve.py", "planner/backends/buffers.py", "planner/caches/outputs.py", "profiler/cells.py",
 )
 
 

@@ -1,7 +1,7 @@
 """Serving engines and where their memory rules live.
 
-``llama.cpp`` is rsplan's native engine: every tensor sized exactly (planner.plan, planner.capacity), with its
-own command-line flags (rsplan.cli.options). Every other engine is a package of this one, of three modules:
+``llama.cpp`` is rsplan's native engine: every tensor sized exactly (planner.caches.plan, planner.capacity.search), with
+its own command-line flags (rsplan.cli.options). Every other engine is a package of this one, of three modules:
 ``rules`` (what the engine derives from a model and its flags, each step named after the engine's function it
 follows), ``answers`` (the engine-neutral answers of planner.engines.base, and ``ENGINE``, its
 planner.engines.base.Engine) and ``flags`` (its ``FLAGS`` as data, which the CLI reads without importing the rules).

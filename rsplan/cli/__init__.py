@@ -141,7 +141,7 @@ def cli() -> None:
 
 #: Whether this process ends with the command it runs (``main``: the console script, ``python -m rsplan``), not a
 #: caller's process that goes on (CliRunner, tests): the commands that pause the garbage collector then freeze
-#: what they leave alive instead of having it scanned (``ends_with_command``; planner.compute.paused_gc).
+#: what they leave alive instead of having it scanned (``ends_with_command``; planner.compute.reserve.paused_gc).
 _ENDS_WITH_COMMAND = [False]
 
 

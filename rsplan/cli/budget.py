@@ -1,9 +1,10 @@
-"""The budget flags of ``rsplan capacity`` and ``rsplan report``, and their parsing into planner.budget's request.
+"""The budget flags of ``rsplan capacity`` and ``rsplan report``, and their parsing into planner.capacity.budget's
+request.
 
 ``--budget`` / ``--gpu``, ``--weights``, ``--fit-target``, ``--compute``, ``-ngl``, ``--tensor-split``,
 ``--no-kv-offload`` ... are declared once here (BUDGET_OPTIONS, under "Memory budget" in ``--help``) with the
 context ladder ``--ctx``; ``budget_request`` turns their text into bytes, counts and proportions
-(planner.budget.BudgetRequest), and planner.budget assembles the planners from it.
+(planner.capacity.budget.BudgetRequest), and planner.capacity.budget assembles the planners from it.
 """
 
 from __future__ import annotations
@@ -18,21 +19,21 @@ import click
 from rsplan.cli.options import FiniteFloatRange
 from rsplan.cli.sections import PARAM_ORDER, Decorator, section
 from rsplan.errors import RsplanError, printable
-from rsplan.planner.context import CTX_PAD, MAX_CTX
-from rsplan.planner.placement import MAX_DEVICES
+from rsplan.planner.caches.context import CTX_PAD, MAX_CTX
+from rsplan.planner.weights.placement import MAX_DEVICES
 from rsplan.render.units import MAX_SIZE, parse_size, shown
 
 if TYPE_CHECKING:
-    from rsplan.planner.budget import BudgetRequest, GivenSize
-    from rsplan.planner.capacity import DeviceBudget
-    from rsplan.planner.host_weights import HostOptions
+    from rsplan.planner.capacity.budget import BudgetRequest, GivenSize
+    from rsplan.planner.capacity.search import DeviceBudget
+    from rsplan.planner.weights.host_weights import HostOptions
 
 #: ``--ctx`` entries: tokens, or ``<n>k`` for n * 1024 tokens (as people say "8k context").
 _CTX = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
 #: The largest context per sequence: llama.cpp pads it to a multiple of 256 and keeps it in a uint32.
 MAX_CTX_PER_SEQ = MAX_CTX // CTX_PAD * CTX_PAD
 
-#: The buffer types devices may be (``--device-kind``), with the padding rule planner.buffers gives them.
+#: The buffer types devices may be (``--device-kind``), with the padding rule planner.backends.buffers gives them.
 DEVICE_KINDS = ("CUDA", "ROCm", "MUSA", "SYCL", "RPC")
 #: ``--device-kind`` of fit, capacity and report.
 DEVICE_KIND_OPTION: Decorator = click.option(
@@ -127,9 +128,9 @@ def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def weight_table(read: Any) -> Any:
-    """A read model's tensor table (hparams.sources.ReadModel) as planner.host_weights.WeightTable, None without
+    """A read model's tensor table (hparams.sources.ReadModel) as planner.weights.host_weights.WeightTable, None without
     one (shapes may be empty: the host buffers then stay unknown)."""
-    from rsplan.planner.host_weights import WeightTable
+    from rsplan.planner.weights.host_weights import WeightTable
 
     if not (read.tensors and read.tensor_rows):
         return None
@@ -179,7 +180,7 @@ def size_or_zero(text: str, what: str) -> int:
 
 
 def _given_size(text: str | None, flag: str) -> GivenSize | None:
-    from rsplan.planner.budget import GivenSize
+    from rsplan.planner.capacity.budget import GivenSize
 
     return None if text is None else GivenSize(size_or_zero(text, flag), text)
 
@@ -296,8 +297,8 @@ def parse_fit_target(text: str) -> tuple[int, ...]:
 
 
 def _devices(budget: str | None, gpu: str | None, gpu_memory: str | None) -> tuple[DeviceBudget, ...]:
-    """``--budget`` sizes, or the ``--gpu`` indices read through NVML: planner.capacity.DeviceBudget each."""
-    from rsplan.planner.budget import GivenSize, nvml_devices, size_budgets
+    """``--budget`` sizes, or the ``--gpu`` indices read through NVML: planner.capacity.search.DeviceBudget each."""
+    from rsplan.planner.capacity.budget import GivenSize, nvml_devices, size_budgets
 
     if budget is not None and gpu is not None:
         raise RsplanError("give either --budget or --gpu, not both")
@@ -348,7 +349,7 @@ def _host_budget(text: str | None, this_machine: bool) -> Any:
     """``--host-budget``; without it, this machine's available memory where the devices are this machine's
     (``--gpu``), else None: ``--budget`` describes a machine that is not this one, whose RAM rsplan does not know,
     so the host is not checked and each answer states what it needs there."""
-    from rsplan.planner.budget import GivenSize
+    from rsplan.planner.capacity.budget import GivenSize
 
     if text is not None:
         # as rsplan fit: a host with no memory for the output buffer holds no start at all
@@ -368,7 +369,7 @@ def override_flags(ctx: click.Context | None, options: dict[str, Any]) -> tuple[
     """-ot, --cpu-moe, --n-cpu-moe and --n-cpu-ffn as given, each occurrence with its value, in command-line
     order (``ctx.meta[PARAM_ORDER]``; without it: -ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn): llama.cpp appends each
     one's entries to the same list as it parses them, and the first entry that matches a tensor places it
-    (planner.weight_placement.overrides_from_flags)."""
+    (planner.weights.weight_placement.overrides_from_flags)."""
     counts = {"override_tensor": len(options["override_tensor"]), "cpu_moe": options["cpu_moe"],
               "n_cpu_moe": len(options["n_cpu_moe"]), "n_cpu_ffn": len(options["n_cpu_ffn"])}
     order = [n for n in (ctx.meta.get(PARAM_ORDER, ()) if ctx is not None else ()) if n in _OVERRIDE_OPTIONS]
@@ -379,15 +380,15 @@ def override_flags(ctx: click.Context | None, options: dict[str, Any]) -> tuple[
 
 
 def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> BudgetRequest:
-    """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.budget.BudgetRequest (with the
-    host-weight options ``host``, rsplan.cli.host_options; None: llama.cpp's defaults).
+    """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.capacity.budget.BudgetRequest (with
+    the host-weight options ``host``, rsplan.cli.host_options; None: llama.cpp's defaults).
 
     Raises:
         RsplanError: a value that cannot be read (named with its flag), or ``--budget`` and ``--gpu`` together /
             neither; NVML errors for ``--gpu``.
     """
-    from rsplan.planner.budget import BudgetRequest, GivenSize
-    from rsplan.planner.context_limit import RopeFlags
+    from rsplan.planner.caches.context_limit import RopeFlags
+    from rsplan.planner.capacity.budget import BudgetRequest, GivenSize
 
     devices = _devices(options["budget"], options["gpu"], options["gpu_memory"])
     return BudgetRequest(

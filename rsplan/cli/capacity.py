@@ -1,8 +1,8 @@
 """``rsplan capacity``: the most ``-np``, ``-c`` and ``n_rs_seq`` that fit a GPU, and the llama.cpp flags to use.
 
 The budget options (``--budget`` / ``--gpu``, ``--weights``, ``--fit-target``, ``--compute``, ``-ngl``,
-``--tensor-split``, ``--no-kv-offload``) are shared with ``rsplan report`` (rsplan.cli.budget); planner.budget
-assembles the budget from them and planner.capacity searches it.
+``--tensor-split``, ``--no-kv-offload``) are shared with ``rsplan report`` (rsplan.cli.budget); planner.capacity.budget
+assembles the budget from them and planner.capacity.search searches it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
-from rsplan.planner.compute import paused_gc
+from rsplan.planner.compute.reserve import paused_gc
 from rsplan.planner.engines import NATIVE
 
 
@@ -72,10 +72,10 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
         return
     if kwargs["overhead"] is not None:
         raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
-    from rsplan.planner.budget import make_planners
-    from rsplan.planner.capacity import run_capacity
-    from rsplan.planner.capacity_fit import fitted_placement
-    from rsplan.planner.default_weights import llama_cpp_spec
+    from rsplan.planner.capacity.budget import make_planners
+    from rsplan.planner.capacity.fit_placement import fitted_placement
+    from rsplan.planner.capacity.search import run_capacity
+    from rsplan.planner.weights.default_weights import llama_cpp_spec
     from rsplan.render.capacity import capacity_dict, render_capacity
 
     spec_type = kwargs["spec_type"]
@@ -102,9 +102,9 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
                      kwargs: dict[str, Any], explain: bool = False) -> None:
     """``capacity --engine vllm|sglang``: the engine's answers for the budget."""
     from rsplan.hparams.sources import read_model
-    from rsplan.planner.budget import serving_budget
-    from rsplan.planner.default_weights import serving_model_dtype
+    from rsplan.planner.capacity.budget import serving_budget
     from rsplan.planner.engines import engine as load_engine
+    from rsplan.planner.weights.default_weights import serving_model_dtype
 
     options = pop_budget_options(kwargs)
     rules = load_engine(engine)

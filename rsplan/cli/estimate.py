@@ -24,11 +24,12 @@ from rsplan.planner.engines import NATIVE
 
 if TYPE_CHECKING:
     from rsplan.hparams.model import ModelSpec
-    from rsplan.planner.breakdown import Breakdown, WeightTable
-    from rsplan.planner.buffers import Backend
-    from rsplan.planner.plan import MemoryPlan
+    from rsplan.planner.backends.buffers import Backend
+    from rsplan.planner.caches.plan import MemoryPlan
+    from rsplan.planner.estimate.breakdown import Breakdown, WeightTable
 
-#: The buffers the table can show (planner.plan.BUFFER_RULES); --format log knows more (planner.buffers).
+#: The buffers the table can show (planner.caches.plan.BUFFER_RULES); --format log knows more
+#: (planner.backends.buffers).
 _TABLE_BACKEND = re.compile(r"^(CPU|(CUDA|ROCm|MUSA)[0-9]{1,2})$")
 
 OUTPUT_OPTIONS = [
@@ -80,8 +81,8 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
             raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only (its host weights)", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
-    from rsplan.planner.breakdown import build_breakdown
-    from rsplan.planner.plan import build_plan
+    from rsplan.planner.caches.plan import build_plan
+    from rsplan.planner.estimate.breakdown import build_breakdown
 
     buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
     host = pop_host_options(kwargs, ctx)
@@ -121,7 +122,7 @@ class _ModelWeights:
 
     def weight_table(self) -> WeightTable | None:
         """The tensor table with each tensor's shape, where all of it is known (the breakdown sizes it exactly)."""
-        from rsplan.planner.breakdown import WeightTable
+        from rsplan.planner.estimate.breakdown import WeightTable
 
         if self.tensors and self.rows and self.shapes:
             return WeightTable(self.tensors, self.rows, self.shapes, self.alignment)
@@ -136,11 +137,11 @@ class _ModelWeights:
 
 def _model_weights(ref: str, read: Any, quant: str | None, backend: str) -> _ModelWeights:
     """The weights of one ``--model``: a GGUF's tensor table or a model file's size as read; else the tensor list
-    quantized to ``--quant`` or, with neither, to planner.default_weights.DEFAULT_QUANT where the model has a
+    quantized to ``--quant`` or, with neither, to planner.weights.default_weights.DEFAULT_QUANT where the model has a
     tensor list (without one its model bytes stay unknown, and the breakdown says so)."""
     from rsplan.errors import RsplanError
-    from rsplan.planner.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, llama_cpp_spec
-    from rsplan.planner.quant_weights import quantized_model
+    from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, llama_cpp_spec
+    from rsplan.planner.weights.quant_weights import quantized_model
 
     spec = llama_cpp_spec(read)  # a checkpoint's bytes are not llama.cpp's: sized at the default
     vocab = read.facts.get("vocab_size_unknown")
@@ -171,7 +172,7 @@ def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx
                                "or compare with --format table or json", ctx)
     if per_layer and len(refs) > 1:
         raise click.UsageError(f"--per-layer shows one model's layers: give one --model (got {len(refs)})", ctx)
-    from rsplan.planner.buffers import parse_backend
+    from rsplan.planner.backends.buffers import parse_backend
 
     try:
         buffer = parse_backend(backend)
@@ -194,7 +195,7 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
                  for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     elif fmt == "log":
-        from rsplan.planner.logs import compute_buffer_line, log_lines, model_buffer_line, output_buffer_line
+        from rsplan.planner.caches.logs import compute_buffer_line, log_lines, model_buffer_line, output_buffer_line
 
         breakdown = breakdowns[0]
         for row in sorted(breakdown.breakdown if breakdown is not None else (), key=lambda r: r.buffer_type):
@@ -221,7 +222,7 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
 def _check_runnable_draft(specs: list[Any], plans: list[Any], spec_type: str) -> None:
     """Refuse what llama.cpp would not run: ``--spec-type mtp`` for a model without MTP layers, and rollback
     planes past the batch split's bound (``n_ubatch > n_rs_seq + 1``), as capacity does."""
-    from rsplan.planner.speculative import check_draft, check_spec_type
+    from rsplan.planner.caches.speculative import check_draft, check_spec_type
 
     for spec, plan in zip(specs, plans, strict=True):
         if spec_type != "none":

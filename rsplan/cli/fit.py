@@ -1,4 +1,4 @@
-"""``rsplan fit``: llama.cpp's ``--fit`` offline (planner.fit), for devices the user gives or has.
+"""``rsplan fit``: llama.cpp's ``--fit`` offline (planner.fit.steps), for devices the user gives or has.
 
 It answers what llama-server / llama-cli would choose at start-up (``--fit on`` is their default) on devices with
 the given free memory: the context, ``-ngl``, ``-ts`` and ``-ot``, as ``llama-fit-params`` prints them, with the
@@ -28,7 +28,7 @@ from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
 from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
-from rsplan.planner.compute import paused_gc
+from rsplan.planner.compute.reserve import paused_gc
 from rsplan.render.units import parse_size
 
 FIT_OPTIONS: list[Decorator] = [
@@ -100,7 +100,7 @@ def fit(model_ref: str, fmt: str, explain: bool, **options: Any) -> None:
       rsplan fit -m qwen3-next-80b-a3b --quant Q4_K_M --budget 24GiB,24GiB -np 4
       rsplan fit -m model.gguf --gpu
     """
-    from rsplan.planner.fit_run import FitOptions, run_fit
+    from rsplan.planner.fit.run import FitOptions, run_fit
     from rsplan.render.fit import fit_json, fit_table
 
     ctx = click.get_current_context()
@@ -143,7 +143,8 @@ def fit(model_ref: str, fmt: str, explain: bool, **options: Any) -> None:
 def _host(text: str | None, another_machine: bool) -> dict[str, Any]:
     """The host budget: ``--host-budget``; else none where ``--budget`` describes another machine (whose RAM
     rsplan does not know: the answer states what it needs; llama.cpp's --fit budgets the host only without devices,
-    planner.fit ``_fits_as_is``, so with --budget its total is not read); else this machine's (--gpu, or no device)."""
+    planner.fit.steps ``_fits_as_is``, so with --budget its total is not read); else this machine's (--gpu, or no
+    device)."""
     if text is not None:
         size = _size_or_none(text, "--host-budget")
         return {"host_total": size, "host_available": size, "host_source": f"--host-budget {text.strip()}"}

@@ -1,6 +1,6 @@
 """The host-weight flags of ``rsplan estimate``, ``capacity``, ``report`` and ``fit``: ``--cpu-repack`` /
 ``--no-repack``, ``--load-mode`` / ``--no-mmap`` and ``--no-host``, declared once (HOST_OPTIONS, under "Host weights" in
-``--help``) and parsed into planner.host_weights.HostOptions by ``pop_host_options``.
+``--help``) and parsed into planner.weights.host_weights.HostOptions by ``pop_host_options``.
 
 Contradictions (``--no-repack`` with a ``--cpu-repack`` target, ``--no-mmap`` with a mapping ``--load-mode``) are
 click usage errors: one line, exit status 2.
@@ -15,10 +15,10 @@ import click
 from click.core import ParameterSource
 
 from rsplan.cli.sections import Decorator, section
-from rsplan.planner.host_weights import LOAD_MODES, MAPPED_MODES
+from rsplan.planner.weights.host_weights import LOAD_MODES, MAPPED_MODES
 
 if TYPE_CHECKING:
-    from rsplan.planner.host_weights import HostOptions
+    from rsplan.planner.weights.host_weights import HostOptions
 
 #: The option names (click parameter names) of the section, in --help order.
 HOST_KEYS = ("cpu_repack", "no_repack", "load_mode", "no_mmap", "no_host")
@@ -62,15 +62,16 @@ def pop_host_options(kwargs: dict[str, Any], ctx: click.Context) -> HostOptions:
 
 def parse_host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, no_mmap: bool, ctx: click.Context,
                        no_host: bool = False) -> HostOptions:
-    """``--cpu-repack`` / ``--no-repack`` and ``--load-mode`` / ``--no-mmap`` as planner.host_weights.HostOptions.
+    """``--cpu-repack`` / ``--no-repack`` and ``--load-mode`` / ``--no-mmap`` as
+    planner.weights.host_weights.HostOptions.
 
     Raises:
         click.UsageError: ``--no-repack`` with a ``--cpu-repack`` target, or ``--no-mmap`` with a ``--load-mode``
             other than none.
         click.BadParameter: an unknown ``--cpu-repack`` target (the valid ones named).
     """
-    from rsplan.planner.cpu_repack import DEFAULT_TARGET, RepackError, parse_target
-    from rsplan.planner.host_weights import HostOptions
+    from rsplan.planner.backends.cpu_repack import DEFAULT_TARGET, RepackError, parse_target
+    from rsplan.planner.weights.host_weights import HostOptions
 
     if no_repack and cpu_repack not in (None, "none"):
         raise click.UsageError(f"--no-repack and --cpu-repack {cpu_repack} contradict each other", ctx)

@@ -18,7 +18,7 @@ import click
 
 from rsplan.cli.sections import Decorator, section
 from rsplan.hparams.ggml_types import CACHE_TYPE_NAMES, ggml_type
-from rsplan.planner.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams, n_rs_seq_for
+from rsplan.planner.caches.context import MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams, n_rs_seq_for
 from rsplan.render.units import read_count, shown
 
 CACHE_TYPE = click.Choice(CACHE_TYPE_NAMES, case_sensitive=False)
@@ -154,7 +154,7 @@ def pop_context_params(kwargs: dict[str, Any]) -> ContextParams:
             raise click.BadParameter(f"{flag} sets the cache type of the --spec-type mtp draft context: give "
                                      "--spec-type mtp", param_hint=flag)
     if ggml_type(values["draft_type_v"]).is_quantized and values["flash_attn"] == "off":
-        # the draft takes the target's -fa (planner.outputs.mtp_draft_params); llama.cpp refuses its context
+        # the draft takes the target's -fa (planner.caches.outputs.mtp_draft_params); llama.cpp refuses its context
         raise click.BadParameter(f"a quantized V cache ({values['draft_type_v']}) needs flash attention, and the "
                                  "MTP draft context takes the target's -fa off", param_hint="-ctvd")
     return ContextParams(**values)

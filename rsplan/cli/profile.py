@@ -17,7 +17,7 @@ from rsplan.cli.options import CONTEXT_OPTION, FiniteFloatRange, Tokens, model_o
 from rsplan.cli.renamed import Renamed, apply_renamed
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
-from rsplan.planner.context import DEFAULT_DRAFT_MAX, MAX_CTX, MAX_RS_SEQ
+from rsplan.planner.caches.context import DEFAULT_DRAFT_MAX, MAX_CTX, MAX_RS_SEQ
 
 #: The state pool types the profiler's kernels read.
 STATE_TYPE = click.Choice(["f32", "bf16"], case_sensitive=False)

@@ -26,11 +26,11 @@ from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError, require
-from rsplan.planner.compute import paused_gc
+from rsplan.planner.compute.reserve import paused_gc
 from rsplan.planner.engines import NATIVE
 
 if TYPE_CHECKING:
-    from rsplan.planner.budget import BudgetRequest
+    from rsplan.planner.capacity.budget import BudgetRequest
 
 OUTPUT_OPTIONS = [
     click.option("--profile", "profile_path", metavar="FILE", default=None,
@@ -80,7 +80,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     target = None if output == "-" else AtomicFile(output, "the report", ReportWriteError)
     engines = [e for e in dict.fromkeys(engine) if e != NATIVE]
     values = pop_engines_values(kwargs, [NATIVE, *engines], CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
-    from rsplan.planner.charge_pool import default_jobs
+    from rsplan.planner.capacity.pool import default_jobs
 
     html = _build(model_refs, ctx_list, profile_path, kwargs, engines, values, jobs or default_jobs())
     if target is None:
@@ -92,13 +92,13 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 
 def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
            kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]], jobs: int) -> str:
-    """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.charge_pool)."""
+    """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.capacity.pool)."""
     from rsplan.hparams.sources import read_model
-    from rsplan.planner.budget import check_weights_count, make_planners
-    from rsplan.planner.capacity import run_capacity
-    from rsplan.planner.capacity_fit import fitted_placement
-    from rsplan.planner.charge_pool import presizing
-    from rsplan.planner.default_weights import llama_cpp_spec
+    from rsplan.planner.capacity.budget import check_weights_count, make_planners
+    from rsplan.planner.capacity.fit_placement import fitted_placement
+    from rsplan.planner.capacity.pool import presizing
+    from rsplan.planner.capacity.search import run_capacity
+    from rsplan.planner.weights.default_weights import llama_cpp_spec
     from rsplan.render.report_data import model_key, option_key, questions, variant_settings, variants
 
     options = pop_budget_options(kwargs)
@@ -151,9 +151,9 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
                     checkpoints: list[tuple[str | None, bool | None]]) -> list[Any]:
     """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's
     (``checkpoints``: each model's config.json quantization_config and tie_word_embeddings, where it says them)."""
-    from rsplan.planner.budget import serving_budget
-    from rsplan.planner.default_weights import serving_model_dtype
+    from rsplan.planner.capacity.budget import serving_budget
     from rsplan.planner.engines import engine as load_engine
+    from rsplan.planner.weights.default_weights import serving_model_dtype
     from rsplan.render.report import EngineReport
 
     out = []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rsplan.planner.capacity import HOST, CapacityPlanner, CapacityResult, Rung
-from rsplan.planner.capacity_charge import Charge
-from rsplan.planner.context import CTX_PAD
-from rsplan.planner.speculative import usable_spec_types
+from rsplan.planner.caches.context import CTX_PAD
+from rsplan.planner.caches.speculative import usable_spec_types
+from rsplan.planner.capacity.charges import Charge
+from rsplan.planner.capacity.search import HOST, CapacityPlanner, CapacityResult, Rung
 from rsplan.render.tables import prose, table
 from rsplan.render.units import human
 
@@ -79,7 +79,7 @@ def _draft_fields(charge: Charge | None, i: int | None) -> dict[str, Any]:
 
 
 def _host_weight_fields(planner: CapacityPlanner) -> dict[str, Any]:
-    """The host row's weight buffers at the flags given (planner.host_charge; None where the file's tensor table
+    """The host row's weight buffers at the flags given (planner.weights.host_charge; None where the file's tensor table
     is not known), and the options they were laid out with."""
     hw = planner.host_weights()
     host = planner.budget.host
@@ -307,7 +307,7 @@ def render_capacity(planner: CapacityPlanner, result: CapacityResult, explain: b
     """The text form of ``rsplan capacity``: the budget in a few lines, the answers (the largest context at the
     flags given, the ladder), the devices at the flags given, and the notes a user can act on; ``explain`` adds
     where each figure comes from (the context limit, margin, compute rules, modelling notes). ``fitted``: the
-    placement flags llama.cpp's --fit chose at the flags given (planner.capacity_fit), every answer's."""
+    placement flags llama.cpp's --fit chose at the flags given (planner.capacity.fit_placement), every answer's."""
     p = planner.base
     placed = ([prose(f"Layers:   {fitted}: what llama.cpp's --fit (on by default) chooses at -c {p.n_ctx} -np "
                      f"{p.n_seq_max}, as rsplan fit; every answer below uses it")] if fitted else [])

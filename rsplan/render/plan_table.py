@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rsplan.planner.plan import BUFFER_RULES, MemoryPlan, TensorPlan
+from rsplan.planner.caches.plan import BUFFER_RULES, MemoryPlan, TensorPlan
 from rsplan.render.tables import prose, table
 from rsplan.render.units import human, mib
 
 if TYPE_CHECKING:
-    from rsplan.planner.breakdown import Breakdown
+    from rsplan.planner.estimate.breakdown import Breakdown
 
 _KIND_LABEL = {"k": "K", "v": "V", "r": "R (conv state)", "s": "S (recurrent state)"}
 

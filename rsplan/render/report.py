@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsplan import __version__
 from rsplan.errors import RsplanError
-from rsplan.planner.capacity import CapacityPlanner, CapacityResult
+from rsplan.planner.capacity.search import CapacityPlanner, CapacityResult
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
 from rsplan.render.capacity import host_words, limit_words, no_context_words, notes

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
-from rsplan.planner.capacity import CapacityPlanner, Rung, SizedSettings, default_ladder
-from rsplan.planner.capacity_charge import Charge
-from rsplan.planner.charge_pool import Question
-from rsplan.planner.context import ContextParams
-from rsplan.planner.plan import build_plan
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.plan import build_plan
+from rsplan.planner.capacity.charges import Charge
+from rsplan.planner.capacity.pool import Question
+from rsplan.planner.capacity.search import CapacityPlanner, Rung, SizedSettings, default_ladder
 
 #: The stacked components of GPU memory, bottom to top: (key, legend label).
 COMPONENTS = (
@@ -211,7 +211,7 @@ def heatmap(planner: CapacityPlanner) -> Heatmap:
 def _heatmap_frame(planner: CapacityPlanner) -> tuple[list[int], Charge]:
     """The heat map's columns (``heatmap_contexts``) and the lower bound on every cell's charge: the smallest
     cell's weights (its compute would be a graph built for the bound alone; a looser bound only widens each row's
-    exact search: planner.capacity ladder_floor)."""
+    exact search: planner.capacity.search ladder_floor)."""
     contexts = heatmap_contexts(planner)
     return contexts, planner.charges.zero(planner.params(contexts[0], HEATMAP_NP[0]))
 
@@ -308,7 +308,7 @@ def max_parallel_point(planner: CapacityPlanner, contexts: list[int], ctx_per_se
 
 
 def questions(planners: list[CapacityPlanner], contexts: list[int] | None) -> list[Question]:
-    """Every question of the report that sizes compute buffers, in independent pieces for planner.charge_pool:
+    """Every question of the report that sizes compute buffers, in independent pieces for planner.capacity.pool:
     each model's capacity answers, heat-map rows, max-parallel points of each option compared and memory series,
     the costliest first. Each names the planner it asks: ``model_key(i)`` for ``planners[i]``,
     ``option_key(i, label)`` for an option of ``variant_settings`` (made by the question itself). ``contexts``:
@@ -388,8 +388,8 @@ DEVICE_COMPONENTS = (
 
 def device_bars(planner: CapacityPlanner) -> DeviceBars:
     """Each GPU's and the host's memory at ``planner.base`` (-c / -np as given)."""
-    from rsplan.planner.capacity import HOST
-    from rsplan.planner.outputs import output_buffer
+    from rsplan.planner.caches.outputs import output_buffer
+    from rsplan.planner.capacity.search import HOST
 
     budget = planner.budget
     params = planner.base

@@ -7,7 +7,7 @@ the host's total memory the same way (``CPU=...``). Without devices it is llama.
 Output: tests/golden/llamacpp-fit/cases.json, one entry per case: the skeleton (preset, outtype), the flags, the
 devices' free memory, the host's total, llama-fit-params' exit status and the flags it printed
 (``-c N -ngl N [-ts ...] [-ot "..."]``), with device buffer names written as ``DEV{i}``.
-tests/golden/test_llamacpp_fit.py compares rsplan's planner.fit with every case.
+tests/golden/test_llamacpp_fit.py compares rsplan's planner.fit.steps with every case.
 
 ``--server``: the same over ``fit_server`` (fit_server.cpp, built by build.sh): llama-server's start-up fit, with
 the ``--spec-type draft-mtp`` draft context measured as common/fit.cpp's extra model (llama-fit-params passes none),
@@ -58,7 +58,7 @@ for _model in ("lfm2-8b-a1b", "qwen3-next-80b-a3b"):
     ]
 
 # step 4 fits part of one more layer on a device while the last device holds only the output layer (n_part 0):
-# llama.cpp's uint32_t layer counts wrap there (planner.fit.LayersOnDevice), found by the hostile-input sweep
+# llama.cpp's uint32_t layer counts wrap there (planner.fit.steps.LayersOnDevice), found by the hostile-input sweep
 CASES += [("nemotron-3-nano-30b-a3b", [], [free] * n, 262144) for n, free in ((6, 16384), (8, 12288), (10, 10240))]
 # more MoE architectures over 2-6 devices (2026-12-03)
 CASES += [

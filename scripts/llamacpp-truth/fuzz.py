@@ -85,8 +85,8 @@ def model_spec(name: str) -> ModelSpec:
 @cache
 def _recurrent_per_row(name: str) -> int:
     """Recurrent bytes of one sequence without rollback planes (0 for a model without recurrent state)."""
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.plan import build_plan
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.caches.plan import build_plan
 
     return build_plan(model_spec(name), ContextParams(n_ctx=256)).buffer_bytes["CPU"]["recurrent"]
 
@@ -164,8 +164,8 @@ def _logged_nodes(case: dict) -> int | None:
 def _quant_table(name: str) -> Any:
     """A quantized skeleton's tensor table (as tests/golden/test_llamacpp_buffer_types.py builds it)."""
     from rsplan.hparams.tensors import tensor_list
-    from rsplan.planner.host_weights import WeightTable
-    from rsplan.planner.quant_weights import quantized_weights
+    from rsplan.planner.weights.host_weights import WeightTable
+    from rsplan.planner.weights.quant_weights import quantized_weights
 
     spec = model_spec(name)
     planned = {t.name: t for t in quantized_weights(spec, sweep.MODELS[name]["quant"]).plan.tensors}
@@ -180,9 +180,9 @@ def _model_bytes(name: str, flags: dict[str, Any]) -> dict[str, int]:
     spec = model_spec(name)
     load_mtp = bool(flags.get("--load-mtp"))
     if "quant" in entry:
-        from rsplan.planner.breakdown import model_bytes_by_buffer
-        from rsplan.planner.cpu_repack import parse_target, target_of_features
-        from rsplan.planner.host_weights import HostOptions
+        from rsplan.planner.backends.cpu_repack import parse_target, target_of_features
+        from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
+        from rsplan.planner.weights.host_weights import HostOptions
 
         target = target_of_features(set(sweep.cpu_features()))
         host = HostOptions(parse_target(target), use_mmap=False)
@@ -196,7 +196,7 @@ def _model_bytes(name: str, flags: dict[str, Any]) -> dict[str, int]:
 def _no_context(spec: ModelSpec, params: Any, refused: str | None, case: dict) -> list[dict[str, Any]]:
     """A case llama.cpp refused or aborted on: rsplan must refuse it (the plan), or, for an abort, refuse to size
     its compute buffer with the assertion llama.cpp failed (LlamaAbortError)."""
-    from rsplan.planner.compute import ComputeModelError, LlamaAbortError, compute_buffer, has_compute_model
+    from rsplan.planner.compute.reserve import ComputeModelError, LlamaAbortError, compute_buffer, has_compute_model
 
     flags = case["flags"]
     if not case.get("crashed"):
@@ -217,8 +217,8 @@ def _no_context(spec: ModelSpec, params: Any, refused: str | None, case: dict) -
 
 def _buffers(name: str, spec: ModelSpec, params: Any, case: dict) -> list[dict[str, Any]]:
     """Model, output and compute buffers of an accepted case against rsplan's."""
-    from rsplan.planner.compute import ComputeModelError, compute_buffer, has_compute_model
-    from rsplan.planner.outputs import output_buffer
+    from rsplan.planner.caches.outputs import output_buffer
+    from rsplan.planner.compute.reserve import ComputeModelError, compute_buffer, has_compute_model
 
     flags = case["flags"]
     out: list[dict[str, Any]] = []
@@ -252,7 +252,7 @@ def _buffers(name: str, spec: ModelSpec, params: Any, case: dict) -> list[dict[s
 def compare(name: str, case: dict) -> list[dict[str, Any]]:
     """What differs between llama.cpp's case (sweep.run_case's record) and rsplan for the same flags: a list of
     ``{"what", "llama", "rsplan"}`` (empty when everything agrees)."""
-    from rsplan.planner.plan import build_plan
+    from rsplan.planner.caches.plan import build_plan
 
     spec = model_spec(name)
     params = plan = None
@@ -308,7 +308,7 @@ def cli_compare(name: str, case: dict) -> list[dict[str, Any]] | None:
         r = case.get("resolved") or {}
         if case.get("crashed") or ("n_ubatch > n_rs_seq + 1" in result.output
                                    and r["n_rs_seq"] > 0 and r["n_rs_seq"] + 1 >= r["n_ubatch"]):
-            # the CLI refuses rollback planes the first decode would abort on (planner.speculative.check_draft:
+            # the CLI refuses rollback planes the first decode would abort on (planner.caches.speculative.check_draft:
             # split_equal's assertion); creating the context, all the probe does, succeeds
             return []
         return [{"what": "cli refusal", "llama": "accepted", "rsplan": result.output.strip()[-300:]}]
@@ -327,7 +327,7 @@ def cli_compare(name: str, case: dict) -> list[dict[str, Any]] | None:
 
 
 def has_compute(name: str) -> bool:
-    from rsplan.planner.compute import has_compute_model
+    from rsplan.planner.compute.reserve import has_compute_model
 
     return has_compute_model(model_spec(name).arch)
 

@@ -8,7 +8,7 @@ a third of them naming the nextn block's own tensors), and turns it into the dra
 ``--spec-type mtp`` (common/speculative.cpp): the same flags, the draft cache types (the target's -ctkd / -ctvd:
 the probe's -ctk / -ctv, drawn), no rollback planes, ``n_outputs_max`` = -np. The probe runs that context
 (``--load-mtp --ctx-mtp``, no_alloc) over one ``ggml-rpc-server`` per device;
-rsplan sizes it with planner.fit_draft.DraftMemory (what ``rsplan fit --spec-type mtp --device-kind RPC``
+rsplan sizes it with planner.fit.draft.DraftMemory (what ``rsplan fit --spec-type mtp --device-kind RPC``
 charges). Compared per device (``--rpc`` order) and for the host: ``context`` (the draft's KV cache) and
 ``compute`` bytes; a refusal or abort on either side must be one on both.
 
@@ -45,7 +45,7 @@ MTP_MODELS = ("qwen3.5-35b-a3b-bf16", "qwen3-next-80b-a3b-bf16", "qwen3-next-80b
 @cache
 def draft_weights(name: str) -> tuple[Any, ...]:
     """The tensors a ``--load-mtp`` context loads (the nextn block's included), as the converter writes them."""
-    from rsplan.planner.fit_run import converter_weights
+    from rsplan.planner.fit.run import converter_weights
 
     return tuple(converter_weights(fuzz.model_spec(name), sweep.MODELS[name]["outtype"], load_mtp=True))
 
@@ -78,7 +78,7 @@ def draw_case(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]
     -ctk / -ctv are the draft's cache types (the target's -ctkd / -ctvd)."""
     flags, free = fuzz_rpc.draw_case(rng, name, new_flags=False)
     # -ctk / -ctv drawn here are the draft context's own cache types: the target's -ctkd / -ctvd (its -ctk / -ctv
-    # do not reach the draft: planner.outputs.mtp_draft_params)
+    # do not reach the draft: planner.caches.outputs.mtp_draft_params)
     if rng.random() < 0.5:
         flags["-ot"] = draw_draft_overrides(rng, name, len(free))
         if "--n-cpu-moe" in flags and rng.random() < 0.5:
@@ -90,12 +90,12 @@ def draw_case(rng: random.Random, name: str) -> tuple[dict[str, Any], list[int]]
 
 
 def rsplan_draft(name: str, flags: dict[str, Any], free_mib: list[int]) -> tuple[Any, str | None]:
-    """rsplan's breakdown of the draft context of ``flags`` (planner.fit_draft.DraftMemory over the target's
+    """rsplan's breakdown of the draft context of ``flags`` (planner.fit.draft.DraftMemory over the target's
     MemoryModel as ``rsplan fit --device-kind RPC`` builds it), and why its compute is an estimate (or None)."""
     from rsplan.hparams.layout import cache_layout
-    from rsplan.planner.buffers import DEVICE_RULES
-    from rsplan.planner.fit_draft import DraftMemory
-    from rsplan.planner.fit_memory import MemoryModel
+    from rsplan.planner.backends.buffers import DEVICE_RULES
+    from rsplan.planner.fit.draft import DraftMemory
+    from rsplan.planner.fit.memory import MemoryModel
 
     spec = fuzz.model_spec(name)
     target = {k: v for k, v in flags.items()

@@ -1,14 +1,14 @@
 """Random differential testing over RPC devices: every byte on every device, rsplan against llama.cpp's dry run.
 
 fuzz.py's sibling for multi-device runs. For every model (the tiny GGUFs, the bf16 / q8_0 skeletons of sweep.py's
-MODELS, the llama-quantize skeletons present, whose weights planner.quant_weights types) it draws, from a seeded
+MODELS, the llama-quantize skeletons present, whose weights planner.weights.quant_weights types) it draws, from a seeded
 generator (``draw_case``), 1-3 RPC devices with random free memory (the default layer split follows it) and random
 flags: -ngl (0, partial, all repeating layers, all + the output layer), -ts (even, uneven, with a zero), -nkvo,
 --n-cpu-moe on MoE models, -c, -np, -b, -ub, -fa, -kvu, K/V cache types; with ``--new-flags`` also -ot (to the
 CPU and to devices, several entries, before or after --n-cpu-moe), --n-rs-seq, --embeddings, --n-outputs-max. It
 runs the probe (probe.cpp, no_alloc) against one ``ggml-rpc-server`` per device on 127.0.0.1 (llama.cpp treats an
 RPC device as a GPU; the free memory it sees is set by the LD_PRELOAD shim fake_memory.so, as sched_cases.py
-does) and rsplan's planner on the same flags: ``planner.fit_memory.MemoryModel.measure``, the per-device
+does) and rsplan's planner on the same flags: ``planner.fit.memory.MemoryModel.measure``, the per-device
 breakdown ``rsplan fit --device-kind RPC`` measures with (weights tensor by tensor, caches on their layer's device,
 the scheduler model's dry-run compute per backend). It compares (``compare``):
 
@@ -17,7 +17,7 @@ the scheduler model's dry-run compute per backend). It compares (``compare``):
 - n_ctx, n_ctx_seq, n_batch, n_ubatch, n_seq_max as resolved, the output buffer;
 - per device (``--rpc`` order) and for the host (every buffer type that is not an RPC device's, summed: CPU and
   CPU_REPACK): ``model``, ``context`` and ``compute`` bytes of ``llama_get_memory_breakdown``; for the
-  llama-quantize skeletons also the host's weights by buffer type (CPU, CPU_REPACK: planner.host_charge).
+  llama-quantize skeletons also the host's weights by buffer type (CPU, CPU_REPACK: planner.weights.host_charge).
 
 Every mismatch is one JSON line in ``--log`` (model, command line, free memory, the part, llama.cpp's number and
 rsplan's); ``--golden FILE`` keeps every measured case (flags, free memory, bytes per part) in the format
@@ -199,10 +199,10 @@ def real_run_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 @cache
 def model_weights(name: str) -> tuple[Any, ...]:
-    """The tensors a context loads (planner.weight_placement.Weight): the tiny GGUF's own, a skeleton's as the
+    """The tensors a context loads (planner.weights.weight_placement.Weight): the tiny GGUF's own, a skeleton's as the
     converter writes them (hparams.tensors)."""
-    from rsplan.planner.fit_run import converter_weights
-    from rsplan.planner.weight_placement import gguf_weights
+    from rsplan.planner.fit.run import converter_weights
+    from rsplan.planner.weights.weight_placement import gguf_weights
 
     entry = sweep.MODELS[name]
     spec = fuzz.model_spec(name)
@@ -211,9 +211,9 @@ def model_weights(name: str) -> tuple[Any, ...]:
 
         read = read_model(entry["gguf"])
         return tuple(gguf_weights(read.tensors, read.tensor_rows, spec.n_layer, False))
-    if "quant" in entry:  # llama-quantize's types (planner.quant_weights), as ``rsplan fit --quant`` takes them
-        from rsplan.planner.quant_weights import quantized_weights
-        from rsplan.planner.weight_placement import Weight, loaded
+    if "quant" in entry:  # llama-quantize's types (planner.weights.quant_weights), as ``rsplan fit --quant`` takes them
+        from rsplan.planner.weights.quant_weights import quantized_weights
+        from rsplan.planner.weights.weight_placement import Weight, loaded
 
         plan = quantized_weights(spec, entry["quant"]).plan
         return tuple(Weight(t.name, t.n_bytes, t.type, t.ne[0]) for t in plan.tensors
@@ -223,13 +223,13 @@ def model_weights(name: str) -> tuple[Any, ...]:
 
 def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
     """rsplan's breakdown of the probe's start ``flags`` over RPC devices with ``free_mib`` free: (the
-    planner.fit_memory.Usage: per device and host, model / context / compute bytes; why the compute is an estimate
+    planner.fit.memory.Usage: per device and host, model / context / compute bytes; why the compute is an estimate
     or None; the layer placement; the tensor overrides). The MemoryModel ``rsplan fit --device-kind RPC`` measures
     with, sized as the dry run (the first pp graph; n_outputs_max = n_batch, as the probe); with ``--alloc`` (a
     real run) as a started context allocates (each backend's largest reserve: what ``rsplan capacity`` charges)."""
     from rsplan.hparams.layout import cache_layout
-    from rsplan.planner.buffers import DEVICE_RULES
-    from rsplan.planner.fit_memory import MemoryModel
+    from rsplan.planner.backends.buffers import DEVICE_RULES
+    from rsplan.planner.fit.memory import MemoryModel
 
     spec = fuzz.model_spec(name)
     params = sweep.context_params(flags)
@@ -244,11 +244,11 @@ def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
 
 
 def start_flags(flags: dict[str, Any], n_ctx: int, n_dev: int) -> Any:
-    """The planner.fit_memory.StartFlags of a probe start over ``n_dev`` RPC devices: -ngl, -ts, and -ot and
+    """The planner.fit.memory.StartFlags of a probe start over ``n_dev`` RPC devices: -ngl, -ts, and -ot and
     --n-cpu-moe in command-line order, as common/arg.cpp appends them (devices named RPC0, RPC1, ...)."""
-    from rsplan.planner.fit_memory import StartFlags
-    from rsplan.planner.placement import check_tensor_split
-    from rsplan.planner.weight_placement import n_cpu_moe_overrides, parse_overrides
+    from rsplan.planner.fit.memory import StartFlags
+    from rsplan.planner.weights.placement import check_tensor_split
+    from rsplan.planner.weights.weight_placement import n_cpu_moe_overrides, parse_overrides
 
     split = None
     if "-ts" in flags:
@@ -317,12 +317,12 @@ def measured_parts(case: dict, n_dev: int, port0: int) -> dict[str, Any]:
 
 
 def host_model_buffers(name: str, placement: Any, overrides: Any, cpu_features: list[str]) -> dict[str, int]:
-    """rsplan's host weight bytes per buffer type (planner.host_charge.host_weights: CPU, CPU_REPACK for what the
-    CPU backend repacks on a machine with ``cpu_features``; the dry run reads the weights into buffers, no
+    """rsplan's host weight bytes per buffer type (planner.weights.host_charge.host_weights: CPU, CPU_REPACK for what
+    the CPU backend repacks on a machine with ``cpu_features``; the dry run reads the weights into buffers, no
     mapping); RPC devices have no host buffer type of their own."""
-    from rsplan.planner.cpu_repack import parse_target, target_of_features
-    from rsplan.planner.host_charge import host_weights
-    from rsplan.planner.host_weights import HostOptions
+    from rsplan.planner.backends.cpu_repack import parse_target, target_of_features
+    from rsplan.planner.weights.host_charge import host_weights
+    from rsplan.planner.weights.host_weights import HostOptions
 
     target = target_of_features(set(cpu_features))
     held = host_weights(fuzz._quant_table(name), model_weights(name), placement,
@@ -358,7 +358,7 @@ def sized_or_outcome(rec: dict[str, Any], size: Callable[[], T]) -> tuple[T | No
     """``(size(), None)`` where llama.cpp and rsplan both accepted the start of ``rec``; else ``(None, what
     differs in the outcome)``: nothing where both refused, or both aborted on the same GGML_ASSERT (rsplan's
     LlamaAbortError naming it)."""
-    from rsplan.planner.compute import LlamaAbortError
+    from rsplan.planner.compute.reserve import LlamaAbortError
 
     try:
         got = size()
@@ -380,8 +380,8 @@ def sized_or_outcome(rec: dict[str, Any], size: Callable[[], T]) -> tuple[T | No
 
 def compare(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """What differs between a golden record (``golden_record``) and rsplan: ``{"what", "llama", "rsplan"}``."""
-    from rsplan.planner.outputs import output_buffer
-    from rsplan.planner.plan import build_plan
+    from rsplan.planner.caches.outputs import output_buffer
+    from rsplan.planner.caches.plan import build_plan
 
     name, flags = rec["model"], rec["flags"]
     spec = fuzz.model_spec(name)

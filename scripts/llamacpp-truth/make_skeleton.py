@@ -141,7 +141,7 @@ def write_skeleton(spec: ModelSpec, outtype: str, path: Path, quant: str | None 
     """Write the skeleton of ``spec`` to ``path``; returns (tensor count, data bytes incl. alignment).
 
     With ``quant`` (an ftype name llama-quantize accepts: Q4_0, Q4_K_M, IQ4_NL, ...) the tensors take the types
-    ``llama-quantize`` gives them from the converter's bf16 file (planner.quant_weights, checked against
+    ``llama-quantize`` gives them from the converter's bf16 file (planner.weights.quant_weights, checked against
     llama-quantize --dry-run in tests/golden/llamacpp-quantize), in the same file order, and general.file_type is
     that ftype; ``outtype`` is then ignored."""
     tensors = tensor_list(spec)
@@ -149,7 +149,7 @@ def write_skeleton(spec: ModelSpec, outtype: str, path: Path, quant: str | None 
     sizes = {t.name: tensor_nbytes(t, types[t.name]) for t in tensors}
     file_type = _FTYPE[outtype] if quant is None else None
     if quant is not None:
-        from rsplan.planner.quant_weights import quantized_weights
+        from rsplan.planner.weights.quant_weights import quantized_weights
 
         plan = quantized_weights(spec, quant).plan
         types = {t.name: t.type for t in plan.tensors}

@@ -1,7 +1,7 @@
 """Record the ``--spec-type mtp`` draft context's compute bytes per RPC device and for the host when ``-ot``
 patterns move the draft's weights (its nextn block's eh_proj, enorm, hnorm, shared_head_norm, its attention and
 FFN norms): the golden data of tests/golden/test_llamacpp_mtp_ot.py, which sizes the same starts through
-planner.fit_draft.DraftMemory (what ``rsplan fit --spec-type mtp`` charges).
+planner.fit.draft.DraftMemory (what ``rsplan fit --spec-type mtp`` charges).
 
 Each start runs the probe with ``--load-mtp --ctx-mtp`` (the draft context, dry run) over two ggml-rpc-servers
 (fuzz_rpc.py's servers, free memory faked), ``--n-outputs-max`` = -np as common/speculative.cpp gives the draft.

@@ -1,12 +1,12 @@
 """Record llama.cpp's breakdown for ``-ot`` patterns that tell a layer's tensors of one kind apart by their suffix
 (``ssm_conv1d.weight`` / ``ssm_conv1d.bias``, ``ssm_dt.weight`` / ``ssm_dt.bias``), over RPC devices: the graph
-weights of one kind and layer then sit in different buffers, by shape (planner.sched ``_gguf_names``).
+weights of one kind and layer then sit in different buffers, by shape (planner.compute.sched ``_gguf_names``).
 
 The random draws of fuzz_rpc.py never write such patterns; a bias sent to another buffer than its weight once
 took the weight's buffer in rsplan (the scheduler's per-tensor buffer cache was keyed without the shape).
 
 Output: tests/golden/llamacpp-sched/fuzz-ot-shapes.json, read with the fuzz files by
-tests/golden/test_llamacpp_rpc_fuzz.py (planner.fit_memory.MemoryModel against each part). Needs what
+tests/golden/test_llamacpp_rpc_fuzz.py (planner.fit.memory.MemoryModel against each part). Needs what
 fuzz_rpc.py needs (llama.cpp with -DGGML_RPC=ON, build.sh run). Usage:
 
     .venv/bin/python scripts/llamacpp-truth/ot_shape_cases.py [--port 51731]

@@ -1,5 +1,5 @@
 """Record the compute buffer llama.cpp gives each backend when a model runs over RPC devices: the golden data of
-planner.sched (tests/golden/test_llamacpp_sched.py).
+planner.compute.sched (tests/golden/test_llamacpp_sched.py).
 
 Each case runs the probe (probe.cpp, no_alloc: the dry run llama-fit-params measures with) on a bf16 skeleton GGUF
 against one ``ggml-rpc-server`` per device on 127.0.0.1 (a CPU backend behind the RPC backend, which llama.cpp

@@ -1,6 +1,6 @@
 """Record the bytes of one sequence's serialized KV cache (what a llama-server context checkpoint of the
 ``--spec-type mtp`` draft holds): the golden data of tests/planner/test_kv_state.py, which sizes the same starts
-with planner.outputs.kv_state_bytes.
+with planner.caches.outputs.kv_state_bytes.
 
 Each case is a real run of a tiny GGUF of tests/golden/llamacpp-measured (the probe with ``--alloc --decode N``: N
 tokens decoded into sequence 0), whose ``llama_state_seq_get_size_ext`` with flags 0 minus the same with

@@ -191,7 +191,7 @@ class SweepError(Exception):
 def context_params(flags: dict[str, Any]) -> Any:
     """probe.cpp's flags as rsplan's ContextParams (llama_context_default_params for the rest; -nkvo moves nothing
     in a CPU build, --n-outputs-max and --embeddings size the compute and output buffers only)."""
-    from rsplan.planner.context import ContextParams
+    from rsplan.planner.caches.context import ContextParams
 
     return ContextParams(
         n_ctx=flags.get("-c", 512), n_seq_max=flags.get("-np", 1), kv_unified=bool(flags.get("-kvu", False)),

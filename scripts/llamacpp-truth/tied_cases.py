@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 
 import sweep  # noqa: E402
 
-from rsplan.planner.cpu_repack import target_of_features  # noqa: E402
+from rsplan.planner.backends.cpu_repack import target_of_features  # noqa: E402
 
 OUT = HERE.parents[1] / "tests" / "golden" / "llamacpp-breakdown" / "tied-output"
 RUNS: list[dict[str, object]] = [

@@ -129,14 +129,14 @@ def test_the_mtp_draft_takes_its_own_cache_types_from_ctkd_and_ctvd():
 
 def test_the_mtp_draft_on_a_gpu_backend_is_what_fit_and_capacity_charge_for_it():
     # --backend CUDA0: the draft's compute per backend as rsplan fit / capacity size it for one CUDA device holding
-    # every layer (planner.fit_draft.DraftMemory, real run), at the draft's flags (f16, -np outputs)
+    # every layer (planner.fit.draft.DraftMemory, real run), at the draft's flags (f16, -np outputs)
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.buffers import DEVICE_RULES
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.fit_draft import DraftMemory
-    from rsplan.planner.fit_memory import MemoryModel, StartFlags
-    from rsplan.planner.fit_run import converter_weights
+    from rsplan.planner.backends.buffers import DEVICE_RULES
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.fit.draft import DraftMemory
+    from rsplan.planner.fit.memory import MemoryModel, StartFlags
+    from rsplan.planner.fit.run import converter_weights
 
     draft = _draft("-c", "32768", "-np", "4", "--backend", "CUDA0", "-ctk", "q8_0", "-fa", "on")
     spec = load_model("qwen3.5-35b-a3b")

@@ -1,5 +1,5 @@
 """``rsplan capacity`` / ``report`` with llama.cpp's tensor overrides (-ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn):
-each setting is charged what ``rsplan fit`` measures at the same flags (planner.fit_memory.MemoryModel, checked
+each setting is charged what ``rsplan fit`` measures at the same flags (planner.fit.memory.MemoryModel, checked
 against llama.cpp over RPC devices in tests/golden), and the flags printed carry the overrides as given."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from rsplan.cli import cli
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_model
-from rsplan.planner.buffers import CUDA_RULE
-from rsplan.planner.context import ContextParams
-from rsplan.planner.fit_memory import MemoryModel, StartFlags
-from rsplan.planner.quant_weights import quantized_weights
-from rsplan.planner.weight_placement import TensorOverride, Weight, loaded, n_cpu_moe_overrides
+from rsplan.planner.backends.buffers import CUDA_RULE
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.fit.memory import MemoryModel, StartFlags
+from rsplan.planner.weights.quant_weights import quantized_weights
+from rsplan.planner.weights.weight_placement import TensorOverride, Weight, loaded, n_cpu_moe_overrides
 
 GiB = 1 << 30
 BASE = ("-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "8GiB", "--host-budget", "64GiB", "--ctx", "4k",

@@ -158,7 +158,7 @@ def test_override_flags_are_tried_in_command_line_order():
     # layers 0-3's experts: on the host in the first, on the device in the second (lfm2-8b-a1b's first two layers
     # are dense, so that is layers 2 and 3's experts)
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.quant_weights import quantized_weights
+    from rsplan.planner.weights.quant_weights import quantized_weights
 
     plan = quantized_weights(load_model("lfm2-8b-a1b"), "Q4_K_M").plan
     moved = [t.n_bytes for t in plan.tensors if t.name.split(".")[1] in ("0", "1", "2", "3") and "_exps" in t.name]
@@ -170,7 +170,7 @@ def test_n_cpu_ffn_puts_the_dense_ffn_weights_of_the_first_layers_on_the_host():
     """--n-cpu-ffn 4 (llama.cpp's LLM_FFN_DENSE_REGEX per layer): ffn_up / ffn_down / ffn_gate of layers 0-3 on
     the host (the dry run reads each into a 32-byte-padded CPU buffer), not their ffn_norm."""
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.quant_weights import quantized_weights
+    from rsplan.planner.weights.quant_weights import quantized_weights
 
     args = ("-m", "lfm2-1.2b", "--quant", "Q4_K_M", "--budget", "8GiB", "--host-budget", "64GiB", "--format", "json")
     base = json.loads(run(*args).output)

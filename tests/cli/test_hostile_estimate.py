@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan.planner.buffers import NAMES_HELP
+from rsplan.planner.backends.buffers import NAMES_HELP
 from rsplan_testing import deadline, one_line_error
 
 MAMBA = {"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2}

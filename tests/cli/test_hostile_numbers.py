@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan.planner.weight_placement import n_cpu_moe_overrides
+from rsplan.planner.weights.weight_placement import n_cpu_moe_overrides
 from rsplan_testing import deadline, one_line_error
 
 

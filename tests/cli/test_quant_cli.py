@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from rsplan.cli import cli
 from rsplan.hparams.sources import load_model
-from rsplan.planner.buffers import CUDA_RULE
-from rsplan.planner.quant_weights import quantized_weights
+from rsplan.planner.backends.buffers import CUDA_RULE
+from rsplan.planner.weights.quant_weights import quantized_weights
 from rsplan_testing import MEASURED_DIR
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llamacpp-breakdown"

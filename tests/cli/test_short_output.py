@@ -83,7 +83,7 @@ def test_the_short_flags_place_every_tensor_where_fits_own_do():
     import shlex
 
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.quant_weights import quantized_weights
+    from rsplan.planner.weights.quant_weights import quantized_weights
 
     args = ["fit", "-m", "lfm2-8b-a1b", "--quant", "Q4_K_M", "--budget", "3GiB,2GiB", "--host-budget", "64GiB"]
     d = json.loads(run(*args, "--format", "json"))
@@ -110,7 +110,7 @@ def test_the_short_flags_place_every_tensor_where_fits_own_do():
 def test_layer_alternation_matches_exactly_its_layers(layers, text):
     import re
 
-    from rsplan.planner.override_compact import layer_alternation
+    from rsplan.planner.weights.override_compact import layer_alternation
 
     assert layer_alternation(list(layers)) == text
     pattern = re.compile(rf"blk\.({text})\.ffn")

@@ -41,17 +41,18 @@ def heavy(modules: set[str]) -> list[str]:
 @pytest.mark.parametrize("args", [ESTIMATE, CAPACITY], ids=["estimate", "capacity"])
 def test_no_heavy_library_is_imported(args):
     added = imported_by(args)
-    assert "rsplan.planner.context" in added  # the command ran here, not in an interpreter that had it loaded
+    assert "rsplan.planner.caches.context" in added  # the command ran here, not in an interpreter that had it loaded
     assert heavy(added) == []
 
 
 def test_capacity_with_a_given_compute_loads_no_scheduler_model():
-    # --compute fixes every setting's compute buffer: the scheduler model (planner.sched and the device compute,
+    # --compute fixes every setting's compute buffer: the scheduler model (planner.compute.sched and the device compute,
     # --fit's and the MTP draft's modules built on it) and the serving engines' rules are not needed
     added = imported_by(CAPACITY)
-    assert "rsplan.planner.capacity" in added
-    assert sorted(added & {"rsplan.planner.sched", "rsplan.planner.device_compute", "rsplan.planner.fit_draft",
-                           "rsplan.planner.fit_run", "rsplan.planner.fit", "rsplan.planner.engines.base"}) == []
+    assert "rsplan.planner.capacity.search" in added
+    assert sorted(added & {"rsplan.planner.compute.sched", "rsplan.planner.compute.per_device",
+                           "rsplan.planner.fit.draft", "rsplan.planner.fit.run", "rsplan.planner.fit.steps",
+                           "rsplan.planner.engines.base"}) == []
 
 
 def test_estimate_loads_no_other_command():

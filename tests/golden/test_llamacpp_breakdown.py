@@ -3,7 +3,7 @@
 The files were measured by scripts/llamacpp-truth/sweep.py (probe.cpp: no_alloc dry run of llama.cpp 0c1e57098,
 CPU build) for tiny real GGUFs and real-size skeleton GGUFs of the presets. For every case llama.cpp accepted:
 
-- context bytes (KV + recurrent caches, all CPU) equal rsplan's plan (planner/plan.py) for the same flags;
+- context bytes (KV + recurrent caches, all CPU) equal rsplan's plan (planner/caches/plan.py) for the same flags;
 - model bytes equal the sum of hparams/tensors.py's tensor list, each tensor in the converter's type and padded
   to the CPU buffer's alignment (only the tensors a plain context loads; with --load-mtp also the MTP ones);
 - the output buffer is llama.cpp's n_vocab x n_seq_max floats (+ n_embd per sequence with --embeddings);
@@ -27,9 +27,9 @@ from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import model_buffer_bytes
-from rsplan.planner.context import ContextParams
-from rsplan.planner.outputs import mtp_draft_layout
-from rsplan.planner.plan import build_plan
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.outputs import mtp_draft_layout
+from rsplan.planner.caches.plan import build_plan
 from rsplan_testing import MEASURED_DIR, REPO, load_script
 
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown"

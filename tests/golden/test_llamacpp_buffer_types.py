@@ -1,7 +1,7 @@
 """Golden test: the host buffer types of the weights, measured on llama.cpp 0c1e57098 (CPU builds, GGML_NATIVE, on an
 AVX2 machine without AVX512: ``buffer-types/``, and on one with AVX512 and AMX-INT8: ``buffer-types-amx/``; there
 also built for AVX2 + AVX512 without AMX (GGML_NATIVE=OFF, GGML_AVX512=ON): ``buffer-types-avx512/``), against
-planner.breakdown / planner.host_weights / planner.cpu_repack / planner.cpu_amx.
+planner.estimate.breakdown / planner.weights.host_weights / planner.backends.cpu_repack / planner.backends.cpu_amx.
 
 tests/golden/llamacpp-breakdown/buffer-types/*.json were written by scripts/llamacpp-truth/sweep.py (BUFT_GRID,
 BUFT_ALLOC_GRID) for skeletons of presets as llama-quantize FTYPE writes them (make_skeleton.py --quant): the dry
@@ -20,11 +20,11 @@ import pytest
 
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import tensor_list
-from rsplan.planner.breakdown import model_bytes_by_buffer
-from rsplan.planner.cpu_repack import parse_target, target_of_features
-from rsplan.planner.host_weights import HostOptions, WeightTable
-from rsplan.planner.logs import model_buffer_line
-from rsplan.planner.quant_weights import quantized_weights
+from rsplan.planner.backends.cpu_repack import parse_target, target_of_features
+from rsplan.planner.caches.logs import model_buffer_line
+from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
+from rsplan.planner.weights.host_weights import HostOptions, WeightTable
+from rsplan.planner.weights.quant_weights import quantized_weights
 
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown"
 FOLDERS = ("buffer-types", "buffer-types-avx512", "buffer-types-amx")
@@ -96,7 +96,7 @@ def test_weight_buffers_equal_llama_cpp(case):
 def test_repacking_keeps_the_bytes(name):
     """CPU + CPU_REPACK of the dry run equal the one CPU buffer without the extra buffer types: a repacked tensor
     takes its ggml_nbytes, padded to 32, like an unpacked one. (Not with AMX: its VNNI layout of q8_0, q4_K and
-    iq4_xs takes more, and a tied output it takes is a second copy, planner.cpu_amx.)"""
+    iq4_xs takes more, and a tied output it takes is a second copy, planner.backends.cpu_amx.)"""
     cases = {json.dumps(c["flags"], sort_keys=True): c for c in _files()[name]["cases"]}
     repack = cases[json.dumps({"-c": 256}, sort_keys=True)]["breakdown"]
     plain = cases[json.dumps({"-c": 256, "--no-extra-bufts": True}, sort_keys=True)]["breakdown"]

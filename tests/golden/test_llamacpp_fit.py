@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from rsplan.hparams.sources import read_model
-from rsplan.planner.context import ContextParams
-from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model
 from rsplan_testing import fit_case_budgets, fit_case_id, fit_printed
 
 CASES_FILE = Path(__file__).parent / "llamacpp-fit" / "cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"] if CASES_FILE.exists() else []
 
 #: case id -> why rsplan's choice differs from llama.cpp's (each entry is checked to still differ). Empty since the
-#: scheduler model (planner.sched) gives each device its own compute buffer: the three multi-device cases listed
+#: scheduler model (planner.compute.sched) gives each device its own compute buffer: the three multi-device cases listed
 #: here before (lfm2-2.6b and nemotron-h-8b over 6144/2048/3072 MiB, lfm2-8b-a1b over 12288/8192 MiB) now agree.
 KNOWN_DIFFERENCES: dict[str, str] = {}
 

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from rsplan.hparams.sources import read_model
-from rsplan.planner.context import ContextParams
-from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model
 from rsplan_testing import fit_case_budgets, fit_case_id, fit_printed
 
 CASES_FILE = Path(__file__).parent / "llamacpp-fit" / "server_cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"] if CASES_FILE.exists() else []
 #: case id -> why rsplan's choice differs from llama.cpp's (each entry is checked to still differ). Empty: the two
 #: two-device cases that differed while the target's and the draft's compute were charged as one CPU figure per
-#: device print llama.cpp's flags since both go through the scheduler model (planner.sched).
+#: device print llama.cpp's flags since both go through the scheduler model (planner.compute.sched).
 KNOWN_DIFFERENCES: dict[str, str] = {}
 
 

@@ -2,7 +2,7 @@
 scripts/llamacpp-truth/fuzz_mtp.py's records (tests/golden/llamacpp-sched/mtp-fuzz-*.json: the probe's no_alloc
 breakdown of a ``--load-mtp --ctx-mtp`` context over 1-3 RPC devices, free memory faked; its -ctk / -ctv are the
 draft's cache types, the target's -ctkd / -ctvd; seed 2 drew none), compared with
-planner.fit_draft.DraftMemory (what ``rsplan fit --spec-type mtp --device-kind RPC`` charges for the draft): its KV
+planner.fit.draft.DraftMemory (what ``rsplan fit --spec-type mtp --device-kind RPC`` charges for the draft): its KV
 cache (``context``) and compute buffer per device and for the host, refusals and aborts. CI reads only the JSON."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``--spec-type mtp`` draft context's compute bytes per device and for the host when ``-ot`` patterns move
 its weights, against llama.cpp over two RPC devices (scripts/llamacpp-truth/mtp_ot_cases.py:
 tests/golden/llamacpp-sched/mtp-ot.json, the probe's no_alloc breakdown of a ``--ctx-mtp`` context), sized as
-``rsplan fit --spec-type mtp --device-kind RPC`` charges the draft (planner.fit_draft.DraftMemory).
+``rsplan fit --spec-type mtp --device-kind RPC`` charges the draft (planner.fit.draft.DraftMemory).
 
 Each graph weight of the draft's nextn block must be matched under its file name (eh_proj, enorm, hnorm, the
 block's attention and FFN tensors), and the head norm is the block's nextn.shared_head_norm, not output_norm

@@ -23,7 +23,7 @@ import pytest
 from rsplan.errors import ContextError
 from rsplan.hparams.model import RopeScalingSpec
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.context_limit import RopeFlags, context_limit
+from rsplan.planner.caches.context_limit import RopeFlags, context_limit
 
 CASES_FILE = Path(__file__).parent / "llamacpp-fit" / "rope_cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"] if CASES_FILE.exists() else []

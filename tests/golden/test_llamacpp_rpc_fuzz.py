@@ -1,7 +1,7 @@
 """Every byte on every device against llama.cpp over RPC devices: the random multi-device starts measured by
 scripts/llamacpp-truth/fuzz_rpc.py (tests/golden/llamacpp-sched/fuzz-*.json: the probe's no_alloc breakdown, one
 ggml-rpc-server per device, free memory faked; fuzz-*-alloc.json: real runs of the tiny GGUFs) compared with
-planner.fit_memory.MemoryModel, part by part: per device and for the host, model / context / compute bytes, the
+planner.fit.memory.MemoryModel, part by part: per device and for the host, model / context / compute bytes, the
 resolved sizes, the output buffer, refusals and aborts. CI has no llama.cpp: it reads only the JSON."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_a_dry_run_over_devices_aborts_where_a_later_reserve_graph_fails(fuzz_rp
     # llama.cpp reserves every graph under no_alloc too (it reports the first one's sizes): Kimi-Linear's
     # one-sequence pp graph fails GGML_ASSERT(ggml_can_repeat(b, a)) at -np 3; rsplan had sized the first pp graph
     # over the devices and accepted the start
-    from rsplan.planner.compute import LlamaAbortError
+    from rsplan.planner.compute.reserve import LlamaAbortError
 
     case = _golden("kimi-linear-48b-a3b-bf16", {"-c": 9654, "-np": 3, "-ngl": 25, "-nkvo": True})
     assert case.get("crashed") and "ggml_can_repeat(b, a)" in case["error"]
@@ -150,7 +150,7 @@ def test_a_dry_run_over_devices_aborts_where_a_later_reserve_graph_fails(fuzz_rp
 def test_new_flag_draws_come_after_the_old_ones_and_parse(fuzz_rpc):
     # --new-flags draws -ot, --n-rs-seq, --embeddings, --n-outputs-max after the earlier flags: a seed's first
     # start keeps its earlier flags; every -ot value is one rsplan reads (devices named RPC0, RPC1, ...)
-    from rsplan.planner.weight_placement import parse_overrides
+    from rsplan.planner.weights.weight_placement import parse_overrides
 
     name = "qwen3.5-35b-a3b-bf16"
     old, _ = fuzz_rpc.draw_case(random.Random(f"5:{name}:rpc"), name)

@@ -1,4 +1,4 @@
-"""planner.sched / planner.device_compute against the compute buffers llama.cpp gives each backend over RPC
+"""planner.compute.sched / planner.compute.per_device against the compute buffers llama.cpp gives each backend over RPC
 devices (tests/golden/llamacpp-sched/cases.json, measured by scripts/llamacpp-truth/sched_cases.py: the probe's
 no_alloc breakdown on bf16 skeletons, one ggml-rpc-server per device, the layer split from the devices' free
 memory or -ts), and real runs (``--alloc``) on the tiny lfm2.gguf of tests/golden/llamacpp-measured. Every byte
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from rsplan.hparams.sources import read_model
-from rsplan.planner.context import ContextParams
-from rsplan.planner.device_compute import device_compute
-from rsplan.planner.placement import place_layers
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
-from rsplan.planner.weight_placement import n_cpu_moe_overrides
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.weights.placement import place_layers
+from rsplan.planner.weights.weight_placement import n_cpu_moe_overrides
 from rsplan_testing import MEASURED_DIR
 
 CASES_FILE = Path(__file__).parent / "llamacpp-sched" / "cases.json"

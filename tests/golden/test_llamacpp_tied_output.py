@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from rsplan.hparams.sources import load_model
-from rsplan.planner.breakdown import model_bytes_by_buffer
-from rsplan.planner.buffers import CPU_RULE
-from rsplan.planner.cpu_repack import parse_target, target_of_features
-from rsplan.planner.host_weights import HostOptions, WeightTable
-from rsplan.planner.placement import place_layers
-from rsplan.planner.weight_placement import Weight, place_weights
+from rsplan.planner.backends.buffers import CPU_RULE
+from rsplan.planner.backends.cpu_repack import parse_target, target_of_features
+from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
+from rsplan.planner.weights.host_weights import HostOptions, WeightTable
+from rsplan.planner.weights.placement import place_layers
+from rsplan.planner.weights.weight_placement import Weight, place_weights
 from rsplan_testing import MEASURED_DIR
 
 GOLDEN = Path(__file__).resolve().parent / "llamacpp-breakdown" / "tied-output"

@@ -15,9 +15,9 @@ from rsplan.errors import RsplanError
 from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.context import ContextParams
-from rsplan.planner.logs import log_lines
-from rsplan.planner.plan import build_plan
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.logs import log_lines
+from rsplan.planner.caches.plan import build_plan
 from rsplan_testing import MEASURED_DIR
 
 DATA = MEASURED_DIR

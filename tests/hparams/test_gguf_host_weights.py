@@ -8,7 +8,7 @@ import json
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan.planner.buffers import CPU_RULE, CUDA_RULE
+from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE
 from tests.hparams.test_gguf_file import MAMBA2_KV
 
 

@@ -26,8 +26,8 @@ from rsplan.errors import ModelFileError
 from rsplan.hparams.hf_config import load_hf_config
 from rsplan.hparams.model import GRAPH_SHAPE_KEYS, WEIGHT_SHAPE_ATTENTION_KEYS, WEIGHT_SHAPE_KEYS
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.context import ContextParams
-from rsplan.planner.plan import build_plan
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.plan import build_plan
 
 REAL = Path(__file__).resolve().parent / "real_configs"
 CELLS = 32768  # KV cells in all streams

@@ -1,5 +1,5 @@
 """The model file's RoPE scaling ({arch}.rope.scaling.*; config.json rope_parameters / rope_scaling) read into
-ModelSpec.rope_scaling and used for the training-context limit as llama.cpp uses it (planner.context_limit).
+ModelSpec.rope_scaling and used for the training-context limit as llama.cpp uses it (planner.caches.context_limit).
 
 The config is Qwen3.5's published long-context recipe (the Qwen3.5 model cards, "Processing Ultra-Long Texts":
 text_config.rope_parameters = {mrope_interleaved, mrope_section [11, 11, 10], rope_type yarn, rope_theta 1e7,
@@ -21,7 +21,7 @@ from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.gguf_keys import Rope, spec_metadata
 from rsplan.hparams.hf_config import read_hf_config
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.context_limit import RopeFlags, context_limit
+from rsplan.planner.caches.context_limit import RopeFlags, context_limit
 
 #: A small Qwen3.5 text config (shapes of no interest here; the rope keys are).
 QWEN35_TEXT = {

@@ -1,11 +1,12 @@
-"""Budget assembly (planner.budget): parsed flag values in, planners and serving budgets out, with no click."""
+"""Budget assembly (planner.capacity.budget): parsed flag values in, planners and serving budgets out, with no click."""
 
 from __future__ import annotations
 
 import pytest
 
 from rsplan.errors import RsplanError
-from rsplan.planner.budget import (
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.capacity.budget import (
     BudgetRequest,
     GivenSize,
     compute_bytes,
@@ -13,13 +14,12 @@ from rsplan.planner.budget import (
     serving_budget,
     size_budgets,
 )
-from rsplan.planner.capacity import DEFAULT_COMPUTE_BYTES, DeviceBudget
-from rsplan.planner.context import ContextParams
+from rsplan.planner.capacity.search import DEFAULT_COMPUTE_BYTES, DeviceBudget
 from rsplan_testing import make_spec
 
 MIB = 1 << 20
 GIB = 1 << 30
-# a small Mamba-2 (recurrent only): planner.compute may or may not model it; the tests give --compute where the
+# a small Mamba-2 (recurrent only): planner.compute.reserve may or may not model it; the tests give --compute where the
 # figure matters
 MAMBA2 = dict(arch="mamba2", context_length=8192, embedding_length=256, block_count=4,
               ssm={"conv_kernel": 4, "inner_size": 512, "state_size": 16, "time_step_rank": 8, "group_count": 1})
@@ -83,7 +83,7 @@ def test_placement_flags_reach_the_planner():
 
 
 def test_compute_flag_or_the_modelled_buffer_or_the_allowance():
-    from rsplan.planner.compute import compute_buffer
+    from rsplan.planner.compute.reserve import compute_buffer
 
     params = ContextParams(n_ctx=4096, n_seq_max=2)
     no_vocab = make_spec(**MAMBA2)

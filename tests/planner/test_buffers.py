@@ -1,5 +1,5 @@
-"""Backend buffers (planner.buffers) and the ``--format log --backend`` lines, with sizes derived by hand from each
-backend's rules in ggml/src/ggml-<backend>/ (llama.cpp 0c1e57098):
+"""Backend buffers (planner.backends.buffers) and the ``--format log --backend`` lines, with sizes derived by hand from
+each backend's rules in ggml/src/ggml-<backend>/ (llama.cpp 0c1e57098):
 
 - CPU (ggml-backend.cpp) and Metal ``MTL<n>`` (ggml-metal.cpp): ggml_nbytes padded to 32 bytes;
 - CUDA, ROCm (ggml-cuda built for HIP), MUSA and SYCL (ggml-sycl.cpp): a quantized tensor whose row of ne0 elements
@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from rsplan.cli import cli
 from rsplan.errors import BackendError
 from rsplan.hparams.yaml_preset import load_preset_text
-from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, VULKAN_ALIGNMENTS, BufferRule, parse_backend
-from rsplan.planner.context import ContextParams
-from rsplan.planner.logs import log_lines
-from rsplan.planner.plan import build_plan
+from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, VULKAN_ALIGNMENTS, BufferRule, parse_backend
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.logs import log_lines
+from rsplan.planner.caches.plan import build_plan
 from rsplan_testing import one_line_error
 
 MIB = 1 << 20

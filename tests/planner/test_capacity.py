@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsplan.planner.capacity import (
+from rsplan.planner.caches.context import MAX_SEQ, ContextParams
+from rsplan.planner.caches.plan import build_plan
+from rsplan.planner.capacity.search import (
     Budget,
     CapacityError,
     CapacityPlanner,
@@ -16,8 +18,6 @@ from rsplan.planner.capacity import (
     llama_flags,
     run_capacity,
 )
-from rsplan.planner.context import MAX_SEQ, ContextParams
-from rsplan.planner.plan import build_plan
 from rsplan_testing import make_spec
 
 MIB = 1 << 20

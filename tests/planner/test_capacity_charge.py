@@ -1,8 +1,8 @@
 """``rsplan capacity`` charges what ``rsplan fit`` charges: each device its own compute buffer (none to a device
 without layers), the host its share, and with ``--spec-type draft-mtp`` the MTP draft context and the MTP layers'
-weights (planner.capacity_charge).
+weights (planner.capacity.charges).
 
-The per-device compute figures are planner.device_compute's (the oracle for the charge only); the caches, the
+The per-device compute figures are planner.compute.per_device's (the oracle for the charge only); the caches, the
 draft's KV cache and the budget arithmetic are derived by hand here. A small qwen35 with one MTP layer (9 blocks:
 8 trunk layers, full attention every 4th, then the nextn layer, also full attention) holds per sequence one
 recurrent row of (18,432 + 262,144) x 4 = 1,122,304 B per recurrent layer and 4 x (128 + 128) x 2 = 2,048 B of KV
@@ -19,15 +19,15 @@ from hypothesis import strategies as st
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
-from rsplan.planner.buffers import CPU_RULE
-from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
-from rsplan.planner.context import CTX_PAD, ContextParams, resolve_context
-from rsplan.planner.device_compute import device_compute
-from rsplan.planner.fit_draft import DraftMemory
-from rsplan.planner.fit_memory import MemoryModel, StartFlags
-from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
-from rsplan.planner.outputs import output_buffer, server_checkpoints
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.backends.buffers import CPU_RULE
+from rsplan.planner.caches.context import CTX_PAD, ContextParams, resolve_context
+from rsplan.planner.caches.outputs import output_buffer, server_checkpoints
+from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.fit.draft import DraftMemory
+from rsplan.planner.fit.memory import MemoryModel, StartFlags
+from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model
 from rsplan_testing import make_spec
 
 MIB = 1 << 20
@@ -49,7 +49,7 @@ def budget(sizes: list[int], margin: int = 0, **kw) -> Budget:
 
 
 def real(spec, params: ContextParams, p: CapacityPlanner, **kw):
-    """planner.device_compute's real run on the planner's placement (the oracle for the compute charge: what a
+    """planner.compute.per_device's real run on the planner's placement (the oracle for the compute charge: what a
     started llama-server allocates, each backend's largest reserve)."""
     setup = SchedSetup(DEVICE_KINDS["RPC"], p.placement, (), True)
     return device_compute(spec, params, setup, runs="both", **kw)
@@ -212,7 +212,7 @@ def test_capacity_charges_what_fit_measures_at_the_fit_setting():
 
 
 # -- property: on random devices, every printed command fits every device and the host when re-estimated with
-# rsplan fit's memory model (planner.fit_memory + planner.fit_draft), and the next step up does not -------------
+# rsplan fit's memory model (planner.fit.memory + planner.fit.draft), and the next step up does not -------------
 
 
 def re_estimate(p: CapacityPlanner, params: ContextParams) -> tuple[list[int], int]:

@@ -24,9 +24,9 @@ def capacity_json(*args: str) -> dict:
 def test_modelled_arch_charges_llama_cpp_compute_buffer():
     # one device of no known kind (Budget.device_kind None): the CPU backend's figure, the golden's
     from rsplan.hparams.sources import load_builtin_preset
-    from rsplan.planner.budget import BudgetRequest, make_planners
-    from rsplan.planner.capacity import DeviceBudget
-    from rsplan.planner.context import ContextParams
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.capacity.budget import BudgetRequest, make_planners
+    from rsplan.planner.capacity.search import DeviceBudget
 
     spec = load_builtin_preset("lfm2-1.2b")
     request = BudgetRequest(devices=(DeviceBudget("GPU", 24 << 30, "test"),))
@@ -36,13 +36,13 @@ def test_modelled_arch_charges_llama_cpp_compute_buffer():
 
 def test_cli_charges_each_device_its_scheduled_compute():
     # --device-kind CUDA (the default): each device its share of the pp graph as the scheduler model splits it
-    # (planner.device_compute's real run: what llama-server allocates; rsplan fit measures the dry run), the CPU
+    # (planner.compute.per_device's real run: what llama-server allocates; rsplan fit measures the dry run), the CPU
     # backend's share to the host
     from rsplan.hparams.sources import load_builtin_preset
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.device_compute import device_compute
-    from rsplan.planner.placement import place_layers
-    from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.compute.per_device import device_compute
+    from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.weights.placement import place_layers
 
     d = capacity_json("--model", "lfm2-1.2b", "--budget", "24GiB,8GiB", "-c", "4096", "-np", "4", "--ctx", "4k")
     spec = load_builtin_preset("lfm2-1.2b")

@@ -1,6 +1,6 @@
 """Each capacity answer is charged llama.cpp's compute buffer AT ITS OWN SETTING, not the one at the flags given.
 
-The compute figures are planner.compute's (the oracle for the charge); the answers are derived independently, by
+The compute figures are planner.compute.reserve's (the oracle for the charge); the answers are derived independently, by
 budget arithmetic in the test: the article's qwen35 (docs/sizing.md section 5) holds 24,576 B of KV per cell
 (12 layers x (K + V) 512 x f16) and one recurrent row of 40,402,944 B per sequence, so 8,192 tokens per sequence
 cost S = 201,326,592 + 40,402,944 = 241,729,536 B per sequence.
@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget
-from rsplan.planner.compute import compute_buffer
-from rsplan.planner.context import CTX_PAD, ContextParams
+from rsplan.planner.caches.context import CTX_PAD, ContextParams
+from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget
+from rsplan.planner.compute.reserve import compute_buffer
 from rsplan_testing import make_spec
 
 MIB = 1 << 20
@@ -189,7 +189,7 @@ def test_recommendations_fit_with_their_own_compute(preset, budget_mib, n_seq, c
 
 def test_a_setting_llama_cpp_aborts_on_is_never_printed():
     # Kimi-Linear reserves a third graph of 512 tokens in ONE sequence; with a KV stream per sequence the tokens
-    # must split evenly over the -np streams, else ggml_add's repeat assert fails (planner.compute). 512 splits
+    # must split evenly over the -np streams, else ggml_add's repeat assert fails (planner.compute.reserve). 512 splits
     # over 16 streams, not over 17, 18, 19 or 20: with room for 20 sequences, 16 is the answer and the next step
     # aborts (it is not memory that stops it)
     spec = load_builtin_preset("kimi-linear-48b-a3b")
@@ -213,8 +213,8 @@ def test_a_count_of_sequences_llama_cpp_aborts_at_for_every_context_has_no_large
     # at -np 3 the 512 tokens of Kimi-Linear's one-sequence reserve do not split over 3 KV streams at any context:
     # the search walks down from the context limit (4,096 steps of 256 tokens per sequence); the abort, found once
     # on graphs built over the cells, holds over its interval of contexts, so each step is not built again
-    from rsplan.planner import device_compute
-    from rsplan.planner.kept_shapes import KEPT
+    from rsplan.planner.compute import per_device as device_compute
+    from rsplan.planner.compute.reuse.kept_shapes import KEPT
 
     spec = load_builtin_preset("kimi-linear-48b-a3b")
     budget = Budget((DeviceBudget("d0", 80 * GIB, "test"),), 30 * GIB, "test", (MARGIN,), 0, "test",
@@ -230,10 +230,11 @@ def test_a_count_of_sequences_llama_cpp_aborts_at_for_every_context_has_no_large
 
 
 def test_an_abort_kept_over_the_cells_is_the_one_the_ordinary_sizing_reports():
-    from rsplan.planner import device_compute, kept_shapes
-    from rsplan.planner.compute import LlamaAbortError
-    from rsplan.planner.placement import place_layers
-    from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.compute import per_device as device_compute
+    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.reuse import kept_shapes
+    from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.weights.placement import place_layers
 
     spec = load_builtin_preset("kimi-linear-48b-a3b")
     layout = cache_layout(spec)  # one object: the kept sizings are found by the layout's identity
@@ -271,7 +272,7 @@ def test_rollback_planes_are_charged_llama_servers_larger_outputs():
 def test_report_heatmap_boundary_is_charged_each_settings_own_compute():
     """The heat map's out-of-memory boundary is exact per row: a budget where -c 8192 -np 1 misses by one byte
     with its own compute buffer, but would fit with the compute at the flags given (-c 4096)."""
-    from rsplan.planner.plan import build_plan
+    from rsplan.planner.caches.plan import build_plan
     from rsplan.render import report_data
 
     spec = make_spec(**ARTICLE)
@@ -303,7 +304,7 @@ def test_a_rollback_search_tries_the_step_above_the_ceilings_bound_first(monkeyp
     # own charge. (2) Charged 410 MiB (C), 400 planes fit (10 MiB more than their own charge, 20,000,000 spare),
     # 401 do not. (3) 401 is tried first and does not fit, so 400 is the answer, checked in (4): 4 settings sized
     # (a binary search over 401-409 would size 402 and 401 too, and 405 before them)
-    from rsplan.planner import capacity_charge
+    from rsplan.planner.capacity import charges as capacity_charge
 
     step = MIB
     spec = make_spec(**ARTICLE)

@@ -4,8 +4,8 @@ that works). Expected values by hand from mamba-130m's published shapes."""
 from __future__ import annotations
 
 from rsplan.hparams.sources import read_model
-from rsplan.planner.capacity import HOST, Budget, CapacityPlanner, DeviceBudget
-from rsplan.planner.context import ContextParams
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.capacity.search import HOST, Budget, CapacityPlanner, DeviceBudget
 
 GiB = 1 << 30
 # mamba-130m: 24 layers, d_inner 1536, d_conv 4, d_state 16: per sequence and layer (3 x 1536 + 16 x 1536) f32
@@ -93,8 +93,8 @@ def test_checkpoints_are_charged_to_the_host_at_32_per_slot():
 
 def test_server_checkpoints_count_slots_and_the_limit():
     from rsplan.hparams.layout import cache_layout
-    from rsplan.planner.context import resolve_context
-    from rsplan.planner.outputs import server_checkpoints
+    from rsplan.planner.caches.context import resolve_context
+    from rsplan.planner.caches.outputs import server_checkpoints
 
     spec = read_model("mamba-130m").spec
     ctx = resolve_context(cache_layout(spec), ContextParams(n_ctx=4096, n_seq_max=3))
@@ -150,7 +150,7 @@ def test_a_gguf_places_its_own_tensors():
     devices = json.loads(r.output)["devices"]
     # by hand from the file's tensor table (all f32: no row padding): in host memory the token embedding and each
     # layer's ssm_a [1, 8] (the loader tests it with a scan of state size 16, for which CUDA has no Mamba-2 kernel:
-    # planner.loader_ops), as one mapped span of the file from the first of them to the end of the last (each
+    # planner.backends.loader_ops), as one mapped span of the file from the first of them to the end of the last (each
     # tensor's data padded to the file's alignment); every other tensor on the GPU padded to CUDA's 128, plus the
     # tied output's copy of the embedding
     index = read_gguf(str(path)).index

@@ -3,8 +3,8 @@ the ``CPU_Mapped`` span of the file with mmap, the ``CPU_REPACK`` buffer ON TOP 
 without mmap; and prints the flags that reproduce it.
 
 Expected bytes are derived here from the tensor table (llama-quantize Q4_0 of mamba-130m's bf16 GGUF, file order,
-each tensor padded to the 32-byte data alignment), not by calling planner.host_weights; one case is checked against
-real llama.cpp runs (tests/golden/llamacpp-breakdown/buffer-types)."""
+each tensor padded to the 32-byte data alignment), not by calling planner.weights.host_weights; one case is checked
+against real llama.cpp runs (tests/golden/llamacpp-breakdown/buffer-types)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from rsplan.cli import cli
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.quant_weights import quantized_weights
+from rsplan.planner.weights.quant_weights import quantized_weights
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llamacpp-breakdown" / "buffer-types"
 BASE = ["--budget", "8GiB", "--host-budget", "64GiB", "--ctx", "4k", "--compute", "0"]
@@ -138,11 +138,11 @@ def test_matches_real_llama_cpp_runs(case):
     # repacking: their weight buffers are the host's when every layer stays there on a device kind without a host
     # buffer type (the skeleton's table: hparams.tensors' order, llama-quantize's types, as the golden test reads it)
     from rsplan.hparams.tensors import tensor_list
-    from rsplan.planner.budget import BudgetRequest, make_planners
-    from rsplan.planner.capacity import DeviceBudget
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.cpu_repack import parse_target
-    from rsplan.planner.host_weights import HostOptions, WeightTable
+    from rsplan.planner.backends.cpu_repack import parse_target
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.capacity.budget import BudgetRequest, make_planners
+    from rsplan.planner.capacity.search import DeviceBudget
+    from rsplan.planner.weights.host_weights import HostOptions, WeightTable
 
     name, i = case
     data = json.loads((GOLDEN / f"{name}.json").read_text())
@@ -257,8 +257,8 @@ def test_report_charges_and_prints_the_same(tmp_path):
 
 
 def test_host_options_flags_and_their_agreement():
-    from rsplan.planner.cpu_repack import parse_target
-    from rsplan.planner.host_weights import HostOptions
+    from rsplan.planner.backends.cpu_repack import parse_target
+    from rsplan.planner.weights.host_weights import HostOptions
 
     assert HostOptions().flags() == [] and HostOptions().mode == "auto"
     assert HostOptions(use_mmap=False).flags() == ["--load-mode none"]

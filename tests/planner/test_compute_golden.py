@@ -15,11 +15,11 @@ import pytest
 
 from rsplan.hparams.gguf_file import read_gguf
 from rsplan.hparams.sources import load_builtin_preset, load_model
-from rsplan.planner.breakdown import model_bytes_by_buffer
-from rsplan.planner.compute import ComputeBuffer, ComputeModelError, compute_buffer, has_compute_model
-from rsplan.planner.context import ContextParams
-from rsplan.planner.host_weights import HostOptions, gguf_table
-from rsplan.planner.outputs import mtp_draft_kv, output_buffer
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.outputs import mtp_draft_kv, output_buffer
+from rsplan.planner.compute.reserve import ComputeBuffer, ComputeModelError, compute_buffer, has_compute_model
+from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
+from rsplan.planner.weights.host_weights import HostOptions, gguf_table
 from rsplan_testing import MEASURED_DIR
 
 GOLDEN = Path(os.environ.get("RSPLAN_GOLDEN_BREAKDOWN", Path(__file__).resolve().parents[1] / "golden"
@@ -146,7 +146,7 @@ def test_flags_llama_cpp_aborts_on_are_refused(case: tuple) -> None:
     """Where llama.cpp aborts while creating the context (a GGML_ASSERT: a reserve graph's shapes, or the output
     buffer's rows), a modelled arch's compute buffer fails the same check: no compute buffer is given for a
     context that cannot exist."""
-    from rsplan.planner.compute import LlamaAbortError
+    from rsplan.planner.compute.reserve import LlamaAbortError
 
     _, model, c = case
     spec = _spec(model)

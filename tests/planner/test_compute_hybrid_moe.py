@@ -8,8 +8,8 @@ import pytest
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.compute import ComputeModelError, compute_buffer
-from rsplan.planner.context import ContextParams
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.compute.reserve import ComputeModelError, compute_buffer
 
 # (flags, CPU compute bytes): build/llamacpp-truth/probe -m kimi-linear-48b-a3b-bf16.gguf -c 4096 <flags>
 KIMI_MEASURED = [

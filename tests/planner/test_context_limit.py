@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from rsplan.cli import cli
 from rsplan.errors import ContextError
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.capacity import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
-from rsplan.planner.context import ContextParams
-from rsplan.planner.context_limit import RopeFlags, context_limit, uses_rope, yarn_context
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.context_limit import RopeFlags, context_limit, uses_rope, yarn_context
+from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
 from rsplan_testing import one_line_error
 
 GIB = 1 << 30

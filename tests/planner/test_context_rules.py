@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from rsplan.errors import ContextError
 from rsplan.hparams.layout import cache_layout
-from rsplan.planner.context import ContextParams, n_rs_seq_for, resolve_context
-from rsplan.planner.plan import build_plan, plan_totals
+from rsplan.planner.caches.context import ContextParams, n_rs_seq_for, resolve_context
+from rsplan.planner.caches.plan import build_plan, plan_totals
 from rsplan_testing import make_spec
 
 # One 4-layer gated-delta hybrid (rollback capable), head dim 64, 2 KV heads, as in the real qwen35 test GGUF.

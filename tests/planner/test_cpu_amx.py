@@ -1,9 +1,9 @@
-"""planner.cpu_amx: which weights an AMX build of llama.cpp's CPU backend packs, and their bytes (by hand from
+"""planner.backends.cpu_amx: which weights an AMX build of llama.cpp's CPU backend packs, and their bytes (by hand from
 ggml/src/ggml-cpu/amx: supports_op and get_row_size; measured: tests/golden/test_llamacpp_buffer_types.py)."""
 
 from __future__ import annotations
 
-from rsplan.planner.cpu_amx import amx_bytes
+from rsplan.planner.backends.cpu_amx import amx_bytes
 
 
 def test_packed_rows_add_q8_0s_compensation_and_the_k_quants_scales():

@@ -1,5 +1,5 @@
-"""planner.cpu_repack and planner.host_weights: which weights the CPU backend repacks, and the host buffers' names
-and bytes (CPU_Mapped span, CPU, CPU_REPACK, CUDA_Host), with hand-derived expectations."""
+"""planner.backends.cpu_repack and planner.weights.host_weights: which weights the CPU backend repacks, and the host
+buffers' names and bytes (CPU_Mapped span, CPU, CPU_REPACK, CUDA_Host), with hand-derived expectations."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from rsplan.planner.cpu_repack import OPS, RULES, TARGETS, RepackError, parse_target, repacked, weight_op
-from rsplan.planner.host_weights import HostTensor, file_offsets, host_buffers
+from rsplan.planner.backends.cpu_repack import OPS, RULES, TARGETS, RepackError, parse_target, repacked, weight_op
+from rsplan.planner.weights.host_weights import HostTensor, file_offsets, host_buffers
 from rsplan_testing import LLAMA_CPP, needs_llama_cpp
 
 AVX2 = parse_target("x86-avx2")
@@ -71,7 +71,7 @@ def test_unknown_target_names_the_valid_ones():
 
 
 def _mamba_layer() -> list[tuple[str, int, str, tuple[int, ...]]]:
-    """Mamba-130m's layer 0 as llama-quantize Q4_0 writes it (planner.quant: ssm_dt's 48-wide rows fall back to
+    """Mamba-130m's layer 0 as llama-quantize Q4_0 writes it (planner.weights.quant: ssm_dt's 48-wide rows fall back to
     F16). Q4_0 rows are ne0 / 32 blocks of 18 bytes."""
     return [
         ("blk.0.ssm_a", 16 * 1536 * 4, "f32", (16, 1536)),

@@ -1,11 +1,11 @@
-"""planner.cuda_alloc: CUDA's get_alloc_size for flash attention's f16 K/V copies and quantized rows, on tensors
-laid out by hand (expected bytes derived in each test from ggml-cuda's rules)."""
+"""planner.backends.cuda_alloc: CUDA's get_alloc_size for flash attention's f16 K/V copies and quantized rows, on
+tensors laid out by hand (expected bytes derived in each test from ggml-cuda's rules)."""
 
 from __future__ import annotations
 
 from rsplan.hparams.ggml_types import GGML_TYPES, WEIGHT_TYPES
-from rsplan.planner import ggml_ops as g
-from rsplan.planner.cuda_alloc import cuda_alloc_size, fattn_kernel
+from rsplan.planner.backends.cuda_alloc import cuda_alloc_size, fattn_kernel
+from rsplan.planner.ggml import ops as g
 
 Q8_0 = GGML_TYPES["q8_0"]
 

@@ -1,5 +1,6 @@
-"""planner.cuda_fusion: the allocation dependencies CUDA's graph_optimize adds for the MoE weighted reduction and
-the top-k MoE router, on graphs laid out by hand, in every MoE preset's graph, and against a real user's CUDA log."""
+"""planner.backends.cuda_fusion: the allocation dependencies CUDA's graph_optimize adds for the MoE weighted reduction
+and the top-k MoE router, on graphs laid out by hand, in every MoE preset's graph, and against a real user's CUDA
+log."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import dataclasses
 
 import pytest
 
-from rsplan.planner import ggml_ops as g
-from rsplan.planner.cuda_fusion import alloc_deps, use_counts
-from rsplan.planner.ggml_alloc import Graph
-from rsplan.planner.placement import place_layers
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup, schedule
+from rsplan.planner.backends.cuda_fusion import alloc_deps, use_counts
+from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup, schedule
+from rsplan.planner.ggml import ops as g
+from rsplan.planner.ggml.alloc import Graph
+from rsplan.planner.weights.placement import place_layers
 
 CUDA = DEVICE_KINDS["CUDA"]
 NO_FUSION = dataclasses.replace(CUDA, fusion_deps=False)
@@ -178,8 +179,8 @@ def test_every_moe_layer_of_the_presets_has_its_router_fused(name):
     # router and one kept reduction per expert selection (ARGSORT) of the ubatch graph
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_builtin_preset
-    from rsplan.planner.compute import _build_reserve_graph, reserve_graph_builder
-    from rsplan.planner.context import ContextParams, resolve_context
+    from rsplan.planner.caches.context import ContextParams, resolve_context
+    from rsplan.planner.compute.reserve import _build_reserve_graph, reserve_graph_builder
 
     spec = load_builtin_preset(name)
     layout = cache_layout(spec)

@@ -1,19 +1,20 @@
-"""planner.cuda_ops (which ops a CUDA device runs) and what planner.sched does with an op the device does not run:
-ggml_backend_sched gives it to the CPU, which copies its sources from the device (ggml-backend.cpp pass 3)."""
+"""planner.backends.cuda_ops (which ops a CUDA device runs) and what planner.compute.sched does with an op the device
+does not run: ggml_backend_sched gives it to the CPU, which copies its sources from the device (ggml-backend.cpp pass
+3)."""
 
 from __future__ import annotations
 
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
-from rsplan.planner import ggml_ops as g
-from rsplan.planner.context import ContextParams
-from rsplan.planner.cuda_ops import cuda_supports_op
-from rsplan.planner.device_compute import device_compute
-from rsplan.planner.ggml_alloc import Graph, Tensor
-from rsplan.planner.placement import place_layers
-from rsplan.planner.quant_weights import quantized_weights
-from rsplan.planner.sched import DEVICE_KINDS, LayerTensors, SchedSetup, schedule
+from rsplan.planner.backends.cuda_ops import cuda_supports_op
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.sched import DEVICE_KINDS, LayerTensors, SchedSetup, schedule
+from rsplan.planner.ggml import ops as g
+from rsplan.planner.ggml.alloc import Graph, Tensor
+from rsplan.planner.weights.placement import place_layers
+from rsplan.planner.weights.quant_weights import quantized_weights
 
 CUDA = DEVICE_KINDS["CUDA"]
 IQ4_NL = GGMLType("iq4_nl", 32, 18)

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan.planner.default_weights import padded_vocab
+from rsplan.planner.weights.default_weights import padded_vocab
 
 REAL = Path(__file__).parents[1] / "hparams" / "real_configs"
 
@@ -117,8 +117,8 @@ def test_vocabulary_padding(n_vocab, tp, rows):
 
 def test_sglang_model_dtype_is_the_engines():
     from rsplan.hparams.sources import load_model
-    from rsplan.planner.default_weights import serving_model_dtype
     from rsplan.planner.engines.sglang.rules import derive, settings
+    from rsplan.planner.weights.default_weights import serving_model_dtype
 
     for name in ("lfm2-8b-a1b", "mamba2-2.7b", "qwen3-next-80b-a3b"):
         spec = load_model(name)

@@ -1,6 +1,6 @@
-"""Reserve graphs kept over the KV cells (planner.kept_shapes, planner.kv_affine) in planner.device_compute and
-planner.compute: a setting sized on the graphs and schedule built at another context is sized exactly as if its
-own had been built."""
+"""Reserve graphs kept over the KV cells (planner.compute.reuse.kept_shapes, planner.compute.reuse.kv_affine) in
+planner.compute.per_device and planner.compute.reserve: a setting sized on the graphs and schedule built at another
+context is sized exactly as if its own had been built."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner import device_compute as dc
-from rsplan.planner.compute import LlamaAbortError, reserve_graph_builder
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.placement import place_layers
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.compute import per_device as dc
+from rsplan.planner.compute.reserve import LlamaAbortError, reserve_graph_builder
+from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.weights.placement import place_layers
 
 #: Per-sequence contexts: the first builds and schedules the shapes, the others are sized on them.
 CONTEXTS = (12288, 4096, 65536, 256, 196608)
@@ -118,8 +118,8 @@ CPU_CASES = [*CASES, ("minimax-text-01", 1, "auto", "f16"), ("kimi-linear-48b-a3
 
 @pytest.mark.parametrize(("name", "n_seq", "fa", "kv_type"), CPU_CASES)
 def test_the_cpu_compute_buffer_on_kept_graphs_equals_its_own(name, n_seq, fa, kv_type):
-    # planner.compute.compute_buffer (one CPU backend, no scheduler) keeps its reserve graphs the same way
-    from rsplan.planner import compute
+    # planner.compute.reserve.compute_buffer (one CPU backend, no scheduler) keeps its reserve graphs the same way
+    from rsplan.planner.compute import reserve as compute
 
     compute.CPU_SHAPES.clear()
     spec = load_builtin_preset(name)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rsplan.hparams.layout import cache_layout
-from rsplan.planner.context import ContextParams
-from rsplan.planner.plan import build_plan
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.plan import build_plan
 from rsplan_testing import make_spec
 
 F32 = 4

@@ -1,6 +1,6 @@
-"""planner.fit: llama.cpp's --fit search, checked by hand on a model whose bytes are simple to add up.
+"""planner.fit.steps: llama.cpp's --fit search, checked by hand on a model whose bytes are simple to add up.
 
-The oracle below charges each offloadable unit a fixed size (planner.placement decides where each unit goes,
+The oracle below charges each offloadable unit a fixed size (planner.weights.placement decides where each unit goes,
 as in llama.cpp), so every step of llama.cpp's search (common/fit.cpp) can be followed on paper; the expected
 values are derived in each test's comments. tests/golden/test_llamacpp_fit.py checks the same code against
 llama-fit-params itself.
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from rsplan.planner.fit import UINT32_MAX, FitRequest, fit
-from rsplan.planner.fit_memory import DeviceUsage, StartFlags, Usage
-from rsplan.planner.placement import place_layers
+from rsplan.planner.fit.memory import DeviceUsage, StartFlags, Usage
+from rsplan.planner.fit.steps import UINT32_MAX, FitRequest, fit
+from rsplan.planner.weights.placement import place_layers
 
 MiB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""The --spec-type mtp draft context in rsplan fit (planner.fit_draft), by hand from Qwen3.5-35B-A3B's shapes.
+"""The --spec-type mtp draft context in rsplan fit (planner.fit.draft), by hand from Qwen3.5-35B-A3B's shapes.
 
 Qwen3.5-35B-A3B: 40 trunk layers and one nextn (MTP) layer, il 40; 2 KV heads of 256 -> one K row and one V row
 per cell of 512 f16 values = 1,024 bytes each. The draft context's cache is a plain KV cache over layer 40 only:
@@ -13,12 +13,12 @@ import pytest
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
-from rsplan.planner.buffers import CUDA_RULE
-from rsplan.planner.compute import compute_buffer
-from rsplan.planner.context import ContextParams
-from rsplan.planner.fit_draft import DraftFitError, DraftMemory, WithDraft
-from rsplan.planner.fit_memory import MemoryModel, StartFlags
-from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+from rsplan.planner.backends.buffers import CUDA_RULE
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.fit.draft import DraftFitError, DraftMemory, WithDraft
+from rsplan.planner.fit.memory import MemoryModel, StartFlags
+from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsplan.hparams.ggml_types import GGMLType
-from rsplan.planner.ggml_alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_size, reserve_sizes
+from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_size, reserve_sizes
 
 F32 = GGMLType("f32", 1, 4)
 
@@ -92,8 +92,8 @@ def test_a_kept_graph_replays_its_run_at_new_sizes_while_its_decisions_hold():
 
 
 def test_a_kept_graph_checks_only_the_decisions_of_tensors_that_may_change():
-    """With ``Graph.varying`` set (planner.kept_shapes: the tensors whose shapes change between sizings), the
-    recorded run keeps only the layout checks that involve one of them: a flip there is still seen, and a check
+    """With ``Graph.varying`` set (planner.compute.reuse.kept_shapes: the tensors whose shapes change between sizings),
+    the recorded run keeps only the layout checks that involve one of them: a flip there is still seen, and a check
     between two tensors outside it is not kept (their shapes never change, so it holds at every later run)."""
     inp = t("NONE", 16, flags=FLAG_INPUT)
     a = t("CONT", 16, inp)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsplan.planner import ggml_ops as g
+from rsplan.planner.ggml import ops as g
 
 
 def test_rwkv_wkv7_holds_the_token_rows_then_the_states():

@@ -12,9 +12,9 @@ from functools import cache
 import pytest
 
 from rsplan.errors import RsplanError
-from rsplan.planner.context import ContextParams
-from rsplan.planner.logs import log_lines
-from rsplan.planner.plan import build_plan
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.logs import log_lines
+from rsplan.planner.caches.plan import build_plan
 from rsplan_testing import MEASURED_DIR, make_spec
 
 CASES = MEASURED_DIR / "cases.json"

@@ -1,6 +1,6 @@
 """Every weight of every reserve graph is one tensor of the model's GGUF: its ``-ot`` patterns are matched against
-that tensor's name (planner.sched.LayerTensors), so an override of one tensor kind (``-ot attn_q=CPU``) moves the
-op that reads it and no other. A graph weight left unnamed, or named otherwise than the file, would be ambiguous
+that tensor's name (planner.compute.sched.LayerTensors), so an override of one tensor kind (``-ot attn_q=CPU``) moves
+the op that reads it and no other. A graph weight left unnamed, or named otherwise than the file, would be ambiguous
 (several tensors of its shape) or unknown."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import tensor_list
-from rsplan.planner.compute import _build_reserve_graph, has_compute_model, reserve_graph_builder
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.sched import LayerTensors, _gguf_name
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.compute.reserve import _build_reserve_graph, has_compute_model, reserve_graph_builder
+from rsplan.planner.compute.sched import LayerTensors, _gguf_name
 
 PRESETS = ["arwkv-1.5b", "falcon-h1-0.5b-instruct", "granite-4.0-h-1b", "granite-4.0-h-tiny", "jamba-v0.1",
            "kimi-linear-48b-a3b", "lfm2-1.2b", "lfm2-8b-a1b", "mamba-130m", "mamba-codestral-7b", "minimax-text-01",
@@ -80,12 +80,12 @@ def test_layer_tensors_match_by_kind_then_shape():
     assert lt.names(1, "attn_v", (96, 32, 1, 1)) == ()
 
 
-#: Presets with an MTP draft graph (planner.graphs.MTP_BUILDERS) and nextn layers in their tensor list.
+#: Presets with an MTP draft graph (planner.compute.graphs.MTP_BUILDERS) and nextn layers in their tensor list.
 MTP_PRESETS = ["qwen3-next-80b-a3b", "qwen3.5-35b-a3b"]
 
 
 def _draft_graph_weights(spec):
-    from rsplan.planner.compute import draft_layout_and_params
+    from rsplan.planner.compute.reserve import draft_layout_and_params
 
     layout, params = draft_layout_and_params(spec, cache_layout(spec), ContextParams(n_ctx=4096, n_seq_max=2,
                                                                                       n_ubatch=64))

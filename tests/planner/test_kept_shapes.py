@@ -1,4 +1,4 @@
-"""planner.kept_shapes.ShapeCache: which query builds, reuses or sizes the ordinary way (fake sizings)."""
+"""planner.compute.reuse.kept_shapes.ShapeCache: which query builds, reuses or sizes the ordinary way (fake sizings)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.kept_shapes import ShapeCache, cells_apart
-from rsplan.planner.kv_affine import Affine, NotAffine
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.compute.reuse.kept_shapes import ShapeCache, cells_apart
+from rsplan.planner.compute.reuse.kv_affine import Affine, NotAffine
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_a_kept_error_holds_over_its_interval_and_is_raised_again_without_buildi
 
 
 def test_an_affine_size_refuses_to_be_printed():
-    from rsplan.planner.kv_affine import KCells
+    from rsplan.planner.compute.reuse.kv_affine import KCells
 
     a = Affine(0, 256, KCells(4))
     for show in (str, lambda x: f"{x}", lambda x: f"{x:,}", "{}".format):

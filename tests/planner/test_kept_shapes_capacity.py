@@ -1,6 +1,6 @@
 """rsplan capacity and rsplan fit give the same output, byte for byte, with the reserve graphs kept over the KV cells
-(planner.kept_shapes) and with keeping turned off (``kept_shapes.KEPT``, ``RSPLAN_KEPT_SHAPES=0``): the kept path is
-an optimisation that must never change a number.
+(planner.compute.reuse.kept_shapes) and with keeping turned off (``kept_shapes.KEPT``, ``RSPLAN_KEPT_SHAPES=0``): the
+kept path is an optimisation that must never change a number.
 
 A bounded slice of ``benchmarks/survey_kept_shapes.py --commands`` (which runs 14 to 17 commands on every preset):
 a capacity ladder on one device, partial offload (-ngl 1 and half) over one and two devices with -ts uneven,
@@ -22,8 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan.planner import compute, kept_shapes
-from rsplan.planner import device_compute as dc
+from rsplan.planner.compute import per_device as dc
+from rsplan.planner.compute import reserve as compute
+from rsplan.planner.compute.reuse import kept_shapes
 from rsplan_testing import clear_sizing_caches
 
 HOST = ["--host-budget", "256GiB", "--format", "json"]  # a fixed host budget: the default is this machine's
@@ -81,7 +82,7 @@ def test_output_is_the_same_with_and_without_kept_graphs(argv):
 def test_keeping_off_sizes_every_query_the_ordinary_way():
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_builtin_preset
-    from rsplan.planner.context import ContextParams
+    from rsplan.planner.caches.context import ContextParams
 
     spec = load_builtin_preset("mamba2-130m")
     layout = cache_layout(spec)
@@ -99,6 +100,7 @@ def test_the_environment_variable_turns_keeping_off_only_when_0(value, kept):
     env = {k: v for k, v in os.environ.items() if k != "RSPLAN_KEPT_SHAPES"}
     if value is not None:
         env["RSPLAN_KEPT_SHAPES"] = value
-    out = subprocess.run([sys.executable, "-c", "from rsplan.planner import kept_shapes; print(kept_shapes.KEPT)"],
+    code = "from rsplan.planner.compute.reuse import kept_shapes; print(kept_shapes.KEPT)"
+    out = subprocess.run([sys.executable, "-c", code],
                          env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(kept)

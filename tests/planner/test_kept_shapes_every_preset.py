@@ -1,5 +1,6 @@
-"""Every preset sized on reserve graphs kept over the KV cells equals its ordinary sizing (planner.kept_shapes),
-per device (planner.device_compute) and on the CPU (planner.compute.compute_buffer).
+"""Every preset sized on reserve graphs kept over the KV cells equals its ordinary sizing
+(planner.compute.reuse.kept_shapes), per device (planner.compute.per_device) and on the CPU
+(planner.compute.reserve.compute_buffer).
 
 A bounded slice of benchmarks/survey_kept_shapes.py (which runs the whole grid): per preset one setting, rotated
 over the presets so that together they cover each placement, -np 1 and 3, -fa auto / on / off, an f16 and a q8_0 K
@@ -22,13 +23,13 @@ import pytest
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
-from rsplan.planner import compute
-from rsplan.planner import device_compute as dc
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.placement import place_layers
-from rsplan.planner.quant_weights import quantized_weights
-from rsplan.planner.sched import DEVICE_KINDS, LayerTensors, SchedSetup
-from rsplan.planner.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.compute import per_device as dc
+from rsplan.planner.compute import reserve as compute
+from rsplan.planner.compute.sched import DEVICE_KINDS, LayerTensors, SchedSetup
+from rsplan.planner.weights.placement import place_layers
+from rsplan.planner.weights.quant_weights import quantized_weights
+from rsplan.planner.weights.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
 
 #: Per-sequence contexts: the first builds, the others are sized on its graphs, but for 256 with -np 1: -c 256 then
 #: sets n_batch and so the ubatch (a context shape of its own).
@@ -44,7 +45,7 @@ def setup_of(where: str, n_layer_all: int, tensors: LayerTensors | None = None) 
     """The placements of test_device_compute_shapes.py, then benchmarks/survey_kept_shapes.py's partial offload
     and expert ones (-ngl counts from the output layer: -ngl 1 is the output layer alone on the device), with the
     model's ``tensors``: a weight that an offloaded op reads from another buffer is copied in its own type
-    (planner.sched.copy_layout)."""
+    (planner.compute.sched.copy_layout)."""
     return dataclasses.replace(_placed(where, n_layer_all), tensors=tensors)
 
 
@@ -104,7 +105,7 @@ def model(name: str):
 
 
 def params_of(s: dict, c: int, n_rs_seq: int, mla: bool) -> ContextParams:
-    # MLA (kimi-linear) takes one type for K and V (planner.context), and a quantized V needs flash attention
+    # MLA (kimi-linear) takes one type for K and V (planner.caches.context), and a quantized V needs flash attention
     type_k = "f16" if mla else s["type_k"]
     return ContextParams(n_ctx=c * s["n_seq"], n_seq_max=s["n_seq"], flash_attn=s["fa"], type_k=type_k,
                          n_ubatch=s["n_ubatch"], kv_unified=s["kv_unified"], n_rs_seq=n_rs_seq)
@@ -135,7 +136,7 @@ def cpu_ordinary(spec, layout, params: ContextParams, mtp: bool, n_out: int | No
 
 def check(spec, layout, s: dict, *, mtp: bool = False, n_rs_seq: int = 0) -> None:
     setup = setup_of(s["where"], layout.n_layer_all, quantized_weights(spec, "Q8_0").layer_tensors())
-    n_out = s["n_seq"] if mtp else None  # the draft context's outputs, as planner.fit_draft asks for them
+    n_out = s["n_seq"] if mtp else None  # the draft context's outputs, as planner.fit.draft asks for them
     dc.SHAPES.clear()
     compute.CPU_SHAPES.clear()
     for c in CONTEXTS:

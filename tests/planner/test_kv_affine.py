@@ -1,4 +1,5 @@
-"""planner.kv_affine: integers affine in k, and the interval of k over which each decision taken on them holds."""
+"""planner.compute.reuse.kv_affine: integers affine in k, and the interval of k over which each decision taken on them
+holds."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsplan.planner.kv_affine import Affine, KCells, NotAffine
+from rsplan.planner.compute.reuse.kv_affine import Affine, KCells, NotAffine
 
 
 def x_at(k: int, c0: int, c1: int) -> tuple[KCells, Affine]:

@@ -1,4 +1,4 @@
-"""One sequence's serialized KV cache (planner.outputs.kv_state_bytes: what each llama-server checkpoint holds of
+"""One sequence's serialized KV cache (planner.caches.outputs.kv_state_bytes: what each llama-server checkpoint holds of
 the ``--spec-type mtp`` draft context) against llama.cpp: tests/golden/llamacpp-state/kv-state.json, recorded by
 scripts/llamacpp-truth/state_cases.py (real runs of the tiny GGUFs with N tokens decoded into sequence 0:
 ``llama_state_seq_get_size_ext`` with flags 0 minus PARTIAL_ONLY, the attention cache's part)."""
@@ -12,8 +12,8 @@ import pytest
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_model
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.outputs import kv_state_bytes, mtp_draft_checkpoint_bytes, mtp_draft_params
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.caches.outputs import kv_state_bytes, mtp_draft_checkpoint_bytes, mtp_draft_params
 from rsplan_testing import MEASURED_DIR
 
 MEASURED = MEASURED_DIR
@@ -53,7 +53,7 @@ def test_a_draft_checkpoint_at_its_limit_by_hand():
 
 
 def test_a_draft_checkpoint_needs_a_model_with_mtp_layers():
-    from rsplan.planner.outputs import OutputsError
+    from rsplan.planner.caches.outputs import OutputsError
 
     spec = load_model("qwen3.5-35b-a3b").model_copy(update={"nextn_predict_layers": 0})
     with pytest.raises(OutputsError, match="nextn"):

@@ -1,5 +1,5 @@
-"""Reserve graphs built over fewer layers (planner.layer_periods): which layers are built, and that a sizing on them
-is the whole graph's, to the byte, or is made on the whole graph."""
+"""Reserve graphs built over fewer layers (planner.compute.reuse.layer_periods): which layers are built, and that a
+sizing on them is the whole graph's, to the byte, or is made on the whole graph."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from click.testing import CliRunner
 from rsplan.cli import cli
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
-from rsplan.planner import compute, layer_periods, sched
-from rsplan.planner import device_compute as dc
-from rsplan.planner import ggml_alloc as ga
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.layer_periods import LayerCut, layer_cut, layer_signature
-from rsplan.planner.placement import place_layers
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.compute import per_device as dc
+from rsplan.planner.compute import reserve as compute
+from rsplan.planner.compute import sched
+from rsplan.planner.compute.reuse import layer_periods
+from rsplan.planner.compute.reuse.layer_periods import LayerCut, layer_cut, layer_signature
+from rsplan.planner.ggml import alloc as ga
+from rsplan.planner.weights.placement import place_layers
 from rsplan_testing import clear_sizing_caches
 
 
@@ -162,7 +164,7 @@ def _sizings(monkeypatch, args: list[str], enabled: bool) -> list[dc.DeviceCompu
 
 def _period_graph(n_periods: int) -> list[ga.Tensor]:
     """Two nodes per period (an SSM_SCAN on the CPU, backend 1, then an ADD on device 0), then a tail of two."""
-    from rsplan.planner.ggml_ops import F32
+    from rsplan.planner.ggml.ops import F32
 
     nodes = []
     for i in range(2 * n_periods + 2):
@@ -175,7 +177,7 @@ def _period_graph(n_periods: int) -> list[ga.Tensor]:
 def test_the_whole_graph_has_the_left_out_periods_splits_and_host_ops():
     from types import SimpleNamespace
 
-    from rsplan.planner.layer_periods import GraphPeriods
+    from rsplan.planner.compute.reuse.layer_periods import GraphPeriods
 
     # the cut graph: p0 p1 p2 p_last of 2 nodes each, then a tail (10 nodes); 5 periods left out. A split starts
     # at every node (the backend changes at each): 9 splits (the last node continues the 9th), 4 SSM_SCAN on the
@@ -198,7 +200,7 @@ def test_the_whole_graph_has_the_left_out_periods_splits_and_host_ops():
 
 
 def test_the_allocator_state_is_the_free_blocks_and_the_held_tensors_places():
-    from rsplan.planner.ggml_ops import F32
+    from rsplan.planner.ggml.ops import F32
 
     held = [ga.Tensor("ADD", F32, (8, 1, 1, 1), (4, 32, 32, 32)) for _ in range(3)]
     for t in held:

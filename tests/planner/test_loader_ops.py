@@ -1,5 +1,5 @@
-"""planner.loader_ops: the loader's op test of each weight (src/llama-model-loader.cpp weight_buft_supported), and
-where a weight that a CUDA device refuses ends up (host memory, in CPU), in the weights per device, the host
+"""planner.backends.loader_ops: the loader's op test of each weight (src/llama-model-loader.cpp weight_buft_supported),
+and where a weight that a CUDA device refuses ends up (host memory, in CPU), in the weights per device, the host
 buffers and the scheduler model."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from click.testing import CliRunner
 from rsplan.cli import cli
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
-from rsplan.planner import ggml_ops as g
-from rsplan.planner.buffers import CUDA_RULE
-from rsplan.planner.cuda_ops import cuda_supports_op
-from rsplan.planner.loader_ops import LoaderCheck, device_loader_check, loader_check, weight_shape
-from rsplan.planner.placement import place_layers
-from rsplan.planner.quant_weights import quantized_weights
-from rsplan.planner.sched import DEVICE_KINDS, SchedSetup, _backend_of_buffer
-from rsplan.planner.weight_placement import Weight, override_matcher, parse_overrides, place_weights
+from rsplan.planner.backends.buffers import CUDA_RULE
+from rsplan.planner.backends.cuda_ops import cuda_supports_op
+from rsplan.planner.backends.loader_ops import LoaderCheck, device_loader_check, loader_check, weight_shape
+from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup, _backend_of_buffer
+from rsplan.planner.ggml import ops as g
+from rsplan.planner.weights.placement import place_layers
+from rsplan.planner.weights.quant_weights import quantized_weights
+from rsplan.planner.weights.weight_placement import Weight, override_matcher, parse_overrides, place_weights
 
 
 def _check(d_inner: int, d_state: int, n_group: int = 1) -> LoaderCheck:
@@ -65,7 +65,7 @@ def test_devices_that_run_every_op_refuse_nothing():
     assert loader_check(None, spec) is None
     assert device_loader_check("RPC", spec) is None and device_loader_check(None, spec) is None
     assert device_loader_check("SYCL", spec) is None  # no scheduler model: every weight where its layer is
-    from rsplan.planner.cuda_ops import cuda_takes_weight
+    from rsplan.planner.backends.cuda_ops import cuda_takes_weight
 
     assert device_loader_check("CUDA", spec) == LoaderCheck(cuda_supports_op, 4096, 64, 1, True, cuda_takes_weight)
 
@@ -145,7 +145,7 @@ def test_with_mmap_the_mapped_span_reaches_the_last_ssm_a():
 
 
 def test_cuda_takes_every_weight_type_but_the_ternary_ones_in_products():
-    from rsplan.planner.cuda_ops import cuda_takes_weight
+    from rsplan.planner.backends.cuda_ops import cuda_takes_weight
 
     for t in ("q4_K", "q4_k", "Q8_0", "iq1_m", "mxfp4", "nvfp4", "bf16", "f32", "q1_0"):
         assert cuda_takes_weight(t, 4096), t
@@ -189,8 +189,8 @@ def test_ternary_matrices_are_loaded_in_host_memory_of_a_cuda_run():
 
 
 def test_the_scheduler_runs_the_ternary_products_on_the_host():
-    from rsplan.planner.context import ContextParams
-    from rsplan.planner.device_compute import device_compute
+    from rsplan.planner.caches.context import ContextParams
+    from rsplan.planner.compute.per_device import device_compute
 
     spec, tensors = _lfm2_tq2()
     n_tq = sum(t.type == "tq2_0" for t in tensors)

@@ -6,8 +6,8 @@ import pytest
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.outputs import (
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.caches.outputs import (
     OutputsError,
     cache_ram_bytes,
     checkpoint_bytes,
@@ -95,8 +95,8 @@ def test_checkpoint_equals_llama_cpp_state_size(model: str, expected: int, n_rs_
 
 
 def test_model_bytes_from_a_tensor_table_pad_each_tensor_and_skip_mtp_layers():
-    from rsplan.planner.breakdown import model_bytes_by_buffer
-    from rsplan.planner.host_weights import HostOptions, WeightTable
+    from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
+    from rsplan.planner.weights.host_weights import HostOptions, WeightTable
 
     def table(tensors: list[tuple[str, int]]) -> WeightTable:  # f32 rows: nothing repacked
         return WeightTable(tensors, [("f32", n // 4) for _, n in tensors], [(n // 4,) for _, n in tensors])

@@ -1,4 +1,4 @@
-"""planner.compute.paused_gc: the collector paused while graphs are sized, resumed after, and what outlives the
+"""planner.compute.reserve.paused_gc: the collector paused while graphs are sized, resumed after, and what outlives the
 pause frozen only where the process ends with the command (rsplan.cli.main)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 import rsplan.cli
 from rsplan.cli import ends_with_command
-from rsplan.planner.compute import paused_gc
+from rsplan.planner.compute.reserve import paused_gc
 
 
 @pytest.fixture

@@ -9,15 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsplan.hparams.layout import cache_layout
-from rsplan.planner.context import ContextParams, resolve_context
-from rsplan.planner.placement import (
+from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.caches.plan import build_plan, plan_totals
+from rsplan.planner.weights.placement import (
     PlacementError,
     place_layers,
     split_layout,
     split_points,
     weights_by_device,
 )
-from rsplan.planner.plan import build_plan, plan_totals
 from rsplan_testing import make_spec
 
 # docs/sizing.md's worked example, a 48-layer hybrid: attention on layers 3, 7, ..., 47

@@ -1,11 +1,11 @@
-"""planner.quant: hand-derived cases for the rules and for bad input (the golden file covers whole models)."""
+"""planner.weights.quant: hand-derived cases for the rules and for bad input (the golden file covers whole models)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rsplan.errors import ContextError
-from rsplan.planner.quant import (
+from rsplan.planner.weights.quant import (
     FTYPE_NAMES,
     QuantModel,
     WeightTensor,

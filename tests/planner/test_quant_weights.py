@@ -1,4 +1,4 @@
-"""Weights after llama-quantize (planner.quant_weights) against llama.cpp's measured model bytes.
+"""Weights after llama-quantize (planner.weights.quant_weights) against llama.cpp's measured model bytes.
 
 tests/golden/llamacpp-breakdown holds the CPU ``model`` bytes llama.cpp 0c1e57098 reported for bf16 and q8_0
 skeleton GGUFs of real-size presets (written by convert_hf_to_gguf.py --outtype bf16 / q8_0). llama-quantize
@@ -17,10 +17,10 @@ import pytest
 from rsplan.errors import ContextError, UnsupportedArchError
 from rsplan.hparams.sources import load_model
 from rsplan.hparams.yaml_preset import load_preset_text
-from rsplan.planner.breakdown import model_bytes_by_buffer
-from rsplan.planner.buffers import CPU_RULE, CUDA_RULE
-from rsplan.planner.host_weights import HostOptions
-from rsplan.planner.quant_weights import quantized_weights
+from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE
+from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
+from rsplan.planner.weights.host_weights import HostOptions
+from rsplan.planner.weights.quant_weights import quantized_weights
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llamacpp-breakdown"
 

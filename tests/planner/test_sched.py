@@ -1,4 +1,4 @@
-"""planner.sched on graphs small enough to lay out by hand, planner.ggml_alloc with several buffers, and the
+"""planner.compute.sched on graphs small enough to lay out by hand, planner.ggml.alloc with several buffers, and the
 fit's per-device compute source (exact for RPC, an estimate for CUDA)."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from rsplan.hparams.sources import read_model
-from rsplan.planner import ggml_ops as g
-from rsplan.planner import sched
-from rsplan.planner.context import ContextParams
-from rsplan.planner.device_compute import device_compute
-from rsplan.planner.ggml_alloc import Buffer, Graph, reserve_sizes
-from rsplan.planner.placement import place_layers
-from rsplan.planner.sched import DEVICE_KINDS, LayerTensors, SchedModelError, SchedSetup, schedule
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.compute import sched
+from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.sched import DEVICE_KINDS, LayerTensors, SchedModelError, SchedSetup, schedule
+from rsplan.planner.ggml import ops as g
+from rsplan.planner.ggml.alloc import Buffer, Graph, reserve_sizes
+from rsplan.planner.weights.placement import place_layers
 
 RPC = DEVICE_KINDS["RPC"]
 
@@ -91,7 +91,7 @@ def test_a_probed_graph_is_split_on_the_probes_assignment_once():
 def test_device_compute_is_the_same_from_the_graphs_kept():
     # build_reserve_graph keeps the graphs it built last; sizing them again (another placement, then the first
     # again) gives what freshly built graphs give
-    from rsplan.planner import compute
+    from rsplan.planner.compute import reserve as compute
 
     spec = read_model("lfm2-1.2b").spec
     params = ContextParams(n_ctx=4096, n_seq_max=2)
@@ -135,7 +135,7 @@ def test_kv_on_the_host_turns_auto_flash_attention_off():
 
 
 def test_fit_says_when_device_compute_is_an_estimate():
-    from rsplan.planner.fit_run import FitOptions, converter_weights, fit_model
+    from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model
 
     spec = read_model("lfm2-2.6b").spec
     weights = converter_weights(spec)
@@ -196,7 +196,7 @@ def test_a_quantized_copy_on_cuda_gets_a_padding_row():
 
 def test_a_host_weight_copy_without_the_models_types_is_refused():
     # without the tensor list (capacity's --weights SIZE) the copy's size is unknown: refused, and the callers
-    # charge the CPU figure with a note (planner.fit_memory.MemoryModel._scheduled)
+    # charge the CPU figure with a note (planner.fit.memory.MemoryModel._scheduled)
     placement = place_layers(1, 1, n_gpu_layers=0)
     with pytest.raises(SchedModelError, match="needs the weight's type"):
         schedule(_host_weight_graph(), SchedSetup(DEVICE_KINDS["CUDA"], placement), 32)

@@ -13,9 +13,8 @@ from click.testing import CliRunner
 
 from rsplan.cli import cli
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, llama_flags
-from rsplan.planner.context import ContextParams
-from rsplan.planner.speculative import (
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.speculative import (
     DraftSetup,
     SpeculativeError,
     check_draft,
@@ -24,6 +23,7 @@ from rsplan.planner.speculative import (
     max_draft,
     usable_spec_types,
 )
+from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget, llama_flags
 from rsplan.render import report_data as data
 from rsplan_testing import make_spec, one_line_error
 

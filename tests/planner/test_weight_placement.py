@@ -1,10 +1,10 @@
-"""planner.weight_placement: which device each weight tensor lands on (llama.cpp's load_tensors)."""
+"""planner.weights.weight_placement: which device each weight tensor lands on (llama.cpp's load_tensors)."""
 
 from __future__ import annotations
 
-from rsplan.planner.buffers import CPU_RULE
-from rsplan.planner.placement import place_layers
-from rsplan.planner.weight_placement import Weight, layer_of, place_weights
+from rsplan.planner.backends.buffers import CPU_RULE
+from rsplan.planner.weights.placement import place_layers
+from rsplan.planner.weights.weight_placement import Weight, layer_of, place_weights
 
 N_EMBD, N_VOCAB = 96, 320  # the tiny lfm2.gguf of tests/golden/llamacpp-measured (f32)
 
@@ -44,7 +44,7 @@ def test_tied_output_copy_follows_the_overrides_under_token_embds_name():
     # matching token_embd places it too, and where it lands in the input copy's buffer type it is the same tensor.
     # Measured (fuzz_rpc.py --new-flags seed 7, lfm2-tiny, one RPC device, -ngl 3 -ot '...,token_embd=RPC0'): the
     # device held one copy of the 320 x 96 f32 matrix; rsplan had counted two (851,200 bytes against 728,320)
-    from rsplan.planner.weight_placement import TensorOverride
+    from rsplan.planner.weights.weight_placement import TensorOverride
 
     to_dev = (TensorOverride("token_embd", 0),)
     both = place_weights(_tiny_lfm2_globals(), place_layers(1, 1, n_gpu_layers=2), CPU_RULE, to_dev, arch="lfm2")
@@ -67,7 +67,7 @@ def test_a_tied_output_the_cpu_repacks_is_a_second_host_copy_where_the_host_list
     # a q4_0 embedding of the tiny LFM2's size: 320 rows of 96 / 32 blocks of 18 bytes = 17,280 bytes. As the
     # output matrix (MUL_MAT) AVX2 repacks q4_0 with rows a multiple of 8 (320 is): the TENSOR_DUPLICATED copy
     # lands in CPU_REPACK, the embedding (GET_ROWS) stays in CPU, so the host holds it twice
-    from rsplan.planner.cpu_repack import parse_target
+    from rsplan.planner.backends.cpu_repack import parse_target
 
     q4 = [Weight("token_embd.weight", N_VOCAB * N_EMBD // 32 * 18, "q4_0", N_EMBD),
           Weight("blk.0.attn_norm.weight", 4 * N_EMBD, "f32", N_EMBD)]
@@ -88,9 +88,9 @@ def test_a_tied_output_the_cpu_repacks_is_a_second_host_copy_where_the_host_list
 
 
 def test_fits_dry_run_repacks_the_host_weights_only_where_no_devices_host_buffer_comes_first():
-    from rsplan.planner.cpu_repack import parse_target
-    from rsplan.planner.fit_run import dry_run_repack
-    from rsplan.planner.host_weights import HostOptions
+    from rsplan.planner.backends.cpu_repack import parse_target
+    from rsplan.planner.fit.run import dry_run_repack
+    from rsplan.planner.weights.host_weights import HostOptions
 
     avx2 = HostOptions()
     assert avx2.repack.name == "x86-avx2"
@@ -104,8 +104,8 @@ def test_fits_dry_run_repacks_the_host_weights_only_where_no_devices_host_buffer
 def test_an_amx_build_takes_a_tied_q6_k_output_in_its_own_layout():
     # llama-quantize's Q4_K_M writes a tied embedding as q6_K (lfm2-1.2b: 2048 x 65536). AVX2 does not repack
     # q6_K, but an AMX build takes it as the output matrix (in features a multiple of 256, out features of 32):
-    # a second host copy in AMX, q6_K's VNNI rows being as long as its own (210 bytes per 256, planner.cpu_amx)
-    from rsplan.planner.cpu_repack import parse_target
+    # a second host copy in AMX, q6_K's VNNI rows being as long as its own (210 bytes per 256, planner.backends.cpu_amx)
+    from rsplan.planner.backends.cpu_repack import parse_target
 
     n_embd, n_vocab = 2048, 65536
     q6 = [Weight("token_embd.weight", n_vocab * n_embd // 256 * 210, "q6_K", n_embd)]

@@ -25,8 +25,8 @@ import yaml
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 from rsplan.hparams.yaml_preset import load_preset_text
-from rsplan.planner.context import ContextParams
-from rsplan.planner.plan import build_plan
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET_DIR = REPO / "presets"

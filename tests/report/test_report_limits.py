@@ -8,9 +8,9 @@ import pytest
 pytest.importorskip("plotly")
 
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.capacity import Budget, CapacityPlanner, DeviceBudget, run_capacity
-from rsplan.planner.context import ContextParams
-from rsplan.planner.context_limit import RopeFlags
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.context_limit import RopeFlags
+from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget, run_capacity
 from rsplan.render import report as rep
 from rsplan.render import report_data as data
 

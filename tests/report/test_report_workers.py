@@ -1,4 +1,4 @@
-"""`rsplan report -j N`: compute buffers sized ahead in forked workers (planner.charge_pool) give the report of one
+"""`rsplan report -j N`: compute buffers sized ahead in forked workers (planner.capacity.pool) give the report of one
 process, byte for byte, and the report then sizes nothing itself."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from click.testing import CliRunner
 
 from rsplan.cli import cli
 from rsplan.hparams.sources import read_model
-from rsplan.planner import capacity_charge, charge_pool
-from rsplan.planner.budget import BudgetRequest, GivenSize, make_planners
-from rsplan.planner.capacity import DeviceBudget, run_capacity
-from rsplan.planner.context import ContextParams
+from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.capacity import charges as capacity_charge
+from rsplan.planner.capacity import pool as charge_pool
+from rsplan.planner.capacity.budget import BudgetRequest, GivenSize, make_planners
+from rsplan.planner.capacity.search import DeviceBudget, run_capacity
 from rsplan.render import report_data
 from rsplan.render.report import ModelReport, build_html
 

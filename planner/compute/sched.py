@@ -1,0 +1,803 @@
+"""llama.cpp's backend scheduler on one reserve graph: which backend runs each node, where the graph splits, and
+the compute buffer each backend then needs (ggml/src/ggml-backend.cpp ``ggml_backend_sched_split_graph`` and
+``ggml_backend_sched_reserve_size``, llama.cpp 0c1e57098).
+
+With devices, llama.cpp's scheduler holds one backend per device (in device order) and the CPU backend last, and
+one graph-allocator buffer per backend. For a graph it
+
+1. pins what memory already decides: a weight's or cache's node to the backend of its buffer, a view of one to
+   the same, a graph input to the CPU, and an op that reads a weight to the weight's backend (ROPE and
+   FLASH_ATTN_EXT excepted); with ``op_offload`` an op reading a host weight goes to the first device whose
+   ``offload_op`` accepts it (CUDA: a batch of at least 32; RPC: never). llama_context::graph_get_cb pins a layer's
+   ``norm`` node to the layer's device when every layer is offloaded or the ubatch has fewer than 32 tokens, and
+   ``-nkvo`` pins the merged attention output (without flash attention) to the CPU;
+2. spreads device backends down then up over unassigned nodes, then any backend down then up;
+3. gives what is still unassigned the backend supporting most of its inputs;
+4. gives views their source's backend and unassigned sources their consumer's;
+5. cuts the node list where the backend changes and, for each split, copies every source held by another
+   backend into the split's backend (one copy per backend and source; with pipeline parallelism ``n_copies`` = 4
+   copies each, kept for the whole graph, and 4 copies of every graph input on its own backend);
+
+then ``ggml_gallocr_reserve_n`` lays out the split graph (each split's input copies first) with one buffer per
+backend (planner.ggml.alloc.reserve_sizes): each backend's compute buffer is its high-water mark.
+
+Pipeline parallelism (``n_copies`` 4) is on when there is more than one device, every layer is offloaded
+(``-ngl`` above the layer count), the split mode is ``layer``, the KV cache is offloaded, no ``-ot`` is given,
+and every device reports async compute and events (llama_context's constructor): CUDA and RPC devices do.
+
+What each device kind does is data (``DEVICE_KINDS``): RPC devices (a CPU backend behind the wire: supports every
+op, offloads none, 32-byte alignment, ``ggml_nbytes`` as allocation size) are checked against llama.cpp; for CUDA
+(and its ROCm / MUSA builds) the rules above come from the source, with its allocation sizes
+(planner.backends.cuda_alloc), the ops it does not run (planner.backends.cuda_ops: passes 1 and 2 leave them unassigned,
+pass 3 gives them the CPU) and the allocation dependencies its ``graph_optimize`` adds for the MoE weighted reduction
+and the top-k MoE router it fuses (planner.backends.cuda_fusion: a node after the reduction's last ADD holds the
+experts' output and the weights; a node after the router holds its tensors), and nothing was run on a GPU, so its
+figures are estimates (``DeviceKind.exact`` False). (Its pinned ``CUDA_Host`` CPU buffer has the CPU's alignment, and a
+discrete GPU cannot read it, so copies are made as for RPC.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rsplan.errors import RsplanError
+from rsplan.hparams.ggml_types import GGMLType
+from rsplan.hparams.ggml_types import weight_type as weight_type_of
+from rsplan.planner.backends.cuda_alloc import cuda_alloc_size
+from rsplan.planner.backends.cuda_fusion import MAX_SRC, alloc_deps, use_counts
+from rsplan.planner.backends.cuda_ops import cuda_supports_op, cuda_takes_weight
+from rsplan.planner.backends.loader_ops import LoaderCheck
+from rsplan.planner.compute.reuse.layer_periods import GraphPeriods
+from rsplan.planner.ggml import ops as g
+from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, PeriodMismatch, Tensor, reserve_sizes
+from rsplan.planner.weights.placement import Placement
+from rsplan.planner.weights.weight_placement import (
+    BLOCK_NAME,
+    OverrideMatcher,
+    TensorOverride,
+    override_matcher,
+    where_weight,
+)
+
+#: ggml_is_view_op: nodes the expansion passes and the split skip.
+VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
+#: Ops whose weight source does not choose the backend (pass 1 skips them).
+NO_WEIGHT_RULE_OPS = frozenset({"ROPE", "FLASH_ATTN_EXT"})
+#: The matrix products, whose first source is the weight (ggml_mul_mat, ggml_mul_mat_id).
+MATMUL_OPS = frozenset({"MUL_MAT", "MUL_MAT_ID"})
+#: GGML_SCHED_MAX_COPIES: input copies with pipeline parallelism.
+MAX_COPIES = 4
+#: llama_context::graph_get_cb pins ``norm`` nodes below this many ubatch tokens (or with every layer offloaded).
+NORM_PIN_TOKENS = 32
+#: CPU buffer type alignment (TENSOR_ALIGNMENT).
+CPU_ALIGNMENT = 32
+
+
+class SchedModelError(RsplanError):
+    """The scheduler model cannot place this graph (a tensor whose buffer is unknown, a device kind without a
+    model)."""
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """What the scheduler asks of one kind of device backend.
+
+    Attributes:
+        name: rsplan's ``--device-kind``.
+        alignment: the device buffer type's alignment (compute buffer).
+        offload_min_batch: ``offload_op`` accepts an op reading a host weight from this batch size on (None: the
+            backend offloads nothing).
+        pipeline: the device reports async compute and events (pipeline parallelism possible).
+        exact: the model is complete for this kind and was checked against llama.cpp.
+        source: where the rules come from.
+        alloc_size: the device buffer type's ``get_alloc_size`` where it is not ggml_nbytes
+        (planner.backends.cuda_alloc). supports_op: the device's ``supports_op`` for a node (planner.backends.cuda_ops);
+        None: every op (the CPU's, and an
+            RPC server's CPU backend).
+        fusion_deps: the device's ``graph_optimize`` keeps tensors alive for the fusions it runs
+            (planner.backends.cuda_fusion); False: it adds no allocation dependencies.
+        takes_weight: whether the device's matrix product (or its GET_ROWS) takes a weight of a file type with
+            rows of some length (planner.backends.cuda_ops.cuda_takes_weight); None: every type.
+    """
+
+    name: str
+    alignment: int
+    offload_min_batch: int | None
+    pipeline: bool
+    exact: bool
+    source: str
+    alloc_size: Callable[[Tensor], int] | None = None
+    supports_op: Callable[[Tensor], bool] | None = None
+    fusion_deps: bool = False
+    takes_weight: Callable[[str, int, bool], bool] | None = None
+
+
+_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, "
+                "MUL_MAT and MUL_MAT_ID by their weight's type, every other op taken as supported), offload_op "
+                "get_op_batch_size >= 32 (MUL_MAT ne1, MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props "
+                "async + events, host buffers not readable by a discrete GPU, get_alloc_size (quantized rows padded "
+                "to 512, flash attention's f16 K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), "
+                "graph_optimize's allocation dependencies for the MoE weighted reduction and the top-k MoE router; "
+                "not modelled: integrated GPUs")
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "RPC": DeviceKind("RPC", 32, None, True, True,
+                      "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
+                      "alloc size of the remote CPU backend (32, ggml_nbytes)"),
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class LayerTensors:
+    """The model's loaded weights of each repeating layer with their shapes: the GGUF names a graph weight of that
+    layer may be, for the ``-ot`` patterns that decide its buffer (the graph builders name only some of their
+    weights). Compared and hashed by identity: one per model.
+
+    Attributes:
+        by_layer: layer -> its tensors' (name, ne padded to 4 dims).
+        types: every loaded tensor's ggml type name (``q4_K``) by GGUF name; empty where unknown.
+    """
+
+    by_layer: Mapping[int, tuple[tuple[str, tuple[int, ...]], ...]]
+    types: Mapping[str, str] = field(default_factory=dict)
+    _names: dict[tuple[int, str, tuple[int, ...]], tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _refused: dict[Callable[[str, int, bool], bool], frozenset[str]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, tensors: Iterable[tuple[str, Sequence[int]]], types: Mapping[str, str] | None = None) -> LayerTensors:
+        """From (GGUF name, shape ne) pairs (tensors outside ``blk.N.`` are left out of ``by_layer``) and each
+        loaded tensor's ggml type name by GGUF name (``types``: the size of a weight's copy in a compute buffer)."""
+        by: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
+        for name, shape in tensors:
+            m = BLOCK_NAME.match(name)
+            if m:
+                by.setdefault(int(m.group(1)), []).append((name, tuple((*shape, 1, 1, 1, 1)[:4])))
+        return cls({k: tuple(v) for k, v in by.items()}, dict(types or {}))
+
+    def refused_types(self, takes_weight: Callable[[str, int, bool], bool]) -> frozenset[str]:
+        """The tensors' types (by their ggml names, ``q4_K``) that a device's matrix product does not take
+        (``takes_weight``: DeviceKind's)."""
+        hit = self._refused.get(takes_weight)
+        if hit is None:
+            known = {t for name in set(self.types.values()) if (t := weight_type_of(name)) is not None}
+            hit = self._refused[takes_weight] = frozenset(t.name for t in known if not takes_weight(t.name, 0, False))
+        return hit
+
+    def names(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
+        """The names a weight of ``layer`` with shape ``ne`` may have: of ``kind`` (the name after ``blk.N.``
+        without its suffix, e.g. ``ssm_in`` or ``shortconv.in_proj``), those of that shape, else any of that kind
+        (the graph may view a tensor otherwise than the file shapes it); no kind: any of that shape."""
+        key = (layer, kind, ne)
+        hit = self._names.get(key)
+        if hit is None:
+            hit = self._names[key] = self._find(layer, kind, ne)
+        return hit
+
+    def _find(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
+        entries = self.by_layer.get(layer, ())
+        if not kind:
+            return tuple(n for n, s in entries if s == ne)
+        named = [(n, s) for n, s in entries if (rest := n.split(".", 2)[2]) == kind or rest.startswith(kind + ".")]
+        return tuple(n for n, s in named if s == ne) or tuple(n for n, _ in named)
+
+
+@dataclass(frozen=True)
+class SchedSetup:
+    """The scheduler's setting for one context.
+
+    Attributes:
+        kind: the devices' kind.
+        placement: planner.weights.placement's layer split (``n_devices`` backends before the CPU).
+        overrides: ``-ot`` entries (``--n-cpu-moe`` expanded) in order.
+        offload_kqv: False with ``-nkvo``.
+        op_offload: llama.cpp's ``op_offload`` (on unless ``--no-op-offload``).
+        tensors: the model's layer tensors by shape (``LayerTensors``): with ``overrides``, which GGUF tensor an
+            unnamed graph weight is. None: an unnamed weight is matched as ``blk.N.unnamed.weight`` (only patterns
+            naming a whole layer, or nothing of it, place it right).
+        loader: the loader's op test of the devices (planner.backends.loader_ops.loader_check): a weight of a device
+        layer
+            that they refuse is in host memory. None: every weight is where its layer is (devices that run every
+            op, or a caller that does not model it).
+    """
+
+    kind: DeviceKind
+    placement: Placement
+    overrides: tuple[TensorOverride, ...] = ()
+    offload_kqv: bool = True
+    op_offload: bool = True
+    tensors: LayerTensors | None = None
+    loader: LoaderCheck | None = None
+
+    @property
+    def n_backends(self) -> int:
+        return self.placement.n_devices + 1
+
+    @property
+    def cpu(self) -> int:
+        return self.placement.n_devices
+
+    @property
+    def full_offload(self) -> bool:
+        return self.placement.n_gpu_layers > self.placement.n_layer_all
+
+    @property
+    def n_copies(self) -> int:
+        """GGML_SCHED_MAX_COPIES with pipeline parallelism, else 1."""
+        parallel = (self.placement.n_devices > 1 and self.full_offload and self.offload_kqv
+                    and not self.overrides and self.kind.pipeline)
+        return MAX_COPIES if parallel else 1
+
+
+@dataclass(frozen=True)
+class SchedResult:
+    """One reserve graph through the scheduler: bytes per backend (devices in order, then the CPU), the number of
+    splits and of input copies, and the ops the devices do not run (``SplitGraph.host_ops``)."""
+
+    bytes: tuple[int, ...]
+    n_splits: int
+    n_copies: int
+    host_ops: tuple[tuple[str, int], ...] = ()
+
+
+def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher,
+                       stored_type: Callable[[Tensor], str] | None = None) -> int:
+    """The backend whose buffer holds external tensor ``t`` (a weight or a cache); ``overrides``: the matcher of
+    ``setup.overrides``; ``stored_type``: a weight's file type, where the loader's test asks it (the model has
+    types the devices refuse)."""
+    if t.kind == "cache":
+        if not isinstance(t.layer, int):
+            raise SchedModelError(f"cache tensor '{t.name}' has no layer: its buffer is unknown")
+        dev = setup.placement.cache_device(t.layer)
+    elif t.kind == "weight":
+        layer = 0 if t.layer == "token_embd_norm" else t.layer  # created with layer number 0 (NAMED_LAYERS)
+        names = _gguf_names(t, setup)
+        loader = setup.loader
+        refused = False
+        if loader is not None and layer != "input":
+            # a tied lm head is token_embd's output-layer copy, tested as the output matrix (MUL_MAT)
+            stem = "output" if layer == "output" and t.name == "token_embd" else t.name
+            refused = loader.refuses(stem, t.ne, stored_type(t) if stored_type is not None else None)
+        devs = {where_weight(n, layer, setup.placement, overrides, refused) for n in names}
+        if len(devs) > 1:
+            raise SchedModelError(
+                f"a weight of layer {t.layer} of shape {list(t.ne)} is one of {', '.join(names)}, which the -ot "
+                "patterns put in different buffers: the graph does not say which one")
+        dev = devs.pop()
+    else:
+        raise SchedModelError(f"external tensor '{t.name}' is neither a weight nor a cache: its buffer is unknown")
+    return setup.cpu if dev is None else dev
+
+
+def _gguf_names(t: Tensor, setup: SchedSetup) -> tuple[str, ...]:
+    """The GGUF names weight ``t`` may have, as ``-ot`` patterns see them: with overrides and the model's layer
+    tensors, those of its layer and shape (of its kind where the builder names it, any suffix: ``.weight``,
+    ``.bias``, none); else ``_gguf_name``'s one."""
+    if not setup.overrides or setup.tensors is None or not isinstance(t.layer, int):
+        return (_gguf_name(t),)
+    names = setup.tensors.names(t.layer, t.name, tuple(t.ne))
+    if not names:
+        raise SchedModelError(f"no tensor of layer {t.layer} has the shape {list(t.ne)} of the graph's weight "
+                              f"'{t.name or '?'}': which -ot pattern places it is unknown")
+    return names
+
+
+#: The stem of a global weight the graph builder leaves unnamed, by layer.
+_GLOBAL_STEMS = {"input": "token_embd", "output": "output_norm", "token_embd_norm": "token_embd_norm"}
+
+
+def _gguf_name(t: Tensor) -> str:
+    """The GGUF name of weight ``t`` as ``-ot`` patterns see it: a global one's name (``.weight`` added unless
+    it has a suffix, e.g. ``output_norm.bias``); a layer's ``blk.N.NAME.weight`` (used without the model's
+    ``LayerTensors`` only; weights the graph builders leave unnamed get ``unnamed``)."""
+    if isinstance(t.layer, str) and t.layer in _GLOBAL_STEMS:
+        stem = t.name or _GLOBAL_STEMS[t.layer]
+        return stem if "." in stem else f"{stem}.weight"
+    if isinstance(t.layer, int):
+        return f"blk.{t.layer}.{t.name or 'unnamed'}.weight"
+    raise SchedModelError(f"weight '{t.name or '?'}' has no layer: the graph builder does not place it")
+
+
+class _Sched:
+    """ggml_backend_sched state for one graph: the backend of every tensor (``Tensor.backend``; -1: none yet) and
+    of every external tensor's buffer (``Tensor.home``), set afresh for the graph's tensors here; ``redirected``:
+    the nodes whose sources the split pointed to input copies, with their own sources."""
+
+    def __init__(self, graph: Graph, setup: SchedSetup, n_tokens: int) -> None:
+        self.graph = graph
+        self.setup = setup
+        self.n_tokens = n_tokens
+        self.cpu = setup.cpu
+        self.redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
+        # by what decides a buffer: kind, layer, name and a weight's shape (a layer's ssm_conv1d is its .weight or
+        # its .bias by shape, and -ot patterns may tell them apart: _gguf_names); a cache's shape may be affine in
+        # the KV cells (planner.compute.reuse.kept_shapes), and its layer alone places it
+        homes = _HOMES.get(setup)
+        if homes is None:  # the last setup's only: a search sizes one setup's graphs at several -np
+            _HOMES.clear()
+            homes = _HOMES[setup] = {}
+        overrides = override_matcher(tuple(setup.overrides))
+        # the model's file types that the devices' matrix products do not take (the loader puts such weights in
+        # host memory, and the devices refuse the products reading them)
+        tensors, takes = setup.tensors, setup.kind.takes_weight
+        self.refused_types = (tensors.refused_types(takes) if takes is not None and tensors is not None
+                              and tensors.types else frozenset())
+        self._stored: dict[Tensor, str] = {}
+        stored_type = self.stored_type if self.refused_types else None
+
+        def set_home(x: Tensor) -> None:
+            key = (x.kind, x.layer, x.name, x.ne if x.kind == "weight" else None)
+            home = homes.get(key)
+            if home is None:
+                home = homes[key] = _backend_of_buffer(x, setup, overrides, stored_type)
+            x.home = home
+
+        for t in [*graph.leafs, *graph.nodes]:
+            t.backend = -1
+            if t.external:
+                set_home(t)
+            for x in t.src:
+                x.backend = -1
+                if x.external:
+                    set_home(x)
+            vs = t.view_src
+            if vs is not None:
+                vs.backend = -1
+                if vs.external:
+                    set_home(vs)
+
+    def buft_of(self, t: Tensor) -> int | None:
+        """The buffer type (as the backend index owning it) ``t`` lives in or will: its buffer's, else its
+        backend's (ggml_backend_sched_buffer_supported)."""
+        root = t.view_src if t.view_src is not None else t
+        if root.external:
+            return root.home
+        b = t.backend
+        if b == -1 and t.view_src is not None:
+            b = t.view_src.backend
+        return None if b == -1 else b
+
+    def supported(self, t: Tensor, backend: int) -> bool:
+        """ggml_backend_sched_buffer_supported: every buffer type here is supported only by its own backend."""
+        return self.buft_of(t) == backend
+
+    def from_cur(self, t: Tensor) -> int:
+        """ggml_backend_sched_backend_id_from_cur (pass 1)."""
+        root = t.view_src if t.view_src is not None else t
+        if root.external:
+            return root.home
+        if t.flags & FLAG_INPUT:
+            return self.cpu
+        if t.op in NO_WEIGHT_RULE_OPS:
+            return -1
+        for src in t.src:
+            if src.kind == "weight":
+                b = src.home
+                if not self.runs(t, b):  # ggml_backend_sched_backend_from_buffer: no backend both reads the
+                    return -1  # weight's buffer and runs the op
+                if self.setup.op_offload and b == self.cpu:
+                    for dev in range(self.cpu):
+                        if self.runs(t, dev) and _offloads(self.setup.kind, t):
+                            return dev
+                return b
+        return -1
+
+    def stored_type(self, w: Tensor) -> str:
+        """The file type of weight ``w`` (planner.compute.sched.weight_type), remembered."""
+        hit = self._stored.get(w)
+        if hit is None:
+            hit = self._stored[w] = weight_type(w, self.setup).name
+        return hit
+
+    def runs(self, t: Tensor, backend: int) -> bool:
+        """ggml_backend_supports_op: the CPU runs every op; a device what its kind's ``supports_op`` says, and no
+        matrix product of a weight whose file type it does not take."""
+        if backend == self.cpu:
+            return True
+        supports = self.setup.kind.supports_op
+        if supports is not None and not supports(t):
+            return False
+        if self.refused_types and t.op in MATMUL_OPS:
+            w = t.src[0]
+            root = w.view_src if w.view_src is not None else w
+            return root.kind != "weight" or self.stored_type(root) not in self.refused_types
+        return True
+
+    def pin(self) -> None:
+        """The assignments llama.cpp makes while building the graph (llama_context::graph_get_cb, -nkvo)."""
+        setup = self.setup
+        pin_norm = self.n_tokens < NORM_PIN_TOKENS or setup.full_offload
+        for node in self.graph.nodes:
+            if pin_norm and node.name == "norm" and isinstance(node.layer, int):
+                dev = setup.placement.layer_device(node.layer)
+                node.backend = self.cpu if dev is None else dev
+            elif node.name == g.KQV_OUT_NO_OFFLOAD and not setup.offload_kqv:
+                node.backend = self.cpu
+
+    def pass1(self) -> None:
+        for t in [*self.graph.leafs, *self.graph.nodes]:
+            if t.backend == -1:
+                t.backend = self.from_cur(t)
+
+    def expand(self, order: Sequence[Tensor], skip: int) -> None:
+        """One expansion pass over ``order`` (the nodes that are not views): unassigned nodes take the backend of
+        the last assigned one where it runs them (ggml_backend_sched_set_if_supported; an op it does not run stays
+        unassigned); nodes of backend ``skip`` (the CPU, or -1 for none) stop the run instead."""
+        cur = -1
+        runs = self.runs
+        for node in order:
+            b = node.backend
+            if b != -1:
+                cur = -1 if b == skip else b
+            elif cur != -1 and runs(node, cur):
+                node.backend = cur
+
+    def pass3(self) -> None:
+        """Unassigned nodes: of the backends that run the op, the one with the most inputs in a buffer it supports
+        (no upgrades: every buffer type here belongs to one backend)."""
+        for node in self.graph.nodes:
+            if node.op in VIEW_OPS or node.backend != -1:
+                continue
+            best = -1
+            for b in range(self.setup.n_backends):
+                if not self.runs(node, b):
+                    continue
+                n = sum(1 for s in node.src if _assigned(s) and self.supported(s, b))
+                if n > best:
+                    best, node.backend = n, b
+
+    def pass4(self) -> None:
+        for node in self.graph.nodes:
+            if node.view_src is not None and node.backend == -1:
+                node.backend = node.view_src.backend
+            for src in node.src:
+                if src.backend == -1:
+                    src.backend = src.view_src.backend if src.view_src is not None else node.backend
+            if node.backend == -1:  # the first backend that runs it (the CPU runs every op)
+                node.backend = next(b for b in range(self.setup.n_backends) if self.runs(node, b))
+
+    def split(self) -> tuple[list[tuple[int, int, list[Tensor]]], dict[tuple[int, int], list[Tensor]]]:
+        """Pass 5: the splits as (backend, first node, inputs) and the copies of each (source, backend); the
+        nodes' sources are redirected to copy 0 (the scheduler's cur_copy during a reserve; ``redirected`` keeps
+        what they were)."""
+        n_copies = self.setup.n_copies
+        nodes = self.graph.nodes
+        splits: list[tuple[int, int, list[Tensor]]] = []
+        copies: dict[tuple[int, int], list[Tensor]] = {}
+        first = next((n for n in nodes if n.op not in VIEW_OPS), None)
+        cur = first.backend if first is not None else self.cpu
+        inputs: list[Tensor] = []
+        splits.append((cur, 0, inputs))
+        for i, node in enumerate(nodes):
+            if node.op in VIEW_OPS:
+                continue
+            b = node.backend
+            if b != cur or (inputs and self._weight_elsewhere(node, cur)):
+                cur, inputs = b, []
+                splits.append((cur, i, inputs))
+            if all(src.backend == cur for src in node.src):
+                continue
+            new_src = list(node.src)
+            for j, src in enumerate(node.src):
+                if src.backend == cur or self.supported(src, cur):
+                    continue
+                key = (id(src), cur)
+                if key not in copies:
+                    type_, nb = copy_layout(src, self.setup)
+                    copies[key] = [_copy(src, type_, nb, n_copies) for _ in range(n_copies)]
+                    inputs.append(src)
+                new_src[j] = copies[key][0]
+            self.redirected.append((node, node.src))
+            node.src = tuple(new_src)
+        return splits, copies
+
+    def _weight_elsewhere(self, node: Tensor, cur: int) -> bool:
+        """A weight source on another backend whose buffer ``cur`` cannot read starts a new split."""
+        return any(s.kind == "weight" and s.backend != cur and not self.supported(s, cur) for s in node.src)
+
+
+def _assigned(t: Tensor) -> bool:
+    """``t`` or its view source has a backend already."""
+    return t.backend != -1 or (t.view_src is not None and t.view_src.backend != -1)
+
+
+def _offloads(kind: DeviceKind, t: Tensor) -> bool:
+    """``offload_op`` of a device of ``kind`` for node ``t`` (get_op_batch_size against the minimum batch)."""
+    if kind.offload_min_batch is None:
+        return False
+    if t.op == "GET_ROWS":
+        batch = 0
+    elif t.op == "MUL_MAT":
+        batch = t.ne[1]
+    elif t.op in ("MUL_MAT_ID", "ROPE"):
+        batch = t.ne[2]
+    else:
+        batch = t.ne[1] * t.ne[2] * t.ne[3]
+    return batch >= kind.offload_min_batch
+
+
+def _copy(src: Tensor, type_: GGMLType, nb: tuple[int, int, int, int], n_copies: int) -> Tensor:
+    """ggml_dup_tensor_layout: a tensor of ``src``'s type, shape and strides (``copy_layout``); with several copies
+    an input and an output (never overwritten, never freed)."""
+    flags = FLAG_INPUT | FLAG_OUTPUT if n_copies > 1 else 0
+    return Tensor(op="NONE", type=type_, ne=src.ne, nb=nb, flags=flags, name=f"copy of {src.name}")
+
+
+def copy_layout(src: Tensor, setup: SchedSetup) -> tuple[GGMLType, tuple[int, int, int, int]]:
+    """The type and strides of ``src``'s copy in another backend's compute buffer: its own, except for a weight
+    (its file's type, contiguous), which a device copies when ``offload_op`` takes an op reading it from the host
+    (ggml-cuda.cu: a batch of 32 or more, e.g. the experts of ``--n-cpu-moe`` at ``-ub 512``): the graph builders
+    give weights f32 shapes only (planner.ggml.ops.weight), and the copy is as large as the stored tensor."""
+    root = src.view_src if src.view_src is not None else src
+    if root.kind != "weight":
+        return src.type, src.nb
+    type_ = weight_type(root, setup)
+    if type_ == src.type:  # an f32 weight (a norm, RWKV's mixing vectors): as the graph builder laid it out
+        return src.type, src.nb
+    if src is not root:
+        raise SchedModelError(f"a view of {type_.name} weight '{root.name or '?'}' is copied to another backend: its "
+                              "layout there is not modelled")
+    if src.ne[0] % type_.block_size:
+        raise SchedModelError(f"weight '{src.name or '?'}' of shape {list(src.ne)} is not whole {type_.name} blocks")
+    return type_, g.contiguous_nb(type_, src.ne)
+
+
+def weight_type(t: Tensor, setup: SchedSetup) -> GGMLType:
+    """The ggml type weight ``t`` is stored in: its GGUF tensor's (``LayerTensors.types``), found by layer, kind
+    and shape for a layer's weight (``LayerTensors.names``), by name for a global one."""
+    tensors = setup.tensors
+    if tensors is None or not tensors.types:
+        raise SchedModelError(f"a device copies weight '{t.name or '?'}' of layer {t.layer} from another buffer, and "
+                              "the copy's size needs the weight's type, which only the model's tensor list gives "
+                              "(a GGUF file or --quant)")
+    names = tensors.names(t.layer, t.name, tuple(t.ne)) if isinstance(t.layer, int) else (_gguf_name(t),)
+    found = {tensors.types.get(n) for n in names}
+    name = found.pop() if len(found) == 1 else None
+    type_ = weight_type_of(name) if name is not None else None
+    if type_ is None:
+        raise SchedModelError(f"the type of weight '{t.name or '?'}' of layer {t.layer} (shape {list(t.ne)}) is not "
+                              f"one known type: {', '.join(names) or 'no tensor'} in the model's tensor list")
+    return type_
+
+
+def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]], copies: dict[tuple[int, int], list[Tensor]],
+                uses: Counter[Tensor] | None = None) -> tuple[Graph, list[int], list[int]]:
+    """The scheduler's graph copy with its node and leaf backend ids: each split's inputs (a dependency on the
+    source, then the copy) before its nodes; with several copies the graph inputs' and the split inputs' copies
+    as the first leafs. ``uses``: the graph's use counts where the devices' ``graph_optimize`` adds allocation
+    dependencies (planner.backends.cuda_fusion): after each node a device split's fusions keep tensors for, a node of op
+    NONE holding them (ggml/src/ggml-backend.cpp:1543 alloc_deps)."""
+    nodes, node_ids = [], []
+    bounds = [start for _, start, _ in splits[1:]] + [len(s.graph.nodes)]
+    deps: dict[Tensor, list[Tensor]] = {}
+    if uses is not None:
+        # every split is optimized before the copy is made (ggml/src/ggml-backend.cpp:1474 ggml_backend_graph_optimize)
+        for (backend, start, _), end in zip(splits, bounds, strict=True):
+            if backend != s.setup.cpu:
+                alloc_deps(s.graph.nodes, start, end, uses, deps)
+    for (backend, start, inputs), end in zip(splits, bounds, strict=True):
+        for src in inputs:
+            dep = g.view_tensor(src, "NONE", (src,))
+            nodes += [dep, copies[(id(src), backend)][0]]
+            node_ids += [src.backend, backend]
+        for node in s.graph.nodes[start:end]:
+            nodes.append(node)
+            node_ids.append(node.backend)
+            keep = deps.get(node) if deps else None
+            if keep:
+                for k in range(0, len(keep), MAX_SRC):
+                    nodes.append(g.view_tensor(keep[k], "NONE", tuple(keep[k:k + MAX_SRC])))
+                    node_ids.append(backend)
+    leafs: list[Tensor] = []
+    leaf_ids: list[int] = []
+    if s.setup.n_copies > 1:
+        for leaf in s.graph.leafs:
+            if leaf.flags & FLAG_INPUT:
+                leaf.flags |= FLAG_OUTPUT
+                n = s.setup.n_copies
+                dups = [leaf] + [_copy(leaf, leaf.type, leaf.nb, n) for _ in range(n - 1)]
+                leafs += dups
+                leaf_ids += [leaf.backend] * len(dups)
+        for backend, _, inputs in splits:
+            for src in inputs:
+                leafs += copies[(id(src), backend)]
+                leaf_ids += [backend] * s.setup.n_copies
+    leafs += s.graph.leafs
+    leaf_ids += [leaf.backend for leaf in s.graph.leafs]
+    return Graph(nodes=nodes, leafs=leafs), node_ids, leaf_ids
+
+
+def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) -> SchedResult:
+    """Assign ``graph`` (a reserve graph of ``n_tokens`` tokens) to backends, split it and size each backend's
+    compute buffer (devices in order, then the CPU). The sources the split redirects to input copies and the flags
+    of the graph-input copies are put back afterwards, so the same graph may be scheduled again.
+
+    ``pins``: the assignments made while building the graph hold. They do in ``ggml_backend_sched_reserve`` (a real
+    run) but not in ``ggml_backend_sched_reserve_size`` (the no_alloc dry run): ``set_tensor_backend`` marks the
+    scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them."""
+    flags = [leaf.flags for leaf in graph.leafs]
+    redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
+    try:
+        split = split_graph(graph, setup, n_tokens, pins, redirected)
+        sizes = split.sizes()
+    finally:
+        for node, src in redirected:
+            node.src = src
+        for leaf, flag in zip(graph.leafs, flags, strict=True):
+            leaf.flags = flag
+    return SchedResult(sizes, split.n_splits, split.n_copies, split.host_ops)
+
+
+@dataclass(frozen=True)
+class SplitGraph:
+    """The scheduler's graph copy of one reserve, as ``ggml_gallocr_reserve_n`` receives it: its nodes and leafs,
+    the backend buffer of each, the buffers (devices in order, then the CPU); ``host_ops``: the ops of the graph
+    that the devices' kind does not run, each with its count (they run on the CPU), in graph order."""
+
+    graph: Graph
+    node_ids: list[int]
+    leaf_ids: list[int]
+    buffers: tuple[Buffer, ...]
+    n_splits: int
+    n_copies: int
+    host_ops: tuple[tuple[str, int], ...] = ()
+
+    def sizes(self, keep: bool = False) -> tuple[int, ...]:
+        """Each backend's compute buffer bytes (planner.ggml.alloc.reserve_sizes; ``keep``: the graph is sized
+        again at other shapes, see there)."""
+        return tuple(reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids, keep))
+
+
+def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
+                redirected: list[tuple[Tensor, tuple[Tensor, ...]]], periods: GraphPeriods | None = None
+                ) -> SplitGraph:
+    """``schedule`` up to the allocation: passes 1 to 4, the splits and the graph copy. The sources the split
+    redirects to input copies are appended to ``redirected`` (node, its sources before), and graph inputs get the
+    output flag with several copies: ``graph`` stays so until the caller puts them back.
+
+    ``periods``: ``graph`` is built over fewer layers (planner.compute.reuse.layer_periods): its splits and host ops are
+    counted for the whole graph, and the split graph carries the starts of the periods the allocator checks.
+
+    Raises:
+        PeriodMismatch: with ``periods``, the checked periods are not scheduled alike (the whole graph must be).
+    """
+    probed = _PROBED.pop(id(graph), None)
+    if pins and probed is not None and probed.graph is graph and probed.setup is setup and probed.n_tokens == n_tokens:
+        s = probed  # the -fa auto probe assigned this very graph with these arguments; nothing touched it since
+    else:
+        s = _assign(graph, setup, n_tokens, pins)
+    s.redirected = redirected
+    host_ops = refused_ops(s)  # before the split points sources at their copies
+    if periods is not None:
+        host_ops = _whole_graph_host_ops(s, periods, host_ops)
+    uses = use_counts(graph.nodes) if setup.kind.fusion_deps and setup.placement.n_devices else None
+    splits, copies = s.split()
+    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies, uses)
+    buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
+                 for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
+    n_splits = len(splits)
+    if periods is not None:
+        n_splits, sched_graph.periods = _whole_graph_splits(s, splits, periods, sched_graph)
+    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, n_splits, setup.n_copies, host_ops)
+
+
+def _whole_graph_host_ops(s: _Sched, periods: GraphPeriods, host_ops: tuple[tuple[str, int], ...]
+                          ) -> tuple[tuple[str, int], ...]:
+    """The host ops of the whole graph that ``s``'s assigned graph (built over fewer layers, ``host_ops`` its own)
+    stands for, after checking that p0 to p_last are assigned alike and p1, p2 leave the same ops to the host
+    (planner.compute.reuse.layer_periods). Asked before the split points sources at their copies, as ``refused_ops``.
+
+    Raises:
+        PeriodMismatch: they are not.
+    """
+    if s.refused_types:  # a weight's buffer and backend then follow its file type, which layers may not share
+        raise PeriodMismatch("the devices refuse some of the model's file types")
+    m0, m1, m2, m3 = periods.marks
+    step = m1 - m0
+    nodes = s.graph.nodes
+    if m3 + step > len(nodes) or any(nodes[i].backend != nodes[i + step].backend for i in range(m0, m3)):
+        raise PeriodMismatch("the periods' nodes are assigned to other backends")
+    if not host_ops:
+        return host_ops
+    once, twice = (_refused_counts(s, nodes[lo:lo + step]) for lo in (m1, m2))
+    if once != twice:
+        raise PeriodMismatch("the periods leave other ops to the host")
+    return tuple((op, n + periods.skipped * twice.get(op, 0)) for op, n in host_ops)
+
+
+def _whole_graph_splits(s: _Sched, splits: list[tuple[int, int, list[Tensor]]], periods: GraphPeriods,
+                        sched_graph: Graph) -> tuple[int, tuple[int, int, int]]:
+    """The splits of the whole graph that ``s``'s split graph (built over fewer layers) stands for, and the split
+    graph's node indices where p1, p2 and p_last start (a split's input copies before its first node included),
+    after checking that p1, p2 and p_last are split alike (planner.compute.reuse.layer_periods).
+
+    Raises:
+        PeriodMismatch: they are not.
+    """
+    m0, m1, m2, m3 = periods.marks
+    step = m1 - m0
+    nodes = s.graph.nodes
+
+    def split_starts(lo: int) -> list[tuple[int, int, int]]:
+        return [(b, start - lo, len(inputs)) for b, start, inputs in splits if lo <= start < lo + step]
+
+    if any((src.view_src or src).kind == "weight" for _, _, inputs in splits for src in inputs):
+        raise PeriodMismatch("a weight is copied to another backend (its copy's size follows its file type)")
+    per_period = split_starts(m2)
+    if split_starts(m1) != per_period or split_starts(m3) != per_period:
+        raise PeriodMismatch("the periods are split otherwise")
+    inputs_at = {start: len(inputs) for _, start, inputs in splits}
+    targets = {id(nodes[m]): m for m in (m1, m2, m3)}
+    where = {targets[id(t)]: i for i, t in enumerate(sched_graph.nodes) if id(t) in targets}
+    a, b, c = (where[m] - 2 * inputs_at.get(m, 0) for m in (m1, m2, m3))
+    if b - a != c - b:
+        raise PeriodMismatch("the periods' input copies differ")
+    return len(splits) + periods.skipped * len(per_period), (a, b, c)
+
+
+def refused_ops(s: _Sched) -> tuple[tuple[str, int], ...]:
+    """The ops of ``s``'s assigned graph that its devices do not run (``_Sched.runs``), with their counts, where
+    every layer is on a device (with layers on the host, the ops of those run there anyway); none where the kind
+    runs every op on every weight type. Such an op is on the CPU after pass 3, so only the CPU's nodes are asked."""
+    setup = s.setup
+    if (setup.kind.supports_op is None and not s.refused_types) or not setup.full_offload or not setup.cpu:
+        return ()
+    return tuple(_refused_counts(s, s.graph.nodes).items())
+
+
+def _refused_counts(s: _Sched, nodes: Iterable[Tensor]) -> dict[str, int]:
+    """``refused_ops``' counts over ``nodes``, in the order the ops first appear."""
+    counts: dict[str, int] = {}
+    cpu = s.setup.cpu
+    for node in nodes:
+        if node.backend == cpu and node.op not in VIEW_OPS and not s.runs(node, 0):
+            counts[node.op] = counts.get(node.op, 0) + 1
+    return counts
+
+
+#: The backend of each weight's and cache's buffer under the last setup a ``_Sched`` was made for, by what decides
+#: it (kind, layer, name and a weight's shape; ``_Sched.__init__``): a function of the setup alone, so the graphs of
+#: every reserve and every -np scheduled under one setup share it (qwen3-next: about 1,900 lookups of
+#: ``_backend_of_buffer`` per context shape otherwise).
+_HOMES: dict[SchedSetup, dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int]] = {}
+
+#: The assignment of the last ``flash_attn_on_layer_devices`` probe, by its graph's id: the probe's graph is the tg
+#: reserve's (planner.compute.per_device), which ``split_graph`` then takes over instead of assigning it again (the
+#: same passes over the same graph: a third of the scheduler's time). Taken once; the next probe replaces it.
+_PROBED: dict[int, _Sched] = {}
+
+
+def _assign(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> _Sched:
+    """Passes 1 to 4: every node and leaf of ``graph`` gets a backend."""
+    s = _Sched(graph, setup, n_tokens)
+    if pins:
+        s.pin()
+    s.pass1()
+    nodes = [n for n in graph.nodes if n.op not in VIEW_OPS]  # the expansion passes skip views
+    s.expand(nodes, skip=setup.cpu)
+    s.expand(nodes[::-1], skip=setup.cpu)
+    s.expand(nodes, skip=-1)
+    s.expand(nodes[::-1], skip=-1)
+    s.pass3()
+    s.pass4()
+    return s
+
+
+def flash_attn_on_layer_devices(graph: Graph, setup: SchedSetup, n_tokens: int) -> bool:
+    """llama_context::resolve_fused_ops for ``-fa auto``: every FLASH_ATTN_EXT node of the probe graph (one token
+    per sequence, built with flash attention) runs on its layer's device; False makes llama.cpp turn flash
+    attention off (e.g. with ``-nkvo``, where the op lands on the CPU beside the cache)."""
+    _PROBED.clear()
+    _PROBED[id(graph)] = _assign(graph, setup, n_tokens, pins=True)
+    for node in graph.nodes:
+        if node.op == "FLASH_ATTN_EXT" and isinstance(node.layer, int):
+            dev = setup.placement.layer_device(node.layer)
+            if node.backend != (setup.cpu if dev is None else dev):
+                return False
+    return True

@@ -1,0 +1,1 @@
+"""``rsplan estimate``'s per-device breakdown of one run (``breakdown``)."""
