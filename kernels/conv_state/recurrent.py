@@ -1,5 +1,5 @@
 """The conv-state step in torch (gather, one multiply-add per tap over the ubatch, index_copy_ per plane);
-rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
+rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ssm_scan in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton, Mamba-2) and
+"""ssm_scan in vectorised torch; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton, Mamba-2) and
 native.py (C).
 
 The torch path works in place on the pool where it can: for a run of sequences whose input rows and plane-0

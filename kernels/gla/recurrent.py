@@ -1,5 +1,5 @@
 """Gated linear attention in vectorised torch (token loop for short ubatches, chunks for prefill);
-rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
+rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """RWKV-6 wkv in vectorised torch (token loop for short ubatches, chunks for prefill); rsplan.kernels.dispatch
-chooses between it, fused.py (Triton) and native.py (C)."""
+chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from rsplan.kernels import _chunk as chunked
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.gla.fast import MIN_LOG_DECAY
+from rsplan.kernels.gla.recurrent import MIN_LOG_DECAY
 from rsplan.kernels.rwkv6.reference import check_wkv6_args
 
 

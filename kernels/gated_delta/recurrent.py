@@ -1,4 +1,4 @@
-"""The gated delta rule in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton) and
+"""The gated delta rule in vectorised torch; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and
 native.py (C)."""
 
 from __future__ import annotations

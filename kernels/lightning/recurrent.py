@@ -1,5 +1,5 @@
 """The lightning attention state update in vectorised torch (token loop for short ubatches, chunks for
-prefill); rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
+prefill); rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from rsplan.kernels._common import Rows, host_rows, output
-from rsplan.kernels.conv_state.fast import conv_state_torch
+from rsplan.kernels.conv_state.recurrent import conv_state_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
 
 
@@ -64,7 +64,7 @@ def shortconv_triton(
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor]:
     """``shortconv_ref`` with the conv step on conv_state's Triton kernel (CUDA; see there for shapes and rules)."""
-    from rsplan.kernels.conv_state.fused import conv_state_triton
+    from rsplan.kernels.conv_state.fused_recurrent import conv_state_triton
 
     return _shortconv(conv_state_triton, pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows,
                       dst_rows=dst_rows, n_planes=n_planes, out=out)
