@@ -61,12 +61,11 @@ def _paths(op: str, *, triton_if: Callable[..., bool] | None = None) -> Paths:
 
 
 #: op -> its implementations. shortconv has no Triton kernel of its own: on CUDA it runs its gating around
-#: conv_state's Triton kernel (shortconv.recurrent:shortconv_triton).
+#: conv_state's Triton kernel (shortconv.fused_recurrent:shortconv_triton).
 PATHS: dict[str, Paths] = {
     "ssm_scan": _paths("ssm_scan", triton_if=_mamba2),
     "conv_state": _paths("conv_state"),
-    "shortconv": Paths("shortconv.recurrent:shortconv_torch", "shortconv.recurrent:shortconv_triton",
-                       "shortconv.native:shortconv_native"),
+    "shortconv": _paths("shortconv"),
     "gated_delta": _paths("gated_delta"),
     "rwkv6": _paths("rwkv6"),
     "rwkv7": _paths("rwkv7"),

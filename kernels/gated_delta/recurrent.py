@@ -1,5 +1,5 @@
-"""The gated delta rule in vectorised torch; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and
-native.py (C)."""
+"""The gated delta rule in vectorised torch: the state stepped token by token for short ubatches, ``chunked.py``'s
+form for prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import math
 
 import torch
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
+from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels.gated_delta.chunked import gated_delta_chunked
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 
@@ -39,10 +40,10 @@ def gated_delta_torch(
     o = output(out, (N, T, Hv, Dv), v)
     if not plan.active:
         return (o,)
-    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+    if T >= _chunk.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
         for grp in walk.groups(pool, plan):
             sel = grp.sel
-            _chunked(pool, plan, grp, (q[sel], k[sel], v[sel], g[sel], beta[sel]), o, n_planes)
+            gated_delta_chunked(pool, plan, grp, (q[sel], k[sel], v[sel], g[sel], beta[sel]), o, n_planes)
             walk.finish(pool, plan, grp)
         return (o,)
     tile = torch.arange(Hv, device=q.device) % Hk
@@ -74,30 +75,6 @@ def gated_delta_torch(
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
         walk.finish(pool, plan, grp)
     return (o,)
-
-
-def _chunked(
-    pool: torch.Tensor,
-    plan: RowPlan,
-    grp: walk.Group,
-    inputs: tuple[torch.Tensor, ...],
-    o: torch.Tensor,
-    n_planes: int,
-) -> None:
-    """One group over all T tokens in the chunked form (``_chunk.chunk_scan``; value head h reads key head
-    h % Hk, as ggml_repeat lays q and k out): the state after the last token updated in ``grp.work``, the
-    snapshot planes stored, the outputs written into ``o``."""
-    q, k, v, g, beta = (t.float() for t in inputs)  # q, k [n, T, Hk, Dk]; v [n, T, Hv, Dv]
-    n, T, Hv, Dv = v.shape
-    Dk = q.shape[3]
-    state = walk.begin(grp).view(n * Hv, Dv, Dk)
-    y = o[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, Hv, Dv, device=v.device)
-    taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
-    saved = chunked.chunk_scan(state, (q, k, v, g, beta), 1.0 / math.sqrt(Dk), y, taps=tuple(taps), key_heads="mod")
-    if not isinstance(grp.sel, slice):
-        o[grp.sel] = y
-    for t, p in taps.items():
-        walk.store(pool, plan, grp, p, saved[t].view(n, Hv, Dv, Dk))
 
 
 def gated_delta_bytes(

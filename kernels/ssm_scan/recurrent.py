@@ -1,5 +1,5 @@
-"""ssm_scan in vectorised torch; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton, Mamba-2) and
-native.py (C).
+"""ssm_scan in vectorised torch: the state stepped token by token for short ubatches, ``chunked.py``'s (SSD) form
+for prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton, Mamba-2) and native.py (C).
 
 The torch path works in place on the pool where it can: for a run of sequences whose input rows and plane-0
 rows are consecutive (the steady decode case), each token costs three memory passes over the state
@@ -16,9 +16,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
+from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels.ssm_scan.chunked import ssm_scan_chunked
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 #: Up to this many GEMVs per token use torch.mv writing straight into y; more use one bmm.
@@ -79,11 +80,11 @@ def ssm_scan_torch(
     mamba1 = A.dim() == 2
     xd = x.float() * d[..., None]  # [N, T, H, P]
     Bf, Cf = B.float(), C.float()
-    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+    if T >= _chunk.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
         log_a = d[..., None] * A.float() if mamba1 else d * A.float()  # [N, T, H(, S)]
         for grp in walk.groups(pool, plan):
             sel = grp.sel
-            _chunked(pool, plan, grp, (xd[sel], log_a[sel], Bf[sel], Cf[sel]), y, n_planes)
+            ssm_scan_chunked(pool, plan, grp, (xd[sel], log_a[sel], Bf[sel], Cf[sel]), y, n_planes)
             walk.finish(pool, plan, grp)
         if y is not y_out:
             y_out.copy_(y)
@@ -112,31 +113,6 @@ def ssm_scan_torch(
     if y is not y_out:
         y_out.copy_(y)
     return (y_out,)
-
-
-def _chunked(
-    pool: torch.Tensor,
-    plan: RowPlan,
-    grp: walk.Group,
-    inputs: tuple[torch.Tensor, ...],
-    y: torch.Tensor,
-    n_planes: int,
-) -> None:
-    """One group over all T tokens in the chunked (SSD) form of ``_chunk.chunk_scan``: ``x * dt`` is the value,
-    B the key, C the query, ``dt * A`` the log-decay (Mamba-1: one per state column); head h reads group
-    h // (H / G). The state after the last token is updated in ``grp.work``, the snapshot planes are stored,
-    the outputs go into ``y``."""
-    xd, log_a, B, C = inputs  # [n, T, H, P], [n, T, H(, S)], [n, T, G, S] x 2
-    n, T, H, P = xd.shape
-    S = B.shape[3]
-    state = walk.begin(grp).view(n * H, P, S)
-    yg = y[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, H, P, device=xd.device)
-    taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
-    saved = chunked.chunk_scan(state, (C, B, xd, log_a, None), 1.0, yg, taps=tuple(taps), key_heads="div")
-    if not isinstance(grp.sel, slice):
-        y[grp.sel] = yg
-    for t, p in taps.items():
-        walk.store(pool, plan, grp, p, saved[t].view(n, H, P, S))
 
 
 def ssm_scan_bytes(
