@@ -9,7 +9,7 @@ import torch
 
 from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
 from rsplan.kernels.gated_delta.chunked import gated_delta_chunked
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
@@ -28,7 +28,7 @@ def gated_delta_torch(
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor]:
     """``gated_delta_ref`` vectorised over sequences and heads (see there for shapes and rules)."""
-    N, T, Hk, Hv, Dk, Dv, kda = check_delta_args(pool, q, k, v, g, beta)
+    N, T, _, Hv, _, Dv, kda = check_delta_args(pool, q, k, v, g, beta)
     plan = plan_rows(
         n_pool_rows=pool.shape[0],
         src_rows=src_rows,
@@ -46,6 +46,20 @@ def gated_delta_torch(
             gated_delta_chunked(pool, plan, grp, (q[sel], k[sel], v[sel], g[sel], beta[sel]), o, n_planes)
             walk.finish(pool, plan, grp)
         return (o,)
+    _step_tokens(pool, plan, _step_operands(q, k, v, g, beta, kda=kda), o, n_planes)
+    return (o,)
+
+
+def _step_operands(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *, kda: bool
+) -> tuple[torch.Tensor, ...]:
+    """What the token loop reads, fp32, key heads tiled to the value heads (head h reads key head h % Hk):
+    ``(k, v, beta, [e * k, e * q], k . q, e)`` with ``e = exp(g)`` shaped to scale a ``[Dv, Dk]`` state.
+
+    Shapes: k [N, T, Hv, Dk]; v [N, T, Hv, Dv]; beta, k . q [N, T, Hv]; [e * k, e * q] [N, T, Hv, Dk, 2];
+    e [N, T, Hv, 1, 1] (KDA: [N, T, Hv, 1, Dk]).
+    """
+    Hk, Hv = q.shape[2], v.shape[2]
     tile = torch.arange(Hv, device=q.device) % Hk
     qh = q.float().index_select(2, tile)  # [N, T, Hv, Dk]
     kh = k.float().index_select(2, tile)
@@ -57,6 +71,18 @@ def gated_delta_torch(
     kq = torch.stack([kh * decay_key, qh * decay_key], dim=-1)  # [N, T, Hv, Dk, 2]
     kdotq = (kh * qh).sum(-1)  # [N, T, Hv]
     dmul = decay[..., None, :] if kda else decay[..., None, None]  # [N, T, Hv, 1, Dk] or [N, T, Hv, 1, 1]
+    return kh, vf, bf, kq, kdotq, dmul
+
+
+def _step_tokens(
+    pool: torch.Tensor, plan: RowPlan, operands: tuple[torch.Tensor, ...], o: torch.Tensor, n_planes: int
+) -> None:
+    """All T tokens one at a time, per walk group and block of value heads that fits the cache: one GEMM reads
+    the old state for ``k @ S`` and ``q @ S``, then ``S = S * e + outer(delta, k)`` in place; plane
+    ``T - 1 - t`` stored after token t. ``operands``: ``_step_operands``; o: [N, T, Hv, Dv] fp32."""
+    kh, vf, bf, kq, kdotq, dmul = operands
+    _, T, Hv, Dk = kh.shape
+    Dv = vf.shape[3]
     scale = 1.0 / math.sqrt(Dk)
     for grp in walk.per_sequence(walk.groups(pool, plan), Hv * Dv * Dk * 4):
         sel, n = grp.sel, len(grp.seqs)
@@ -74,7 +100,6 @@ def gated_delta_torch(
                 if 1 <= p < n_planes:
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
         walk.finish(pool, plan, grp)
-    return (o,)
 
 
 def gated_delta_bytes(

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
 from rsplan.kernels.ssm_scan.chunked import ssm_scan_chunked
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
@@ -62,7 +62,7 @@ def ssm_scan_torch(
     Differences from the reference are rounding only: ``softplus`` uses log1p (ggml: ``log(1 + exp)``) and
     the sums run in a different order.
     """
-    N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C, n_planes)
+    N, T, H, P, _, _ = check_ssm_args(pool, x, dt, A, B, C, n_planes)
     plan = plan_rows(
         n_pool_rows=pool.shape[0],
         src_rows=src_rows,
@@ -75,7 +75,6 @@ def ssm_scan_torch(
     if not plan.active:
         return (y_out,)
     y = y_out if y_out.is_contiguous() else y_out.clone()
-    hg = H // G
     d = F.softplus(dt.float(), beta=1.0, threshold=20.0)  # [N, T, H]
     mamba1 = A.dim() == 2
     xd = x.float() * d[..., None]  # [N, T, H, P]
@@ -86,10 +85,36 @@ def ssm_scan_torch(
             sel = grp.sel
             ssm_scan_chunked(pool, plan, grp, (xd[sel], log_a[sel], Bf[sel], Cf[sel]), y, n_planes)
             walk.finish(pool, plan, grp)
-        if y is not y_out:
-            y_out.copy_(y)
-        return (y_out,)
-    dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
+    else:
+        dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
+        _step_tokens(pool, plan, (xd, dA, Bf, Cf), y, n_planes, mamba1=mamba1)
+    if y is not y_out:
+        y_out.copy_(y)
+    return (y_out,)
+
+
+def _step_tokens(
+    pool: torch.Tensor,
+    plan: RowPlan,
+    inputs: tuple[torch.Tensor, ...],
+    y: torch.Tensor,
+    n_planes: int,
+    *,
+    mamba1: bool,
+) -> None:
+    """All T tokens one at a time, per walk group and block of heads (whole B/C groups where the block holds
+    them): ``S = S * dA + (x * dt) B``, then ``y = S @ C``; plane ``T - 1 - t`` stored after token t.
+
+    Args:
+        inputs: xd = x * dt [N, T, H, P], dA = exp(dt * A) [N, T, H] (Mamba-1: [N, T, H, S]), B and C
+            [N, T, G, S], all fp32.
+        y: [N, T, H, P] fp32, contiguous (the GEMVs write into it).
+        mamba1: dA has one decay per state column.
+    """
+    xd, dA, Bf, Cf = inputs
+    _, T, H, P = xd.shape
+    G, S = Bf.shape[2], Bf.shape[3]
+    hg = H // G
     for grp in walk.per_sequence(walk.groups(pool, plan), H * P * S * 4):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * P * S * 4, T, align=hg):
@@ -110,9 +135,6 @@ def ssm_scan_torch(
                 if 1 <= p < n_planes:
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
         walk.finish(pool, plan, grp)
-    if y is not y_out:
-        y_out.copy_(y)
-    return (y_out,)
 
 
 def ssm_scan_bytes(
