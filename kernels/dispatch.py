@@ -82,7 +82,7 @@ def load(path: str) -> Callable[..., Any]:
     """The function at ``"<module under rsplan.kernels>:<function>"`` (imports its module on first use; later
     calls find it in sys.modules, which keeps a call's dispatch under a microsecond)."""
     module, _, name = path.partition(":")
-    full = "rsplan.kernels." + module
+    full = "rsplan.kernels." + module  # deferred: triton, the C build (the chosen implementation's module)
     return cast(Callable[..., Any], getattr(sys.modules.get(full) or import_module(full), name))
 
 
