@@ -1,12 +1,29 @@
 """The recurrent-state kernels of llama.cpp's recurrent layers, one folder per op.
 
-Each op folder holds its implementations: ``reference.py`` with ``<op>_ref`` (plain torch, fp32, one recurrence
-step per line), ``fast.py`` with ``<op>_torch`` (vectorised torch) and the ``*_bytes`` helpers (the least bytes a
-call moves), ``fused.py`` with ``<op>_triton`` (CUDA) and ``native.py`` with ``<op>_native`` (C, on the CPU),
-and ``profile.py`` (the profiler's inputs and byte count of one call). The op ``<op>`` of each package is the one
-dispatcher's (``dispatch.py``: Triton on CUDA, C on the CPU, torch elsewhere, from its table ``PATHS``);
-``registry.py`` lists the ops with their keyword dims (``OPS``).
-Reference and fast path share one keyword-only signature, one return tuple and one set of row rules.
+Each op folder holds its implementations only, each file named for the algorithm it runs (as
+flash-linear-attention's naive / fused_recurrent / chunk); which one a call runs is the one dispatcher's choice
+(``dispatch.py``: Triton on CUDA, C on the CPU, torch elsewhere, from its table ``PATHS``):
+
+    ==================  ====================================================================================
+    file                what it is
+    ==================  ====================================================================================
+    reference.py        ``<op>_ref``: plain torch, fp32, one recurrence step per line; the others are tested
+                        against it
+    recurrent.py        ``<op>_torch``: vectorised torch stepping the state token by token (decode); hands
+                        ubatches of ``_chunk.MIN_TOKENS`` tokens or more to ``chunked.py``; the ``*_bytes``
+                        counts (the least bytes a call moves)
+    chunked.py          the chunked form in torch, for prefill: a chunk of tokens at a time from GEMMs instead
+                        of one state update per token (``_chunk``, ``_chunk_dplr``; conv_state: a blocked conv)
+    fused_recurrent.py  ``<op>_triton``: one Triton kernel that keeps the state in registers across the token
+                        loop (CUDA)
+    native.py           ``<op>_native``: the C kernels of ``native.c`` via ctypes (one-token CPU steps)
+    profile.py          the profiler's inputs and byte count of one call (``registry.py``)
+    ==================  ====================================================================================
+
+``state_copy`` has no recurrence: ``row_copy.py`` (torch index_select / index_copy_) and ``fused_row_copy.py``
+(a Triton row copy). ``shortconv`` runs its gates around conv_state's paths (its ``fused_recurrent.py`` around
+conv_state's Triton kernel). ``registry.py`` lists the ops with their keyword dims (``OPS``).
+Reference and fast paths share one keyword-only signature, one return tuple and one set of row rules.
 
 Ops: ``state_copy`` (``state_gather`` = ggml_get_rows with the zero row, ``state_scatter`` = copy-back of the
 extra rows), ``ssm_scan`` (Mamba-2 and Mamba-1 selective scan), ``conv_state`` (ggml_ssm_conv with the conv

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rsplan.kernels._common import Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
+from rsplan.kernels._common import RowPlan, Rows, device_rows, gather_inputs, next_pow2, output, plan_rows
 
 
 def launch_rows(
@@ -62,24 +62,42 @@ def launch_rows(
     if not plan.active:
         return (y,)
     y_buf = y.contiguous()  # a copy when y is strided: padding rows keep the caller's values
+    extra = {"M": plan.mem_size} if pass_mem_size else {}
+    _launch(kernel, grid, pool, plan, y_buf, {f"{k}_ptr": t.contiguous() for k, t in inputs.items()}, {**args, **extra})
+    if y_buf is not y:
+        y.copy_(y_buf)
+    return (y,)
+
+
+def _launch(
+    kernel: triton.JITFunction,
+    grid: tuple[int, ...],
+    pool: torch.Tensor,
+    plan: RowPlan,
+    out: torch.Tensor,
+    pointers: Mapping[str, torch.Tensor],
+    args: Mapping[str, object],
+) -> None:
+    """Launch ``kernel`` over ``grid`` on the planned rows: the inputs are read from ``pool`` itself, or from
+    the gathered input rows when one sequence reads a row another one writes (``plan.hazard``).
+
+    Args:
+        out: the contiguous output the kernel writes; pointers: the input pointers by parameter name
+            (contiguous); args: the kernel's other arguments by parameter name.
+    """
     src: Sequence[int] = plan.src
     src_pool = pool
     if plan.hazard:
         src_pool, src = gather_inputs(pool, plan)
-    extra = {"M": plan.mem_size} if pass_mem_size else {}
     kernel[grid](
         pool_ptr=pool,
         src_pool_ptr=src_pool,
-        out_ptr=y_buf,
+        out_ptr=out,
         src_rows_ptr=device_rows(src, pool.device),
         dst_rows_ptr=device_rows(plan.dst, pool.device),
-        **{f"{k}_ptr": t.contiguous() for k, t in inputs.items()},
+        **pointers,
         **args,
-        **extra,
     )
-    if y_buf is not y:
-        y.copy_(y_buf)
-    return (y,)
 
 
 def tile_blocks(n_rows: int, n_cols: int, *, blocked: Literal["rows", "cols"]) -> tuple[int, int]:

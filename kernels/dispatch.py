@@ -1,7 +1,8 @@
 """The one dispatcher of every op: Triton on CUDA, the C decode kernels on the CPU, torch everywhere else.
 
-Each op's folder holds its implementations only: ``reference.py`` (``<op>_ref``, plain and obviously correct),
-``fast.py`` (``<op>_torch``: vectorised torch, recurrent for decode and chunked for prefill), ``fused.py``
+Each op's folder holds its implementations only, each file named for its algorithm (the table in
+rsplan.kernels): ``reference.py`` (``<op>_ref``, plain and obviously correct), ``recurrent.py`` (``<op>_torch``:
+vectorised torch, token by token for decode, ``chunked.py``'s form for prefill), ``fused_recurrent.py``
 (``<op>_triton``) and ``native.py`` (``<op>_native``: C). Which one a call runs is decided here, from ``PATHS``, a
 table of facts: the public ``<op>`` of each package is ``dispatched(op, <op>_torch)``, with the torch path's
 signature (keyword-only, as the reference's) and its docstring.
@@ -52,29 +53,28 @@ class Paths:
     triton_if: Callable[..., bool] | None = None
 
 
-def _paths(op: str, module: str | None = None, *, triton: bool = True, native: bool = True,
-           triton_if: Callable[..., bool] | None = None) -> Paths:
-    """The usual layout: ``<module>.fast:<op>_torch``, ``<module>.fused:<op>_triton``,
-    ``<module>.native:<op>_native``."""
-    m = module or op
-    return Paths(f"{m}.fast:{op}_torch", f"{m}.fused:{op}_triton" if triton else None,
-                 f"{m}.native:{op}_native" if native else None, triton_if)
+def _paths(op: str, *, triton_if: Callable[..., bool] | None = None) -> Paths:
+    """The usual layout: ``<op>.recurrent:<op>_torch``, ``<op>.fused_recurrent:<op>_triton``,
+    ``<op>.native:<op>_native``."""
+    return Paths(f"{op}.recurrent:{op}_torch", f"{op}.fused_recurrent:{op}_triton", f"{op}.native:{op}_native",
+                 triton_if)
 
 
 #: op -> its implementations. shortconv has no Triton kernel of its own: on CUDA it runs its gating around
-#: conv_state's Triton kernel (shortconv.fast:shortconv_triton).
+#: conv_state's Triton kernel (shortconv.fused_recurrent:shortconv_triton).
 PATHS: dict[str, Paths] = {
     "ssm_scan": _paths("ssm_scan", triton_if=_mamba2),
     "conv_state": _paths("conv_state"),
-    "shortconv": Paths("shortconv.fast:shortconv_torch", "shortconv.fast:shortconv_triton",
-                       "shortconv.native:shortconv_native"),
+    "shortconv": _paths("shortconv"),
     "gated_delta": _paths("gated_delta"),
     "rwkv6": _paths("rwkv6"),
     "rwkv7": _paths("rwkv7"),
     "lightning": _paths("lightning"),
     "gla": _paths("gla"),
-    "state_gather": _paths("state_gather", "state_copy", native=False),
-    "state_scatter": _paths("state_scatter", "state_copy", native=False),
+    "state_gather": Paths("state_copy.row_copy:state_gather_torch", "state_copy.fused_row_copy:state_gather_triton"),
+    "state_scatter": Paths(
+        "state_copy.row_copy:state_scatter_torch", "state_copy.fused_row_copy:state_scatter_triton"
+    ),
 }
 
 
@@ -82,7 +82,7 @@ def load(path: str) -> Callable[..., Any]:
     """The function at ``"<module under rsplan.kernels>:<function>"`` (imports its module on first use; later
     calls find it in sys.modules, which keeps a call's dispatch under a microsecond)."""
     module, _, name = path.partition(":")
-    full = "rsplan.kernels." + module
+    full = "rsplan.kernels." + module  # deferred: triton, the C build (the chosen implementation's module)
     return cast(Callable[..., Any], getattr(sys.modules.get(full) or import_module(full), name))
 
 

@@ -76,4 +76,4 @@ def op_dims(op: str, dims: Any) -> dict[str, int]:
 
 def profile_function(op: str, name: str) -> Callable[..., Any]:
     """``inputs`` or ``call_bytes`` of ``op`` (imports its package, and torch with it)."""
-    return getattr(import_module(f"rsplan.kernels.{op}.profile"), name)
+    return getattr(import_module(f"rsplan.kernels.{op}.profile"), name)  # deferred: torch

@@ -1,6 +1,6 @@
 """Conv-state step with window planes (ggml_ssm_conv + the plane copies); also RWKV's token shift (W = 2)."""
 
-from rsplan.kernels.conv_state.fast import conv_state_bytes, conv_state_torch
+from rsplan.kernels.conv_state.recurrent import conv_state_bytes, conv_state_torch
 from rsplan.kernels.conv_state.reference import conv_state_ref
 from rsplan.kernels.dispatch import dispatched
 

@@ -25,7 +25,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
-from rsplan.kernels.conv_state.fast import conv_state_torch
+from rsplan.kernels.conv_state.recurrent import conv_state_torch
 from rsplan.kernels.conv_state.reference import check_conv_args
 
 #: Widest conv kernel the C code keeps on the stack.

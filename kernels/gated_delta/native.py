@@ -8,7 +8,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.gated_delta.fast import gated_delta_torch
+from rsplan.kernels.gated_delta.recurrent import gated_delta_torch
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsplan.kernels.gated_delta.fast import gated_delta_bytes
+from rsplan.kernels.gated_delta.recurrent import gated_delta_bytes
 from rsplan.kernels.registry import Draw
 
 

@@ -82,12 +82,7 @@ def gated_delta_ref(
             for h in range(Hv):
                 hk = h % Hk
                 kt, qt = k[i, t, hk].float(), q[i, t, hk].float()
-                if kda:
-                    s[h] = s[h] * torch.exp(g[i, t, h].float())[None, :]
-                else:
-                    s[h] = s[h] * torch.exp(g[i, t, h].float())
-                delta = (v[i, t, h].float() - s[h] @ kt) * beta[i, t, h].float()
-                s[h] = s[h] + torch.outer(delta, kt)
+                s[h] = _delta_step(s[h], kt, v[i, t, h].float(), g[i, t, h].float(), beta[i, t, h].float(), kda=kda)
                 o[i, t, h] = (s[h] @ qt) * scale
             p = T - 1 - t
             if p < n_planes:
@@ -95,3 +90,18 @@ def gated_delta_ref(
     for row, value in stores:
         pool[row] = value.to(pool.dtype)
     return (o,)
+
+
+def _delta_step(
+    s: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *, kda: bool
+) -> torch.Tensor:
+    """One token of one value head: the state after ``S *= exp(g)``, ``delta = (v - k @ S) * beta`` and
+    ``S += outer(k, delta)``, all fp32.
+
+    Args:
+        s: [Dv, Dk], the transposed state (``s[j, i] = S[key i][value j]``); k: [Dk]; v: [Dv]; beta: [].
+        g: [] (gated delta net) or [Dk] (KDA: one log-decay per key index).
+    """
+    s = s * torch.exp(g)[None, :] if kda else s * torch.exp(g)
+    delta = (v - s @ k) * beta
+    return s + torch.outer(delta, k)

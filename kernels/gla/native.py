@@ -7,7 +7,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.gla.fast import gla_torch
+from rsplan.kernels.gla.recurrent import gla_torch
 from rsplan.kernels.gla.reference import check_gla_args, gla_scale
 
 

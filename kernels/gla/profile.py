@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rsplan.kernels.registry import Draw
-from rsplan.kernels.rwkv6.fast import rwkv_bytes
+from rsplan.kernels.rwkv6.recurrent import rwkv_bytes
 
 
 def inputs(dims: dict[str, int], draw: Draw, token_shift: bool) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.lightning.fast import lightning_torch
+from rsplan.kernels.lightning.recurrent import lightning_torch
 from rsplan.kernels.lightning.reference import check_lightning_args
 
 

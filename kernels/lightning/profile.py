@@ -6,7 +6,7 @@ from typing import Any
 
 from rsplan.kernels.lightning.reference import lightning_slopes
 from rsplan.kernels.registry import Draw
-from rsplan.kernels.rwkv6.fast import rwkv_bytes
+from rsplan.kernels.rwkv6.recurrent import rwkv_bytes
 
 
 def inputs(dims: dict[str, int], draw: Draw, token_shift: bool) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.rwkv6.fast import rwkv6_torch
+from rsplan.kernels.rwkv6.recurrent import rwkv6_torch
 from rsplan.kernels.rwkv6.reference import check_wkv6_args
 
 

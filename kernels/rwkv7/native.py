@@ -6,7 +6,7 @@ import torch
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.rwkv7.fast import rwkv7_torch
+from rsplan.kernels.rwkv7.recurrent import rwkv7_torch
 from rsplan.kernels.rwkv7.reference import check_wkv7_args
 
 

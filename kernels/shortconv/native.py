@@ -9,7 +9,7 @@ from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
 from rsplan.kernels.conv_state.native import MAX_WIDTH, call_key, caught, prepared, remember
 from rsplan.kernels.conv_state.native import decode as conv_state_decode
-from rsplan.kernels.shortconv.fast import shortconv_torch
+from rsplan.kernels.shortconv.recurrent import shortconv_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsplan.kernels.conv_state.fast import conv_state_bytes
+from rsplan.kernels.conv_state.recurrent import conv_state_bytes
 from rsplan.kernels.registry import Draw
 
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from rsplan.kernels import _native as nat
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.ssm_scan.fast import ssm_scan_torch
+from rsplan.kernels.ssm_scan.recurrent import ssm_scan_torch
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rsplan.kernels.registry import Draw
-from rsplan.kernels.ssm_scan.fast import ssm_scan_bytes
+from rsplan.kernels.ssm_scan.recurrent import ssm_scan_bytes
 
 
 def inputs(dims: dict[str, int], draw: Draw, token_shift: bool) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 (copy-back of the extra rows). See ``reference.py`` for the semantics."""
 
 from rsplan.kernels.dispatch import dispatched
-from rsplan.kernels.state_copy.fast import gather_bytes, scatter_bytes, state_gather_torch, state_scatter_torch
 from rsplan.kernels.state_copy.reference import state_gather_ref, state_scatter_ref
+from rsplan.kernels.state_copy.row_copy import gather_bytes, scatter_bytes, state_gather_torch, state_scatter_torch
 
 __all__ = [
     "gather_bytes",

@@ -66,8 +66,10 @@ def test_the_cpu_takes_c_where_the_op_has_it_and_torch_otherwise(monkeypatch, op
 
 def test_mamba1_scans_never_take_the_mamba2_triton_kernel(monkeypatch):
     pool = _pool(monkeypatch, cuda=True, native=False)
-    assert dispatch.choose("ssm_scan", {"pool": pool, "A": torch.zeros(4, 16)}) == "ssm_scan.fast:ssm_scan_torch"
-    assert dispatch.choose("ssm_scan", {"pool": pool, "A": torch.zeros(4)}) == "ssm_scan.fused:ssm_scan_triton"
+    mamba1 = dispatch.choose("ssm_scan", {"pool": pool, "A": torch.zeros(4, 16)})
+    mamba2 = dispatch.choose("ssm_scan", {"pool": pool, "A": torch.zeros(4)})
+    assert mamba1 == "ssm_scan.recurrent:ssm_scan_torch"
+    assert mamba2 == "ssm_scan.fused_recurrent:ssm_scan_triton"
 
 
 def test_a_call_runs_the_chosen_implementation(monkeypatch):
@@ -82,4 +84,4 @@ def test_a_call_runs_the_chosen_implementation(monkeypatch):
     calls = []
     monkeypatch.setattr(dispatch, "load", lambda path: lambda **kw: calls.append((path, sorted(kw))) or ())
     state_gather(pool=pool, rows=[1])
-    assert calls == [("state_copy.fast:state_gather_torch", ["pool", "rows"])]
+    assert calls == [("state_copy.row_copy:state_gather_torch", ["pool", "rows"])]

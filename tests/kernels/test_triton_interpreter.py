@@ -54,7 +54,7 @@ def test_triton_kernel_fills_a_permuted_output_and_keeps_its_padding(op, case, i
 
 
 def test_triton_state_copy(interpreter):
-    from rsplan.kernels.state_copy.fused import state_gather_triton, state_scatter_triton
+    from rsplan.kernels.state_copy.fused_row_copy import state_gather_triton, state_scatter_triton
 
     pool = torch.randn(6, 3, 5)
     before = pool.clone()

@@ -1,14 +1,14 @@
-"""RWKV-7 wkv in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py
-(C)."""
+"""RWKV-7 wkv in vectorised torch: the state stepped token by token for short ubatches, ``chunked.py``'s form for
+prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
 import torch
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
-from rsplan.kernels._chunk_dplr import dplr_scan
 from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels.rwkv7.chunked import rwkv7_chunked
 from rsplan.kernels.rwkv7.reference import check_wkv7_args
 
 
@@ -32,14 +32,9 @@ def rwkv7_torch(
     if not plan.active:
         return (y,)
     rf, wf, kf, vf, af, bf = (t.float() for t in (r, w, k, v, a, b))
-    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+    if T >= _chunk.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
         for grp in walk.groups(pool, plan):
-            sel, n = grp.sel, len(grp.seqs)
-            yg = y[sel] if isinstance(sel, slice) else torch.empty(n, T, H, S, device=r.device)
-            state = walk.begin(grp).view(n * H, S, S)
-            dplr_scan(state, tuple(x[sel] for x in (rf, wf, kf, vf, af, bf)), yg)
-            if not isinstance(sel, slice):
-                y[sel] = yg
+            rwkv7_chunked(grp, tuple(x[grp.sel] for x in (rf, wf, kf, vf, af, bf)), y)
             walk.finish(pool, plan, grp)
         return (y,)
     # y = S_new @ r = S_old @ (w * r) + v (k . r) + sa (b . r): one GEMM with the columns [a, w * r] reads the

@@ -1,17 +1,19 @@
-"""LFM2 short conv in torch: the gates around a conv-state step, torch's (``shortconv_torch``) or conv_state's
-Triton kernel on CUDA (``shortconv_triton``); one-token CPU steps run gates and conv together in C
-(``native.py``). rsplan.kernels.dispatch chooses among them."""
+"""LFM2 short conv in torch: the gates around conv_state's torch step (``gated_conv``, which
+``fused_recurrent.py`` runs around conv_state's Triton kernel); one-token CPU steps run gates and conv together
+in C (``native.py``). rsplan.kernels.dispatch chooses among them."""
 
 from __future__ import annotations
 
 import torch
 
 from rsplan.kernels._common import Rows, host_rows, output
-from rsplan.kernels.conv_state.fast import conv_state_torch
+from rsplan.kernels.conv_state.recurrent import conv_state_torch
 from rsplan.kernels.shortconv.reference import check_shortconv_args
 
 
-def _shortconv(conv_fn, *, pool, b, c, x, weight, src_rows, dst_rows, n_planes, out):
+def gated_conv(conv_fn, *, pool, b, c, x, weight, src_rows, dst_rows, n_planes, out):
+    """``y = c * conv(b * x)`` with ``conv_fn`` (a conv_state implementation) for the conv step; shapes and rules
+    as ``shortconv_ref``."""
     N, T, D, _ = check_shortconv_args(pool, b, c, x, weight)
     y = output(out, (N, T, D), x)
     src, dst = host_rows(src_rows), host_rows(dst_rows)
@@ -37,7 +39,7 @@ def shortconv_torch(
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor]:
     """``shortconv_ref`` on the torch conv-state path (see there for shapes and rules)."""
-    return _shortconv(
+    return gated_conv(
         conv_state_torch,
         pool=pool,
         b=b,
@@ -49,22 +51,3 @@ def shortconv_torch(
         n_planes=n_planes,
         out=out,
     )
-
-
-def shortconv_triton(
-    *,
-    pool: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    src_rows: Rows,
-    dst_rows: Rows,
-    n_planes: int = 1,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor]:
-    """``shortconv_ref`` with the conv step on conv_state's Triton kernel (CUDA; see there for shapes and rules)."""
-    from rsplan.kernels.conv_state.fused import conv_state_triton
-
-    return _shortconv(conv_state_triton, pool=pool, b=b, c=c, x=x, weight=weight, src_rows=src_rows,
-                      dst_rows=dst_rows, n_planes=n_planes, out=out)

@@ -1,4 +1,4 @@
-"""State-row copies in torch (index_select / index_copy_); on CUDA rsplan.kernels.dispatch takes fused.py's
+"""State-row copies in torch (index_select / index_copy_); on CUDA rsplan.kernels.dispatch takes fused_row_copy.py's
 Triton row copy instead."""
 
 from __future__ import annotations

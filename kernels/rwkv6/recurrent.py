@@ -1,14 +1,14 @@
-"""RWKV-6 wkv in vectorised torch (token loop for short ubatches, chunks for prefill); rsplan.kernels.dispatch
-chooses between it, fused.py (Triton) and native.py (C)."""
+"""RWKV-6 wkv in vectorised torch: the state stepped token by token for short ubatches, ``chunked.py``'s form for
+prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
 import torch
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows
-from rsplan.kernels.gla.fast import MIN_LOG_DECAY
+from rsplan.kernels.rwkv6.chunked import rwkv6_chunked
 from rsplan.kernels.rwkv6.reference import check_wkv6_args
 
 
@@ -31,11 +31,11 @@ def rwkv6_torch(
     if not plan.active:
         return (y,)
     rf, kf, vf, wf, uf = r.float(), k.float(), v.float(), w.float(), u.float()
-    if T >= chunked.MIN_TOKENS:
+    if T >= _chunk.MIN_TOKENS:
         for grp in walk.groups(pool, plan):
             sel = grp.sel
             yg = y[sel] if isinstance(sel, slice) else torch.empty(len(grp.seqs), T, H, S, device=r.device)
-            _chunked(grp, (rf[sel], kf[sel], vf[sel], wf[sel]), uf, yg)
+            rwkv6_chunked(grp, (rf[sel], kf[sel], vf[sel], wf[sel]), uf, yg)
             if not isinstance(sel, slice):
                 y[sel] = yg
             walk.finish(pool, plan, grp)
@@ -53,25 +53,6 @@ def rwkv6_torch(
                 st.addcmul_(kt.unsqueeze(-1), vt.unsqueeze(-2))
         walk.finish(pool, plan, grp)
     return (y,)
-
-
-def _chunked(grp: walk.Group, inputs: tuple[torch.Tensor, ...], u: torch.Tensor, y: torch.Tensor) -> None:
-    """One group over all T tokens in the chunked form (``_chunk.chunk_scan``, per-key decays ``log w``).
-
-    wkv6 reads the state before token t: ``y_t = r_t . S_{t-1} + (r_t . (u * k_t)) v_t``, while the chunked
-    scan reads it after: so it runs with the receptance shifted by one token (its output t is
-    ``r_{t+1} . S_t``), and ``y_0 = r_0 . S_init`` is taken before the state is updated in place.
-    """
-    r, k, v, w = inputs  # [n, T, H, S]
-    n, T, H, S = r.shape
-    work = walk.begin(grp)  # [n, H, key i, value j]
-    y[:, 0] = torch.matmul(r[:, 0].unsqueeze(-2), work).squeeze(-2)
-    r_next = torch.cat([r[:, 1:], torch.zeros_like(r[:, :1])], 1)
-    log_w = torch.log(w).clamp_min_(MIN_LOG_DECAY)
-    shifted = torch.empty(n, T, H, S, device=r.device)
-    chunked.chunk_scan(work.view(n * H, S, S).transpose(1, 2), (r_next, k, v, log_w, None), 1.0, shifted)
-    y[:, 1:] = shifted[:, :-1]
-    y.add_(v * (r * u * k).sum(-1, keepdim=True))
 
 
 def rwkv_bytes(*, n_seqs: int, n_tokens: int, n_head: int, head_size: int, n_inputs: int, state_itemsize: int) -> int:

@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from rsplan.kernels._common import Rows, device_rows, host_rows
-from rsplan.kernels.state_copy.fast import _check, _gather_out
+from rsplan.kernels.state_copy.row_copy import _check, _gather_out
 
 BLOCK = 1024
 

@@ -1,5 +1,5 @@
-"""The gated delta rule in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton) and
-native.py (C)."""
+"""The gated delta rule in vectorised torch: the state stepped token by token for short ubatches, ``chunked.py``'s
+form for prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import math
 
 import torch
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
+from rsplan.kernels.gated_delta.chunked import gated_delta_chunked
 from rsplan.kernels.gated_delta.reference import check_delta_args
 
 
@@ -27,7 +28,7 @@ def gated_delta_torch(
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor]:
     """``gated_delta_ref`` vectorised over sequences and heads (see there for shapes and rules)."""
-    N, T, Hk, Hv, Dk, Dv, kda = check_delta_args(pool, q, k, v, g, beta)
+    N, T, _, Hv, _, Dv, kda = check_delta_args(pool, q, k, v, g, beta)
     plan = plan_rows(
         n_pool_rows=pool.shape[0],
         src_rows=src_rows,
@@ -39,12 +40,26 @@ def gated_delta_torch(
     o = output(out, (N, T, Hv, Dv), v)
     if not plan.active:
         return (o,)
-    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+    if T >= _chunk.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
         for grp in walk.groups(pool, plan):
             sel = grp.sel
-            _chunked(pool, plan, grp, (q[sel], k[sel], v[sel], g[sel], beta[sel]), o, n_planes)
+            gated_delta_chunked(pool, plan, grp, (q[sel], k[sel], v[sel], g[sel], beta[sel]), o, n_planes)
             walk.finish(pool, plan, grp)
         return (o,)
+    _step_tokens(pool, plan, _step_operands(q, k, v, g, beta, kda=kda), o, n_planes)
+    return (o,)
+
+
+def _step_operands(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *, kda: bool
+) -> tuple[torch.Tensor, ...]:
+    """What the token loop reads, fp32, key heads tiled to the value heads (head h reads key head h % Hk):
+    ``(k, v, beta, [e * k, e * q], k . q, e)`` with ``e = exp(g)`` shaped to scale a ``[Dv, Dk]`` state.
+
+    Shapes: k [N, T, Hv, Dk]; v [N, T, Hv, Dv]; beta, k . q [N, T, Hv]; [e * k, e * q] [N, T, Hv, Dk, 2];
+    e [N, T, Hv, 1, 1] (KDA: [N, T, Hv, 1, Dk]).
+    """
+    Hk, Hv = q.shape[2], v.shape[2]
     tile = torch.arange(Hv, device=q.device) % Hk
     qh = q.float().index_select(2, tile)  # [N, T, Hv, Dk]
     kh = k.float().index_select(2, tile)
@@ -56,6 +71,18 @@ def gated_delta_torch(
     kq = torch.stack([kh * decay_key, qh * decay_key], dim=-1)  # [N, T, Hv, Dk, 2]
     kdotq = (kh * qh).sum(-1)  # [N, T, Hv]
     dmul = decay[..., None, :] if kda else decay[..., None, None]  # [N, T, Hv, 1, Dk] or [N, T, Hv, 1, 1]
+    return kh, vf, bf, kq, kdotq, dmul
+
+
+def _step_tokens(
+    pool: torch.Tensor, plan: RowPlan, operands: tuple[torch.Tensor, ...], o: torch.Tensor, n_planes: int
+) -> None:
+    """All T tokens one at a time, per walk group and block of value heads that fits the cache: one GEMM reads
+    the old state for ``k @ S`` and ``q @ S``, then ``S = S * e + outer(delta, k)`` in place; plane
+    ``T - 1 - t`` stored after token t. ``operands``: ``_step_operands``; o: [N, T, Hv, Dv] fp32."""
+    kh, vf, bf, kq, kdotq, dmul = operands
+    _, T, Hv, Dk = kh.shape
+    Dv = vf.shape[3]
     scale = 1.0 / math.sqrt(Dk)
     for grp in walk.per_sequence(walk.groups(pool, plan), Hv * Dv * Dk * 4):
         sel, n = grp.sel, len(grp.seqs)
@@ -73,31 +100,6 @@ def gated_delta_torch(
                 if 1 <= p < n_planes:
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
         walk.finish(pool, plan, grp)
-    return (o,)
-
-
-def _chunked(
-    pool: torch.Tensor,
-    plan: RowPlan,
-    grp: walk.Group,
-    inputs: tuple[torch.Tensor, ...],
-    o: torch.Tensor,
-    n_planes: int,
-) -> None:
-    """One group over all T tokens in the chunked form (``_chunk.chunk_scan``; value head h reads key head
-    h % Hk, as ggml_repeat lays q and k out): the state after the last token updated in ``grp.work``, the
-    snapshot planes stored, the outputs written into ``o``."""
-    q, k, v, g, beta = (t.float() for t in inputs)  # q, k [n, T, Hk, Dk]; v [n, T, Hv, Dv]
-    n, T, Hv, Dv = v.shape
-    Dk = q.shape[3]
-    state = walk.begin(grp).view(n * Hv, Dv, Dk)
-    y = o[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, Hv, Dv, device=v.device)
-    taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
-    saved = chunked.chunk_scan(state, (q, k, v, g, beta), 1.0 / math.sqrt(Dk), y, taps=tuple(taps), key_heads="mod")
-    if not isinstance(grp.sel, slice):
-        o[grp.sel] = y
-    for t, p in taps.items():
-        walk.store(pool, plan, grp, p, saved[t].view(n, Hv, Dv, Dk))
 
 
 def gated_delta_bytes(

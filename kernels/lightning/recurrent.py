@@ -1,13 +1,15 @@
-"""The lightning attention state update in vectorised torch (token loop for short ubatches, chunks for
-prefill); rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
+"""The lightning attention state update in vectorised torch: the state stepped token by token for short ubatches,
+``chunked.py``'s form for prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and
+native.py (C)."""
 
 from __future__ import annotations
 
 import torch
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels.lightning.chunked import lightning_chunked
 from rsplan.kernels.lightning.reference import check_lightning_args
 
 
@@ -29,15 +31,11 @@ def lightning_torch(
     if not plan.active:
         return (o,)
     qf, kf, vf = q.float(), k.float(), v.float()
-    if T >= chunked.MIN_TOKENS:  # one log-decay per head, -slope, the same at every token
+    if T >= _chunk.MIN_TOKENS:  # one log-decay per head, -slope, the same at every token
         g = (-slope.float()).expand(N, T, H)
         for grp in walk.groups(pool, plan):
             sel = grp.sel
-            state = walk.begin(grp).view(len(grp.seqs) * H, S, S)  # [value j, key i], as the chunked scan's
-            yg = o[sel] if isinstance(sel, slice) else torch.empty(len(grp.seqs), T, H, S, device=q.device)
-            chunked.chunk_scan(state, (qf[sel], kf[sel], vf[sel], g[sel], None), 1.0, yg)
-            if not isinstance(sel, slice):
-                o[sel] = yg
+            lightning_chunked(grp, (qf[sel], kf[sel], vf[sel], g[sel]), o)
             walk.finish(pool, plan, grp)
         return (o,)
     decay = torch.exp(-slope.float())[:, None, None]  # [H, 1, 1]

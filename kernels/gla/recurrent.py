@@ -1,18 +1,15 @@
-"""Gated linear attention in vectorised torch (token loop for short ubatches, chunks for prefill);
-rsplan.kernels.dispatch chooses between it, fused.py (Triton) and native.py (C)."""
+"""Gated linear attention in vectorised torch: the state stepped token by token for short ubatches, ``chunked.py``'s
+form for prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton) and native.py (C)."""
 
 from __future__ import annotations
 
 import torch
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import Rows, output, plan_rows
+from rsplan.kernels.gla.chunked import gla_chunked
 from rsplan.kernels.gla.reference import check_gla_args, gla_scale
-
-#: log(g) is clamped here before the chunked form sums it: g = 0 (an underflowed exp(-exp(.))) would give
-#: -inf - -inf. exp(-100) is below fp32's smallest normal, so the clamped decay still wipes the state.
-MIN_LOG_DECAY = -100.0
 
 
 def gla_torch(
@@ -35,9 +32,9 @@ def gla_torch(
     if not plan.active:
         return (y,)
     qf, kf, vf, gf = q.float(), k.float(), v.float(), g.float()
-    if T >= chunked.MIN_TOKENS:
+    if T >= _chunk.MIN_TOKENS:
         for grp in walk.groups(pool, plan):
-            _chunked(grp, (qf[grp.sel], kf[grp.sel], vf[grp.sel], gf[grp.sel]), c, y)
+            gla_chunked(grp, (qf[grp.sel], kf[grp.sel], vf[grp.sel], gf[grp.sel]), c, y)
             walk.finish(pool, plan, grp)
         return (y,)
     for grp in walk.per_sequence(walk.groups(pool, plan), H * S * S * 4):
@@ -52,16 +49,3 @@ def gla_torch(
                 y[hs] = torch.matmul((qf[hs] * c).unsqueeze(-2), st).squeeze(-2)
         walk.finish(pool, plan, grp)
     return (y,)
-
-
-def _chunked(grp: walk.Group, inputs: tuple[torch.Tensor, ...], scale: float, y: torch.Tensor) -> None:
-    """One group over all T tokens in the chunked form (``_chunk.chunk_scan`` without the delta rule; its state
-    is [value, key], a transposed view of this op's [key, value] rows, updated in place in ``grp.work``)."""
-    q, k, v, g = inputs  # [n, T, H, S]
-    n, T, H, S = q.shape
-    state = walk.begin(grp).view(n * H, S, S).transpose(1, 2)  # [value j, key i]
-    yg = y[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, H, S, device=q.device)
-    log_g = torch.log(g).clamp_min_(MIN_LOG_DECAY)
-    chunked.chunk_scan(state, (q, k, v, log_g, None), scale, yg)
-    if not isinstance(grp.sel, slice):
-        y[grp.sel] = yg

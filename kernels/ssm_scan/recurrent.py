@@ -1,5 +1,5 @@
-"""ssm_scan in vectorised torch; rsplan.kernels.dispatch chooses between it, fused.py (Triton, Mamba-2) and
-native.py (C).
+"""ssm_scan in vectorised torch: the state stepped token by token for short ubatches, ``chunked.py``'s (SSD) form
+for prefill; rsplan.kernels.dispatch chooses between it, fused_recurrent.py (Triton, Mamba-2) and native.py (C).
 
 The torch path works in place on the pool where it can: for a run of sequences whose input rows and plane-0
 rows are consecutive (the steady decode case), each token costs three memory passes over the state
@@ -16,9 +16,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rsplan.kernels import _chunk as chunked
+from rsplan.kernels import _chunk
 from rsplan.kernels import _walk as walk
 from rsplan.kernels._common import RowPlan, Rows, output, plan_rows
+from rsplan.kernels.ssm_scan.chunked import ssm_scan_chunked
 from rsplan.kernels.ssm_scan.reference import check_ssm_args
 
 #: Up to this many GEMVs per token use torch.mv writing straight into y; more use one bmm.
@@ -61,7 +62,7 @@ def ssm_scan_torch(
     Differences from the reference are rounding only: ``softplus`` uses log1p (ggml: ``log(1 + exp)``) and
     the sums run in a different order.
     """
-    N, T, H, P, G, S = check_ssm_args(pool, x, dt, A, B, C, n_planes)
+    N, T, H, P, _, _ = check_ssm_args(pool, x, dt, A, B, C, n_planes)
     plan = plan_rows(
         n_pool_rows=pool.shape[0],
         src_rows=src_rows,
@@ -74,21 +75,46 @@ def ssm_scan_torch(
     if not plan.active:
         return (y_out,)
     y = y_out if y_out.is_contiguous() else y_out.clone()
-    hg = H // G
     d = F.softplus(dt.float(), beta=1.0, threshold=20.0)  # [N, T, H]
     mamba1 = A.dim() == 2
     xd = x.float() * d[..., None]  # [N, T, H, P]
     Bf, Cf = B.float(), C.float()
-    if T >= chunked.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
+    if T >= _chunk.MIN_TOKENS:  # prefill: all heads of a group at once, in chunks of tokens
         log_a = d[..., None] * A.float() if mamba1 else d * A.float()  # [N, T, H(, S)]
         for grp in walk.groups(pool, plan):
             sel = grp.sel
-            _chunked(pool, plan, grp, (xd[sel], log_a[sel], Bf[sel], Cf[sel]), y, n_planes)
+            ssm_scan_chunked(pool, plan, grp, (xd[sel], log_a[sel], Bf[sel], Cf[sel]), y, n_planes)
             walk.finish(pool, plan, grp)
-        if y is not y_out:
-            y_out.copy_(y)
-        return (y_out,)
-    dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
+    else:
+        dA = torch.exp(d[..., None] * A.float()) if mamba1 else torch.exp(d * A.float())  # [N, T, H(, S)]
+        _step_tokens(pool, plan, (xd, dA, Bf, Cf), y, n_planes, mamba1=mamba1)
+    if y is not y_out:
+        y_out.copy_(y)
+    return (y_out,)
+
+
+def _step_tokens(
+    pool: torch.Tensor,
+    plan: RowPlan,
+    inputs: tuple[torch.Tensor, ...],
+    y: torch.Tensor,
+    n_planes: int,
+    *,
+    mamba1: bool,
+) -> None:
+    """All T tokens one at a time, per walk group and block of heads (whole B/C groups where the block holds
+    them): ``S = S * dA + (x * dt) B``, then ``y = S @ C``; plane ``T - 1 - t`` stored after token t.
+
+    Args:
+        inputs: xd = x * dt [N, T, H, P], dA = exp(dt * A) [N, T, H] (Mamba-1: [N, T, H, S]), B and C
+            [N, T, G, S], all fp32.
+        y: [N, T, H, P] fp32, contiguous (the GEMVs write into it).
+        mamba1: dA has one decay per state column.
+    """
+    xd, dA, Bf, Cf = inputs
+    _, T, H, P = xd.shape
+    G, S = Bf.shape[2], Bf.shape[3]
+    hg = H // G
     for grp in walk.per_sequence(walk.groups(pool, plan), H * P * S * 4):
         sel, n = grp.sel, len(grp.seqs)
         for h0, h1 in walk.head_blocks(H, n * P * S * 4, T, align=hg):
@@ -109,34 +135,6 @@ def ssm_scan_torch(
                 if 1 <= p < n_planes:
                     walk.store(pool, plan, grp, p, w, slice(h0, h1))
         walk.finish(pool, plan, grp)
-    if y is not y_out:
-        y_out.copy_(y)
-    return (y_out,)
-
-
-def _chunked(
-    pool: torch.Tensor,
-    plan: RowPlan,
-    grp: walk.Group,
-    inputs: tuple[torch.Tensor, ...],
-    y: torch.Tensor,
-    n_planes: int,
-) -> None:
-    """One group over all T tokens in the chunked (SSD) form of ``_chunk.chunk_scan``: ``x * dt`` is the value,
-    B the key, C the query, ``dt * A`` the log-decay (Mamba-1: one per state column); head h reads group
-    h // (H / G). The state after the last token is updated in ``grp.work``, the snapshot planes are stored,
-    the outputs go into ``y``."""
-    xd, log_a, B, C = inputs  # [n, T, H, P], [n, T, H(, S)], [n, T, G, S] x 2
-    n, T, H, P = xd.shape
-    S = B.shape[3]
-    state = walk.begin(grp).view(n * H, P, S)
-    yg = y[grp.sel] if isinstance(grp.sel, slice) else torch.empty(n, T, H, P, device=xd.device)
-    taps = {T - 1 - p: p for p in range(1, min(T, n_planes))}
-    saved = chunked.chunk_scan(state, (C, B, xd, log_a, None), 1.0, yg, taps=tuple(taps), key_heads="div")
-    if not isinstance(grp.sel, slice):
-        y[grp.sel] = yg
-    for t, p in taps.items():
-        walk.store(pool, plan, grp, p, saved[t].view(n, H, P, S))
 
 
 def ssm_scan_bytes(
