@@ -15,12 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rsplan.profiler.request import ProfileRequest
 from rsplan.profiler.working_set import ParallelChoice
-
-if TYPE_CHECKING:
-    from rsplan.profiler.runner import ProfileRequest
 
 
 def _nan(value: Any) -> float:
@@ -467,8 +465,6 @@ class ProfileResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
         """Read back the object ``to_dict`` gives (a saved ``--format json`` output)."""
-        from rsplan.profiler.runner import ProfileRequest
-
         return cls(
             model=d["model"], arch=d["arch"], family=d["family"], recurrent_layers=d["recurrent_layers"],
             request=ProfileRequest(**d["request"]), device=dict(d["device"]),

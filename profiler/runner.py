@@ -11,9 +11,10 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-from rsplan.profiler.errors import RsplanError, WorkloadError, import_torch
+from rsplan.profiler.errors import WorkloadError, import_torch
+from rsplan.profiler.request import DEFAULT_MAX_SECONDS, WORKLOADS, ProfileRequest, validate
 from rsplan.profiler.result import (
     Allocation,
     CheckSummary,
@@ -45,10 +46,6 @@ from rsplan.profiler.working_set import (
     working_set_bytes,
 )
 
-Workload = Literal["decode", "prefill", "spec", "all"]
-WORKLOADS = ("decode", "prefill", "spec")
-#: --max-seconds when not given, per device type (0 = no limit).
-DEFAULT_MAX_SECONDS = {"cpu": 180.0, "cuda": 300.0}
 #: A probe step slower than this (seconds), or than PROBE_ONCE_SHARE of --max-seconds where that is more, is not
 #: repeated: its first run is the estimate. A first step pays for the C kernels' build, inputs and first-call
 #: costs (a CPU prefill: 10 s for a step that then takes 0.5 s), which would otherwise lower the iterations.
@@ -78,33 +75,6 @@ BURST_EVERY_MIN_S = 2.0
 SLOWEST_BYTES_PER_S = {"cpu": SLOWEST_CPU_BYTES_PER_S, "cuda": 100e9}
 
 
-class CheckError(RsplanError):
-    """A correctness check failed while profiling (the report is printed first)."""
-
-
-@dataclass(frozen=True)
-class ProfileRequest:
-    """What ``rsplan profile`` was asked for (see the command's help for each field)."""
-
-    model: str
-    gpu: bool = False
-    device: str | None = None
-    n_seq_max: int | None = None  # None: pick_parallel's (decode's working set at least 4x the last-level cache)
-    n_ctx: int = 4096
-    n_rs_seq: int | None = None
-    state_type: str = "f32"
-    workload: Workload = "all"
-    ubatch: int = 512
-    draft: int = 3
-    iters: int = 20
-    warmup: int = 3
-    seed: int = 0
-    threads: int | None = None
-    cuda_graphs: bool = True
-    c_replay: bool = True
-    max_seconds: float | None = None  # None: DEFAULT_MAX_SECONDS of the device; 0: no limit
-
-
 def _workloads(req: ProfileRequest, rollback: bool, arch: str, notes: list[str]) -> list[str]:
     if req.workload == "all":
         if rollback:
@@ -116,24 +86,6 @@ def _workloads(req: ProfileRequest, rollback: bool, arch: str, notes: list[str])
             f"--workload spec: arch '{arch}' does not support recurrent rollback (llama.cpp clamps n_rs_seq to 0)"
         )
     return [req.workload]
-
-
-def validate(req: ProfileRequest) -> None:
-    """Workload parameters that can never run, whatever the model."""
-    if req.iters < 1:
-        raise WorkloadError(f"--iters must be at least 1, got {req.iters}")
-    if req.warmup < 0:
-        raise WorkloadError(f"--warmup must be 0 or more, got {req.warmup}")
-    if req.draft < 1:
-        raise WorkloadError(f"--spec-draft-n-max must be at least 1, got {req.draft}")
-    if req.n_seq_max is not None and req.ubatch < req.n_seq_max:
-        raise WorkloadError(
-            f"-ub {req.ubatch} is smaller than -np {req.n_seq_max}: a prefill ubatch needs one token per sequence"
-        )
-    if req.max_seconds is not None and not req.max_seconds >= 0:
-        raise WorkloadError(f"--max-seconds must be 0 (no limit) or more, got {req.max_seconds}")
-    if req.state_type not in ("f32", "bf16"):
-        raise WorkloadError(f"--type-r/--type-s must be f32 or bf16, got {req.state_type}")
 
 
 @dataclass

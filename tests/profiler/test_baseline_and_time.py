@@ -12,7 +12,8 @@ pytest.importorskip("torch")
 
 from rsplan.profiler import device
 from rsplan.profiler.errors import DeviceError
-from rsplan.profiler.runner import ProfileRequest, ratio_flag, run_profile
+from rsplan.profiler.request import ProfileRequest
+from rsplan.profiler.runner import ratio_flag, run_profile
 
 MIB = 1 << 20
 
