@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsplan.profiler.cells import RecurrentCells, UBatch
+from rsplan.profiler.cells import RecurrentCells
 from rsplan.profiler.device import Timer
 from rsplan.profiler.errors import WorkloadError, import_torch
 from rsplan.profiler.families import (
@@ -28,6 +28,7 @@ from rsplan.profiler.families import (
     make_inputs,
     state_row_bytes,
 )
+from rsplan.profiler.ubatch import UBatch
 
 GATHER = "state_gather"
 SCATTER = "state_scatter"
