@@ -50,13 +50,13 @@ class TimeSummary:
 
 @dataclass(frozen=True)
 class RatioFlag:
-    """Why a row's figures are not to be quoted (runner.row_flag; runner.ratio_flag in a result without
+    """Why a row's figures are not to be quoted (figures.row_flag; figures.ratio_flag in a result without
     like-for-like baselines, where only a ratio above 100% of the in-place bandwidth raised one).
 
     Attributes:
         reasons: ``above`` (above 100% of its like-for-like in-place baseline; with ``cache`` when the row's
             own working set fits in the last-level cache and its step's does not), ``spread`` (the row's own
-            p10..p90 spread over runner.ROW_SPREAD_MAX of its median), ``noisy`` (a baseline it is compared
+            p10..p90 spread over working_set.ROW_SPREAD_MAX of its median), ``noisy`` (a baseline it is compared
             with is noisy: its spread or drift), ``load`` (the machine was oversubscribed when the run started);
             in older results ``cache`` (the working set fits in the last-level cache) or ``unexplained``.
         working_set_bytes: about half the bytes moved per step (each state is read and written back).
