@@ -525,10 +525,10 @@ def decode_row(
 
 
 def pin_load_as_the_profiler() -> bool:
-    """Decide once, as ``rsplan profile`` does at its start (profiler.runner._device), whether the machine counts
-    as overloaded for the C kernels' thread rule, and pin it (kernels._native.pin_load): read per call, the load
-    average would count this benchmark's own two-thread copies after its first minute and flip the rule from
-    one shape to the next."""
+    """Decide once, as ``rsplan profile`` does at its start (profiler.run_device.prepare_device), whether the
+    machine counts as overloaded for the C kernels' thread rule, and pin it (kernels._native.pin_load): read per
+    call, the load average would count this benchmark's own two-thread copies after its first minute and flip the
+    rule from one shape to the next."""
     from rsplan.profiler.device import load_average, oversubscribed, runnable_now
 
     load, cpus = load_average(), os.cpu_count()

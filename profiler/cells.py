@@ -16,14 +16,17 @@ Vocabulary:
 - ``rs_idx[seq]`` the pending rollback plane of a sequence, consumed once by ``s_copy``;
 - physical row of cell ``c`` in plane ``p``: ``p * size + c``.
 
+The ubatches it places are profiler.ubatch's; the hybrid model's attention side is profiler.hybrid's.
 This module is pure Python (no torch): the profiler drives it, the tests pin it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from rsplan.profiler.ubatch import UBatch
 
 #: llama.cpp's ``std::numeric_limits<llama_pos>::max()`` (llama_pos is int32).
 POS_MAX = 2**31 - 1
@@ -53,53 +56,6 @@ class Cell:
 
     def copy(self) -> Cell:
         return Cell(self.pos, self.src, self.src0, self.tail, set(self.seq_id))
-
-
-@dataclass(frozen=True)
-class SeqTokens:
-    """The tokens of one sequence set of a ubatch: ``seq_ids[0]`` owns the cell, the others share it."""
-
-    seq_ids: tuple[int, ...]
-    pos: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class UBatch:
-    """An equal-split ubatch: every sequence set carries the same number of tokens (``n_seq_tokens``)."""
-
-    seqs: tuple[SeqTokens, ...]
-
-    def __post_init__(self) -> None:
-        if not self.seqs:
-            raise ValueError("a ubatch needs at least one sequence")
-        lengths = {len(s.pos) for s in self.seqs}
-        if len(lengths) != 1 or 0 in lengths:
-            raise ValueError(f"equal split expected: every sequence needs the same token count, got {lengths}")
-        for s in self.seqs:
-            if not s.seq_ids:
-                raise ValueError("every sequence set needs at least one seq_id")
-
-    @property
-    def n_seqs(self) -> int:
-        return len(self.seqs)
-
-    @property
-    def n_seq_tokens(self) -> int:
-        return len(self.seqs[0].pos)
-
-    @property
-    def n_tokens(self) -> int:
-        return self.n_seqs * self.n_seq_tokens
-
-    @classmethod
-    def of(cls, positions: Mapping[int | tuple[int, ...], Sequence[int] | range]) -> UBatch:
-        """``UBatch.of({0: range(0, 4), (1, 2): [7]})``: seq 0 gets positions 0..3; seqs 1 and 2 share one
-        token at position 7 (all sets must have the same length). Order is the ubatch order."""
-        seqs = []
-        for ids, pos in positions.items():
-            seq_ids = ids if isinstance(ids, tuple) else (ids,)
-            seqs.append(SeqTokens(tuple(seq_ids), tuple(pos)))
-        return cls(tuple(seqs))
 
 
 class RecurrentCells:
@@ -558,84 +514,3 @@ class RecurrentCells:
             if tails[i] != self.cells[i].tail:
                 problems.append(f"wrong tail for seq_id {i}, ({self.cells[i].tail} instead of {tails[i]})")
         return problems
-
-
-class SimpleKV:
-    """A minimal attention-side memory for the hybrid model: each sequence holds a set of positions."""
-
-    def __init__(self, n_seq_max: int) -> None:
-        self.n_seq_max = n_seq_max
-        self.pos: dict[int, set[int]] = {}
-
-    def add(self, seq_id: int, positions: Iterable[int]) -> None:
-        self.pos.setdefault(seq_id, set()).update(positions)
-
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
-        p0, p1 = max(p0, 0), (POS_MAX if p1 < 0 else p1)
-        targets = list(self.pos) if seq_id < 0 else [seq_id]
-        for s in targets:
-            self.pos[s] = {p for p in self.pos.get(s, set()) if not p0 <= p < p1}
-        return True
-
-    def seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
-        p0, p1 = max(p0, 0), (POS_MAX if p1 < 0 else p1)
-        self.add(seq_id_dst, (p for p in self.pos.get(seq_id_src, set()) if p0 <= p < p1))
-
-    def seq_keep(self, seq_id: int) -> None:
-        self.pos = {seq_id: self.pos.get(seq_id, set())}
-
-    def seq_add(self, seq_id: int, p0: int, p1: int, shift: int) -> None:
-        p0, p1 = max(p0, 0), (POS_MAX if p1 < 0 else p1)
-        self.pos[seq_id] = {p + shift if p0 <= p < p1 else p for p in self.pos.get(seq_id, set())}
-
-    def seq_pos_min(self, seq_id: int) -> int:
-        return min(self.pos.get(seq_id) or {-1})
-
-    def seq_pos_max(self, seq_id: int) -> int:
-        return max(self.pos.get(seq_id) or {-1})
-
-
-class HybridMemory:
-    """``llama_memory_hybrid`` reduced to its sequence rules: an attention side and a recurrent side.
-
-    ``seq_rm`` asks the recurrent side first, because it is the one that can refuse; a refusal leaves both
-    sides untouched. ``seq_pos_min`` / ``seq_pos_max`` return the range both sides cover (max of the minima,
-    min of the maxima).
-    """
-
-    def __init__(self, recr: RecurrentCells, attn: SimpleKV) -> None:
-        self.recr = recr
-        self.attn = attn
-
-    def decode(self, ubatch: UBatch) -> bool:
-        """Prepare the recurrent side, then place the ubatch on both sides (positions recorded in the KV side)."""
-        if not self.recr.prepare([ubatch]):
-            return False
-        self.recr.apply(ubatch)
-        for st in ubatch.seqs:
-            for seq_id in st.seq_ids:
-                self.attn.add(seq_id, st.pos)
-        return True
-
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
-        if not self.recr.seq_rm(seq_id, p0, p1):
-            return False
-        return self.attn.seq_rm(seq_id, p0, p1)
-
-    def seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
-        self.attn.seq_cp(seq_id_src, seq_id_dst, p0, p1)
-        self.recr.seq_cp(seq_id_src, seq_id_dst, p0, p1)
-
-    def seq_keep(self, seq_id: int) -> None:
-        self.attn.seq_keep(seq_id)
-        self.recr.seq_keep(seq_id)
-
-    def seq_add(self, seq_id: int, p0: int, p1: int, shift: int) -> None:
-        self.attn.seq_add(seq_id, p0, p1, shift)
-        self.recr.seq_add(seq_id, p0, p1, shift)
-
-    def seq_pos_min(self, seq_id: int) -> int:
-        return max(self.attn.seq_pos_min(seq_id), self.recr.seq_pos_min(seq_id))
-
-    def seq_pos_max(self, seq_id: int) -> int:
-        return min(self.attn.seq_pos_max(seq_id), self.recr.seq_pos_max(seq_id))

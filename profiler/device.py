@@ -76,7 +76,7 @@ def _nvml_facts(index: int) -> dict[str, Any]:
     device is matched by PCI bus id when torch exposes it.
     """
     try:
-        import pynvml
+        import pynvml  # deferred: pynvml (nvidia-ml-py, optional)
     except ImportError:
         return {"nvml": "nvidia-ml-py not installed (pip install nvidia-ml-py)"}
     facts: dict[str, Any] = {}
@@ -173,7 +173,7 @@ def _str(v: Any) -> str:
 
 def _cpu_kernels() -> str:
     """Which kernels the CPU fast path runs (the C decode kernels build here at first use)."""
-    from rsplan.kernels import _native
+    from rsplan.kernels import _native  # deferred: torch
 
     return _native.describe()
 
@@ -194,7 +194,7 @@ def device_facts(dev: Any) -> dict[str, Any]:
             cuda=torch.version.cuda,
         )
         try:
-            import triton
+            import triton  # deferred: triton
 
             facts["triton"] = triton.__version__
         except ImportError:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsplan.profiler.cells import RecurrentCells, UBatch
+from rsplan.profiler.cells import RecurrentCells
 from rsplan.profiler.device import Timer
 from rsplan.profiler.errors import WorkloadError, import_torch
 from rsplan.profiler.families import (
@@ -28,6 +28,7 @@ from rsplan.profiler.families import (
     make_inputs,
     state_row_bytes,
 )
+from rsplan.profiler.ubatch import UBatch
 
 GATHER = "state_gather"
 SCATTER = "state_scatter"
@@ -129,7 +130,7 @@ class CReplays:
 
     def region(self, key: tuple, name: str, fn: Callable[[], None], timer: Timer) -> None:
         """Time phase ``name`` of step ``key``: its replay if caught, else ``fn`` (caught on its first run)."""
-        from rsplan.kernels.conv_state.native import Replayable
+        from rsplan.kernels.conv_state.native import Replayable  # deferred: torch
 
         phase = self.phases.get((key, name))
         if phase is None:
@@ -259,7 +260,7 @@ class Engine:
         regions = self._regions(rows, K, res, keep_y, only)
         if timer is not None and self.graphs is not None and not keep_y:
             # nothing may be copied host to device during a capture: inputs, outputs and row tensors first
-            from rsplan.kernels._common import device_rows
+            from rsplan.kernels._common import device_rows  # deferred: torch
 
             for k in self.family.kernels:
                 for il in self.layers:
@@ -285,6 +286,7 @@ class Engine:
         self, rows: StepRows, K: int, res: StepResult, keep_y: bool, only: set[str] | None
     ) -> list[tuple[str, Callable[[], None]]]:
         """The phases of one step as (name, function) pairs, in graph order; fills ``res.bytes``."""
+        # deferred: torch
         from rsplan.kernels.state_copy import gather_bytes, scatter_bytes, state_gather, state_scatter
 
         regions: list[tuple[str, Callable[[], None]]] = []
@@ -351,7 +353,7 @@ class Engine:
     def reference_step(self, before: dict[str, Any], rows: StepRows, il: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """Replay one step on a copy of layer ``il``'s pools (``before``: kind -> pool) with the reference
         kernels; returns the pools and the outputs by kernel op."""
-        from rsplan.kernels.state_copy import state_gather_ref, state_scatter_ref
+        from rsplan.kernels.state_copy import state_gather_ref, state_scatter_ref  # deferred: torch
 
         pools = {kind: t.clone() for kind, t in before.items()}
         extras = {}

@@ -15,12 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rsplan.profiler.request import ProfileRequest
 from rsplan.profiler.working_set import ParallelChoice
-
-if TYPE_CHECKING:
-    from rsplan.profiler.runner import ProfileRequest
 
 
 def _nan(value: Any) -> float:
@@ -52,13 +50,13 @@ class TimeSummary:
 
 @dataclass(frozen=True)
 class RatioFlag:
-    """Why a row's figures are not to be quoted (runner.row_flag; runner.ratio_flag in a result without
+    """Why a row's figures are not to be quoted (figures.row_flag; figures.ratio_flag in a result without
     like-for-like baselines, where only a ratio above 100% of the in-place bandwidth raised one).
 
     Attributes:
         reasons: ``above`` (above 100% of its like-for-like in-place baseline; with ``cache`` when the row's
             own working set fits in the last-level cache and its step's does not), ``spread`` (the row's own
-            p10..p90 spread over runner.ROW_SPREAD_MAX of its median), ``noisy`` (a baseline it is compared
+            p10..p90 spread over working_set.ROW_SPREAD_MAX of its median), ``noisy`` (a baseline it is compared
             with is noisy: its spread or drift), ``load`` (the machine was oversubscribed when the run started);
             in older results ``cache`` (the working set fits in the last-level cache) or ``unexplained``.
         working_set_bytes: about half the bytes moved per step (each state is read and written back).
@@ -467,8 +465,6 @@ class ProfileResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
         """Read back the object ``to_dict`` gives (a saved ``--format json`` output)."""
-        from rsplan.profiler.runner import ProfileRequest
-
         return cls(
             model=d["model"], arch=d["arch"], family=d["family"], recurrent_layers=d["recurrent_layers"],
             request=ProfileRequest(**d["request"]), device=dict(d["device"]),

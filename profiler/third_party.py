@@ -33,11 +33,12 @@ def _entry(t: dict[str, float], n_bytes: int) -> dict[str, Any]:
 
 def _mamba(dev: Any, k: Kernel, n: int, iters: int, warmup: int) -> dict[str, Any]:
     try:
+        # deferred: mamba_ssm (optional; torch, triton)
         from mamba_ssm.ops.triton.selective_state_update import selective_state_update
     except ImportError as exc:
         return {"available": False, "reason": f"mamba-ssm not importable ({exc})"}
     torch = import_torch()
-    from rsplan.kernels.ssm_scan import ssm_scan
+    from rsplan.kernels.ssm_scan import ssm_scan  # deferred: torch
 
     H, P, G, S = k.dims["H"], k.dims["P"], k.dims["G"], k.dims["S"]
     state = torch.zeros(n, H, P, S, device=dev)
@@ -69,12 +70,12 @@ def _mamba(dev: Any, k: Kernel, n: int, iters: int, warmup: int) -> dict[str, An
 
 def _fla(dev: Any, k: Kernel, n: int, iters: int, warmup: int) -> dict[str, Any]:
     try:
-        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule  # deferred: fla (optional; torch, triton)
     except ImportError as exc:
         return {"available": False, "reason": f"flash-linear-attention not importable ({exc})"}
     torch = import_torch()
     F = torch.nn.functional
-    from rsplan.kernels.gated_delta import gated_delta
+    from rsplan.kernels.gated_delta import gated_delta  # deferred: torch
 
     Hk, Hv, Dk, Dv = k.dims["Hk"], k.dims["Hv"], k.dims["Dk"], k.dims["Dv"]
     q = F.normalize(torch.randn(n, 1, Hk, Dk, device=dev), dim=-1)

@@ -20,7 +20,7 @@ from rsplan.profiler.device import COPY_LLC_FACTOR
 #: factor): an LRU-like cache then holds at most a quarter of it between two passes.
 DRAM_LLC_FACTOR = COPY_LLC_FACTOR
 #: A row whose own per-step times spread (p90 - p10) / median by more than this is flagged ``spread``
-#: (runner.row_flag): its median is not one speed but a mix of the machine's moods.
+#: (figures.row_flag): its median is not one speed but a mix of the machine's moods.
 ROW_SPREAD_MAX = 0.2
 #: The slowest DRAM bandwidth (bytes/s, read + write counted) the time rule of pick_parallel assumes for a decode
 #: step of a CPU: a loaded 2-core VM measured 3-9 GB/s for its copy; half the lowest of those.

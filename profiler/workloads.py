@@ -133,7 +133,7 @@ class Measured:
 
 Progress = Callable[[int], None]
 #: Called between two steps of a workload, outside its timed regions and its progress (a baseline burst, when
-#: one is due: runner._BurstsInside); not after the last step.
+#: one is due: bursts.BurstsInside); not after the last step.
 Pause = Callable[[], None]
 
 

@@ -168,7 +168,9 @@ def profile(
       rsplan profile --model qwen3-next-80b-a3b --gpu -np 8 --n-rs-seq 3 --format json
       rsplan profile --model lfm2-1.2b -np 2 -ub 32 --spec-draft-n-max 3 --type-r bf16 --type-s bf16
     """
-    from rsplan.profiler.runner import CheckError, ProfileRequest, run_profile
+    from rsplan.profiler.errors import CheckError
+    from rsplan.profiler.request import ProfileRequest
+    from rsplan.profiler.runner import run_profile
     from rsplan.render.profile import for_report, profile_json, render_profile
 
     target = None

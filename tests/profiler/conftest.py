@@ -9,11 +9,11 @@ import pytest
 @pytest.fixture(autouse=True)
 def short_copy_bursts(monkeypatch):
     try:
-        from rsplan.profiler import runner
+        from rsplan.profiler import bursts
     except ImportError:  # pragma: no cover - torch-less environments skip these tests anyway
         return
-    monkeypatch.setattr(runner, "COPY_SAMPLES", {"cpu": 6, "cuda": 6})
-    monkeypatch.setattr(runner, "COPY_MIN_ITERS", {"cpu": 2, "cuda": 2})
+    monkeypatch.setattr(bursts, "COPY_SAMPLES", {"cpu": 6, "cuda": 6})
+    monkeypatch.setattr(bursts, "COPY_MIN_ITERS", {"cpu": 2, "cuda": 2})
 
 
 @pytest.fixture(autouse=True)

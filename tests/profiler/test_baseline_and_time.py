@@ -12,7 +12,9 @@ pytest.importorskip("torch")
 
 from rsplan.profiler import device
 from rsplan.profiler.errors import DeviceError
-from rsplan.profiler.runner import ProfileRequest, ratio_flag, run_profile
+from rsplan.profiler.figures import ratio_flag
+from rsplan.profiler.request import ProfileRequest
+from rsplan.profiler.runner import run_profile
 
 MIB = 1 << 20
 
@@ -123,13 +125,13 @@ def test_drift_is_the_range_of_the_burst_medians_so_a_dip_mid_run_counts():
 def test_copy_iters_share_the_samples_over_the_bursts(monkeypatch):
     """COPY_SAMPLES timed passes per baseline and run, at least COPY_MIN_ITERS per burst: CPU 30 over 2 bursts
     (one workload) = 15 each, over 3 = 10, over 4 = 8 (32 in all), over 5 still 8; CUDA 100 over 4 = 25."""
-    from rsplan.profiler import runner
+    from rsplan.profiler import bursts
 
-    assert (runner.COPY_SAMPLES, runner.COPY_MIN_ITERS) == ({"cpu": 6, "cuda": 6}, {"cpu": 2, "cuda": 2})  # conftest
-    monkeypatch.setattr(runner, "COPY_SAMPLES", {"cpu": 30, "cuda": 100})
-    monkeypatch.setattr(runner, "COPY_MIN_ITERS", {"cpu": 8, "cuda": 25})
-    assert [runner.copy_iters("cpu", n) for n in (2, 3, 4, 5)] == [15, 10, 8, 8]
-    assert [runner.copy_iters("cuda", n) for n in (2, 3, 4, 5)] == [50, 34, 25, 25]
+    assert (bursts.COPY_SAMPLES, bursts.COPY_MIN_ITERS) == ({"cpu": 6, "cuda": 6}, {"cpu": 2, "cuda": 2})  # conftest
+    monkeypatch.setattr(bursts, "COPY_SAMPLES", {"cpu": 30, "cuda": 100})
+    monkeypatch.setattr(bursts, "COPY_MIN_ITERS", {"cpu": 8, "cuda": 25})
+    assert [bursts.copy_iters("cpu", n) for n in (2, 3, 4, 5)] == [15, 10, 8, 8]
+    assert [bursts.copy_iters("cuda", n) for n in (2, 3, 4, 5)] == [50, 34, 25, 25]
 
 
 def test_baseline_bursts_keep_their_buffers_and_take_both_baselines(monkeypatch):
@@ -205,7 +207,7 @@ def test_baseline_bursts_are_spread_through_the_run(tiny, monkeypatch):
 
     for name in ("decode", "prefill", "spec"):
         wrap(name)
-    monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", float("inf"))  # no bursts inside a workload
+    monkeypatch.setattr("rsplan.profiler.bursts.BURST_STEP_S", float("inf"))  # no bursts inside a workload
     monkeypatch.setattr(device.BaselineBursts, "burst", burst)
 
     def progress(total):
@@ -248,15 +250,15 @@ def test_a_long_workload_gets_bursts_between_its_steps(tiny, monkeypatch):
         return lambda n: events.append("tick")
 
     monkeypatch.setattr(device.BaselineBursts, "burst", burst)
-    monkeypatch.setattr("rsplan.profiler.runner.BURST_STEP_S", 0.0)
-    monkeypatch.setattr("rsplan.profiler.runner.BURST_EVERY_MIN_S", 0.0)
-    monkeypatch.setattr("rsplan.profiler.runner.BURST_SHARE", 1e9)
+    monkeypatch.setattr("rsplan.profiler.bursts.BURST_STEP_S", 0.0)
+    monkeypatch.setattr("rsplan.profiler.bursts.BURST_EVERY_MIN_S", 0.0)
+    monkeypatch.setattr("rsplan.profiler.bursts.BURST_SHARE", 1e9)
     req = _req(tiny, workload="decode", iters=2, warmup=1, max_seconds=0)
     report = run_profile(req, progress=progress).to_dict()
     assert events == ["burst", "tick", "burst", "tick", "burst", "tick", "burst"]
     assert len(report["copy_bandwidth"]["bursts_gb_s"]) == len(report["copy_bandwidth"]["bursts_at_s"]) == 4
     events.clear()
-    monkeypatch.setattr("rsplan.profiler.runner.BURST_EVERY_MIN_S", 1e9)
+    monkeypatch.setattr("rsplan.profiler.bursts.BURST_EVERY_MIN_S", 1e9)
     run_profile(req, progress=progress)
     assert events == ["burst", "tick", "tick", "tick", "burst"]
 
@@ -265,14 +267,14 @@ def test_bursts_inside_a_workload_take_a_share_of_its_rounds():
     """Bursts of 0.6 s come every 0.6 / 5% = 12 s: 30 s of rounds of 1 s steps take 30 x 1.05 = 31.5 s; bursts
     of 50 ms would come every second, so every 2 s (the minimum): 30 s take 30 x (1 + 0.05 / 2) = 30.75 s; steps
     of 0.1 s, below BURST_STEP_S 0.25 s, get none."""
-    from rsplan.profiler import runner
+    from rsplan.profiler import bursts
 
-    assert (runner.BURST_SHARE, runner.BURST_EVERY_MIN_S, runner.BURST_STEP_S) == (0.05, 2.0, 0.25)
-    assert runner.burst_every_s(0.6) == pytest.approx(12.0) and runner.burst_every_s(0.05) == 2.0
-    assert runner.with_bursts_inside(30.0, 1.0, 0.6) == pytest.approx(31.5)
-    assert runner.with_bursts_inside(30.0, 0.25, 0.6) == pytest.approx(31.5)
-    assert runner.with_bursts_inside(30.0, 1.0, 0.05) == pytest.approx(30.75)
-    assert runner.with_bursts_inside(30.0, 0.1, 0.6) == 30.0
+    assert (bursts.BURST_SHARE, bursts.BURST_EVERY_MIN_S, bursts.BURST_STEP_S) == (0.05, 2.0, 0.25)
+    assert bursts.burst_every_s(0.6) == pytest.approx(12.0) and bursts.burst_every_s(0.05) == 2.0
+    assert bursts.with_bursts_inside(30.0, 1.0, 0.6) == pytest.approx(31.5)
+    assert bursts.with_bursts_inside(30.0, 0.25, 0.6) == pytest.approx(31.5)
+    assert bursts.with_bursts_inside(30.0, 1.0, 0.05) == pytest.approx(30.75)
+    assert bursts.with_bursts_inside(30.0, 0.1, 0.6) == 30.0
 
 
 def test_the_expected_duration_counts_every_baseline_burst(tiny, monkeypatch):
@@ -356,8 +358,9 @@ def test_ratios_to_copy_and_in_place_and_the_flag_on_the_latter():
     """Copy 10 GB/s, in place 16 GB/s (hand-made): a kernel at 12 GB/s is 120% of copy and 75% of in place, not
     flagged (a copy also reads its destination for ownership); one at 20 GB/s is 125% of in place, flagged;
     the state path (100 MiB each, 32 GB/s together over 2 x 100 MiB / (10 + 6.25 ms)) carries the same rule."""
+    from rsplan.profiler.baselines import Baselines
+    from rsplan.profiler.figures import workload_figures as _figures
     from rsplan.profiler.result import Timing
-    from rsplan.profiler.runner import Baselines, _figures
 
     base = Baselines(_copy(32 * MIB, noisy=False, gb_s=10.0), _copy(32 * MIB, noisy=False, gb_s=16.0))
     w = _figures(_measured({"slow": 12.0, "fast": 20.0}), base, 2, Timing("eager", "perf_counter"))
@@ -476,7 +479,7 @@ def test_max_seconds_lowers_the_iterations_and_says_so(tiny):
 
 
 def test_fit_iterations_by_hand():
-    from rsplan.profiler.runner import fit_iterations
+    from rsplan.profiler.budget import fit_iterations
 
     # 2 s fixed, 1 s per round, limit 10 s: 0.8 x 10 = 8 s leaves 6 rounds: 1 warmup + 5 timed
     assert fit_iterations(2.0, 1.0, 10.0, 20, 3) == (5, 1)
@@ -530,7 +533,7 @@ def test_a_wrong_last_layer_is_caught(tiny, monkeypatch):
             pool.add_(1.0)
         return y
 
-    real_pools = __import__("rsplan.profiler.runner", fromlist=["_pools"])._pools
+    real_pools = __import__("rsplan.profiler.pools", fromlist=["pool_views"]).pool_views
 
     def spy(*a, **kw):
         out = real_pools(*a, **kw)
@@ -538,7 +541,7 @@ def test_a_wrong_last_layer_is_caught(tiny, monkeypatch):
         return out
 
     monkeypatch.setattr("rsplan.profiler.engine.call", call)
-    monkeypatch.setattr("rsplan.profiler.runner._pools", spy)
+    monkeypatch.setattr("rsplan.profiler.runner.pool_views", spy)
     report = run_profile(_req(tiny, workload="decode", max_seconds=0)).to_dict()
     failed = [r for r in report["checks"]["results"] if not r["ok"]]
     assert failed and "layer 6 s row" in failed[0]["detail"]
@@ -619,7 +622,7 @@ def test_cpu_facts_name_the_kernels(monkeypatch):
 
 def test_fit_iterations_and_the_expected_duration_from_hand_made_timings():
     """The prediction: fixed + once + (iters + warmup) x one round, lowered to FIT_FRACTION of the limit."""
-    from rsplan.profiler.runner import FIT_FRACTION, Budget, fit_iterations
+    from rsplan.profiler.budget import FIT_FRACTION, Budget, fit_iterations
 
     assert FIT_FRACTION == 0.8
     # 100 s so far, 10 s a round, 180 s allowed: 144 s target leaves 4 rounds: 1 warmup + 3 timed

@@ -10,14 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsplan.profiler.cells import (
-    POS_MAX,
-    BookkeepingAbort,
-    HybridMemory,
-    RecurrentCells,
-    SimpleKV,
-    UBatch,
-)
+from rsplan.profiler.cells import POS_MAX, BookkeepingAbort, RecurrentCells
+from rsplan.profiler.hybrid import HybridMemory, SimpleKV
+from rsplan.profiler.ubatch import UBatch
 
 
 def decode(mem: RecurrentCells, positions) -> list[int]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from rsplan.profiler.baselines import Baselines
+from rsplan.profiler.figures import row_flag
+from rsplan.profiler.figures import workload_figures as _figures
 from rsplan.profiler.result import CopyBaseline, RatioFlag, TimeSummary, Timing
-from rsplan.profiler.runner import Baselines, _figures, row_flag
 from rsplan.profiler.working_set import ROW_SPREAD_MAX
 
 MIB = 1 << 20
@@ -143,30 +145,32 @@ MAMBA2 = {
 
 
 def test_the_picked_np_is_the_first_whose_decode_working_set_reaches_four_times_the_llc(tmp_path):
-    """_parallel derives one sequence's bytes from the plans of one and two sequences; the -np it picks must
+    """choose_parallel derives one sequence's bytes from the plans of one and two sequences; the -np it picks must
     reach the target where one fewer does not, by the same byte count the engine reports."""
-    from rsplan.profiler import runner
+    from rsplan.profiler.parallel import choose_parallel
+    from rsplan.profiler.request import ProfileRequest
+    from rsplan.profiler.run_setup import decode_working_set, load_setup
 
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(MAMBA2))
-    req = runner.ProfileRequest(model=str(path), n_ctx=512, ubatch=512, iters=2, warmup=1, max_seconds=0)
+    req = ProfileRequest(model=str(path), n_ctx=512, ubatch=512, iters=2, warmup=1, max_seconds=0)
 
     class Cpu:
         type = "cpu"
 
-    one = runner._setup(req)
-    per_seq = runner._decode_working_set(runner._setup(runner.ProfileRequest(**{**req.__dict__, "n_seq_max": 2}))) \
-        - runner._decode_working_set(one)
+    one = load_setup(req)
+    per_seq = decode_working_set(load_setup(ProfileRequest(**{**req.__dict__, "n_seq_max": 2}))) \
+        - decode_working_set(one)
     llc = 10 * per_seq  # a made-up cache: 40 sequences' worth of working set needed
-    picked, setup, choice = runner._parallel(req, one, Cpu(), llc, 1 << 40)
+    picked, setup, choice = choose_parallel(req, one, Cpu(), llc, 1 << 40)
     assert choice.picked and choice.dram and picked.n_seq_max == choice.n_seq_max == setup.n_seqs
-    assert runner._decode_working_set(setup) == choice.working_set_bytes >= 4 * llc
-    fewer = runner._setup(runner.ProfileRequest(**{**req.__dict__, "n_seq_max": choice.n_seq_max - 1}))
-    assert runner._decode_working_set(fewer) < 4 * llc
+    assert decode_working_set(setup) == choice.working_set_bytes >= 4 * llc
+    fewer = load_setup(ProfileRequest(**{**req.__dict__, "n_seq_max": choice.n_seq_max - 1}))
+    assert decode_working_set(fewer) < 4 * llc
     # -np given: kept, with its working set
-    given = runner.ProfileRequest(**{**req.__dict__, "n_seq_max": 3})
-    kept, setup3, c3 = runner._parallel(given, runner._setup(given), Cpu(), llc, 1 << 40)
-    assert (kept.n_seq_max, c3.picked, c3.working_set_bytes) == (3, False, runner._decode_working_set(setup3))
+    given = ProfileRequest(**{**req.__dict__, "n_seq_max": 3})
+    kept, setup3, c3 = choose_parallel(given, load_setup(given), Cpu(), llc, 1 << 40)
+    assert (kept.n_seq_max, c3.picked, c3.working_set_bytes) == (3, False, decode_working_set(setup3))
 
 
 def test_without_np_decode_drives_the_picked_cells_and_prefill_and_spec_one_sequence(tmp_path, monkeypatch):
@@ -175,6 +179,8 @@ def test_without_np_decode_drives_the_picked_cells_and_prefill_and_spec_one_sequ
     their checks pass, and the report's first lines say what was measured."""
     pytest.importorskip("torch")
     from rsplan.profiler import device, runner
+    from rsplan.profiler.request import ProfileRequest
+    from rsplan.profiler.run_setup import decode_working_set, load_setup
     from rsplan.render.profile import render_profile
 
     monkeypatch.setenv("RSPLAN_KERNELS", "torch")  # no C build: the pick, not the kernels, is under test
@@ -182,10 +188,10 @@ def test_without_np_decode_drives_the_picked_cells_and_prefill_and_spec_one_sequ
     model = dict(MAMBA2, arch="mamba2")
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(model))
-    req = runner.ProfileRequest(model=str(path), n_ctx=512, ubatch=8, iters=1, warmup=0)
-    one = runner._setup(runner.ProfileRequest(**{**req.__dict__, "n_seq_max": 1}))
-    two = runner._setup(runner.ProfileRequest(**{**req.__dict__, "n_seq_max": 2}))
-    per_seq = runner._decode_working_set(two) - runner._decode_working_set(one)
+    req = ProfileRequest(model=str(path), n_ctx=512, ubatch=8, iters=1, warmup=0)
+    one = load_setup(ProfileRequest(**{**req.__dict__, "n_seq_max": 1}))
+    two = load_setup(ProfileRequest(**{**req.__dict__, "n_seq_max": 2}))
+    per_seq = decode_working_set(two) - decode_working_set(one)
     monkeypatch.setattr(device, "last_level_cache", lambda dev: (3 * per_seq, "L3 (test)"))
     result = runner.run_profile(req)
     n = result.context.n_seq_max

@@ -65,7 +65,7 @@ def test_json_has_every_figure(model):
         assert set(k) - {"flag"} == {"bytes_per_step", "time", "gb_s", "copy_ratio", "inplace_ratio",
                                      "like_for_like"}
         like = k["like_for_like"]
-        # the flag's rule (runner.row_flag): above its same-size in-place pass, its own spread, a noisy baseline
+        # the flag's rule (figures.row_flag): above its same-size in-place pass, its own spread, a noisy baseline
         # or a loaded machine
         above, spread = like["inplace_ratio"] > 1.0, k["time"]["spread"] > 0.2
         assert ("flag" in k) == (above or spread or like["noisy"] or dram_noisy or report["device"]["overloaded"])

@@ -10,7 +10,8 @@ import yaml
 
 from rsplan.errors import DeviceError
 from rsplan.profiler.errors import DependencyError, WorkloadError
-from rsplan.profiler.runner import ProfileRequest, run_profile
+from rsplan.profiler.request import ProfileRequest
+from rsplan.profiler.runner import run_profile
 
 pytest.importorskip("torch")
 
