@@ -2,8 +2,7 @@
 machine disturbs less than wall time.
 
 (a) ``planner.compute.reserve.compute_buffer`` for qwen3-next-80b-a3b at settings a capacity search visits (pp and tg
-graphs
-    of ~5,100 nodes each): the graph build and the allocator replay, per call;
+    graphs of ~5,100 nodes each): the graph build and the allocator replay, per call;
 (b) the two phases of one pp graph apart: building it (planner.compute.graphs) and replaying ggml-alloc over it;
 (c) ``planner.compute.per_device.device_compute`` over two RPC devices (the scheduler model, a real run: the probe
     graph, the dry pp graph and the three reserves).
@@ -38,11 +37,12 @@ def main() -> None:
     args = ap.parse_args()
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_model
+    from rsplan.planner.backends.devices import DEVICE_KINDS
     from rsplan.planner.caches.context import ContextParams, resolve_context
     from rsplan.planner.compute import reserve as compute
     from rsplan.planner.compute.per_device import device_compute
     from rsplan.planner.compute.reserve import build_reserve_graph, compute_buffer, reserve_graph_builder
-    from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+    from rsplan.planner.compute.sched import SchedSetup
     from rsplan.planner.ggml.alloc import reserve_size
     from rsplan.planner.weights.placement import place_layers
 

@@ -17,8 +17,7 @@ planner.compute.reserve._build_reserve_graph), and:
      positions ``R - 1 - K`` periods earlier;
    - the leafs that kept nodes use (and those no node uses).
 3. **Check.** The compressed graph is split (planner.compute.sched.split_graph) and walked by the allocator. At the
-start
-   of each kept period, the state is recorded: every buffer's free blocks, and each live tensor's offset, size
+   start of each kept period, the state is recorded: every buffer's free blocks, and each live tensor's offset, size
    and buffer. The check passes when two consecutive periods before the last kept one start in the same state,
    each live tensor mapped to the one a period later (or to itself, before the run), and the kept periods have
    the same length after the split. Then every removed period would replay the same allocations at the same

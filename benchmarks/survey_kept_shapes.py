@@ -71,9 +71,10 @@ STAND_INS = {"vocab_size": 248320, "feed_forward_length": 6144}
 def setups(n_layer_all: int, moe: bool = False, tensors: Any = None) -> dict[str, Any]:
     """The placements of tests/planner/test_device_compute_shapes.py (``PLACEMENTS``), then partial offload
     (``OFFLOAD``) and, with ``moe``, experts moved by ``--n-cpu-moe`` and ``-ot`` (``MOE``); each with the model's
-    ``tensors`` (planner.compute.sched.LayerTensors: a weight an offloaded op reads is copied to the device in its
-    type)."""
-    from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+    ``tensors`` (planner.weights.layer_tensors.LayerTensors: a weight an offloaded op reads is copied to the device in
+    its type)."""
+    from rsplan.planner.backends.devices import DEVICE_KINDS
+    from rsplan.planner.compute.sched import SchedSetup
     from rsplan.planner.weights.placement import place_layers
     from rsplan.planner.weights.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
 

@@ -36,9 +36,11 @@ from typing import TYPE_CHECKING
 
 from rsplan.hparams.ggml_types import weight_type
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.backends.devices import DEVICE_KINDS
+from rsplan.planner.ggml import ops as g
 
 if TYPE_CHECKING:  # the graph modules are imported where a test node is built: estimate's CPU path needs none
-    from rsplan.planner.compute.sched import DeviceKind
+    from rsplan.planner.backends.devices import DeviceKind
     from rsplan.planner.ggml.alloc import Tensor
 
 #: The loader's test tokens and sequences (src/llama-model-loader.cpp:1002 n_seq_tokens, n_seqs).
@@ -111,7 +113,6 @@ class LoaderCheck:
         return hit
 
     def _test_node(self, stem: str, ne: tuple[int, ...]) -> Tensor | None:
-        from rsplan.planner.ggml import ops as g
 
         op = TEST_OPS.get(stem)
         if op is None or (stem == "ssm_a" and not self.scan_a):
@@ -160,9 +161,8 @@ def weight_shape(n_bytes: int, type_name: str, ne0: int) -> tuple[int, int]:
 
 
 def device_loader_check(device_kind: str | None, spec: ModelSpec) -> LoaderCheck | None:
-    """``loader_check`` for the devices of rsplan's kind ``device_kind`` (planner.compute.sched.DEVICE_KINDS); None for
-    None (no devices) and for a kind without a scheduler model, whose devices are taken to take every weight."""
-    from rsplan.planner.compute.sched import DEVICE_KINDS
+    """``loader_check`` for the devices of rsplan's kind ``device_kind`` (planner.backends.devices.DEVICE_KINDS); None
+    for None (no devices) and for a kind without a scheduler model, whose devices are taken to take every weight."""
 
     kind = DEVICE_KINDS.get(device_kind) if device_kind else None
     return kind_loader_check(kind, spec) if kind is not None else None

@@ -49,8 +49,7 @@ def log_lines(plan: MemoryPlan, backend: str | Backend = "CPU", has_kv_cache: bo
 
     Raises:
         BackendError: a name planner.backends.buffers does not know, or a Vulkan buffer whose printed size depends on
-        the
-            device's alignment (give it as ``Vulkan0:ALIGN``).
+            the device's alignment (give it as ``Vulkan0:ALIGN``).
     """
     b = parse_backend(backend) if isinstance(backend, str) else backend
     by_rule = {rule.alignment: _lines(plan, b.name, rule, has_kv_cache) for rule in b.rules}

@@ -34,8 +34,7 @@ TensorKind = Literal["k", "v", "r", "s"]
 CacheName = Literal["kv", "kv_swa", "recurrent"]
 
 #: The buffers ``MemoryPlan.buffer_bytes`` reports, by their sizing rule (planner.backends.buffers): ggml's CPU buffer
-#: (also
-#: Metal's) and CUDA's (also ROCm's, MUSA's and SYCL's).
+#: (also Metal's) and CUDA's (also ROCm's, MUSA's and SYCL's).
 BUFFER_RULES: dict[str, BufferRule] = {"CPU": CPU_RULE, "CUDA": CUDA_RULE}
 
 

@@ -17,11 +17,10 @@ context, per device and on the host, by the rules ``rsplan fit`` measures with.
   host (as planner.fit.run), and the target then loads the MTP layers' weights (``Budget.mtp_weights``, placed
   tensor by tensor with the rest).
 - Weights: planner.weights.weight_placement, tensor by tensor with the device kind's buffer rule
-(``buffers.DEVICE_RULES``),
-  or the total spread over the offloadable layers when only a size is known. The weights left on the host are
-  charged as a started llama-server holds them (planner.weights.host_charge: the ``CPU_Mapped`` span with mmap, the
-  ``CPU_REPACK`` buffer on top of it, the GPUs' pinned host buffer without mmap) when the file's tensor table is
-  known (``Budget.host_table``); otherwise as the dry run reads them (each tensor padded to 32 bytes).
+  (``buffers.DEVICE_RULES``), or the total spread over the offloadable layers when only a size is known. The weights
+  left on the host are charged as a started llama-server holds them (planner.weights.host_charge: the ``CPU_Mapped``
+  span with mmap, the ``CPU_REPACK`` buffer on top of it, the GPUs' pinned host buffer without mmap) when the file's
+  tensor table is known (``Budget.host_table``); otherwise as the dry run reads them (each tensor padded to 32 bytes).
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from rsplan.planner.caches.outputs import DEFAULT_CTX_CHECKPOINTS, Checkpoints, 
 from rsplan.planner.caches.plan import PlanTotals
 from rsplan.planner.caches.speculative import DraftSetup, check_draft, draft_setup, max_draft
 from rsplan.planner.capacity.charges import Charge, ChargeModel, ChargesKnown
+from rsplan.planner.compute.errors import ComputeModelError, LlamaAbortError
 from rsplan.planner.fit.memory import StartFlags
 from rsplan.planner.weights.host_charge import HostWeights
 from rsplan.planner.weights.host_weights import HostOptions, WeightTable
@@ -52,8 +53,7 @@ MIB = 1 << 20
 #: llama.cpp's default ``--fit-target``: the margin --fit leaves free on each device, MiB.
 DEFAULT_FIT_TARGET_MIB = 1024
 #: The compute-buffer allowance per device for archs planner.compute.reserve does not model (a few hundred MiB is
-#: typical
-#: at ``-ub 512``); for the others ``rsplan capacity`` charges the modelled compute buffer.
+#: typical at ``-ub 512``); for the others ``rsplan capacity`` charges the modelled compute buffer.
 DEFAULT_COMPUTE_BYTES = 512 * MIB
 #: The first rung of the default context ladder, tokens per sequence.
 LADDER_START = 4096
@@ -523,7 +523,6 @@ class CapacityPlanner:
         key = (params.n_ctx, params.n_seq_max, params.n_rs_seq)
         if key in self._aborted:
             return None
-        from rsplan.planner.compute.reserve import ComputeModelError, LlamaAbortError
 
         try:
             return self.charges.charge(params)

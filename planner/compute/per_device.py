@@ -25,8 +25,8 @@ from typing import Any, Literal
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import CTX_PAD, ContextParams, EffectiveContext, resolve_context
+from rsplan.planner.compute.errors import LlamaAbortError
 from rsplan.planner.compute.reserve import (
-    LlamaAbortError,
     _build_reserve_graph,
     build_reserve_graph,
     draft_layout_and_params,
@@ -57,7 +57,7 @@ class DeviceCompute:
             only the real run was asked for.
         n_splits: splits of the first pp graph (the dry run's, else the real run's); n_copies: input copies (4 with
             pipeline parallelism).
-        exact: the device kind's rules are complete and checked (planner.compute.sched.DeviceKind.exact).
+        exact: the device kind's rules are complete and checked (planner.backends.devices.DeviceKind.exact).
         host_ops: the first pp graph's ops that the devices do not run, with their counts: llama.cpp runs them on
             the CPU, their sources copied to the host at every ubatch (planner.backends.cuda_ops).
         flash_attn_off: ``-fa auto`` ended off: the probe put a flash attention off its layer's device (no kernel

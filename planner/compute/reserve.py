@@ -35,28 +35,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.backends.buffers import CPU_RULE
 from rsplan.planner.caches.context import ContextParams, EffectiveContext, resolve_context
+from rsplan.planner.caches.outputs import OutputsError, mtp_draft_layout
+from rsplan.planner.compute.errors import ComputeModelError, LlamaAbortError
+from rsplan.planner.compute.graphs import BUILDERS, MTP_BUILDERS
+from rsplan.planner.compute.graphs import builder as graph_builder
+from rsplan.planner.compute.graphs.common import GraphParams
 from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, ShapeCache, cells_apart
+from rsplan.planner.ggml.alloc import reserve_size
+from rsplan.planner.ggml.ops import GGMLAbort
 
 #: The program whose n_outputs_max is meant.
 Tool = Literal["server", "cli"]
 TOOLS: tuple[str, ...] = ("server", "cli")
 #: Archs whose third reserve graph uses one sequence ([TAG_RESERVE_DIAG_DECAY] in llama-context.cpp).
 ONE_SEQ_RESERVE_ARCHS = frozenset({"kimi-linear", "minimax-01"})
-
-
-class ComputeModelError(RsplanError):
-    """No compute-buffer model for this model (arch not modelled, or a size it needs is unknown)."""
-
-
-class LlamaAbortError(ComputeModelError):
-    """llama.cpp itself aborts while reserving a graph for these flags (a GGML_ASSERT on shapes fails), so no
-    context, and no compute buffer, exists (e.g. MiniMax-01 with a KV stream per sequence when n_seq_max does not
-    divide the ubatch)."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +132,6 @@ def n_outputs_max_of(n_outputs_max: int | None, tool: str, ctx: EffectiveContext
 
 
 def has_compute_model(arch: str) -> bool:
-    from rsplan.planner.compute.graphs import BUILDERS
 
     return arch in BUILDERS
 
@@ -144,8 +139,6 @@ def has_compute_model(arch: str) -> bool:
 def reserve_graph_builder(spec: ModelSpec, mtp_draft: bool) -> Any:
     """The graph builder of ``spec``'s arch (its MTP draft's with ``mtp_draft``); refuses an arch without one and
     a model without its vocabulary size."""
-    from rsplan.planner.compute.graphs import BUILDERS, MTP_BUILDERS
-    from rsplan.planner.compute.graphs import builder as graph_builder
 
     builders = MTP_BUILDERS if mtp_draft else BUILDERS
     if spec.arch not in builders:
@@ -197,7 +190,6 @@ def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddi
              n_sq: int, n_out: int) -> ReserveGraph:
     """llama_context::graph_reserve of one graph: ``n_tok`` tokens (a multiple of ``n_sq``: ``reserves``) in
     ``n_sq`` sequences with ``n_out`` outputs, built and laid out by ggml-alloc's rules."""
-    from rsplan.planner.ggml.alloc import reserve_size
 
     graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
     return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
@@ -232,8 +224,6 @@ def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: 
     """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``), over the trunk layers ``layers``
     only where given (planner.compute.graphs.common.GraphParams); a shape assertion llama.cpp would fail raises
     LlamaAbortError."""
-    from rsplan.planner.compute.graphs.common import GraphParams
-    from rsplan.planner.ggml.ops import GGMLAbort
 
     assert spec.vocab_size is not None  # checked by reserve_graph_builder
     p = GraphParams(
@@ -279,7 +269,6 @@ class _KeptGraphs:
 
     @paused_gc()
     def at(self, k: int) -> list[ReserveGraph]:
-        from rsplan.planner.ggml.alloc import reserve_size
 
         self.affine.set_at(k)
         return [ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes),
@@ -296,7 +285,6 @@ def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout,
                             params: ContextParams) -> tuple[CacheLayout, ContextParams]:
     """The ``--spec-type mtp`` draft context's cache layout (its KV over the nextn layers) and flags (no rollback
     planes), from the target's."""
-    from rsplan.planner.caches.outputs import OutputsError, mtp_draft_layout
 
     hit = _DRAFT_LAYOUTS.get((id(spec), id(layout)))
     if hit is not None and hit[0] is spec and hit[1] is layout:

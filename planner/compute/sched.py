@@ -39,22 +39,21 @@ discrete GPU cannot read it, so copies are made as for RPC.)
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.ggml_types import weight_type as weight_type_of
-from rsplan.planner.backends.cuda_alloc import cuda_alloc_size
 from rsplan.planner.backends.cuda_fusion import MAX_SRC, alloc_deps, use_counts
-from rsplan.planner.backends.cuda_ops import cuda_supports_op, cuda_takes_weight
+from rsplan.planner.backends.devices import DeviceKind
 from rsplan.planner.backends.loader_ops import LoaderCheck
 from rsplan.planner.compute.reuse.layer_periods import GraphPeriods
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, PeriodMismatch, Tensor, reserve_sizes
+from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.placement import Placement
 from rsplan.planner.weights.weight_placement import (
-    BLOCK_NAME,
     OverrideMatcher,
     TensorOverride,
     override_matcher,
@@ -81,114 +80,6 @@ class SchedModelError(RsplanError):
 
 
 @dataclass(frozen=True)
-class DeviceKind:
-    """What the scheduler asks of one kind of device backend.
-
-    Attributes:
-        name: rsplan's ``--device-kind``.
-        alignment: the device buffer type's alignment (compute buffer).
-        offload_min_batch: ``offload_op`` accepts an op reading a host weight from this batch size on (None: the
-            backend offloads nothing).
-        pipeline: the device reports async compute and events (pipeline parallelism possible).
-        exact: the model is complete for this kind and was checked against llama.cpp.
-        source: where the rules come from.
-        alloc_size: the device buffer type's ``get_alloc_size`` where it is not ggml_nbytes
-        (planner.backends.cuda_alloc). supports_op: the device's ``supports_op`` for a node (planner.backends.cuda_ops);
-        None: every op (the CPU's, and an
-            RPC server's CPU backend).
-        fusion_deps: the device's ``graph_optimize`` keeps tensors alive for the fusions it runs
-            (planner.backends.cuda_fusion); False: it adds no allocation dependencies.
-        takes_weight: whether the device's matrix product (or its GET_ROWS) takes a weight of a file type with
-            rows of some length (planner.backends.cuda_ops.cuda_takes_weight); None: every type.
-    """
-
-    name: str
-    alignment: int
-    offload_min_batch: int | None
-    pipeline: bool
-    exact: bool
-    source: str
-    alloc_size: Callable[[Tensor], int] | None = None
-    supports_op: Callable[[Tensor], bool] | None = None
-    fusion_deps: bool = False
-    takes_weight: Callable[[str, int, bool], bool] | None = None
-
-
-_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, "
-                "MUL_MAT and MUL_MAT_ID by their weight's type, every other op taken as supported), offload_op "
-                "get_op_batch_size >= 32 (MUL_MAT ne1, MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props "
-                "async + events, host buffers not readable by a discrete GPU, get_alloc_size (quantized rows padded "
-                "to 512, flash attention's f16 K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), "
-                "graph_optimize's allocation dependencies for the MoE weighted reduction and the top-k MoE router; "
-                "not modelled: integrated GPUs")
-DEVICE_KINDS: dict[str, DeviceKind] = {
-    "RPC": DeviceKind("RPC", 32, None, True, True,
-                      "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
-                      "alloc size of the remote CPU backend (32, ggml_nbytes)"),
-    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
-                       cuda_takes_weight),
-    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
-                       cuda_takes_weight),
-    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
-                       cuda_takes_weight),
-}
-
-
-@dataclass(frozen=True, eq=False)
-class LayerTensors:
-    """The model's loaded weights of each repeating layer with their shapes: the GGUF names a graph weight of that
-    layer may be, for the ``-ot`` patterns that decide its buffer (the graph builders name only some of their
-    weights). Compared and hashed by identity: one per model.
-
-    Attributes:
-        by_layer: layer -> its tensors' (name, ne padded to 4 dims).
-        types: every loaded tensor's ggml type name (``q4_K``) by GGUF name; empty where unknown.
-    """
-
-    by_layer: Mapping[int, tuple[tuple[str, tuple[int, ...]], ...]]
-    types: Mapping[str, str] = field(default_factory=dict)
-    _names: dict[tuple[int, str, tuple[int, ...]], tuple[str, ...]] = field(default_factory=dict, repr=False)
-    _refused: dict[Callable[[str, int, bool], bool], frozenset[str]] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def of(cls, tensors: Iterable[tuple[str, Sequence[int]]], types: Mapping[str, str] | None = None) -> LayerTensors:
-        """From (GGUF name, shape ne) pairs (tensors outside ``blk.N.`` are left out of ``by_layer``) and each
-        loaded tensor's ggml type name by GGUF name (``types``: the size of a weight's copy in a compute buffer)."""
-        by: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
-        for name, shape in tensors:
-            m = BLOCK_NAME.match(name)
-            if m:
-                by.setdefault(int(m.group(1)), []).append((name, tuple((*shape, 1, 1, 1, 1)[:4])))
-        return cls({k: tuple(v) for k, v in by.items()}, dict(types or {}))
-
-    def refused_types(self, takes_weight: Callable[[str, int, bool], bool]) -> frozenset[str]:
-        """The tensors' types (by their ggml names, ``q4_K``) that a device's matrix product does not take
-        (``takes_weight``: DeviceKind's)."""
-        hit = self._refused.get(takes_weight)
-        if hit is None:
-            known = {t for name in set(self.types.values()) if (t := weight_type_of(name)) is not None}
-            hit = self._refused[takes_weight] = frozenset(t.name for t in known if not takes_weight(t.name, 0, False))
-        return hit
-
-    def names(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
-        """The names a weight of ``layer`` with shape ``ne`` may have: of ``kind`` (the name after ``blk.N.``
-        without its suffix, e.g. ``ssm_in`` or ``shortconv.in_proj``), those of that shape, else any of that kind
-        (the graph may view a tensor otherwise than the file shapes it); no kind: any of that shape."""
-        key = (layer, kind, ne)
-        hit = self._names.get(key)
-        if hit is None:
-            hit = self._names[key] = self._find(layer, kind, ne)
-        return hit
-
-    def _find(self, layer: int, kind: str, ne: tuple[int, ...]) -> tuple[str, ...]:
-        entries = self.by_layer.get(layer, ())
-        if not kind:
-            return tuple(n for n, s in entries if s == ne)
-        named = [(n, s) for n, s in entries if (rest := n.split(".", 2)[2]) == kind or rest.startswith(kind + ".")]
-        return tuple(n for n, s in named if s == ne) or tuple(n for n, _ in named)
-
-
-@dataclass(frozen=True)
 class SchedSetup:
     """The scheduler's setting for one context.
 
@@ -201,10 +92,9 @@ class SchedSetup:
         tensors: the model's layer tensors by shape (``LayerTensors``): with ``overrides``, which GGUF tensor an
             unnamed graph weight is. None: an unnamed weight is matched as ``blk.N.unnamed.weight`` (only patterns
             naming a whole layer, or nothing of it, place it right).
-        loader: the loader's op test of the devices (planner.backends.loader_ops.loader_check): a weight of a device
-        layer
-            that they refuse is in host memory. None: every weight is where its layer is (devices that run every
-            op, or a caller that does not model it).
+        loader: the loader's op test of the devices (planner.backends.loader_ops.loader_check): a weight of a
+            device layer that they refuse is in host memory. None: every weight is where its layer is (devices
+            that run every op, or a caller that does not model it).
     """
 
     kind: DeviceKind

@@ -9,7 +9,7 @@ Sources of each figure:
 
 - context: the cache tensors of planner.caches.plan, padded per tensor to the buffer's alignment (exact);
 - compute: planner.compute.reserve (exact on the CPU backend for the archs it models; otherwise None, said in
-``notes``);
+  ``notes``);
 - model: ``model_bytes_by_buffer``, the one place that knows where weights go: tensor by tensor
   (planner.weights.weight_placement) when the tensors are known (a GGUF, ``--quant``), exact on the CPU and on a GPU;
   otherwise the model's total weight bytes spread over the offloadable layers as planner.weights.placement does (an
@@ -40,14 +40,15 @@ from rsplan.planner.caches.outputs import (
     server_checkpoints,
 )
 from rsplan.planner.caches.plan import MemoryPlan
-from rsplan.planner.compute.reserve import ComputeBuffer, ComputeModelError, compute_buffer
+from rsplan.planner.compute.errors import ComputeModelError
+from rsplan.planner.compute.reserve import ComputeBuffer, compute_buffer
 from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.weights.placement import place_layers, weights_by_device
 from rsplan.planner.weights.weight_placement import Weight, gguf_weights, layer_of, loaded, place_weights
 
 if TYPE_CHECKING:
-    from rsplan.planner.compute.sched import LayerTensors
+    from rsplan.planner.weights.layer_tensors import LayerTensors
 
 
 class BreakdownError(RsplanError):
@@ -159,7 +160,7 @@ def _host_buft(kind: str) -> str:
 
 
 def _backend_kind(backend: str) -> str:
-    """``CPU``, or the GPU backend's family (``CUDA``, ``ROCm``, ``MUSA``: planner.compute.sched.DEVICE_KINDS'
+    """``CPU``, or the GPU backend's family (``CUDA``, ``ROCm``, ``MUSA``: planner.backends.devices.DEVICE_KINDS'
     names)."""
     if backend == "CPU":
         return "CPU"
@@ -342,7 +343,7 @@ def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
     device's weights it reads to the host)."""
     if table is None:
         return None
-    from rsplan.planner.compute.sched import LayerTensors  # loaded with the GPU path only
+    from rsplan.planner.weights.layer_tensors import LayerTensors
 
     names = [name for name, _ in table.tensors]
     return LayerTensors.of(zip(names, table.shapes, strict=True),
@@ -358,8 +359,9 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     (None, None) where it does not apply.
     ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags). ``tensors``: the
     model's tensors with their types, where known."""
+    from rsplan.planner.backends.devices import DEVICE_KINDS
     from rsplan.planner.compute.per_device import device_compute
-    from rsplan.planner.compute.sched import DEVICE_KINDS, SchedModelError, SchedSetup
+    from rsplan.planner.compute.sched import SchedModelError, SchedSetup
 
     kind = DEVICE_KINDS[_backend_kind(backend)]
     setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors,

@@ -28,13 +28,15 @@ from dataclasses import dataclass, field
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import CacheLayout
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.backends.loader_ops import kind_loader_check
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.outputs import OutputsError, mtp_draft_layout, mtp_draft_params
 from rsplan.planner.caches.plan import build_plan
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.reserve import ComputeModelError, compute_buffer
-from rsplan.planner.compute.sched import DEVICE_KINDS, SchedModelError, SchedSetup
+from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.compute.sched import SchedModelError, SchedSetup
 from rsplan.planner.fit.memory import (
     DeviceUsage,
     MemoryModel,

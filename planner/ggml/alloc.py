@@ -195,8 +195,7 @@ def reserve_size(graph: Graph, alignment: int, keep: bool = False) -> int:
 
 #: Ops whose allocation size a buffer type may compute from their sources' shapes as well as their own (CUDA's
 #: flash-attention f16 scratch, planner.backends.cuda_alloc): a tape records no shape for them in such a buffer, so that
-#: a
-#: replay sizes them again even where their own shape is kept.
+#: a replay sizes them again even where their own shape is kept.
 SOURCE_SIZED_OPS = frozenset({"FLASH_ATTN_EXT"})
 
 

@@ -81,8 +81,7 @@ def host_weights(table: WeightTable, weights: Sequence[Weight], placement: Place
             ``options`` leaves it out).
         arch: the model's arch (which layer its global tensors belong to: planner.weights.weight_placement.layer_of).
         loader: the devices' op test of the loader (planner.backends.loader_ops): weights they refuse are on the host,
-        in
-            ``CPU``.
+            in ``CPU``.
     """
     gpu_host = options.weights_host_buffer(gpu_host)
     matcher = override_matcher(tuple(overrides))

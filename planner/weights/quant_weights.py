@@ -23,7 +23,7 @@ from rsplan.planner.weights.host_weights import WeightTable
 from rsplan.planner.weights.quant import QuantPlan, WeightTensor, quant_model, quantize_plan
 
 if TYPE_CHECKING:
-    from rsplan.planner.compute.sched import LayerTensors
+    from rsplan.planner.weights.layer_tensors import LayerTensors
 
 #: The converter's output type the plan starts from (llama-quantize's usual input).
 SOURCE_OUTTYPE = "bf16"
@@ -54,9 +54,9 @@ class QuantWeights:
 
     def layer_tensors(self) -> LayerTensors:
         """The loaded tensors' names, shapes and types as the scheduler model reads them
-        (planner.compute.sched.LayerTensors: which GGUF tensor a graph weight is, and the type of its copy on a
+        (planner.weights.layer_tensors.LayerTensors: which GGUF tensor a graph weight is, and the type of its copy on a
         device)."""
-        from rsplan.planner.compute.sched import LayerTensors
+        from rsplan.planner.weights.layer_tensors import LayerTensors
 
         loaded = [t for t in self.plan.tensors if t.name in self.loaded]
         return LayerTensors.of(((t.name, t.ne) for t in loaded), {t.name: t.type for t in loaded})

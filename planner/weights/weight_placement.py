@@ -43,6 +43,7 @@ from rsplan.hparams.model import MAX_LAYERS
 from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
 from rsplan.planner.backends.cpu_repack import Target
 from rsplan.planner.backends.loader_ops import LoaderCheck, weight_shape
+from rsplan.planner.weights.host_weights import HostTensor, buffer_bytes, host_buffer_type
 from rsplan.planner.weights.placement import Placement
 
 #: common/common.h:1198 LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
@@ -313,7 +314,6 @@ def _host_output_copy(embd: Weight, target: Target | None) -> int:
     """The bytes of the tied output's copy of the token embedding ``embd`` (2-D: ``ne[1]`` from its bytes), both
     on the host: where ``target`` puts it, as the output matrix, in another host buffer type than the embedding's
     own CPU (CPU_REPACK, or AMX in its own layout: planner.weights.host_weights), else 0 (the same tensor)."""
-    from rsplan.planner.weights.host_weights import HostTensor, buffer_bytes, host_buffer_type
 
     if target is None or weight_type(embd.type) is None or not embd.ne0:
         return 0

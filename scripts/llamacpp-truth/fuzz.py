@@ -196,7 +196,8 @@ def _model_bytes(name: str, flags: dict[str, Any]) -> dict[str, int]:
 def _no_context(spec: ModelSpec, params: Any, refused: str | None, case: dict) -> list[dict[str, Any]]:
     """A case llama.cpp refused or aborted on: rsplan must refuse it (the plan), or, for an abort, refuse to size
     its compute buffer with the assertion llama.cpp failed (LlamaAbortError)."""
-    from rsplan.planner.compute.reserve import ComputeModelError, LlamaAbortError, compute_buffer, has_compute_model
+    from rsplan.planner.compute.errors import ComputeModelError, LlamaAbortError
+    from rsplan.planner.compute.reserve import compute_buffer, has_compute_model
 
     flags = case["flags"]
     if not case.get("crashed"):
@@ -218,7 +219,8 @@ def _no_context(spec: ModelSpec, params: Any, refused: str | None, case: dict) -
 def _buffers(name: str, spec: ModelSpec, params: Any, case: dict) -> list[dict[str, Any]]:
     """Model, output and compute buffers of an accepted case against rsplan's."""
     from rsplan.planner.caches.outputs import output_buffer
-    from rsplan.planner.compute.reserve import ComputeModelError, compute_buffer, has_compute_model
+    from rsplan.planner.compute.errors import ComputeModelError
+    from rsplan.planner.compute.reserve import compute_buffer, has_compute_model
 
     flags = case["flags"]
     out: list[dict[str, Any]] = []

@@ -358,7 +358,7 @@ def sized_or_outcome(rec: dict[str, Any], size: Callable[[], T]) -> tuple[T | No
     """``(size(), None)`` where llama.cpp and rsplan both accepted the start of ``rec``; else ``(None, what
     differs in the outcome)``: nothing where both refused, or both aborted on the same GGML_ASSERT (rsplan's
     LlamaAbortError naming it)."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     try:
         got = size()

@@ -139,7 +139,7 @@ def test_a_dry_run_over_devices_aborts_where_a_later_reserve_graph_fails(fuzz_rp
     # llama.cpp reserves every graph under no_alloc too (it reports the first one's sizes): Kimi-Linear's
     # one-sequence pp graph fails GGML_ASSERT(ggml_can_repeat(b, a)) at -np 3; rsplan had sized the first pp graph
     # over the devices and accepted the start
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     case = _golden("kimi-linear-48b-a3b-bf16", {"-c": 9654, "-np": 3, "-ngl": 25, "-nkvo": True})
     assert case.get("crashed") and "ggml_can_repeat(b, a)" in case["error"]

@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
 from rsplan.planner.backends.buffers import CPU_RULE
+from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import CTX_PAD, ContextParams, resolve_context
 from rsplan.planner.caches.outputs import output_buffer, server_checkpoints
 from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.compute.sched import SchedSetup
 from rsplan.planner.fit.draft import DraftMemory
 from rsplan.planner.fit.memory import MemoryModel, StartFlags
 from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model

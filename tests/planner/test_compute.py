@@ -10,7 +10,8 @@ import pytest
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.caches.context import ContextParams, resolve_context
-from rsplan.planner.compute.reserve import ComputeModelError, compute_buffer, n_outputs_max_for
+from rsplan.planner.compute.errors import ComputeModelError
+from rsplan.planner.compute.reserve import compute_buffer, n_outputs_max_for
 from rsplan_testing import MEASURED_DIR, make_spec
 
 MEASURED = MEASURED_DIR
@@ -78,7 +79,7 @@ def test_fewer_outputs_than_sequences_is_refused_as_llama_cpp_aborts():
     n_outputs_max (-np 128 with -c 100: n_batch, hence n_outputs_max, is 100). The probe (library defaults:
     n_outputs_max 0 = n_batch) aborts on these flags; llama-server sets n_outputs_max to min(-b, slots) and
     aborts only where -b itself is below -np."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     spec = load_builtin_preset("mamba-130m")
     assertion = r"GGML_ASSERT\(n_outputs_max <= cparams.n_outputs_max\)"
@@ -178,7 +179,7 @@ def test_minimax_with_a_stream_per_sequence_that_does_not_divide_the_ubatch_is_r
     in one sequence, but the KV cache has 3 streams: the attention keeps 3 x (512 // 3) = 510 rows, which the
     residual of 512 rows cannot be added to."""
     from rsplan.hparams.sources import load_builtin_preset
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     spec = load_builtin_preset("minimax-text-01")
     with pytest.raises(LlamaAbortError, match=r"'pp \(1 seq\)' graph \(512 tokens in 1 sequence\).*"
@@ -192,7 +193,7 @@ def test_kimi_linear_with_more_streams_than_ubatch_tokens_aborts_on_llama_cpps_r
     ne0*ne1*ne2), ggml.c:3751 ggml_reshape_3d: over the 22 KV streams the MLA attention keeps 22 x (4 // 22) = 0
     token rows, which cannot be reshaped back into 4 tokens. The same abort, not a later one (ggml_can_repeat in
     the residual add, which rsplan named before it checked reshapes)."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     spec = load_builtin_preset("kimi-linear-48b-a3b")
     params = ContextParams(n_ctx=293, n_seq_max=22, n_batch=832, n_ubatch=4, flash_attn="off")
@@ -239,7 +240,7 @@ def test_minimax_real_run_keeps_the_largest_reserve_as_llama_cpp_does(flags: dic
 
 def test_graphs_llama_cpp_asserts_against_are_refused():
     """rwkv7.cpp asserts token_shift_count == 2; minimax-01.cpp asserts equal K and V head dims."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     rwkv = make_spec(arch="rwkv7", context_length=4096, embedding_length=64, block_count=2, vocab_size=100,
                      feed_forward_length=256, wkv={"head_size": 16, "token_shift_count": 3},
@@ -257,7 +258,7 @@ def test_graphs_llama_cpp_asserts_against_are_refused():
 def test_nemotron_h_and_granite_hybrid_assert_equal_head_dims():
     """nemotron-h.cpp and granite-hybrid.cpp size attention by n_embd_head_v() and assert it equals
     n_embd_head_k(): a model whose K and V heads differ aborts there (here: K 64, V 32)."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     ssm = {"conv_kernel": 4, "inner_size": 128, "state_size": 16, "time_step_rank": 4, "group_count": 1}
     attention = {"head_count": 4, "head_count_kv": [0, 2, 0], "key_length": 64, "value_length": 32}
@@ -325,7 +326,7 @@ def test_falcon_h1_grouped_norm_adds_three_nodes_per_layer():
 
 def test_rwkv6qwen2_needs_one_token_shift():
     """rwkv6qwen2.cpp asserts n_embd == n_embd_r(): one token shift per layer (the converter writes 1)."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     spec = load_builtin_preset("qrwkv6-32b-instruct-preview")
     spec = spec.model_copy(update={"wkv": spec.wkv.model_copy(update={"token_shift_count": 2})})
@@ -361,7 +362,7 @@ def test_arwkv7_needs_to_know_its_group_norm():
 
 def test_arwkv7_needs_one_token_shift():
     """arwkv7.cpp asserts n_embd == n_embd_r(): one token shift per layer (the converter writes 1)."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     spec = load_builtin_preset("arwkv-1.5b")
     spec = spec.model_copy(update={"wkv": spec.wkv.model_copy(update={"token_shift_count": 2})})
@@ -372,7 +373,7 @@ def test_arwkv7_needs_one_token_shift():
 def test_plamo2_asserts_ungrouped_whole_heads():
     """plamo2.cpp build_plamo2_mamba_layer asserts d_inner % n_heads == 0 and n_group == 0 (the converter writes
     group_count 0): a PLaMo-2 spec with groups aborts there."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     spec = load_builtin_preset("plamo-2-1b")
     grouped = spec.model_copy(update={"ssm": spec.ssm.model_copy(update={"group_count": 1})})

@@ -17,7 +17,8 @@ from rsplan.hparams.gguf_file import read_gguf
 from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.outputs import mtp_draft_kv, output_buffer
-from rsplan.planner.compute.reserve import ComputeBuffer, ComputeModelError, compute_buffer, has_compute_model
+from rsplan.planner.compute.errors import ComputeModelError
+from rsplan.planner.compute.reserve import ComputeBuffer, compute_buffer, has_compute_model
 from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
 from rsplan.planner.weights.host_weights import HostOptions, gguf_table
 from rsplan_testing import MEASURED_DIR
@@ -146,7 +147,7 @@ def test_flags_llama_cpp_aborts_on_are_refused(case: tuple) -> None:
     """Where llama.cpp aborts while creating the context (a GGML_ASSERT: a reserve graph's shapes, or the output
     buffer's rows), a modelled arch's compute buffer fails the same check: no compute buffer is given for a
     context that cannot exist."""
-    from rsplan.planner.compute.reserve import LlamaAbortError
+    from rsplan.planner.compute.errors import LlamaAbortError
 
     _, model, c = case
     spec = _spec(model)

@@ -9,7 +9,8 @@ import pytest
 from rsplan.errors import RsplanError
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.caches.context import ContextParams
-from rsplan.planner.compute.reserve import ComputeModelError, compute_buffer
+from rsplan.planner.compute.errors import ComputeModelError
+from rsplan.planner.compute.reserve import compute_buffer
 
 # (flags, CPU compute bytes): build/llamacpp-truth/probe -m kimi-linear-48b-a3b-bf16.gguf -c 4096 <flags>
 KIMI_MEASURED = [

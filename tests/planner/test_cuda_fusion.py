@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 from rsplan.planner.backends.cuda_fusion import alloc_deps, use_counts
-from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup, schedule
+from rsplan.planner.backends.devices import DEVICE_KINDS
+from rsplan.planner.compute.sched import SchedSetup, schedule
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Graph
 from rsplan.planner.weights.placement import place_layers

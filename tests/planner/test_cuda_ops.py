@@ -8,11 +8,13 @@ from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
 from rsplan.planner.backends.cuda_ops import cuda_supports_op
+from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.sched import DEVICE_KINDS, LayerTensors, SchedSetup, schedule
+from rsplan.planner.compute.sched import SchedSetup, schedule
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Graph, Tensor
+from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.placement import place_layers
 from rsplan.planner.weights.quant_weights import quantized_weights
 

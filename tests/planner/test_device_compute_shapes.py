@@ -8,10 +8,12 @@ import pytest
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
-from rsplan.planner.compute.reserve import LlamaAbortError, reserve_graph_builder
-from rsplan.planner.compute.sched import DEVICE_KINDS, SchedSetup
+from rsplan.planner.compute.errors import LlamaAbortError
+from rsplan.planner.compute.reserve import reserve_graph_builder
+from rsplan.planner.compute.sched import SchedSetup
 from rsplan.planner.weights.placement import place_layers
 
 #: Per-sequence contexts: the first builds and schedules the shapes, the others are sized on them.

@@ -1,5 +1,5 @@
-"""Every weight of every reserve graph is one tensor of the model's GGUF: its ``-ot`` patterns are matched against
-that tensor's name (planner.compute.sched.LayerTensors), so an override of one tensor kind (``-ot attn_q=CPU``) moves
+"""Every weight of every reserve graph is one tensor of the model's GGUF: its ``-ot`` patterns are matched against that
+tensor's name (planner.weights.layer_tensors.LayerTensors), so an override of one tensor kind (``-ot attn_q=CPU``) moves
 the op that reads it and no other. A graph weight left unnamed, or named otherwise than the file, would be ambiguous
 (several tensors of its shape) or unknown."""
 
@@ -12,7 +12,8 @@ from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import tensor_list
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute.reserve import _build_reserve_graph, has_compute_model, reserve_graph_builder
-from rsplan.planner.compute.sched import LayerTensors, _gguf_name
+from rsplan.planner.compute.sched import _gguf_name
+from rsplan.planner.weights.layer_tensors import LayerTensors
 
 PRESETS = ["arwkv-1.5b", "falcon-h1-0.5b-instruct", "granite-4.0-h-1b", "granite-4.0-h-tiny", "jamba-v0.1",
            "kimi-linear-48b-a3b", "lfm2-1.2b", "lfm2-8b-a1b", "mamba-130m", "mamba-codestral-7b", "minimax-text-01",

@@ -23,10 +23,12 @@ import pytest
 
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
+from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute import reserve as compute
-from rsplan.planner.compute.sched import DEVICE_KINDS, LayerTensors, SchedSetup
+from rsplan.planner.compute.sched import SchedSetup
+from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.placement import place_layers
 from rsplan.planner.weights.quant_weights import quantized_weights
 from rsplan.planner.weights.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides

@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 
 from rsplan.hparams.sources import read_model
+from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute import sched
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.sched import DEVICE_KINDS, LayerTensors, SchedModelError, SchedSetup, schedule
+from rsplan.planner.compute.sched import SchedModelError, SchedSetup, schedule
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Buffer, Graph, reserve_sizes
+from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.placement import place_layers
 
 RPC = DEVICE_KINDS["RPC"]

@@ -329,8 +329,8 @@ def test_profile_bars_lead_with_the_in_place_ratio_when_measured():
 
 def test_flags_llama_cpp_aborts_on_still_give_a_report(tmp_path):
     # Kimi-Linear at -np 3: its one-sequence reserve of 512 tokens does not split over 3 KV streams at any context
-    # (planner.compute.reserve), so llama.cpp makes no context at these flags; every other -np is charged its own
-    # compute
+    # (planner.compute.reserve), so llama.cpp makes no context at these flags; every other -np is charged its
+    # own compute
     out = tmp_path / "r.html"
     r = run("report", "--model", "kimi-linear-48b-a3b", "--budget", "80GiB", "--weights", "30GiB", "-np", "3",
             "-c", "12288", "--host-budget", "64GiB", "-o", str(out))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rsplan.hparams.layout import KVLayer
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Tensor
@@ -215,7 +216,6 @@ def attn_k_inputs(lg: LlamaGraph) -> AttnKInputs:
     """build_attn_inp_k_impl: where the new K rows go, and the mask (f16 with flash attention)."""
     inp = attn_inputs(lg)  # the same k_idxs and mask; its V indices and rotations never enter the graph
     if inp.k_rot is not None or inp.v_rot is not None:
-        from rsplan.planner.compute.reserve import ComputeModelError
 
         raise ComputeModelError("a quantized K cache on an MLA (K-only) cache is not modelled; pass --compute")
     return AttnKInputs(inp.k_idxs, inp.kq_mask)

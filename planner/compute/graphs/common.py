@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Tensor
 from rsplan.planner.weights.weight_placement import OUTPUT_NORM_STEM
@@ -168,7 +169,6 @@ def lm_head_name(p: GraphParams) -> str:
 
 def ffn_width(p: GraphParams, il: int) -> int:
     """The FFN hidden width of layer ``il`` (feed_forward_length), which must be known for a dense FFN layer."""
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     n_ff = p.spec.feed_forward(il)
     if n_ff <= 0:
@@ -184,7 +184,6 @@ def spec_flag(p: GraphParams, field_name: str, meaning: str) -> bool:
     comes from), or ComputeModelError when the model does not give it."""
     value = getattr(p.spec, field_name)
     if value is None:
-        from rsplan.planner.compute.reserve import ComputeModelError
 
         raise ComputeModelError(f"model '{p.spec.name}' does not give {field_name} ({meaning}); pass --compute to "
                                 "give the size")
@@ -197,7 +196,6 @@ def state_dims(p: GraphParams) -> RecurrentDims:
     groups has no graph here: the graphs view it per head (ComputeModelError naming why)."""
     dims = p.layout.recurrent
     if dims.split_error is not None:
-        from rsplan.planner.compute.reserve import ComputeModelError
 
         raise ComputeModelError(f"model '{p.spec.name}': {dims.split_error}, and its graph views the state per head; "
                                 "pass --compute to give the size")

@@ -9,6 +9,7 @@ n_expert)."""
 
 from __future__ import annotations
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.attention import attn_inputs, qkv_attn, require_equal_head_dims
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph, ffn_width, lm_head_name
 from rsplan.planner.compute.graphs.lfm2 import ffn_silu_par
@@ -88,7 +89,6 @@ def _require_modelled(p: GraphParams) -> None:
     """What this graph does not build (ComputeModelError): RoPE, which a file with rope.scaling.finetuned = true
     (Bamba) applies to its attention layers (src/models/granite-hybrid.cpp:210 has_rope), and experts without
     expert_used_count."""
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     spec = p.spec
     if spec.rope_scaling is not None and spec.rope_scaling.finetuned:

@@ -4,6 +4,7 @@ or, on the expert layers, softmax-routed experts of the same width without weigh
 
 from __future__ import annotations
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.attention import attn_inputs, qkv_attn
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph, ffn_width
 from rsplan.planner.compute.graphs.lfm2 import ffn_silu_par
@@ -28,7 +29,6 @@ def _expert_layers(p: GraphParams) -> list[bool]:
     """Which layers route to experts (llama.cpp: those with ffn_gate_inp); refuses a model that does not say."""
     spec = p.spec
     if spec.expert_layers is None or (any(spec.expert_layers) and not (spec.expert_count and spec.expert_used_count)):
-        from rsplan.planner.compute.reserve import ComputeModelError
 
         raise ComputeModelError(
             f"model '{spec.name}' does not give expert_layers, expert_count and expert_used_count, which decide "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.attention import AttnKInputs, attn_k, attn_k_inputs
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.compute.graphs.lfm2 import ffn_silu_par
@@ -175,7 +176,6 @@ def build_kimi_linear(p: GraphParams) -> Graph:
 def _require_kimi(p: GraphParams) -> _MLAWidths:
     """The MLA widths; refuses a model without them, the KDA head dim, the conv width (the graph's d_conv, which
     has no default there) or the expert sizes (ComputeModelError)."""
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     spec = p.spec
     att = spec.attention

@@ -4,6 +4,7 @@ converter writes it (expert_gating_func = sigmoid)."""
 
 from __future__ import annotations
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.attention import AttnInputs, attn_inputs, attn_kv
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.compute.graphs.moe import moe_ffn, require_experts
@@ -65,7 +66,6 @@ def ffn_silu_par(cur: Tensor, n_embd: int, n_ff: int, suffix: str = "") -> Tenso
 def build_lfm2(p: GraphParams) -> Graph:
     """llama_model_lfm2::graph<false> (LFM2 and LFM2-MoE)."""
     if p.layout.n_swa > 0:
-        from rsplan.planner.compute.reserve import ComputeModelError
 
         raise ComputeModelError(f"model '{p.spec.name}' uses sliding-window attention (graph<true>, an iSWA "
                                 "cache), which rsplan's compute model does not cover; pass --compute")

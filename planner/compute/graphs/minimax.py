@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.attention import AttnInputs, attn_inputs, attn_kv
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph, cache, ffn_width, state_dims
 from rsplan.planner.compute.graphs.moe import moe_ffn
@@ -109,7 +110,6 @@ def _softmax_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il:
 
 
 def _require_experts(p: GraphParams) -> None:
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     if not (p.spec.expert_count and p.spec.expert_used_count):
         raise ComputeModelError(

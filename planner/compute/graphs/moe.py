@@ -3,6 +3,7 @@ matmuls by id, weighting and the sum over the selected experts."""
 
 from __future__ import annotations
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Tensor
@@ -50,7 +51,6 @@ def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, 
 
 def require_experts(p: GraphParams) -> None:
     """Refuse a MoE model whose expert counts / widths are unknown (ComputeModelError)."""
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     spec = p.spec
     if not (spec.expert_count and spec.expert_used_count and spec.expert_feed_forward_length):

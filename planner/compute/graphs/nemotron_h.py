@@ -4,6 +4,7 @@ expert (src/models/nemotron-h.cpp ``graph``, ``build_attention_layer``, ``build_
 
 from __future__ import annotations
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.attention import attn_inputs, qkv_attn, require_equal_head_dims
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph
 from rsplan.planner.compute.graphs.mamba import mamba2_layer
@@ -60,7 +61,6 @@ def build_nemotron_h(p: GraphParams) -> Graph:
 
 def _require_moe(p: GraphParams) -> None:
     """The expert counts and widths and the shared expert's width (ComputeModelError when one is unknown)."""
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     require_experts(p)
     if not p.spec.expert_shared_feed_forward_length:

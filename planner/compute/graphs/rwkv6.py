@@ -9,6 +9,7 @@ gated by a sigmoid receptance; every ``rescale_every_n_layers`` layers the resid
 
 from __future__ import annotations
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.common import GraphParams, LlamaGraph, cache, state_dims
 from rsplan.planner.compute.graphs.rwkv7 import build_one_shift_rwkv, build_two_shift_rwkv
 from rsplan.planner.ggml import ops as g
@@ -25,7 +26,6 @@ LERPS = ("w", "k", "v", "r", "g")
 
 def _extra_dims(p: GraphParams) -> tuple[int, int]:
     """(time_mix_extra_dim, time_decay_extra_dim) of ``p.spec`` (ComputeModelError naming the first missing one)."""
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     values = [getattr(p.spec, key) for key in EXTRA_DIMS]
     for key, value in zip(EXTRA_DIMS, values, strict=True):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.graphs.common import (
     GraphParams,
     LlamaGraph,
@@ -48,7 +49,6 @@ class _Ranks:
 def _ranks(p: GraphParams, gate_required: bool = True) -> _Ranks:
     """The LoRA ranks of ``p.spec`` (ComputeModelError naming the first missing one); without ``gate_required`` a
     missing gate rank is 0 (ARWKV-7 without the output gate)."""
-    from rsplan.planner.compute.reserve import ComputeModelError
 
     att = p.spec.attention
     values = [getattr(att, key) or 0 for key in LORA_KEYS]

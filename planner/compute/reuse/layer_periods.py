@@ -14,8 +14,7 @@ every 3 layers in Mamba-2's pp graph, every 2 in its tg graph): planner.compute.
 Why the sizes come out as the whole graph's, or the sizing falls back to the whole graph:
 
 - **Scheduler** (planner.compute.sched.split_graph: ``_whole_graph_host_ops``, ``_whole_graph_splits``). The nodes of
-p0,
-  p1, p2 and p_last must get the same backends at the same relative positions, p1, p2 and p_last the same split
+  p0, p1, p2 and p_last must get the same backends at the same relative positions, p1, p2 and p_last the same split
   starts (backends and input counts at the same positions), p1 and p2 the same ops left to the host, and p1, p2
   the same length once the split has put its input copies in. Each period then holds nodes that pass 1 assigns
   from their weights (every layer reads a norm weight), so every expansion pass enters a period with the backend

@@ -1,0 +1,67 @@
+"""The kinds of device backend llama.cpp's scheduler places work on, as data: what each one's buffer type, op support,
+op offload, allocation sizes and graph fusions are (ggml/src/ggml-rpc/ggml-rpc.cpp and ggml/src/ggml-cuda/ggml-cuda.cu
+at llama.cpp 0c1e57098). The scheduler (planner.compute.sched) and the loader's op test (planner.backends.loader_ops)
+read them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rsplan.planner.backends.cuda_alloc import cuda_alloc_size
+from rsplan.planner.backends.cuda_ops import cuda_supports_op, cuda_takes_weight
+from rsplan.planner.ggml.alloc import Tensor
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """What the scheduler asks of one kind of device backend.
+
+    Attributes:
+        name: rsplan's ``--device-kind``.
+        alignment: the device buffer type's alignment (compute buffer).
+        offload_min_batch: ``offload_op`` accepts an op reading a host weight from this batch size on (None: the
+            backend offloads nothing).
+        pipeline: the device reports async compute and events (pipeline parallelism possible).
+        exact: the model is complete for this kind and was checked against llama.cpp.
+        source: where the rules come from.
+        alloc_size: the device buffer type's ``get_alloc_size`` where it is not ggml_nbytes
+            (planner.backends.cuda_alloc).
+        supports_op: the device's ``supports_op`` for a node (planner.backends.cuda_ops); None: every op (the CPU's,
+            and an RPC server's CPU backend).
+        fusion_deps: the device's ``graph_optimize`` keeps tensors alive for the fusions it runs
+            (planner.backends.cuda_fusion); False: it adds no allocation dependencies.
+        takes_weight: whether the device's matrix product (or its GET_ROWS) takes a weight of a file type with
+            rows of some length (planner.backends.cuda_ops.cuda_takes_weight); None: every type.
+    """
+
+    name: str
+    alignment: int
+    offload_min_batch: int | None
+    pipeline: bool
+    exact: bool
+    source: str
+    alloc_size: Callable[[Tensor], int] | None = None
+    supports_op: Callable[[Tensor], bool] | None = None
+    fusion_deps: bool = False
+    takes_weight: Callable[[str, int, bool], bool] | None = None
+
+
+_CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, "
+                "MUL_MAT and MUL_MAT_ID by their weight's type, every other op taken as supported), offload_op "
+                "get_op_batch_size >= 32 (MUL_MAT ne1, MUL_MAT_ID / ROPE ne2, GET_ROWS never), alignment 128, props "
+                "async + events, host buffers not readable by a discrete GPU, get_alloc_size (quantized rows padded "
+                "to 512, flash attention's f16 K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), "
+                "graph_optimize's allocation dependencies for the MoE weighted reduction and the top-k MoE router; "
+                "not modelled: integrated GPUs")
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "RPC": DeviceKind("RPC", 32, None, True, True,
+                      "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
+                      "alloc size of the remote CPU backend (32, ggml_nbytes)"),
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+                       cuda_takes_weight),
+}
