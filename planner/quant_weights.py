@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError, UnsupportedArchError
+from rsplan.hparams.converter_types import tensor_type
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.tensors import MissingFieldError, tensor_list, tensor_type
+from rsplan.hparams.tensors import MissingFieldError, tensor_list
 from rsplan.planner.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.host_weights import WeightTable
 from rsplan.planner.quant import QuantPlan, WeightTensor, quant_model, quantize_plan
