@@ -17,7 +17,8 @@ import pytest
 
 from rsplan.errors import UnsupportedArchError
 from rsplan.hparams.converter_types import converter_type, tensor_type
-from rsplan.hparams.gguf_file import load_gguf, scan_gguf
+from rsplan.hparams.gguf_file import load_gguf
+from rsplan.hparams.gguf_scan import scan_gguf
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.hparams.tensor_bytes import buffer_bytes, tensor_nbytes
