@@ -20,7 +20,8 @@ from rsplan.planner.budget import BudgetRequest, GivenSize, make_planners
 from rsplan.planner.capacity import DeviceBudget, run_capacity
 from rsplan.planner.context import ContextParams
 from rsplan.render import report_data
-from rsplan.render.report import ModelReport, build_html
+from rsplan.render.report import build_html
+from rsplan.render.report_inputs import ModelReport
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 
