@@ -19,7 +19,8 @@ from rsplan.errors import ModelFileError
 from rsplan.hparams.gguf_scan import GGUFIndex, gguf_tables, mapped_file, scan_buffer, scan_gguf
 from rsplan.hparams.gguf_split import split_part_paths
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
-from rsplan.hparams.model import MAX_LAYERS, ModelSpec
+from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.model_limits import MAX_LAYERS
 
 #: What the metadata decoder reads of one value at most.
 MAX_VALUE_STRING = 1 << 16  # bytes of a string value rsplan decodes at most (general.name, general.architecture)

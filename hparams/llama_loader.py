@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from rsplan.errors import ModelFileError, UnsupportedArchError, printable
 from rsplan.hparams.archs import ArchInfo, arch_info
 from rsplan.hparams.gguf_keys import LLM, Attention, General, Rope, Tokenizer, field_key, gguf_key
-from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ROPE_SCALING_TYPES, ModelSpec
+from rsplan.hparams.model import ROPE_SCALING_TYPES, ModelSpec
+from rsplan.hparams.model_limits import MAX_DIM, MAX_HEADS, MAX_LAYERS
 
 #: Element types llama.cpp's get_arr accepts for a per-layer u32 array (llama_model_loader::get_arr).
 _PER_LAYER_ELEMS = ("u32", "i32", "bool")

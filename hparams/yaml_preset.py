@@ -17,7 +17,8 @@ import yaml
 from rsplan.errors import ModelFileError, UnsupportedArchError, either, key_name
 from rsplan.files import FileTooLargeError, NotRegularFileError, read_limited
 from rsplan.hparams.archs import arch_info
-from rsplan.hparams.model import MAX_LAYERS, ModelSpec
+from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.model_limits import MAX_LAYERS
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
