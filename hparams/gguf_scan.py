@@ -59,7 +59,7 @@ class GGUFTables:
 @cache
 def gguf_tables() -> GGUFTables:
     require("gguf", "reading a GGUF file", "gguf")
-    from gguf.constants import (
+    from gguf.constants import (  # deferred: gguf (and numpy, which it imports)
         GGML_QUANT_SIZES,
         GGUF_DEFAULT_ALIGNMENT,
         GGUF_MAGIC,

@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
-from rsplan.planner.capacity import CapacityPlanner, Rung, SizedSettings, default_ladder
+from rsplan.planner.capacity import HOST, CapacityPlanner, Rung, SizedSettings, default_ladder
 from rsplan.planner.capacity_charge import Charge
 from rsplan.planner.charge_pool import Question
 from rsplan.planner.context import ContextParams
+from rsplan.planner.outputs import output_buffer
 from rsplan.planner.plan import build_plan
 
 #: The stacked components of GPU memory, bottom to top: (key, legend label).
@@ -388,9 +389,6 @@ DEVICE_COMPONENTS = (
 
 def device_bars(planner: CapacityPlanner) -> DeviceBars:
     """Each GPU's and the host's memory at ``planner.base`` (-c / -np as given)."""
-    from rsplan.planner.capacity import HOST
-    from rsplan.planner.outputs import output_buffer
-
     budget = planner.budget
     params = planner.base
     use = planner.usage(params)

@@ -55,8 +55,8 @@ def _figure() -> Any:
     without validating it again (it was when it became the default), where a template set on the layout is
     validated in each figure (about 18 ms each: half of drawing a 2-model report's figures): so the report's
     template is made plotly's default in this process, and stays so."""
-    import plotly.graph_objects as go
-    import plotly.io as pio
+    import plotly.graph_objects as go  # deferred: plotly
+    import plotly.io as pio  # deferred: plotly
 
     if pio.templates.default != TEMPLATE:
         pio.templates.default = TEMPLATE
