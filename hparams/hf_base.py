@@ -23,7 +23,7 @@ from rsplan.files import JSONValueError, parse_json, path_kind
 from rsplan.hparams.gguf_keys import ARCH_KEYS, LLM, Attention, Rope
 from rsplan.hparams.hf_aliases import pick
 from rsplan.hparams.llama_loader import MetaInfo, printable
-from rsplan.hparams.model import MAX_LAYERS
+from rsplan.hparams.model_limits import MAX_LAYERS
 from rsplan.hparams.yaml_preset import read_text_file
 
 U32_MAX = (1 << 32) - 1

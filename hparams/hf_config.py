@@ -35,10 +35,11 @@ from rsplan.hparams.gguf_keys import General, Tokenizer
 from rsplan.hparams.hf_architectures import BY_MODEL_TYPE, BY_NAME
 from rsplan.hparams.hf_base import HFConverter, HFParams, KeyWriter, WrittenKey, parse_json_text
 from rsplan.hparams.hf_converters import WRITERS
+from rsplan.hparams.hf_dtypes import HF_DTYPES
 from rsplan.hparams.hf_ssm_converters import MAMBA_SSM
 from rsplan.hparams.hf_vocab import VocabCount, vocab_count
 from rsplan.hparams.llama_loader import LoadedModel, MetaInfo, load_spec, printable
-from rsplan.hparams.model import HF_DTYPES, ModelSpec, ServingSpec
+from rsplan.hparams.model import ModelSpec, ServingSpec
 from rsplan.hparams.yaml_preset import read_text_file
 
 #: config.json is small (the largest real ones, with a vision tower, are a few KiB).

@@ -27,7 +27,7 @@ from rsplan.hparams.hf_base import (
     write_text_model,
 )
 from rsplan.hparams.hf_ssm_converters import SSM_CONVERTERS
-from rsplan.hparams.model import MAX_LAYERS
+from rsplan.hparams.model_limits import MAX_LAYERS
 
 #: Rwkv6Model / Rwkv7Model write this constant context length ("RWKV isn't context limited").
 CTX_RWKV = 1048576

@@ -25,7 +25,7 @@ from rsplan.hparams.hf_base import (
     write_text_model,
 )
 from rsplan.hparams.llama_loader import printable
-from rsplan.hparams.model import MAX_LAYERS
+from rsplan.hparams.model_limits import MAX_LAYERS
 
 #: MambaModel / Mamba2Model / GraniteHybridModel write this constant context length ("arbitrary value").
 CTX_MAMBA = 1 << 20

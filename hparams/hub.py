@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -26,6 +28,9 @@ from typing import Any
 
 from rsplan.errors import ModelFileError, printable
 from rsplan.files import path_kind
+from rsplan.hparams import safetensors_header as st
+from rsplan.hparams.remote import MAX_WAIT_S, RETRIES, FetchLog, RangeReader, http_module, timeout_s
+from rsplan.hparams.yaml_preset import read_text_file
 
 #: ``[hf.co/]ORG/NAME[@REVISION][:QUANT]`` (llama.cpp's -hf syntax, with a revision).
 HUB_REF = re.compile(
@@ -119,7 +124,7 @@ class Origin:
 
 def _hub() -> Any:
     try:
-        import huggingface_hub
+        import huggingface_hub  # deferred: huggingface_hub
     except ImportError:
         raise ModelFileError("a Hugging Face model id needs the huggingface_hub package: "
                              "pip install 'rsplan[hub]'") from None
@@ -128,7 +133,7 @@ def _hub() -> Any:
 
 def hub_error(ref: HubRef, exc: Exception, what: str = "") -> ModelFileError:
     """A one-line error for an exception huggingface_hub raised while reading ``ref``."""
-    from huggingface_hub import errors as e
+    from huggingface_hub import errors as e  # deferred: huggingface_hub
 
     name = f"{ref.repo}{' ' + what if what else ''}"
     if isinstance(exc, e.GatedRepoError):
@@ -159,10 +164,6 @@ def hub_error(ref: HubRef, exc: Exception, what: str = "") -> ModelFileError:
 def _call(ref: HubRef, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, its hub and network exceptions as one-line ModelFileErrors; 429 and 5xx answers
     are tried again, RETRIES tries in all (as the range reads)."""
-    import time
-
-    from rsplan.hparams.remote import MAX_WAIT_S, RETRIES
-
     for attempt in range(1, RETRIES + 1):
         try:
             return _call_once(ref, what, fn, *args, **kwargs)
@@ -180,9 +181,7 @@ class _Retry(Exception):
 
 
 def _call_once(ref: HubRef, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    from huggingface_hub import errors as e
-
-    from rsplan.hparams.remote import http_module, timeout_s
+    from huggingface_hub import errors as e  # deferred: huggingface_hub
 
     http = http_module()
     try:
@@ -251,7 +250,6 @@ def list_repo(ref: HubRef, env: HubEnv) -> tuple[str, list[str], str, Path | Non
     hf = _hub()
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its warnings would break the one-line errors
     api = hf.HfApi(endpoint=env.endpoint, token=env.token)
-    from rsplan.hparams.remote import timeout_s
 
     info = _call(ref, "(model info)", api.model_info, ref.repo, revision=ref.revision, timeout=timeout_s())
     sha = getattr(info, "sha", None)
@@ -320,10 +318,8 @@ class HubModel:
 
 def _reader(ref: HubRef, env: HubEnv, commit: str, path: str, origin_file: dict[str, Any]) -> Any:
     """A RangeReader of ``path`` at ``commit``, counting into ``origin_file``."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
-
-    from rsplan.hparams.remote import FetchLog, RangeReader
+    from huggingface_hub import hf_hub_url  # deferred: huggingface_hub
+    from huggingface_hub.utils import build_hf_headers  # deferred: huggingface_hub
 
     url = hf_hub_url(ref.repo, path, revision=commit, endpoint=env.endpoint)
     headers = build_hf_headers(token=env.token)
@@ -361,7 +357,7 @@ def _local(snapshot: Path | None, path: str) -> Path | None:
 
 def _read_gguf(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapshot: Path | None,
                origin: Origin) -> HubModel:
-    from rsplan.hparams.gguf_file import read_gguf
+    from rsplan.hparams.gguf_file import read_gguf  # deferred: the GGUF reader imports pydantic (llama_loader)
 
     chosen = choose_gguf(files, ref.tag)
     if chosen is None:
@@ -375,7 +371,7 @@ def _read_gguf(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapshot
         return HubModel("gguf", read_gguf(local[0]), origin)  # type: ignore[arg-type]
     if env.offline:
         raise ModelFileError(f"{ref}: {chosen} is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
-    from rsplan.hparams.remote_gguf import read_remote_gguf
+    from rsplan.hparams.remote_gguf import read_remote_gguf  # deferred: the GGUF reader imports pydantic (llama_loader)
 
     folder = chosen.rsplit("/", 1)[0] + "/" if "/" in chosen else ""
     by_name = {p.rsplit("/", 1)[-1]: p for p in parts}
@@ -436,7 +432,6 @@ def _download(ref: HubRef, env: HubEnv, commit: str, path: str, snapshot: Path |
     if problem is None:
         return target
     origin.notes.append(problem)
-    import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="rsplan-hub-"))
     (folder / path.rsplit("/", 1)[-1]).write_bytes(data)
@@ -447,12 +442,10 @@ def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapsh
                  origin: Origin) -> tuple[list[str], str]:
     """The safetensors files a serving engine loads, and why those: the shards of model.safetensors.index.json,
     else model.safetensors, else every *.safetensors at the root."""
-    from rsplan.hparams.yaml_preset import read_text_file
-
     if "model.safetensors.index.json" in files:
         path = _download(ref, env, commit, "model.safetensors.index.json", snapshot, origin)
-        from rsplan.hparams.hf_base import parse_json_text
-        from rsplan.hparams.hf_config import MAX_CONFIG_BYTES
+        from rsplan.hparams.hf_base import parse_json_text  # deferred: pydantic (llama_loader)
+        from rsplan.hparams.hf_config import MAX_CONFIG_BYTES  # deferred: pydantic (the config.json reader)
 
         data = parse_json_text(read_text_file(path, MAX_CONFIG_BYTES * 16), path)
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
@@ -478,8 +471,6 @@ def weight_files(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapsh
 
 def _safetensors_header(ref: HubRef, env: HubEnv, commit: str, path: str, snapshot: Path | None,
                         entry: dict[str, Any]) -> Any:
-    from rsplan.hparams import safetensors_header as st
-
     local = _local(snapshot, path)
     if local is not None:
         entry.update({"from": "cache", "file": str(local)})
@@ -497,8 +488,8 @@ def _safetensors_header(ref: HubRef, env: HubEnv, commit: str, path: str, snapsh
 
 def _read_config_repo(ref: HubRef, env: HubEnv, commit: str, files: list[str], snapshot: Path | None,
                       origin: Origin) -> HubModel:
-    from rsplan.hparams.hf_config import read_hf_config
-    from rsplan.hparams.llama_loader import LoadedModel
+    from rsplan.hparams.hf_config import read_hf_config  # deferred: pydantic (the config.json reader)
+    from rsplan.hparams.llama_loader import LoadedModel  # deferred: pydantic
 
     # the index first: beside config.json in the cache, the config reader counts Qwen3-Next's MTP layers from it
     shards, why = weight_files(ref, env, commit, files, snapshot, origin)

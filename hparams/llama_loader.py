@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from rsplan.errors import ModelFileError, UnsupportedArchError, printable
 from rsplan.hparams.archs import ArchInfo, arch_info
 from rsplan.hparams.gguf_keys import LLM, Attention, General, Rope, Tokenizer, field_key, gguf_key
-from rsplan.hparams.model import MAX_DIM, MAX_HEADS, MAX_LAYERS, ROPE_SCALING_TYPES, ModelSpec
+from rsplan.hparams.model import ROPE_SCALING_TYPES, ModelSpec
+from rsplan.hparams.model_limits import MAX_DIM, MAX_HEADS, MAX_LAYERS
 
 #: Element types llama.cpp's get_arr accepts for a per-layer u32 array (llama_model_loader::get_arr).
 _PER_LAYER_ELEMS = ("u32", "i32", "bool")
@@ -180,14 +181,7 @@ def load_spec(
         weights_bytes: bytes of the weights, when known.
         description: an optional one-line description.
     """
-    arch_raw = read_string(meta, General.ARCHITECTURE, required=True)
-    assert arch_raw is not None
-    arch = printable(arch_raw)
-    try:
-        info = arch_info(arch)
-    except UnsupportedArchError as exc:
-        raise UnsupportedArchError(f"{meta.where}: {meta.describe(General.ARCHITECTURE)}: {exc}") from None
-
+    arch, info = _read_arch(meta)
     # a file name is not always valid text (undecodable bytes arrive as surrogates): escape it like a name
     name = printable(read_string(meta, General.NAME, required=False) or "").strip() or printable(fallback_name)
     r = _Reader(meta, arch)
@@ -203,20 +197,11 @@ def load_spec(
     attention = _read_attention(r, info, n_layer_all)
     _read_arch_keys(r, info, data, attention, n_layer_all)
     data["attention"] = attention
-    for key in (LLM.EXPERT_COUNT, LLM.EXPERT_USED_COUNT, LLM.EXPERT_FEED_FORWARD_LENGTH,
-                LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, LLM.EXPERT_SHARED_COUNT, LLM.LEADING_DENSE_BLOCK_COUNT,
-                LLM.TIME_MIX_EXTRA_DIM,
-                LLM.TIME_DECAY_EXTRA_DIM, LLM.RESCALE_EVERY_N_LAYERS):
-        value = r.u32(key, required=False)
-        if value is not None:
-            data[key] = value
+    _read_weight_counts(r, data)
     rope = _read_rope_scaling(r)
     if rope:
         data["rope_scaling"] = rope
-    tokens = meta.info(Tokenizer.TOKENS)
-    if tokens is not None and tokens.type == "arr" and tokens.count > 0:
-        data["vocab_size"] = tokens.count
-        r.sources["vocab_size"] = f"{Tokenizer.TOKENS} (array length)"
+    _read_vocab_size(r, data)
     if weights_bytes is not None:
         data["weights_bytes"] = weights_bytes
     if description is not None:
@@ -226,6 +211,36 @@ def load_spec(
     except ValidationError as exc:
         raise _validation_error(exc, r) from None
     return LoadedModel(spec, r.sources)
+
+
+def _read_arch(meta: Metadata) -> tuple[str, ArchInfo]:
+    """``general.architecture``, required, and rsplan's facts of it (UnsupportedArchError naming the key)."""
+    arch_raw = read_string(meta, General.ARCHITECTURE, required=True)
+    assert arch_raw is not None
+    arch = printable(arch_raw)
+    try:
+        return arch, arch_info(arch)
+    except UnsupportedArchError as exc:
+        raise UnsupportedArchError(f"{meta.where}: {meta.describe(General.ARCHITECTURE)}: {exc}") from None
+
+
+def _read_weight_counts(r: _Reader, data: dict[str, Any]) -> None:
+    """The optional u32 keys of the experts, the RWKV-6 LoRA ranks and the residual rescale, where present."""
+    for key in (LLM.EXPERT_COUNT, LLM.EXPERT_USED_COUNT, LLM.EXPERT_FEED_FORWARD_LENGTH,
+                LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, LLM.EXPERT_SHARED_COUNT, LLM.LEADING_DENSE_BLOCK_COUNT,
+                LLM.TIME_MIX_EXTRA_DIM,
+                LLM.TIME_DECAY_EXTRA_DIM, LLM.RESCALE_EVERY_N_LAYERS):
+        value = r.u32(key, required=False)
+        if value is not None:
+            data[key] = value
+
+
+def _read_vocab_size(r: _Reader, data: dict[str, Any]) -> None:
+    """vocab_size: the length of the tokenizer's token array, where the file has one."""
+    tokens = r.meta.info(Tokenizer.TOKENS)
+    if tokens is not None and tokens.type == "arr" and tokens.count > 0:
+        data["vocab_size"] = tokens.count
+        r.sources["vocab_size"] = f"{Tokenizer.TOKENS} (array length)"
 
 
 def _read_rope_scaling(r: _Reader) -> dict[str, Any]:

@@ -15,25 +15,13 @@ methods their callers use (``model_copy``, ``model_dump``, ``model_dump_json``, 
 
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from rsplan.hparams.archs import ArchInfo, arch_info
-
-#: llama.cpp's LLAMA_MAX_LAYERS.
-MAX_LAYERS = 512
-#: The largest width any single dimension may have. Real models stay far below (hidden sizes are <= 32768);
-#: the bound keeps a corrupt or hostile file from declaring absurd sizes.
-MAX_DIM = 1 << 20
-#: The largest head count.
-MAX_HEADS = 1 << 14
-#: src/llama-hparams.h:12 LLAMA_MAX_EXPERTS.
-MAX_EXPERTS = 1024
-#: The largest training context (uint32 in llama.cpp).
-MAX_CTX = (1 << 32) - 1
-
-#: Keys a section may carry beyond the ones its arch requires (read with a default by llama.cpp).
-_OPTIONAL_KEYS: dict[str, set[str]] = {"wkv": {"token_shift_count"}}
+from rsplan.hparams.hf_dtypes import HFDtype
+from rsplan.hparams.model_rules import check_consistency
 
 #: ModelSpec keys that only shape the weights (hparams/tensors.py): no cache size depends on them.
 #: The same under ``attention``.
@@ -47,16 +35,6 @@ WEIGHT_SHAPE_KEYS = frozenset({
 })
 #: ModelSpec keys that only shape the compute graph (planner/graphs): no cache or weight size depends on them.
 GRAPH_SHAPE_KEYS = frozenset({"rescale_every_n_layers"})
-
-#: Floating-point types a Hugging Face config names for its weights or states (``torch_dtype`` / ``dtype``).
-HF_DTYPES = ("float32", "float16", "bfloat16")
-HFDtype = Literal["float32", "float16", "bfloat16"]
-
-
-def is_hf_dtype(name: str) -> TypeGuard[HFDtype]:
-    """``name`` is one of HF_DTYPES."""
-    return name in HF_DTYPES
-
 
 R = TypeVar("R", bound="Record")
 
@@ -72,9 +50,7 @@ class Record:
     _fields_set: frozenset[str]
 
     def __init__(self, **data: Any) -> None:
-        from rsplan.hparams.model_schema import validate
-
-        built = validate(type(self), data)
+        built = _validated(type(self), data)
         object.__setattr__(self, "_fields_set", built._fields_set)
         for f in fields(self):  # type: ignore[arg-type]
             object.__setattr__(self, f.name, getattr(built, f.name))
@@ -101,9 +77,7 @@ class Record:
     @classmethod
     def model_validate(cls: type[R], data: Any) -> R:
         """``data`` validated by the record's pydantic schema (raises pydantic.ValidationError)."""
-        from rsplan.hparams.model_schema import validate
-
-        return validate(cls, data)
+        return _validated(cls, data)
 
     @property
     def model_fields_set(self) -> set[str]:
@@ -135,8 +109,6 @@ class Record:
         return out
 
     def model_dump_json(self, **kwargs: Any) -> str:
-        import json
-
         return json.dumps(self.model_dump(**kwargs), separators=(",", ":"))
 
 
@@ -329,113 +301,35 @@ _SECTIONS: dict[str, type[Record]] = {
 }
 
 
-def _check_section(spec: Any, info: ArchInfo, section: str) -> None:
-    """A hyper-parameter section (ssm, wkv, ...) is given exactly when the arch reads it, with the keys it
-    requires and no key it does not read."""
-    given = getattr(spec, section)
-    required = info.sections.get(section)
-    if given is not None and required is None:
-        raise ValueError(f"{section}: not read by llama.cpp for arch '{spec.arch}'; remove it")
-    if required is None:
-        return
-    for key in required:
-        if given is None or getattr(given, key) is None:
-            raise ValueError(f"{section}.{key} is required for arch '{spec.arch}'")
-    unread = sorted(given.model_fields_set - set(required) - _OPTIONAL_KEYS.get(section, set()))
-    if unread:
-        raise ValueError(f"{section}.{unread[0]}: not read by llama.cpp for arch '{spec.arch}'")
-
-
-def check_consistency(spec: Any) -> None:
-    """The cross-field rules of a model (a ModelSpec, or its schema object while it is validated).
+def _validated(record: type[R], data: Any) -> R:
+    """``data`` validated by ``record``'s schema (model_schema.py), as a ``record``.
 
     Raises:
-        ValueError: a message naming the fields and their values (pydantic reports it as the model's error).
+        pydantic.ValidationError: a wrong type, a value out of range, an unknown key, or an inconsistent model
+            (the message names the field; the loaders turn it into a ModelFileError).
     """
-    info = arch_info(spec.arch)
-    n = spec.block_count
-    if spec.nextn_predict_layers > n:
-        raise ValueError(f"nextn_predict_layers ({spec.nextn_predict_layers}) exceeds block_count ({n})")
-    attention = spec.attention
-    per_layer = {
-        "attention.head_count": attention.head_count,
-        "attention.head_count_kv": attention.head_count_kv,
-        "attention.recurrent_layers": attention.recurrent_layers,
-        "feed_forward_length": spec.feed_forward_length,
-        "expert_layers": spec.expert_layers,
-    }
-    for key, value in per_layer.items():
-        if isinstance(value, list) and len(value) != n:
-            raise ValueError(f"{key} has wrong array length; expected {n} (block_count), got {len(value)}")
-    for section in ("ssm", "wkv", "shortconv", "kda"):
-        _check_section(spec, info, section)
-    if info.mla:
-        for key in ("key_length_mla", "value_length_mla", "kv_lora_rank"):
-            if getattr(attention, key) is None:
-                raise ValueError(f"attention.{key} is required for arch '{spec.arch}' (MLA)")
-    elif attention.key_length_mla is not None or attention.value_length_mla is not None:
-        raise ValueError(f"attention.key_length_mla/value_length_mla: arch '{spec.arch}' has no MLA")
-    if attention.recurrent_layers is not None and info.layer_rule != "interval":
-        raise ValueError(
-            f"attention.recurrent_layers: not read by llama.cpp for arch '{spec.arch}' "
-            f"(its layers are marked by {info.layer_rule})"
-        )
-    if spec.full_attention_interval is not None and info.layer_rule != "interval":
-        raise ValueError(f"full_attention_interval: not read by llama.cpp for arch '{spec.arch}'")
-    if attention.sliding_window and not info.reads_sliding_window:
-        raise ValueError(f"attention.sliding_window: not read by llama.cpp for arch '{spec.arch}'")
-    head_count_0 = attention.head_count[0] if isinstance(attention.head_count, list) else attention.head_count
-    if info.memory == "hybrid" and head_count_0 == 0 and not info.head_dims_without_heads:
-        raise ValueError(f"attention.head_count must be > 0 for the hybrid arch '{spec.arch}'")
-    _check_ssm_counts(spec, info)
-    _check_kv_heads(spec, info)
-    # src/llama-model.cpp:1361 GGML_ASSERT(n_expert <= LLAMA_MAX_EXPERTS), :1362 (n_expert_used_max <= n_expert)
-    if spec.expert_count > MAX_EXPERTS:
-        raise ValueError(f"expert_count ({spec.expert_count}) exceeds llama.cpp's {MAX_EXPERTS} (LLAMA_MAX_EXPERTS)")
-    if spec.expert_count and spec.expert_used_count > spec.expert_count:
-        raise ValueError(f"expert_used_count ({spec.expert_used_count}) exceeds expert_count ({spec.expert_count}): "
-                         "llama.cpp asserts n_expert_used <= n_expert")
+    if isinstance(data, record):
+        return data
+    if isinstance(data, Record):  # a record given where a section is expected, as pydantic accepts a model
+        data = data.model_dump(exclude_unset=True)
+    from rsplan.hparams.model_schema import SCHEMAS  # deferred: pydantic (a built-in preset is never validated)
+
+    return _record_of(record, SCHEMAS[record.__name__].model_validate(_plain(data)))
 
 
-def _check_ssm_counts(spec: Any, info: ArchInfo) -> None:
-    """The ssm head and group counts the arch's graph divides by are >= 1 (plamo2's group_count is 0)."""
-    ssm = spec.ssm
-    if ssm is None:
-        return
-    for key in info.ssm_divisors:
-        if getattr(ssm, key) == 0:
-            raise ValueError(f"ssm.{key} must be >= 1 for arch '{spec.arch}' (llama.cpp divides by it: a division "
-                             "by zero)")
-    for key in info.ssm_zero:
-        value = getattr(ssm, key)
-        if value:
-            raise ValueError(f"ssm.{key} must be 0 for arch '{spec.arch}' (llama.cpp asserts it), got {value}")
+def _record_of(record: type[R], validated: Any) -> R:
+    """The ``record`` of a validated schema object, with its sections' records and the keys it was given."""
+    sections = _SECTIONS if record is ModelSpec else {}
+    values = {}
+    for name in type(validated).model_fields:
+        value = getattr(validated, name)
+        section = sections.get(name)
+        values[name] = _record_of(section, value) if section is not None and value is not None else value
+    return record.from_trusted_values(values, validated.model_fields_set)
 
 
-def _per_layer(value: Any, il: int) -> int:
-    return int(value[il] if isinstance(value, list) else value)
-
-
-def _check_kv_heads(spec: Any, info: ArchInfo) -> None:
-    """Every attention layer's KV heads divide its query heads (ggml_mul_mat and ggml_flash_attn_ext broadcast K
-    and V over whole groups of query heads and abort otherwise), and a layer the arch gives a KV cache whatever
-    its head_count_kv (Falcon-H1's every layer, the attention layers of the interval archs) has KV heads."""
-    attention = spec.attention
-    kv = attention.head_count if attention.head_count_kv is None else attention.head_count_kv
-    n_layer = spec.block_count - spec.nextn_predict_layers
-    interval = spec.full_attention_interval or info.full_attention_interval
-    for il in range(spec.block_count):
-        n_head, n_kv = _per_layer(attention.head_count, il), _per_layer(kv, il)
-        if n_head > 0 and n_kv > 0 and n_head % n_kv:
-            raise ValueError(f"attention.head_count_kv: layer {il} has {n_kv} KV heads, which do not divide its "
-                             f"{n_head} query heads (llama.cpp's attention aborts)")
-        if n_kv > 0 or n_head == 0:
-            continue
-        if info.layer_rule == "interval" and il < n_layer:
-            flags = attention.recurrent_layers
-            kv_layer = not flags[il] if flags is not None else interval is not None and (il + 1) % interval == 0
-        else:
-            kv_layer = info.kv_filter == "all"
-        if kv_layer:
-            raise ValueError(f"attention.head_count_kv: layer {il} is an attention layer of arch '{spec.arch}' "
-                             "but has 0 KV heads (llama.cpp divides by them)")
+def _plain(data: Any) -> Any:
+    """Records inside a mapping (a section given as its record) as the mappings the schema validates."""
+    if isinstance(data, dict):
+        return {k: (v.model_dump(exclude_unset=True) if isinstance(v, Record) else v) for k, v in data.items()}
+    return data

@@ -2,19 +2,22 @@
 
 One pydantic model per record of ``hparams/model.py``, with the same field names: types, ranges and unknown keys are
 checked here (``extra="forbid"``, strict types, constraints in ``Field``), the cross-field rules by
-``model.check_consistency``, shared with the records. ``validate`` turns a mapping into the record, keeping which
-keys were given (``model_fields_set``). Built-in presets do not come here (``ModelSpec.from_trusted``), so the
-estimate of a built-in preset builds no pydantic schema and runs no pydantic plugin discovery.
+``model_rules.check_consistency``, shared with the records. The records validate through ``SCHEMAS`` (model.py
+imports this module when it validates, and turns the validated object into the record, keeping which keys were
+given); this module knows the records by name only, so that it does not import them. Built-in presets do not come
+here (``ModelSpec.from_trusted``), so the estimate of a built-in preset builds no pydantic schema and runs no
+pydantic plugin discovery.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rsplan.hparams import model as M
-from rsplan.hparams.model import MAX_CTX, MAX_DIM, MAX_HEADS, MAX_LAYERS, HFDtype
+from rsplan.hparams.hf_dtypes import HFDtype
+from rsplan.hparams.model_limits import MAX_CTX, MAX_DIM, MAX_HEADS, MAX_LAYERS
+from rsplan.hparams.model_rules import check_consistency
 
 #: Text fields may hold newlines and tabs but no other control characters (they would reach the terminal).
 _PRINTABLE = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
@@ -162,46 +165,13 @@ class ModelSchema(_Strict):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSchema:
-        M.check_consistency(self)
+        check_consistency(self)
         return self
 
 
-#: record class -> its schema
-SCHEMAS: dict[type[M.Record], type[_Strict]] = {
-    M.AttentionSpec: AttentionSchema, M.SSMSpec: SSMSchema, M.WKVSpec: WKVSchema, M.ShortConvSpec: ShortConvSchema,
-    M.KDASpec: KDASchema, M.ServingSpec: ServingSchema, M.RopeScalingSpec: RopeScalingSchema,
-    M.ModelSpec: ModelSchema,
+#: the name of each record class of hparams/model.py -> its schema
+SCHEMAS: dict[str, type[_Strict]] = {
+    "AttentionSpec": AttentionSchema, "SSMSpec": SSMSchema, "WKVSpec": WKVSchema, "ShortConvSpec": ShortConvSchema,
+    "KDASpec": KDASchema, "ServingSpec": ServingSchema, "RopeScalingSpec": RopeScalingSchema,
+    "ModelSpec": ModelSchema,
 }
-_RECORDS = {schema: record for record, schema in SCHEMAS.items()}
-
-R = TypeVar("R", bound=M.Record)
-
-
-def _record(value: _Strict) -> Any:
-    """The record of a validated schema object, with its sections' records and the keys it was given."""
-    values = {}
-    for name in type(value).model_fields:
-        v = getattr(value, name)
-        values[name] = _record(v) if isinstance(v, _Strict) else v
-    return _RECORDS[type(value)].from_trusted_values(values, value.model_fields_set)
-
-
-def validate(record: type[R], data: Any) -> R:
-    """``data`` validated by ``record``'s schema, as a ``record``.
-
-    Raises:
-        pydantic.ValidationError: a wrong type, a value out of range, an unknown key, or an inconsistent model
-            (the message names the field; the loaders turn it into a ModelFileError).
-    """
-    if isinstance(data, record):
-        return data
-    if isinstance(data, M.Record):  # a record given where a section is expected, as pydantic accepts a model
-        data = data.model_dump(exclude_unset=True)
-    return _record(SCHEMAS[record].model_validate(_plain(data)))
-
-
-def _plain(data: Any) -> Any:
-    """Records inside a mapping (a section given as its record) as the mappings the schema validates."""
-    if isinstance(data, dict):
-        return {k: (v.model_dump(exclude_unset=True) if isinstance(v, M.Record) else v) for k, v in data.items()}
-    return data

@@ -64,7 +64,7 @@ def resolve(name: str) -> OllamaModel:
         ModelFileError: no such model in the store, an unreadable or malformed manifest, no model layer, a
             missing blob or one whose size is not the manifest's.
     """
-    from rsplan.hparams.hf_base import parse_json_text
+    from rsplan.hparams.hf_base import parse_json_text  # deferred: pydantic (llama_loader)
 
     manifest = manifest_path(name)
     where = f"ollama:{printable(name)}"

@@ -13,6 +13,7 @@ It is imported on the first remote read.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import time
@@ -34,9 +35,7 @@ _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 def http_module() -> Any:
     """The HTTP library huggingface_hub's session is built on (httpx in huggingface_hub 1.x, httpx2 in 2.x: the
     same exception classes), for catching its errors."""
-    import importlib
-
-    from huggingface_hub.utils import get_session
+    from huggingface_hub.utils import get_session  # deferred: huggingface_hub
 
     return importlib.import_module(type(get_session()).__module__.split(".", 1)[0])
 
@@ -110,7 +109,7 @@ class RangeReader:
 
     def _try_read(self, start: int, end: int) -> tuple[bytes | int, float | None]:
         """One request: the bytes, or (a retryable status, the wait the server asked for)."""
-        from huggingface_hub.utils import get_session
+        from huggingface_hub.utils import get_session  # deferred: huggingface_hub
 
         http = http_module()
 

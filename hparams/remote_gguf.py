@@ -1,6 +1,6 @@
 """A remote GGUF (a URL, a file of a Hugging Face repo) read by its header only, with HTTP range requests.
 
-The first ``FIRST_READ`` bytes are fetched and scanned by the local reader's scanner (``gguf_file.scan_prefix``);
+The first ``FIRST_READ`` bytes are fetched and scanned by the local reader's scanner (``gguf_scan.scan_prefix``);
 where the header goes on past them, the scanner says how far and the prefix grows (at least doubling, so a header
 of H bytes costs at most about 2 H and a handful of requests), up to ``MAX_HEADER`` bytes. The same limits as for a
 local file bound every count before any byte is fetched for it (a header that claims 10^12 tensors is refused from
@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rsplan.errors import ModelFileError
-from rsplan.hparams.gguf_file import GGUFIndex, GGUFModel, NeedBytes, model_from_index, scan_prefix, split_part_names
+from rsplan.hparams.gguf_file import GGUFModel, model_from_index
+from rsplan.hparams.gguf_scan import GGUFIndex, NeedBytes, scan_prefix
+from rsplan.hparams.gguf_split import split_part_names
 from rsplan.hparams.remote import RangeReader, shown_url
 
 #: Bytes fetched first (a model with a small vocabulary fits; a 150k-token one needs a few MiB).

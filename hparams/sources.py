@@ -6,23 +6,26 @@ inputs that need them; a built-in preset imports none of them.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
+import rsplan.presets
 from rsplan.errors import ModelFileError, either, excerpt, printable
 from rsplan.files import open_regular, path_kind
+from rsplan.hparams import safetensors_header as st
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.yaml_preset import load_preset_file, load_trusted_preset_text
+from rsplan.hparams.ollama import resolve
+from rsplan.hparams.yaml_preset import load_preset_file, load_trusted_preset_text, read_text_file
 
 GGUF_MAGIC = b"GGUF"
 
 
 def presets_dir() -> Path:
     """The folder of the built-in presets (a regular package directory, in a wheel and in a checkout)."""
-    import rsplan.presets
-
     return Path(rsplan.presets.__file__).parent
 
 
@@ -56,7 +59,6 @@ def closest_presets(name: str, n: int = 3) -> list[str]:
     names = builtin_preset_names()
     key = name.lower()
     starts = [p for p in names if p.lower().startswith(key)] if len(key) >= 3 else []
-    import difflib  # only for the error of a name not found
 
     similar = difflib.get_close_matches(key, [p.lower() for p in names], n=n, cutoff=0.6)
     by_lower = {p.lower(): p for p in names}
@@ -166,10 +168,8 @@ def _hf_read(h: Any, origin: dict[str, Any], dtype_bytes: dict[str, int] | None 
 def _local_weights(directory: Path) -> tuple[dict[str, int], int, list[str]] | None:
     """Bytes per dtype from the safetensors headers of a local model directory (the index's shards, else
     model.safetensors, else every *.safetensors), tensors and files; None without safetensors files."""
-    from rsplan.hparams import safetensors_header as st
-    from rsplan.hparams.hf_base import parse_json_text
-    from rsplan.hparams.hf_config import MAX_CONFIG_BYTES
-    from rsplan.hparams.yaml_preset import read_text_file
+    from rsplan.hparams.hf_base import parse_json_text  # deferred: pydantic (llama_loader)
+    from rsplan.hparams.hf_config import MAX_CONFIG_BYTES  # deferred: pydantic (the config.json reader)
 
     index = directory / "model.safetensors.index.json"
     if path_kind(index) == "file":
@@ -197,8 +197,8 @@ def _local_weights(directory: Path) -> tuple[dict[str, int], int, list[str]] | N
 
 
 def _read_local_hf(path: Path) -> ReadModel:
-    from rsplan.hparams.hf_config import read_hf_config
-    from rsplan.hparams.llama_loader import LoadedModel
+    from rsplan.hparams.hf_config import read_hf_config  # deferred: pydantic (the config.json reader)
+    from rsplan.hparams.llama_loader import LoadedModel  # deferred: pydantic
 
     h = read_hf_config(path)
     origin: dict[str, Any] = {"form": "file", "file": h.config_path}
@@ -219,8 +219,7 @@ def _read_local_hf(path: Path) -> ReadModel:
 
 def _read_url(url: str) -> ReadModel:
     """A GGUF at an http(s) URL, read by its header (hparams.remote_gguf)."""
-    from urllib.parse import urlsplit
-
+    # deferred: the remote-model modules (about 20 ms of imports that a preset estimate does not pay)
     from rsplan.hparams.hub import hub_env
     from rsplan.hparams.remote import FetchLog, RangeReader, shown_url
     from rsplan.hparams.remote_gguf import read_remote_gguf
@@ -233,7 +232,7 @@ def _read_url(url: str) -> ReadModel:
     headers: dict[str, str] = {}
     on_hub = parts.netloc == urlsplit(env.endpoint).netloc
     if on_hub:
-        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils import build_hf_headers  # deferred: huggingface_hub
 
         headers = build_hf_headers(token=env.token)
     hint = "set HF_TOKEN to a token with access" if on_hub else ""
@@ -256,8 +255,7 @@ def _read_url(url: str) -> ReadModel:
 
 
 def _read_ollama(name: str) -> ReadModel:
-    from rsplan.hparams.gguf_file import read_gguf
-    from rsplan.hparams.ollama import resolve
+    from rsplan.hparams.gguf_file import read_gguf  # deferred: the GGUF reader imports pydantic (llama_loader)
 
     o = resolve(name)
     g = read_gguf(o.blob)
@@ -269,7 +267,7 @@ def _read_ollama(name: str) -> ReadModel:
 
 
 def _read_hub(ref: Any) -> ReadModel:
-    from rsplan.hparams.hub import read_hub
+    from rsplan.hparams.hub import read_hub  # deferred: the remote-model modules (about 20 ms)
 
     m = read_hub(ref)
     origin = m.origin.as_dict()
@@ -294,14 +292,14 @@ def read_model(ref: str) -> ReadModel:
             return _read_url(ref)
         # a hub id has an ORG/NAME slash; a built-in preset name has none and so never imports the hub reader
         if "/" in ref and not ref.lower().endswith((".yaml", ".yml", ".gguf", ".json")):
-            from rsplan.hparams.hub import parse_hub_ref
+            from rsplan.hparams.hub import parse_hub_ref  # deferred: the remote-model modules (about 20 ms)
 
             hub_ref = parse_hub_ref(ref)
             if hub_ref is not None:
                 return _read_hub(hub_ref)
     kind, path = resolve_model(ref)
     if kind == "gguf":
-        from rsplan.hparams.gguf_file import read_gguf
+        from rsplan.hparams.gguf_file import read_gguf  # deferred: the GGUF reader imports pydantic (llama_loader)
 
         g = read_gguf(path)
         read = _gguf_read(g, {"form": "file", "file": str(path)})

@@ -7,6 +7,7 @@ at most ``MAX_PRESET_BYTES``.
 
 from __future__ import annotations
 
+import difflib
 import re
 import typing
 from pathlib import Path
@@ -17,7 +18,8 @@ import yaml
 from rsplan.errors import ModelFileError, UnsupportedArchError, either, key_name
 from rsplan.files import FileTooLargeError, NotRegularFileError, read_limited
 from rsplan.hparams.archs import arch_info
-from rsplan.hparams.model import MAX_LAYERS, ModelSpec
+from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.model_limits import MAX_LAYERS
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -163,9 +165,9 @@ _ECHOED = ("_type", "_parsing", "greater_than", "less_than", "literal_error", "s
 
 def _keys_at(loc: tuple[object, ...]) -> list[str]:
     """The keys a mapping at ``loc`` (a key path under ModelSpec) may hold: its schema's field names."""
-    from pydantic import BaseModel  # untrusted input only: a built-in preset never imports pydantic
+    from pydantic import BaseModel  # deferred: pydantic
 
-    from rsplan.hparams.model_schema import ModelSchema
+    from rsplan.hparams.model_schema import ModelSchema  # deferred: pydantic
 
     model: type[BaseModel] = ModelSchema
     for part in loc:
@@ -229,8 +231,6 @@ def validation_message(exc: ValidationError) -> str:
     loc = _loc_text(err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        import difflib  # only for this message
-
         key = str(err["loc"][-1])
         parent = _loc_text(err["loc"][:-1])  # the key itself is no union tag, even with a '-' in it
         loc = f"{parent}.{key}" if parent else key
@@ -252,7 +252,7 @@ def spec_from_mapping(data: object, where: str) -> ModelSpec:
             arch_info(arch)  # an unknown arch is its own clear error, not a field error
         except UnsupportedArchError as exc:
             raise UnsupportedArchError(f"{where}: arch: {exc}") from None
-    from pydantic import ValidationError  # untrusted input only: a built-in preset never imports pydantic
+    from pydantic import ValidationError  # deferred: pydantic
 
     try:
         return ModelSpec.model_validate(data)

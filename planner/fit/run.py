@@ -206,7 +206,9 @@ def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float,
 def converter_weights(spec: ModelSpec, outtype: str = "bf16", load_mtp: bool = False) -> list[Weight]:
     """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors); the
     MTP layers' too with ``load_mtp``."""
-    from rsplan.hparams.tensors import tensor_list, tensor_nbytes, tensor_type
+    from rsplan.hparams.converter_types import tensor_type
+    from rsplan.hparams.tensor_bytes import tensor_nbytes
+    from rsplan.hparams.tensors import tensor_list
 
     out = []
     for t in tensor_list(spec):

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError, UnsupportedArchError
+from rsplan.hparams.converter_types import tensor_type
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.tensors import MissingFieldError, tensor_list, tensor_type
+from rsplan.hparams.tensors import MissingFieldError, tensor_list
 from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.weights.host_weights import WeightTable
-from rsplan.planner.weights.quant import QuantPlan, WeightTensor, quant_model, quantize_plan
+from rsplan.planner.weights.layer_tensors import LayerTensors
+from rsplan.planner.weights.quant import QuantPlan, WeightTensor, parse_ftype, quant_model, quantize_plan
 
 if TYPE_CHECKING:
     from rsplan.planner.weights.layer_tensors import LayerTensors
@@ -56,7 +58,6 @@ class QuantWeights:
         """The loaded tensors' names, shapes and types as the scheduler model reads them
         (planner.weights.layer_tensors.LayerTensors: which GGUF tensor a graph weight is, and the type of its copy on a
         device)."""
-        from rsplan.planner.weights.layer_tensors import LayerTensors
 
         loaded = [t for t in self.plan.tensors if t.name in self.loaded]
         return LayerTensors.of(((t.name, t.ne) for t in loaded), {t.name: t.type for t in loaded})
@@ -98,7 +99,6 @@ def quantized_weights(spec: ModelSpec, quant: str) -> QuantWeights:
         UnsupportedArchError: no tensor list for the arch, or a key it needs (vocab_size, ...) missing.
         ContextError: an unknown ftype (the message lists the valid names), or one that needs an imatrix.
     """
-    from rsplan.planner.weights.quant import parse_ftype
 
     ftype = parse_ftype(quant)  # the name is checked before the model's tensor list
     infos = tensor_list(spec)

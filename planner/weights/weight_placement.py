@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from rsplan.errors import RsplanError, excerpt
 from rsplan.hparams.ggml_types import weight_type
-from rsplan.hparams.model import MAX_LAYERS
+from rsplan.hparams.model_limits import MAX_LAYERS
 from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
 from rsplan.planner.backends.cpu_repack import Target
 from rsplan.planner.backends.loader_ops import LoaderCheck, weight_shape

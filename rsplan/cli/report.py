@@ -129,7 +129,8 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
     with presizing(questions(planners, contexts), jobs) as ahead:
         # meanwhile, what sizes no compute buffer
-        from rsplan.render.report import ModelReport, build_html
+        from rsplan.render.report import build_html
+        from rsplan.render.report_inputs import ModelReport
 
         serving = _engine_reports(specs, list(model_refs), engines, values, request, contexts,
                                   [(r.facts.get("quantization_config"), r.facts.get("tie_word_embeddings"))
@@ -154,7 +155,7 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
     from rsplan.planner.capacity.budget import serving_budget
     from rsplan.planner.engines import engine as load_engine
     from rsplan.planner.weights.default_weights import serving_model_dtype
-    from rsplan.render.report import EngineReport
+    from rsplan.render.report_inputs import EngineReport
 
     out = []
     weights = request.weights

@@ -141,30 +141,39 @@ def device_rows(planner: CapacityPlanner, result: CapacityResult) -> list[dict[s
     return rows
 
 
-def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str, Any]:
-    """``rsplan capacity --format json``: every number, in bytes; sums are over the GPUs."""
-    budget = planner.budget
-    layout = planner.layout
-    charge = planner.charge_given()
+def _rung_dict(planner: CapacityPlanner, r: Rung) -> dict[str, Any]:
+    """One ladder rung with its flags, its limit in words and the host memory it needs."""
+    d = dataclasses.asdict(r)
+    d["flags"] = planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)) if r.n_ctx_flag else None
+    d["limit"] = limit_words(planner, r.limited_by, r.bound_device)
+    need = rung_host_need(planner, r)
+    d["host_start_bytes"], d["host_max_bytes"] = need if need else (None, None)
+    return d
 
-    def rung(r: Rung) -> dict[str, Any]:
-        d = dataclasses.asdict(r)
-        d["flags"] = planner.flags(planner.params(r.n_ctx_flag, r.max_parallel)) if r.n_ctx_flag else None
-        d["limit"] = limit_words(planner, r.limited_by, r.bound_device)
-        need = rung_host_need(planner, r)
-        d["host_start_bytes"], d["host_max_bytes"] = need if need else (None, None)
-        return d
 
+def _max_ctx_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str, Any]:
+    """The largest context at the -np given, with its flags (where one fits) and its limit in words."""
     max_ctx = dataclasses.asdict(result.max_ctx)
     if result.max_ctx.n_ctx_flag:
         max_ctx["flags"] = planner.flags(planner.params(result.max_ctx.n_ctx_flag, result.max_ctx.n_seq_max))
     max_ctx["limit"] = limit_words(planner, result.max_ctx.limited_by, result.max_ctx.bound_device)
+    return max_ctx
+
+
+def _max_rs_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str, Any]:
+    """The largest n_rs_seq at the flags given, with its flags and its limit in words where there is one."""
     max_rs = dataclasses.asdict(result.max_rs)
     if result.max_rs.n_rs_seq is not None:
         p = planner.params(result.max_rs.n_ctx, result.max_rs.n_seq_max, result.max_rs.n_rs_seq)
         max_rs["flags"] = planner.flags(p)
         max_rs["limit"] = limit_words(planner, result.max_rs.limited_by or "", result.max_rs.bound_device,
                                       result.max_rs.draft_bound)
+    return max_rs
+
+
+def _model_fields(planner: CapacityPlanner) -> dict[str, Any]:
+    """The model: its name, layers, training context, context limit and draft type."""
+    layout = planner.layout
     limit = planner.ctx_limit
     return {
         "model": planner.spec.name,
@@ -178,6 +187,15 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
                           "rope_flags": limit.rope.flags()},
         "draft": {"spec_type": planner.draft.spec_type, "needs_draft_model": planner.draft.needs_draft_model,
                   "usable_spec_types": list(usable_spec_types(planner.spec))},
+    }
+
+
+def _budget_fields(planner: CapacityPlanner) -> dict[str, Any]:
+    """The budget and what it is charged at the flags given (bytes, summed over the GPUs), down to the caches'
+    share."""
+    budget = planner.budget
+    charge = planner.charge_given()
+    return {
         "budget_bytes": sum(d.budget_bytes for d in budget.devices),
         "weights_bytes": budget.weights_bytes or 0,
         "weights_counted": budget.weights_bytes is not None,
@@ -190,6 +208,14 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
         "device_kind": budget.device_kind,
         "mtp_draft": dataclasses.asdict(charge.draft) if charge and charge.draft else None,
         "cache_budget_bytes": sum(planner.cache_budget),
+    }
+
+
+def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str, Any]:
+    """``rsplan capacity --format json``: every number, in bytes; sums are over the GPUs."""
+    return {
+        **_model_fields(planner),
+        **_budget_fields(planner),
         "params": dataclasses.asdict(result.params),
         "flags": planner.flags(result.params),
         "cache_bytes": result.usage.total_bytes,
@@ -202,9 +228,9 @@ def capacity_dict(planner: CapacityPlanner, result: CapacityResult) -> dict[str,
             "unit_device": list(planner.placement.unit_device),
         },
         "devices": device_rows(planner, result),
-        "ladder": [rung(r) for r in result.ladder],
-        "max_ctx": max_ctx,
-        "max_n_rs_seq": max_rs,
+        "ladder": [_rung_dict(planner, r) for r in result.ladder],
+        "max_ctx": _max_ctx_dict(planner, result),
+        "max_n_rs_seq": _max_rs_dict(planner, result),
         "notes": notes(planner),
     }
 

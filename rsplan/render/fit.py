@@ -6,6 +6,7 @@ import dataclasses
 import shlex
 from typing import Any
 
+from rsplan.planner.capacity.search import llama_flags
 from rsplan.planner.fit.memory import DeviceUsage
 from rsplan.planner.fit.run import FitAnswer
 from rsplan.render.tables import command_lines, prose, table
@@ -16,8 +17,6 @@ def _command(a: FitAnswer) -> str:
     """llama-server with the context flags as given (planner.capacity.search.llama_flags, the fitted -c), the fitted
     layer flags and the load mode / repacking asked for (HostOptions.flags); the flags are already fitted, so
     --fit off keeps llama.cpp from fitting again (it would refuse: -ngl is set)."""
-    from rsplan.planner.capacity.search import llama_flags
-
     nkvo = ["-nkvo"] if a.no_kv_offload else []
     return " ".join(["llama-server -m", _model(a), llama_flags(a.params, ctx_checkpoints=a.ctx_checkpoints),
                      a.command_placement_flags, *nkvo, *a.host.flags(), "--fit off"])
@@ -45,8 +44,6 @@ def run_command(a: FitAnswer) -> str:
     """The plain command that lets llama.cpp choose (--fit is on by default, common/common.h fit_params): the
     context flags as given (no -c where none was given: --fit then lowers the training context as needed), the
     placement flags only where the user gave them (--fit changes nothing then), the load mode asked for."""
-    from rsplan.planner.capacity.search import llama_flags
-
     given = a.given_params or a.params
     ctx = llama_flags(given, ctx_checkpoints=a.ctx_checkpoints)
     if not a.ctx_given:

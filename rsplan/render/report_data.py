@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from rsplan.errors import RsplanError
 from rsplan.planner.caches.context import ContextParams
+from rsplan.planner.caches.outputs import output_buffer
 from rsplan.planner.caches.plan import build_plan
 from rsplan.planner.capacity.charges import Charge
 from rsplan.planner.capacity.pool import Question
-from rsplan.planner.capacity.search import CapacityPlanner, Rung, SizedSettings, default_ladder
+from rsplan.planner.capacity.search import HOST, CapacityPlanner, Rung, SizedSettings, default_ladder
 
 #: The stacked components of GPU memory, bottom to top: (key, legend label).
 COMPONENTS = (
@@ -388,9 +389,6 @@ DEVICE_COMPONENTS = (
 
 def device_bars(planner: CapacityPlanner) -> DeviceBars:
     """Each GPU's and the host's memory at ``planner.base`` (-c / -np as given)."""
-    from rsplan.planner.caches.outputs import output_buffer
-    from rsplan.planner.capacity.search import HOST
-
     budget = planner.budget
     params = planner.base
     use = planner.usage(params)

@@ -12,6 +12,9 @@ characters, escape sequences, tabs), whose width takes tabulate's rules, is laid
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -25,9 +28,6 @@ _MIN_TERMINAL = 60
 def line_width() -> int:
     """The width text is laid out for: WIDTH, or the terminal's where standard output is a narrower terminal (a
     file or pipe gets WIDTH, so that saved output does not depend on the window it came from)."""
-    import os
-    import sys
-
     try:
         if sys.stdout.isatty():
             return max(_MIN_TERMINAL, min(WIDTH, os.get_terminal_size(sys.stdout.fileno()).columns))
@@ -72,7 +72,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, align: Seque
     aligns += ["left"] * (len(headers) - len(aligns))
     if _plain(cells, headers) and set(aligns) <= {"left", "right"}:
         return _simple(cells, list(headers), aligns)
-    from tabulate import tabulate
+    from tabulate import tabulate  # deferred: tabulate (plain ASCII tables do without it)
 
     return tabulate(cells, headers=list(headers), tablefmt=STYLE, disable_numparse=True,
                     colalign=tuple(align) if align else None)
@@ -132,8 +132,6 @@ def command_lines(label: str, command: str, width: int | None = None, indent: st
     """A shell command after ``label``, broken before a flag (``-x`` / ``--xx``, with its values) into lines of at
     most ``width`` columns that end in `` \\`` (one command to a shell, pasted as it is); a flag with a value longer
     than a line keeps its own line. The words keep their quoting (shlex: the command's own)."""
-    import shlex
-
     width = line_width() if width is None else width
     words = [shlex.quote(w) for w in shlex.split(command)]
     groups: list[str] = []

@@ -188,7 +188,7 @@ def _model_bytes(name: str, flags: dict[str, Any]) -> dict[str, int]:
         host = HostOptions(parse_target(target), use_mmap=False)
         model, _ = model_bytes_by_buffer(spec, "CPU", _quant_table(name), load_mtp=load_mtp, host=host)
         return {k: v for k, v in (model or {}).items() if v}
-    from rsplan.hparams.tensors import model_buffer_bytes
+    from rsplan.hparams.tensor_bytes import model_buffer_bytes
 
     return {"CPU": model_buffer_bytes(spec, entry.get("outtype", "f32"), load_mtp=load_mtp)}
 

@@ -1,7 +1,7 @@
 """Write a skeleton GGUF of a model at real size: real metadata and tensor table, the data region a sparse hole.
 
 From a preset (a built-in name like ``qwen3-next-80b-a3b``, or a YAML path) and an output type as
-convert_hf_to_gguf.py writes it (``f32``, ``f16``, ``bf16``, ``q8_0``: hparams/tensors.py ``converter_type``
+convert_hf_to_gguf.py writes it (``f32``, ``f16``, ``bf16``, ``q8_0``: hparams/converter_types.py ``converter_type``
 decides which tensors stay F32 and which rows q8_0 cannot hold), it writes:
 
 - the GGUF keys llama.cpp's loader reads for the arch (from the ModelSpec, plus the few keys the loader requires
@@ -34,10 +34,12 @@ import gguf
 import numpy as np
 
 from rsplan.errors import RsplanError
+from rsplan.hparams.converter_types import OUTTYPES, tensor_type
 from rsplan.hparams.gguf_keys import LLM, Attention, Rope, arch_key, spec_metadata
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_model
-from rsplan.hparams.tensors import OUTTYPES, tensor_list, tensor_nbytes, tensor_type
+from rsplan.hparams.tensor_bytes import tensor_nbytes
+from rsplan.hparams.tensors import tensor_list
 
 #: general.file_type (llama_ftype) per --outtype.
 _FTYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,

@@ -26,7 +26,7 @@ from rsplan.errors import RsplanError
 from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.hparams.tensors import model_buffer_bytes
+from rsplan.hparams.tensor_bytes import model_buffer_bytes
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.outputs import mtp_draft_layout
 from rsplan.planner.caches.plan import build_plan

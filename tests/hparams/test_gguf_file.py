@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from rsplan.errors import UnsupportedArchError
-from rsplan.hparams.gguf_file import load_gguf, read_gguf, scan_gguf
+from rsplan.hparams.gguf_file import load_gguf, read_gguf
+from rsplan.hparams.gguf_scan import scan_gguf
 from rsplan.hparams.sources import load_model
 from rsplan_testing import MEASURED_DIR
 

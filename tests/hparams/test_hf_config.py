@@ -878,7 +878,7 @@ def test_estimate_of_a_builtin_preset_imports_no_model_file_reader():
     import sys
 
     readers = ("hf_config", "hf_base", "hf_converters", "hf_ssm_converters", "hf_aliases", "gguf_keys",
-               "llama_loader", "gguf_file")
+               "llama_loader", "gguf_file", "gguf_scan", "gguf_split")
     code = ("import sys; from rsplan.cli import main\n"
             "sys.argv = ['rsplan', 'estimate', '--model', 'qwen3-next-80b-a3b', '-c', '8192']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"

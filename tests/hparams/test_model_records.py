@@ -77,3 +77,16 @@ def test_every_interval_arch_has_a_default_interval():
     interval_archs = [info for info in ARCHS.values() if info.layer_rule == "interval"]
     assert {info.name for info in interval_archs} >= {"qwen3next", "qwen35", "minimax-01"}
     assert all(info.full_attention_interval for info in interval_archs)
+
+
+def test_every_record_has_the_schema_of_its_name():
+    # model_schema knows the records by class name only (it does not import model.py): each record class has a
+    # schema under its name, with the same fields in the same order
+    from rsplan.hparams import model
+    from rsplan.hparams.model_schema import SCHEMAS
+
+    records = {name: cls for name, cls in vars(model).items()
+               if isinstance(cls, type) and issubclass(cls, model.Record) and cls is not model.Record}
+    assert set(records) == set(SCHEMAS)
+    for name, cls in records.items():
+        assert [f.name for f in dataclasses.fields(cls)] == list(SCHEMAS[name].model_fields), name

@@ -1,4 +1,5 @@
-"""hparams/tensors.py: the weight tensor list, the converter's type rule and buffer bytes.
+"""hparams/tensors.py, tensor_kinds.py, converter_types.py and tensor_bytes.py: the weight tensor list, the
+converter's type rule and buffer bytes.
 
 Expected numbers are derived by hand here or come from outside rsplan (the tiny real GGUFs' tensor tables,
 published parameter counts). The end-to-end check against llama.cpp's loader is tests/golden/.
@@ -15,18 +16,13 @@ from pathlib import Path
 import pytest
 
 from rsplan.errors import UnsupportedArchError
-from rsplan.hparams.gguf_file import load_gguf, scan_gguf
+from rsplan.hparams.converter_types import converter_type, tensor_type
+from rsplan.hparams.gguf_file import load_gguf
+from rsplan.hparams.gguf_scan import scan_gguf
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset, load_model
-from rsplan.hparams.tensors import (
-    ARCH_TENSORS,
-    TensorInfo,
-    buffer_bytes,
-    converter_type,
-    tensor_list,
-    tensor_nbytes,
-    tensor_type,
-)
+from rsplan.hparams.tensor_bytes import buffer_bytes, tensor_nbytes
+from rsplan.hparams.tensors import ARCH_TENSORS, TensorInfo, tensor_list
 from rsplan_testing import MEASURED_DIR
 
 REPO = Path(__file__).resolve().parents[2]

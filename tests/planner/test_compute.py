@@ -342,7 +342,7 @@ ARWKV_GATED_MEASURED = [(1, 320_606_240, 2828), (4, 320_606_240, 2828)]
 
 @pytest.mark.parametrize(("n_seq_max", "expected", "nodes"), ARWKV_GATED_MEASURED)
 def test_arwkv7_with_gate_and_group_norm_equals_llama_cpp(n_seq_max: int, expected: int, nodes: int) -> None:
-    from rsplan.hparams.tensors import model_buffer_bytes
+    from rsplan.hparams.tensor_bytes import model_buffer_bytes
 
     spec = load_builtin_preset("arwkv-1.5b")
     spec = spec.model_copy(update={"wkv_group_norm": True,

@@ -68,7 +68,7 @@ GRANITE_NO_SHEXP_MEASURED = [(1, 211_814_400, 3218), (4, 211_814_400, 3226)]
 
 @pytest.mark.parametrize(("n_seq_max", "expected", "nodes"), GRANITE_NO_SHEXP_MEASURED)
 def test_granite_hybrid_experts_without_a_shared_expert(n_seq_max: int, expected: int, nodes: int) -> None:
-    from rsplan.hparams.tensors import model_buffer_bytes
+    from rsplan.hparams.tensor_bytes import model_buffer_bytes
 
     spec = load_builtin_preset("granite-4.0-h-tiny").model_copy(update={"expert_shared_feed_forward_length": 0})
     assert model_buffer_bytes(spec, "bf16") == 13_510_129_920

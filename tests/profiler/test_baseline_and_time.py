@@ -594,7 +594,7 @@ def test_the_report_figure_leaves_flagged_kernels_out_of_its_bars(tmp_path):
     import json
 
     from rsplan.render.profile_input import load_profile
-    from rsplan.render.report import profile_figure
+    from rsplan.render.report_figures import profile_figure
 
     path = tmp_path / "k.json"
     kernels = [

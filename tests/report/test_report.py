@@ -310,7 +310,7 @@ def test_profile_bars_lead_with_the_in_place_ratio_when_measured():
     figure keeps the copy ratio alone; the in-place bandwidth is marked for the kernels that have it."""
     pytest.importorskip("plotly")
     from rsplan.render.profile_input import ProfileResults
-    from rsplan.render.report import profile_figure
+    from rsplan.render.report_figures import profile_figure
 
     profile = ProfileResults.model_validate({"kernels": [
         {"name": "a", "gbps": 12.0, "copy_gbps": 10.0, "inplace_gbps": 16.0, "flag": "why"},

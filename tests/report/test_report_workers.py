@@ -21,7 +21,8 @@ from rsplan.planner.capacity import pool as charge_pool
 from rsplan.planner.capacity.budget import BudgetRequest, GivenSize, make_planners
 from rsplan.planner.capacity.search import DeviceBudget, run_capacity
 from rsplan.render import report_data
-from rsplan.render.report import ModelReport, build_html
+from rsplan.render.report import build_html
+from rsplan.render.report_inputs import ModelReport
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 
