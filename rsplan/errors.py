@@ -4,6 +4,7 @@ Every error a user can cause (bad files, bad flags, settings llama.cpp refuses) 
 the CLI turns it into a one-line ``Error: <message>`` and a non-zero exit. Anything else is a bug.
 """
 
+import importlib
 import re
 
 #: A key an error message may show: a short name, as the fields of a model description are (``block_count``,
@@ -72,7 +73,6 @@ def require(module: str, needed_for: str, extra: str) -> None:
 
     ``needed_for`` completes "... needs the <module> package": ``rsplan report``, ``reading a GGUF file``.
     """
-    import importlib
 
     try:
         importlib.import_module(module)

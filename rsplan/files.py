@@ -82,6 +82,7 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
+            # deferred: json, which reading a built-in preset (rsplan estimate's start-up) does not need
             import json
 
             shown = key if len(key) <= 60 else key[:57] + "..."
@@ -109,7 +110,7 @@ def parse_json(text: str, *, allow_nan: bool = True) -> Any:
         JSONValueError: a duplicate key in an object, an integer of more than MAX_JSON_DIGITS digits, NaN or
             Infinity when ``allow_nan`` is False, or nesting deeper than the parser can follow.
     """
-    import json  # not at the top: reading a built-in preset (rsplan estimate's start-up) needs no JSON
+    import json  # deferred: json, which reading a built-in preset (rsplan estimate's start-up) does not need
 
     try:
         return json.loads(

@@ -26,6 +26,7 @@ class GpuMemory:
 
 def _nvml() -> ModuleType:
     try:
+        # deferred: pynvml (nvidia-ml-py), an optional library read only for --gpu
         import pynvml
     except ImportError:
         raise DeviceError(

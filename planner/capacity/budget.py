@@ -28,9 +28,11 @@ from rsplan.planner.capacity.search import (
     ComputeUnmodelledError,
     DeviceBudget,
 )
+from rsplan.planner.compute.reserve import n_outputs_max_for
 from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, checkpoint_weights, weights_needed
 from rsplan.planner.weights.host_weights import HostOptions, WeightTable
-from rsplan.planner.weights.weight_placement import Weight, override_flags_text
+from rsplan.planner.weights.quant_weights import quantized_model
+from rsplan.planner.weights.weight_placement import Weight, gguf_weights, override_flags_text
 
 if TYPE_CHECKING:  # the serving engines' rules are imported only for them
     from rsplan.planner.engines.base import ServingBudget
@@ -103,6 +105,7 @@ def nvml_devices(indices: list[int] | None, which: GpuMemory = "free") -> tuple[
     Raises:
         DeviceError: no NVML, no GPU, or an index that does not exist.
     """
+    # deferred: pynvml through rsplan.gpu, read only for --gpu
     from rsplan.gpu import gpu_memory
 
     return tuple(DeviceBudget(f"GPU{g.index} {g.name}", g.free_bytes if which == "free" else g.total_bytes,
@@ -143,7 +146,6 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
                 _tensors(table.tensors, table.rows, spec), table if table.shapes else None)
     if quant is None and spec.weights_bytes is not None:
         return spec, spec.weights_bytes, f"weights_bytes of {ref}", None, None
-    from rsplan.planner.weights.quant_weights import quantized_model
 
     default = quant is None
     quant = DEFAULT_QUANT if quant is None else quant
@@ -166,7 +168,6 @@ Tensors = tuple[tuple[Weight, ...], tuple[Weight, ...]]
 
 def _tensors(names: Sequence[tuple[str, int]], rows: Sequence[tuple[str, int]], spec: ModelSpec) -> Tensors:
     """A tensor table's loaded tensors, and the MTP layers' (planner.weights.weight_placement.loaded)."""
-    from rsplan.planner.weights.weight_placement import gguf_weights
 
     base = tuple(gguf_weights(names, rows, spec.n_layer))
     names_base = {w.name for w in base}
@@ -180,7 +181,6 @@ def compute_bytes(spec: ModelSpec, params: ContextParams, given: GivenSize | Non
     device, by planner.capacity.charges: it grows with the context per sequence and with -np; bytes 0 here). Whether the
     model has that model is learnt from the first settings sized (``make_planners``): where it has not,
     ``allowance``."""
-    from rsplan.planner.compute.reserve import n_outputs_max_for
 
     if given is not None:
         return given.n_bytes, f"--compute {given.text}", False
@@ -285,6 +285,7 @@ def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: G
     else:
         weights_bytes, w_source = checkpoint_weights(spec, ref, model_dtype, tp, quant_method, tied)
     overhead = default_overhead_bytes if request.overhead is None else request.overhead.n_bytes
+    # deferred: the serving engines' rules (planner.engines), loaded only for --engine vllm / sglang
     from rsplan.planner.engines.base import ServingBudget
 
     return ServingBudget(gpu_bytes=gpu_bytes, gpu_source=source, weights_bytes=weights_bytes,

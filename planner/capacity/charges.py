@@ -34,6 +34,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.backends.buffers import CUDA_RULE, DEVICE_RULES, BufferRule
 from rsplan.planner.backends.loader_ops import device_loader_check
 from rsplan.planner.caches.context import ContextParams, resolve_context
+from rsplan.planner.caches.outputs import output_buffer
 from rsplan.planner.fit.memory import MemoryModel, StartFlags, Usage
 from rsplan.planner.weights.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.weights.placement import Placement, weights_by_device
@@ -216,7 +217,7 @@ class ChargeModel:
         weights, weights_host = self.weights(draft)
         if not draft:
             return Charge(weights, weights_host, tuple(compute), compute_host)
-        from rsplan.planner.caches.outputs import output_buffer
+        # deferred: the MTP draft's model (planner.fit.draft, on the scheduler model), for --spec-type mtp only
         from rsplan.planner.fit.draft import DraftMemory
 
         mem = DraftMemory(model, flags, compute_override=model.compute_override)

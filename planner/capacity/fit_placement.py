@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rsplan.errors import RsplanError
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.capacity.budget import BudgetRequest
+from rsplan.planner.weights.override_compact import compact_overrides
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,8 @@ def fitted_placement(read: object, spec: ModelSpec, ref: str, params: ContextPar
     has_table = getattr(read, "tensors", None) is not None
     if not has_table and request.quant is None and spec.weights_bytes is not None:
         return None  # the planner spreads the file's size over the layers: no tensors for --fit to place
-    from rsplan.errors import RsplanError
+    # deferred: llama.cpp's --fit (planner.fit, built on the scheduler model), run only where no placement is given
     from rsplan.planner.fit.run import FitOptions, fit_model, fit_weights
-    from rsplan.planner.weights.override_compact import compact_overrides
 
     kind = request.device_kind or "CUDA"
     try:

@@ -530,7 +530,7 @@ class CapacityPlanner:
             self._aborted[key] = str(exc)
             return None
         except RsplanError as exc:
-            # fit_draft (and the scheduler model it imports) is loaded only where the MTP draft is sized
+            # deferred: the MTP draft's model (planner.fit.draft, on the scheduler model), for --spec-type mtp only
             from rsplan.planner.fit.draft import DraftFitError
 
             if not isinstance(exc, (ComputeModelError, DraftFitError)):

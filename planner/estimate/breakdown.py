@@ -44,6 +44,7 @@ from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.reserve import ComputeBuffer, compute_buffer
 from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
+from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.placement import place_layers, weights_by_device
 from rsplan.planner.weights.weight_placement import Weight, gguf_weights, layer_of, loaded, place_weights
 
@@ -343,7 +344,6 @@ def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
     device's weights it reads to the host)."""
     if table is None:
         return None
-    from rsplan.planner.weights.layer_tensors import LayerTensors
 
     names = [name for name, _ in table.tensors]
     return LayerTensors.of(zip(names, table.shapes, strict=True),
@@ -359,6 +359,7 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     (None, None) where it does not apply.
     ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags). ``tensors``: the
     model's tensors with their types, where known."""
+    # deferred: the scheduler model (planner.compute.sched, per_device), loaded for GPU backends only
     from rsplan.planner.backends.devices import DEVICE_KINDS
     from rsplan.planner.compute.per_device import device_compute
     from rsplan.planner.compute.sched import SchedModelError, SchedSetup

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from rsplan.planner.backends.cpu_repack import Target
     from rsplan.planner.compute.per_device import DeviceCompute
     from rsplan.planner.weights.layer_tensors import LayerTensors
+from rsplan.hparams.tensors import tensor_list
 from rsplan.planner.caches.plan import MemoryPlan, build_plan
+from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.weight_placement import TensorOverride, Weight, place_weights
 
 
@@ -214,8 +216,6 @@ class MemoryModel:
         built once): which tensor each graph weight is, for the ``-ot`` patterns, and its type, for its copy on a
         device."""
         if self._tensors is None:
-            from rsplan.hparams.tensors import tensor_list
-            from rsplan.planner.weights.layer_tensors import LayerTensors
 
             types = {w.name: w.type for w in self.weights}
             self._tensors = LayerTensors.of(((t.name, t.shape) for t in tensor_list(self.spec) if t.name in types),
@@ -259,6 +259,7 @@ class MemoryModel:
         """planner.compute.per_device's figures (``real_run``: the real run's, else the dry run's), or None (with
         ``compute_estimate`` saying why) where the scheduler model does not apply; what runs on the host instead
         of the devices is kept by ``key`` (``host_ops_note``)."""
+        # deferred: the scheduler model (planner.compute.sched, per_device), loaded for devices only
         from rsplan.planner.backends.devices import DEVICE_KINDS
         from rsplan.planner.compute.per_device import device_compute
         from rsplan.planner.compute.sched import SchedModelError, SchedSetup

@@ -12,9 +12,13 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field, replace
 
-from rsplan.errors import RsplanError
+from rsplan.errors import RsplanError, UnsupportedArchError
+from rsplan.hparams.converter_types import tensor_type
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.sources import read_model
+from rsplan.hparams.tensor_bytes import tensor_nbytes
+from rsplan.hparams.tensors import tensor_list
 from rsplan.planner.backends.buffers import DEVICE_RULES
 from rsplan.planner.backends.cpu_repack import Target
 from rsplan.planner.backends.loader_ops import device_loader_check
@@ -32,10 +36,12 @@ from rsplan.planner.fit.steps import (
     MemoryOracle,
     fit,
 )
+from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, weights_needed
 from rsplan.planner.weights.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, WeightTable
 from rsplan.planner.weights.override_compact import compact_overrides
 from rsplan.planner.weights.placement import MAX_DEVICES, check_tensor_split
+from rsplan.planner.weights.quant_weights import SOURCE_OUTTYPE, quantized_weights
 from rsplan.planner.weights.weight_placement import (
     Weight,
     gguf_weights,
@@ -175,9 +181,6 @@ def fit_weights(read: object, spec: ModelSpec, quant: str | None, load_mtp: bool
         shapes = getattr(read, "tensor_shapes", None)
         table = WeightTable(tensors, rows, shapes, getattr(read, "tensor_alignment", 32)) if shapes else None
         return gguf_weights(tensors, rows, spec.n_layer, load_mtp), "the GGUF's tensors", table
-    from rsplan.errors import UnsupportedArchError
-    from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, weights_needed
-    from rsplan.planner.weights.quant_weights import SOURCE_OUTTYPE, quantized_weights
 
     default = quant is None
     quant = DEFAULT_QUANT if quant is None else quant
@@ -206,9 +209,6 @@ def _user_split(parts: tuple[float, ...] | None, n_devices: int) -> tuple[float,
 def converter_weights(spec: ModelSpec, outtype: str = "bf16", load_mtp: bool = False) -> list[Weight]:
     """The loaded tensors of the GGUF ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes (hparams.tensors); the
     MTP layers' too with ``load_mtp``."""
-    from rsplan.hparams.converter_types import tensor_type
-    from rsplan.hparams.tensor_bytes import tensor_nbytes
-    from rsplan.hparams.tensors import tensor_list
 
     out = []
     for t in tensor_list(spec):
@@ -220,7 +220,6 @@ def converter_weights(spec: ModelSpec, outtype: str = "bf16", load_mtp: bool = F
 
 def run_fit(model_ref: str, params: ContextParams, opts: FitOptions) -> FitAnswer:
     """``rsplan fit``: read the model and its weights, then ``fit_model``."""
-    from rsplan.hparams.sources import read_model
 
     read = read_model(model_ref)
     weights, weights_source, table = fit_weights(read, read.spec, opts.quant, opts.spec_mtp, model_ref)

@@ -23,6 +23,7 @@ from typing import Any
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.tensors import tensor_list
 
 #: The llama-quantize type a model without a GGUF, --weights or --quant is sized at for llama.cpp.
 DEFAULT_QUANT = "Q4_K_M"
@@ -44,7 +45,6 @@ def llama_cpp_spec(read: Any) -> ModelSpec:
     spec: ModelSpec = read.spec
     if read.kind != "hf" or spec.weights_bytes is None:
         return spec
-    from rsplan.hparams.tensors import tensor_list
 
     try:
         tensor_list(spec)
@@ -76,6 +76,7 @@ def serving_model_dtype(engine: str, spec: ModelSpec, dtype_flag: str = "auto") 
     config's torch_dtype, float32 or none downcast to bfloat16: planner.engines.vllm.rules); SGLang's auto (the
     config's bfloat16 / float16, else float16, as planner.engines.sglang.rules resolves its model dtype)."""
     if engine == "vllm":
+        # deferred: the serving engines' rules (planner.engines), loaded only for --engine vllm / sglang
         from rsplan.planner.engines.vllm.rules import _resolve_auto_dtype
 
         return _resolve_auto_dtype(spec, dtype_flag)
@@ -96,7 +97,6 @@ def checkpoint_weights(spec: ModelSpec, ref: str, dtype: str, tp: int = 1, quant
     if quant_method is not None:
         raise weights_needed(ref, f"config.json's quantization_config ({quant_method}): a quantized checkpoint, "
                              "which its model directory with the safetensors also sizes", _SERVING_ASK)
-    from rsplan.hparams.tensors import tensor_list
 
     tied = spec.tie_word_embeddings if tied is None else tied
     try:
@@ -109,6 +109,7 @@ def checkpoint_weights(spec: ModelSpec, ref: str, dtype: str, tp: int = 1, quant
             n_elements += t.shape[0] * padded_vocab(t.shape[1], tp)
         else:
             n_elements += t.n_elements
+    # deferred: the serving engines' rules (planner.engines), loaded only for --engine vllm / sglang
     from rsplan.planner.engines.base import dtype_bytes
 
     n_bytes = n_elements * dtype_bytes(dtype, "the model dtype")

@@ -13,11 +13,13 @@ model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.converter_types import tensor_type
 from rsplan.hparams.model import ModelSpec
+from rsplan.hparams.sources import resolve_model
 from rsplan.hparams.tensors import MissingFieldError, tensor_list
 from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.weights.host_weights import WeightTable
@@ -169,9 +171,7 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
 
 def is_gguf(ref: str) -> bool:
     """A local or remote GGUF reference (a GGUF file by its magic, or a ``.gguf`` name / URL)."""
-    from pathlib import Path
 
-    from rsplan.hparams.sources import resolve_model
 
     if ref.split("?", 1)[0].lower().endswith(".gguf"):
         return True

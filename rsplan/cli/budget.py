@@ -9,6 +9,7 @@ context ladder ``--ctx``; ``budget_request`` turns their text into bytes, counts
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from collections.abc import Callable
@@ -130,6 +131,7 @@ def budget_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def weight_table(read: Any) -> Any:
     """A read model's tensor table (hparams.sources.ReadModel) as planner.weights.host_weights.WeightTable, None without
     one (shapes may be empty: the host buffers then stay unknown)."""
+    # deferred: the planner's budget modules, loaded only when a command with these flags runs
     from rsplan.planner.weights.host_weights import WeightTable
 
     if not (read.tensors and read.tensor_rows):
@@ -180,6 +182,7 @@ def size_or_zero(text: str, what: str) -> int:
 
 
 def _given_size(text: str | None, flag: str) -> GivenSize | None:
+    # deferred: the planner's budget modules, loaded only when a command with these flags runs
     from rsplan.planner.capacity.budget import GivenSize
 
     return None if text is None else GivenSize(size_or_zero(text, flag), text)
@@ -298,6 +301,7 @@ def parse_fit_target(text: str) -> tuple[int, ...]:
 
 def _devices(budget: str | None, gpu: str | None, gpu_memory: str | None) -> tuple[DeviceBudget, ...]:
     """``--budget`` sizes, or the ``--gpu`` indices read through NVML: planner.capacity.search.DeviceBudget each."""
+    # deferred: the planner's budget modules, loaded only when a command with these flags runs
     from rsplan.planner.capacity.budget import GivenSize, nvml_devices, size_budgets
 
     if budget is not None and gpu is not None:
@@ -328,8 +332,6 @@ def _devices(budget: str | None, gpu: str | None, gpu_memory: str | None) -> tup
 def host_memory() -> tuple[int, int]:
     """This machine's (total, available) memory, bytes: sysconf as ggml's CPU device reads it, and
     /proc/meminfo's MemAvailable (the total where it cannot be read)."""
-    import os
-
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
@@ -349,6 +351,7 @@ def _host_budget(text: str | None, this_machine: bool) -> Any:
     """``--host-budget``; without it, this machine's available memory where the devices are this machine's
     (``--gpu``), else None: ``--budget`` describes a machine that is not this one, whose RAM rsplan does not know,
     so the host is not checked and each answer states what it needs there."""
+    # deferred: the planner's budget modules, loaded only when a command with these flags runs
     from rsplan.planner.capacity.budget import GivenSize
 
     if text is not None:
@@ -387,6 +390,7 @@ def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> 
         RsplanError: a value that cannot be read (named with its flag), or ``--budget`` and ``--gpu`` together /
             neither; NVML errors for ``--gpu``.
     """
+    # deferred: the planner's budget modules, loaded only when a command with these flags runs
     from rsplan.planner.caches.context_limit import RopeFlags
     from rsplan.planner.capacity.budget import BudgetRequest, GivenSize
 

@@ -63,6 +63,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
       rsplan capacity --model qwen3-next-80b-a3b --engine vllm --budget 141GiB --weights 151GB -tp 2
       rsplan capacity --model nemotron-h-8b-base-8k --engine sglang --gpu 0
     """
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
 
     values = pop_engine_values(kwargs, engine, CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
@@ -72,6 +73,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
         return
     if kwargs["overhead"] is not None:
         raise RsplanError("--overhead applies to --engine vllm / sglang; llama.cpp's allowance is --compute")
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.planner.capacity.budget import make_planners
     from rsplan.planner.capacity.fit_placement import fitted_placement
     from rsplan.planner.capacity.search import run_capacity
@@ -91,6 +93,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
                                [read.facts.get("vocab_size_unknown")])
     result = run_capacity(planner, contexts)
     if fmt == "json":
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         import json
 
         click.echo(json.dumps(capacity_dict(planner, result), indent=2))
@@ -101,6 +104,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
 def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_list: str | None, fmt: str,
                      kwargs: dict[str, Any], explain: bool = False) -> None:
     """``capacity --engine vllm|sglang``: the engine's answers for the budget."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
     from rsplan.planner.capacity.budget import serving_budget
     from rsplan.planner.engines import engine as load_engine
@@ -121,10 +125,12 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
     contexts = parse_serving_ctx_list(ctx_list) if ctx_list is not None else None
     result = rules.capacity(spec, settings, budget, contexts)
     if fmt == "json":
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         import json
 
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.engine import render_engine_capacity
 
         click.echo(render_engine_capacity(result, contexts_given=contexts is not None, explain=explain))

@@ -68,6 +68,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
       rsplan estimate --model lfm2-1.2b --model mamba2-130m -c 8k
       rsplan estimate --model nemotron-h-8b-base-8k --engine vllm --max-num-seqs 64 --kv-cache-memory-bytes 40GiB
     """
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
 
     ctx = click.get_current_context()
@@ -81,6 +82,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
             raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only (its host weights)", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.planner.caches.plan import build_plan
     from rsplan.planner.estimate.breakdown import build_breakdown
 
@@ -122,6 +124,7 @@ class _ModelWeights:
 
     def weight_table(self) -> WeightTable | None:
         """The tensor table with each tensor's shape, where all of it is known (the breakdown sizes it exactly)."""
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.planner.estimate.breakdown import WeightTable
 
         if self.tensors and self.rows and self.shapes:
@@ -139,6 +142,7 @@ def _model_weights(ref: str, read: Any, quant: str | None, backend: str) -> _Mod
     """The weights of one ``--model``: a GGUF's tensor table or a model file's size as read; else the tensor list
     quantized to ``--quant`` or, with neither, to planner.weights.default_weights.DEFAULT_QUANT where the model has a
     tensor list (without one its model bytes stay unknown, and the breakdown says so)."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.errors import RsplanError
     from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, llama_cpp_spec
     from rsplan.planner.weights.quant_weights import quantized_model
@@ -172,6 +176,7 @@ def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx
                                "or compare with --format table or json", ctx)
     if per_layer and len(refs) > 1:
         raise click.UsageError(f"--per-layer shows one model's layers: give one --model (got {len(refs)})", ctx)
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.planner.backends.buffers import parse_backend
 
     try:
@@ -189,12 +194,14 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
                   buffer: Backend, per_layer: bool, fmt: str, backend: str) -> None:
     """Print the llama.cpp plans (one per model) with their breakdowns, as ``fmt``."""
     if fmt == "json":
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         import json
 
         dicts = [{**plan.to_dict(), **bd.to_dict()}
                  for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     elif fmt == "log":
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.planner.caches.logs import compute_buffer_line, log_lines, model_buffer_line, output_buffer_line
 
         breakdown = breakdowns[0]
@@ -210,10 +217,12 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
             if compute_line:
                 click.echo(compute_line)
     elif len(plans) > 1:
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.plan_table import render_comparison
 
         click.echo(render_comparison(plans, backend=backend))
     else:
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.plan_table import render_plan
 
         click.echo(render_plan(plans[0], per_layer=per_layer, backend=backend, breakdown=breakdowns[0]))
@@ -222,6 +231,7 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
 def _check_runnable_draft(specs: list[Any], plans: list[Any], spec_type: str) -> None:
     """Refuse what llama.cpp would not run: ``--spec-type mtp`` for a model without MTP layers, and rollback
     planes past the batch split's bound (``n_ubatch > n_rs_seq + 1``), as capacity does."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.planner.caches.speculative import check_draft, check_spec_type
 
     for spec, plan in zip(specs, plans, strict=True):
@@ -234,6 +244,7 @@ def _check_runnable_draft(specs: list[Any], plans: list[Any], spec_type: str) ->
 def _estimate_engine(refs: list[str], engine: str, values: dict[str, Any], per_layer: bool, fmt: str,
                      ctx: click.Context) -> None:
     """``estimate --engine vllm|sglang``: the engine's plan, as a table or JSON (one section / object per model)."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import load_model
     from rsplan.planner.engines import engine as load_engine
 
@@ -246,11 +257,13 @@ def _estimate_engine(refs: list[str], engine: str, values: dict[str, Any], per_l
     settings = rules.settings(values)
     plans = [rules.plan(load_model(ref), settings) for ref in refs]
     if fmt == "json":
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         import json
 
         dicts = [plan.to_dict() for plan in plans]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     else:
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.engine import render_engine_plan
 
         click.echo("\n\n".join(render_engine_plan(plan) for plan in plans))

@@ -100,6 +100,7 @@ def fit(model_ref: str, fmt: str, explain: bool, **options: Any) -> None:
       rsplan fit -m qwen3-next-80b-a3b --quant Q4_K_M --budget 24GiB,24GiB -np 4
       rsplan fit -m model.gguf --gpu
     """
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.planner.fit.run import FitOptions, run_fit
     from rsplan.render.fit import fit_json, fit_table
 
@@ -151,6 +152,7 @@ def _host(text: str | None, another_machine: bool) -> dict[str, Any]:
     if another_machine:
         return {"host_total": 0, "host_available": None, "host_source": "not limited (another machine: "
                 "--host-budget SIZE checks it)"}
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.cli.budget import host_memory
 
     total, available = host_memory()
@@ -178,6 +180,7 @@ def _budgets(budget: str | None, gpu: str | None) -> list[tuple[str, int]] | Non
         return out
     if gpu is None:
         return None
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.gpu import gpu_memory as read_gpus
 
     indices = None

@@ -70,6 +70,7 @@ def parse_host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, 
             other than none.
         click.BadParameter: an unknown ``--cpu-repack`` target (the valid ones named).
     """
+    # deferred: the planner's host-weight modules, loaded when a command that takes these flags runs
     from rsplan.planner.backends.cpu_repack import DEFAULT_TARGET, RepackError, parse_target
     from rsplan.planner.weights.host_weights import HostOptions
 

@@ -24,6 +24,7 @@ _LIST_SHOWN = 12
 
 def _read(ref: str) -> ReadModel:
     """The model and where each of its facts came from (``sources.read_model``)."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
 
     return read_model(ref)
@@ -126,6 +127,7 @@ def _origin_lines(origin: dict[str, Any]) -> list[str]:
 
 
 def _as_table(ins: ReadModel, layout: CacheLayout, layers: list[dict[str, Any]]) -> str:
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.render.tables import prose, table
     from rsplan.render.units import human
 
@@ -197,6 +199,7 @@ def inspect(model_ref: str, fmt: str) -> None:
       rsplan inspect --model model.gguf
       rsplan inspect --model ./Qwen3-Next-80B-A3B-Instruct --format json
     """
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.layout import cache_layout
 
     ins = _read(model_ref)

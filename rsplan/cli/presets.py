@@ -17,6 +17,7 @@ def presets() -> None:
 @user_errors
 def presets_list() -> None:
     """List the built-in presets with their arch and layer counts."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 
@@ -40,6 +41,7 @@ def presets_list() -> None:
 @user_errors
 def presets_show(name: str) -> None:
     """Print a built-in preset's YAML."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import builtin_preset_path, load_builtin_preset
 
     load_builtin_preset(name)  # validates, and names the error if unknown

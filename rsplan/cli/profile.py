@@ -168,6 +168,7 @@ def profile(
       rsplan profile --model qwen3-next-80b-a3b --gpu -np 8 --n-rs-seq 3 --format json
       rsplan profile --model lfm2-1.2b -np 2 -ub 32 --spec-draft-n-max 3 --type-r bf16 --type-s bf16
     """
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.profiler.errors import CheckError
     from rsplan.profiler.request import ProfileRequest
     from rsplan.profiler.runner import run_profile
@@ -175,6 +176,7 @@ def profile(
 
     target = None
     if report_json is not None:
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.files import AtomicFile
 
         target = AtomicFile(report_json, "the --report-json file", RsplanError)  # before the run, not after it

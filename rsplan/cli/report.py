@@ -71,6 +71,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     llama.cpp's sections are always drawn; each --engine vllm|sglang adds its answers and a line on the engines
     chart (their own flags apply to them only).
     """
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.files import AtomicFile
     from rsplan.render.report import ReportWriteError
 
@@ -80,6 +81,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     target = None if output == "-" else AtomicFile(output, "the report", ReportWriteError)
     engines = [e for e in dict.fromkeys(engine) if e != NATIVE]
     values = pop_engines_values(kwargs, [NATIVE, *engines], CONTEXT_KEYS + NATIVE_BUDGET_KEYS + HOST_KEYS)
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.planner.capacity.pool import default_jobs
 
     html = _build(model_refs, ctx_list, profile_path, kwargs, engines, values, jobs or default_jobs())
@@ -93,6 +95,7 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
 def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
            kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]], jobs: int) -> str:
     """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.capacity.pool)."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
     from rsplan.planner.capacity.budget import check_weights_count, make_planners
     from rsplan.planner.capacity.fit_placement import fitted_placement
@@ -110,6 +113,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     profile = None
     if profile_path is not None:
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.profile_input import load_profile
 
         profile = load_profile(profile_path)
@@ -129,6 +133,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
     with presizing(questions(planners, contexts), jobs) as ahead:
         # meanwhile, what sizes no compute buffer
+        # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.report import build_html
         from rsplan.render.report_inputs import ModelReport
 
@@ -152,6 +157,7 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
                     checkpoints: list[tuple[str | None, bool | None]]) -> list[Any]:
     """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's
     (``checkpoints``: each model's config.json quantization_config and tie_word_embeddings, where it says them)."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.planner.capacity.budget import serving_budget
     from rsplan.planner.engines import engine as load_engine
     from rsplan.planner.weights.default_weights import serving_model_dtype
