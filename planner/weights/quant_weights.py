@@ -20,7 +20,8 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.tensors import MissingFieldError, tensor_list, tensor_type
 from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.weights.host_weights import WeightTable
-from rsplan.planner.weights.quant import QuantPlan, WeightTensor, quant_model, quantize_plan
+from rsplan.planner.weights.quant import QuantPlan, quantize_plan
+from rsplan.planner.weights.quant_inputs import WeightTensor, quant_model
 
 if TYPE_CHECKING:
     from rsplan.planner.compute.sched import LayerTensors
@@ -98,7 +99,7 @@ def quantized_weights(spec: ModelSpec, quant: str) -> QuantWeights:
         UnsupportedArchError: no tensor list for the arch, or a key it needs (vocab_size, ...) missing.
         ContextError: an unknown ftype (the message lists the valid names), or one that needs an imatrix.
     """
-    from rsplan.planner.weights.quant import parse_ftype
+    from rsplan.planner.weights.quant_ftypes import parse_ftype
 
     ftype = parse_ftype(quant)  # the name is checked before the model's tensor list
     infos = tensor_list(spec)
