@@ -107,7 +107,6 @@ def test_mypy_link_tree_matches_the_installed_layout():
 COMPLEX_MIRRORS = {
     "rsplan.profiler.cells.RecurrentCells.find_slot": "llama_memory_recurrent::find_slot",
     "rsplan.profiler.cells.RecurrentCells.seq_rm": "llama_memory_recurrent::seq_rm",
-    "rsplan.planner.weights.quant._mixture_type": "llama_tensor_get_type_impl",
 }
 
 

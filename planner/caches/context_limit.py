@@ -161,26 +161,43 @@ def context_limit(spec: ModelSpec, rope: RopeFlags | None = None) -> ContextLimi
     n_train = spec.context_length
     trained = spec.serving.max_model_len if spec.serving is not None else None
     if not rope.given:
-        if spec.info.memory == "recurrent":
-            config = (f"; the config's length, {trained:,} tokens, is a training-sequence length, not a limit the "
-                      "state has" if trained is not None else "")
-            return ContextLimit(
-                n_train, n_train, "no_position", rope,
-                f"{spec.arch} has no positional encoding and no KV cache: its state does not grow with the context; "
-                f"{n_train:,} is llama.cpp's n_ctx_train (the converter's constant), past which llama.cpp warns and "
-                f"llama-server caps each slot{config}",
-            )
-        if trained is not None and trained < n_train:
-            return ContextLimit(
-                trained, n_train, "trained", rope,
-                f"trained at {trained:,} tokens (the config's context length); the file's n_ctx_train {n_train:,} "
-                + ("is the converter's value for a model without RoPE, so llama.cpp would not warn past the "
-                   "trained length" if not uses_rope(spec) else "is longer than the config's"),
-            )
-        return ContextLimit(n_train, n_train, "n_ctx_train", rope,
-                            f"the model's training context (n_ctx_train {n_train:,}): llama.cpp warns past it and "
-                            "llama-server caps each slot at it")
+        return _unscaled_limit(spec, rope, n_train, trained)
     base = trained if trained is not None and trained < n_train else n_train
+    return _yarn_limit(spec, rope, n_train, base)
+
+
+def _unscaled_limit(spec: ModelSpec, rope: RopeFlags, n_train: int, trained: int | None) -> ContextLimit:
+    """The limit without RoPE-scaling flags (tokens): n_ctx_train, or the config's trained length where it is
+    shorter (``trained``: ``serving.max_model_len``, None without a config)."""
+    if spec.info.memory == "recurrent":
+        config = (f"; the config's length, {trained:,} tokens, is a training-sequence length, not a limit the "
+                  "state has" if trained is not None else "")
+        return ContextLimit(
+            n_train, n_train, "no_position", rope,
+            f"{spec.arch} has no positional encoding and no KV cache: its state does not grow with the context; "
+            f"{n_train:,} is llama.cpp's n_ctx_train (the converter's constant), past which llama.cpp warns and "
+            f"llama-server caps each slot{config}",
+        )
+    if trained is not None and trained < n_train:
+        return ContextLimit(
+            trained, n_train, "trained", rope,
+            f"trained at {trained:,} tokens (the config's context length); the file's n_ctx_train {n_train:,} "
+            + ("is the converter's value for a model without RoPE, so llama.cpp would not warn past the "
+               "trained length" if not uses_rope(spec) else "is longer than the config's"),
+        )
+    return ContextLimit(n_train, n_train, "n_ctx_train", rope,
+                        f"the model's training context (n_ctx_train {n_train:,}): llama.cpp warns past it and "
+                        "llama-server caps each slot at it")
+
+
+def _yarn_scaling(spec: ModelSpec, rope: RopeFlags, n_train: int, base: int) -> tuple[FileRope, str]:
+    """The file's RoPE hparams and the words naming where the scaling type came from ("" for the flag's), once
+    the flags are checked: a positive ``--rope-scale``, an arch that applies RoPE, a scaling type of yarn
+    (``base``: the tokens recommendations stop at otherwise).
+
+    Raises:
+        ContextError: flags that cannot extend the context, naming the limit that stays.
+    """
     if rope.scale is not None and not (math.isfinite(rope.scale) and rope.scale > 0):
         raise ContextError(f"--rope-scale: expected a positive factor, got {rope.scale}")
     if not uses_rope(spec):
@@ -200,6 +217,13 @@ def context_limit(spec: ModelSpec, rope: RopeFlags | None = None) -> ContextLimi
             f"and llama-server caps each slot there; recommendations stop at {base:,} tokens per sequence "
             "(use --rope-scaling yarn --rope-scale N to extend)"
         )
+    return file, from_file
+
+
+def _yarn_limit(spec: ModelSpec, rope: RopeFlags, n_train: int, base: int) -> ContextLimit:
+    """The limit under RoPE-scaling flags (tokens): YaRN's re-adjusted n_ctx_train, ``n_ctx_orig_yarn /
+    rope_freq_scale`` in float32 (``base``: the trained length it is compared with)."""
+    file, from_file = _yarn_scaling(spec, rope, n_train, base)
     freq_scale = _f32(1.0 / _f32(rope.scale)) if rope.scale is not None else file.freq_scale
     if freq_scale == file.freq_scale:
         raise ContextError(
@@ -213,15 +237,18 @@ def context_limit(spec: ModelSpec, rope: RopeFlags | None = None) -> ContextLimi
     if not 1 <= derived <= MAX_CTX:
         raise ContextError(f"--rope-scale {rope.scale:g}: the YaRN context {orig:,} x {rope.scale:g} = {derived:,} "
                            f"is outside llama.cpp's uint32 n_ctx_train (1..{MAX_CTX:,})")
-    if rope.yarn_orig_ctx:
-        orig_words = f"--yarn-orig-ctx {orig:,}"
-    elif file.original_context_length:
-        orig_words = f"the file's rope.scaling.original_context_length {orig:,}"
-    else:
-        orig_words = (f"n_ctx_train {orig:,}, llama.cpp's default when the file has no "
-                      "rope.scaling.original_context_length")
     return ContextLimit(
         derived, n_train, "yarn", rope,
-        f"YaRN{from_file}: llama.cpp re-adjusts n_ctx_train to {orig_words} / (1 / {rope.scale:g}) = {derived:,} "
-        f"(float32); the model was trained at {base:,}",
+        f"YaRN{from_file}: llama.cpp re-adjusts n_ctx_train to {_original_context_words(rope, file, orig)} / "
+        f"(1 / {rope.scale:g}) = {derived:,} (float32); the model was trained at {base:,}",
     )
+
+
+def _original_context_words(rope: RopeFlags, file: FileRope, orig: int) -> str:
+    """Where YaRN's original context ``orig`` (tokens) comes from, in words: the flag, the file's key, or
+    n_ctx_train."""
+    if rope.yarn_orig_ctx:
+        return f"--yarn-orig-ctx {orig:,}"
+    if file.original_context_length:
+        return f"the file's rope.scaling.original_context_length {orig:,}"
+    return f"n_ctx_train {orig:,}, llama.cpp's default when the file has no rope.scaling.original_context_length"

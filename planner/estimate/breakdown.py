@@ -287,55 +287,83 @@ def build_breakdown(
         host: the host weights' options (``--cpu-repack``, ``--load-mode``): which host buffer types they take.
     """
     kind = _backend_kind(backend)
-    notes: list[str] = []
     layout = cache_layout(spec)
-    compute: ComputeBuffer | None = None
+    compute, notes = _cpu_compute(spec, params, layout, tool, n_draft, embeddings) if kind == "CPU" else (None, [])
+    out, out_notes = _target_output(spec, params, compute, embeddings=embeddings, mtp=mtp,
+                                    buffer_type=_host_buft(kind))
+    model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host or HostOptions())
+    source = _weights_source(model is not None, exact, kind)
+    notes += out_notes + _weights_notes(spec, kind, backend, table, mtp, source)
+    context = sum(plan.buffer_bytes["CPU" if kind == "CPU" else "CUDA"].values())  # one rule for ggml-cuda's builds
+    tensors = None if kind == "CPU" else _layer_tensors(table)
     if kind == "CPU":
-        try:
-            compute = compute_buffer(spec, params, tool=tool, n_draft=n_draft, embeddings=embeddings,
-                                     layout=layout)
-        except ComputeModelError as exc:
-            notes.append(f"compute buffer: {exc}")
-    host_buft = _host_buft(kind)
-    out: OutputBuffer | None = None
+        rows = _cpu_rows(model, context, compute)
+    else:
+        dev_compute, host_compute, gpu_notes = _gpu_compute(spec, params, layout, tool, n_draft, embeddings, backend,
+                                                            tensors=tensors)
+        notes += gpu_notes
+        rows = _gpu_rows(backend, model, context, dev_compute, host_compute)
+    ctx = resolve_context(layout, params)
+    draft, draft_notes = _draft(spec, params, layout, ctx, backend, tensors) if mtp else (None, [])
+    server = _server_host(spec, layout, params, ctx, draft is not None) if tool == "server" else None
+    return Breakdown(rows, out, compute, model is not None and exact, (*notes, *draft_notes), draft, server, source)
+
+
+def _cpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,
+                 embeddings: bool) -> tuple[ComputeBuffer | None, list[str]]:
+    """The CPU backend's compute buffer (planner.compute.reserve), and the note saying why it is not modelled
+    (None, [note]) where it is not."""
+    try:
+        return compute_buffer(spec, params, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout), []
+    except ComputeModelError as exc:
+        return None, [f"compute buffer: {exc}"]
+
+
+def _target_output(spec: ModelSpec, params: ContextParams, compute: ComputeBuffer | None, *, embeddings: bool,
+                   mtp: bool, buffer_type: str) -> tuple[OutputBuffer | None, list[str]]:
+    """The target context's output buffer in ``buffer_type`` (sized for the compute buffer's n_outputs_max where
+    it is known), and the note saying why it is not modelled (None, [note]) where it is not."""
     try:
         out = output_buffer(spec, params, embeddings=embeddings,
                             n_outputs_max=compute.n_outputs_max if compute else None,
                             mtp=mtp and spec.nextn_predict_layers > 0,
-                            buffer_type=host_buft)
+                            buffer_type=buffer_type)
     except OutputsError as exc:
-        notes.append(f"output buffer: {exc}")
-    host = host or HostOptions()
-    model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host)
-    source = _weights_source(model is not None, exact, kind)
-    if source is not None:
-        notes.append(MODEL_BYTES + source)
+        return None, [f"output buffer: {exc}"]
+    return out, []
+
+
+def _weights_notes(spec: ModelSpec, kind: str, backend: str, table: WeightTable | None, mtp: bool,
+                   source: str | None) -> list[str]:
+    """The notes on the model bytes: where they come from (``source``, unless exact) and the weights a GPU's
+    loader moves to the host (``_moved_note``)."""
+    notes = [] if source is None else [MODEL_BYTES + source]
     moved = _moved_note(spec, kind, backend, table, mtp) if table and kind != "CPU" else None
-    if moved:
-        notes.append(moved)
-    context = sum(plan.buffer_bytes["CPU" if kind == "CPU" else "CUDA"].values())  # one rule for ggml-cuda's builds
-    tensors = None if kind == "CPU" else _layer_tensors(table)
-    rows: list[BufferBreakdown] = []
-    if kind == "CPU":
-        # the caches and the compute buffer are in CPU; the weights in CPU_Mapped / CPU / CPU_REPACK
-        rows.append(BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, context,
-                                    compute.bytes if compute else None))
-        rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
-                    if name != "CPU")
-    else:
-        dev_compute, host_compute = _gpu_compute(spec, params, layout, tool, n_draft, embeddings, backend, notes,
-                                                 tensors=tensors)
-        rows.append(BufferBreakdown(backend, backend, model.get(backend) if model else None, context, dev_compute))
-        # the CPU backend's compute buffer is in the first GPU's host buffer type (src/llama-context.cpp:415
-        # host_buft), named CUDA_Host (ggml/src/ggml-cuda/ggml-cuda.cu:1257 ggml_backend_cuda_host_buffer_type_name;
-        # ROCm_Host, MUSA_Host for the HIP and MUSA builds)
-        rows.append(BufferBreakdown(host_buft, "Host", model.get(host_buft, 0) if model else None, 0, host_compute))
-        rows.extend(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
-                    if name not in (backend, host_buft))
-    ctx = resolve_context(layout, params)
-    draft = _draft(spec, params, layout, ctx, backend, notes, tensors) if mtp else None
-    server = _server_host(spec, layout, params, ctx, draft is not None) if tool == "server" else None
-    return Breakdown(tuple(rows), out, compute, model is not None and exact, tuple(notes), draft, server, source)
+    return notes + ([moved] if moved else [])
+
+
+def _cpu_rows(model: dict[str, int] | None, context: int, compute: ComputeBuffer | None
+              ) -> tuple[BufferBreakdown, ...]:
+    """The rows of the CPU backend (bytes): the caches and the compute buffer are in CPU; the weights in
+    CPU_Mapped / CPU / CPU_REPACK (``model``: bytes per buffer type, None where unknown)."""
+    first = BufferBreakdown("CPU", "Host", model.get("CPU", 0) if model else None, context,
+                            compute.bytes if compute else None)
+    return (first, *(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
+                     if name != "CPU"))
+
+
+def _gpu_rows(backend: str, model: dict[str, int] | None, context: int, dev_compute: int | None,
+              host_compute: int | None) -> tuple[BufferBreakdown, ...]:
+    """The rows of a run with every layer on GPU ``backend`` (bytes): the device's buffer (weights, caches,
+    compute), the host buffer type's (the CPU backend's compute buffer), then the other host weight buffers."""
+    host_buft = _host_buft(_backend_kind(backend))
+    device = BufferBreakdown(backend, backend, model.get(backend) if model else None, context, dev_compute)
+    # the CPU backend's compute buffer is in the first GPU's host buffer type (src/llama-context.cpp:415
+    # host_buft), named CUDA_Host (ggml/src/ggml-cuda/ggml-cuda.cu:1257 ggml_backend_cuda_host_buffer_type_name;
+    # ROCm_Host, MUSA_Host for the HIP and MUSA builds)
+    host = BufferBreakdown(host_buft, "Host", model.get(host_buft, 0) if model else None, 0, host_compute)
+    return (device, host, *(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
+                            if name not in (backend, host_buft)))
 
 
 def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
@@ -351,12 +379,12 @@ def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
 
 
 def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,
-                 embeddings: bool, backend: str, notes: list[str], *, mtp_draft: bool = False,
+                 embeddings: bool, backend: str, *, mtp_draft: bool = False,
                  n_outputs_max: int | None = None, tensors: LayerTensors | None = None
-                 ) -> tuple[int | None, int | None]:
+                 ) -> tuple[int | None, int | None, list[str]]:
     """(device, host) compute buffers of a real run with every layer on one GPU of ``backend`` (CUDA0, ROCm0,
-    MUSA0, ...): the scheduler model (planner.compute.sched) with ggml-cuda's rules, an estimate (said in ``notes``);
-    (None, None) where it does not apply.
+    MUSA0, ...): the scheduler model (planner.compute.sched) with ggml-cuda's rules, an estimate (said in the notes
+    returned third); (None, None) where it does not apply (the third: a note saying why).
     ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags). ``tensors``: the
     model's tensors with their types, where known."""
     # deferred: the scheduler model (planner.compute.sched, per_device), loaded for GPU backends only
@@ -372,8 +400,8 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
         got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,
                              runs="real", mtp_draft=mtp_draft, n_outputs_max=n_outputs_max)
     except (ComputeModelError, SchedModelError) as exc:
-        notes.append(f"{what} on {backend}: {exc}")
-        return None, None
+        return None, None, [f"{what} on {backend}: {exc}"]
+    notes: list[str] = []
     if not mtp_draft:  # the target's note covers the draft's figures too
         # the rules themselves (kind.source) are listed in docs/sizing.md 7a and `rsplan capacity --explain`
         notes.append(f"compute buffers on {backend} and the host: an estimate with {kind.name}'s scheduler rules "
@@ -382,7 +410,7 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     if host_ops is not None:
         notes.append(f"{'the MTP draft context: ' if mtp_draft else ''}{host_ops}")
     assert got.devices is not None and got.host is not None  # a real run was sized
-    return got.devices[0], got.host
+    return got.devices[0], got.host, notes
 
 
 def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, ctx: EffectiveContext,
@@ -399,7 +427,9 @@ def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, ct
 
 
 def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: EffectiveContext, backend: str,
-           notes: list[str], tensors: LayerTensors | None) -> DraftContext | None:
+           tensors: LayerTensors | None) -> tuple[DraftContext | None, list[str]]:
+    """The ``--spec-type mtp`` draft context's buffers, and the notes on what is not modelled (None where its
+    cache is not)."""
     # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, its own cache
     # types (-ctkd / -ctvd, default f16, not -ctk / -ctv), no rollback planes, -np outputs (mtp_draft_params)
     kind = _backend_kind(backend)
@@ -407,10 +437,10 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
     try:
         kv = mtp_draft_kv(spec, draft)
     except OutputsError as exc:
-        notes.append(f"MTP draft context: {exc}")
-        return None
+        return None, [f"MTP draft context: {exc}"]
     except ContextError as exc:  # its own cache types (-ctkd / -ctvd) refused with the target's flags
         raise ContextError(f"the --spec-type mtp draft context: {exc}") from None
+    notes: list[str] = []
     compute_bytes = output_bytes = host_compute = None
     if kind == "CPU":
         try:
@@ -418,11 +448,12 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
         except ComputeModelError as exc:
             notes.append(f"MTP draft compute buffer: {exc}")
     else:  # the target's own note says these are the scheduler model's estimate with CUDA's rules
-        compute_bytes, host_compute = _gpu_compute(spec, draft, layout, "cli", 0, False, backend, notes,
-                                                   mtp_draft=True, n_outputs_max=draft.n_seq_max, tensors=tensors)
+        compute_bytes, host_compute, notes = _gpu_compute(spec, draft, layout, "cli", 0, False, backend,
+                                                          mtp_draft=True, n_outputs_max=draft.n_seq_max,
+                                                          tensors=tensors)
     try:
         output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,
                                      buffer_type=_host_buft(kind)).bytes
     except OutputsError as exc:
         notes.append(f"MTP draft output buffer: {exc}")
-    return DraftContext(backend, kv.bytes, compute_bytes, output_bytes, host_compute)
+    return DraftContext(backend, kv.bytes, compute_bytes, output_bytes, host_compute), notes

@@ -251,11 +251,7 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     if len(budgets) > MAX_DEVICES:
         raise RsplanError(f"--budget: {len(budgets)} devices; llama.cpp handles at most {MAX_DEVICES}")
     names = [f"{opts.device_kind}{i}" for i in range(len(budgets))]
-    margins = list(opts.margins)
-    if len(margins) == 1:
-        margins = margins * max(len(budgets), 1)
-    elif len(margins) != len(budgets):
-        raise RsplanError(f"--fit-target: {len(margins)} values for {len(budgets)} devices (give one, or one each)")
+    margins = _fit_margins(opts.margins, len(budgets))
     user = StartFlags(n_ctx=params.n_ctx, n_gpu_layers=opts.n_gpu_layers,
                       tensor_split=_user_split(opts.tensor_split, len(budgets)),
                       overrides=overrides_from_flags(opts.override_flags, names))
@@ -285,26 +281,55 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
                        no_kv_offload=opts.no_kv_offload, ctx_checkpoints=opts.ctx_checkpoints,
                        draft=draft.measure(result.flags.n_ctx) if draft else None, host=opts.host,
                        given_params=params, ctx_given=opts.explicit_zero_ctx or params.n_ctx != 0)
-    if result.wrapped:
-        answer.notes.append("llama.cpp's --fit measured plans whose per-device layer counts wrapped around "
-                            "(uint32_t arithmetic in common/fit.cpp's step 4: a partial layer taken from a device "
-                            "that holds only the output layer); the choice above is what llama.cpp makes of them, "
-                            "and may leave devices empty or layers split oddly: check it, or give -ngl and -ts "
-                            "yourself")
-    if budgets and opts.compute is None and model.compute_estimate is not None:
-        answer.notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
-    host_ops = model.host_ops_note(result.flags) if budgets and opts.compute is None else None
-    if host_ops is not None:
-        answer.notes.append(host_ops)
-    held = None
-    if table is not None:
-        held = host_weights(table, weights, model.placement(result.flags), opts.host,
-                            gpu_host_buffer(opts.device_kind if budgets else None), result.flags.overrides,
-                            arch=spec.arch, loader=device_loader_check(opts.device_kind if budgets else None, spec))
+    answer.notes.extend(_fit_notes(model, result, opts, has_budgets=bool(budgets)))
+    held = _held_host_weights(spec, table, weights, model, result, opts, has_budgets=bool(budgets))
     _host_check(answer, spec, layout, opts.ctx_checkpoints, held)
     if draft is not None:
         _draft_host(answer, spec, layout, opts.ctx_checkpoints, draft)
     return answer
+
+
+def _fit_margins(margins: tuple[int, ...], n_devices: int) -> list[int]:
+    """The ``--fit-target`` margin of each device (bytes): one value for all, or one each.
+
+    Raises:
+        RsplanError: another count of values.
+    """
+    out = list(margins)
+    if len(out) == 1:
+        return out * max(n_devices, 1)
+    if len(out) != n_devices:
+        raise RsplanError(f"--fit-target: {len(out)} values for {n_devices} devices (give one, or one each)")
+    return out
+
+
+def _fit_notes(model: MemoryModel, result: FitResult, opts: FitOptions, *, has_budgets: bool) -> list[str]:
+    """What the answer says about the fit itself: wrapped layer counts, estimated compute buffers, the ops a
+    device leaves to the host (``has_budgets``: devices were given)."""
+    notes: list[str] = []
+    if result.wrapped:
+        notes.append("llama.cpp's --fit measured plans whose per-device layer counts wrapped around "
+                     "(uint32_t arithmetic in common/fit.cpp's step 4: a partial layer taken from a device "
+                     "that holds only the output layer); the choice above is what llama.cpp makes of them, "
+                     "and may leave devices empty or layers split oddly: check it, or give -ngl and -ts "
+                     "yourself")
+    if has_budgets and opts.compute is None and model.compute_estimate is not None:
+        notes.append(f"per-device compute buffers are an estimate: {model.compute_estimate}")
+    host_ops = model.host_ops_note(result.flags) if has_budgets and opts.compute is None else None
+    if host_ops is not None:
+        notes.append(host_ops)
+    return notes
+
+
+def _held_host_weights(spec: ModelSpec, table: WeightTable | None, weights: list[Weight], model: MemoryModel,
+                       result: FitResult, opts: FitOptions, *, has_budgets: bool) -> HostWeights | None:
+    """The host weights a started llama-server holds under the chosen flags, where the file's whole tensor table
+    is known (``table``), else None (``has_budgets``: devices were given, else everything is on the host)."""
+    if table is None:
+        return None
+    kind = opts.device_kind if has_budgets else None
+    return host_weights(table, weights, model.placement(result.flags), opts.host, gpu_host_buffer(kind),
+                        result.flags.overrides, arch=spec.arch, loader=device_loader_check(kind, spec))
 
 
 def _host_check(answer: FitAnswer, spec: ModelSpec, layout: CacheLayout, n_ctx_checkpoints: int,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.converter_types import tensor_type
@@ -24,10 +23,10 @@ from rsplan.hparams.tensors import MissingFieldError, tensor_list
 from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.weights.host_weights import WeightTable
 from rsplan.planner.weights.layer_tensors import LayerTensors
-from rsplan.planner.weights.quant import QuantPlan, WeightTensor, parse_ftype, quant_model, quantize_plan
+from rsplan.planner.weights.quant import QuantPlan, quantize_plan
+from rsplan.planner.weights.quant_ftypes import parse_ftype
+from rsplan.planner.weights.quant_inputs import WeightTensor, quant_model
 
-if TYPE_CHECKING:
-    from rsplan.planner.weights.layer_tensors import LayerTensors
 
 #: The converter's output type the plan starts from (llama-quantize's usual input).
 SOURCE_OUTTYPE = "bf16"

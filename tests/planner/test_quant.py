@@ -1,21 +1,16 @@
-"""planner.weights.quant: hand-derived cases for the rules and for bad input (the golden file covers whole models)."""
+"""planner.weights.quant and the rules it applies (quant_ftypes, quant_inputs, quant_allowed, quant_mixture):
+hand-derived cases for the rules and for bad input (the golden file covers whole models)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rsplan.errors import ContextError
-from rsplan.planner.weights.quant import (
-    FTYPE_NAMES,
-    QuantModel,
-    WeightTensor,
-    allows_quantization,
-    loader_order,
-    parse_ftype,
-    quant_model,
-    quantize_plan,
-    tensor_category,
-)
+from rsplan.planner.weights.quant import quantize_plan
+from rsplan.planner.weights.quant_allowed import allows_quantization
+from rsplan.planner.weights.quant_ftypes import FTYPE_NAMES, parse_ftype
+from rsplan.planner.weights.quant_inputs import QuantModel, WeightTensor, loader_order, quant_model
+from rsplan.planner.weights.quant_mixture import tensor_category
 
 DENSE = QuantModel(arch="llama", n_layer_all=32, n_head=32, n_head_kv=8)
 

@@ -22,7 +22,9 @@ import pytest
 from rsplan.errors import ContextError
 from rsplan.hparams.ggml_types import GGML_TYPE_IDS, WEIGHT_TYPE_BY_ID, WEIGHT_TYPES
 from rsplan.hparams.sources import load_builtin_preset
-from rsplan.planner.weights.quant import FTYPES, QuantModel, WeightTensor, quant_model, quantize_plan
+from rsplan.planner.weights.quant import quantize_plan
+from rsplan.planner.weights.quant_ftypes import FTYPES
+from rsplan.planner.weights.quant_inputs import QuantModel, WeightTensor, quant_model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llamacpp-quantize"
 CASES = sorted(p.name.removesuffix(".json.gz") for p in GOLDEN.glob("*.json.gz") if p.name != "written.json.gz")

@@ -10,14 +10,14 @@ from rsplan.planner.ggml.alloc import Graph, Tensor
 
 def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int, *, group_norm: bool = True
                  ) -> Tensor:
-    """build_mamba2_layer. ``group_norm``: the layer has its grouped RMS norm (ssm_norm; Falcon-H1 models without
-    mamba_rms_norm have none)."""
+    """build_mamba2_layer: the input projection split into z, xBC and dt, then its conv block (``_mamba2_conv``)
+    and its ssm block (``_mamba2_ssm``). ``cur``: {n_embd, n_tokens}; returns {n_embd, n_tokens}. ``group_norm``:
+    the layer has its grouped RMS norm (ssm_norm; Falcon-H1 models without mamba_rms_norm have none)."""
     p = lg.p
     dims = state_dims(p)
     d_conv, d_inner, d_state = dims.conv_width, dims.inner_size, dims.state_size
     n_head, n_group, head_dim = dims.n_heads, dims.n_groups, dims.head_dim
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
-    k = p.n_rs_seq + 1 if p.n_rs_seq > 0 else 1
     conv_dim = dims.conv_channels  # d_inner + 2 * n_group * d_state
     n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s
 
@@ -36,16 +36,49 @@ def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     dt = g.view(zxbcdt, (n_head, n_seq_tokens, n_seqs), (zxbcdt.nb[1], zxbcdt.nb[2]),
                 (2 * d_inner + 2 * n_group * d_state) * es)
 
+    xbc = _mamba2_conv(lg, conv, xbc, conv_all)
+    return _mamba2_ssm(lg, xbc, dt, z, ssm_all, rs, group_norm=group_norm)
+
+
+def _state_snapshots(p: GraphParams) -> int:
+    """build_mamba2_layer's K: the states each sequence keeps (the final one, plus one per rollback token with
+    ``--spec-draft-n-max`` on a recurrent model: ``n_rs_seq + 1``)."""
+    return p.n_rs_seq + 1 if p.n_rs_seq > 0 else 1
+
+
+def _mamba2_conv(lg: LlamaGraph, conv: Tensor, xbc: Tensor, conv_all: Tensor) -> Tensor:
+    """build_mamba2_layer's conv block: the conv states ({d_conv - 1, conv_dim, n_seqs}) and xBC ({conv_dim,
+    n_seq_tokens, n_seqs}) concatenated, the last states of each written slot copied back to ``conv_all``, then
+    the 1D convolution, its bias and SiLU; returns xBC {conv_dim, n_seq_tokens, n_seqs}."""
+    p = lg.p
+    dims = state_dims(p)
+    d_conv, conv_dim, n_embd_r = dims.conv_width, dims.conv_channels, dims.n_embd_r
+    n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
     conv_x = g.concat(conv, g.transpose(xbc), 0)
     row_size = n_embd_r * 4
-    for slot in range(min(n_seq_tokens, k)):
+    for slot in range(min(n_seq_tokens, _state_snapshots(p))):
         last = g.view(conv_x, (d_conv - 1, conv_dim, n_seqs), (conv_x.nb[1], conv_x.nb[2]),
                       (n_seq_tokens - slot) * conv_x.nb[0])
         dst = g.view(conv_all, (n_embd_r, n_seqs), (conv_all.nb[1],), slot * p.rs_size * row_size)
         lg.expand(g.cpy(last, dst))
     xbc = g.ssm_conv(conv_x, g.weight(d_conv, conv_dim, name="ssm_conv1d"))
     xbc = g.add(xbc, g.weight(conv_dim, name="ssm_conv1d"))
-    xbc = g.unary(xbc)
+    return g.unary(xbc)
+
+
+def _mamba2_ssm(lg: LlamaGraph, xbc: Tensor, dt: Tensor, z: Tensor, ssm_all: Tensor, rs: tuple[Tensor, Tensor], *,
+                group_norm: bool) -> Tensor:
+    """build_mamba2_layer's ssm block: x, B and C viewed in xBC, the scan over the states, the states of each
+    written slot copied back to ``ssm_all``, the D skip, the z gate, the grouped norm and the output projection;
+    returns {n_embd, n_tokens}."""
+    p = lg.p
+    dims = state_dims(p)
+    d_inner, d_state = dims.inner_size, dims.state_size
+    n_head, n_group, head_dim = dims.n_heads, dims.n_groups, dims.head_dim
+    n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
+    k = _state_snapshots(p)
+    n_embd_s = dims.n_embd_s
+    es = 4
 
     x = g.view(xbc, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * es, xbc.nb[1], xbc.nb[2]), 0)
     b = g.view(xbc, (d_state, n_group, n_seq_tokens, n_seqs), (d_state * es, xbc.nb[1], xbc.nb[2]), d_inner * es)

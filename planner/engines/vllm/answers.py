@@ -249,27 +249,16 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
     base = plan(spec, replace(s, kv_cache_memory_bytes=None), budget.gpu_bytes)
     kv_bytes, facts, memory_warnings = kv_memory_bytes(lay, budget)
     facts.append(byte_fact("KV memory per GPU", kv_bytes, "what vLLM would log as 'Available KV cache memory'"))
-    warnings = []
+    warnings: list[str] = []
     if budget.weights_bytes is None:
         warnings.append("weights are NOT counted (unknown for this model): give --weights SIZE")
     warnings += memory_warnings
-    if kv_bytes <= 0:
-        share = "vLLM's share of it (--gpu-memory-utilization)"
-        short = (f"take all of {share}" if kv_bytes == 0
-                 else f"exceed {share} by {-kv_bytes:,} B ({-kv_bytes / GIB:,.2f} GiB)")
-        raise EngineError(f"nothing fits: the weights and overhead per GPU {short}: nothing is left for the KV "
-                          "cache; raise --gpu-memory-utilization, use more GPUs (-tp) or a larger budget")
-    num_blocks = kv_bytes // lay.bytes_per_block
-    fits_len = estimate_max_model_len(lay, kv_bytes)
-    if fits_len == 0:
-        raise EngineError(f"nothing fits: {kv_bytes:,} B of KV memory per GPU holds not even one request "
-                          f"(one block is {lay.bytes_per_block:,} B)")
+    num_blocks, fits_len = _kv_blocks(lay, kv_bytes)
     facts += [
         byte_fact("bytes per block", lay.bytes_per_block, f"block size {lay.block_size} tokens"),
         Fact("num_blocks", num_blocks, "the null block included"),
         Fact("largest --max-model-len", fits_len, "one request must fit (vLLM's start-up check)"),
     ]
-    lines = list(lay.log_lines)
     answer_len = min(fits_len, lay.max_model_len)
     answer = (lay if answer_len == lay.max_model_len
               else derive(spec, replace(s, max_model_len=answer_len), budget.gpu_bytes))
@@ -281,18 +270,54 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
         facts.append(Fact("max_num_seqs start-up limit", hard, "CUDA graphs: one Mamba block per sequence"))
     facts.append(Fact("max_num_seqs without preemption", seqs, f"requests of {answer_len:,} tokens holding their "
                       "blocks at once"))
-    if answer_len < lay.max_model_len:
+    concurrency = num_blocks / answer.blocks_per_request
+    lines = [*lay.log_lines, f"GPU KV cache size: {int(concurrency * answer_len):,} tokens, Maximum concurrency for "
+             f"{answer_len:,} tokens per request: {concurrency:.2f}x"]
+    warnings += _start_up_warnings(lay, s, fits_len, hard) + list(lay.notes) + _prefix_warnings(lay)
+    ladder = _concurrency_ladder(lay, num_blocks, hard, contexts)
+    return EngineCapacity(base, kv_bytes, tuple(facts), tuple(ladder), flags(answer, answer_len, safe_seqs),
+                          tuple(lines), tuple(warnings))
+
+
+def _kv_blocks(lay: Layout, kv_bytes: int) -> tuple[int, int]:
+    """(num_blocks, the largest --max-model-len in tokens) that ``kv_bytes`` of KV memory per GPU hold.
+
+    Raises:
+        EngineError: nothing is left for the KV cache, or not even one request fits.
+    """
+    if kv_bytes <= 0:
+        share = "vLLM's share of it (--gpu-memory-utilization)"
+        short = (f"take all of {share}" if kv_bytes == 0
+                 else f"exceed {share} by {-kv_bytes:,} B ({-kv_bytes / GIB:,.2f} GiB)")
+        raise EngineError(f"nothing fits: the weights and overhead per GPU {short}: nothing is left for the KV "
+                          "cache; raise --gpu-memory-utilization, use more GPUs (-tp) or a larger budget")
+    num_blocks = kv_bytes // lay.bytes_per_block
+    fits_len = estimate_max_model_len(lay, kv_bytes)
+    if fits_len == 0:
+        raise EngineError(f"nothing fits: {kv_bytes:,} B of KV memory per GPU holds not even one request "
+                          f"(one block is {lay.bytes_per_block:,} B)")
+    return num_blocks, fits_len
+
+
+def _start_up_warnings(lay: Layout, s: VllmSettings, fits_len: int, hard: int | None) -> list[str]:
+    """The flags vLLM would refuse to start with, which the recommended ones lower: a --max-model-len longer than
+    one request's ``fits_len`` tokens, a --max-num-seqs above the ``hard`` Mamba cache blocks (None: no limit)."""
+    warnings = []
+    if fits_len < lay.max_model_len:
         given = "" if s.max_model_len else " (the config's)"
         warnings.append(f"vLLM would refuse to start with --max-model-len {lay.max_model_len}{given}: one request of "
                         f"at most {fits_len} tokens fits; the flags below use that")
-    concurrency = num_blocks / answer.blocks_per_request
-    lines.append(f"GPU KV cache size: {int(concurrency * answer_len):,} tokens, Maximum concurrency for "
-                 f"{answer_len:,} tokens per request: {concurrency:.2f}x")
     if hard is not None and lay.max_num_seqs > hard:
         given = "--max-num-seqs" if s.max_num_seqs else "vLLM's default --max-num-seqs"
         warnings.append(f"{given} {lay.max_num_seqs} exceeds the {hard} Mamba cache blocks: vLLM would fail at "
                         "start-up; the flags below lower it")
-    warnings += list(lay.notes) + _prefix_warnings(lay)
+    return warnings
+
+
+def _concurrency_ladder(lay: Layout, num_blocks: int, hard: int | None,
+                        contexts: Sequence[int] | None) -> list[ConcurrencyPoint]:
+    """Requests served at once without preemption at each context length (tokens; default: the usual ladder up to
+    max_model_len), capped by --max-num-seqs and the ``hard`` Mamba cache blocks, with the flags for each."""
     ladder = []
     for ctx in contexts or default_contexts(lay.max_model_len):
         if ctx > lay.max_model_len:
@@ -301,8 +326,7 @@ def capacity(spec: ModelSpec, s: VllmSettings, budget: ServingBudget,
         n = min(no_preemption_seqs(lay, num_blocks, ctx), lay.max_num_seqs, hard or lay.max_num_seqs)
         ladder.append(ConcurrencyPoint(ctx, n, flags(lay, ctx, n) if n else "",
                                        "" if n else "not even one request fits"))
-    return EngineCapacity(base, kv_bytes, tuple(facts), tuple(ladder), flags(answer, answer_len, safe_seqs),
-                          tuple(lines), tuple(warnings))
+    return ladder
 
 
 ENGINE = Engine(name=NAME, version=VERSION, doc=DOC, flags=FLAGS, default_overhead_bytes=DEFAULT_OVERHEAD_BYTES,
