@@ -27,7 +27,6 @@ from rsplan.planner.weights.quant import QuantPlan, quantize_plan
 from rsplan.planner.weights.quant_ftypes import parse_ftype
 from rsplan.planner.weights.quant_inputs import WeightTensor, quant_model
 
-
 #: The converter's output type the plan starts from (llama-quantize's usual input).
 SOURCE_OUTTYPE = "bf16"
 
