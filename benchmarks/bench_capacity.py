@@ -65,7 +65,8 @@ def capacity_in_process(repeats: int = 20, per_setting: bool = False) -> float:
     from rsplan.cli.budget import parse_ctx_list
     from rsplan.hparams.sources import load_model
     from rsplan.planner.caches.context import ContextParams
-    from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget, run_capacity
+    from rsplan.planner.capacity.limits import Budget, DeviceBudget
+    from rsplan.planner.capacity.search import CapacityPlanner, run_capacity
 
     spec = load_model(MODEL)
     budget = Budget((DeviceBudget("GPU", 80 << 30, "bench"),), 45 << 30, "bench", (1 << 30,), 512 << 20,

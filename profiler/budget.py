@@ -1,5 +1,5 @@
 """The expected duration of a profile run and the iterations that fit ``--max-seconds``: a one-step probe of each
-workload and of one reference step (``plan_budget``), the run's cost from it (``Budget``), and the iterations
+workload and of one reference step (``plan_budget``), the run's cost from it (``RunCost``), and the iterations
 lowered to fit (``fit_iterations``). Every time is seconds; a limit of 0 means none.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsplan.profiler.bursts import with_bursts_inside
-from rsplan.profiler.engine import Engine
+from rsplan.profiler.engine import StepEngine
 from rsplan.profiler.errors import import_torch
 from rsplan.profiler.pools import zero_pools
 from rsplan.profiler.request import time_limit_s
@@ -29,7 +29,7 @@ FIT_FRACTION = 0.8
 
 
 @dataclass
-class Budget:
+class RunCost:
     """The expected duration of a run (from a one-step probe of each workload and of the reference checks) and
     the iterations that fit ``--max-seconds``."""
 
@@ -108,7 +108,7 @@ def fit_iterations(base_s: float, per_round_s: float, limit_s: float, iters: int
     return max(1, min(iters, rounds - warmup)), warmup
 
 
-def plan_budget(bench: Bench, burst_s: float, t_start: float) -> Budget:
+def plan_budget(bench: Bench, burst_s: float, t_start: float) -> RunCost:
     """Probe one step of each workload (the second of two: the first pays for inputs, caches and compiles) and
     one reference step on one layer, then fit the iterations into the time limit. ``burst_s``: the first
     baseline burst, which each later one is expected to take: one between each two workloads, one after them,
@@ -124,7 +124,7 @@ def plan_budget(bench: Bench, burst_s: float, t_start: float) -> Budget:
     # what ran already (loading, planning, allocating, the first baseline burst, the probes) and the later bursts
     # between and after the workloads
     fixed = (time.perf_counter() - t_start) + len(names) * burst_s
-    b = Budget(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
+    b = RunCost(limit, fixed, per_round, once, probe, req.iters, req.warmup, req.iters, req.warmup)
     b.iters, b.warmup = fit_iterations(fixed + once, per_round, limit, req.iters, req.warmup)
     return b
 
@@ -136,7 +136,7 @@ def _probe_steps(bench: Bench, once_s: float, sync: Callable[[], Any]) -> dict[s
     probe: dict[str, float] = {}
     for name in setup.names:
         zero_pools(bench.pools)
-        engine = Engine(setup.family, bench.pools, setup.n_seqs, setup.n_rs_seq, bench.dev, req.seed,
+        engine = StepEngine(setup.family, bench.pools, setup.n_seqs, setup.n_rs_seq, bench.dev, req.seed,
                         n_active=setup.seqs(name))
         seqs = list(range(setup.seqs(name)))
         for _ in range(2):
@@ -153,7 +153,7 @@ def _probe_reference(bench: Bench, sync: Callable[[], Any]) -> tuple[float, int]
     """Seconds of the reference (one decode token of every sequence on one layer) and the layers checked."""
     setup = bench.setup
     zero_pools(bench.pools)
-    engine = Engine(setup.family, bench.pools, setup.n_seqs, setup.n_rs_seq, bench.dev, bench.req.seed)
+    engine = StepEngine(setup.family, bench.pools, setup.n_seqs, setup.n_rs_seq, bench.dev, bench.req.seed)
     rows = engine.place(engine.next_ubatch(list(range(setup.n_seqs)), 1))
     il = engine.layers[0]
     t0 = time.perf_counter()

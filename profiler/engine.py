@@ -154,7 +154,7 @@ def _step_key(rows: StepRows, K: int, only: set[str] | None) -> tuple:
             None if only is None else tuple(sorted(only)))
 
 
-class Engine:
+class StepEngine:
     """The cells of one memory plus the per-layer pools and inputs of a family."""
 
     def __init__(

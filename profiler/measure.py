@@ -10,15 +10,15 @@ from typing import Any
 
 from rsplan.profiler import workloads as wl
 from rsplan.profiler.baselines import LikeSizes
-from rsplan.profiler.budget import Budget
+from rsplan.profiler.budget import RunCost
 from rsplan.profiler.bursts import bursts_inside
-from rsplan.profiler.engine import Engine
+from rsplan.profiler.engine import StepEngine
 from rsplan.profiler.pools import zero_pools
 from rsplan.profiler.result import Timing
 from rsplan.profiler.run_setup import Bench
 
 
-def measure(bench: Bench, budget: Budget, progress: Callable[[int], Callable[[int], None]] | None,
+def measure(bench: Bench, budget: RunCost, progress: Callable[[int], Callable[[int], None]] | None,
             baseline: Any = None, like: LikeSizes | None = None) -> tuple[dict[str, Any], dict[str, Timing]]:
     """Drive each workload through the cells and kernels: its measurement (workloads.Measured) and timing mode.
     ``baseline`` (device.BaselineBursts; None: no bursts) takes a burst between each two workloads, and between
@@ -43,7 +43,7 @@ def measure(bench: Bench, budget: Budget, progress: Callable[[int], Callable[[in
     return measured, timing
 
 
-def _progress_steps(bench: Bench, budget: Budget) -> dict[str, int]:
+def _progress_steps(bench: Bench, budget: RunCost) -> dict[str, int]:
     """The steps that advance the progress, per workload: the timed loops (prefill and spec time again with
     K = 1 when there are rollback planes)."""
     iters, warmup, T = budget.iters, budget.warmup, bench.setup.tokens
@@ -56,13 +56,13 @@ def _progress_steps(bench: Bench, budget: Budget) -> dict[str, int]:
     return {n: steps[n] for n in bench.setup.names}
 
 
-def _run_workload(bench: Bench, name: str, budget: Budget, tick: Callable[[int], None],
+def _run_workload(bench: Bench, name: str, budget: RunCost, tick: Callable[[int], None],
                   pause: Any) -> tuple[Any, Timing]:
     """Workload ``name``'s measurement (workloads.Measured) from zeroed pools, and its timing mode."""
     req, setup, checks = bench.req, bench.setup, bench.checks
     iters, warmup = budget.iters, budget.warmup
     zero_pools(bench.pools)
-    engine = Engine(setup.family, bench.pools, setup.n_seqs, setup.n_rs_seq, bench.dev, req.seed,
+    engine = StepEngine(setup.family, bench.pools, setup.n_seqs, setup.n_rs_seq, bench.dev, req.seed,
                     cuda_graphs=req.cuda_graphs, c_replay=req.c_replay, n_active=setup.seqs(name))
     if name == "decode":
         m = wl.decode(engine, checks, iters, warmup, tick, pause)

@@ -17,7 +17,7 @@ from typing import Any
 from rsplan.profiler import device
 from rsplan.profiler.alloc import allocate
 from rsplan.profiler.baselines import Baselines, LikeSizes, dram_baselines, matched_baselines
-from rsplan.profiler.budget import Budget, plan_budget
+from rsplan.profiler.budget import RunCost, plan_budget
 from rsplan.profiler.bursts import COPY_WARMUP, copy_iters
 from rsplan.profiler.errors import import_torch
 from rsplan.profiler.families import Family
@@ -113,7 +113,7 @@ def _prepare(req: ProfileRequest, torch: Any, t_start: float) -> _Prepared:
 
 
 def _time_workloads(run: _Prepared, bench: Bench, progress: Callable[[int], Callable[[int], None]] | None,
-                    announce: Callable[[str], None] | None) -> tuple[Budget, Baselines, dict[str, WorkloadResult]]:
+                    announce: Callable[[str], None] | None) -> tuple[RunCost, Baselines, dict[str, WorkloadResult]]:
     """The time budget, the DRAM baselines and each workload's figures: the baselines' first burst, the probe,
     the announcement, the timed workloads with their bursts, and the last burst."""
     setup, dev = bench.setup, bench.dev

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsplan.profiler.device import Samples, Timer
-from rsplan.profiler.engine import GATHER, SCATTER, Engine, StepResult, StepRows
+from rsplan.profiler.engine import GATHER, SCATTER, StepEngine, StepResult, StepRows
 from rsplan.profiler.errors import WorkloadError, import_torch
 from rsplan.profiler.families import call, select_seqs, slice_tokens
 
@@ -65,7 +65,7 @@ class Checks:
             self._rng = random.Random(self.seed)
         return self._rng
 
-    def checked_layers(self, engine: Engine) -> list[int]:
+    def checked_layers(self, engine: StepEngine) -> list[int]:
         """Every recurrent layer, or (when their pools exceed CHECK_SNAPSHOT_BYTES) the first, the last and
         others drawn with the seed, as many as fit."""
         if self.layers is None:
@@ -90,7 +90,7 @@ class Checks:
             "results": self.results,
         }
 
-    def step_matches_reference(self, name: str, engine: Engine, before: dict, res: StepResult) -> None:
+    def step_matches_reference(self, name: str, engine: StepEngine, before: dict, res: StepResult) -> None:
         """On every checked layer, the fast step equals the reference replay; rows outside the step are
         unchanged. ``before``: layer -> pools before the step (``engine.snapshot``)."""
         torch = import_torch()
@@ -113,7 +113,7 @@ class Checks:
         self.record(f"{name} ({_layers_text(list(before), engine)})", not problems, "; ".join(problems[:4]))
 
 
-def _layers_text(layers: list[int], engine: Engine) -> str:
+def _layers_text(layers: list[int], engine: StepEngine) -> str:
     n = len(engine.layers)
     if len(layers) == n:
         return f"all {n} recurrent layers"
@@ -138,7 +138,7 @@ Pause = Callable[[], None]
 
 
 def _timed_steps(
-    engine: Engine,
+    engine: StepEngine,
     make_rows: Callable[[], StepRows],
     iters: int,
     warmup: int,
@@ -178,12 +178,12 @@ def _timed_steps(
     return Measured(timer.samples, bytes_, book, tokens)
 
 
-def _seqs(engine: Engine) -> list[int]:
+def _seqs(engine: StepEngine) -> list[int]:
     return list(range(engine.n_active))
 
 
 def decode(
-    engine: Engine, checks: Checks, iters: int, warmup: int, progress: Progress, pause: Pause | None = None
+    engine: StepEngine, checks: Checks, iters: int, warmup: int, progress: Progress, pause: Pause | None = None
 ) -> Measured:
     seqs = _seqs(engine)
     layers = checks.checked_layers(engine)
@@ -201,7 +201,7 @@ def decode(
 
 
 def prefill(
-    engine: Engine, checks: Checks, n_tokens: int, iters: int, warmup: int, progress: Progress,
+    engine: StepEngine, checks: Checks, n_tokens: int, iters: int, warmup: int, progress: Progress,
     pause: Pause | None = None,
 ) -> Measured:
     seqs = _seqs(engine)
@@ -222,7 +222,7 @@ def prefill(
 
 
 def spec(
-    engine: Engine, checks: Checks, draft: int, iters: int, warmup: int, progress: Progress, seed: int,
+    engine: StepEngine, checks: Checks, draft: int, iters: int, warmup: int, progress: Progress, seed: int,
     pause: Pause | None = None,
 ) -> Measured:
     if draft < 1:
@@ -272,7 +272,7 @@ def spec(
 
 
 def _check_rollback(
-    engine: Engine, checks: Checks, before: dict, il: int, rows: StepRows, i: int, j: int, draft: int, M: int
+    engine: StepEngine, checks: Checks, before: dict, il: int, rows: StepRows, i: int, j: int, draft: int, M: int
 ) -> None:
     """After accepting j drafts, the row the next round reads (layer ``il``) equals a fresh reference scan of
     1 + j tokens."""

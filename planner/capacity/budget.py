@@ -20,14 +20,14 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.caches.context_limit import RopeFlags
 from rsplan.planner.caches.outputs import DEFAULT_CTX_CHECKPOINTS
-from rsplan.planner.capacity.search import (
+from rsplan.planner.capacity.limits import (
     DEFAULT_COMPUTE_BYTES,
     DEFAULT_FIT_TARGET_MIB,
     Budget,
-    CapacityPlanner,
     ComputeUnmodelledError,
     DeviceBudget,
 )
+from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.planner.compute.reserve import n_outputs_max_for
 from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, checkpoint_weights, weights_needed
 from rsplan.planner.weights.host_weights import HostOptions, WeightTable

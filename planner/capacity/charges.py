@@ -35,13 +35,13 @@ from rsplan.planner.backends.buffers import CUDA_RULE, DEVICE_RULES, BufferRule
 from rsplan.planner.backends.loader_ops import device_loader_check
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.caches.outputs import output_buffer
-from rsplan.planner.fit.memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.fit.memory import MemoryModel, StartFlags, StartUsage
 from rsplan.planner.weights.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.weights.placement import Placement, weights_by_device
 from rsplan.planner.weights.weight_placement import place_weights
 
 if TYPE_CHECKING:
-    from rsplan.planner.capacity.search import Budget
+    from rsplan.planner.capacity.limits import Budget
 
 #: The MemoryModel device kind of ``Budget.device_kind`` None: a name without scheduler rules, so the CPU backend's
 #: figure is charged where layers run.
@@ -65,7 +65,7 @@ class Charge:
     weights_host: int
     compute: tuple[int, ...]
     compute_host: int
-    draft: Usage | None = None
+    draft: StartUsage | None = None
     draft_output: int = 0
 
     def device(self, i: int) -> int:

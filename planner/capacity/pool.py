@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rsplan.planner.capacity.search import CapacityPlanner, SizedSettings
+    from rsplan.planner.capacity.answers import SizedSettings
+    from rsplan.planner.capacity.search import CapacityPlanner
 
 #: A question: (a key naming the planner it asks, the call that asks it and returns that planner). Planners made
 #: by the question itself (a report's options compared) are named by their keys across processes.

@@ -41,7 +41,7 @@ from rsplan.planner.fit.memory import (
     DeviceUsage,
     MemoryModel,
     StartFlags,
-    Usage,
+    StartUsage,
     cache_split,
     charged_where_units_run,
     scheduled_figures,
@@ -68,7 +68,7 @@ class DraftMemory:
     user: StartFlags
     layout: CacheLayout = field(init=False)
     compute_override: int | None = None
-    _cache: dict[int, Usage] = field(default_factory=dict)
+    _cache: dict[int, StartUsage] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:
@@ -95,13 +95,13 @@ class DraftMemory:
         except ComputeModelError as exc:
             raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
 
-    def measure(self, n_ctx: int) -> Usage:
+    def measure(self, n_ctx: int) -> StartUsage:
         """The draft's breakdown at target context ``n_ctx``: model 0 (shared weights), its KV cache, its compute."""
         if n_ctx not in self._cache:
             self._cache[n_ctx] = self._measure(n_ctx)
         return self._cache[n_ctx]
 
-    def _measure(self, n_ctx: int) -> Usage:
+    def _measure(self, n_ctx: int) -> StartUsage:
         target = self.target
         placement = target.placement(dataclasses.replace(self.user, n_ctx=n_ctx))
         n_dev = target.n_devices
@@ -110,7 +110,7 @@ class DraftMemory:
         dev_compute, host_compute = self._compute_split(n_ctx, placement)
         devices = tuple(DeviceUsage(0, context[d], dev_compute[d]) for d in range(n_dev))
         host = DeviceUsage(0, host_context, host_compute)
-        return Usage(devices, host)
+        return StartUsage(devices, host)
 
     def _compute_split(self, n_ctx: int, placement: Placement) -> tuple[tuple[int, ...], int]:
         """(compute per device, host compute) of the draft: the scheduler model's figures (real or dry run as the
@@ -165,8 +165,8 @@ class WithDraft:
     def device_free(self) -> tuple[int, ...]:
         return self.target.device_free
 
-    def measure(self, flags: StartFlags) -> Usage:
+    def measure(self, flags: StartFlags) -> StartUsage:
         main = self.target.measure(flags)
         extra = self.draft.measure(flags.n_ctx)
-        return Usage(tuple(_add(m, e) for m, e in zip(main.devices, extra.devices, strict=True)),
+        return StartUsage(tuple(_add(m, e) for m, e in zip(main.devices, extra.devices, strict=True)),
                      _add(main.host, extra.host))

@@ -94,7 +94,7 @@ class DeviceUsage:
 
 
 @dataclass(frozen=True)
-class Usage:
+class StartUsage:
     """Per-device rows (device order) and the host row of one start."""
 
     devices: tuple[DeviceUsage, ...]
@@ -198,7 +198,7 @@ class MemoryModel:
                                                 embeddings=self.embeddings).bytes
         return self._compute[n_ctx]
 
-    def measure(self, flags: StartFlags) -> Usage:
+    def measure(self, flags: StartFlags) -> StartUsage:
         """The breakdown of one start with ``flags`` (llama.cpp's ``common_get_device_memory_data``)."""
         self.calls += 1
         placement = self.placement(flags)
@@ -209,7 +209,7 @@ class MemoryModel:
         dev_compute, host_compute = self.compute_split(flags, placement)
         devices = tuple(DeviceUsage(weights.device[d], context[d], dev_compute[d]) for d in range(self.n_devices))
         host = DeviceUsage(weights.host, host_context, host_compute)
-        return Usage(devices, host)
+        return StartUsage(devices, host)
 
     def layer_tensors(self) -> LayerTensors:
         """The loaded weights' names by layer and shape, and their types (planner.weights.layer_tensors.LayerTensors;

@@ -26,7 +26,7 @@ from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.caches.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.caches.speculative import check_draft
 from rsplan.planner.fit.draft import DraftMemory, WithDraft
-from rsplan.planner.fit.memory import MemoryModel, StartFlags, Usage
+from rsplan.planner.fit.memory import MemoryModel, StartFlags, StartUsage
 from rsplan.planner.fit.steps import (
     DEFAULT_FIT_CTX,
     DEFAULT_MARGIN,
@@ -108,7 +108,7 @@ class FitAnswer:
     notes: list[str] = field(default_factory=list)
     no_kv_offload: bool = False
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
-    draft: Usage | None = None
+    draft: StartUsage | None = None
     host: HostOptions = field(default_factory=HostOptions)
     #: the context flags as the user gave them (before --fit chose -c), and whether -c was given (0 is the
     #: model's training context, which --fit may lower only when -c is not given)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from rsplan.errors import RsplanError
-from rsplan.planner.fit.memory import StartFlags, Usage
+from rsplan.planner.fit.memory import StartFlags, StartUsage
 from rsplan.planner.weights.weight_placement import TensorOverride
 
 MiB = 1 << 20
@@ -61,7 +61,7 @@ class MemoryOracle(Protocol):
     @property
     def device_free(self) -> tuple[int, ...]: ...
 
-    def measure(self, flags: StartFlags) -> Usage: ...
+    def measure(self, flags: StartFlags) -> StartUsage: ...
 
 
 class FitFailure(RsplanError):
@@ -114,7 +114,7 @@ class FitResult:
     """What --fit chose: the start flags, their projected usage, and the trace of the search."""
 
     flags: StartFlags
-    usage: Usage
+    usage: StartUsage
     changed: bool
     trace: list[str] = field(default_factory=list)
     failure: str | None = None
@@ -153,7 +153,7 @@ class _Fit:
     def nd(self) -> int:
         return self.model.n_devices
 
-    def measure(self, overrides: tuple[TensorOverride, ...] | None = None) -> Usage:
+    def measure(self, overrides: tuple[TensorOverride, ...] | None = None) -> StartUsage:
         """A start with the user's flags at the current context (``overrides`` replacing the user's -ot)."""
         flags = replace(self.req.user, n_ctx=self.n_ctx)
         if overrides is not None:
@@ -215,7 +215,7 @@ def _done(f: _Fit, flags: StartFlags) -> FitResult:
     return FitResult(flags, f.model.measure(flags), True, f.trace, None, f.model.calls, f.wrapped)
 
 
-def _fits_as_is(f: _Fit, full: Usage) -> bool:
+def _fits_as_is(f: _Fit, full: StartUsage) -> bool:
     """Step 1: does the default start keep every margin?"""
     if f.nd == 0:
         free = f.req.host_total - full.host.total
@@ -231,7 +231,7 @@ def _fits_as_is(f: _Fit, full: Usage) -> bool:
     return ok
 
 
-def _reduce_context(f: _Fit, full: Usage, n_ctx_auto: bool, n_ctx_max: int, n_ctx_min_total: int) -> bool:
+def _reduce_context(f: _Fit, full: StartUsage, n_ctx_auto: bool, n_ctx_max: int, n_ctx_min_total: int) -> bool:
     """Step 2: llama.cpp's linear interpolation of the context between --fit-ctx and the training context.
     True when the reduced context is expected to fit."""
     margins = f.req.margins if f.nd else f.req.margins[:1]
@@ -308,7 +308,7 @@ def _copy(ngl: LayerPlan) -> LayerPlan:
     return [replace(d) for d in ngl]
 
 
-def _fill_layers(f: _Fit, full: Usage) -> FitResult:
+def _fill_layers(f: _Fit, full: StartUsage) -> FitResult:
     """Steps 3 and 4."""
     surplus_cpu_moe = 0
     if f.hp_nex > 0:

@@ -26,7 +26,7 @@ from rsplan.render.units import MAX_SIZE, parse_size, shown
 
 if TYPE_CHECKING:
     from rsplan.planner.capacity.budget import BudgetRequest, GivenSize
-    from rsplan.planner.capacity.search import DeviceBudget
+    from rsplan.planner.capacity.limits import DeviceBudget
     from rsplan.planner.weights.host_weights import HostOptions
 
 #: ``--ctx`` entries: tokens, or ``<n>k`` for n * 1024 tokens (as people say "8k context").
@@ -300,7 +300,7 @@ def parse_fit_target(text: str) -> tuple[int, ...]:
 
 
 def _devices(budget: str | None, gpu: str | None, gpu_memory: str | None) -> tuple[DeviceBudget, ...]:
-    """``--budget`` sizes, or the ``--gpu`` indices read through NVML: planner.capacity.search.DeviceBudget each."""
+    """``--budget`` sizes, or the ``--gpu`` indices read through NVML: planner.capacity.limits.DeviceBudget each."""
     # deferred: the planner's budget modules, loaded only when a command with these flags runs
     from rsplan.planner.capacity.budget import GivenSize, nvml_devices, size_budgets
 

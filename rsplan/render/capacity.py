@@ -7,8 +7,10 @@ from typing import Any
 
 from rsplan.planner.caches.context import CTX_PAD
 from rsplan.planner.caches.speculative import usable_spec_types
+from rsplan.planner.capacity.answers import CapacityResult, Rung
 from rsplan.planner.capacity.charges import Charge
-from rsplan.planner.capacity.search import HOST, CapacityPlanner, CapacityResult, Rung
+from rsplan.planner.capacity.limits import HOST
+from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.render.tables import prose, table
 from rsplan.render.units import human
 

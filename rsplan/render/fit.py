@@ -6,7 +6,7 @@ import dataclasses
 import shlex
 from typing import Any
 
-from rsplan.planner.capacity.search import llama_flags
+from rsplan.planner.capacity.llama_flags import llama_flags
 from rsplan.planner.fit.memory import DeviceUsage
 from rsplan.planner.fit.run import FitAnswer
 from rsplan.render.tables import command_lines, prose, table
@@ -14,7 +14,7 @@ from rsplan.render.units import mib
 
 
 def _command(a: FitAnswer) -> str:
-    """llama-server with the context flags as given (planner.capacity.search.llama_flags, the fitted -c), the fitted
+    """llama-server with the context flags as given (planner.capacity.llama_flags, the fitted -c), the fitted
     layer flags and the load mode / repacking asked for (HostOptions.flags); the flags are already fitted, so
     --fit off keeps llama.cpp from fitting again (it would refuse: -ngl is set)."""
     nkvo = ["-nkvo"] if a.no_kv_offload else []

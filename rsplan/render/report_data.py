@@ -16,9 +16,11 @@ from rsplan.errors import RsplanError
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.outputs import output_buffer
 from rsplan.planner.caches.plan import build_plan
+from rsplan.planner.capacity.answers import Rung, SizedSettings
 from rsplan.planner.capacity.charges import Charge
+from rsplan.planner.capacity.limits import HOST
 from rsplan.planner.capacity.pool import Question
-from rsplan.planner.capacity.search import HOST, CapacityPlanner, Rung, SizedSettings, default_ladder
+from rsplan.planner.capacity.search import CapacityPlanner, default_ladder
 
 #: The stacked components of GPU memory, bottom to top: (key, legend label).
 COMPONENTS = (

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsplan.planner.capacity.search import CapacityPlanner, CapacityResult
+from rsplan.planner.capacity.answers import CapacityResult
+from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.planner.engines.base import EngineCapacity
 from rsplan.render import report_data as data
 

@@ -223,7 +223,7 @@ def model_weights(name: str) -> tuple[Any, ...]:
 
 def rsplan_usage(name: str, flags: dict[str, Any], free_mib: list[int]) -> Any:
     """rsplan's breakdown of the probe's start ``flags`` over RPC devices with ``free_mib`` free: (the
-    planner.fit.memory.Usage: per device and host, model / context / compute bytes; why the compute is an estimate
+    planner.fit.memory.StartUsage: per device and host, model / context / compute bytes; why the compute is an estimate
     or None; the layer placement; the tensor overrides). The MemoryModel ``rsplan fit --device-kind RPC`` measures
     with, sized as the dry run (the first pp graph; n_outputs_max = n_batch, as the probe); with ``--alloc`` (a
     real run) as a started context allocates (each backend's largest reserve: what ``rsplan capacity`` charges)."""

@@ -63,7 +63,8 @@ def test_a_context_whose_second_sequence_overflows_llamacpp_stops_at_one():
     # checked directly.
     from rsplan.hparams.sources import load_builtin_preset
     from rsplan.planner.caches.context import ContextParams
-    from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget
+    from rsplan.planner.capacity.limits import Budget, DeviceBudget
+    from rsplan.planner.capacity.search import CapacityPlanner
 
     budget = Budget((DeviceBudget("GPU", 24 << 30, "test"),), None, "none", (1 << 30,), 512 << 20)
     planner = CapacityPlanner(load_builtin_preset("mamba-130m"), ContextParams(), budget)

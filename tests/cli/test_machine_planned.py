@@ -78,7 +78,7 @@ def test_host_budget_given_still_limits(tiny_machine: None) -> None:
 
 
 def test_gpu_plans_this_machine_and_budgets_its_ram(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rsplan.planner.capacity.search import DeviceBudget
+    from rsplan.planner.capacity.limits import DeviceBudget
 
     monkeypatch.setattr("rsplan.cli.budget.host_memory", lambda: (64 * GiB, GiB + 10 * PER_SEQ_HOST))
     monkeypatch.setattr("rsplan.planner.capacity.budget.nvml_devices", lambda indices, which="free": (

@@ -14,7 +14,7 @@ from rsplan.planner.capacity.budget import (
     serving_budget,
     size_budgets,
 )
-from rsplan.planner.capacity.search import DEFAULT_COMPUTE_BYTES, DeviceBudget
+from rsplan.planner.capacity.limits import DEFAULT_COMPUTE_BYTES, DeviceBudget
 from rsplan_testing import make_spec
 
 MIB = 1 << 20

@@ -8,16 +8,9 @@ from hypothesis import strategies as st
 
 from rsplan.planner.caches.context import MAX_SEQ, ContextParams
 from rsplan.planner.caches.plan import build_plan
-from rsplan.planner.capacity.search import (
-    Budget,
-    CapacityError,
-    CapacityPlanner,
-    DeviceBudget,
-    default_ladder,
-    largest,
-    llama_flags,
-    run_capacity,
-)
+from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
+from rsplan.planner.capacity.llama_flags import llama_flags
+from rsplan.planner.capacity.search import CapacityPlanner, default_ladder, largest, run_capacity
 from rsplan_testing import make_spec
 
 MIB = 1 << 20

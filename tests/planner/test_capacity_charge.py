@@ -23,7 +23,8 @@ from rsplan.planner.backends.buffers import CPU_RULE
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import CTX_PAD, ContextParams, resolve_context
 from rsplan.planner.caches.outputs import output_buffer, server_checkpoints
-from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
+from rsplan.planner.capacity.search import CapacityPlanner, run_capacity
 from rsplan.planner.compute.per_device import device_compute
 from rsplan.planner.compute.sched import SchedSetup
 from rsplan.planner.fit.draft import DraftMemory

@@ -26,7 +26,7 @@ def test_modelled_arch_charges_llama_cpp_compute_buffer():
     from rsplan.hparams.sources import load_builtin_preset
     from rsplan.planner.caches.context import ContextParams
     from rsplan.planner.capacity.budget import BudgetRequest, make_planners
-    from rsplan.planner.capacity.search import DeviceBudget
+    from rsplan.planner.capacity.limits import DeviceBudget
 
     spec = load_builtin_preset("lfm2-1.2b")
     request = BudgetRequest(devices=(DeviceBudget("GPU", 24 << 30, "test"),))

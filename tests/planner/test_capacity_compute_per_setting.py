@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.caches.context import CTX_PAD, ContextParams
-from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget
+from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
+from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.planner.compute.reserve import compute_buffer
 from rsplan_testing import make_spec
 

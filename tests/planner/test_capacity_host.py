@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rsplan.hparams.sources import read_model
 from rsplan.planner.caches.context import ContextParams
-from rsplan.planner.capacity.search import HOST, Budget, CapacityPlanner, DeviceBudget
+from rsplan.planner.capacity.limits import HOST, Budget, DeviceBudget
+from rsplan.planner.capacity.search import CapacityPlanner
 
 GiB = 1 << 30
 # mamba-130m: 24 layers, d_inner 1536, d_conv 4, d_state 16: per sequence and layer (3 x 1536 + 16 x 1536) f32

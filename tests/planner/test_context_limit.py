@@ -16,7 +16,8 @@ from rsplan.errors import ContextError
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.context_limit import RopeFlags, context_limit, uses_rope, yarn_context
-from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
+from rsplan.planner.capacity.search import CapacityPlanner, run_capacity
 from rsplan_testing import one_line_error
 
 GIB = 1 << 30

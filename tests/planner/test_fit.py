@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from rsplan.planner.fit.memory import DeviceUsage, StartFlags, Usage
+from rsplan.planner.fit.memory import DeviceUsage, StartFlags, StartUsage
 from rsplan.planner.fit.steps import UINT32_MAX, FitRequest, fit
 from rsplan.planner.weights.placement import place_layers
 
@@ -37,7 +37,7 @@ class UnitOracle:
     def n_devices(self) -> int:
         return len(self.device_free)
 
-    def measure(self, flags: StartFlags) -> Usage:
+    def measure(self, flags: StartFlags) -> StartUsage:
         self.calls += 1
         ngl = None if flags.n_gpu_layers is None or flags.n_gpu_layers < 0 else flags.n_gpu_layers
         split = list(flags.tensor_split) if flags.tensor_split and any(flags.tensor_split) else None
@@ -54,7 +54,7 @@ class UnitOracle:
         n_ctx = flags.n_ctx or self.n_ctx_train  # -c 0: the training context, as llama_context resolves it
         ctx = self.ctx_mib_per_1k * MiB * n_ctx // 1024
         rows = tuple(DeviceUsage(dev[d], 0, self.compute * MiB if dev[d] else 0) for d in range(self.n_devices))
-        return Usage(rows, DeviceUsage(host, ctx, 0))
+        return StartUsage(rows, DeviceUsage(host, ctx, 0))
 
 
 def _fit(oracle: UnitOracle, n_ctx: int, margins: tuple[int, ...], host_total: int = 0, n_ctx_train: int = 65536,

@@ -22,7 +22,8 @@ from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 from rsplan.planner.caches.context import CTX_PAD, MAX_CTX, MAX_RS_SEQ, MAX_SEQ, ContextParams
 from rsplan.planner.caches.context_limit import RopeFlags, uses_rope
 from rsplan.planner.caches.speculative import SpeculativeError, draft_setup
-from rsplan.planner.capacity.search import Budget, CapacityError, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
+from rsplan.planner.capacity.search import CapacityPlanner, run_capacity
 from rsplan.render.capacity import capacity_dict
 
 GIB = 1 << 30

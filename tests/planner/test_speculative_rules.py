@@ -23,7 +23,9 @@ from rsplan.planner.caches.speculative import (
     max_draft,
     usable_spec_types,
 )
-from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget, llama_flags
+from rsplan.planner.capacity.limits import Budget, DeviceBudget
+from rsplan.planner.capacity.llama_flags import llama_flags
+from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.render import report_data as data
 from rsplan_testing import make_spec, one_line_error
 

@@ -622,7 +622,7 @@ def test_cpu_facts_name_the_kernels(monkeypatch):
 
 def test_fit_iterations_and_the_expected_duration_from_hand_made_timings():
     """The prediction: fixed + once + (iters + warmup) x one round, lowered to FIT_FRACTION of the limit."""
-    from rsplan.profiler.budget import FIT_FRACTION, Budget, fit_iterations
+    from rsplan.profiler.budget import FIT_FRACTION, RunCost, fit_iterations
 
     assert FIT_FRACTION == 0.8
     # 100 s so far, 10 s a round, 180 s allowed: 144 s target leaves 4 rounds: 1 warmup + 3 timed
@@ -632,7 +632,7 @@ def test_fit_iterations_and_the_expected_duration_from_hand_made_timings():
     assert fit_iterations(130.0, 10.0, 180.0, 20, 3) == (1, 0)  # one round left: no warmup
     assert fit_iterations(200.0, 10.0, 180.0, 20, 3) == (1, 0)  # at least one timed round, whatever the limit
     probe = {"decode": 0.05, "prefill": 12.0, "check": 0.03}
-    b = Budget(180.0, 20.0, 12.05, 4.5, probe, 20, 3, 9, 1)
+    b = RunCost(180.0, 20.0, 12.05, 4.5, probe, 20, 3, 9, 1)
     assert b.expected_s() == pytest.approx(20.0 + 4.5 + 10 * 12.05)
     assert b.expected_s(20, 3) == pytest.approx(20.0 + 4.5 + 23 * 12.05)
     assert b.announcement().startswith("expected duration about 145 s (one-step probe: decode 50.0 ms/step, "

@@ -15,7 +15,8 @@ from rsplan.cli import cli
 from rsplan.hparams.sources import load_model
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.plan import build_plan
-from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget
+from rsplan.planner.capacity.limits import Budget, DeviceBudget
+from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.render import report_data as data
 
 GIB = 1 << 30

@@ -10,7 +10,8 @@ pytest.importorskip("plotly")
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.context_limit import RopeFlags
-from rsplan.planner.capacity.search import Budget, CapacityPlanner, DeviceBudget, run_capacity
+from rsplan.planner.capacity.limits import Budget, DeviceBudget
+from rsplan.planner.capacity.search import CapacityPlanner, run_capacity
 from rsplan.render import report_data as data
 from rsplan.render import report_figures as figures
 from rsplan.render.report_inputs import ModelReport

@@ -19,7 +19,8 @@ from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.capacity import charges as capacity_charge
 from rsplan.planner.capacity import pool as charge_pool
 from rsplan.planner.capacity.budget import BudgetRequest, GivenSize, make_planners
-from rsplan.planner.capacity.search import DeviceBudget, run_capacity
+from rsplan.planner.capacity.limits import DeviceBudget
+from rsplan.planner.capacity.search import run_capacity
 from rsplan.render import report_data
 from rsplan.render.report import build_html
 from rsplan.render.report_inputs import ModelReport
