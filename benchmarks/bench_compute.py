@@ -42,7 +42,7 @@ def main() -> None:
     from rsplan.planner.compute import reserve as compute
     from rsplan.planner.compute.per_device import device_compute
     from rsplan.planner.compute.reserve import build_reserve_graph, compute_buffer, reserve_graph_builder
-    from rsplan.planner.compute.sched import SchedSetup
+    from rsplan.planner.compute.sched_setup import SchedSetup
     from rsplan.planner.ggml.alloc import reserve_size
     from rsplan.planner.weights.placement import place_layers
 

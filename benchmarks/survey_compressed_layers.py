@@ -16,13 +16,12 @@ planner.compute.reserve._build_reserve_graph), and:
    - copies of the last period and of the tail, whose references into the removed periods point at the same
      positions ``R - 1 - K`` periods earlier;
    - the leafs that kept nodes use (and those no node uses).
-3. **Check.** The compressed graph is split (planner.compute.sched.split_graph) and walked by the allocator. At the
-   start of each kept period, the state is recorded: every buffer's free blocks, and each live tensor's offset, size
-   and buffer. The check passes when two consecutive periods before the last kept one start in the same state,
-   each live tensor mapped to the one a period later (or to itself, before the run), and the kept periods have
-   the same length after the split. Then every removed period would replay the same allocations at the same
-   offsets.
-4. **Comparison.** Both graphs go through planner.compute.sched.schedule: bytes per backend, splits and host ops.
+3. **Check.** The compressed graph is split (planner.compute.sched_split.split_graph) and walked by the allocator. At
+   the start of each kept period, the state is recorded: every buffer's free blocks, and each live tensor's offset, size
+   and buffer. The check passes when two consecutive periods before the last kept one start in the same state, each live
+   tensor mapped to the one a period later (or to itself, before the run), and the kept periods have the same length
+   after the split. Then every removed period would replay the same allocations at the same offsets.
+4. **Comparison.** Both graphs go through planner.compute.sched_split.schedule: bytes per backend, splits and host ops.
 
 A setting passes when the check passes and the bytes are equal. The check failing falls back to the full graph,
 a correct outcome. A check passing with different bytes would disprove the method.
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rsplan.planner.compute import per_device as dc
-from rsplan.planner.compute import sched
+from rsplan.planner.compute import sched, sched_split
 from rsplan.planner.compute.reserve import _build_reserve_graph, reserves
 from rsplan.planner.ggml import alloc as ga
 from rsplan.planner.ggml.alloc import Graph, Tensor
@@ -110,7 +109,7 @@ class _Twins:
 def find_region(graph: Graph, setup: Any, n_tokens: int) -> tuple[int, int, int] | None:
     """(first node of the run's first whole period, nodes per period, periods) of the run that is longest in
     nodes, or None."""
-    twins = _Twins(graph, setup, sched._Sched(graph, setup, n_tokens))
+    twins = _Twins(graph, setup, sched.BackendAssignment(graph, setup, n_tokens))
     starts: dict[int, int] = {}
     for i, node in enumerate(graph.nodes):
         if node.name == "norm" and isinstance(node.layer, int):
@@ -200,7 +199,7 @@ def state_check(cg: Graph, setup: Any, n_tokens: int, a: int, n: int, kept: int 
     flags = [leaf.flags for leaf in cg.leafs]
     redirected: list[Any] = []
     try:
-        sg = sched.split_graph(cg, setup, n_tokens, True, redirected)
+        sg = sched_split.split_graph(cg, setup, n_tokens, True, redirected)
         where = {id(t): i for i, t in enumerate(sg.graph.nodes)}
         bounds = [where[id(cg.nodes[a + i * n])] for i in range(kept + 1)]
         lengths = {bounds[i + 1] - bounds[i] for i in range(kept)}
@@ -281,9 +280,9 @@ def survey(preset: str, setting: str) -> list[str]:
             lines.append(f"{name}: {why}")
             continue
         t0 = time.perf_counter()
-        full = sched.schedule(graph, run.setup, n_tok)
+        full = sched_split.schedule(graph, run.setup, n_tok)
         t1 = time.perf_counter()
-        cut = sched.schedule(small, run.setup, n_tok)
+        cut = sched_split.schedule(small, run.setup, n_tok)
         t2 = time.perf_counter()
         bytes_ = "equal" if full.bytes == cut.bytes else f"DIFFER {full.bytes} vs {cut.bytes}"
         lines.append(f"{name}: {m} x {n1} nodes x {periods} periods, {len(graph.nodes)} -> {len(small.nodes)} "

@@ -74,7 +74,7 @@ def setups(n_layer_all: int, moe: bool = False, tensors: Any = None) -> dict[str
     ``tensors`` (planner.weights.layer_tensors.LayerTensors: a weight an offloaded op reads is copied to the device in
     its type)."""
     from rsplan.planner.backends.devices import DEVICE_KINDS
-    from rsplan.planner.compute.sched import SchedSetup
+    from rsplan.planner.compute.sched_setup import SchedSetup
     from rsplan.planner.weights.placement import place_layers
     from rsplan.planner.weights.weight_placement import FFN_EXPS_REGEX, TensorOverride, n_cpu_moe_overrides
 

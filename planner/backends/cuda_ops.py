@@ -17,8 +17,8 @@ FLASH_ATTN_EXT that lands off its layer's device turns flash attention off (llam
 
 - ``MUL_MAT`` / ``MUL_MAT_ID`` (ggml/src/ggml-cuda/ggml-cuda.cu:5215 GGML_OP_MUL_MAT): a weight of a type in
   CUDA_MATMUL_TYPES (not the ternary ``tq1_0`` / ``tq2_0``). The graphs give weights f32 shapes only, so the
-  scheduler model asks the weight's file type itself (planner.compute.sched ``_Sched.runs``), and the loader's test
-  (planner.backends.loader_ops) sends such a weight to host memory.
+  scheduler model asks the weight's file type itself (planner.compute.sched ``BackendAssignment.runs``), and the
+  loader's test (planner.backends.loader_ops) sends such a weight to host memory.
 
 Every other op of rsplan's graphs is taken as supported: ggml-cuda's conditions on them (contiguous rows, f32 /
 f16 types, a sort of at most 1024 columns) hold for the graphs llama.cpp builds for these models. MUSA's

@@ -37,7 +37,9 @@ from rsplan.planner.compute.reserve import (
 )
 from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, ShapeCache, cells_apart
 from rsplan.planner.compute.reuse.layer_periods import GraphPeriods, LayerCut, model_cut
-from rsplan.planner.compute.sched import SchedSetup, SplitGraph, flash_attn_on_layer_devices, schedule, split_graph
+from rsplan.planner.compute.sched import flash_attn_on_layer_devices
+from rsplan.planner.compute.sched_setup import SchedSetup
+from rsplan.planner.compute.sched_split import SplitGraph, schedule, split_graph
 from rsplan.planner.ggml.alloc import Graph, PeriodMismatch
 
 #: Which of llama.cpp's runs a sizing takes: the dry run (no_alloc: the first pp graph, what --fit and

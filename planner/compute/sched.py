@@ -38,102 +38,26 @@ discrete GPU cannot read it, so copies are made as for RPC.)
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
-from rsplan.errors import RsplanError
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.ggml_types import weight_type as weight_type_of
-from rsplan.planner.backends.cuda_fusion import MAX_SRC, alloc_deps, use_counts
 from rsplan.planner.backends.devices import DeviceKind
-from rsplan.planner.backends.loader_ops import LoaderCheck
-from rsplan.planner.compute.reuse.layer_periods import GraphPeriods
+from rsplan.planner.compute.sched_setup import (
+    MATMUL_OPS,
+    NO_WEIGHT_RULE_OPS,
+    NORM_PIN_TOKENS,
+    VIEW_OPS,
+    SchedModelError,
+    SchedSetup,
+)
 from rsplan.planner.ggml import ops as g
-from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, PeriodMismatch, Tensor, reserve_sizes
-from rsplan.planner.weights.layer_tensors import LayerTensors
-from rsplan.planner.weights.placement import Placement
+from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
 from rsplan.planner.weights.weight_placement import (
     OverrideMatcher,
-    TensorOverride,
     override_matcher,
     where_weight,
 )
-
-#: ggml_is_view_op: nodes the expansion passes and the split skip.
-VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
-#: Ops whose weight source does not choose the backend (pass 1 skips them).
-NO_WEIGHT_RULE_OPS = frozenset({"ROPE", "FLASH_ATTN_EXT"})
-#: The matrix products, whose first source is the weight (ggml_mul_mat, ggml_mul_mat_id).
-MATMUL_OPS = frozenset({"MUL_MAT", "MUL_MAT_ID"})
-#: GGML_SCHED_MAX_COPIES: input copies with pipeline parallelism.
-MAX_COPIES = 4
-#: llama_context::graph_get_cb pins ``norm`` nodes below this many ubatch tokens (or with every layer offloaded).
-NORM_PIN_TOKENS = 32
-#: CPU buffer type alignment (TENSOR_ALIGNMENT).
-CPU_ALIGNMENT = 32
-
-
-class SchedModelError(RsplanError):
-    """The scheduler model cannot place this graph (a tensor whose buffer is unknown, a device kind without a
-    model)."""
-
-
-@dataclass(frozen=True)
-class SchedSetup:
-    """The scheduler's setting for one context.
-
-    Attributes:
-        kind: the devices' kind.
-        placement: planner.weights.placement's layer split (``n_devices`` backends before the CPU).
-        overrides: ``-ot`` entries (``--n-cpu-moe`` expanded) in order.
-        offload_kqv: False with ``-nkvo``.
-        op_offload: llama.cpp's ``op_offload`` (on unless ``--no-op-offload``).
-        tensors: the model's layer tensors by shape (``LayerTensors``): with ``overrides``, which GGUF tensor an
-            unnamed graph weight is. None: an unnamed weight is matched as ``blk.N.unnamed.weight`` (only patterns
-            naming a whole layer, or nothing of it, place it right).
-        loader: the loader's op test of the devices (planner.backends.loader_ops.loader_check): a weight of a
-            device layer that they refuse is in host memory. None: every weight is where its layer is (devices
-            that run every op, or a caller that does not model it).
-    """
-
-    kind: DeviceKind
-    placement: Placement
-    overrides: tuple[TensorOverride, ...] = ()
-    offload_kqv: bool = True
-    op_offload: bool = True
-    tensors: LayerTensors | None = None
-    loader: LoaderCheck | None = None
-
-    @property
-    def n_backends(self) -> int:
-        return self.placement.n_devices + 1
-
-    @property
-    def cpu(self) -> int:
-        return self.placement.n_devices
-
-    @property
-    def full_offload(self) -> bool:
-        return self.placement.n_gpu_layers > self.placement.n_layer_all
-
-    @property
-    def n_copies(self) -> int:
-        """GGML_SCHED_MAX_COPIES with pipeline parallelism, else 1."""
-        parallel = (self.placement.n_devices > 1 and self.full_offload and self.offload_kqv
-                    and not self.overrides and self.kind.pipeline)
-        return MAX_COPIES if parallel else 1
-
-
-@dataclass(frozen=True)
-class SchedResult:
-    """One reserve graph through the scheduler: bytes per backend (devices in order, then the CPU), the number of
-    splits and of input copies, and the ops the devices do not run (``SplitGraph.host_ops``)."""
-
-    bytes: tuple[int, ...]
-    n_splits: int
-    n_copies: int
-    host_ops: tuple[tuple[str, int], ...] = ()
 
 
 def _backend_of_buffer(t: Tensor, setup: SchedSetup, overrides: OverrideMatcher,
@@ -194,7 +118,7 @@ def _gguf_name(t: Tensor) -> str:
     raise SchedModelError(f"weight '{t.name or '?'}' has no layer: the graph builder does not place it")
 
 
-class _Sched:
+class BackendAssignment:
     """ggml_backend_sched state for one graph: the backend of every tensor (``Tensor.backend``; -1: none yet) and
     of every external tensor's buffer (``Tensor.home``), set afresh for the graph's tensors here; ``redirected``:
     the nodes whose sources the split pointed to input copies, with their own sources."""
@@ -412,6 +336,69 @@ def _offloads(kind: DeviceKind, t: Tensor) -> bool:
     return batch >= kind.offload_min_batch
 
 
+def refused_ops(s: BackendAssignment) -> tuple[tuple[str, int], ...]:
+    """The ops of ``s``'s assigned graph that its devices do not run (``BackendAssignment.runs``), with their counts,
+    where every layer is on a device (with layers on the host, the ops of those run there anyway); none where the kind
+    runs every op on every weight type. Such an op is on the CPU after pass 3, so only the CPU's nodes are asked."""
+    setup = s.setup
+    if (setup.kind.supports_op is None and not s.refused_types) or not setup.full_offload or not setup.cpu:
+        return ()
+    return tuple(_refused_counts(s, s.graph.nodes).items())
+
+
+def _refused_counts(s: BackendAssignment, nodes: Iterable[Tensor]) -> dict[str, int]:
+    """``refused_ops``' counts over ``nodes``, in the order the ops first appear."""
+    counts: dict[str, int] = {}
+    cpu = s.setup.cpu
+    for node in nodes:
+        if node.backend == cpu and node.op not in VIEW_OPS and not s.runs(node, 0):
+            counts[node.op] = counts.get(node.op, 0) + 1
+    return counts
+
+
+#: The backend of each weight's and cache's buffer under the last setup a ``BackendAssignment`` was made for, by
+#: what decides it (kind, layer, name and a weight's shape; ``BackendAssignment.__init__``): a function of the setup
+#: alone, so the graphs of every reserve and every -np scheduled under one setup share it (qwen3-next: about 1,900
+#: lookups of ``_backend_of_buffer`` per context shape otherwise).
+_HOMES: dict[SchedSetup, dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int]] = {}
+
+
+#: The assignment of the last ``flash_attn_on_layer_devices`` probe, by its graph's id: the probe's graph is the tg
+#: reserve's (planner.compute.per_device), which ``split_graph`` then takes over instead of assigning it again (the
+#: same passes over the same graph: a third of the scheduler's time). Taken once; the next probe replaces it.
+_PROBED: dict[int, BackendAssignment] = {}
+
+
+def assign_backends(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> BackendAssignment:
+    """Passes 1 to 4: every node and leaf of ``graph`` gets a backend."""
+    s = BackendAssignment(graph, setup, n_tokens)
+    if pins:
+        s.pin()
+    s.pass1()
+    nodes = [n for n in graph.nodes if n.op not in VIEW_OPS]  # the expansion passes skip views
+    s.expand(nodes, skip=setup.cpu)
+    s.expand(nodes[::-1], skip=setup.cpu)
+    s.expand(nodes, skip=-1)
+    s.expand(nodes[::-1], skip=-1)
+    s.pass3()
+    s.pass4()
+    return s
+
+
+def flash_attn_on_layer_devices(graph: Graph, setup: SchedSetup, n_tokens: int) -> bool:
+    """llama_context::resolve_fused_ops for ``-fa auto``: every FLASH_ATTN_EXT node of the probe graph (one token
+    per sequence, built with flash attention) runs on its layer's device; False makes llama.cpp turn flash
+    attention off (e.g. with ``-nkvo``, where the op lands on the CPU beside the cache)."""
+    _PROBED.clear()
+    _PROBED[id(graph)] = assign_backends(graph, setup, n_tokens, pins=True)
+    for node in graph.nodes:
+        if node.op == "FLASH_ATTN_EXT" and isinstance(node.layer, int):
+            dev = setup.placement.layer_device(node.layer)
+            if node.backend != (setup.cpu if dev is None else dev):
+                return False
+    return True
+
+
 def _copy(src: Tensor, type_: GGMLType, nb: tuple[int, int, int, int], n_copies: int) -> Tensor:
     """ggml_dup_tensor_layout: a tensor of ``src``'s type, shape and strides (``copy_layout``); with several copies
     an input and an output (never overwritten, never freed)."""
@@ -454,240 +441,3 @@ def weight_type(t: Tensor, setup: SchedSetup) -> GGMLType:
         raise SchedModelError(f"the type of weight '{t.name or '?'}' of layer {t.layer} (shape {list(t.ne)}) is not "
                               f"one known type: {', '.join(names) or 'no tensor'} in the model's tensor list")
     return type_
-
-
-def _graph_copy(s: _Sched, splits: list[tuple[int, int, list[Tensor]]], copies: dict[tuple[int, int], list[Tensor]],
-                uses: Counter[Tensor] | None = None) -> tuple[Graph, list[int], list[int]]:
-    """The scheduler's graph copy with its node and leaf backend ids: each split's inputs (a dependency on the
-    source, then the copy) before its nodes; with several copies the graph inputs' and the split inputs' copies
-    as the first leafs. ``uses``: the graph's use counts where the devices' ``graph_optimize`` adds allocation
-    dependencies (planner.backends.cuda_fusion): after each node a device split's fusions keep tensors for, a node of op
-    NONE holding them (ggml/src/ggml-backend.cpp:1543 alloc_deps)."""
-    nodes, node_ids = [], []
-    bounds = [start for _, start, _ in splits[1:]] + [len(s.graph.nodes)]
-    deps: dict[Tensor, list[Tensor]] = {}
-    if uses is not None:
-        # every split is optimized before the copy is made (ggml/src/ggml-backend.cpp:1474 ggml_backend_graph_optimize)
-        for (backend, start, _), end in zip(splits, bounds, strict=True):
-            if backend != s.setup.cpu:
-                alloc_deps(s.graph.nodes, start, end, uses, deps)
-    for (backend, start, inputs), end in zip(splits, bounds, strict=True):
-        for src in inputs:
-            dep = g.view_tensor(src, "NONE", (src,))
-            nodes += [dep, copies[(id(src), backend)][0]]
-            node_ids += [src.backend, backend]
-        for node in s.graph.nodes[start:end]:
-            nodes.append(node)
-            node_ids.append(node.backend)
-            keep = deps.get(node) if deps else None
-            if keep:
-                for k in range(0, len(keep), MAX_SRC):
-                    nodes.append(g.view_tensor(keep[k], "NONE", tuple(keep[k:k + MAX_SRC])))
-                    node_ids.append(backend)
-    leafs: list[Tensor] = []
-    leaf_ids: list[int] = []
-    if s.setup.n_copies > 1:
-        for leaf in s.graph.leafs:
-            if leaf.flags & FLAG_INPUT:
-                leaf.flags |= FLAG_OUTPUT
-                n = s.setup.n_copies
-                dups = [leaf] + [_copy(leaf, leaf.type, leaf.nb, n) for _ in range(n - 1)]
-                leafs += dups
-                leaf_ids += [leaf.backend] * len(dups)
-        for backend, _, inputs in splits:
-            for src in inputs:
-                leafs += copies[(id(src), backend)]
-                leaf_ids += [backend] * s.setup.n_copies
-    leafs += s.graph.leafs
-    leaf_ids += [leaf.backend for leaf in s.graph.leafs]
-    return Graph(nodes=nodes, leafs=leafs), node_ids, leaf_ids
-
-
-def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) -> SchedResult:
-    """Assign ``graph`` (a reserve graph of ``n_tokens`` tokens) to backends, split it and size each backend's
-    compute buffer (devices in order, then the CPU). The sources the split redirects to input copies and the flags
-    of the graph-input copies are put back afterwards, so the same graph may be scheduled again.
-
-    ``pins``: the assignments made while building the graph hold. They do in ``ggml_backend_sched_reserve`` (a real
-    run) but not in ``ggml_backend_sched_reserve_size`` (the no_alloc dry run): ``set_tensor_backend`` marks the
-    scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them."""
-    flags = [leaf.flags for leaf in graph.leafs]
-    redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
-    try:
-        split = split_graph(graph, setup, n_tokens, pins, redirected)
-        sizes = split.sizes()
-    finally:
-        for node, src in redirected:
-            node.src = src
-        for leaf, flag in zip(graph.leafs, flags, strict=True):
-            leaf.flags = flag
-    return SchedResult(sizes, split.n_splits, split.n_copies, split.host_ops)
-
-
-@dataclass(frozen=True)
-class SplitGraph:
-    """The scheduler's graph copy of one reserve, as ``ggml_gallocr_reserve_n`` receives it: its nodes and leafs,
-    the backend buffer of each, the buffers (devices in order, then the CPU); ``host_ops``: the ops of the graph
-    that the devices' kind does not run, each with its count (they run on the CPU), in graph order."""
-
-    graph: Graph
-    node_ids: list[int]
-    leaf_ids: list[int]
-    buffers: tuple[Buffer, ...]
-    n_splits: int
-    n_copies: int
-    host_ops: tuple[tuple[str, int], ...] = ()
-
-    def sizes(self, keep: bool = False) -> tuple[int, ...]:
-        """Each backend's compute buffer bytes (planner.ggml.alloc.reserve_sizes; ``keep``: the graph is sized
-        again at other shapes, see there)."""
-        return tuple(reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids, keep))
-
-
-def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
-                redirected: list[tuple[Tensor, tuple[Tensor, ...]]], periods: GraphPeriods | None = None
-                ) -> SplitGraph:
-    """``schedule`` up to the allocation: passes 1 to 4, the splits and the graph copy. The sources the split
-    redirects to input copies are appended to ``redirected`` (node, its sources before), and graph inputs get the
-    output flag with several copies: ``graph`` stays so until the caller puts them back.
-
-    ``periods``: ``graph`` is built over fewer layers (planner.compute.reuse.layer_periods): its splits and host ops are
-    counted for the whole graph, and the split graph carries the starts of the periods the allocator checks.
-
-    Raises:
-        PeriodMismatch: with ``periods``, the checked periods are not scheduled alike (the whole graph must be).
-    """
-    probed = _PROBED.pop(id(graph), None)
-    if pins and probed is not None and probed.graph is graph and probed.setup is setup and probed.n_tokens == n_tokens:
-        s = probed  # the -fa auto probe assigned this very graph with these arguments; nothing touched it since
-    else:
-        s = _assign(graph, setup, n_tokens, pins)
-    s.redirected = redirected
-    host_ops = refused_ops(s)  # before the split points sources at their copies
-    if periods is not None:
-        host_ops = _whole_graph_host_ops(s, periods, host_ops)
-    uses = use_counts(graph.nodes) if setup.kind.fusion_deps and setup.placement.n_devices else None
-    splits, copies = s.split()
-    sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies, uses)
-    buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
-                 for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
-    n_splits = len(splits)
-    if periods is not None:
-        n_splits, sched_graph.periods = _whole_graph_splits(s, splits, periods, sched_graph)
-    return SplitGraph(sched_graph, node_ids, leaf_ids, buffers, n_splits, setup.n_copies, host_ops)
-
-
-def _whole_graph_host_ops(s: _Sched, periods: GraphPeriods, host_ops: tuple[tuple[str, int], ...]
-                          ) -> tuple[tuple[str, int], ...]:
-    """The host ops of the whole graph that ``s``'s assigned graph (built over fewer layers, ``host_ops`` its own)
-    stands for, after checking that p0 to p_last are assigned alike and p1, p2 leave the same ops to the host
-    (planner.compute.reuse.layer_periods). Asked before the split points sources at their copies, as ``refused_ops``.
-
-    Raises:
-        PeriodMismatch: they are not.
-    """
-    if s.refused_types:  # a weight's buffer and backend then follow its file type, which layers may not share
-        raise PeriodMismatch("the devices refuse some of the model's file types")
-    m0, m1, m2, m3 = periods.marks
-    step = m1 - m0
-    nodes = s.graph.nodes
-    if m3 + step > len(nodes) or any(nodes[i].backend != nodes[i + step].backend for i in range(m0, m3)):
-        raise PeriodMismatch("the periods' nodes are assigned to other backends")
-    if not host_ops:
-        return host_ops
-    once, twice = (_refused_counts(s, nodes[lo:lo + step]) for lo in (m1, m2))
-    if once != twice:
-        raise PeriodMismatch("the periods leave other ops to the host")
-    return tuple((op, n + periods.skipped * twice.get(op, 0)) for op, n in host_ops)
-
-
-def _whole_graph_splits(s: _Sched, splits: list[tuple[int, int, list[Tensor]]], periods: GraphPeriods,
-                        sched_graph: Graph) -> tuple[int, tuple[int, int, int]]:
-    """The splits of the whole graph that ``s``'s split graph (built over fewer layers) stands for, and the split
-    graph's node indices where p1, p2 and p_last start (a split's input copies before its first node included),
-    after checking that p1, p2 and p_last are split alike (planner.compute.reuse.layer_periods).
-
-    Raises:
-        PeriodMismatch: they are not.
-    """
-    m0, m1, m2, m3 = periods.marks
-    step = m1 - m0
-    nodes = s.graph.nodes
-
-    def split_starts(lo: int) -> list[tuple[int, int, int]]:
-        return [(b, start - lo, len(inputs)) for b, start, inputs in splits if lo <= start < lo + step]
-
-    if any((src.view_src or src).kind == "weight" for _, _, inputs in splits for src in inputs):
-        raise PeriodMismatch("a weight is copied to another backend (its copy's size follows its file type)")
-    per_period = split_starts(m2)
-    if split_starts(m1) != per_period or split_starts(m3) != per_period:
-        raise PeriodMismatch("the periods are split otherwise")
-    inputs_at = {start: len(inputs) for _, start, inputs in splits}
-    targets = {id(nodes[m]): m for m in (m1, m2, m3)}
-    where = {targets[id(t)]: i for i, t in enumerate(sched_graph.nodes) if id(t) in targets}
-    a, b, c = (where[m] - 2 * inputs_at.get(m, 0) for m in (m1, m2, m3))
-    if b - a != c - b:
-        raise PeriodMismatch("the periods' input copies differ")
-    return len(splits) + periods.skipped * len(per_period), (a, b, c)
-
-
-def refused_ops(s: _Sched) -> tuple[tuple[str, int], ...]:
-    """The ops of ``s``'s assigned graph that its devices do not run (``_Sched.runs``), with their counts, where
-    every layer is on a device (with layers on the host, the ops of those run there anyway); none where the kind
-    runs every op on every weight type. Such an op is on the CPU after pass 3, so only the CPU's nodes are asked."""
-    setup = s.setup
-    if (setup.kind.supports_op is None and not s.refused_types) or not setup.full_offload or not setup.cpu:
-        return ()
-    return tuple(_refused_counts(s, s.graph.nodes).items())
-
-
-def _refused_counts(s: _Sched, nodes: Iterable[Tensor]) -> dict[str, int]:
-    """``refused_ops``' counts over ``nodes``, in the order the ops first appear."""
-    counts: dict[str, int] = {}
-    cpu = s.setup.cpu
-    for node in nodes:
-        if node.backend == cpu and node.op not in VIEW_OPS and not s.runs(node, 0):
-            counts[node.op] = counts.get(node.op, 0) + 1
-    return counts
-
-
-#: The backend of each weight's and cache's buffer under the last setup a ``_Sched`` was made for, by what decides
-#: it (kind, layer, name and a weight's shape; ``_Sched.__init__``): a function of the setup alone, so the graphs of
-#: every reserve and every -np scheduled under one setup share it (qwen3-next: about 1,900 lookups of
-#: ``_backend_of_buffer`` per context shape otherwise).
-_HOMES: dict[SchedSetup, dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int]] = {}
-
-#: The assignment of the last ``flash_attn_on_layer_devices`` probe, by its graph's id: the probe's graph is the tg
-#: reserve's (planner.compute.per_device), which ``split_graph`` then takes over instead of assigning it again (the
-#: same passes over the same graph: a third of the scheduler's time). Taken once; the next probe replaces it.
-_PROBED: dict[int, _Sched] = {}
-
-
-def _assign(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> _Sched:
-    """Passes 1 to 4: every node and leaf of ``graph`` gets a backend."""
-    s = _Sched(graph, setup, n_tokens)
-    if pins:
-        s.pin()
-    s.pass1()
-    nodes = [n for n in graph.nodes if n.op not in VIEW_OPS]  # the expansion passes skip views
-    s.expand(nodes, skip=setup.cpu)
-    s.expand(nodes[::-1], skip=setup.cpu)
-    s.expand(nodes, skip=-1)
-    s.expand(nodes[::-1], skip=-1)
-    s.pass3()
-    s.pass4()
-    return s
-
-
-def flash_attn_on_layer_devices(graph: Graph, setup: SchedSetup, n_tokens: int) -> bool:
-    """llama_context::resolve_fused_ops for ``-fa auto``: every FLASH_ATTN_EXT node of the probe graph (one token
-    per sequence, built with flash attention) runs on its layer's device; False makes llama.cpp turn flash
-    attention off (e.g. with ``-nkvo``, where the op lands on the CPU beside the cache)."""
-    _PROBED.clear()
-    _PROBED[id(graph)] = _assign(graph, setup, n_tokens, pins=True)
-    for node in graph.nodes:
-        if node.op == "FLASH_ATTN_EXT" and isinstance(node.layer, int):
-            dev = setup.placement.layer_device(node.layer)
-            if node.backend != (setup.cpu if dev is None else dev):
-                return False
-    return True

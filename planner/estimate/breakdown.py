@@ -390,7 +390,7 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     # deferred: the scheduler model (planner.compute.sched, per_device), loaded for GPU backends only
     from rsplan.planner.backends.devices import DEVICE_KINDS
     from rsplan.planner.compute.per_device import device_compute
-    from rsplan.planner.compute.sched import SchedModelError, SchedSetup
+    from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
 
     kind = DEVICE_KINDS[_backend_kind(backend)]
     setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors,

@@ -36,7 +36,7 @@ from rsplan.planner.caches.plan import build_plan
 from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.per_device import device_compute
 from rsplan.planner.compute.reserve import compute_buffer
-from rsplan.planner.compute.sched import SchedModelError, SchedSetup
+from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
 from rsplan.planner.fit.memory import (
     DeviceUsage,
     MemoryModel,

@@ -262,7 +262,7 @@ class MemoryModel:
         # deferred: the scheduler model (planner.compute.sched, per_device), loaded for devices only
         from rsplan.planner.backends.devices import DEVICE_KINDS
         from rsplan.planner.compute.per_device import device_compute
-        from rsplan.planner.compute.sched import SchedModelError, SchedSetup
+        from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
 
         kind = DEVICE_KINDS.get(self.device_kind)
         if kind is None:

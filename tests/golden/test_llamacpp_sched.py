@@ -15,7 +15,7 @@ from rsplan.hparams.sources import read_model
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.sched import SchedSetup
+from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.weights.placement import place_layers
 from rsplan.planner.weights.weight_placement import n_cpu_moe_overrides
 from rsplan_testing import MEASURED_DIR

@@ -26,7 +26,7 @@ from rsplan.planner.caches.outputs import output_buffer, server_checkpoints
 from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
 from rsplan.planner.capacity.search import CapacityPlanner, run_capacity
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.sched import SchedSetup
+from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.fit.draft import DraftMemory
 from rsplan.planner.fit.memory import MemoryModel, StartFlags
 from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model

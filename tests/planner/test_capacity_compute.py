@@ -42,7 +42,7 @@ def test_cli_charges_each_device_its_scheduled_compute():
     from rsplan.planner.backends.devices import DEVICE_KINDS
     from rsplan.planner.caches.context import ContextParams
     from rsplan.planner.compute.per_device import device_compute
-    from rsplan.planner.compute.sched import SchedSetup
+    from rsplan.planner.compute.sched_setup import SchedSetup
     from rsplan.planner.weights.placement import place_layers
 
     d = capacity_json("--model", "lfm2-1.2b", "--budget", "24GiB,8GiB", "-c", "4096", "-np", "4", "--ctx", "4k")

@@ -235,7 +235,7 @@ def test_an_abort_kept_over_the_cells_is_the_one_the_ordinary_sizing_reports():
     from rsplan.planner.compute import per_device as device_compute
     from rsplan.planner.compute.errors import LlamaAbortError
     from rsplan.planner.compute.reuse import kept_shapes
-    from rsplan.planner.compute.sched import SchedSetup
+    from rsplan.planner.compute.sched_setup import SchedSetup
     from rsplan.planner.weights.placement import place_layers
 
     spec = load_builtin_preset("kimi-linear-48b-a3b")

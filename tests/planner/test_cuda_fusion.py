@@ -10,7 +10,8 @@ import pytest
 
 from rsplan.planner.backends.cuda_fusion import alloc_deps, use_counts
 from rsplan.planner.backends.devices import DEVICE_KINDS
-from rsplan.planner.compute.sched import SchedSetup, schedule
+from rsplan.planner.compute.sched_setup import SchedSetup
+from rsplan.planner.compute.sched_split import schedule
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Graph
 from rsplan.planner.weights.placement import place_layers

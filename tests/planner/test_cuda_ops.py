@@ -11,7 +11,8 @@ from rsplan.planner.backends.cuda_ops import cuda_supports_op
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.sched import SchedSetup, schedule
+from rsplan.planner.compute.sched_setup import SchedSetup
+from rsplan.planner.compute.sched_split import schedule
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Graph, Tensor
 from rsplan.planner.weights.layer_tensors import LayerTensors

@@ -13,7 +13,7 @@ from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute.errors import LlamaAbortError
 from rsplan.planner.compute.reserve import reserve_graph_builder
-from rsplan.planner.compute.sched import SchedSetup
+from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.weights.placement import place_layers
 
 #: Per-sequence contexts: the first builds and schedules the shapes, the others are sized on them.

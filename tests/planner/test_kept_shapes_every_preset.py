@@ -27,7 +27,7 @@ from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute import reserve as compute
-from rsplan.planner.compute.sched import SchedSetup
+from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.placement import place_layers
 from rsplan.planner.weights.quant_weights import quantized_weights

@@ -12,7 +12,7 @@ from rsplan.hparams.sources import builtin_preset_names, load_builtin_preset
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute import reserve as compute
-from rsplan.planner.compute import sched
+from rsplan.planner.compute import sched_split
 from rsplan.planner.compute.reuse import layer_periods
 from rsplan.planner.compute.reuse.layer_periods import LayerCut, layer_cut, layer_signature
 from rsplan.planner.ggml import alloc as ga
@@ -189,14 +189,14 @@ def test_the_whole_graph_has_the_left_out_periods_splits_and_host_ops():
                         runs=lambda node, b: node.op != "SSM_SCAN")
     periods = GraphPeriods((0, 2, 4, 6), 5)
     splits = [(node.backend, i, []) for i, node in enumerate(nodes[:9])]
-    assert sched._whole_graph_splits(s, splits, periods, graph) == (19, (2, 4, 6))
-    assert sched._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),)) == (("SSM_SCAN", 9),)
+    assert sched_split._whole_graph_splits(s, splits, periods, graph) == (19, (2, 4, 6))
+    assert sched_split._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),)) == (("SSM_SCAN", 9),)
     # p2 split otherwise than p1: the whole graph is not the cut one's
     with pytest.raises(ga.PeriodMismatch):
-        sched._whole_graph_splits(s, [sp for sp in splits if sp[1] != 5], periods, graph)
+        sched_split._whole_graph_splits(s, [sp for sp in splits if sp[1] != 5], periods, graph)
     nodes[5].backend = 1  # p2's ADD on the CPU: assigned otherwise
     with pytest.raises(ga.PeriodMismatch):
-        sched._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),))
+        sched_split._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),))
 
 
 def test_the_allocator_state_is_the_free_blocks_and_the_held_tensors_places():

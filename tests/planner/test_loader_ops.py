@@ -16,7 +16,8 @@ from rsplan.planner.backends.buffers import CUDA_RULE
 from rsplan.planner.backends.cuda_ops import cuda_supports_op
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.backends.loader_ops import LoaderCheck, device_loader_check, loader_check, weight_shape
-from rsplan.planner.compute.sched import SchedSetup, _backend_of_buffer
+from rsplan.planner.compute.sched import _backend_of_buffer
+from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.weights.placement import place_layers
 from rsplan.planner.weights.quant_weights import quantized_weights

@@ -8,9 +8,10 @@ import pytest
 from rsplan.hparams.sources import read_model
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
-from rsplan.planner.compute import sched
+from rsplan.planner.compute import sched, sched_split
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.sched import SchedModelError, SchedSetup, schedule
+from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
+from rsplan.planner.compute.sched_split import schedule
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Buffer, Graph, reserve_sizes
 from rsplan.planner.weights.layer_tensors import LayerTensors
@@ -77,16 +78,16 @@ def test_a_probed_graph_is_split_on_the_probes_assignment_once():
     graph = _two_layer_graph()
     sched.flash_attn_on_layer_devices(graph, setup, 16)
     probed = sched._PROBED[id(graph)]
-    split = sched.split_graph(graph, setup, 16, True, [])
+    split = sched_split.split_graph(graph, setup, 16, True, [])
     assert id(graph) not in sched._PROBED  # taken
     assert (split.sizes(), split.n_splits) == ((1280, 1280, 512), 3)
     other = _two_layer_graph()
     sched.flash_attn_on_layer_devices(graph, setup, 16)
     assert sched._PROBED[id(graph)] is not probed
-    split = sched.split_graph(other, setup, 16, True, [])  # another graph: assigned afresh, the probe left
+    split = sched_split.split_graph(other, setup, 16, True, [])  # another graph: assigned afresh, the probe left
     assert (split.sizes(), split.n_splits) == ((1280, 1280, 512), 3)
     assert id(graph) in sched._PROBED
-    sched.split_graph(graph, SchedSetup(RPC, _placement(), offload_kqv=False), 16, True, [])  # another setup
+    sched_split.split_graph(graph, SchedSetup(RPC, _placement(), offload_kqv=False), 16, True, [])  # another setup
     assert id(graph) not in sched._PROBED  # dropped unused
 
 

@@ -13,17 +13,16 @@ every 3 layers in Mamba-2's pp graph, every 2 in its tg graph): planner.compute.
 
 Why the sizes come out as the whole graph's, or the sizing falls back to the whole graph:
 
-- **Scheduler** (planner.compute.sched.split_graph: ``_whole_graph_host_ops``, ``_whole_graph_splits``). The nodes of
-  p0, p1, p2 and p_last must get the same backends at the same relative positions, p1, p2 and p_last the same split
-  starts (backends and input counts at the same positions), p1 and p2 the same ops left to the host, and p1, p2
-  the same length once the split has put its input copies in. Each period then holds nodes that pass 1 assigns
-  from their weights (every layer reads a norm weight), so every expansion pass enters a period with the backend
-  that the period before (or after) ends with: the left-out periods, twins of p2 between twins of p2, are
-  assigned, split and copied as p2 is, and the whole graph has ``n_splits + skipped x (p2's splits)`` splits and
-  ``skipped x (p2's host ops)`` more host ops. Only setups whose weights' buffers the layer's device decides are
-  cut (no ``-ot``, no file type the devices refuse, no weight copied to another backend), so the signature holds
-  every buffer decision. tests/planner/test_layer_periods.py checks on every preset's whole graphs that each
-  left-out period builds p2's nodes.
+- **Scheduler** (planner.compute.sched_split.split_graph: ``_whole_graph_host_ops``, ``_whole_graph_splits``). The nodes
+  of p0, p1, p2 and p_last must get the same backends at the same relative positions, p1, p2 and p_last the same split
+  starts (backends and input counts at the same positions), p1 and p2 the same ops left to the host, and p1, p2 the same
+  length once the split has put its input copies in. Each period then holds nodes that pass 1 assigns from their weights
+  (every layer reads a norm weight), so every expansion pass enters a period with the backend that the period before (or
+  after) ends with: the left-out periods, twins of p2 between twins of p2, are assigned, split and copied as p2 is, and
+  the whole graph has ``n_splits + skipped x (p2's splits)`` splits and ``skipped x (p2's host ops)`` more host ops.
+  Only setups whose weights' buffers the layer's device decides are cut (no ``-ot``, no file type the devices refuse, no
+  weight copied to another backend), so the signature holds every buffer decision. tests/planner/test_layer_periods.py
+  checks on every preset's whole graphs that each left-out period builds p2's nodes.
 - **Allocator** (planner.ggml.alloc ``_Periods``). ggml-alloc's next step depends only on its state: each
   buffer's free blocks, and where each live tensor is (buffer, offset, size; the consumers and views left are
   the graph's structure). At the starts of p1, p2 and p_last the state must be the same: equal free blocks, and
