@@ -42,6 +42,7 @@ def main() -> None:
     from rsplan.planner.compute import reserve as compute
     from rsplan.planner.compute.per_device import device_compute
     from rsplan.planner.compute.reserve import build_reserve_graph, compute_buffer, reserve_graph_builder
+    from rsplan.planner.compute.reuse.session import SizingSession
     from rsplan.planner.compute.sched_setup import SchedSetup
     from rsplan.planner.ggml.alloc import reserve_size
     from rsplan.planner.weights.placement import place_layers
@@ -49,7 +50,9 @@ def main() -> None:
     spec = load_model(MODEL)
     layout = cache_layout(spec)
     params = [ContextParams(n_ctx=c, n_seq_max=n) for c, n in SETTINGS]
-    per_call = _best_per_call(lambda p: compute_buffer(spec, p, layout=layout), [(p,) for p in params], args.repeats)
+    session = SizingSession()  # as a capacity search sizes them: graphs kept over the KV cells
+    per_call = _best_per_call(lambda p: compute_buffer(spec, p, layout=layout, session=session), [(p,) for p in params],
+                              args.repeats)
     print(f"compute_buffer, {MODEL}: {per_call * 1000:.1f} ms CPU per call (pp + tg graphs; "
           f"{len(SETTINGS)} settings, best of {args.repeats})")
 
@@ -58,9 +61,8 @@ def main() -> None:
     n_seqs = ctx.n_seq_max
     n_tok = -(-512 // n_seqs) * n_seqs
     graph_args = (build, spec, layout, ctx, False, "pp", n_tok, n_seqs, n_seqs)
-    # the builder itself: build_reserve_graph would return the graph it built last
-    t_build = _best_per_call(getattr(compute, "_build_reserve_graph", build_reserve_graph), [graph_args],
-                             5 * args.repeats)
+    # the builder itself (build_reserve_graph without a session)
+    t_build = _best_per_call(compute._build_reserve_graph, [graph_args], 5 * args.repeats)
     graph = build_reserve_graph(*graph_args)
     t_alloc = _best_per_call(lambda: reserve_size(graph, 32), [()], 5 * args.repeats)
     print(f"  one pp graph ({len(graph.nodes)} nodes): build {t_build * 1000:.1f} ms, allocator "
@@ -68,8 +70,8 @@ def main() -> None:
 
     placement = place_layers(spec.block_count, 2, n_gpu_layers=spec.block_count + 1)
     setup = SchedSetup(DEVICE_KINDS["RPC"], placement)
-    per_call = _best_per_call(lambda p: device_compute(spec, p, setup, layout=layout), [(p,) for p in params[:3]],
-                              args.repeats)
+    per_call = _best_per_call(lambda p: device_compute(spec, p, setup, layout=layout, session=session),
+                              [(p,) for p in params[:3]], args.repeats)
     print(f"device_compute, {MODEL} over 2 RPC devices (real run): {per_call * 1000:.1f} ms CPU per call")
 
 

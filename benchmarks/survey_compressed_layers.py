@@ -240,7 +240,6 @@ def _first_shape(preset: str, setting: str) -> tuple[Any, Any] | None:
         init(self, run, ctx, sym)
 
     dc._Splits.__init__ = spy  # type: ignore[method-assign]
-    dc.SHAPES.clear()
     command, *flags = setting.split()
     sys.argv = ["rsplan", command, "-m", preset, *flags]
     try:

@@ -3,9 +3,9 @@ every preset.
 
 For each preset in presets/ and each setting of a grid, a series of contexts per sequence is sized twice:
 
-- kept: ``planner.compute.per_device.device_compute`` (split graphs kept in ``SHAPES``, from a key's first query) and
-  ``planner.compute.reserve.compute_buffer`` (CPU graphs kept in ``CPU_SHAPES``, from a key's second query: each CPU
-  context is asked twice, so that the second answer comes from kept graphs);
+- kept: ``planner.compute.per_device.device_compute`` (split graphs kept in a sizing session's ``device_shapes``, from
+  a key's first query) and ``planner.compute.reserve.compute_buffer`` (CPU graphs kept in its ``cpu_shapes``, from a
+  key's second query: each CPU context is asked twice, so that the second answer comes from kept graphs);
 - ordinary: the same sizing with every graph built and scheduled at that context (``device_compute._size``, and
   ``compute._reserve`` over ``compute.reserves``), no kept graphs.
 
@@ -47,14 +47,18 @@ Exit status 1 when anything mismatched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from rsplan.planner.compute.reuse.session import SizingSession
 
 PLACEMENTS = ("cuda", "rpc2", "nkvo")
 #: --offload: partial offload, one and two devices, the output layer on a device or on the host, -ts uneven
@@ -184,6 +188,27 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
         return None, _err(exc)
 
 
+#: The counts of a ShapeCache's ``stats``.
+_STATS = ("built", "reused", "raised", "ordinary")
+
+
+@contextlib.contextmanager
+def sessions_made() -> Iterator[list[SizingSession]]:
+    """Every sizing session made inside the block (a command makes its own and passes it down)."""
+    made: list[SizingSession] = []
+    init = SizingSession.__init__
+
+    def recording(self: SizingSession, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    SizingSession.__init__ = recording  # type: ignore[method-assign]
+    try:
+        yield made
+    finally:
+        SizingSession.__init__ = init  # type: ignore[method-assign]
+
+
 def _delta(stats: dict[str, int], before: dict[str, int]) -> str:
     changed = [k for k in ("built", "reused", "ordinary") if stats[k] != before[k]]
     return "+".join(changed) or "none"
@@ -254,8 +279,8 @@ class Survey:
     def device_series(self, rec: dict[str, Any], spec: Any, layout: Any, all_setups: dict[str, Any],
                       s: Series) -> None:
         """Each context in turn under every placement and run (so that the ordinary sizing finds the graphs it
-        built at that context for the placement before: planner.compute.reserve keeps the last ones); ``SHAPES`` holds a
-        key per placement and run meanwhile, so that each key's contexts are sized on its kept graphs."""
+        built at that context for the placement before: a session keeps the last ones); the session's device shapes
+        hold a key per placement and run meanwhile, so that each key's contexts are sized on its kept graphs."""
         from rsplan.planner.caches.context import resolve_context
         from rsplan.planner.compute import per_device as dc
         from rsplan.planner.compute.reserve import draft_layout_and_params, paused_gc, reserve_graph_builder
@@ -264,41 +289,40 @@ class Survey:
 
         n_out = s.n_out
         runs = [(where, mode) for where in self.args.placements if where in all_setups for mode in self.args.modes]
-        dc.SHAPES.clear()
-        size = dc.SHAPES.size
-        dc.SHAPES.size = max(size, 2 * len(runs))  # with -np 1, -c 256 runs its own ubatch: a key of its own
+        session = SizingSession()
+        shapes = session.device_shapes
+        shapes.size = max(shapes.size, 2 * len(runs))  # with -np 1, -c 256 runs its own ubatch: a key of its own
         reasons: dict[tuple[str, str], str] = {}
-        try:
-            for c in self.args.contexts:
-                params = s.params(c)
-                for where, mode in runs:
-                    setup = all_setups[where]
-                    before = dict(dc.SHAPES.stats)
-                    got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, runs=mode,
-                                         mtp_draft=s.mtp, n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft)
-                    path = _delta(dc.SHAPES.stats, before)
+        for c in self.args.contexts:
+            params = s.params(c)
+            for where, mode in runs:
+                setup = all_setups[where]
+                before = dict(shapes.stats)
+                got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, runs=mode,
+                                     mtp_draft=s.mtp, n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft,
+                                     session=session)
+                path = _delta(shapes.stats, before)
 
-                    def ordinary(params: Any, setup: Any, mode: str) -> Any:
-                        build = reserve_graph_builder(spec, s.mtp)
-                        lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
-                        run = dc._Run(build, spec, lay, par.flash_attn, setup, s.tool, s.n_draft, n_out, False, mode)
-                        ctx = resolve_context(lay, par)
-                        with paused_gc():
-                            return dc._size(run, ctx), run, ctx
+                def ordinary(params: Any, setup: Any, mode: str) -> Any:
+                    build = reserve_graph_builder(spec, s.mtp)
+                    lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
+                    run = dc._Run(build, spec, lay, par.flash_attn, setup, s.tool, s.n_draft, n_out, False, mode)
+                    ctx = resolve_context(lay, par)
+                    with paused_gc():
+                        return dc._size(run, ctx), run, ctx
 
-                    want, want_err = _call(ordinary, params, setup, mode)
-                    what = f"device {where} {s.label()} {mode} c={c}/seq"
-                    self.compare(rec, "device", what, got, got_err, want[0] if want else None, want_err, path)
-                    if path == "ordinary" and want is not None:
-                        if (where, mode) not in reasons:
-                            _, run, ctx = want
-                            k = ctx.n_ctx_seq // 256
-                            _, reason = _call(dc._Splits, run, ctx, symbolic_context(ctx, KCells(k)))
-                            reasons[(where, mode)] = reason or "(the symbolic build succeeds now: tried before)"
-                        rec["fallbacks"].append(f"{what}: {reasons[(where, mode)]}")
-                        self.say(f"  FALLBACK {what}: {reasons[(where, mode)]}")
-        finally:
-            dc.SHAPES.size = size
+                want, want_err = _call(ordinary, params, setup, mode)
+                what = f"device {where} {s.label()} {mode} c={c}/seq"
+                self.compare(rec, "device", what, got, got_err, want[0] if want else None, want_err, path)
+                if path == "ordinary" and want is not None:
+                    if (where, mode) not in reasons:
+                        _, run, ctx = want
+                        k = ctx.n_ctx_seq // 256
+                        kept_run = dataclasses.replace(run, session=SizingSession())
+                        _, reason = _call(dc._Splits, kept_run, ctx, symbolic_context(ctx, KCells(k)))
+                        reasons[(where, mode)] = reason or "(the symbolic build succeeds now: tried before)"
+                    rec["fallbacks"].append(f"{what}: {reasons[(where, mode)]}")
+                    self.say(f"  FALLBACK {what}: {reasons[(where, mode)]}")
 
     # -- compute_buffer ----------------------------------------------------------------------------------------
 
@@ -309,7 +333,7 @@ class Survey:
         from rsplan.planner.compute.reuse.kv_affine import KCells
 
         n_out = s.n_out
-        compute.CPU_SHAPES.clear()
+        session = SizingSession()
         reason = None
         for c in self.args.contexts:
             params = s.params(c)
@@ -325,10 +349,10 @@ class Survey:
 
             want, want_err = _call(ordinary, params)
             for attempt in (1, 2):  # the second query of a key is sized on kept graphs
-                before = dict(compute.CPU_SHAPES.stats)
+                before = dict(session.cpu_shapes.stats)
                 got, got_err = _call(compute.compute_buffer, spec, params, layout=layout, mtp_draft=s.mtp,
-                                     n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft)
-                path = _delta(compute.CPU_SHAPES.stats, before)
+                                     n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft, session=session)
+                path = _delta(session.cpu_shapes.stats, before)
                 what = f"cpu {s.label()} c={c}/seq query {attempt}"
                 self.compare(rec, "cpu", what, list(got.graphs) if got else None, got_err,
                              want[0] if want else None, want_err, path)
@@ -352,19 +376,17 @@ class Survey:
         from click.testing import CliRunner
 
         from rsplan.cli import cli
-        from rsplan.planner.compute import per_device as dc
-        from rsplan.planner.compute import reserve as compute
         from rsplan.planner.compute.reuse import kept_shapes
 
         runner = CliRunner()
         for argv in commands(spec, layout):
             what = "rsplan " + " ".join(argv)
-            before = {"device": dict(dc.SHAPES.stats), "cpu": dict(compute.CPU_SHAPES.stats)}
             t0 = time.time()
-            kept = runner.invoke(cli, argv)
+            with sessions_made() as made:
+                kept = runner.invoke(cli, argv)
             t1 = time.time()
-            used = {side: {k: cache.stats[k] - before[side][k] for k in cache.stats}
-                    for side, cache in (("device", dc.SHAPES), ("cpu", compute.CPU_SHAPES))}
+            used = {side: {k: sum(getattr(s, f"{side}_shapes").stats[k] for s in made) for k in _STATS}
+                    for side in ("device", "cpu")}
             kept_shapes.KEPT = False
             try:
                 plain = runner.invoke(cli, argv)

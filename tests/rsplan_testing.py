@@ -171,18 +171,3 @@ KIMI_LINEAR_48B = {
     "use_grouped_topk": True, "num_expert_group": 1, "topk_group": 1, "tie_word_embeddings": False,
     "num_nextn_predict_layers": 0,
 }
-
-
-def clear_sizing_caches() -> None:
-    """Forget every graph and decision kept across sizings in this process (kept context shapes of the device and
-    CPU models, cuts found not to hold, the cut multiples found, the weights' buffers per setup): the next sizing
-    starts as in a fresh process."""
-    from rsplan.planner.compute import per_device as dc
-    from rsplan.planner.compute import reserve as compute
-    from rsplan.planner.compute import sched
-
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
-    dc._UNCUT.clear()
-    dc._MULTIPLE.clear()
-    sched._HOMES.clear()

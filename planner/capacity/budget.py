@@ -29,6 +29,7 @@ from rsplan.planner.capacity.limits import (
 )
 from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.planner.compute.reserve import n_outputs_max_for
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, checkpoint_weights, weights_needed
 from rsplan.planner.weights.host_weights import HostOptions, WeightTable
 from rsplan.planner.weights.quant_weights import quantized_model
@@ -199,13 +200,15 @@ def allowance(reason: str) -> tuple[int, str, bool]:
 def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: ContextParams, request: BudgetRequest,
                   spec_type: str | None = None,
                   tables: Sequence[WeightTable | None] | None = None,
-                  vocab_unknown: Sequence[str | None] | None = None) -> list[CapacityPlanner]:
+                  vocab_unknown: Sequence[str | None] | None = None,
+                  session: SizingSession | None = None) -> list[CapacityPlanner]:
     """One CapacityPlanner per model (``refs``: how each was given, named in the source lines); the flags as given
     are checked against each model's context limit and llama.cpp's draft bound. ``spec_type``: ``--spec-type``
     (None or ``none``: the draft type each model can use). ``tables``: per model, a GGUF's tensor table
     (hparams.sources.ReadModel: tensors, rows, shapes, alignment), when read: its weights are then placed tensor by
     tensor, and the host's charged as a started llama.cpp holds them (``request.host``). ``vocab_unknown``: per
     model, why a config.json does not give vocab_size (ReadModel.facts), named in a ``--quant`` error.
+    ``session``: the sizing session the planners share (planner.compute.reuse.session; None: a new one).
 
     Raises:
         RsplanError: value counts that do not match (``--fit-target`` per GPU, ``--weights`` per model), a
@@ -213,6 +216,7 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
     """
     margins = _margins(request)
     check_weights_count(request, len(specs))
+    session = session if session is not None else SizingSession()
     planners = []
     for i, (spec, ref) in enumerate(zip(specs, refs, strict=True)):
         given = request.weights[i] if request.weights else None
@@ -231,20 +235,20 @@ def make_planners(specs: Sequence[ModelSpec], refs: Sequence[str], params: Conte
                         compute_per_setting=per_setting, device_kind=request.device_kind,
                         mtp_weights=tensors[1] if tensors else (), host_table=host_table, host=request.host)
         try:
-            planner = _planner(spec, params, budget, request, spec_type)
+            planner = _planner(spec, params, budget, request, spec_type, session)
         except ComputeUnmodelledError as exc:
             # the smallest setting or the flags as given (which the planner sizes first) has no compute model
             compute, compute_source, per_setting = allowance(exc.reason)
             budget = replace(budget, compute_bytes=compute, compute_source=compute_source,
                              compute_per_setting=per_setting)
-            planner = _planner(spec, params, budget, request, spec_type)
+            planner = _planner(spec, params, budget, request, spec_type, session)
         planner.check_request()
         planners.append(planner)
     return planners
 
 
 def _planner(spec: ModelSpec, params: ContextParams, budget: Budget, request: BudgetRequest,
-             spec_type: str | None) -> CapacityPlanner:
+             spec_type: str | None, session: SizingSession) -> CapacityPlanner:
     return CapacityPlanner(
         spec, params, budget,
         n_gpu_layers=request.n_gpu_layers,
@@ -253,6 +257,7 @@ def _planner(spec: ModelSpec, params: ContextParams, budget: Budget, request: Bu
         override_flags=request.override_flags,
         rope=request.rope,
         spec_type=None if spec_type == "none" else spec_type,
+        session=session,
     )
 
 

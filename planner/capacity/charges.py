@@ -35,6 +35,7 @@ from rsplan.planner.backends.buffers import CUDA_RULE, DEVICE_RULES, BufferRule
 from rsplan.planner.backends.loader_ops import device_loader_check
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.caches.outputs import output_buffer
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.fit.memory import MemoryModel, StartFlags, StartUsage
 from rsplan.planner.weights.host_charge import HostWeights, gpu_host_buffer, host_weights
 from rsplan.planner.weights.placement import Placement, weights_by_device
@@ -103,6 +104,7 @@ class ChargeModel:
     user: StartFlags
     device_free: tuple[int, ...]
     mtp: bool
+    session: SizingSession | None = field(default=None, repr=False)
     _models: dict[tuple[int, int], MemoryModel] = field(default_factory=dict, repr=False)
     _weights: dict[bool, tuple[tuple[int, ...], int]] = field(default_factory=dict, repr=False)
     _host: dict[bool, HostWeights] = field(default_factory=dict, repr=False)
@@ -162,7 +164,8 @@ class ChargeModel:
             # the loaded tensors name the graph's weights for -ot (MemoryModel.layer_tensors)
             self._models[key] = MemoryModel(self.spec, self.layout, b.weights or (), params, self.device_free,
                                             self.rule, compute_override=fixed, offload_kqv=self.placement.offload_kqv,
-                                            device_kind=self.device_kind, n_draft=n_draft, real_run=True)
+                                            device_kind=self.device_kind, n_draft=n_draft, real_run=True,
+                                            session=self.session)
         return self._models[key]
 
     @property

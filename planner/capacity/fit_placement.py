@@ -16,6 +16,7 @@ from rsplan.errors import RsplanError
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.capacity.budget import BudgetRequest
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.override_compact import compact_overrides
 
 
@@ -28,11 +29,12 @@ class FittedPlacement:
 
 
 def fitted_placement(read: object, spec: ModelSpec, ref: str, params: ContextParams,
-                     request: BudgetRequest) -> FittedPlacement | None:
+                     request: BudgetRequest, session: SizingSession | None = None) -> FittedPlacement | None:
     """The request with llama.cpp's --fit placement at ``params`` (the module docstring), or None where the
     request keeps its own: a placement given (``-ngl``, ``-ts``, tensor overrides), ``--weights`` (no tensors),
     ``--compute`` given as the only compute figure is kept as --fit's too; None also where --fit changes nothing
-    (every layer fits on the devices) or gives up (then the planner says what does not fit)."""
+    (every layer fits on the devices) or gives up (then the planner says what does not fit). ``session``: the
+    sizing session of the command (planner.compute.reuse.session; None: fit's own)."""
     if (request.n_gpu_layers is not None or request.tensor_split is not None or request.override_flags
             or request.weights):
         return None
@@ -53,7 +55,8 @@ def fitted_placement(read: object, spec: ModelSpec, ref: str, params: ContextPar
                       explicit_zero_ctx=True, no_kv_offload=not request.offload_kqv,
                       compute=request.compute.n_bytes if request.compute else None, quant=request.quant,
                       ctx_checkpoints=request.ctx_checkpoints, host=request.host)
-    answer = fit_model(spec, weights, params, opts, model_ref=ref, weights_source=source, table=table)
+    answer = fit_model(spec, weights, params, opts, model_ref=ref, weights_source=source, table=table,
+                       session=session)
     result = answer.result
     if result.failure or not result.changed:
         return None

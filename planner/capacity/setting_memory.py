@@ -18,6 +18,7 @@ from rsplan.planner.capacity.charges import Charge, ChargeModel
 from rsplan.planner.capacity.limits import HOST, MIB, Budget, CapacityError, ComputeUnmodelledError
 from rsplan.planner.capacity.llama_flags import llama_flags, mib_text
 from rsplan.planner.compute.errors import ComputeModelError, LlamaAbortError
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.fit.memory import StartFlags
 from rsplan.planner.weights.host_charge import HostWeights
 from rsplan.planner.weights.placement import Placement, SplitLayout, place_layers, split_layout
@@ -35,6 +36,8 @@ class SettingMemory:
     ``rope`` (RoPE-scaling flags) sets the context limit; ``spec_type`` (``--spec-type``; None: mtp for a model
     with nextn layers, else an eagle3 draft model) the draft setup printed with rollback planes. ``known``: what a
     planner of the same model, flags and budget sized elsewhere (``sized``; planner.capacity.pool), taken in first.
+    ``session``: the sizing session whose graphs serve every setting's compute buffer (planner.compute.reuse.session;
+    planners of one model may share one).
     """
 
     spec: ModelSpec
@@ -47,6 +50,7 @@ class SettingMemory:
     rope: RopeFlags | None = None
     spec_type: str | None = None
     known: InitVar[SizedSettings | None] = None
+    session: SizingSession = field(default_factory=SizingSession, repr=False, compare=False)
     layout: CacheLayout = field(init=False, repr=False)
     ctx_limit: ContextLimit = field(init=False)
     draft: DraftSetup = field(init=False)
@@ -84,7 +88,7 @@ class SettingMemory:
         overrides = overrides_from_flags(self.override_flags, [f"{kind}{i}" for i in range(n_dev)])
         user = StartFlags(self.base.n_ctx, self.n_gpu_layers, self.tensor_split, overrides)
         self.charges = ChargeModel(self.spec, self.layout, self.budget, self.base, self.placement, user,
-                                   tuple(self.split_basis()), self.draft.spec_type == "mtp")
+                                   tuple(self.split_basis()), self.draft.spec_type == "mtp", self.session)
         if known is not None:
             self.absorb(known)
         weights, self.weights_on_host = self.charges.weights(self.charges.runs_draft(self.base))

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import CTX_PAD, ContextParams, EffectiveContext, resolve_context
-from rsplan.planner.compute.errors import LlamaAbortError
 from rsplan.planner.compute.reserve import (
     _build_reserve_graph,
     build_reserve_graph,
@@ -35,9 +34,10 @@ from rsplan.planner.compute.reserve import (
     reserve_graph_builder,
     reserves,
 )
-from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, ShapeCache, cells_apart
+from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, cells_apart
 from rsplan.planner.compute.reuse.layer_periods import GraphPeriods, LayerCut, model_cut
-from rsplan.planner.compute.sched import flash_attn_on_layer_devices
+from rsplan.planner.compute.reuse.session import SizingSession
+from rsplan.planner.compute.sched import BackendAssignment, assign_backends, flash_attn_on_layer_devices
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.compute.sched_split import SplitGraph, schedule, split_graph
 from rsplan.planner.ggml.alloc import Graph, PeriodMismatch
@@ -94,7 +94,8 @@ class DeviceCompute:
 def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
                    n_draft: int = 0, n_outputs_max: int | None = None, embeddings: bool = False,
                    layout: CacheLayout | None = None, runs: Runs = "both",
-                   mtp_draft: bool = False, keep_from: int | None = None) -> DeviceCompute:
+                   mtp_draft: bool = False, keep_from: int | None = None,
+                   session: SizingSession | None = None) -> DeviceCompute:
     """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
     ``setup``; ``runs`` says which: ``"dry"`` the dry run's graph only (what --fit measures), ``"real"`` the real
     run's only (what a started context allocates: one scheduling pass fewer), ``"both"``. ``n_outputs_max`` given
@@ -103,7 +104,8 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     ``keep_from``: the query of these arguments (but the context's KV cells) from which their graphs are kept
     over the cells (planner.compute.reuse.kept_shapes; None: from the first). A caller that asks each placement about
     once gives 2: its first query of a placement is then sized on the graphs built last for that context, which do
-    not depend on the placement (a fit tries dozens of placements at one context).
+    not depend on the placement (a fit tries dozens of placements at one context). ``session``: the sizing session
+    whose graphs serve repeated sizings (planner.compute.reuse.session); None: every graph built afresh.
 
     Raises:
         ComputeModelError / LlamaAbortError: as planner.compute.reserve.compute_buffer.
@@ -112,14 +114,15 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     build = reserve_graph_builder(spec, mtp_draft)
     layout = layout or cache_layout(spec)
     if mtp_draft:
-        layout, params = draft_layout_and_params(spec, layout, params)
+        layout, params = draft_layout_and_params(spec, layout, params, session)
     if runs not in ("dry", "real", "both"):
         raise ValueError(f"device_compute: runs must be 'dry', 'real' or 'both', got {runs!r}")
     ctx = resolve_context(layout, params)
     # a quantized V cache turns -fa auto into -fa on before the context is made (src/llama-context.cpp:3840
     # ggml_is_quantized): nothing left for the probe to turn off
     flash_attn = "on" if params.flash_attn == "auto" and ctx.type_v.is_quantized else params.flash_attn
-    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, runs, mtp_draft)
+    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, runs, mtp_draft,
+               session)
     return sized_over_cells(run, ctx, keep_from)
 
 
@@ -138,6 +141,13 @@ class _Run:
     embeddings: bool
     runs: Runs
     mtp_draft: bool = False
+    session: SizingSession | None = field(default=None, compare=False)
+    _homes: dict[tuple[Any, ...], int] = field(default_factory=dict, compare=False)
+
+    def homes(self) -> dict[tuple[Any, ...], int]:
+        """The buffer homes of the run's scheduler setup (sched.BackendAssignment's ``homes``): the session's, else
+        this run's own."""
+        return self.session.homes_for(self.setup) if self.session is not None else self._homes
 
     @property
     def real_run(self) -> bool:
@@ -161,17 +171,21 @@ def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:
 
 def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph],
               graph_of: Callable[[EffectiveContext, str, int, int, int], Graph]
-              ) -> tuple[EffectiveContext, list[tuple[str, int, int, int, bool]]]:
+              ) -> tuple[EffectiveContext, list[tuple[str, int, int, int, bool]], BackendAssignment | None]:
     """The context the graphs are built with (flash attention off where the ``-fa auto`` probe says llama.cpp
     turns it off; ``probe_graph(ctx, n_seq_max)`` builds the probe) and each reserve to size, in order: (name,
     tokens (a multiple of the sequences), sequences, outputs, pins). A dry run sizes the first pp graph only, but
     llama.cpp reserves the others too and aborts where one of them fails a shape assertion (Kimi-Linear's
     one-sequence pp graph at ``-np 3``): those are built here with ``graph_of(ctx, name, tokens, sequences,
-    outputs)`` for their assertions (planner.compute.reserve.LlamaAbortError)."""
-    probe = run.flash_attn == "auto" and ctx.flash_attn and run.layout.kv_layers
-    if probe and not flash_attn_on_layer_devices(probe_graph(ctx, ctx.n_seq_max), run.setup, ctx.n_seq_max):
-        # the caches were made for flash attention (V not transposed); the graphs are built without it
-        ctx = dataclasses.replace(ctx, flash_attn=False)
+    outputs)`` for their assertions (planner.compute.reserve.LlamaAbortError). Last, the probe graph's assignment
+    (the tg reserve's graph: split_graph takes it over), or None."""
+    probe = None
+    if run.flash_attn == "auto" and ctx.flash_attn and run.layout.kv_layers:
+        n = ctx.n_seq_max
+        probe = assign_backends(probe_graph(ctx, n), run.setup, n, pins=True, homes=run.homes())
+        if not flash_attn_on_layer_devices(probe):
+            # the caches were made for flash attention (V not transposed); the graphs are built without it
+            ctx = dataclasses.replace(ctx, flash_attn=False)
     graphs = reserves(run.spec, ctx, n_out_max)
     # a real run reserves each graph with its pinned nodes; the dry run sizes the first pp graph without them
     runs = [(graphs[0], False)] if run.dry_run else []
@@ -179,7 +193,7 @@ def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Cal
     if not run.real_run:
         for graph in graphs[1:]:
             graph_of(ctx, *graph)  # built for its shape assertions only
-    return ctx, [(*graph, pins) for graph, pins in runs]
+    return ctx, [(*graph, pins) for graph, pins in runs], probe
 
 
 def _combined(run: _Run, results: list[tuple[bool, tuple[int, ...], int, int, tuple[tuple[str, int], ...]]],
@@ -199,13 +213,15 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
     """The sizing of ``run`` at ``ctx``, each graph built (or taken from planner.compute.reserve's last ones: the probe
     is the tg graph, and a real run reserves the dry run's pp graph again) and scheduled."""
     def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
-        return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq, n_out)
+        return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq, n_out,
+                                   run.session)
 
     probe = lambda c, n: graph_of(c, "flash-attention probe", n, n, n)  # noqa: E731
-    built, reserves = _reserves(run, ctx, _n_out_max(run, ctx), probe, graph_of)
+    built, reserves, probed = _reserves(run, ctx, _n_out_max(run, ctx), probe, graph_of)
     results = []
     for name, n_tok, n_sq, n_out, pins in reserves:
-        got = schedule(graph_of(built, name, n_tok, n_sq, n_out), run.setup, n_tok, pins=pins)
+        got = schedule(graph_of(built, name, n_tok, n_sq, n_out), run.setup, n_tok, pins=pins, assigned=probed,
+                       homes=run.homes())
         results.append((pins, got.bytes, got.n_splits, got.n_copies, got.host_ops))
     return _combined(run, results, ctx.flash_attn and not built.flash_attn)
 
@@ -224,13 +240,15 @@ class _Splits:
 
     def __init__(self, run: _Run, ctx: EffectiveContext, sym: EffectiveContext) -> None:
         self.run = run
-        cut = run_cut(run) if run.key() not in _UNCUT else None
+        assert run.session is not None  # graphs are kept in a session only
+        uncut = run.session.uncut
+        cut = run_cut(run) if run.key() not in uncut else None
         if cut is not None:
             try:
                 self._split(ctx, sym, cut)
                 return
             except PeriodMismatch:
-                _UNCUT[run.key()] = run  # held, so that the ids in its key stay its own
+                uncut[run.key()] = run  # held, so that the ids in its key stay its own
         self._split(ctx, sym, None)
 
     def _split(self, ctx: EffectiveContext, sym: EffectiveContext, base: LayerCut | None) -> None:
@@ -260,7 +278,7 @@ class _Splits:
             graph = graphs[(c.flash_attn, n, n, n, cut)] = build(c, "flash-attention probe", n, n, n, cut)
             return graph
 
-        built, reserves = _reserves(run, sym, _n_out_max(run, ctx), probe_graph, graph_of)
+        built, reserves, self.probed = _reserves(run, sym, _n_out_max(run, ctx), probe_graph, graph_of)
         self.flash_attn_off = sym.flash_attn and not built.flash_attn
         self.splits: list[tuple[bool, SplitGraph]] = []
         self.affine: list[AffineTensors] = []
@@ -296,7 +314,8 @@ class _Splits:
             periods = GraphPeriods.of(graph.nodes, cut)
             if periods is None:
                 raise PeriodMismatch("the graph's periods are not marked alike")
-        sg = split_graph(graph, self.run.setup, n_tok, pins, [], periods)
+        sg = split_graph(graph, self.run.setup, n_tok, pins, [], periods, assigned=self.probed,
+                         homes=self.run.homes())
         affine = AffineTensors([sg.graph])
         if cut is None:
             return sg, affine, None
@@ -331,16 +350,6 @@ class _Splits:
 #: period of 4).
 MULTIPLES = (1, 2, 3, 4, 5, 6)
 
-#: The runs whose graphs built over fewer layers are not scheduled alike (by key, each held): their later context
-#: shapes are built over every layer, a wasted cut tried once per run and process.
-_UNCUT: dict[tuple[Any, ...], _Run] = {}
-
-#: The multiple of the model's period a model's reserve graphs are built with (by the model and layout's ids and
-#: the reserve's name), as the last check found it (0: over every layer), each with the model and layout (held, so
-#: that the ids in its key stay theirs): a process tries each failing multiple once per model and reserve.
-_MULTIPLE: dict[tuple[Any, ...], tuple[int, Any, Any]] = {}
-
-
 def _multiple_key(run: _Run, name: str) -> tuple[Any, ...]:
     return (id(run.spec), id(run.layout), name)
 
@@ -350,7 +359,8 @@ def _cut_for(run: _Run, base: LayerCut | None, name: str) -> LayerCut | None:
     found last; None: every layer)."""
     if base is None:
         return None
-    hit = _MULTIPLE.get(_multiple_key(run, name))
+    assert run.session is not None  # cuts are made for graphs kept in a session only
+    hit = run.session.multiples.get(_multiple_key(run, name))
     m = hit[0] if hit is not None and hit[1] is run.spec and hit[2] is run.layout else 1
     return _worth(base.times(m)) if m else None
 
@@ -366,7 +376,8 @@ def _next_cut(run: _Run, base: LayerCut | None, name: str, cut: LayerCut | None)
     assert base is not None and cut is not None
     later = [m for m in MULTIPLES if m > cut.period // base.period and _worth(base.times(m)) is not None]
     m = later[0] if later else 0
-    _MULTIPLE[_multiple_key(run, name)] = (m, run.spec, run.layout)
+    assert run.session is not None
+    run.session.multiples[_multiple_key(run, name)] = (m, run.spec, run.layout)
     return base.times(m) if m else None
 
 
@@ -378,20 +389,12 @@ def run_cut(run: _Run) -> LayerCut | None:
     return _worth(model_cut(run.spec, run.layout, run.setup.placement))
 
 
-#: Split graphs kept by run and by context without its KV cells, from a key's first query (a capacity ladder asks
-#: one -np at many contexts: 0.9-1.1 s CPU for qwen3-next's 10 steps, 1.2-1.3 s kept from the second query), for
-#: the 4 keys used last that hold graphs: a search asks one shape after another (a 2-model report: 55 reuses with 6
-#: keys, 58 with 16 at 233 MB peak memory, 54 with 3 at 127 MB, as much as without keeping). Keys whose build
-#: aborted hold none and do not count (a kimi-linear capacity whose search tries -np 14 down to 8 at each context,
-#: 9 to 14 aborting: 0 reuses and 5.2 s before, 4 reuses and 2.9 s after; 3.1 s without keeping); their abort is
-#: kept over its interval of cells instead (a search that walks down through thousands of contexts that abort:
-#: kimi-linear's largest context at -np 3, 95 s before, each context built until the abort).
-SHAPES: ShapeCache[_Splits] = ShapeCache(4, keep_from=1, kept_errors=(LlamaAbortError,))
-
-
 def sized_over_cells(run: _Run, ctx: EffectiveContext, keep_from: int | None = None) -> DeviceCompute:
-    """``run`` sized at ``ctx`` on split graphs kept over the KV cells (planner.compute.reuse.kept_shapes), else the
-    ordinary way: exact either way. ``keep_from``: as ``ShapeCache.sized``'s (None: SHAPES' own, 1)."""
+    """``run`` sized at ``ctx`` on split graphs kept over the KV cells (planner.compute.reuse.kept_shapes) in its
+    session, else the ordinary way: exact either way. ``keep_from``: as ``ShapeCache.sized``'s (None: the session's
+    own, 1)."""
+    if run.session is None:
+        return _size(run, ctx)
     key = (run.key(), cells_apart(ctx), _n_out_max(run, ctx))
-    return SHAPES.sized(key, (run.spec, run.layout), ctx, lambda sym, _cells: _Splits(run, ctx, sym),
+    return run.session.device_shapes.sized(key, (run.spec, run.layout), ctx, lambda sym, _cells: _Splits(run, ctx, sym),
                         lambda splits, k: splits.at(k, ctx), lambda: _size(run, ctx), keep_from)

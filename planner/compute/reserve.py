@@ -29,7 +29,6 @@ A context shape asked for again is sized on its graphs kept over the KV cells (p
 from __future__ import annotations
 
 import gc
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +43,8 @@ from rsplan.planner.compute.errors import ComputeModelError, LlamaAbortError
 from rsplan.planner.compute.graphs import BUILDERS, MTP_BUILDERS
 from rsplan.planner.compute.graphs import builder as graph_builder
 from rsplan.planner.compute.graphs.common import GraphParams
-from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, ShapeCache, cells_apart
+from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, cells_apart
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.ggml.alloc import reserve_size
 from rsplan.planner.ggml.ops import GGMLAbort
 
@@ -187,35 +187,26 @@ def paused_gc(freeze_if: Callable[[], bool] | None = None) -> Iterator[None]:
 
 @paused_gc()
 def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str, n_tok: int,
-             n_sq: int, n_out: int) -> ReserveGraph:
+             n_sq: int, n_out: int, session: SizingSession | None = None) -> ReserveGraph:
     """llama_context::graph_reserve of one graph: ``n_tok`` tokens (a multiple of ``n_sq``: ``reserves``) in
     ``n_sq`` sequences with ``n_out`` outputs, built and laid out by ggml-alloc's rules."""
 
-    graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
+    graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out, session)
     return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
 
 
-#: The reserve graphs built last (build_reserve_graph), by builder, model, layout, context and ubatch, with the
-#: model and layout they were built for (held, so that their ids stay theirs): a search sizes one graph under many
-#: placements, and a real run reserves the first pp graph again. Sizing leaves a graph as it was (the allocator
-#: and the scheduler set their per-tensor state afresh on each run; the scheduler puts back what it redirects).
-_GRAPHS: OrderedDict[tuple[Any, ...], tuple[ModelSpec, CacheLayout, Any]] = OrderedDict()
-GRAPH_CACHE_SIZE = 8
-
-
 def build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str,
-                        n_tok: int, n_sq: int, n_out: int) -> Any:
-    """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``), built or taken from the last ones
-    built; a shape assertion llama.cpp would fail raises LlamaAbortError."""
+                        n_tok: int, n_sq: int, n_out: int, session: SizingSession | None = None) -> Any:
+    """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``), built or taken from ``session``'s last
+    ones (sizing leaves a graph as it was: the allocator and the scheduler set their per-tensor state afresh on each
+    run; the scheduler puts back what it redirects); a shape assertion llama.cpp would fail raises
+    LlamaAbortError."""
     key = (build, id(spec), id(layout), ctx, embeddings, n_tok, n_sq, n_out)
-    hit = _GRAPHS.get(key)
-    if hit is not None and hit[0] is spec and hit[1] is layout:
-        _GRAPHS.move_to_end(key)
-        return hit[2]
-    graph = _build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
-    _GRAPHS[key] = (spec, layout, graph)
-    if len(_GRAPHS) > GRAPH_CACHE_SIZE:
-        _GRAPHS.popitem(last=False)
+    graph = session.graph(key, (spec, layout)) if session is not None else None
+    if graph is None:
+        graph = _build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
+        if session is not None:
+            session.keep_graph(key, (spec, layout), graph)
     return graph
 
 
@@ -276,31 +267,23 @@ class _KeptGraphs:
                 for name, n_tok, n_sq, n_out, graph in self.graphs]
 
 
-#: CPU reserve graphs kept by model, layout and context without its KV cells, from a key's second query
-#: (planner.compute.reuse.kept_shapes.ShapeCache).
-CPU_SHAPES: ShapeCache[_KeptGraphs] = ShapeCache(4, keep_from=2, kept_errors=(LlamaAbortError,))
-
-
-def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout,
-                            params: ContextParams) -> tuple[CacheLayout, ContextParams]:
+def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout, params: ContextParams,
+                            session: SizingSession | None = None) -> tuple[CacheLayout, ContextParams]:
     """The ``--spec-type mtp`` draft context's cache layout (its KV over the nextn layers) and flags (no rollback
-    planes), from the target's."""
-
-    hit = _DRAFT_LAYOUTS.get((id(spec), id(layout)))
+    planes), from the target's; with a ``session``, the same layout object each time for one model, so that the
+    graphs and shapes kept for it are found again."""
+    key = (id(spec), id(layout))
+    hit = session.draft_layouts.get(key) if session is not None else None
     if hit is not None and hit[0] is spec and hit[1] is layout:
         return hit[2], params.replace(n_rs_seq=0)
     try:
         draft = mtp_draft_layout(spec, layout)
     except OutputsError as exc:
         raise ComputeModelError(str(exc)) from None
-    _DRAFT_LAYOUTS.clear()  # the last model's only: a search sizes one model's draft many times
-    _DRAFT_LAYOUTS[(id(spec), id(layout))] = (spec, layout, draft)
+    if session is not None:
+        session.draft_layouts.clear()  # the last model's only: a search sizes one model's draft many times
+        session.draft_layouts[key] = (spec, layout, draft)
     return draft, params.replace(n_rs_seq=0)
-
-
-#: The draft layout made last, by model and target layout (held, so that their ids stay theirs): the same object
-#: each time, so that the graphs and shapes kept for it are found again.
-_DRAFT_LAYOUTS: dict[tuple[int, int], tuple[ModelSpec, CacheLayout, CacheLayout]] = {}
 
 
 def compute_buffer(
@@ -313,6 +296,7 @@ def compute_buffer(
     embeddings: bool = False,
     mtp_draft: bool = False,
     layout: CacheLayout | None = None,
+    session: SizingSession | None = None,
 ) -> ComputeBuffer:
     """The CPU compute buffer llama.cpp reserves for ``spec`` under ``params``.
 
@@ -327,6 +311,8 @@ def compute_buffer(
         mtp_draft: size the ``--spec-type mtp`` draft context instead (its graph over the nextn layer, its own
             KV cache over that layer, no rollback planes); same flags as the target.
         layout: ``cache_layout(spec)`` when already computed.
+        session: the sizing session whose graphs (kept over the KV cells from a key's second query) serve
+            repeated sizings (planner.compute.reuse.session); None: every graph built afresh.
 
     Raises:
         ComputeModelError: the arch has no graph model here, or the vocabulary size is unknown.
@@ -335,20 +321,25 @@ def compute_buffer(
     build = reserve_graph_builder(spec, mtp_draft)
     layout = layout or cache_layout(spec)
     if mtp_draft:
-        layout, params = draft_layout_and_params(spec, layout, params)
+        layout, params = draft_layout_and_params(spec, layout, params, session)
     ctx = resolve_context(layout, params)
     n_out_max = n_outputs_max_of(n_outputs_max, tool, ctx, n_draft, embeddings)
     if n_outputs_max is not None:
         tool = "explicit"
     # a one-sequence reserve whose tokens the KV streams do not divide makes llama.cpp abort in ggml_add
     # (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml.ops' broadcast check raises it from the graph
-    key = (build, id(spec), id(layout), cells_apart(ctx), n_out_max, embeddings)
-    graphs = CPU_SHAPES.sized(
-        key, (spec, layout), ctx,
-        lambda sym, _cells: _KeptGraphs(build, spec, layout, sym, embeddings, n_out_max),
-        lambda kept, k: kept.at(k),
-        lambda: [_reserve(build, spec, layout, ctx, embeddings, *r) for r in reserves(spec, ctx, n_out_max)],
-    )
+    def ordinary() -> list[ReserveGraph]:
+        return [_reserve(build, spec, layout, ctx, embeddings, *r, session) for r in reserves(spec, ctx, n_out_max)]
+
+    if session is None:
+        graphs = ordinary()
+    else:
+        key = (build, id(spec), id(layout), cells_apart(ctx), n_out_max, embeddings)
+        graphs = session.cpu_shapes.sized(
+            key, (spec, layout), ctx,
+            lambda sym, _cells: _KeptGraphs(build, spec, layout, sym, embeddings, n_out_max),
+            lambda kept, k: kept.at(k), ordinary,
+        )
     return ComputeBuffer(
         buffer_type="CPU",
         bytes=max(gr.bytes for gr in graphs),

@@ -39,6 +39,7 @@ discrete GPU cannot read it, so copies are made as for RPC.)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.ggml_types import weight_type as weight_type_of
@@ -123,7 +124,8 @@ class BackendAssignment:
     of every external tensor's buffer (``Tensor.home``), set afresh for the graph's tensors here; ``redirected``:
     the nodes whose sources the split pointed to input copies, with their own sources."""
 
-    def __init__(self, graph: Graph, setup: SchedSetup, n_tokens: int) -> None:
+    def __init__(self, graph: Graph, setup: SchedSetup, n_tokens: int,
+                 homes: dict[tuple[Any, ...], int] | None = None) -> None:
         self.graph = graph
         self.setup = setup
         self.n_tokens = n_tokens
@@ -132,10 +134,9 @@ class BackendAssignment:
         # by what decides a buffer: kind, layer, name and a weight's shape (a layer's ssm_conv1d is its .weight or
         # its .bias by shape, and -ot patterns may tell them apart: _gguf_names); a cache's shape may be affine in
         # the KV cells (planner.compute.reuse.kept_shapes), and its layer alone places it
-        homes = _HOMES.get(setup)
-        if homes is None:  # the last setup's only: a search sizes one setup's graphs at several -np
-            _HOMES.clear()
-            homes = _HOMES[setup] = {}
+        # ``homes``: these decisions under ``setup`` made before (a sizing session's, planner.compute.reuse.session;
+        # a function of the setup alone), filled in here; None: made afresh for this graph
+        homes = {} if homes is None else homes
         overrides = override_matcher(tuple(setup.overrides))
         # the model's file types that the devices' matrix products do not take (the loader puts such weights in
         # host memory, and the devices refuse the products reading them)
@@ -356,22 +357,10 @@ def _refused_counts(s: BackendAssignment, nodes: Iterable[Tensor]) -> dict[str, 
     return counts
 
 
-#: The backend of each weight's and cache's buffer under the last setup a ``BackendAssignment`` was made for, by
-#: what decides it (kind, layer, name and a weight's shape; ``BackendAssignment.__init__``): a function of the setup
-#: alone, so the graphs of every reserve and every -np scheduled under one setup share it (qwen3-next: about 1,900
-#: lookups of ``_backend_of_buffer`` per context shape otherwise).
-_HOMES: dict[SchedSetup, dict[tuple[str, int | str | None, str, tuple[int, ...] | None], int]] = {}
-
-
-#: The assignment of the last ``flash_attn_on_layer_devices`` probe, by its graph's id: the probe's graph is the tg
-#: reserve's (planner.compute.per_device), which ``split_graph`` then takes over instead of assigning it again (the
-#: same passes over the same graph: a third of the scheduler's time). Taken once; the next probe replaces it.
-_PROBED: dict[int, BackendAssignment] = {}
-
-
-def assign_backends(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) -> BackendAssignment:
-    """Passes 1 to 4: every node and leaf of ``graph`` gets a backend."""
-    s = BackendAssignment(graph, setup, n_tokens)
+def assign_backends(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
+                    homes: dict[tuple[Any, ...], int] | None = None) -> BackendAssignment:
+    """Passes 1 to 4: every node and leaf of ``graph`` gets a backend (``homes``: as BackendAssignment's)."""
+    s = BackendAssignment(graph, setup, n_tokens, homes)
     if pins:
         s.pin()
     s.pass1()
@@ -385,13 +374,13 @@ def assign_backends(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool) 
     return s
 
 
-def flash_attn_on_layer_devices(graph: Graph, setup: SchedSetup, n_tokens: int) -> bool:
+def flash_attn_on_layer_devices(s: BackendAssignment) -> bool:
     """llama_context::resolve_fused_ops for ``-fa auto``: every FLASH_ATTN_EXT node of the probe graph (one token
-    per sequence, built with flash attention) runs on its layer's device; False makes llama.cpp turn flash
-    attention off (e.g. with ``-nkvo``, where the op lands on the CPU beside the cache)."""
-    _PROBED.clear()
-    _PROBED[id(graph)] = assign_backends(graph, setup, n_tokens, pins=True)
-    for node in graph.nodes:
+    per sequence, built with flash attention), assigned with its pins (``assign_backends``), runs on its layer's
+    device; False makes llama.cpp turn flash attention off (e.g. with ``-nkvo``, where the op lands on the CPU
+    beside the cache)."""
+    setup = s.setup
+    for node in s.graph.nodes:
         if node.op == "FLASH_ATTN_EXT" and isinstance(node.layer, int):
             dev = setup.placement.layer_device(node.layer)
             if node.backend != (setup.cpu if dev is None else dev):

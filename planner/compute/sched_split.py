@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from rsplan.planner.backends.cuda_fusion import MAX_SRC, alloc_deps, use_counts
 from rsplan.planner.compute.reuse.layer_periods import GraphPeriods
 from rsplan.planner.compute.sched import (
-    _PROBED,
     BackendAssignment,
     _copy,
     _refused_counts,
@@ -71,18 +71,21 @@ def _graph_copy(s: BackendAssignment, splits: list[tuple[int, int, list[Tensor]]
     return Graph(nodes=nodes, leafs=leafs), node_ids, leaf_ids
 
 
-def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True) -> SchedResult:
+def schedule(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool = True, *,
+             assigned: BackendAssignment | None = None, homes: dict[tuple[Any, ...], int] | None = None
+             ) -> SchedResult:
     """Assign ``graph`` (a reserve graph of ``n_tokens`` tokens) to backends, split it and size each backend's
     compute buffer (devices in order, then the CPU). The sources the split redirects to input copies and the flags
     of the graph-input copies are put back afterwards, so the same graph may be scheduled again.
 
     ``pins``: the assignments made while building the graph hold. They do in ``ggml_backend_sched_reserve`` (a real
     run) but not in ``ggml_backend_sched_reserve_size`` (the no_alloc dry run): ``set_tensor_backend`` marks the
-    scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them."""
+    scheduler as not reset, so the ``ggml_backend_sched_reset`` that reserve_size starts with clears them.
+    ``assigned`` / ``homes``: as split_graph's."""
     flags = [leaf.flags for leaf in graph.leafs]
     redirected: list[tuple[Tensor, tuple[Tensor, ...]]] = []
     try:
-        split = split_graph(graph, setup, n_tokens, pins, redirected)
+        split = split_graph(graph, setup, n_tokens, pins, redirected, assigned=assigned, homes=homes)
         sizes = split.sizes()
     finally:
         for node, src in redirected:
@@ -113,7 +116,8 @@ class SplitGraph:
 
 
 def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
-                redirected: list[tuple[Tensor, tuple[Tensor, ...]]], periods: GraphPeriods | None = None
+                redirected: list[tuple[Tensor, tuple[Tensor, ...]]], periods: GraphPeriods | None = None, *,
+                assigned: BackendAssignment | None = None, homes: dict[tuple[Any, ...], int] | None = None
                 ) -> SplitGraph:
     """``schedule`` up to the allocation: passes 1 to 4, the splits and the graph copy. The sources the split
     redirects to input copies are appended to ``redirected`` (node, its sources before), and graph inputs get the
@@ -124,12 +128,16 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
 
     Raises:
         PeriodMismatch: with ``periods``, the checked periods are not scheduled alike (the whole graph must be).
+
+    ``assigned``: the assignment of the -fa auto probe (``assign_backends`` with pins), taken over where it is of
+    this very graph with these arguments, which nothing touched since (the same passes over the same graph: a third
+    of the scheduler's time); ``homes``: as BackendAssignment's.
     """
-    probed = _PROBED.pop(id(graph), None)
-    if pins and probed is not None and probed.graph is graph and probed.setup is setup and probed.n_tokens == n_tokens:
-        s = probed  # the -fa auto probe assigned this very graph with these arguments; nothing touched it since
+    if (pins and assigned is not None and assigned.graph is graph and assigned.setup is setup
+            and assigned.n_tokens == n_tokens):
+        s = assigned  # the -fa auto probe assigned this very graph with these arguments; nothing touched it since
     else:
-        s = assign_backends(graph, setup, n_tokens, pins)
+        s = assign_backends(graph, setup, n_tokens, pins, homes)
     s.redirected = redirected
     host_ops = refused_ops(s)  # before the split points sources at their copies
     if periods is not None:

@@ -42,6 +42,7 @@ from rsplan.planner.caches.outputs import (
 from rsplan.planner.caches.plan import MemoryPlan
 from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.reserve import ComputeBuffer, compute_buffer
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.weights.layer_tensors import LayerTensors
@@ -397,8 +398,10 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
                        loader=kind_loader_check(kind, spec))
     what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
     try:
+        # a session of this sizing's own: only graphs kept over the KV cells are built over fewer layers where the
+        # layers repeat (planner.compute.reuse.layer_periods), which spares most of qwen3-next's graph here
         got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,
-                             runs="real", mtp_draft=mtp_draft, n_outputs_max=n_outputs_max)
+                             runs="real", mtp_draft=mtp_draft, n_outputs_max=n_outputs_max, session=SizingSession())
     except (ComputeModelError, SchedModelError) as exc:
         return None, None, [f"{what} on {backend}: {exc}"]
     notes: list[str] = []

@@ -91,7 +91,8 @@ class DraftMemory:
             return self.compute_override
         params = self.params(n_ctx)
         try:
-            return compute_buffer(self.spec, params, n_outputs_max=params.n_seq_max, mtp_draft=True).bytes
+            return compute_buffer(self.spec, params, n_outputs_max=params.n_seq_max, mtp_draft=True,
+                                  session=self.target.session).bytes
         except ComputeModelError as exc:
             raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
 
@@ -125,7 +126,7 @@ class DraftMemory:
             try:
                 got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
                                      runs="real" if target.real_run else "dry", mtp_draft=True,
-                                     keep_from=target.keep_from)
+                                     keep_from=target.keep_from, session=target.session)
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
             except SchedModelError:

@@ -35,6 +35,7 @@ from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
 from rsplan.planner.backends.loader_ops import LoaderCheck, device_loader_check, kind_loader_check
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.placement import Placement, place_layers
 
 if TYPE_CHECKING:
@@ -138,6 +139,8 @@ class MemoryModel:
             cells (planner.compute.per_device's ``keep_from``): 2 for a search that tries each placement about once
             (rsplan fit: the graphs built last for the context serve every placement), None (from the first) for
             one that asks a placement at many contexts (rsplan capacity's ladders).
+        session: the sizing session whose graphs serve the model's repeated sizings (planner.compute.reuse.session);
+            None: each sizing builds its graphs afresh.
     """
 
     spec: ModelSpec
@@ -156,6 +159,7 @@ class MemoryModel:
     embeddings: bool = False
     host_repack: Target | None = None
     keep_from: int | None = None
+    session: SizingSession | None = field(default=None, repr=False)
     _compute: dict[int, int] = field(default_factory=dict)
     _per_device: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     _host_ops: dict[tuple[object, ...], str] = field(default_factory=dict)
@@ -195,7 +199,7 @@ class MemoryModel:
             params = dataclasses.replace(self.params, n_ctx=n_ctx)
             self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, n_draft=self.n_draft,
                                                 layout=self.layout, n_outputs_max=self.n_outputs_max,
-                                                embeddings=self.embeddings).bytes
+                                                embeddings=self.embeddings, session=self.session).bytes
         return self._compute[n_ctx]
 
     def measure(self, flags: StartFlags) -> StartUsage:
@@ -281,7 +285,8 @@ class MemoryModel:
         try:
             got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
                                  n_outputs_max=self.n_outputs_max, embeddings=self.embeddings,
-                                 runs="real" if self.real_run else "dry", keep_from=self.keep_from)
+                                 runs="real" if self.real_run else "dry", keep_from=self.keep_from,
+                                 session=self.session)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
             return None

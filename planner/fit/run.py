@@ -25,6 +25,7 @@ from rsplan.planner.backends.loader_ops import device_loader_check
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.caches.outputs import DEFAULT_CTX_CHECKPOINTS, OutputsError, output_buffer, server_checkpoints
 from rsplan.planner.caches.speculative import check_draft
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.fit.draft import DraftMemory, WithDraft
 from rsplan.planner.fit.memory import MemoryModel, StartFlags, StartUsage
 from rsplan.planner.fit.steps import (
@@ -239,10 +240,11 @@ def dry_run_repack(device_kind: str | None, host: HostOptions) -> Target | None:
 
 def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opts: FitOptions, *,
               model_ref: str = "", is_file: bool = False, weights_source: str = "",
-              table: WeightTable | None = None) -> FitAnswer:
+              table: WeightTable | None = None, session: SizingSession | None = None) -> FitAnswer:
     """The fit of ``spec`` with ``weights`` (the loaded tensors) and the host check (module docstring); ``table``:
     the file's whole tensor table, when known: the host check then counts the host weights as a started
-    llama-server holds them under ``opts.host`` (planner.weights.host_charge)."""
+    llama-server holds them under ``opts.host`` (planner.weights.host_charge). ``session``: the sizing session
+    whose graphs serve the fit's many sizings (planner.compute.reuse.session; None: a new one)."""
     layout = cache_layout(spec)
     if opts.spec_mtp:
         # a draft past the batch split's bound aborts llama-server whatever --fit chooses (as estimate and capacity)
@@ -258,7 +260,8 @@ def fit_model(spec: ModelSpec, weights: list[Weight], params: ContextParams, opt
     model = MemoryModel(spec, layout, weights, params, tuple(b for _, b in budgets), DEVICE_RULES[opts.device_kind],
                         compute_override=opts.compute, offload_kqv=not opts.no_kv_offload, tool=opts.tool,
                         device_kind=opts.device_kind, n_draft=params.n_rs_seq if opts.spec_mtp else 0,
-                        host_repack=dry_run_repack(opts.device_kind if budgets else None, opts.host), keep_from=2)
+                        host_repack=dry_run_repack(opts.device_kind if budgets else None, opts.host), keep_from=2,
+                        session=session if session is not None else SizingSession())
     oracle: MemoryOracle = model
     draft = None
     if opts.spec_mtp:

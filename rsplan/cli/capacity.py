@@ -77,6 +77,7 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
     from rsplan.planner.capacity.budget import make_planners
     from rsplan.planner.capacity.fit_placement import fitted_placement
     from rsplan.planner.capacity.search import run_capacity
+    from rsplan.planner.compute.reuse.session import SizingSession
     from rsplan.planner.weights.default_weights import llama_cpp_spec
     from rsplan.render.capacity import capacity_dict, render_capacity
 
@@ -87,10 +88,10 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
     read = read_model(model_ref)
     spec = llama_cpp_spec(read)
     request = budget_request(options, host)
-    fitted = fitted_placement(read, spec, model_ref, params, request)  # llama.cpp's --fit, where it moves
+    session = SizingSession()  # the caches of this command's sizings, passed down
+    fitted = fitted_placement(read, spec, model_ref, params, request, session)  # llama.cpp's --fit, where it moves
     (planner,) = make_planners([spec], [model_ref], params, fitted.request if fitted else request, spec_type,
-                               [weight_table(read)],
-                               [read.facts.get("vocab_size_unknown")])
+                               [weight_table(read)], [read.facts.get("vocab_size_unknown")], session)
     result = run_capacity(planner, contexts)
     if fmt == "json":
         # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)

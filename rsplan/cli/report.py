@@ -101,6 +101,7 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     from rsplan.planner.capacity.fit_placement import fitted_placement
     from rsplan.planner.capacity.pool import presizing
     from rsplan.planner.capacity.search import run_capacity
+    from rsplan.planner.compute.reuse.session import SizingSession
     from rsplan.planner.weights.default_weights import llama_cpp_spec
     from rsplan.render.report_data import model_key, option_key, questions, variant_settings, variants
 
@@ -127,9 +128,10 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
         # each model on its own request: llama.cpp's --fit places its layers where the flags give no placement
         own = replace(request, weights=request.weights[i:i + 1]) if request.weights else request
         spec = llama_cpp_spec(read)
-        fitted = fitted_placement(read, spec, ref, params, own)
+        session = SizingSession()  # the caches of this model's sizings, passed down
+        fitted = fitted_placement(read, spec, ref, params, own, session)
         planners += make_planners([spec], [ref], params, fitted.request if fitted else own, spec_type,
-                                  [tables[i]], [read.facts.get("vocab_size_unknown")])
+                                  [tables[i]], [read.facts.get("vocab_size_unknown")], session)
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
     with presizing(questions(planners, contexts), jobs) as ahead:
         # meanwhile, what sizes no compute buffer

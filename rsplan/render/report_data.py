@@ -133,7 +133,7 @@ def variant(planner: CapacityPlanner, params: ContextParams, known: SizedSetting
     other = CapacityPlanner(planner.spec, params, planner.budget, n_gpu_layers=planner.n_gpu_layers,
                             tensor_split=planner.tensor_split, offload_kqv=planner.offload_kqv,
                             override_flags=planner.override_flags, rope=planner.rope, spec_type=planner.spec_type,
-                            known=known)
+                            known=known, session=planner.session)
     other.check_request()
     return other
 

@@ -214,23 +214,22 @@ def test_a_count_of_sequences_llama_cpp_aborts_at_for_every_context_has_no_large
     # at -np 3 the 512 tokens of Kimi-Linear's one-sequence reserve do not split over 3 KV streams at any context:
     # the search walks down from the context limit (4,096 steps of 256 tokens per sequence); the abort, found once
     # on graphs built over the cells, holds over its interval of contexts, so each step is not built again
-    from rsplan.planner.compute import per_device as device_compute
     from rsplan.planner.compute.reuse.kept_shapes import KEPT
 
     spec = load_builtin_preset("kimi-linear-48b-a3b")
     budget = Budget((DeviceBudget("d0", 80 * GIB, "test"),), 30 * GIB, "test", (MARGIN,), 0, "test",
                     compute_per_setting=True, device_kind="CUDA")
     p = CapacityPlanner(spec, ContextParams(n_ctx=3 * 4096, n_seq_max=3), budget)
-    device_compute.SHAPES.clear()
+    before = dict(p.session.device_shapes.stats)  # the planner sized the flags as given when made
     ans = p.max_ctx(3)
     assert (ans.ctx_per_seq, ans.n_ctx_flag, ans.limited_by) == (0, None, "llama_abort_first")
     assert "GGML_ASSERT(ggml_can_repeat(b, a)) fails in ggml_add" in p.aborts(p.params(768, 3))
     if KEPT:
-        stats = device_compute.SHAPES.stats
+        stats = {k: n - before[k] for k, n in p.session.device_shapes.stats.items()}
         assert stats["raised"] > 4000 and stats["built"] == 0 and stats["ordinary"] <= 1
 
 
-def test_an_abort_kept_over_the_cells_is_the_one_the_ordinary_sizing_reports():
+def test_an_abort_kept_over_the_cells_is_the_one_the_ordinary_sizing_reports(session):
     from rsplan.planner.backends.devices import DEVICE_KINDS
     from rsplan.planner.compute import per_device as device_compute
     from rsplan.planner.compute.errors import LlamaAbortError
@@ -244,12 +243,12 @@ def test_an_abort_kept_over_the_cells_is_the_one_the_ordinary_sizing_reports():
 
     def abort_at(n_ctx: int) -> str:
         with pytest.raises(LlamaAbortError) as exc:
-            device_compute.device_compute(spec, ContextParams(n_ctx=n_ctx, n_seq_max=3), setup, layout=layout)
+            device_compute.device_compute(spec, ContextParams(n_ctx=n_ctx, n_seq_max=3), setup, layout=layout,
+                                          session=session)
         return str(exc.value)
 
-    device_compute.SHAPES.clear()
     kept = [abort_at(c) for c in (3 * 4096, 3 * 65536, 3 * 8192)]
-    assert device_compute.SHAPES.stats["raised"] == (2 if kept_shapes.KEPT else 0)
+    assert session.device_shapes.stats["raised"] == (2 if kept_shapes.KEPT else 0)
     kept_shapes.KEPT, was = False, kept_shapes.KEPT
     try:
         assert kept == [abort_at(c) for c in (3 * 4096, 3 * 65536, 3 * 8192)]

@@ -22,10 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 from rsplan.cli import cli
-from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute import reserve as compute
 from rsplan.planner.compute.reuse import kept_shapes
-from rsplan_testing import clear_sizing_caches
+from rsplan.planner.compute.reuse.session import SizingSession
 
 HOST = ["--host-budget", "256GiB", "--format", "json"]  # a fixed host budget: the default is this machine's
 COMMANDS = [
@@ -49,50 +48,55 @@ COMMANDS = [
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    clear_sizing_caches()
     yield
     kept_shapes.KEPT = True
-    clear_sizing_caches()
 
 
-def _stats() -> dict[str, int]:
-    return {k: dc.SHAPES.stats[k] + compute.CPU_SHAPES.stats[k] for k in dc.SHAPES.stats}
+def _stats(sessions: list[SizingSession]) -> dict[str, int]:
+    """The kept-shape counts of every session made (each command makes its own)."""
+    out = {"built": 0, "reused": 0, "raised": 0, "ordinary": 0}
+    for s in sessions:
+        for cache in (s.device_shapes, s.cpu_shapes):
+            for k, n in cache.stats.items():
+                out[k] += n
+    return out
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(a[:3] + a[4:6]) for a in COMMANDS])
-def test_output_is_the_same_with_and_without_kept_graphs(argv):
+def test_output_is_the_same_with_and_without_kept_graphs(argv, sessions_made):
     runner = CliRunner()
     kept = runner.invoke(cli, [*argv, *HOST])
     # 0, or 1 where fit's --fit gives up (as llama-fit-params), the answer printed all the same
     gave_up = argv[0] == "fit" and kept.exit_code == 1 and json.loads(kept.output)["failure"]
     assert kept.exit_code == 0 or gave_up, kept.output
-    used = _stats()
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
+    used = _stats(sessions_made)
+    sessions_made.clear()
     kept_shapes.KEPT = False
     plain = runner.invoke(cli, [*argv, *HOST])
     assert plain.exit_code == kept.exit_code, plain.output
     assert plain.output == kept.output
     # the kept run sized settings on kept graphs (built with the cells symbolic, or reused); the other none
     assert used["built"] + used["reused"] > 0, used
-    off = _stats()
+    off = _stats(sessions_made)
     assert off["built"] == off["reused"] == 0 and off["ordinary"] > 0, off
 
 
-def test_keeping_off_sizes_every_query_the_ordinary_way():
+def test_keeping_off_sizes_every_query_the_ordinary_way(session):
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_builtin_preset
     from rsplan.planner.caches.context import ContextParams
 
     spec = load_builtin_preset("mamba2-130m")
     layout = cache_layout(spec)
-    sizes = [compute.compute_buffer(spec, ContextParams(n_ctx=c), layout=layout) for c in (4096, 8192, 16384)]
+    contexts = (4096, 8192, 16384)
+    sizes = [compute.compute_buffer(spec, ContextParams(n_ctx=c), layout=layout, session=session) for c in contexts]
     # kept from a key's 2nd query
-    assert compute.CPU_SHAPES.stats == {"built": 1, "reused": 1, "raised": 0, "ordinary": 1}
-    compute.CPU_SHAPES.clear()
+    assert session.cpu_shapes.stats == {"built": 1, "reused": 1, "raised": 0, "ordinary": 1}
+    session.cpu_shapes.clear()
     kept_shapes.KEPT = False
-    assert [compute.compute_buffer(spec, ContextParams(n_ctx=c), layout=layout) for c in (4096, 8192, 16384)] == sizes
-    assert compute.CPU_SHAPES.stats == {"built": 0, "reused": 0, "raised": 0, "ordinary": 3}
+    assert [compute.compute_buffer(spec, ContextParams(n_ctx=c), layout=layout, session=session)
+            for c in contexts] == sizes
+    assert session.cpu_shapes.stats == {"built": 0, "reused": 0, "raised": 0, "ordinary": 3}
 
 
 @pytest.mark.parametrize(("value", "kept"), [("0", False), ("1", True), ("", True), (None, True)])

@@ -27,6 +27,7 @@ from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute import reserve as compute
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.placement import place_layers
@@ -139,30 +140,24 @@ def cpu_ordinary(spec, layout, params: ContextParams, mtp: bool, n_out: int | No
 def check(spec, layout, s: dict, *, mtp: bool = False, n_rs_seq: int = 0) -> None:
     setup = setup_of(s["where"], layout.n_layer_all, quantized_weights(spec, "Q8_0").layer_tensors())
     n_out = s["n_seq"] if mtp else None  # the draft context's outputs, as planner.fit.draft asks for them
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
+    session = SizingSession()
     for c in CONTEXTS:
         params = params_of(s, c, n_rs_seq, layout.arch.mla)
         got = dc.device_compute(spec, params, setup, layout=layout, runs="real" if s["real"] else "dry",
-                                mtp_draft=mtp, n_outputs_max=n_out)
+                                mtp_draft=mtp, n_outputs_max=n_out, session=session)
         assert got == device_ordinary(spec, layout, params, setup, s["real"], mtp, n_out), c
         want = cpu_ordinary(spec, layout, params, mtp, n_out)
         for _ in range(2):  # a CPU key is kept from its second query on
-            cpu = compute.compute_buffer(spec, params, layout=layout, mtp_draft=mtp, n_outputs_max=n_out)
+            cpu = compute.compute_buffer(spec, params, layout=layout, mtp_draft=mtp, n_outputs_max=n_out,
+                                         session=session)
             assert list(cpu.graphs) == want, c
     # built once at the first context (and at -c 256 with one sequence), every other one sized on those graphs;
     # none the ordinary way but a CPU shape's first query
     shapes = 1 + (s["n_seq"] == 1)
-    assert dc.SHAPES.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "raised": 0, "ordinary": 0}
-    assert compute.CPU_SHAPES.stats == {"built": shapes, "reused": 2 * (len(CONTEXTS) - shapes), "raised": 0,
+    assert session.device_shapes.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "raised": 0,
+                                           "ordinary": 0}
+    assert session.cpu_shapes.stats == {"built": shapes, "reused": 2 * (len(CONTEXTS) - shapes), "raised": 0,
                                         "ordinary": shapes}
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    yield
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -232,17 +227,17 @@ OUTPUTS = [("cli", 0, None, "cuda"), ("cli", 0, None, "rpc2-ngl1"), ("server", 3
 def test_output_counts_sized_on_kept_graphs_equal_their_own_sizing(tool, n_draft, n_out, where):
     spec, layout = model("lfm2-1.2b")
     setup = setup_of(where, layout.n_layer_all)
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
+    session = SizingSession()
     seen = set()
     for c in CONTEXTS:
         params = ContextParams(n_ctx=3 * c, n_seq_max=3, flash_attn="auto", n_ubatch=300)
         got = dc.device_compute(spec, params, setup, layout=layout, tool=tool, n_draft=n_draft,
-                                n_outputs_max=n_out, runs="real")
+                                n_outputs_max=n_out, runs="real", session=session)
         assert got == device_ordinary(spec, layout, params, setup, True, False, n_out, tool, n_draft), c
         want = cpu_ordinary(spec, layout, params, False, n_out, tool, n_draft)
         for _ in range(2):
-            cpu = compute.compute_buffer(spec, params, layout=layout, tool=tool, n_draft=n_draft, n_outputs_max=n_out)
+            cpu = compute.compute_buffer(spec, params, layout=layout, tool=tool, n_draft=n_draft, n_outputs_max=n_out,
+                                         session=session)
             assert list(cpu.graphs) == want, c
         seen.add(want[0].n_outputs)
     # the pp graph's outputs, by hand: min(ubatch 300, n_outputs_max) with n_outputs_max llama-cli's n_batch
@@ -252,4 +247,5 @@ def test_output_counts_sized_on_kept_graphs_equal_their_own_sizing(tool, n_draft
     assert seen == {pp_outputs[(tool, n_draft, n_out)]}
     # one shape (two with llama-cli or n_outputs_max 0 at -c 768, whose n_batch caps the outputs), then reused
     shapes = 1 + (tool == "cli" or n_out == 0)
-    assert dc.SHAPES.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "raised": 0, "ordinary": 0}
+    assert session.device_shapes.stats == {"built": shapes, "reused": len(CONTEXTS) - shapes, "raised": 0,
+                                           "ordinary": 0}

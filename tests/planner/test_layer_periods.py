@@ -15,17 +15,15 @@ from rsplan.planner.compute import reserve as compute
 from rsplan.planner.compute import sched_split
 from rsplan.planner.compute.reuse import layer_periods
 from rsplan.planner.compute.reuse.layer_periods import LayerCut, layer_cut, layer_signature
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.ggml import alloc as ga
 from rsplan.planner.weights.placement import place_layers
-from rsplan_testing import clear_sizing_caches
 
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    clear_sizing_caches()
     yield
     layer_periods.ENABLED = True
-    clear_sizing_caches()
 
 
 def test_the_cut_keeps_three_periods_and_the_last_of_the_longest_run():
@@ -66,8 +64,6 @@ def test_qwen3_next_repeats_three_delta_net_layers_and_one_attention_layer():
 
 def _run(args: list[str], enabled: bool) -> str:
     layer_periods.ENABLED = enabled
-    dc.SHAPES.clear()
-    compute.CPU_SHAPES.clear()
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     return result.output
@@ -85,27 +81,28 @@ def test_graphs_over_fewer_layers_give_the_whole_graphs_figures(args):
     assert _run(args, True) == _run(args, False)
 
 
-def _kept_splits() -> list[dc._Splits]:
-    return [kept for entry in dc.SHAPES._entries.values() for _, _, kept in entry.kept]
+def _kept_splits(sessions: list[SizingSession]) -> list[dc._Splits]:
+    return [kept for s in sessions for entry in s.device_shapes._entries.values() for _, _, kept in entry.kept]
 
 
-def test_qwen3_next_is_sized_on_a_cut_graph():
+def test_qwen3_next_is_sized_on_a_cut_graph(sessions_made):
     _run(["estimate", "-m", "qwen3-next-80b-a3b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant",
           "Q4_K_M"], True)
-    splits = _kept_splits()
+    splits = _kept_splits(sessions_made)
     assert splits and all(sg.graph.periods is not None for s in splits for _, sg in s.splits)
-    assert not dc._UNCUT
+    assert not any(s.uncut for s in sessions_made)
 
 
-def test_a_run_whose_allocator_state_repeats_over_more_layers_is_cut_in_longer_periods():
+def test_a_run_whose_allocator_state_repeats_over_more_layers_is_cut_in_longer_periods(sessions_made):
     # Mamba-2 2.7B's allocator cycles through three states in the pp graph and two in the tg graph, one per layer
     # (period 1): the check at the first sizing fails for periods of 1 layer, and of 2 in the pp graph; the
     # graphs are built in periods of 3 and 2 layers, kept for the run's later shapes
     args = ["estimate", "-m", "mamba2-2.7b", "-c", "32768", "-np", "4", "--backend", "CUDA0", "--quant", "Q4_K_M"]
     cut = _run(args, True)
-    assert not dc._UNCUT
-    assert sorted((name, m) for (_, _, name), (m, _, _) in dc._MULTIPLE.items()) == [("pp", 3), ("tg", 2)]
-    periods = [sg.graph.periods for s in _kept_splits() for _, sg in s.splits]
+    assert not any(s.uncut for s in sessions_made)
+    multiples = [(name, m) for s in sessions_made for (_, _, name), (m, _, _) in s.multiples.items()]
+    assert sorted(multiples) == [("pp", 3), ("tg", 2)]
+    periods = [sg.graph.periods for s in _kept_splits(sessions_made) for _, sg in s.splits]
     assert periods and None not in periods
     assert cut == _run(args, False)
 
@@ -284,11 +281,11 @@ def test_every_left_out_period_is_a_twin_of_the_last_kept_one(preset):
         assert [w for w in whys if w[1] is not None] == [], name
 
 
-def test_a_cut_with_splits_in_every_period_counts_the_whole_graphs(monkeypatch):
+def test_a_cut_with_splits_in_every_period_counts_the_whole_graphs(monkeypatch, sessions_made):
     # Falcon-H1 with -nkvo and without flash attention: each layer's attention runs on the CPU beside its cache,
     # two splits per layer; the cut graph (period 1) is sized, and its splits counted for the whole graph
     args = ["capacity", "-m", "falcon-h1-0.5b-instruct", "--budget", "80GiB", "--device-kind", "CUDA", "--quant",
             "Q4_K_M", "-nkvo", "-fa", "off", "-np", "4", "--ctx", "4k,16k", "--host-budget", "64GiB"]
     cut = _sizings(monkeypatch, args, True)
-    assert all(sg.graph.periods is not None for s in _kept_splits() for _, sg in s.splits)
+    assert all(sg.graph.periods is not None for s in _kept_splits(sessions_made) for _, sg in s.splits)
     assert cut == _sizings(monkeypatch, args, False) and cut[0].n_splits > 2 * 36  # two splits per layer at least

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute import sched, sched_split
 from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
 from rsplan.planner.compute.sched_split import schedule
 from rsplan.planner.ggml import ops as g
@@ -71,40 +73,43 @@ def test_a_scheduled_graph_is_left_as_it_was_and_schedules_again_alike():
     assert schedule(graph, parallel, 16).bytes == schedule(_two_layer_graph(), parallel, 16).bytes
 
 
-def test_a_probed_graph_is_split_on_the_probes_assignment_once():
-    """split_graph takes over the -fa auto probe's assignment of the same graph, setup and tokens (pinned), once:
-    the same figures as a graph assigned afresh (test_pipeline_parallel_keeps_four_copies_of_every_input)."""
+def test_a_probed_graph_is_split_on_the_probes_assignment(monkeypatch):
+    """split_graph takes over the -fa auto probe's assignment of the same graph, setup and tokens (pinned): the
+    same figures as a graph assigned afresh (test_pipeline_parallel_keeps_four_copies_of_every_input); another
+    graph or setup is assigned afresh."""
     setup = SchedSetup(RPC, _placement())
     graph = _two_layer_graph()
-    sched.flash_attn_on_layer_devices(graph, setup, 16)
-    probed = sched._PROBED[id(graph)]
-    split = sched_split.split_graph(graph, setup, 16, True, [])
-    assert id(graph) not in sched._PROBED  # taken
+    probed = sched.assign_backends(graph, setup, 16, pins=True)
+    assert sched.flash_attn_on_layer_devices(probed)  # no flash attention in this graph: nothing moved off
+    assigned = []
+    fresh = sched_split.assign_backends
+    monkeypatch.setattr(sched_split, "assign_backends", lambda *a, **k: assigned.append(a[0]) or fresh(*a, **k))
+    split = sched_split.split_graph(graph, setup, 16, True, [], assigned=probed)
+    assert assigned == []  # taken over
     assert (split.sizes(), split.n_splits) == ((1280, 1280, 512), 3)
     other = _two_layer_graph()
-    sched.flash_attn_on_layer_devices(graph, setup, 16)
-    assert sched._PROBED[id(graph)] is not probed
-    split = sched_split.split_graph(other, setup, 16, True, [])  # another graph: assigned afresh, the probe left
+    split = sched_split.split_graph(other, setup, 16, True, [], assigned=probed)  # another graph: afresh
+    assert assigned == [other]
     assert (split.sizes(), split.n_splits) == ((1280, 1280, 512), 3)
-    assert id(graph) in sched._PROBED
-    sched_split.split_graph(graph, SchedSetup(RPC, _placement(), offload_kqv=False), 16, True, [])  # another setup
-    assert id(graph) not in sched._PROBED  # dropped unused
+    graph = _two_layer_graph()
+    probed = sched.assign_backends(graph, setup, 16, pins=True)
+    sched_split.split_graph(graph, SchedSetup(RPC, _placement(), offload_kqv=False), 16, True, [], assigned=probed)
+    assert assigned == [other, graph]  # another setup: afresh
 
 
 def test_device_compute_is_the_same_from_the_graphs_kept():
-    # build_reserve_graph keeps the graphs it built last; sizing them again (another placement, then the first
-    # again) gives what freshly built graphs give
-    from rsplan.planner.compute import reserve as compute
+    # a session keeps the graphs built last (build_reserve_graph); sizing them again (another placement, then the
+    # first again) gives what freshly built graphs give
 
     spec = read_model("lfm2-1.2b").spec
     params = ContextParams(n_ctx=4096, n_seq_max=2)
     first = SchedSetup(RPC, place_layers(spec.block_count, 2, n_gpu_layers=spec.block_count + 1))
     other = SchedSetup(RPC, place_layers(spec.block_count, 2, n_gpu_layers=spec.block_count // 2))
-    kept = [device_compute(spec, params, s) for s in (first, other, first)]
+    session, layout = SizingSession(), cache_layout(spec)  # one layout: kept graphs are found by its identity
+    kept = [device_compute(spec, params, s, layout=layout, session=session) for s in (first, other, first)]
     assert kept[0] == kept[2]
-    compute._GRAPHS.clear()
-    assert device_compute(spec, params, other) == kept[1]
-    compute._GRAPHS.clear()
+    assert session.device_shapes.stats["reused"] == 1  # the first placement again, on its kept graphs
+    assert device_compute(spec, params, other) == kept[1]  # without a session: every graph built afresh
     assert device_compute(spec, params, first) == kept[0]
 
 
@@ -206,14 +211,16 @@ def test_a_host_weight_copy_without_the_models_types_is_refused():
 
 
 def test_buffer_homes_kept_for_one_setup_are_not_used_for_another():
-    # _HOMES keeps the weights' buffers of the last setup scheduled: a setup placing the layers otherwise must find
-    # its own. -ts 1,2 puts layer 1 (its 4x4 weight) on device 1; -ts 2,1 puts both layers on device 0 (split
-    # points 2/3 and 1: units at 0 and 1/3), so device 1 holds only the output layer and runs nothing.
+    # a session keeps the weights' buffers of the last setup scheduled (SizingSession.homes_for): a setup placing the
+    # layers otherwise must find its own. -ts 1,2 puts layer 1 (its 4x4 weight) on device 1; -ts 2,1 puts both layers on
+    # device 0 (split points 2/3 and 1: units at 0 and 1/3), so device 1 holds only the output layer and runs nothing.
     other = place_layers(2, 2, tensor_split=[2.0, 1.0])
     assert other.unit_device == (0, 0, 1)
-    sched._HOMES.clear()
     fresh = schedule(_two_layer_graph(), SchedSetup(RPC, other, offload_kqv=False), 16).bytes
-    sched._HOMES.clear()
-    schedule(_two_layer_graph(), SchedSetup(RPC, _placement(), offload_kqv=False), 16)  # keeps -ts 1,2's homes
-    after = schedule(_two_layer_graph(), SchedSetup(RPC, other, offload_kqv=False), 16).bytes
+    session = SizingSession()
+    first, second = SchedSetup(RPC, _placement(), offload_kqv=False), SchedSetup(RPC, other, offload_kqv=False)
+    schedule(_two_layer_graph(), first, 16, homes=session.homes_for(first))  # keeps -ts 1,2's homes
+    assert session.homes_for(first)
+    after = schedule(_two_layer_graph(), second, 16, homes=session.homes_for(second)).bytes
+    assert list(session.homes) == [second]  # the last setup's only
     assert after == fresh != (512, 512, 320)  # -ts 1,2's bytes (test_one_copy_is_a_node_freed_after_its_last_use)
