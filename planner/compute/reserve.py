@@ -286,6 +286,24 @@ def draft_layout_and_params(spec: ModelSpec, layout: CacheLayout, params: Contex
     return draft, params.replace(n_rs_seq=0)
 
 
+def _reserve_graphs(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: EffectiveContext, embeddings: bool,
+                    n_out_max: int, session: SizingSession | None) -> list[ReserveGraph]:
+    """Each reserve graph of ``ctx`` sized: on graphs ``session`` keeps over the KV cells where it has them (from a
+    key's second query), else each built at ``ctx``. A one-sequence reserve whose tokens the KV streams do not
+    divide makes llama.cpp abort in ggml_add (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml.ops'
+    broadcast check raises it from the graph."""
+
+    def ordinary() -> list[ReserveGraph]:
+        return [_reserve(build, spec, layout, ctx, embeddings, *r, session) for r in reserves(spec, ctx, n_out_max)]
+
+    if session is None:
+        return ordinary()
+    key = (build, id(spec), id(layout), cells_apart(ctx), n_out_max, embeddings)
+    return session.cpu_shapes.sized(key, (spec, layout), ctx,
+                                    lambda sym, _cells: _KeptGraphs(build, spec, layout, sym, embeddings, n_out_max),
+                                    lambda kept, k: kept.at(k), ordinary)
+
+
 def compute_buffer(
     spec: ModelSpec,
     params: ContextParams,
@@ -326,20 +344,7 @@ def compute_buffer(
     n_out_max = n_outputs_max_of(n_outputs_max, tool, ctx, n_draft, embeddings)
     if n_outputs_max is not None:
         tool = "explicit"
-    # a one-sequence reserve whose tokens the KV streams do not divide makes llama.cpp abort in ggml_add
-    # (kimi-linear, minimax-01 with -np 3 at -ub 512): planner.ggml.ops' broadcast check raises it from the graph
-    def ordinary() -> list[ReserveGraph]:
-        return [_reserve(build, spec, layout, ctx, embeddings, *r, session) for r in reserves(spec, ctx, n_out_max)]
-
-    if session is None:
-        graphs = ordinary()
-    else:
-        key = (build, id(spec), id(layout), cells_apart(ctx), n_out_max, embeddings)
-        graphs = session.cpu_shapes.sized(
-            key, (spec, layout), ctx,
-            lambda sym, _cells: _KeptGraphs(build, spec, layout, sym, embeddings, n_out_max),
-            lambda kept, k: kept.at(k), ordinary,
-        )
+    graphs = _reserve_graphs(build, spec, layout, ctx, embeddings, n_out_max, session)
     return ComputeBuffer(
         buffer_type="CPU",
         bytes=max(gr.bytes for gr in graphs),
