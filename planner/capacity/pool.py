@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 #: by the question itself (a report's options compared) are named by their keys across processes.
 Question = tuple[Hashable, Callable[[], "CapacityPlanner"]]
 
-# what the forked workers find (set only while ``presizing`` runs)
-_QUESTIONS: list[Question] = []
+#: A worker process's questions, as its start received them (``_start_worker``; empty in the process that forks).
+_WORKER_QUESTIONS: list[Question] = []
 
 
 #: Workers at most by default (each a forked copy of this process, with graphs of its own kept).
@@ -63,14 +63,17 @@ def can_fork() -> bool:
             and threading.active_count() == 1)
 
 
-def _ignore_interrupt() -> None:
+def _start_worker(questions: Sequence[Question]) -> None:
+    """Worker side, at its start: interrupts are left to the process that forked it (it stops the workers), and
+    the questions are the worker's own (inherited through the fork, not pickled)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER_QUESTIONS[:] = questions
 
 
 def _ask(i: int) -> tuple[Hashable, SizedSettings | None]:
     """Worker side: ask question ``i``; what its planner sized (None where the question raised: the report's
     process asks it again and reports what it raises)."""
-    key, question = _QUESTIONS[i]
+    key, question = _WORKER_QUESTIONS[i]
     try:
         planner = question()
     except Exception:
@@ -96,15 +99,13 @@ def presizing(questions: Sequence[Question], jobs: int) -> Iterator[Presized]:
     gather what they sized (``Presized.sized``: for the caller's planners to absorb). Nothing runs ahead with
     ``jobs`` 1, fewer than two questions or CPUs, or no fork here. An error in the block, or an interrupt, stops the
     workers at once."""
-    global _QUESTIONS
     got = Presized()
     workers = min(jobs, len(questions), usable_cpus())
     if workers < 2 or not can_fork():
         yield got
         return
-    _QUESTIONS = list(questions)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_ignore_interrupt)
+                               initializer=_start_worker, initargs=(list(questions),))
     done = False
     try:
         futures = [pool.submit(_ask, i) for i in range(len(questions))]
@@ -120,7 +121,6 @@ def presizing(questions: Sequence[Question], jobs: int) -> Iterator[Presized]:
                 got.sized[key] = got.sized[key] | sized if key in got.sized else sized
         done = got.answered == got.asked
     finally:
-        _QUESTIONS = []
         if not done:  # an error, an interrupt or a dead worker: stop the others now, not after their question
             for process in list((getattr(pool, "_processes", None) or {}).values()):
                 process.terminate()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rsplan.errors import RsplanError
 from rsplan.planner.caches.context import ContextParams
@@ -318,6 +318,7 @@ def questions(planners: list[CapacityPlanner], contexts: list[int] | None) -> li
     the capacity table's (None: its default). The report asks them again as it draws, in its own order, and finds
     their settings sized."""
     out: list[Question] = []
+    options = OptionPlanners()  # shared by the questions of one process (a forked worker has its own copy)
     for i, p in enumerate(planners):
         out += [(model_key(i), functools.partial(_asking, p, p.max_n_rs_seq, p.base.n_ctx, p.base.n_seq_max)),
                 (model_key(i), functools.partial(_asking, p, p.ladder, contexts)),
@@ -328,7 +329,7 @@ def questions(planners: list[CapacityPlanner], contexts: list[int] | None) -> li
         plot = plot_contexts(p.ctx_limit.tokens)
         out += [(model_key(i), functools.partial(_asking, p, max_parallel_point, p, plot, c)) for c in plot]
         for label, params in variant_settings(p, p.spec.name):
-            out += [(option_key(i, label), functools.partial(_option_point, p, params, plot, c)) for c in plot]
+            out += [(option_key(i, label), functools.partial(options.point, p, params, plot, c)) for c in plot]
         out.append((model_key(i), functools.partial(_asking, p, memory_series, p, p.base.n_seq_max, plot)))
     return out
 
@@ -348,19 +349,21 @@ def _asking(planner: CapacityPlanner, ask: Callable[..., object], *args: object)
     return planner
 
 
-#: The options made by questions in this process, by (base planner's id, flags), each with its base planner (held,
-#: so that the id stays its own): a worker makes each once.
-_OPTIONS: dict[tuple[int, ContextParams], tuple[CapacityPlanner, CapacityPlanner]] = {}
+@dataclass
+class OptionPlanners:
+    """The planners of the options compared (``variant_settings``) that questions made, by (base planner's id,
+    flags), each with its base planner (held, so that the id stays its own): each is made once per process."""
 
+    made: dict[tuple[int, ContextParams], tuple[CapacityPlanner, CapacityPlanner]] = field(default_factory=dict)
 
-def _option_point(planner: CapacityPlanner, params: ContextParams, plot: list[int], c: int) -> CapacityPlanner:
-    """A max-parallel point of the option ``params`` of ``planner`` (made once per process)."""
-    key = (id(planner), params)
-    if key not in _OPTIONS or _OPTIONS[key][0] is not planner:
-        _OPTIONS[key] = (planner, variant(planner, params))
-    other = _OPTIONS[key][1]
-    max_parallel_point(other, plot, c)
-    return other
+    def point(self, planner: CapacityPlanner, params: ContextParams, plot: list[int], c: int) -> CapacityPlanner:
+        """A max-parallel point of the option ``params`` of ``planner``; the option's planner."""
+        key = (id(planner), params)
+        if key not in self.made or self.made[key][0] is not planner:
+            self.made[key] = (planner, variant(planner, params))
+        other = self.made[key][1]
+        max_parallel_point(other, plot, c)
+        return other
 
 
 @dataclass(frozen=True)
