@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shlex
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -129,6 +128,8 @@ def overrides_from_flags(flags: Sequence[tuple[str, str]], device_names: Sequenc
 
 def override_flags_text(flags: Sequence[tuple[str, str]]) -> str:
     """``flags`` (``overrides_from_flags``') as a shell command line carries them, in order."""
+    import shlex  # deferred: shlex, which a command without override flags does not need (rsplan estimate's start-up)
+
     return " ".join(flag if flag == "--cpu-moe" else f"{flag} {shlex.quote(value)}" for flag, value in flags)
 
 
