@@ -15,7 +15,6 @@ methods their callers use (``model_copy``, ``model_dump``, ``model_dump_json``, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -109,6 +108,8 @@ class Record:
         return out
 
     def model_dump_json(self, **kwargs: Any) -> str:
+        import json  # deferred: json, which sizing a built-in preset does not need (start-up time: rsplan estimate)
+
         return json.dumps(self.model_dump(**kwargs), separators=(",", ":"))
 
 

@@ -6,7 +6,6 @@ inputs that need them; a built-in preset imports none of them.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,9 +15,7 @@ from urllib.parse import urlsplit
 import rsplan.presets
 from rsplan.errors import ModelFileError, either, excerpt, printable
 from rsplan.files import open_regular, path_kind
-from rsplan.hparams import safetensors_header as st
 from rsplan.hparams.model import ModelSpec
-from rsplan.hparams.ollama import resolve
 from rsplan.hparams.yaml_preset import load_preset_file, load_trusted_preset_text, read_text_file
 
 GGUF_MAGIC = b"GGUF"
@@ -54,6 +51,8 @@ def builtin_preset_path(name: str) -> Path:
 def closest_presets(name: str, n: int = 3) -> list[str]:
     """The built-in presets ``name`` most likely meant: those it begins (``qwen3-next`` ->
     ``qwen3-next-80b-a3b``), then the closest spellings; at most ``n``."""
+    import difflib  # deferred: difflib, for a mistyped preset name only (start-up time: rsplan estimate)
+
     if len(name) > 200:
         return []
     names = builtin_preset_names()
@@ -168,6 +167,7 @@ def _hf_read(h: Any, origin: dict[str, Any], dtype_bytes: dict[str, int] | None 
 def _local_weights(directory: Path) -> tuple[dict[str, int], int, list[str]] | None:
     """Bytes per dtype from the safetensors headers of a local model directory (the index's shards, else
     model.safetensors, else every *.safetensors), tensors and files; None without safetensors files."""
+    from rsplan.hparams import safetensors_header as st  # deferred: a model directory's reader (json, struct)
     from rsplan.hparams.hf_base import parse_json_text  # deferred: pydantic (llama_loader)
     from rsplan.hparams.hf_config import MAX_CONFIG_BYTES  # deferred: pydantic (the config.json reader)
 
@@ -256,6 +256,7 @@ def _read_url(url: str) -> ReadModel:
 
 def _read_ollama(name: str) -> ReadModel:
     from rsplan.hparams.gguf_file import read_gguf  # deferred: the GGUF reader imports pydantic (llama_loader)
+    from rsplan.hparams.ollama import resolve  # deferred: the Ollama store's reader (json)
 
     o = resolve(name)
     g = read_gguf(o.blob)

@@ -7,7 +7,6 @@ at most ``MAX_PRESET_BYTES``.
 
 from __future__ import annotations
 
-import difflib
 import re
 import typing
 from pathlib import Path
@@ -234,6 +233,8 @@ def validation_message(exc: ValidationError) -> str:
         key = str(err["loc"][-1])
         parent = _loc_text(err["loc"][:-1])  # the key itself is no union tag, even with a '-' in it
         loc = f"{parent}.{key}" if parent else key
+        import difflib  # deferred: difflib, for a misspelt key only (start-up time: rsplan estimate)
+
         close = difflib.get_close_matches(key, _keys_at(err["loc"][:-1]), n=3, cutoff=0.6)
         msg = "unknown key" + (f" (did you mean {either(close)}?)" if close else "")
     elif any(t in err["type"] for t in _ECHOED) and "input" in err:

@@ -27,7 +27,6 @@ from rsplan.errors import ContextError, RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.backends.buffers import CUDA_RULE
-from rsplan.planner.backends.loader_ops import device_loader_check, kind_loader_check
 from rsplan.planner.caches.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.caches.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
@@ -45,8 +44,6 @@ from rsplan.planner.compute.reserve import ComputeBuffer, compute_buffer
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
-from rsplan.planner.weights.layer_tensors import LayerTensors
-from rsplan.planner.weights.placement import place_layers, weights_by_device
 from rsplan.planner.weights.weight_placement import Weight, gguf_weights, layer_of, loaded, place_weights
 
 if TYPE_CHECKING:
@@ -177,6 +174,9 @@ def moved_to_host(spec: ModelSpec, kind: str, table: WeightTable, load_mtp: bool
     """The loaded weights of device layers that the loader's op test keeps off devices of ``kind``
     (planner.backends.loader_ops), in file order: what llama.cpp's loader reports as "cannot be used with preferred
     buffer type" (src/llama-model-loader.cpp:1404 LLAMA_LOG_DEBUG: a debug line)."""
+    # deferred: the device modules (loader op tests, layer placement), which a CPU estimate does not load
+    from rsplan.planner.backends.loader_ops import device_loader_check
+
     loader = device_loader_check(kind, spec)
     if loader is None:
         return []
@@ -237,6 +237,10 @@ def model_bytes_by_buffer(
     host = host or HostOptions()
     gpu_host = gpu_host_buffer(None if kind == "CPU" else kind)  # the GPU's host buffer type, None on the CPU
     if table and kind != "CPU":
+        # deferred: the device modules (loader op tests, layer placement), which a CPU estimate does not load
+        from rsplan.planner.backends.loader_ops import device_loader_check
+        from rsplan.planner.weights.placement import place_layers
+
         weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
         placement = place_layers(spec.block_count, 1)
         loader = device_loader_check(kind, spec)
@@ -254,6 +258,8 @@ def model_bytes_by_buffer(
     host_name = "CPU_Mapped" if host.use_mmap else (host.weights_host_buffer(gpu_host) or "CPU")
     if kind == "CPU":
         return {host_name: spec.weights_bytes}, False
+    from rsplan.planner.weights.placement import place_layers, weights_by_device  # deferred: a GPU backend's only
+
     placement = place_layers(spec.block_count, 1)
     on_device, host_bytes = weights_by_device(spec.weights_bytes, placement)
     out = {backend: on_device[0]}
@@ -373,6 +379,8 @@ def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
     device's weights it reads to the host)."""
     if table is None:
         return None
+    # deferred: the device modules (loader op tests, layer placement), which a CPU estimate does not load
+    from rsplan.planner.weights.layer_tensors import LayerTensors
 
     names = [name for name, _ in table.tensors]
     return LayerTensors.of(zip(names, table.shapes, strict=True),
@@ -390,8 +398,10 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     model's tensors with their types, where known."""
     # deferred: the scheduler model (planner.compute.sched, per_device), loaded for GPU backends only
     from rsplan.planner.backends.devices import DEVICE_KINDS
+    from rsplan.planner.backends.loader_ops import kind_loader_check
     from rsplan.planner.compute.per_device import device_compute
     from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
+    from rsplan.planner.weights.placement import place_layers
 
     kind = DEVICE_KINDS[_backend_kind(backend)]
     setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors,

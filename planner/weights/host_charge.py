@@ -21,11 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rsplan.planner.backends.loader_ops import LoaderCheck
 from rsplan.planner.weights.host_weights import HostOptions, WeightTable, host_buffer_type, host_buffers, table_tensors
-from rsplan.planner.weights.placement import Placement
 from rsplan.planner.weights.weight_placement import TensorOverride, Weight, layer_of, override_matcher, where_weight
+
+if TYPE_CHECKING:
+    from rsplan.planner.backends.loader_ops import LoaderCheck
+    from rsplan.planner.weights.placement import Placement
 
 #: Each device kind's host buffer type name (ggml_backend_dev_host_buffer_type of the first device:
 #: ggml/src/ggml-cuda/ggml-cuda.cu:1258 GGML_CUDA_NAME + "_Host", which is ROCm / MUSA in those builds;

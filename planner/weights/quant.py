@@ -162,14 +162,13 @@ def quantize_plan(
     out: list[QuantTensor] = []
     for t in ordered:
         new_type, note = t.type, None
-        if not copy_only and allows_quantization(t, model.arch):
+        allowed = not copy_only and allows_quantization(t, model.arch)
+        if allowed:
             new_type = default
             if weight_type(default).is_quantized:
                 new_type = mixture_type(qs, default, t, ftype.name, tensor_category(t.name))
                 new_type, note = _fallback(t, new_type)
-        needs_imatrix = not copy_only and allows_quantization(t, model.arch) and _requires_imatrix(
-            t.name, new_type, ftype.name
-        )
+        needs_imatrix = allowed and _requires_imatrix(t.name, new_type, ftype.name)
         if needs_imatrix and not has_imatrix and not dry_run:
             raise ContextError(
                 f"{ftype.name} requires an importance matrix: llama-quantize refuses tensor {printable(t.name)} as "

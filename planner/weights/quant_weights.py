@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError, UnsupportedArchError
 from rsplan.hparams.converter_types import tensor_type
@@ -22,10 +23,12 @@ from rsplan.hparams.sources import resolve_model
 from rsplan.hparams.tensors import MissingFieldError, tensor_list
 from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, BufferRule
 from rsplan.planner.weights.host_weights import WeightTable
-from rsplan.planner.weights.layer_tensors import LayerTensors
 from rsplan.planner.weights.quant import QuantPlan, quantize_plan
 from rsplan.planner.weights.quant_ftypes import parse_ftype
 from rsplan.planner.weights.quant_inputs import WeightTensor, quant_model
+
+if TYPE_CHECKING:
+    from rsplan.planner.weights.layer_tensors import LayerTensors
 
 #: The converter's output type the plan starts from (llama-quantize's usual input).
 SOURCE_OUTTYPE = "bf16"
@@ -58,6 +61,8 @@ class QuantWeights:
         """The loaded tensors' names, shapes and types as the scheduler model reads them
         (planner.weights.layer_tensors.LayerTensors: which GGUF tensor a graph weight is, and the type of its copy on a
         device)."""
+        # deferred: the scheduler model's tensor view, which a CPU estimate does not load
+        from rsplan.planner.weights.layer_tensors import LayerTensors
 
         loaded = [t for t in self.plan.tensors if t.name in self.loaded]
         return LayerTensors.of(((t.name, t.ne) for t in loaded), {t.name: t.type for t in loaded})

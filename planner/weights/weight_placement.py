@@ -32,19 +32,21 @@ from __future__ import annotations
 
 import functools
 import re
-import shlex
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError, excerpt
 from rsplan.hparams.ggml_types import weight_type
 from rsplan.hparams.model_limits import MAX_LAYERS
 from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
 from rsplan.planner.backends.cpu_repack import Target
-from rsplan.planner.backends.loader_ops import LoaderCheck, weight_shape
 from rsplan.planner.weights.host_weights import HostTensor, buffer_bytes, host_buffer_type
-from rsplan.planner.weights.placement import Placement
+
+if TYPE_CHECKING:
+    from rsplan.planner.backends.loader_ops import LoaderCheck
+    from rsplan.planner.weights.placement import Placement
 
 #: common/common.h:1198 LLM_FFN_EXPS_REGEX: the sparse expert tensors --cpu-moe / --n-cpu-moe keep on the host.
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
@@ -129,6 +131,8 @@ def overrides_from_flags(flags: Sequence[tuple[str, str]], device_names: Sequenc
 
 def override_flags_text(flags: Sequence[tuple[str, str]]) -> str:
     """``flags`` (``overrides_from_flags``') as a shell command line carries them, in order."""
+    import shlex  # deferred: shlex, which a command without override flags does not need (rsplan estimate's start-up)
+
     return " ".join(flag if flag == "--cpu-moe" else f"{flag} {shlex.quote(value)}" for flag, value in flags)
 
 
@@ -299,6 +303,8 @@ def place_weights(
             # (the -ot patterns see that name), a second tensor unless it lands in the buffer type holding the
             # input copy (src/llama-model-loader.cpp:1371 TENSOR_DUPLICATED); on the host the mapping is shared
             # (tested as the output matrix: MUL_MAT)
+            from rsplan.planner.backends.loader_ops import weight_shape  # deferred: the loader's op tests
+
             out = where_weight(w.name, "output", placement, matcher, loader is not None
                                and loader.refuses("output", weight_shape(w.n_bytes, w.type, w.ne0), w.type))
             if out is None and where is not None:
@@ -317,6 +323,9 @@ def _host_output_copy(embd: Weight, target: Target | None) -> int:
 
     if target is None or weight_type(embd.type) is None or not embd.ne0:
         return 0
+    # deferred: the loader's op tests (planner.backends.loader_ops), which a CPU estimate does not load
+    from rsplan.planner.backends.loader_ops import weight_shape
+
     ne1 = weight_shape(embd.n_bytes, embd.type, embd.ne0)[1]
     as_output = HostTensor("output.weight", embd.n_bytes, embd.type, (embd.ne0, ne1), 0)
     buft = host_buffer_type(as_output, target, None, use_mmap=False)

@@ -13,7 +13,6 @@ characters, escape sequences, tabs), whose width takes tabulate's rules, is laid
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -132,6 +131,8 @@ def command_lines(label: str, command: str, width: int | None = None, indent: st
     """A shell command after ``label``, broken before a flag (``-x`` / ``--xx``, with its values) into lines of at
     most ``width`` columns that end in `` \\`` (one command to a shell, pasted as it is); a flag with a value longer
     than a line keeps its own line. The words keep their quoting (shlex: the command's own)."""
+    import shlex  # deferred: shlex, for the commands that print a command line (rsplan estimate's start-up)
+
     width = line_width() if width is None else width
     words = [shlex.quote(w) for w in shlex.split(command)]
     groups: list[str] = []
