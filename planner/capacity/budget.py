@@ -11,108 +11,29 @@ counts of per-GPU and per-model values against each other. No click here: errors
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import ContextParams, resolve_context
-from rsplan.planner.caches.context_limit import RopeFlags
-from rsplan.planner.caches.outputs import DEFAULT_CTX_CHECKPOINTS
 from rsplan.planner.capacity.limits import (
     DEFAULT_COMPUTE_BYTES,
-    DEFAULT_FIT_TARGET_MIB,
     Budget,
     ComputeUnmodelledError,
-    DeviceBudget,
 )
 from rsplan.planner.capacity.search import CapacityPlanner
 from rsplan.planner.compute.reserve import n_outputs_max_for
 from rsplan.planner.compute.reuse.session import SizingSession
-from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, checkpoint_weights, weights_needed
-from rsplan.planner.weights.host_weights import HostOptions, WeightTable
+from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, weights_needed
+from rsplan.planner.weights.host_weights import WeightTable
 from rsplan.planner.weights.quant_weights import quantized_model
 from rsplan.planner.weights.weight_placement import Weight, gguf_weights, override_flags_text
 
 if TYPE_CHECKING:  # the serving engines' rules are imported only for them
-    from rsplan.planner.engines.base import ServingBudget
-
-#: ``--gpu-memory``: budget a GPU's free memory (llama.cpp's --fit reads it) or its total memory (an empty GPU).
-GpuMemory = Literal["free", "total"]
-
-
-@dataclass(frozen=True)
-class GivenSize:
-    """A size given on the command line: its exact bytes and its text as given (``24GiB``), for the source lines."""
-
-    n_bytes: int
-    text: str
-
-
-@dataclass(frozen=True)
-class BudgetRequest:
-    """The budget flags, parsed.
-
-    Attributes:
-        devices: one DeviceBudget per GPU (``--budget`` sizes, or NVML's figures from ``nvml_devices``).
-        from_nvml: the devices come from ``--gpu`` (named so in errors), not ``--budget``.
-        margin_bytes: ``--fit-target`` per GPU, bytes: one value (for every GPU) or one per GPU.
-        compute: ``--compute``, or None (then llama.cpp's compute buffer as planner.compute.reserve models it).
-        weights: ``--weights``, one per model or none.
-        quant: ``--quant TYPE`` (llama-quantize's ftype name), or None.
-        n_gpu_layers: ``-ngl`` (None: all layers).
-        tensor_split: ``-ts`` proportions, or None (by the GPUs' budgets).
-        offload_kqv: False with ``--no-kv-offload``.
-        override_flags: ``-ot`` / ``--cpu-moe`` / ``--n-cpu-moe`` / ``--n-cpu-ffn`` as given, (flag, value) in
-            command-line order (planner.weights.weight_placement.overrides_from_flags).
-        overhead: ``--overhead`` of a serving engine, or None (the engine's default).
-        host_budget: ``--host-budget`` (or the machine's available memory), or None: the host is not checked.
-        rope: the RoPE-scaling flags.
-        ctx_checkpoints: llama-server's ``--ctx-checkpoints`` (per slot; 0: none), charged to the host.
-        device_kind: ``--device-kind`` (the devices' backend: each device's compute buffer by the scheduler model,
-            planner.capacity.charges), or None: the CPU backend's figure on each device that runs a layer.
-        host: ``--cpu-repack`` / ``--no-repack`` / ``--load-mode``: the host weights' buffers of a started
-            llama.cpp (planner.weights.host_charge) and the flags printed for them.
-    """
-
-    devices: tuple[DeviceBudget, ...]
-    from_nvml: bool = False
-    margin_bytes: tuple[int, ...] = (DEFAULT_FIT_TARGET_MIB << 20,)
-    compute: GivenSize | None = None
-    weights: tuple[GivenSize, ...] = ()
-    quant: str | None = None
-    n_gpu_layers: int | None = None
-    tensor_split: tuple[float, ...] | None = None
-    offload_kqv: bool = True
-    override_flags: tuple[tuple[str, str], ...] = ()
-    overhead: GivenSize | None = None
-    host_budget: GivenSize | None = None
-    rope: RopeFlags = field(default_factory=RopeFlags)
-    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
-    device_kind: str | None = None
-    host: HostOptions = field(default_factory=HostOptions)
-
-
-def size_budgets(sizes: Sequence[GivenSize]) -> tuple[DeviceBudget, ...]:
-    """``--budget A,B,...``: one DeviceBudget per size, named ``GPU`` (one) or ``GPU 0``, ``GPU 1``, ..."""
-    return tuple(DeviceBudget(f"GPU {i}" if len(sizes) > 1 else "GPU", size.n_bytes, f"--budget {size.text}")
-                 for i, size in enumerate(sizes))
-
-
-def nvml_devices(indices: list[int] | None, which: GpuMemory = "free") -> tuple[DeviceBudget, ...]:
-    """``--gpu [INDEX,...]``: the GPUs' free or total memory as NVML reports it (``indices`` None: every GPU).
-
-    Raises:
-        DeviceError: no NVML, no GPU, or an index that does not exist.
-    """
-    # deferred: pynvml through rsplan.gpu, read only for --gpu
-    from rsplan.gpu import gpu_memory
-
-    return tuple(DeviceBudget(f"GPU{g.index} {g.name}", g.free_bytes if which == "free" else g.total_bytes,
-                              f"NVML GPU{g.index} {which} memory", total_bytes=g.total_bytes,
-                              free_bytes=g.free_bytes)
-                 for g in gpu_memory(indices))
+    pass
+from rsplan.planner.capacity.request import BudgetRequest, GivenSize, check_weights_count
 
 
 def _margins(request: BudgetRequest) -> tuple[int, ...]:
@@ -124,11 +45,6 @@ def _margins(request: BudgetRequest) -> tuple[int, ...]:
     return margins
 
 
-def check_weights_count(request: BudgetRequest, n_models: int) -> None:
-    n_weights = len(request.weights)
-    if n_weights and n_weights != n_models:
-        models = f"{n_models} model" + ("s" if n_models > 1 else "")
-        raise RsplanError(f"give --weights once per --model ({models}, {n_weights} --weights)")
 
 
 def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | None,
@@ -261,37 +177,3 @@ def _planner(spec: ModelSpec, params: ContextParams, budget: Budget, request: Bu
     )
 
 
-def serving_budget(spec: ModelSpec, ref: str, request: BudgetRequest, weights: GivenSize | None, tp: int,
-                   default_overhead_bytes: int, model_dtype: str, quant_method: str | None = None,
-                   tied: bool | None = None) -> ServingBudget:
-    """The ServingBudget of a serving engine (vLLM, SGLang): one GPU's memory (the smallest of the GPUs given,
-    whose count must be the tensor-parallel size ``tp``; a GPU read through NVML counts its total memory), the
-    weights (``weights``, else the model file's size, else the checkpoint's tensors in the engine's
-    ``model_dtype``: planner.weights.default_weights.checkpoint_weights) and the overhead (``--overhead``, else the
-    engine's ``default_overhead_bytes``). ``quant_method``, ``tied``: config.json's quantization_config and
-    tie_word_embeddings, where it says them.
-
-    Raises:
-        RsplanError: more than one GPU, but not ``tp`` of them; weights that cannot be sized
-            (planner.weights.default_weights.weights_needed).
-    """
-    devices = request.devices
-    if len(devices) not in (1, tp):
-        what = "--gpu" if request.from_nvml else "--budget"
-        raise RsplanError(f"{what} gives {len(devices)} GPUs but the tensor-parallel size is {tp}: give one GPU "
-                          f"budget, or -tp {len(devices)}")
-    smallest = min(devices, key=lambda d: d.total_bytes if d.total_bytes is not None else d.budget_bytes)
-    gpu_bytes = smallest.total_bytes if smallest.total_bytes is not None else smallest.budget_bytes
-    source = (f"NVML {smallest.name} total memory" if smallest.total_bytes is not None else smallest.source)
-    if weights is not None:
-        weights_bytes, w_source = weights.n_bytes, f"--weights {weights.text}"
-    elif spec.weights_bytes is not None:
-        weights_bytes, w_source = spec.weights_bytes, f"weights_bytes of {ref}"
-    else:
-        weights_bytes, w_source = checkpoint_weights(spec, ref, model_dtype, tp, quant_method, tied)
-    overhead = default_overhead_bytes if request.overhead is None else request.overhead.n_bytes
-    # deferred: the serving engines' rules (planner.engines), loaded only for --engine vllm / sglang
-    from rsplan.planner.engines.base import ServingBudget
-
-    return ServingBudget(gpu_bytes=gpu_bytes, gpu_source=source, weights_bytes=weights_bytes,
-                         weights_source=w_source, overhead_bytes=overhead, gpu_free_bytes=smallest.free_bytes)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from rsplan.errors import RsplanError
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import ContextParams
-from rsplan.planner.capacity.budget import BudgetRequest
+from rsplan.planner.capacity.request import BudgetRequest
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.override_compact import compact_overrides
 

@@ -4,7 +4,7 @@ request.
 ``--budget`` / ``--gpu``, ``--weights``, ``--fit-target``, ``--compute``, ``-ngl``, ``--tensor-split``,
 ``--no-kv-offload`` ... are declared once here (BUDGET_OPTIONS, under "Memory budget" in ``--help``) with the
 context ladder ``--ctx``; ``budget_request`` turns their text into bytes, counts and proportions
-(planner.capacity.budget.BudgetRequest), and planner.capacity.budget assembles the planners from it.
+(planner.capacity.request.BudgetRequest), and planner.capacity.budget assembles the planners from it.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from rsplan.planner.weights.placement import MAX_DEVICES
 from rsplan.render.units import MAX_SIZE, parse_size, shown
 
 if TYPE_CHECKING:
-    from rsplan.planner.capacity.budget import BudgetRequest, GivenSize
     from rsplan.planner.capacity.limits import DeviceBudget
+    from rsplan.planner.capacity.request import BudgetRequest, GivenSize
     from rsplan.planner.weights.host_weights import HostOptions
 
 #: ``--ctx`` entries: tokens, or ``<n>k`` for n * 1024 tokens (as people say "8k context").
@@ -183,7 +183,7 @@ def size_or_zero(text: str, what: str) -> int:
 
 def _given_size(text: str | None, flag: str) -> GivenSize | None:
     # deferred: the planner's budget modules, loaded only when a command with these flags runs
-    from rsplan.planner.capacity.budget import GivenSize
+    from rsplan.planner.capacity.request import GivenSize
 
     return None if text is None else GivenSize(size_or_zero(text, flag), text)
 
@@ -302,7 +302,7 @@ def parse_fit_target(text: str) -> tuple[int, ...]:
 def _devices(budget: str | None, gpu: str | None, gpu_memory: str | None) -> tuple[DeviceBudget, ...]:
     """``--budget`` sizes, or the ``--gpu`` indices read through NVML: planner.capacity.limits.DeviceBudget each."""
     # deferred: the planner's budget modules, loaded only when a command with these flags runs
-    from rsplan.planner.capacity.budget import GivenSize, nvml_devices, size_budgets
+    from rsplan.planner.capacity.request import GivenSize, nvml_devices, size_budgets
 
     if budget is not None and gpu is not None:
         raise RsplanError("give either --budget or --gpu, not both")
@@ -352,7 +352,7 @@ def _host_budget(text: str | None, this_machine: bool) -> Any:
     (``--gpu``), else None: ``--budget`` describes a machine that is not this one, whose RAM rsplan does not know,
     so the host is not checked and each answer states what it needs there."""
     # deferred: the planner's budget modules, loaded only when a command with these flags runs
-    from rsplan.planner.capacity.budget import GivenSize
+    from rsplan.planner.capacity.request import GivenSize
 
     if text is not None:
         # as rsplan fit: a host with no memory for the output buffer holds no start at all
@@ -383,7 +383,7 @@ def override_flags(ctx: click.Context | None, options: dict[str, Any]) -> tuple[
 
 
 def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> BudgetRequest:
-    """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.capacity.budget.BudgetRequest (with
+    """The budget flags as ``pop_budget_options`` returns them, parsed: a planner.capacity.request.BudgetRequest (with
     the host-weight options ``host``, rsplan.cli.host_options; None: llama.cpp's defaults).
 
     Raises:
@@ -392,7 +392,7 @@ def budget_request(options: dict[str, Any], host: HostOptions | None = None) -> 
     """
     # deferred: the planner's budget modules, loaded only when a command with these flags runs
     from rsplan.planner.caches.context_limit import RopeFlags
-    from rsplan.planner.capacity.budget import BudgetRequest, GivenSize
+    from rsplan.planner.capacity.request import BudgetRequest, GivenSize
 
     devices = _devices(options["budget"], options["gpu"], options["gpu_memory"])
     return BudgetRequest(

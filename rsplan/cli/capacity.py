@@ -107,7 +107,7 @@ def _capacity_engine(model_ref: str, engine: str, values: dict[str, Any], ctx_li
     """``capacity --engine vllm|sglang``: the engine's answers for the budget."""
     # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
-    from rsplan.planner.capacity.budget import serving_budget
+    from rsplan.planner.capacity.serving import serving_budget
     from rsplan.planner.engines import engine as load_engine
     from rsplan.planner.weights.default_weights import serving_model_dtype
 

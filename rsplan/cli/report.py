@@ -30,7 +30,7 @@ from rsplan.planner.compute.reserve import paused_gc
 from rsplan.planner.engines import NATIVE
 
 if TYPE_CHECKING:
-    from rsplan.planner.capacity.budget import BudgetRequest
+    from rsplan.planner.capacity.request import BudgetRequest
 
 OUTPUT_OPTIONS = [
     click.option("--profile", "profile_path", metavar="FILE", default=None,
@@ -97,9 +97,10 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.capacity.pool)."""
     # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
-    from rsplan.planner.capacity.budget import check_weights_count, make_planners
+    from rsplan.planner.capacity.budget import make_planners
     from rsplan.planner.capacity.fit_placement import fitted_placement
     from rsplan.planner.capacity.pool import presizing
+    from rsplan.planner.capacity.request import check_weights_count
     from rsplan.planner.capacity.search import run_capacity
     from rsplan.planner.compute.reuse.session import SizingSession
     from rsplan.planner.weights.default_weights import llama_cpp_spec
@@ -160,7 +161,7 @@ def _engine_reports(specs: list[Any], refs: list[str], engines: list[str], value
     """Each serving engine's capacity for each model, on the same budget and contexts as llama.cpp's
     (``checkpoints``: each model's config.json quantization_config and tie_word_embeddings, where it says them)."""
     # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
-    from rsplan.planner.capacity.budget import serving_budget
+    from rsplan.planner.capacity.serving import serving_budget
     from rsplan.planner.engines import engine as load_engine
     from rsplan.planner.weights.default_weights import serving_model_dtype
     from rsplan.render.report_inputs import EngineReport

@@ -81,7 +81,7 @@ def test_gpu_plans_this_machine_and_budgets_its_ram(monkeypatch: pytest.MonkeyPa
     from rsplan.planner.capacity.limits import DeviceBudget
 
     monkeypatch.setattr("rsplan.cli.budget.host_memory", lambda: (64 * GiB, GiB + 10 * PER_SEQ_HOST))
-    monkeypatch.setattr("rsplan.planner.capacity.budget.nvml_devices", lambda indices, which="free": (
+    monkeypatch.setattr("rsplan.planner.capacity.request.nvml_devices", lambda indices, which="free": (
         DeviceBudget("GPU0 Test", 8 * GiB, "NVML GPU0 free memory", total_bytes=8 * GiB, free_bytes=8 * GiB),))
     args = ["capacity", "-m", "mamba-130m", "--weights", "1GiB", "-ngl", "0", "--compute", "0", "--ctx", "4096",
             "--ctx-checkpoints", "0", "--gpu", "0"]

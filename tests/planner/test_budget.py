@@ -6,15 +6,10 @@ import pytest
 
 from rsplan.errors import RsplanError
 from rsplan.planner.caches.context import ContextParams
-from rsplan.planner.capacity.budget import (
-    BudgetRequest,
-    GivenSize,
-    compute_bytes,
-    make_planners,
-    serving_budget,
-    size_budgets,
-)
+from rsplan.planner.capacity.budget import compute_bytes, make_planners
 from rsplan.planner.capacity.limits import DEFAULT_COMPUTE_BYTES, DeviceBudget
+from rsplan.planner.capacity.request import BudgetRequest, GivenSize, size_budgets
+from rsplan.planner.capacity.serving import serving_budget
 from rsplan_testing import make_spec
 
 MIB = 1 << 20

@@ -25,8 +25,9 @@ def test_modelled_arch_charges_llama_cpp_compute_buffer():
     # one device of no known kind (Budget.device_kind None): the CPU backend's figure, the golden's
     from rsplan.hparams.sources import load_builtin_preset
     from rsplan.planner.caches.context import ContextParams
-    from rsplan.planner.capacity.budget import BudgetRequest, make_planners
+    from rsplan.planner.capacity.budget import make_planners
     from rsplan.planner.capacity.limits import DeviceBudget
+    from rsplan.planner.capacity.request import BudgetRequest
 
     spec = load_builtin_preset("lfm2-1.2b")
     request = BudgetRequest(devices=(DeviceBudget("GPU", 24 << 30, "test"),))

@@ -140,8 +140,9 @@ def test_matches_real_llama_cpp_runs(case):
     from rsplan.hparams.tensors import tensor_list
     from rsplan.planner.backends.cpu_repack import parse_target
     from rsplan.planner.caches.context import ContextParams
-    from rsplan.planner.capacity.budget import BudgetRequest, make_planners
+    from rsplan.planner.capacity.budget import make_planners
     from rsplan.planner.capacity.limits import DeviceBudget
+    from rsplan.planner.capacity.request import BudgetRequest
     from rsplan.planner.weights.host_weights import HostOptions, WeightTable
 
     name, i = case

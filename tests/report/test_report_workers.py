@@ -18,8 +18,9 @@ from rsplan.hparams.sources import read_model
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.capacity import charges as capacity_charge
 from rsplan.planner.capacity import pool as charge_pool
-from rsplan.planner.capacity.budget import BudgetRequest, GivenSize, make_planners
+from rsplan.planner.capacity.budget import make_planners
 from rsplan.planner.capacity.limits import DeviceBudget
+from rsplan.planner.capacity.request import BudgetRequest, GivenSize
 from rsplan.planner.capacity.search import run_capacity
 from rsplan.render import report_data
 from rsplan.render.report import build_html
