@@ -30,7 +30,10 @@ from rsplan.planner.compute.reserve import paused_gc
 from rsplan.planner.engines import NATIVE
 
 if TYPE_CHECKING:
+    from rsplan.hparams.sources import ReadModel
+    from rsplan.planner.caches.context import ContextParams
     from rsplan.planner.capacity.request import BudgetRequest
+    from rsplan.planner.capacity.search import CapacityPlanner
 
 OUTPUT_OPTIONS = [
     click.option("--profile", "profile_path", metavar="FILE", default=None,
@@ -92,18 +95,36 @@ def report(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
     click.echo(f"wrote {output}: {n_bytes / (1 << 20):.2f} MiB in {time.perf_counter() - start:.2f} s")
 
 
+def _planners(reads: list[ReadModel], model_refs: tuple[str, ...], params: ContextParams, request: BudgetRequest,
+              spec_type: str | None) -> list[CapacityPlanner]:
+    """One CapacityPlanner per model read, each on its own request (llama.cpp's --fit places its layers where the
+    flags give no placement) and in a sizing session of its own."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
+    from rsplan.planner.capacity.budget import make_planners
+    from rsplan.planner.capacity.fit_placement import fitted_placement
+    from rsplan.planner.capacity.request import check_weights_count
+    from rsplan.planner.compute.reuse.session import SizingSession
+    from rsplan.planner.weights.default_weights import llama_cpp_spec
+
+    check_weights_count(request, len(reads))
+    planners = []
+    for i, (read, ref) in enumerate(zip(reads, model_refs, strict=True)):
+        own = replace(request, weights=request.weights[i:i + 1]) if request.weights else request
+        spec = llama_cpp_spec(read)
+        session = SizingSession()  # the caches of this model's sizings, passed down
+        fitted = fitted_placement(read, spec, ref, params, own, session)
+        planners += make_planners([spec], [ref], params, fitted.request if fitted else own, spec_type,
+                                  [weight_table(read)], [read.facts.get("vocab_size_unknown")], session)
+    return planners
+
+
 def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str | None,
            kwargs: dict[str, Any], engines: list[str], values: dict[str, dict[str, Any]], jobs: int) -> str:
     """The report's HTML (``jobs``: processes sizing compute buffers at once, planner.capacity.pool)."""
     # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.hparams.sources import read_model
-    from rsplan.planner.capacity.budget import make_planners
-    from rsplan.planner.capacity.fit_placement import fitted_placement
     from rsplan.planner.capacity.pool import presizing
-    from rsplan.planner.capacity.request import check_weights_count
     from rsplan.planner.capacity.search import run_capacity
-    from rsplan.planner.compute.reuse.session import SizingSession
-    from rsplan.planner.weights.default_weights import llama_cpp_spec
     from rsplan.render.report_data import model_key, option_key, questions, variant_settings, variants
 
     options = pop_budget_options(kwargs)
@@ -121,18 +142,8 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
         profile = load_profile(profile_path)
     reads = [read_model(ref) for ref in model_refs]
     specs = [r.spec for r in reads]
-    tables = [weight_table(r) for r in reads]
     request = budget_request(options, host)
-    check_weights_count(request, len(reads))
-    planners = []
-    for i, (read, ref) in enumerate(zip(reads, model_refs, strict=True)):
-        # each model on its own request: llama.cpp's --fit places its layers where the flags give no placement
-        own = replace(request, weights=request.weights[i:i + 1]) if request.weights else request
-        spec = llama_cpp_spec(read)
-        session = SizingSession()  # the caches of this model's sizings, passed down
-        fitted = fitted_placement(read, spec, ref, params, own, session)
-        planners += make_planners([spec], [ref], params, fitted.request if fitted else own, spec_type,
-                                  [tables[i]], [read.facts.get("vocab_size_unknown")], session)
+    planners = _planners(reads, model_refs, params, request, spec_type)
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)
     with presizing(questions(planners, contexts), jobs) as ahead:
         # meanwhile, what sizes no compute buffer
