@@ -174,14 +174,14 @@ def compress(graph: Graph, a: int, n: int, periods: int, kept: int = KEPT_PERIOD
 
 def _walk_to(gal: Any, sg: Any, bounds: list[int]) -> list[tuple[Any, dict[int, Any], list[Tensor]]]:
     """The allocator's state at each node index of ``bounds``: ``alloc_graph`` as it is, its walk run in segments
-    cut there (planner.ggml.alloc ``_Gallocr._walk``, unchanged)."""
+    cut there (planner.ggml.alloc ``Gallocr.walk``, unchanged)."""
     nodes = sg.graph.nodes
     snaps = []
 
     def segmented(walked: list[Tensor], ids: list[int]) -> None:
         lo = 0
         for hi in [*bounds, len(walked)]:
-            ga._Gallocr._walk(gal, walked[lo:hi], ids[lo:hi])
+            ga.Gallocr.walk(gal, walked[lo:hi], ids[lo:hi])
             lo = hi
             if len(snaps) == len(bounds):
                 continue
@@ -189,7 +189,7 @@ def _walk_to(gal: Any, sg: Any, bounds: list[int]) -> list[tuple[Any, dict[int, 
             snaps.append(([list(map(tuple, al.blocks)) for al in gal.allocs],
                           {id(t): (t.offset, t.size, t.buffer_id) for t in live}, live))
 
-    gal._walk = segmented
+    gal.walk = segmented
     gal.alloc_graph(sg.graph, sg.node_ids, sg.leaf_ids)
     return snaps
 
@@ -206,7 +206,7 @@ def state_check(cg: Graph, setup: Any, n_tokens: int, a: int, n: int, kept: int 
         if len(lengths) != 1:
             return f"split periods differ in length {sorted(lengths)}"
         step = lengths.pop()
-        snaps = _walk_to(ga._Gallocr(sg.buffers), sg, bounds[:kept])
+        snaps = _walk_to(ga.Gallocr(sg.buffers), sg, bounds[:kept])
         why = []
         for i, ((free1, at1, live1), (free2, at2, _)) in enumerate(itertools.pairwise(snaps)):
             if free1 != free2:

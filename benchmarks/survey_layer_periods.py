@@ -4,7 +4,7 @@ The compute-buffer model builds, schedules and walks every layer of a reserve gr
 faster design would build a few layers of each repeating run and prove the rest repeats. This survey measures
 whether that can hold, without changing any sizing:
 
-- each reserve graph that ``rsplan estimate`` walks (planner.ggml.alloc ``_Gallocr._walk``, patched here to take
+- each reserve graph that ``rsplan estimate`` walks (planner.ggml.alloc ``Gallocr.walk``, patched here to take
   snapshots) is cut at its layer boundaries: the first ``norm`` node of each layer (the node llama.cpp's
   graph_get_cb names ``norm``, which the scheduler model pins);
 - at each boundary it records the allocator's state (every buffer's free blocks and high-water mark) and, for the
@@ -36,10 +36,10 @@ DEFAULT_ARGS = "-c 32768 -np 4 --backend CUDA0 --quant Q4_K_M"
 
 def _patch_walk(walks: list[dict[str, Any]]) -> None:
     """Make the allocator's walk record, per graph, a snapshot at each layer's first ``norm`` node: the walk runs
-    as before, in segments cut there (planner.ggml.alloc ``_Gallocr._walk``, unchanged)."""
+    as before, in segments cut there (planner.ggml.alloc ``Gallocr.walk``, unchanged)."""
     from rsplan.planner.ggml import alloc as ga
 
-    walk = ga._Gallocr._walk
+    walk = ga.Gallocr.walk
 
     def segmented(self: Any, nodes: list[Any], node_ids: list[int]) -> None:
         record: dict[str, Any] = {"n_nodes": len(nodes), "state": {}, "layer_nodes": {}, "max_at": {}}
@@ -59,7 +59,7 @@ def _patch_walk(walks: list[dict[str, Any]]) -> None:
                 record["state"][nxt] = tuple(tuple(map(tuple, a.blocks)) for a in self.allocs)
             lo, layer = hi, nxt
 
-    ga._Gallocr._walk = segmented  # type: ignore[method-assign]
+    ga.Gallocr.walk = segmented  # type: ignore[method-assign]
 
 
 def periodicity(record: dict[str, Any]) -> str:

@@ -34,13 +34,14 @@ from rsplan.planner.compute.reserve import (
     reserve_graph_builder,
     reserves,
 )
+from rsplan.planner.compute.reuse.alloc_replay import PeriodMismatch
 from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, cells_apart
 from rsplan.planner.compute.reuse.layer_periods import GraphPeriods, LayerCut, model_cut
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.compute.sched import BackendAssignment, assign_backends, flash_attn_on_layer_devices
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.compute.sched_split import SplitGraph, schedule, split_graph
-from rsplan.planner.ggml.alloc import Graph, PeriodMismatch
+from rsplan.planner.ggml.alloc import Graph
 
 #: Which of llama.cpp's runs a sizing takes: the dry run (no_alloc: the first pp graph, what --fit and
 #: llama-fit-params measure), the real run (each reserve with its pinned nodes: what a started context allocates),

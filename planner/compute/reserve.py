@@ -43,6 +43,7 @@ from rsplan.planner.compute.errors import ComputeModelError, LlamaAbortError
 from rsplan.planner.compute.graphs import BUILDERS, MTP_BUILDERS
 from rsplan.planner.compute.graphs import builder as graph_builder
 from rsplan.planner.compute.graphs.common import GraphParams
+from rsplan.planner.compute.reuse.alloc_replay import kept_reserve_size
 from rsplan.planner.compute.reuse.kept_shapes import AffineTensors, cells_apart
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.ggml.alloc import reserve_size
@@ -263,7 +264,7 @@ class _KeptGraphs:
 
         self.affine.set_at(k)
         return [ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes),
-                             reserve_size(graph, CPU_RULE.alignment, keep=True))
+                             kept_reserve_size(graph, CPU_RULE.alignment))
                 for name, n_tok, n_sq, n_out, graph in self.graphs]
 
 

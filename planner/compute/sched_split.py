@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsplan.planner.backends.cuda_fusion import MAX_SRC, alloc_deps, use_counts
+from rsplan.planner.compute.reuse.alloc_replay import PeriodMismatch, kept_reserve_sizes
 from rsplan.planner.compute.reuse.layer_periods import GraphPeriods
 from rsplan.planner.compute.sched import (
     BackendAssignment,
@@ -20,7 +21,7 @@ from rsplan.planner.compute.sched import (
 )
 from rsplan.planner.compute.sched_setup import CPU_ALIGNMENT, SchedResult, SchedSetup
 from rsplan.planner.ggml import ops as g
-from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, PeriodMismatch, Tensor, reserve_sizes
+from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_sizes
 
 
 def _graph_copy(s: BackendAssignment, splits: list[tuple[int, int, list[Tensor]]],
@@ -111,8 +112,11 @@ class SplitGraph:
 
     def sizes(self, keep: bool = False) -> tuple[int, ...]:
         """Each backend's compute buffer bytes (planner.ggml.alloc.reserve_sizes; ``keep``: the graph is sized
-        again at other shapes, see there)."""
-        return tuple(reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids, keep))
+        again at other shapes, its run recorded and replayed: planner.compute.reuse.alloc_replay, which also checks
+        the periods of a graph built over fewer layers)."""
+        if keep or self.graph.periods is not None:
+            return tuple(kept_reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids))
+        return tuple(reserve_sizes(self.graph, self.buffers, self.node_ids, self.leaf_ids))
 
 
 def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,

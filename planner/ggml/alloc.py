@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rsplan.hparams.ggml_types import GGMLType
 
@@ -107,8 +107,9 @@ class Tensor:
 
 @dataclass
 class Graph:
-    """A computation graph: ``nodes`` in execution order, ``leafs`` in the order the graph met them; ``tape``:
-    the allocator's last recorded run over it (``reserve_sizes(..., keep=True)``), or None; ``varying``: the only
+    """A computation graph: ``nodes`` in execution order, ``leafs`` in the order the graph met them. What repeated
+    sizings keep with it (planner.compute.reuse, never read by the allocator here): ``tape``, the allocator's last
+    recorded run over it (planner.compute.reuse.alloc_replay), or None; ``varying``: the only
     tensors whose shape, strides or view offset a later sizing may find changed (a kept graph's,
     planner.compute.reuse.kept_shapes.AffineTensors), or None: any of them; ``periods``: the node indices where the
     checked periods p1, p2 and p_last of a graph built over fewer layers start (planner.compute.reuse.layer_periods), or
@@ -116,14 +117,9 @@ class Graph:
 
     nodes: list[Tensor] = field(default_factory=list)
     leafs: list[Tensor] = field(default_factory=list)
-    tape: _Tape | None = field(default=None, repr=False, compare=False)
+    tape: Any = field(default=None, repr=False, compare=False)
     varying: set[Tensor] | None = field(default=None, repr=False, compare=False)
     periods: tuple[int, int, int] | None = field(default=None, repr=False, compare=False)
-
-
-class PeriodMismatch(Exception):
-    """A graph built over fewer layers does not stand for the whole graph here (planner.compute.reuse.layer_periods):
-    its checked periods are scheduled otherwise, or the allocator does not start them in the same state."""
 
 
 def aligned(size: int, alignment: int) -> int:
@@ -186,17 +182,10 @@ class _DynAllocator:
         blocks.insert(pos, [offset, size])
 
 
-def reserve_size(graph: Graph, alignment: int, keep: bool = False) -> int:
+def reserve_size(graph: Graph, alignment: int) -> int:
     """The buffer size ``ggml_gallocr_reserve`` needs for ``graph`` on a backend of ``alignment`` bytes
-    (ggml_gallocr_alloc_graph_impl with one buffer; allocation size = ggml_nbytes, as on the CPU); ``keep``: as
-    ``reserve_sizes``'."""
-    return reserve_sizes(graph, (Buffer(alignment),), None, None, keep)[0]
-
-
-#: Ops whose allocation size a buffer type may compute from their sources' shapes as well as their own (CUDA's
-#: flash-attention f16 scratch, planner.backends.cuda_alloc): a tape records no shape for them in such a buffer, so that
-#: a replay sizes them again even where their own shape is kept.
-SOURCE_SIZED_OPS = frozenset({"FLASH_ATTN_EXT"})
+    (ggml_gallocr_alloc_graph_impl with one buffer; allocation size = ggml_nbytes, as on the CPU)."""
+    return reserve_sizes(graph, (Buffer(alignment),), None, None)[0]
 
 
 @dataclass(frozen=True)
@@ -211,120 +200,47 @@ class Buffer:
 
 
 def reserve_sizes(graph: Graph, buffers: tuple[Buffer, ...], node_buffer_ids: list[int] | None,
-                  leaf_buffer_ids: list[int] | None, keep: bool = False) -> list[int]:
+                  leaf_buffer_ids: list[int] | None) -> list[int]:
     """``ggml_gallocr_reserve_n_size``: the bytes each buffer needs for ``graph`` when node ``i`` is placed in
-    buffer ``node_buffer_ids[i]`` and leaf ``i`` in ``leaf_buffer_ids[i]`` (None: everything in buffer 0).
-
-    ``keep``: the graph is sized again later with other shapes (a kept reserve graph,
-    planner.compute.reuse.kept_shapes): the run is recorded on ``graph.tape``, and a later run whose shapes take every
-    decision the recorded one took replays its allocations and frees (``_Tape``) instead of walking the graph."""
-    galloc = _Gallocr(buffers)
-    key = (id(node_buffer_ids), id(leaf_buffer_ids), buffers)
-    tape = graph.tape
-    if keep and tape is not None and tape.key == key and tape.holds_now():
-        galloc.replay(tape)
-    else:
-        recording = galloc.tape = _Tape(key, (node_buffer_ids, leaf_buffer_ids)) if keep else None
-        galloc.alloc_graph(graph, node_buffer_ids, leaf_buffer_ids)
-        if recording is not None:
-            if graph.varying is not None:
-                recording.keep_checks_of(graph.varying)
-            graph.tape = recording
-    return [galloc.allocs[i].max_size for i in range(len(buffers))]
+    buffer ``node_buffer_ids[i]`` and leaf ``i`` in ``leaf_buffer_ids[i]`` (None: everything in buffer 0)."""
+    galloc = Gallocr(buffers)
+    galloc.alloc_graph(graph, node_buffer_ids, leaf_buffer_ids)
+    return galloc.max_sizes()
 
 
-_ALLOC, _IN_PLACE, _FREE = 0, 1, 2
+class AllocRecorder(Protocol):
+    """What a recording of an allocator run is told (planner.compute.reuse.alloc_replay.Recorder)."""
+
+    def placed(self, node: Tensor, buffer_id: int, in_place_of: tuple[Tensor, Tensor] | None) -> None:
+        """``node`` got memory in ``buffer_id``: a new block, or its parent's (``in_place_of``: the parent and the
+        tensor whose extra space was freed)."""
+
+    def checked_layout(self, node: Tensor, parent: Tensor, same: bool) -> None:
+        """ggml_are_same_layout(node, parent) came out ``same``."""
+
+    def checked_view_start(self, view: Tensor, start: bool) -> None:
+        """Whether view parent ``view`` starts at its source's first byte came out ``start``."""
+
+    def freed(self, node: Tensor) -> None:
+        """``node``'s memory went back to its buffer."""
 
 
-class _Tape:
-    """One allocator run over a graph: what it did (``events``, in order: a new block for a tensor in a buffer,
-    a tensor taking over a parent's memory in place, a tensor freed) and every decision it took on shapes
-    (``checks``: ggml_are_same_layout of a node and a parent, and whether a view parent starts at its source's
-    first byte). Everything else the run decides on (flags, views, consumer counts, what is held) is the graph's
-    structure. So a run over the same graph, the same buffer ids, with other shapes for which every check comes
-    out the same, takes the same steps with its own sizes: replaying the events through the allocators gives its
-    exact figures (the free list and the best fit run on the new sizes).
-
-    key: (ids of the node and leaf buffer-id lists, the buffers) of the recorded run; ``holds`` keeps the lists
-    alive so that their ids stay theirs."""
-
-    def __init__(self, key: tuple[Any, ...], holds: tuple[Any, ...]) -> None:
-        self.key = key
-        self.holds = holds
-        self.events: list[tuple[int, Tensor, Any, Any, Any, int]] = []  # (event, tensor, its
-        # buffer id or (parent, extra_of), then for a tensor placed: its ne (None: sized again at each replay), nb
-        # and size when recorded)
-        self.layouts: list[tuple[Tensor, Tensor, bool]] = []  # (node, parent, same layout)
-        self.view_starts: list[tuple[Tensor, bool]] = []  # (view parent, view_offs == 0)
-        self.periods: _Periods | None = None  # a graph built over fewer layers: what each replay checks
-
-    def keep_checks_of(self, varying: set[Tensor]) -> None:
-        """Drop the checks that involve no tensor of ``varying``: the others' shapes, strides and view offsets
-        never change, so those checks come out as recorded at every later run."""
-        self.layouts = [c for c in self.layouts if c[0] in varying or c[1] in varying]
-        self.view_starts = [c for c in self.view_starts if c[0] in varying]
-
-    def holds_now(self) -> bool:
-        """Whether the graph's shapes now take every decision the recorded run took."""
-        return (all(n.same_layout(p) is same for n, p, same in self.layouts)
-                and all((v.view_offs == 0) is start for v, start in self.view_starts))
-
-
-class _Periods:
-    """What the allocator's state at the starts of p1, p2 and p_last of a graph built over fewer layers is made
-    of (planner.compute.reuse.layer_periods): ``events``, the index of the first event of each in a tape (0 without
-    one), and ``live``, the tensors held at p1's start, each with its twin at p2's and at p_last's (found by a walk:
-    the same at every later run over the graph, whose steps are the same)."""
-
-    def __init__(self, events: tuple[int, ...], live: list[tuple[Tensor, Tensor, Tensor]]) -> None:
-        self.events = events
-        self.live = live
-
-    @classmethod
-    def found(cls, nodes: list[Tensor], marks: tuple[int, int, int], held: list[list[Tensor]],
-              events: tuple[int, ...]) -> _Periods:
-        """From the tensors ``held`` at each mark (node indices of ``nodes``): each tensor of the periods (from
-        p0, a period before p1, on) maps to the node a period later, any other to itself.
-
-        Raises:
-            PeriodMismatch: the tensors held at one mark are not those held at the one before, mapped.
-        """
-        step = marks[1] - marks[0]
-        first = marks[0] - step
-        pos = {t: i for i, t in enumerate(nodes)}
-
-        def on(t: Tensor) -> Tensor:
-            i = pos.get(t)
-            return nodes[i + step] if i is not None and i >= first else t
-
-        if {on(t) for t in held[0]} != set(held[1]) or {on(t) for t in held[1]} != set(held[2]):
-            raise PeriodMismatch("the periods start with other tensors held")
-        return cls(events, [(t, on(t), on(on(t))) for t in held[0]])
-
-    def check(self, blocks: list[list[list[tuple[int, int]]]]) -> None:
-        """The state at the three starts is the same: each buffer's free ``blocks`` at each (offset, size), and
-        each held tensor's buffer, offset and size (where its run placed it).
-
-        Raises:
-            PeriodMismatch: it is not.
-        """
-        if not (blocks[0] == blocks[1] == blocks[2]) or any(
-                (a.buffer_id, a.offset, a.size) != (b.buffer_id, b.offset, b.size)
-                or (b.buffer_id, b.offset, b.size) != (c.buffer_id, c.offset, c.size) for a, b, c in self.live):
-            raise PeriodMismatch("the allocator starts the periods in other states")
-
-
-class _Gallocr:
+class Gallocr:
     """ggml_gallocr: one allocator per buffer type, with ggml-alloc.c's functions (ggml_gallocr_allocate_node,
     ggml_gallocr_free_extra_space, ggml_gallocr_free_node, ggml_gallocr_alloc_graph_impl) as methods. The
-    per-tensor hash state lives on the tensors (RunState), set afresh by ``reset``."""
+    per-tensor hash state lives on the tensors (RunState), set afresh by ``reset``. ``recorder``: told of every
+    placement, decision on shapes and free (``AllocRecorder``), or None."""
 
     def __init__(self, buffers: tuple[Buffer, ...]) -> None:
         self.allocs: list[_DynAllocator] = []
         for b in buffers:
             self.allocs.append(self.allocs[b.same_as] if b.same_as is not None else _DynAllocator(b.alignment))
         self.sizers = [b.alloc_size for b in buffers]
-        self.tape: _Tape | None = None  # the run being recorded (reserve_sizes' keep)
+        self.recorder: AllocRecorder | None = None
+
+    def max_sizes(self) -> list[int]:
+        """The bytes each buffer has needed so far (its allocator's high-water mark)."""
+        return [a.max_size for a in self.allocs]
 
     @staticmethod
     def reset(graph: Graph) -> None:
@@ -341,12 +257,6 @@ class _Gallocr:
         """ggml_backend_buft_get_alloc_size of ``t`` in buffer ``buffer_id``."""
         sizer = self.sizers[buffer_id]
         return t.nbytes if sizer is None else sizer(t)
-
-    def _kept_shape(self, t: Tensor, buffer_id: int) -> tuple[int, ...] | None:
-        """The shape a tape records for ``t``, placed in ``buffer_id``: its own, or None where its size there also
-        follows its sources' shapes (SOURCE_SIZED_OPS in a buffer with its own alloc size), so that every replay
-        sizes it again."""
-        return None if t.op in SOURCE_SIZED_OPS and self.sizers[buffer_id] is not None else t.ne
 
     def free_extra(self, node: Tensor, parent: Tensor) -> None:
         """ggml_gallocr_free_extra_space: ``node`` reuses ``parent``'s memory; free what it does not need."""
@@ -367,8 +277,8 @@ class _Gallocr:
         node.size = self.size_in(node, buffer_id)
         node.buffer_id = buffer_id
         node.offset = self.allocs[buffer_id].alloc(node.size)
-        if self.tape is not None:
-            self.tape.events.append((_ALLOC, node, buffer_id, self._kept_shape(node, buffer_id), node.nb, node.size))
+        if self.recorder is not None:
+            self.recorder.placed(node, buffer_id, None)
 
     def _reuse_parent(self, node: Tensor) -> bool:
         """The in-place branch of ggml_gallocr_allocate_node: take over the memory (and buffer) of the first parent
@@ -380,8 +290,8 @@ class _Gallocr:
             if parent.flags & FLAG_OUTPUT or (vs is not None and vs.flags & FLAG_OUTPUT):
                 continue
             same = node.same_layout(parent)
-            if self.tape is not None:
-                self.tape.layouts.append((node, parent, same))
+            if self.recorder is not None:
+                self.recorder.checked_layout(node, parent, same)
             if not same:
                 continue
             if parent.n_children == 1 and parent.n_views == 0:
@@ -397,8 +307,8 @@ class _Gallocr:
 
     def _starts_at_source(self, view: Tensor) -> bool:
         start = view.view_offs == 0
-        if self.tape is not None:
-            self.tape.view_starts.append((view, start))
+        if self.recorder is not None:
+            self.recorder.checked_view_start(view, start)
         return start
 
     def _take_over(self, node: Tensor, parent: Tensor, extra_of: Tensor) -> None:
@@ -408,9 +318,8 @@ class _Gallocr:
         node.size = self.size_in(node, parent.buffer_id)
         parent.allocated = False
         self.free_extra(node, extra_of)
-        if self.tape is not None:
-            self.tape.events.append((_IN_PLACE, node, (parent, extra_of), self._kept_shape(node, parent.buffer_id),
-                                     node.nb, node.size))
+        if self.recorder is not None:
+            self.recorder.placed(node, parent.buffer_id, (parent, extra_of))
 
     def free(self, node: Tensor) -> None:
         """ggml_gallocr_free_node (graph outputs are never freed)."""
@@ -418,56 +327,19 @@ class _Gallocr:
             return
         self.allocs[node.buffer_id].free(node.offset, node.size)
         node.allocated = False
-        if self.tape is not None:
-            self.tape.events.append((_FREE, node, None, None, None, 0))
-
-    def _blocks(self) -> list[list[tuple[int, int]]]:
-        """Each buffer's free blocks now, as (offset, size)."""
-        return [[(b[0], b[1]) for b in a.blocks] for a in self.allocs]
-
-    def replay(self, tape: _Tape) -> None:
-        """The recorded run's allocations and frees again, each tensor with its size now (``_Tape``): a tensor
-        whose shape and strides are the very tuples it had when recorded keeps its recorded size.
-
-        Raises:
-            PeriodMismatch: a graph built over fewer layers, whose periods the allocator now starts in other
-                states (``_Periods``).
-        """
-        periods = tape.periods
-        if periods is None:
-            self._replay(tape.events)
-            return
-        lo, blocks = 0, []
-        for e in periods.events:
-            self._replay(tape.events[lo:e])
-            lo = e
-            blocks.append(self._blocks())
-        self._replay(tape.events[lo:])
-        periods.check(blocks)
-
-    def _replay(self, events: list[tuple[int, Tensor, Any, Any, Any, int]]) -> None:
-        alloc = [a.alloc for a in self.allocs]
-        free = [a.free for a in self.allocs]
-        for event, t, arg, ne, nb, size in events:
-            if event == _FREE:
-                free[t.buffer_id](t.offset, t.size)
-                continue
-            buffer_id = arg if event == _ALLOC else arg[0].buffer_id
-            if t.ne is not ne or t.nb is not nb:
-                size = self.size_in(t, buffer_id)
-            t.size = size
-            t.buffer_id = buffer_id
-            if event == _ALLOC:
-                t.offset = alloc[buffer_id](size)
-            else:
-                parent, extra_of = arg
-                t.offset = parent.offset
-                self.free_extra(t, extra_of)
+        if self.recorder is not None:
+            self.recorder.freed(node)
 
     def alloc_graph(self, graph: Graph, node_ids: list[int] | None, leaf_ids: list[int] | None) -> None:
         """ggml_gallocr_alloc_graph_impl: allocate the leafs, count children and views while allocating the
         inputs, then walk the nodes, allocating each node's parents and itself and freeing parents whose last
         consumer it was. A node's parents are allocated in the node's buffer."""
+        node_buffer_ids = self.start_graph(graph, node_ids, leaf_ids)
+        self.walk(graph.nodes, node_buffer_ids)
+
+    def start_graph(self, graph: Graph, node_ids: list[int] | None, leaf_ids: list[int] | None) -> list[int]:
+        """ggml_gallocr_alloc_graph_impl up to its walk: the leafs allocated, children and views counted and the
+        inputs allocated; the nodes' buffer ids (``node_ids``, else every node in buffer 0)."""
         self.reset(graph)
         allocate = self.allocate
         for leaf, buffer_id in zip(graph.leafs, leaf_ids or [0] * len(graph.leafs), strict=True):
@@ -482,34 +354,9 @@ class _Gallocr:
                 src.n_children += 1
                 if src.flags & FLAG_INPUT:
                     allocate(src, buffer_id)
-        if graph.periods is None:
-            self._walk(graph.nodes, node_buffer_ids)
-        else:
-            self._walk_periods(graph, node_buffer_ids, graph.periods)
+        return node_buffer_ids
 
-    def _walk_periods(self, graph: Graph, node_ids: list[int], marks: tuple[int, int, int]) -> None:
-        """``_walk`` over a graph built over fewer layers, with the state at the starts of its checked periods
-        (node indices ``marks``) checked (``_Periods``) and kept on the tape for the replays.
-
-        Raises:
-            PeriodMismatch: the periods start in other states.
-        """
-        nodes = graph.nodes
-        lo, held, blocks, events = 0, [], [], []
-        for m in marks:
-            self._walk(nodes[lo:m], node_ids[lo:m])
-            lo = m
-            held.append([t for t in (*graph.leafs, *nodes[:m])
-                         if t.allocated and t.view_src is None and not t.external])
-            blocks.append(self._blocks())
-            events.append(len(self.tape.events) if self.tape is not None else 0)
-        periods = _Periods.found(nodes, marks, held, tuple(events))
-        self._walk(nodes[lo:], node_ids[lo:])
-        periods.check(blocks)
-        if self.tape is not None:
-            self.tape.periods = periods
-
-    def _walk(self, nodes: list[Tensor], node_ids: list[int]) -> None:
+    def walk(self, nodes: list[Tensor], node_ids: list[int]) -> None:
         """The allocation pass of ggml_gallocr_alloc_graph_impl over ``nodes`` (children and views counted), node
         ``i`` in buffer ``node_ids[i]``: each node's parents and the node are allocated, then each parent whose
         last consumer it was, with no view of it left, is freed (a view's source instead, when nothing else uses

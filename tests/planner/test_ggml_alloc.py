@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rsplan.hparams.ggml_types import GGMLType
-from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_size, reserve_sizes
+from rsplan.planner.compute.reuse.alloc_replay import kept_reserve_sizes
+from rsplan.planner.ggml.alloc import FLAG_INPUT, FLAG_OUTPUT, Buffer, Graph, Tensor, reserve_size
 
 F32 = GGMLType("f32", 1, 4)
 
@@ -63,8 +64,9 @@ def _resize(x: Tensor, n: int) -> None:
 
 
 def test_a_kept_graph_replays_its_run_at_new_sizes_while_its_decisions_hold():
-    """reserve_sizes(keep=True) records the run; at other sizes that take the same decisions it replays the
-    allocations with the new sizes, and where a decision flips it runs (and records) the allocator again."""
+    """kept_reserve_sizes (planner.compute.reuse.alloc_replay) records the run; at other sizes that take the same
+    decisions it replays the allocations with the new sizes, and where a decision flips it runs (and records) the
+    allocator again."""
     inp = t("NONE", 16, flags=FLAG_INPUT)
     a = t("CONT", 16, inp)
     b = t("UNARY", 16, a)
@@ -73,7 +75,7 @@ def test_a_kept_graph_replays_its_run_at_new_sizes_while_its_decisions_hold():
     node_ids, leaf_ids = [0, 0, 0], [0]  # the same lists each run, as a kept split graph passes them
 
     def size() -> int:
-        return reserve_sizes(g, (Buffer(32),), node_ids, leaf_ids, keep=True)[0]
+        return kept_reserve_sizes(g, (Buffer(32),), node_ids, leaf_ids)[0]
 
     # inp [0, 64), a [64, 128), inp freed; b in place over a; c (32 B) best fit [0, 32): 128
     assert size() == 128 and reserve_size(g, 32) == 128
@@ -104,7 +106,7 @@ def test_a_kept_graph_checks_only_the_decisions_of_tensors_that_may_change():
     node_ids, leaf_ids = [0, 0, 0, 0], [0]
 
     def size() -> int:
-        return reserve_sizes(g, (Buffer(32),), node_ids, leaf_ids, keep=True)[0]
+        return kept_reserve_sizes(g, (Buffer(32),), node_ids, leaf_ids)[0]
 
     assert size() == reserve_size(g, 32) == 128  # inp [0, 64), a [64, 128), b on a, c [0, 32), d on c
     recorded = g.tape

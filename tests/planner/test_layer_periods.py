@@ -13,7 +13,7 @@ from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute import reserve as compute
 from rsplan.planner.compute import sched_split
-from rsplan.planner.compute.reuse import layer_periods
+from rsplan.planner.compute.reuse import alloc_replay, layer_periods
 from rsplan.planner.compute.reuse.layer_periods import LayerCut, layer_cut, layer_signature
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.ggml import alloc as ga
@@ -112,19 +112,19 @@ def test_a_later_sizing_whose_check_fails_is_made_on_the_whole_graph(monkeypatch
             "--ctx", "4k,64k,256k", "--host-budget", "64GiB", "--format", "json"]
     whole = _run(args, False)
     calls = {"n": 0, "whole": 0}
-    check, size = ga._Periods.check, dc._size
+    check, size = alloc_replay.Periods.check, dc._size
 
     def failing_after_first(self, blocks):
         calls["n"] += 1
         if calls["n"] > 2:  # the first sizing (pp and tg graphs) passes; every later one fails
-            raise ga.PeriodMismatch("forced")
+            raise alloc_replay.PeriodMismatch("forced")
         check(self, blocks)
 
     def counted(run, ctx):
         calls["whole"] += 1
         return size(run, ctx)
 
-    monkeypatch.setattr(ga._Periods, "check", failing_after_first)
+    monkeypatch.setattr(alloc_replay.Periods, "check", failing_after_first)
     monkeypatch.setattr(dc, "_size", counted)
     assert _run(args, True) == whole
     assert calls["whole"] > 0
@@ -189,10 +189,10 @@ def test_the_whole_graph_has_the_left_out_periods_splits_and_host_ops():
     assert sched_split._whole_graph_splits(s, splits, periods, graph) == (19, (2, 4, 6))
     assert sched_split._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),)) == (("SSM_SCAN", 9),)
     # p2 split otherwise than p1: the whole graph is not the cut one's
-    with pytest.raises(ga.PeriodMismatch):
+    with pytest.raises(alloc_replay.PeriodMismatch):
         sched_split._whole_graph_splits(s, [sp for sp in splits if sp[1] != 5], periods, graph)
     nodes[5].backend = 1  # p2's ADD on the CPU: assigned otherwise
-    with pytest.raises(ga.PeriodMismatch):
+    with pytest.raises(alloc_replay.PeriodMismatch):
         sched_split._whole_graph_host_ops(s, periods, (("SSM_SCAN", 4),))
 
 
@@ -203,12 +203,12 @@ def test_the_allocator_state_is_the_free_blocks_and_the_held_tensors_places():
     for t in held:
         t.buffer_id, t.offset, t.size = 0, 64, 32
     same = [[(0, 64), (96, 1 << 40)]]
-    periods = ga._Periods((0, 0, 0), [tuple(held)])
+    periods = alloc_replay.Periods((0, 0, 0), [tuple(held)])
     periods.check([same, same, same])
-    with pytest.raises(ga.PeriodMismatch):  # a free block elsewhere at p_last's start
+    with pytest.raises(alloc_replay.PeriodMismatch):  # a free block elsewhere at p_last's start
         periods.check([same, same, [[(32, 32), (96, 1 << 40)]]])
     held[1].offset = 0  # p2's twin of the held tensor elsewhere
-    with pytest.raises(ga.PeriodMismatch):
+    with pytest.raises(alloc_replay.PeriodMismatch):
         periods.check([same, same, same])
 
 
