@@ -58,6 +58,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rsplan.planner.compute.reserve import OutputsAsked
 from rsplan.planner.compute.reuse.session import SizingSession
 
 PLACEMENTS = ("cuda", "rpc2", "nkvo")
@@ -298,9 +299,8 @@ class Survey:
             for where, mode in runs:
                 setup = all_setups[where]
                 before = dict(shapes.stats)
-                got, got_err = _call(dc.device_compute, spec, params, setup, layout=layout, runs=mode,
-                                     mtp_draft=s.mtp, n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft,
-                                     session=session)
+                got, got_err = _call(dc.device_compute, spec, params, setup, OutputsAsked(s.tool, s.n_draft, n_out),
+                                     layout=layout, runs=mode, mtp_draft=s.mtp, session=session)
                 path = _delta(shapes.stats, before)
 
                 def ordinary(params: Any, setup: Any, mode: str) -> Any:
@@ -350,8 +350,8 @@ class Survey:
             want, want_err = _call(ordinary, params)
             for attempt in (1, 2):  # the second query of a key is sized on kept graphs
                 before = dict(session.cpu_shapes.stats)
-                got, got_err = _call(compute.compute_buffer, spec, params, layout=layout, mtp_draft=s.mtp,
-                                     n_outputs_max=n_out, tool=s.tool, n_draft=s.n_draft, session=session)
+                got, got_err = _call(compute.compute_buffer, spec, params, OutputsAsked(s.tool, s.n_draft, n_out),
+                                     layout=layout, mtp_draft=s.mtp, session=session)
                 path = _delta(session.cpu_shapes.stats, before)
                 what = f"cpu {s.label()} c={c}/seq query {attempt}"
                 self.compare(rec, "cpu", what, list(got.graphs) if got else None, got_err,

@@ -26,6 +26,8 @@ from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
 from rsplan.planner.caches.context import CTX_PAD, ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.compute.reserve import (
+    SERVER_OUTPUTS,
+    OutputsAsked,
     _build_reserve_graph,
     build_reserve_graph,
     draft_layout_and_params,
@@ -92,21 +94,20 @@ class DeviceCompute:
 
 
 @paused_gc()
-def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *, tool: str = "server",
-                   n_draft: int = 0, n_outputs_max: int | None = None, embeddings: bool = False,
-                   layout: CacheLayout | None = None, runs: Runs = "both",
+def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup,
+                   outputs: OutputsAsked = SERVER_OUTPUTS, *, layout: CacheLayout | None = None, runs: Runs = "both",
                    mtp_draft: bool = False, keep_from: int | None = None,
                    session: SizingSession | None = None) -> DeviceCompute:
     """Each backend's compute buffer for ``spec`` under ``params`` with the devices, layer split and overrides of
-    ``setup``; ``runs`` says which: ``"dry"`` the dry run's graph only (what --fit measures), ``"real"`` the real
-    run's only (what a started context allocates: one scheduling pass fewer), ``"both"``. ``n_outputs_max`` given
-    (0 = n_batch) overrides ``tool``'s; ``mtp_draft`` sizes the ``--spec-type mtp`` draft context instead, as
-    planner.compute.reserve.compute_buffer does (its graph over the nextn layer on that layer's device in ``setup``).
-    ``keep_from``: the query of these arguments (but the context's KV cells) from which their graphs are kept
-    over the cells (planner.compute.reuse.kept_shapes; None: from the first). A caller that asks each placement about
-    once gives 2: its first query of a placement is then sized on the graphs built last for that context, which do
-    not depend on the placement (a fit tries dozens of placements at one context). ``session``: the sizing session
-    whose graphs serve repeated sizings (planner.compute.reuse.session); None: every graph built afresh.
+    ``setup``; ``runs`` says which: ``"dry"`` the dry run's graph only (what --fit measures), ``"real"`` the real run's
+    only (what a started context allocates: one scheduling pass fewer), ``"both"``. ``outputs``: whose n_outputs_max the
+    graphs are sized for (planner.compute.reserve.OutputsAsked); ``mtp_draft`` sizes the ``--spec-type mtp`` draft
+    context instead, as planner.compute.reserve.compute_buffer does (its graph over the nextn layer on that layer's
+    device in ``setup``). ``keep_from``: the query of these arguments (but the context's KV cells) from which their
+    graphs are kept over the cells (planner.compute.reuse.kept_shapes; None: from the first). A caller that asks each
+    placement about once gives 2: its first query of a placement is then sized on the graphs built last for that
+    context, which do not depend on the placement (a fit tries dozens of placements at one context). ``session``: the
+    sizing session whose graphs serve repeated sizings (planner.compute.reuse.session); None: every graph built afresh.
 
     Raises:
         ComputeModelError / LlamaAbortError: as planner.compute.reserve.compute_buffer.
@@ -122,8 +123,8 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup, *,
     # a quantized V cache turns -fa auto into -fa on before the context is made (src/llama-context.cpp:3840
     # ggml_is_quantized): nothing left for the probe to turn off
     flash_attn = "on" if params.flash_attn == "auto" and ctx.type_v.is_quantized else params.flash_attn
-    run = _Run(build, spec, layout, flash_attn, setup, tool, n_draft, n_outputs_max, embeddings, runs, mtp_draft,
-               session)
+    run = _Run(build, spec, layout, flash_attn, setup, outputs.tool, outputs.n_draft, outputs.n_outputs_max,
+               outputs.embeddings, runs, mtp_draft, session)
     return sized_over_cells(run, ctx, keep_from)
 
 

@@ -132,6 +132,32 @@ def n_outputs_max_of(n_outputs_max: int | None, tool: str, ctx: EffectiveContext
     return n_out
 
 
+@dataclass(frozen=True)
+class OutputsAsked:
+    """Whose ``n_outputs_max`` the reserve graphs are sized for (the logits rows of their pp graph).
+
+    Attributes:
+        tool: ``server`` (llama-server's n_outputs_max) or ``cli`` (n_batch: llama-bench, llama-fit-params,
+            library users).
+        n_draft: the server's draft length (``--draft-max`` with a speculative type, else 0).
+        n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch); overrides ``tool``.
+        embeddings: ``--embeddings`` (LFM2 then builds no lm head; llama-server's outputs are -b).
+    """
+
+    tool: str = "server"
+    n_draft: int = 0
+    n_outputs_max: int | None = None
+    embeddings: bool = False
+
+    def n_outputs_max_at(self, ctx: EffectiveContext) -> int:
+        """The context's n_outputs_max (``n_outputs_max_of``)."""
+        return n_outputs_max_of(self.n_outputs_max, self.tool, ctx, self.n_draft, self.embeddings)
+
+
+#: llama-server's outputs without a draft: the default of every sizing.
+SERVER_OUTPUTS = OutputsAsked()
+
+
 def has_compute_model(arch: str) -> bool:
 
     return arch in BUILDERS
@@ -308,11 +334,8 @@ def _reserve_graphs(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Effec
 def compute_buffer(
     spec: ModelSpec,
     params: ContextParams,
+    outputs: OutputsAsked = SERVER_OUTPUTS,
     *,
-    tool: str = "server",
-    n_draft: int = 0,
-    n_outputs_max: int | None = None,
-    embeddings: bool = False,
     mtp_draft: bool = False,
     layout: CacheLayout | None = None,
     session: SizingSession | None = None,
@@ -322,11 +345,7 @@ def compute_buffer(
     Args:
         spec: the model; its ``vocab_size`` must be known (the logits tensor is n_vocab x n_outputs f32).
         params: the context flags.
-        tool: ``server`` (llama-server's n_outputs_max) or ``cli`` (n_batch: llama-bench, llama-fit-params,
-            library users).
-        n_draft: the server's draft length (``--draft-max`` with a speculative type, else 0).
-        n_outputs_max: ``llama_context_params.n_outputs_max`` given explicitly (0 = n_batch); overrides ``tool``.
-        embeddings: ``--embeddings`` (LFM2 then builds no lm head).
+        outputs: whose n_outputs_max the graphs are sized for (``OutputsAsked``: llama-server's by default).
         mtp_draft: size the ``--spec-type mtp`` draft context instead (its graph over the nextn layer, its own
             KV cache over that layer, no rollback planes); same flags as the target.
         layout: ``cache_layout(spec)`` when already computed.
@@ -342,9 +361,9 @@ def compute_buffer(
     if mtp_draft:
         layout, params = draft_layout_and_params(spec, layout, params, session)
     ctx = resolve_context(layout, params)
-    n_out_max = n_outputs_max_of(n_outputs_max, tool, ctx, n_draft, embeddings)
-    if n_outputs_max is not None:
-        tool = "explicit"
+    n_out_max = outputs.n_outputs_max_at(ctx)
+    tool = outputs.tool if outputs.n_outputs_max is None else "explicit"
+    embeddings = outputs.embeddings
     graphs = _reserve_graphs(build, spec, layout, ctx, embeddings, n_out_max, session)
     return ComputeBuffer(
         buffer_type="CPU",

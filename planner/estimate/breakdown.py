@@ -40,7 +40,7 @@ from rsplan.planner.caches.outputs import (
 )
 from rsplan.planner.caches.plan import MemoryPlan
 from rsplan.planner.compute.errors import ComputeModelError
-from rsplan.planner.compute.reserve import ComputeBuffer, compute_buffer
+from rsplan.planner.compute.reserve import ComputeBuffer, OutputsAsked, compute_buffer
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
@@ -321,7 +321,8 @@ def _cpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     """The CPU backend's compute buffer (planner.compute.reserve), and the note saying why it is not modelled
     (None, [note]) where it is not."""
     try:
-        return compute_buffer(spec, params, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout), []
+        return compute_buffer(spec, params, layout=layout, outputs=OutputsAsked(tool=tool, n_draft=n_draft,
+                                                                                embeddings=embeddings)), []
     except ComputeModelError as exc:
         return None, [f"compute buffer: {exc}"]
 
@@ -410,8 +411,10 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     try:
         # a session of this sizing's own: only graphs kept over the KV cells are built over fewer layers where the
         # layers repeat (planner.compute.reuse.layer_periods), which spares most of qwen3-next's graph here
-        got = device_compute(spec, params, setup, tool=tool, n_draft=n_draft, embeddings=embeddings, layout=layout,
-                             runs="real", mtp_draft=mtp_draft, n_outputs_max=n_outputs_max, session=SizingSession())
+        got = device_compute(spec, params, setup, layout=layout,
+                             runs="real", mtp_draft=mtp_draft, session=SizingSession(),
+                             outputs=OutputsAsked(tool=tool, n_draft=n_draft, embeddings=embeddings,
+                                                  n_outputs_max=n_outputs_max))
     except (ComputeModelError, SchedModelError) as exc:
         return None, None, [f"{what} on {backend}: {exc}"]
     notes: list[str] = []
@@ -457,7 +460,8 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
     compute_bytes = output_bytes = host_compute = None
     if kind == "CPU":
         try:
-            compute_bytes = compute_buffer(spec, draft, n_outputs_max=draft.n_seq_max, mtp_draft=True).bytes
+            compute_bytes = compute_buffer(spec, draft, mtp_draft=True,
+                                           outputs=OutputsAsked(n_outputs_max=draft.n_seq_max)).bytes
         except ComputeModelError as exc:
             notes.append(f"MTP draft compute buffer: {exc}")
     else:  # the target's own note says these are the scheduler model's estimate with CUDA's rules

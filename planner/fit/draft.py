@@ -35,7 +35,7 @@ from rsplan.planner.caches.outputs import OutputsError, mtp_draft_layout, mtp_dr
 from rsplan.planner.caches.plan import build_plan
 from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.per_device import device_compute
-from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.compute.reserve import OutputsAsked, compute_buffer
 from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
 from rsplan.planner.fit.memory import (
     DeviceUsage,
@@ -91,8 +91,9 @@ class DraftMemory:
             return self.compute_override
         params = self.params(n_ctx)
         try:
-            return compute_buffer(self.spec, params, n_outputs_max=params.n_seq_max, mtp_draft=True,
-                                  session=self.target.session).bytes
+            return compute_buffer(self.spec, params, mtp_draft=True,
+                                  session=self.target.session,
+                                  outputs=OutputsAsked(n_outputs_max=params.n_seq_max)).bytes
         except ComputeModelError as exc:
             raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
 
@@ -124,9 +125,10 @@ class DraftMemory:
             setup = SchedSetup(kind, placement, tuple(self.user.overrides), target.offload_kqv,
                                tensors=target.known_layer_tensors(), loader=kind_loader_check(kind, self.spec))
             try:
-                got = device_compute(self.spec, params, setup, n_outputs_max=params.n_seq_max,
-                                     runs="real" if target.real_run else "dry", mtp_draft=True,
-                                     keep_from=target.keep_from, session=target.session)
+                got = device_compute(self.spec, params, setup, runs="real" if target.real_run else "dry",
+                                     mtp_draft=True,
+                                     keep_from=target.keep_from, session=target.session,
+                                     outputs=OutputsAsked(n_outputs_max=params.n_seq_max))
             except ComputeModelError as exc:
                 raise DraftFitError(f"--spec-type mtp: {exc} (give --compute SIZE)") from None
             except SchedModelError:

@@ -34,7 +34,7 @@ from rsplan.hparams.model import ModelSpec
 from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
 from rsplan.planner.backends.loader_ops import LoaderCheck, device_loader_check, kind_loader_check
 from rsplan.planner.caches.context import ContextParams
-from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.compute.reserve import OutputsAsked, compute_buffer
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.placement import Placement, place_layers
 
@@ -172,6 +172,11 @@ class MemoryModel:
     def n_devices(self) -> int:
         return len(self.device_free)
 
+    @property
+    def outputs(self) -> OutputsAsked:
+        """Whose n_outputs_max the compute graphs are sized for (the tool, draft, explicit count, embeddings)."""
+        return OutputsAsked(self.tool, self.n_draft, self.n_outputs_max, self.embeddings)
+
     @functools.cached_property
     def loader(self) -> LoaderCheck | None:
         """The devices' op test of the loader (planner.backends.loader_ops), made once: it remembers each weight's
@@ -197,9 +202,8 @@ class MemoryModel:
             return self.compute_override
         if n_ctx not in self._compute:
             params = dataclasses.replace(self.params, n_ctx=n_ctx)
-            self._compute[n_ctx] = compute_buffer(self.spec, params, tool=self.tool, n_draft=self.n_draft,
-                                                layout=self.layout, n_outputs_max=self.n_outputs_max,
-                                                embeddings=self.embeddings, session=self.session).bytes
+            self._compute[n_ctx] = compute_buffer(self.spec, params, layout=self.layout, session=self.session,
+                                                  outputs=self.outputs).bytes
         return self._compute[n_ctx]
 
     def measure(self, flags: StartFlags) -> StartUsage:
@@ -283,10 +287,9 @@ class MemoryModel:
                            loader=kind_loader_check(kind, self.spec))
         params = dataclasses.replace(self.params, n_ctx=flags.n_ctx)
         try:
-            got = device_compute(self.spec, params, setup, tool=self.tool, n_draft=self.n_draft, layout=self.layout,
-                                 n_outputs_max=self.n_outputs_max, embeddings=self.embeddings,
+            got = device_compute(self.spec, params, setup, layout=self.layout,
                                  runs="real" if self.real_run else "dry", keep_from=self.keep_from,
-                                 session=self.session)
+                                 session=self.session, outputs=self.outputs)
         except SchedModelError as exc:
             self.compute_estimate = f"scheduler model not applicable ({exc}): the CPU compute buffer is charged"
             return None

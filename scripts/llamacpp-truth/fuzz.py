@@ -48,6 +48,7 @@ from rsplan.errors import RsplanError
 from rsplan.hparams.gguf_file import load_gguf
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import load_builtin_preset
+from rsplan.planner.compute.reserve import OutputsAsked
 
 #: Cache types llama.cpp's -ctk / -ctv accept (common/arg.cpp kv_cache_types).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -206,8 +207,8 @@ def _no_context(spec: ModelSpec, params: Any, refused: str | None, case: dict) -
         return []  # rsplan refuses flags llama.cpp aborts on: no context either way
     check = case["error"].split("GGML_ASSERT(", 1)[-1].rsplit(") failed", 1)[0]
     try:
-        compute_buffer(spec, params, n_outputs_max=flags.get("--n-outputs-max", 0),
-                       embeddings=bool(flags.get("--embeddings")))
+        compute_buffer(spec, params, outputs=OutputsAsked(n_outputs_max=flags.get("--n-outputs-max", 0),
+                                                          embeddings=bool(flags.get("--embeddings"))))
     except LlamaAbortError as exc:
         return [] if f"GGML_ASSERT({check})" in str(exc) else [
             {"what": "abort", "llama": case["error"], "rsplan": str(exc)}]
@@ -242,7 +243,8 @@ def _buffers(name: str, spec: ModelSpec, params: Any, case: dict) -> list[dict[s
     if not has_compute_model(spec.arch):
         return out
     try:
-        cb = compute_buffer(spec, params, n_outputs_max=flags.get("--n-outputs-max", 0), embeddings=embeddings)
+        cb = compute_buffer(spec, params, outputs=OutputsAsked(n_outputs_max=flags.get("--n-outputs-max", 0),
+                                                               embeddings=embeddings))
     except ComputeModelError as exc:
         out.append({"what": "compute bytes", "llama": case["breakdown"]["CPU"]["compute"], "rsplan": str(exc)})
     else:

@@ -15,6 +15,7 @@ from rsplan.hparams.sources import read_model
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.reserve import OutputsAsked
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.weights.placement import place_layers
 from rsplan.planner.weights.weight_placement import n_cpu_moe_overrides
@@ -50,7 +51,7 @@ def rsplan_compute(case: dict):
                              offload_kqv="-nkvo" not in opts)
     overrides = tuple(n_cpu_moe_overrides(int(opts.get("--n-cpu-moe", 0))))
     setup = SchedSetup(DEVICE_KINDS["RPC"], placement, overrides, offload_kqv="-nkvo" not in opts)
-    return device_compute(spec, params, setup, tool="cli")
+    return device_compute(spec, params, setup, outputs=OutputsAsked(tool="cli"))
 
 
 SKELETON_CASES = [c for c in CASES if "model" in c]

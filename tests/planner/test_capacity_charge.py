@@ -26,6 +26,7 @@ from rsplan.planner.caches.outputs import output_buffer, server_checkpoints
 from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
 from rsplan.planner.capacity.search import CapacityPlanner, run_capacity
 from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.reserve import OutputsAsked
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.fit.draft import DraftMemory
 from rsplan.planner.fit.memory import MemoryModel, StartFlags
@@ -50,11 +51,13 @@ def budget(sizes: list[int], margin: int = 0, **kw) -> Budget:
                   device_kind="RPC", **kw)
 
 
-def real(spec, params: ContextParams, p: CapacityPlanner, **kw):
+def real(spec, params: ContextParams, p: CapacityPlanner, n_draft: int = 0, n_outputs_max: int | None = None,
+         mtp_draft: bool = False):
     """planner.compute.per_device's real run on the planner's placement (the oracle for the compute charge: what a
     started llama-server allocates, each backend's largest reserve)."""
     setup = SchedSetup(DEVICE_KINDS["RPC"], p.placement, (), True)
-    return device_compute(spec, params, setup, runs="both", **kw)
+    outputs = OutputsAsked(n_draft=n_draft, n_outputs_max=n_outputs_max)
+    return device_compute(spec, params, setup, outputs, runs="both", mtp_draft=mtp_draft)
 
 
 def test_each_device_is_charged_its_own_compute_and_the_headroom_is_the_budget_arithmetic():

@@ -19,7 +19,7 @@ from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.caches.context import CTX_PAD, ContextParams
 from rsplan.planner.capacity.limits import Budget, CapacityError, DeviceBudget
 from rsplan.planner.capacity.search import CapacityPlanner
-from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.compute.reserve import OutputsAsked, compute_buffer
 from rsplan_testing import make_spec
 
 MIB = 1 << 20
@@ -262,12 +262,13 @@ def test_rollback_planes_are_charged_llama_servers_larger_outputs():
     spec = load_builtin_preset("lfm2-1.2b")
     p = planner(spec, ContextParams(n_ctx=16384, n_seq_max=4), 8 * GIB, 0)
     with_planes = p.params(16384, 4, 3)
-    expected = compute_buffer(spec, with_planes, n_draft=3)
+    expected = compute_buffer(spec, with_planes, outputs=OutputsAsked(n_draft=3))
     assert expected.n_outputs_max == 16
     assert p.compute_at(with_planes)[0] == expected.bytes > compute_buffer(spec, p.params(16384, 4, 0)).bytes
     rs = p.max_n_rs_seq(16384, 4)
     assert rs.n_rs_seq is not None
-    assert rs.compute_bytes == (compute_buffer(spec, p.params(16384, 4, rs.n_rs_seq), n_draft=rs.n_rs_seq).bytes,)
+    assert rs.compute_bytes == (compute_buffer(spec, p.params(16384, 4, rs.n_rs_seq),
+                                               outputs=OutputsAsked(n_draft=rs.n_rs_seq)).bytes,)
 
 
 def test_report_heatmap_boundary_is_charged_each_settings_own_compute():

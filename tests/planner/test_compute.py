@@ -11,7 +11,7 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute.errors import ComputeModelError
-from rsplan.planner.compute.reserve import compute_buffer, n_outputs_max_for
+from rsplan.planner.compute.reserve import OutputsAsked, compute_buffer, n_outputs_max_for
 from rsplan_testing import MEASURED_DIR, make_spec
 
 MEASURED = MEASURED_DIR
@@ -53,7 +53,7 @@ def test_compute_buffer_equals_llama_cpp(case: tuple) -> None:
     spec = load_model(str(path))
     params = ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa, kv_unified=kvu,
                            n_rs_seq=n_rs)
-    assert compute_buffer(spec, params, tool=tool).bytes == expected
+    assert compute_buffer(spec, params, outputs=OutputsAsked(tool=tool)).bytes == expected
 
 
 def test_n_outputs_max_per_tool():
@@ -84,14 +84,16 @@ def test_fewer_outputs_than_sequences_is_refused_as_llama_cpp_aborts():
     spec = load_builtin_preset("mamba-130m")
     assertion = r"GGML_ASSERT\(n_outputs_max <= cparams.n_outputs_max\)"
     with pytest.raises(LlamaAbortError, match=assertion + r".* 128 sequences .* n_outputs_max 100 \(n_batch"):
-        compute_buffer(spec, ContextParams(n_ctx=100, n_seq_max=128), n_outputs_max=0)
+        compute_buffer(spec, ContextParams(n_ctx=100, n_seq_max=128), outputs=OutputsAsked(n_outputs_max=0))
     with pytest.raises(LlamaAbortError, match=assertion + r".* 4 sequences .* n_outputs_max 2 \(as given\)"):
-        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4), n_outputs_max=2)
+        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4), outputs=OutputsAsked(n_outputs_max=2))
     with pytest.raises(LlamaAbortError, match=assertion):
-        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=8, n_batch=4), tool="server")
+        compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=8, n_batch=4), outputs=OutputsAsked(tool="server"))
     # exactly one output row per sequence is enough; the server's -b 2048 leaves 128 rows at -c 100
-    assert compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4), n_outputs_max=4).n_outputs_max == 4
-    assert compute_buffer(spec, ContextParams(n_ctx=100, n_seq_max=128), tool="server").n_outputs_max == 128
+    assert compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4),
+                          outputs=OutputsAsked(n_outputs_max=4)).n_outputs_max == 4
+    assert compute_buffer(spec, ContextParams(n_ctx=100, n_seq_max=128),
+                          outputs=OutputsAsked(tool="server")).n_outputs_max == 128
 
 
 def test_unknown_vocabulary_is_refused():
@@ -121,7 +123,7 @@ def test_mtp_draft_compute_buffer_equals_llama_cpp(case: tuple) -> None:
     n_ctx, n_seq, n_ubatch, fa, kvu, expected = case
     spec = load_builtin_preset("qwen3.5-35b-a3b")
     params = ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa, kv_unified=kvu)
-    assert compute_buffer(spec, params, tool="cli", mtp_draft=True).dry_run_bytes == expected
+    assert compute_buffer(spec, params, mtp_draft=True, outputs=OutputsAsked(tool="cli")).dry_run_bytes == expected
 
 
 @pytest.mark.parametrize(("n_seq", "n_ubatch", "fa", "expected"), [(1, 512, "auto", 323_747_840),
@@ -133,7 +135,7 @@ def test_qwen3next_mtp_draft_compute_buffer_equals_llama_cpp(n_seq: int, n_ubatc
 
     spec = load_builtin_preset("qwen3-next-80b-a3b")
     params = ContextParams(n_ctx=4096, n_seq_max=n_seq, n_ubatch=n_ubatch, flash_attn=fa)
-    assert compute_buffer(spec, params, tool="cli", mtp_draft=True).dry_run_bytes == expected
+    assert compute_buffer(spec, params, mtp_draft=True, outputs=OutputsAsked(tool="cli")).dry_run_bytes == expected
 
 
 def test_mtp_draft_needs_an_mtp_arch():
@@ -169,7 +171,7 @@ def test_minimax_compute_buffer_outside_the_grid_equals_llama_cpp(flags: dict, e
     from rsplan.hparams.sources import load_builtin_preset
 
     spec = load_builtin_preset("minimax-text-01")
-    cb = compute_buffer(spec, ContextParams(n_ctx=4096, **flags), n_outputs_max=0)
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, **flags), outputs=OutputsAsked(n_outputs_max=0))
     assert cb.dry_run_bytes == expected
 
 
@@ -234,7 +236,7 @@ def test_minimax_real_run_keeps_the_largest_reserve_as_llama_cpp_does(flags: dic
     spec = make_spec(arch="minimax-01", context_length=65536, embedding_length=512, block_count=16, vocab_size=32000,
                      feed_forward_length=768, expert_count=4, expert_used_count=2,
                      attention={"head_count": 8, "head_count_kv": 2, "key_length": 64, "value_length": 64})
-    cb = compute_buffer(spec, ContextParams(**flags), n_outputs_max=0)
+    cb = compute_buffer(spec, ContextParams(**flags), outputs=OutputsAsked(n_outputs_max=0))
     assert (cb.bytes, cb.dry_run_bytes) == (real, dry)
 
 
@@ -301,9 +303,9 @@ def test_rwkv6_rescale_adds_one_scale_every_n_layers():
     every reserve graph; the RWKV-6 1.6B golden cases (rescale 6) have llama.cpp's node count with them."""
     spec = load_builtin_preset("rwkv6-1.6b-world")
     assert spec.rescale_every_n_layers == 6
-    with_scale = compute_buffer(spec, ContextParams(n_ctx=4096), n_outputs_max=0)
+    with_scale = compute_buffer(spec, ContextParams(n_ctx=4096), outputs=OutputsAsked(n_outputs_max=0))
     without = compute_buffer(spec.model_copy(update={"rescale_every_n_layers": 0}), ContextParams(n_ctx=4096),
-                             n_outputs_max=0)
+                             outputs=OutputsAsked(n_outputs_max=0))
     assert [gr.n_nodes - gn.n_nodes for gr, gn in zip(with_scale.graphs, without.graphs, strict=True)] == [4, 4]
 
 
@@ -318,9 +320,9 @@ def test_falcon_h1_grouped_norm_adds_three_nodes_per_layer():
     (RESHAPE, RMS_NORM, MUL); the 0.5B model (mamba_rms_norm false) has none, and its golden cases have
     llama.cpp's node count without them."""
     spec = load_builtin_preset("falcon-h1-0.5b-instruct")
-    plain = compute_buffer(spec, ContextParams(n_ctx=4096), n_outputs_max=0)
+    plain = compute_buffer(spec, ContextParams(n_ctx=4096), outputs=OutputsAsked(n_outputs_max=0))
     normed = compute_buffer(spec.model_copy(update={"mamba_rms_norm": True}), ContextParams(n_ctx=4096),
-                            n_outputs_max=0)
+                            outputs=OutputsAsked(n_outputs_max=0))
     assert [b.n_nodes - a.n_nodes for a, b in zip(plain.graphs, normed.graphs, strict=True)] == [3 * 36, 3 * 36]
 
 
@@ -348,7 +350,7 @@ def test_arwkv7_with_gate_and_group_norm_equals_llama_cpp(n_seq_max: int, expect
     spec = spec.model_copy(update={"wkv_group_norm": True,
                                    "attention": spec.attention.model_copy(update={"gate_lora_rank": 128})})
     assert model_buffer_bytes(spec, "bf16") == 3_837_597_696
-    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=n_seq_max), n_outputs_max=0)
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=n_seq_max), outputs=OutputsAsked(n_outputs_max=0))
     # the golden arwkv-1.5b cases have 2576 nodes; per layer the gate adds 5 (its lerp VIEW, two MUL_MATs, SIGMOID,
     # the MUL) and the group norm 4 (a RESHAPE more, NORM, MUL, ADD): 28 layers x 9 = 252
     assert (cb.dry_run_bytes, cb.graphs[0].n_nodes) == (expected, nodes)

@@ -18,7 +18,7 @@ from rsplan.hparams.sources import load_builtin_preset, load_model
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.outputs import mtp_draft_kv, output_buffer
 from rsplan.planner.compute.errors import ComputeModelError
-from rsplan.planner.compute.reserve import ComputeBuffer, compute_buffer, has_compute_model
+from rsplan.planner.compute.reserve import ComputeBuffer, OutputsAsked, compute_buffer, has_compute_model
 from rsplan.planner.estimate.breakdown import model_bytes_by_buffer
 from rsplan.planner.weights.host_weights import HostOptions, gguf_table
 from rsplan_testing import MEASURED_DIR
@@ -109,8 +109,9 @@ def _compute(case: tuple) -> ComputeBuffer:
         else:
             try:
                 _COMPUTED[key] = compute_buffer(
-                    spec, _params(flags), n_outputs_max=flags.get("--n-outputs-max", 0),
-                    embeddings=bool(flags.get("--embeddings")), mtp_draft=bool(flags.get("--ctx-mtp")))
+                    spec, _params(flags), mtp_draft=bool(flags.get("--ctx-mtp")),
+                    outputs=OutputsAsked(n_outputs_max=flags.get("--n-outputs-max", 0),
+                                         embeddings=bool(flags.get("--embeddings"))))
             except ComputeModelError as exc:  # a preset without the weight shapes the graph needs
                 _COMPUTED[key] = str(exc)
     result = _COMPUTED[key]
@@ -158,5 +159,6 @@ def test_flags_llama_cpp_aborts_on_are_refused(case: tuple) -> None:
     check = c["error"].split("GGML_ASSERT(", 1)[1].rsplit(") failed", 1)[0]  # the assertion that failed
     assert check in {"ggml_can_repeat(b, a)", "n_outputs_max <= cparams.n_outputs_max"}, c["error"]
     with pytest.raises(LlamaAbortError, match=re.escape(f"GGML_ASSERT({check})")):
-        compute_buffer(spec, _params(c["flags"]), n_outputs_max=c["flags"].get("--n-outputs-max", 0),
-                       embeddings=bool(c["flags"].get("--embeddings")))
+        compute_buffer(spec, _params(c["flags"]), outputs=OutputsAsked(n_outputs_max=c["flags"].get("--n-outputs-max",
+                                                                                                    0),
+                                                                                                    embeddings=bool(c["flags"].get("--embeddings"))))

@@ -10,7 +10,7 @@ from rsplan.errors import RsplanError
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute.errors import ComputeModelError
-from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.compute.reserve import OutputsAsked, compute_buffer
 
 # (flags, CPU compute bytes): build/llamacpp-truth/probe -m kimi-linear-48b-a3b-bf16.gguf -c 4096 <flags>
 KIMI_MEASURED = [
@@ -22,7 +22,7 @@ KIMI_MEASURED = [
 @pytest.mark.parametrize(("flags", "expected"), KIMI_MEASURED, ids=lambda v: str(v))
 def test_kimi_linear_compute_buffer_equals_the_probe(flags: dict, expected: int) -> None:
     spec = load_builtin_preset("kimi-linear-48b-a3b")
-    cb = compute_buffer(spec, ContextParams(n_ctx=4096, **flags), n_outputs_max=0)
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, **flags), outputs=OutputsAsked(n_outputs_max=0))
     assert cb.dry_run_bytes == expected
 
 
@@ -41,7 +41,7 @@ def test_kimi_linear_settings_where_llama_cpp_aborts_are_refused(flags: dict, n_
 
 def test_one_sequence_reserve_graph_is_the_third() -> None:
     spec = load_builtin_preset("kimi-linear-48b-a3b")
-    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4), n_outputs_max=0)
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=4), outputs=OutputsAsked(n_outputs_max=0))
     assert [(gr.name, gr.n_tokens, gr.n_seqs) for gr in cb.graphs] == [
         ("pp", 512, 4), ("tg", 4, 4), ("pp (1 seq)", 512, 1)]
     assert cb.bytes == max(gr.bytes for gr in cb.graphs)
@@ -72,7 +72,7 @@ def test_granite_hybrid_experts_without_a_shared_expert(n_seq_max: int, expected
 
     spec = load_builtin_preset("granite-4.0-h-tiny").model_copy(update={"expert_shared_feed_forward_length": 0})
     assert model_buffer_bytes(spec, "bf16") == 13_510_129_920
-    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=n_seq_max), n_outputs_max=0)
+    cb = compute_buffer(spec, ContextParams(n_ctx=4096, n_seq_max=n_seq_max), outputs=OutputsAsked(n_outputs_max=0))
     # with the shared expert the graph has 3 matmuls, a SwiGLU and an add more per layer (40 layers)
     assert (cb.dry_run_bytes, cb.graphs[0].n_nodes) == (expected, nodes)
 

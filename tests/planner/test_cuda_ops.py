@@ -11,6 +11,7 @@ from rsplan.planner.backends.cuda_ops import cuda_supports_op
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.reserve import OutputsAsked
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.compute.sched_split import schedule
 from rsplan.planner.ggml import ops as g
@@ -115,9 +116,9 @@ def test_plamo2s_scan_runs_on_the_host_of_a_cuda_run():
     n_mamba = len(cache_layout(spec).recurrent_layers)
     tensors = quantized_weights(spec, "Q8_0").layer_tensors()
     setup = SchedSetup(CUDA, place_layers(spec.block_count, 1), tensors=tensors)
-    got = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", runs="both")
+    got = device_compute(spec, ContextParams(n_ctx=4096), setup, runs="both", outputs=OutputsAsked(tool="cli"))
     rpc = SchedSetup(DEVICE_KINDS["RPC"], place_layers(spec.block_count, 1), tensors=tensors)
-    on_device = device_compute(spec, ContextParams(n_ctx=4096), rpc, tool="cli", runs="both")
+    on_device = device_compute(spec, ContextParams(n_ctx=4096), rpc, runs="both", outputs=OutputsAsked(tool="cli"))
     assert (on_device.n_splits, got.n_splits) == (2, 2 + 2 * n_mamba)  # the first split: token embedding, host
     assert (got.host_ops, on_device.host_ops) == ((("SSM_SCAN", n_mamba),), ())
     assert got.host is not None and on_device.host is not None and got.host > on_device.host
@@ -131,7 +132,8 @@ def test_auto_flash_attention_ends_off_where_cuda_has_no_kernel_for_the_cache():
     # layer, and a larger host compute buffer
     spec = read_model("lfm2-1.2b").spec
     setup = SchedSetup(CUDA, place_layers(spec.block_count, 1))
-    got = {fa: device_compute(spec, ContextParams(n_ctx=4096, type_k="iq4_nl", flash_attn=fa), setup, tool="cli")
+    got = {fa: device_compute(spec, ContextParams(n_ctx=4096, type_k="iq4_nl", flash_attn=fa), setup,
+                              outputs=OutputsAsked(tool="cli"))
            for fa in ("auto", "off", "on")}
     n_attn = len(cache_layout(spec).kv_layers)
     assert [got[fa].n_splits for fa in ("auto", "off", "on")] == [2, 2, 2 + 2 * n_attn]
@@ -140,7 +142,7 @@ def test_auto_flash_attention_ends_off_where_cuda_has_no_kernel_for_the_cache():
     assert [got[fa].flash_attn_off for fa in ("auto", "off", "on")] == [True, False, False]
     assert got["on"].host_ops == (("FLASH_ATTN_EXT", n_attn),) and got["auto"].host_ops == ()
     # f16 K: the device runs flash attention, and -fa auto keeps it on
-    f16 = {fa: device_compute(spec, ContextParams(n_ctx=4096, flash_attn=fa), setup, tool="cli")
+    f16 = {fa: device_compute(spec, ContextParams(n_ctx=4096, flash_attn=fa), setup, outputs=OutputsAsked(tool="cli"))
            for fa in ("auto", "on")}
     assert (f16["auto"].devices, f16["auto"].host) == (f16["on"].devices, f16["on"].host)
     assert not f16["auto"].flash_attn_off

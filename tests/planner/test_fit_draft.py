@@ -15,7 +15,7 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import read_model
 from rsplan.planner.backends.buffers import CUDA_RULE
 from rsplan.planner.caches.context import ContextParams
-from rsplan.planner.compute.reserve import compute_buffer
+from rsplan.planner.compute.reserve import OutputsAsked, compute_buffer
 from rsplan.planner.fit.draft import DraftFitError, DraftMemory, WithDraft
 from rsplan.planner.fit.memory import MemoryModel, StartFlags
 from rsplan.planner.fit.run import FitOptions, converter_weights, fit_model
@@ -78,7 +78,8 @@ def test_the_draft_is_placed_by_the_users_flags_not_the_fits(spec):
 def test_draft_compute_is_the_mtp_graph_with_one_output_per_slot(spec):
     params = ContextParams(n_ctx=4096, n_seq_max=4, n_rs_seq=3)
     draft = DraftMemory(_model(spec, params, ()), StartFlags(n_ctx=0))
-    expected = compute_buffer(spec, dataclasses.replace(params, n_rs_seq=0), n_outputs_max=4, mtp_draft=True)
+    expected = compute_buffer(spec, dataclasses.replace(params, n_rs_seq=0), mtp_draft=True,
+                              outputs=OutputsAsked(n_outputs_max=4))
     assert draft.compute_bytes(4096) == expected.bytes
     # no device: everything on the host
     use = draft.measure(4096)

@@ -27,6 +27,7 @@ from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute import reserve as compute
+from rsplan.planner.compute.reserve import OutputsAsked
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.weights.layer_tensors import LayerTensors
@@ -144,12 +145,12 @@ def check(spec, layout, s: dict, *, mtp: bool = False, n_rs_seq: int = 0) -> Non
     for c in CONTEXTS:
         params = params_of(s, c, n_rs_seq, layout.arch.mla)
         got = dc.device_compute(spec, params, setup, layout=layout, runs="real" if s["real"] else "dry",
-                                mtp_draft=mtp, n_outputs_max=n_out, session=session)
+                                mtp_draft=mtp, session=session, outputs=OutputsAsked(n_outputs_max=n_out))
         assert got == device_ordinary(spec, layout, params, setup, s["real"], mtp, n_out), c
         want = cpu_ordinary(spec, layout, params, mtp, n_out)
         for _ in range(2):  # a CPU key is kept from its second query on
-            cpu = compute.compute_buffer(spec, params, layout=layout, mtp_draft=mtp, n_outputs_max=n_out,
-                                         session=session)
+            cpu = compute.compute_buffer(spec, params, layout=layout, mtp_draft=mtp, session=session,
+                                         outputs=OutputsAsked(n_outputs_max=n_out))
             assert list(cpu.graphs) == want, c
     # built once at the first context (and at -c 256 with one sequence), every other one sized on those graphs;
     # none the ordinary way but a CPU shape's first query
@@ -231,12 +232,12 @@ def test_output_counts_sized_on_kept_graphs_equal_their_own_sizing(tool, n_draft
     seen = set()
     for c in CONTEXTS:
         params = ContextParams(n_ctx=3 * c, n_seq_max=3, flash_attn="auto", n_ubatch=300)
-        got = dc.device_compute(spec, params, setup, layout=layout, tool=tool, n_draft=n_draft,
-                                n_outputs_max=n_out, runs="real", session=session)
+        got = dc.device_compute(spec, params, setup, layout=layout, runs="real", session=session,
+                                outputs=OutputsAsked(tool=tool, n_draft=n_draft, n_outputs_max=n_out))
         assert got == device_ordinary(spec, layout, params, setup, True, False, n_out, tool, n_draft), c
         want = cpu_ordinary(spec, layout, params, False, n_out, tool, n_draft)
         for _ in range(2):
-            cpu = compute.compute_buffer(spec, params, layout=layout, tool=tool, n_draft=n_draft, n_outputs_max=n_out,
+            cpu = compute.compute_buffer(spec, params, OutputsAsked(tool, n_draft, n_out), layout=layout,
                                          session=session)
             assert list(cpu.graphs) == want, c
         seen.add(want[0].n_outputs)

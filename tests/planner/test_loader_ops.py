@@ -16,6 +16,7 @@ from rsplan.planner.backends.buffers import CUDA_RULE
 from rsplan.planner.backends.cuda_ops import cuda_supports_op
 from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.backends.loader_ops import LoaderCheck, device_loader_check, loader_check, weight_shape
+from rsplan.planner.compute.reserve import OutputsAsked
 from rsplan.planner.compute.sched import _backend_of_buffer
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.ggml import ops as g
@@ -202,7 +203,8 @@ def test_the_scheduler_runs_the_ternary_products_on_the_host():
     for quant in ("TQ2_0", "Q4_0"):
         layer_tensors = quantized_weights(spec, quant).layer_tensors()
         setup = SchedSetup(cuda, placement, tensors=layer_tensors, loader=device_loader_check("CUDA", spec))
-        got[quant] = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", runs="both")
+        got[quant] = device_compute(spec, ContextParams(n_ctx=4096), setup, runs="both",
+                                    outputs=OutputsAsked(tool="cli"))
     assert got["TQ2_0"].host_ops == (("MUL_MAT", n_tq),)  # every tq2_0 matrix is a MUL_MAT's weight
     assert got["Q4_0"].host_ops == ()
     assert got["TQ2_0"].n_splits > got["Q4_0"].n_splits

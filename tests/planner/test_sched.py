@@ -11,6 +11,7 @@ from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.compute import sched, sched_split
 from rsplan.planner.compute.per_device import device_compute
+from rsplan.planner.compute.reserve import OutputsAsked
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
 from rsplan.planner.compute.sched_split import schedule
@@ -136,9 +137,11 @@ def test_kv_on_the_host_turns_auto_flash_attention_off():
     spec = read_model("lfm2-2.6b").spec
     placement = place_layers(spec.block_count, 2, offload_kqv=False)
     setup = SchedSetup(RPC, placement, offload_kqv=False)
-    auto = device_compute(spec, ContextParams(n_ctx=4096), setup, tool="cli", runs="dry")
-    off = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="off"), setup, tool="cli", runs="dry")
-    on = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="on"), setup, tool="cli", runs="dry")
+    auto = device_compute(spec, ContextParams(n_ctx=4096), setup, runs="dry", outputs=OutputsAsked(tool="cli"))
+    off = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="off"), setup, runs="dry",
+                         outputs=OutputsAsked(tool="cli"))
+    on = device_compute(spec, ContextParams(n_ctx=4096, flash_attn="on"), setup, runs="dry",
+                        outputs=OutputsAsked(tool="cli"))
     assert on.dry_host < off.dry_host < auto.dry_host
 
 
