@@ -117,7 +117,7 @@ class LoaderCheck:
         op = TEST_OPS.get(stem)
         if op is None or (stem == "ssm_a" and not self.scan_a):
             return None
-        w = g.weight(*ne, name=stem)
+        w = g.weight(*ne, name=stem, layer=None)  # the loader's test op, outside any graph
         if op == "SSM_CONV":
             if ne[1] == 1 and ne[2] == 1:  # the 1-D ``ssm_conv1d`` of a graph is the bias (ADD)
                 return None

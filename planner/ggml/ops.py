@@ -52,33 +52,19 @@ def new_tensor(type_: GGMLType, *ne: int, op: str = "NONE", src: tuple[Tensor, .
 #: (llm_graph_context::build_attn_mha: ggml_backend_sched_set_tensor_backend(cur, backend_cpu)).
 KQV_OUT_NO_OFFLOAD = "kqv_out (CPU with -nkvo)"
 
-#: The llama.cpp layer whose tensors a graph builder is creating now (``set_layer``): weights, caches and per-layer
-#: norms take it, so that the scheduler model (planner.compute.sched) knows which buffer holds each of them.
-_LAYER: list[int | str | None] = [None]
-
-
-def set_layer(layer: int | str | None) -> None:
-    """Start building the tensors of ``layer`` (a repeating layer number, ``input``, ``output``; None: none)."""
-    _LAYER[0] = layer
-
-
-def current_layer() -> int | str | None:
-    return _LAYER[0]
-
-
-def weight(*ne: int, name: str = "", layer: int | str | None = None) -> Tensor:
-    """A model tensor of the current layer (or of ``layer``): held by the model's buffers, never by the compute
-    buffer (its type does not matter here). ``name``: its GGUF name within the layer (``ffn_up_exps``), which
-    ``-ot`` patterns match."""
+def weight(*ne: int, layer: int | str | None, name: str = "") -> Tensor:
+    """A model tensor of llama.cpp layer ``layer`` (a repeating layer number, ``input``, ``output``, or None):
+    held by the model's buffers, never by the compute buffer (its type does not matter here). ``name``: its GGUF
+    name within the layer (``ffn_up_exps``), which ``-ot`` patterns match."""
     shape = _ne(*ne)
-    return Tensor("NONE", F32, shape, contiguous_nb(F32, shape), (), None, 0, True, name, 0, "weight",
-                  _LAYER[0] if layer is None else layer)
+    return Tensor("NONE", F32, shape, contiguous_nb(F32, shape), (), None, 0, True, name, 0, "weight", layer)
 
 
-def cache_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:
-    """A KV or recurrent cache tensor of the current layer: memory of the context, not of the compute buffer."""
+def cache_tensor(type_: GGMLType, *ne: int, layer: int | str | None, name: str = "") -> Tensor:
+    """A KV or recurrent cache tensor of llama.cpp layer ``layer``: memory of the context, not of the compute
+    buffer."""
     shape = _ne(*ne)
-    return Tensor("NONE", type_, shape, contiguous_nb(type_, shape), (), None, 0, True, name, 0, "cache", _LAYER[0])
+    return Tensor("NONE", type_, shape, contiguous_nb(type_, shape), (), None, 0, True, name, 0, "cache", layer)
 
 
 def input_tensor(type_: GGMLType, *ne: int, name: str = "") -> Tensor:

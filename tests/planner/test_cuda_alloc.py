@@ -16,7 +16,7 @@ def _flash_attn(k_type, v_type, tokens: int, kv_cells: int = 256, head: int = 12
     q = g.permute(g.input_tensor(g.F32, head, 4, tokens), 0, 2, 1, 3)
     views = []
     for t in (k_type, v_type):
-        cache = g.cache_tensor(t, head * 2 * kv_cells)
+        cache = g.cache_tensor(t, head * 2 * kv_cells, layer=None)
         row = lambda n, t=t: t.type_size * n // t.block_size  # noqa: E731  # bytes of n elements
         views.append(g.permute(g.view(cache, (head, 2, kv_cells, 1), (row(head), row(head * 2),
                                                                       row(head * 2 * kv_cells)), 0), 0, 2, 1, 3))

@@ -25,11 +25,10 @@ def _reduction_graph(n_used: int = 2, extra_use: bool = False) -> Graph:
     router weights ([1, n_used, 8], a host input), each expert's rows viewed and summed by a chain of ADDs.
     ``extra_use``: the weighted experts also feed another op (then CUDA cannot fuse the reduction)."""
     b = g.GraphBuilder()
-    g.set_layer(0)
     cur = g.input_tensor(g.F32, 64, 1, 8, name="cur")
     ids = g.input_tensor(g.I32, n_used, 8, name="ids")
     weights = g.input_tensor(g.F32, 1, n_used, 8, name="weights")
-    experts = g.mul_mat_id(g.weight(64, 64, 4, name="ffn_down_exps"), cur, ids)
+    experts = g.mul_mat_id(g.weight(64, 64, 4, name="ffn_down_exps", layer=0), cur, ids)
     weighted = b.expand(g.mul(experts, weights))
     views = [b.expand(g.view(weighted, (64, 8), (weighted.nb[2],), i * weighted.nb[1])) for i in range(n_used)]
     out = views[0]
@@ -37,7 +36,6 @@ def _reduction_graph(n_used: int = 2, extra_use: bool = False) -> Graph:
         out = b.expand(g.add(out, v))
     if extra_use:
         out = g.add(out, g.view(weighted, (64, 8), (weighted.nb[2],), 0))
-    g.set_layer(None)
     b.set_output(out)
     b.expand(out)
     return b.graph
@@ -86,14 +84,13 @@ def _router_graph(n_embd: int = 64, n_expert: int = 4, n_tokens: int = 8, *, sig
     experts (the node after the router), an expert product by the ids and its weighting. ``probs_used_after``: the
     probs also feed a node after the router (CUDA then cannot fuse it); ``mask``: the softmax has a mask."""
     b = g.GraphBuilder()
-    g.set_layer(0)
     cur = g.input_tensor(g.F32, n_embd, n_tokens, name="cur")
-    logits = g.mul_mat(g.weight(n_embd, n_expert, name="ffn_gate_inp"), cur)
+    logits = g.mul_mat(g.weight(n_embd, n_expert, name="ffn_gate_inp", layer=0), cur)
     if sigmoid:
         probs = g.unary(logits)
     else:
         probs = g.soft_max_ext(logits, g.input_tensor(g.F32, n_expert, n_tokens) if mask else None)
-    selection = g.add(probs, g.weight(n_expert, name="exp_probs_b")) if bias else probs
+    selection = g.add(probs, g.weight(n_expert, name="exp_probs_b", layer=0)) if bias else probs
     selected = g.argsort_top_k(selection, 2)
     weights = g.get_rows(g.reshape(probs, 1, n_expert, n_tokens), selected)
     if norm:
@@ -103,11 +100,10 @@ def _router_graph(n_embd: int = 64, n_expert: int = 4, n_tokens: int = 8, *, sig
         weights = g.scale(weights)
     b.expand(weights)
     cur_r = g.reshape(cur, n_embd, 1, n_tokens)
-    experts = g.mul_mat_id(g.weight(n_embd, n_embd, n_expert, name="ffn_down_exps"), cur_r, selected)
+    experts = g.mul_mat_id(g.weight(n_embd, n_embd, n_expert, name="ffn_down_exps", layer=0), cur_r, selected)
     out = b.expand(g.mul(experts, weights))
     if probs_used_after:
         b.expand(g.sum_rows(probs))
-    g.set_layer(None)
     b.set_output(out)
     b.expand(out)
     return b.graph

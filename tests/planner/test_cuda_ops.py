@@ -75,12 +75,10 @@ def _conv_graph(d_inner: int) -> Graph:
     as one sequence [4, d_inner, 1], then SSM_CONV with a [4, d_inner] f32 kernel (one output row: the window of 4
     fits once), then ssm_out [d_inner -> d_inner]."""
     b = g.GraphBuilder()
-    g.set_layer(0)
     x = g.input_tensor(g.F32, d_inner, 4, name="x")
-    h = g.mul_mat(g.weight(d_inner, d_inner, name="ssm_in"), x)
-    conv = g.ssm_conv(g.reshape(h, 4, d_inner, 1), g.weight(4, d_inner, name="ssm_conv1d"))
-    y = g.mul_mat(g.weight(d_inner, d_inner, name="ssm_out"), conv)
-    g.set_layer(None)
+    h = g.mul_mat(g.weight(d_inner, d_inner, name="ssm_in", layer=0), x)
+    conv = g.ssm_conv(g.reshape(h, 4, d_inner, 1), g.weight(4, d_inner, name="ssm_conv1d", layer=0))
+    y = g.mul_mat(g.weight(d_inner, d_inner, name="ssm_out", layer=0), conv)
     b.set_output(y)
     b.expand(y)
     return b.graph

@@ -106,10 +106,8 @@ def test_the_scheduler_finds_the_refused_weight_on_the_host():
     spec = read_model("plamo-2-1b").spec
     placement = place_layers(spec.block_count, 1)
     layer = cache_layout(spec).recurrent_layers[0]
-    g.set_layer(layer)
-    a = g.weight(32, name="ssm_a")
-    conv = g.weight(4, 4096, name="ssm_conv1d")
-    g.set_layer(None)
+    a = g.weight(32, name="ssm_a", layer=layer)
+    conv = g.weight(4, 4096, name="ssm_conv1d", layer=layer)
     cuda = DEVICE_KINDS["CUDA"]
     tested = SchedSetup(cuda, placement, loader=loader_check(cuda.supports_op, spec))
     untested = SchedSetup(cuda, placement)

@@ -26,14 +26,10 @@ RPC = DEVICE_KINDS["RPC"]
 def _two_layer_graph() -> Graph:
     """token_embd on the host, layer 0 and layer 1 one 4x4 matmul each: 16 tokens of 4 floats (256 bytes)."""
     b = g.GraphBuilder()
-    g.set_layer("input")
     tokens = g.input_tensor(g.I32, 16, name="inp_tokens")  # 64 bytes
-    rows = g.get_rows(g.weight(4, 100, name="token_embd"), tokens)
-    g.set_layer(0)
-    h0 = g.mul_mat(g.weight(4, 4), rows)
-    g.set_layer(1)
-    h1 = g.mul_mat(g.weight(4, 4), h0)
-    g.set_layer(None)
+    rows = g.get_rows(g.weight(4, 100, name="token_embd", layer="input"), tokens)
+    h0 = g.mul_mat(g.weight(4, 4, layer=0), rows)
+    h1 = g.mul_mat(g.weight(4, 4, layer=1), h0)
     b.set_output(h1)
     b.expand(h1)
     return b.graph
@@ -164,8 +160,7 @@ def test_fit_says_when_device_compute_is_an_estimate():
 def test_a_weight_without_a_layer_is_refused():
     # a builder that does not place a weight (the MTP draft graph): no silent guess of its buffer
     b = g.GraphBuilder()
-    g.set_layer(None)
-    x = g.mul_mat(g.weight(4, 4), g.input_tensor(g.F32, 4, 16))
+    x = g.mul_mat(g.weight(4, 4, layer=None), g.input_tensor(g.F32, 4, 16))
     b.expand(x)
     with pytest.raises(SchedModelError, match="has no layer"):
         schedule(b.graph, SchedSetup(RPC, _placement()), 16)
@@ -174,10 +169,8 @@ def test_a_weight_without_a_layer_is_refused():
 def _host_weight_graph(n_in: int = 512) -> Graph:
     """One layer on the host (``-ngl 0``): y = ffn_up [n_in -> 64] of 32 tokens (x: n_in x 32 f32)."""
     b = g.GraphBuilder()
-    g.set_layer(0)
     x = g.input_tensor(g.F32, n_in, 32, name="x")
-    y = g.mul_mat(g.weight(n_in, 64, name="ffn_up"), x)
-    g.set_layer(None)
+    y = g.mul_mat(g.weight(n_in, 64, name="ffn_up", layer=0), x)
     b.set_output(y)
     b.expand(y)
     return b.graph

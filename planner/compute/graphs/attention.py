@@ -94,8 +94,8 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     gqa = n_embd_head * n_head_kv
     type_k, type_v = ctx.type_k, ctx.type_v
     v_row = p.layout.n_embd_v_gqa_max if ctx.v_trans else gqa
-    k_cache = g.cache_tensor(type_k, gqa, kv_size, ns, name=f"cache_k_l{il}")
-    v_cache = g.cache_tensor(type_v, v_row, kv_size, ns, name=f"cache_v_l{il}")
+    k_cache = lg.cache_tensor(type_k, gqa, kv_size, ns, name=f"cache_k_l{il}")
+    v_cache = lg.cache_tensor(type_v, v_row, kv_size, ns, name=f"cache_v_l{il}")
 
     if inp.k_rot is not None:
         q = hadamard(q, inp.k_rot)
@@ -139,7 +139,7 @@ def attn_kv(lg: LlamaGraph, inp: AttnInputs, q: Tensor, k: Tensor, v: Tensor, il
     cur = _mha(lg, q, k_all, v_all, inp.kq_mask)
     if inp.v_rot is not None:
         cur = hadamard(cur, inp.v_rot)
-    return cur if wo_rows is None else g.mul_mat(g.weight(cur.ne[0], wo_rows, name="attn_output"), cur)
+    return cur if wo_rows is None else g.mul_mat(lg.weight(cur.ne[0], wo_rows, name="attn_output"), cur)
 
 
 def require_equal_head_dims(p: GraphParams, graph: str) -> None:
@@ -160,9 +160,9 @@ def qkv_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, il: int) -> Tensor:
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = spec.attention.value_length or p.n_embd // n_head  # n_embd_head_v
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
+    q = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
 
 
@@ -185,7 +185,7 @@ def _mha(lg: LlamaGraph, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, v_mla: T
         if v.type == g.F32:
             v = g.cast(v, g.F16)
         cur = g.flash_attn_ext(q, k, v, mask)
-        cur.layer = g.current_layer()  # resolve_fused_ops compares its backend with the layer's device
+        cur.layer = lg.current_layer  # resolve_fused_ops compares its backend with the layer's device
         if v_mla is not None:
             cur = g.cont(g.permute(g.mul_mat(v_mla, g.permute(cur, 0, 2, 1, 3)), 0, 2, 1, 3))
         cur = g.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
@@ -233,7 +233,7 @@ def attn_k(lg: LlamaGraph, inp: AttnKInputs, q: Tensor, k: Tensor, v: Tensor, il
     hd, n_head_kv = k.ne[0], k.ne[1]
     gqa = hd * n_head_kv
     type_k = ctx.type_k
-    k_cache = g.cache_tensor(type_k, gqa, kv_size, ns, name=f"cache_k_l{il}")
+    k_cache = lg.cache_tensor(type_k, gqa, kv_size, ns, name=f"cache_k_l{il}")
     lg.expand(q)
     lg.expand(v)
     lg.expand(k)
@@ -244,4 +244,4 @@ def attn_k(lg: LlamaGraph, inp: AttnKInputs, q: Tensor, k: Tensor, v: Tensor, il
     k_all = g.view(k_cache, (hd, n_head_kv, kv_size, ns), (kr(hd), kr(gqa), kr(gqa * kv_size)), 0)
     v_all = g.view(k_all, (v.ne[0], k_all.ne[1], k_all.ne[2], k_all.ne[3]), k_all.nb[1:], 0)
     cur = _mha(lg, q, k_all, v_all, inp.kq_mask, v_mla)
-    return g.mul_mat(g.weight(cur.ne[0], wo_rows, name="attn_output"), cur)
+    return g.mul_mat(lg.weight(cur.ne[0], wo_rows, name="attn_output"), cur)

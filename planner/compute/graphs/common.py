@@ -13,6 +13,7 @@ from rsplan.planner.ggml.alloc import Tensor
 from rsplan.planner.weights.weight_placement import OUTPUT_NORM_STEM
 
 if TYPE_CHECKING:
+    from rsplan.hparams.ggml_types import GGMLType
     from rsplan.hparams.layout import CacheLayout
     from rsplan.hparams.model import ModelSpec
     from rsplan.hparams.recurrent import RecurrentDims
@@ -71,12 +72,22 @@ class LlamaGraph:
     def __init__(self, p: GraphParams) -> None:
         self.p = p
         self.b = g.GraphBuilder()
-        g.set_layer(None)
+        #: The llama.cpp layer whose tensors the builder is creating now (``layer``): weights, caches and per-layer
+        #: norms take it, so that the scheduler model (planner.compute.sched) knows which buffer holds each of them.
+        self.current_layer: int | str | None = None
 
-    @staticmethod
-    def layer(il: int) -> None:
-        """The builder starts layer ``il``: its weights, caches and norms belong to it (planner.compute.sched)."""
-        g.set_layer(il)
+    def layer(self, il: int | str | None) -> None:
+        """The builder starts layer ``il`` (a repeating layer number, ``input``, ``output``; None: none): its
+        weights, caches and norms belong to it (planner.compute.sched)."""
+        self.current_layer = il
+
+    def weight(self, *ne: int, name: str = "", layer: int | str | None = None) -> Tensor:
+        """A model tensor of the current layer (or of ``layer``; planner.ggml.ops.weight)."""
+        return g.weight(*ne, name=name, layer=self.current_layer if layer is None else layer)
+
+    def cache_tensor(self, type_: GGMLType, *ne: int, name: str = "") -> Tensor:
+        """A KV or recurrent cache tensor of the current layer (planner.ggml.ops.cache_tensor)."""
+        return g.cache_tensor(type_, *ne, name=name, layer=self.current_layer)
 
     def expand(self, t: Tensor) -> Tensor:
         return self.b.expand(t)
@@ -87,9 +98,9 @@ class LlamaGraph:
         p = self.p
         tokens = g.input_tensor(g.I32, p.n_tokens, name="inp_tokens")
         embd = g.input_tensor(g.F32, p.n_embd, p.n_tokens, name="inp_embd")
-        g.set_layer("input")
-        rows = g.get_rows(g.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
-        g.set_layer(None)
+        self.layer("input")
+        rows = g.get_rows(self.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
+        self.layer(None)
         # ggml_build_forward_select: both alternatives are visited, then the selected one is expanded
         self.expand(rows)
         self.expand(embd)
@@ -129,9 +140,9 @@ class LlamaGraph:
         layer the RMS_NORM node is named ``norm`` with the layer's number, which llama_context::graph_get_cb may
         pin to the layer's device."""
         normed = g.rms_norm(cur)
-        if isinstance(g.current_layer(), int):
-            normed.name, normed.layer = "norm", g.current_layer()
-        return g.mul(normed, g.weight(width, name=name, layer=weight_layer))
+        if isinstance(self.current_layer, int):
+            normed.name, normed.layer = "norm", self.current_layer
+        return g.mul(normed, self.weight(width, name=name, layer=weight_layer))
 
     def output(self, cur: Tensor, out_ids: Tensor | None = None, logits: bool = True,
                rows_output: bool = True, head_norm: tuple[int, str] | None = None) -> Tensor:
@@ -141,7 +152,7 @@ class LlamaGraph:
         ``head_norm``: (layer, name) of a layer's own weight the final norm uses instead of the output norm (an
         MTP block's nextn.shared_head_norm); the norm itself is still built outside any layer (il = -1)."""
         p = self.p
-        g.set_layer("output")
+        self.layer("output")
         if head_norm is None:
             cur = self.norm(cur, p.n_embd, OUTPUT_NORM_STEM.get(p.spec.arch, "output_norm"))
         else:
@@ -154,7 +165,7 @@ class LlamaGraph:
         if not logits:
             self.expand(cur)
             return cur
-        out = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name=lm_head_name(p)), cur)
+        out = g.mul_mat(self.weight(p.n_embd, p.n_vocab, name=lm_head_name(p)), cur)
         g.GraphBuilder.set_output(out)
         self.expand(out)
         return out
@@ -202,6 +213,6 @@ def state_dims(p: GraphParams) -> RecurrentDims:
     return dims
 
 
-def cache(width: int, rows: int, name: str = "") -> Tensor:
+def cache(lg: LlamaGraph, width: int, rows: int, name: str = "") -> Tensor:
     """A KV or recurrent cache tensor: memory of the context, not of the compute buffer."""
-    return g.cache_tensor(g.F32, width, rows, name=name)
+    return lg.cache_tensor(g.F32, width, rows, name=name)

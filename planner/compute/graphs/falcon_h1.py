@@ -21,9 +21,9 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = spec.attention.value_length or p.n_embd // n_head
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
+    q = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
     q = g.rope(q, pos)
     k = g.rope(k, pos)
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
@@ -47,7 +47,7 @@ def build_falcon_h1(p: GraphParams) -> Graph:
         inp_sa = g.add(g.add(attn_out, ssm_out), inp_sa)
         if il == p.n_layer - 1:
             inp_sa = g.get_rows(inp_sa, out_ids)
-        cur = ffn_silu_par(lg.norm(inp_sa, p.n_embd, "ffn_norm"), p.n_embd, ffn_width(p, il))
+        cur = ffn_silu_par(lg, lg.norm(inp_sa, p.n_embd, "ffn_norm"), p.n_embd, ffn_width(p, il))
         inp = g.add(cur, inp_sa)
     lg.output(inp)
     return lg.b.graph

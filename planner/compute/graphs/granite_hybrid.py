@@ -32,11 +32,11 @@ def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
     p = lg.p
     spec = p.spec
     if not spec.expert_count:
-        return ffn_silu_par(cur, p.n_embd, ffn_width(p, il))
+        return ffn_silu_par(lg, cur, p.n_embd, ffn_width(p, il))
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, ffn_width(p, il))
     if not spec.expert_shared_feed_forward_length:
         return moe_out
-    return g.add(moe_out, ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length, "_shexp"))
+    return g.add(moe_out, ffn_silu_par(lg, cur, p.n_embd, spec.expert_shared_feed_forward_length, "_shexp"))
 
 
 def _residual(cur: Tensor) -> Tensor:
@@ -74,10 +74,10 @@ def _output(lg: LlamaGraph, cur: Tensor) -> Graph:
     """The final norm (t_embd) and the lm head, whose logits are divided by logits_scaling: the scaled logits are
     the output (t_logits), so the SCALE may reuse the matmul's memory."""
     p = lg.p
-    g.set_layer("output")
+    lg.layer("output")
     cur = lg.norm(cur, p.n_embd)
     g.GraphBuilder.set_output(cur)
-    cur = g.mul_mat(g.weight(p.n_embd, p.n_vocab, name=lm_head_name(p)), cur)
+    cur = g.mul_mat(lg.weight(p.n_embd, p.n_vocab, name=lm_head_name(p)), cur)
     if SCALES["logits"]:
         cur = g.scale(cur)
     g.GraphBuilder.set_output(cur)

@@ -22,7 +22,7 @@ def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
     n_ff = ffn_width(p, il)
     if _expert_layers(p)[il]:
         return moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, n_ff, norm_w=False)
-    return ffn_silu_par(cur, p.n_embd, n_ff)
+    return ffn_silu_par(lg, cur, p.n_embd, n_ff)
 
 
 def _expert_layers(p: GraphParams) -> list[bool]:

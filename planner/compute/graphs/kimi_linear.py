@@ -57,12 +57,12 @@ def _causal_conv1d(lg: LlamaGraph, cur: Tensor, conv_all: Tensor, conv_states: T
     n_embd_r = dims.n_embd_r  # 3 * window: Q, K and V
     state = g.view(conv_states, (d_conv - 1, d_inner, n_seqs), ((d_conv - 1) * 4, n_embd_r * 4), part * window * 4)
     qkv = "qkv"[part]
-    x = g.reshape(g.mul_mat(g.weight(p.n_embd, d_inner, name=f"attn_{qkv}"), cur), d_inner, n_seq_tokens, n_seqs)
+    x = g.reshape(g.mul_mat(lg.weight(p.n_embd, d_inner, name=f"attn_{qkv}"), cur), d_inner, n_seq_tokens, n_seqs)
     conv_x = g.concat(state, g.transpose(x), 0)
     last = g.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
     dst = g.view(conv_all, (d_conv - 1, d_inner, n_seqs), ((d_conv - 1) * 4, n_embd_r * 4), part * window * 4)
     lg.expand(g.cpy(last, dst))
-    x = g.ssm_conv(conv_x, g.reshape(g.weight(d_conv, 1, d_inner, 1, name=f"ssm_conv1d_{qkv}"), d_conv, d_inner))
+    x = g.ssm_conv(conv_x, g.reshape(lg.weight(d_conv, 1, d_inner, 1, name=f"ssm_conv1d_{qkv}"), d_conv, d_inner))
     x = g.unary(g.reshape(x, d_inner, p.n_tokens))
     return g.reshape(x, head_dim, n_head, n_seq_tokens, n_seqs)
 
@@ -81,18 +81,18 @@ def _kda(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Ten
     n_seqs, n_seq_tokens, n_tokens = p.n_seqs, p.n_seq_tokens, p.n_tokens
     d_inner = dims.inner_size
     n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s
-    conv_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    conv_all = cache(lg, n_embd_r, p.rs_rows, f"cache_r_l{il}")
     conv_states = lg.rs(conv_all, n_embd_r, rs)
     q, k, v = (_causal_conv1d(lg, cur, conv_all, conv_states, part) for part in range(3))
-    f_b = g.weight(head_dim, d_inner, name="ssm_f_b")
-    g1 = g.mul_mat(f_b, g.mul_mat(g.weight(p.n_embd, head_dim, name="ssm_f_a"), cur))
-    g1 = g.reshape(g.unary(g.add(g1, g.weight(d_inner, name="ssm_dt"))), head_dim, n_head, n_tokens)
-    g1 = g.mul(g1, g.reshape(g.weight(1, n_head, 1, 1, name="ssm_a"), 1, n_head, 1))
+    f_b = lg.weight(head_dim, d_inner, name="ssm_f_b")
+    g1 = g.mul_mat(f_b, g.mul_mat(lg.weight(p.n_embd, head_dim, name="ssm_f_a"), cur))
+    g1 = g.reshape(g.unary(g.add(g1, lg.weight(d_inner, name="ssm_dt"))), head_dim, n_head, n_tokens)
+    g1 = g.mul(g1, g.reshape(lg.weight(1, n_head, 1, 1, name="ssm_a"), 1, n_head, 1))
     g1 = g.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
-    beta = g.mul_mat(g.weight(p.n_embd, n_head, name="ssm_beta"), cur)
+    beta = g.mul_mat(lg.weight(p.n_embd, n_head, name="ssm_beta"), cur)
     beta = g.unary(g.reshape(beta, 1, n_head, n_seq_tokens, n_seqs))
     cur = g.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
-    ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    ssm_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
     state = g.reshape(lg.rs(ssm_all, n_embd_s, rs), head_dim, head_dim, n_head, n_seqs)
     out = gated_delta_net(_l2_norm(q), _l2_norm(k), v, g1, beta, state, 1)
     es = 4
@@ -103,12 +103,12 @@ def _kda(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> Ten
     output = g.cont(output)
     lg.expand(g.cpy(new_state, g.view(ssm_all, (n_embd_s * n_seqs,), (), 0)))
     cur_2d = g.reshape(cur, cur.ne[0], n_tokens)
-    g_b = g.weight(head_dim, d_inner, name="ssm_g_b")
-    g2 = g.mul_mat(g_b, g.mul_mat(g.weight(p.n_embd, head_dim, name="ssm_g_a"), cur_2d))
+    g_b = lg.weight(head_dim, d_inner, name="ssm_g_b")
+    g2 = g.mul_mat(g_b, g.mul_mat(lg.weight(p.n_embd, head_dim, name="ssm_g_a"), cur_2d))
     g2 = g.reshape(g2, head_dim, n_head, n_tokens)
     normed = lg.norm(g.reshape(output, head_dim, n_head, n_tokens), head_dim, "ssm_norm")
     gated = g.cont_nd(g.mul(normed, g.unary(g2)), d_inner, n_tokens)
-    return g.mul_mat(g.weight(d_inner, p.n_embd, name="attn_output"), gated)
+    return g.mul_mat(lg.weight(d_inner, p.n_embd, name="attn_output"), gated)
 
 
 def _mla(lg: LlamaGraph, cur: Tensor, inp: AttnKInputs, mla: _MLAWidths, il: int) -> Tensor:
@@ -120,19 +120,19 @@ def _mla(lg: LlamaGraph, cur: Tensor, inp: AttnKInputs, mla: _MLAWidths, il: int
     n_rot = mla.key_length - kv_lora  # the cached row is kv_lora_rank + n_rot wide
     nope = hd_k_mla - n_rot
     es = 4
-    q_all = g.mul_mat(g.weight(p.n_embd, n_head * hd_k_mla, name="attn_q"), cur)
-    kv_pe = g.mul_mat(g.weight(p.n_embd, kv_lora + n_rot, name="attn_kv_a_mqa"), cur)
+    q_all = g.mul_mat(lg.weight(p.n_embd, n_head * hd_k_mla, name="attn_q"), cur)
+    kv_pe = g.mul_mat(lg.weight(p.n_embd, kv_lora + n_rot, name="attn_kv_a_mqa"), cur)
     kv = g.view(kv_pe, (kv_lora, n_tokens), ((kv_lora + n_rot) * es,), 0)
     k_pe = g.view(kv_pe, (n_rot, 1, n_tokens), ((kv_lora + n_rot) * es, (kv_lora + n_rot) * es), kv_lora * es)
     kv = lg.norm(kv, kv_lora, "attn_kv_a_norm")
     q_strides = (hd_k_mla * es, hd_k_mla * n_head * es)
     q_nope = g.permute(g.view(q_all, (nope, n_head, n_tokens), q_strides, 0), 0, 2, 1, 3)
     q_pe = g.view(q_all, (n_rot, n_head, n_tokens), q_strides, nope * es)
-    q_absorbed = g.permute(g.mul_mat(g.weight(nope, kv_lora, n_head, name="attn_k_b"), q_nope), 0, 2, 1, 3)
+    q_absorbed = g.permute(g.mul_mat(lg.weight(nope, kv_lora, n_head, name="attn_k_b"), q_nope), 0, 2, 1, 3)
     q = g.concat(q_absorbed, q_pe, 0)
     kv = g.reshape(kv, kv_lora, 1, n_tokens)
     k = g.concat(kv, k_pe, 0)
-    v_mla = g.weight(kv_lora, hd_v_mla, n_head, name="attn_v_b")
+    v_mla = lg.weight(kv_lora, hd_v_mla, n_head, name="attn_v_b")
     return attn_k(lg, inp, q, k, kv, il, v_mla, p.n_embd)
 
 
@@ -142,10 +142,10 @@ def _ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
     p = lg.p
     spec = p.spec
     if il < spec.leading_dense_block_count:
-        return ffn_silu_par(cur, p.n_embd, ffn_width(p, il))
+        return ffn_silu_par(lg, cur, p.n_embd, ffn_width(p, il))
     n_ff_exp = spec.expert_feed_forward_length
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, n_ff_exp, **ROUTING)
-    shexp = ffn_silu_par(cur, p.n_embd, n_ff_exp * max(spec.expert_shared_count, 1), "_shexp")
+    shexp = ffn_silu_par(lg, cur, p.n_embd, n_ff_exp * max(spec.expert_shared_count, 1), "_shexp")
     return g.add(moe_out, shexp)
 
 

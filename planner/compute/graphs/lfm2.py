@@ -20,11 +20,11 @@ def _shortconv(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) 
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
     n_embd_r = dims.n_embd_r
     cur = g.reshape(cur, n_embd, n_seq_tokens, n_seqs)
-    bcx = g.mul_mat(g.weight(n_embd, 3 * n_embd, name="shortconv.in_proj"), cur)
+    bcx = g.mul_mat(lg.weight(n_embd, 3 * n_embd, name="shortconv.in_proj"), cur)
     chunk = bcx.ne[0] // 3
     b, c, x = (g.view(bcx, (chunk, bcx.ne[1], bcx.ne[2]), (bcx.nb[1], bcx.nb[2]), i * chunk * 4) for i in range(3))
     bx = g.transpose(g.mul(b, x))
-    conv_state = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    conv_state = cache(lg, n_embd_r, p.rs_rows, f"cache_r_l{il}")
     conv = g.reshape(lg.rs(conv_state, n_embd_r, rs), d_conv, n_embd, n_seqs)
     bx = g.concat(conv, bx, 0)
     k = p.n_rs_seq + 1 if p.n_rs_seq > 0 else 1
@@ -33,9 +33,9 @@ def _shortconv(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) 
         snap = g.view(bx, (d_conv, bx.ne[1], bx.ne[2]), (bx.nb[1], bx.nb[2]), (bx.ne[0] - d_conv - slot) * 4)
         dst = g.view(conv_state, (n_embd_r, n_seqs), (conv_state.nb[1],), slot * p.rs_size * row_size)
         lg.expand(g.cpy(snap, dst))
-    conv_out = g.ssm_conv(bx, g.weight(d_conv + 1, n_embd, name="shortconv.conv"))
+    conv_out = g.ssm_conv(bx, lg.weight(d_conv + 1, n_embd, name="shortconv.conv"))
     y = g.mul(c, conv_out)
-    y = g.mul_mat(g.weight(n_embd, n_embd, name="shortconv.out_proj"), y)
+    y = g.mul_mat(lg.weight(n_embd, n_embd, name="shortconv.out_proj"), y)
     return g.reshape(y, y.ne[0], n_seq_tokens * n_seqs)
 
 
@@ -45,9 +45,9 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     n_head = spec.head_count(il)
     n_head_kv = spec.head_count_kv(il)
     hd = p.n_embd // n_head
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
+    q = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
     q = lg.norm(q, hd, "attn_q_norm")
     k = lg.norm(k, hd, "attn_k_norm")
     q = g.rope(q, pos)
@@ -55,12 +55,12 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     return attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, p.n_embd)
 
 
-def ffn_silu_par(cur: Tensor, n_embd: int, n_ff: int, suffix: str = "") -> Tensor:
+def ffn_silu_par(lg: LlamaGraph, cur: Tensor, n_embd: int, n_ff: int, suffix: str = "") -> Tensor:
     """build_ffn(up, gate, down, LLM_FFN_SILU, LLM_FFN_PAR): down(swiglu(gate(x), up(x))). ``suffix``: the GGUF
     names' (``_shexp`` for a shared expert)."""
-    up = g.mul_mat(g.weight(n_embd, n_ff, name=f"ffn_up{suffix}"), cur)
-    gate = g.mul_mat(g.weight(n_embd, n_ff, name=f"ffn_gate{suffix}"), cur)
-    return g.mul_mat(g.weight(n_ff, n_embd, name=f"ffn_down{suffix}"), g.swiglu_split(gate, up))
+    up = g.mul_mat(lg.weight(n_embd, n_ff, name=f"ffn_up{suffix}"), cur)
+    gate = g.mul_mat(lg.weight(n_embd, n_ff, name=f"ffn_gate{suffix}"), cur)
+    return g.mul_mat(lg.weight(n_ff, n_embd, name=f"ffn_down{suffix}"), g.swiglu_split(gate, up))
 
 
 def build_lfm2(p: GraphParams) -> Graph:
@@ -95,7 +95,7 @@ def build_lfm2(p: GraphParams) -> Graph:
             ffn_out = moe_ffn(lg, normed, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length,
                               gating="sigmoid", selection_bias=True)
         else:
-            ffn_out = ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
+            ffn_out = ffn_silu_par(lg, normed, p.n_embd, ffn_width(p, il))
         cur = g.add(cur, ffn_out)
     lg.output(cur, logits=not p.embeddings)  # lfm2.cpp builds the lm head only without --embeddings
     return lg.b.graph

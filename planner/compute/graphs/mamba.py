@@ -21,14 +21,14 @@ def mamba2_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     conv_dim = dims.conv_channels  # d_inner + 2 * n_group * d_state
     n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s
 
-    conv_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
-    ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    conv_all = cache(lg, n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    ssm_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
 
     conv = lg.rs(conv_all, n_embd_r, rs)
     conv = g.reshape(conv, d_conv - 1, conv_dim, n_seqs)
 
     d_in_proj = 2 * d_inner + 2 * n_group * d_state + n_head
-    zxbcdt = g.mul_mat(g.weight(p.n_embd, d_in_proj, name="ssm_in"), cur)
+    zxbcdt = g.mul_mat(lg.weight(p.n_embd, d_in_proj, name="ssm_in"), cur)
     zxbcdt = g.reshape(zxbcdt, zxbcdt.ne[0], n_seq_tokens, n_seqs)
     es = 4
     z = g.view(zxbcdt, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * es, zxbcdt.nb[1], zxbcdt.nb[2]), 0)
@@ -61,8 +61,8 @@ def _mamba2_conv(lg: LlamaGraph, conv: Tensor, xbc: Tensor, conv_all: Tensor) ->
                       (n_seq_tokens - slot) * conv_x.nb[0])
         dst = g.view(conv_all, (n_embd_r, n_seqs), (conv_all.nb[1],), slot * p.rs_size * row_size)
         lg.expand(g.cpy(last, dst))
-    xbc = g.ssm_conv(conv_x, g.weight(d_conv, conv_dim, name="ssm_conv1d"))
-    xbc = g.add(xbc, g.weight(conv_dim, name="ssm_conv1d"))
+    xbc = g.ssm_conv(conv_x, lg.weight(d_conv, conv_dim, name="ssm_conv1d"))
+    xbc = g.add(xbc, lg.weight(conv_dim, name="ssm_conv1d"))
     return g.unary(xbc)
 
 
@@ -84,8 +84,8 @@ def _mamba2_ssm(lg: LlamaGraph, xbc: Tensor, dt: Tensor, z: Tensor, ssm_all: Ten
     b = g.view(xbc, (d_state, n_group, n_seq_tokens, n_seqs), (d_state * es, xbc.nb[1], xbc.nb[2]), d_inner * es)
     c = g.view(xbc, (d_state, n_group, n_seq_tokens, n_seqs), (d_state * es, xbc.nb[1], xbc.nb[2]),
                (d_inner + n_group * d_state) * es)
-    dt = g.add(g.cont(dt), g.weight(n_head, name="ssm_dt"))
-    a = g.weight(1, n_head, name="ssm_a")
+    dt = g.add(g.cont(dt), lg.weight(n_head, name="ssm_dt"))
+    a = lg.weight(1, n_head, name="ssm_a")
 
     def scan(states: Tensor, ids: Tensor) -> Tensor:
         s = g.reshape(states, d_state, head_dim, n_head, p.rs_rows)
@@ -101,13 +101,13 @@ def _mamba2_ssm(lg: LlamaGraph, xbc: Tensor, dt: Tensor, z: Tensor, ssm_all: Ten
     ))
     y = g.view(y_ssm, (head_dim, n_head, n_seq_tokens, n_seqs),
                (x.nb[1], n_head * x.nb[1], n_seq_tokens * n_head * x.nb[1]), 0)
-    y = g.add(y, g.mul(x, g.weight(1, n_head, name="ssm_d")))
+    y = g.add(y, g.mul(x, lg.weight(1, n_head, name="ssm_d")))
     y = g.swiglu_split(g.cont(z), y)
     if group_norm:
         y = g.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
         y = lg.norm(y, d_inner // n_group, "ssm_norm")
     y = g.reshape(y, d_inner, n_seq_tokens * n_seqs)
-    return g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), y)
+    return g.mul_mat(lg.weight(d_inner, p.n_embd, name="ssm_out"), y)
 
 
 def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int, *,
@@ -121,19 +121,19 @@ def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int,
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
     n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s  # (d_conv - 1) * d_inner, d_state * d_inner
     es = 4
-    conv_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
-    ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    conv_all = cache(lg, n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    ssm_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
     conv = g.reshape(lg.rs(conv_all, n_embd_r, rs), d_conv - 1, d_inner, n_seqs)
     cur = g.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
-    xz = g.mul_mat(g.weight(p.n_embd, 2 * d_inner, name="ssm_in"), cur)
+    xz = g.mul_mat(lg.weight(p.n_embd, 2 * d_inner, name="ssm_in"), cur)
     x = g.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), 0)
     z = g.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), d_inner * es)
     conv_x = g.concat(conv, g.transpose(x), 0)
     last = g.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
     lg.expand(g.cpy(last, g.view(conv_all, (n_embd_r * n_seqs,), (), 0)))
-    x = g.unary(g.add(g.ssm_conv(conv_x, g.weight(d_conv, d_inner, name="ssm_conv1d")),
-                      g.weight(d_inner, name="ssm_conv1d")))
-    x_db = g.mul_mat(g.weight(d_inner, dt_rank + 2 * d_state, name="ssm_x"), x)
+    x = g.unary(g.add(g.ssm_conv(conv_x, lg.weight(d_conv, d_inner, name="ssm_conv1d")),
+                      lg.weight(d_inner, name="ssm_conv1d")))
+    x_db = g.mul_mat(lg.weight(d_inner, dt_rank + 2 * d_state, name="ssm_x"), x)
     dt = g.view(x_db, (dt_rank, n_seq_tokens, n_seqs), (x_db.nb[1], x_db.nb[2]), 0)
     b = g.view(x_db, (d_state, 1, n_seq_tokens, n_seqs), (d_state * x_db.nb[0], x_db.nb[1], x_db.nb[2]), es * dt_rank)
     c = g.view(x_db, (d_state, 1, n_seq_tokens, n_seqs), (d_state * x_db.nb[0], x_db.nb[1], x_db.nb[2]),
@@ -143,10 +143,10 @@ def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int,
         b, c = lg.norm(b, d_state, "ssm_b_norm"), lg.norm(c, d_state, "ssm_c_norm")
     else:
         dt = g.cont(dt)
-    dt = g.add(g.mul_mat(g.weight(dt_rank, d_inner, name="ssm_dt"), dt), g.weight(d_inner, name="ssm_dt"))
+    dt = g.add(g.mul_mat(lg.weight(dt_rank, d_inner, name="ssm_dt"), dt), lg.weight(d_inner, name="ssm_dt"))
     cur = x
     x = g.reshape(x, 1, d_inner, n_seq_tokens, n_seqs)
-    a = g.weight(d_state, d_inner, name="ssm_a")
+    a = lg.weight(d_state, d_inner, name="ssm_a")
 
     def scan(states: Tensor, ids: Tensor) -> Tensor:
         return g.ssm_scan(g.reshape(states, d_state, 1, d_inner, p.rs_size), x, dt, a, b, c, ids, 1)
@@ -155,9 +155,9 @@ def mamba_layer(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int,
     x_bytes = x.nb[3] * x.ne[3]
     lg.expand(g.cpy(g.view(y_ssm, (n_embd_s * n_seqs,), (), x_bytes), g.view(ssm_all, (n_embd_s * n_seqs,), (), 0)))
     y = g.view(y_ssm, (d_inner, n_seq_tokens, n_seqs), (x.nb[2], x.nb[3]), 0)
-    y = g.add(y, g.mul(cur, g.weight(d_inner, name="ssm_d")))
+    y = g.add(y, g.mul(cur, lg.weight(d_inner, name="ssm_d")))
     y = g.swiglu_split(g.cont(z), y)
-    cur = g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), y)
+    cur = g.mul_mat(lg.weight(d_inner, p.n_embd, name="ssm_out"), y)
     return g.reshape(cur, cur.ne[0], n_seq_tokens * n_seqs)
 
 

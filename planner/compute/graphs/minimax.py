@@ -78,22 +78,22 @@ def _lightning(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], la: _LAIn
     n_head, hd = dims.n_heads, dims.head_dim  # hparams.n_head(), n_embd_head_la (= n_embd_head_k)
     n_seq_tokens, n_seqs = p.n_seq_tokens, p.n_seqs
     n_embd_r, n_embd_s = dims.n_embd_r, dims.n_embd_s
-    r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    r_all = cache(lg, n_embd_r, p.rs_rows, f"cache_r_l{il}")
     lg.rs(r_all, n_embd_r, rs)  # the unused conv state is gathered all the same
     slope_rate = g.scale(la.slopes)
     cur = g.reshape(cur, cur.ne[0], n_seq_tokens, 1, n_seqs)
-    qkv_all = g.unary(g.mul_mat(g.weight(p.n_embd, 3 * hd * n_head, name="attn_qkv"), cur))  # silu
+    qkv_all = g.unary(g.mul_mat(lg.weight(p.n_embd, 3 * hd * n_head, name="attn_qkv"), cur))  # silu
     qkv_all = g.reshape(qkv_all, hd * 3, n_head, n_seq_tokens, n_seqs)
     strides = (qkv_all.nb[1], qkv_all.nb[2], qkv_all.nb[3])
     q, k, v = (g.view(qkv_all, (hd, n_head, n_seq_tokens, n_seqs), strides, i * hd * 4) for i in range(3))
-    s_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    s_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
     kv_old = g.reshape(lg.rs(s_all, n_embd_s, rs), hd, hd, n_head, n_seqs)
     qkv = _lightning_core(lg, la, q, k, v, kv_old, slope_rate, s_all)
     qkv = g.cont(g.permute(qkv, 0, 2, 1, 3))
     qkv = g.reshape(qkv, qkv.ne[0] * qkv.ne[1], qkv.ne[2], 1, qkv.ne[3])
     qkv = lg.norm(qkv, hd * n_head, "attn_norm_2")
-    gate = g.unary(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_gate"), cur))  # sigmoid
-    out = g.mul_mat(g.weight(hd * n_head, p.n_embd, name="attn_output"), g.mul(gate, qkv))
+    gate = g.unary(g.mul_mat(lg.weight(p.n_embd, hd * n_head, name="attn_gate"), cur))  # sigmoid
+    out = g.mul_mat(lg.weight(hd * n_head, p.n_embd, name="attn_output"), g.mul(gate, qkv))
     return g.reshape(out, out.ne[0], n_seq_tokens * n_seqs)
 
 
@@ -103,9 +103,9 @@ def _softmax_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il:
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = _head_dim(p, il)
-    q = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
-    k = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
-    v = g.reshape(g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
+    q = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head, name="attn_q"), cur), hd, n_head, p.n_tokens)
+    k = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur), hd, n_head_kv, p.n_tokens)
+    v = g.reshape(g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur), hd, n_head_kv, p.n_tokens)
     return attn_kv(lg, inp, g.rope(q, pos), g.rope(k, pos), v, il, hd, n_head_kv, p.n_embd)
 
 

@@ -17,9 +17,9 @@ def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, 
     ``sigmoid``; ``selection_bias``: an expert selection bias (exp_probs_b) is added before the top-k; ``scaled``:
     the weights are multiplied by expert_weights_scale (a GGUF value other than 0 and 1). cur: [n_embd, n_tokens]."""
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
-    logits = g.mul_mat(g.weight(n_embd, n_expert, name="ffn_gate_inp"), cur)
+    logits = g.mul_mat(lg.weight(n_embd, n_expert, name="ffn_gate_inp"), cur)
     probs = g.soft_max(logits) if gating == "softmax" else g.unary(logits)
-    selection = g.add(probs, g.weight(n_expert, name="exp_probs_b")) if selection_bias else probs
+    selection = g.add(probs, lg.weight(n_expert, name="exp_probs_b")) if selection_bias else probs
     selected = g.argsort_top_k(selection, n_used)
     probs = g.reshape(probs, 1, n_expert, n_tokens)
     weights = g.get_rows(probs, selected)
@@ -31,13 +31,13 @@ def moe_ffn(lg: LlamaGraph, cur: Tensor, n_expert: int, n_used: int, n_ff: int, 
         weights = g.scale(weights)
     lg.expand(weights)
     cur = g.reshape(cur, n_embd, 1, n_tokens)
-    up = g.mul_mat_id(g.weight(n_embd, n_ff, n_expert, name="ffn_up_exps"), cur, selected)
+    up = g.mul_mat_id(lg.weight(n_embd, n_ff, n_expert, name="ffn_up_exps"), cur, selected)
     if gated:
-        gate = g.mul_mat_id(g.weight(n_embd, n_ff, n_expert, name="ffn_gate_exps"), cur, selected)
+        gate = g.mul_mat_id(lg.weight(n_embd, n_ff, n_expert, name="ffn_gate_exps"), cur, selected)
         act = g.swiglu_split(gate, up)
     else:
         act = g.sqr(g.unary(up)) if relu_sqr else g.unary(up)
-    experts = g.mul_mat_id(g.weight(n_ff, n_embd, n_expert, name="ffn_down_exps"), act, selected)
+    experts = g.mul_mat_id(lg.weight(n_ff, n_embd, n_expert, name="ffn_down_exps"), act, selected)
     experts = g.mul(experts, weights)
     lg.expand(experts)
     views = [g.view(experts, (n_embd, n_tokens), (experts.nb[2],), i * experts.nb[1]) for i in range(n_used)]

@@ -13,11 +13,11 @@ from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Graph, Tensor
 
 
-def _mlp(cur: Tensor, n_embd: int, n_ff: int, suffix: str = "") -> Tensor:
+def _mlp(lg: LlamaGraph, cur: Tensor, n_embd: int, n_ff: int, suffix: str = "") -> Tensor:
     """build_ffn(up, down, LLM_FFN_RELU_SQR): down(relu(up(x))^2); ``suffix`` ``_shexp`` names the shared
     expert's tensors."""
-    up = g.mul_mat(g.weight(n_embd, n_ff, name=f"ffn_up{suffix}"), cur)
-    return g.mul_mat(g.weight(n_ff, n_embd, name=f"ffn_down{suffix}"), g.sqr(g.unary(up)))
+    up = g.mul_mat(lg.weight(n_embd, n_ff, name=f"ffn_up{suffix}"), cur)
+    return g.mul_mat(lg.weight(n_ff, n_embd, name=f"ffn_down{suffix}"), g.sqr(g.unary(up)))
 
 
 def _moe(lg: LlamaGraph, cur: Tensor) -> Tensor:
@@ -27,7 +27,7 @@ def _moe(lg: LlamaGraph, cur: Tensor) -> Tensor:
     spec = lg.p.spec
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length,
                       gating="sigmoid", gated=False, selection_bias=True, scaled=True, relu_sqr=True)
-    return g.add(moe_out, _mlp(cur, lg.p.n_embd, spec.expert_shared_feed_forward_length, "_shexp"))
+    return g.add(moe_out, _mlp(lg, cur, lg.p.n_embd, spec.expert_shared_feed_forward_length, "_shexp"))
 
 
 def build_nemotron_h(p: GraphParams) -> Graph:
@@ -53,7 +53,7 @@ def build_nemotron_h(p: GraphParams) -> Graph:
         elif p.spec.feed_forward(il) == 0:
             cur = qkv_attn(lg, cur, attn, il)
         else:
-            cur = _moe(lg, cur) if moe else _mlp(cur, p.n_embd, p.spec.feed_forward(il))
+            cur = _moe(lg, cur) if moe else _mlp(lg, cur, p.n_embd, p.spec.feed_forward(il))
         inp = g.add(cur, inp_sa)
     lg.output(inp, out_ids)
     return lg.b.graph

@@ -39,11 +39,11 @@ def _mamba(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> T
     n_seq_tokens, n_seqs = p.n_seq_tokens, p.n_seqs
     dt_dim = max(64, p.n_embd // 16)
     n_embd_r, n_embd_s = (d_conv - 1) * d_inner, d_state * d_inner
-    conv_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
-    ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    conv_all = cache(lg, n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    ssm_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
     conv = g.reshape(lg.rs(conv_all, n_embd_r, rs), d_conv - 1, d_inner, n_seqs)
     cur = g.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
-    zx = g.mul_mat(g.weight(p.n_embd, 2 * d_inner, name="ssm_in"), cur)
+    zx = g.mul_mat(lg.weight(p.n_embd, 2 * d_inner, name="ssm_in"), cur)
     zx = g.cont_nd(g.permute(zx, 0, 2, 1, 3), head_dim * 2, n_heads, n_seq_tokens, n_seqs)
     x = g.view(zx, (head_dim, n_heads, n_seq_tokens, n_seqs), zx.nb[1:], head_dim * F32_SIZE)
     x = g.cont_nd(x, head_dim * n_heads, n_seq_tokens, n_seqs)
@@ -52,17 +52,17 @@ def _mamba(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> T
     conv_x = g.concat(conv, g.transpose(x), 0)
     last = g.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
     lg.expand(g.cpy(last, g.view(conv_all, (n_embd_r * n_seqs,), (), 0)))
-    x = g.unary(g.ssm_conv(conv_x, g.weight(d_conv, d_inner, name="ssm_conv1d")))  # silu
+    x = g.unary(g.ssm_conv(conv_x, lg.weight(d_conv, d_inner, name="ssm_conv1d")))  # silu
 
-    x_bcdt = g.mul_mat(g.weight(d_inner, dt_dim + 2 * d_state, name="ssm_x"), x)
+    x_bcdt = g.mul_mat(lg.weight(d_inner, dt_dim + 2 * d_state, name="ssm_x"), x)
     strides = (x_bcdt.nb[1], x_bcdt.nb[2])
     b = g.view(x_bcdt, (d_state, n_seq_tokens, n_seqs), strides, 0)
     c = g.view(x_bcdt, (d_state, n_seq_tokens, n_seqs), strides, d_state * F32_SIZE)
     dt = g.view(x_bcdt, (dt_dim, n_seq_tokens, n_seqs), strides, 2 * d_state * F32_SIZE)
     b, c = lg.norm(b, d_state, "ssm_b_norm"), lg.norm(c, d_state, "ssm_c_norm")
     dt = lg.norm(dt, dt_dim, "ssm_dt_norm")
-    dt = g.add(g.mul_mat(g.weight(dt_dim, n_heads, name="ssm_dt"), dt), g.weight(n_heads, name="ssm_dt"))
-    a = g.reshape(g.weight(n_heads, name="ssm_a"), 1, n_heads)
+    dt = g.add(g.mul_mat(lg.weight(dt_dim, n_heads, name="ssm_dt"), dt), lg.weight(n_heads, name="ssm_dt"))
+    a = g.reshape(lg.weight(n_heads, name="ssm_a"), 1, n_heads)
     row = head_dim * F32_SIZE
     x = g.view(x, (head_dim, n_heads, n_seq_tokens, n_seqs), (row, row * n_heads, row * n_heads * n_seq_tokens), 0)
     b = g.view(b, (d_state, 1, n_seq_tokens, n_seqs), (d_state * b.nb[0], b.nb[1], b.nb[2]), 0)
@@ -76,10 +76,10 @@ def _mamba(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int) -> T
     lg.expand(g.cpy(g.view(y_ssm, (n_embd_s * n_seqs,), (), y_bytes), g.view(ssm_all, (n_embd_s * n_seqs,), (), 0)))
     y = g.view(y_ssm, (head_dim, n_heads, n_seq_tokens, n_seqs), (row, row * n_heads, row * n_heads * n_seq_tokens),
                0)
-    y = g.add(y, g.mul(x, g.reshape(g.weight(n_heads, name="ssm_d"), 1, n_heads)))
+    y = g.add(y, g.mul(x, g.reshape(lg.weight(n_heads, name="ssm_d"), 1, n_heads)))
     y = g.swiglu_split(g.cont(z), y)
     y = g.view(y, (d_inner, n_seq_tokens, n_seqs), (y.nb[2], y.nb[3]), 0)
-    cur = g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), y)
+    cur = g.mul_mat(lg.weight(d_inner, p.n_embd, name="ssm_out"), y)
     return g.reshape(cur, cur.ne[0], n_seq_tokens * n_seqs)
 
 
@@ -90,7 +90,7 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     spec = p.spec
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hk, hv = p.layout.head_dim_k[il], p.layout.head_dim_v[il]
-    qkv = g.mul_mat(g.weight(p.n_embd, (n_head + n_head_kv) * hk + n_head_kv * hv, name="attn_qkv"), cur)
+    qkv = g.mul_mat(lg.weight(p.n_embd, (n_head + n_head_kv) * hk + n_head_kv * hv, name="attn_qkv"), cur)
     q = g.view(qkv, (hk, n_head, p.n_tokens), (hk * F32_SIZE, qkv.nb[1]), 0)
     k = g.view(qkv, (hk, n_head_kv, p.n_tokens), (hk * F32_SIZE, qkv.nb[1]), hk * n_head * F32_SIZE)
     v = g.view(qkv, (hv, n_head_kv, p.n_tokens), (hv * F32_SIZE, qkv.nb[1]), hk * (n_head + n_head_kv) * F32_SIZE)
@@ -99,12 +99,12 @@ def _attention(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: in
     return attn_kv(lg, inp, q, k, v, il, hv, n_head_kv, p.n_embd)
 
 
-def _ffn(cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
+def _ffn(lg: LlamaGraph, cur: Tensor, n_embd: int, n_ff: int) -> Tensor:
     """build_ffn(up, down, LLM_FFN_SWIGLU, LLM_FFN_SEQ) without a gate tensor: one up projection of 2 x n_ff rows
     split by the fused SwiGLU (ggml_swiglu: half the rows out, never over its source)."""
-    up = g.mul_mat(g.weight(n_embd, 2 * n_ff, name="ffn_up"), cur)
+    up = g.mul_mat(lg.weight(n_embd, 2 * n_ff, name="ffn_up"), cur)
     glu = g.new_tensor(g.F32, up.ne[0] // 2, up.ne[1], up.ne[2], up.ne[3], op="GLU", src=(up,))
-    return g.mul_mat(g.weight(n_ff, n_embd, name="ffn_down"), glu)
+    return g.mul_mat(lg.weight(n_ff, n_embd, name="ffn_down"), glu)
 
 
 def build_plamo2(p: GraphParams) -> Graph:
@@ -125,7 +125,7 @@ def build_plamo2(p: GraphParams) -> Graph:
             cur = g.get_rows(cur, out_ids)
             residual = g.get_rows(residual, out_ids)
         residual = g.add(lg.norm(cur, p.n_embd, "post_attention_norm"), residual)  # post-mixer norm
-        cur = _ffn(lg.norm(residual, p.n_embd, "ffn_norm"), p.n_embd, ffn_width(p, il))
+        cur = _ffn(lg, lg.norm(residual, p.n_embd, "ffn_norm"), p.n_embd, ffn_width(p, il))
         inp = g.add(lg.norm(cur, p.n_embd, "post_ffw_norm"), residual)  # post-FFN norm
     lg.output(inp)
     return lg.b.graph

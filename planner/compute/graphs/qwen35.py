@@ -71,34 +71,34 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     d_inner, d_conv, head_v = dims.inner_size, dims.conv_width, dims.head_dim
     n_seqs, n_seq_tokens = p.n_seqs, p.n_seq_tokens
     channels = dims.conv_channels  # d_inner + 2 * n_k_heads * head_k
-    qkv = g.mul_mat(g.weight(p.n_embd, channels, name="attn_qkv"), cur)
+    qkv = g.mul_mat(lg.weight(p.n_embd, channels, name="attn_qkv"), cur)
     qkv = g.reshape(qkv, qkv.ne[0], n_seq_tokens, n_seqs)
-    z = g.mul_mat(g.weight(p.n_embd, d_inner, name="attn_gate"), cur)
+    z = g.mul_mat(lg.weight(p.n_embd, d_inner, name="attn_gate"), cur)
     if p.spec.arch == "qwen3next":
         # one fused beta/alpha projection, split per K head group (qwen3next.cpp build_layer_attn_linear)
         per = n_v_heads // n_k_heads
-        ba = g.reshape(g.mul_mat(g.weight(p.n_embd, 2 * n_v_heads, name="ssm_ba"), cur), 2 * per, n_k_heads,
+        ba = g.reshape(g.mul_mat(lg.weight(p.n_embd, 2 * n_v_heads, name="ssm_ba"), cur), 2 * per, n_k_heads,
                        n_seq_tokens, n_seqs)
         b = g.view(ba, (per, n_k_heads, n_seq_tokens, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), 0)
         a = g.view(ba, (per, n_k_heads, n_seq_tokens, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), per * 4)
         beta = g.unary(g.cont(b))
         alpha = g.cont_nd(a, n_v_heads, n_seq_tokens, n_seqs)
-        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads, name="ssm_dt"))), g.weight(n_v_heads, name="ssm_a"))
+        gate = g.mul(g.unary(g.add(alpha, lg.weight(n_v_heads, name="ssm_dt"))), lg.weight(n_v_heads, name="ssm_a"))
         beta = g.reshape(beta, 1, n_v_heads, n_seq_tokens, n_seqs)
     else:
-        beta = g.mul_mat(g.weight(p.n_embd, n_v_heads, name="ssm_beta"), cur)
+        beta = g.mul_mat(lg.weight(p.n_embd, n_v_heads, name="ssm_beta"), cur)
         beta = g.unary(g.reshape(beta, 1, n_v_heads, n_seq_tokens, n_seqs))
-        alpha = g.reshape(g.mul_mat(g.weight(p.n_embd, n_v_heads, name="ssm_alpha"), cur), n_v_heads, n_seq_tokens,
+        alpha = g.reshape(g.mul_mat(lg.weight(p.n_embd, n_v_heads, name="ssm_alpha"), cur), n_v_heads, n_seq_tokens,
                           n_seqs)
-        gate = g.mul(g.unary(g.add(alpha, g.weight(n_v_heads, name="ssm_dt"))), g.weight(n_v_heads, name="ssm_a"))
+        gate = g.mul(g.unary(g.add(alpha, lg.weight(n_v_heads, name="ssm_dt"))), lg.weight(n_v_heads, name="ssm_a"))
     gate = g.reshape(gate, 1, n_v_heads, n_seq_tokens, n_seqs)
 
-    conv_all = cache(dims.n_embd_r, p.rs_rows, f"cache_r_l{il}")
+    conv_all = cache(lg, dims.n_embd_r, p.rs_rows, f"cache_r_l{il}")
     n_embd_s = dims.n_embd_s  # hparams.n_embd_s(): d_state * d_inner (qwen35.cpp build_rs)
-    ssm_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    ssm_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
     conv_input = conv_state(lg, conv_all, qkv, d_conv, channels, rs)
     state = g.reshape(lg.rs(ssm_all, n_embd_s, rs), head_v, head_v, n_v_heads, n_seqs)
-    mix = g.unary(g.ssm_conv(conv_input, g.weight(d_conv, channels, name="ssm_conv1d")))
+    mix = g.unary(g.ssm_conv(conv_input, lg.weight(d_conv, channels, name="ssm_conv1d")))
     nb1 = channels * 4
     q = g.view(mix, (head_k, n_k_heads, n_seq_tokens, n_seqs), (head_k * 4, nb1, nb1 * n_seq_tokens), 0)
     k = g.view(mix, (head_k, n_k_heads, n_seq_tokens, n_seqs), (head_k * 4, nb1, nb1 * n_seq_tokens),
@@ -119,7 +119,7 @@ def _linear_attn(lg: LlamaGraph, cur: Tensor, rs: tuple[Tensor, Tensor], il: int
     z4 = g.reshape(z, head_v, n_v_heads, n_seq_tokens, n_seqs)
     out = g.mul(lg.norm(out, head_v, "ssm_norm"), g.unary(z4))
     out = g.reshape(out, head_v * n_v_heads, n_seq_tokens, n_seqs)
-    cur = g.mul_mat(g.weight(d_inner, p.n_embd, name="ssm_out"), out)
+    cur = g.mul_mat(lg.weight(d_inner, p.n_embd, name="ssm_out"), out)
     return g.reshape(cur, p.n_embd, n_seq_tokens * n_seqs)
 
 
@@ -132,9 +132,9 @@ def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: i
     n_head, n_head_kv = spec.head_count(il), spec.head_count_kv(il)
     hd = spec.attention.key_length or p.n_embd // n_head
     n_tokens = p.n_tokens
-    q_full = g.mul_mat(g.weight(p.n_embd, hd * 2 * n_head, name="attn_q"), cur)
-    k = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur)
-    v = g.mul_mat(g.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur)
+    q_full = g.mul_mat(lg.weight(p.n_embd, hd * 2 * n_head, name="attn_q"), cur)
+    k = g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_k"), cur)
+    v = g.mul_mat(lg.weight(p.n_embd, hd * n_head_kv, name="attn_v"), cur)
     if reshaped_q is None:
         reshaped_q = p.spec.arch == "qwen3next"
     if reshaped_q:
@@ -153,7 +153,7 @@ def _gated_attn(lg: LlamaGraph, cur: Tensor, inp: AttnInputs, pos: Tensor, il: i
     k = g.rope(k, pos)
     cur = attn_kv(lg, inp, q, k, v, il, hd, n_head_kv, None)
     cur = g.mul(cur, g.unary(gate))
-    return g.mul_mat(g.weight(hd * n_head, p.n_embd, name="attn_output"), cur)
+    return g.mul_mat(lg.weight(hd * n_head, p.n_embd, name="attn_output"), cur)
 
 
 def _moe_layer_ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
@@ -163,8 +163,8 @@ def _moe_layer_ffn(lg: LlamaGraph, cur: Tensor, il: int) -> Tensor:
     moe_out = moe_ffn(lg, cur, spec.expert_count, spec.expert_used_count, spec.expert_feed_forward_length)
     if not spec.expert_shared_feed_forward_length:
         return moe_out
-    shexp = ffn_silu_par(cur, p.n_embd, spec.expert_shared_feed_forward_length, "_shexp")
-    gate = g.unary(g.mul_mat(g.weight(p.n_embd, 1, name="ffn_gate_inp_shexp"), cur))
+    shexp = ffn_silu_par(lg, cur, p.n_embd, spec.expert_shared_feed_forward_length, "_shexp")
+    gate = g.unary(g.mul_mat(lg.weight(p.n_embd, 1, name="ffn_gate_inp_shexp"), cur))
     return g.add(moe_out, g.mul(shexp, gate))
 
 
@@ -190,7 +190,7 @@ def build_qwen35(p: GraphParams) -> Graph:
         cur = g.add(cur, inp_sa)
         residual = cur
         normed = lg.norm(cur, p.n_embd, "post_attention_norm")
-        cur = _moe_layer_ffn(lg, normed, il) if moe else ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
+        cur = _moe_layer_ffn(lg, normed, il) if moe else ffn_silu_par(lg, normed, p.n_embd, ffn_width(p, il))
         inp = g.add(cur, residual)
     lg.output(inp, out_ids)
     return lg.b.graph
@@ -206,9 +206,9 @@ def build_qwen35_mtp(p: GraphParams) -> Graph:
     spec = p.spec
     il = p.n_layer
     tokens = g.input_tensor(g.I32, p.n_tokens, name="inp_tokens")
-    g.set_layer("input")
-    tok_embd = g.get_rows(g.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
-    g.set_layer(None)
+    lg.layer("input")
+    tok_embd = g.get_rows(lg.weight(p.n_embd, p.n_vocab, name="token_embd"), tokens)
+    lg.layer(None)
     h = g.input_tensor(g.F32, p.n_embd, p.n_tokens, name="mtp_h_input")
     pos = lg.inp_pos(1 if spec.arch == "qwen3next" else N_POS_PER_EMBD)
     out_ids = lg.inp_out_ids()
@@ -216,7 +216,7 @@ def build_qwen35_mtp(p: GraphParams) -> Graph:
     lg.layer(il)  # the nextn block: its weights, its KV cache and its norms belong to layer n_layer
     h_norm = lg.norm(h, p.n_embd, "nextn.hnorm")
     e_norm = lg.norm(tok_embd, p.n_embd, "nextn.enorm")
-    cur = g.mul_mat(g.weight(2 * p.n_embd, p.n_embd, name="nextn.eh_proj"), g.concat(e_norm, h_norm, 0))
+    cur = g.mul_mat(lg.weight(2 * p.n_embd, p.n_embd, name="nextn.eh_proj"), g.concat(e_norm, h_norm, 0))
     inp_sa = cur
     cur = _gated_attn(lg, lg.norm(cur, p.n_embd, "attn_norm"), attn, pos, il, reshaped_q=False)
     if spec.arch == "qwen3next":  # qwen3next.cpp selects the output rows before the residual
@@ -226,7 +226,7 @@ def build_qwen35_mtp(p: GraphParams) -> Graph:
     residual = cur
     normed = lg.norm(cur, p.n_embd, "post_attention_norm")
     if spec.arch == "qwen35":
-        cur = ffn_silu_par(normed, p.n_embd, ffn_width(p, il))
+        cur = ffn_silu_par(lg, normed, p.n_embd, ffn_width(p, il))
     else:
         require_experts(p)
         cur = _moe_layer_ffn(lg, normed, il)

@@ -37,40 +37,42 @@ def _extra_dims(p: GraphParams) -> tuple[int, int]:
     return values[0], values[1]
 
 
-def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor, extra: int) -> dict[str, Tensor]:
+def _time_mix_inputs(lg: LlamaGraph, cur: Tensor, x_prev: Tensor, extra: int) -> dict[str, Tensor]:
     """The five lerped inputs: tanh(w1 (x + sx * lerp_x)) through w2, plus the fused lerp, times sx, plus x;
     one [n_embd, n_tokens] view each."""
+    p = lg.p
     n_embd, n_tokens = p.n_embd, p.n_tokens
     sx = g.reshape(g.sub(x_prev, cur), n_embd, n_tokens)
     cur = g.reshape(cur, n_embd, n_tokens)
-    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1, name="time_mix_lerp_x")), cur)
-    xxx = g.reshape(g.unary(g.mul_mat(g.weight(n_embd, 5 * extra, name="time_mix_w1"), xxx)), extra, 1, 5, n_tokens)
+    xxx = g.add(g.mul(sx, lg.weight(n_embd, 1, 1, name="time_mix_lerp_x")), cur)
+    xxx = g.reshape(g.unary(g.mul_mat(lg.weight(n_embd, 5 * extra, name="time_mix_w1"), xxx)), extra, 1, 5, n_tokens)
     xxx = g.cont(g.permute(xxx, 0, 1, 3, 2))
-    xxx = g.mul_mat(g.reshape(g.weight(extra, n_embd, 5, name="time_mix_w2"), extra, n_embd, 1, 5), xxx)
+    xxx = g.mul_mat(g.reshape(lg.weight(extra, n_embd, 5, name="time_mix_w2"), extra, n_embd, 1, 5), xxx)
     sx = g.reshape(sx, n_embd, 1, n_tokens)
     cur = g.reshape(cur, n_embd, 1, n_tokens)
-    xxx = g.add(g.mul(g.add(xxx, g.weight(n_embd, 1, 1, 5, name="time_mix_lerp_fused")), sx), cur)
+    xxx = g.add(g.mul(g.add(xxx, lg.weight(n_embd, 1, 1, 5, name="time_mix_lerp_fused")), sx), cur)
     return {name: g.view(xxx, (n_embd, n_tokens), (xxx.nb[1],), i * n_embd * n_tokens * 4)
             for i, name in enumerate(LERPS)}
 
 
-def _rkv(p: GraphParams, x: dict[str, Tensor], qrwkv: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _rkv(lg: LlamaGraph, x: dict[str, Tensor], qrwkv: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Receptance, key, value ([head_size, n_head, n_tokens] each) and the output gate ([n_embd, n_tokens]).
     RWKV6-Qwen2 adds the Qwen-2 attention biases, gates with a sigmoid instead of a SiLU, and repeats its
     GQA-wide K / V over the heads."""
+    p = lg.p
     n_embd, n_tokens = p.n_embd, p.n_tokens
     dims = state_dims(p)
     hs, n_head = dims.head_dim, dims.n_heads
     n_head_kv = p.spec.head_count_kv(0) if qrwkv else 0
     kv = n_head_kv * hs if n_head_kv and n_head_kv != n_head else n_embd
-    r = g.mul_mat(g.weight(n_embd, n_embd, name="time_mix_receptance.weight"), x["r"])
-    k = g.mul_mat(g.weight(n_embd, kv, name="time_mix_key.weight"), x["k"])
-    v = g.mul_mat(g.weight(n_embd, kv, name="time_mix_value.weight"), x["v"])
+    r = g.mul_mat(lg.weight(n_embd, n_embd, name="time_mix_receptance.weight"), x["r"])
+    k = g.mul_mat(lg.weight(n_embd, kv, name="time_mix_key.weight"), x["k"])
+    v = g.mul_mat(lg.weight(n_embd, kv, name="time_mix_value.weight"), x["v"])
     if qrwkv:
-        r = g.add(r, g.weight(n_embd, name="time_mix_receptance.bias"))
-        k = g.add(k, g.weight(kv, name="time_mix_key.bias"))
-        v = g.add(v, g.weight(kv, name="time_mix_value.bias"))
-    gate = g.unary(g.mul_mat(g.weight(n_embd, n_embd, name="time_mix_gate"), x["g"]))  # sigmoid (QRWKV) or silu
+        r = g.add(r, lg.weight(n_embd, name="time_mix_receptance.bias"))
+        k = g.add(k, lg.weight(kv, name="time_mix_key.bias"))
+        v = g.add(v, lg.weight(kv, name="time_mix_value.bias"))
+    gate = g.unary(g.mul_mat(lg.weight(n_embd, n_embd, name="time_mix_gate"), x["g"]))  # sigmoid (QRWKV) or silu
     if n_head_kv and n_head_kv != n_head:
         k, v = (g.repeat(g.reshape(t, hs, 1, n_head_kv, n_tokens), hs, n_head // n_head_kv, n_head_kv, n_tokens)
                 for t in (k, v))
@@ -87,22 +89,22 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     dims = state_dims(p)
     hs, n_head = dims.head_dim, dims.n_heads
     mix_extra, decay_extra = _extra_dims(p)
-    x = _time_mix_inputs(p, cur, x_prev, mix_extra)
-    r, k, v, gate = _rkv(p, x, qrwkv)
-    w = g.unary(g.mul_mat(g.weight(n_embd, decay_extra, name="time_mix_decay_w1"), x["w"]))
-    w = g.mul_mat(g.weight(decay_extra, n_embd, name="time_mix_decay_w2"), w)
-    w = g.add(w, g.weight(n_embd, name="time_mix_decay"))
+    x = _time_mix_inputs(lg, cur, x_prev, mix_extra)
+    r, k, v, gate = _rkv(lg, x, qrwkv)
+    w = g.unary(g.mul_mat(lg.weight(n_embd, decay_extra, name="time_mix_decay_w1"), x["w"]))
+    w = g.mul_mat(lg.weight(decay_extra, n_embd, name="time_mix_decay_w2"), w)
+    w = g.add(w, lg.weight(n_embd, name="time_mix_decay"))
     w = g.reshape(g.unary(g.unary(g.unary(w))), hs, n_head, n_tokens)  # exp(-exp(w))
     if qrwkv:
         k = g.sub(k, g.mul(k, w))
 
     n_embd_s = dims.n_embd_s  # n_embd x head_size
-    s_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    s_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
     state = lg.rs(s_all, n_embd_s, rs)
     if qrwkv:
         out = g.gated_linear_attn(k, v, r, w, state)
     else:
-        out = g.rwkv_wkv6(k, v, r, g.weight(hs, n_head, name="time_mix_first"), w, state)
+        out = g.rwkv_wkv6(k, v, r, lg.weight(hs, n_head, name="time_mix_first"), w, state)
     cur = g.view(out, (n_embd * n_tokens,), (), 0)
     new_state = g.view(out, (n_embd_s * p.n_seqs,), (), n_embd * n_tokens * 4)
     lg.expand(g.cpy(new_state, g.view(s_all, (n_embd_s * p.n_seqs,), (), 0)))
@@ -111,20 +113,20 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
         cur = g.reshape(cur, n_embd, n_tokens)
     else:
         cur = g.norm(g.reshape(cur, n_embd // n_head, n_head, n_tokens))  # group norm, one group per head
-        cur = g.mul(g.reshape(cur, n_embd, n_tokens), g.weight(n_embd, name="time_mix_ln.weight"))
-        cur = g.add(cur, g.weight(n_embd, name="time_mix_ln.bias"))
-    cur = g.mul_mat(g.weight(n_embd, n_embd, name="time_mix_output"), g.mul(cur, gate))
+        cur = g.mul(g.reshape(cur, n_embd, n_tokens), lg.weight(n_embd, name="time_mix_ln.weight"))
+        cur = g.add(cur, lg.weight(n_embd, name="time_mix_ln.bias"))
+    cur = g.mul_mat(lg.weight(n_embd, n_embd, name="time_mix_output"), g.mul(cur, gate))
     return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
 
 
-def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
+def _channel_mix(lg: LlamaGraph, cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
     """build_rwkv6_channel_mix: sigmoid(receptance(lerp_r)) * value(relu(key(lerp_k))^2)."""
     sx = g.sub(x_prev, cur)
-    xk = g.add(g.mul(sx, g.weight(n_embd, name="channel_mix_lerp_k")), cur)
-    xr = g.add(g.mul(sx, g.weight(n_embd, name="channel_mix_lerp_r")), cur)
-    r = g.unary(g.mul_mat(g.weight(n_embd, n_embd, name="channel_mix_receptance"), xr))
-    k = g.sqr(g.unary(g.mul_mat(g.weight(n_embd, n_ff, name="channel_mix_key"), xk)))
-    return g.mul(r, g.mul_mat(g.weight(n_ff, n_embd, name="channel_mix_value"), k))
+    xk = g.add(g.mul(sx, lg.weight(n_embd, name="channel_mix_lerp_k")), cur)
+    xr = g.add(g.mul(sx, lg.weight(n_embd, name="channel_mix_lerp_r")), cur)
+    r = g.unary(g.mul_mat(lg.weight(n_embd, n_embd, name="channel_mix_receptance"), xr))
+    k = g.sqr(g.unary(g.mul_mat(lg.weight(n_embd, n_ff, name="channel_mix_key"), xk)))
+    return g.mul(r, g.mul_mat(lg.weight(n_ff, n_embd, name="channel_mix_value"), k))
 
 
 def build_rwkv6(p: GraphParams) -> Graph:

@@ -61,23 +61,24 @@ def _ranks(p: GraphParams, gate_required: bool = True) -> _Ranks:
     return _Ranks(*values)
 
 
-def layer_norm(cur: Tensor, width: int, name: str = "") -> Tensor:
+def layer_norm(lg: LlamaGraph, cur: Tensor, width: int, name: str = "") -> Tensor:
     """build_norm(LLM_NORM) with a weight and a bias (``name``: their GGUF name within the layer, e.g.
     ``attn_norm``); inside a layer the NORM node is named ``norm`` with the layer's number
     (llama_context::graph_get_cb may pin it to the layer's device)."""
     normed = g.norm(cur)
-    if isinstance(g.current_layer(), int):
-        normed.name, normed.layer = "norm", g.current_layer()
+    if isinstance(lg.current_layer, int):
+        normed.name, normed.layer = "norm", lg.current_layer
     weight, bias = (f"{name}.{suffix}" if name else "" for suffix in ("weight", "bias"))
-    return g.add(g.mul(normed, g.weight(width, name=weight)), g.weight(width, name=bias))
+    return g.add(g.mul(normed, lg.weight(width, name=weight)), lg.weight(width, name=bias))
 
 
-def _time_mix_inputs(p: GraphParams, cur: Tensor, x_prev: Tensor, lerps: tuple[str, ...]) -> dict[str, Tensor]:
+def _time_mix_inputs(lg: LlamaGraph, cur: Tensor, x_prev: Tensor, lerps: tuple[str, ...]) -> dict[str, Tensor]:
     """The lerped inputs (six, or five without the gate's): (x_prev - x) repeated once per lerp, times the fused
     lerp, plus x; one [n_embd, n_tokens] view each."""
+    p = lg.p
     n_embd, n_tokens = p.n_embd, p.n_tokens
     sx = g.repeat(g.sub(x_prev, cur), n_embd, p.n_seq_tokens, p.n_seqs, len(lerps))
-    xxx = g.add(g.mul(sx, g.weight(n_embd, 1, 1, len(lerps), name="time_mix_lerp_fused")), cur)
+    xxx = g.add(g.mul(sx, lg.weight(n_embd, 1, 1, len(lerps), name="time_mix_lerp_fused")), cur)
     return {name: g.view(xxx, (n_embd, n_tokens), (xxx.nb[1],), i * n_embd * n_tokens * 4)
             for i, name in enumerate(lerps)}
 
@@ -96,13 +97,13 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     gating = rk.gate > 0
     group_norm = not arwkv or spec_flag(p, "wkv_group_norm", "whether ARWKV-7's time mix has its group norm, "
                                                              "time_mix_ln: config.json wkv_has_group_norm")
-    x = _time_mix_inputs(p, cur, x_prev, LERPS if gating else LERPS[:-1])
+    x = _time_mix_inputs(lg, cur, x_prev, LERPS if gating else LERPS[:-1])
 
     def mm(inp: Tensor, rows: int, name: str) -> Tensor:
-        return g.mul_mat(g.weight(inp.ne[0], rows, name=f"time_mix_{name}"), inp)
+        return g.mul_mat(lg.weight(inp.ne[0], rows, name=f"time_mix_{name}"), inp)
 
     def vec(name: str) -> Tensor:
-        return g.weight(n_embd, name=f"time_mix_{name}")
+        return lg.weight(n_embd, name=f"time_mix_{name}")
 
     r = mm(x["r"], n_embd, "receptance")
     w = g.add(mm(g.unary(mm(x["w"], rk.decay, "w1")), n_embd, "w2"), vec("w0"))
@@ -122,7 +123,7 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     r, w, k, v, a = (g.reshape(t, hs, hc, n_tokens) for t in (r, w, k, v, a))
 
     n_embd_s = dims.n_embd_s  # n_embd * head_size
-    s_all = cache(n_embd_s, p.rs_rows, f"cache_s_l{il}")
+    s_all = cache(lg, n_embd_s, p.rs_rows, f"cache_s_l{il}")
     state = lg.rs(s_all, n_embd_s, rs)
     out = g.rwkv_wkv7(r, w, k, v, g.unary(kk), g.mul(kk, a), state)
     cur = g.view(out, (n_embd * n_tokens,), (), 0)
@@ -142,11 +143,11 @@ def _time_mix(lg: LlamaGraph, rs: tuple[Tensor, Tensor], cur: Tensor, x_prev: Te
     return g.reshape(cur, n_embd, p.n_seq_tokens, p.n_seqs)
 
 
-def _channel_mix(cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
+def _channel_mix(lg: LlamaGraph, cur: Tensor, x_prev: Tensor, n_embd: int, n_ff: int) -> Tensor:
     """build_rwkv7_channel_mix: value(relu(key(lerp))^2)."""
-    xk = g.add(g.mul(g.sub(x_prev, cur), g.weight(n_embd, name="channel_mix_lerp_k")), cur)
-    k = g.sqr(g.unary(g.mul_mat(g.weight(n_embd, n_ff, name="channel_mix_key"), xk)))
-    return g.mul_mat(g.weight(n_ff, n_embd, name="channel_mix_value"), k)
+    xk = g.add(g.mul(g.sub(x_prev, cur), lg.weight(n_embd, name="channel_mix_lerp_k")), cur)
+    k = g.sqr(g.unary(g.mul_mat(lg.weight(n_embd, n_ff, name="channel_mix_key"), xk)))
+    return g.mul_mat(lg.weight(n_ff, n_embd, name="channel_mix_value"), k)
 
 
 def shifted(shift: Tensor, normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> Tensor:
@@ -162,7 +163,7 @@ def last_token(normed: Tensor, n_embd: int, n_seq_tokens: int, n_seqs: int) -> T
 #: A time mix as the shared layer loop calls it: (graph, rs inputs, normed input, shifted input, layer) -> output.
 TimeMix = Callable[[LlamaGraph, tuple[Tensor, Tensor], Tensor, Tensor, int], Tensor]
 #: A channel mix: (normed input, shifted input, n_embd, n_ff) -> output.
-ChannelMix = Callable[[Tensor, Tensor, int, int], Tensor]
+ChannelMix = Callable[[LlamaGraph, Tensor, Tensor, int, int], Tensor]
 
 
 def build_rwkv7(p: GraphParams) -> Graph:
@@ -203,7 +204,7 @@ def build_one_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix) -> 
     for il in p.layer_ids:
         lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
-        r_all = cache(n_embd, p.rs_rows, f"cache_r_l{il}")
+        r_all = cache(lg, n_embd, p.rs_rows, f"cache_r_l{il}")
         shift = g.reshape(lg.rs(r_all, n_embd, rs), n_embd, 1, n_seqs)
         att_norm = lg.norm(inp, n_embd, "attn_norm")
         x_prev = shifted(shift, att_norm, n_embd, n_seq_tokens, n_seqs)
@@ -213,7 +214,7 @@ def build_one_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix) -> 
         ffn_inp = g.reshape(g.add(cur, inp), n_embd, p.n_tokens)
         if il == p.n_layer - 1:
             ffn_inp = g.get_rows(ffn_inp, out_ids)
-        cur = ffn_silu_par(lg.norm(ffn_inp, n_embd, "ffn_norm"), n_embd, ffn_width(p, il))
+        cur = ffn_silu_par(lg, lg.norm(ffn_inp, n_embd, "ffn_norm"), n_embd, ffn_width(p, il))
         inp = g.add(cur, ffn_inp)
     lg.output(inp)
     return lg.b.graph
@@ -234,22 +235,22 @@ def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, cha
     n_embd_r = dims.n_embd_r  # 2 * n_embd
     lg = LlamaGraph(p)
     embd = lg.inp_embd()
-    g.set_layer("token_embd_norm")  # llama.cpp creates it with layer number 0; build_norm gets il -1: no pin
-    inp = layer_norm(embd, n_embd, "token_embd_norm")
+    lg.layer("token_embd_norm")  # llama.cpp creates it with layer number 0; build_norm gets il -1: no pin
+    inp = layer_norm(lg, embd, n_embd, "token_embd_norm")
     rs = lg.rs_inp()
     out_ids = lg.inp_out_ids()
     for il in p.layer_ids:
         lg.layer(il)
         inp = g.reshape(inp, n_embd, n_seq_tokens, n_seqs)
-        r_all = cache(n_embd_r, p.rs_rows, f"cache_r_l{il}")
+        r_all = cache(lg, n_embd_r, p.rs_rows, f"cache_r_l{il}")
         shift = g.reshape(lg.rs(r_all, n_embd_r, rs), n_embd, 2, n_seqs)
         att_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), 0)
         ffn_shift = g.view(shift, (n_embd, 1, n_seqs), (shift.nb[1], shift.nb[2]), n_embd * 4)
-        att_norm = layer_norm(inp, n_embd, "attn_norm")
+        att_norm = layer_norm(lg, inp, n_embd, "attn_norm")
         x_prev = shifted(att_shift, att_norm, n_embd, n_seq_tokens, n_seqs)
         cur = time_mix(lg, rs, att_norm, x_prev, il)
         ffn_inp = g.add(cur, inp)
-        ffn_norm = layer_norm(ffn_inp, n_embd, "attn_norm_2")
+        ffn_norm = layer_norm(lg, ffn_inp, n_embd, "attn_norm_2")
         x_prev = shifted(ffn_shift, ffn_norm, n_embd, n_seq_tokens, n_seqs)
         shift = g.concat(last_token(att_norm, n_embd, n_seq_tokens, n_seqs),
                          last_token(ffn_norm, n_embd, n_seq_tokens, n_seqs), 1)
@@ -257,13 +258,13 @@ def build_two_shift_rwkv(p: GraphParams, graph_name: str, time_mix: TimeMix, cha
         ffn_inp, ffn_norm, x_prev = (g.reshape(t, n_embd, p.n_tokens) for t in (ffn_inp, ffn_norm, x_prev))
         if il == p.n_layer - 1:
             ffn_inp, ffn_norm, x_prev = (g.get_rows(t, out_ids) for t in (ffn_inp, ffn_norm, x_prev))
-        inp = g.add(channel_mix(ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
+        inp = g.add(channel_mix(lg, ffn_norm, x_prev, n_embd, ffn_width(p, il)), ffn_inp)
         if rescale and (il + 1) % rescale == 0:
             inp = g.scale(inp)
-    g.set_layer("output")
-    cur = layer_norm(inp, n_embd, "output_norm")
+    lg.layer("output")
+    cur = layer_norm(lg, inp, n_embd, "output_norm")
     g.GraphBuilder.set_output(cur)
-    out = g.mul_mat(g.weight(n_embd, p.n_vocab, name=lm_head_name(p)), cur)
+    out = g.mul_mat(lg.weight(n_embd, p.n_vocab, name=lm_head_name(p)), cur)
     g.GraphBuilder.set_output(out)
     lg.expand(out)
     return lg.b.graph
