@@ -60,7 +60,7 @@ def main() -> None:
     ctx = resolve_context(layout, params[1])
     n_seqs = ctx.n_seq_max
     n_tok = -(-512 // n_seqs) * n_seqs
-    graph_args = (build, spec, layout, ctx, False, "pp", n_tok, n_seqs, n_seqs)
+    graph_args = (build, spec, layout, ctx, False, compute.Reserve("pp", n_tok, n_seqs, n_seqs))
     # the builder itself (build_reserve_graph without a session)
     t_build = _best_per_call(compute._build_reserve_graph, [graph_args], 5 * args.repeats)
     graph = build_reserve_graph(*graph_args)

@@ -258,8 +258,9 @@ def survey(preset: str, setting: str) -> list[str]:
         return ["no scheduler sizing"]
     run, ctx = shape
     lines = []
-    for name, n_tok, n_sq, n_out in reserves(run.spec, ctx, dc._n_out_max(run, ctx)):
-        graph = _build_reserve_graph(run.build, run.spec, run.layout, ctx, run.embeddings, name, n_tok, n_sq, n_out)
+    for reserve in reserves(run.spec, ctx, dc._n_out_max(run, ctx)):
+        name, n_tok = reserve.name, reserve.n_tokens
+        graph = _build_reserve_graph(run.build, run.spec, run.layout, ctx, run.embeddings, reserve)
         region = find_region(graph, run.setup, n_tok)
         if region is None:
             lines.append(f"{name}: no twin periods")

@@ -343,7 +343,7 @@ class Survey:
                 lay, par = (compute.draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
                 ctx = resolve_context(lay, par)
                 n_out_max = compute.n_outputs_max_of(n_out, s.tool, ctx, s.n_draft)
-                graphs = [compute._reserve(build, spec, lay, ctx, False, *r)
+                graphs = [compute._reserve(build, spec, lay, ctx, False, r)
                           for r in compute.reserves(spec, ctx, n_out_max)]
                 return graphs, (build, lay, ctx, n_out_max)
 

@@ -28,6 +28,7 @@ from rsplan.planner.caches.context import CTX_PAD, ContextParams, EffectiveConte
 from rsplan.planner.compute.reserve import (
     SERVER_OUTPUTS,
     OutputsAsked,
+    Reserve,
     _build_reserve_graph,
     build_reserve_graph,
     draft_layout_and_params,
@@ -215,8 +216,8 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
     """The sizing of ``run`` at ``ctx``, each graph built (or taken from planner.compute.reserve's last ones: the probe
     is the tg graph, and a real run reserves the dry run's pp graph again) and scheduled."""
     def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
-        return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq, n_out,
-                                   run.session)
+        reserve = Reserve(name, n_tok, n_sq, n_out)
+        return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, reserve, run.session)
 
     probe = lambda c, n: graph_of(c, "flash-attention probe", n, n, n)  # noqa: E731
     built, reserves, probed = _reserves(run, ctx, _n_out_max(run, ctx), probe, graph_of)
@@ -268,8 +269,8 @@ class _Splits:
             # graph redirected to its input copies), so a dry and a real run of the pp graph each build one
             graph = graphs.pop((c.flash_attn, n_tok, n_sq, n_out, cut), None)
             if graph is None:
-                graph = _build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, name, n_tok, n_sq,
-                                             n_out, cut.layers if cut is not None else None)
+                graph = _build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings,
+                                             Reserve(name, n_tok, n_sq, n_out), cut.layers if cut is not None else None)
             return graph
 
         def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:

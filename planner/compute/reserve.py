@@ -32,7 +32,7 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
@@ -54,6 +54,16 @@ Tool = Literal["server", "cli"]
 TOOLS: tuple[str, ...] = ("server", "cli")
 #: Archs whose third reserve graph uses one sequence ([TAG_RESERVE_DIAG_DECAY] in llama-context.cpp).
 ONE_SEQ_RESERVE_ARCHS = frozenset({"kimi-linear", "minimax-01"})
+
+
+class Reserve(NamedTuple):
+    """One graph llama_context::sched_reserve reserves: its name (``pp``, ``tg``, ``pp (1 seq)``), tokens (a
+    multiple of the sequences), sequences and outputs."""
+
+    name: str
+    n_tokens: int
+    n_seqs: int
+    n_outputs: int
 
 
 @dataclass(frozen=True)
@@ -213,37 +223,38 @@ def paused_gc(freeze_if: Callable[[], bool] | None = None) -> Iterator[None]:
 
 
 @paused_gc()
-def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str, n_tok: int,
-             n_sq: int, n_out: int, session: SizingSession | None = None) -> ReserveGraph:
-    """llama_context::graph_reserve of one graph: ``n_tok`` tokens (a multiple of ``n_sq``: ``reserves``) in
-    ``n_sq`` sequences with ``n_out`` outputs, built and laid out by ggml-alloc's rules."""
+def _reserve(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, reserve: Reserve,
+             session: SizingSession | None = None) -> ReserveGraph:
+    """llama_context::graph_reserve of one graph (``reserve``: its tokens, sequences and outputs), built and laid
+    out by ggml-alloc's rules."""
 
-    graph = build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out, session)
-    return ReserveGraph(name, n_tok, n_sq, n_out, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
+    graph = build_reserve_graph(build, spec, layout, ctx, embeddings, reserve, session)
+    return ReserveGraph(*reserve, len(graph.nodes), reserve_size(graph, CPU_RULE.alignment))
 
 
-def build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str,
-                        n_tok: int, n_sq: int, n_out: int, session: SizingSession | None = None) -> Any:
-    """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``), built or taken from ``session``'s last
+def build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, reserve: Reserve,
+                        session: SizingSession | None = None) -> Any:
+    """The graph of one reserve (its tokens already a multiple of its sequences), built or taken from ``session``'s last
     ones (sizing leaves a graph as it was: the allocator and the scheduler set their per-tensor state afresh on each
     run; the scheduler puts back what it redirects); a shape assertion llama.cpp would fail raises
     LlamaAbortError."""
-    key = (build, id(spec), id(layout), ctx, embeddings, n_tok, n_sq, n_out)
+    key = (build, id(spec), id(layout), ctx, embeddings, *reserve[1:])
     graph = session.graph(key, (spec, layout)) if session is not None else None
     if graph is None:
-        graph = _build_reserve_graph(build, spec, layout, ctx, embeddings, name, n_tok, n_sq, n_out)
+        graph = _build_reserve_graph(build, spec, layout, ctx, embeddings, reserve)
         if session is not None:
             session.keep_graph(key, (spec, layout), graph)
     return graph
 
 
-def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, name: str,
-                         n_tok: int, n_sq: int, n_out: int, layers: tuple[int, ...] | None = None) -> Any:
-    """The graph of one reserve (``n_tok`` already a multiple of ``n_sq``), over the trunk layers ``layers``
+def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Any, embeddings: bool, reserve: Reserve,
+                         layers: tuple[int, ...] | None = None) -> Any:
+    """The graph of one reserve (its tokens already a multiple of its sequences), over the trunk layers ``layers``
     only where given (planner.compute.graphs.common.GraphParams); a shape assertion llama.cpp would fail raises
     LlamaAbortError."""
 
     assert spec.vocab_size is not None  # checked by reserve_graph_builder
+    name, n_tok, n_sq, n_out = reserve
     p = GraphParams(
         n_tokens=n_tok, n_seqs=n_sq, n_outputs=n_out, n_embd=spec.embedding_length, n_vocab=spec.vocab_size,
         n_layer=layout.n_layer, rs_size=ctx.n_seq_max, rs_rows=ctx.rs_rows, n_rs_seq=ctx.n_rs_seq, spec=spec,
@@ -259,7 +270,7 @@ def _build_reserve_graph(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: 
     return graph
 
 
-def reserves(spec: ModelSpec, ctx: EffectiveContext, n_out_max: int) -> list[tuple[str, int, int, int]]:
+def reserves(spec: ModelSpec, ctx: EffectiveContext, n_out_max: int) -> list[Reserve]:
     """The reserve graphs of ``sched_reserve`` (module docstring), in order: (name, tokens, sequences, outputs),
     the tokens rounded up to a multiple of the sequences as ``graph_reserve`` rounds them."""
     n_seqs = ctx.n_seq_max
@@ -269,7 +280,7 @@ def reserves(spec: ModelSpec, ctx: EffectiveContext, n_out_max: int) -> list[tup
     out = [("pp", n_tokens, n_seqs, n_outputs_pp), ("tg", n_seqs, n_seqs, n_seqs)]
     if spec.arch in ONE_SEQ_RESERVE_ARCHS and n_seqs > 1:
         out.append(("pp (1 seq)", n_tokens, 1, n_outputs_pp))
-    return [(name, -(-n_tok // n_sq) * n_sq, n_sq, n_out) for name, n_tok, n_sq, n_out in out]
+    return [Reserve(name, -(-n_tok // n_sq) * n_sq, n_sq, n_out) for name, n_tok, n_sq, n_out in out]
 
 
 class _KeptGraphs:
@@ -280,9 +291,9 @@ class _KeptGraphs:
     def __init__(self, build: Any, spec: ModelSpec, layout: CacheLayout, sym: EffectiveContext, embeddings: bool,
                  n_out_max: int) -> None:
         self.graphs = []
-        for name, n_tok, n_sq, n_out in reserves(spec, sym, n_out_max):
-            graph = _build_reserve_graph(build, spec, layout, sym, embeddings, name, n_tok, n_sq, n_out)
-            self.graphs.append((name, n_tok, n_sq, n_out, graph))
+        for reserve in reserves(spec, sym, n_out_max):
+            graph = _build_reserve_graph(build, spec, layout, sym, embeddings, reserve)
+            self.graphs.append((*reserve, graph))
         self.affine = AffineTensors(graph for *_, graph in self.graphs)
 
     @paused_gc()
@@ -321,7 +332,7 @@ def _reserve_graphs(build: Any, spec: ModelSpec, layout: CacheLayout, ctx: Effec
     broadcast check raises it from the graph."""
 
     def ordinary() -> list[ReserveGraph]:
-        return [_reserve(build, spec, layout, ctx, embeddings, *r, session) for r in reserves(spec, ctx, n_out_max)]
+        return [_reserve(build, spec, layout, ctx, embeddings, r, session) for r in reserves(spec, ctx, n_out_max)]
 
     if session is None:
         return ordinary()

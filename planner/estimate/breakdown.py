@@ -40,7 +40,7 @@ from rsplan.planner.caches.outputs import (
 )
 from rsplan.planner.caches.plan import MemoryPlan
 from rsplan.planner.compute.errors import ComputeModelError
-from rsplan.planner.compute.reserve import ComputeBuffer, OutputsAsked, compute_buffer
+from rsplan.planner.compute.reserve import SERVER_OUTPUTS, ComputeBuffer, OutputsAsked, compute_buffer
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
@@ -274,9 +274,7 @@ def build_breakdown(
     plan: MemoryPlan,
     *,
     backend: str = "CPU",
-    tool: str = "server",
-    n_draft: int = 0,
-    embeddings: bool = False,
+    outputs: OutputsAsked = SERVER_OUTPUTS,
     mtp: bool = False,
     table: WeightTable | None = None,
     host: HostOptions | None = None,
@@ -286,17 +284,16 @@ def build_breakdown(
     Args:
         spec / params / plan: the model, the flags and their cache plan (``build_plan(spec, params)``).
         backend: ``CPU`` (llama.cpp's CPU backend: one ``CPU`` buffer type) or ``CUDAn`` (all layers on GPU n).
-        tool: whose n_outputs_max the compute buffer is sized for (``server`` or ``cli``).
-        n_draft: the server's draft length.
-        embeddings: ``--embeddings``.
+        outputs: whose n_outputs_max the compute buffer is sized for (the tool, the server's draft length,
+            ``--embeddings``; planner.compute.reserve.OutputsAsked).
         mtp: ``--spec-type mtp``: also size the draft context (models with nextn layers).
         table: the model's tensor table, when known (a GGUF, ``--quant``): exact model bytes.
         host: the host weights' options (``--cpu-repack``, ``--load-mode``): which host buffer types they take.
     """
     kind = _backend_kind(backend)
     layout = cache_layout(spec)
-    compute, notes = _cpu_compute(spec, params, layout, tool, n_draft, embeddings) if kind == "CPU" else (None, [])
-    out, out_notes = _target_output(spec, params, compute, embeddings=embeddings, mtp=mtp,
+    compute, notes = _cpu_compute(spec, params, layout, outputs) if kind == "CPU" else (None, [])
+    out, out_notes = _target_output(spec, params, compute, embeddings=outputs.embeddings, mtp=mtp,
                                     buffer_type=_host_buft(kind))
     model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host or HostOptions())
     source = _weights_source(model is not None, exact, kind)
@@ -306,23 +303,21 @@ def build_breakdown(
     if kind == "CPU":
         rows = _cpu_rows(model, context, compute)
     else:
-        dev_compute, host_compute, gpu_notes = _gpu_compute(spec, params, layout, tool, n_draft, embeddings, backend,
-                                                            tensors=tensors)
+        dev_compute, host_compute, gpu_notes = _gpu_compute(spec, params, layout, outputs, backend, tensors=tensors)
         notes += gpu_notes
         rows = _gpu_rows(backend, model, context, dev_compute, host_compute)
     ctx = resolve_context(layout, params)
     draft, draft_notes = _draft(spec, params, layout, ctx, backend, tensors) if mtp else (None, [])
-    server = _server_host(spec, layout, params, ctx, draft is not None) if tool == "server" else None
+    server = _server_host(spec, layout, params, ctx, draft is not None) if outputs.tool == "server" else None
     return Breakdown(rows, out, compute, model is not None and exact, (*notes, *draft_notes), draft, server, source)
 
 
-def _cpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,
-                 embeddings: bool) -> tuple[ComputeBuffer | None, list[str]]:
+def _cpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout,
+                 outputs: OutputsAsked) -> tuple[ComputeBuffer | None, list[str]]:
     """The CPU backend's compute buffer (planner.compute.reserve), and the note saying why it is not modelled
     (None, [note]) where it is not."""
     try:
-        return compute_buffer(spec, params, layout=layout, outputs=OutputsAsked(tool=tool, n_draft=n_draft,
-                                                                                embeddings=embeddings)), []
+        return compute_buffer(spec, params, outputs, layout=layout), []
     except ComputeModelError as exc:
         return None, [f"compute buffer: {exc}"]
 
@@ -388,9 +383,8 @@ def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
                            {name: type_ for name, (type_, _) in zip(names, table.rows, strict=True)})
 
 
-def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, tool: str, n_draft: int,
-                 embeddings: bool, backend: str, *, mtp_draft: bool = False,
-                 n_outputs_max: int | None = None, tensors: LayerTensors | None = None
+def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, outputs: OutputsAsked, backend: str,
+                 *, mtp_draft: bool = False, tensors: LayerTensors | None = None
                  ) -> tuple[int | None, int | None, list[str]]:
     """(device, host) compute buffers of a real run with every layer on one GPU of ``backend`` (CUDA0, ROCm0,
     MUSA0, ...): the scheduler model (planner.compute.sched) with ggml-cuda's rules, an estimate (said in the notes
@@ -411,10 +405,8 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, to
     try:
         # a session of this sizing's own: only graphs kept over the KV cells are built over fewer layers where the
         # layers repeat (planner.compute.reuse.layer_periods), which spares most of qwen3-next's graph here
-        got = device_compute(spec, params, setup, layout=layout,
-                             runs="real", mtp_draft=mtp_draft, session=SizingSession(),
-                             outputs=OutputsAsked(tool=tool, n_draft=n_draft, embeddings=embeddings,
-                                                  n_outputs_max=n_outputs_max))
+        got = device_compute(spec, params, setup, outputs, layout=layout, runs="real", mtp_draft=mtp_draft,
+                             session=SizingSession())
     except (ComputeModelError, SchedModelError) as exc:
         return None, None, [f"{what} on {backend}: {exc}"]
     notes: list[str] = []
@@ -458,15 +450,14 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
         raise ContextError(f"the --spec-type mtp draft context: {exc}") from None
     notes: list[str] = []
     compute_bytes = output_bytes = host_compute = None
+    outputs = OutputsAsked(n_outputs_max=draft.n_seq_max)  # the draft's outputs, -np (as planner.fit.draft)
     if kind == "CPU":
         try:
-            compute_bytes = compute_buffer(spec, draft, mtp_draft=True,
-                                           outputs=OutputsAsked(n_outputs_max=draft.n_seq_max)).bytes
+            compute_bytes = compute_buffer(spec, draft, outputs, mtp_draft=True).bytes
         except ComputeModelError as exc:
             notes.append(f"MTP draft compute buffer: {exc}")
     else:  # the target's own note says these are the scheduler model's estimate with CUDA's rules
-        compute_bytes, host_compute, notes = _gpu_compute(spec, draft, layout, "cli", 0, False, backend,
-                                                          mtp_draft=True, n_outputs_max=draft.n_seq_max,
+        compute_bytes, host_compute, notes = _gpu_compute(spec, draft, layout, outputs, backend, mtp_draft=True,
                                                           tensors=tensors)
     try:
         output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,

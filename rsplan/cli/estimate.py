@@ -21,7 +21,7 @@ from rsplan.cli.host_options import given_host_flags, host_options, pop_host_opt
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import BackendError
-from rsplan.planner.compute.reserve import paused_gc
+from rsplan.planner.compute.reserve import OutputsAsked, paused_gc
 from rsplan.planner.engines import NATIVE
 
 if TYPE_CHECKING:
@@ -101,7 +101,8 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     _check_runnable_draft(specs, plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
-    breakdowns = [m.noted(build_breakdown(m.spec, params, plan, backend=backend, tool=tool, n_draft=n_draft,
+    outputs = OutputsAsked(tool=tool, n_draft=n_draft)
+    breakdowns = [m.noted(build_breakdown(m.spec, params, plan, backend=backend, outputs=outputs,
                                           mtp=spec_type == "mtp", table=m.weight_table(), host=host))
                   if breakdown_backend else None
                   for m, plan in zip(models, plans, strict=True)]

@@ -178,12 +178,13 @@ def test_every_moe_layer_of_the_presets_has_its_router_fused(name):
     from rsplan.hparams.layout import cache_layout
     from rsplan.hparams.sources import load_builtin_preset
     from rsplan.planner.caches.context import ContextParams, resolve_context
-    from rsplan.planner.compute.reserve import _build_reserve_graph, reserve_graph_builder
+    from rsplan.planner.compute.reserve import Reserve, _build_reserve_graph, reserve_graph_builder
 
     spec = load_builtin_preset(name)
     layout = cache_layout(spec)
     ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=1, flash_attn="on"))
-    graph = _build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False, "pp", 512, 1, 512)
+    graph = _build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False, Reserve("pp", 512, 1,
+                                                                                                       512))
     kept = list(_deps(graph).values())
     routers = [k for k in kept if k[0].op in ("SOFT_MAX", "UNARY")]
     n_select = sum(1 for n in graph.nodes if n.op == "ARGSORT")

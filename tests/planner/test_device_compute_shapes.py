@@ -126,7 +126,7 @@ def test_the_cpu_compute_buffer_on_kept_graphs_equals_its_own(session, name, n_s
         params = ContextParams(n_ctx=c * n_seq, n_seq_max=n_seq, flash_attn=fa, type_k=kv_type)
         got = compute.compute_buffer(spec, params, layout=layout, session=session)
         ctx = resolve_context(layout, params)
-        want = [compute._reserve(build, spec, layout, ctx, False, *r)
+        want = [compute._reserve(build, spec, layout, ctx, False, r)
                 for r in compute.reserves(spec, ctx, got.n_outputs_max)]
         assert list(got.graphs) == want, c
     # kept from a key's second query on (the first is sized the ordinary way; with one sequence -c 256 runs

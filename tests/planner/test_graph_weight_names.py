@@ -11,7 +11,7 @@ from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.sources import load_builtin_preset
 from rsplan.hparams.tensors import tensor_list
 from rsplan.planner.caches.context import ContextParams, resolve_context
-from rsplan.planner.compute.reserve import _build_reserve_graph, has_compute_model, reserve_graph_builder
+from rsplan.planner.compute.reserve import Reserve, _build_reserve_graph, has_compute_model, reserve_graph_builder
 from rsplan.planner.compute.sched import _gguf_name
 from rsplan.planner.weights.layer_tensors import LayerTensors
 
@@ -38,8 +38,8 @@ def _weights_of(graph):
 def _graph_weights(spec):
     layout = cache_layout(spec)
     ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=2, n_ubatch=64))
-    return _weights_of(_build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False, "pp", 64,
-                                            1, 64))
+    return _weights_of(_build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False,
+                                            Reserve("pp", 64, 1, 64)))
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -91,8 +91,8 @@ def _draft_graph_weights(spec):
     layout, params = draft_layout_and_params(spec, cache_layout(spec), ContextParams(n_ctx=4096, n_seq_max=2,
                                                                                       n_ubatch=64))
     ctx = resolve_context(layout, params)
-    return _weights_of(_build_reserve_graph(reserve_graph_builder(spec, True), spec, layout, ctx, False, "pp", 64, 1,
-                                            64))
+    return _weights_of(_build_reserve_graph(reserve_graph_builder(spec, True), spec, layout, ctx, False,
+                                            Reserve("pp", 64, 1, 64)))
 
 
 @pytest.mark.parametrize("name", MTP_PRESETS)

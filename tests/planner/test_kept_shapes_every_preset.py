@@ -135,7 +135,7 @@ def cpu_ordinary(spec, layout, params: ContextParams, mtp: bool, n_out: int | No
         layout, params = compute.draft_layout_and_params(spec, layout, params)
     ctx = resolve_context(layout, params)
     n_out_max = compute.n_outputs_max_of(n_out, tool, ctx, n_draft)
-    return [compute._reserve(build, spec, layout, ctx, False, *r) for r in compute.reserves(spec, ctx, n_out_max)]
+    return [compute._reserve(build, spec, layout, ctx, False, r) for r in compute.reserves(spec, ctx, n_out_max)]
 
 
 def check(spec, layout, s: dict, *, mtp: bool = False, n_rs_seq: int = 0) -> None:

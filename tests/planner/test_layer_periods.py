@@ -268,8 +268,9 @@ def test_every_left_out_period_is_a_twin_of_the_last_kept_one(preset):
     assert cut is not None
     ctx = resolve_context(layout, ContextParams(n_ctx=3 * 4096, n_seq_max=3, flash_attn="on"))
     build = compute.reserve_graph_builder(spec, False)
-    for name, n_tok, n_sq, n_out in compute.reserves(spec, ctx, 3)[:2]:
-        graph = compute._build_reserve_graph(build, spec, layout, ctx, False, name, n_tok, n_sq, n_out)
+    for reserve in compute.reserves(spec, ctx, 3)[:2]:
+        name = reserve.name
+        graph = compute._build_reserve_graph(build, spec, layout, ctx, False, reserve)
         # p2 and the periods left out, each up to the next one's start
         periods = range(cut.checked[2], cut.checked[3] + 1, cut.period)
         nodes = graph.nodes
