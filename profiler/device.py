@@ -161,6 +161,24 @@ def threads_for_load(default: int, load: float | None, cpus: int | None, now: fl
     return default
 
 
+#: On a machine of this many CPUs or fewer a run that did not ask for a count takes one torch thread
+#: (``threads_for_machine``).
+SMALL_MACHINE_CPUS = 2
+
+
+def threads_for_machine(default: int, cpus: int | None) -> int:
+    """torch's CPU threads for a run that did not ask for a count on a machine that is not oversubscribed: 1 where
+    the ``cpus`` are SMALL_MACHINE_CPUS or fewer, its ``default`` otherwise. On two CPUs a team of two threads
+    leaves none for the run's own Python, the kernel's workers or any other task: each parallel region then waits
+    for whichever thread was set aside, and the same step or copy takes one time in one burst and 20-50% more in
+    the next (a 2-CPU VM: the same-size baselines 20-25% apart between bursts with no other job, a decode step 55%
+    apart between three runs, 75 times slower in one of them while another job ran). One thread is preempted
+    only by time slices, which both the kernels and their baselines see."""
+    if default > 1 and cpus is not None and 0 < cpus <= SMALL_MACHINE_CPUS:
+        return 1
+    return default
+
+
 def oversubscribed(load: float | None, cpus: int | None, now: float | None = None) -> bool:
     """Whether the 1-minute ``load`` average exceeds the ``cpus`` and, where known, the tasks runnable ``now`` do
     too (``threads_for_load``); False where the OS reports no load or no CPU count."""
