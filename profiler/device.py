@@ -408,6 +408,8 @@ class BaselineBursts:
         self.started: list[float] = []
         self.seconds: list[float] = []
         self.matched: dict[tuple[str, int], dict[str, list[Any]]] = {}
+        #: a workload's passes between its steps where it has no bursts of its own size (bursts.Interleaved)
+        self.paired: dict[str, dict[str, list[Any]]] = {}
 
     def burst(self) -> float:
         """Take one burst of both baselines; its wall time in seconds."""
@@ -431,11 +433,20 @@ class BaselineBursts:
         The records go to ``matched[key, size]`` (``{"copy": [...], "inplace": [...], "started": [...]}``; ``key``:
         the workload they are taken around); returns the size used."""
         size = self.matched_size(n_bytes)
+        rec = self.matched.setdefault((key, size), {"copy": [], "inplace": [], "started": []})
+        rec["started"].append(time.perf_counter())
+        copy, inplace = self.passes_at(size, self.iters, self.warmup)
+        rec["copy"].append(copy)
+        rec["inplace"].append(inplace)
+        return size
+
+    def passes_at(self, size: int, iters: int, warmup: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``iters`` timed copies and then ``iters`` timed in-place passes over the first ``size`` bytes of the
+        buffers (matched_size), each after ``warmup`` untimed ones and each repeated until it has moved at least
+        MATCHED_SAMPLE_BYTES: the two records (``_passes``')."""
         n = size // 4
         src, dst = self._src[:n], self._dst[:n]
         reps = max(1, -(-MATCHED_SAMPLE_BYTES // (2 * size)))
-        rec = self.matched.setdefault((key, size), {"copy": [], "inplace": [], "started": []})
-        rec["started"].append(time.perf_counter())
 
         def repeat(fn: Callable[[], Any]) -> Callable[[], None]:
             def run() -> None:
@@ -443,9 +454,8 @@ class BaselineBursts:
                     fn()
             return run
 
-        rec["copy"].append(_passes(self.dev, repeat(lambda: dst.copy_(src)), n, self.iters, self.warmup, reps))
-        rec["inplace"].append(_passes(self.dev, repeat(lambda: src.mul_(1.0)), n, self.iters, self.warmup, reps))
-        return size
+        return (_passes(self.dev, repeat(lambda: dst.copy_(src)), n, iters, warmup, reps),
+                _passes(self.dev, repeat(lambda: src.mul_(1.0)), n, iters, warmup, reps))
 
     def release(self) -> None:
         """Free the buffers (the records stay)."""
