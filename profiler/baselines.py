@@ -66,14 +66,11 @@ class LikeSizes:
 def matched_baselines(baseline: Any, name: str, dram: Baselines, llc: int | None, llc_source: str,
                       caches: dict[int, int], t_start: float) -> Callable[[int], tuple[Baselines, str]]:
     """working set (bytes) -> (the like-for-like baselines of workload ``name``, its regime): the bursts taken
-    over that size around the workload (BaselineBursts.burst_at) and between its steps (bursts.Interleaved), or
-    for a working set with none (DRAM_LLC_FACTOR x the last-level cache or more) the passes over the DRAM
-    buffers taken between its steps, else the DRAM baselines ``dram``."""
+    over that size around the workload (BaselineBursts.burst_at), or the DRAM baselines ``dram`` for a working
+    set with none (DRAM_LLC_FACTOR x the last-level cache or more)."""
 
     def like(ws: int) -> tuple[Baselines, str]:
         rec = baseline.matched.get((name, baseline.matched_size(ws)))
-        if rec is None and not (llc and ws < DRAM_LLC_FACTOR * llc):
-            rec = baseline.paired.get(name)  # no baselines of its size: the passes between its steps
         if rec is None:
             return dram, regime(ws, caches)
         at_s = [t - t_start for t in rec["started"]]

@@ -1,15 +1,12 @@
 """When a run's bandwidth baselines are sampled: the timed passes of each burst (device.BaselineBursts) and the
 bursts between the steps of a long workload, so that the baselines sample the same stretch of the run as the
-kernels (a shared machine's bandwidth moves within seconds), and the single passes between every two steps of a
-workload (``Interleaved``) that its like-for-like baselines take in. Times are seconds.
+kernels (a shared machine's bandwidth moves within seconds). Times are seconds.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 #: Timed passes of each baseline (the copy and the in-place one) in a run, shared by its bursts (one before the
@@ -69,57 +66,3 @@ def bursts_inside(baseline: Any, step_s: float) -> BurstsInside | None:
     """The pause between the steps of a workload whose probed step takes ``step_s`` seconds: BurstsInside of
     ``baseline`` when that is BURST_STEP_S or more, None (no bursts inside) otherwise or without a baseline."""
     return BurstsInside(baseline) if baseline is not None and step_s >= BURST_STEP_S else None
-
-
-class Interleaved:
-    """A workload's pause between two steps (workloads.Pause) that times one copy and one in-place pass of
-    ``baseline`` (device.BaselineBursts) over ``size`` bytes (its matched_size; None: the whole buffers, for a
-    step whose working set has no baselines of its own size), after ``then`` (the pause it wraps, e.g.
-    BurstsInside). Its baselines then sample the same seconds as the workload's steps, one pass beside each step,
-    so that a machine whose bandwidth moves within the run moves both; bursts before and after a workload sample
-    only its ends. ``close()`` files the passes as two bursts, the first half and the second half (their
-    difference is the drift within the workload): with the workload's bursts of its own size
-    (``matched[key, size]``), or as ``paired[key]`` where it has none."""
-
-    def __init__(self, baseline: Any, size: int | None, key: str, then: Callable[[], None] | None = None) -> None:
-        self.baseline, self.key, self.then = baseline, key, then
-        self.size = size
-        self.passes: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
-
-    def __call__(self) -> None:
-        if self.then is not None:
-            self.then()
-        b = self.baseline
-        t0 = time.perf_counter()
-        copy, inplace = b.passes_at(b.matched_size(self.size if self.size else 1 << 62), 1, 0)
-        self.passes.append((t0, copy, inplace))
-
-    def close(self) -> None:
-        """File the passes taken (none: nothing filed)."""
-        if not self.passes:
-            return
-        b = self.baseline
-        empty: dict[str, list[Any]] = {"copy": [], "inplace": [], "started": []}
-        if self.size:
-            rec = b.matched.setdefault((self.key, b.matched_size(self.size)), empty)
-        else:
-            rec = b.paired.setdefault(self.key, empty)
-        half = (len(self.passes) + 1) // 2
-        for part in (self.passes[:half], self.passes[half:]):
-            if part:
-                rec["started"].append(part[0][0])
-                rec["copy"].append(_merged([p[1] for p in part]))
-                rec["inplace"].append(_merged([p[2] for p in part]))
-        self.passes = []
-
-
-def _merged(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One burst record (device._passes') from single-pass records over the same bytes: their samples, their
-    median."""
-    samples = sorted(g for r in records for g in r["samples_gb_s"])
-    return {
-        "buffer_bytes": records[0]["buffer_bytes"],
-        "bytes_moved": records[0]["bytes_moved"],
-        "gb_s": statistics.median(samples),
-        "samples_gb_s": samples,
-    }

@@ -161,24 +161,6 @@ def threads_for_load(default: int, load: float | None, cpus: int | None, now: fl
     return default
 
 
-#: On a machine of this many CPUs or fewer a run that did not ask for a count takes one torch thread
-#: (``threads_for_machine``).
-SMALL_MACHINE_CPUS = 2
-
-
-def threads_for_machine(default: int, cpus: int | None) -> int:
-    """torch's CPU threads for a run that did not ask for a count on a machine that is not oversubscribed: 1 where
-    the ``cpus`` are SMALL_MACHINE_CPUS or fewer, its ``default`` otherwise. On two CPUs a team of two threads
-    leaves none for the run's own Python, the kernel's workers or any other task: each parallel region then waits
-    for whichever thread was set aside, and the same step or copy takes one time in one burst and 20-50% more in
-    the next (a 2-CPU VM: the same-size baselines 20-25% apart between bursts with no other job, a decode step 55%
-    apart between three runs, 75 times slower in one of them while another job ran). One thread is preempted
-    only by time slices, which both the kernels and their baselines see."""
-    if default > 1 and cpus is not None and 0 < cpus <= SMALL_MACHINE_CPUS:
-        return 1
-    return default
-
-
 def oversubscribed(load: float | None, cpus: int | None, now: float | None = None) -> bool:
     """Whether the 1-minute ``load`` average exceeds the ``cpus`` and, where known, the tasks runnable ``now`` do
     too (``threads_for_load``); False where the OS reports no load or no CPU count."""
@@ -408,8 +390,6 @@ class BaselineBursts:
         self.started: list[float] = []
         self.seconds: list[float] = []
         self.matched: dict[tuple[str, int], dict[str, list[Any]]] = {}
-        #: a workload's passes between its steps where it has no bursts of its own size (bursts.Interleaved)
-        self.paired: dict[str, dict[str, list[Any]]] = {}
 
     def burst(self) -> float:
         """Take one burst of both baselines; its wall time in seconds."""
@@ -433,20 +413,11 @@ class BaselineBursts:
         The records go to ``matched[key, size]`` (``{"copy": [...], "inplace": [...], "started": [...]}``; ``key``:
         the workload they are taken around); returns the size used."""
         size = self.matched_size(n_bytes)
-        rec = self.matched.setdefault((key, size), {"copy": [], "inplace": [], "started": []})
-        rec["started"].append(time.perf_counter())
-        copy, inplace = self.passes_at(size, self.iters, self.warmup)
-        rec["copy"].append(copy)
-        rec["inplace"].append(inplace)
-        return size
-
-    def passes_at(self, size: int, iters: int, warmup: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``iters`` timed copies and then ``iters`` timed in-place passes over the first ``size`` bytes of the
-        buffers (matched_size), each after ``warmup`` untimed ones and each repeated until it has moved at least
-        MATCHED_SAMPLE_BYTES: the two records (``_passes``')."""
         n = size // 4
         src, dst = self._src[:n], self._dst[:n]
         reps = max(1, -(-MATCHED_SAMPLE_BYTES // (2 * size)))
+        rec = self.matched.setdefault((key, size), {"copy": [], "inplace": [], "started": []})
+        rec["started"].append(time.perf_counter())
 
         def repeat(fn: Callable[[], Any]) -> Callable[[], None]:
             def run() -> None:
@@ -454,8 +425,9 @@ class BaselineBursts:
                     fn()
             return run
 
-        return (_passes(self.dev, repeat(lambda: dst.copy_(src)), n, iters, warmup, reps),
-                _passes(self.dev, repeat(lambda: src.mul_(1.0)), n, iters, warmup, reps))
+        rec["copy"].append(_passes(self.dev, repeat(lambda: dst.copy_(src)), n, self.iters, self.warmup, reps))
+        rec["inplace"].append(_passes(self.dev, repeat(lambda: src.mul_(1.0)), n, self.iters, self.warmup, reps))
+        return size
 
     def release(self) -> None:
         """Free the buffers (the records stay)."""

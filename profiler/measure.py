@@ -11,7 +11,7 @@ from typing import Any
 from rsplan.profiler import workloads as wl
 from rsplan.profiler.baselines import LikeSizes
 from rsplan.profiler.budget import RunCost
-from rsplan.profiler.bursts import Interleaved, bursts_inside
+from rsplan.profiler.bursts import bursts_inside
 from rsplan.profiler.engine import StepEngine
 from rsplan.profiler.pools import zero_pools
 from rsplan.profiler.result import Timing
@@ -24,8 +24,7 @@ def measure(bench: Bench, budget: RunCost, progress: Callable[[int], Callable[[i
     ``baseline`` (device.BaselineBursts; None: no bursts) takes a burst between each two workloads, and between
     two steps of a long one when due (bursts.BurstsInside): outside their timed regions and checks, and not
     counted in the progress. With ``like``, bursts over each of the workload's own working sets
-    (BaselineBursts.burst_at) are taken right before it and right after it, and one pass of each baseline between
-    each two of its steps (bursts.Interleaved: at that size, or over the whole buffers where it has none)."""
+    (BaselineBursts.burst_at) are taken right before it and right after it."""
     setup = bench.setup
     tick = progress(sum(_progress_steps(bench, budget).values())) if progress else (lambda _n: None)
     measured: dict[str, Any] = {}
@@ -33,16 +32,11 @@ def measure(bench: Bench, budget: RunCost, progress: Callable[[int], Callable[[i
     for i, name in enumerate(setup.names):
         if i and baseline is not None:
             baseline.burst()
-        pause: Callable[[], None] | None = bursts_inside(baseline, budget.probe[name])
-        paired = None
+        pause = bursts_inside(baseline, budget.probe[name])
         if baseline is not None and like is not None:
-            own = like.expected(name)
-            for ws in own:
+            for ws in like.expected(name):
                 baseline.burst_at(ws, name)
-            pause = paired = Interleaved(baseline, own[0] if own else None, name, pause)
         measured[name], timing[name] = _run_workload(bench, name, budget, tick, pause)
-        if paired is not None:
-            paired.close()
         if baseline is not None and like is not None:
             for ws in like.measured(measured[name]):
                 baseline.burst_at(ws, name)

@@ -96,7 +96,7 @@ def run_profile(
 def _prepare(req: ProfileRequest, torch: Any, t_start: float) -> _Prepared:
     """The device, the setup and its -np, and what the run reads of the device before it allocates."""
     device_notes: list[str] = []
-    dev, loaded, threads_line = prepare_device(req, torch, device_notes)
+    dev, loaded = prepare_device(req, torch, device_notes)
     one = load_setup(replace(req, n_seq_max=req.n_seq_max or 1))
     # the baselines' two buffers of COPY_LLC_FACTOR x the last-level cache (the copy reads one and writes the
     # other, the in-place pass reads and writes one), kept for the whole run; inputs and snapshots are the rest
@@ -108,8 +108,6 @@ def _prepare(req: ProfileRequest, torch: Any, t_start: float) -> _Prepared:
     setup.notes[:0] = device_notes
     facts = device.device_facts(dev)
     facts["overloaded"] = loaded
-    if threads_line:
-        facts["threads_rule"] = threads_line
     caches = device.cache_levels(dev, llc)
     return _Prepared(req, setup, choice, dev, loaded, llc, llc_source, caches, copy_bytes, facts, t_start)
 

@@ -122,8 +122,6 @@ def _header(result: ProfileResult) -> list[str]:
     if result.parallel is not None:
         llc = result.copy_bandwidth.llc_bytes
         first.append(choice_line(result.parallel, llc, result.copy_bandwidth.llc_source or ""))
-        if dev.get("threads_rule"):
-            first.append(dev["threads_rule"])
         fewer = [f"{name} {w.n_seqs}" for name, w in result.workloads.items() if w.n_seqs != ctx.n_seq_max]
         if fewer:
             first.append(f"sequences driven: {', '.join(fewer)} of the -np {ctx.n_seq_max} cells (a picked -np "

@@ -694,8 +694,6 @@ def test_a_load_average_left_by_an_earlier_run_keeps_the_default_threads(tiny, m
     before = torch.get_num_threads()
     monkeypatch.setattr(device, "load_average", lambda: 1.3 * (os.cpu_count() or 1))
     monkeypatch.setattr(device, "runnable_now", lambda: 0.0)
-    # the load rule alone: the machine's own (one thread on 2 CPUs) is test_a_two_cpu_machine_profiles_on_one_thread
-    monkeypatch.setattr(device, "threads_for_machine", lambda default, cpus: default)
     try:
         torch.set_num_threads(2)
         report = run_profile(_req(tiny, workload="decode", max_seconds=0)).to_dict()
@@ -737,36 +735,3 @@ def test_oversubscribed_needs_the_load_average_and_the_tasks_runnable_now_over_t
     assert not device.oversubscribed(2.0, 2)
     assert not device.oversubscribed(None, 2)
     assert not device.oversubscribed(9.0, None)
-
-
-def test_threads_for_machine_takes_one_thread_on_two_cpus_or_fewer():
-    assert device.threads_for_machine(2, 2) == 1
-    assert device.threads_for_machine(4, 1) == 1
-    assert device.threads_for_machine(1, 2) == 1
-    assert device.threads_for_machine(4, 4) == 4
-    assert device.threads_for_machine(16, 16) == 16
-    assert device.threads_for_machine(2, None) == 2  # no CPU count on this OS
-
-
-def test_a_two_cpu_machine_profiles_on_one_thread_and_says_so_first(tiny, monkeypatch):
-    import torch
-
-    from rsplan.profiler import run_device
-    from rsplan.render.profile import render_profile
-
-    before = torch.get_num_threads()
-    monkeypatch.setattr(device, "load_average", lambda: 0.5)
-    try:
-        for cpus, threads in ((2, 1), (4, 2)):
-            monkeypatch.setattr(run_device.os, "cpu_count", lambda cpus=cpus: cpus)
-            torch.set_num_threads(2)
-            result = run_profile(_req(tiny, workload="decode", max_seconds=0))
-            assert result.device["threads"] == threads
-            lines = render_profile(result).splitlines()
-            said = [line for line in lines if line.startswith("threads: 1 torch thread, not its default 2")]
-            assert len(said) == (threads == 1) and (not said or lines.index(said[0]) == 1)
-        torch.set_num_threads(2)
-        result = run_profile(_req(tiny, workload="decode", max_seconds=0, threads=2))
-        assert result.device["threads"] == 2 and "threads_rule" not in result.device
-    finally:
-        torch.set_num_threads(before)

@@ -137,44 +137,6 @@ def test_same_size_bursts_pass_over_the_first_bytes_of_the_dram_buffers(monkeypa
     assert b._src.min().item() == b._src.max().item() == 1.0  # the in-place pass keeps the values
 
 
-def test_passes_between_the_steps_join_the_bursts_of_their_size_or_stand_for_the_dram_ones(monkeypatch):
-    # bursts.Interleaved: one copy and one in-place pass per pause, filed as two bursts (first and second half)
-    torch = pytest.importorskip("torch")
-    from rsplan.profiler import device
-    from rsplan.profiler.baselines import matched_baselines
-    from rsplan.profiler.bursts import Interleaved
-
-    monkeypatch.setattr(device, "MATCHED_SAMPLE_BYTES", 2 * MIB)
-    b = device.BaselineBursts(torch.device("cpu"), 1 * MIB, iters=2, warmup=1)
-    calls = []
-    own = Interleaved(b, 100 * 1024, "prefill", then=lambda: calls.append(1))
-    size = b.burst_at(100 * 1024, "prefill")
-    for _ in range(5):
-        own()
-    own.close()
-    assert len(calls) == 5  # the pause it wraps still runs
-    rec = b.matched["prefill", size]
-    assert len(rec["copy"]) == len(rec["inplace"]) == len(rec["started"]) == 3  # the burst before, two halves
-    assert [len(r["samples_gb_s"]) for r in rec["inplace"]] == [2, 3, 2]
-    assert rec["copy"][1]["bytes_moved"] == rec["copy"][0]["bytes_moved"]
-    assert "decode" not in b.paired
-    dram = Interleaved(b, None, "decode")
-    for _ in range(4):
-        dram()
-    dram.close()
-    whole = b.paired["decode"]
-    assert [r["buffer_bytes"] for r in whole["copy"]] == [1 * MIB, 1 * MIB]
-    empty = Interleaved(b, None, "spec")
-    empty.close()  # a workload of one step: nothing between its steps, nothing filed
-    assert "spec" not in b.paired
-    base = Baselines(CopyBaseline.from_dict(device.copy_baseline(b.copy or whole["copy"], 256 * 1024, "L3")),
-                     CopyBaseline.from_dict(device.copy_baseline(whole["inplace"], 256 * 1024, "L3")))
-    like = matched_baselines(b, "decode", base, 256 * 1024, "L3", {3: 256 * 1024}, 0.0)
-    got, where = like(2 * MIB)  # 8x the cache: DRAM, read from the passes between decode's steps
-    assert where == "DRAM" and got.inplace.bursts_gb_s == tuple(r["gb_s"] for r in whole["inplace"])
-    assert like(200 * 1024)[0] is base  # no bursts of that size for decode: the DRAM baselines
-
-
 MAMBA2 = {
     "name": "tiny-mamba2", "source": "test", "arch": "mamba2", "context_length": 4096, "embedding_length": 64,
     "block_count": 2,
