@@ -96,17 +96,25 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
     models = [_model_weights(ref, read_model(ref), quant, backend) for ref in refs]
-    specs = [m.spec for m in models]
-    plans = [build_plan(spec, params) for spec in specs]
-    _check_runnable_draft(specs, plans, spec_type)
+    plans = [build_plan(m.spec, params) for m in models]
+    _check_runnable_draft([m.spec for m in models], plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
     outputs = OutputsAsked(tool=tool, n_draft=n_draft)
-    breakdowns = [m.noted(build_breakdown(m.spec, params, plan, backend=backend, outputs=outputs,
-                                          mtp=spec_type == "mtp", table=m.weight_table(), host=host))
-                  if breakdown_backend else None
-                  for m, plan in zip(models, plans, strict=True)]
-    _print_native(plans, breakdowns, specs, buffer, per_layer, fmt, backend)
+    estimates = [_ModelEstimate(m.spec, plan, m.noted(build_breakdown(
+        m.spec, params, plan, backend=backend, outputs=outputs, mtp=spec_type == "mtp", table=m.weight_table(),
+        host=host)) if breakdown_backend else None) for m, plan in zip(models, plans, strict=True)]
+    _print_native(estimates, buffer, per_layer, fmt, backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelEstimate:
+    """One ``--model``'s estimate: its spec, its cache plan and its whole-device breakdown (None where the backend
+    has none: the cache lines only)."""
+
+    spec: ModelSpec
+    plan: MemoryPlan
+    breakdown: Breakdown | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,32 +204,22 @@ def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx
     return buffer, breakdown_backend
 
 
-def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], specs: list[ModelSpec],
-                  buffer: Backend, per_layer: bool, fmt: str, backend: str) -> None:
+def _print_native(estimates: list[_ModelEstimate], buffer: Backend, per_layer: bool, fmt: str, backend: str) -> None:
     """Print the llama.cpp plans (one per model) with their breakdowns, as ``fmt``."""
+    plans = [e.plan for e in estimates]
     if fmt == "json":
         # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         import json
 
-        dicts = [{**plan.to_dict(), **bd.to_dict()}
-                 for plan, bd in zip(plans, breakdowns, strict=True) if bd is not None]
+        dicts = [{**e.plan.to_dict(), **e.breakdown.to_dict()} for e in estimates if e.breakdown is not None]
         click.echo(json.dumps(dicts[0] if len(dicts) == 1 else {"models": dicts}, indent=2))
     elif fmt == "log":
         # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
-        from rsplan.planner.caches.logs import compute_buffer_line, log_lines, model_buffer_line, output_buffer_line
+        from rsplan.planner.estimate.load_log import load_log_lines
 
-        breakdown = breakdowns[0]
-        for row in sorted(breakdown.breakdown if breakdown is not None else (), key=lambda r: r.buffer_type):
-            if row.model_bytes:
-                click.echo(model_buffer_line(row.buffer_type, row.model_bytes))
-        if breakdown is not None and breakdown.output_buffer is not None:
-            click.echo(output_buffer_line(breakdown.output_buffer.buffer_type, breakdown.output_buffer.bytes))
-        for line in log_lines(plans[0], backend=buffer, has_kv_cache=specs[0].info.memory == "hybrid"):
+        first = estimates[0]
+        for line in load_log_lines(first.plan, first.breakdown, buffer, first.spec.info.memory == "hybrid"):
             click.echo(line)
-        for row in breakdown.breakdown if breakdown is not None else ():
-            compute_line = compute_buffer_line(row.buffer_type, row.compute_bytes) if row.compute_bytes else None
-            if compute_line:
-                click.echo(compute_line)
     elif len(plans) > 1:
         # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.plan_table import render_comparison
@@ -231,7 +229,7 @@ def _print_native(plans: list[MemoryPlan], breakdowns: list[Breakdown | None], s
         # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
         from rsplan.render.plan_table import render_plan
 
-        click.echo(render_plan(plans[0], per_layer=per_layer, backend=backend, breakdown=breakdowns[0]))
+        click.echo(render_plan(plans[0], per_layer=per_layer, backend=backend, breakdown=estimates[0].breakdown))
 
 
 def _check_runnable_draft(specs: list[Any], plans: list[Any], spec_type: str) -> None:
