@@ -105,6 +105,13 @@ TENSOR_TABLE_FLAGS: dict[tuple[str, str], str] = {
     ("falcon-h1", "mamba_rms_norm"): "ssm_norm.weight",
     ("arwkv7", "wkv_group_norm"): "time_mix_ln.weight",
 }
+#: Per-layer spec lists a GGUF says only through its tensor table: (arch, spec field) -> the optional per-layer
+#: tensor whose presence marks a layer. Jamba's router is created TENSOR_NOT_REQUIRED and a layer with it builds
+#: the expert FFN, one without it the dense one (src/models/jamba.cpp:88 ffn_gate_inp, :152); no metadata key
+#: records config.json's expert_layer_offset / expert_layer_period.
+TENSOR_TABLE_LAYERS: dict[tuple[str, str], str] = {
+    ("jamba", "expert_layers"): "ffn_gate_inp.weight",
+}
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.")
 
 
@@ -130,6 +137,21 @@ def _flags_from_tensor_table(loaded: LoadedModel, names: set[str], where: str) -
             )
         loaded.sources[field_name] = f"tensor table (blk.N.{suffix} {'present' if having else 'absent'})"
         loaded = LoadedModel(spec.model_copy(update={field_name: bool(having)}), loaded.sources)
+        spec = loaded.spec
+    return _layers_from_tensor_table(loaded, names)
+
+
+def _layers_from_tensor_table(loaded: LoadedModel, names: set[str]) -> LoadedModel:
+    """``loaded`` with each TENSOR_TABLE_LAYERS list of its arch set from the tensor ``names`` (a layer is marked
+    where it has the tensor), where the metadata left it unset; the caller has checked that the table covers
+    every layer."""
+    spec = loaded.spec
+    for (arch, field_name), suffix in TENSOR_TABLE_LAYERS.items():
+        if spec.arch != arch or getattr(spec, field_name) is not None:
+            continue
+        marked = [f"blk.{il}.{suffix}" in names for il in range(spec.block_count)]
+        loaded.sources[field_name] = f"tensor table (blk.N.{suffix} in {sum(marked)} of {spec.block_count} layers)"
+        loaded = LoadedModel(spec.model_copy(update={field_name: marked}), loaded.sources)
         spec = loaded.spec
     return loaded
 

@@ -471,3 +471,35 @@ def test_arwkv7_group_norm_is_read_off_the_tensor_table(gguf_file, with_norm, ex
     g = read_gguf(gguf_file("arwkv7", kv, tensors=[*layers, *norms]))
     assert g.spec.wkv_group_norm is expected
     assert g.loaded.sources["wkv_group_norm"].startswith("tensor table (blk.N.time_mix_ln.weight")
+
+
+def test_jamba_expert_layers_are_read_off_the_tensor_table(gguf_file, estimate_json):
+    """Jamba's expert layers are those whose router (blk.N.ffn_gate_inp, created only when the file has it) the
+    file holds (src/models/jamba.cpp:88, :152): jamba-v0.1 written as its converter's GGUF (the preset's keys and
+    tensor list) has experts on every other layer from layer 1, and its compute buffer is the one llama.cpp's dry
+    run printed for the bf16 skeleton at -c 256 (tests/golden/llamacpp-breakdown/jamba-v0.1-bf16.json)."""
+    from rsplan.hparams.gguf_keys import spec_metadata
+    from rsplan.hparams.sources import load_builtin_preset
+    from rsplan.hparams.tensors import tensor_list
+
+    preset = load_builtin_preset("jamba-v0.1")
+    tensors = [(t.name, t.shape, "bf16") for t in tensor_list(preset) if t.loaded]
+    assert sum(t[0].endswith("ffn_gate_inp.weight") for t in tensors) == 16
+    # the keys the converter writes besides the twin's (conversion/jamba.py add_expert_count / add_expert_used_count)
+    # and the tokenizer whose length is n_vocab
+    kv = {**spec_metadata(preset), "expert_count": preset.expert_count, "expert_used_count": preset.expert_used_count,
+          "tokenizer.ggml.tokens": [f"t{i}" for i in range(preset.vocab_size)]}
+    path = gguf_file("jamba", kv, tensors=tensors, filename="jamba.gguf")
+    g = read_gguf(path)
+    assert g.spec.vocab_size == 65536
+    assert g.spec.expert_layers == [il % 2 == 1 for il in range(32)]
+    assert g.loaded.sources["expert_layers"] == "tensor table (blk.N.ffn_gate_inp.weight in 16 of 32 layers)"
+    plan = estimate_json(path, "-c", "256", "--tool", "cli")  # the dry run's n_outputs_max: n_batch
+    assert plan["compute"]["bytes"] == 100_835_360
+    assert not any("expert_layers" in note for note in plan["notes"])
+
+
+def test_a_jamba_file_without_layer_tensors_leaves_expert_layers_unset(gguf_file):
+    # a metadata-only file (a test twin) says nothing of the layers: the compute buffer then asks for them
+    kv = CASES["jamba (kv_zero)"][1]
+    assert load_gguf(gguf_file("jamba", kv, tensors=[])).expert_layers is None
