@@ -475,7 +475,7 @@ def test_arwkv7_group_norm_is_read_off_the_tensor_table(gguf_file, with_norm, ex
 
 def test_jamba_expert_layers_are_read_off_the_tensor_table(gguf_file, estimate_json):
     """Jamba's expert layers are those whose router (blk.N.ffn_gate_inp, created only when the file has it) the
-    file holds (src/models/jamba.cpp:88, :152): jamba-v0.1 written as its converter's GGUF (the preset's keys and
+    file holds (src/models/jamba.cpp:88 ffn_gate_inp): jamba-v0.1 written as its converter's GGUF (the preset's keys and
     tensor list) has experts on every other layer from layer 1, and its compute buffer is the one llama.cpp's dry
     run printed for the bf16 skeleton at -c 256 (tests/golden/llamacpp-breakdown/jamba-v0.1-bf16.json)."""
     from rsplan.hparams.gguf_keys import spec_metadata
