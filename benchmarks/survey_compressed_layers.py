@@ -260,7 +260,7 @@ def survey(preset: str, setting: str) -> list[str]:
     lines = []
     for reserve in reserves(run.spec, ctx, dc._n_out_max(run, ctx)):
         name, n_tok = reserve.name, reserve.n_tokens
-        graph = _build_reserve_graph(run.build, run.spec, run.layout, ctx, run.embeddings, reserve)
+        graph = _build_reserve_graph(run.build, run.spec, run.layout, ctx, run.outputs.embeddings, reserve)
         region = find_region(graph, run.setup, n_tok)
         if region is None:
             lines.append(f"{name}: no twin periods")

@@ -306,7 +306,7 @@ class Survey:
                 def ordinary(params: Any, setup: Any, mode: str) -> Any:
                     build = reserve_graph_builder(spec, s.mtp)
                     lay, par = (draft_layout_and_params(spec, layout, params) if s.mtp else (layout, params))
-                    run = dc._Run(build, spec, lay, par.flash_attn, setup, s.tool, s.n_draft, n_out, False, mode)
+                    run = dc._Run(build, spec, lay, par.flash_attn, setup, OutputsAsked(s.tool, s.n_draft, n_out), mode)
                     ctx = resolve_context(lay, par)
                     with paused_gc():
                         return dc._size(run, ctx), run, ctx

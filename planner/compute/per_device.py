@@ -32,7 +32,6 @@ from rsplan.planner.compute.reserve import (
     _build_reserve_graph,
     build_reserve_graph,
     draft_layout_and_params,
-    n_outputs_max_of,
     paused_gc,
     reserve_graph_builder,
     reserves,
@@ -124,8 +123,7 @@ def device_compute(spec: ModelSpec, params: ContextParams, setup: SchedSetup,
     # a quantized V cache turns -fa auto into -fa on before the context is made (src/llama-context.cpp:3840
     # ggml_is_quantized): nothing left for the probe to turn off
     flash_attn = "on" if params.flash_attn == "auto" and ctx.type_v.is_quantized else params.flash_attn
-    run = _Run(build, spec, layout, flash_attn, setup, outputs.tool, outputs.n_draft, outputs.n_outputs_max,
-               outputs.embeddings, runs, mtp_draft, session)
+    run = _Run(build, spec, layout, flash_attn, setup, outputs, runs, mtp_draft, session)
     return sized_over_cells(run, ctx, keep_from)
 
 
@@ -138,10 +136,7 @@ class _Run:
     layout: CacheLayout
     flash_attn: str  # the -fa flag (auto: resolved by the probe)
     setup: SchedSetup
-    tool: str
-    n_draft: int
-    n_outputs_max: int | None
-    embeddings: bool
+    outputs: OutputsAsked
     runs: Runs
     mtp_draft: bool = False
     session: SizingSession | None = field(default=None, compare=False)
@@ -164,12 +159,11 @@ class _Run:
 
     def key(self) -> tuple[Any, ...]:
         """The run's identity (the model and its layout by identity: a cache entry holds them, so ids stay theirs)."""
-        return (self.build, id(self.spec), id(self.layout), self.flash_attn, self.setup, self.tool, self.n_draft,
-                self.n_outputs_max, self.embeddings, self.runs)
+        return (self.build, id(self.spec), id(self.layout), self.flash_attn, self.setup, self.outputs, self.runs)
 
 
 def _n_out_max(run: _Run, ctx: EffectiveContext) -> int:
-    return n_outputs_max_of(run.n_outputs_max, run.tool, ctx, run.n_draft, run.embeddings)
+    return run.outputs.n_outputs_max_at(ctx)
 
 
 def _reserves(run: _Run, ctx: EffectiveContext, n_out_max: int, probe_graph: Callable[[EffectiveContext, int], Graph],
@@ -217,7 +211,7 @@ def _size(run: _Run, ctx: EffectiveContext) -> DeviceCompute:
     is the tg graph, and a real run reserves the dry run's pp graph again) and scheduled."""
     def graph_of(c: EffectiveContext, name: str, n_tok: int, n_sq: int, n_out: int) -> Graph:
         reserve = Reserve(name, n_tok, n_sq, n_out)
-        return build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings, reserve, run.session)
+        return build_reserve_graph(run.build, run.spec, run.layout, c, run.outputs.embeddings, reserve, run.session)
 
     probe = lambda c, n: graph_of(c, "flash-attention probe", n, n, n)  # noqa: E731
     built, reserves, probed = _reserves(run, ctx, _n_out_max(run, ctx), probe, graph_of)
@@ -269,7 +263,7 @@ class _Splits:
             # graph redirected to its input copies), so a dry and a real run of the pp graph each build one
             graph = graphs.pop((c.flash_attn, n_tok, n_sq, n_out, cut), None)
             if graph is None:
-                graph = _build_reserve_graph(run.build, run.spec, run.layout, c, run.embeddings,
+                graph = _build_reserve_graph(run.build, run.spec, run.layout, c, run.outputs.embeddings,
                                              Reserve(name, n_tok, n_sq, n_out), cut.layers if cut is not None else None)
             return graph
 

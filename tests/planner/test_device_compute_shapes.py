@@ -12,7 +12,7 @@ from rsplan.planner.backends.devices import DEVICE_KINDS
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.compute import per_device as dc
 from rsplan.planner.compute.errors import LlamaAbortError
-from rsplan.planner.compute.reserve import reserve_graph_builder
+from rsplan.planner.compute.reserve import OutputsAsked, reserve_graph_builder
 from rsplan.planner.compute.sched_setup import SchedSetup
 from rsplan.planner.weights.placement import place_layers
 
@@ -22,8 +22,8 @@ CONTEXTS = (12288, 4096, 65536, 256, 196608)
 
 def ordinary(spec, layout, params: ContextParams, setup: SchedSetup, *, dry: bool = False) -> dc.DeviceCompute:
     """The sizing with each graph built and scheduled at ``params`` itself (no kept shapes)."""
-    run = dc._Run(reserve_graph_builder(spec, False), spec, layout, params.flash_attn, setup, "server", 0, None,
-                  False, "dry" if dry else "real")
+    run = dc._Run(reserve_graph_builder(spec, False), spec, layout, params.flash_attn, setup, OutputsAsked(),
+                  "dry" if dry else "real")
     return dc._size(run, resolve_context(layout, params))
 
 

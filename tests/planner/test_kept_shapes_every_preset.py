@@ -121,7 +121,7 @@ def device_ordinary(spec, layout, params: ContextParams, setup: SchedSetup, real
     build = compute.reserve_graph_builder(spec, mtp)
     if mtp:
         layout, params = compute.draft_layout_and_params(spec, layout, params)
-    run = dc._Run(build, spec, layout, params.flash_attn, setup, tool, n_draft, n_out, False,
+    run = dc._Run(build, spec, layout, params.flash_attn, setup, OutputsAsked(tool, n_draft, n_out),
                   "real" if real else "dry")
     with compute.paused_gc():
         return dc._size(run, resolve_context(layout, params))
