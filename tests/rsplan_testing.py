@@ -18,6 +18,20 @@ from click.testing import Result
 from rsplan.hparams.model import ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
+
+#: The library's folders and the packages they are installed as (pyproject.toml [tool.setuptools.package-dir]).
+LIBRARY_PACKAGES = {"rsplan": "rsplan", "planner": "rsplan.planner", "hparams": "rsplan.hparams",
+                    "presets": "rsplan.presets", "profiler": "rsplan.profiler", "kernels": "rsplan.kernels"}
+
+
+def library_modules() -> dict[str, Path]:
+    """Qualified module name -> its file, for every module of the library (``LIBRARY_PACKAGES``' folders)."""
+    out = {}
+    for folder, package in LIBRARY_PACKAGES.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = path.relative_to(REPO / folder).with_suffix("").parts
+            out[".".join((package, *parts)).removesuffix(".__init__")] = path
+    return out
 #: What real llama.cpp runs allocated for three tiny GGUFs, with the GGUFs (tests/golden/llamacpp-measured/README.md).
 MEASURED_DIR = REPO / "tests" / "golden" / "llamacpp-measured"
 #: llama.cpp's source of the version rsplan follows (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist):

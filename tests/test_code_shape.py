@@ -10,11 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-#: The library's folders and the packages they are installed as (pyproject.toml [tool.setuptools.package-dir]).
-PACKAGES = {"rsplan": "rsplan", "planner": "rsplan.planner", "hparams": "rsplan.hparams", "presets": "rsplan.presets",
-            "profiler": "rsplan.profiler", "kernels": "rsplan.kernels"}
+from rsplan_testing import REPO, library_modules
 
 #: Longest library function, in lines from ``def`` to its last line (decorators not counted).
 MAX_LINES = 60
@@ -42,11 +38,8 @@ def _functions() -> dict[str, tuple[str, int]]:
                     out[name] = (f"{path.relative_to(REPO)}:{child.lineno}", child.end_lineno - child.lineno + 1)
                 walk(child, name, path)
 
-    for folder, package in PACKAGES.items():
-        for path in sorted((REPO / folder).rglob("*.py")):
-            parts = path.relative_to(REPO / folder).with_suffix("").parts
-            module = ".".join((package, *parts)).removesuffix(".__init__")
-            walk(ast.parse(path.read_text(encoding="utf-8")), module, path)
+    for module, path in library_modules().items():
+        walk(ast.parse(path.read_text(encoding="utf-8")), module, path)
     return out
 
 
@@ -61,11 +54,10 @@ def test_the_walk_sees_the_library():
 
 def test_no_long_files():
     long = {}
-    for folder in PACKAGES:
-        for path in sorted((REPO / folder).rglob("*.py")):
-            n = len(path.read_text(encoding="utf-8").splitlines())
-            if n > MAX_FILE_LINES:
-                long[str(path.relative_to(REPO))] = n
+    for path in library_modules().values():
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > MAX_FILE_LINES:
+            long[str(path.relative_to(REPO))] = n
     assert not long, f"files over {MAX_FILE_LINES} lines (split them by what they hold): {long}"
 
 
@@ -130,13 +122,12 @@ def _noqa_c901() -> dict[str, str]:
     """Qualified name -> the comment lines above the def, for every function carrying ``# noqa: C901``."""
     by_place = {where: name for name, (where, _) in FUNCTIONS.items()}
     out = {}
-    for folder in PACKAGES:
-        for path in sorted((REPO / folder).rglob("*.py")):
-            lines = path.read_text(encoding="utf-8").splitlines()
-            for n, line in enumerate(lines, 1):
-                if NOQA_C901 in line:
-                    name = by_place[f"{path.relative_to(REPO)}:{n}"]  # a KeyError: the noqa is not on a def line
-                    out[name] = " ".join(s.strip(" #") for s in lines[max(0, n - 4) : n - 1])
+    for path in library_modules().values():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for n, line in enumerate(lines, 1):
+            if NOQA_C901 in line:
+                name = by_place[f"{path.relative_to(REPO)}:{n}"]  # a KeyError: the noqa is not on a def line
+                out[name] = " ".join(s.strip(" #") for s in lines[max(0, n - 4) : n - 1])
     return out
 
 

@@ -5,26 +5,10 @@ its group of imports. Imports under ``if TYPE_CHECKING:`` are for annotations on
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from rsplan_testing import REPO, library_modules
 
-#: The library's folders and the packages they are installed as (pyproject.toml [tool.setuptools.package-dir]).
-PACKAGES = {"rsplan": "rsplan", "planner": "rsplan.planner", "hparams": "rsplan.hparams", "presets": "rsplan.presets",
-            "profiler": "rsplan.profiler", "kernels": "rsplan.kernels"}
-
-
-def _modules() -> dict[str, Path]:
-    """Qualified module name -> its file, for every module of the library."""
-    out = {}
-    for folder, package in PACKAGES.items():
-        for path in sorted((REPO / folder).rglob("*.py")):
-            parts = path.relative_to(REPO / folder).with_suffix("").parts
-            out[".".join((package, *parts)).removesuffix(".__init__")] = path
-    return out
-
-
-MODULES = _modules()
+MODULES = library_modules()
 
 
 def _is_type_checking(node: ast.AST) -> bool:
