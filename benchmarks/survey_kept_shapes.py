@@ -47,14 +47,12 @@ Exit status 1 when anything mismatched.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import itertools
 import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,23 +189,6 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
 
 #: The counts of a ShapeCache's ``stats``.
 _STATS = ("built", "reused", "raised", "ordinary")
-
-
-@contextlib.contextmanager
-def sessions_made() -> Iterator[list[SizingSession]]:
-    """Every sizing session made inside the block (a command makes its own and passes it down)."""
-    made: list[SizingSession] = []
-    init = SizingSession.__init__
-
-    def recording(self: SizingSession, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    SizingSession.__init__ = recording  # type: ignore[method-assign]
-    try:
-        yield made
-    finally:
-        SizingSession.__init__ = init  # type: ignore[method-assign]
 
 
 def _delta(stats: dict[str, int], before: dict[str, int]) -> str:
@@ -377,6 +358,9 @@ class Survey:
 
         from rsplan.cli import cli
         from rsplan.planner.compute.reuse import kept_shapes
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from rsplan_testing import sessions_made  # the tests' recorder of the sessions a command makes
 
         runner = CliRunner()
         for argv in commands(spec, layout):

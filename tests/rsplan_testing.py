@@ -11,6 +11,7 @@ import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -185,3 +186,23 @@ KIMI_LINEAR_48B = {
     "use_grouped_topk": True, "num_expert_group": 1, "topk_group": 1, "tie_word_embeddings": False,
     "num_nextn_predict_layers": 0,
 }
+
+
+@contextlib.contextmanager
+def sessions_made() -> Iterator[list[Any]]:
+    """Every sizing session (planner.compute.reuse.session.SizingSession) made inside the block, in order: a
+    command makes its own and passes it down, so a test or a survey sees it only so."""
+    from rsplan.planner.compute.reuse.session import SizingSession
+
+    made: list[SizingSession] = []
+    init = SizingSession.__init__
+
+    def recording(self: SizingSession, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    SizingSession.__init__ = recording  # type: ignore[method-assign]
+    try:
+        yield made
+    finally:
+        SizingSession.__init__ = init  # type: ignore[method-assign]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from rsplan.planner.compute.reuse.session import SizingSession
+from rsplan_testing import sessions_made as recording_sessions
 
 
 @pytest.fixture
@@ -14,14 +17,7 @@ def session() -> SizingSession:
 
 
 @pytest.fixture
-def sessions_made(monkeypatch: pytest.MonkeyPatch) -> list[SizingSession]:
+def sessions_made() -> Iterator[list[SizingSession]]:
     """Every sizing session made while the test runs (a command makes its own and passes it down), in order."""
-    made: list[SizingSession] = []
-    init = SizingSession.__init__
-
-    def recording(self: SizingSession, *args: object, **kwargs: object) -> None:
-        init(self, *args, **kwargs)  # type: ignore[arg-type]
-        made.append(self)
-
-    monkeypatch.setattr(SizingSession, "__init__", recording)
-    return made
+    with recording_sessions() as made:
+        yield made
