@@ -93,7 +93,9 @@ def model_from_index(buf: Any, index: GGUFIndex, where: str, *, fallback_name: s
         f" in {len(parts) + 1} parts)" if parts else ")"
     )
     names = {name for name, _ in index.tensors}.union(*({name for name, _ in part.tensors} for _, part in parts))
-    loaded = _flags_from_tensor_table(loaded, names, where)
+    layers = {int(m.group(1)) for m in map(_LAYER_TENSOR.match, names) if m}
+    if layers == set(range(loaded.spec.block_count)):  # a table that covers every layer (not metadata only)
+        loaded = _layers_from_tensor_table(_flags_from_tensor_table(loaded, names, where), names)
     return GGUFModel(loaded, index, (where, *(name for name, _ in parts)), split_bytes)
 
 
@@ -116,16 +118,12 @@ _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.")
 
 
 def _flags_from_tensor_table(loaded: LoadedModel, names: set[str], where: str) -> LoadedModel:
-    """``loaded`` with each TENSOR_TABLE_FLAGS flag of its arch set from the tensor ``names`` (all files): true when
-    every layer has the tensor, false when none has; a file whose tensor table does not cover every layer (metadata
-    only, a test file) leaves it unset.
+    """``loaded`` with each TENSOR_TABLE_FLAGS flag of its arch set from the tensor ``names`` (all files, covering
+    every layer): true when every layer has the tensor, false when none has.
 
     Raises:
         ModelFileError: only some layers have it (rsplan models the flag for the whole model)."""
     spec = loaded.spec
-    layers = {int(m.group(1)) for m in map(_LAYER_TENSOR.match, names) if m}
-    if layers != set(range(spec.block_count)):
-        return loaded
     for (arch, field_name), suffix in TENSOR_TABLE_FLAGS.items():
         if spec.arch != arch or getattr(spec, field_name) is not None:
             continue
@@ -138,13 +136,12 @@ def _flags_from_tensor_table(loaded: LoadedModel, names: set[str], where: str) -
         loaded.sources[field_name] = f"tensor table (blk.N.{suffix} {'present' if having else 'absent'})"
         loaded = LoadedModel(spec.model_copy(update={field_name: bool(having)}), loaded.sources)
         spec = loaded.spec
-    return _layers_from_tensor_table(loaded, names)
+    return loaded
 
 
 def _layers_from_tensor_table(loaded: LoadedModel, names: set[str]) -> LoadedModel:
     """``loaded`` with each TENSOR_TABLE_LAYERS list of its arch set from the tensor ``names`` (a layer is marked
-    where it has the tensor), where the metadata left it unset; the caller has checked that the table covers
-    every layer."""
+    where it has the tensor, ``names`` covering every layer), where the metadata left it unset."""
     spec = loaded.spec
     for (arch, field_name), suffix in TENSOR_TABLE_LAYERS.items():
         if spec.arch != arch or getattr(spec, field_name) is not None:
