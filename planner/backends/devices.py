@@ -5,9 +5,11 @@ read them."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rsplan.planner.backends.buffers import DEVICE_RULES, BufferRule
 from rsplan.planner.backends.cuda_alloc import cuda_alloc_size
 from rsplan.planner.backends.cuda_ops import cuda_supports_op, cuda_takes_weight
 from rsplan.planner.ggml.alloc import Tensor
@@ -33,6 +35,12 @@ class DeviceKind:
             (planner.backends.cuda_fusion); False: it adds no allocation dependencies.
         takes_weight: whether the device's matrix product (or its GET_ROWS) takes a weight of a file type with
             rows of some length (planner.backends.cuda_ops.cuda_takes_weight); None: every type.
+        offload_op: the device's ``offload_op`` where it is not ``offload_min_batch``'s rule (CUDA's
+            get_op_batch_size against the minimum batch): True to run a node reading a host weight on the device.
+        maps_file: the device's props give ``buffer_from_host_ptr``: with mmap its weights are a buffer over the
+            mapped file (``<device>_Mapped``), not copies.
+        host_alloc_extra: bytes the devices' host buffer type adds to every buffer it allocates (its printed output
+            and compute buffer sizes include them).
     """
 
     name: str
@@ -45,6 +53,20 @@ class DeviceKind:
     supports_op: Callable[[Tensor], bool] | None = None
     fusion_deps: bool = False
     takes_weight: Callable[[str, int, bool], bool] | None = None
+    offload_op: Callable[[Tensor], bool] | None = None
+    maps_file: bool = False
+    host_alloc_extra: int = 0
+
+    @property
+    def buffer_rule(self) -> BufferRule:
+        """How the device buffer type pads a cache or weight tensor (planner.backends.buffers.DEVICE_RULES, else
+        its alignment alone)."""
+        rule = DEVICE_RULES.get(self.name)
+        return rule if rule is not None and rule.alignment == self.alignment else BufferRule(self.alignment)
+
+    def with_alignment(self, alignment: int) -> DeviceKind:
+        """This kind on a device whose buffer alignment is ``alignment`` (a Vulkan device's property)."""
+        return dataclasses.replace(self, alignment=alignment)
 
 
 _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, "
@@ -65,3 +87,6 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
     "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
                        cuda_takes_weight),
 }
+#: The kind of each buffer type prefix llama.cpp prints (``CUDA0`` is a CUDA device, ``MTL0`` a Metal one, ...).
+KIND_OF_PREFIX: dict[str, str] = {"CUDA": "CUDA", "ROCm": "ROCm", "MUSA": "MUSA", "SYCL": "SYCL", "MTL": "Metal",
+                                  "Vulkan": "Vulkan"}

@@ -8,6 +8,7 @@ can diff them against a real run. The ``size =`` lines divide single-precision f
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from rsplan.errors import BackendError
 from rsplan.planner.backends.buffers import Backend, BufferRule, parse_backend
@@ -38,21 +39,28 @@ def _kv_caches(plan: MemoryPlan) -> list[tuple[int, list[TensorPlan]]]:
     return [(plan.kv.cells, base), (plan.kv.swa_cells, [t for t in plan.tensors if t.cache == "kv_swa"])]
 
 
-def log_lines(plan: MemoryPlan, backend: str | Backend = "CPU", has_kv_cache: bool = True) -> list[str]:
-    """The ``llama_kv_cache`` and ``llama_memory_recurrent`` lines of a run with every cache on ``backend``.
+def log_lines(plan: MemoryPlan, backend: str | Backend = "CPU", has_kv_cache: bool = True,
+              home: Callable[[int], tuple[str, BufferRule]] | None = None) -> list[str]:
+    """The ``llama_kv_cache`` and ``llama_memory_recurrent`` lines of a run with every cache on ``backend``, or each
+    layer's caches where ``home`` puts them.
 
     Args:
         plan: the plan to print.
         backend: the buffer llama.cpp prints (``CPU``, ``CUDA0``, ``ROCm0``, ``MTL0``, ``SYCL0``, ``Vulkan0``; see
             planner.backends.buffers), whose rules pad the buffer sizes.
         has_kv_cache: False for pure recurrent archs, which create no KV cache at all.
+        home: the buffer type name and rule of each layer's caches (planner.estimate.offload.GpuRun.cache_home: a
+            layer split over devices and the host, one ``buffer size`` line per buffer type in the order of their
+            names, src/llama-kv-cache.cpp:110 ctx_map); None: every layer on ``backend``.
 
     Raises:
         BackendError: a name planner.backends.buffers does not know, or a Vulkan buffer whose printed size depends on
             the device's alignment (give it as ``Vulkan0:ALIGN``).
     """
+    if home is not None:
+        return _lines(plan, home, has_kv_cache)
     b = parse_backend(backend) if isinstance(backend, str) else backend
-    by_rule = {rule.alignment: _lines(plan, b.name, rule, has_kv_cache) for rule in b.rules}
+    by_rule = {rule.alignment: _lines(plan, _everywhere(b.name, rule), has_kv_cache) for rule in b.rules}
     distinct = {tuple(lines) for lines in by_rule.values()}
     if len(distinct) > 1:
         lo, hi = min(by_rule), max(by_rule)
@@ -65,16 +73,28 @@ def log_lines(plan: MemoryPlan, backend: str | Backend = "CPU", has_kv_cache: bo
     return next(iter(by_rule.values()))
 
 
-def _lines(plan: MemoryPlan, name: str, rule: BufferRule, has_kv_cache: bool) -> list[str]:
+def _everywhere(name: str, rule: BufferRule) -> Callable[[int], tuple[str, BufferRule]]:
+    """A ``home`` with every layer's caches in buffer ``name`` of ``rule``."""
+    return lambda _il: (name, rule)
+
+
+def _buffer_lines(tensors: list[TensorPlan], home: Callable[[int], tuple[str, BufferRule]], fmt: str) -> list[str]:
+    """One ``fmt`` line (buffer name, MiB) per buffer type holding ``tensors``, in the order of their names."""
+    sizes: dict[str, int] = {}
+    for t in tensors:
+        name, rule = home(t.layer)
+        sizes[name] = sizes.get(name, 0) + alloc_nbytes(rule, t)
+    return [_c_fmt(fmt, name, n / 1024.0 / 1024.0) for name, n in sorted(sizes.items(), key=lambda kv: kv[0].encode())]
+
+
+def _lines(plan: MemoryPlan, home: Callable[[int], tuple[str, BufferRule]], has_kv_cache: bool) -> list[str]:
     lines: list[str] = []
     ctx = plan.context
     if has_kv_cache:
         for cells, tensors in _kv_caches(plan):
             k = sum(t.bytes for t in tensors if t.kind == "k")
             v = sum(t.bytes for t in tensors if t.kind == "v")
-            if tensors:
-                buf = _padded(tensors, rule)
-                lines.append(_c_fmt("llama_kv_cache: %10s KV buffer size = %8.2f MiB", name, buf / 1024.0 / 1024.0))
+            lines += _buffer_lines(tensors, home, "llama_kv_cache: %10s KV buffer size = %8.2f MiB")
             n_layers = len({t.layer for t in tensors})
             lines.append(
                 _c_fmt(
@@ -86,11 +106,7 @@ def _lines(plan: MemoryPlan, name: str, rule: BufferRule, has_kv_cache: bool) ->
             )
     rs = [t for t in plan.tensors if t.kind in ("r", "s")]
     rec = plan.recurrent
-    if rs:
-        buf = _padded(rs, rule)
-        lines.append(
-            _c_fmt("llama_memory_recurrent: %10s RS buffer size = %8.2f MiB", name, buf / 1024.0 / 1024.0)
-        )
+    lines += _buffer_lines(rs, home, "llama_memory_recurrent: %10s RS buffer size = %8.2f MiB")
     lines.append(
         _c_fmt(
             "llama_memory_recurrent: size = %7.2f MiB (%6u cells, %3d layers, %2u seqs %2u rs_seq), "
@@ -100,10 +116,6 @@ def _lines(plan: MemoryPlan, name: str, rule: BufferRule, has_kv_cache: bool) ->
         )
     )
     return lines
-
-
-def _padded(tensors: list[TensorPlan], rule: BufferRule) -> int:
-    return sum(alloc_nbytes(rule, t) for t in tensors)
 
 
 def model_buffer_line(buffer_type: str, n_bytes: int) -> str:

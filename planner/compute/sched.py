@@ -323,7 +323,10 @@ def _assigned(t: Tensor) -> bool:
 
 
 def _offloads(kind: DeviceKind, t: Tensor) -> bool:
-    """``offload_op`` of a device of ``kind`` for node ``t`` (get_op_batch_size against the minimum batch)."""
+    """``offload_op`` of a device of ``kind`` for node ``t``: the kind's own, else CUDA's get_op_batch_size against
+    the minimum batch."""
+    if kind.offload_op is not None:
+        return kind.offload_op(t)
     if kind.offload_min_batch is None:
         return False
     if t.op == "GET_ROWS":

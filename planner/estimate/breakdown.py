@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from rsplan.errors import ContextError, RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.backends.buffers import CUDA_RULE
+from rsplan.planner.backends.buffers import BufferRule
 from rsplan.planner.caches.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.caches.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
@@ -42,9 +42,11 @@ from rsplan.planner.caches.plan import MemoryPlan
 from rsplan.planner.compute.errors import ComputeModelError
 from rsplan.planner.compute.reserve import SERVER_OUTPUTS, ComputeBuffer, OutputsAsked, compute_buffer
 from rsplan.planner.compute.reuse.session import SizingSession
+from rsplan.planner.estimate.offload import GpuRun, OffloadFlags, device_weight_bytes, gpu_rows, gpu_run
+from rsplan.planner.estimate.rows import BufferBreakdown
 from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
-from rsplan.planner.weights.weight_placement import Weight, gguf_weights, layer_of, loaded, place_weights
+from rsplan.planner.weights.weight_placement import Weight, gguf_weights, layer_of, loaded
 
 if TYPE_CHECKING:
     from rsplan.planner.weights.layer_tensors import LayerTensors
@@ -52,22 +54,6 @@ if TYPE_CHECKING:
 
 class BreakdownError(RsplanError):
     """A backend rsplan cannot lay buffers out for."""
-
-
-@dataclass(frozen=True)
-class BufferBreakdown:
-    """One backend buffer type's share (bytes). ``compute_bytes`` is None where it is not modelled."""
-
-    buffer_type: str
-    device: str
-    model_bytes: int | None
-    context_bytes: int
-    compute_bytes: int | None
-
-    @property
-    def host(self) -> bool:
-        """Host memory (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host): llama.cpp prints these together as "Host"."""
-        return self.device == "Host"
 
 
 @dataclass(frozen=True)
@@ -116,6 +102,8 @@ class Breakdown:
     #: where the model bytes come from, or why they are not known (the note of ``notes`` that says it, without its
     #: "model bytes: " prefix); None where the exact tensor table gives them
     weights_source: str | None = None
+    #: where a GPU run's layers, weights and caches are (planner.estimate.offload); None on the CPU backend
+    run: GpuRun | None = None
 
     def with_weights_source(self, source: str) -> Breakdown:
         """The breakdown with the model bytes' source given by its caller (``rsplan estimate``'s quantization of the
@@ -147,27 +135,30 @@ class Breakdown:
         return out
 
 
-#: The GPU backends a breakdown is drawn for: ggml-cuda's builds (CUDA, and HIP / MUSA, which name their buffers
-#: ROCm0 / MUSA0 and their host buffer type ROCm_Host / MUSA_Host: GGML_CUDA_NAME), one set of rules for all.
-_GPU_BACKEND = re.compile(r"^(CUDA|ROCm|MUSA)[0-9]{1,2}$")
-
-
 def _host_buft(kind: str) -> str:
     """The host buffer type of a run on ``kind``'s backend (``_backend_kind``): its output buffer and its CPU
-    backend's compute buffer: ``CPU``, or the GPU's pinned host type (CUDA_Host, ROCm_Host, MUSA_Host)."""
+    backend's compute buffer: ``CPU``, or the GPU's pinned host type (CUDA_Host, ROCm_Host, MUSA_Host, Vulkan_Host;
+    Metal has none: CPU)."""
     return gpu_host_buffer(None if kind == "CPU" else kind) or "CPU"
 
 
 def _backend_kind(backend: str) -> str:
-    """``CPU``, or the GPU backend's family (``CUDA``, ``ROCm``, ``MUSA``: planner.backends.devices.DEVICE_KINDS'
-    names)."""
+    """``CPU``, or the GPU backend's kind (planner.backends.devices.DEVICE_KINDS' names: ``CUDA``, ``ROCm``,
+    ``MUSA``, ``Metal``, ``Vulkan``, ...)."""
     if backend == "CPU":
         return "CPU"
-    m = _GPU_BACKEND.match(backend)
-    if m:
-        return m.group(1)
-    raise BreakdownError(f"unknown backend '{backend}': CPU, or CUDA0, ROCm0, MUSA0, ... (a device number after the "
-                         "family)")
+    # deferred: the device modules, which a CPU estimate does not load
+    from rsplan.planner.backends.devices import DEVICE_KINDS, KIND_OF_PREFIX
+
+    m = _GPU_NAME.match(backend)
+    kind = KIND_OF_PREFIX.get(m.group(1)) if m else None
+    if kind is None or kind not in DEVICE_KINDS:
+        shown = ", ".join(f"{p}0" for p, k in KIND_OF_PREFIX.items() if k in DEVICE_KINDS)
+        raise BreakdownError(f"unknown backend '{backend}': CPU, or {shown}, ... (a device number after the family)")
+    return kind
+
+
+_GPU_NAME = re.compile(r"^([A-Za-z]+)[0-9]{1,2}$")
 
 
 def moved_to_host(spec: ModelSpec, kind: str, table: WeightTable, load_mtp: bool = False) -> list[Weight]:
@@ -220,35 +211,36 @@ def model_bytes_by_buffer(
     table: WeightTable | None = None,
     load_mtp: bool = False,
     host: HostOptions | None = None,
+    run: GpuRun | None = None,
 ) -> tuple[dict[str, int] | None, bool]:
-    """Weight bytes per buffer type name for a run with every offloadable layer on ``backend``, and whether the
-    figures are exact.
+    """Weight bytes per buffer type name for a run on ``backend`` (``run``: its layer split; None: every
+    offloadable layer on the one device), and whether the figures are exact.
 
     With the model's tensor table (``table``, e.g. a GGUF's): exact, tensor by tensor. On the CPU backend every
     tensor is on the host (planner.weights.host_weights: ``CPU_Mapped`` span or padded ``CPU`` buffer, ``CPU_REPACK``
-    for what ``host.repack`` repacks); on a GPU backend planner.weights.weight_placement puts each tensor (the token
-    embedding on the host, a tied output copied onto the device, each tensor padded by the device buffer's rule) and the
-    host ones go to ``CPU_Mapped`` with mmap, ``CUDA_Host`` without. The MTP (nextn) layers' tensors are left out
-    unless they are loaded (``load_mtp``: ``--spec-type mtp``). Without the table: the model's ``weights_bytes``
-    spread evenly over the offloadable layers (planner.weights.placement), not exact: llama.cpp pads each tensor and
-    keeps the input layer in host memory. (None, False) without weights.
+    for what ``host.repack`` repacks); on a GPU backend planner.estimate.offload.device_weight_bytes puts each tensor
+    on its device (padded by the device buffer's rule, or Metal's mapped span) and planner.weights.host_charge the
+    host ones (``CPU_Mapped`` with mmap, the devices' host buffer type without). The MTP (nextn) layers' tensors are
+    left out unless they are loaded (``load_mtp``: ``--spec-type mtp``). Without the table: the model's
+    ``weights_bytes`` spread evenly over the offloadable layers (planner.weights.placement), not exact: llama.cpp pads
+    each tensor and keeps the input layer in host memory. (None, False) without weights.
     """
     kind = _backend_kind(backend)
     host = host or HostOptions()
-    gpu_host = gpu_host_buffer(None if kind == "CPU" else kind)  # the GPU's host buffer type, None on the CPU
-    if table and kind != "CPU":
+    if kind != "CPU" and run is None:
+        run = gpu_run(backend, spec.block_count, OffloadFlags())
+    gpu_host = run.host_buffer if run is not None else None
+    if table and run is not None:
         # deferred: the device modules (loader op tests, layer placement), which a CPU estimate does not load
         from rsplan.planner.backends.loader_ops import device_loader_check
-        from rsplan.planner.weights.placement import place_layers
 
         weights = gguf_weights(table.tensors, table.rows, spec.n_layer, load_mtp)
-        placement = place_layers(spec.block_count, 1)
-        loader = device_loader_check(kind, spec)
-        placed = place_weights(weights, placement, CUDA_RULE, arch=spec.arch, loader=loader)
-        out = {backend: placed.device[0]}
-        out.update(host_weights(table, weights, placement, host, gpu_host, arch=spec.arch, loader=loader).buffers)
+        loader = device_loader_check(run.kind.name, spec)
+        out = device_weight_bytes(run, weights, table, arch=spec.arch, loader=loader, use_mmap=host.use_mmap)
+        out.update(host_weights(table, weights, run.placement, host, gpu_host, run.overrides, arch=spec.arch,
+                                loader=loader).buffers)
         return out, True
-    if table and kind == "CPU":
+    if table:
         tensors = _host_tensors(table, spec.n_layer, load_mtp)
         names = {t.name for t in tensors}
         tied = "token_embd.weight" in names and "output.weight" not in names
@@ -256,13 +248,12 @@ def model_bytes_by_buffer(
     if spec.weights_bytes is None:
         return None, False
     host_name = "CPU_Mapped" if host.use_mmap else (host.weights_host_buffer(gpu_host) or "CPU")
-    if kind == "CPU":
+    if run is None:
         return {host_name: spec.weights_bytes}, False
-    from rsplan.planner.weights.placement import place_layers, weights_by_device  # deferred: a GPU backend's only
+    from rsplan.planner.weights.placement import weights_by_device  # deferred: a GPU backend's only
 
-    placement = place_layers(spec.block_count, 1)
-    on_device, host_bytes = weights_by_device(spec.weights_bytes, placement)
-    out = {backend: on_device[0]}
+    on_device, host_bytes = weights_by_device(spec.weights_bytes, run.placement)
+    out = {name: n for name, n in zip(run.device_names, on_device, strict=True) if n}
     if host_bytes:
         out[host_name] = host_bytes
     return out, False
@@ -278,38 +269,47 @@ def build_breakdown(
     mtp: bool = False,
     table: WeightTable | None = None,
     host: HostOptions | None = None,
+    offload: OffloadFlags | None = None,
+    device_rule: BufferRule | None = None,
 ) -> Breakdown:
-    """The buffers of a context of ``spec`` under ``params`` with every layer on ``backend``.
+    """The buffers of a context of ``spec`` under ``params`` on ``backend``.
 
     Args:
         spec / params / plan: the model, the flags and their cache plan (``build_plan(spec, params)``).
-        backend: ``CPU`` (llama.cpp's CPU backend: one ``CPU`` buffer type) or ``CUDAn`` (all layers on GPU n).
+        backend: ``CPU`` (llama.cpp's CPU backend: one ``CPU`` buffer type) or a GPU (``CUDA0``, ``MTL0``,
+            ``Vulkan0``, ...: planner.backends.devices), its layers placed by ``offload``.
         outputs: whose n_outputs_max the compute buffer is sized for (the tool, the server's draft length,
             ``--embeddings``; planner.compute.reserve.OutputsAsked).
         mtp: ``--spec-type mtp``: also size the draft context (models with nextn layers).
         table: the model's tensor table, when known (a GGUF, ``--quant``): exact model bytes.
         host: the host weights' options (``--cpu-repack``, ``--load-mode``): which host buffer types they take.
+        offload: ``-ngl`` / ``-ts`` / ``-ot`` / ``-nkvo`` on a GPU backend (planner.estimate.offload); None: every
+            layer on the one device.
+        device_rule: the device buffer's rule where it is a device property (a Vulkan device's alignment).
     """
     kind = _backend_kind(backend)
+    if kind == "CPU" and offload is not None and offload.given:
+        raise BreakdownError("-ngl, -ts, -ot and -nkvo place layers on GPUs: give a GPU --backend (CUDA0, MTL0, ...)")
     layout = cache_layout(spec)
-    compute, notes = _cpu_compute(spec, params, layout, outputs) if kind == "CPU" else (None, [])
+    run = None if kind == "CPU" else gpu_run(backend, spec.block_count, offload or OffloadFlags(), device_rule)
+    compute, notes = _cpu_compute(spec, params, layout, outputs) if run is None else (None, [])
     out, out_notes = _target_output(spec, params, compute, embeddings=outputs.embeddings, mtp=mtp,
-                                    buffer_type=_host_buft(kind))
-    model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host or HostOptions())
+                                    buffer_type=_host_buft(kind), extra=run.kind.host_alloc_extra if run else 0)
+    model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host or HostOptions(), run=run)
     source = _weights_source(model is not None, exact, kind)
     notes += out_notes + _weights_notes(spec, kind, backend, table, mtp, source)
-    context = sum(plan.buffer_bytes["CPU" if kind == "CPU" else "CUDA"].values())  # one rule for ggml-cuda's builds
-    tensors = None if kind == "CPU" else _layer_tensors(table)
-    if kind == "CPU":
-        rows = _cpu_rows(model, context, compute)
+    if run is None:
+        rows = _cpu_rows(model, sum(plan.buffer_bytes["CPU"].values()), compute)
     else:
-        dev_compute, host_compute, gpu_notes = _gpu_compute(spec, params, layout, outputs, backend, tensors=tensors)
+        tensors = _layer_tensors(table)
+        dev_compute, host_compute, gpu_notes = _gpu_compute(spec, params, layout, outputs, run, tensors=tensors)
         notes += gpu_notes
-        rows = _gpu_rows(backend, model, context, dev_compute, host_compute)
+        rows = gpu_rows(run, model, run.cache_buffers(plan), dev_compute, host_compute)
     ctx = resolve_context(layout, params)
-    draft, draft_notes = _draft(spec, params, layout, ctx, backend, tensors) if mtp else (None, [])
+    draft, draft_notes = _draft(spec, params, layout, ctx, backend, run, _layer_tensors(table)) if mtp else (None, [])
     server = _server_host(spec, layout, params, ctx, draft is not None) if outputs.tool == "server" else None
-    return Breakdown(rows, out, compute, model is not None and exact, (*notes, *draft_notes), draft, server, source)
+    return Breakdown(rows, out, compute, model is not None and exact, (*notes, *draft_notes), draft, server, source,
+                     run)
 
 
 def _cpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout,
@@ -323,9 +323,10 @@ def _cpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout,
 
 
 def _target_output(spec: ModelSpec, params: ContextParams, compute: ComputeBuffer | None, *, embeddings: bool,
-                   mtp: bool, buffer_type: str) -> tuple[OutputBuffer | None, list[str]]:
+                   mtp: bool, buffer_type: str, extra: int = 0) -> tuple[OutputBuffer | None, list[str]]:
     """The target context's output buffer in ``buffer_type`` (sized for the compute buffer's n_outputs_max where
-    it is known), and the note saying why it is not modelled (None, [note]) where it is not."""
+    it is known), and the note saying why it is not modelled (None, [note]) where it is not. ``extra``: bytes the
+    buffer type adds to each buffer it allocates (``Vulkan_Host``: planner.backends.devices.DeviceKind)."""
     try:
         out = output_buffer(spec, params, embeddings=embeddings,
                             n_outputs_max=compute.n_outputs_max if compute else None,
@@ -333,6 +334,8 @@ def _target_output(spec: ModelSpec, params: ContextParams, compute: ComputeBuffe
                             buffer_type=buffer_type)
     except OutputsError as exc:
         return None, [f"output buffer: {exc}"]
+    if extra:
+        out = dataclasses.replace(out, bytes=out.bytes + extra, grown_bytes=out.grown_bytes + extra)
     return out, []
 
 
@@ -355,20 +358,6 @@ def _cpu_rows(model: dict[str, int] | None, context: int, compute: ComputeBuffer
                      if name != "CPU"))
 
 
-def _gpu_rows(backend: str, model: dict[str, int] | None, context: int, dev_compute: int | None,
-              host_compute: int | None) -> tuple[BufferBreakdown, ...]:
-    """The rows of a run with every layer on GPU ``backend`` (bytes): the device's buffer (weights, caches,
-    compute), the host buffer type's (the CPU backend's compute buffer), then the other host weight buffers."""
-    host_buft = _host_buft(_backend_kind(backend))
-    device = BufferBreakdown(backend, backend, model.get(backend) if model else None, context, dev_compute)
-    # the CPU backend's compute buffer is in the first GPU's host buffer type (src/llama-context.cpp:415
-    # host_buft), named CUDA_Host (ggml/src/ggml-cuda/ggml-cuda.cu:1257 ggml_backend_cuda_host_buffer_type_name;
-    # ROCm_Host, MUSA_Host for the HIP and MUSA builds)
-    host = BufferBreakdown(host_buft, "Host", model.get(host_buft, 0) if model else None, 0, host_compute)
-    return (device, host, *(BufferBreakdown(name, "Host", n, 0, 0) for name, n in sorted((model or {}).items())
-                            if name not in (backend, host_buft)))
-
-
 def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
     """The scheduler model's view of the model's tensor table (names, shapes, types), where it is known: the
     type of a weight a device copies from another buffer (an op CUDA does not run, planner.backends.cuda_ops, copies the
@@ -383,42 +372,44 @@ def _layer_tensors(table: WeightTable | None) -> LayerTensors | None:
                            {name: type_ for name, (type_, _) in zip(names, table.rows, strict=True)})
 
 
-def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, outputs: OutputsAsked, backend: str,
+def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, outputs: OutputsAsked, run: GpuRun,
                  *, mtp_draft: bool = False, tensors: LayerTensors | None = None
-                 ) -> tuple[int | None, int | None, list[str]]:
-    """(device, host) compute buffers of a real run with every layer on one GPU of ``backend`` (CUDA0, ROCm0,
-    MUSA0, ...): the scheduler model (planner.compute.sched) with ggml-cuda's rules, an estimate (said in the notes
-    returned third); (None, None) where it does not apply (the third: a note saying why).
-    ``mtp_draft``: the ``--spec-type mtp`` draft context's instead (``params`` its own flags). ``tensors``: the
-    model's tensors with their types, where known."""
+                 ) -> tuple[tuple[int, ...] | None, int | None, list[str]]:
+    """(per device, host) compute buffers of a real run of ``run``: the scheduler model (planner.compute.sched) with
+    the devices' kind's rules (an estimate where the kind is not checked against llama.cpp, said in the notes
+    returned third); (None, None) where it does not apply (the third: a note saying why). The host's figure
+    includes what its buffer type adds to each buffer (``Vulkan_Host``). ``mtp_draft``: the ``--spec-type mtp``
+    draft context's instead (``params`` its own flags). ``tensors``: the model's tensors with their types, where
+    known."""
     # deferred: the scheduler model (planner.compute.sched, per_device), loaded for GPU backends only
-    from rsplan.planner.backends.devices import DEVICE_KINDS
     from rsplan.planner.backends.loader_ops import kind_loader_check
     from rsplan.planner.compute.per_device import device_compute
     from rsplan.planner.compute.sched_setup import SchedModelError, SchedSetup
-    from rsplan.planner.weights.placement import place_layers
 
-    kind = DEVICE_KINDS[_backend_kind(backend)]
-    setup = SchedSetup(kind, place_layers(spec.block_count, 1), tensors=tensors,
+    kind = run.kind
+    setup = SchedSetup(kind, run.placement, run.overrides, run.offload_kqv, tensors=tensors,
                        loader=kind_loader_check(kind, spec))
     what = "MTP draft compute buffer" if mtp_draft else "compute buffer"
+    where = run.device_names[0] if len(run.device_names) == 1 else f"the {kind.name} devices"
     try:
         # a session of this sizing's own: only graphs kept over the KV cells are built over fewer layers where the
         # layers repeat (planner.compute.reuse.layer_periods), which spares most of qwen3-next's graph here
         got = device_compute(spec, params, setup, outputs, layout=layout, runs="real", mtp_draft=mtp_draft,
                              session=SizingSession())
     except (ComputeModelError, SchedModelError) as exc:
-        return None, None, [f"{what} on {backend}: {exc}"]
+        return None, None, [f"{what} on {where}: {exc}"]
     notes: list[str] = []
     if not mtp_draft:  # the target's note covers the draft's figures too
         # the rules themselves (kind.source) are listed in docs/sizing.md 7a and `rsplan capacity --explain`
-        notes.append(f"compute buffers on {backend} and the host: an estimate with {kind.name}'s scheduler rules "
-                     f"(docs/sizing.md section 7a); llama.cpp names the host one {_host_buft(kind.name)}")
-    host_ops = got.host_ops_note(backend)
+        checked = "" if kind.exact else "an estimate with "
+        notes.append(f"compute buffers on {where} and the host: {checked}{kind.name}'s scheduler rules "
+                     f"(docs/sizing.md section 7a); llama.cpp names the host one {run.host_compute_buffer}")
+    host_ops = got.host_ops_note(where)
     if host_ops is not None:
         notes.append(f"{'the MTP draft context: ' if mtp_draft else ''}{host_ops}")
     assert got.devices is not None and got.host is not None  # a real run was sized
-    return got.devices[0], got.host, notes
+    host = got.host + kind.host_alloc_extra if got.host else 0
+    return got.devices, host, notes
 
 
 def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, ctx: EffectiveContext,
@@ -435,12 +426,11 @@ def _server_host(spec: ModelSpec, layout: CacheLayout, params: ContextParams, ct
 
 
 def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: EffectiveContext, backend: str,
-           tensors: LayerTensors | None) -> tuple[DraftContext | None, list[str]]:
+           run: GpuRun | None, tensors: LayerTensors | None) -> tuple[DraftContext | None, list[str]]:
     """The ``--spec-type mtp`` draft context's buffers, and the notes on what is not modelled (None where its
     cache is not)."""
     # the draft llama-server (or llama-cli) makes beside this target: the target's resolved -c, its own cache
     # types (-ctkd / -ctvd, default f16, not -ctk / -ctv), no rollback planes, -np outputs (mtp_draft_params)
-    kind = _backend_kind(backend)
     draft = mtp_draft_params(params, ctx.n_ctx)
     try:
         kv = mtp_draft_kv(spec, draft)
@@ -451,17 +441,22 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
     notes: list[str] = []
     compute_bytes = output_bytes = host_compute = None
     outputs = OutputsAsked(n_outputs_max=draft.n_seq_max)  # the draft's outputs, -np (as planner.fit.draft)
-    if kind == "CPU":
+    buffer_type = backend
+    if run is None:
         try:
             compute_bytes = compute_buffer(spec, draft, outputs, mtp_draft=True).bytes
         except ComputeModelError as exc:
             notes.append(f"MTP draft compute buffer: {exc}")
-    else:  # the target's own note says these are the scheduler model's estimate with CUDA's rules
-        compute_bytes, host_compute, notes = _gpu_compute(spec, draft, layout, outputs, backend, mtp_draft=True,
-                                                          tensors=tensors)
+    else:  # the target's own note says these are the scheduler model's figures with the kind's rules
+        devices, host_compute, notes = _gpu_compute(spec, draft, layout, outputs, run, mtp_draft=True,
+                                                    tensors=tensors)
+        compute_bytes = sum(devices) if devices is not None else None
+        # its KV cache is on the device of the nextn layer (the last): ``CPU`` where that stays on the host
+        buffer_type = run.cache_home(spec.block_count - 1)[0]
     try:
         output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,
-                                     buffer_type=_host_buft(kind)).bytes
+                                     buffer_type=_host_buft(_backend_kind(backend))).bytes
+        output_bytes += run.kind.host_alloc_extra if run is not None else 0
     except OutputsError as exc:
         notes.append(f"MTP draft output buffer: {exc}")
-    return DraftContext(backend, kv.bytes, compute_bytes, output_bytes, host_compute), notes
+    return DraftContext(buffer_type, kv.bytes, compute_bytes, output_bytes, host_compute), notes

@@ -19,6 +19,7 @@ from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import given_host_flags, host_options, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
+from rsplan.cli.placement_options import PLACEMENT_KEYS, placement_options
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import BackendError
 from rsplan.planner.compute.reserve import OutputsAsked, paused_gc
@@ -30,9 +31,8 @@ if TYPE_CHECKING:
     from rsplan.planner.caches.plan import MemoryPlan
     from rsplan.planner.estimate.breakdown import Breakdown, WeightTable
 
-#: The buffers the table can show (planner.caches.plan.BUFFER_RULES); --format log knows more
-#: (planner.backends.buffers).
-_TABLE_BACKEND = re.compile(r"^(CPU|(CUDA|ROCm|MUSA)[0-9]{1,2})$")
+#: The buffers the table can show: the CPU and the GPU backends with scheduler rules (planner.backends.devices).
+_TABLE_BACKEND = re.compile(r"^(CPU|(CUDA|ROCm|MUSA|SYCL|MTL|Vulkan)[0-9]{1,2}(:[0-9]{1,4})?)$")
 
 OUTPUT_OPTIONS = [
     click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
@@ -55,6 +55,7 @@ OUTPUT_OPTIONS = [
 @context_options
 @engine_options
 @section("Output", OUTPUT_OPTIONS)
+@section("GPU layers (with a GPU --backend)", placement_options("one device (CUDA0: -ts 1,1 adds CUDA1)"))
 @host_options
 @user_errors
 # the collector would scan what this command loads and builds (alive until it ends) some 20 times as it runs, and
@@ -81,10 +82,11 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     values = pop_engine_values(kwargs, engine, CONTEXT_KEYS)
     if engine != NATIVE and quant is not None:
         raise click.UsageError("--quant applies to --engine llama.cpp only (llama-quantize's types)", ctx)
+    placement = {key: kwargs.pop(key) for key in PLACEMENT_KEYS}
     if engine != NATIVE:
-        given = given_host_flags(ctx)
+        given = given_host_flags(ctx) + _given_placement(ctx)
         if given:
-            raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only (its host weights)", ctx)
+            raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
         return
     # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
@@ -92,6 +94,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     from rsplan.planner.estimate.breakdown import build_breakdown
 
     buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
+    offload = _offload_flags(placement, ctx, backend)
     host = pop_host_options(kwargs, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
@@ -102,8 +105,9 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
     outputs = OutputsAsked(tool=tool, n_draft=n_draft)
     estimates = [_ModelEstimate(m.spec, plan, m.noted(build_breakdown(
-        m.spec, params, plan, backend=backend, outputs=outputs, mtp=spec_type == "mtp", table=m.weight_table(),
-        host=host)) if breakdown_backend else None) for m, plan in zip(models, plans, strict=True)]
+        m.spec, params, plan, backend=buffer.name, outputs=outputs, mtp=spec_type == "mtp", table=m.weight_table(),
+        host=host, offload=offload, device_rule=buffer.rules[0] if len(buffer.rules) == 1 else None))
+        if breakdown_backend else None) for m, plan in zip(models, plans, strict=True)]
     _print_native(estimates, buffer, per_layer, fmt, backend)
 
 
@@ -177,6 +181,28 @@ def _model_weights(ref: str, read: Any, quant: str | None, backend: str) -> _Mod
         return as_read
     return _ModelWeights(q.spec, q.table, q.weights.rows, q.weights.shapes, 32,
                          source=q.note + (f" ({DEFAULT_QUANT_NOTE})" if default else ""))
+
+
+def _given_placement(ctx: click.Context) -> list[str]:
+    """The GPU placement flags given on the command line (``-ngl``, ...)."""
+    flags = {"n_gpu_layers": "-ngl", "tensor_split": "-ts", "no_kv_offload": "-nkvo", "override_tensor": "-ot",
+             "cpu_moe": "--cpu-moe", "n_cpu_moe": "--n-cpu-moe", "n_cpu_ffn": "--n-cpu-ffn"}
+    return [flag for key, flag in flags.items() if ctx.get_parameter_source(key) not in (None, ParameterSource.DEFAULT)]
+
+
+def _offload_flags(placement: dict[str, Any], ctx: click.Context, backend: str) -> Any:
+    """The GPU placement flags as planner.estimate.offload.OffloadFlags; a usage error where they are given with
+    the CPU backend, which has no GPU to place layers on."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
+    from rsplan.cli.placement_options import override_flags, parse_ngl, parse_tensor_split
+    from rsplan.planner.estimate.offload import OffloadFlags
+
+    given = _given_placement(ctx)
+    if given and backend == "CPU":
+        raise click.UsageError(f"{given[0]} places layers on GPUs: give a GPU --backend (CUDA0, MTL0, Vulkan0, ...)",
+                               ctx)
+    return OffloadFlags(parse_ngl(placement["n_gpu_layers"]), parse_tensor_split(placement["tensor_split"]),
+                        override_flags(ctx, placement), not placement["no_kv_offload"])
 
 
 def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx: click.Context

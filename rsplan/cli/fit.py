@@ -15,17 +15,11 @@ import click
 from click.core import ParameterSource
 
 from rsplan.cli import ends_with_command
-from rsplan.cli.budget import (
-    DEVICE_KIND_OPTION,
-    override_flags,
-    override_options,
-    parse_fit_target,
-    parse_tensor_split,
-    read_ngl,
-)
+from rsplan.cli.budget import DEVICE_KIND_OPTION, parse_fit_target
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import host_options, pop_host_options
 from rsplan.cli.options import context_options, model_options, pop_context_params
+from rsplan.cli.placement_options import override_flags, override_options, parse_tensor_split, read_ngl
 from rsplan.cli.sections import Decorator, SectionedCommand, section
 from rsplan.errors import RsplanError
 from rsplan.planner.compute.reserve import paused_gc

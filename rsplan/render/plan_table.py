@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rsplan.planner.caches.plan import BUFFER_RULES, MemoryPlan, TensorPlan
+from rsplan.planner.backends.buffers import BufferRule, parse_backend
+from rsplan.planner.caches.plan import MemoryPlan, TensorPlan, alloc_nbytes
 from rsplan.render.tables import prose, table
 from rsplan.render.units import human, mib
 
@@ -64,23 +66,40 @@ def per_layer_table(plan: MemoryPlan) -> str:
                  align=("right", "left", "right", "right", "right", "right", "right"))
 
 
-def buffer_kind(backend: str) -> str:
-    """The BUFFER_RULES key of a buffer name: ``CUDA0`` -> ``CUDA``."""
-    return "CUDA" if backend.startswith("CUDA") else "CPU"
+def backend_rule(backend: str) -> BufferRule:
+    """The rule a buffer of ``backend`` (``CPU``, ``CUDA0``, ``ROCm0``, ``MTL0``, ``Vulkan0:64``, ...) pads a tensor
+    by: planner.backends.buffers.parse_backend's (a Vulkan device without its alignment: the devices' default)."""
+    rules = parse_backend(backend).rules
+    if len(rules) == 1:
+        return rules[0]
+    from rsplan.planner.backends.devices import DEVICE_KINDS  # deferred: the device modules, for Vulkan only
+
+    return DEVICE_KINDS["Vulkan"].buffer_rule
 
 
-def buffers_table(plan: MemoryPlan, backend: str = "CPU") -> str:
-    """The two buffers llama.cpp allocates on ``backend`` for these caches, and what they hold."""
-    kind = buffer_kind(backend)
-    b = plan.buffer_bytes[kind]
-    rows = [[f"{backend} {name} buffer", holds, mib(n), f"{n:,}"]
-            for name, holds, n in (("KV", "K and V tensors", b["kv"]), ("RS", "R and S tensors", b["recurrent"]))
-            if n]
-    other = "CUDA0" if kind == "CPU" else "CPU"
+def buffers_table(plan: MemoryPlan, backend: str = "CPU",
+                  home: Callable[[int], tuple[str, BufferRule]] | None = None) -> str:
+    """The buffers llama.cpp allocates for these caches (one KV and one RS buffer per buffer type holding them:
+    ``home`` gives each layer's, planner.estimate.offload.GpuRun.cache_home; None: every layer on ``backend``), and
+    what they hold."""
+    if home is None:
+        rule = backend_rule(backend)
+        home = lambda _il: (backend.split(":")[0], rule)  # noqa: E731
+    sizes: dict[tuple[str, str], int] = {}
+    aligns: set[int] = set()
+    for t in plan.tensors:
+        name, rule = home(t.layer)
+        aligns.add(rule.alignment)
+        key = (name, "KV" if t.kind in ("k", "v") else "RS")
+        sizes[key] = sizes.get(key, 0) + alloc_nbytes(rule, t)
+    holds = {"KV": "K and V tensors", "RS": "R and S tensors"}
+    rows = [[f"{name} {cache} buffer", holds[cache], mib(n), f"{n:,}"]
+            for (name, cache), n in sorted(sizes.items(), key=lambda kv: (kv[0][1], kv[0][0].encode())) if n]
+    shown = " or ".join(f"{a}" for a in sorted(aligns)) or "32"
     return "\n".join([
         table(rows, ["buffer", "holds", "MiB", "bytes"], align=("left", "left", "right", "right")),
-        prose(f"The buffers llama.cpp allocates on {backend} (its 'KV / RS buffer size' log lines): the tensors above, "
-              f"each padded to {BUFFER_RULES[kind].alignment} bytes; --backend {other} for {other}'s."),
+        prose(f"The buffers llama.cpp allocates for the caches (its 'KV / RS buffer size' log lines): the tensors "
+              f"above, each padded to {shown} bytes by its buffer's rule; --backend names another device."),
     ])
 
 
@@ -118,7 +137,8 @@ def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU",
     ]
     if per_layer:
         parts += ["", per_layer_table(plan)]
-    parts += ["", buffers_table(plan, backend)]
+    run = breakdown.run if breakdown is not None else None
+    parts += ["", buffers_table(plan, backend, home=run.cache_home if run is not None else None)]
     if breakdown is not None:
         parts += ["", breakdown_table(breakdown)]
     parts += [prose(f"note: {w}") for w in user_notes(plan)]
@@ -131,7 +151,8 @@ def _kind_bytes(plan: MemoryPlan, kind: str) -> int:
 
 def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
     """Several models under the same flags, one column each: the context each gets and its cache bytes."""
-    buffer = buffer_kind(backend)
+    rule = backend_rule(backend)
+    name = backend.split(":")[0]
 
     def rs(p: MemoryPlan) -> str:
         c = p.context
@@ -149,13 +170,13 @@ def render_comparison(plans: list[MemoryPlan], backend: str = "CPU") -> str:
         rows.append([f"{_KIND_LABEL[kind]} bytes", *(f"{_kind_bytes(p, kind):,}" for p in plans)])
     rows.append(["total bytes", *(f"{p.total_bytes:,}" for p in plans)])
     rows.append(["total MiB", *(mib(p.total_bytes) for p in plans)])
-    rows.append([f"{backend} buffers bytes", *(f"{sum(p.buffer_bytes[buffer].values()):,}" for p in plans)])
+    rows.append([f"{name} buffers bytes", *(f"{sum(alloc_nbytes(rule, t) for t in p.tensors):,}" for p in plans)])
     parts = [
         f"{len(plans)} models side by side, under the same flags",
         "",
         table(rows, ["model", *(p.model for p in plans)], align=("left", *("right",) * len(plans))),
-        prose(f"{backend} buffers: the KV and RS buffers llama.cpp allocates on {backend}, each tensor padded to "
-              f"{BUFFER_RULES[buffer].alignment} bytes."),
+        prose(f"{name} buffers: the KV and RS buffers llama.cpp allocates on {name}, each tensor padded to "
+              f"{rule.alignment} bytes."),
     ]
     for p in plans:
         if p.context.n_rs_seq_clamp_reason:

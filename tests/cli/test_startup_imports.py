@@ -59,7 +59,7 @@ def test_estimate_loads_no_other_command():
     added = imported_by(ESTIMATE)
     assert sorted(m for m in added if m.startswith("rsplan.cli.")) == [
         "rsplan.cli.engine_options", "rsplan.cli.errors", "rsplan.cli.estimate", "rsplan.cli.host_options",
-        "rsplan.cli.options", "rsplan.cli.sections"]
+        "rsplan.cli.options", "rsplan.cli.placement_options", "rsplan.cli.sections"]
 
 
 def test_the_check_sees_a_heavy_import():
