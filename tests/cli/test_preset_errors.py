@@ -64,8 +64,8 @@ def test_the_good_preset_loads(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("name", "message"), [
-    ("qwen3-next", "no built-in preset named 'qwen3-next'; did you mean qwen3-next-80b-a3b? (see `rsplan presets "
-                   "list`)"),
+    ("qwen3-next", "no built-in preset named 'qwen3-next'; did you mean qwen3-next-80b-a3b or qwen3.5-9b? (see "
+                   "`rsplan presets list`)"),
     ("lfm2", "no built-in preset named 'lfm2'; did you mean lfm2-1.2b, lfm2-2.6b or lfm2-8b-a1b? (see `rsplan presets "
              "list`)"),
     ("Mamba2-130M", "no built-in preset named 'Mamba2-130M'; did you mean mamba2-130m, mamba-130m or mamba2-2.7b? "

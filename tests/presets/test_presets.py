@@ -49,6 +49,9 @@ REQUIRED = (
     "nemotron-3-nano-30b-a3b",
     "nemotron-h-8b-base-8k",
     "qwen3-next-80b-a3b",
+    "qwen3.5-0.8b",
+    "qwen3.5-9b",
+    "qwen3.5-27b",
     "qwen3.5-35b-a3b",
     "qrwkv6-32b-instruct-preview",
     "rwkv6-1.6b-world",
@@ -209,6 +212,34 @@ EXPECTED = (
         kv=tuple(range(3, 40, 4)),
         kv_bytes=10 * 2 * (2 * 256 * F16) * CELLS,
         recurrent_bytes=30 * 4 * 4 * (24576 + 524288),
+    ),
+    # the dense Qwen3.5 models: (d_conv - 1) * (V heads * 128 + 2 * 16 QK heads * 128), d_state 128 x d_inner
+    Expected(
+        "qwen3.5-0.8b",
+        n_embd_r=(4 - 1) * (16 * 128 + 2 * 16 * 128),
+        n_embd_s=128 * (16 * 128),
+        recurrent=tuple(i for i in range(24) if i % 4 != 3),
+        kv=tuple(range(3, 24, 4)),
+        kv_bytes=6 * 2 * (2 * 256 * F16) * CELLS,
+        recurrent_bytes=18 * 4 * 4 * (18432 + 262144),
+    ),
+    Expected(
+        "qwen3.5-9b",
+        n_embd_r=(4 - 1) * (32 * 128 + 2 * 16 * 128),
+        n_embd_s=128 * (32 * 128),
+        recurrent=tuple(i for i in range(32) if i % 4 != 3),  # the MTP layer 32 is neither
+        kv=tuple(range(3, 32, 4)),
+        kv_bytes=8 * 2 * (4 * 256 * F16) * CELLS,
+        recurrent_bytes=24 * 4 * 4 * (24576 + 524288),
+    ),
+    Expected(
+        "qwen3.5-27b",
+        n_embd_r=(4 - 1) * (48 * 128 + 2 * 16 * 128),
+        n_embd_s=128 * (48 * 128),
+        recurrent=tuple(i for i in range(64) if i % 4 != 3),  # the MTP layer 64 is neither
+        kv=tuple(range(3, 64, 4)),
+        kv_bytes=16 * 2 * (4 * 256 * F16) * CELLS,
+        recurrent_bytes=48 * 4 * 4 * (30720 + 786432),
     ),
     Expected(
         "jamba-v0.1",
@@ -416,6 +447,8 @@ def test_qwen3_next_clamps_rollback_to_zero():
     [
         ("qwen3-next-80b-a3b", 49, 48),  # the converter keeps Qwen3-Next's one MTP layer
         ("qwen3.5-35b-a3b", 41, 40),  # mtp_num_hidden_layers 1
+        ("qwen3.5-9b", 33, 32),
+        ("qwen3.5-27b", 65, 64),
     ],
 )
 def test_mtp_layers_are_blocks_but_carry_no_cache(name, block_count, n_layer):
