@@ -22,7 +22,7 @@ ROOTS = r"(?:src|ggml|common|tools|include|conversion|gguf-py)"
 #: ``<path>:<line>``, then the symbol (a C++ name, qualified with ``::``, or a member access ``a.b`` / ``a->b``).
 SYMBOL = re.compile(r"[A-Za-z_~][\w~]*(?:(?:::|\.|->)[A-Za-z_~][\w~]*)*")
 CITATION = re.compile(
-    rf"\b(?P<path>{ROOTS}/[\w./-]+\.(?:cpp|h|c|cu|py)):(?P<line>\d+)(?:[ \t]+(?P<symbol>{SYMBOL.pattern}))?"
+    rf"\b(?P<path>{ROOTS}/[\w./-]+\.(?:cpp|h|c|cu|cuh|m|py)):(?P<line>\d+)(?:[ \t]+(?P<symbol>{SYMBOL.pattern}))?"
 )
 #: Lines after the cited one where the symbol may stand (a signature or a statement wrapped over lines).
 WINDOW = 4
