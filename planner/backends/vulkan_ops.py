@@ -5,9 +5,9 @@ rsplan's graphs.
 supports_op (ggml/src/ggml-vulkan/ggml-vulkan.cpp:15300 ggml_backend_vk_device_supports_op) first refuses a node whose
 result or any source holds more bytes (ggml_nbytes) than the device's buffers can (``max_buffer_size``) or, without
 VK_EXT_shader_64bit_indexing, than one storage-buffer binding can address (``maxStorageBufferRange``):
-ggml/src/ggml-vulkan/ggml-vulkan.cpp:15307 tensor_size_supported. Weights are left out of that check here: the graphs
-give them f32 placeholder shapes (planner.ggml.ops.weight), so ``vulkan_tensor_fits`` is there to ask it with a weight's
-real bytes. Then, per op:
+ggml/src/ggml-vulkan/ggml-vulkan.cpp:15307 tensor_size_supported. Weights (and views of them) are left out of that
+check here: the graphs give them f32 placeholder shapes (planner.ggml.ops.weight), so ``vulkan_tensor_fits`` is there to
+ask it with a weight's real bytes. Then, per op:
 
 - ``MUL_MAT`` / ``MUL_MAT_ID`` (ggml/src/ggml-vulkan/ggml-vulkan.cpp:15377 GGML_OP_MUL_MAT): the weight (src0) of a type
   in VULKAN_MATMUL_TYPES (every type but ``q8_1``, ``q8_K``, the integer and f64 types), the same outermost dimension on
@@ -158,7 +158,7 @@ def vulkan_tensor_fits(nbytes: int, features: VulkanFeatures = DESKTOP_GPU) -> b
 
 def vulkan_supports_op(t: Tensor, features: VulkanFeatures = DESKTOP_GPU) -> bool:
     """Whether a Vulkan device with ``features`` runs node ``t`` (module docstring)."""
-    sized = (s for s in (t, *t.src) if s.kind != "weight")
+    sized = (s for s in (t, *t.src) if not _is_weight(s))
     if not all(vulkan_tensor_fits(s.nbytes, features) for s in sized):
         return False
     if t.op in _ALWAYS:
@@ -178,6 +178,11 @@ def vulkan_offloads(t: Tensor, min_batch: int = OP_OFFLOAD_MIN_BATCH) -> bool:
     else:
         batch = t.ne[1] * t.ne[2] * t.ne[3]
     return batch >= min_batch
+
+
+def _is_weight(t: Tensor) -> bool:
+    """A weight or a view of one: its graph type is a placeholder, so its bytes are not its file's."""
+    return t.kind == "weight" or (t.view_src is not None and t.view_src.kind == "weight")
 
 
 def _name(t: Tensor) -> str:
