@@ -69,7 +69,7 @@ CUDA_RULE = BufferRule(128, 512)
 #: Device buffer rules by ``--device-kind`` (fit, capacity, report); RPC forwards to the server's backend, a CPU
 #: here.
 DEVICE_RULES: dict[str, BufferRule] = {"CUDA": CUDA_RULE, "ROCm": CUDA_RULE, "MUSA": CUDA_RULE, "SYCL": CUDA_RULE,
-                                       "RPC": CPU_RULE}
+                                       "RPC": CPU_RULE, "Metal": CPU_RULE}
 
 BUFFER_TYPES: tuple[BufferType, ...] = (
     BufferType("CPU", False, CPU_RULE, "ggml-backend.cpp: get_alignment TENSOR_ALIGNMENT (32), get_alloc_size "

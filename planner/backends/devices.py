@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from rsplan.planner.backends.buffers import DEVICE_RULES, BufferRule
 from rsplan.planner.backends.cuda_alloc import cuda_alloc_size
 from rsplan.planner.backends.cuda_ops import cuda_supports_op, cuda_takes_weight
+from rsplan.planner.backends.metal_alloc import METAL_ALIGNMENT, metal_alloc_size
+from rsplan.planner.backends.metal_ops import metal_offloads, metal_supports_op, metal_takes_weight
+from rsplan.planner.backends.vulkan_buffers import DEFAULT_LIMITS, HOST_BUFFER_EXTRA
+from rsplan.planner.backends.vulkan_ops import vulkan_offloads, vulkan_supports_op, vulkan_takes_weight
 from rsplan.planner.ggml.alloc import Tensor
 
 
@@ -41,6 +45,9 @@ class DeviceKind:
             mapped file (``<device>_Mapped``), not copies.
         host_alloc_extra: bytes the devices' host buffer type adds to every buffer it allocates (its printed output
             and compute buffer sizes include them).
+        host_alignment: the alignment of the buffer type holding the CPU backend's compute buffer beside these
+            devices (their host buffer type's: CUDA_Host 32, Vulkan_Host the device's minMemoryMapAlignment; Metal
+            has none: the CPU's 32).
     """
 
     name: str
@@ -56,6 +63,7 @@ class DeviceKind:
     offload_op: Callable[[Tensor], bool] | None = None
     maps_file: bool = False
     host_alloc_extra: int = 0
+    host_alignment: int = 32
 
     @property
     def buffer_rule(self) -> BufferRule:
@@ -64,9 +72,10 @@ class DeviceKind:
         rule = DEVICE_RULES.get(self.name)
         return rule if rule is not None and rule.alignment == self.alignment else BufferRule(self.alignment)
 
-    def with_alignment(self, alignment: int) -> DeviceKind:
-        """This kind on a device whose buffer alignment is ``alignment`` (a Vulkan device's property)."""
-        return dataclasses.replace(self, alignment=alignment)
+    def with_alignment(self, alignment: int, host_alignment: int | None = None) -> DeviceKind:
+        """This kind on a device whose buffer alignment is ``alignment`` and host buffer type's ``host_alignment``
+        (None: this kind's): a Vulkan device's properties."""
+        return dataclasses.replace(self, alignment=alignment, host_alignment=host_alignment or self.host_alignment)
 
 
 _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CONV by their shapes and types, "
@@ -76,6 +85,16 @@ _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CON
                 "to 512, flash attention's f16 K/V copies as the kernel of an NVIDIA Turing-or-newer GPU needs them), "
                 "graph_optimize's allocation dependencies for the MoE weighted reduction and the top-k MoE router; "
                 "not modelled: integrated GPUs")
+_METAL_SOURCE = ("ggml-metal: supports_op (planner.backends.metal_ops: an Apple Silicon M1-or-newer GPU), offload_op "
+                 "MUL_MAT / MUL_MAT_ID from a batch of 32, alignment 32, get_alloc_size with the extras of MUL_MAT_ID, "
+                 "FLASH_ATTN_EXT, ARGSORT, TOP_K (planner.backends.metal_alloc), no host buffer type (the host's "
+                 "buffers are CPU), weights mapped from the file (MTL0_Mapped); not modelled: graph_optimize's "
+                 "reordering and fusion dependencies")
+_VULKAN_SOURCE = ("ggml-vulkan: supports_op (planner.backends.vulkan_ops: a desktop GPU of NVIDIA's driver), "
+                  "offload_op get_op_batch_size >= 32, alignment minStorageBufferOffsetAlignment and the "
+                  "Vulkan_Host alignment minMemoryMapAlignment (planner.backends.vulkan_buffers: 16 and 64 unless "
+                  "given), get_alloc_size ggml_nbytes, Vulkan_Host adding 32 bytes to each buffer; not modelled: "
+                  "graph_optimize's reordering, buffers split at the 1 GiB suballocation block")
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
@@ -86,6 +105,11 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                        cuda_takes_weight),
     "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
                        cuda_takes_weight),
+    "Metal": DeviceKind("Metal", METAL_ALIGNMENT, 32, True, False, _METAL_SOURCE, metal_alloc_size, metal_supports_op,
+                        False, metal_takes_weight, offload_op=metal_offloads, maps_file=True),
+    "Vulkan": DeviceKind("Vulkan", DEFAULT_LIMITS.storage_alignment, 32, True, False, _VULKAN_SOURCE, None,
+                         vulkan_supports_op, False, vulkan_takes_weight, offload_op=vulkan_offloads,
+                         host_alloc_extra=HOST_BUFFER_EXTRA, host_alignment=DEFAULT_LIMITS.map_alignment),
 }
 #: The kind of each buffer type prefix llama.cpp prints (``CUDA0`` is a CUDA device, ``MTL0`` a Metal one, ...).
 KIND_OF_PREFIX: dict[str, str] = {"CUDA": "CUDA", "ROCm": "ROCm", "MUSA": "MUSA", "SYCL": "SYCL", "MTL": "Metal",

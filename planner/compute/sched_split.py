@@ -149,8 +149,10 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
     uses = use_counts(graph.nodes) if setup.kind.fusion_deps and setup.placement.n_devices else None
     splits, copies = s.split()
     sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies, uses)
+    # the CPU backend's buffer is the devices' host buffer type's (src/llama-context.cpp:415 host_buft)
+    host_alignment = setup.kind.host_alignment if setup.placement.n_devices else CPU_ALIGNMENT
     buffers = (*(Buffer(setup.kind.alignment, alloc_size=setup.kind.alloc_size)
-                 for _ in range(setup.placement.n_devices)), Buffer(CPU_ALIGNMENT))
+                 for _ in range(setup.placement.n_devices)), Buffer(host_alignment))
     n_splits = len(splits)
     if periods is not None:
         n_splits, sched_graph.periods = _whole_graph_splits(s, splits, periods, sched_graph)

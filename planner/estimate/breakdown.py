@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from rsplan.errors import ContextError, RsplanError
 from rsplan.hparams.layout import CacheLayout, cache_layout
 from rsplan.hparams.model import ModelSpec
-from rsplan.planner.backends.buffers import BufferRule
 from rsplan.planner.caches.context import ContextParams, EffectiveContext, resolve_context
 from rsplan.planner.caches.outputs import (
     DEFAULT_CTX_CHECKPOINTS,
@@ -104,6 +103,21 @@ class Breakdown:
     weights_source: str | None = None
     #: where a GPU run's layers, weights and caches are (planner.estimate.offload); None on the CPU backend
     run: GpuRun | None = None
+    #: the device properties the figures rest on where the user did not give them (a Vulkan driver's alignments),
+    #: shown in the answer's first lines; None: none assumed
+    device_note: str | None = None
+
+    def with_device_note(self, note: str | None) -> Breakdown:
+        """The breakdown with ``note`` (the device assumed), also in ``notes`` for the JSON."""
+        if note is None:
+            return self
+        return dataclasses.replace(self, notes=(*self.notes, note), device_note=note)
+
+    def without_device_note(self) -> Breakdown:
+        """The breakdown less the note that ``device_note`` says (for a text that shows it apart)."""
+        if self.device_note is None:
+            return self
+        return dataclasses.replace(self, notes=tuple(n for n in self.notes if n != self.device_note))
 
     def with_weights_source(self, source: str) -> Breakdown:
         """The breakdown with the model bytes' source given by its caller (``rsplan estimate``'s quantization of the
@@ -270,7 +284,7 @@ def build_breakdown(
     table: WeightTable | None = None,
     host: HostOptions | None = None,
     offload: OffloadFlags | None = None,
-    device_rule: BufferRule | None = None,
+    alignments: tuple[int | None, int | None] = (None, None),
 ) -> Breakdown:
     """The buffers of a context of ``spec`` under ``params`` on ``backend``.
 
@@ -285,13 +299,14 @@ def build_breakdown(
         host: the host weights' options (``--cpu-repack``, ``--load-mode``): which host buffer types they take.
         offload: ``-ngl`` / ``-ts`` / ``-ot`` / ``-nkvo`` on a GPU backend (planner.estimate.offload); None: every
             layer on the one device.
-        device_rule: the device buffer's rule where it is a device property (a Vulkan device's alignment).
+        alignments: the device and host buffer types' alignments where they are device properties (a Vulkan
+            device's: planner.backends.vulkan_buffers), None: the kind's.
     """
     kind = _backend_kind(backend)
     if kind == "CPU" and offload is not None and offload.given:
         raise BreakdownError("-ngl, -ts, -ot and -nkvo place layers on GPUs: give a GPU --backend (CUDA0, MTL0, ...)")
     layout = cache_layout(spec)
-    run = None if kind == "CPU" else gpu_run(backend, spec.block_count, offload or OffloadFlags(), device_rule)
+    run = None if kind == "CPU" else gpu_run(backend, spec.block_count, offload or OffloadFlags(), *alignments)
     compute, notes = _cpu_compute(spec, params, layout, outputs) if run is None else (None, [])
     out, out_notes = _target_output(spec, params, compute, embeddings=outputs.embeddings, mtp=mtp,
                                     buffer_type=_host_buft(kind), extra=run.kind.host_alloc_extra if run else 0)

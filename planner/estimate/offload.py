@@ -115,10 +115,12 @@ class GpuRun:
         return ("CPU", CPU_RULE) if dev is None else (self.device_names[dev], self.rule)
 
 
-def gpu_run(backend: str, n_layer_all: int, flags: OffloadFlags, rule: BufferRule | None = None) -> GpuRun:
+def gpu_run(backend: str, n_layer_all: int, flags: OffloadFlags, alignment: int | None = None,
+            host_alignment: int | None = None) -> GpuRun:
     """The run of ``flags`` on ``backend`` (``CUDA0``, ``MTL0``, ``Vulkan0``, ...) for a model of ``n_layer_all``
-    repeating layers; ``rule``: the device buffer's rule where the backend's is a device property (Vulkan's
-    alignment), else the kind's.
+    repeating layers; ``alignment`` / ``host_alignment``: the device buffer type's and the host buffer type's
+    alignments where they are device properties (a Vulkan device's minStorageBufferOffsetAlignment and
+    minMemoryMapAlignment), None: the kind's.
 
     Raises:
         BackendError: a backend without scheduler rules, or flags llama.cpp refuses (planner.weights.placement).
@@ -131,8 +133,8 @@ def gpu_run(backend: str, n_layer_all: int, flags: OffloadFlags, rule: BufferRul
     if m is None or kind_name is None or kind_name not in DEVICE_KINDS:
         raise BackendError(f"'{backend}': no device rules for this backend")
     kind = DEVICE_KINDS[kind_name]
-    if rule is not None and rule.alignment != kind.alignment:
-        kind = kind.with_alignment(rule.alignment)
+    if alignment is not None or host_alignment is not None:
+        kind = kind.with_alignment(alignment or kind.alignment, host_alignment)
     first = int(m["device"])
     names = tuple(f"{m['prefix']}{first + i}" for i in range(flags.n_devices))
     ngl = flags.n_gpu_layers
@@ -140,8 +142,7 @@ def gpu_run(backend: str, n_layer_all: int, flags: OffloadFlags, rule: BufferRul
                              tensor_split=list(flags.tensor_split) if flags.tensor_split else None,
                              offload_kqv=flags.offload_kqv)
     overrides = overrides_from_flags(flags.override_flags, names)
-    return GpuRun(kind, names, rule or kind.buffer_rule, placement, overrides, flags.offload_kqv,
-                  gpu_host_buffer(kind.name))
+    return GpuRun(kind, names, kind.buffer_rule, placement, overrides, flags.offload_kqv, gpu_host_buffer(kind.name))
 
 
 def device_weight_bytes(run: GpuRun, weights: list[Weight], table: WeightTable, *, arch: str,

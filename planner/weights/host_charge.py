@@ -32,9 +32,12 @@ if TYPE_CHECKING:
 
 #: Each device kind's host buffer type name (ggml_backend_dev_host_buffer_type of the first device:
 #: ggml/src/ggml-cuda/ggml-cuda.cu:1258 GGML_CUDA_NAME + "_Host", which is ROCm / MUSA in those builds;
-#: ggml/src/ggml-sycl/ggml-sycl.cpp:1565 GGML_SYCL_NAME + "_Host"); None: the kind has none (RPC).
+#: ggml/src/ggml-sycl/ggml-sycl.cpp:1565 GGML_SYCL_NAME + "_Host"; ggml/src/ggml-vulkan/ggml-vulkan.cpp:13060
+#: ggml_backend_vk_host_buffer_type_name); None: the kind has none (RPC; Metal, ggml/src/ggml-metal/ggml-metal.cpp:822
+#: get_host_buffer_type NULL).
 HOST_BUFFER_TYPES: dict[str, str | None] = {"CUDA": "CUDA_Host", "ROCm": "ROCm_Host", "MUSA": "MUSA_Host",
-                                            "SYCL": "SYCL_Host", "RPC": None}
+                                            "SYCL": "SYCL_Host", "RPC": None, "Vulkan": "Vulkan_Host",
+                                            "Metal": None}
 
 
 @dataclass(frozen=True)

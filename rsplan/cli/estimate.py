@@ -31,8 +31,11 @@ if TYPE_CHECKING:
     from rsplan.planner.caches.plan import MemoryPlan
     from rsplan.planner.estimate.breakdown import Breakdown, WeightTable
 
+#: The Vulkan drivers whose buffer alignments rsplan knows (planner.backends.vulkan_buffers.VULKAN_DEVICE_LIMITS).
+VULKAN_DRIVERS = ("nvidia", "radv", "amd-windows", "anv", "intel-windows", "moltenvk", "adreno", "turnip")
+
 #: The buffers the table can show: the CPU and the GPU backends with scheduler rules (planner.backends.devices).
-_TABLE_BACKEND = re.compile(r"^(CPU|(CUDA|ROCm|MUSA|SYCL|MTL|Vulkan)[0-9]{1,2}(:[0-9]{1,4})?)$")
+_TABLE_BACKEND = re.compile(r"^(CPU|(CUDA|ROCm|MUSA|MTL|Vulkan)[0-9]{1,2}(:[0-9]{1,4})?)$")
 
 OUTPUT_OPTIONS = [
     click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
@@ -41,6 +44,10 @@ OUTPUT_OPTIONS = [
     click.option("--backend", default="CPU", show_default=True, metavar="NAME",
                  help="Where llama.cpp allocates the caches: the buffer of the table (CPU, CUDA0, ROCm0, MUSA0, "
                  "...) and of --format log (also SYCL0, MTL0, Vulkan0[:ALIGN]); its rules pad each tensor."),
+    click.option("--vulkan-driver", "vulkan_driver", type=click.Choice(VULKAN_DRIVERS), default=None,
+                 help="With a Vulkan0 --backend: the driver whose buffer alignments (minStorageBufferOffsetAlignment, "
+                 "minMemoryMapAlignment) size the buffers; default nvidia (docs/sizing.md 9b lists each). "
+                 "Vulkan0:ALIGN gives the first one itself."),
     click.option("--tool", type=click.Choice(["server", "cli"]), default="server", show_default=True,
                  help="Whose n_outputs_max sizes the compute buffer: llama-server (-np x (1 + draft)) or "
                  "llama-bench/llama-fit-params/library users (n_batch; this llama.cpp's llama-cli runs llama-server "
@@ -62,7 +69,7 @@ OUTPUT_OPTIONS = [
 # everything once more as the interpreter exits: about 25 ms of a 190 ms start-up (planner.compute.reserve.paused_gc)
 @paused_gc(ends_with_command)
 def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: str, tool: str, engine: str,
-             quant: str | None, **kwargs: Any) -> None:
+             quant: str | None, vulkan_driver: str | None, **kwargs: Any) -> None:
     """Exact bytes of every KV and recurrent-state cache tensor, as llama.cpp allocates them (or, with --engine
     vllm|sglang, that engine's state shapes, pages, blocks and the memory its flags need).
 
@@ -95,6 +102,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
 
     buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
     offload = _offload_flags(placement, ctx, backend)
+    alignments, device_note = _device_properties(buffer, vulkan_driver, ctx)
     host = pop_host_options(kwargs, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
@@ -106,8 +114,10 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     outputs = OutputsAsked(tool=tool, n_draft=n_draft)
     estimates = [_ModelEstimate(m.spec, plan, m.noted(build_breakdown(
         m.spec, params, plan, backend=buffer.name, outputs=outputs, mtp=spec_type == "mtp", table=m.weight_table(),
-        host=host, offload=offload, device_rule=buffer.rules[0] if len(buffer.rules) == 1 else None))
+        host=host, offload=offload, alignments=alignments).with_device_note(device_note))
         if breakdown_backend else None) for m, plan in zip(models, plans, strict=True)]
+    if device_note and fmt == "log":  # the log's lines stay llama.cpp's; the assumption goes to stderr
+        click.echo(f"rsplan: {device_note}", err=True)
     _print_native(estimates, buffer, per_layer, fmt, backend)
 
 
@@ -183,6 +193,30 @@ def _model_weights(ref: str, read: Any, quant: str | None, backend: str) -> _Mod
                          source=q.note + (f" ({DEFAULT_QUANT_NOTE})" if default else ""))
 
 
+def _device_properties(buffer: Backend, driver: str | None, ctx: click.Context
+                       ) -> tuple[tuple[int | None, int | None], str | None]:
+    """The device and host buffer alignments of a Vulkan ``--backend`` (``Vulkan0:ALIGN`` and ``--vulkan-driver``,
+    else the default driver's: planner.backends.vulkan_buffers), with the line saying what was assumed; (None, None)
+    and the GPU's assumption (Metal's family), or none, for the other backends."""
+    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
+    from rsplan.planner.backends.vulkan_buffers import DEFAULT_VULKAN_DEVICE, VULKAN_DEVICE_LIMITS
+
+    if not buffer.name.startswith("Vulkan"):
+        if driver is not None:
+            raise click.UsageError("--vulkan-driver applies to a Vulkan --backend (Vulkan0, ...)", ctx)
+        if buffer.name.startswith("MTL"):
+            return (None, None), "Metal device: an Apple Silicon GPU (M1 or newer) assumed"
+        return (None, None), None
+    limits = VULKAN_DEVICE_LIMITS[driver or DEFAULT_VULKAN_DEVICE]
+    given = buffer.rules[0].alignment if len(buffer.rules) == 1 else None
+    storage = given or limits.storage_alignment
+    whose = "given" if driver else "assumed (--vulkan-driver for another)"
+    note = (f"Vulkan device: {driver or DEFAULT_VULKAN_DEVICE} driver {whose}: minStorageBufferOffsetAlignment "
+            f"{storage}{' (' + buffer.name + ':' + str(given) + ')' if given else ''}, minMemoryMapAlignment "
+            f"{limits.map_alignment}")
+    return (storage, limits.map_alignment), note
+
+
 def _given_placement(ctx: click.Context) -> list[str]:
     """The GPU placement flags given on the command line (``-ngl``, ...)."""
     flags = {"n_gpu_layers": "-ngl", "tensor_split": "-ts", "no_kv_offload": "-nkvo", "override_tensor": "-ot",
@@ -225,8 +259,9 @@ def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx
         raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
     breakdown_backend = _TABLE_BACKEND.match(backend) is not None
     if fmt != "log" and not breakdown_backend:
-        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, ROCm0, MUSA0, ... buffers; "
-                                 "the other backends' cache lines come with --format log", ctx, param_hint="--backend")
+        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, ROCm0, MUSA0, MTL0, Vulkan0, ... "
+                                 "buffers; the other backends' cache lines come with --format log", ctx,
+                                 param_hint="--backend")
     return buffer, breakdown_backend
 
 

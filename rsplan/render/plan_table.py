@@ -95,11 +95,18 @@ def buffers_table(plan: MemoryPlan, backend: str = "CPU",
     holds = {"KV": "K and V tensors", "RS": "R and S tensors"}
     rows = [[f"{name} {cache} buffer", holds[cache], mib(n), f"{n:,}"]
             for (name, cache), n in sorted(sizes.items(), key=lambda kv: (kv[0][1], kv[0][0].encode())) if n]
-    shown = " or ".join(f"{a}" for a in sorted(aligns)) or "32"
+    names = sorted({name for name, _ in sizes}, key=str.encode)
+    if len(names) == 1 and len(aligns) == 1:
+        other = "CUDA0" if names[0] == "CPU" else "CPU"
+        where = (f"The buffers llama.cpp allocates on {names[0]} (its 'KV / RS buffer size' log lines): the tensors "
+                 f"above, each padded to {aligns.pop()} bytes; --backend {other} for {other}'s.")
+    else:
+        where = (f"The buffers llama.cpp allocates on {', '.join(names)} (its 'KV / RS buffer size' log lines, one "
+                 "per buffer type): the tensors above, each padded by its buffer's rule ("
+                 + ", ".join(f"{a}" for a in sorted(aligns)) + " bytes).")
     return "\n".join([
         table(rows, ["buffer", "holds", "MiB", "bytes"], align=("left", "left", "right", "right")),
-        prose(f"The buffers llama.cpp allocates for the caches (its 'KV / RS buffer size' log lines): the tensors "
-              f"above, each padded to {shown} bytes by its buffer's rule; --backend names another device."),
+        prose(where),
     ])
 
 
@@ -130,6 +137,9 @@ def render_plan(plan: MemoryPlan, per_layer: bool = False, backend: str = "CPU",
         # the assumption the model bytes rest on goes in the answer's first lines, not with the notes under the table
         parts.append(prose(f"weights: {breakdown.weights_source}"))
         breakdown = breakdown.without_weights_source()
+    if breakdown is not None and breakdown.device_note is not None:
+        parts.append(prose(breakdown.device_note))
+        breakdown = breakdown.without_device_note()
     parts += [
         prose(context_line(plan)),
         "",

@@ -38,13 +38,14 @@ def sections(text: str) -> dict[str, list[str]]:
 
 def test_estimate_help_sections_in_order():
     s = sections(help_of("estimate"))
-    assert list(s) == ["Model", "llama.cpp context", "Serving engine", "vLLM", "SGLang", "Output", "Host weights",
-                       OTHER]
+    assert list(s) == ["Model", "llama.cpp context", "Serving engine", "vLLM", "SGLang", "Output",
+                       "GPU layers (with a GPU --backend)", "Host weights", OTHER]
     assert s["Model"] == ["-m"]
     assert s["llama.cpp context"][:3] == ["-c", "-np", "-kvu"]
     assert "--max-model-len" in s["vLLM"] and "--context-length" in s["SGLang"]
     assert s["Serving engine"] == ["--engine", "-tp", "--kv-cache-dtype"]  # what both serving engines read
-    assert s["Output"] == ["--format", "--per-layer", "--backend", "--tool", "--quant"]
+    assert s["Output"] == ["--format", "--per-layer", "--backend", "--vulkan-driver", "--tool", "--quant"]
+    assert s["GPU layers (with a GPU --backend)"] == ["-ngl", "-ts", "-nkvo", "-ot", "-cmoe", "-ncmoe", "-ncffn"]
     assert s["Host weights"] == ["--cpu-repack", "--no-repack", "--load-mode", "--no-mmap", "--no-host"]
     assert s[OTHER] == ["-h"]
 

@@ -89,7 +89,10 @@ def log_text(name: str) -> str:
 
 def estimate_args(entry: dict[str, Any]) -> list[str]:
     """The ``rsplan`` command line of a record's entry (without the program name)."""
-    return ["estimate", "--model", str(entry["model"]), *[str(a) for a in entry["args"]], "--format", "log"]
+    model = str(entry["model"])
+    if model.endswith(".yaml"):  # a model file kept beside the logs (models/), named relative to them
+        model = str(LOGS / model)
+    return ["estimate", "--model", model, *[str(a) for a in entry["args"]], "--format", "log"]
 
 
 @functools.cache
