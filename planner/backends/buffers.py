@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rsplan.errors import BackendError, printable
 from rsplan.hparams.ggml_types import TENSOR_ALIGNMENT, GGMLType, ggml_type, row_nbytes, weight_type
+from rsplan.planner.backends.vulkan_buffers import DEFAULT_LIMITS
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,12 @@ CPU_RULE = BufferRule(TENSOR_ALIGNMENT)
 CUDA_RULE = BufferRule(128, 512)
 #: Device buffer rules by ``--device-kind`` (fit, capacity, report); RPC forwards to the server's backend, a CPU
 #: here.
+#: Metal pads nothing and aligns to 32 (ggml/src/ggml-metal/ggml-metal.cpp:269
+#: ggml_backend_metal_buffer_type_shared_get_alignment); a Vulkan device as its default driver aligns
+#: (planner.backends.vulkan_buffers: NVIDIA's minStorageBufferOffsetAlignment, 16).
 DEVICE_RULES: dict[str, BufferRule] = {"CUDA": CUDA_RULE, "ROCm": CUDA_RULE, "MUSA": CUDA_RULE, "SYCL": CUDA_RULE,
-                                       "RPC": CPU_RULE, "Metal": CPU_RULE}
+                                       "RPC": CPU_RULE, "Metal": CPU_RULE,
+                                       "Vulkan": BufferRule(DEFAULT_LIMITS.storage_alignment)}
 
 BUFFER_TYPES: tuple[BufferType, ...] = (
     BufferType("CPU", False, CPU_RULE, "ggml-backend.cpp: get_alignment TENSOR_ALIGNMENT (32), get_alloc_size "

@@ -35,7 +35,7 @@ _CTX = re.compile(r"^\s*([0-9]{1,12})\s*([kK]?)\s*$", re.ASCII)
 MAX_CTX_PER_SEQ = MAX_CTX // CTX_PAD * CTX_PAD
 
 #: The buffer types devices may be (``--device-kind``), with the padding rule planner.backends.buffers gives them.
-DEVICE_KINDS = ("CUDA", "ROCm", "MUSA", "SYCL", "RPC")
+DEVICE_KINDS = ("CUDA", "ROCm", "MUSA", "SYCL", "Vulkan", "Metal", "RPC")
 #: ``--device-kind`` of fit, capacity and report.
 DEVICE_KIND_OPTION: Decorator = click.option(
     "--device-kind", type=click.Choice(DEVICE_KINDS), default="CUDA", show_default=True,
