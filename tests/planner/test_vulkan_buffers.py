@@ -90,3 +90,10 @@ def test_the_table_holds_powers_of_two_with_sources():
         assert v.storage_alignment & (v.storage_alignment - 1) == 0 and v.storage_alignment <= 256, key
         assert v.map_alignment & (v.map_alignment - 1) == 0 and v.map_alignment >= 64, key
         assert v.source and v.devices, key
+
+
+def test_estimate_offers_every_driver_of_the_table():
+    # rsplan estimate's --vulkan-driver choices are written out (its start-up loads no planner module): the same keys
+    from rsplan.cli.estimate import VULKAN_DRIVERS
+
+    assert VULKAN_DRIVERS == tuple(VULKAN_DEVICE_LIMITS)
