@@ -76,6 +76,18 @@ DEVICE_RULES: dict[str, BufferRule] = {"CUDA": CUDA_RULE, "ROCm": CUDA_RULE, "MU
                                        "RPC": CPU_RULE, "Metal": CPU_RULE,
                                        "Vulkan": BufferRule(DEFAULT_LIMITS.storage_alignment)}
 
+#: The kind of each buffer type prefix llama.cpp prints (``CUDA0`` is a CUDA device, ``MTL0`` a Metal one, ...).
+KIND_OF_PREFIX: dict[str, str] = {"CUDA": "CUDA", "ROCm": "ROCm", "MUSA": "MUSA", "SYCL": "SYCL", "MTL": "Metal",
+                                  "Vulkan": "Vulkan"}
+
+
+def device_rule(backend: str) -> BufferRule:
+    """The rule a device buffer of ``backend`` (``CUDA0``, ``MTL0``, ``Vulkan0``, ...: a known prefix and a number)
+    pads a weight by: its kind's (DEVICE_RULES; a Vulkan device at the default driver's alignment)."""
+    prefix = backend.rstrip("0123456789")
+    return DEVICE_RULES[KIND_OF_PREFIX[prefix]]
+
+
 BUFFER_TYPES: tuple[BufferType, ...] = (
     BufferType("CPU", False, CPU_RULE, "ggml-backend.cpp: get_alignment TENSOR_ALIGNMENT (32), get_alloc_size "
                                        "ggml_nbytes"),

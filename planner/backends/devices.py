@@ -14,6 +14,8 @@ from rsplan.planner.backends.cuda_alloc import cuda_alloc_size
 from rsplan.planner.backends.cuda_ops import cuda_supports_op, cuda_takes_weight
 from rsplan.planner.backends.metal_alloc import METAL_ALIGNMENT, metal_alloc_size
 from rsplan.planner.backends.metal_ops import metal_offloads, metal_supports_op, metal_takes_weight
+from rsplan.planner.backends.sycl_alloc import sycl_alloc_size
+from rsplan.planner.backends.sycl_ops import sycl_supports_op, sycl_takes_weight
 from rsplan.planner.backends.vulkan_buffers import DEFAULT_LIMITS, HOST_BUFFER_EXTRA
 from rsplan.planner.backends.vulkan_ops import vulkan_offloads, vulkan_supports_op, vulkan_takes_weight
 from rsplan.planner.ggml.alloc import Tensor
@@ -95,6 +97,10 @@ _VULKAN_SOURCE = ("ggml-vulkan: supports_op (planner.backends.vulkan_ops: a desk
                   "Vulkan_Host alignment minMemoryMapAlignment (planner.backends.vulkan_buffers: 16 and 64 unless "
                   "given), get_alloc_size ggml_nbytes, Vulkan_Host adding 32 bytes to each buffer; not modelled: "
                   "graph_optimize's reordering, buffers split at the 1 GiB suballocation block")
+_SYCL_SOURCE = ("ggml-sycl: supports_op (planner.backends.sycl_ops: an Intel Arc B580 with the default oneAPI build, "
+                "oneDNN and MKL flash attention), offload_op as CUDA's (get_op_batch_size >= 32), alignment 128, "
+                "get_alloc_size with quantized rows padded to 512 and flash attention's scratch "
+                "(planner.backends.sycl_alloc), host buffer SYCL_Host, no graph_optimize")
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
@@ -105,12 +111,11 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                        cuda_takes_weight),
     "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
                        cuda_takes_weight),
+    "SYCL": DeviceKind("SYCL", 128, 32, True, False, _SYCL_SOURCE, sycl_alloc_size, sycl_supports_op, False,
+                       sycl_takes_weight),
     "Metal": DeviceKind("Metal", METAL_ALIGNMENT, 32, True, False, _METAL_SOURCE, metal_alloc_size, metal_supports_op,
                         False, metal_takes_weight, offload_op=metal_offloads, maps_file=True),
     "Vulkan": DeviceKind("Vulkan", DEFAULT_LIMITS.storage_alignment, 32, True, False, _VULKAN_SOURCE, None,
                          vulkan_supports_op, False, vulkan_takes_weight, offload_op=vulkan_offloads,
                          host_alloc_extra=HOST_BUFFER_EXTRA, host_alignment=DEFAULT_LIMITS.map_alignment),
 }
-#: The kind of each buffer type prefix llama.cpp prints (``CUDA0`` is a CUDA device, ``MTL0`` a Metal one, ...).
-KIND_OF_PREFIX: dict[str, str] = {"CUDA": "CUDA", "ROCm": "ROCm", "MUSA": "MUSA", "SYCL": "SYCL", "MTL": "Metal",
-                                  "Vulkan": "Vulkan"}

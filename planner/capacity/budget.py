@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from rsplan.errors import RsplanError
 from rsplan.hparams.layout import cache_layout
 from rsplan.hparams.model import ModelSpec
+from rsplan.planner.backends.buffers import CUDA_RULE, DEVICE_RULES
 from rsplan.planner.caches.context import ContextParams, resolve_context
 from rsplan.planner.capacity.limits import (
     DEFAULT_COMPUTE_BYTES,
@@ -67,7 +68,7 @@ def _weights(spec: ModelSpec, ref: str, given: GivenSize | None, quant: str | No
     default = quant is None
     quant = DEFAULT_QUANT if quant is None else quant
     try:
-        q = quantized_model(ref, spec, quant, backend="GPU", vocab_unknown=vocab_unknown)
+        q = quantized_model(ref, spec, quant, DEVICE_RULES.get(kind, CUDA_RULE), vocab_unknown=vocab_unknown)
     except RsplanError as exc:
         if not default:
             raise

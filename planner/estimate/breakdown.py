@@ -162,7 +162,8 @@ def _backend_kind(backend: str) -> str:
     if backend == "CPU":
         return "CPU"
     # deferred: the device modules, which a CPU estimate does not load
-    from rsplan.planner.backends.devices import DEVICE_KINDS, KIND_OF_PREFIX
+    from rsplan.planner.backends.buffers import KIND_OF_PREFIX
+    from rsplan.planner.backends.devices import DEVICE_KINDS
 
     m = _GPU_NAME.match(backend)
     kind = KIND_OF_PREFIX.get(m.group(1)) if m else None

@@ -126,7 +126,8 @@ def gpu_run(backend: str, n_layer_all: int, flags: OffloadFlags, alignment: int 
         BackendError: a backend without scheduler rules, or flags llama.cpp refuses (planner.weights.placement).
     """
     # deferred: the device modules, which a CPU estimate does not load
-    from rsplan.planner.backends.devices import DEVICE_KINDS, KIND_OF_PREFIX
+    from rsplan.planner.backends.buffers import KIND_OF_PREFIX
+    from rsplan.planner.backends.devices import DEVICE_KINDS
 
     m = _NAME.match(backend)
     kind_name = KIND_OF_PREFIX.get(m["prefix"]) if m else None

@@ -21,7 +21,7 @@ from rsplan.hparams.converter_types import tensor_type
 from rsplan.hparams.model import ModelSpec
 from rsplan.hparams.sources import resolve_model
 from rsplan.hparams.tensors import MissingFieldError, tensor_list
-from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, BufferRule
+from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
 from rsplan.planner.weights.host_weights import WeightTable
 from rsplan.planner.weights.quant import QuantPlan, quantize_plan
 from rsplan.planner.weights.quant_ftypes import parse_ftype
@@ -130,7 +130,7 @@ class QuantizedModel:
     weights: QuantWeights
 
 
-def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU", *,
+def quantized_model(ref: str, spec: ModelSpec, quant: str, rule: BufferRule = CPU_RULE, *,
                     vocab_unknown: str | None = None) -> QuantizedModel:
     """``--quant TYPE`` (estimate, capacity, report) for one model given as ``ref``.
 
@@ -142,7 +142,8 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
     have.
 
     Returns:
-        The quantized model (QuantizedModel), its tensors sized as ``backend``'s buffer type pads them.
+        The quantized model (QuantizedModel), its tensors sized as a buffer of ``rule`` pads them (the CPU's, or
+        a device's: planner.backends.buffers.DEVICE_RULES).
 
     Raises:
         RsplanError: a GGUF input; an arch without a tensor list or a spec missing a key it needs (named); an
@@ -168,7 +169,7 @@ def quantized_model(ref: str, spec: ModelSpec, quant: str, backend: str = "CPU",
         note += ("; output.weight counted as a tensor of its own: the converter writes it when the checkpoint has "
                  "lm_head.weight, which nothing read here says (give tie_word_embeddings in a preset YAML, or the "
                  "model directory with model.safetensors.index.json)")
-    n_bytes = weights.buffer_bytes(CPU_RULE if backend == "CPU" else CUDA_RULE)
+    n_bytes = weights.buffer_bytes(rule)
     return QuantizedModel(spec.model_copy(update={"weights_bytes": n_bytes}), weights.table, note, weights)
 
 

@@ -8,7 +8,6 @@ section per model (``--engine``), ``--format json`` a ``{"models": [...]}`` list
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
 #: The Vulkan drivers whose buffer alignments rsplan knows (planner.backends.vulkan_buffers.VULKAN_DEVICE_LIMITS).
 VULKAN_DRIVERS = ("nvidia", "radv", "amd-windows", "anv", "intel-windows", "moltenvk", "adreno", "turnip")
 
-#: The buffers the table can show: the CPU and the GPU backends with scheduler rules (planner.backends.devices).
-_TABLE_BACKEND = re.compile(r"^(CPU|(CUDA|ROCm|MUSA|MTL|Vulkan)[0-9]{1,2}(:[0-9]{1,4})?)$")
 
 OUTPUT_OPTIONS = [
     click.option("--format", "fmt", type=click.Choice(["table", "json", "log"]), default="table", show_default=True,
@@ -100,22 +97,21 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     from rsplan.planner.caches.plan import build_plan
     from rsplan.planner.estimate.breakdown import build_breakdown
 
-    buffer, breakdown_backend = _native_output(refs, per_layer, fmt, backend, ctx)
+    buffer = _native_output(refs, per_layer, fmt, backend, ctx)
     offload = _offload_flags(placement, ctx, backend)
     alignments, device_note = _device_properties(buffer, vulkan_driver, ctx)
     host = pop_host_options(kwargs, ctx)
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
     params = pop_context_params(kwargs)
-    models = [_model_weights(ref, read_model(ref), quant, backend) for ref in refs]
+    models = [_model_weights(ref, read_model(ref), quant, buffer.name) for ref in refs]
     plans = [build_plan(m.spec, params) for m in models]
     _check_runnable_draft([m.spec for m in models], plans, spec_type)
     n_draft = 0 if spec_type == "none" else (3 if draft_max is None else draft_max)
-    # the whole-device breakdown is modelled for the CPU and CUDA backends; other backends get the cache lines only
     outputs = OutputsAsked(tool=tool, n_draft=n_draft)
     estimates = [_ModelEstimate(m.spec, plan, m.noted(build_breakdown(
         m.spec, params, plan, backend=buffer.name, outputs=outputs, mtp=spec_type == "mtp", table=m.weight_table(),
-        host=host, offload=offload, alignments=alignments).with_device_note(device_note))
-        if breakdown_backend else None) for m, plan in zip(models, plans, strict=True)]
+        host=host, offload=offload, alignments=alignments).with_device_note(device_note)))
+        for m, plan in zip(models, plans, strict=True)]
     if device_note and fmt == "log":  # the log's lines stay llama.cpp's; the assumption goes to stderr
         click.echo(f"rsplan: {device_note}", err=True)
     _print_native(estimates, buffer, per_layer, fmt, backend)
@@ -172,6 +168,7 @@ def _model_weights(ref: str, read: Any, quant: str | None, backend: str) -> _Mod
     tensor list (without one its model bytes stay unknown, and the breakdown says so)."""
     # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
     from rsplan.errors import RsplanError
+    from rsplan.planner.backends.buffers import CPU_RULE, device_rule
     from rsplan.planner.weights.default_weights import DEFAULT_QUANT, DEFAULT_QUANT_NOTE, llama_cpp_spec
     from rsplan.planner.weights.quant_weights import quantized_model
 
@@ -184,7 +181,8 @@ def _model_weights(ref: str, read: Any, quant: str | None, backend: str) -> _Mod
     if quant is None and not default:
         return as_read
     try:
-        q = quantized_model(ref, spec, quant or DEFAULT_QUANT, backend, vocab_unknown=vocab)
+        rule = CPU_RULE if backend == "CPU" else device_rule(backend)
+        q = quantized_model(ref, spec, quant or DEFAULT_QUANT, rule, vocab_unknown=vocab)
     except RsplanError:
         if not default:
             raise
@@ -239,10 +237,9 @@ def _offload_flags(placement: dict[str, Any], ctx: click.Context, backend: str) 
                         override_flags(ctx, placement), not placement["no_kv_offload"])
 
 
-def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx: click.Context
-                   ) -> tuple[Backend, bool]:
-    """Check the output options of a llama.cpp estimate; return ``--backend``'s buffer rule and whether the table
-    and json (the whole-device breakdown) can show it."""
+def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx: click.Context) -> Backend:
+    """Check the output options of a llama.cpp estimate; return ``--backend``'s buffer (every backend rsplan knows
+    has its whole breakdown: planner.backends.devices)."""
     if fmt != "table" and per_layer:
         raise click.UsageError(f"--per-layer applies to --format table only (--format {fmt} has every tensor)", ctx)
     if fmt == "log" and len(refs) > 1:
@@ -257,12 +254,7 @@ def _native_output(refs: list[str], per_layer: bool, fmt: str, backend: str, ctx
         buffer = parse_backend(backend)
     except BackendError as exc:
         raise click.BadParameter(str(exc), ctx, param_hint="--backend") from None
-    breakdown_backend = _TABLE_BACKEND.match(backend) is not None
-    if fmt != "log" and not breakdown_backend:
-        raise click.BadParameter(f"'{backend}': the table and json show CPU or CUDA0, ROCm0, MUSA0, MTL0, Vulkan0, ... "
-                                 "buffers; the other backends' cache lines come with --format log", ctx,
-                                 param_hint="--backend")
-    return buffer, breakdown_backend
+    return buffer
 
 
 def _print_native(estimates: list[_ModelEstimate], buffer: Backend, per_layer: bool, fmt: str, backend: str) -> None:

@@ -240,9 +240,6 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
 # -- flags that do nothing with the format asked for, and buffer names rsplan cannot size -------------------------
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--backend", "SYCL0", "--format", "json"),
-     "Invalid value for --backend: 'SYCL0': the table and json show CPU or CUDA0, ROCm0, MUSA0, MTL0, Vulkan0, ... "
-     "buffers; the other backends' cache lines come with --format log"),
     (("--per-layer", "--format", "json"), "--per-layer applies to --format table only (--format json has every "
                                           "tensor)"),
     (("--per-layer", "--format", "log"), "--per-layer applies to --format table only (--format log has every "
@@ -252,7 +249,7 @@ def test_preset_yaml_refused_with_the_reason(tmp_path, text, message):
     (("--backend", "\x1b[31m", "--format", "log"),
      "Invalid value for --backend: '\\x1b[31m' is not a buffer rsplan knows the sizes of: " + NAMES_HELP),
     (("--backend", "CUDA0", "--vulkan-driver", "radv"), "--vulkan-driver applies to a Vulkan --backend (Vulkan0, ...)"),
-], ids=["SYCL0 with json", "per-layer with json", "per-layer with log", "OpenCL0", "ESC", "driver of another backend"])
+], ids=["per-layer with json", "per-layer with log", "OpenCL0", "ESC", "driver of another backend"])
 def test_flags_that_would_be_ignored_or_misread(args, message):
     r = run("-m", "lfm2-1.2b", *args)
     assert one_line_error(r) == f"{message} (see 'rsplan estimate --help')"

@@ -22,7 +22,6 @@ from rsplan.planner.backends.buffers import CPU_RULE, CUDA_RULE, VULKAN_ALIGNMEN
 from rsplan.planner.caches.context import ContextParams
 from rsplan.planner.caches.logs import log_lines
 from rsplan.planner.caches.plan import build_plan
-from rsplan_testing import one_line_error
 
 MIB = 1 << 20
 

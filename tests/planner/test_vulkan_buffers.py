@@ -96,4 +96,4 @@ def test_estimate_offers_every_driver_of_the_table():
     # rsplan estimate's --vulkan-driver choices are written out (its start-up loads no planner module): the same keys
     from rsplan.cli.estimate import VULKAN_DRIVERS
 
-    assert VULKAN_DRIVERS == tuple(VULKAN_DEVICE_LIMITS)
+    assert tuple(VULKAN_DEVICE_LIMITS) == VULKAN_DRIVERS
