@@ -6,19 +6,52 @@ read them."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rsplan.planner.backends.buffers import DEVICE_RULES, BufferRule
 from rsplan.planner.backends.cuda_alloc import cuda_alloc_size
+from rsplan.planner.backends.cuda_fusion import alloc_deps as cuda_alloc_deps
 from rsplan.planner.backends.cuda_ops import cuda_supports_op, cuda_takes_weight
 from rsplan.planner.backends.metal_alloc import METAL_ALIGNMENT, metal_alloc_size
+from rsplan.planner.backends.metal_fusion import metal_alloc_deps
 from rsplan.planner.backends.metal_ops import metal_offloads, metal_supports_op, metal_takes_weight
+from rsplan.planner.backends.metal_reorder import metal_graph_reorder
 from rsplan.planner.backends.sycl_alloc import sycl_alloc_size
 from rsplan.planner.backends.sycl_ops import sycl_supports_op, sycl_takes_weight
 from rsplan.planner.backends.vulkan_buffers import DEFAULT_LIMITS, HOST_BUFFER_EXTRA
 from rsplan.planner.backends.vulkan_ops import vulkan_offloads, vulkan_supports_op, vulkan_takes_weight
+from rsplan.planner.backends.vulkan_reorder import vulkan_graph_reorder
 from rsplan.planner.ggml.alloc import Tensor
+
+#: A backend's graph_optimize over the split ``nodes[start:end]`` of the whole graph ``nodes`` (whose use counts are
+#: ``uses``): it adds its allocation dependencies to ``deps`` (``until`` node -> tensors kept until it has run) and
+#: returns the split's nodes in its order, or None where it keeps the graph's (ggml/src/ggml-backend.cpp:1478
+#: ggml_backend_graph_optimize).
+GraphOptimize = Callable[[Sequence[Tensor], int, int, Counter[Tensor], dict[Tensor, list[Tensor]]],
+                         list[Tensor] | None]
+
+
+def _cuda_optimize(nodes: Sequence[Tensor], start: int, end: int, uses: Counter[Tensor],
+                   deps: dict[Tensor, list[Tensor]]) -> None:
+    """CUDA's: fusion dependencies, no reordering (planner.backends.cuda_fusion)."""
+    cuda_alloc_deps(nodes, start, end, uses, deps)
+
+
+def _metal_optimize(nodes: Sequence[Tensor], start: int, end: int, uses: Counter[Tensor],
+                    deps: dict[Tensor, list[Tensor]]) -> list[Tensor]:
+    """Metal's: the fusion dependencies, then the reordering (ggml/src/ggml-metal/ggml-metal.cpp:564
+    ggml_backend_metal_graph_optimize; planner.backends.metal_fusion, metal_reorder)."""
+    metal_alloc_deps(nodes, start, end, uses, deps)
+    return metal_graph_reorder(list(nodes[start:end]), uses=uses)
+
+
+def _vulkan_optimize(nodes: Sequence[Tensor], start: int, end: int, uses: Counter[Tensor],
+                     deps: dict[Tensor, list[Tensor]]) -> list[Tensor]:
+    """Vulkan's: the reordering, which adds the dependencies of the fusions it keeps together
+    (planner.backends.vulkan_reorder)."""
+    return vulkan_graph_reorder(nodes[start:end], uses, deps)
 
 
 @dataclass(frozen=True)
@@ -37,8 +70,9 @@ class DeviceKind:
             (planner.backends.cuda_alloc).
         supports_op: the device's ``supports_op`` for a node (planner.backends.cuda_ops); None: every op (the CPU's,
             and an RPC server's CPU backend).
-        fusion_deps: the device's ``graph_optimize`` keeps tensors alive for the fusions it runs
-            (planner.backends.cuda_fusion); False: it adds no allocation dependencies.
+        graph_optimize: the device's ``graph_optimize`` over one split (``GraphOptimize``): the allocation
+            dependencies it adds for the fusions it runs, and the order it leaves the split's nodes in (None: it
+            keeps them); None: the device has none.
         takes_weight: whether the device's matrix product (or its GET_ROWS) takes a weight of a file type with
             rows of some length (planner.backends.cuda_ops.cuda_takes_weight); None: every type.
         offload_op: the device's ``offload_op`` where it is not ``offload_min_batch``'s rule (CUDA's
@@ -60,7 +94,7 @@ class DeviceKind:
     source: str
     alloc_size: Callable[[Tensor], int] | None = None
     supports_op: Callable[[Tensor], bool] | None = None
-    fusion_deps: bool = False
+    graph_optimize: GraphOptimize | None = None
     takes_weight: Callable[[str, int, bool], bool] | None = None
     offload_op: Callable[[Tensor], bool] | None = None
     maps_file: bool = False
@@ -90,8 +124,8 @@ _CUDA_SOURCE = ("ggml-cuda.cu: supports_op (FLASH_ATTN_EXT, SSM_SCAN and SSM_CON
 _METAL_SOURCE = ("ggml-metal: supports_op (planner.backends.metal_ops: an Apple Silicon M1-or-newer GPU), offload_op "
                  "MUL_MAT / MUL_MAT_ID from a batch of 32, alignment 32, get_alloc_size with the extras of MUL_MAT_ID, "
                  "FLASH_ATTN_EXT, ARGSORT, TOP_K (planner.backends.metal_alloc), no host buffer type (the host's "
-                 "buffers are CPU), weights mapped from the file (MTL0_Mapped); not modelled: graph_optimize's "
-                 "reordering and fusion dependencies")
+                 "buffers are CPU), weights mapped from the file (MTL0_Mapped), graph_optimize's fusion "
+                 "dependencies and reordering (planner.backends.metal_fusion, metal_reorder)")
 _VULKAN_SOURCE = ("ggml-vulkan: supports_op (planner.backends.vulkan_ops: a desktop GPU of NVIDIA's driver), "
                   "offload_op get_op_batch_size >= 32, alignment minStorageBufferOffsetAlignment and the "
                   "Vulkan_Host alignment minMemoryMapAlignment (planner.backends.vulkan_buffers: 16 and 64 unless "
@@ -105,17 +139,17 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
     "RPC": DeviceKind("RPC", 32, None, True, True,
                       "ggml-rpc.cpp: supports_op true, offload_op NULL, props async + events, alignment and "
                       "alloc size of the remote CPU backend (32, ggml_nbytes)"),
-    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+    "CUDA": DeviceKind("CUDA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, _cuda_optimize,
                        cuda_takes_weight),
-    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+    "ROCm": DeviceKind("ROCm", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, _cuda_optimize,
                        cuda_takes_weight),
-    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, True,
+    "MUSA": DeviceKind("MUSA", 128, 32, True, False, _CUDA_SOURCE, cuda_alloc_size, cuda_supports_op, _cuda_optimize,
                        cuda_takes_weight),
-    "SYCL": DeviceKind("SYCL", 128, 32, True, False, _SYCL_SOURCE, sycl_alloc_size, sycl_supports_op, False,
+    "SYCL": DeviceKind("SYCL", 128, 32, True, False, _SYCL_SOURCE, sycl_alloc_size, sycl_supports_op, None,
                        sycl_takes_weight),
     "Metal": DeviceKind("Metal", METAL_ALIGNMENT, 32, True, False, _METAL_SOURCE, metal_alloc_size, metal_supports_op,
-                        False, metal_takes_weight, offload_op=metal_offloads, maps_file=True),
+                        _metal_optimize, metal_takes_weight, offload_op=metal_offloads, maps_file=True),
     "Vulkan": DeviceKind("Vulkan", DEFAULT_LIMITS.storage_alignment, 32, True, False, _VULKAN_SOURCE, None,
-                         vulkan_supports_op, False, vulkan_takes_weight, offload_op=vulkan_offloads,
+                         vulkan_supports_op, _vulkan_optimize, vulkan_takes_weight, offload_op=vulkan_offloads,
                          host_alloc_extra=HOST_BUFFER_EXTRA, host_alignment=DEFAULT_LIMITS.map_alignment),
 }

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from rsplan.planner.backends.cuda_fusion import MAX_SRC, alloc_deps, use_counts
+from rsplan.planner.backends.cuda_fusion import MAX_SRC, use_counts
 from rsplan.planner.compute.reuse.alloc_replay import PeriodMismatch, kept_reserve_sizes
 from rsplan.planner.compute.reuse.layer_periods import GraphPeriods
 from rsplan.planner.compute.sched import (
@@ -30,22 +30,27 @@ def _graph_copy(s: BackendAssignment, splits: list[tuple[int, int, list[Tensor]]
     """The scheduler's graph copy with its node and leaf backend ids: each split's inputs (a dependency on the
     source, then the copy) before its nodes; with several copies the graph inputs' and the split inputs' copies
     as the first leafs. ``uses``: the graph's use counts where the devices' ``graph_optimize`` adds allocation
-    dependencies (planner.backends.cuda_fusion): after each node a device split's fusions keep tensors for, a node of op
-    NONE holding them (ggml/src/ggml-backend.cpp:1543 alloc_deps)."""
+    dependencies or reorders (planner.backends.devices.DeviceKind ``graph_optimize``): each device split in
+    the order it leaves it, and after each node a split's fusions keep tensors for, a node of op NONE holding them
+    (ggml/src/ggml-backend.cpp:1543 alloc_deps)."""
     nodes, node_ids = [], []
     bounds = [start for _, start, _ in splits[1:]] + [len(s.graph.nodes)]
     deps: dict[Tensor, list[Tensor]] = {}
-    if uses is not None:
+    orders: dict[int, list[Tensor]] = {}
+    optimize = s.setup.kind.graph_optimize
+    if uses is not None and optimize is not None:
         # every split is optimized before the copy is made (ggml/src/ggml-backend.cpp:1474 ggml_backend_graph_optimize)
         for (backend, start, _), end in zip(splits, bounds, strict=True):
             if backend != s.setup.cpu:
-                alloc_deps(s.graph.nodes, start, end, uses, deps)
+                order = optimize(s.graph.nodes, start, end, uses, deps)
+                if order is not None:
+                    orders[start] = order
     for (backend, start, inputs), end in zip(splits, bounds, strict=True):
         for src in inputs:
             dep = g.view_tensor(src, "NONE", (src,))
             nodes += [dep, copies[(id(src), backend)][0]]
             node_ids += [src.backend, backend]
-        for node in s.graph.nodes[start:end]:
+        for node in orders.get(start) or s.graph.nodes[start:end]:
             nodes.append(node)
             node_ids.append(node.backend)
             keep = deps.get(node) if deps else None
@@ -146,7 +151,7 @@ def split_graph(graph: Graph, setup: SchedSetup, n_tokens: int, pins: bool,
     host_ops = refused_ops(s)  # before the split points sources at their copies
     if periods is not None:
         host_ops = _whole_graph_host_ops(s, periods, host_ops)
-    uses = use_counts(graph.nodes) if setup.kind.fusion_deps and setup.placement.n_devices else None
+    uses = use_counts(graph.nodes) if setup.kind.graph_optimize and setup.placement.n_devices else None
     splits, copies = s.split()
     sched_graph, node_ids, leaf_ids = _graph_copy(s, splits, copies, uses)
     # the CPU backend's buffer is the devices' host buffer type's (src/llama-context.cpp:415 host_buft)

@@ -43,7 +43,8 @@ def _log_flags(name: str) -> dict:
 
 
 def test_every_user_log_is_in_the_record():
-    logs = sorted(str(p.relative_to(ulc.LOGS)) for p in ulc.LOGS.rglob("*.yaml") if p != ulc.COMPARISONS)
+    logs = sorted(str(p.relative_to(ulc.LOGS)) for p in ulc.LOGS.rglob("*.yaml")
+                  if p != ulc.COMPARISONS and p.parent.name != "models")
     assert sorted(RECORD) == logs
     assert len(COMPARED) >= 8
 

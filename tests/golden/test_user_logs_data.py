@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 LOGS = Path(__file__).resolve().parent / "user-logs"
-FILES = sorted(p for p in LOGS.rglob("*.yaml") if p.name != "comparisons.yaml")
+# the logs; not the record of their comparison nor the model files beside them (models/)
+FILES = sorted(p for p in LOGS.rglob("*.yaml") if p.name != "comparisons.yaml" and p.parent.name != "models")
 #: A buffer line as llama.cpp prints it at load (model, KV, RS, output or compute buffer), or a device's row of
 #: its memory breakdown at exit.
 BUFFER_LINE = re.compile(r"\b(model|KV|RS|output|compute) buffer size = +[0-9]+\.[0-9]{2} MiB"

@@ -17,7 +17,7 @@ from rsplan.planner.ggml.alloc import Graph
 from rsplan.planner.weights.placement import place_layers
 
 CUDA = DEVICE_KINDS["CUDA"]
-NO_FUSION = dataclasses.replace(CUDA, fusion_deps=False)
+NO_FUSION = dataclasses.replace(CUDA, graph_optimize=None)
 
 
 def _reduction_graph(n_used: int = 2, extra_use: bool = False) -> Graph:

@@ -67,10 +67,12 @@ def test_devices_that_run_every_op_refuse_nothing():
     spec = read_model("plamo-2-1b").spec
     assert loader_check(None, spec) is None
     assert device_loader_check("RPC", spec) is None and device_loader_check(None, spec) is None
-    assert device_loader_check("SYCL", spec) is None  # no scheduler model: every weight where its layer is
+    assert device_loader_check("unknown-kind", spec) is None  # no rules: every weight where its layer is
     from rsplan.planner.backends.cuda_ops import cuda_takes_weight
 
     assert device_loader_check("CUDA", spec) == LoaderCheck(cuda_supports_op, 4096, 64, 1, True, cuda_takes_weight)
+    # SYCL runs only Mamba-2's scan too (planner.backends.sycl_ops): PLaMo-2's ssm_a, tested as Mamba's A, is refused
+    assert device_loader_check("SYCL", spec).refuses("ssm_a", (32,), "f32")
 
 
 def test_weight_shape_from_bytes():

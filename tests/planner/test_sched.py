@@ -154,7 +154,7 @@ def test_fit_says_when_device_compute_is_an_estimate():
     assert answers["RPC"].compute_exact and not any("estimate" in n for n in answers["RPC"].notes)
     assert not answers["CUDA"].compute_exact
     assert any("CUDA scheduler rules not verified" in n for n in answers["CUDA"].notes)
-    assert any("no scheduler model for SYCL" in n for n in answers["SYCL"].notes)
+    assert any("SYCL scheduler rules not verified" in n for n in answers["SYCL"].notes)
 
 
 def test_a_weight_without_a_layer_is_refused():
