@@ -275,6 +275,11 @@ def _table() -> tuple[Fusion, ...]:
 
 #: The fusion table.
 FUSIONS = _table()
+#: The fusions by their first non-empty op (fusion_next), and by their first op (metal_alloc_deps), in table order.
+_BY_FIRST_OP: dict[str, tuple[Fusion, ...]] = {
+    op: tuple(f for f in FUSIONS if f.ops and f.ops[0] == op) for op in {f.ops[0] for f in FUSIONS if f.ops}}
+_BY_FIRST_RAW_OP: dict[str, tuple[Fusion, ...]] = {
+    op: tuple(f for f in FUSIONS if f.ops_all[0] == op) for op in {f.ops_all[0] for f in FUSIONS}}
 
 
 def fusion_next(split: Sequence[Tensor], idxs: Sequence[int], idx: int, uses: Counter[Tensor]) -> int:
@@ -283,7 +288,7 @@ def fusion_next(split: Sequence[Tensor], idxs: Sequence[int], idx: int, uses: Co
     equal length in table order). Safe patterns must also chain (each node reads the one before and has its
     shape) and pass ggml_can_fuse_subgraph_ext with the last node (and ``outs``) as outputs."""
     best = 1
-    for f in FUSIONS:
+    for f in _BY_FIRST_OP.get(split[idxs[idx]].op, ()):
         n_ops = len(f.ops)
         if n_ops <= best or idx + n_ops > len(idxs):
             continue
@@ -309,7 +314,12 @@ def fusion_max(split: Sequence[Tensor], idx: int, uses: Counter[Tensor]) -> int:
     FUSION_MAX nodes; 1 where none starts at ``idx``."""
     if is_empty(split[idx]):
         return 1
-    idxs = [i for i in range(idx, len(split)) if not is_empty(split[i])][:FUSION_MAX]
+    idxs: list[int] = []
+    for i in range(idx, len(split)):
+        if not is_empty(split[i]):
+            idxs.append(i)
+            if len(idxs) == FUSION_MAX:
+                break
     total = i_f = 0
     while i_f < len(idxs) and total < FUSION_MAX:
         n = fusion_next(split, idxs, i_f, uses)
@@ -332,7 +342,7 @@ def metal_alloc_deps(nodes: Sequence[Tensor], start: int, end: int, uses: Counte
     i = start
     while i < end:
         best = 0
-        for f in FUSIONS:
+        for f in _BY_FIRST_RAW_OP.get(nodes[i].op, ()):
             n = len(f.ops_all)
             if n > best and i + n <= end and all(nodes[i + j].op == op for j, op in enumerate(f.ops_all)):
                 best = n

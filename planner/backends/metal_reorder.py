@@ -69,16 +69,17 @@ class MemRanges:
             return ("buffer", placed[0]), placed[1], placed[2], read
         return root, 0, DUMMY_END, read
 
-    def add(self, t: Tensor, read: bool) -> None:
-        """ggml_mem_ranges_add_src / _dst."""
-        pb, p0, p1, pt = self.range_of(t, read)
+    def add(self, r: Range) -> None:
+        """ggml_mem_ranges_add_src / _dst of a range from ``range_of``."""
+        pb, p0, p1, pt = r
         self.ranges.setdefault(pb, []).append((p0, p1, pt))
 
-    def check(self, t: Tensor, read: bool) -> bool:
-        """ggml_mem_ranges_check_src / _dst: no range of the same buffer, unless both are read, has
-        ``p0 < q1 and p1 >= q0``."""
-        pb, p0, p1, pt = self.range_of(t, read)
-        return not any(not (pt and ct) and p0 < c1 and p1 >= c0 for c0, c1, ct in self.ranges.get(pb, ()))
+    def check(self, r: Range) -> bool:
+        """ggml_mem_ranges_check_src / _dst of a range from ``range_of``: no range of the same buffer, unless both
+        are read, has ``p0 < q1 and p1 >= q0``."""
+        pb, p0, p1, pt = r
+        held = self.ranges.get(pb)
+        return held is None or not any(not (pt and ct) and p0 < c1 and p1 >= c0 for c0, c1, ct in held)
 
     def reset(self) -> None:
         self.ranges.clear()
@@ -86,20 +87,24 @@ class MemRanges:
 
 def _external_sources(group: Sequence[Tensor]) -> list[Tensor]:
     """The sources of ``group``'s nodes, in order, that are not nodes of the group (node_info::is_output)."""
-    return [s for node in group for s in node.src if not any(s is n for n in group)]
+    own = {id(n) for n in group}
+    return [s for node in group for s in node.src if id(s) not in own]
 
 
-def _add(mrs: MemRanges, group: Sequence[Tensor]) -> None:
-    """h_add: the group's external sources as read ranges, then its nodes as written ones."""
-    for s in _external_sources(group):
-        mrs.add(s, True)
-    for node in group:
-        mrs.add(node, False)
+def _ranges(mrs: MemRanges, group: Sequence[Tensor]) -> list[Range]:
+    """The group's ranges as h_add and h_check take them: its external sources read, then its nodes written."""
+    return [mrs.range_of(s, True) for s in _external_sources(group)] + [mrs.range_of(n, False) for n in group]
 
 
-def _check(mrs: MemRanges, group: Sequence[Tensor]) -> bool:
-    """h_check: the group can run with the set ``mrs``: no read or written range of it conflicts."""
-    return all(mrs.check(s, True) for s in _external_sources(group)) and all(mrs.check(n, False) for n in group)
+def _add(mrs: MemRanges, ranges: list[Range]) -> None:
+    """h_add: a group's ranges (``_ranges``) into the set."""
+    for r in ranges:
+        mrs.add(r)
+
+
+def _check(mrs: MemRanges, ranges: list[Range]) -> bool:
+    """h_check: the group of ``ranges`` can run with the set ``mrs``: none of its ranges conflicts."""
+    return all(mrs.check(r) for r in ranges)
 
 
 def pack_groups(split: Sequence[Tensor], uses: Counter[Tensor]) -> list[list[Tensor]]:
@@ -120,27 +125,28 @@ def reorder_groups(groups: Sequence[Sequence[Tensor]],
     order: list[int] = []
     used = [False] * n
     mrs0, mrs1 = MemRanges(placement or {}), MemRanges(placement or {})
+    ranges = [_ranges(mrs0, g) for g in groups]  # a tensor's range does not change while the groups are ordered
     for i0 in range(n):
         if used[i0]:
             continue
         g0 = groups[i0]
-        if not is_empty(g0[0]) and not _check(mrs0, g0):
+        if not is_empty(g0[0]) and not _check(mrs0, ranges[i0]):
             mrs1.reset()
-            _add(mrs1, g0)
+            _add(mrs1, ranges[i0])
             for i1 in range(i0 + 1, min(i0 + N_FORWARD, n)):
                 if used[i1]:
                     continue
                 g1 = groups[i1]
                 if g1[0].op not in SAFE_OPS and not is_empty(g1[0]):
                     break
-                if (is_empty(g1[0]) or _check(mrs0, g1)) and _check(mrs1, g1):
-                    _add(mrs0, g1)
+                if (is_empty(g1[0]) or _check(mrs0, ranges[i1])) and _check(mrs1, ranges[i1]):
+                    _add(mrs0, ranges[i1])
                     order.append(i1)
                     used[i1] = True
                 else:
-                    _add(mrs1, g1)
+                    _add(mrs1, ranges[i1])
             mrs0.reset()
-        _add(mrs0, g0)
+        _add(mrs0, ranges[i0])
         order.append(i0)
     return order
 

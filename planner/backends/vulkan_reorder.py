@@ -130,17 +130,11 @@ def is_src_of(dst: Tensor, src: Tensor) -> bool:
     """ggml/src/ggml-vulkan/ggml-vulkan.cpp:14676 is_src_of: ``dst`` must run after ``src``. ``src`` is a source of
     ``dst``; or, both computing: a source of ``dst`` shares ``src``'s memory, or ``dst`` writes memory a source of
     ``src`` reads; or ``dst`` and ``src`` share memory (views of one tensor)."""
-    either_empty = is_empty(dst) or is_empty(src)
-    for s in range(MAX_SRC):
-        d = _src(dst, s)
-        if d is src:
-            return True
-        if either_empty:
-            continue
-        if d is not None and _base(d) is _base(src):
-            return True
-        r = _src(src, s)
-        if r is not None and _base(dst) is _base(r):
+    if any(d is src for d in dst.src):
+        return True
+    if not (is_empty(dst) or is_empty(src)):
+        base_src, base_dst = _base(src), _base(dst)
+        if any(_base(d) is base_src for d in dst.src) or any(_base(r) is base_dst for r in src.src):
             return True
     return _base(dst) is _base(src)
 
@@ -230,7 +224,7 @@ class _Reorder:
 
     def _match(self, pattern: Sequence[str], start: int) -> bool:
         """match_pattern: ``nodes[start:]`` has ``pattern``'s ops, none of them used."""
-        if start + len(pattern) > self.n:
+        if start + len(pattern) > self.n or self.nodes[start].op != pattern[0]:
             return False
         return all(self.nodes[start + k].op == op and not self.used[start + k] for k, op in enumerate(pattern))
 
