@@ -32,9 +32,9 @@ LOGS = Path(__file__).resolve().parent / "user-logs"
 COMPARISONS = LOGS / "comparisons.yaml"
 OUTCOMES = ("match", "differs", "not printed")
 
-#: One buffer line, after an optional ``0.01.227.601 I `` prefix (timestamp and level letter).
+#: One buffer line, after an optional ``0.01.227.601 I `` prefix (timestamp and level letter, or the letter alone).
 BUFFER_LINE = re.compile(
-    r"^\s*(?:\d+\.\d+\.\d+\.\d+ [A-Z] +)?(?P<function>\w+): +(?P<buffer>\S+) +"
+    r"^\s*(?:(?:\d+\.\d+\.\d+\.\d+ )?[A-Z] +)?(?P<function>\w+): +(?P<buffer>\S+) +"
     r"(?P<kind>model|output|KV|RS|compute) buffer size = +(?P<mib>-?\d+\.\d{2}) MiB\s*$"
 )
 
