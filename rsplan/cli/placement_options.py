@@ -12,6 +12,7 @@ import click
 
 from rsplan.cli.sections import PARAM_ORDER, Decorator
 from rsplan.errors import RsplanError, printable
+from rsplan.planner.weights.placement import MAX_DEVICES
 from rsplan.render.units import shown
 
 
@@ -109,6 +110,9 @@ def parse_tensor_split(text: str | None) -> tuple[float, ...] | None:
     items = re.split(r"[,/]+", text)
     if items[-1] == "":
         items.pop()
+    if len(items) >= MAX_DEVICES:  # common/arg.cpp:2840 llama_max_devices refuses as many parts as devices
+        raise RsplanError(f"--tensor-split: {len(items)} parts; llama.cpp takes fewer than {MAX_DEVICES} "
+                          f"(LLAMA_MAX_DEVICES)")
     parts = []
     for item in items:
         try:

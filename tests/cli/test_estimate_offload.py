@@ -88,3 +88,11 @@ def test_placement_flags_need_a_gpu_backend():
     r = CliRunner().invoke(cli, ["estimate", "-m", "lfm2-1.2b", "--engine", "vllm", "-nkvo"], prog_name="rsplan")
     assert r.exit_code == 2
     assert one_line_error(r).startswith("-nkvo applies to --engine llama.cpp only")
+
+
+def test_tensor_split_takes_fewer_parts_than_llama_cpp_devices():
+    # common/arg.cpp:2840: llama.cpp refuses LLAMA_MAX_DEVICES (16) parts or more; 15 make 15 devices
+    r = run("--backend", "CUDA0", "-ts", ",".join(["1"] * 16))
+    assert one_line_error(r) == "--tensor-split: 16 parts; llama.cpp takes fewer than 16 (LLAMA_MAX_DEVICES)"
+    rows = json.loads(run("--backend", "CUDA0", "-ts", ",".join(["1"] * 15), "--format", "json").stdout)["breakdown"]
+    assert [r["buffer_type"] for r in rows if r["device"] != "Host"][-1] == "CUDA14"
