@@ -51,13 +51,26 @@ class LikeSizes:
         ws = working_set_bytes(sum(step_bytes))
         return [ws] if self.needs_own(ws) else []
 
-    def expected(self, name: str) -> list[int]:
+    def _expected_bytes(self, name: str) -> list[int]:
         setup = self.setup
         tokens = {"decode": 1, "prefill": setup.tokens, "spec": 1 + self.req.draft}[name]
         itemsize = 4 if setup.plan.recurrent.type_s == "f32" else 2
         n_layers = len(setup.layout.recurrent_layers)
-        return self._own([n_layers * kernel_bytes(k, setup.seqs(name), tokens, setup.n_rs_seq + 1, itemsize)
-                          for k in setup.family.kernels])
+        return [n_layers * kernel_bytes(k, setup.seqs(name), tokens, setup.n_rs_seq + 1, itemsize)
+                for k in setup.family.kernels]
+
+    def expected(self, name: str) -> list[int]:
+        return self._own(self._expected_bytes(name))
+
+    def paired_ws(self, name: str) -> int | None:
+        """The working set whose in-place pass each of workload ``name``'s steps is paired with
+        (bursts.PairedPasses): decode's, where it is read from DRAM (DRAM_LLC_FACTOR x the last-level cache or
+        more); None otherwise (another workload, a cache-resident step, whose states a pass between its steps
+        would evict, or no cache size known)."""
+        if name != "decode" or not self.llc:
+            return None
+        ws = working_set_bytes(sum(self._expected_bytes(name)))
+        return ws if ws > 0 and not self.needs_own(ws) else None
 
     def measured(self, m: Any) -> list[int]:
         return self._own([m.bytes.get(r, 0) for r in m.regions])

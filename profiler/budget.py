@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rsplan.profiler.bursts import with_bursts_inside
+from rsplan.profiler.bursts import paired_step_s, with_bursts_inside
 from rsplan.profiler.engine import StepEngine
 from rsplan.profiler.errors import import_torch
 from rsplan.profiler.pools import zero_pools
@@ -108,19 +108,20 @@ def fit_iterations(base_s: float, per_round_s: float, limit_s: float, iters: int
     return max(1, min(iters, rounds - warmup)), warmup
 
 
-def plan_budget(bench: Bench, burst_s: float, t_start: float) -> RunCost:
+def plan_budget(bench: Bench, burst_s: float, t_start: float, paired_decode: bool = False) -> RunCost:
     """Probe one step of each workload (the second of two: the first pays for inputs, caches and compiles) and
     one reference step on one layer, then fit the iterations into the time limit. ``burst_s``: the first
     baseline burst, which each later one is expected to take: one between each two workloads, one after them,
     and those between the steps of a workload whose step takes BURST_STEP_S or more (with_bursts_inside);
-    ``t_start``: the run's start (time.perf_counter seconds)."""
+    ``t_start``: the run's start (time.perf_counter seconds); ``paired_decode``: each decode step is paired with an
+    in-place pass over its working set (bursts.PairedPasses), which takes about as long again."""
     req, names = bench.req, bench.setup.names
     torch = import_torch()
     sync = torch.cuda.synchronize if bench.dev.type == "cuda" else (lambda: None)
     limit = time_limit_s(req, bench.dev.type)
     probe = _probe_steps(bench, max(PROBE_ONCE_S, PROBE_ONCE_SHARE * limit), sync)
     probe["check"], n_check = _probe_reference(bench, sync)
-    once, per_round = _round_costs(bench, probe, n_check, burst_s)
+    once, per_round = _round_costs(bench, probe, n_check, burst_s, paired_decode)
     # what ran already (loading, planning, allocating, the first baseline burst, the probes) and the later bursts
     # between and after the workloads
     fixed = (time.perf_counter() - t_start) + len(names) * burst_s
@@ -164,7 +165,8 @@ def _probe_reference(bench: Bench, sync: Callable[[], Any]) -> tuple[float, int]
     return ref, len(bench.checks.checked_layers(engine))
 
 
-def _round_costs(bench: Bench, probe: dict[str, float], n_check: int, burst_s: float) -> tuple[float, float]:
+def _round_costs(bench: Bench, probe: dict[str, float], n_check: int, burst_s: float,
+                 paired_decode: bool = False) -> tuple[float, float]:
     """(seconds of the steps and checks that run once per workload, seconds of one round of every workload with
     its checks and the bursts inside it) from the probe (``probe["check"]``: one reference layer-token)."""
     req, setup = bench.req, bench.setup
@@ -174,7 +176,7 @@ def _round_costs(bench: Bench, probe: dict[str, float], n_check: int, burst_s: f
     for name in setup.names:
         if name == "decode":
             once += 2 * probe[name] + 2 * n_check * ref
-            rounds_s = probe[name]
+            rounds_s = paired_step_s(probe[name]) if paired_decode else probe[name]
         elif name == "prefill":
             # the reference of every sequence of the prefill (the probe's covers all N)
             once += n_check * CHECK_TOKENS * ref * setup.seqs(name) / N

@@ -1,6 +1,9 @@
-"""When a run's bandwidth baselines are sampled: the timed passes of each burst (device.BaselineBursts) and the
+"""When a run's bandwidth baselines are sampled: the timed passes of each burst (device.BaselineBursts), the
 bursts between the steps of a long workload, so that the baselines sample the same stretch of the run as the
-kernels (a shared machine's bandwidth moves within seconds). Times are seconds.
+kernels (a shared machine's bandwidth moves within seconds), and the in-place pass paired with each decode step
+read from DRAM (``PairedPasses``: a shared VM's DRAM bandwidth was measured to flip between about 45 and 80 GB/s
+from one minute to the next, so a baseline taken seconds away from a step may see the other mode). Times are
+seconds.
 """
 
 from __future__ import annotations
@@ -66,3 +69,33 @@ def bursts_inside(baseline: Any, step_s: float) -> BurstsInside | None:
     """The pause between the steps of a workload whose probed step takes ``step_s`` seconds: BurstsInside of
     ``baseline`` when that is BURST_STEP_S or more, None (no bursts inside) otherwise or without a baseline."""
     return BurstsInside(baseline) if baseline is not None and step_s >= BURST_STEP_S else None
+
+
+class PairedPasses:
+    """A workload's pause between two steps (workloads.Pause) that pairs each step with the baseline it is judged
+    by: after ``inner`` (its bursts inside, if any), one in-place pass over a buffer of the step's working set
+    ``n_bytes`` (device.BaselineBursts.pass_at), right before the next step. ``seconds[k]``: the pass after step
+    k (the pause does not run after the last step)."""
+
+    def __init__(self, baseline: Any, n_bytes: int, inner: Any = None) -> None:
+        self.baseline, self.n_bytes, self.inner = baseline, n_bytes, inner
+        self.seconds: list[float] = []
+
+    def __call__(self) -> None:
+        if self.inner is not None:
+            self.inner()
+        self.seconds.append(self.baseline.pass_at(self.n_bytes))
+
+    def pairs(self, warmup: int, iters: int) -> list[float]:
+        """The pass paired with each of the ``iters`` timed steps that follow ``warmup`` untimed ones: the one
+        right before it (for a first step without one, the one right after it); none where no pause ran (a
+        single step)."""
+        if not self.seconds:
+            return []
+        return [self.seconds[min(len(self.seconds) - 1, max(0, warmup + j - 1))] for j in range(iters)]
+
+
+def paired_step_s(step_s: float) -> float:
+    """Seconds of a step and its paired in-place pass (PairedPasses), for a step of ``step_s`` seconds: the pass
+    moves the bytes of the step's working set once each way, as the step does, so about as long again."""
+    return 2 * step_s

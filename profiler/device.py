@@ -429,6 +429,13 @@ class BaselineBursts:
         rec["inplace"].append(_passes(self.dev, repeat(lambda: src.mul_(1.0)), n, self.iters, self.warmup, reps))
         return size
 
+    def pass_at(self, n_bytes: int) -> float:
+        """One timed in-place pass (INPLACE_OP) over the first ``matched_size(n_bytes)`` bytes of the buffer, in
+        seconds: the baseline a step is paired with (bursts.PairedPasses), taken in the same moment as the step."""
+        n = self.matched_size(n_bytes) // 4
+        src = self._src[:n]
+        return float(_passes(self.dev, lambda: src.mul_(1.0), n, 1, 0)["time"]["median_s"])
+
     def release(self) -> None:
         """Free the buffers (the records stay)."""
         self._src = self._dst = None

@@ -6,10 +6,13 @@ on what makes a run's figures less reliable (``run_notes``). The records are pro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import statistics
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rsplan.profiler.baselines import Baselines
+from rsplan.profiler.device import NOISY_SPREAD
 from rsplan.profiler.result import (
     CopyBaseline,
     KernelFigures,
@@ -53,8 +56,10 @@ def row_flag(like: LikeForLike, row_spread: float, dram: Baselines, loaded: bool
     last-level cache while its step's does not: a small phase beside a large one keeps part of its rows cached
     between steps; ``spread``: its own per-step times spread (p90 - p10) / median over ROW_SPREAD_MAX;
     ``noisy``: its like-for-like baselines or the DRAM ones are noisy (spread or drift, device.NOISY_SPREAD);
-    ``load``: the machine was oversubscribed when the run started (run_device.prepare_device's rule). A flagged row is
-    left out of the report's bars."""
+    ``load``: the machine was oversubscribed when the run started (run_device.prepare_device's rule). A row paired
+    with its own in-place passes (``like.paired``) is ``noisy`` only where its per-step ratios to them spread: the
+    DRAM bursts' drift is the machine's moods between them, which the pairs do not see. A flagged row is left out
+    of the report's bars."""
     reasons = []
     if like.inplace_ratio > 1.0:
         reasons.append("above")
@@ -63,7 +68,7 @@ def row_flag(like: LikeForLike, row_spread: float, dram: Baselines, loaded: bool
             reasons.append("cache")
     if row_spread > ROW_SPREAD_MAX:
         reasons.append("spread")
-    if like.noisy or dram.copy.noisy or dram.inplace.noisy:
+    if like.noisy or (not like.paired and (dram.copy.noisy or dram.inplace.noisy)):
         reasons.append("noisy")
     if loaded:
         reasons.append("load")
@@ -82,6 +87,28 @@ def like_for_like(gb_s: float, bytes_per_step: int, step_ws: int,
                        b.copy.noisy or b.inplace.noisy)
 
 
+def paired_like(lf: LikeForLike | None, step_s: Sequence[float], bytes_per_step: int,
+                paired: tuple[int, Sequence[float]] | None) -> LikeForLike | None:
+    """``lf`` with its in-place figures taken from the passes paired with the steps (``paired``: the pass's bytes
+    and the pass before each timed step, seconds; measure.measure): each step's bandwidth over its own pass's, the
+    median of those ratios, their spread (p90 - p10) / median, noisy over NOISY_SPREAD (result.LikeForLike
+    ``paired``). ``step_s``: the row's time in each timed step. ``lf`` as it is without pairs, or where they do
+    not match the steps."""
+    if lf is None or paired is None or bytes_per_step <= 0:
+        return lf
+    size, passes = paired
+    pairs = [(t, p) for t, p in zip(step_s, passes, strict=False) if t > 0 and p > 0]
+    if len(pairs) != len(step_s) or not pairs:
+        return lf
+    ratios = sorted((bytes_per_step / t) / (2 * size / p) for t, p in pairs)
+    med = statistics.median(ratios)
+    q = statistics.quantiles(ratios, n=10, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 9
+    spread = (q[8] - q[0]) / med
+    pass_gb_s = 2 * size / statistics.median(p for _, p in pairs) / 1e9
+    return dataclasses.replace(lf, buffer_bytes=size, inplace_gb_s=pass_gb_s, inplace_ratio=med, spread=spread,
+                               drift=0.0, noisy=spread > NOISY_SPREAD, paired=True)
+
+
 def workload_figures(m: Any, base: Baselines, n_seqs: int, timing: Timing,
                      like: Callable[[int], tuple[Baselines, str]] | None = None,
                      loaded: bool = False) -> WorkloadResult:
@@ -94,12 +121,13 @@ def workload_figures(m: Any, base: Baselines, n_seqs: int, timing: Timing,
     total_bytes = 0
     spreads = []
     step_ws = working_set_bytes(sum(m.bytes.get(name, 0) for name in m.regions))
+    paired = m.extra.get("paired")
     for name, samples in m.regions.items():
         s = TimeSummary.from_dict(samples.summary())
         b = m.bytes.get(name, 0)
         gb_s = b / s.median_s / 1e9 if s.median_s > 0 else float("nan")
         inplace = gb_s / base.inplace.gb_s
-        lf = like_for_like(gb_s, b, step_ws, like)
+        lf = paired_like(like_for_like(gb_s, b, step_ws, like), samples.seconds, b, paired)
         flag = ratio_flag(inplace, b, base.inplace) if lf is None else row_flag(lf, s.spread, base, loaded, b)
         kernels[name] = KernelFigures(b, s, gb_s, gb_s / base.copy.gb_s, flag, inplace, lf)
         total_s += s.median_s
@@ -108,7 +136,8 @@ def workload_figures(m: Any, base: Baselines, n_seqs: int, timing: Timing,
             spreads.append(s.spread)
     gb_s = total_bytes / total_s / 1e9 if total_s else float("nan")
     inplace = gb_s / base.inplace.gb_s
-    lf = like_for_like(gb_s, total_bytes, step_ws, like)
+    step_s = [sum(ts) for ts in zip(*(r.seconds for r in m.regions.values()), strict=True)]
+    lf = paired_like(like_for_like(gb_s, total_bytes, step_ws, like), step_s, total_bytes, paired)
     # the state path's time is the sum of its phases' medians: it is as spread as its most spread phase
     flag = ratio_flag(inplace, total_bytes, base.inplace) if lf is None else row_flag(lf, max(spreads, default=0.0),
                                                                                      base, loaded, total_bytes)

@@ -11,7 +11,7 @@ from typing import Any
 from rsplan.profiler import workloads as wl
 from rsplan.profiler.baselines import LikeSizes
 from rsplan.profiler.budget import RunCost
-from rsplan.profiler.bursts import bursts_inside
+from rsplan.profiler.bursts import PairedPasses, bursts_inside
 from rsplan.profiler.engine import StepEngine
 from rsplan.profiler.pools import zero_pools
 from rsplan.profiler.result import Timing
@@ -24,7 +24,9 @@ def measure(bench: Bench, budget: RunCost, progress: Callable[[int], Callable[[i
     ``baseline`` (device.BaselineBursts; None: no bursts) takes a burst between each two workloads, and between
     two steps of a long one when due (bursts.BurstsInside): outside their timed regions and checks, and not
     counted in the progress. With ``like``, bursts over each of the workload's own working sets
-    (BaselineBursts.burst_at) are taken right before it and right after it."""
+    (BaselineBursts.burst_at) are taken right before it and right after it, and a decode read from DRAM pairs
+    each step with an in-place pass over its working set (bursts.PairedPasses): ``extra["paired"]`` of its
+    measurement is (the pass's bytes, the pass paired with each timed step, seconds)."""
     setup = bench.setup
     tick = progress(sum(_progress_steps(bench, budget).values())) if progress else (lambda _n: None)
     measured: dict[str, Any] = {}
@@ -32,11 +34,17 @@ def measure(bench: Bench, budget: RunCost, progress: Callable[[int], Callable[[i
     for i, name in enumerate(setup.names):
         if i and baseline is not None:
             baseline.burst()
-        pause = bursts_inside(baseline, budget.probe[name])
+        pause: Any = bursts_inside(baseline, budget.probe[name])
+        paired_ws = like.paired_ws(name) if baseline is not None and like is not None else None
+        if paired_ws is not None:
+            pause = PairedPasses(baseline, paired_ws, pause)
         if baseline is not None and like is not None:
             for ws in like.expected(name):
                 baseline.burst_at(ws, name)
         measured[name], timing[name] = _run_workload(bench, name, budget, tick, pause)
+        if isinstance(pause, PairedPasses):
+            measured[name].extra["paired"] = (baseline.matched_size(pause.n_bytes),
+                                              pause.pairs(budget.warmup, budget.iters))
         if baseline is not None and like is not None:
             for ws in like.measured(measured[name]):
                 baseline.burst_at(ws, name)

@@ -129,6 +129,10 @@ class LikeForLike:
         copy_ratio, inplace_ratio: the row's GB/s over them.
         spread, drift: the larger of the two baselines' spread and drift (profiler.device.copy_baseline).
         noisy: either of them is.
+        paired: the in-place figures come from a pass paired with each step (profiler.bursts.PairedPasses):
+            ``inplace_gb_s`` is the passes' median, ``inplace_ratio`` the median of each step's ratio to its own
+            pass, ``spread`` those ratios' (p90 - p10) / median and ``noisy`` that spread over NOISY_SPREAD (the
+            copy figures stay the DRAM bursts').
     """
 
     working_set_bytes: int
@@ -141,6 +145,7 @@ class LikeForLike:
     spread: float
     drift: float
     noisy: bool
+    paired: bool = False
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> LikeForLike | None:
@@ -148,7 +153,7 @@ class LikeForLike:
             return None
         return cls(d["working_set_bytes"], d["regime"], d["buffer_bytes"], _nan(d["copy_gb_s"]),
                    _nan(d["inplace_gb_s"]), _nan(d["copy_ratio"]), _nan(d["inplace_ratio"]), _nan(d["spread"]),
-                   _nan(d["drift"]), d["noisy"])
+                   _nan(d["drift"]), d["noisy"], bool(d.get("paired", False)))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -121,13 +121,14 @@ def _time_workloads(run: _Prepared, bench: Bench, progress: Callable[[int], Call
     # the same stretch of the run as the kernels (a shared machine's bandwidth moves within seconds)
     n_bursts = len(setup.names) + 1
     baseline = device.BaselineBursts(dev, run.copy_bytes, copy_iters(dev.type, n_bursts), COPY_WARMUP)
-    budget = plan_budget(bench, baseline.burst(), run.t_start)
+    like = LikeSizes(setup, bench.req, run.llc)
+    budget = plan_budget(bench, baseline.burst(), run.t_start, like.paired_ws("decode") is not None)
     if announce is not None:
         announce(budget.announcement())
         announce(choice_line(run.choice, run.llc, run.llc_source))
     if budget.note:
         setup.notes.append(budget.note)
-    measured, timing = measure(bench, budget, progress, baseline, LikeSizes(setup, bench.req, run.llc))
+    measured, timing = measure(bench, budget, progress, baseline, like)
     baseline.burst()
     baseline.release()
     dram = dram_baselines(baseline, run.llc, run.llc_source, run.t_start)

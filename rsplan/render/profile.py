@@ -183,12 +183,20 @@ def _like_lines(w: WorkloadResult) -> list[str]:
     for k in rows:
         if k.like is not None:
             seen.setdefault(k.like.buffer_bytes, k.like)
-    return [f"  working set of a step {_mib(like.working_set_bytes)} ({like.regime}); "
-            + ("same-size" if size == like.working_set_bytes else f"same-regime ({like.regime})")
+    return [_like_line(size, like) for size, like in sorted(seen.items())]
+
+
+def _like_line(size: int, like: Any) -> str:
+    """One like-for-like baseline in words: bursts around the workload, or passes paired with its steps."""
+    head = f"  working set of a step {_mib(like.working_set_bytes)} ({like.regime}); "
+    if like.paired:
+        return (head + f"in place: a pass over {_mib(size)} paired with each step, {like.inplace_gb_s:,.1f} GB/s "
+                f"(each step's ratio to its own pass: spread {100 * like.spread:.0f}%"
+                + (", NOISY" if like.noisy else "") + f"); copy over DRAM {like.copy_gb_s:,.1f} GB/s")
+    return (head + ("same-size" if size == like.working_set_bytes else f"same-regime ({like.regime})")
             + f" baselines over {_mib(size)}: in place {like.inplace_gb_s:,.1f} GB/s, copy {like.copy_gb_s:,.1f} "
             f"GB/s (spread {100 * like.spread:.0f}%, drift {100 * like.drift:.0f}%"
-            + (", NOISY" if like.noisy else "") + ")"
-            for size, like in sorted(seen.items())]
+            + (", NOISY" if like.noisy else "") + ")")
 
 
 def _workload_lines(name: str, w: WorkloadResult, base: CopyBaseline, base_name: str) -> list[str]:
@@ -251,6 +259,8 @@ def row_flag_text(row: KernelFigures | StatePath, base: CopyBaseline, base_name:
             bound = f"(p10..p90 over the median; bound {100 * ROW_SPREAD_MAX:.0f}%)"
             words.append(f"its own steps spread {100 * row.time.spread:.0f}% {bound}" if isinstance(row, KernelFigures)
                          else f"its most spread phase's steps spread over the bound {bound}")
+        elif reason == "noisy" and like.paired:
+            words.append(f"its steps' ratios to their own in-place passes spread over {100 * NOISY_SPREAD:.0f}%")
         elif reason == "noisy":
             words.append(f"a baseline it is compared with is noisy (spread or drift over {100 * NOISY_SPREAD:.0f}%)")
         elif reason == "load":
