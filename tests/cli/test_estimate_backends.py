@@ -82,3 +82,13 @@ def test_tensor_split_on_vulkan_names_each_device():
     # there, 13 and 15 on Vulkan1)
     assert rows["Vulkan0"]["context_bytes"] == 5 * 16 * 2**20 + 8 * 16_384
     assert rows["Vulkan1"]["context_bytes"] == 1 * 16 * 2**20 + 2 * 16_384
+
+
+def test_a_metal_runs_host_repacks_for_an_apple_core_unless_told():
+    # a Metal run's host CPU is Apple Silicon: an ARM core with i8mm (M2 and newer), said in the notes; the
+    # layers left on the host (-ngl 8: layers 0..8) repack their Q4_0 matrices into CPU_REPACK for it
+    d = _json("--backend", "MTL0", "-ngl", "8", "--quant", "Q4_0")
+    assert any("its CPU: an ARM core with i8mm" in n for n in d["notes"])
+    assert _rows(d)["CPU_REPACK"]["model_bytes"] > 0
+    given = _json("--backend", "MTL0", "-ngl", "8", "--quant", "Q4_0", "--cpu-repack", "arm-dotprod")
+    assert not any("its CPU" in n for n in given["notes"])
