@@ -206,3 +206,21 @@ def sessions_made() -> Iterator[list[Any]]:
         yield made
     finally:
         SizingSession.__init__ = init  # type: ignore[method-assign]
+
+
+def preset_reserve_graph(name: str) -> Any:
+    """The pp reserve graph (512 tokens, one sequence, -c 4096, flash attention) of built-in preset ``name``."""
+    from rsplan.hparams.layout import cache_layout  # deferred: the preset loaders, for the graph tests only
+    from rsplan.hparams.sources import load_builtin_preset  # deferred: as above
+    from rsplan.planner.caches.context import ContextParams, resolve_context  # deferred: as above
+    from rsplan.planner.compute.reserve import (  # deferred: as above
+        Reserve,
+        _build_reserve_graph,
+        reserve_graph_builder,
+    )
+
+    spec = load_builtin_preset(name)
+    layout = cache_layout(spec)
+    ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=1, flash_attn="on"))
+    return _build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False,
+                                Reserve("pp", 512, 1, 512))

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rsplan.planner.ggml.alloc import FLAG_OUTPUT, Tensor
+from rsplan.planner.ggml.fusion import can_fuse_subgraph as can_fuse_nodes
 from rsplan.planner.ggml.ops import is_contiguous
 
 #: ggml_op_is_empty: the ops that neither read nor write memory (ggml/src/ggml-impl.h:90 ggml_op_is_empty).
@@ -82,23 +83,8 @@ def _f32(*ts: Tensor) -> bool:
 
 def can_fuse_subgraph(split: Sequence[Tensor], idxs: Sequence[int], outputs: Sequence[Tensor],
                       uses: Counter[Tensor]) -> bool:
-    """ggml/src/ggml.c:7769 ggml_can_fuse_subgraph_ext over ``split[i] for i in idxs`` (their ops already matched):
-    every node but ``outputs`` is no graph output, has all its ``uses`` (graph use counts) in the nodes after it in
-    the list, and views only memory of the list's nodes or of weights (ggml_is_constant)."""
-    sub = [split[i] for i in idxs]
-    for i, node in enumerate(sub):
-        if any(node is out for out in outputs):
-            continue
-        if node.flags & FLAG_OUTPUT:
-            return False
-        if sum(s is node for other in sub[i + 1:] for s in other.src) != uses[node]:
-            return False
-        vs = node.view_src
-        while vs is not None:
-            if not any(vs is t for t in sub) and not (vs.op == "NONE" and vs.kind == "weight"):
-                return False
-            vs = vs.view_src
-    return True
+    """planner.ggml.fusion.can_fuse_subgraph over ``split[i] for i in idxs``."""
+    return can_fuse_nodes([split[i] for i in idxs], outputs, uses)
 
 
 def _check_norm(f: Fusion, nodes: Sequence[Tensor], split: Sequence[Tensor], idxs: Sequence[int], idx: int,

@@ -62,6 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rsplan.hparams.ggml_types import weight_type
+from rsplan.planner.backends.op_batch import op_batch_size
 from rsplan.planner.ggml.alloc import Tensor
 from rsplan.planner.ggml.ops import is_contiguous
 
@@ -169,15 +170,7 @@ def vulkan_supports_op(t: Tensor, features: VulkanFeatures = DESKTOP_GPU) -> boo
 
 def vulkan_offloads(t: Tensor, min_batch: int = OP_OFFLOAD_MIN_BATCH) -> bool:
     """offload_op: ggml_vk_get_op_batch_size(t) >= ``min_batch`` (GGML_OP_OFFLOAD_MIN_BATCH)."""
-    if t.op == "GET_ROWS":
-        batch = 0
-    elif t.op == "MUL_MAT":
-        batch = t.ne[1]
-    elif t.op in ("MUL_MAT_ID", "ROPE"):
-        batch = t.ne[2]
-    else:
-        batch = t.ne[1] * t.ne[2] * t.ne[3]
-    return batch >= min_batch
+    return op_batch_size(t) >= min_batch
 
 
 def _is_weight(t: Tensor) -> bool:

@@ -40,7 +40,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain
 
-from rsplan.planner.ggml.alloc import FLAG_OUTPUT, Tensor
+from rsplan.planner.ggml.alloc import Tensor
+from rsplan.planner.ggml.fusion import can_fuse_subgraph
 
 #: ggml/src/ggml-vulkan/ggml-vulkan-types.h:506 topk_moe_early_softmax_norm and the other top-k MoE routers, in the
 #: order graph_optimize tries them; each keeps its external inputs until its last node.
@@ -374,23 +375,8 @@ class _Reorder:
 
     def _can_fuse(self, idxs: Sequence[int], output: int) -> bool:
         """ggml_can_fuse_subgraph_ext over ``nodes[idxs]`` (ops matched by the caller, every node computed) with
-        ``nodes[output]`` used outside: every other node is no graph output, has all its uses inside, and views
-        memory inside or a weight's."""
-        sub = [self.nodes[i] for i in idxs]
-        for i, node in enumerate(sub):
-            if idxs[i] == output:
-                continue
-            if node.flags & FLAG_OUTPUT:
-                return False
-            inside = sum(1 for later in sub[i + 1:] for s in later.src if s is node)
-            if inside != self.uses[node]:
-                return False
-            vs = node.view_src
-            while vs is not None:
-                if not any(vs is t for t in sub) and not (vs.op == "NONE" and vs.kind == "weight"):
-                    return False
-                vs = vs.view_src
-        return True
+        ``nodes[output]`` used outside (planner.ggml.fusion.can_fuse_subgraph)."""
+        return can_fuse_subgraph([self.nodes[i] for i in idxs], (self.nodes[output],), self.uses)
 
     def _pull_consumer(self, j: int, op: str, current: list[int]) -> None:
         """The ``op`` node reading ``nodes[j]`` as its first source whose second is ready, pulled (MUL_MAT_ID +

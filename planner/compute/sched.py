@@ -44,6 +44,7 @@ from typing import Any
 from rsplan.hparams.ggml_types import GGMLType
 from rsplan.hparams.ggml_types import weight_type as weight_type_of
 from rsplan.planner.backends.devices import DeviceKind
+from rsplan.planner.backends.op_batch import op_batch_size
 from rsplan.planner.compute.sched_setup import (
     MATMUL_OPS,
     NO_WEIGHT_RULE_OPS,
@@ -329,15 +330,7 @@ def _offloads(kind: DeviceKind, t: Tensor) -> bool:
         return kind.offload_op(t)
     if kind.offload_min_batch is None:
         return False
-    if t.op == "GET_ROWS":
-        batch = 0
-    elif t.op == "MUL_MAT":
-        batch = t.ne[1]
-    elif t.op in ("MUL_MAT_ID", "ROPE"):
-        batch = t.ne[2]
-    else:
-        batch = t.ne[1] * t.ne[2] * t.ne[3]
-    return batch >= kind.offload_min_batch
+    return op_batch_size(t) >= kind.offload_min_batch
 
 
 def refused_ops(s: BackendAssignment) -> tuple[tuple[str, int], ...]:

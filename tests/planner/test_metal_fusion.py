@@ -8,6 +8,7 @@ from rsplan.planner.backends.cuda_fusion import use_counts
 from rsplan.planner.backends.metal_fusion import FUSION_MAX, fusion_max, metal_alloc_deps
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Tensor
+from rsplan_testing import preset_reserve_graph
 
 
 def _deps(nodes: list[Tensor], start: int = 0, end: int | None = None,
@@ -156,7 +157,7 @@ def test_the_router_is_one_group_with_its_views():
 
 
 def test_a_preset_graphs_dependencies_end_inside_it():
-    graph = _preset_graph("qwen3.5-35b-a3b")
+    graph = preset_reserve_graph("qwen3.5-35b-a3b")
     nodes = graph.nodes
     deps = _deps(nodes)
     position = {n: i for i, n in enumerate(nodes)}
@@ -169,20 +170,3 @@ def test_a_preset_graphs_dependencies_end_inside_it():
     # one SSM_CONV + UNARY per recurrent layer, each with its conv input kept
     n_conv = sum(1 for n in nodes if n.op == "SSM_CONV")
     assert n_conv and sum(1 for u in deps if u.op == "UNARY" and u.src[0].op == "SSM_CONV") == n_conv
-
-
-def _preset_graph(name: str):  # type: ignore[no-untyped-def]
-    from rsplan.hparams.layout import cache_layout  # deferred: the preset loaders are only needed here
-    from rsplan.hparams.sources import load_builtin_preset  # deferred: as above
-    from rsplan.planner.caches.context import ContextParams, resolve_context  # deferred: as above
-    from rsplan.planner.compute.reserve import (  # deferred: as above
-        Reserve,
-        _build_reserve_graph,
-        reserve_graph_builder,
-    )
-
-    spec = load_builtin_preset(name)
-    layout = cache_layout(spec)
-    ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=1, flash_attn="on"))
-    return _build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False,
-                                Reserve("pp", 512, 1, 512))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rsplan.planner.backends.metal_reorder import N_FORWARD, metal_graph_reorder
 from rsplan.planner.ggml import ops as g
 from rsplan.planner.ggml.alloc import Tensor
+from rsplan_testing import preset_reserve_graph
 
 
 def _x() -> Tensor:
@@ -129,27 +130,10 @@ def test_a_range_ending_where_another_begins_conflicts():
 
 def test_a_preset_graph_is_permuted_with_every_node_after_its_sources():
     for name in ("qwen3.5-35b-a3b", "lfm2-8b-a1b"):
-        nodes = _preset_graph(name).nodes
+        nodes = preset_reserve_graph(name).nodes
         order = metal_graph_reorder(list(nodes))
         assert len(order) == len(nodes) and set(order) == set(nodes)
         position = {n: i for i, n in enumerate(order)}
         for n in order:
             assert all(position[s] < position[n] for s in n.src if s in position and s is not n)
         assert order != nodes  # the reorder does move nodes on a real graph
-
-
-def _preset_graph(name: str):  # type: ignore[no-untyped-def]
-    from rsplan.hparams.layout import cache_layout  # deferred: the preset loaders are only needed here
-    from rsplan.hparams.sources import load_builtin_preset  # deferred: as above
-    from rsplan.planner.caches.context import ContextParams, resolve_context  # deferred: as above
-    from rsplan.planner.compute.reserve import (  # deferred: as above
-        Reserve,
-        _build_reserve_graph,
-        reserve_graph_builder,
-    )
-
-    spec = load_builtin_preset(name)
-    layout = cache_layout(spec)
-    ctx = resolve_context(layout, ContextParams(n_ctx=4096, n_seq_max=1, flash_attn="on"))
-    return _build_reserve_graph(reserve_graph_builder(spec, False), spec, layout, ctx, False,
-                                Reserve("pp", 512, 1, 512))
