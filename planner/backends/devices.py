@@ -81,6 +81,9 @@ class DeviceKind:
             mapped file (``<device>_Mapped``), not copies.
         host_alloc_extra: bytes the devices' host buffer type adds to every buffer it allocates (its printed output
             and compute buffer sizes include them).
+        max_buffer_size: the buffer types' ``get_max_size`` where a compute buffer may reach it (Vulkan's
+            suballocation block, 1 GiB): ggml-alloc then splits the buffer into chunks, which planner.ggml.alloc does
+            not lay out (a figure above it may be low); None: no such limit in reach.
         host_alignment: the alignment of the buffer type holding the CPU backend's compute buffer beside these
             devices (their host buffer type's: CUDA_Host 32, Vulkan_Host the device's minMemoryMapAlignment; Metal
             has none: the CPU's 32).
@@ -100,6 +103,7 @@ class DeviceKind:
     maps_file: bool = False
     host_alloc_extra: int = 0
     host_alignment: int = 32
+    max_buffer_size: int | None = None
 
     @property
     def buffer_rule(self) -> BufferRule:
@@ -151,5 +155,6 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                         _metal_optimize, metal_takes_weight, offload_op=metal_offloads, maps_file=True),
     "Vulkan": DeviceKind("Vulkan", DEFAULT_LIMITS.storage_alignment, 32, True, False, _VULKAN_SOURCE, None,
                          vulkan_supports_op, _vulkan_optimize, vulkan_takes_weight, offload_op=vulkan_offloads,
-                         host_alloc_extra=HOST_BUFFER_EXTRA, host_alignment=DEFAULT_LIMITS.map_alignment),
+                         host_alloc_extra=HOST_BUFFER_EXTRA, host_alignment=DEFAULT_LIMITS.map_alignment,
+                         max_buffer_size=DEFAULT_LIMITS.suballocation_block_size),
 }

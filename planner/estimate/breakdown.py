@@ -425,6 +425,11 @@ def _gpu_compute(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ou
         notes.append(f"{'the MTP draft context: ' if mtp_draft else ''}{host_ops}")
     assert got.devices is not None and got.host is not None  # a real run was sized
     host = got.host + kind.host_alloc_extra if got.host else 0
+    limit = kind.max_buffer_size
+    if limit is not None and max(*got.devices, host) > limit:
+        notes.append(f"{what} above the {limit / 2**30:g} GiB {kind.name} buffer limit (its suballocation block): "
+                     "llama.cpp splits it into chunks, which rsplan lays out as one buffer, so the figure may be "
+                     "low by what the chunks' ends leave unused")
     return got.devices, host, notes
 
 

@@ -92,3 +92,16 @@ def test_a_metal_runs_host_repacks_for_an_apple_core_unless_told():
     assert _rows(d)["CPU_REPACK"]["model_bytes"] > 0
     given = _json("--backend", "MTL0", "-ngl", "8", "--quant", "Q4_0", "--cpu-repack", "arm-dotprod")
     assert not any("its CPU" in n for n in given["notes"])
+
+
+def test_a_vulkan_compute_buffer_over_the_suballocation_block_is_said_to_be_a_lower_bound():
+    # ggml/src/ggml-vulkan/ggml-vulkan.cpp:13039 get_max_size: the 1 GiB suballocation block; ggml-alloc splits a
+    # larger compute buffer into chunks, which rsplan does not lay out: the note says the figure may be low
+    args = ["estimate", "-m", "qwen3.5-9b", "-c", "262144", "-b", "2048", "-ub", "2048", "--format", "json"]
+    for backend, said in (("Vulkan0", True), ("CUDA0", False)):
+        r = CliRunner().invoke(cli, [*args, "--backend", backend], prog_name="rsplan")
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.stdout)
+        device = _rows(d)[backend]["compute_bytes"]
+        assert device > 2**30
+        assert any("above the 1 GiB Vulkan buffer limit" in n for n in d["notes"]) == said
