@@ -19,14 +19,27 @@ def load_log_lines(plan: MemoryPlan, breakdown: Breakdown | None, backend: Backe
     by name), compute buffers in the scheduler's backend order: the devices, then the CPU backend's
     (src/llama-context.cpp:737 ggml_backend_sched_get_buffer_size, over backend_ptrs)."""
     rows = breakdown.breakdown if breakdown is not None else ()
-    out = [model_buffer_line(row.buffer_type, row.model_bytes)
-           for row in sorted(rows, key=lambda r: r.buffer_type.encode()) if row.model_bytes]
+    run = breakdown.run if breakdown is not None else None
+    out = offload_lines(run.placement.n_gpu_layers, run.placement.n_layer_all) if run is not None else []
+    out += [model_buffer_line(row.buffer_type, row.model_bytes)
+            for row in sorted(rows, key=lambda r: r.buffer_type.encode()) if row.model_bytes]
     if breakdown is not None and breakdown.output_buffer is not None:
         out.append(output_buffer_line(breakdown.output_buffer.buffer_type, breakdown.output_buffer.bytes))
-    run = breakdown.run if breakdown is not None else None
     out += log_lines(plan, backend=backend, has_kv_cache=has_kv_cache, home=run.cache_home if run else None)
     for row in rows:
         line = compute_buffer_line(row.buffer_type, row.compute_bytes) if row.compute_bytes else None
         if line:
             out.append(line)
+    return out
+
+
+def offload_lines(n_gpu_layers: int, n_layer_all: int) -> list[str]:
+    """load_tensors' offload lines of a GPU build (src/llama-model.cpp:1912 n_gpu): ``n_gpu_layers`` units (the
+    output layer and the last repeating ones) of ``n_layer_all + 1``. llama.cpp counts ``min(n_gpu_layers,
+    n_layer_all)`` of them, the first being the output layer, so with every unit offloaded it prints one repeating
+    layer fewer than there are (``offloading 31 repeating layers`` for 32 and the output)."""
+    n_gpu = min(n_gpu_layers, n_layer_all)
+    out = ["load_tensors: offloading output layer to GPU"] if n_gpu > 0 else []
+    out.append(f"load_tensors: offloading {max(n_gpu - 1, 0)} repeating layers to GPU")
+    out.append(f"load_tensors: offloaded {min(n_gpu_layers, n_layer_all + 1)}/{n_layer_all + 1} layers to GPU")
     return out

@@ -96,3 +96,12 @@ def test_tensor_split_takes_fewer_parts_than_llama_cpp_devices():
     assert one_line_error(r) == "--tensor-split: 16 parts; llama.cpp takes fewer than 16 (LLAMA_MAX_DEVICES)"
     rows = json.loads(run("--backend", "CUDA0", "-ts", ",".join(["1"] * 15), "--format", "json").stdout)["breakdown"]
     assert [r["buffer_type"] for r in rows if r["device"] != "Host"][-1] == "CUDA14"
+
+
+def test_the_log_counts_the_offloaded_units_as_llama_cpp_prints_them():
+    # src/llama-model.cpp:1912: min(n_gpu_layers, n_layer_all) units counted, the first being the output layer
+    assert _lines("--backend", "CUDA0", "-ngl", "10")[:3] == [
+        "load_tensors: offloading output layer to GPU", "load_tensors: offloading 9 repeating layers to GPU",
+        "load_tensors: offloaded 10/17 layers to GPU"]
+    assert _lines("--backend", "CUDA0", "-ngl", "0")[:2] == [
+        "load_tensors: offloading 0 repeating layers to GPU", "load_tensors: offloaded 0/17 layers to GPU"]

@@ -260,12 +260,16 @@ def test_cuda_backend_log():
     r = run("-m", "lfm2-1.2b", "--backend", "CUDA1", "--format", "log")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    # the weights first (sized at the default Q4_K_M), then the contexts, as llama.cpp logs them
-    assert lines[0].startswith("load_tensors:   CPU_Mapped model buffer size =")
-    assert lines[1].startswith("load_tensors:        CUDA1 model buffer size =")
+    # the units offloaded (16 layers and the output: llama.cpp counts the output among min(17, 16) and prints 15
+    # repeating layers), the weights (sized at the default Q4_K_M), then the contexts, as llama.cpp logs them
+    assert lines[:3] == ["load_tensors: offloading output layer to GPU",
+                         "load_tensors: offloading 15 repeating layers to GPU",
+                         "load_tensors: offloaded 17/17 layers to GPU"]
+    assert lines[3].startswith("load_tensors:   CPU_Mapped model buffer size =")
+    assert lines[4].startswith("load_tensors:        CUDA1 model buffer size =")
     # lfm2-1.2b: 65536 logits of f32 for one sequence, in the GPU's pinned host memory
-    assert lines[2] == "llama_context:  CUDA_Host  output buffer size =     0.25 MiB"
-    assert lines[3].startswith("llama_kv_cache:      CUDA1 KV buffer size =")
+    assert lines[5] == "llama_context:  CUDA_Host  output buffer size =     0.25 MiB"
+    assert lines[6].startswith("llama_kv_cache:      CUDA1 KV buffer size =")
 
 
 def test_a_directory_named_config_json_in_a_model_directory(tmp_path):
