@@ -24,7 +24,7 @@ from rsplan.cli.budget import (
 )
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
+from rsplan.cli.host_options import HOST_KEYS, host_options, metal_host, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError
@@ -87,6 +87,8 @@ def capacity(model_ref: str, ctx_list: str | None, fmt: str, engine: str, explai
     contexts = parse_ctx_list(ctx_list) if ctx_list is not None else None
     read = read_model(model_ref)
     spec = llama_cpp_spec(read)
+    if options["device_kind"] == "Metal":
+        host = metal_host(host, click.get_current_context())  # an Apple Silicon host: said with the host weights
     request = budget_request(options, host)
     session = SizingSession()  # the caches of this command's sizings, passed down
     fitted = fitted_placement(read, spec, model_ref, params, request, session)  # llama.cpp's --fit, where it moves

@@ -16,7 +16,7 @@ from click.core import ParameterSource
 from rsplan.cli import ends_with_command
 from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.host_options import given_host_flags, host_options, pop_host_options
+from rsplan.cli.host_options import given_host_flags, host_options, metal_host, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.placement_options import PLACEMENT_KEYS, placement_options
 from rsplan.cli.sections import SectionedCommand, section
@@ -101,9 +101,8 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     offload = _offload_flags(placement, ctx, backend)
     alignments, device_note = _device_properties(buffer, vulkan_driver, ctx)
     host = pop_host_options(kwargs, ctx)
-    if buffer.name.startswith("MTL") and ctx.get_parameter_source("cpu_repack") in (None, ParameterSource.DEFAULT) \
-            and host.repack.name == "x86-avx2":
-        host = _apple_host(host)
+    if buffer.name.startswith("MTL") and metal_host(host, ctx) is not host:
+        host = metal_host(host, ctx)
         device_note = (f"{device_note}; its CPU: an ARM core with i8mm (M2 or newer) for the host weights' repacking "
                        "(--cpu-repack arm-dotprod for an M1)")
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
@@ -218,14 +217,6 @@ def _device_properties(buffer: Backend, driver: str | None, ctx: click.Context
             f"{storage}{' (' + buffer.name + ':' + str(given) + ')' if given else ''}, minMemoryMapAlignment "
             f"{limits.map_alignment}")
     return (storage, limits.map_alignment), note
-
-
-def _apple_host(host: Any) -> Any:
-    """``host`` with the CPU repack target of an Apple Silicon M2-or-newer core (arm-i8mm): a Metal run's host."""
-    # deferred: the modules of this command's path only (start-up time: tests/cli/test_startup_imports.py)
-    from rsplan.planner.backends.cpu_repack import parse_target
-
-    return dataclasses.replace(host, repack=parse_target("arm-i8mm"))
 
 
 def _given_placement(ctx: click.Context) -> list[str]:

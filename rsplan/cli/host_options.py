@@ -8,6 +8,7 @@ click usage errors: one line, exit status 2.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -86,3 +87,19 @@ def parse_host_options(cpu_repack: str | None, no_repack: bool, load_mode: str, 
                                  param_hint="--cpu-repack") from None
     mode = "none" if no_mmap else load_mode
     return HostOptions(target, use_mmap=mode in MAPPED_MODES, load_mode=mode, no_host=no_host)
+
+
+#: The repack target of a Metal device's host when none is given: an Apple Silicon core with i8mm (M2 and newer).
+APPLE_TARGET = "arm-i8mm"
+
+
+def metal_host(host: HostOptions, ctx: click.Context) -> HostOptions:
+    """``host`` for a Metal device's machine: its CPU is Apple Silicon, so the default x86 repack target becomes
+    APPLE_TARGET unless ``--cpu-repack`` or ``--no-repack`` was given (the answer names the target it used)."""
+    # deferred: the planner's host-weight modules, loaded when a command that takes these flags runs
+    from rsplan.planner.backends.cpu_repack import DEFAULT_TARGET, parse_target
+
+    given = ctx.get_parameter_source("cpu_repack") not in (None, ParameterSource.DEFAULT)
+    if given or host.repack.name != DEFAULT_TARGET:
+        return host
+    return dataclasses.replace(host, repack=parse_target(APPLE_TARGET))

@@ -22,7 +22,7 @@ from rsplan.cli.budget import (
 )
 from rsplan.cli.engine_options import engine_options, pop_engines_values
 from rsplan.cli.errors import user_errors
-from rsplan.cli.host_options import HOST_KEYS, host_options, pop_host_options
+from rsplan.cli.host_options import HOST_KEYS, host_options, metal_host, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import RsplanError, require
@@ -142,6 +142,8 @@ def _build(model_refs: tuple[str, ...], ctx_list: str | None, profile_path: str 
         profile = load_profile(profile_path)
     reads = [read_model(ref) for ref in model_refs]
     specs = [r.spec for r in reads]
+    if options["device_kind"] == "Metal":
+        host = metal_host(host, click.get_current_context())  # an Apple Silicon host: said with the host weights
     request = budget_request(options, host)
     planners = _planners(reads, model_refs, params, request, spec_type)
     # the searches that size compute buffers, asked ahead in worker processes (their answers are asked again below)

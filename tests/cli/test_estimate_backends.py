@@ -105,3 +105,15 @@ def test_a_vulkan_compute_buffer_over_the_suballocation_block_is_said_to_be_a_lo
         device = _rows(d)[backend]["compute_bytes"]
         assert device > 2**30
         assert any("above the 1 GiB Vulkan buffer limit" in n for n in d["notes"]) == said
+
+
+def test_capacity_and_report_take_a_metal_devices_host_for_apple_silicon():
+    # --device-kind Metal: the host weights are laid out for an Apple core with i8mm unless --cpu-repack is given
+    args = ["capacity", "-m", "qwen3.5-9b", "--budget", "4GiB", "--quant", "Q4_0", "--format", "json"]
+    r = CliRunner().invoke(cli, [*args, "--device-kind", "Metal"], prog_name="rsplan")
+    assert r.exit_code == 0, r.output
+    assert '"cpu_repack": "arm-i8mm"' in r.stdout
+    r = CliRunner().invoke(cli, [*args, "--device-kind", "Metal", "--cpu-repack", "arm-dotprod"], prog_name="rsplan")
+    assert '"cpu_repack": "arm-dotprod"' in r.stdout
+    r = CliRunner().invoke(cli, [*args, "--device-kind", "CUDA"], prog_name="rsplan")
+    assert '"cpu_repack": "x86-avx2"' in r.stdout
