@@ -43,7 +43,7 @@ from rsplan.planner.compute.reserve import SERVER_OUTPUTS, ComputeBuffer, Output
 from rsplan.planner.compute.reuse.session import SizingSession
 from rsplan.planner.estimate.offload import GpuRun, OffloadFlags, device_weight_bytes, gpu_rows, gpu_run
 from rsplan.planner.estimate.rows import BufferBreakdown
-from rsplan.planner.weights.host_charge import gpu_host_buffer, host_weights
+from rsplan.planner.weights.host_charge import host_weights
 from rsplan.planner.weights.host_weights import HostOptions, HostTensor, WeightTable, host_buffers, table_tensors
 from rsplan.planner.weights.weight_placement import Weight, gguf_weights, layer_of, loaded
 
@@ -147,13 +147,6 @@ class Breakdown:
             "server_host": dataclasses.asdict(self.server_host) if self.server_host else None,
         }
         return out
-
-
-def _host_buft(kind: str) -> str:
-    """The host buffer type of a run on ``kind``'s backend (``_backend_kind``): its output buffer and its CPU
-    backend's compute buffer: ``CPU``, or the GPU's pinned host type (CUDA_Host, ROCm_Host, MUSA_Host, Vulkan_Host;
-    Metal has none: CPU)."""
-    return gpu_host_buffer(None if kind == "CPU" else kind) or "CPU"
 
 
 def _backend_kind(backend: str) -> str:
@@ -310,7 +303,8 @@ def build_breakdown(
     run = None if kind == "CPU" else gpu_run(backend, spec.block_count, offload or OffloadFlags(), *alignments)
     compute, notes = _cpu_compute(spec, params, layout, outputs) if run is None else (None, [])
     out, out_notes = _target_output(spec, params, compute, embeddings=outputs.embeddings, mtp=mtp,
-                                    buffer_type=_host_buft(kind), extra=run.kind.host_alloc_extra if run else 0)
+                                    buffer_type=run.output_buffer if run else "CPU",
+                                    extra=run.output_extra if run else 0)
     model, exact = model_bytes_by_buffer(spec, backend, table, load_mtp=mtp, host=host or HostOptions(), run=run)
     source = _weights_source(model is not None, exact, kind)
     notes += out_notes + _weights_notes(spec, kind, backend, table, mtp, source)
@@ -476,8 +470,8 @@ def _draft(spec: ModelSpec, params: ContextParams, layout: CacheLayout, ctx: Eff
         buffer_type = run.cache_home(spec.block_count - 1)[0]
     try:
         output_bytes = output_buffer(spec, draft, n_outputs_max=draft.n_seq_max, layout=layout,
-                                     buffer_type=_host_buft(_backend_kind(backend))).bytes
-        output_bytes += run.kind.host_alloc_extra if run is not None else 0
+                                     buffer_type=run.output_buffer if run else "CPU").bytes
+        output_bytes += run.output_extra if run is not None else 0
     except OutputsError as exc:
         notes.append(f"MTP draft output buffer: {exc}")
     return DraftContext(buffer_type, kv.bytes, compute_bytes, output_bytes, host_compute), notes

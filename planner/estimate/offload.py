@@ -101,6 +101,24 @@ class GpuRun:
         host_buft): the first device's host buffer type, else ``CPU``."""
         return self.host_buffer or "CPU"
 
+    @property
+    def output_on_device(self) -> bool:
+        """Whether the output layer is on a device (else on the host)."""
+        return self.placement.unit_device[self.placement.n_layer_all] is not None
+
+    @property
+    def output_buffer(self) -> str:
+        """The output buffer's buffer type: the host buffer type of the output layer's device
+        (src/llama-context.cpp:2197 output_dev_host_buft), ``CPU`` where it has none or the output layer stays on the
+        host (the CPU device has no host buffer type: ggml/src/ggml-cpu/ggml-cpu.cpp:502 get_host_buffer_type
+        NULL)."""
+        return (self.host_buffer if self.output_on_device else None) or "CPU"
+
+    @property
+    def output_extra(self) -> int:
+        """Bytes the output buffer's buffer type adds to it (Vulkan_Host's 32; 0 for ``CPU``)."""
+        return self.kind.host_alloc_extra if self.output_buffer != "CPU" else 0
+
     def cache_buffers(self, plan: MemoryPlan) -> dict[str, int]:
         """Cache bytes per buffer type name (each tensor padded by its buffer's rule), in llama.cpp's print order."""
         out: dict[str, int] = {}

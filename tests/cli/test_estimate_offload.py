@@ -105,3 +105,10 @@ def test_the_log_counts_the_offloaded_units_as_llama_cpp_prints_them():
         "load_tensors: offloaded 10/17 layers to GPU"]
     assert _lines("--backend", "CUDA0", "-ngl", "0")[:2] == [
         "load_tensors: offloading 0 repeating layers to GPU", "load_tensors: offloaded 0/17 layers to GPU"]
+
+
+def test_the_output_buffer_follows_the_output_layer():
+    # src/llama-context.cpp:2197: the host buffer type of the output layer's device; with the output layer on the
+    # host (-ngl 0) the CPU device has none, so the buffer is CPU's (65,536 f32 logits of one sequence)
+    assert "llama_context:  CUDA_Host  output buffer size =     0.25 MiB" in _lines("--backend", "CUDA0", "-ngl", "1")
+    assert "llama_context:        CPU  output buffer size =     0.25 MiB" in _lines("--backend", "CUDA0", "-ngl", "0")
