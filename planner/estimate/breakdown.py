@@ -132,7 +132,8 @@ class Breakdown:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``breakdown`` (one entry per buffer type), ``output_buffer`` {buffer_type, bytes, ...},
-        ``compute`` (the reserve graphs), ``model_bytes_exact``, ``notes``."""
+        ``compute`` (the reserve graphs), ``model_bytes_exact``, ``notes``; on a GPU backend ``offload`` (the
+        devices, the units offloaded and each unit's home: ``GpuRun.to_dict``), else None."""
         out = {
             "breakdown": [
                 {"buffer_type": r.buffer_type, "device": r.device, "model_bytes": r.model_bytes,
@@ -145,6 +146,7 @@ class Breakdown:
             "notes": list(self.notes),
             "mtp_draft": dataclasses.asdict(self.mtp_draft) if self.mtp_draft else None,
             "server_host": dataclasses.asdict(self.server_host) if self.server_host else None,
+            "offload": self.run.to_dict() if self.run is not None else None,
         }
         return out
 

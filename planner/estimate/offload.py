@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rsplan.errors import BackendError
 from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
@@ -126,6 +126,21 @@ class GpuRun:
             name, rule = self.cache_home(t.layer)
             out[name] = out.get(name, 0) + rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
         return dict(sorted(out.items(), key=lambda kv: kv[0].encode()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``devices`` (buffer type names), ``kind``, ``n_gpu_layers`` (units offloaded),
+        ``unit_homes`` (each unit's device name or ``CPU``: the layers, then the output layer), ``offload_kqv``,
+        ``overrides`` (``PATTERN=BUFT`` in order), ``host_buffer``."""
+        p = self.placement
+        return {
+            "devices": list(self.device_names),
+            "kind": self.kind.name,
+            "n_gpu_layers": p.n_gpu_layers,
+            "unit_homes": ["CPU" if d is None else self.device_names[d] for d in p.unit_device],
+            "offload_kqv": self.offload_kqv,
+            "overrides": [o.flag_text(self.device_names) for o in self.overrides],
+            "host_buffer": self.host_buffer,
+        }
 
     def cache_home(self, layer: int) -> tuple[str, BufferRule]:
         """The buffer type holding layer ``layer``'s caches and its rule."""

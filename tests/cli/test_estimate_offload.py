@@ -112,3 +112,13 @@ def test_the_output_buffer_follows_the_output_layer():
     # host (-ngl 0) the CPU device has none, so the buffer is CPU's (65,536 f32 logits of one sequence)
     assert "llama_context:  CUDA_Host  output buffer size =     0.25 MiB" in _lines("--backend", "CUDA0", "-ngl", "1")
     assert "llama_context:        CPU  output buffer size =     0.25 MiB" in _lines("--backend", "CUDA0", "-ngl", "0")
+
+
+def test_json_says_where_each_unit_is():
+    # -ngl 5: units 12..16 (the last four layers and the output) on CUDA0; the -ot entry as llama.cpp prints it
+    r = run("--backend", "CUDA0", "-ngl", "5", "-ot", r"blk\.15\.=CPU", "--format", "json")
+    offload = json.loads(r.stdout)["offload"]
+    assert offload["unit_homes"] == ["CPU"] * 12 + ["CUDA0"] * 5
+    assert offload["n_gpu_layers"] == 5 and offload["overrides"] == [r"blk\.15\.=CPU"]
+    assert offload["devices"] == ["CUDA0"] and offload["host_buffer"] == "CUDA_Host"
+    assert json.loads(run("--format", "json").stdout)["offload"] is None
