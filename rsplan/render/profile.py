@@ -130,6 +130,7 @@ def _header(result: ProfileResult) -> list[str]:
             first.append("caches " + ", ".join(f"L{level} {_mib(n)}" for level, n in sorted(result.caches.items()))
                          + "; regime of a row: the smallest level its working set fits in, DRAM from "
                          f"{DRAM_LLC_FACTOR}x the last level, LLC-DRAM between")
+    first += _mode_lines(result)
     return [
         *first,
         f"model {result.model} (arch {result.arch}, {result.family}, {result.recurrent_layers} recurrent layers)",
@@ -143,6 +144,19 @@ def _header(result: ProfileResult) -> list[str]:
         + (f", draft {ctx.draft}" if ctx.draft else ""),
         "",
     ]
+
+
+def _mode_lines(result: ProfileResult) -> list[str]:
+    """A first line when the device's bandwidth moved during the run (the copy bursts' drift over NOISY_SPREAD): the
+    bursts' range, and that the run's times hold for the moment each was taken (a shared machine's memory
+    bandwidth can flip between modes from one minute to the next: docs/profiler.md)."""
+    copy = result.copy_bandwidth
+    bursts = [g for g in copy.bursts_gb_s if g == g]
+    if len(bursts) < 2 or not copy.drift > NOISY_SPREAD:
+        return []
+    return [f"the device's bandwidth moved during this run: copy bursts {min(bursts):,.1f} .. {max(bursts):,.1f} GB/s "
+            f"(drift {100 * copy.drift:.0f}%): each time holds for the moment it was taken; compare runs by the "
+            "ratios to same-size passes, not by their times"]
 
 
 def _allocation_table(result: ProfileResult) -> str:

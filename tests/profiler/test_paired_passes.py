@@ -102,3 +102,19 @@ def test_workload_figures_pair_every_phase_and_the_state_path():
     for row in (w.kernels["a"], w.kernels["b"], w.state_path):
         assert row.like is not None and row.like.paired
         assert row.like.inplace_ratio == pytest.approx(0.78125)
+
+
+def test_a_run_whose_bandwidth_moved_says_so_first():
+    import json
+    from pathlib import Path
+
+    from rsplan.profiler.result import ProfileResult
+    from rsplan.render.profile import render_profile
+
+    data = json.loads((Path(__file__).parent / "data" / "profile-cpu.json").read_text())
+    assert "bandwidth moved" not in render_profile(ProfileResult.from_dict(data))
+    # copy bursts of 44.8 and 80.4 GB/s, as two runs a minute apart measured on a shared VM: drift 79% > 15%
+    data["copy_bandwidth"].update(bursts_gb_s=[44.8, 80.4], drift=(80.4 - 44.8) / 45.0)
+    text = render_profile(ProfileResult.from_dict(data))
+    assert ("the device's bandwidth moved during this run: copy bursts 44.8 .. 80.4 GB/s (drift 79%)"
+            in text.split("\nmodel ")[0])
