@@ -81,11 +81,25 @@ KIND_OF_PREFIX: dict[str, str] = {"CUDA": "CUDA", "ROCm": "ROCm", "MUSA": "MUSA"
                                   "Vulkan": "Vulkan"}
 
 
+#: A device buffer type's name: its backend's prefix and the device's number (``CUDA0``, ``Vulkan1``, ``MTL0``).
+_DEVICE_NAME = re.compile(r"^(?P<prefix>[A-Za-z]+)(?P<device>[0-9]{1,2})$")
+
+
+def device_of(backend: str) -> tuple[str, str, int] | None:
+    """(kind, prefix, device number) of a device buffer type's name: ``CUDA1`` -> (``CUDA``, ``CUDA``, 1), ``MTL0``
+    -> (``Metal``, ``MTL``, 0) (KIND_OF_PREFIX); None for another name (``CPU``, an unknown prefix)."""
+    m = _DEVICE_NAME.match(backend)
+    kind = KIND_OF_PREFIX.get(m["prefix"]) if m else None
+    return None if m is None or kind is None else (kind, m["prefix"], int(m["device"]))
+
+
 def device_rule(backend: str) -> BufferRule:
     """The rule a device buffer of ``backend`` (``CUDA0``, ``MTL0``, ``Vulkan0``, ...: a known prefix and a number)
     pads a weight by: its kind's (DEVICE_RULES; a Vulkan device at the default driver's alignment)."""
-    prefix = backend.rstrip("0123456789")
-    return DEVICE_RULES[KIND_OF_PREFIX[prefix]]
+    device = device_of(backend)
+    if device is None:
+        raise BackendError(f"'{printable(backend)}' is not a device buffer rsplan knows: {NAMES_HELP}")
+    return DEVICE_RULES[device[0]]
 
 
 BUFFER_TYPES: tuple[BufferType, ...] = (

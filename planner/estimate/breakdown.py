@@ -19,7 +19,6 @@ Sources of each figure:
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -157,18 +156,14 @@ def _backend_kind(backend: str) -> str:
     if backend == "CPU":
         return "CPU"
     # deferred: the device modules, which a CPU estimate does not load
-    from rsplan.planner.backends.buffers import KIND_OF_PREFIX
+    from rsplan.planner.backends.buffers import KIND_OF_PREFIX, device_of
     from rsplan.planner.backends.devices import DEVICE_KINDS
 
-    m = _GPU_NAME.match(backend)
-    kind = KIND_OF_PREFIX.get(m.group(1)) if m else None
-    if kind is None or kind not in DEVICE_KINDS:
+    device = device_of(backend)
+    if device is None or device[0] not in DEVICE_KINDS:
         shown = ", ".join(f"{p}0" for p, k in KIND_OF_PREFIX.items() if k in DEVICE_KINDS)
         raise BreakdownError(f"unknown backend '{backend}': CPU, or {shown}, ... (a device number after the family)")
-    return kind
-
-
-_GPU_NAME = re.compile(r"^([A-Za-z]+)[0-9]{1,2}$")
+    return device[0]
 
 
 def moved_to_host(spec: ModelSpec, kind: str, table: WeightTable, load_mtp: bool = False) -> list[Weight]:

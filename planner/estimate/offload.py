@@ -16,12 +16,11 @@ MTL0 | Vulkan0`` lays it out with llama.cpp's ``-ngl``, ``-ts``, ``-ot`` (``--cp
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsplan.errors import BackendError
-from rsplan.planner.backends.buffers import CPU_RULE, BufferRule
+from rsplan.planner.backends.buffers import CPU_RULE, BufferRule, device_of
 from rsplan.planner.estimate.rows import BufferBreakdown
 from rsplan.planner.weights.host_charge import gpu_host_buffer
 from rsplan.planner.weights.host_weights import file_offsets
@@ -41,9 +40,6 @@ if TYPE_CHECKING:  # the device modules are loaded where a GPU run is made: a CP
     from rsplan.planner.backends.loader_ops import LoaderCheck
     from rsplan.planner.caches.plan import MemoryPlan
     from rsplan.planner.weights.host_weights import WeightTable
-
-_NAME = re.compile(r"^(?P<prefix>[A-Za-z]+)(?P<device>[0-9]{1,2})$")
-
 
 @dataclass(frozen=True)
 class OffloadFlags:
@@ -159,18 +155,16 @@ def gpu_run(backend: str, n_layer_all: int, flags: OffloadFlags, alignment: int 
         BackendError: a backend without scheduler rules, or flags llama.cpp refuses (planner.weights.placement).
     """
     # deferred: the device modules, which a CPU estimate does not load
-    from rsplan.planner.backends.buffers import KIND_OF_PREFIX
     from rsplan.planner.backends.devices import DEVICE_KINDS
 
-    m = _NAME.match(backend)
-    kind_name = KIND_OF_PREFIX.get(m["prefix"]) if m else None
-    if m is None or kind_name is None or kind_name not in DEVICE_KINDS:
+    device = device_of(backend)
+    if device is None or device[0] not in DEVICE_KINDS:
         raise BackendError(f"'{backend}': no device rules for this backend")
+    kind_name, prefix, first = device
     kind = DEVICE_KINDS[kind_name]
     if alignment is not None or host_alignment is not None:
         kind = kind.with_alignment(alignment or kind.alignment, host_alignment)
-    first = int(m["device"])
-    names = tuple(f"{m['prefix']}{first + i}" for i in range(flags.n_devices))
+    names = tuple(f"{prefix}{first + i}" for i in range(flags.n_devices))
     ngl = flags.n_gpu_layers
     placement = place_layers(n_layer_all, len(names), n_gpu_layers=None if ngl is None or ngl < 0 else ngl,
                              tensor_split=list(flags.tensor_split) if flags.tensor_split else None,
