@@ -101,8 +101,9 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
     offload = _offload_flags(placement, ctx, backend)
     alignments, device_note = _device_properties(buffer, vulkan_driver, ctx)
     host = pop_host_options(kwargs, ctx)
-    if buffer.name.startswith("MTL") and metal_host(host, ctx) is not host:
-        host = metal_host(host, ctx)
+    apple = metal_host(host, ctx) if buffer.name.startswith("MTL") else host
+    if apple is not host:
+        host = apple
         device_note = (f"{device_note}; its CPU: an ARM core with i8mm (M2 or newer) for the host weights' repacking "
                        "(--cpu-repack arm-dotprod for an M1)")
     spec_type, draft_max = kwargs["spec_type"], kwargs["draft_max"]
