@@ -8,11 +8,10 @@ can diff them against a real run. The ``size =`` lines divide single-precision f
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 
 from rsplan.errors import BackendError
 from rsplan.planner.backends.buffers import Backend, BufferRule, parse_backend
-from rsplan.planner.caches.plan import MemoryPlan, TensorPlan, alloc_nbytes
+from rsplan.planner.caches.plan import CacheHome, MemoryPlan, TensorPlan, bytes_by_buffer
 
 MIB = 1024 * 1024
 
@@ -40,7 +39,7 @@ def _kv_caches(plan: MemoryPlan) -> list[tuple[int, list[TensorPlan]]]:
 
 
 def log_lines(plan: MemoryPlan, backend: str | Backend = "CPU", has_kv_cache: bool = True,
-              home: Callable[[int], tuple[str, BufferRule]] | None = None) -> list[str]:
+              home: CacheHome | None = None) -> list[str]:
     """The ``llama_kv_cache`` and ``llama_memory_recurrent`` lines of a run with every cache on ``backend``, or each
     layer's caches where ``home`` puts them.
 
@@ -73,21 +72,17 @@ def log_lines(plan: MemoryPlan, backend: str | Backend = "CPU", has_kv_cache: bo
     return next(iter(by_rule.values()))
 
 
-def _everywhere(name: str, rule: BufferRule) -> Callable[[int], tuple[str, BufferRule]]:
+def _everywhere(name: str, rule: BufferRule) -> CacheHome:
     """A ``home`` with every layer's caches in buffer ``name`` of ``rule``."""
     return lambda _il: (name, rule)
 
 
-def _buffer_lines(tensors: list[TensorPlan], home: Callable[[int], tuple[str, BufferRule]], fmt: str) -> list[str]:
+def _buffer_lines(tensors: list[TensorPlan], home: CacheHome, fmt: str) -> list[str]:
     """One ``fmt`` line (buffer name, MiB) per buffer type holding ``tensors``, in the order of their names."""
-    sizes: dict[str, int] = {}
-    for t in tensors:
-        name, rule = home(t.layer)
-        sizes[name] = sizes.get(name, 0) + alloc_nbytes(rule, t)
-    return [_c_fmt(fmt, name, n / 1024.0 / 1024.0) for name, n in sorted(sizes.items(), key=lambda kv: kv[0].encode())]
+    return [_c_fmt(fmt, name, n / 1024.0 / 1024.0) for name, n in bytes_by_buffer(tensors, home).items()]
 
 
-def _lines(plan: MemoryPlan, home: Callable[[int], tuple[str, BufferRule]], has_kv_cache: bool) -> list[str]:
+def _lines(plan: MemoryPlan, home: CacheHome, has_kv_cache: bool) -> list[str]:
     lines: list[str] = []
     ctx = plan.context
     if has_kv_cache:

@@ -20,6 +20,7 @@ src/llama-memory-recurrent.cpp (see docs/sizing.md):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -180,6 +181,21 @@ def alloc_nbytes(backend: str | BufferRule, t: TensorPlan) -> int:
     the buffer's alignment: what it adds to its buffer."""
     rule = BUFFER_RULES[backend] if isinstance(backend, str) else backend
     return rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
+
+
+#: Where a layer's caches are: (layer -> its buffer type's name and rule), e.g.
+#: planner.estimate.offload.GpuRun.cache_home.
+CacheHome = Callable[[int], tuple[str, BufferRule]]
+
+
+def bytes_by_buffer(tensors: Iterable[TensorPlan], home: CacheHome) -> dict[str, int]:
+    """Bytes per buffer type of ``tensors``, each in its layer's buffer (``home``) padded by that buffer's rule, in
+    the order llama.cpp prints its cache buffers: by name (src/llama-kv-cache.cpp:110 ctx_map)."""
+    sizes: dict[str, int] = {}
+    for t in tensors:
+        name, rule = home(t.layer)
+        sizes[name] = sizes.get(name, 0) + alloc_nbytes(rule, t)
+    return dict(sorted(sizes.items(), key=lambda kv: kv[0].encode()))
 
 
 def _tensors(layout: CacheLayout, ctx: EffectiveContext) -> list[TensorPlan]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsplan.errors import BackendError
 from rsplan.planner.backends.buffers import CPU_RULE, BufferRule, device_of
+from rsplan.planner.caches.plan import bytes_by_buffer
 from rsplan.planner.estimate.rows import BufferBreakdown
 from rsplan.planner.weights.host_charge import gpu_host_buffer
 from rsplan.planner.weights.host_weights import file_offsets
@@ -117,11 +118,7 @@ class GpuRun:
 
     def cache_buffers(self, plan: MemoryPlan) -> dict[str, int]:
         """Cache bytes per buffer type name (each tensor padded by its buffer's rule), in llama.cpp's print order."""
-        out: dict[str, int] = {}
-        for t in plan.tensors:
-            name, rule = self.cache_home(t.layer)
-            out[name] = out.get(name, 0) + rule.alloc_nbytes(t.bytes, t.type, t.shape[0])
-        return dict(sorted(out.items(), key=lambda kv: kv[0].encode()))
+        return bytes_by_buffer(plan.tensors, self.cache_home)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``devices`` (buffer type names), ``kind``, ``n_gpu_layers`` (units offloaded),

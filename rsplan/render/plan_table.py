@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rsplan.planner.backends.buffers import BufferRule, parse_backend
-from rsplan.planner.caches.plan import MemoryPlan, TensorPlan, alloc_nbytes
+from rsplan.planner.backends.buffers import BufferRule, device_rule, parse_backend
+from rsplan.planner.caches.plan import CacheHome, MemoryPlan, TensorPlan, alloc_nbytes, bytes_by_buffer
 from rsplan.render.tables import prose, table
 from rsplan.render.units import human, mib
 
@@ -69,33 +68,26 @@ def per_layer_table(plan: MemoryPlan) -> str:
 def backend_rule(backend: str) -> BufferRule:
     """The rule a buffer of ``backend`` (``CPU``, ``CUDA0``, ``ROCm0``, ``MTL0``, ``Vulkan0:64``, ...) pads a tensor
     by: planner.backends.buffers.parse_backend's (a Vulkan device without its alignment: the devices' default)."""
-    rules = parse_backend(backend).rules
-    if len(rules) == 1:
-        return rules[0]
-    from rsplan.planner.backends.devices import DEVICE_KINDS  # deferred: the device modules, for Vulkan only
-
-    return DEVICE_KINDS["Vulkan"].buffer_rule
+    b = parse_backend(backend)
+    return b.rules[0] if len(b.rules) == 1 else device_rule(b.name)
 
 
 def buffers_table(plan: MemoryPlan, backend: str = "CPU",
-                  home: Callable[[int], tuple[str, BufferRule]] | None = None) -> str:
+                  home: CacheHome | None = None) -> str:
     """The buffers llama.cpp allocates for these caches (one KV and one RS buffer per buffer type holding them:
     ``home`` gives each layer's, planner.estimate.offload.GpuRun.cache_home; None: every layer on ``backend``), and
     what they hold."""
     if home is None:
         rule = backend_rule(backend)
         home = lambda _il: (backend.split(":")[0], rule)  # noqa: E731
-    sizes: dict[tuple[str, str], int] = {}
-    aligns: set[int] = set()
-    for t in plan.tensors:
-        name, rule = home(t.layer)
-        aligns.add(rule.alignment)
-        key = (name, "KV" if t.kind in ("k", "v") else "RS")
-        sizes[key] = sizes.get(key, 0) + alloc_nbytes(rule, t)
-    holds = {"KV": "K and V tensors", "RS": "R and S tensors"}
-    rows = [[f"{name} {cache} buffer", holds[cache], mib(n), f"{n:,}"]
-            for (name, cache), n in sorted(sizes.items(), key=lambda kv: (kv[0][1], kv[0][0].encode())) if n]
-    names = sorted({name for name, _ in sizes}, key=str.encode)
+    caches = {
+        ("KV", "K and V tensors"): bytes_by_buffer((t for t in plan.tensors if t.kind in ("k", "v")), home),
+        ("RS", "R and S tensors"): bytes_by_buffer((t for t in plan.tensors if t.kind not in ("k", "v")), home),
+    }
+    rows = [[f"{name} {cache} buffer", holds, mib(n), f"{n:,}"]
+            for (cache, holds), sizes in caches.items() for name, n in sizes.items() if n]
+    aligns = {home(t.layer)[1].alignment for t in plan.tensors}
+    names = sorted({name for sizes in caches.values() for name in sizes}, key=str.encode)
     if len(names) == 1 and len(aligns) == 1:
         other = "CUDA0" if names[0] == "CPU" else "CPU"
         where = (f"The buffers llama.cpp allocates on {names[0]} (its 'KV / RS buffer size' log lines): the tensors "
