@@ -43,10 +43,12 @@ LLAMA_CPP = Path(os.environ.get("RSPLAN_LLAMA_CPP") or REPO / ".cache" / "llama.
 
 
 def load_script(path: Path, name: str) -> types.ModuleType:
-    """The script at ``path`` (not a package module: scripts/...) imported as module ``name``."""
+    """The script at ``path`` (not a package module: scripts/...) imported as module ``name``, registered in
+    ``sys.modules`` under it (dataclasses look their module up there)."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -6,32 +6,18 @@ printed`` must still be absent from rsplan's output (when rsplan learns it, the 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import types
 from pathlib import Path
 
 import pytest
 import yaml
 
-from rsplan_testing import REPO
+from rsplan_testing import REPO, load_script
 
 MODULE = Path(__file__).resolve().parent / "user_log_compare.py"
 
 
-def _load() -> types.ModuleType:
-    """The comparison module (a file beside this test, not a package module), registered as ``user_log_compare``."""
-    if "user_log_compare" in sys.modules:
-        return sys.modules["user_log_compare"]
-    spec = importlib.util.spec_from_file_location("user_log_compare", MODULE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-ulc = _load()
+ulc = sys.modules.get("user_log_compare") or load_script(MODULE, "user_log_compare")
 RECORD = ulc.comparisons()
 COMPARED = sorted(name for name, entry in RECORD.items() if "skipped" not in entry)
 #: The flags of a user log whose value, when the log gives one plainly, must be the one passed to rsplan.
