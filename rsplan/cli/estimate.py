@@ -18,7 +18,7 @@ from rsplan.cli.engine_options import engine_options, pop_engine_values
 from rsplan.cli.errors import user_errors
 from rsplan.cli.host_options import given_host_flags, host_options, metal_host, pop_host_options
 from rsplan.cli.options import CONTEXT_KEYS, MODEL_HELP, context_options, model_options, pop_context_params
-from rsplan.cli.placement_options import PLACEMENT_KEYS, placement_options
+from rsplan.cli.placement_options import PLACEMENT_KEYS, given_placement_flags, placement_options
 from rsplan.cli.sections import SectionedCommand, section
 from rsplan.errors import BackendError
 from rsplan.planner.compute.reserve import OutputsAsked, paused_gc
@@ -88,7 +88,7 @@ def estimate(model_refs: tuple[str, ...], per_layer: bool, fmt: str, backend: st
         raise click.UsageError("--quant applies to --engine llama.cpp only (llama-quantize's types)", ctx)
     placement = {key: kwargs.pop(key) for key in PLACEMENT_KEYS}
     if engine != NATIVE:
-        given = given_host_flags(ctx) + _given_placement(ctx)
+        given = given_host_flags(ctx) + given_placement_flags(ctx)
         if given:
             raise click.UsageError(f"{given[0]} applies to --engine llama.cpp only", ctx)
         _estimate_engine(refs, engine, values, per_layer, fmt, ctx)
@@ -220,13 +220,6 @@ def _device_properties(buffer: Backend, driver: str | None, ctx: click.Context
     return (storage, limits.map_alignment), note
 
 
-def _given_placement(ctx: click.Context) -> list[str]:
-    """The GPU placement flags given on the command line (``-ngl``, ...)."""
-    flags = {"n_gpu_layers": "-ngl", "tensor_split": "-ts", "no_kv_offload": "-nkvo", "override_tensor": "-ot",
-             "cpu_moe": "--cpu-moe", "n_cpu_moe": "--n-cpu-moe", "n_cpu_ffn": "--n-cpu-ffn"}
-    return [flag for key, flag in flags.items() if ctx.get_parameter_source(key) not in (None, ParameterSource.DEFAULT)]
-
-
 def _offload_flags(placement: dict[str, Any], ctx: click.Context, backend: str) -> Any:
     """The GPU placement flags as planner.estimate.offload.OffloadFlags; a usage error where they are given with
     the CPU backend, which has no GPU to place layers on."""
@@ -234,7 +227,7 @@ def _offload_flags(placement: dict[str, Any], ctx: click.Context, backend: str) 
     from rsplan.cli.placement_options import override_flags, parse_ngl, parse_tensor_split
     from rsplan.planner.estimate.offload import OffloadFlags
 
-    given = _given_placement(ctx)
+    given = given_placement_flags(ctx)
     if given and backend == "CPU":
         raise click.UsageError(f"{given[0]} places layers on GPUs: give a GPU --backend (CUDA0, MTL0, Vulkan0, ...)",
                                ctx)

@@ -9,6 +9,7 @@ import struct
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from rsplan.cli.sections import PARAM_ORDER, Decorator
 from rsplan.errors import RsplanError, printable
@@ -54,8 +55,18 @@ def placement_options(split_default: str) -> list[Decorator]:
 PLACEMENT_OPTIONS = placement_options("by free memory / budget")
 
 
-PLACEMENT_KEYS = ("n_gpu_layers", "tensor_split", "no_kv_offload", "override_tensor", "cpu_moe", "n_cpu_moe",
-                  "n_cpu_ffn")
+#: The options whose entries llama.cpp appends to one tensor-override list, by click name: their flag.
+_OVERRIDE_OPTIONS = {"override_tensor": "-ot", "cpu_moe": "--cpu-moe", "n_cpu_moe": "--n-cpu-moe",
+                     "n_cpu_ffn": "--n-cpu-ffn"}
+#: The placement options by click name: their flag.
+PLACEMENT_FLAGS = {"n_gpu_layers": "-ngl", "tensor_split": "-ts", "no_kv_offload": "-nkvo", **_OVERRIDE_OPTIONS}
+PLACEMENT_KEYS = tuple(PLACEMENT_FLAGS)
+
+
+def given_placement_flags(ctx: click.Context) -> list[str]:
+    """The placement flags given on the command line (``-ngl``, ...), in --help order."""
+    return [flag for key, flag in PLACEMENT_FLAGS.items()
+            if ctx.get_parameter_source(key) not in (None, ParameterSource.DEFAULT)]
 
 
 #: The smallest normal float (FLT_MIN): std::stof refuses a smaller non-zero magnitude.
@@ -156,11 +167,6 @@ def _stof_in_range(x: float) -> bool:
     except OverflowError:
         return False
     return f32 not in (float("inf"), float("-inf")) and abs(x) >= _FLT_MIN
-
-
-#: The options whose entries llama.cpp appends to one tensor-override list, by click name: their flag.
-_OVERRIDE_OPTIONS = {"override_tensor": "-ot", "cpu_moe": "--cpu-moe", "n_cpu_moe": "--n-cpu-moe",
-                     "n_cpu_ffn": "--n-cpu-ffn"}
 
 
 def override_flags(ctx: click.Context | None, options: dict[str, Any]) -> tuple[tuple[str, str], ...]:
