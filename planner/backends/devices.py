@@ -133,8 +133,9 @@ _METAL_SOURCE = ("ggml-metal: supports_op (planner.backends.metal_ops: an Apple 
 _VULKAN_SOURCE = ("ggml-vulkan: supports_op (planner.backends.vulkan_ops: a desktop GPU of NVIDIA's driver), "
                   "offload_op get_op_batch_size >= 32, alignment minStorageBufferOffsetAlignment and the "
                   "Vulkan_Host alignment minMemoryMapAlignment (planner.backends.vulkan_buffers: 16 and 64 unless "
-                  "given), get_alloc_size ggml_nbytes, Vulkan_Host adding 32 bytes to each buffer; not modelled: "
-                  "graph_optimize's reordering, buffers split at the 1 GiB suballocation block")
+                  "given), get_alloc_size ggml_nbytes, Vulkan_Host adding 32 bytes to each buffer, graph_optimize's "
+                  "reordering and router dependencies (planner.backends.vulkan_reorder); not modelled: buffers split "
+                  "at the 1 GiB suballocation block")
 _SYCL_SOURCE = ("ggml-sycl: supports_op (planner.backends.sycl_ops: an Intel Arc B580 with the default oneAPI build, "
                 "oneDNN and MKL flash attention), offload_op as CUDA's (get_op_batch_size >= 32), alignment 128, "
                 "get_alloc_size with quantized rows padded to 512 and flash attention's scratch "
