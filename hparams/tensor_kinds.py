@@ -89,6 +89,30 @@ _RWKV7_KEYS: list[Template] = [
     ("time_mix_receptance.weight", lambda d, il: (d.n_embd, d.n_embd)),
 ]
 
+#: Layouts several archs' loaders create alike: separate Q / K / V without biases (Granite-4.0-H, Nemotron-H,
+#: MiniMax-01's softmax layers), routed experts as wide as n_ff (Jamba, Granite-4.0-H, MiniMax-01) and a gated FFN
+#: (Jamba's dense layers, Kimi Linear's dense FFN).
+_GQA_ATTN: list[Template] = [
+    ("attn_norm.weight", _NORM),
+    ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
+    ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
+    ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
+    ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
+]
+_EXPERTS: list[Template] = [
+    ("ffn_norm.weight", _NORM),
+    ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
+    ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+    ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
+    ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
+]
+_GATED_FFN: list[Template] = [
+    ("ffn_norm.weight", _NORM),
+    ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+    ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
+    ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
+]
+
 #: Layer kinds: the tensors each adds to a block, in the loader's order.
 KINDS: dict[str, list[Template]] = {
     # RWKV-7 (src/models/rwkv7.cpp, conversion/rwkv.py): the converter squeezes every tensor but the fused lerp,
@@ -284,19 +308,8 @@ KINDS: dict[str, list[Template]] = {
         ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
         ("attn_output.weight", lambda d, il: (d.n_embd, d.n_embd)),
     ],
-    "jamba_moe": [
-        ("ffn_norm.weight", _NORM),
-        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
-        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
-        ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
-        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
-    ],
-    "jamba_ffn": [
-        ("ffn_norm.weight", _NORM),
-        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
-        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
-        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
-    ],
+    "jamba_moe": _EXPERTS,
+    "jamba_ffn": _GATED_FFN,
     # Mamba-2 block (src/models/mamba2.cpp)
     "mamba2": [
         ("attn_norm.weight", _NORM),
@@ -314,20 +327,8 @@ KINDS: dict[str, list[Template]] = {
     # feed_forward_length and, when expert_shared_feed_forward_length is set, a shared expert; a dense model
     # (no experts: Granite-4.0-H-1B / 350M) has the gated FFN of "granite_dense" instead (the converter writes
     # the shared MLP as ffn_gate / ffn_up / ffn_down, no biases)
-    "granite_attn": [
-        ("attn_norm.weight", _NORM),
-        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
-        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
-        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
-        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
-    ],
-    "granite_moe": [
-        ("ffn_norm.weight", _NORM),
-        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
-        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
-        ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
-        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
-    ],
+    "granite_attn": _GQA_ATTN,
+    "granite_moe": _EXPERTS,
     "granite_shexp": [
         ("ffn_gate_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
@@ -335,13 +336,7 @@ KINDS: dict[str, list[Template]] = {
     ],
     # Nemotron-H (src/models/nemotron-h.cpp): Mamba-2 layers are the "mamba2" kind; '*' layers attention only,
     # '-' layers a squared-ReLU MLP only (no gate); the converter writes no attention / MLP biases
-    "nemotron_attn": [
-        ("attn_norm.weight", _NORM),
-        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
-        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
-        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
-        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
-    ],
+    "nemotron_attn": _GQA_ATTN,
     "nemotron_mlp": [
         ("attn_norm.weight", _NORM),
         ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
@@ -359,13 +354,7 @@ KINDS: dict[str, list[Template]] = {
         ("ffn_up_shexp.weight", lambda d, il: (d.n_embd, d.n_ff_shexp)),
     ],
     # MiniMax-01 (src/models/minimax-01.cpp): softmax attention or lightning attention, then a MoE over n_ff
-    "minimax_softmax": [
-        ("attn_norm.weight", _NORM),
-        ("attn_q.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
-        ("attn_k.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head_kv[il])),
-        ("attn_v.weight", lambda d, il: (d.n_embd, d.head_v * d.n_head_kv[il])),
-        ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
-    ],
+    "minimax_softmax": _GQA_ATTN,
     "minimax_lightning": [
         ("attn_norm.weight", _NORM),
         ("attn_norm_2.weight", lambda d, il: (d.head_k * d.n_head[il],)),
@@ -373,13 +362,7 @@ KINDS: dict[str, list[Template]] = {
         ("attn_gate.weight", lambda d, il: (d.n_embd, d.head_k * d.n_head[il])),
         ("attn_output.weight", lambda d, il: (d.head_k * d.n_head[il], d.n_embd)),
     ],
-    "minimax_moe": [
-        ("ffn_norm.weight", _NORM),
-        ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
-        ("ffn_gate_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
-        ("ffn_down_exps.weight", lambda d, il: (d.n_ff[il], d.n_embd, d.n_expert)),
-        ("ffn_up_exps.weight", lambda d, il: (d.n_embd, d.n_ff[il], d.n_expert)),
-    ],
+    "minimax_moe": _EXPERTS,
     # Kimi Linear (src/models/kimi-linear.cpp, conversion/kimi_linear.py): KDA layers (conv kernels written 4-D,
     # A as {1, n_head, 1, 1}) or MLA layers (no q LoRA; kv_b split into k_b / v_b), then a dense FFN on the
     # leading layers or a MoE with shared experts of n_expert_shared x the expert width
@@ -410,12 +393,7 @@ KINDS: dict[str, list[Template]] = {
         ("attn_v_b.weight", lambda d, il: (d.kv_lora, d.head_v_mla, d.n_head[il])),
         ("attn_output.weight", lambda d, il: (d.n_head[il] * d.head_v_mla, d.n_embd)),
     ],
-    "kimi_dense": [
-        ("ffn_norm.weight", _NORM),
-        ("ffn_gate.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
-        ("ffn_down.weight", lambda d, il: (d.n_ff[il], d.n_embd)),
-        ("ffn_up.weight", lambda d, il: (d.n_embd, d.n_ff[il])),
-    ],
+    "kimi_dense": _GATED_FFN,
     "kimi_moe": [
         ("ffn_norm.weight", _NORM),
         ("ffn_gate_inp.weight", lambda d, il: (d.n_embd, d.n_expert)),
